@@ -1,0 +1,93 @@
+#pragma once
+// Layer: the plugin interface. Every built-in layer and every third-party
+// layer implements it and is registered by name (plexus/registry.h).
+//
+// Life of a layer inside a Net:
+//   1. constructed by its factory from a LayerConfig (reads and validates params);
+//   2. output_shapes(input shapes): validates inputs, returns output shapes;
+//   3. create_parameters(input shapes): declares parameters, once;
+//   4. forward / backward, dispatched to the CPU or CUDA implementation.
+// Contract: backward OVERWRITES each non-null input gradient and ACCUMULATES
+// (+=) into parameter gradients. An input gradient pointer is null when no
+// gradient is wanted for that input.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/context.h"
+#include "plexus/parameter.h"
+#include "plexus/tensor.h"
+
+namespace plexus {
+
+using ConstTensors = std::vector<const Tensor*>;
+using MutableTensors = std::vector<Tensor*>;
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  const std::string& type() const { return type_; }
+  const std::string& name() const { return name_; }
+  void set_identity(std::string type, std::string name) {
+    type_ = std::move(type);
+    name_ = std::move(name);
+  }
+
+  // Validates the input shapes and returns the output shapes. Throws
+  // ShapeError naming the node, the input and both shapes.
+  virtual std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const = 0;
+  // Declares parameters with declare_parameter(); called once, after
+  // output_shapes accepted `inputs`. Default: no parameters.
+  virtual void create_parameters(const std::vector<Shape>& inputs);
+  // False for inputs that carry no gradient (integer labels, shape references).
+  virtual bool input_is_differentiable(int input_index) const;
+
+  void forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs);
+  void backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                const ConstTensors& output_grads, const MutableTensors& input_grads);
+
+  std::vector<Parameter*> parameters();
+  Parameter& parameter(const std::string& name);
+  // Allocates every parameter (value and zero grad) and fills it with its
+  // initializer drawn from `rng`.
+  void initialize_parameters(DType dtype, Device device, std::mt19937_64& rng);
+
+  // Whether a CUDA implementation exists; a layer that has none fails with
+  // "layer 'x' (T) has no CUDA kernel" when asked to run on a GPU.
+  virtual bool has_cuda() const { return false; }
+
+ protected:
+  Parameter& declare_parameter(const std::string& name, Shape shape, Initializer initializer);
+  // Throws ShapeError "node 'x' (T): <message>".
+  [[noreturn]] void fail_shape(const std::string& message) const;
+  // "node 'x' (T)" for messages.
+  std::string who() const;
+
+  virtual void forward_cpu(Context& ctx, const ConstTensors& inputs,
+                           const MutableTensors& outputs) = 0;
+  virtual void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                            const ConstTensors& output_grads,
+                            const MutableTensors& input_grads) = 0;
+  virtual void forward_cuda(Context& ctx, const ConstTensors& inputs,
+                            const MutableTensors& outputs);
+  virtual void backward_cuda(Context& ctx, const ConstTensors& inputs,
+                             const ConstTensors& outputs, const ConstTensors& output_grads,
+                             const MutableTensors& input_grads);
+
+ private:
+  void check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const;
+  std::string type_;
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> parameters_;
+};
+
+// Runs `fn` with a value of the C++ type matching `dtype`:
+//   dispatch_float(t.dtype(), [&](auto zero) { using T = decltype(zero); ... });
+template <typename Fn>
+decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
+  if (dtype == DType::f64) return fn(double{0});
+  return fn(float{0});
+}
+
+}  // namespace plexus

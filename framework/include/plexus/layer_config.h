@@ -1,0 +1,50 @@
+#pragma once
+// LayerConfig: a layer's "params" object from a model spec, read through
+// typed getters. Every key a layer reads is marked; a key left unread is a
+// typo or a parameter the layer does not have, and check_all_used() reports
+// it with the node name and the keys the layer does know.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace plexus {
+
+class LayerConfig {
+ public:
+  LayerConfig(std::string node_name, std::string type, const nlohmann::json& params);
+  ~LayerConfig();
+  LayerConfig(LayerConfig&&) noexcept;
+
+  const std::string& node_name() const { return node_name_; }
+  const std::string& type() const { return type_; }
+
+  bool has(const std::string& key) const;
+  // Required values: a missing key or a value of the wrong type is a ConfigError.
+  std::int64_t integer(const std::string& key);
+  double number(const std::string& key);
+  bool boolean(const std::string& key);
+  std::string text(const std::string& key);
+  // Optional values with a default.
+  std::int64_t integer(const std::string& key, std::int64_t fallback);
+  double number(const std::string& key, double fallback);
+  bool boolean(const std::string& key, bool fallback);
+  std::string text(const std::string& key, const std::string& fallback);
+  std::vector<std::int64_t> integers(const std::string& key, std::vector<std::int64_t> fallback);
+
+  // Throws ConfigError "node 'x' (T): <message>" for a bad value a layer found.
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  // Throws ConfigError naming every key that no getter read.
+  void check_all_used() const;
+
+ private:
+  const nlohmann::json* find(const std::string& key);
+  std::string node_name_;
+  std::string type_;
+  std::unique_ptr<nlohmann::json> params_;
+  std::vector<std::string> read_keys_;
+};
+
+}  // namespace plexus

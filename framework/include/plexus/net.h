@@ -1,0 +1,72 @@
+#pragma once
+// Net: a graph of layers built from a ModelSpec. Shapes are inferred at
+// build time (errors name the node and the shapes), activations and their
+// gradients are allocated once, forward runs in topological order and
+// backward in reverse.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/layer.h"
+#include "plexus/model_spec.h"
+#include "plexus/registry.h"
+
+namespace plexus {
+
+struct NamedParameter {
+  std::string name;  // "<node>.<parameter>", e.g. "g_a0.weight"
+  Parameter* parameter;
+};
+
+class Net {
+ public:
+  // `input_shapes` gives the shape of every spec input. Parameters are
+  // initialised from `seed`, so equal seeds give equal nets.
+  Net(const ModelSpec& spec, const Registry& registry,
+      const std::map<std::string, Shape>& input_shapes, DType dtype = DType::f32,
+      Device device = Device::cpu(), std::uint64_t seed = 0);
+  ~Net();
+
+  // New input shapes (e.g. another image size); parameters are kept.
+  void reshape(const std::map<std::string, Shape>& input_shapes);
+
+  Tensor& input(const std::string& name);
+  const Tensor& blob(const std::string& name) const;  // any input or node output
+  const Tensor& blob_grad(const std::string& name) const;
+  bool has_blob(const std::string& name) const;
+  // A scalar blob's value copied to the host.
+  double scalar(const std::string& name) const;
+
+  void forward(Context& ctx);
+  // Backpropagates sum_k weight_k * blob_k over the given scalar blobs.
+  // Parameter gradients are accumulated: call zero_grad() first.
+  void backward(Context& ctx, const std::map<std::string, double>& loss_weights);
+  void zero_grad();
+
+  std::vector<NamedParameter> parameters();
+  std::int64_t parameter_count() const;
+  const ModelSpec& spec() const { return spec_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  // Node names in execution order.
+  std::vector<std::string> execution_order() const;
+  Layer& layer(const std::string& node_name);
+  // A table of nodes, types, output shapes and parameter counts.
+  std::string summary() const;
+
+ private:
+  struct Node;
+  void build_order();
+  void infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time);
+  ModelSpec spec_;
+  DType dtype_;
+  Device device_;
+  std::vector<std::unique_ptr<Node>> nodes_;  // in execution order
+  std::map<std::string, Tensor> blobs_;
+  std::map<std::string, Tensor> grads_;
+  std::map<std::string, int> consumers_;  // how many node inputs read each blob
+};
+
+}  // namespace plexus

@@ -1,0 +1,36 @@
+#pragma once
+// The plugin ABI. A plugin is a shared library that defines two functions
+// with C linkage:
+//
+//   extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
+//   extern "C" void plexus_plugin_register(plexus::Registry* registry) {
+//     registry->add("MyLayer", [](plexus::LayerConfig& c) { return std::make_unique<MyLayer>(c); });
+//   }
+//
+// The loader refuses a library whose ABI version differs from the one this
+// framework was built with, naming both.
+#include <string>
+#include <vector>
+
+#include "plexus/registry.h"
+
+namespace plexus {
+
+// Bumped whenever Layer, Registry, Tensor or Context change layout or virtuals.
+inline constexpr int kPluginAbiVersion = 1;
+inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
+inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
+
+using PluginAbiVersionFunction = int (*)();
+using PluginRegisterFunction = void (*)(Registry*);
+
+// Loads one plugin library and registers its layers. Throws PluginError for
+// a missing file, a library that is not a Plexus plugin, or an ABI mismatch.
+// The library stays loaded for the life of the process.
+void load_plugin(const std::string& path, Registry& registry);
+
+// Plugins named in the PLEXUS_PLUGIN_PATH environment variable: a
+// colon-separated list of .so files or folders (every lib*.so inside).
+std::vector<std::string> plugins_from_environment();
+
+}  // namespace plexus

@@ -1,0 +1,61 @@
+#pragma once
+// Registry: layer type name -> factory. Built-in layers and plugins register
+// through the same add() call.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+
+namespace plexus {
+
+using LayerFactory = std::function<std::unique_ptr<Layer>(LayerConfig& config)>;
+
+struct LayerTypeInfo {
+  std::string type;
+  std::string description;
+  std::string origin;  // "built-in" or the plugin file that registered it
+  LayerFactory factory;
+};
+
+class Registry {
+ public:
+  // Registers `type`. Throws PluginError when the name is taken, naming
+  // both origins.
+  void add(const std::string& type, LayerFactory factory, const std::string& description = "");
+
+  bool contains(const std::string& type) const;
+  const LayerTypeInfo& info(const std::string& type) const;  // throws like create()
+  std::vector<std::string> types() const;
+
+  // Builds a layer for node `node_name`. Throws ConfigError for an unknown
+  // type (listing close matches) or for params the layer rejects or ignores.
+  std::unique_ptr<Layer> create(const std::string& type, const std::string& node_name,
+                                const nlohmann::json& params) const;
+
+  // Registrations made while an origin is set are attributed to it (the
+  // plugin loader sets the plugin path).
+  void set_origin(const std::string& origin) { origin_ = origin; }
+
+ private:
+  std::map<std::string, LayerTypeInfo> types_;
+  std::string origin_ = "built-in";
+};
+
+// Up to `count` registered names closest to `name` (edit distance), for
+// "did you mean" hints.
+std::vector<std::string> close_matches(const std::string& name,
+                                       const std::vector<std::string>& candidates,
+                                       std::size_t count = 3);
+
+// Registers every built-in layer (defined in layers/builtin_layers.cpp).
+void register_builtin_layers(Registry& registry);
+// A registry holding the built-in layers.
+Registry builtin_registry();
+
+}  // namespace plexus

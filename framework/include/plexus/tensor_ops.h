@@ -1,0 +1,24 @@
+#pragma once
+// The few whole-tensor operations the framework itself needs (the graph's
+// gradient accumulation, loss seeding). CPU and CUDA.
+#include "plexus/context.h"
+#include "plexus/tensor.h"
+#include "plexus/layer.h"
+
+namespace plexus {
+
+// Every element of `tensor` set to `value`.
+void fill(Context& ctx, Tensor& tensor, double value);
+// destination += source (same shape, dtype and device).
+void add_into(Context& ctx, Tensor& destination, const Tensor& source);
+// True when every element is finite (no NaN or Inf).
+bool all_finite(Context& ctx, const Tensor& tensor);
+
+namespace cuda {
+// CUDA halves of the above, in framework/src/cuda/tensor_ops.cu.
+void fill(Context& ctx, Tensor& tensor, double value);
+void add_into(Context& ctx, Tensor& destination, const Tensor& source);
+bool all_finite(Context& ctx, const Tensor& tensor);
+}  // namespace cuda
+
+}  // namespace plexus

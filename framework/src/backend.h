@@ -1,0 +1,31 @@
+#pragma once
+// The device backend: raw memory and the CUDA resources of a Context. CPU
+// memory is aligned host memory; CUDA memory comes from the stream-ordered
+// pool (cudaMallocAsync). Two implementations: backend_cuda.cpp when built
+// with CUDA, backend_cpu_only.cpp otherwise (which refuses any CUDA request
+// with a message saying so).
+#include <cstddef>
+#include <cstdint>
+
+#include "plexus/tensor.h"
+
+namespace plexus::device_memory {
+
+void* allocate(std::size_t bytes, Device device);
+void release(void* pointer, Device device) noexcept;
+void copy(void* destination, Device destination_device, const void* source,
+          Device source_device, std::size_t bytes);
+void fill_zero(void* pointer, std::size_t bytes, Device device);
+int cuda_device_count();
+bool built_with_cuda();
+
+}  // namespace plexus::device_memory
+
+namespace plexus::cuda {
+struct CudaResources;
+CudaResources* create_resources(int device, std::uint64_t seed);
+void destroy_resources(CudaResources* resources) noexcept;
+void reseed(CudaResources& resources, std::uint64_t seed);
+void set_tf32(CudaResources& resources, bool allow);
+void synchronize(CudaResources& resources);
+}  // namespace plexus::cuda

@@ -1,0 +1,52 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "backend.h"
+
+namespace plexus::device_memory {
+
+namespace {
+[[noreturn]] void no_cuda(Device device) {
+  throw DeviceError("device " + device.str() +
+                    " requested, but this Plexus was built without CUDA "
+                    "(reconfigure with -DPLEXUS_CUDA=ON on a machine with the CUDA toolkit)");
+}
+}  // namespace
+
+void* allocate(std::size_t bytes, Device device) {
+  if (device.is_cuda()) no_cuda(device);
+  void* pointer = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (!pointer) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  return pointer;
+}
+
+void release(void* pointer, Device) noexcept { std::free(pointer); }
+
+void copy(void* destination, Device destination_device, const void* source,
+          Device source_device, std::size_t bytes) {
+  if (destination_device.is_cuda()) no_cuda(destination_device);
+  if (source_device.is_cuda()) no_cuda(source_device);
+  if (bytes) std::memcpy(destination, source, bytes);
+}
+
+void fill_zero(void* pointer, std::size_t bytes, Device device) {
+  if (device.is_cuda()) no_cuda(device);
+  if (bytes) std::memset(pointer, 0, bytes);
+}
+
+int cuda_device_count() { return 0; }
+bool built_with_cuda() { return false; }
+
+}  // namespace plexus::device_memory
+
+namespace plexus::cuda {
+struct CudaResources {};
+CudaResources* create_resources(int device, std::uint64_t) {
+  device_memory::allocate(0, Device::cuda(device));  // throws "built without CUDA"
+  return nullptr;
+}
+void destroy_resources(CudaResources*) noexcept {}
+void reseed(CudaResources&, std::uint64_t) {}
+void set_tf32(CudaResources&, bool) {}
+void synchronize(CudaResources&) {}
+}  // namespace plexus::cuda

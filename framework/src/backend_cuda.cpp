@@ -1,0 +1,137 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "backend.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+
+#include <memory>
+
+namespace plexus::device_memory {
+
+namespace {
+void select(Device device) {
+  cuda::check_cuda(cudaSetDevice(device.index), "cudaSetDevice", __FILE__, __LINE__);
+}
+}  // namespace
+
+// Device memory is allocated and freed in order on the legacy default
+// stream. Context streams are created blocking, so they synchronise with it:
+// no kernel can see memory before its allocation or after its release.
+void* allocate(std::size_t bytes, Device device) {
+  if (device.is_cpu()) {
+    void* pointer = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!pointer) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return pointer;
+  }
+  if (device.index >= cuda_device_count())
+    throw DeviceError("device " + device.str() + " requested, but " +
+                      std::to_string(cuda_device_count()) + " CUDA device(s) are visible");
+  select(device);
+  void* pointer = nullptr;
+  cuda::check_cuda(cudaMallocAsync(&pointer, bytes ? bytes : 1, cudaStreamLegacy),
+                   "cudaMallocAsync", __FILE__, __LINE__);
+  return pointer;
+}
+
+void release(void* pointer, Device device) noexcept {
+  if (device.is_cpu()) {
+    std::free(pointer);
+    return;
+  }
+  cudaSetDevice(device.index);
+  cudaFreeAsync(pointer, cudaStreamLegacy);  // cannot throw from a deleter
+}
+
+void copy(void* destination, Device destination_device, const void* source,
+          Device source_device, std::size_t bytes) {
+  if (!bytes) return;
+  if (destination_device.is_cpu() && source_device.is_cpu()) {
+    std::memcpy(destination, source, bytes);
+    return;
+  }
+  cuda::check_cuda(cudaMemcpy(destination, source, bytes, cudaMemcpyDefault), "cudaMemcpy",
+                   __FILE__, __LINE__);
+}
+
+void fill_zero(void* pointer, std::size_t bytes, Device device) {
+  if (!bytes) return;
+  if (device.is_cpu()) {
+    std::memset(pointer, 0, bytes);
+    return;
+  }
+  select(device);
+  cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, cudaStreamLegacy), "cudaMemsetAsync",
+                   __FILE__, __LINE__);
+}
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+
+bool built_with_cuda() { return true; }
+
+}  // namespace plexus::device_memory
+
+namespace plexus::cuda {
+
+CudaResources* create_resources(int device, std::uint64_t seed) {
+  int count = device_memory::cuda_device_count();
+  if (device >= count)
+    throw DeviceError("cuda:" + std::to_string(device) + " requested, but " +
+                      std::to_string(count) + " CUDA GPU(s) are visible");
+  auto resources = std::make_unique<CudaResources>();
+  resources->device = device;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice", __FILE__, __LINE__);
+  // A blocking stream: it synchronises with the legacy stream on which
+  // memory is allocated and freed (see allocate()).
+  check_cuda(cudaStreamCreate(&resources->stream), "cudaStreamCreate", __FILE__, __LINE__);
+  check_cublas(cublasCreate(&resources->cublas), "cublasCreate", __FILE__, __LINE__);
+  check_cublas(cublasSetStream(resources->cublas, resources->stream), "cublasSetStream", __FILE__,
+               __LINE__);
+  check_curand(curandCreateGenerator(&resources->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10),
+               "curandCreateGenerator", __FILE__, __LINE__);
+  check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__,
+               __LINE__);
+  reseed(*resources, seed);
+  return resources.release();
+}
+
+void destroy_resources(CudaResources* resources) noexcept {
+  if (!resources) return;
+  cudaSetDevice(resources->device);
+  if (resources->curand) curandDestroyGenerator(resources->curand);
+  if (resources->cublas) cublasDestroy(resources->cublas);
+  if (resources->stream) cudaStreamDestroy(resources->stream);
+  delete resources;
+}
+
+void reseed(CudaResources& resources, std::uint64_t seed) {
+  check_curand(curandSetPseudoRandomGeneratorSeed(resources.curand, seed),
+               "curandSetPseudoRandomGeneratorSeed", __FILE__, __LINE__);
+  check_curand(curandSetGeneratorOffset(resources.curand, 0), "curandSetGeneratorOffset",
+               __FILE__, __LINE__);
+}
+
+void set_tf32(CudaResources& resources, bool allow) {
+  check_cublas(cublasSetMathMode(resources.cublas,
+                                 allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode", __FILE__, __LINE__);
+}
+
+void synchronize(CudaResources& resources) {
+  check_cuda(cudaStreamSynchronize(resources.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
+CudaResources& resources(const Context& ctx) {
+  if (!ctx.cuda_resources())
+    throw DeviceError("a CUDA kernel was called with a " + ctx.device().str() + " context");
+  return *ctx.cuda_resources();
+}
+
+}  // namespace plexus::cuda

@@ -1,0 +1,71 @@
+// CUDA halves of plexus/tensor_ops.h. Element-wise, grid-stride loops.
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#include "plexus/tensor_ops.h"
+
+namespace plexus::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void fill_kernel(T* data, long long n, T value) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    data[i] = value;
+}
+
+template <typename T>
+__global__ void add_into_kernel(T* destination, const T* source, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    destination[i] += source[i];
+}
+
+// Sets *flag to 1 when any element is NaN or Inf.
+template <typename T>
+__global__ void non_finite_kernel(const T* data, long long n, int* flag) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    if (!isfinite(data[i])) *flag = 1;
+}
+
+}  // namespace
+
+void fill(Context& ctx, Tensor& tensor, double value) {
+  long long n = tensor.numel();
+  if (n == 0) return;
+  dispatch_float(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    fill_kernel<T><<<blocks_for(n), 256, 0, stream(ctx)>>>(tensor.data<T>(), n, static_cast<T>(value));
+    check_launch("fill_kernel", __FILE__, __LINE__);
+  });
+}
+
+void add_into(Context& ctx, Tensor& destination, const Tensor& source) {
+  long long n = destination.numel();
+  if (n == 0) return;
+  dispatch_float(destination.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    add_into_kernel<T><<<blocks_for(n), 256, 0, stream(ctx)>>>(destination.data<T>(), source.data<T>(), n);
+    check_launch("add_into_kernel", __FILE__, __LINE__);
+  });
+}
+
+bool all_finite(Context& ctx, const Tensor& tensor) {
+  long long n = tensor.numel();
+  if (n == 0) return true;
+  Tensor flag_tensor({1}, DType::f32, tensor.device());  // 4 bytes, zeroed: an int flag
+  int* flag = static_cast<int*>(flag_tensor.raw_data());
+  dispatch_float(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    non_finite_kernel<T><<<blocks_for(n), 256, 0, stream(ctx)>>>(tensor.data<T>(), n, flag);
+    check_launch("non_finite_kernel", __FILE__, __LINE__);
+  });
+  int host_flag = 0;
+  check_cuda(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream(ctx)),
+             "cudaMemcpyAsync", __FILE__, __LINE__);
+  check_cuda(cudaStreamSynchronize(stream(ctx)), "cudaStreamSynchronize", __FILE__, __LINE__);
+  return host_flag == 0;
+}
+
+}  // namespace plexus::cuda

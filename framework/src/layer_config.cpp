@@ -1,0 +1,105 @@
+#include "plexus/layer_config.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "plexus/error.h"
+
+namespace plexus {
+
+LayerConfig::LayerConfig(std::string node_name, std::string type, const nlohmann::json& params)
+    : node_name_(std::move(node_name)),
+      type_(std::move(type)),
+      params_(std::make_unique<nlohmann::json>(params.is_null() ? nlohmann::json::object() : params)) {
+  if (!params_->is_object())
+    throw ConfigError("node '" + node_name_ + "' (" + type_ + "): \"params\" must be a JSON object, got " +
+                      params_->dump());
+}
+
+LayerConfig::~LayerConfig() = default;
+LayerConfig::LayerConfig(LayerConfig&&) noexcept = default;
+
+void LayerConfig::fail(const std::string& key, const std::string& message) const {
+  throw ConfigError("node '" + node_name_ + "' (" + type_ + "): parameter '" + key + "' " + message);
+}
+
+bool LayerConfig::has(const std::string& key) const { return params_->contains(key); }
+
+const nlohmann::json* LayerConfig::find(const std::string& key) {
+  if (std::find(read_keys_.begin(), read_keys_.end(), key) == read_keys_.end())
+    read_keys_.push_back(key);
+  auto it = params_->find(key);
+  return it == params_->end() ? nullptr : &*it;
+}
+
+std::int64_t LayerConfig::integer(const std::string& key) {
+  const nlohmann::json* value = find(key);
+  if (!value) fail(key, "is required (an integer)");
+  if (!value->is_number_integer()) fail(key, "must be an integer, got " + value->dump());
+  return value->get<std::int64_t>();
+}
+
+double LayerConfig::number(const std::string& key) {
+  const nlohmann::json* value = find(key);
+  if (!value) fail(key, "is required (a number)");
+  if (!value->is_number()) fail(key, "must be a number, got " + value->dump());
+  return value->get<double>();
+}
+
+bool LayerConfig::boolean(const std::string& key) {
+  const nlohmann::json* value = find(key);
+  if (!value) fail(key, "is required (true or false)");
+  if (!value->is_boolean()) fail(key, "must be true or false, got " + value->dump());
+  return value->get<bool>();
+}
+
+std::string LayerConfig::text(const std::string& key) {
+  const nlohmann::json* value = find(key);
+  if (!value) fail(key, "is required (a string)");
+  if (!value->is_string()) fail(key, "must be a string, got " + value->dump());
+  return value->get<std::string>();
+}
+
+std::int64_t LayerConfig::integer(const std::string& key, std::int64_t fallback) {
+  return has(key) ? integer(key) : (find(key), fallback);
+}
+double LayerConfig::number(const std::string& key, double fallback) {
+  return has(key) ? number(key) : (find(key), fallback);
+}
+bool LayerConfig::boolean(const std::string& key, bool fallback) {
+  return has(key) ? boolean(key) : (find(key), fallback);
+}
+std::string LayerConfig::text(const std::string& key, const std::string& fallback) {
+  return has(key) ? text(key) : (find(key), fallback);
+}
+
+std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
+                                                std::vector<std::int64_t> fallback) {
+  const nlohmann::json* value = find(key);
+  if (!value) return fallback;
+  if (!value->is_array()) fail(key, "must be an array of integers, got " + value->dump());
+  std::vector<std::int64_t> result;
+  for (const auto& item : *value) {
+    if (!item.is_number_integer()) fail(key, "must be an array of integers, got " + value->dump());
+    result.push_back(item.get<std::int64_t>());
+  }
+  return result;
+}
+
+void LayerConfig::check_all_used() const {
+  std::vector<std::string> unknown;
+  for (auto it = params_->begin(); it != params_->end(); ++it)
+    if (std::find(read_keys_.begin(), read_keys_.end(), it.key()) == read_keys_.end())
+      unknown.push_back(it.key());
+  if (unknown.empty()) return;
+  std::string message = "node '" + node_name_ + "' (" + type_ + "): unknown parameter";
+  message += unknown.size() > 1 ? "s " : " ";
+  for (std::size_t i = 0; i < unknown.size(); ++i) message += (i ? ", '" : "'") + unknown[i] + "'";
+  message += "; " + type_ + " takes: ";
+  if (read_keys_.empty()) message += "no parameters";
+  for (std::size_t i = 0; i < read_keys_.size(); ++i) message += (i ? ", " : "") + read_keys_[i];
+  throw ConfigError(message);
+}
+
+}  // namespace plexus

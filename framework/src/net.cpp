@@ -1,0 +1,268 @@
+#include "plexus/net.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "plexus/error.h"
+#include "plexus/tensor_ops.h"
+
+namespace plexus {
+
+struct Net::Node {
+  NodeSpec spec;
+  std::unique_ptr<Layer> layer;
+  // Gradient buffers for inputs that other nodes also read: this node's
+  // contribution is written here, then added into the blob's gradient.
+  std::vector<Tensor> scratch_grads;
+};
+
+Net::Net(const ModelSpec& spec, const Registry& registry,
+         const std::map<std::string, Shape>& input_shapes, DType dtype, Device device,
+         std::uint64_t seed)
+    : spec_(spec), dtype_(dtype), device_(device) {
+  for (const auto& node_spec : spec_.nodes) {
+    auto node = std::make_unique<Node>();
+    node->spec = node_spec;
+    node->layer = registry.create(node_spec.type, node_spec.name, node_spec.params);
+    nodes_.push_back(std::move(node));
+  }
+  build_order();
+  infer_shapes(input_shapes, /*first_time=*/true);
+  // Parameters are drawn in spec order from one generator: equal seeds, equal nets.
+  std::mt19937_64 rng(seed);
+  std::map<std::string, Node*> by_name;
+  for (auto& node : nodes_) by_name[node->spec.name] = node.get();
+  for (const auto& node_spec : spec_.nodes)
+    by_name[node_spec.name]->layer->initialize_parameters(dtype_, device_, rng);
+}
+
+Net::~Net() = default;
+
+void Net::build_order() {
+  const std::string& source = spec_.source;
+  std::map<std::string, std::string> producer;  // blob -> node (or "" for a model input)
+  std::set<std::string> node_names;
+  for (const auto& input : spec_.inputs) {
+    if (producer.count(input)) throw ConfigError(source + ": model input '" + input + "' is listed twice");
+    producer[input] = "";
+  }
+  for (const auto& node : nodes_) {
+    const NodeSpec& n = node->spec;
+    if (n.name.empty()) throw ConfigError(source + ": a node has an empty name");
+    if (!node_names.insert(n.name).second)
+      throw ConfigError(source + ": two nodes are named '" + n.name + "'");
+    if (n.outputs.empty()) throw ConfigError(source + ": node '" + n.name + "' has no outputs");
+    for (const auto& output : n.outputs) {
+      auto it = producer.find(output);
+      if (it != producer.end())
+        throw ConfigError(source + ": blob '" + output + "' is produced by node '" + n.name +
+                          "' and also " + (it->second.empty() ? "is a model input" : "by node '" + it->second + "'"));
+      producer[output] = n.name;
+    }
+  }
+  std::vector<std::string> blob_names;
+  for (const auto& entry : producer) blob_names.push_back(entry.first);
+  for (const auto& node : nodes_) {
+    for (const auto& input : node->spec.inputs) {
+      if (producer.count(input)) continue;
+      std::string message = source + ": node '" + node->spec.name + "' reads '" + input +
+                            "', which is neither a model input nor the output of any node";
+      auto close = close_matches(input, blob_names);
+      if (!close.empty()) message += "; did you mean '" + close[0] + "'?";
+      throw ConfigError(message);
+    }
+  }
+  // Kahn's algorithm; among ready nodes the earliest in the spec goes first.
+  std::set<std::string> available(spec_.inputs.begin(), spec_.inputs.end());
+  std::vector<std::unique_ptr<Node>> ordered;
+  std::vector<std::unique_ptr<Node>> pending = std::move(nodes_);
+  while (!pending.empty()) {
+    auto ready = std::find_if(pending.begin(), pending.end(), [&](const std::unique_ptr<Node>& node) {
+      return std::all_of(node->spec.inputs.begin(), node->spec.inputs.end(),
+                         [&](const std::string& input) { return available.count(input) > 0; });
+    });
+    if (ready == pending.end()) {
+      std::string names;
+      for (const auto& node : pending) names += (names.empty() ? "'" : ", '") + node->spec.name + "'";
+      throw ConfigError(source + ": the graph has a cycle; these nodes wait on each other: " + names);
+    }
+    for (const auto& output : (*ready)->spec.outputs) available.insert(output);
+    ordered.push_back(std::move(*ready));
+    pending.erase(ready);
+  }
+  nodes_ = std::move(ordered);
+  consumers_.clear();
+  for (const auto& node : nodes_)
+    for (const auto& input : node->spec.inputs) consumers_[input]++;
+}
+
+void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& input : spec_.inputs) {
+    auto it = input_shapes.find(input);
+    if (it == input_shapes.end())
+      throw ShapeError(spec_.source + ": no shape given for model input '" + input + "'");
+    shapes[input] = it->second;
+  }
+  for (const auto& entry : input_shapes)
+    if (!shapes.count(entry.first))
+      throw ShapeError(spec_.source + ": a shape was given for '" + entry.first + "', which is not a model input");
+  for (auto& node : nodes_) {
+    std::vector<Shape> in;
+    for (const auto& input : node->spec.inputs) in.push_back(shapes.at(input));
+    std::vector<Shape> out = node->layer->output_shapes(in);
+    if (out.size() != node->spec.outputs.size())
+      throw ShapeError("node '" + node->spec.name + "' (" + node->spec.type + ") produces " +
+                       std::to_string(out.size()) + " output(s) but the spec names " +
+                       std::to_string(node->spec.outputs.size()));
+    for (std::size_t i = 0; i < out.size(); ++i) shapes[node->spec.outputs[i]] = out[i];
+    if (first_time) node->layer->create_parameters(in);
+  }
+  blobs_.clear();
+  grads_.clear();
+  for (const auto& entry : shapes) {
+    blobs_[entry.first] = Tensor(entry.second, dtype_, device_);
+    grads_[entry.first] = Tensor(entry.second, dtype_, device_);
+  }
+  for (auto& node : nodes_) {
+    node->scratch_grads.clear();
+    for (const auto& input : node->spec.inputs)
+      node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes.at(input), dtype_, device_) : Tensor());
+  }
+}
+
+void Net::reshape(const std::map<std::string, Shape>& input_shapes) {
+  infer_shapes(input_shapes, /*first_time=*/false);
+}
+
+Tensor& Net::input(const std::string& name) {
+  if (std::find(spec_.inputs.begin(), spec_.inputs.end(), name) == spec_.inputs.end())
+    throw ConfigError(spec_.source + ": '" + name + "' is not a model input");
+  return blobs_.at(name);
+}
+
+bool Net::has_blob(const std::string& name) const { return blobs_.count(name) > 0; }
+
+const Tensor& Net::blob(const std::string& name) const {
+  auto it = blobs_.find(name);
+  if (it == blobs_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
+  return it->second;
+}
+
+const Tensor& Net::blob_grad(const std::string& name) const {
+  blob(name);
+  return grads_.at(name);
+}
+
+double Net::scalar(const std::string& name) const {
+  const Tensor& value = blob(name);
+  if (value.numel() != 1)
+    throw ShapeError("blob '" + name + "' is " + value.describe() + ", not a scalar");
+  return value.to_values()[0];
+}
+
+void Net::forward(Context& ctx) {
+  for (auto& node : nodes_) {
+    ConstTensors in;
+    MutableTensors out;
+    for (const auto& input : node->spec.inputs) in.push_back(&blobs_.at(input));
+    for (const auto& output : node->spec.outputs) out.push_back(&blobs_.at(output));
+    node->layer->forward(ctx, in, out);
+  }
+}
+
+void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weights) {
+  std::set<std::string> has_grad;
+  for (const auto& entry : loss_weights) {
+    blob(entry.first);  // names the loss when it does not exist
+    Tensor& grad = grads_.at(entry.first);
+    if (grad.numel() != 1)
+      throw ShapeError("loss '" + entry.first + "' is " + grad.describe() + ", not a scalar");
+    fill(ctx, grad, entry.second);
+    has_grad.insert(entry.first);
+  }
+  std::set<std::string> model_inputs(spec_.inputs.begin(), spec_.inputs.end());
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    Node& node = **it;
+    bool any = false;
+    for (const auto& output : node.spec.outputs) any = any || has_grad.count(output);
+    if (!any) continue;  // nothing downstream of this node reaches a loss
+    for (const auto& output : node.spec.outputs)
+      if (!has_grad.count(output)) grads_.at(output).fill_zero();
+    ConstTensors in, out, dout;
+    MutableTensors din;
+    for (const auto& output : node.spec.outputs) {
+      out.push_back(&blobs_.at(output));
+      dout.push_back(&grads_.at(output));
+    }
+    for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
+      const std::string& input = node.spec.inputs[i];
+      in.push_back(&blobs_.at(input));
+      bool wanted = !model_inputs.count(input) && node.layer->input_is_differentiable(static_cast<int>(i));
+      if (!wanted) din.push_back(nullptr);
+      else if (node.scratch_grads[i].defined()) din.push_back(&node.scratch_grads[i]);
+      else din.push_back(&grads_.at(input));
+    }
+    node.layer->backward(ctx, in, out, dout, din);
+    for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
+      if (!din[i]) continue;
+      const std::string& input = node.spec.inputs[i];
+      if (din[i] == &node.scratch_grads[i]) {
+        if (has_grad.count(input)) add_into(ctx, grads_.at(input), *din[i]);
+        else grads_.at(input).copy_from(*din[i]);
+      }
+      has_grad.insert(input);
+    }
+  }
+}
+
+void Net::zero_grad() {
+  for (auto& node : nodes_)
+    for (Parameter* p : node->layer->parameters()) p->grad.fill_zero();
+}
+
+std::vector<NamedParameter> Net::parameters() {
+  std::vector<NamedParameter> result;
+  for (auto& node : nodes_)
+    for (Parameter* p : node->layer->parameters()) result.push_back({node->spec.name + "." + p->name, p});
+  std::sort(result.begin(), result.end(),
+            [](const NamedParameter& a, const NamedParameter& b) { return a.name < b.name; });
+  return result;
+}
+
+std::int64_t Net::parameter_count() const {
+  std::int64_t count = 0;
+  for (const auto& node : nodes_)
+    for (Parameter* p : node->layer->parameters()) count += shape_numel(p->shape);
+  return count;
+}
+
+std::vector<std::string> Net::execution_order() const {
+  std::vector<std::string> names;
+  for (const auto& node : nodes_) names.push_back(node->spec.name);
+  return names;
+}
+
+Layer& Net::layer(const std::string& node_name) {
+  for (auto& node : nodes_)
+    if (node->spec.name == node_name) return *node->layer;
+  throw ConfigError(spec_.source + ": no node named '" + node_name + "'");
+}
+
+std::string Net::summary() const {
+  std::ostringstream out;
+  out << std::left << std::setw(14) << "node" << std::setw(24) << "type" << std::setw(26) << "output"
+      << "parameters\n";
+  for (const auto& node : nodes_) {
+    std::int64_t count = 0;
+    for (Parameter* p : node->layer->parameters()) count += shape_numel(p->shape);
+    out << std::setw(14) << node->spec.name << std::setw(24) << node->spec.type << std::setw(26)
+        << shape_str(blobs_.at(node->spec.outputs[0]).shape()) << count << "\n";
+  }
+  out << "total parameters: " << parameter_count() << "\n";
+  return out.str();
+}
+
+}  // namespace plexus

@@ -1,0 +1,160 @@
+#include "plexus/tensor.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "backend.h"
+
+namespace plexus {
+
+std::size_t dtype_size(DType dtype) { return dtype == DType::f64 ? 8 : 4; }
+const char* dtype_name(DType dtype) { return dtype == DType::f64 ? "f64" : "f32"; }
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "auto") return device_memory::cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (text.size() > 5) {
+      char* end = nullptr;
+      long parsed = std::strtol(text.c_str() + 5, &end, 10);
+      if (*end != '\0' || parsed < 0) throw ConfigError("bad device '" + text + "': expected cpu, cuda, cuda:N or auto");
+      index = static_cast<int>(parsed);
+    }
+    if (!device_memory::built_with_cuda())
+      throw DeviceError("device '" + text + "' requested, but this Plexus was built without CUDA; use --device cpu");
+    int count = device_memory::cuda_device_count();
+    if (index >= count)
+      throw DeviceError("device '" + text + "' requested, but " + std::to_string(count) +
+                        " CUDA GPU(s) are visible; use --device cpu or auto");
+    return Device::cuda(index);
+  }
+  throw ConfigError("unknown device '" + text + "': expected cpu, cuda, cuda:N or auto");
+}
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+struct Tensor::Storage {
+  void* pointer = nullptr;
+  Device device;
+  Storage(std::size_t bytes, Device device_)
+      : pointer(device_memory::allocate(bytes, device_)), device(device_) {}
+  ~Storage() { device_memory::release(pointer, device); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+Tensor::Tensor(Shape shape, DType dtype, Device device)
+    : shape_(std::move(shape)), dtype_(dtype), device_(device) {
+  for (auto d : shape_)
+    if (d < 0) throw ShapeError("cannot create a tensor of negative shape " + shape_str(shape_));
+  storage_ = std::make_shared<Storage>(nbytes(), device_);
+  device_memory::fill_zero(storage_->pointer, nbytes(), device_);
+}
+
+Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType dtype,
+                           Device device) {
+  if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
+    throw ShapeError("from_values: " + std::to_string(values.size()) +
+                     " values do not fill shape " + shape_str(shape));
+  Tensor host(shape, dtype, Device::cpu());
+  if (dtype == DType::f64) {
+    std::copy(values.begin(), values.end(), host.data<double>());
+  } else {
+    float* out = host.data<float>();
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
+  }
+  return host.to(device);
+}
+
+std::vector<double> Tensor::to_values() const {
+  if (!defined()) return {};
+  Tensor host = to(Device::cpu());
+  std::vector<double> values(static_cast<std::size_t>(numel()));
+  if (dtype_ == DType::f64) {
+    std::copy(host.data<double>(), host.data<double>() + numel(), values.begin());
+  } else {
+    const float* in = host.data<float>();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = in[i];
+  }
+  return values;
+}
+
+std::int64_t Tensor::dim(int axis) const {
+  int n = ndim();
+  int a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n)
+    throw ShapeError("axis " + std::to_string(axis) + " out of range for shape " + shape_str(shape_));
+  return shape_[static_cast<std::size_t>(a)];
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device_.str();
+}
+
+void* Tensor::raw_data() {
+  if (!defined()) throw Error("access to the data of an undefined tensor");
+  return storage_->pointer;
+}
+const void* Tensor::raw_data() const {
+  if (!defined()) throw Error("access to the data of an undefined tensor");
+  return storage_->pointer;
+}
+
+void Tensor::check_type(DType requested) const {
+  if (requested != dtype_)
+    throw Error(std::string("tensor ") + describe() + " accessed as " + dtype_name(requested));
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == device_) return *this;
+  Tensor result(shape_, dtype_, device);
+  device_memory::copy(result.raw_data(), device, raw_data(), device_, nbytes());
+  return result;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  return from_values(to_values(), shape_, dtype, device_);
+}
+
+Tensor Tensor::clone() const {
+  Tensor result(shape_, dtype_, device_);
+  result.copy_from(*this);
+  return result;
+}
+
+void Tensor::fill_zero() { device_memory::fill_zero(raw_data(), nbytes(), device_); }
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.shape_ != shape_ || src.dtype_ != dtype_)
+    throw ShapeError("copy_from: cannot copy " + src.describe() + " into " + describe());
+  device_memory::copy(raw_data(), device_, src.raw_data(), src.device_, nbytes());
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel())
+    throw ShapeError("cannot reshape " + describe() + " to " + shape_str(shape));
+  Tensor view = *this;
+  view.shape_ = std::move(shape);
+  return view;
+}
+
+}  // namespace plexus

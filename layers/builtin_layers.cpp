@@ -1,0 +1,13 @@
+// Explicit registration of every built-in layer, through the same
+// Registry::add() a plugin uses. One line per layer; no static initialisers,
+// so nothing silently disappears when the linker prunes a library.
+#include "plexus/registry.h"
+#include "relu/relu.h"
+
+namespace plexus {
+
+void register_builtin_layers(Registry& registry) {
+  layers::register_relu(registry);
+}
+
+}  // namespace plexus
