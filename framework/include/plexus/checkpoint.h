@@ -22,3 +22,25 @@ void save_safetensors(const std::string& path, const TensorFile& file);
 TensorFile load_safetensors(const std::string& path);
 
 }  // namespace plexus
+
+#include <cstdint>
+
+namespace plexus {
+
+class Net;
+class Optimizer;
+
+// A training checkpoint: every parameter of `net` under its name
+// ("g_a0.weight"), the optimiser's state under "optimizer/<slot>/<name>",
+// and metadata (step, optimiser name, model spec JSON, plus `metadata`).
+// Written atomically (see save_safetensors).
+void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimizer, std::int64_t step,
+                     const std::map<std::string, std::string>& metadata = {});
+
+// Restores parameters (and, when `optimizer` is given, its state) from a
+// checkpoint; every parameter must be present with the same shape, else
+// IoError naming the tensor, both shapes and the file. Returns the step.
+std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
+                             std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace plexus
