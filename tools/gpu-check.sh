@@ -48,7 +48,7 @@ done
 
 # The out-of-tree example plugin, built against an installed Plexus.
 plugin_line="example plugin: not present"
-if [ -f examples/plugins/simplified_gdn/CMakeLists.txt ] && grep -q "install" framework/CMakeLists.txt; then
+if [ -f examples/plugins/simplified_gdn/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ]; then
   prefix=$PWD/$build/install
   if cmake --install "$build" --prefix "$prefix" > "$logs/plugin.log" 2>&1 &&
      cmake -S examples/plugins/simplified_gdn -B "$build/plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
