@@ -57,17 +57,18 @@ spec=$source_dir/examples/plugins/simplified_gdn/bls2017-sgdn.json
 run=$work/run
 step "plexus-ae train with --plugin (CPU, a few steps)"
 "$ae" train --plugin "$plugin" --model "$spec" --data "$data" --device cpu \
-  --steps 3 --batch 2 --patch 64 --log-every 1 --checkpoint-every 3 --val-every 0 \
-  --out "$run" 2>&1 | tee "$work/train.log"
+  --steps 3 --batch 2 --patch 64 --log-every 1 --out "$run" 2>&1 | tee "$work/train.log"
 
-step "plexus-ae eval with --plugin"
-checkpoint=$(ls "$run"/*.safetensors | head -n 1)
-"$ae" eval --plugin "$plugin" --model "$checkpoint" --data "$data" --device cpu \
+step "plexus-ae eval with --plugin (one image at full size)"
+[[ -f $run/model.safetensors ]] || { echo "FAIL: training wrote no $run/model.safetensors"; exit 1; }
+mkdir -p "$work/eval-data"
+first_image=$(find "$data" -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' \) | sort | head -n 1)
+cp "$first_image" "$work/eval-data/"
+"$ae" eval --plugin "$plugin" --model "$run/model.safetensors" --data "$work/eval-data" --device cpu \
   --out "$work/eval" 2>&1 | tee "$work/eval.log"
 
 step "plexus-ae train with PLEXUS_PLUGIN_PATH (the folder holding the plugin)"
 PLEXUS_PLUGIN_PATH=$plugin_build "$ae" train --model "$spec" --data "$data" --device cpu \
-  --steps 1 --batch 1 --patch 64 --log-every 1 --checkpoint-every 1 --val-every 0 \
-  --out "$work/run-from-path" > "$work/train-path.log" 2>&1 || { cat "$work/train-path.log"; exit 1; }
+  --steps 1 --batch 1 --patch 64 --log-every 1 --out "$work/run-from-path" > "$work/train-path.log" 2>&1 || { cat "$work/train-path.log"; exit 1; }
 
 echo; echo "PASS: installed, built the example plugin out of tree, ran its tests, trained and evaluated with it"
