@@ -151,8 +151,8 @@ struct Likelihood {
 template <typename T>
 Likelihood<T> likelihood_of(const RowArray<T>& upper, const RowArray<T>& lower) {
   const Eigen::Index count = upper.size();
-  RowArray<T> sign = ((upper + lower) > T(0)).select(RowArray<T>::Constant(count, T(-1)),
-                                                    RowArray<T>::Constant(count, T(1)));
+  RowArray<T> sign = ((upper + lower) > T(0))
+                         .select(RowArray<T>::Constant(count, T(-1)), RowArray<T>::Constant(count, T(1)));
   RowArray<T> sigmoid_upper = (sign * upper).unaryExpr([](T v) { return logistic(v); });
   RowArray<T> sigmoid_lower = (sign * lower).unaryExpr([](T v) { return logistic(v); });
   Likelihood<T> result;
@@ -199,8 +199,8 @@ void FactorizedEntropyModel::create_parameters(const std::vector<Shape>& inputs)
     const std::int64_t in = kWidths[k], out = kWidths[k + 1];
     // softplus^-1(1 / (scale out)): each layer starts as a 1/scale ramp split over its outputs.
     const double matrix_init = std::log(std::expm1(1.0 / scale / static_cast<double>(out)));
-    matrix_[k] = &declare_parameter("matrix" + std::to_string(k), {channels_, out, in},
-                                    init::constant(matrix_init));
+    matrix_[k] =
+        &declare_parameter("matrix" + std::to_string(k), {channels_, out, in}, init::constant(matrix_init));
     bias_[k] = &declare_parameter("bias" + std::to_string(k), {channels_, out, 1}, init::uniform(-0.5, 0.5));
     if (k < kLayers - 1)
       factor_[k] = &declare_parameter("factor" + std::to_string(k), {channels_, out, 1}, init::constant(0.0));
@@ -216,18 +216,21 @@ ChannelDensity<T> channel_density(const std::array<Parameter*, kLayers>& matrix,
   ChannelDensity<T> density;
   for (int k = 0; k < kLayers; ++k) {
     const int in = kWidths[k], out = kWidths[k + 1];
-    density.H[k] = RowMajorMap<T>(matrix[k]->value.data<T>() + c * out * in, out, in)
-                       .unaryExpr([](T v) { return softplus(v); });
+    density.H[k] = RowMajorMap<T>(matrix[k]->value.data<T>() + c * out * in, out, in).unaryExpr([](T v) {
+      return softplus(v);
+    });
     density.b[k] = Eigen::Map<const Column<T>>(bias[k]->value.data<T>() + c * out, out);
     if (k < kLayers - 1)
-      density.a[k] = Eigen::Map<const Column<T>>(factor[k]->value.data<T>() + c * out, out).array().tanh().matrix();
+      density.a[k] =
+          Eigen::Map<const Column<T>>(factor[k]->value.data<T>() + c * out, out).array().tanh().matrix();
   }
   return density;
 }
 
 }  // namespace
 
-void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
+void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs,
+                                         const MutableTensors& outputs) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const ChannelLayout layout = layout_of(inputs[0]->shape());
@@ -244,7 +247,8 @@ void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs, c
 }
 
 void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                                          const ConstTensors& output_grads, const MutableTensors& input_grads) {
+                                          const ConstTensors& output_grads,
+                                          const MutableTensors& input_grads) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const ChannelLayout layout = layout_of(inputs[0]->shape());
@@ -287,9 +291,10 @@ void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, 
 }
 
 void register_factorized_entropy_model(Registry& registry) {
-  registry.add("FactorizedEntropyModel",
-               [](LayerConfig& config) { return std::make_unique<FactorizedEntropyModel>(config); },
-               "per-channel learned density (Ballé et al. 2018): likelihoods c(y + 1/2) - c(y - 1/2)");
+  registry.add(
+      "FactorizedEntropyModel",
+      [](LayerConfig& config) { return std::make_unique<FactorizedEntropyModel>(config); },
+      "per-channel learned density (Ballé et al. 2018): likelihoods c(y + 1/2) - c(y - 1/2)");
 }
 
 }  // namespace plexus::layers

@@ -149,8 +149,8 @@ __device__ __forceinline__ T chain_forward(const T* P, T x, ChainTrace<T>& trace
 
 // Back through z = H v + b: dL/db += dL/dz, dL/dH += dL/dz v^T, dL/dv = H^T dL/dz.
 template <int In, int Out, typename T>
-__device__ __forceinline__ void affine_backward(const T* H, const T* v, const T* z_grad, T* H_grad,
-                                                T* b_grad, T* v_grad) {
+__device__ __forceinline__ void affine_backward(const T* H, const T* v, const T* z_grad, T* H_grad, T* b_grad,
+                                                T* v_grad) {
 #pragma unroll
   for (int j = 0; j < In; ++j) v_grad[j] = T(0);
 #pragma unroll
@@ -202,8 +202,8 @@ __device__ __forceinline__ long long element_index(long long m, int channel, int
 // at y + 1/2 and y - 1/2, s = -sign(u + l) (+1 at 0). Layout: see the top.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    factorized_density_forward(const T* y, T* likelihoods, DensityParameters<T> parameters,
-                               long long batch, int channels, long long inner, T bound) {
+    factorized_density_forward(const T* y, T* likelihoods, DensityParameters<T> parameters, long long batch,
+                               int channels, long long inner, T bound) {
   __shared__ T packed[kPacked];
   const long long count = batch * inner;
   for (int channel = blockIdx.y; channel < channels; channel += gridDim.y) {
@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     factorized_density_backward(const T* y, const T* output_grad, T* y_grad, DensityParameters<T> parameters,
-                                DensityGradients<T> gradients, long long batch, int channels,
-                                long long inner, T bound) {
+                                DensityGradients<T> gradients, long long batch, int channels, long long inner,
+                                T bound) {
   __shared__ T packed[kPacked];
   __shared__ T warp_sums[kWarps][kPacked];
   const long long count = batch * inner;
@@ -312,7 +312,8 @@ Grid grid_for(const Shape& shape) {
   const long long per_channel = grid.batch * grid.inner;
   const unsigned int channel_blocks = static_cast<unsigned int>(std::min<long long>(grid.channels, 65535));
   const long long cap = std::max<long long>(32, 4096 / channel_blocks);
-  const long long x_blocks = std::max<long long>(1, std::min<long long>((per_channel + kThreads - 1) / kThreads, cap));
+  const long long x_blocks =
+      std::max<long long>(1, std::min<long long>((per_channel + kThreads - 1) / kThreads, cap));
   grid.blocks = dim3(static_cast<unsigned int>(x_blocks), channel_blocks, 1);
   return grid;
 }
@@ -339,7 +340,8 @@ void FactorizedEntropyModel::forward_cuda(Context& ctx, const ConstTensors& inpu
 }
 
 void FactorizedEntropyModel::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
+                                           const ConstTensors& output_grads,
+                                           const MutableTensors& input_grads) {
   if (inputs[0]->numel() == 0) return;
   const Grid grid = grid_for(inputs[0]->shape());
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {

@@ -48,7 +48,7 @@ namespace plexus::layers {
 // (> 0), likelihood_bound = 1e-9 (in [0, 1)).
 class FactorizedEntropyModel : public Layer {
  public:
-  static constexpr int kLayers = 4;                           // K
+  static constexpr int kLayers = 4;  // K
   static constexpr std::array<int, kLayers + 1> kWidths = {1, 3, 3, 3, 1};
 
   explicit FactorizedEntropyModel(LayerConfig& config);

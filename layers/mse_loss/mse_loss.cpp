@@ -7,8 +7,7 @@ namespace plexus::layers {
 MSELoss::MSELoss(LayerConfig&) {}
 
 std::vector<Shape> MSELoss::output_shapes(const std::vector<Shape>& inputs) const {
-  if (inputs.size() != 2)
-    fail_shape("takes 2 inputs (a, b), got " + std::to_string(inputs.size()));
+  if (inputs.size() != 2) fail_shape("takes 2 inputs (a, b), got " + std::to_string(inputs.size()));
   if (inputs[0] != inputs[1])
     fail_shape("input a " + shape_str(inputs[0]) + " and input b " + shape_str(inputs[1]) +
                " must have the same shape");
@@ -45,8 +44,9 @@ void MSELoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTens
 }
 
 void register_mse_loss(Registry& registry) {
-  registry.add("MSELoss", [](LayerConfig& config) { return std::make_unique<MSELoss>(config); },
-               "mean((a - b)^2) of two equal-shaped inputs, a scalar");
+  registry.add(
+      "MSELoss", [](LayerConfig& config) { return std::make_unique<MSELoss>(config); },
+      "mean((a - b)^2) of two equal-shaped inputs, a scalar");
 }
 
 }  // namespace plexus::layers

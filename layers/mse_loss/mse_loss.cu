@@ -49,8 +49,8 @@ __global__ void mse_loss_forward(const T* a, const T* b, long long n, T inverse_
 // dL/da_i = dy * 2 (a_i - b_i) / n,  dL/db_i = -dL/da_i.  dy is the scalar
 // output gradient, read on the device. One thread per element, grid-stride.
 template <typename T>
-__global__ void mse_loss_backward(const T* a, const T* b, const T* dy, long long n, T two_over_n,
-                                  T* da, T* db) {
+__global__ void mse_loss_backward(const T* a, const T* b, const T* dy, long long n, T two_over_n, T* da,
+                                  T* db) {
   const T scale = dy[0] * two_over_n;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
@@ -84,8 +84,8 @@ void MSELoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const Cons
     T* da = input_grads[0] ? input_grads[0]->data<T>() : nullptr;
     T* db = input_grads[1] ? input_grads[1]->data<T>() : nullptr;
     mse_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), inputs[1]->data<T>(), output_grads[0]->data<T>(), n,
-        T(2) / static_cast<T>(n), da, db);
+        inputs[0]->data<T>(), inputs[1]->data<T>(), output_grads[0]->data<T>(), n, T(2) / static_cast<T>(n),
+        da, db);
     cuda::check_launch("mse_loss_backward", __FILE__, __LINE__);
   });
 }

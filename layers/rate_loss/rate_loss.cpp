@@ -14,8 +14,8 @@ std::vector<Shape> RateLoss::output_shapes(const std::vector<Shape>& inputs) con
   const Shape& likelihoods = inputs[0];
   const Shape& image = inputs[1];
   if (image.size() != 4)
-    fail_shape("input 1 (image) must be [N, C, H, W], got " + shape_str(image) +
-               " (likelihoods " + shape_str(likelihoods) + ")");
+    fail_shape("input 1 (image) must be [N, C, H, W], got " + shape_str(image) + " (likelihoods " +
+               shape_str(likelihoods) + ")");
   if (likelihoods.empty() || likelihoods[0] != image[0])
     fail_shape("likelihoods " + shape_str(likelihoods) + " and image " + shape_str(image) +
                " must have the same batch size (axis 0)");
@@ -24,9 +24,7 @@ std::vector<Shape> RateLoss::output_shapes(const std::vector<Shape>& inputs) con
   return {Shape{}};
 }
 
-std::int64_t rate_loss_pixel_count(const Tensor& image) {
-  return image.dim(0) * image.dim(2) * image.dim(3);
-}
+std::int64_t rate_loss_pixel_count(const Tensor& image) { return image.dim(0) * image.dim(2) * image.dim(3); }
 
 void RateLoss::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
@@ -50,15 +48,16 @@ void RateLoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTen
     const Eigen::Index n = inputs[0]->numel();
     Eigen::Map<const Vector> p(inputs[0]->data<T>(), n);
     const double pixels = static_cast<double>(rate_loss_pixel_count(*inputs[1]));
-    const T scale = static_cast<T>(-static_cast<double>(output_grads[0]->data<T>()[0]) /
-                                   (std::log(2.0) * pixels));
+    const T scale =
+        static_cast<T>(-static_cast<double>(output_grads[0]->data<T>()[0]) / (std::log(2.0) * pixels));
     Eigen::Map<Vector>(input_grads[0]->data<T>(), n) = scale / p;
   });
 }
 
 void register_rate_loss(Registry& registry) {
-  registry.add("RateLoss", [](LayerConfig& config) { return std::make_unique<RateLoss>(config); },
-               "bits per pixel sum(-log2 likelihoods) / (N H W) of (likelihoods, image), a scalar");
+  registry.add(
+      "RateLoss", [](LayerConfig& config) { return std::make_unique<RateLoss>(config); },
+      "bits per pixel sum(-log2 likelihoods) / (N H W) of (likelihoods, image), a scalar");
 }
 
 }  // namespace plexus::layers

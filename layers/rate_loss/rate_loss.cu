@@ -75,9 +75,9 @@ void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const Muta
 void RateLoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
                              const ConstTensors& output_grads, const MutableTensors& input_grads) {
   if (input_grads.size() > 1 && input_grads[1])
-    cuda::check_cuda(cudaMemsetAsync(input_grads[1]->raw_data(), 0, input_grads[1]->nbytes(),
-                                     cuda::stream(ctx)),
-                     "cudaMemsetAsync", __FILE__, __LINE__);
+    cuda::check_cuda(
+        cudaMemsetAsync(input_grads[1]->raw_data(), 0, input_grads[1]->nbytes(), cuda::stream(ctx)),
+        "cudaMemsetAsync", __FILE__, __LINE__);
   const long long n = inputs[0]->numel();
   if (!input_grads[0] || n == 0) return;
   const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[1])));

@@ -10,9 +10,7 @@ namespace {
 
 // A double uniform on [0, 1) from the top 53 bits of one 64-bit draw: exact
 // multiples of 2^-53, the same on every standard library.
-double unit_uniform(std::mt19937_64& random) {
-  return static_cast<double>(random() >> 11) * 0x1.0p-53;
-}
+double unit_uniform(std::mt19937_64& random) { return static_cast<double>(random() >> 11) * 0x1.0p-53; }
 
 }  // namespace
 
@@ -51,9 +49,9 @@ void UniformNoise::backward_cpu(Context&, const ConstTensors& inputs, const Cons
 }
 
 void register_uniform_noise(Registry& registry) {
-  registry.add("UniformNoise",
-               [](LayerConfig& config) { return std::make_unique<UniformNoise>(config); },
-               "training: y = x + U(-0.5, 0.5) noise; eval: y = round(x); gradient passes straight through");
+  registry.add(
+      "UniformNoise", [](LayerConfig& config) { return std::make_unique<UniformNoise>(config); },
+      "training: y = x + U(-0.5, 0.5) noise; eval: y = round(x); gradient passes straight through");
 }
 
 }  // namespace plexus::layers

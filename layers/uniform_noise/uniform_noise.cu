@@ -42,8 +42,8 @@ void UniformNoise::forward_cuda(Context& ctx, const ConstTensors& inputs, const 
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (!ctx.training()) {
-      uniform_noise_round<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-          x.data<T>(), outputs[0]->data<T>(), n);
+      uniform_noise_round<T>
+          <<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(x.data<T>(), outputs[0]->data<T>(), n);
       cuda::check_launch("uniform_noise_round", __FILE__, __LINE__);
       return;
     }
@@ -64,8 +64,7 @@ void UniformNoise::backward_cuda(Context& ctx, const ConstTensors&, const ConstT
                                  const ConstTensors& output_grads, const MutableTensors& input_grads) {
   if (!input_grads[0] || input_grads[0]->numel() == 0) return;
   cuda::check_cuda(cudaMemcpyAsync(input_grads[0]->raw_data(), output_grads[0]->raw_data(),
-                                   input_grads[0]->nbytes(), cudaMemcpyDeviceToDevice,
-                                   cuda::stream(ctx)),
+                                   input_grads[0]->nbytes(), cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
                    "cudaMemcpyAsync", __FILE__, __LINE__);
 }
 

@@ -156,7 +156,8 @@ TEST(FactorizedEntropyModel, InitialisesLikeTensorflowCompression) {
     Parameter& matrix = layer->parameter("matrix" + std::to_string(k));
     EXPECT_EQ(matrix.shape, (Shape{5, out, in}));
     // softplus(matrix) = 1 / (scale * out)
-    for (double v : matrix.value.to_values()) EXPECT_NEAR(std::log1p(std::exp(v)), 1.0 / (scale * out), 1e-14);
+    for (double v : matrix.value.to_values())
+      EXPECT_NEAR(std::log1p(std::exp(v)), 1.0 / (scale * out), 1e-14);
     Parameter& bias = layer->parameter("bias" + std::to_string(k));
     EXPECT_EQ(bias.shape, (Shape{5, out, 1}));
     std::vector<double> biases = bias.value.to_values();
@@ -323,7 +324,8 @@ TEST(FactorizedEntropyModel, RejectsBadParams) {
                       "only widths implemented, Ballé et al. 2018), got [3, 3]");
   expect_config_error({{"init_scale", 0}}, "parameter 'init_scale' must be a finite number > 0, got 0");
   expect_config_error({{"likelihood_bound", 1.5}}, "parameter 'likelihood_bound' must be in [0, 1), got 1.5");
-  expect_config_error({{"likelihood_bound", -1e-9}}, "parameter 'likelihood_bound' must be in [0, 1), got -1e-09");
+  expect_config_error({{"likelihood_bound", -1e-9}},
+                      "parameter 'likelihood_bound' must be in [0, 1), got -1e-09");
   EXPECT_THROW(registry.create(kType, "entropy", {{"tail_mass", 1e-9}}), ConfigError);
 }
 
@@ -338,7 +340,9 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& shapes, const st
 
 TEST(FactorizedEntropyModel, RejectsBadShapes) {
   auto layer = registry.create(kType, "entropy", {});
-  expect_shape_error(*layer, {{5}}, "node 'entropy' (FactorizedEntropyModel): input must be [N, C, ...] (rank >= 2), got [5]");
+  expect_shape_error(
+      *layer, {{5}},
+      "node 'entropy' (FactorizedEntropyModel): input must be [N, C, ...] (rank >= 2), got [5]");
   expect_shape_error(*layer, {{2, 3}, {2, 3}}, "takes 1 input, got 2");
   layer->create_parameters({{2, 3, 8, 8}});
   expect_shape_error(*layer, {{2, 4, 8, 8}},

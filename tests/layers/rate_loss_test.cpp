@@ -20,7 +20,8 @@ void positive_likelihoods(int input, std::vector<double>& values, std::mt19937_6
   for (double& v : values) v = likelihood(rng);
 }
 
-double rate_of(const std::vector<double>& likelihoods, Shape likelihood_shape, Shape image_shape, DType dtype) {
+double rate_of(const std::vector<double>& likelihoods, Shape likelihood_shape, Shape image_shape,
+               DType dtype) {
   auto layer = registry.create("RateLoss", "rate", {});
   EXPECT_EQ(layer->output_shapes({likelihood_shape, image_shape}), std::vector<Shape>{Shape{}});
   Context ctx;
