@@ -191,7 +191,12 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
     offset = end;
   }
   if (!file.metadata.empty()) header[kMetadataKey] = file.metadata;
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name or metadata value that is not UTF-8
+    throw IoError("cannot write checkpoint '" + path + "': the header cannot be encoded: " + e.what());
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
   unsigned char length[8];
@@ -226,6 +231,7 @@ TensorFile load_safetensors(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(header_size));
   if (!in) fail(path, "reading the header failed");
 
+  if (text.empty() || text[0] != '{') fail(path, "the header must begin with '{' (a JSON object)");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -274,12 +280,11 @@ TensorFile load_safetensors(const std::string& path) {
     fail(path, "the data section is " + std::to_string(data_size) + " bytes but the tensors cover only " +
                    std::to_string(expected_begin));
 
-  std::vector<char> data(static_cast<std::size_t>(data_size));
-  in.read(data.data(), static_cast<std::streamsize>(data_size));
-  if (!in) fail(path, "reading the tensor data failed");
+  // Packed and sorted: each tensor's bytes follow the previous one's.
   for (const Entry& e : entries) {
     Tensor tensor(e.shape, e.dtype, Device::cpu());
-    std::memcpy(tensor.raw_data(), data.data() + e.begin, static_cast<std::size_t>(e.end - e.begin));
+    in.read(static_cast<char*>(tensor.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+    if (!in) fail(path, "reading the data of tensor '" + e.name + "' failed");
     result.tensors[e.name] = tensor;
   }
   return result;

@@ -168,7 +168,7 @@ TEST_F(CheckpointTest, CorruptFilesNameTheFileAndTheProblem) {
       {"short", std::string("\x05\x00\x00", 3), "the file is 3 bytes, shorter than the 8-byte header length"},
       {"long_header", u64_le(1000) + "{}", "the header length 1000 runs past the end of the file (10 bytes)"},
       {"bad_json", raw_file("{\"a\": {\"dtype\": ", 0), "the header is not valid JSON"},
-      {"not_object", raw_file("[1, 2]", 0), "the header must be a JSON object"},
+      {"not_object", raw_file("[1, 2]", 0), "the header must begin with '{' (a JSON object)"},
       {"f16", raw_file(R"({"a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})", 4),
        "tensor 'a' has unsupported dtype 'F16' (Plexus reads F32 and F64)"},
       {"out_of_range", raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}})", 4),
