@@ -3,10 +3,12 @@
 // so nothing silently disappears when the linker prunes a library.
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "mse_loss/mse_loss.h"
+#include "fully_connected/fully_connected.h"
 #include "plexus/registry.h"
 #include "rate_loss/rate_loss.h"
 #include "relu/relu.h"
 #include "uniform_noise/uniform_noise.h"
+#include "softmax_projection/softmax_projection.h"
 
 namespace plexus {
 
@@ -16,6 +18,8 @@ void register_builtin_layers(Registry& registry) {
   layers::register_factorized_entropy_model(registry);
   layers::register_mse_loss(registry);
   layers::register_rate_loss(registry);
+  layers::register_fully_connected(registry);
+  layers::register_softmax_projection(registry);
 }
 
 }  // namespace plexus
