@@ -25,6 +25,7 @@
 // fits in shared memory next to a tile) and GPUs without the shared memory
 // take the general path: element-wise kernels with an O(C) loop per element,
 // reading through the caches, plus a temporary dL/dn tensor in the backward.
+#include <atomic>
 #include <cstdint>
 
 #include "gdn/gdn.h"
@@ -608,26 +609,41 @@ int fused_channels(int channels) {
   return 0;
 }
 
-// Blocks for a persistent fused kernel: as many as fit on the GPU at once,
-// at most one per tile; 0 when the kernel cannot run here (shared memory).
+// How many blocks of a fused kernel fit on the current GPU at once (0 when
+// its shared memory does not fit there at all). Queried once per kernel and
+// device: the query also raises the kernel's dynamic shared memory limit.
 template <typename Kernel>
-int persistent_blocks(Kernel kernel, std::size_t shared_bytes, long long tiles) {
+int resident_blocks(Kernel kernel, std::size_t shared_bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // blocks + 1; 0: not yet known
   int device = 0;
   cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
-  int max_shared = 0, sms = 0;
+  if (device < kMaxDevices) {
+    int known = cached[device].load();
+    if (known > 0) return known - 1;
+  }
+  int max_shared = 0, sms = 0, per_sm = 0;
   cuda::check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                    "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
   cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                    "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
-  if (shared_bytes > static_cast<std::size_t>(max_shared)) return 0;
-  cuda::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)),
-                   "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-  int per_sm = 0;
-  cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes),
-                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
-  if (per_sm < 1) return 0;
-  long long blocks = static_cast<long long>(per_sm) * sms;
+  if (shared_bytes <= static_cast<std::size_t>(max_shared)) {
+    cuda::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(shared_bytes)),
+                     "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes),
+                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
+  }
+  const int blocks = per_sm * sms;
+  if (device < kMaxDevices) cached[device].store(blocks + 1);
+  return blocks;
+}
+
+// Blocks for a persistent fused kernel: as many as are resident at once, at
+// most one per tile; 0 when the kernel cannot run on this GPU.
+template <typename Kernel>
+int persistent_blocks(Kernel kernel, std::size_t shared_bytes, long long tiles) {
+  const long long blocks = resident_blocks(kernel, shared_bytes);
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
