@@ -24,11 +24,13 @@
 // 64 or 128 with zero gamma rows/columns and beta 1. Larger C (gamma no longer
 // fits in shared memory next to a tile) and GPUs without the shared memory
 // take the general path: element-wise kernels with an O(C) loop per element,
-// reading through the caches, plus a temporary dL/dn tensor in the backward.
+// reading through the caches; its backward keeps dL/dn and x^2 in two
+// temporaries and gets dgamma as their product from cuBLAS.
 #include <atomic>
 #include <cstdint>
 
 #include "gdn/gdn.h"
+#include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -470,10 +472,11 @@ __global__ void gdn_general_forward(const T* x, T* y, const T* beta, const T* ga
 }
 
 // General path, backward step 1: q_i = dL/dn_i per element (b, i, p):
-// GDN -1/2 dy_i x_i n_i^-3/2, IGDN 1/2 dy_i x_i n_i^-1/2.
+// GDN -1/2 dy_i x_i n_i^-3/2, IGDN 1/2 dy_i x_i n_i^-1/2; and x_i^2 for the
+// dgamma product of step 3.
 template <typename T>
-__global__ void gdn_general_norm_gradient(const T* x, const T* dy, T* q, const T* beta, const T* gamma, int channels,
-                                          long long pixels, long long count, bool inverse) {
+__global__ void gdn_general_norm_gradient(const T* x, const T* dy, T* q, T* x_squared, const T* beta, const T* gamma,
+                                          int channels, long long pixels, long long count, bool inverse) {
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < count;
        e += (long long)gridDim.x * blockDim.x) {
     const long long p = e % pixels;
@@ -486,6 +489,7 @@ __global__ void gdn_general_norm_gradient(const T* x, const T* dy, T* q, const T
     }
     const T root = reciprocal_sqrt(n);
     q[e] = inverse ? T(0.5) * dy[e] * x[e] * root : T(-0.5) * dy[e] * x[e] * root * root * root;
+    x_squared[e] = x[e] * x[e];
   }
 }
 
@@ -511,35 +515,23 @@ __global__ void gdn_general_input_gradient(const T* x, const T* dy, const T* q, 
   }
 }
 
-// General path, backward step 3: one block per parameter element e of
-// [dgamma (C*C, row-major) | dbeta (C)]: sum over all pixels of
-// q_i x_k^2 (dgamma_ik) or q_i (dbeta_i), tree-reduced in shared memory.
+// General path, backward step 3 (dgamma_ik = sum q_i x_k^2 is a cuBLAS
+// product of the two temporaries, see backward_cuda) and dbeta_i = sum q_i:
+// one block per channel i, tree-reduced in shared memory, into sums[C*C + i].
 template <typename T>
-__global__ void gdn_general_parameter_sums(const T* x, const T* q, int channels, long long pixels,
-                                           long long total_pixels, T* sums) {
+__global__ void gdn_general_beta_sums(const T* q, int channels, long long pixels, long long total_pixels, T* sums) {
   __shared__ T partial[kThreads];
-  const long long e = blockIdx.x;
-  const bool is_gamma = e < static_cast<long long>(channels) * channels;
-  const int i = static_cast<int>(is_gamma ? e / channels : e - static_cast<long long>(channels) * channels);
-  const int k = is_gamma ? static_cast<int>(e % channels) : 0;
+  const int i = blockIdx.x;
   T sum = T(0);
-  for (long long g = threadIdx.x; g < total_pixels; g += blockDim.x) {
-    const long long base = (g / pixels) * channels * pixels + g % pixels;
-    const T qv = q[base + i * pixels];
-    if (is_gamma) {
-      const T v = x[base + k * pixels];
-      sum += qv * v * v;
-    } else {
-      sum += qv;
-    }
-  }
+  for (long long g = threadIdx.x; g < total_pixels; g += blockDim.x)
+    sum += q[(g / pixels) * channels * pixels + i * pixels + g % pixels];
   partial[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) sums[e] = partial[0];
+  if (threadIdx.x == 0) sums[static_cast<long long>(channels) * channels + i] = partial[0];
 }
 
 // Effective parameters for the general path: [beta (C) | gamma (C*C)],
@@ -723,6 +715,24 @@ Tensor effective_parameters(Context& ctx, const Tensor& beta, const Tensor& gamm
   return values;
 }
 
+// General path: dgamma_ik = sum over images and pixels of q_i x_k^2, i.e.
+// sum_b Q_b (X_b^2)^T with Q_b, X_b^2 the [C, P] matrices of image b.
+// Rank-2 inputs [N, C] (P = 1) are one product Q^T X^2 over all N rows.
+template <typename T>
+void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const Problem& problem, T* gamma_sums) {
+  const int channels = problem.channels;
+  const long long images = problem.total_pixels / problem.pixels;
+  if (problem.pixels == 1) {
+    cuda::gemm<T>(ctx, true, false, channels, channels, static_cast<int>(images), T(1), q, x_squared, T(0),
+                  gamma_sums);
+    return;
+  }
+  const long long image_size = static_cast<long long>(channels) * problem.pixels;
+  for (long long b = 0; b < images; ++b)
+    cuda::gemm<T>(ctx, false, true, channels, channels, static_cast<int>(problem.pixels), T(1), q + b * image_size,
+                  x_squared + b * image_size, b == 0 ? T(0) : T(1), gamma_sums);
+}
+
 }  // namespace
 
 void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
@@ -771,10 +781,11 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
     const T* effective_beta = values.data<T>();
     const T* effective_gamma = effective_beta + channels;
     Tensor q(x.shape(), x.dtype(), x.device());
+    Tensor x_squared(x.shape(), x.dtype(), x.device());
     const unsigned int blocks = cuda::blocks_for(problem.count);
     gdn_general_norm_gradient<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
-        x.data<T>(), dy.data<T>(), q.data<T>(), effective_beta, effective_gamma, channels, problem.pixels,
-        problem.count, inverse_);
+        x.data<T>(), dy.data<T>(), q.data<T>(), x_squared.data<T>(), effective_beta, effective_gamma, channels,
+        problem.pixels, problem.count, inverse_);
     cuda::check_launch("gdn_general_norm_gradient", __FILE__, __LINE__);
     if (dx) {
       gdn_general_input_gradient<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
@@ -782,11 +793,13 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
           problem.pixels, problem.count, inverse_);
       cuda::check_launch("gdn_general_input_gradient", __FILE__, __LINE__);
     }
+    // sums = [dgamma (C*C, row-major) | dbeta (C)], with respect to the effective values.
     const long long sums_count = static_cast<long long>(channels) * channels + channels;
     Tensor sums({static_cast<std::int64_t>(sums_count)}, x.dtype(), x.device());
-    gdn_general_parameter_sums<T><<<static_cast<unsigned int>(sums_count), kThreads, 0, cuda::stream(ctx)>>>(
-        x.data<T>(), q.data<T>(), channels, problem.pixels, problem.total_pixels, sums.data<T>());
-    cuda::check_launch("gdn_general_parameter_sums", __FILE__, __LINE__);
+    accumulate_gamma_sums<T>(ctx, q.data<T>(), x_squared.data<T>(), problem, sums.data<T>());
+    gdn_general_beta_sums<T><<<static_cast<unsigned int>(channels), kThreads, 0, cuda::stream(ctx)>>>(
+        q.data<T>(), channels, problem.pixels, problem.total_pixels, sums.data<T>());
+    cuda::check_launch("gdn_general_beta_sums", __FILE__, __LINE__);
     gdn_parameter_gradients<T><<<cuda::blocks_for(sums_count), kThreads, 0, cuda::stream(ctx)>>>(
         sums.data<T>(), 1, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
         gamma.grad.data<T>(), rp);
