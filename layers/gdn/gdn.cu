@@ -601,17 +601,19 @@ int fused_channels(int channels) {
   return 0;
 }
 
-// How many blocks of a fused kernel fit on the current GPU at once (0 when
-// its shared memory does not fit there at all). Queried once per kernel and
-// device: the query also raises the kernel's dynamic shared memory limit.
-template <typename Kernel>
-int resident_blocks(Kernel kernel, std::size_t shared_bytes) {
+// How many blocks of the fused kernel `kKernel` fit on the current GPU at
+// once (0 when its shared memory does not fit there at all). Queried once per
+// kernel and device (the template argument keeps one cache per kernel: the
+// kernels' types alone do not tell them apart); the query also raises the
+// kernel's dynamic shared memory limit, which a launch needs.
+template <auto kKernel>
+int resident_blocks(std::size_t shared_bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // blocks + 1; 0: not yet known
   int device = 0;
   cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
   if (device < kMaxDevices) {
-    int known = cached[device].load();
+    const int known = cached[device].load();
     if (known > 0) return known - 1;
   }
   int max_shared = 0, sms = 0, per_sm = 0;
@@ -620,10 +622,10 @@ int resident_blocks(Kernel kernel, std::size_t shared_bytes) {
   cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                    "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
   if (shared_bytes <= static_cast<std::size_t>(max_shared)) {
-    cuda::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda::check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(shared_bytes)),
                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes),
+    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, shared_bytes),
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
   }
   const int blocks = per_sm * sms;
@@ -633,9 +635,9 @@ int resident_blocks(Kernel kernel, std::size_t shared_bytes) {
 
 // Blocks for a persistent fused kernel: as many as are resident at once, at
 // most one per tile; 0 when the kernel cannot run on this GPU.
-template <typename Kernel>
-int persistent_blocks(Kernel kernel, std::size_t shared_bytes, long long tiles) {
-  const long long blocks = resident_blocks(kernel, shared_bytes);
+template <auto kKernel>
+int persistent_blocks(std::size_t shared_bytes, long long tiles) {
+  const long long blocks = resident_blocks<kKernel>(shared_bytes);
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
@@ -644,7 +646,7 @@ bool launch_fused_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor
                           const Problem& problem, Reparametrization<T> rp) {
   const std::size_t shared = FusedLayout<T, CP>::forward_bytes;
   const long long tiles = (problem.total_pixels + kTilePixels - 1) / kTilePixels;
-  const int blocks = persistent_blocks(gdn_fused_forward<T, CP, kInverse>, shared, tiles);
+  const int blocks = persistent_blocks<gdn_fused_forward<T, CP, kInverse>>(shared, tiles);
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<T>()) && aligned16(y.data<T>());
   gdn_fused_forward<T, CP, kInverse><<<blocks, kThreads, shared, cuda::stream(ctx)>>>(
@@ -659,7 +661,7 @@ bool launch_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tens
                            Parameter& gamma, const Problem& problem, Reparametrization<T> rp) {
   const std::size_t shared = FusedLayout<T, CP>::backward_bytes;
   const long long tiles = (problem.total_pixels + kTilePixels - 1) / kTilePixels;
-  const int blocks = persistent_blocks(gdn_fused_backward<T, CP, kInverse>, shared, tiles);
+  const int blocks = persistent_blocks<gdn_fused_backward<T, CP, kInverse>>(shared, tiles);
   if (blocks == 0) return false;
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
