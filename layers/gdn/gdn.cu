@@ -473,7 +473,8 @@ __global__ void gdn_general_forward(const T* x, T* y, const T* beta, const T* ga
 
 // General path, backward step 1: q_i = dL/dn_i per element (b, i, p):
 // GDN -1/2 dy_i x_i n_i^-3/2, IGDN 1/2 dy_i x_i n_i^-1/2; and x_i^2 for the
-// dgamma product of step 3.
+// dgamma product of step 3. Launch: one thread per element, grid-stride, as
+// in gdn_general_forward (coalesced along pixels, gamma broadcast).
 template <typename T>
 __global__ void gdn_general_norm_gradient(const T* x, const T* dy, T* q, T* x_squared, const T* beta, const T* gamma,
                                           int channels, long long pixels, long long count, bool inverse) {
@@ -495,6 +496,7 @@ __global__ void gdn_general_norm_gradient(const T* x, const T* dy, T* q, T* x_sq
 
 // General path, backward step 2: dx_k = dy_k f_k + 2 x_k sum_i gamma_ik q_i
 // per element (b, k, p), f = n^-1/2 (GDN) or n^1/2 (IGDN), n recomputed.
+// Launch: one thread per element, grid-stride, as in gdn_general_forward.
 template <typename T>
 __global__ void gdn_general_input_gradient(const T* x, const T* dy, const T* q, T* dx, const T* beta, const T* gamma,
                                            int channels, long long pixels, long long count, bool inverse) {
