@@ -44,6 +44,12 @@ ConvGeometry Conv2d::geometry(const Shape& input_shape) const {
   return g;
 }
 
+std::int64_t Conv2d::images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const {
+  const ConvGeometry g = geometry(input_shape);
+  const std::int64_t weight_size = out_channels_ * g.column_rows();
+  return images_per_chunk(g.column_size() + weight_size, element_size, input_shape[0], scratch_limit_);
+}
+
 void Conv2d::create_parameters(const std::vector<Shape>& inputs) {
   const std::int64_t channels = inputs[0][1];
   const std::int64_t fan_in = channels * kernel_ * kernel_;

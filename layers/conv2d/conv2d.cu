@@ -1,7 +1,8 @@
 // CUDA Conv2d (math in conv2d.h): im2col kernels plus cuBLAS GEMMs batched
-// over the images of a chunk. The chunk is the whole batch unless its column
-// buffer would exceed column_buffer_limit_. Scratch buffers are cached in the
-// layer. Every step runs on the context's stream.
+// over the images of a chunk. The chunk is the whole batch unless its scratch
+// (columns and per-image weight gradients) would exceed scratch_limit_.
+// Scratch buffers are cached in the layer. Every step runs on the context's
+// stream.
 #include <algorithm>
 
 #include "conv2d/channel_ops.h"
@@ -20,8 +21,8 @@ void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutabl
   if (batch == 0) return;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_chunk(g, sizeof(T), batch, column_buffer_limit_);
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), x.device()).data<T>();
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
     const T* weight = parameter("weight").value.data<T>();
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
@@ -48,10 +49,10 @@ void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
   if (batch == 0) return;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_chunk(g, sizeof(T), batch, column_buffer_limit_);
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), x.device()).data<T>();
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
     T* weight_grads =
-        scratch_tensor(weight_grads_, {chunk, out_channels_, rows}, x.dtype(), x.device()).data<T>();
+        scratch_tensor(weight_grads_, {chunk, out_channels_, rows}, x.dtype(), ctx.device()).data<T>();
     Parameter& weight = parameter("weight");
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);

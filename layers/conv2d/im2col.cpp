@@ -5,10 +5,10 @@
 
 namespace plexus::layers {
 
-std::int64_t images_per_chunk(const ConvGeometry& geometry, std::size_t element_size,
-                              std::int64_t batch, std::size_t max_bytes) {
+std::int64_t images_per_chunk(std::int64_t scratch_per_image, std::size_t element_size, std::int64_t batch,
+                              std::size_t max_bytes) {
   const std::size_t bytes_per_image =
-      static_cast<std::size_t>(std::max<std::int64_t>(geometry.column_size(), 1)) * element_size;
+      static_cast<std::size_t>(std::max<std::int64_t>(scratch_per_image, 1)) * element_size;
   const auto fitting = static_cast<std::int64_t>(max_bytes / bytes_per_image);
   return std::max<std::int64_t>(1, std::min(fitting, batch));
 }

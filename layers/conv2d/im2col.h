@@ -32,10 +32,11 @@ struct ConvGeometry {
   std::int64_t image_size() const { return channels * height * width; }
 };
 
-// How many images' columns to unfold at once on the GPU so the column buffer
-// stays within `max_bytes` (at least 1, at most `batch`).
-std::int64_t images_per_chunk(const ConvGeometry& geometry, std::size_t element_size,
-                              std::int64_t batch, std::size_t max_bytes);
+// How many images to process at once on the GPU so that their scratch
+// (`scratch_per_image` elements each: columns plus a per-image weight
+// gradient) stays within `max_bytes`; at least 1, at most `batch`.
+std::int64_t images_per_chunk(std::int64_t scratch_per_image, std::size_t element_size, std::int64_t batch,
+                              std::size_t max_bytes);
 
 // CPU, one image. im2col writes every entry of columns [K, P]; col2im
 // OVERWRITES image [C, H, W] with the adjoint sum.

@@ -53,6 +53,12 @@ ConvGeometry ConvTranspose2d::geometry(const Shape& input_shape) const {
   return g;
 }
 
+std::int64_t ConvTranspose2d::images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const {
+  const ConvGeometry g = geometry(input_shape);
+  const std::int64_t weight_size = input_shape[1] * g.column_rows();
+  return images_per_chunk(g.column_size() + weight_size, element_size, input_shape[0], scratch_limit_);
+}
+
 void ConvTranspose2d::create_parameters(const std::vector<Shape>& inputs) {
   const std::int64_t channels = inputs[0][1];
   const std::int64_t fan_in = out_channels_ * kernel_ * kernel_;  // PyTorch: weight.size(1) * k * k

@@ -1,8 +1,8 @@
 // CUDA ConvTranspose2d (math in conv_transpose2d.h): cuBLAS GEMMs batched over
 // the images of a chunk plus col2im / im2col kernels of the output geometry.
-// The chunk is the whole batch unless its column buffer would exceed
-// column_buffer_limit_. Scratch buffers are cached in the layer. Every step
-// runs on the context's stream.
+// The chunk is the whole batch unless its scratch (columns and per-image
+// weight gradients) would exceed scratch_limit_. Scratch buffers are cached
+// in the layer. Every step runs on the context's stream.
 #include <algorithm>
 
 #include "conv2d/channel_ops.h"
@@ -21,8 +21,8 @@ void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, con
   if (batch == 0) return;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_chunk(g, sizeof(T), batch, column_buffer_limit_);
-    T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), x.device()).data<T>();
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), ctx.device()).data<T>();
     const T* weight = parameter("weight").value.data<T>();
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
@@ -50,9 +50,9 @@ void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, co
   if (batch == 0) return;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_chunk(g, sizeof(T), batch, column_buffer_limit_);
-    T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), x.device()).data<T>();
-    T* weight_grads = scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), x.device()).data<T>();
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), ctx.device()).data<T>();
+    T* weight_grads = scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), ctx.device()).data<T>();
     Parameter& weight = parameter("weight");
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);

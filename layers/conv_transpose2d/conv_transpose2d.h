@@ -29,9 +29,10 @@ class ConvTranspose2d : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  // Caps the CUDA column buffer; a batch whose columns would exceed it is
-  // processed in chunks of images (default 512 MiB; tests lower it).
-  void set_column_buffer_limit(std::size_t bytes) { column_buffer_limit_ = bytes; }
+  // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
+  // batch whose scratch would exceed it runs in chunks of images (default
+  // 512 MiB; tests lower it to exercise the chunking).
+  void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -47,6 +48,10 @@ class ConvTranspose2d : public Layer {
   // The im2col geometry of the output for input `input_shape` [N, C, H, W]:
   // image = [out, Ho, Wo], kernel positions = H x W.
   ConvGeometry geometry(const Shape& input_shape) const;
+  // Images per CUDA chunk: their columns and per-image weight gradients fit
+  // in scratch_limit_. The same in forward and backward, so the cached
+  // scratch keeps its shape.
+  std::int64_t images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const;
 
   std::int64_t out_channels_;
   std::int64_t kernel_;
@@ -54,7 +59,7 @@ class ConvTranspose2d : public Layer {
   std::int64_t padding_;
   std::int64_t output_padding_;
   bool has_bias_;
-  std::size_t column_buffer_limit_ = std::size_t(512) << 20;
+  std::size_t scratch_limit_ = std::size_t(512) << 20;
   Shape weight_shape_;  // set by create_parameters; empty before
   // CUDA scratch, kept between calls (see conv2d/scratch.h).
   Tensor columns_;       // [images per chunk, out*k*k, H*W]

@@ -203,16 +203,17 @@ TEST(Conv2d, ParityCpuCuda) {
 
 TEST(Conv2d, ChunkedCudaMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  // A column-buffer limit of two images splits a batch of 5 into chunks 2, 2, 1.
+  // A scratch limit of two and a half images splits a batch of 5 into chunks 2, 2, 1.
   const json params = {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}};
   const Shape shape{5, 3, 9, 8};
   auto cpu = make_layer(params, shape, DType::f64, Device::cpu());
   auto gpu = make_layer(params, shape, DType::f64, Device::cuda());
   for (Parameter* p : cpu->parameters()) gpu->parameter(p->name).value.copy_from(p->value);
-  const std::size_t image_columns_bytes = 3 * 3 * 3 * (5 * 4) * sizeof(double);  // C*k*k x Ho*Wo
+  // Per image: columns [C*k*k, Ho*Wo] and a weight gradient [out, C*k*k].
+  const std::size_t image_scratch_bytes = (27 * (5 * 4) + 4 * 27) * sizeof(double);
   auto* conv = dynamic_cast<layers::Conv2d*>(gpu.get());
   ASSERT_NE(conv, nullptr);
-  conv->set_column_buffer_limit(2 * image_columns_bytes + image_columns_bytes / 2);
+  conv->set_scratch_limit(2 * image_scratch_bytes + image_scratch_bytes / 2);
   std::mt19937_64 rng(8);
   auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
   auto dy = random_vector(static_cast<std::size_t>(shape_numel(cpu->output_shapes({shape})[0])), rng);
