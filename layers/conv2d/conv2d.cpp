@@ -25,8 +25,9 @@ std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const
     fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels but weight " +
                shape_str(weight_shape_) + " expects " + std::to_string(weight_shape_[1]));
   if (x[2] + 2 * padding_ < kernel_ || x[3] + 2 * padding_ < kernel_)
-    fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) + " is smaller than the " +
-               std::to_string(kernel_) + "x" + std::to_string(kernel_) + " kernel: the output would be empty");
+    fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) +
+               " is smaller than the " + std::to_string(kernel_) + "x" + std::to_string(kernel_) +
+               " kernel: the output would be empty");
   const ConvGeometry g = geometry(x);
   return {{x[0], out_channels_, g.patches_high, g.patches_wide}};
 }
@@ -74,7 +75,8 @@ void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTens
       im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
       Eigen::Map<Matrix> y_n(y.data<T>() + n * out_channels_ * patches, out_channels_, patches);
       y_n.noalias() = weight * columns;
-      if (has_bias_) y_n.colwise() += Eigen::Map<const Vector>(parameter("bias").value.data<T>(), out_channels_);
+      if (has_bias_)
+        y_n.colwise() += Eigen::Map<const Vector>(parameter("bias").value.data<T>(), out_channels_);
     }
   });
 }
@@ -100,7 +102,8 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
       Eigen::Map<const Matrix> dy_n(dy.data<T>() + n * out_channels_ * patches, out_channels_, patches);
       im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
       weight_grad.noalias() += dy_n * columns.transpose();
-      if (has_bias_) Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) += dy_n.rowwise().sum();
+      if (has_bias_)
+        Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) += dy_n.rowwise().sum();
       if (dx) {
         columns.noalias() = w.transpose() * dy_n;
         col2im_cpu(columns.data(), g, dx->data<T>() + n * g.image_size());
@@ -110,8 +113,9 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
 }
 
 void register_conv2d(Registry& registry) {
-  registry.add("Conv2d", [](LayerConfig& config) { return std::make_unique<Conv2d>(config); },
-               "2-D convolution (PyTorch Conv2d): weight [out, C, k, k], bias [out]");
+  registry.add(
+      "Conv2d", [](LayerConfig& config) { return std::make_unique<Conv2d>(config); },
+      "2-D convolution (PyTorch Conv2d): weight [out, C, k, k], bias [out]");
 }
 
 }  // namespace plexus::layers

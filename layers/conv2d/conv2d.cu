@@ -28,12 +28,14 @@ void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutabl
       const std::int64_t count = std::min(chunk, batch - first);
       im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
       // y_n[out, P] = W[out, K] columns_n[K, P] for each image n of the chunk (W shared: stride 0).
-      cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out_channels_), static_cast<int>(patches),
-                                    static_cast<int>(rows), T(1), weight, 0, columns, rows * patches, T(0),
-                                    y.data<T>() + first * out_plane, out_plane, static_cast<int>(count));
+      cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out_channels_),
+                                    static_cast<int>(patches), static_cast<int>(rows), T(1), weight, 0,
+                                    columns, rows * patches, T(0), y.data<T>() + first * out_plane, out_plane,
+                                    static_cast<int>(count));
     }
     if (has_bias_)
-      add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, out_channels_, patches, y.data<T>());
+      add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, out_channels_, patches,
+                            y.data<T>());
   });
 }
 
@@ -67,8 +69,9 @@ void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
         // columns_n[K, P] = W^T[K, out] dy_n[out, P] (overwrites the unfolded input, already used), then
         // dx_n = col2im(columns_n).
         cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
-                                      static_cast<int>(out_channels_), T(1), weight.value.data<T>(), 0, dy_chunk,
-                                      out_plane, T(0), columns, rows * patches, static_cast<int>(count));
+                                      static_cast<int>(out_channels_), T(1), weight.value.data<T>(), 0,
+                                      dy_chunk, out_plane, T(0), columns, rows * patches,
+                                      static_cast<int>(count));
         col2im_cuda(ctx, columns, g, count, dx->data<T>() + first * g.image_size());
       }
     }

@@ -76,8 +76,7 @@ __global__ void col2im_kernel(const T* columns, long long count, long long chann
 }  // namespace
 
 template <typename T>
-void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& g, std::int64_t count,
-                 T* columns) {
+void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& g, std::int64_t count, T* columns) {
   const long long threads = count * g.channels * g.column_cols();
   if (threads == 0) return;
   im2col_kernel<T><<<cuda::blocks_for(threads), 256, 0, cuda::stream(ctx)>>>(
@@ -87,8 +86,7 @@ void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& g, std
 }
 
 template <typename T>
-void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& g, std::int64_t count,
-                 T* images) {
+void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& g, std::int64_t count, T* images) {
   const long long threads = count * g.image_size();
   if (threads == 0) return;
   col2im_kernel<T><<<cuda::blocks_for(threads), 256, 0, cuda::stream(ctx)>>>(

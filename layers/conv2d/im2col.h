@@ -26,7 +26,7 @@ struct ConvGeometry {
   std::int64_t patches_high = 0;  // Ph: kernel positions down (the conv output height)
   std::int64_t patches_wide = 0;  // Pw: kernel positions across (the conv output width)
 
-  std::int64_t column_rows() const { return channels * kernel * kernel; }  // K
+  std::int64_t column_rows() const { return channels * kernel * kernel; }   // K
   std::int64_t column_cols() const { return patches_high * patches_wide; }  // P
   std::int64_t column_size() const { return column_rows() * column_cols(); }
   std::int64_t image_size() const { return channels * height * width; }
@@ -48,10 +48,10 @@ void col2im_cpu(const T* columns, const ConvGeometry& geometry, T* image);
 // CUDA, `count` consecutive images ([count, C, H, W] <-> [count, K, P]) on
 // the context's stream; same semantics as the CPU versions.
 template <typename T>
-void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& geometry,
-                 std::int64_t count, T* columns);
+void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& geometry, std::int64_t count,
+                 T* columns);
 template <typename T>
-void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& geometry,
-                 std::int64_t count, T* images);
+void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& geometry, std::int64_t count,
+                 T* images);
 
 }  // namespace plexus::layers

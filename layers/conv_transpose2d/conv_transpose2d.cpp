@@ -18,8 +18,8 @@ ConvTranspose2d::ConvTranspose2d(LayerConfig& config)
   if (output_padding_ < 0)
     config.fail("output_padding", "must be >= 0, got " + std::to_string(output_padding_));
   if (output_padding_ >= stride_)
-    config.fail("output_padding", "must be < stride (" + std::to_string(stride_) + "), got " +
-                                      std::to_string(output_padding_));
+    config.fail("output_padding",
+                "must be < stride (" + std::to_string(stride_) + "), got " + std::to_string(output_padding_));
 }
 
 std::vector<Shape> ConvTranspose2d::output_shapes(const std::vector<Shape>& inputs) const {
@@ -53,7 +53,8 @@ ConvGeometry ConvTranspose2d::geometry(const Shape& input_shape) const {
   return g;
 }
 
-std::int64_t ConvTranspose2d::images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const {
+std::int64_t ConvTranspose2d::images_per_cuda_chunk(const Shape& input_shape,
+                                                    std::size_t element_size) const {
   const ConvGeometry g = geometry(input_shape);
   const std::int64_t weight_size = input_shape[1] * g.column_rows();
   return images_per_chunk(g.column_size() + weight_size, element_size, input_shape[0], scratch_limit_);
@@ -114,7 +115,8 @@ void ConvTranspose2d::backward_cpu(Context&, const ConstTensors& inputs, const C
       const T* dy_n = dy.data<T>() + n * g.image_size();
       Eigen::Map<const Matrix> x_n(x.data<T>() + n * channels * pixels, channels, pixels);
       im2col_cpu(dy_n, g, columns.data());
-      if (dx) Eigen::Map<Matrix>(dx->data<T>() + n * channels * pixels, channels, pixels).noalias() = w * columns;
+      if (dx)
+        Eigen::Map<Matrix>(dx->data<T>() + n * channels * pixels, channels, pixels).noalias() = w * columns;
       weight_grad.noalias() += x_n * columns.transpose();
       if (has_bias_)
         Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) +=
@@ -124,9 +126,9 @@ void ConvTranspose2d::backward_cpu(Context&, const ConstTensors& inputs, const C
 }
 
 void register_conv_transpose2d(Registry& registry) {
-  registry.add("ConvTranspose2d",
-               [](LayerConfig& config) { return std::make_unique<ConvTranspose2d>(config); },
-               "2-D transposed convolution (PyTorch ConvTranspose2d): weight [C, out, k, k], bias [out]");
+  registry.add(
+      "ConvTranspose2d", [](LayerConfig& config) { return std::make_unique<ConvTranspose2d>(config); },
+      "2-D transposed convolution (PyTorch ConvTranspose2d): weight [C, out, k, k], bias [out]");
 }
 
 }  // namespace plexus::layers

@@ -26,10 +26,12 @@ void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, con
     const T* weight = parameter("weight").value.data<T>();
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
-      // columns_n[out*k*k, H*W] = W^T[out*k*k, C] x_n[C, H*W] (W shared: stride 0), then y_n = col2im(columns_n).
+      // columns_n[out*k*k, H*W] = W^T[out*k*k, C] x_n[C, H*W] (W shared: stride 0), then y_n =
+      // col2im(columns_n).
       cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(pixels),
-                                    static_cast<int>(channels), T(1), weight, 0, x.data<T>() + first * in_plane,
-                                    in_plane, T(0), columns, rows * pixels, static_cast<int>(count));
+                                    static_cast<int>(channels), T(1), weight, 0,
+                                    x.data<T>() + first * in_plane, in_plane, T(0), columns, rows * pixels,
+                                    static_cast<int>(count));
       col2im_cuda(ctx, columns, g, count, y.data<T>() + first * g.image_size());
     }
     if (has_bias_)
@@ -52,7 +54,8 @@ void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, co
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
     T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), ctx.device()).data<T>();
-    T* weight_grads = scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), ctx.device()).data<T>();
+    T* weight_grads =
+        scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), ctx.device()).data<T>();
     Parameter& weight = parameter("weight");
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);

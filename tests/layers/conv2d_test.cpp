@@ -28,9 +28,10 @@ std::vector<double> random_vector(std::size_t n, std::mt19937_64& rng) {
 // The definition, one term at a time:
 //   y[n, o, a, b] = bias[o] + sum_{c, i, j} W[o, c, i, j] x[n, c, a*s - p + i, b*s - p + j]
 // with x = 0 outside the image.
-std::vector<double> naive_conv2d(const std::vector<double>& x, const Shape& x_shape, const std::vector<double>& w,
-                                 const std::vector<double>& bias, std::int64_t out, std::int64_t k,
-                                 std::int64_t s, std::int64_t p, Shape& y_shape) {
+std::vector<double> naive_conv2d(const std::vector<double>& x, const Shape& x_shape,
+                                 const std::vector<double>& w, const std::vector<double>& bias,
+                                 std::int64_t out, std::int64_t k, std::int64_t s, std::int64_t p,
+                                 Shape& y_shape) {
   const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
   const std::int64_t Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
   y_shape = {N, out, Ho, Wo};
@@ -69,8 +70,9 @@ struct Results {
 };
 
 // Forward once, then backward `backward_calls` times with output gradient dy.
-Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape, const std::vector<double>& x_values,
-            const std::vector<double>& dy_values, int backward_calls = 1) {
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
+            const std::vector<double>& x_values, const std::vector<double>& dy_values,
+            int backward_calls = 1) {
   Context ctx(device);
   Shape y_shape = layer.output_shapes({x_shape})[0];
   Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
@@ -90,7 +92,8 @@ void expect_near_all(const std::vector<double>& expected, const std::vector<doub
                      const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
   for (std::size_t i = 0; i < expected.size(); ++i)
-    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i]))) << what << " [" << i << "]";
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
+        << what << " [" << i << "]";
 }
 
 struct Case {
@@ -120,8 +123,8 @@ TEST(Conv2d, ForwardMatchesNaiveConvolution) {
     std::vector<double> bias;
     if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
     Shape expected_shape;
-    std::vector<double> expected =
-        naive_conv2d(x, c.input, layer->parameter("weight").value.to_values(), bias, out, k, s, p, expected_shape);
+    std::vector<double> expected = naive_conv2d(x, c.input, layer->parameter("weight").value.to_values(),
+                                                bias, out, k, s, p, expected_shape);
     ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
     Context ctx;
     Tensor input = Tensor::from_values(x, c.input, DType::f64);
@@ -187,16 +190,19 @@ TEST(Conv2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
 TEST(Conv2d, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
 }
 
 TEST(Conv2d, ParityCpuCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   // The autoencoder's analysis layers at reduced size, and the gradient cases.
-  EXPECT_TRUE(testing::outputs_match(check_parity(
-      registry, "Conv2d", {{"out_channels", 16}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {{2, 3, 32, 32}})));
-  EXPECT_TRUE(testing::outputs_match(check_parity(
-      registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {{3, 16, 16, 12}})));
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 9}, {"stride", 4}, {"padding", 4}},
+                   {{2, 3, 32, 32}})));
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
+                   {{3, 16, 16, 12}})));
   for (const Case& c : gradient_cases())
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Conv2d", c.params, {c.input})));
 }
@@ -240,10 +246,12 @@ TEST(Conv2d, RejectsBadParams) {
   expect_config_error({{"out_channels", 0}, {"kernel", 3}},
                       "node 'c' (Conv2d): parameter 'out_channels' must be >= 1, got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
-  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}}, "parameter 'stride' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
+                      "parameter 'stride' must be >= 1, got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -1}},
                       "parameter 'padding' must be >= 0, got -1");
-  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}}, "unknown parameter 'output_padding'");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
+                      "unknown parameter 'output_padding'");
 }
 
 void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const std::string& expected) {
@@ -259,8 +267,9 @@ TEST(Conv2d, RejectsBadShapes) {
   auto layer = registry.create("Conv2d", "c", {{"out_channels", 4}, {"kernel", 3}});
   expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}}, "node 'c' (Conv2d): takes 1 input, got 2");
   expect_shape_error(*layer, {{3, 8, 8}}, "input must be [N, C, H, W], got [3, 8, 8]");
-  expect_shape_error(*layer, {{2, 3, 2, 8}},
-                     "input [2, 3, 2, 8] with padding 0 is smaller than the 3x3 kernel: the output would be empty");
+  expect_shape_error(
+      *layer, {{2, 3, 2, 8}},
+      "input [2, 3, 2, 8] with padding 0 is smaller than the 3x3 kernel: the output would be empty");
   layer->output_shapes({{2, 3, 8, 8}});
   layer->create_parameters({{2, 3, 8, 8}});
   expect_shape_error(*layer, {{2, 5, 8, 8}},

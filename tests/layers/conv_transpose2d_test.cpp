@@ -87,8 +87,9 @@ struct Results {
 };
 
 // Forward once, then backward `backward_calls` times with output gradient dy.
-Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape, const std::vector<double>& x_values,
-            const std::vector<double>& dy_values, int backward_calls = 1) {
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
+            const std::vector<double>& x_values, const std::vector<double>& dy_values,
+            int backward_calls = 1) {
   Context ctx(device);
   Shape y_shape = layer.output_shapes({x_shape})[0];
   Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
@@ -108,7 +109,8 @@ void expect_near_all(const std::vector<double>& expected, const std::vector<doub
                      const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
   for (std::size_t i = 0; i < expected.size(); ++i)
-    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i]))) << what << " [" << i << "]";
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
+        << what << " [" << i << "]";
 }
 
 struct Case {
@@ -121,12 +123,19 @@ struct Case {
 // never reaches (bias only).
 std::vector<Case> gradient_cases() {
   return {
-      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {2, 2, 4, 5}},
-      {{{"out_channels", 2}, {"kernel", 5}, {"stride", 3}, {"padding", 2}, {"output_padding", 2}, {"bias", false}},
+      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}},
+       {2, 2, 4, 5}},
+      {{{"out_channels", 2},
+        {"kernel", 5},
+        {"stride", 3},
+        {"padding", 2},
+        {"output_padding", 2},
+        {"bias", false}},
        {1, 3, 3, 4}},
       {{{"out_channels", 4}, {"kernel", 1}}, {2, 3, 3, 5}},
       {{{"out_channels", 2}, {"kernel", 3}, {"stride", 3}}, {2, 2, 3, 2}},
-      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 2, 3, 4}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+       {1, 2, 3, 4}},
       {{{"out_channels", 2}, {"kernel", 3}, {"padding", 2}, {"bias", false}}, {2, 2, 5, 4}},
       {{{"out_channels", 2}, {"kernel", 2}, {"stride", 3}, {"output_padding", 1}}, {1, 2, 3, 3}},
   };
@@ -143,8 +152,9 @@ TEST(ConvTranspose2d, ForwardMatchesNaiveScatter) {
     std::vector<double> bias;
     if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
     Shape expected_shape;
-    std::vector<double> expected = naive_conv_transpose2d(x, c.input, layer->parameter("weight").value.to_values(),
-                                                          bias, out, k, s, p, output_padding, expected_shape);
+    std::vector<double> expected =
+        naive_conv_transpose2d(x, c.input, layer->parameter("weight").value.to_values(), bias, out, k, s, p,
+                               output_padding, expected_shape);
     ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
     expect_near_all(expected, forward(*layer, c.input, x), 1e-12, "ConvTranspose2d " + c.params.dump());
   }
@@ -153,17 +163,16 @@ TEST(ConvTranspose2d, ForwardMatchesNaiveScatter) {
 TEST(ConvTranspose2d, HandComputedSmallCase) {
   // A 2x2 input [1 2; 3 4], 2x2 kernel of ones, stride 2: each pixel becomes a
   // 2x2 block; output_padding 1 adds a last row and column holding only the bias.
-  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}, {"stride", 2}, {"output_padding", 1}}, {1, 1, 2, 2},
-                          DType::f64, Device::cpu());
+  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}, {"stride", 2}, {"output_padding", 1}},
+                          {1, 1, 2, 2}, DType::f64, Device::cpu());
   layer->parameter("weight").value.copy_from(Tensor::from_values({1, 1, 1, 1}, {1, 1, 2, 2}, DType::f64));
   layer->parameter("bias").value.copy_from(Tensor::from_values({0.5}, {1}, DType::f64));
   ASSERT_EQ(layer->output_shapes({{1, 1, 2, 2}})[0], (Shape{1, 1, 5, 5}));
-  EXPECT_EQ(forward(*layer, {1, 1, 2, 2}, {1, 2, 3, 4}),
-            (std::vector<double>{1.5, 1.5, 2.5, 2.5, 0.5,  //
-                                 1.5, 1.5, 2.5, 2.5, 0.5,  //
-                                 3.5, 3.5, 4.5, 4.5, 0.5,  //
-                                 3.5, 3.5, 4.5, 4.5, 0.5,  //
-                                 0.5, 0.5, 0.5, 0.5, 0.5}));
+  EXPECT_EQ(forward(*layer, {1, 1, 2, 2}, {1, 2, 3, 4}), (std::vector<double>{1.5, 1.5, 2.5, 2.5, 0.5,  //
+                                                                              1.5, 1.5, 2.5, 2.5, 0.5,  //
+                                                                              3.5, 3.5, 4.5, 4.5, 0.5,  //
+                                                                              3.5, 3.5, 4.5, 4.5, 0.5,  //
+                                                                              0.5, 0.5, 0.5, 0.5, 0.5}));
 }
 
 // <conv(x), y> == <x, conv_transpose(y)> when ConvTranspose2d(B -> A) shares
@@ -176,16 +185,24 @@ TEST(ConvTranspose2d, IsTheAdjointOfConv2d) {
   for (const AdjointCase& c : {AdjointCase{3, 4, 3, 2, 1, 7, 9}, AdjointCase{2, 3, 5, 3, 2, 9, 12},
                                AdjointCase{2, 2, 9, 4, 4, 16, 12}, AdjointCase{3, 2, 1, 1, 0, 4, 5}}) {
     const std::int64_t output_padding = (c.height + 2 * c.padding - c.kernel) % c.stride;
-    ASSERT_EQ(output_padding, (c.width + 2 * c.padding - c.kernel) % c.stride) << "test case needs equal remainders";
+    ASSERT_EQ(output_padding, (c.width + 2 * c.padding - c.kernel) % c.stride)
+        << "test case needs equal remainders";
     const Shape x_shape{2, c.in, c.height, c.width};
     auto conv = make_layer("Conv2d",
-                           {{"out_channels", c.out}, {"kernel", c.kernel}, {"stride", c.stride},
-                            {"padding", c.padding}, {"bias", false}},
+                           {{"out_channels", c.out},
+                            {"kernel", c.kernel},
+                            {"stride", c.stride},
+                            {"padding", c.padding},
+                            {"bias", false}},
                            x_shape, DType::f64, Device::cpu());
     const Shape y_shape = conv->output_shapes({x_shape})[0];
     auto transposed = make_layer("ConvTranspose2d",
-                                 {{"out_channels", c.in}, {"kernel", c.kernel}, {"stride", c.stride},
-                                  {"padding", c.padding}, {"output_padding", output_padding}, {"bias", false}},
+                                 {{"out_channels", c.in},
+                                  {"kernel", c.kernel},
+                                  {"stride", c.stride},
+                                  {"padding", c.padding},
+                                  {"output_padding", output_padding},
+                                  {"bias", false}},
                                  y_shape, DType::f64, Device::cpu(), 99);
     ASSERT_EQ(transposed->output_shapes({y_shape})[0], x_shape);
     ASSERT_EQ(transposed->parameter("weight").shape, conv->parameter("weight").shape);
@@ -227,7 +244,8 @@ TEST(ConvTranspose2d, GradientsCpu) {
 }
 
 TEST(ConvTranspose2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
-  const json params = {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const json params = {
+      {"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
   const Shape shape{2, 2, 3, 4};
   std::mt19937_64 rng(3);
   auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
@@ -255,10 +273,12 @@ TEST(ConvTranspose2d, ParityCpuCuda) {
   // The autoencoder's synthesis layers at reduced size, and the gradient cases.
   EXPECT_TRUE(testing::outputs_match(check_parity(
       registry, "ConvTranspose2d",
-      {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {{3, 16, 8, 6}})));
-  EXPECT_TRUE(testing::outputs_match(check_parity(
-      registry, "ConvTranspose2d",
-      {{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {{2, 16, 8, 8}})));
+      {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+      {{3, 16, 8, 6}})));
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "ConvTranspose2d",
+                   {{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}},
+                   {{2, 16, 8, 8}})));
   for (const Case& c : gradient_cases())
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "ConvTranspose2d", c.params, {c.input})));
 }
@@ -266,7 +286,8 @@ TEST(ConvTranspose2d, ParityCpuCuda) {
 TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   // A scratch limit of two and a half images splits a batch of 5 into chunks 2, 2, 1.
-  const json params = {{"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const json params = {
+      {"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
   const Shape shape{5, 3, 4, 3};
   auto cpu = make_layer(params, shape, DType::f64, Device::cpu());
   auto gpu = make_layer(params, shape, DType::f64, Device::cuda());
@@ -301,7 +322,8 @@ TEST(ConvTranspose2d, RejectsBadParams) {
   expect_config_error({{"out_channels", 4}}, "node 't' (ConvTranspose2d): parameter 'kernel' is required");
   expect_config_error({{"out_channels", 0}, {"kernel", 3}}, "parameter 'out_channels' must be >= 1, got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
-  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}}, "parameter 'stride' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
+                      "parameter 'stride' must be >= 1, got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -2}},
                       "parameter 'padding' must be >= 0, got -2");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"output_padding", -1}},
@@ -323,15 +345,18 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const st
 
 TEST(ConvTranspose2d, RejectsBadShapes) {
   auto layer = registry.create("ConvTranspose2d", "t", {{"out_channels", 4}, {"kernel", 3}, {"padding", 2}});
-  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}}, "node 't' (ConvTranspose2d): takes 1 input, got 2");
+  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}},
+                     "node 't' (ConvTranspose2d): takes 1 input, got 2");
   expect_shape_error(*layer, {{2, 3, 8, 8, 1}}, "input must be [N, C, H, W], got [2, 3, 8, 8, 1]");
   // (1 - 1)*1 - 2*2 + 3 + 0 = -1 rows.
-  expect_shape_error(*layer, {{2, 3, 1, 8}},
-                     "input [2, 3, 1, 8] gives an empty output [2, 4, -1, 6]: (H - 1)*stride - 2*padding + kernel "
-                     "+ output_padding must be >= 1");
+  expect_shape_error(
+      *layer, {{2, 3, 1, 8}},
+      "input [2, 3, 1, 8] gives an empty output [2, 4, -1, 6]: (H - 1)*stride - 2*padding + kernel "
+      "+ output_padding must be >= 1");
   layer->output_shapes({{2, 3, 8, 8}});
   layer->create_parameters({{2, 3, 8, 8}});
-  expect_shape_error(*layer, {{2, 5, 8, 8}}, "input [2, 5, 8, 8] has 5 channels but weight [3, 4, 3, 3] expects 3");
+  expect_shape_error(*layer, {{2, 5, 8, 8}},
+                     "input [2, 5, 8, 8] has 5 channels but weight [3, 4, 3, 3] expects 3");
 }
 
 }  // namespace
