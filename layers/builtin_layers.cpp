@@ -8,6 +8,7 @@
 #include "fully_connected/fully_connected.h"
 #include "plexus/registry.h"
 #include "rate_loss/rate_loss.h"
+#include "gdn/gdn.h"
 #include "relu/relu.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
@@ -17,6 +18,7 @@ namespace plexus {
 void register_builtin_layers(Registry& registry) {
   layers::register_conv2d(registry);
   layers::register_conv_transpose2d(registry);
+  layers::register_gdn(registry);
   layers::register_relu(registry);
   layers::register_uniform_noise(registry);
   layers::register_factorized_entropy_model(registry);
