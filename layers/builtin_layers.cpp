@@ -1,6 +1,8 @@
 // Explicit registration of every built-in layer, through the same
 // Registry::add() a plugin uses. One line per layer; no static initialisers,
 // so nothing silently disappears when the linker prunes a library.
+#include "conv2d/conv2d.h"
+#include "conv_transpose2d/conv_transpose2d.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
@@ -14,6 +16,8 @@
 namespace plexus {
 
 void register_builtin_layers(Registry& registry) {
+  layers::register_conv2d(registry);
+  layers::register_conv_transpose2d(registry);
   layers::register_gdn(registry);
   layers::register_relu(registry);
   layers::register_uniform_noise(registry);
