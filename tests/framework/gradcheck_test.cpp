@@ -1,0 +1,48 @@
+// The gradient checker itself: it must pass a correct layer and FAIL a layer
+// whose backward is wrong (otherwise every layer test would prove nothing).
+#include <gtest/gtest.h>
+
+#include "framework/test_layers.h"
+#include "plexus/gradcheck.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+TEST(GradCheck, PassesACorrectLayer) {
+  GradCheckResult result = check_gradients(test::test_registry(), "TestScale", {}, {{3, 4}});
+  EXPECT_TRUE(result.ok()) << result.report();
+  EXPECT_EQ(result.checked, 12 + 1);  // every input element and the parameter
+}
+
+TEST(GradCheck, FailsABrokenLayer) {
+  GradCheckResult result = check_gradients(test::test_registry(), "TestBrokenSquare", {}, {{5}});
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(result.failures, 5);
+  ASSERT_FALSE(result.mismatches.empty());
+  // The numeric gradient of sum(r * x^2) is 2 r x: twice the broken analytic one.
+  EXPECT_NEAR(result.mismatches[0].numeric, 2.0 * result.mismatches[0].analytic, 1e-6);
+  EXPECT_FALSE(testing::gradients_match(result));
+}
+
+TEST(GradCheck, SkipsKinks) {
+  GradCheckOptions options;
+  options.kink = 0.0;
+  options.kink_range = 10.0;  // every input is within the band
+  GradCheckResult result = check_gradients(test::test_registry(), "ReLU", {}, {{6}}, Device::cpu(), options);
+  EXPECT_EQ(result.skipped, 6);
+  EXPECT_FALSE(result.ok()) << "nothing checked must not count as a pass";
+}
+
+TEST(GradCheck, InputsAreRandomAndNonZero) {
+  GradCheckOptions options;
+  std::vector<double> seen;
+  options.input_filler = [&](int, std::vector<double>& values, std::mt19937_64&) { seen = values; };
+  check_gradients(test::test_registry(), "ReLU", {}, {{64}}, Device::cpu(), options);
+  ASSERT_EQ(seen.size(), 64u);
+  for (double v : seen) EXPECT_GE(std::abs(v), 1e-2);
+  EXPECT_NE(seen[0], seen[1]);
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,71 @@
+// ModelSpec parsing: good files, malformed JSON with its position, and every
+// structural mistake named.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "plexus/error.h"
+#include "plexus/model_spec.h"
+
+namespace plexus {
+namespace {
+
+template <typename E, typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+TEST(ModelSpec, ParsesNodesAndParams) {
+  ModelSpec spec = ModelSpec::from_text(R"({
+    "name": "tiny", "inputs": ["x"],
+    "nodes": [{"name": "r", "type": "ReLU", "inputs": ["x"], "outputs": ["y"], "params": {"k": 3}}]
+  })");
+  EXPECT_EQ(spec.name, "tiny");
+  ASSERT_EQ(spec.nodes.size(), 1u);
+  EXPECT_EQ(spec.nodes[0].type, "ReLU");
+  EXPECT_EQ(spec.nodes[0].params["k"], 3);
+  // Round trip through to_json.
+  ModelSpec again = ModelSpec::from_json(spec.to_json());
+  EXPECT_EQ(again.to_json(), spec.to_json());
+}
+
+TEST(ModelSpec, MalformedJsonNamesFileLineAndColumn) {
+  std::string message = error_of<ConfigError>([] {
+    ModelSpec::from_text("{\n  \"inputs\": [\"x\"],\n  \"nodes\": [,]\n}", "model.json");
+  });
+  EXPECT_NE(message.find("model.json:3:"), std::string::npos) << message;
+  EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
+}
+
+TEST(ModelSpec, MissingFileIsIoError) {
+  std::string message = error_of<IoError>([] { ModelSpec::from_file("/nonexistent/model.json"); });
+  EXPECT_NE(message.find("/nonexistent/model.json"), std::string::npos) << message;
+}
+
+TEST(ModelSpec, StructuralMistakesAreNamed) {
+  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"nodes": []})", "m.json"); }).find("missing \"inputs\""),
+            std::string::npos);
+  EXPECT_NE(error_of<ConfigError>([] {
+              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "type": "ReLU", "inputs": ["x"]}]})", "m.json");
+            }).find("nodes[0] ('a'): missing \"outputs\""),
+            std::string::npos);
+  EXPECT_NE(error_of<ConfigError>([] {
+              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "typ": "ReLU", "outputs": ["y"]}]})", "m.json");
+            }).find("unknown key 'typ'"),
+            std::string::npos);
+  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"inputs": [1], "nodes": []})", "m.json"); })
+                .find("\"inputs\" must be an array of strings"),
+            std::string::npos);
+  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"inputs": [], "nodes": [], "nodez": 1})", "m.json"); })
+                .find("unknown top-level key 'nodez'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace plexus

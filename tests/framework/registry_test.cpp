@@ -1,0 +1,83 @@
+// Registry: unknown types suggest close names, duplicates name both origins,
+// LayerConfig reports wrong types and unknown keys.
+#include <gtest/gtest.h>
+
+#include "framework/test_layers.h"
+#include "plexus/layer_config.h"
+#include <nlohmann/json.hpp>
+
+#include "plexus/registry.h"
+
+namespace plexus {
+namespace {
+
+template <typename E, typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+TEST(Registry, UnknownTypeSuggestsCloseNames) {
+  Registry registry = builtin_registry();
+  std::string message = error_of<ConfigError>([&] { registry.create("Relu", "act1", {}); });
+  EXPECT_NE(message.find("node 'act1'"), std::string::npos) << message;
+  EXPECT_NE(message.find("unknown layer type 'Relu'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'ReLU'"), std::string::npos) << message;
+}
+
+TEST(Registry, DuplicateTypeNamesBothOrigins) {
+  Registry registry = builtin_registry();
+  registry.set_origin("plugin libmine.so");
+  std::string message = error_of<PluginError>([&] {
+    registry.add("ReLU", [](LayerConfig& c) { return std::make_unique<test::AddLayer>(c); });
+  });
+  EXPECT_NE(message.find("'ReLU' is registered twice"), std::string::npos) << message;
+  EXPECT_NE(message.find("first by built-in"), std::string::npos) << message;
+  EXPECT_NE(message.find("again by plugin libmine.so"), std::string::npos) << message;
+}
+
+TEST(Registry, CloseMatchesRanksByEditDistance) {
+  std::vector<std::string> names = {"Conv2d", "ConvTranspose2d", "GDN", "IGDN", "ReLU"};
+  ASSERT_FALSE(close_matches("conv2d", names).empty());
+  EXPECT_EQ(close_matches("conv2d", names)[0], "Conv2d");
+  ASSERT_FALSE(close_matches("GND", names).empty());
+  EXPECT_EQ(close_matches("GND", names)[0], "GDN");
+  EXPECT_TRUE(close_matches("Softmax", names).empty());
+}
+
+TEST(LayerConfig, TypedGettersAndDefaults) {
+  LayerConfig config("n", "T", {{"k", 5}, {"rate", 0.5}, {"bias", false}, {"mode", "fast"}, {"dims", {1, 2}}});
+  EXPECT_EQ(config.integer("k"), 5);
+  EXPECT_EQ(config.number("rate"), 0.5);
+  EXPECT_FALSE(config.boolean("bias"));
+  EXPECT_EQ(config.text("mode"), "fast");
+  EXPECT_EQ(config.integers("dims", {}), (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(config.integer("stride", 1), 1);
+  config.check_all_used();  // everything was read: no throw
+}
+
+TEST(LayerConfig, WrongTypeAndMissingAreNamed) {
+  LayerConfig config("enc1", "Conv2d", {{"kernel", "five"}});
+  std::string wrong = error_of<ConfigError>([&] { config.integer("kernel"); });
+  EXPECT_NE(wrong.find("node 'enc1' (Conv2d): parameter 'kernel' must be an integer, got \"five\""), std::string::npos)
+      << wrong;
+  std::string missing = error_of<ConfigError>([&] { config.integer("out_channels"); });
+  EXPECT_NE(missing.find("parameter 'out_channels' is required"), std::string::npos) << missing;
+}
+
+TEST(LayerConfig, UnknownKeysListKnownOnes) {
+  LayerConfig config("enc1", "Conv2d", {{"kernal", 5}, {"stride", 2}});
+  config.integer("kernel", 3);
+  config.integer("stride", 1);
+  std::string message = error_of<ConfigError>([&] { config.check_all_used(); });
+  EXPECT_NE(message.find("unknown parameter 'kernal'"), std::string::npos) << message;
+  EXPECT_NE(message.find("Conv2d takes: kernel, stride"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,67 @@
+// Tensor basics: shapes, dtype conversion, copies, errors.
+#include <gtest/gtest.h>
+
+#include "plexus/context.h"
+#include "plexus/tensor.h"
+#include "plexus/tensor_ops.h"
+
+namespace plexus {
+namespace {
+
+TEST(Tensor, ZeroFilledWithShape) {
+  Tensor t({2, 3, 4}, DType::f64);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.dim(-1), 4);
+  EXPECT_EQ(t.nbytes(), 24u * 8u);
+  for (double v : t.to_values()) EXPECT_EQ(v, 0.0);
+  EXPECT_EQ(t.describe(), "f64[2, 3, 4] on cpu");
+}
+
+TEST(Tensor, ScalarHasOneElement) {
+  Tensor s(Shape{}, DType::f32);
+  EXPECT_EQ(s.numel(), 1);
+}
+
+TEST(Tensor, ConvertsDtypeAndSharesOnCopy) {
+  Tensor a = Tensor::from_values({1.5, -2.25}, {2}, DType::f64);
+  Tensor b = a.to(DType::f32);
+  EXPECT_EQ(b.dtype(), DType::f32);
+  EXPECT_EQ(b.to_values(), (std::vector<double>{1.5, -2.25}));
+  Tensor shared = a;
+  shared.data<double>()[0] = 9.0;
+  EXPECT_EQ(a.to_values()[0], 9.0);
+  Tensor deep = a.clone();
+  deep.data<double>()[0] = 1.0;
+  EXPECT_EQ(a.to_values()[0], 9.0);
+}
+
+TEST(Tensor, WrongTypedAccessThrows) {
+  Tensor t({2}, DType::f32);
+  EXPECT_THROW(t.data<double>(), Error);
+}
+
+TEST(Tensor, ReshapeChecksCount) {
+  Tensor t({2, 6});
+  EXPECT_EQ(t.reshaped({3, 4}).shape(), (Shape{3, 4}));
+  EXPECT_THROW(t.reshaped({5}), ShapeError);
+  EXPECT_THROW(t.copy_from(Tensor({12})), ShapeError);
+}
+
+TEST(TensorOps, FillAddAndFiniteness) {
+  Context ctx;
+  Tensor a({3}, DType::f64), b = Tensor::from_values({1, 2, 3}, {3}, DType::f64);
+  fill(ctx, a, 0.5);
+  add_into(ctx, a, b);
+  EXPECT_EQ(a.to_values(), (std::vector<double>{1.5, 2.5, 3.5}));
+  EXPECT_TRUE(all_finite(ctx, a));
+  a.data<double>()[1] = std::nan("");
+  EXPECT_FALSE(all_finite(ctx, a));
+}
+
+TEST(Device, ParsesNames) {
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  EXPECT_THROW(parse_device("gpu"), ConfigError);
+}
+
+}  // namespace
+}  // namespace plexus

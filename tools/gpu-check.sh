@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (the `device` tool) from the repository root:
+#   bash tools/gpu-check.sh
+# Builds for sm_90, runs the WHOLE test suite and fails if any test was
+# skipped (on a GPU machine nothing may skip), then runs compute-sanitizer
+# memcheck over every CUDA test, and prints a summary. Logs go to $OUT (or
+# gpu-check-logs/) for the coordinator to read.
+# stb is not installed there: carry its headers in .device/stb.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${OUT:-gpu-check-logs}
+mkdir -p "$logs"
+build=build-gpu
+stb=${STB_INCLUDE_DIR:-$PWD/.device/stb}
+jobs=$(nproc)
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+echo "== configure + build"
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+         -DSTB_INCLUDE_DIR="$stb" && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
+  tail -60 "$logs/build.log"
+  echo "SUMMARY: build FAILED"
+  exit 1
+fi
+
+echo "== ctest"
+(cd "$build" && ctest -j 8 --output-on-failure --timeout 900) > "$logs/ctest.log" 2>&1
+ctest_rc=$?
+tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)
+skipped=$(grep -cE "\(Skipped\)" "$logs/ctest.log")
+grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "$logs/ctest.log" | head -40
+
+echo "== compute-sanitizer memcheck over the CUDA tests"
+memcheck_errors=0
+memcheck_runs=0
+: > "$logs/memcheck.log"
+for binary in "$build"/tests/*_test; do
+  list=$("$binary" --gtest_list_tests --gtest_filter='*Cuda*' 2>/dev/null | grep -c '^  ')
+  [ "$list" -gt 0 ] || continue
+  memcheck_runs=$((memcheck_runs + 1))
+  out=$(compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" --gtest_filter='*Cuda*' 2>&1)
+  rc=$?
+  echo "$out" >> "$logs/memcheck.log"
+  summary=$(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)
+  echo "$(basename "$binary"): rc=$rc ${summary}"
+  if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
+done
+
+# The out-of-tree example plugin, built against an installed Plexus.
+plugin_line="example plugin: not present"
+if [ -f examples/plugins/simplified_gdn/CMakeLists.txt ] && grep -q "install" framework/CMakeLists.txt; then
+  prefix=$PWD/$build/install
+  if cmake --install "$build" --prefix "$prefix" > "$logs/plugin.log" 2>&1 &&
+     cmake -S examples/plugins/simplified_gdn -B "$build/plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+       -DCMAKE_CUDA_ARCHITECTURES=90 >> "$logs/plugin.log" 2>&1 &&
+     cmake --build "$build/plugin" -j "$jobs" >> "$logs/plugin.log" 2>&1 &&
+     (cd "$build/plugin" && ctest --output-on-failure) >> "$logs/plugin.log" 2>&1; then
+    plugin_tests=$(grep -E "tests passed" "$logs/plugin.log" | tail -1)
+    plugin_skipped=$(grep -cE "\(Skipped\)" "$logs/plugin.log")
+    plugin_line="example plugin: $plugin_tests; skipped: $plugin_skipped"
+    skipped=$((skipped + plugin_skipped))
+    for binary in "$build"/plugin/*_test; do
+      [ -x "$binary" ] || continue
+      out=$(compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" --gtest_filter='*Cuda*' 2>&1)
+      rc=$?
+      echo "$out" >> "$logs/memcheck.log"
+      echo "$(basename "$binary") (plugin): rc=$rc $(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)"
+      memcheck_runs=$((memcheck_runs + 1))
+      if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
+    done
+  else
+    tail -40 "$logs/plugin.log"
+    plugin_line="example plugin: FAILED (see plugin.log)"
+    ctest_rc=1
+  fi
+fi
+
+echo
+echo "SUMMARY: ctest: ${tests_line:-no result} (rc=$ctest_rc); skipped: $skipped"
+echo "SUMMARY: $plugin_line"
+echo "SUMMARY: memcheck: $memcheck_runs binaries, $memcheck_errors with errors"
+if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ]; then
+  echo "SUMMARY: gpu-check FAILED"
+  exit 1
+fi
+echo "SUMMARY: gpu-check PASSED"
