@@ -81,7 +81,7 @@ int run_eval(const EvalOptions& o) {
   }
   if (count == 0) throw IoError("no image in '" + o.data + "' could be decoded (see the warnings above)");
   const double mean_psnr = psnr_sum / count, mean_bpp = bpp_sum / count;
-  std::printf("%-*s  %9s  %9.3f  %7.4f\n", static_cast<int>(name_width), "mean", (std::to_string(count) + " img").c_str(),
+  std::printf("%-*s  %9s  %9.3f  %7.4f\n", static_cast<int>(name_width), "mean", ("n=" + std::to_string(count)).c_str(),
               mean_psnr, mean_bpp);
   if (!o.out.empty()) {
     const std::string json_path = (fs::path(o.out) / "eval.json").string();

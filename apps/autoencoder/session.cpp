@@ -22,18 +22,14 @@ Registry make_registry(const std::vector<std::string>& plugins) {
 }
 
 Device choose_device(const std::string& text) {
-  Device device;
+  // parse_device names the device and says what is wrong; prefix the option.
   try {
-    device = parse_device(text);
+    return parse_device(text);
+  } catch (const DeviceError& e) {
+    throw DeviceError(std::string("--device: ") + e.what());
   } catch (const Error& e) {
-    throw ConfigError("--device '" + text + "': expected cpu, cuda, cuda:N or auto");
+    throw ConfigError(std::string("--device: ") + e.what());
   }
-  if (device.is_cuda() && !cuda_available())
-    throw DeviceError("--device " + text + ": " +
-                      (built_with_cuda() ? std::string("no CUDA GPU is visible to this process")
-                                         : std::string("this plexus-ae was built without CUDA")) +
-                      "; use --device cpu (or auto)");
-  return device;
 }
 
 }  // namespace plexus::ae

@@ -11,7 +11,8 @@ namespace plexus::ae {
 
 Registry make_registry(const std::vector<std::string>& plugins);
 // "cpu", "cuda", "cuda:N" or "auto" (CUDA when a GPU is visible). Throws
-// DeviceError for CUDA when this build or machine has none.
+// ConfigError for anything else and DeviceError for CUDA when this build or
+// machine has none, both starting "--device: ".
 Device choose_device(const std::string& text);
 
 }  // namespace plexus::ae

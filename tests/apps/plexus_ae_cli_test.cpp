@@ -19,7 +19,7 @@ using testing::ScratchFolder;
 class PlexusAeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    data::write_png(folder / "images/a.png", testing::position_image(40, 36));
+    testing::save_png(folder / "images/a.png", testing::position_image(40, 36));
   }
   testing::CommandResult run(const std::vector<std::string>& args) { return run_plexus_ae(args, folder.path()); }
   // Expects exit code 1, and stderr containing every fragment.
@@ -107,9 +107,9 @@ TEST_F(PlexusAeCli, BadOptionValuesAreNamed) {
   expect_error(with({"--lambda", "-1"}), {"--lambda must be > 0"});
   expect_error(with({"--lr", "0"}), {"--lr must be > 0"});
   expect_error(with({"--steps", "0"}), {"--steps must be >= 1"});
-  expect_error(with({"--device", "gpu"}), {"--device 'gpu'"});
+  expect_error(with({"--device", "gpu"}), {"--device: unknown device 'gpu'"});
   expect_error(with({"--plugin", folder / "nothere.so"}), {"nothere.so"});
-  if (!cuda_available()) expect_error(with({"--device", "cuda"}), {"--device cuda"});
+  if (!cuda_available()) expect_error(with({"--device", "cuda"}), {"--device: device 'cuda' requested"});
 }
 
 TEST_F(PlexusAeCli, ResumeWithoutACheckpointNamesThePath) {

@@ -21,13 +21,13 @@ using testing::ScratchFolder;
 class PlexusAeEval : public ::testing::Test {
  protected:
   void SetUp() override {
-    data::write_png(folder / "train/a.png", testing::position_image(48, 40));
+    testing::save_png(folder / "train/a.png", testing::position_image(48, 40));
     auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
                         "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out", folder / "run"});
     ASSERT_EQ(trained.exit_code, 0) << trained.describe();
     // 21x13 and 8x30: neither side a multiple of the stride (4) in the first.
-    data::write_png(folder / "eval/odd.png", testing::position_image(21, 13));
-    data::write_png(folder / "eval/nested/tall.png", testing::position_image(8, 30));
+    testing::save_png(folder / "eval/odd.png", testing::position_image(21, 13));
+    testing::save_png(folder / "eval/nested/tall.png", testing::position_image(8, 30));
     testing::write_bytes(folder / "eval/broken.png", "not a png at all");
   }
   testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }

@@ -51,9 +51,9 @@ class PlexusAeTrain : public ::testing::Test {
  protected:
   void SetUp() override {
     // Smooth gradients and shapes: easy content a tiny model learns fast.
-    data::write_png(folder / "images/a.png", testing::position_image(48, 40));
-    data::write_png(folder / "images/b.png", testing::position_image(40, 52));
-    data::write_png(folder / "images/sub/c.png", testing::position_image(20, 12));  // smaller than nothing: fine
+    testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
+    testing::save_png(folder / "images/b.png", testing::position_image(40, 52));
+    testing::save_png(folder / "images/sub/c.png", testing::position_image(20, 12));  // smaller than nothing: fine
   }
   // Common arguments of a tiny CPU run writing to <scratch>/<out>.
   std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
@@ -169,7 +169,7 @@ TEST_F(PlexusAeTrain, BundledModelsTakeTrainingSteps) {
     auto result = run({"train", "--data", folder / "images", "--model", model, "--patch", "32", "--batch", "1",
                        "--steps", "2", "--device", "cpu", "--out", folder / model});
     EXPECT_EQ(result.exit_code, 0) << result.describe();
-    EXPECT_TRUE(std::filesystem::exists(folder / model / "model.safetensors")) << model;
+    EXPECT_TRUE(std::filesystem::exists(folder / (model + "/model.safetensors"))) << model;
     EXPECT_TRUE(contains(result.err, "stride 16")) << result.err;
   }
 }

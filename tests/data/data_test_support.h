@@ -51,6 +51,12 @@ inline data::Image position_image(int width, int height) {
   return image;
 }
 
+// data::write_png, creating the parent folders first.
+inline void save_png(const std::string& path, const data::Image& image) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  data::write_png(path, image);
+}
+
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
