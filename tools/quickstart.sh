@@ -5,7 +5,7 @@
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
 # The run itself (training + evaluation, not the build) takes under 5
-# minutes on a 2-core CPU. A few hundred steps on six images teach the
+# minutes on a 2-core CPU. 2500 steps on six images teach the
 # model only the coarse structure of a photograph: expect a blurry
 # reconstruction; real training takes ~100k+ steps on hundreds of images
 # (see the README's "Training the autoencoder").
@@ -21,8 +21,8 @@ out=runs/quickstart
 rm -rf "$out"
 start=$(date +%s)
 build/bin/plexus-ae train --data data/train-sample --model bls2017 \
-    --steps 300 --batch 4 --patch 64 --lr 1e-3 --lambda 0.01 --seed 1 \
-    --device auto --log-every 50 --checkpoint-every 100 --out "$out"
+    --steps 2500 --batch 4 --patch 64 --lr 2e-4 --lambda 0.01 --seed 1 \
+    --device auto --log-every 100 --checkpoint-every 500 --out "$out"
 build/bin/plexus-ae eval --model "$out/model.safetensors" --data data/eval-sample \
     --device auto --out "$out/reconstructions"
 echo "quickstart: trained and evaluated in $(( $(date +%s) - start )) s; reconstructions in $out/reconstructions/"

@@ -83,6 +83,7 @@ int run_eval(const EvalOptions& o) {
   const double mean_psnr = psnr_sum / count, mean_bpp = bpp_sum / count;
   std::printf("%-*s  %9s  %9.3f  %7.4f\n", static_cast<int>(name_width), "mean", ("n=" + std::to_string(count)).c_str(),
               mean_psnr, mean_bpp);
+  std::fflush(stdout);
   if (!o.out.empty()) {
     const std::string json_path = (fs::path(o.out) / "eval.json").string();
     std::ofstream(json_path) << nlohmann::json{{"model", o.model},   {"step", step},       {"data", o.data},

@@ -49,6 +49,7 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--val-images", o.val_images, "validate on at most this many images of --val (0: all)");
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (0: none, decode in the training thread)");
+  train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
 }
 

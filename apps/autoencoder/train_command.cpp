@@ -58,6 +58,7 @@ void check_values(const TrainOptions& o) {
   if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
   if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
   if (o.threads < 0) throw ConfigError("--threads must be >= 0, got " + std::to_string(o.threads));
+  if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
 }
 
 struct Validation {
@@ -205,7 +206,14 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   StepStats stats;
   stats.total = o.steps;
 
-  while (step < o.steps) {
+  // --time-limit ends the run early, as if --steps had been reached.
+  std::int64_t last_step = o.steps;
+  auto out_of_time = [&] {
+    return o.time_limit > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >= o.time_limit;
+  };
+
+  while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
     Tensor batch = loader.next();
     net.input(kImage).copy_from(batch);
@@ -231,6 +239,11 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     net.backward(ctx, {{kDistortion, weight}, {kRate, 1.0}});
     adam.step(ctx, net.parameters());
     ++step;
+    if (step < last_step && out_of_time()) {
+      last_step = step;
+      bar.finish();
+      spdlog::info("--time-limit of {} s reached after step {} of {}; finishing", o.time_limit, step, o.steps);
+    }
 
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     seconds_per_step = step == first_step + 1 ? step_seconds : 0.9 * seconds_per_step + 0.1 * step_seconds;
@@ -246,7 +259,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     stats.eta_seconds = seconds_per_step * static_cast<double>(o.steps - step);
     bar.update(stats);
 
-    if (step % o.log_every == 0 || step == o.steps) {
+    if (step % o.log_every == 0 || step == last_step) {
       const auto now = std::chrono::steady_clock::now();
       const double window_seconds = std::chrono::duration<double>(now - window_start).count();
       const double mean_mse = window_mse / window_steps;
@@ -263,7 +276,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       window_steps = 0;
       window_start = now;
     }
-    if (val_images && (step % o.val_every == 0 || step == o.steps)) {
+    if (val_images && (step % o.val_every == 0 || step == last_step)) {
       Validation v = validate(net, ctx, *val_images, stride, o.val_images, weight, training_shape);
       bar.finish();
       spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", step, v.psnr, v.bpp,
@@ -271,7 +284,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       log.write({{"kind", "val"}, {"step", step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
                  {"images", v.images}});
     }
-    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < o.steps) {
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {
       if (!save("periodic")) return kExitError;
     }
     int signal_number = 0;

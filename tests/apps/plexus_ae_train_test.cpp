@@ -164,6 +164,16 @@ TEST_F(PlexusAeTrain, NanBeforeTheFirstCheckpointSaysSo) {
   EXPECT_FALSE(std::filesystem::exists(folder / "early/checkpoint.safetensors"));
 }
 
+TEST_F(PlexusAeTrain, TimeLimitFinishesEarlyWithAModel) {
+  auto result = run(tiny_run("timed", 10000000, {"--time-limit", "1", "--log-every", "1000000"}));
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "--time-limit of 1 s reached after step")) << result.err;
+  EXPECT_TRUE(std::filesystem::exists(folder / "timed/model.safetensors"));
+  auto train = read_metrics(folder / "timed/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 1u);  // the last step is always logged
+  EXPECT_LT(train[0]["step"].get<std::int64_t>(), 10000000);
+}
+
 TEST_F(PlexusAeTrain, BundledModelsTakeTrainingSteps) {
   for (const std::string model : {"bls2017", "bmshj2018-factorized"}) {
     auto result = run({"train", "--data", folder / "images", "--model", model, "--patch", "32", "--batch", "1",
