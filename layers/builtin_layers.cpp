@@ -1,13 +1,31 @@
 // Explicit registration of every built-in layer, through the same
 // Registry::add() a plugin uses. One line per layer; no static initialisers,
 // so nothing silently disappears when the linker prunes a library.
+#include "conv2d/conv2d.h"
+#include "conv_transpose2d/conv_transpose2d.h"
+#include "factorized_entropy_model/factorized_entropy_model.h"
+#include "mse_loss/mse_loss.h"
+#include "fully_connected/fully_connected.h"
 #include "plexus/registry.h"
+#include "rate_loss/rate_loss.h"
+#include "gdn/gdn.h"
 #include "relu/relu.h"
+#include "uniform_noise/uniform_noise.h"
+#include "softmax_projection/softmax_projection.h"
 
 namespace plexus {
 
 void register_builtin_layers(Registry& registry) {
+  layers::register_conv2d(registry);
+  layers::register_conv_transpose2d(registry);
+  layers::register_gdn(registry);
   layers::register_relu(registry);
+  layers::register_uniform_noise(registry);
+  layers::register_factorized_entropy_model(registry);
+  layers::register_mse_loss(registry);
+  layers::register_rate_loss(registry);
+  layers::register_fully_connected(registry);
+  layers::register_softmax_projection(registry);
 }
 
 }  // namespace plexus

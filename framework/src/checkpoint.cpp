@@ -1,0 +1,399 @@
+#include "plexus/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plexus/error.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+
+namespace plexus {
+
+// The safetensors layout (https://huggingface.co/docs/safetensors):
+//   8 bytes   N, the header length, an unsigned little-endian 64-bit integer
+//   N bytes   a JSON object: "<name>": {"dtype": "F32", "shape": [2, 3],
+//             "data_offsets": [begin, end]} per tensor, offsets relative to
+//             the first data byte; optional "__metadata__": {string: string};
+//             padded with spaces
+//   the data  every tensor's bytes, row-major, little-endian, packed in
+//             offset order with no gaps.
+
+namespace {
+
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kOptimizerPrefix = "optimizer/";
+
+bool host_is_little_endian() {
+  const std::uint16_t probe = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &probe, 1);
+  return first == 1;
+}
+
+void require_little_endian(const std::string& path) {
+  if (!host_is_little_endian())
+    throw IoError("'" + path + "': safetensors data is little-endian and this host is not; not supported");
+}
+
+const char* safetensors_dtype(DType dtype) { return dtype == DType::f64 ? "F64" : "F32"; }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `bytes` to `fd`, retrying short writes.
+bool write_all(int fd, const char* bytes, std::size_t size) {
+  while (size > 0) {
+    ssize_t written = ::write(fd, bytes, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes += written;
+    size -= static_cast<std::size_t>(written);
+  }
+  return true;
+}
+
+std::string parent_folder(const std::string& path) {
+  std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// A file opened for writing and removed again unless commit() renamed it.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(std::string target) : target_(std::move(target)) {
+    path_ = target_ + ".tmp-" + std::to_string(::getpid());
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw IoError("cannot write checkpoint '" + target_ + "': cannot create '" + path_ + "': " + errno_text());
+  }
+  ~TemporaryFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  void write(const void* bytes, std::size_t size) {
+    if (!write_all(fd_, static_cast<const char*>(bytes), size))
+      throw IoError("cannot write checkpoint '" + target_ + "': writing '" + path_ + "' failed: " + errno_text());
+  }
+  // fsync, close, rename over the target, then fsync the folder so the
+  // rename itself survives a crash.
+  void commit() {
+    if (::fsync(fd_) != 0)
+      throw IoError("cannot write checkpoint '" + target_ + "': fsync of '" + path_ + "' failed: " + errno_text());
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0)
+      throw IoError("cannot write checkpoint '" + target_ + "': closing '" + path_ + "' failed: " + errno_text());
+    if (::rename(path_.c_str(), target_.c_str()) != 0)
+      throw IoError("cannot write checkpoint '" + target_ + "': renaming '" + path_ + "' over it failed: " +
+                    errno_text());
+    committed_ = true;
+    int folder = ::open(parent_folder(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (folder >= 0) {
+      ::fsync(folder);  // best effort: some file systems refuse to fsync a folder
+      ::close(folder);
+    }
+  }
+
+ private:
+  std::string target_;
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw IoError("safetensors file '" + path + "': " + problem);
+}
+
+std::string offsets_str(std::uint64_t begin, std::uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+// One tensor entry of a header, validated.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& value) {
+  Entry entry;
+  entry.name = name;
+  const std::string who = "tensor '" + name + "'";
+  if (!value.is_object()) fail(path, who + " must be a JSON object, got " + value.dump());
+  for (auto it = value.begin(); it != value.end(); ++it)
+    if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
+      fail(path, who + " has an unknown field '" + it.key() + "'");
+  if (!value.contains("dtype") || !value["dtype"].is_string()) fail(path, who + " has no \"dtype\" string");
+  std::string dtype = value["dtype"].get<std::string>();
+  if (dtype == "F32") entry.dtype = DType::f32;
+  else if (dtype == "F64") entry.dtype = DType::f64;
+  else fail(path, who + " has unsupported dtype '" + dtype + "' (Plexus reads F32 and F64)");
+
+  if (!value.contains("shape") || !value["shape"].is_array()) fail(path, who + " has no \"shape\" array");
+  std::uint64_t numel = 1;
+  for (const auto& dim : value["shape"]) {
+    if (!dim.is_number_unsigned()) fail(path, who + " has a bad shape " + value["shape"].dump());
+    std::uint64_t d = dim.get<std::uint64_t>();
+    if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+        (d != 0 && numel > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / d))
+      fail(path, who + " has a shape too large to address: " + value["shape"].dump());
+    numel *= d;
+    entry.shape.push_back(static_cast<std::int64_t>(d));
+  }
+
+  const auto& offsets = value.contains("data_offsets") ? value["data_offsets"] : nlohmann::json();
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    fail(path, who + " needs \"data_offsets\": [begin, end] (two non-negative integers), got " + offsets.dump());
+  entry.begin = offsets[0].get<std::uint64_t>();
+  entry.end = offsets[1].get<std::uint64_t>();
+  if (entry.begin > entry.end)
+    fail(path, who + " has data_offsets " + offsets_str(entry.begin, entry.end) + " that end before they begin");
+  std::uint64_t expected = numel * dtype_size(entry.dtype);
+  if (entry.end - entry.begin != expected)
+    fail(path, who + " is " + dtype + shape_str(entry.shape) + ", which needs " + std::to_string(expected) +
+                   " bytes, but its data_offsets " + offsets_str(entry.begin, entry.end) + " span " +
+                   std::to_string(entry.end - entry.begin));
+  return entry;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const TensorFile& file) {
+  require_little_endian(path);
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<Tensor> host_tensors;
+  std::uint64_t offset = 0;
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name == kMetadataKey) throw IoError("cannot write checkpoint '" + path + "': a tensor is named '__metadata__'");
+    if (!tensor.defined()) throw IoError("cannot write checkpoint '" + path + "': tensor '" + name + "' is undefined");
+    host_tensors.push_back(tensor.to(Device::cpu()));
+    std::uint64_t end = offset + tensor.nbytes();
+    header[name] = {{"dtype", safetensors_dtype(tensor.dtype())}, {"shape", tensor.shape()},
+                    {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  if (!file.metadata.empty()) header[kMetadataKey] = file.metadata;
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name or metadata value that is not UTF-8
+    throw IoError("cannot write checkpoint '" + path + "': the header cannot be encoded: " + e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  TemporaryFile out(path);
+  out.write(length, sizeof length);
+  out.write(text.data(), text.size());
+  for (const Tensor& tensor : host_tensors) out.write(tensor.raw_data(), tensor.nbytes());
+  out.commit();
+}
+
+TensorFile load_safetensors(const std::string& path) {
+  require_little_endian(path);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) fail(path, "cannot open it: " + errno_text());
+  if (!S_ISREG(info.st_mode)) fail(path, "it is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open it: " + errno_text());
+  in.seekg(0, std::ios::end);
+  const std::uint64_t file_size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0, std::ios::beg);
+  if (file_size < 8)
+    fail(path, "the file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
+  unsigned char length[8];
+  in.read(reinterpret_cast<char*>(length), 8);
+  std::uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(length[i]) << (8 * i);
+  if (header_size > file_size - 8)
+    fail(path, "the header length " + std::to_string(header_size) + " runs past the end of the file (" +
+                   std::to_string(file_size) + " bytes)");
+  std::string text(static_cast<std::size_t>(header_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_size));
+  if (!in) fail(path, "reading the header failed");
+
+  if (text.empty() || text[0] != '{') fail(path, "the header must begin with '{' (a JSON object)");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(path, "the header must be a JSON object, got " + header.dump().substr(0, 80));
+
+  TensorFile result;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == kMetadataKey) {
+      if (!it.value().is_object()) fail(path, "\"__metadata__\" must be an object of strings");
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        if (!m.value().is_string())
+          fail(path, "\"__metadata__\" entry '" + m.key() + "' must be a string, got " + m.value().dump());
+        result.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, it.key(), it.value()));
+  }
+
+  // The data section is packed: in offset order, each tensor starts where
+  // the previous one ended, from 0 to the end of the file.
+  const std::uint64_t data_size = file_size - 8 - header_size;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t expected_begin = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.end > data_size)
+      fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
+                     " beyond the data section of " + std::to_string(data_size) + " bytes");
+    if (e.begin < expected_begin)
+      fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
+                     " overlapping tensor '" + entries[i - 1].name + "' " +
+                     offsets_str(entries[i - 1].begin, entries[i - 1].end));
+    if (e.begin > expected_begin)
+      fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
+                     " leaving a gap of unclaimed bytes from " + std::to_string(expected_begin));
+    expected_begin = e.end;
+  }
+  if (expected_begin != data_size)
+    fail(path, "the data section is " + std::to_string(data_size) + " bytes but the tensors cover only " +
+                   std::to_string(expected_begin));
+
+  // Packed and sorted: each tensor's bytes follow the previous one's.
+  for (const Entry& e : entries) {
+    Tensor tensor(e.shape, e.dtype, Device::cpu());
+    in.read(static_cast<char*>(tensor.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+    if (!in) fail(path, "reading the data of tensor '" + e.name + "' failed");
+    result.tensors[e.name] = tensor;
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------
+// Training checkpoints
+
+namespace {
+
+const char* const kReservedMetadata[] = {"step", "optimizer", "optimizer_steps", "model_spec"};
+
+std::int64_t metadata_integer(const std::string& path, const TensorFile& file, const std::string& key) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) throw IoError("checkpoint '" + path + "' has no \"" + key + "\" in its metadata");
+  try {
+    std::size_t used = 0;
+    long long value = std::stoll(it->second, &used);
+    if (used == it->second.size()) return value;
+  } catch (const std::exception&) {
+  }
+  throw IoError("checkpoint '" + path + "': metadata \"" + key + "\" is '" + it->second + "', not an integer");
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimizer, std::int64_t step,
+                     const std::map<std::string, std::string>& metadata) {
+  TensorFile file;
+  for (const auto& [key, value] : metadata) {
+    for (const char* reserved : kReservedMetadata)
+      if (key == reserved)
+        throw IoError("cannot write checkpoint '" + path + "': metadata key '" + key +
+                      "' is reserved for Plexus itself");
+    file.metadata[key] = value;
+  }
+  file.metadata["step"] = std::to_string(step);
+  file.metadata["model_spec"] = net.spec().to_json().dump();
+  for (const NamedParameter& named : net.parameters()) file.tensors[named.name] = named.parameter->value;
+  if (optimizer) {
+    file.metadata["optimizer"] = optimizer->name();
+    file.metadata["optimizer_steps"] = std::to_string(optimizer->steps_taken());
+    for (const auto& [name, tensor] : optimizer->state()) file.tensors[kOptimizerPrefix + name] = tensor;
+  }
+  save_safetensors(path, file);
+}
+
+std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
+                             std::map<std::string, std::string>* metadata) {
+  TensorFile file = load_safetensors(path);
+  const std::int64_t step = metadata_integer(path, file, "step");
+
+  // Everything is checked before anything is copied: a bad checkpoint leaves
+  // the net and the optimiser as they were.
+  std::vector<NamedParameter> parameters = net.parameters();
+  std::map<std::string, const NamedParameter*> by_name;
+  for (const NamedParameter& named : parameters) {
+    by_name[named.name] = &named;
+    auto it = file.tensors.find(named.name);
+    if (it == file.tensors.end())
+      throw IoError("checkpoint '" + path + "' has no tensor '" + named.name + "' (the net's is " +
+                    named.parameter->value.describe() + ")");
+    if (it->second.shape() != named.parameter->value.shape())
+      throw IoError("checkpoint '" + path + "': tensor '" + named.name + "' is " + shape_str(it->second.shape()) +
+                    " in the file but " + shape_str(named.parameter->value.shape()) + " in the net");
+  }
+  std::map<std::string, Tensor> optimizer_state;
+  std::int64_t optimizer_steps = 0;
+  if (optimizer) {
+    auto name = file.metadata.find("optimizer");
+    if (name == file.metadata.end())
+      throw IoError("checkpoint '" + path + "' holds no optimiser state, but a " + optimizer->name() +
+                    " optimiser was given to restore");
+    if (name->second != optimizer->name())
+      throw IoError("checkpoint '" + path + "' holds " + name->second + " optimiser state, not " +
+                    optimizer->name());
+    optimizer_steps = file.metadata.count("optimizer_steps") ? metadata_integer(path, file, "optimizer_steps") : step;
+    const std::string prefix = kOptimizerPrefix;
+    for (const auto& [key, tensor] : file.tensors) {
+      if (key.compare(0, prefix.size(), prefix) != 0) continue;
+      std::string slot = key.substr(prefix.size());  // "<state>/<parameter>"
+      std::size_t slash = slot.find('/');
+      std::string parameter = slash == std::string::npos ? "" : slot.substr(slash + 1);
+      auto owner = by_name.find(parameter);
+      if (owner == by_name.end())
+        throw IoError("checkpoint '" + path + "': optimiser state '" + key + "' belongs to no parameter of the net");
+      const Tensor& value = owner->second->parameter->value;
+      if (tensor.shape() != value.shape())
+        throw IoError("checkpoint '" + path + "': optimiser state '" + key + "' is " + shape_str(tensor.shape()) +
+                      " in the file but parameter '" + parameter + "' is " + shape_str(value.shape()) + " in the net");
+      optimizer_state[slot] = tensor.to(value.dtype()).to(value.device());
+    }
+  }
+
+  for (const NamedParameter& named : parameters) {
+    Tensor& value = named.parameter->value;
+    value.copy_from(file.tensors.at(named.name).to(value.dtype()));
+  }
+  if (optimizer) {
+    try {
+      optimizer->load_state(optimizer_state, optimizer_steps);
+    } catch (const IoError&) {
+      throw;
+    } catch (const Error& e) {
+      throw IoError("checkpoint '" + path + "': " + e.what());
+    }
+  }
+  if (metadata) *metadata = file.metadata;
+  return step;
+}
+
+}  // namespace plexus

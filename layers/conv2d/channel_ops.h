@@ -1,0 +1,26 @@
+#pragma once
+// CUDA reductions and broadcasts over NCHW channels, shared by Conv2d and
+// ConvTranspose2d: bias add, bias gradient, and the sum over a batch of
+// per-image weight gradients. A tensor here is [N, C, P] with P = H*W.
+#include <cstdint>
+
+#include "plexus/context.h"
+
+namespace plexus::layers {
+
+// y[n, c, q] += bias[c]
+template <typename T>
+void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch, std::int64_t channels,
+                           std::int64_t plane_size, T* y);
+
+// bias_grad[c] += sum over n, q of dy[n, c, q]
+template <typename T>
+void accumulate_channel_sums_cuda(const Context& ctx, const T* dy, std::int64_t batch, std::int64_t channels,
+                                  std::int64_t plane_size, T* bias_grad);
+
+// destination[i] += sum over n < count of source[n*size + i]
+template <typename T>
+void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t count, std::int64_t size,
+                               T* destination);
+
+}  // namespace plexus::layers

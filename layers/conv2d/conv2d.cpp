@@ -1,0 +1,121 @@
+#include "conv2d/conv2d.h"
+
+#include <Eigen/Core>
+
+namespace plexus::layers {
+
+Conv2d::Conv2d(LayerConfig& config)
+    : out_channels_(config.integer("out_channels")),
+      kernel_(config.integer("kernel")),
+      stride_(config.integer("stride", 1)),
+      padding_(config.integer("padding", 0)),
+      has_bias_(config.boolean("bias", true)) {
+  if (out_channels_ < 1) config.fail("out_channels", "must be >= 1, got " + std::to_string(out_channels_));
+  if (kernel_ < 1) config.fail("kernel", "must be >= 1, got " + std::to_string(kernel_));
+  if (stride_ < 1) config.fail("stride", "must be >= 1, got " + std::to_string(stride_));
+  if (padding_ < 0) config.fail("padding", "must be >= 0, got " + std::to_string(padding_));
+}
+
+std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const {
+  if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
+  const Shape& x = inputs[0];
+  if (x.size() != 4) fail_shape("input must be [N, C, H, W], got " + shape_str(x));
+  if (x[1] < 1 || x[2] < 1 || x[3] < 1) fail_shape("input " + shape_str(x) + " must have C, H, W >= 1");
+  if (!weight_shape_.empty() && x[1] != weight_shape_[1])
+    fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels but weight " +
+               shape_str(weight_shape_) + " expects " + std::to_string(weight_shape_[1]));
+  if (x[2] + 2 * padding_ < kernel_ || x[3] + 2 * padding_ < kernel_)
+    fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) +
+               " is smaller than the " + std::to_string(kernel_) + "x" + std::to_string(kernel_) +
+               " kernel: the output would be empty");
+  const ConvGeometry g = geometry(x);
+  return {{x[0], out_channels_, g.patches_high, g.patches_wide}};
+}
+
+ConvGeometry Conv2d::geometry(const Shape& input_shape) const {
+  ConvGeometry g;
+  g.channels = input_shape[1];
+  g.height = input_shape[2];
+  g.width = input_shape[3];
+  g.kernel = kernel_;
+  g.stride = stride_;
+  g.padding = padding_;
+  g.patches_high = (g.height + 2 * padding_ - kernel_) / stride_ + 1;
+  g.patches_wide = (g.width + 2 * padding_ - kernel_) / stride_ + 1;
+  return g;
+}
+
+std::int64_t Conv2d::images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const {
+  const ConvGeometry g = geometry(input_shape);
+  const std::int64_t weight_size = out_channels_ * g.column_rows();
+  return images_per_chunk(g.column_size() + weight_size, element_size, input_shape[0], scratch_limit_);
+}
+
+void Conv2d::create_parameters(const std::vector<Shape>& inputs) {
+  const std::int64_t channels = inputs[0][1];
+  const std::int64_t fan_in = channels * kernel_ * kernel_;
+  weight_shape_ = {out_channels_, channels, kernel_, kernel_};
+  declare_parameter("weight", weight_shape_, init::fan_in_uniform(fan_in));
+  if (has_bias_) declare_parameter("bias", {out_channels_}, init::fan_in_uniform(fan_in));
+}
+
+// Per image n: columns = im2col(x_n); y_n = W columns (+ bias per row).
+void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
+  const Tensor& x = *inputs[0];
+  Tensor& y = *outputs[0];
+  const ConvGeometry g = geometry(x.shape());
+  const std::int64_t batch = x.dim(0), rows = g.column_rows(), patches = g.column_cols();
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+    Eigen::Map<const Matrix> weight(parameter("weight").value.data<T>(), out_channels_, rows);
+    Matrix columns(rows, patches);
+    for (std::int64_t n = 0; n < batch; ++n) {
+      im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
+      Eigen::Map<Matrix> y_n(y.data<T>() + n * out_channels_ * patches, out_channels_, patches);
+      y_n.noalias() = weight * columns;
+      if (has_bias_)
+        y_n.colwise() += Eigen::Map<const Vector>(parameter("bias").value.data<T>(), out_channels_);
+    }
+  });
+}
+
+// Per image n: columns = im2col(x_n); dW += dy_n columns^T; dbias += row sums
+// of dy_n; dx_n = col2im(W^T dy_n).
+void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
+                          const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  const Tensor& x = *inputs[0];
+  const Tensor& dy = *output_grads[0];
+  Tensor* dx = input_grads[0];
+  const ConvGeometry g = geometry(x.shape());
+  const std::int64_t batch = x.dim(0), rows = g.column_rows(), patches = g.column_cols();
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+    Parameter& weight = parameter("weight");
+    Eigen::Map<const Matrix> w(weight.value.data<T>(), out_channels_, rows);
+    Eigen::Map<Matrix> weight_grad(weight.grad.data<T>(), out_channels_, rows);
+    Matrix columns(rows, patches);
+    for (std::int64_t n = 0; n < batch; ++n) {
+      Eigen::Map<const Matrix> dy_n(dy.data<T>() + n * out_channels_ * patches, out_channels_, patches);
+      im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
+      weight_grad.noalias() += dy_n * columns.transpose();
+      if (has_bias_)
+        Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) += dy_n.rowwise().sum();
+      if (dx) {
+        columns.noalias() = w.transpose() * dy_n;
+        col2im_cpu(columns.data(), g, dx->data<T>() + n * g.image_size());
+      }
+    }
+  });
+}
+
+void register_conv2d(Registry& registry) {
+  registry.add(
+      "Conv2d", [](LayerConfig& config) { return std::make_unique<Conv2d>(config); },
+      "2-D convolution (PyTorch Conv2d): weight [out, C, k, k], bias [out]");
+}
+
+}  // namespace plexus::layers

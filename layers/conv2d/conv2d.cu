@@ -1,0 +1,84 @@
+// CUDA Conv2d (math in conv2d.h): im2col kernels plus cuBLAS GEMMs batched
+// over the images of a chunk. The chunk is the whole batch unless its scratch
+// (columns and per-image weight gradients) would exceed scratch_limit_.
+// Scratch buffers are cached in the layer. Every step runs on the context's
+// stream.
+#include <algorithm>
+
+#include "conv2d/channel_ops.h"
+#include "conv2d/conv2d.h"
+#include "conv2d/scratch.h"
+#include "plexus/cuda/blas.h"
+
+namespace plexus::layers {
+
+void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
+  const Tensor& x = *inputs[0];
+  Tensor& y = *outputs[0];
+  const ConvGeometry g = geometry(x.shape());
+  const std::int64_t batch = x.dim(0), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t out_plane = out_channels_ * patches;  // elements of one output image
+  if (batch == 0) return;
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    const T* weight = parameter("weight").value.data<T>();
+    for (std::int64_t first = 0; first < batch; first += chunk) {
+      const std::int64_t count = std::min(chunk, batch - first);
+      im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
+      // y_n[out, P] = W[out, K] columns_n[K, P] for each image n of the chunk (W shared: stride 0).
+      cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out_channels_),
+                                    static_cast<int>(patches), static_cast<int>(rows), T(1), weight, 0,
+                                    columns, rows * patches, T(0), y.data<T>() + first * out_plane, out_plane,
+                                    static_cast<int>(count));
+    }
+    if (has_bias_)
+      add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, out_channels_, patches,
+                            y.data<T>());
+  });
+}
+
+void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
+                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  const Tensor& x = *inputs[0];
+  const Tensor& dy = *output_grads[0];
+  Tensor* dx = input_grads[0];
+  const ConvGeometry g = geometry(x.shape());
+  const std::int64_t batch = x.dim(0), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t out_plane = out_channels_ * patches;
+  const std::int64_t weight_size = out_channels_ * rows;
+  if (batch == 0) return;
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    T* weight_grads =
+        scratch_tensor(weight_grads_, {chunk, out_channels_, rows}, x.dtype(), ctx.device()).data<T>();
+    Parameter& weight = parameter("weight");
+    for (std::int64_t first = 0; first < batch; first += chunk) {
+      const std::int64_t count = std::min(chunk, batch - first);
+      const T* dy_chunk = dy.data<T>() + first * out_plane;
+      im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
+      // G_n[out, K] = dy_n[out, P] columns_n^T, then dW += sum_n G_n.
+      cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(out_channels_), static_cast<int>(rows),
+                                    static_cast<int>(patches), T(1), dy_chunk, out_plane, columns,
+                                    rows * patches, T(0), weight_grads, weight_size, static_cast<int>(count));
+      accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
+      if (dx) {
+        // columns_n[K, P] = W^T[K, out] dy_n[out, P] (overwrites the unfolded input, already used), then
+        // dx_n = col2im(columns_n).
+        cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
+                                      static_cast<int>(out_channels_), T(1), weight.value.data<T>(), 0,
+                                      dy_chunk, out_plane, T(0), columns, rows * patches,
+                                      static_cast<int>(count));
+        col2im_cuda(ctx, columns, g, count, dx->data<T>() + first * g.image_size());
+      }
+    }
+    if (has_bias_)
+      accumulate_channel_sums_cuda(ctx, dy.data<T>(), batch, out_channels_, patches,
+                                   parameter("bias").grad.data<T>());
+  });
+}
+
+}  // namespace plexus::layers

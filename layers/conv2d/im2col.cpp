@@ -1,0 +1,72 @@
+// CPU im2col / col2im (definitions in im2col.h).
+#include "conv2d/im2col.h"
+
+#include <algorithm>
+
+namespace plexus::layers {
+
+std::int64_t images_per_chunk(std::int64_t scratch_per_image, std::size_t element_size, std::int64_t batch,
+                              std::size_t max_bytes) {
+  const std::size_t bytes_per_image =
+      static_cast<std::size_t>(std::max<std::int64_t>(scratch_per_image, 1)) * element_size;
+  const auto fitting = static_cast<std::int64_t>(max_bytes / bytes_per_image);
+  return std::max<std::int64_t>(1, std::min(fitting, batch));
+}
+
+// columns[(c*k + i)*k + j, a*Pw + b] = x[c, a*s - p + i, b*s - p + j], 0 in the padding.
+template <typename T>
+void im2col_cpu(const T* image, const ConvGeometry& g, T* columns) {
+  const std::int64_t patches = g.column_cols();
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    const T* plane = image + c * g.height * g.width;
+    for (std::int64_t i = 0; i < g.kernel; ++i) {
+      for (std::int64_t j = 0; j < g.kernel; ++j) {
+        T* row = columns + ((c * g.kernel + i) * g.kernel + j) * patches;
+        for (std::int64_t a = 0; a < g.patches_high; ++a) {
+          const std::int64_t y = a * g.stride - g.padding + i;
+          T* out = row + a * g.patches_wide;
+          if (y < 0 || y >= g.height) {
+            std::fill(out, out + g.patches_wide, T(0));
+            continue;
+          }
+          for (std::int64_t b = 0; b < g.patches_wide; ++b) {
+            const std::int64_t x = b * g.stride - g.padding + j;
+            out[b] = (x >= 0 && x < g.width) ? plane[y * g.width + x] : T(0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// image[c, y, x] = sum of columns[(c*k + i)*k + j, a*Pw + b] over all (i, j, a, b)
+// with a*s - p + i == y and b*s - p + j == x (the adjoint of im2col).
+template <typename T>
+void col2im_cpu(const T* columns, const ConvGeometry& g, T* image) {
+  std::fill(image, image + g.image_size(), T(0));
+  const std::int64_t patches = g.column_cols();
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    T* plane = image + c * g.height * g.width;
+    for (std::int64_t i = 0; i < g.kernel; ++i) {
+      for (std::int64_t j = 0; j < g.kernel; ++j) {
+        const T* row = columns + ((c * g.kernel + i) * g.kernel + j) * patches;
+        for (std::int64_t a = 0; a < g.patches_high; ++a) {
+          const std::int64_t y = a * g.stride - g.padding + i;
+          if (y < 0 || y >= g.height) continue;
+          const T* in = row + a * g.patches_wide;
+          for (std::int64_t b = 0; b < g.patches_wide; ++b) {
+            const std::int64_t x = b * g.stride - g.padding + j;
+            if (x >= 0 && x < g.width) plane[y * g.width + x] += in[b];
+          }
+        }
+      }
+    }
+  }
+}
+
+template void im2col_cpu<float>(const float*, const ConvGeometry&, float*);
+template void im2col_cpu<double>(const double*, const ConvGeometry&, double*);
+template void col2im_cpu<float>(const float*, const ConvGeometry&, float*);
+template void col2im_cpu<double>(const double*, const ConvGeometry&, double*);
+
+}  // namespace plexus::layers

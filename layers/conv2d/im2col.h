@@ -1,0 +1,57 @@
+#pragma once
+// im2col / col2im: a 2-D convolution as a matrix product (Chellapilla et al.
+// 2006; Caffe). Shared by Conv2d and ConvTranspose2d.
+//
+// An image x[c, h, w] (C x H x W) is unfolded into a column matrix
+//   columns[(c*k + i)*k + j, a*Pw + b] = x[c, a*s - p + i, b*s - p + j]
+// (zero where the index falls in the padding), of K = C*k*k rows and
+// P = Ph*Pw columns, one per kernel position, Ph = (H + 2p - k)/s + 1.
+// Then Conv2d is y = W columns with W viewed as [out, C*k*k].
+// col2im is the adjoint of im2col: it sums every column entry back onto the
+// image pixel it was copied from, so <im2col(x), c> == <x, col2im(c)>.
+#include <cstddef>
+#include <cstdint>
+
+#include "plexus/context.h"
+
+namespace plexus::layers {
+
+struct ConvGeometry {
+  std::int64_t channels = 0;  // of the image side
+  std::int64_t height = 0;
+  std::int64_t width = 0;
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+  std::int64_t patches_high = 0;  // Ph: kernel positions down (the conv output height)
+  std::int64_t patches_wide = 0;  // Pw: kernel positions across (the conv output width)
+
+  std::int64_t column_rows() const { return channels * kernel * kernel; }   // K
+  std::int64_t column_cols() const { return patches_high * patches_wide; }  // P
+  std::int64_t column_size() const { return column_rows() * column_cols(); }
+  std::int64_t image_size() const { return channels * height * width; }
+};
+
+// How many images to process at once on the GPU so that their scratch
+// (`scratch_per_image` elements each: columns plus a per-image weight
+// gradient) stays within `max_bytes`; at least 1, at most `batch`.
+std::int64_t images_per_chunk(std::int64_t scratch_per_image, std::size_t element_size, std::int64_t batch,
+                              std::size_t max_bytes);
+
+// CPU, one image. im2col writes every entry of columns [K, P]; col2im
+// OVERWRITES image [C, H, W] with the adjoint sum.
+template <typename T>
+void im2col_cpu(const T* image, const ConvGeometry& geometry, T* columns);
+template <typename T>
+void col2im_cpu(const T* columns, const ConvGeometry& geometry, T* image);
+
+// CUDA, `count` consecutive images ([count, C, H, W] <-> [count, K, P]) on
+// the context's stream; same semantics as the CPU versions.
+template <typename T>
+void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& geometry, std::int64_t count,
+                 T* columns);
+template <typename T>
+void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& geometry, std::int64_t count,
+                 T* images);
+
+}  // namespace plexus::layers

@@ -1,0 +1,94 @@
+#include "fully_connected/fully_connected.h"
+
+#include <Eigen/Core>
+
+namespace plexus::layers {
+
+namespace {
+
+template <typename T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+
+// F: the product of every dimension after the batch axis.
+std::int64_t features_of(const Shape& shape) {
+  std::int64_t features = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) features *= shape[i];
+  return features;
+}
+
+}  // namespace
+
+FullyConnected::FullyConnected(LayerConfig& config)
+    : out_features_(config.integer("out_features")), bias_(config.boolean("bias", true)) {
+  if (out_features_ < 1)
+    config.fail("out_features", "must be >= 1, got " + std::to_string(out_features_));
+}
+
+std::vector<Shape> FullyConnected::output_shapes(const std::vector<Shape>& inputs) const {
+  if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
+  const Shape& x = inputs[0];
+  if (x.size() < 2)
+    fail_shape("input must be [N, ...] with at least 2 dimensions (batch and features), got " + shape_str(x));
+  std::int64_t features = features_of(x);
+  if (features < 1) fail_shape("input " + shape_str(x) + " has no features per batch item");
+  if (in_features_ > 0 && features != in_features_)
+    fail_shape("input " + shape_str(x) + " has " + std::to_string(features) +
+               " features per batch item, but the weight was created as " +
+               shape_str({out_features_, in_features_}) + " for " + std::to_string(in_features_));
+  return {{x[0], out_features_}};
+}
+
+void FullyConnected::create_parameters(const std::vector<Shape>& inputs) {
+  in_features_ = features_of(inputs[0]);
+  declare_parameter("weight", {out_features_, in_features_}, init::fan_in_uniform(in_features_));
+  if (bias_) declare_parameter("bias", {out_features_}, init::fan_in_uniform(in_features_));
+}
+
+void FullyConnected::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
+  const Tensor& input = *inputs[0];
+  const Eigen::Index batch = input.dim(0), features = in_features_, out = out_features_;
+  dispatch_float(input.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Eigen::Map<const RowMatrix<T>> x(input.data<T>(), batch, features);
+    Eigen::Map<const RowMatrix<T>> w(parameter("weight").value.data<T>(), out, features);
+    Eigen::Map<RowMatrix<T>> y(outputs[0]->data<T>(), batch, out);
+    y.noalias() = x * w.transpose();
+    if (bias_) {
+      Eigen::Map<const RowVector<T>> b(parameter("bias").value.data<T>(), out);
+      y.rowwise() += b;
+    }
+  });
+}
+
+void FullyConnected::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
+                                  const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  const Tensor& input = *inputs[0];
+  const Eigen::Index batch = input.dim(0), features = in_features_, out = out_features_;
+  dispatch_float(input.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Eigen::Map<const RowMatrix<T>> x(input.data<T>(), batch, features);
+    Eigen::Map<const RowMatrix<T>> dy(output_grads[0]->data<T>(), batch, out);
+    Parameter& weight = parameter("weight");
+    Eigen::Map<const RowMatrix<T>> w(weight.value.data<T>(), out, features);
+    if (input_grads[0]) {
+      Eigen::Map<RowMatrix<T>> dx(input_grads[0]->data<T>(), batch, features);
+      dx.noalias() = dy * w;
+    }
+    Eigen::Map<RowMatrix<T>> dw(weight.grad.data<T>(), out, features);
+    dw.noalias() += dy.transpose() * x;
+    if (bias_) {
+      Eigen::Map<RowVector<T>> db(parameter("bias").grad.data<T>(), out);
+      db += dy.colwise().sum();
+    }
+  });
+}
+
+void register_fully_connected(Registry& registry) {
+  registry.add("FullyConnected",
+               [](LayerConfig& config) { return std::make_unique<FullyConnected>(config); },
+               "y = W x + b on the input flattened to [N, F]; params out_features, bias=true");
+}
+
+}  // namespace plexus::layers

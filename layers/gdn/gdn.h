@@ -1,0 +1,78 @@
+#pragma once
+#include <cstdint>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// Generalized divisive normalization (Ballé, Laparra, Simoncelli 2016), per
+// pixel of an input [N, C, ...] (channel axis 1, any rank >= 2):
+//   n_i = beta_i + sum_j gamma_ij x_j^2
+//   GDN:  y_i = x_i / sqrt(n_i)        IGDN: y_i = x_i * sqrt(n_i)
+//
+// Parameters beta [C] and gamma [C, C] are stored reparametrised, as in
+// tensorflow-compression and CompressAI, so that they stay positive and
+// small values learn slowly:
+//   pedestal = reparam_offset^2
+//   stored   = sqrt(max(value + pedestal, pedestal))
+//   value    = max(stored, bound)^2 - pedestal,
+//   bound_beta = sqrt(beta_min + pedestal),  bound_gamma = reparam_offset.
+// Initial values: beta = 1, gamma = gamma_init * I.
+//
+// The lower bound max(stored, bound) has tfc's "identity if towards"
+// gradient: dL/dstored = dL/dmax where stored >= bound, or where the
+// gradient would push the stored value up (dL/dmax < 0, so that a descent
+// step moves it towards the bound); zero otherwise. A parameter stuck below
+// its bound can thus climb back, but is never pushed further down.
+//
+// Backward, with q_i = dL/dn_i and sums over pixels and batch. Since
+// dn_i/dx_k = 2 gamma_ik x_k and dn_i/dgamma_ik = x_k^2:
+//   dx_k = dy_k (dy_k/dx_k at fixed n) + sum_i q_i 2 gamma_ik x_k.
+// IGDN: y_i = x_i s_i with s_i = n_i^1/2, so dL/dn_i = dy_i x_i / (2 s_i).
+//   GDN (r = n^-1/2):  q_i = -1/2 dy_i x_i r_i^3
+//                      dx_k = dy_k r_k + 2 x_k (gamma^T q)_k
+//   IGDN (s = n^1/2):  q_i = +1/2 dy_i x_i / s_i
+//                      dx_k = dy_k s_k + 2 x_k (gamma^T q)_k
+//   dbeta_i = sum q_i,  dgamma_ik = sum q_i x_k^2
+// (for GDN, with t_i = dy_i x_i r_i^3: dx_k = dy_k r_k - x_k (gamma^T t)_k,
+// dbeta_i = -1/2 sum t_i, dgamma_ik = -1/2 sum t_i x_k^2), then chained
+// through the reparametrisation: dL/dstored = 2 max(stored, bound) dL/dvalue
+// where the lower bound lets the gradient through.
+class GDN : public Layer {
+ public:
+  GDN(LayerConfig& config, bool inverse);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  void create_parameters(const std::vector<Shape>& inputs) override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+
+  bool inverse() const { return inverse_; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+
+ private:
+  double pedestal() const { return reparam_offset_ * reparam_offset_; }
+  double beta_bound() const;
+  double gamma_bound() const { return reparam_offset_; }
+  // Throws ShapeError when x's channels differ from those the parameters were made for.
+  void check_channels(const Tensor& x);
+
+  bool inverse_;
+  double beta_min_;
+  double gamma_init_;
+  double reparam_offset_;
+};
+
+// Registers "GDN" and "IGDN".
+void register_gdn(Registry& registry);
+
+}  // namespace plexus::layers

@@ -1,0 +1,31 @@
+#pragma once
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// MSELoss: the mean squared error of two tensors of equal shape, a scalar {}.
+//   L = (1/n) sum_i (a_i - b_i)^2,   n = numel(a)
+//   dL/da_i = dy * 2 (a_i - b_i) / n,   dL/db_i = -dL/da_i
+// Both inputs are differentiable; no parameters.
+class MSELoss : public Layer {
+ public:
+  explicit MSELoss(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+};
+
+void register_mse_loss(Registry& registry);
+
+}  // namespace plexus::layers

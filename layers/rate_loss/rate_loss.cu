@@ -1,0 +1,93 @@
+// CUDA kernels of RateLoss (math in rate_loss.h).
+#include <algorithm>
+#include <cmath>
+
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#include "rate_loss/rate_loss.h"
+
+namespace plexus::layers {
+
+namespace {
+
+constexpr int kThreads = 256;
+// A reduction needs only enough blocks to fill the GPU; more would just add atomics.
+constexpr unsigned int kMaxReductionBlocks = 1024;
+
+// Sum of `value` over the threads of a kThreads-wide block, valid in thread 0:
+// warp shuffles, then one shared slot per warp summed by the first warp.
+// Every thread of the block must call it.
+template <typename T>
+__device__ T block_sum(T value) {
+  __shared__ T warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    value = lane < kThreads / 32 ? warp_sums[lane] : T(0);
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// R = sum_i -log2(p_i) / (N H W) = -sum_i ln(p_i) * scale, scale = 1 / (ln 2 N H W).
+// Grid-stride partial sums per thread, a shared-memory block sum, then one
+// atomicAdd per block into *rate, which the host zeroed on the same stream.
+template <typename T>
+__global__ void rate_loss_forward(const T* p, long long n, T scale, T* rate) {
+  T sum = T(0);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    sum -= log(p[i]);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) atomicAdd(rate, sum * scale);
+}
+
+// dR/dp_i = -dy / (p_i ln 2 N H W) = -dy * scale / p_i; dy is the scalar
+// output gradient, read on the device. One thread per element, grid-stride.
+template <typename T>
+__global__ void rate_loss_backward(const T* p, const T* dy, long long n, T scale, T* dp) {
+  const T numerator = -dy[0] * scale;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    dp[i] = numerator / p[i];
+}
+
+}  // namespace
+
+void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
+  const long long n = inputs[0]->numel();
+  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[1])));
+  cuda::check_cuda(cudaMemsetAsync(outputs[0]->raw_data(), 0, outputs[0]->nbytes(), cuda::stream(ctx)),
+                   "cudaMemsetAsync", __FILE__, __LINE__);
+  if (n == 0) return;
+  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);
+    rate_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
+        inputs[0]->data<T>(), n, static_cast<T>(scale), outputs[0]->data<T>());
+    cuda::check_launch("rate_loss_forward", __FILE__, __LINE__);
+  });
+}
+
+void RateLoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
+                             const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  if (input_grads.size() > 1 && input_grads[1])
+    cuda::check_cuda(
+        cudaMemsetAsync(input_grads[1]->raw_data(), 0, input_grads[1]->nbytes(), cuda::stream(ctx)),
+        "cudaMemsetAsync", __FILE__, __LINE__);
+  const long long n = inputs[0]->numel();
+  if (!input_grads[0] || n == 0) return;
+  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[1])));
+  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    rate_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
+        inputs[0]->data<T>(), output_grads[0]->data<T>(), n, static_cast<T>(scale),
+        input_grads[0]->data<T>());
+    cuda::check_launch("rate_loss_backward", __FILE__, __LINE__);
+  });
+}
+
+}  // namespace plexus::layers

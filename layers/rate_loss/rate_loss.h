@@ -1,0 +1,43 @@
+#pragma once
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// RateLoss: the estimated rate in bits per pixel (Ballé et al. 2017, eq. 4's
+// rate term), a scalar {}.
+//   inputs: likelihoods p [N, ...] (from FactorizedEntropyModel),
+//           image [N, C, H, W] (only its batch size and H x W are used)
+//   R = sum_i -log2(p_i) / (N H W)
+//   dR/dp_i = dy * -1 / (p_i ln 2 N H W)
+// The image carries no gradient (input_is_differentiable(1) is false; a
+// gradient tensor passed for it anyway is zeroed).
+// Assumption: every p_i > 0. The entropy model lower-bounds its likelihoods
+// at likelihood_bound (1e-9 by default), so this holds in a model; RateLoss
+// does not clamp, so a zero or negative likelihood from elsewhere shows up as
+// inf or NaN instead of being hidden.
+class RateLoss : public Layer {
+ public:
+  explicit RateLoss(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool input_is_differentiable(int input_index) const override { return input_index == 0; }
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+};
+
+// N * H * W of the image input [N, C, H, W]: the pixel count rates are divided by.
+std::int64_t rate_loss_pixel_count(const Tensor& image);
+
+void register_rate_loss(Registry& registry);
+
+}  // namespace plexus::layers

@@ -1,0 +1,280 @@
+// Conv2d: forward against a naive direct convolution written here, gradient
+// checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity including the chunked
+// CUDA path, parameter layout and initialisation, bad params and shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "conv2d/conv2d.h"
+#include "plexus/gradcheck.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+using nlohmann::json;
+
+const Registry registry = builtin_registry();
+
+std::vector<double> random_vector(std::size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<double> values(n);
+  for (auto& v : values) v = dist(rng);
+  return values;
+}
+
+// The definition, one term at a time:
+//   y[n, o, a, b] = bias[o] + sum_{c, i, j} W[o, c, i, j] x[n, c, a*s - p + i, b*s - p + j]
+// with x = 0 outside the image.
+std::vector<double> naive_conv2d(const std::vector<double>& x, const Shape& x_shape,
+                                 const std::vector<double>& w, const std::vector<double>& bias,
+                                 std::int64_t out, std::int64_t k, std::int64_t s, std::int64_t p,
+                                 Shape& y_shape) {
+  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const std::int64_t Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
+  y_shape = {N, out, Ho, Wo};
+  std::vector<double> y(static_cast<std::size_t>(N * out * Ho * Wo));
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t a = 0; a < Ho; ++a)
+        for (std::int64_t b = 0; b < Wo; ++b) {
+          double sum = bias.empty() ? 0.0 : bias[o];
+          for (std::int64_t c = 0; c < C; ++c)
+            for (std::int64_t i = 0; i < k; ++i)
+              for (std::int64_t j = 0; j < k; ++j) {
+                const std::int64_t row = a * s - p + i, col = b * s - p + j;
+                if (row < 0 || row >= H || col < 0 || col >= W) continue;
+                sum += w[((o * C + c) * k + i) * k + j] * x[((n * C + c) * H + row) * W + col];
+              }
+          y[((n * out + o) * Ho + a) * Wo + b] = sum;
+        }
+  return y;
+}
+
+// A layer built and initialised for `input_shape`.
+std::unique_ptr<Layer> make_layer(const json& params, const Shape& input_shape, DType dtype, Device device,
+                                  std::uint64_t seed = 5) {
+  auto layer = registry.create("Conv2d", "c", params);
+  layer->output_shapes({input_shape});
+  layer->create_parameters({input_shape});
+  std::mt19937_64 rng(seed);
+  layer->initialize_parameters(dtype, device, rng);
+  return layer;
+}
+
+struct Results {
+  std::vector<double> output, input_grad;
+  std::map<std::string, std::vector<double>> parameter_grads;
+};
+
+// Forward once, then backward `backward_calls` times with output gradient dy.
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
+            const std::vector<double>& x_values, const std::vector<double>& dy_values,
+            int backward_calls = 1) {
+  Context ctx(device);
+  Shape y_shape = layer.output_shapes({x_shape})[0];
+  Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
+  Tensor y(y_shape, dtype, device);
+  Tensor dy = Tensor::from_values(dy_values, y_shape, dtype, device);
+  Tensor dx(x_shape, dtype, device);
+  for (Parameter* p : layer.parameters()) p->grad.fill_zero();
+  layer.forward(ctx, {&x}, {&y});
+  for (int call = 0; call < backward_calls; ++call) layer.backward(ctx, {&x}, {&y}, {&dy}, {&dx});
+  ctx.synchronize();
+  Results results{y.to_values(), dx.to_values(), {}};
+  for (Parameter* p : layer.parameters()) results.parameter_grads[p->name] = p->grad.to_values();
+  return results;
+}
+
+void expect_near_all(const std::vector<double>& expected, const std::vector<double>& actual, double tolerance,
+                     const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
+        << what << " [" << i << "]";
+}
+
+struct Case {
+  json params;
+  Shape input;
+};
+
+// Strides 1-3, padding 0-2, kernels 1/3/5, batch 1-2, H != W, with and without bias.
+std::vector<Case> gradient_cases() {
+  return {
+      {{{"out_channels", 4}, {"kernel", 3}, {"padding", 1}}, {2, 3, 5, 7}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"bias", false}}, {2, 2, 9, 6}},
+      {{{"out_channels", 2}, {"kernel", 3}, {"stride", 3}}, {1, 3, 8, 10}},
+      {{{"out_channels", 5}, {"kernel", 1}, {"stride", 2}}, {2, 3, 4, 5}},
+      {{{"out_channels", 2}, {"kernel", 5}, {"padding", 2}, {"bias", false}}, {1, 2, 4, 3}},
+      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 2, 7, 6}},
+  };
+}
+
+TEST(Conv2d, ForwardMatchesNaiveConvolution) {
+  std::mt19937_64 rng(17);
+  for (const Case& c : gradient_cases()) {
+    auto layer = make_layer(c.params, c.input, DType::f64, Device::cpu());
+    const std::int64_t out = c.params["out_channels"], k = c.params["kernel"];
+    const std::int64_t s = c.params.value("stride", 1), p = c.params.value("padding", 0);
+    std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(c.input)), rng);
+    std::vector<double> bias;
+    if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
+    Shape expected_shape;
+    std::vector<double> expected = naive_conv2d(x, c.input, layer->parameter("weight").value.to_values(),
+                                                bias, out, k, s, p, expected_shape);
+    ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
+    Context ctx;
+    Tensor input = Tensor::from_values(x, c.input, DType::f64);
+    Tensor output(expected_shape, DType::f64);
+    layer->forward(ctx, {&input}, {&output});
+    expect_near_all(expected, output.to_values(), 1e-12, "Conv2d " + c.params.dump());
+  }
+}
+
+TEST(Conv2d, HandComputedSmallCase) {
+  // One channel, 3x3 image 1..9, 2x2 kernel of ones, stride 1, no padding:
+  // each output is the sum of a 2x2 window, plus bias 0.5.
+  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}}, {1, 1, 3, 3}, DType::f64, Device::cpu());
+  layer->parameter("weight").value.copy_from(Tensor::from_values({1, 1, 1, 1}, {1, 1, 2, 2}, DType::f64));
+  layer->parameter("bias").value.copy_from(Tensor::from_values({0.5}, {1}, DType::f64));
+  Context ctx;
+  Tensor x = Tensor::from_values({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}, DType::f64);
+  Tensor y({1, 1, 2, 2}, DType::f64);
+  layer->forward(ctx, {&x}, {&y});
+  EXPECT_EQ(y.to_values(), (std::vector<double>{12.5, 16.5, 24.5, 28.5}));
+}
+
+TEST(Conv2d, ParametersUsePyTorchLayoutAndFanInBound) {
+  auto layer = make_layer({{"out_channels", 8}, {"kernel", 3}}, {2, 5, 6, 6}, DType::f32, Device::cpu());
+  ASSERT_EQ(layer->parameters().size(), 2u);
+  EXPECT_EQ(layer->parameter("weight").shape, (Shape{8, 5, 3, 3}));
+  EXPECT_EQ(layer->parameter("bias").shape, (Shape{8}));
+  const double bound = 1.0 / std::sqrt(5.0 * 3 * 3);
+  for (const char* name : {"weight", "bias"}) {
+    double largest = 0.0;
+    for (double v : layer->parameter(name).value.to_values()) largest = std::max(largest, std::abs(v));
+    EXPECT_LE(largest, bound) << name;
+    EXPECT_GT(largest, 0.5 * bound) << name << " looks initialised with a smaller bound";
+  }
+  auto no_bias = make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 5, 6, 6}, DType::f32,
+                            Device::cpu());
+  ASSERT_EQ(no_bias->parameters().size(), 1u);
+  EXPECT_EQ(no_bias->parameters()[0]->name, "weight");
+}
+
+TEST(Conv2d, GradientsCpu) {
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input})));
+}
+
+TEST(Conv2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
+  const json params = {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}};
+  const Shape shape{2, 2, 5, 4};
+  std::mt19937_64 rng(3);
+  auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  auto layer = make_layer(params, shape, DType::f64, Device::cpu());
+  auto dy = random_vector(static_cast<std::size_t>(shape_numel(layer->output_shapes({shape})[0])), rng);
+  Results once = run(*layer, Device::cpu(), DType::f64, shape, x, dy, 1);
+  Results twice = run(*layer, Device::cpu(), DType::f64, shape, x, dy, 2);
+  expect_near_all(once.input_grad, twice.input_grad, 1e-14, "input gradient");
+  for (const auto& [name, grad] : once.parameter_grads) {
+    std::vector<double> doubled = grad;
+    for (double& v : doubled) v *= 2;
+    expect_near_all(doubled, twice.parameter_grads.at(name), 1e-14, name);
+  }
+}
+
+TEST(Conv2d, GradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
+}
+
+TEST(Conv2d, ParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // The autoencoder's analysis layers at reduced size, and the gradient cases.
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 9}, {"stride", 4}, {"padding", 4}},
+                   {{2, 3, 32, 32}})));
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
+                   {{3, 16, 16, 12}})));
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Conv2d", c.params, {c.input})));
+}
+
+TEST(Conv2d, ChunkedCudaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // A scratch limit of two and a half images splits a batch of 5 into chunks 2, 2, 1.
+  const json params = {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}};
+  const Shape shape{5, 3, 9, 8};
+  auto cpu = make_layer(params, shape, DType::f64, Device::cpu());
+  auto gpu = make_layer(params, shape, DType::f64, Device::cuda());
+  for (Parameter* p : cpu->parameters()) gpu->parameter(p->name).value.copy_from(p->value);
+  // Per image: columns [C*k*k, Ho*Wo] and a weight gradient [out, C*k*k].
+  const std::size_t image_scratch_bytes = (27 * (5 * 4) + 4 * 27) * sizeof(double);
+  auto* conv = dynamic_cast<layers::Conv2d*>(gpu.get());
+  ASSERT_NE(conv, nullptr);
+  conv->set_scratch_limit(2 * image_scratch_bytes + image_scratch_bytes / 2);
+  std::mt19937_64 rng(8);
+  auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  auto dy = random_vector(static_cast<std::size_t>(shape_numel(cpu->output_shapes({shape})[0])), rng);
+  // Two backward calls: parameter gradients must accumulate across calls on the GPU too.
+  Results expected = run(*cpu, Device::cpu(), DType::f64, shape, x, dy, 2);
+  Results actual = run(*gpu, Device::cuda(), DType::f64, shape, x, dy, 2);
+  expect_near_all(expected.output, actual.output, 1e-12, "output");
+  expect_near_all(expected.input_grad, actual.input_grad, 1e-12, "input gradient");
+  for (const auto& [name, grad] : expected.parameter_grads)
+    expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
+}
+
+void expect_config_error(const json& params, const std::string& expected) {
+  try {
+    registry.create("Conv2d", "c", params);
+    FAIL() << "expected a ConfigError for " << params.dump();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(Conv2d, RejectsBadParams) {
+  expect_config_error({{"kernel", 3}}, "node 'c' (Conv2d): parameter 'out_channels' is required");
+  expect_config_error({{"out_channels", 0}, {"kernel", 3}},
+                      "node 'c' (Conv2d): parameter 'out_channels' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
+                      "parameter 'stride' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -1}},
+                      "parameter 'padding' must be >= 0, got -1");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
+                      "unknown parameter 'output_padding'");
+}
+
+void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const std::string& expected) {
+  try {
+    layer.output_shapes(inputs);
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(Conv2d, RejectsBadShapes) {
+  auto layer = registry.create("Conv2d", "c", {{"out_channels", 4}, {"kernel", 3}});
+  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}}, "node 'c' (Conv2d): takes 1 input, got 2");
+  expect_shape_error(*layer, {{3, 8, 8}}, "input must be [N, C, H, W], got [3, 8, 8]");
+  expect_shape_error(
+      *layer, {{2, 3, 2, 8}},
+      "input [2, 3, 2, 8] with padding 0 is smaller than the 3x3 kernel: the output would be empty");
+  layer->output_shapes({{2, 3, 8, 8}});
+  layer->create_parameters({{2, 3, 8, 8}});
+  expect_shape_error(*layer, {{2, 5, 8, 8}},
+                     "input [2, 5, 8, 8] has 5 channels but weight [4, 3, 3, 3] expects 3");
+}
+
+}  // namespace
+}  // namespace plexus

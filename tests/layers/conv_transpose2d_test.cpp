@@ -1,0 +1,363 @@
+// ConvTranspose2d: forward against a naive scatter loop written here and the
+// adjoint identity <conv(x), y> == <x, conv_transpose(y)> with Conv2d sharing
+// the weight, gradient checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity
+// including the chunked CUDA path, parameter layout, bad params and shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "conv_transpose2d/conv_transpose2d.h"
+#include "plexus/gradcheck.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+using nlohmann::json;
+
+const Registry registry = builtin_registry();
+
+std::vector<double> random_vector(std::size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<double> values(n);
+  for (auto& v : values) v = dist(rng);
+  return values;
+}
+
+// The definition, PyTorch's ConvTranspose2d: every input pixel scatters its
+// weighted kernel onto the output, cropped by the padding,
+//   y[n, o, a*s - p + i, b*s - p + j] += W[c, o, i, j] x[n, c, a, b],
+// then bias[o] is added to every output pixel.
+std::vector<double> naive_conv_transpose2d(const std::vector<double>& x, const Shape& x_shape,
+                                           const std::vector<double>& w, const std::vector<double>& bias,
+                                           std::int64_t out, std::int64_t k, std::int64_t s, std::int64_t p,
+                                           std::int64_t output_padding, Shape& y_shape) {
+  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const std::int64_t Ho = (H - 1) * s - 2 * p + k + output_padding;
+  const std::int64_t Wo = (W - 1) * s - 2 * p + k + output_padding;
+  y_shape = {N, out, Ho, Wo};
+  std::vector<double> y(static_cast<std::size_t>(N * out * Ho * Wo));
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t a = 0; a < H; ++a)
+        for (std::int64_t b = 0; b < W; ++b)
+          for (std::int64_t o = 0; o < out; ++o)
+            for (std::int64_t i = 0; i < k; ++i)
+              for (std::int64_t j = 0; j < k; ++j) {
+                const std::int64_t row = a * s - p + i, col = b * s - p + j;
+                if (row < 0 || row >= Ho || col < 0 || col >= Wo) continue;
+                y[((n * out + o) * Ho + row) * Wo + col] +=
+                    w[((c * out + o) * k + i) * k + j] * x[((n * C + c) * H + a) * W + b];
+              }
+  if (!bias.empty())
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t o = 0; o < out; ++o)
+        for (std::int64_t q = 0; q < Ho * Wo; ++q) y[(n * out + o) * Ho * Wo + q] += bias[o];
+  return y;
+}
+
+// A layer of `type` built and initialised for `input_shape`.
+std::unique_ptr<Layer> make_layer(const std::string& type, const json& params, const Shape& input_shape,
+                                  DType dtype, Device device, std::uint64_t seed = 5) {
+  auto layer = registry.create(type, "t", params);
+  layer->output_shapes({input_shape});
+  layer->create_parameters({input_shape});
+  std::mt19937_64 rng(seed);
+  layer->initialize_parameters(dtype, device, rng);
+  return layer;
+}
+
+std::unique_ptr<Layer> make_layer(const json& params, const Shape& input_shape, DType dtype, Device device) {
+  return make_layer("ConvTranspose2d", params, input_shape, dtype, device);
+}
+
+std::vector<double> forward(Layer& layer, const Shape& x_shape, const std::vector<double>& x_values) {
+  Context ctx;
+  Tensor x = Tensor::from_values(x_values, x_shape, DType::f64);
+  Tensor y(layer.output_shapes({x_shape})[0], DType::f64);
+  layer.forward(ctx, {&x}, {&y});
+  return y.to_values();
+}
+
+struct Results {
+  std::vector<double> output, input_grad;
+  std::map<std::string, std::vector<double>> parameter_grads;
+};
+
+// Forward once, then backward `backward_calls` times with output gradient dy.
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
+            const std::vector<double>& x_values, const std::vector<double>& dy_values,
+            int backward_calls = 1) {
+  Context ctx(device);
+  Shape y_shape = layer.output_shapes({x_shape})[0];
+  Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
+  Tensor y(y_shape, dtype, device);
+  Tensor dy = Tensor::from_values(dy_values, y_shape, dtype, device);
+  Tensor dx(x_shape, dtype, device);
+  for (Parameter* p : layer.parameters()) p->grad.fill_zero();
+  layer.forward(ctx, {&x}, {&y});
+  for (int call = 0; call < backward_calls; ++call) layer.backward(ctx, {&x}, {&y}, {&dy}, {&dx});
+  ctx.synchronize();
+  Results results{y.to_values(), dx.to_values(), {}};
+  for (Parameter* p : layer.parameters()) results.parameter_grads[p->name] = p->grad.to_values();
+  return results;
+}
+
+void expect_near_all(const std::vector<double>& expected, const std::vector<double>& actual, double tolerance,
+                     const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
+        << what << " [" << i << "]";
+}
+
+struct Case {
+  json params;
+  Shape input;
+};
+
+// Strides 1-3, padding 0-2, kernels 1/2/3/5, output_padding 0-2, batch 1-2,
+// H != W, with and without bias; kernel 2 < stride 3 leaves rows the kernel
+// never reaches (bias only).
+std::vector<Case> gradient_cases() {
+  return {
+      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}},
+       {2, 2, 4, 5}},
+      {{{"out_channels", 2},
+        {"kernel", 5},
+        {"stride", 3},
+        {"padding", 2},
+        {"output_padding", 2},
+        {"bias", false}},
+       {1, 3, 3, 4}},
+      {{{"out_channels", 4}, {"kernel", 1}}, {2, 3, 3, 5}},
+      {{{"out_channels", 2}, {"kernel", 3}, {"stride", 3}}, {2, 2, 3, 2}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+       {1, 2, 3, 4}},
+      {{{"out_channels", 2}, {"kernel", 3}, {"padding", 2}, {"bias", false}}, {2, 2, 5, 4}},
+      {{{"out_channels", 2}, {"kernel", 2}, {"stride", 3}, {"output_padding", 1}}, {1, 2, 3, 3}},
+  };
+}
+
+TEST(ConvTranspose2d, ForwardMatchesNaiveScatter) {
+  std::mt19937_64 rng(17);
+  for (const Case& c : gradient_cases()) {
+    auto layer = make_layer(c.params, c.input, DType::f64, Device::cpu());
+    const std::int64_t out = c.params["out_channels"], k = c.params["kernel"];
+    const std::int64_t s = c.params.value("stride", 1), p = c.params.value("padding", 0);
+    const std::int64_t output_padding = c.params.value("output_padding", 0);
+    std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(c.input)), rng);
+    std::vector<double> bias;
+    if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
+    Shape expected_shape;
+    std::vector<double> expected =
+        naive_conv_transpose2d(x, c.input, layer->parameter("weight").value.to_values(), bias, out, k, s, p,
+                               output_padding, expected_shape);
+    ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
+    expect_near_all(expected, forward(*layer, c.input, x), 1e-12, "ConvTranspose2d " + c.params.dump());
+  }
+}
+
+TEST(ConvTranspose2d, HandComputedSmallCase) {
+  // A 2x2 input [1 2; 3 4], 2x2 kernel of ones, stride 2: each pixel becomes a
+  // 2x2 block; output_padding 1 adds a last row and column holding only the bias.
+  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}, {"stride", 2}, {"output_padding", 1}},
+                          {1, 1, 2, 2}, DType::f64, Device::cpu());
+  layer->parameter("weight").value.copy_from(Tensor::from_values({1, 1, 1, 1}, {1, 1, 2, 2}, DType::f64));
+  layer->parameter("bias").value.copy_from(Tensor::from_values({0.5}, {1}, DType::f64));
+  ASSERT_EQ(layer->output_shapes({{1, 1, 2, 2}})[0], (Shape{1, 1, 5, 5}));
+  EXPECT_EQ(forward(*layer, {1, 1, 2, 2}, {1, 2, 3, 4}), (std::vector<double>{1.5, 1.5, 2.5, 2.5, 0.5,  //
+                                                                              1.5, 1.5, 2.5, 2.5, 0.5,  //
+                                                                              3.5, 3.5, 4.5, 4.5, 0.5,  //
+                                                                              3.5, 3.5, 4.5, 4.5, 0.5,  //
+                                                                              0.5, 0.5, 0.5, 0.5, 0.5}));
+}
+
+// <conv(x), y> == <x, conv_transpose(y)> when ConvTranspose2d(B -> A) shares
+// the weight [B, A, k, k] of Conv2d(A -> B) and output_padding restores H x W.
+TEST(ConvTranspose2d, IsTheAdjointOfConv2d) {
+  struct AdjointCase {
+    std::int64_t in, out, kernel, stride, padding, height, width;
+  };
+  std::mt19937_64 rng(23);
+  for (const AdjointCase& c : {AdjointCase{3, 4, 3, 2, 1, 7, 9}, AdjointCase{2, 3, 5, 3, 2, 9, 12},
+                               AdjointCase{2, 2, 9, 4, 4, 16, 12}, AdjointCase{3, 2, 1, 1, 0, 4, 5}}) {
+    const std::int64_t output_padding = (c.height + 2 * c.padding - c.kernel) % c.stride;
+    ASSERT_EQ(output_padding, (c.width + 2 * c.padding - c.kernel) % c.stride)
+        << "test case needs equal remainders";
+    const Shape x_shape{2, c.in, c.height, c.width};
+    auto conv = make_layer("Conv2d",
+                           {{"out_channels", c.out},
+                            {"kernel", c.kernel},
+                            {"stride", c.stride},
+                            {"padding", c.padding},
+                            {"bias", false}},
+                           x_shape, DType::f64, Device::cpu());
+    const Shape y_shape = conv->output_shapes({x_shape})[0];
+    auto transposed = make_layer("ConvTranspose2d",
+                                 {{"out_channels", c.in},
+                                  {"kernel", c.kernel},
+                                  {"stride", c.stride},
+                                  {"padding", c.padding},
+                                  {"output_padding", output_padding},
+                                  {"bias", false}},
+                                 y_shape, DType::f64, Device::cpu(), 99);
+    ASSERT_EQ(transposed->output_shapes({y_shape})[0], x_shape);
+    ASSERT_EQ(transposed->parameter("weight").shape, conv->parameter("weight").shape);
+    transposed->parameter("weight").value.copy_from(conv->parameter("weight").value);
+
+    auto x = random_vector(static_cast<std::size_t>(shape_numel(x_shape)), rng);
+    auto y = random_vector(static_cast<std::size_t>(shape_numel(y_shape)), rng);
+    auto conv_x = forward(*conv, x_shape, x);
+    auto transposed_y = forward(*transposed, y_shape, y);
+    double left = 0.0, right = 0.0, scale = 0.0;
+    for (std::size_t i = 0; i < y.size(); ++i) left += conv_x[i] * y[i], scale += std::abs(conv_x[i] * y[i]);
+    for (std::size_t i = 0; i < x.size(); ++i) right += x[i] * transposed_y[i];
+    EXPECT_NEAR(left, right, 1e-12 * scale) << "kernel " << c.kernel << " stride " << c.stride;
+  }
+}
+
+TEST(ConvTranspose2d, ParametersUsePyTorchLayoutAndFanInBound) {
+  auto layer = make_layer({{"out_channels", 8}, {"kernel", 5}, {"stride", 2}}, {2, 6, 4, 4}, DType::f32,
+                          Device::cpu());
+  ASSERT_EQ(layer->parameters().size(), 2u);
+  EXPECT_EQ(layer->parameter("weight").shape, (Shape{6, 8, 5, 5}));
+  EXPECT_EQ(layer->parameter("bias").shape, (Shape{8}));
+  const double bound = 1.0 / std::sqrt(8.0 * 5 * 5);  // PyTorch: fan_in = weight.size(1) * k * k
+  for (const char* name : {"weight", "bias"}) {
+    double largest = 0.0;
+    for (double v : layer->parameter(name).value.to_values()) largest = std::max(largest, std::abs(v));
+    EXPECT_LE(largest, bound) << name;
+    EXPECT_GT(largest, 0.5 * bound) << name << " looks initialised with a smaller bound";
+  }
+  auto no_bias = make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 6, 4, 4}, DType::f32,
+                            Device::cpu());
+  ASSERT_EQ(no_bias->parameters().size(), 1u);
+  EXPECT_EQ(no_bias->parameters()[0]->name, "weight");
+}
+
+TEST(ConvTranspose2d, GradientsCpu) {
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "ConvTranspose2d", c.params, {c.input})));
+}
+
+TEST(ConvTranspose2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
+  const json params = {
+      {"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const Shape shape{2, 2, 3, 4};
+  std::mt19937_64 rng(3);
+  auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  auto layer = make_layer(params, shape, DType::f64, Device::cpu());
+  auto dy = random_vector(static_cast<std::size_t>(shape_numel(layer->output_shapes({shape})[0])), rng);
+  Results once = run(*layer, Device::cpu(), DType::f64, shape, x, dy, 1);
+  Results twice = run(*layer, Device::cpu(), DType::f64, shape, x, dy, 2);
+  expect_near_all(once.input_grad, twice.input_grad, 1e-14, "input gradient");
+  for (const auto& [name, grad] : once.parameter_grads) {
+    std::vector<double> doubled = grad;
+    for (double& v : doubled) v *= 2;
+    expect_near_all(doubled, twice.parameter_grads.at(name), 1e-14, name);
+  }
+}
+
+TEST(ConvTranspose2d, GradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::gradients_match(
+        check_gradients(registry, "ConvTranspose2d", c.params, {c.input}, Device::cuda())));
+}
+
+TEST(ConvTranspose2d, ParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // The autoencoder's synthesis layers at reduced size, and the gradient cases.
+  EXPECT_TRUE(testing::outputs_match(check_parity(
+      registry, "ConvTranspose2d",
+      {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+      {{3, 16, 8, 6}})));
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "ConvTranspose2d",
+                   {{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}},
+                   {{2, 16, 8, 8}})));
+  for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "ConvTranspose2d", c.params, {c.input})));
+}
+
+TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // A scratch limit of two and a half images splits a batch of 5 into chunks 2, 2, 1.
+  const json params = {
+      {"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const Shape shape{5, 3, 4, 3};
+  auto cpu = make_layer(params, shape, DType::f64, Device::cpu());
+  auto gpu = make_layer(params, shape, DType::f64, Device::cuda());
+  for (Parameter* p : cpu->parameters()) gpu->parameter(p->name).value.copy_from(p->value);
+  // Per image: columns [out*k*k, H*W] and a weight gradient [C, out*k*k].
+  const std::size_t image_scratch_bytes = (18 * (4 * 3) + 3 * 18) * sizeof(double);
+  auto* transposed = dynamic_cast<layers::ConvTranspose2d*>(gpu.get());
+  ASSERT_NE(transposed, nullptr);
+  transposed->set_scratch_limit(2 * image_scratch_bytes + image_scratch_bytes / 2);
+  std::mt19937_64 rng(8);
+  auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  auto dy = random_vector(static_cast<std::size_t>(shape_numel(cpu->output_shapes({shape})[0])), rng);
+  // Two backward calls: parameter gradients must accumulate across calls on the GPU too.
+  Results expected = run(*cpu, Device::cpu(), DType::f64, shape, x, dy, 2);
+  Results actual = run(*gpu, Device::cuda(), DType::f64, shape, x, dy, 2);
+  expect_near_all(expected.output, actual.output, 1e-12, "output");
+  expect_near_all(expected.input_grad, actual.input_grad, 1e-12, "input gradient");
+  for (const auto& [name, grad] : expected.parameter_grads)
+    expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
+}
+
+void expect_config_error(const json& params, const std::string& expected) {
+  try {
+    registry.create("ConvTranspose2d", "t", params);
+    FAIL() << "expected a ConfigError for " << params.dump();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConvTranspose2d, RejectsBadParams) {
+  expect_config_error({{"out_channels", 4}}, "node 't' (ConvTranspose2d): parameter 'kernel' is required");
+  expect_config_error({{"out_channels", 0}, {"kernel", 3}}, "parameter 'out_channels' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
+                      "parameter 'stride' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -2}},
+                      "parameter 'padding' must be >= 0, got -2");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"output_padding", -1}},
+                      "parameter 'output_padding' must be >= 0, got -1");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"output_padding", 2}},
+                      "node 't' (ConvTranspose2d): parameter 'output_padding' must be < stride (2), got 2");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
+                      "parameter 'output_padding' must be < stride (1), got 1");
+}
+
+void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const std::string& expected) {
+  try {
+    layer.output_shapes(inputs);
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConvTranspose2d, RejectsBadShapes) {
+  auto layer = registry.create("ConvTranspose2d", "t", {{"out_channels", 4}, {"kernel", 3}, {"padding", 2}});
+  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}},
+                     "node 't' (ConvTranspose2d): takes 1 input, got 2");
+  expect_shape_error(*layer, {{2, 3, 8, 8, 1}}, "input must be [N, C, H, W], got [2, 3, 8, 8, 1]");
+  // (1 - 1)*1 - 2*2 + 3 + 0 = -1 rows.
+  expect_shape_error(
+      *layer, {{2, 3, 1, 8}},
+      "input [2, 3, 1, 8] gives an empty output [2, 4, -1, 6]: (H - 1)*stride - 2*padding + kernel "
+      "+ output_padding must be >= 1");
+  layer->output_shapes({{2, 3, 8, 8}});
+  layer->create_parameters({{2, 3, 8, 8}});
+  expect_shape_error(*layer, {{2, 5, 8, 8}},
+                     "input [2, 5, 8, 8] has 5 channels but weight [3, 4, 3, 3] expects 3");
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,119 @@
+// RateLoss: forward against hand-computed bits per pixel, gradient checks
+// (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shape errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "plexus/gradcheck.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+const Registry registry = builtin_registry();
+
+// Likelihoods in (0.05, 1): what an entropy model with a lower bound produces.
+void positive_likelihoods(int input, std::vector<double>& values, std::mt19937_64& rng) {
+  if (input != 0) return;
+  std::uniform_real_distribution<double> likelihood(0.05, 1.0);
+  for (double& v : values) v = likelihood(rng);
+}
+
+double rate_of(const std::vector<double>& likelihoods, Shape likelihood_shape, Shape image_shape,
+               DType dtype) {
+  auto layer = registry.create("RateLoss", "rate", {});
+  EXPECT_EQ(layer->output_shapes({likelihood_shape, image_shape}), std::vector<Shape>{Shape{}});
+  Context ctx;
+  Tensor p = Tensor::from_values(likelihoods, likelihood_shape, dtype);
+  Tensor image(image_shape, dtype);
+  Tensor rate(Shape{}, dtype);
+  layer->forward(ctx, {&p, &image}, {&rate});
+  return rate.to_values().at(0);
+}
+
+TEST(RateLoss, ForwardMatchesHandComputedBitsPerPixel) {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    // -log2: 1 + 2 + 0 + 3 = 6 bits over 1 * 4 * 4 pixels
+    EXPECT_NEAR(rate_of({0.5, 0.25, 1.0, 0.125}, {1, 1, 2, 2}, {1, 3, 4, 4}, dtype), 6.0 / 16.0, 1e-6);
+    // batch 2: 1 + 1 + 2 + 0 = 4 bits over 2 * 2 * 4 pixels
+    EXPECT_NEAR(rate_of({0.5, 0.5, 0.25, 1.0}, {2, 2, 1, 1}, {2, 3, 2, 4}, dtype), 4.0 / 16.0, 1e-6);
+  }
+}
+
+TEST(RateLoss, GradientIsMinusOneOverPLn2PerPixel) {
+  auto layer = registry.create("RateLoss", "rate", {});
+  Context ctx;
+  Tensor p = Tensor::from_values({0.5, 0.25}, {1, 2, 1, 1}, DType::f64);
+  Tensor image({1, 3, 2, 2}, DType::f64);
+  Tensor rate(Shape{}, DType::f64), drate = Tensor::from_values({2.0}, Shape{}, DType::f64);
+  Tensor dp({1, 2, 1, 1}, DType::f64);
+  Tensor dimage = Tensor::from_values(std::vector<double>(12, 7.0), {1, 3, 2, 2}, DType::f64);
+  layer->forward(ctx, {&p, &image}, {&rate});
+  layer->backward(ctx, {&p, &image}, {&rate}, {&drate}, {&dp, &dimage});
+  const double ln2 = std::log(2.0);
+  std::vector<double> expected = {-2.0 / (0.5 * ln2 * 4), -2.0 / (0.25 * ln2 * 4)};
+  std::vector<double> actual = dp.to_values();
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(actual[i], expected[i], 1e-12);
+  // A gradient asked for the image anyway is overwritten with zeros.
+  EXPECT_EQ(dimage.to_values(), std::vector<double>(12, 0.0));
+  EXPECT_FALSE(layer->input_is_differentiable(1));
+  EXPECT_TRUE(layer->input_is_differentiable(0));
+}
+
+GradCheckOptions rate_options() {
+  GradCheckOptions options;
+  options.input_filler = positive_likelihoods;
+  return options;
+}
+
+TEST(RateLoss, GradientsCpu) {
+  const std::vector<std::vector<Shape>> cases = {
+      {{1, 2, 2, 2}, {1, 3, 8, 8}}, {{2, 3, 4, 4}, {2, 3, 16, 16}}, {{3, 5}, {3, 1, 4, 4}}};
+  for (const auto& shapes : cases)
+    EXPECT_TRUE(testing::gradients_match(
+        check_gradients(registry, "RateLoss", {}, shapes, Device::cpu(), rate_options())));
+}
+
+TEST(RateLoss, GradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  EXPECT_TRUE(testing::gradients_match(check_gradients(
+      registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 3, 16, 16}}, Device::cuda(), rate_options())));
+}
+
+TEST(RateLoss, ParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  ParityOptions options;
+  options.input_filler = positive_likelihoods;
+  for (const auto& shapes : std::vector<std::vector<Shape>>{{{4, 8, 16, 16}, {4, 3, 64, 64}},
+                                                            {{8, 192, 16, 16}, {8, 3, 256, 256}}})
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "RateLoss", {}, shapes, options)));
+}
+
+void expect_shape_error(const std::vector<Shape>& shapes, const std::string& expected) {
+  auto layer = registry.create("RateLoss", "rate", {});
+  try {
+    layer->output_shapes(shapes);
+    FAIL() << "expected a ShapeError containing: " << expected;
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(RateLoss, RejectsBatchMismatch) {
+  expect_shape_error({{2, 4, 4, 4}, {3, 3, 16, 16}},
+                     "node 'rate' (RateLoss): likelihoods [2, 4, 4, 4] and image [3, 3, 16, 16] must "
+                     "have the same batch size (axis 0)");
+}
+
+TEST(RateLoss, RejectsImageOfWrongRank) {
+  expect_shape_error({{2, 4, 4, 4}, {2, 16, 16}},
+                     "input 1 (image) must be [N, C, H, W], got [2, 16, 16] (likelihoods [2, 4, 4, 4])");
+}
+
+TEST(RateLoss, RejectsWrongInputCount) {
+  expect_shape_error({{2, 4, 4, 4}}, "takes 2 inputs (likelihoods, image), got 1");
+}
+
+}  // namespace
+}  // namespace plexus
