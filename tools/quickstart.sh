@@ -5,10 +5,10 @@
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
 # The run itself (training + evaluation, not the build) takes under 5
-# minutes on a 2-core CPU (measured: 169 s, ending near 22 dB at 1 bpp). 2500 steps on six images teach the
-# model only the coarse structure of a photograph: expect a blurry
-# reconstruction; real training takes ~100k+ steps on hundreds of images
-# (see the README's "Training the autoencoder").
+# minutes on a 2-core CPU (measured: 169 s, ending near 22 dB at 1 bpp).
+# 2500 steps on six images teach the model only the coarse structure of a
+# photograph: expect a blurry reconstruction; real training takes 100k+
+# steps on hundreds of images (see the README's "Training the autoencoder").
 #
 # Extra arguments go to the configure step, e.g. -DPLEXUS_CUDA=OFF.
 set -euo pipefail
