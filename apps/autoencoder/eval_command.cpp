@@ -34,7 +34,10 @@ int run_eval(const EvalOptions& o) {
   check_contract(spec);
   const int stride = derive_stride(spec, registry);
   const Device device = choose_device(o.device);
-  data::ImageFolder images(o.data);
+  // No cache: each image is decoded once anyway.
+  data::ImageFolder images(o.data, /*cache_bytes=*/0);
+  if (!o.out.empty() && fs::exists(o.out, error) && fs::equivalent(o.out, o.data, error))
+    throw ConfigError("--out '" + o.out + "' is the --data folder; the reconstructions would overwrite the originals");
   if (!o.out.empty()) {
     fs::create_directories(o.out, error);
     if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());

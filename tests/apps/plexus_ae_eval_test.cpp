@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "plexus/context.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
@@ -89,11 +91,37 @@ TEST_F(PlexusAeEval, EvaluatesEveryImageAtFullSizeAndWritesReconstructions) {
 
 TEST_F(PlexusAeEval, CheckpointEvaluatesLikeTheModelFileWithoutOut) {
   auto from_model = run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
-  auto from_checkpoint = run({"eval", "--model", folder / "run/checkpoint.safetensors", "--data", folder / "eval"});
+  auto from_checkpoint =
+      run({"eval", "--model", folder / "run/checkpoint.safetensors", "--data", folder / "eval", "--device", "cpu"});
   ASSERT_EQ(from_model.exit_code, 0) << from_model.describe();
   ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.describe();
   EXPECT_EQ(from_model.out, from_checkpoint.out);
   EXPECT_FALSE(std::filesystem::exists(folder / "recon"));
+}
+
+// On a GPU: train there, then evaluate the same model on CUDA and on the
+// CPU. f32 kernels differ in the last bits, which can flip the rounding of
+// an odd latent element, so the two agree closely rather than exactly.
+TEST_F(PlexusAeEval, CudaTrainingAndEvaluationAgreeWithTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
+                      "--batch", "2", "--lr", "0.005", "--steps", "20", "--device", "cuda", "--out", folder / "gpu"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  auto on_gpu = run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cuda"});
+  auto on_cpu = run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
+  ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu.describe();
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.describe();
+  auto [gpu_psnr, gpu_bpp] = table_row(on_gpu.out, "mean");
+  auto [cpu_psnr, cpu_bpp] = table_row(on_cpu.out, "mean");
+  EXPECT_NEAR(gpu_psnr, cpu_psnr, 0.05);
+  EXPECT_NEAR(gpu_bpp, cpu_bpp, 0.02 * cpu_bpp);
+}
+
+TEST_F(PlexusAeEval, RefusesToWriteOverTheOriginals) {
+  auto result = run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--out",
+                     folder / "eval/"});
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "would overwrite the originals")) << result.err;
 }
 
 TEST_F(PlexusAeEval, FolderWithNoUsableImageIsAnError) {

@@ -129,7 +129,7 @@ TEST_F(PlexusAeTrain, CtrlCSavesACheckpointAndTheResumedRunMatches) {
   // The step it stopped at is the last line of its metrics log.
   const std::int64_t stopped = read_metrics(folder / "interrupted/metrics.jsonl", "train").back()["step"];
   const std::string total = std::to_string(stopped + 3);
-  auto resumed = run({"train", "--out", folder / "interrupted", "--resume", "--steps", total});
+  auto resumed = run({"train", "--out", folder / "interrupted", "--resume", "--steps", total, "--device", "cpu"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
   auto straight = run(tiny_run("straight", stopped + 3));
   ASSERT_EQ(straight.exit_code, 0) << straight.describe();
