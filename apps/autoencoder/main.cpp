@@ -31,34 +31,34 @@ int default_threads() {
 }
 
 void add_train_options(CLI::App& train, TrainOptions& o) {
-  train.add_option("--data", o.data, "folder of training images, PNG/JPEG, searched recursively (required; on --resume taken from the checkpoint)");
-  train.add_option("--val", o.val, "folder of validation images, evaluated at full size every --val-every steps and at the end");
-  train.add_option("--model", o.model, "a bundled model (" + bundled_names_text() + ") or a JSON model spec file");
+  train.add_option("--data", o.data, "folder of training images, PNG/JPEG, searched recursively (required; on --resume taken from the checkpoint)")->type_name("DIR");
+  train.add_option("--val", o.val, "folder of validation images, evaluated at full size every --val-every steps and at the end")->type_name("DIR");
+  train.add_option("--model", o.model, "a bundled model (" + bundled_names_text() + ") or a JSON model spec file")->type_name("NAME|FILE");
   train.add_option("--lambda", o.lambda, "rate-distortion trade-off: loss = lambda * 255^2 * MSE + bpp");
   train.add_option("--steps", o.steps, "total optimisation steps (a resumed run continues up to this)");
   train.add_option("--batch", o.batch, "patches per step");
   train.add_option("--patch", o.patch, "patch side in pixels; a multiple of the model's stride (16 for the bundled models)");
   train.add_option("--lr", o.lr, "Adam learning rate");
-  train.add_option("--device", o.device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)");
+  train.add_option("--device", o.device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)")->type_name("DEVICE");
   train.add_option("--seed", o.seed, "seed of the initial weights, the patches and the noise");
-  train.add_option("--out", o.out, "output folder: checkpoint.safetensors, model.safetensors, metrics.jsonl (default: runs/<model name>)");
+  train.add_option("--out", o.out, "output folder: checkpoint.safetensors, model.safetensors, metrics.jsonl (default: runs/<model name>)")->type_name("DIR");
   train.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
   train.add_option("--checkpoint-every", o.checkpoint_every, "save <out>/checkpoint.safetensors every this many steps (0: only at the end)");
   train.add_option("--log-every", o.log_every, "append a line to <out>/metrics.jsonl (and, off a terminal, to stderr) every this many steps");
   train.add_option("--val-every", o.val_every, "validate on --val every this many steps");
   train.add_option("--val-images", o.val_images, "validate on at most this many images of --val (0: all)");
-  train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)");
-  train.add_option("--threads", o.threads, "background threads decoding and cropping images (0: none, decode in the training thread)");
+  train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
-  eval.add_option("--model", o.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train (it carries its model spec)")->required();
-  eval.add_option("--data", o.data, "folder of images to evaluate at full size, PNG/JPEG, searched recursively")->required();
-  eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here");
-  eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto");
-  eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)");
+  eval.add_option("--model", o.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train (it carries its model spec)")->required()->type_name("FILE");
+  eval.add_option("--data", o.data, "folder of images to evaluate at full size, PNG/JPEG, searched recursively")->required()->type_name("DIR");
+  eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
+  eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
+  eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.
