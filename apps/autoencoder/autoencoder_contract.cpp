@@ -1,0 +1,66 @@
+#include "autoencoder_contract.h"
+
+#include <set>
+
+#include "plexus/error.h"
+#include "plexus/net.h"
+
+namespace plexus::ae {
+
+double distortion_weight(double lambda) { return lambda * 255.0 * 255.0; }
+
+void check_contract(const ModelSpec& spec) {
+  std::string problems;
+  auto add = [&](const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; };
+  if (spec.inputs.size() != 1 || spec.inputs[0] != kImage) {
+    std::string given;
+    for (const auto& input : spec.inputs) given += (given.empty() ? "" : ", ") + ("'" + input + "'");
+    add("its inputs must be exactly [\"image\"], got [" + given + "]");
+  }
+  std::set<std::string> produced;
+  for (const auto& node : spec.nodes) produced.insert(node.outputs.begin(), node.outputs.end());
+  std::string missing;
+  for (const char* blob : {kReconstruction, kLikelihoods, kDistortion, kRate})
+    if (!produced.count(blob)) missing += (missing.empty() ? "'" : ", '") + std::string(blob) + "'";
+  if (!missing.empty()) add("no node produces " + missing);
+  if (!problems.empty())
+    throw ConfigError(spec.source + " does not fit plexus-ae: " + problems +
+                      ". A plexus-ae model reads \"image\" and produces \"x_hat\" (reconstruction), "
+                      "\"likelihoods\", \"mse\" and \"bpp\" (see apps/autoencoder/README.md)");
+}
+
+namespace {
+struct ProbeResult {
+  Shape reconstruction;
+  Shape latent;
+};
+
+ProbeResult probe(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
+  Net net(spec, registry, {{kImage, Shape{1, 3, side, side}}});
+  return {net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape()};
+}
+}  // namespace
+
+int derive_stride(const ModelSpec& spec, const Registry& registry) {
+  constexpr std::int64_t kProbeSide = 256;
+  ProbeResult first = probe(spec, registry, kProbeSide);
+  if (first.latent.size() != 4)
+    throw ConfigError(spec.source + ": \"likelihoods\" must be [N, C, h, w] to derive the model's stride, got " +
+                      shape_str(first.latent));
+  const std::int64_t latent_side = first.latent[2];
+  if (latent_side < 1 || kProbeSide % latent_side != 0 || first.latent[3] != latent_side)
+    throw ConfigError(spec.source + ": cannot derive the model's stride: a " + std::to_string(kProbeSide) + "x" +
+                      std::to_string(kProbeSide) + " image gives a latent of " + shape_str(first.latent));
+  const std::int64_t stride = kProbeSide / latent_side;
+  // A second size, three strides wide, must map exactly too.
+  const std::int64_t side = 3 * stride;
+  ProbeResult second = probe(spec, registry, side);
+  const Shape image{1, 3, side, side};
+  if (second.reconstruction != image || second.latent.size() != 4 || second.latent[2] != 3 || second.latent[3] != 3)
+    throw ConfigError(spec.source + ": inconsistent stride: with a derived stride of " + std::to_string(stride) +
+                      ", a " + shape_str(image) + " image gives \"x_hat\" " + shape_str(second.reconstruction) +
+                      " and \"likelihoods\" " + shape_str(second.latent));
+  return static_cast<int>(stride);
+}
+
+}  // namespace plexus::ae

@@ -1,0 +1,24 @@
+#pragma once
+// One image through a model in eval mode (rounded latent): padded by edge
+// replication to a multiple of the model's stride, run, cropped back.
+#include <string>
+
+#include "plexus/context.h"
+#include "plexus/data/image.h"
+#include "plexus/net.h"
+
+namespace plexus::ae {
+
+struct ImageEvaluation {
+  double psnr = 0;  // dB, of the 8-bit reconstruction (what the PNG holds)
+  double bpp = 0;   // the entropy model's estimate for the rounded latent, per original pixel
+  double mse = 0;   // on [0, 1] values, of the 8-bit reconstruction
+  data::Image reconstruction;
+};
+
+// Reshapes `net` to the padded image. The rate counts every bit of the
+// padded latent (a real codec would code them too) over the original
+// pixels: bpp = bpp(padded) * (padded pixels) / (original pixels).
+ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride);
+
+}  // namespace plexus::ae

@@ -1,0 +1,41 @@
+#pragma once
+// The settings of `plexus-ae train` and `plexus-ae eval`, filled by the
+// command line (main.cpp) and, on --resume, by the checkpoint.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace plexus::ae {
+
+struct TrainOptions {
+  std::string data;
+  std::string val;
+  std::string model = "bls2017";
+  std::string out;  // default: runs/<model name>
+  double lambda = 0.01;
+  std::int64_t steps = 100000;
+  int batch = 8;
+  int patch = 256;
+  double lr = 1e-4;
+  std::string device = "auto";
+  std::uint64_t seed = 1;
+  bool resume = false;
+  std::int64_t checkpoint_every = 1000;
+  std::int64_t log_every = 100;
+  std::int64_t val_every = 5000;
+  int val_images = 0;  // 0: every image of --val
+  std::vector<std::string> plugins;
+  int threads = 2;  // decoding threads
+  bool tf32 = false;
+  double time_limit = 0;  // seconds of training before finishing early; 0: none
+};
+
+struct EvalOptions {
+  std::string model;  // a checkpoint or model .safetensors
+  std::string data;
+  std::string out;
+  std::string device = "auto";
+  std::vector<std::string> plugins;
+};
+
+}  // namespace plexus::ae

@@ -1,0 +1,32 @@
+#pragma once
+// What plexus-ae keeps in a checkpoint's metadata besides what
+// save_checkpoint() records (step, optimiser, model spec): the training
+// settings, so --resume continues with them and eval knows the model.
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "options.h"
+#include "plexus/checkpoint.h"
+#include "plexus/model_spec.h"
+
+namespace plexus::ae {
+
+inline constexpr const char* kTrainSettingsKey = "plexus_ae.train";
+
+nlohmann::json train_settings(const TrainOptions& options, int stride);
+
+// Fills every option not in `given` (the long names set on the command
+// line) from the saved settings, and warns for those given with a value
+// that differs where it changes the run (the resumed run is then no longer
+// the uninterrupted one).
+void apply_saved_settings(TrainOptions& options, const nlohmann::json& saved, const std::set<std::string>& given);
+
+// The model spec a checkpoint carries. Throws IoError naming the file when
+// it carries none (not a Plexus checkpoint) or an unparsable one.
+ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path);
+// The saved training settings; IoError when absent.
+nlohmann::json settings_from_checkpoint(const TensorFile& file, const std::string& path);
+
+}  // namespace plexus::ae

@@ -1,0 +1,18 @@
+#pragma once
+// What both subcommands set up first: the layer registry (built-in layers,
+// then every --plugin and PLEXUS_PLUGIN_PATH entry) and the device.
+#include <string>
+#include <vector>
+
+#include "plexus/registry.h"
+#include "plexus/tensor.h"
+
+namespace plexus::ae {
+
+Registry make_registry(const std::vector<std::string>& plugins);
+// "cpu", "cuda", "cuda:N" or "auto" (CUDA when a GPU is visible). Throws
+// ConfigError for anything else and DeviceError for CUDA when this build or
+// machine has none, both starting "--device: ".
+Device choose_device(const std::string& text);
+
+}  // namespace plexus::ae

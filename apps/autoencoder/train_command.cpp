@@ -1,0 +1,312 @@
+// The training loop of `plexus-ae train`.
+//
+// Reproducibility: batch k (0-based) comes from PatchSampler(seed) at step
+// k, and the noise of step k from a Context reseeded with
+// mix_seed(seed, k, 1). Neither depends on what ran before, so a run resumed
+// from a checkpoint at step k (parameters, Adam moments and step count
+// restored) takes exactly the steps an uninterrupted run takes.
+#include "train_command.h"
+
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "autoencoder_contract.h"
+#include "console.h"
+#include "image_evaluation.h"
+#include "metrics_log.h"
+#include "model_catalog.h"
+#include "plexus/checkpoint.h"
+#include "plexus/context.h"
+#include "plexus/data/batch_loader.h"
+#include "plexus/data/image_folder.h"
+#include "plexus/error.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+#include "plexus/tensor_ops.h"
+#include "run_metadata.h"
+#include "session.h"
+#include "stop_signal.h"
+
+namespace plexus::ae {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t kNoiseStream = 1;
+
+std::string default_out(const std::string& model) {
+  return "runs/" + fs::path(model).stem().string();
+}
+
+void check_values(const TrainOptions& o) {
+  if (o.data.empty()) throw ConfigError("--data is required: a folder of training images (PNG/JPEG)");
+  if (!(o.lambda > 0) || !std::isfinite(o.lambda)) throw ConfigError("--lambda must be > 0, got " + std::to_string(o.lambda));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ConfigError("--lr must be > 0, got " + std::to_string(o.lr));
+  if (o.steps < 1) throw ConfigError("--steps must be >= 1, got " + std::to_string(o.steps));
+  if (o.batch < 1) throw ConfigError("--batch must be >= 1, got " + std::to_string(o.batch));
+  if (o.patch < 1) throw ConfigError("--patch must be >= 1, got " + std::to_string(o.patch));
+  if (o.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
+  if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
+  if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
+  if (o.threads < 0) throw ConfigError("--threads must be >= 0, got " + std::to_string(o.threads));
+  if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
+}
+
+struct Validation {
+  double psnr = 0, bpp = 0, loss = 0;
+  int images = 0;
+};
+
+// Mean PSNR and bpp over (up to `limit`) validation images in eval mode;
+// the net is put back to the training shape afterwards.
+Validation validate(Net& net, Context& ctx, data::ImageFolder& images, int stride, int limit,
+                    double weight, const Shape& training_shape) {
+  Validation v;
+  double mse = 0;
+  const std::size_t count = limit > 0 ? std::min<std::size_t>(images.size(), limit) : images.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    auto image = images.load(i);
+    if (!image) continue;
+    ImageEvaluation e = evaluate_image(net, ctx, *image, stride);
+    v.psnr += e.psnr;
+    v.bpp += e.bpp;
+    mse += e.mse;
+    ++v.images;
+  }
+  net.reshape({{kImage, training_shape}});
+  if (v.images == 0) throw IoError("no validation image in '" + images.folder() + "' could be decoded");
+  v.psnr /= v.images;
+  v.bpp /= v.images;
+  v.loss = weight * mse / v.images + v.bpp;
+  return v;
+}
+
+bool parameters_finite(Context& ctx, Net& net, std::string* culprit) {
+  for (const auto& p : net.parameters())
+    if (!all_finite(ctx, p.parameter->value)) {
+      *culprit = p.name;
+      return false;
+    }
+  return true;
+}
+
+void report_skipped(const data::ImageFolder& images, const char* role) {
+  const auto skipped = images.skipped();
+  if (skipped.empty()) return;
+  std::string list;
+  for (const auto& path : skipped) list += "\n  " + path;
+  spdlog::warn("{} {} image(s) in '{}' were skipped as unreadable:{}", skipped.size(), role, images.folder(), list);
+}
+
+}  // namespace
+
+int run_train(TrainOptions o, const std::set<std::string>& given) {
+  if (o.out.empty()) o.out = default_out(o.model);
+  const fs::path out = o.out;
+  const std::string checkpoint_path = (out / "checkpoint.safetensors").string();
+  const std::string model_path = (out / "model.safetensors").string();
+
+  Registry registry = make_registry(o.plugins);
+
+  // The model and settings: from the command line, or on --resume from the
+  // checkpoint for everything not given again.
+  std::optional<ModelSpec> spec;
+  std::error_code error;
+  if (o.resume) {
+    if (!fs::exists(checkpoint_path, error))
+      throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
+    TensorFile saved = load_safetensors(checkpoint_path);
+    apply_saved_settings(o, settings_from_checkpoint(saved, checkpoint_path), given);
+    spec = given.count("model") ? resolve_model(o.model) : spec_from_checkpoint(saved, checkpoint_path);
+  } else {
+    if (fs::exists(checkpoint_path, error))
+      throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "
+                        "or choose another --out");
+    spec = resolve_model(o.model);
+  }
+  check_values(o);
+  check_contract(*spec);
+  const int stride = derive_stride(*spec, registry);
+  if (o.patch % stride != 0)
+    throw ConfigError("--patch " + std::to_string(o.patch) + " is not a multiple of the model's stride " +
+                      std::to_string(stride) + " (" + spec->source + "); try --patch " +
+                      std::to_string(std::max(stride, (o.patch + stride / 2) / stride * stride)));
+  const Device device = choose_device(o.device);
+
+  data::ImageFolder train_images(o.data);
+  std::unique_ptr<data::ImageFolder> val_images;
+  if (!o.val.empty()) val_images = std::make_unique<data::ImageFolder>(o.val);
+
+  fs::create_directories(out, error);
+  if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());
+
+  Context ctx(device, o.seed);
+  ctx.set_allow_tf32(o.tf32);
+  const Shape training_shape{o.batch, 3, o.patch, o.patch};
+  Net net(*spec, registry, {{kImage, training_shape}}, DType::f32, device, o.seed);
+  Adam adam(o.lr);
+  std::int64_t step = 0;
+  if (o.resume) {
+    step = load_checkpoint(checkpoint_path, net, &adam);
+    adam.set_learning_rate(o.lr);
+  }
+  const double weight = distortion_weight(o.lambda);
+  const std::map<std::string, std::string> metadata{{kTrainSettingsKey, train_settings(o, stride).dump()}};
+
+  spdlog::info("{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches, "
+               "lambda {}, lr {}, {} steps{}",
+               o.resume ? "resuming" : "training", spec->name.empty() ? spec->source : spec->name,
+               net.parameter_count(), stride, device.str(), train_images.size(), o.data, o.batch, o.patch, o.patch,
+               o.lambda, o.lr, o.steps, o.resume ? " from step " + std::to_string(step) : "");
+  if (step >= o.steps) {
+    save_checkpoint(model_path, net, nullptr, step, metadata);
+    spdlog::info("the checkpoint is already at step {} of --steps {}; wrote {}", step, o.steps, model_path);
+    return kExitOk;
+  }
+
+  MetricsLog log((out / "metrics.jsonl").string(), o.resume ? step : -1);
+  data::BatchLoader loader(train_images, data::PatchSampler(o.seed, o.batch, o.patch), step, o.threads,
+                           2 * std::max(1, o.threads) + 1);
+  install_stop_handlers();
+  ProgressBar bar(stderr_is_terminal(), o.log_every);
+  std::int64_t last_good_checkpoint = o.resume ? step : -1;
+
+  auto save = [&](const char* why) {
+    std::string culprit;
+    if (!parameters_finite(ctx, net, &culprit)) {
+      bar.finish();
+      spdlog::error("training diverged: parameter '{}' is not finite after step {}; not saving the {} checkpoint. {}",
+                    culprit, step, why,
+                    last_good_checkpoint >= 0 ? "The last good checkpoint, '" + checkpoint_path + "' at step " +
+                                                    std::to_string(last_good_checkpoint) + ", is kept."
+                                              : std::string("No checkpoint had been saved yet."));
+      return false;
+    }
+    save_checkpoint(checkpoint_path, net, &adam, step, metadata);
+    last_good_checkpoint = step;
+    return true;
+  };
+
+  // Window statistics between two log lines.
+  double window_loss = 0, window_mse = 0, window_bpp = 0;
+  std::int64_t window_steps = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  double seconds_per_step = 0;  // exponential moving average
+  const auto run_start = std::chrono::steady_clock::now();
+  const std::int64_t first_step = step;
+  StepStats stats;
+  stats.total = o.steps;
+
+  // --time-limit ends the run early, as if --steps had been reached.
+  std::int64_t last_step = o.steps;
+  auto out_of_time = [&] {
+    return o.time_limit > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >= o.time_limit;
+  };
+
+  while (step < last_step) {
+    const auto step_start = std::chrono::steady_clock::now();
+    Tensor batch = loader.next();
+    net.input(kImage).copy_from(batch);
+    ctx.reseed(data::mix_seed(o.seed, static_cast<std::uint64_t>(step), kNoiseStream));
+    net.forward(ctx);
+    const double mse = net.scalar(kDistortion);
+    const double bpp = net.scalar(kRate);
+    const double loss = weight * mse + bpp;
+    if (!std::isfinite(loss)) {
+      bar.finish();
+      spdlog::error(
+          "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
+          "Try a lower --lr (now {}) or check the data.",
+          std::isnan(loss) ? "NaN" : "infinite", step + 1, mse, bpp,
+          last_good_checkpoint >= 0 ? "The last good checkpoint, '" + checkpoint_path + "' at step " +
+                                          std::to_string(last_good_checkpoint) + ", is kept."
+                                    : std::string("No checkpoint had been saved yet."),
+          o.lr);
+      report_skipped(train_images, "training");
+      return kExitError;
+    }
+    net.zero_grad();
+    net.backward(ctx, {{kDistortion, weight}, {kRate, 1.0}});
+    adam.step(ctx, net.parameters());
+    ++step;
+    if (step < last_step && out_of_time()) {
+      last_step = step;
+      bar.finish();
+      spdlog::info("--time-limit of {} s reached after step {} of {}; finishing", o.time_limit, step, o.steps);
+    }
+
+    const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    seconds_per_step = step == first_step + 1 ? step_seconds : 0.9 * seconds_per_step + 0.1 * step_seconds;
+    window_loss += loss;
+    window_mse += mse;
+    window_bpp += bpp;
+    ++window_steps;
+    stats.step = step;
+    stats.loss = loss;
+    stats.bpp = bpp;
+    stats.psnr = 10.0 * std::log10(1.0 / std::max(mse, 1e-12));
+    stats.images_per_second = seconds_per_step > 0 ? o.batch / seconds_per_step : 0;
+    stats.eta_seconds = seconds_per_step * static_cast<double>(o.steps - step);
+    bar.update(stats);
+
+    if (step % o.log_every == 0 || step == last_step) {
+      const auto now = std::chrono::steady_clock::now();
+      const double window_seconds = std::chrono::duration<double>(now - window_start).count();
+      const double mean_mse = window_mse / window_steps;
+      log.write({{"kind", "train"},
+                 {"step", step},
+                 {"loss", window_loss / window_steps},
+                 {"mse", mean_mse},
+                 {"bpp", window_bpp / window_steps},
+                 {"psnr", 10.0 * std::log10(1.0 / std::max(mean_mse, 1e-12))},
+                 {"lr", adam.learning_rate()},
+                 {"images_per_second", window_seconds > 0 ? window_steps * o.batch / window_seconds : 0.0},
+                 {"elapsed_seconds", std::chrono::duration<double>(now - run_start).count()}});
+      window_loss = window_mse = window_bpp = 0;
+      window_steps = 0;
+      window_start = now;
+    }
+    if (val_images && (step % o.val_every == 0 || step == last_step)) {
+      Validation v = validate(net, ctx, *val_images, stride, o.val_images, weight, training_shape);
+      bar.finish();
+      spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", step, v.psnr, v.bpp,
+                   v.images, o.val);
+      log.write({{"kind", "val"}, {"step", step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
+                 {"images", v.images}});
+    }
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {
+      if (!save("periodic")) return kExitError;
+    }
+    int signal_number = 0;
+    if (stop_requested(&signal_number)) {
+      bar.finish();
+      if (!save("interrupted")) return kExitError;
+      spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume",
+                   signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", step, o.steps, checkpoint_path, o.out);
+      report_skipped(train_images, "training");
+      return kExitInterrupted;
+    }
+  }
+  bar.finish();
+  if (!save("final")) return kExitError;
+  save_checkpoint(model_path, net, nullptr, step, metadata);
+  std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (last step, training noise)\n",
+              static_cast<long long>(step), stats.loss, stats.bpp, stats.psnr);
+  std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", model_path.c_str(), checkpoint_path.c_str(),
+              log.path().c_str());
+  report_skipped(train_images, "training");
+  if (val_images) report_skipped(*val_images, "validation");
+  return kExitOk;
+}
+
+}  // namespace plexus::ae

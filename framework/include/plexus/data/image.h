@@ -1,0 +1,60 @@
+#pragma once
+// Image: an 8-bit RGB picture in memory, and the conversions the training
+// and evaluation code need (file <-> Image <-> NCHW float tensor in [0, 1]).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plexus/tensor.h"
+
+namespace plexus::data {
+
+// Row-major, 3 bytes per pixel (R, G, B); pixels.size() == height * width * 3.
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<std::uint8_t> pixels;
+
+  Image() = default;
+  Image(int width, int height);  // black
+  std::uint8_t& at(int y, int x, int channel) { return pixels[(static_cast<std::size_t>(y) * width + x) * 3 + channel]; }
+  std::uint8_t at(int y, int x, int channel) const {
+    return pixels[(static_cast<std::size_t>(y) * width + x) * 3 + channel];
+  }
+  std::size_t bytes() const { return pixels.size(); }
+};
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+// Decodes a PNG or JPEG (any channel count, converted to RGB; 16-bit PNGs
+// are reduced to 8 bits). Throws IoError naming the file and the decoder's reason.
+Image read_image(const std::string& path);
+// As read_image, but returns false with the decoder's reason instead of throwing.
+bool try_read_image(const std::string& path, Image& image, std::string& reason);
+// Reads only the header. Returns false (and the decoder's reason) when the
+// file is missing or not a readable PNG/JPEG; never throws.
+bool read_image_size(const std::string& path, ImageSize& size, std::string& reason);
+// Writes a PNG. Throws IoError naming the file when it cannot be written.
+void write_png(const std::string& path, const Image& image);
+
+// [1, 3, H, W] f32 on the CPU, values v / 255.
+Tensor image_to_tensor(const Image& image);
+// Image `index` of an [N, 3, H, W] tensor (any dtype or device): each value
+// clamped to [0, 1], times 255, rounded to the nearest integer.
+Image tensor_to_image(const Tensor& batch, std::int64_t index = 0);
+
+// `image` grown to width x height (each at least the image's own) by
+// repeating its last column and last row ("replicate" padding).
+Image pad_replicate(const Image& image, int width, int height);
+// The top-left width x height of `image`.
+Image crop_top_left(const Image& image, int width, int height);
+
+// Peak signal-to-noise ratio in dB between two images of equal size, with
+// MSE taken over every pixel and channel on the 8-bit scale:
+// PSNR = 10 log10(255^2 / MSE). Infinity for identical images.
+double psnr(const Image& reference, const Image& other);
+
+}  // namespace plexus::data

@@ -1,0 +1,66 @@
+#pragma once
+// PatchSampler: the training batches. Batch `step` is a pure function of
+// (seed, step): which images, where each crop lies and whether it is
+// flipped are drawn from a generator seeded with mix_seed(seed, step, ...),
+// so a run resumed at step k sees exactly the batches an uninterrupted run
+// sees, whatever threads produced them.
+//
+// Images smaller than the patch are extended by mirror reflection (the
+// image, then its mirror image, and so on). Reflection keeps the pixels at
+// their native scale and noise level, which is what the codec will see at
+// test time; upscaling would hand the model blurred, resampled content
+// whose statistics differ from real photographs.
+#include <cstdint>
+#include <vector>
+
+#include "plexus/data/image.h"
+#include "plexus/data/image_folder.h"
+#include "plexus/tensor.h"
+
+namespace plexus::data {
+
+// A well-mixed 64-bit seed for (seed, step, stream), by SplitMix64 rounds,
+// so neighbouring steps and streams get unrelated generators.
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t step, std::uint64_t stream = 0);
+
+// One crop: which image, raw random draws for its origin (reduced modulo
+// the free range once the image's size is known), and its flips.
+struct PatchPlan {
+  std::size_t image = 0;
+  std::uint64_t x_draw = 0;
+  std::uint64_t y_draw = 0;
+  bool flip_horizontal = false;
+  bool flip_vertical = false;
+};
+
+// The top-left corner of a patch of `patch` pixels inside a side of
+// `length` pixels: draw % (length - patch + 1), or 0 when the side is
+// shorter than the patch (the crop then runs into the reflection).
+int patch_origin(std::uint64_t draw, int length, int patch);
+// Index into [0, length) of position `i` (>= 0) of the mirror-periodic
+// extension x0 x1 .. x(n-1) x(n-1) .. x0 x0 x1 ...
+int reflect_index(std::int64_t i, int length);
+
+// Writes the [3, patch, patch] crop described by `plan` into `chw` as floats
+// v / 255 (channel-major), flipping as planned.
+void extract_patch(const Image& image, const PatchPlan& plan, int patch, float* chw);
+
+class PatchSampler {
+ public:
+  // Throws ConfigError for batch < 1 or patch < 1.
+  PatchSampler(std::uint64_t seed, int batch, int patch);
+
+  int batch() const { return batch_; }
+  int patch() const { return patch_; }
+  // The crops of batch `step` over a folder of `image_count` images.
+  std::vector<PatchPlan> plan(std::int64_t step, std::size_t image_count) const;
+  // Batch `step`: [batch, 3, patch, patch] f32 on the CPU, values in [0, 1].
+  Tensor make_batch(ImageFolder& images, std::int64_t step) const;
+
+ private:
+  std::uint64_t seed_;
+  int batch_;
+  int patch_;
+};
+
+}  // namespace plexus::data

@@ -1,0 +1,83 @@
+#include "plexus/data/patch_sampler.h"
+
+#include <random>
+
+#include "plexus/error.h"
+
+namespace plexus::data {
+
+namespace {
+// SplitMix64's finaliser (Steele, Lea & Flood 2014): a bijection on 64-bit
+// words whose outputs for consecutive inputs look independent.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t step, std::uint64_t stream) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ step) ^ stream);
+}
+
+int patch_origin(std::uint64_t draw, int length, int patch) {
+  if (length <= patch) return 0;
+  return static_cast<int>(draw % static_cast<std::uint64_t>(length - patch + 1));
+}
+
+int reflect_index(std::int64_t i, int length) {
+  const std::int64_t period = 2 * static_cast<std::int64_t>(length);
+  const std::int64_t m = i % period;
+  return static_cast<int>(m < length ? m : period - 1 - m);
+}
+
+void extract_patch(const Image& image, const PatchPlan& plan, int patch, float* chw) {
+  const int x0 = patch_origin(plan.x_draw, image.width, patch);
+  const int y0 = patch_origin(plan.y_draw, image.height, patch);
+  const std::size_t plane = static_cast<std::size_t>(patch) * patch;
+  for (int y = 0; y < patch; ++y) {
+    const int sy = reflect_index(y0 + (plan.flip_vertical ? patch - 1 - y : y), image.height);
+    for (int x = 0; x < patch; ++x) {
+      const int sx = reflect_index(x0 + (plan.flip_horizontal ? patch - 1 - x : x), image.width);
+      const std::size_t out = static_cast<std::size_t>(y) * patch + x;
+      for (int c = 0; c < 3; ++c) chw[c * plane + out] = image.at(sy, sx, c) / 255.0f;
+    }
+  }
+}
+
+PatchSampler::PatchSampler(std::uint64_t seed, int batch, int patch) : seed_(seed), batch_(batch), patch_(patch) {
+  if (batch < 1) throw ConfigError("the batch size must be >= 1, got " + std::to_string(batch));
+  if (patch < 1) throw ConfigError("the patch size must be >= 1, got " + std::to_string(patch));
+}
+
+std::vector<PatchPlan> PatchSampler::plan(std::int64_t step, std::size_t image_count) const {
+  if (image_count == 0) throw ConfigError("cannot sample patches from no images");
+  // mt19937_64 is specified bit for bit by the standard and the draws are
+  // reduced with %, not a distribution, so plans agree across compilers.
+  std::mt19937_64 rng(mix_seed(seed_, static_cast<std::uint64_t>(step)));
+  std::vector<PatchPlan> plans(static_cast<std::size_t>(batch_));
+  for (auto& p : plans) {
+    p.image = static_cast<std::size_t>(rng() % image_count);
+    p.x_draw = rng();
+    p.y_draw = rng();
+    const std::uint64_t flips = rng();
+    p.flip_horizontal = (flips & 1u) != 0;
+    p.flip_vertical = (flips & 2u) != 0;
+  }
+  return plans;
+}
+
+Tensor PatchSampler::make_batch(ImageFolder& images, std::int64_t step) const {
+  Tensor batch({batch_, 3, patch_, patch_});
+  float* out = batch.data<float>();
+  const std::size_t item = static_cast<std::size_t>(3) * patch_ * patch_;
+  std::size_t k = 0;
+  for (const PatchPlan& plan : plan(step, images.size())) {
+    auto image = images.load_usable(plan.image);
+    extract_patch(*image, plan, patch_, out + item * k++);
+  }
+  return batch;
+}
+
+}  // namespace plexus::data

@@ -1,0 +1,129 @@
+// plexus-ae's command line: help, and a clear message with exit code 1 for
+// every bad input (never a crash). Each case runs the real executable.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_runner.h"
+#include "plexus/context.h"
+
+namespace plexus {
+namespace {
+
+using testing::contains;
+using testing::run_plexus_ae;
+using testing::ScratchFolder;
+
+class PlexusAeCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::save_png(folder / "images/a.png", testing::position_image(40, 36));
+  }
+  testing::CommandResult run(const std::vector<std::string>& args) { return run_plexus_ae(args, folder.path()); }
+  // Expects exit code 1, and stderr containing every fragment.
+  void expect_error(const std::vector<std::string>& args, const std::vector<std::string>& fragments) {
+    auto result = run(args);
+    EXPECT_EQ(result.exit_code, 1) << result.describe();
+    for (const auto& fragment : fragments) EXPECT_TRUE(contains(result.err, fragment)) << "missing \"" << fragment << "\"\n" << result.describe();
+  }
+  std::string images() const { return folder / "images"; }
+  ScratchFolder folder{"ae-cli"};
+};
+
+TEST_F(PlexusAeCli, TrainHelpListsOptionsDefaultsModelsAndExamples) {
+  auto result = run({"train", "--help"});
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  for (const char* fragment : {"--data", "--val", "--model", "--lambda", "0.01", "--steps", "--batch", "--patch", "256",
+                               "--lr", "0.0001", "--device", "auto", "--seed", "--out", "--resume", "--checkpoint-every",
+                               "--plugin", "--threads", "bls2017", "bmshj2018-factorized", "Examples:"})
+    EXPECT_TRUE(contains(result.out, fragment)) << "missing \"" << fragment << "\"\n" << result.out;
+}
+
+TEST_F(PlexusAeCli, EvalHelpAndTopLevelHelp) {
+  auto eval = run({"eval", "--help"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.describe();
+  for (const char* fragment : {"--model", "--data", "--out", "--device", "--plugin", "Examples:"})
+    EXPECT_TRUE(contains(eval.out, fragment)) << fragment;
+  auto top = run({"--help"});
+  ASSERT_EQ(top.exit_code, 0) << top.describe();
+  EXPECT_TRUE(contains(top.out, "train")) << top.out;
+  EXPECT_TRUE(contains(top.out, "eval")) << top.out;
+}
+
+TEST_F(PlexusAeCli, NoSubcommandOrUnknownOptionIsExitCode1) {
+  EXPECT_EQ(run({}).exit_code, 1);
+  expect_error({"train", "--data", images(), "--no-such-option"}, {"--no-such-option"});
+  expect_error({"train", "--data", images(), "--steps", "many"}, {"--steps"});
+}
+
+TEST_F(PlexusAeCli, MissingAndEmptyDataFolders) {
+  const std::string tiny = testing::test_model("tiny.json");
+  expect_error({"train", "--model", tiny, "--patch", "16", "--data", folder / "absent", "--out", folder / "run"},
+               {"image folder '" + (folder / "absent") + "' does not exist"});
+  std::filesystem::create_directories(folder / "empty");
+  expect_error({"train", "--model", tiny, "--patch", "16", "--data", folder / "empty", "--out", folder / "run"},
+               {"'" + (folder / "empty") + "' holds no PNG or JPEG images"});
+  expect_error({"train", "--model", tiny, "--patch", "16", "--out", folder / "run"}, {"--data is required"});
+  expect_error({"train", "--model", tiny, "--patch", "16", "--data", images(), "--val", folder / "novals", "--out", folder / "run"},
+               {"image folder '" + (folder / "novals") + "' does not exist"});
+}
+
+TEST_F(PlexusAeCli, UnknownModelNameSuggestsTheCloseOne) {
+  expect_error({"train", "--data", images(), "--model", "bls2071"},
+               {"unknown model 'bls2071'", "did you mean 'bls2017'", "bmshj2018-factorized"});
+  expect_error({"train", "--data", images(), "--model", folder / "missing.json"}, {"missing.json"});
+}
+
+TEST_F(PlexusAeCli, SpecWithoutTheAppsBlobsNamesWhatIsMissing) {
+  auto spec = nlohmann::json::parse(testing::read_bytes(testing::test_model("tiny.json")));
+  auto& nodes = spec["nodes"];
+  for (auto it = nodes.begin(); it != nodes.end();)
+    it = ((*it)["name"] == "rate" || (*it)["name"] == "distortion") ? nodes.erase(it) : it + 1;
+  std::ofstream(folder / "no_losses.json") << spec.dump(2);
+  expect_error({"train", "--data", images(), "--model", folder / "no_losses.json", "--patch", "16"},
+               {"no_losses.json does not fit plexus-ae", "no node produces 'mse', 'bpp'"});
+}
+
+TEST_F(PlexusAeCli, PatchMustBeAMultipleOfTheDerivedStride) {
+  expect_error({"train", "--data", images(), "--model", "bls2017", "--patch", "100", "--out", folder / "run"},
+               {"--patch 100 is not a multiple of the model's stride 16", "try --patch 96"});
+  expect_error({"train", "--data", images(), "--model", "bmshj2018-factorized", "--patch", "24", "--out", folder / "run"},
+               {"stride 16"});
+  expect_error({"train", "--data", images(), "--model", testing::test_model("tiny.json"), "--patch", "18", "--out", folder / "run"},
+               {"stride 4"});
+}
+
+TEST_F(PlexusAeCli, BadOptionValuesAreNamed) {
+  const std::string tiny = testing::test_model("tiny.json");
+  const std::vector<std::string> base{"train", "--data", images(), "--model", tiny, "--patch", "16", "--out", folder / "run"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_error(with({"--batch", "0"}), {"--batch must be >= 1, got 0"});
+  expect_error(with({"--lambda", "-1"}), {"--lambda must be > 0"});
+  expect_error(with({"--lr", "0"}), {"--lr must be > 0"});
+  expect_error(with({"--steps", "0"}), {"--steps must be >= 1"});
+  expect_error(with({"--device", "gpu"}), {"--device: unknown device 'gpu'"});
+  expect_error(with({"--plugin", folder / "nothere.so"}), {"nothere.so"});
+  if (!cuda_available()) expect_error(with({"--device", "cuda"}), {"--device: device 'cuda' requested"});
+}
+
+TEST_F(PlexusAeCli, ResumeWithoutACheckpointNamesThePath) {
+  expect_error({"train", "--out", folder / "fresh", "--resume"},
+               {"--resume: no checkpoint at '" + (folder / "fresh/checkpoint.safetensors") + "'"});
+}
+
+TEST_F(PlexusAeCli, EvalRejectsMissingAndCorruptModelFiles) {
+  expect_error({"eval", "--model", folder / "none.safetensors", "--data", images()},
+               {"model file '" + (folder / "none.safetensors") + "' does not exist"});
+  testing::write_bytes(folder / "corrupt.safetensors", "definitely not safetensors");
+  expect_error({"eval", "--model", folder / "corrupt.safetensors", "--data", images()}, {"corrupt.safetensors"});
+  expect_error({"eval", "--data", images()}, {"--model"});
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,188 @@
+// plexus-ae train end to end on the CPU, with a tiny model (tests/apps/
+// models/tiny.json, N=8, stride 4) on tiny patches: the loss falls, resuming
+// is bit-identical to not stopping (after --resume and after Ctrl-C), a NaN
+// loss keeps the last good checkpoint, metrics are logged, and both bundled
+// models take training steps.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_runner.h"
+#include "plexus/checkpoint.h"
+
+namespace plexus {
+namespace {
+
+using testing::contains;
+using testing::ScratchFolder;
+
+// Every tensor of two safetensors files: same names, shapes, dtypes, bytes.
+::testing::AssertionResult same_tensors(const std::string& a_path, const std::string& b_path) {
+  TensorFile a = load_safetensors(a_path), b = load_safetensors(b_path);
+  if (a.tensors.size() != b.tensors.size())
+    return ::testing::AssertionFailure() << a.tensors.size() << " vs " << b.tensors.size() << " tensors";
+  for (const auto& [name, tensor] : a.tensors) {
+    auto it = b.tensors.find(name);
+    if (it == b.tensors.end()) return ::testing::AssertionFailure() << name << " missing from " << b_path;
+    const Tensor& other = it->second;
+    if (tensor.shape() != other.shape() || tensor.dtype() != other.dtype())
+      return ::testing::AssertionFailure() << name << ": " << tensor.describe() << " vs " << other.describe();
+    if (std::memcmp(tensor.raw_data(), other.raw_data(), tensor.nbytes()) != 0)
+      return ::testing::AssertionFailure() << name << " differs";
+  }
+  return ::testing::AssertionSuccess() << a.tensors.size() << " tensors identical";
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path, const std::string& kind) {
+  std::vector<nlohmann::json> entries;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto entry = nlohmann::json::parse(line);
+    if (entry["kind"] == kind) entries.push_back(entry);
+  }
+  return entries;
+}
+
+class PlexusAeTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Smooth gradients and shapes: easy content a tiny model learns fast.
+    testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
+    testing::save_png(folder / "images/b.png", testing::position_image(40, 52));
+    testing::save_png(folder / "images/sub/c.png", testing::position_image(20, 12));  // smaller than nothing: fine
+  }
+  // Common arguments of a tiny CPU run writing to <scratch>/<out>.
+  std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"),
+                                  "--patch", "16", "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps),
+                                  "--seed", "3", "--device", "cpu", "--threads", "1", "--out", folder / out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  ScratchFolder folder{"ae-train"};
+};
+
+TEST_F(PlexusAeTrain, LossFallsAndMetricsAreLogged) {
+  auto result = run(tiny_run("run", 80, {"--log-every", "10", "--val", folder / "images", "--val-every", "40"}));
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(folder / "run/checkpoint.safetensors"));
+  auto train = read_metrics(folder / "run/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 8u);
+  for (const char* key : {"step", "loss", "mse", "bpp", "psnr", "lr", "images_per_second", "elapsed_seconds"})
+    EXPECT_TRUE(train[0].contains(key)) << key;
+  EXPECT_EQ(train.back()["step"], 80);
+  const double first = train.front()["loss"], last = train.back()["loss"];
+  EXPECT_LT(last, 0.7 * first) << "loss went from " << first << " to " << last;
+  auto val = read_metrics(folder / "run/metrics.jsonl", "val");
+  ASSERT_EQ(val.size(), 2u);
+  EXPECT_EQ(val[0]["step"], 40);
+  EXPECT_EQ(val[0]["images"], 3);
+  EXPECT_GT(val[1]["psnr"].get<double>(), 0.0);
+  EXPECT_TRUE(contains(result.out, "trained 80 steps")) << result.out;
+  EXPECT_TRUE(contains(result.err, "validation at step 80")) << result.err;
+}
+
+TEST_F(PlexusAeTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  auto whole = run(tiny_run("whole", 12, {"--checkpoint-every", "5"}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.describe();
+  auto first = run(tiny_run("split", 7, {"--checkpoint-every", "5"}));
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  // Only --out, --resume and the new total: the rest comes from the checkpoint.
+  auto second = run({"train", "--out", folder / "split", "--resume", "--steps", "12", "--device", "cpu"});
+  ASSERT_EQ(second.exit_code, 0) << second.describe();
+  EXPECT_TRUE(same_tensors(folder / "whole/model.safetensors", folder / "split/model.safetensors"));
+  // Parameters and Adam moments.
+  EXPECT_TRUE(same_tensors(folder / "whole/checkpoint.safetensors", folder / "split/checkpoint.safetensors"));
+  // The metrics log of the resumed run continues where the checkpoint left off.
+  auto steps = read_metrics(folder / "split/metrics.jsonl", "train");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back()["step"], 12);
+}
+
+TEST_F(PlexusAeTrain, AnExistingRunIsNotOverwrittenWithoutResume) {
+  ASSERT_EQ(run(tiny_run("run", 2)).exit_code, 0);
+  auto again = run(tiny_run("run", 2));
+  EXPECT_EQ(again.exit_code, 1) << again.describe();
+  EXPECT_TRUE(contains(again.err, "already holds a checkpoint")) << again.err;
+}
+
+TEST_F(PlexusAeTrain, CtrlCSavesACheckpointAndTheResumedRunMatches) {
+  testing::Process process(PLEXUS_AE_EXECUTABLE, tiny_run("interrupted", 100000, {"--log-every", "1"}), folder.path());
+  // Interrupt once a few steps are logged.
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return read_metrics(folder / "interrupted/metrics.jsonl", "train").size() >= 3 || !process.running(); }, 120))
+      << "no progress within 120 s";
+  process.send(SIGINT);
+  auto result = process.wait();
+  EXPECT_EQ(result.exit_code, 130) << result.describe();
+  EXPECT_TRUE(contains(result.err, "interrupted by Ctrl-C (SIGINT) after step")) << result.err;
+  EXPECT_TRUE(contains(result.err, "--resume")) << result.err;
+  ASSERT_TRUE(std::filesystem::exists(folder / "interrupted/checkpoint.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(folder / "interrupted/model.safetensors"));
+
+  // The step it stopped at is the last line of its metrics log.
+  const std::int64_t stopped = read_metrics(folder / "interrupted/metrics.jsonl", "train").back()["step"];
+  const std::string total = std::to_string(stopped + 3);
+  auto resumed = run({"train", "--out", folder / "interrupted", "--resume", "--steps", total, "--device", "cpu"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  auto straight = run(tiny_run("straight", stopped + 3));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  EXPECT_TRUE(same_tensors(folder / "interrupted/model.safetensors", folder / "straight/model.safetensors"));
+}
+
+TEST_F(PlexusAeTrain, NanLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
+  // PoisonAfter turns the reconstruction into NaN from the 6th training step.
+  auto poisoned = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny_poisoned.json"),
+                       "--plugin", PLEXUS_TEST_POISON_PLUGIN, "--patch", "16", "--batch", "2", "--lr", "0.005",
+                       "--steps", "50", "--seed", "3", "--device", "cpu", "--threads", "1", "--checkpoint-every", "4",
+                       "--out", folder / "poisoned"});
+  EXPECT_EQ(poisoned.exit_code, 1) << poisoned.describe();
+  EXPECT_TRUE(contains(poisoned.err, "the loss is NaN at step 6")) << poisoned.err;
+  EXPECT_TRUE(contains(poisoned.err, "The last good checkpoint, '" + (folder / "poisoned/checkpoint.safetensors") +
+                                         "' at step 4, is kept")) << poisoned.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "poisoned/model.safetensors"));
+  // The kept checkpoint is the step-4 state: equal to a clean 4-step run's
+  // (the poison layer is an identity until then and has no parameters).
+  auto clean = run(tiny_run("clean", 4));
+  ASSERT_EQ(clean.exit_code, 0) << clean.describe();
+  EXPECT_TRUE(same_tensors(folder / "poisoned/checkpoint.safetensors", folder / "clean/checkpoint.safetensors"));
+}
+
+TEST_F(PlexusAeTrain, NanBeforeTheFirstCheckpointSaysSo) {
+  auto poisoned = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny_poisoned.json"),
+                       "--plugin", PLEXUS_TEST_POISON_PLUGIN, "--patch", "16", "--batch", "1", "--steps", "50",
+                       "--device", "cpu", "--checkpoint-every", "10", "--out", folder / "early"});
+  EXPECT_EQ(poisoned.exit_code, 1) << poisoned.describe();
+  EXPECT_TRUE(contains(poisoned.err, "NaN at step 6")) << poisoned.err;
+  EXPECT_TRUE(contains(poisoned.err, "No checkpoint had been saved yet")) << poisoned.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "early/checkpoint.safetensors"));
+}
+
+TEST_F(PlexusAeTrain, TimeLimitFinishesEarlyWithAModel) {
+  auto result = run(tiny_run("timed", 10000000, {"--time-limit", "1", "--log-every", "1000000"}));
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "--time-limit of 1 s reached after step")) << result.err;
+  EXPECT_TRUE(std::filesystem::exists(folder / "timed/model.safetensors"));
+  auto train = read_metrics(folder / "timed/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 1u);  // the last step is always logged
+  EXPECT_LT(train[0]["step"].get<std::int64_t>(), 10000000);
+}
+
+TEST_F(PlexusAeTrain, BundledModelsTakeTrainingSteps) {
+  for (const std::string model : {"bls2017", "bmshj2018-factorized"}) {
+    auto result = run({"train", "--data", folder / "images", "--model", model, "--patch", "32", "--batch", "1",
+                       "--steps", "2", "--device", "cpu", "--out", folder / model});
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    EXPECT_TRUE(std::filesystem::exists(folder / (model + "/model.safetensors"))) << model;
+    EXPECT_TRUE(contains(result.err, "stride 16")) << result.err;
+  }
+}
+
+}  // namespace
+}  // namespace plexus
