@@ -125,17 +125,30 @@ TEST_P(BothDirections, GradientsCpuAtInitialParameters) {
       plexus::check_gradients(plugin_registry(), GetParam(), {}, {{2, 3, 3, 3}}, Device::cpu(), options)));
 }
 
-TEST_P(BothDirections, GradientsCpuWithExactZeros) {
-  // Inputs exactly at the kink are skipped; every other gradient, including
-  // those whose n_i contains a |0|, must still match.
+// Every third input exactly 0, at the kink of |x|.
+plexus::GradCheckOptions options_with_exact_zeros() {
   plexus::GradCheckOptions options = check_options();
   options.input_filler = [](int, std::vector<double>& values, std::mt19937_64&) {
     for (std::size_t e = 0; e < values.size(); e += 3) values[e] = 0.0;
   };
-  plexus::GradCheckResult result =
-      plexus::check_gradients(plugin_registry(), GetParam(), {}, {{2, 3, 2, 2}}, Device::cpu(), options);
+  return options;
+}
+
+TEST_P(BothDirections, GradientsCpuWithExactZeros) {
+  // Inputs exactly at the kink are skipped; every other gradient, including
+  // those whose n_i contains a |0|, must still match.
+  plexus::GradCheckResult result = plexus::check_gradients(plugin_registry(), GetParam(), {}, {{2, 3, 2, 2}},
+                                                           Device::cpu(), options_with_exact_zeros());
   EXPECT_TRUE(plexus::testing::gradients_match(result));
   EXPECT_EQ(result.skipped, 8) << "24 inputs, every third one is 0";
+}
+
+TEST_P(BothDirections, GradientsCudaWithExactZeros) {
+  SKIP_WITHOUT_CUDA();
+  plexus::GradCheckResult result = plexus::check_gradients(plugin_registry(), GetParam(), {}, {{2, 3, 2, 2}},
+                                                           Device::cuda(), options_with_exact_zeros());
+  EXPECT_TRUE(plexus::testing::gradients_match(result));
+  EXPECT_EQ(result.skipped, 8);
 }
 
 TEST_P(BothDirections, GradientsCuda) {
