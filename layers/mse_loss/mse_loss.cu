@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "mse_loss/mse_loss.h"
+#include "plexus/cuda/block_reduce.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -12,24 +13,6 @@ namespace {
 constexpr int kThreads = 256;
 // A reduction needs only enough blocks to fill the GPU; more would just add atomics.
 constexpr unsigned int kMaxReductionBlocks = 1024;
-
-// Sum of `value` over the threads of a kThreads-wide block, valid in thread 0:
-// warp shuffles, then one shared slot per warp summed by the first warp.
-// Every thread of the block must call it.
-template <typename T>
-__device__ T block_sum(T value) {
-  __shared__ T warp_sums[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < kThreads / 32 ? warp_sums[lane] : T(0);
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
 
 // L = (1/n) sum_i (a_i - b_i)^2.
 // Grid-stride partial sums per thread, a shared-memory block sum, then one
@@ -42,7 +25,7 @@ __global__ void mse_loss_forward(const T* a, const T* b, long long n, T inverse_
     T difference = a[i] - b[i];
     sum += difference * difference;
   }
-  sum = block_sum(sum);
+  sum = cuda::block_sum<kThreads>(sum);
   if (threadIdx.x == 0) atomicAdd(loss, sum * inverse_n);
 }
 

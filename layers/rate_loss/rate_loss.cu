@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plexus/cuda/block_reduce.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "rate_loss/rate_loss.h"
@@ -14,24 +15,6 @@ constexpr int kThreads = 256;
 // A reduction needs only enough blocks to fill the GPU; more would just add atomics.
 constexpr unsigned int kMaxReductionBlocks = 1024;
 
-// Sum of `value` over the threads of a kThreads-wide block, valid in thread 0:
-// warp shuffles, then one shared slot per warp summed by the first warp.
-// Every thread of the block must call it.
-template <typename T>
-__device__ T block_sum(T value) {
-  __shared__ T warp_sums[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < kThreads / 32 ? warp_sums[lane] : T(0);
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-
 // R = sum_i -log2(p_i) / (N H W) = -sum_i ln(p_i) * scale, scale = 1 / (ln 2 N H W).
 // Grid-stride partial sums per thread, a shared-memory block sum, then one
 // atomicAdd per block into *rate, which the host zeroed on the same stream.
@@ -41,7 +24,7 @@ __global__ void rate_loss_forward(const T* p, long long n, T scale, T* rate) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
     sum -= log(p[i]);
-  sum = block_sum(sum);
+  sum = cuda::block_sum<kThreads>(sum);
   if (threadIdx.x == 0) atomicAdd(rate, sum * scale);
 }
 

@@ -2,6 +2,8 @@
 // structural mistake named.
 #include <gtest/gtest.h>
 
+#include "framework/error_of.h"
+
 #include <fstream>
 
 #include "plexus/error.h"
@@ -10,16 +12,7 @@
 namespace plexus {
 namespace {
 
-template <typename E, typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using test::error_of;
 
 TEST(ModelSpec, ParsesNodesAndParams) {
   ModelSpec spec = ModelSpec::from_text(R"({

@@ -2,6 +2,8 @@
 // LayerConfig reports wrong types and unknown keys.
 #include <gtest/gtest.h>
 
+#include "framework/error_of.h"
+
 #include "framework/test_layers.h"
 #include "plexus/layer_config.h"
 #include <nlohmann/json.hpp>
@@ -11,16 +13,7 @@
 namespace plexus {
 namespace {
 
-template <typename E, typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using test::error_of;
 
 TEST(Registry, UnknownTypeSuggestsCloseNames) {
   Registry registry = builtin_registry();
