@@ -1,15 +1,10 @@
 #include "fully_connected/fully_connected.h"
 
-#include <Eigen/Core>
+#include "fully_connected/dense.h"
 
 namespace plexus::layers {
 
 namespace {
-
-template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
 // F: the product of every dimension after the batch axis.
 std::int64_t features_of(const Shape& shape) {
@@ -48,40 +43,24 @@ void FullyConnected::create_parameters(const std::vector<Shape>& inputs) {
 
 void FullyConnected::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
   const Tensor& input = *inputs[0];
-  const Eigen::Index batch = input.dim(0), features = in_features_, out = out_features_;
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    Eigen::Map<const RowMatrix<T>> x(input.data<T>(), batch, features);
-    Eigen::Map<const RowMatrix<T>> w(parameter("weight").value.data<T>(), out, features);
-    Eigen::Map<RowMatrix<T>> y(outputs[0]->data<T>(), batch, out);
-    y.noalias() = x * w.transpose();
-    if (bias_) {
-      Eigen::Map<const RowVector<T>> b(parameter("bias").value.data<T>(), out);
-      y.rowwise() += b;
-    }
+    dense::forward_cpu<T>(input.data<T>(), parameter("weight").value.data<T>(),
+                          bias_ ? parameter("bias").value.data<T>() : nullptr, outputs[0]->data<T>(), input.dim(0),
+                          in_features_, out_features_);
   });
 }
 
 void FullyConnected::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
                                   const ConstTensors& output_grads, const MutableTensors& input_grads) {
   const Tensor& input = *inputs[0];
-  const Eigen::Index batch = input.dim(0), features = in_features_, out = out_features_;
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    Eigen::Map<const RowMatrix<T>> x(input.data<T>(), batch, features);
-    Eigen::Map<const RowMatrix<T>> dy(output_grads[0]->data<T>(), batch, out);
     Parameter& weight = parameter("weight");
-    Eigen::Map<const RowMatrix<T>> w(weight.value.data<T>(), out, features);
-    if (input_grads[0]) {
-      Eigen::Map<RowMatrix<T>> dx(input_grads[0]->data<T>(), batch, features);
-      dx.noalias() = dy * w;
-    }
-    Eigen::Map<RowMatrix<T>> dw(weight.grad.data<T>(), out, features);
-    dw.noalias() += dy.transpose() * x;
-    if (bias_) {
-      Eigen::Map<RowVector<T>> db(parameter("bias").grad.data<T>(), out);
-      db += dy.colwise().sum();
-    }
+    dense::backward_cpu<T>(input.data<T>(), weight.value.data<T>(), output_grads[0]->data<T>(),
+                           input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
+                           bias_ ? parameter("bias").grad.data<T>() : nullptr, input.dim(0), in_features_,
+                           out_features_);
   });
 }
 

@@ -6,14 +6,14 @@
 
 #include <Eigen/Core>
 
+#include "fully_connected/dense.h"
+
 namespace plexus::layers {
 
 namespace {
 
 template <typename T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
 std::int64_t features_of(const Shape& shape) {
   std::int64_t features = 1;
@@ -76,10 +76,9 @@ void SoftmaxProjection::forward_cpu(Context&, const ConstTensors& inputs, const 
     const T* labels = inputs[1]->data<T>();
     for (Eigen::Index n = 0; n < batch; ++n)
       if (!is_valid_label(static_cast<double>(labels[n]), vocab_size_)) fail_label(n, labels[n]);
-    Eigen::Map<const RowMatrix<T>> f(input.data<T>(), batch, features);
-    Eigen::Map<const RowMatrix<T>> w(parameter("weight").value.data<T>(), vocab, features);
-    RowMatrix<T> z = f * w.transpose();
-    if (bias_) z.rowwise() += Eigen::Map<const RowVector<T>>(parameter("bias").value.data<T>(), vocab);
+    RowMatrix<T> z(batch, vocab);
+    dense::forward_cpu<T>(input.data<T>(), parameter("weight").value.data<T>(),
+                          bias_ ? parameter("bias").value.data<T>() : nullptr, z.data(), batch, features, vocab);
     T total = T(0);
     for (Eigen::Index n = 0; n < batch; ++n) {
       T row_max = z.row(n).maxCoeff();
@@ -100,12 +99,11 @@ void SoftmaxProjection::backward_cpu(Context&, const ConstTensors& inputs, const
     for (Eigen::Index n = 0; n < batch; ++n)
       if (!is_valid_label(static_cast<double>(labels[n]), vocab_size_)) fail_label(n, labels[n]);
     Parameter& weight = parameter("weight");
-    Eigen::Map<const RowMatrix<T>> f(input.data<T>(), batch, features);
-    Eigen::Map<const RowMatrix<T>> w(weight.value.data<T>(), vocab, features);
     // The logits are recomputed rather than kept from forward: the layer stays
     // stateless, so a forward on other inputs in between cannot go stale.
-    RowMatrix<T> dz = f * w.transpose();
-    if (bias_) dz.rowwise() += Eigen::Map<const RowVector<T>>(parameter("bias").value.data<T>(), vocab);
+    RowMatrix<T> dz(batch, vocab);
+    dense::forward_cpu<T>(input.data<T>(), weight.value.data<T>(),
+                          bias_ ? parameter("bias").value.data<T>() : nullptr, dz.data(), batch, features, vocab);
     const T scale = output_grads[0]->data<T>()[0] / static_cast<T>(batch);  // g / N
     for (Eigen::Index n = 0; n < batch; ++n) {
       T row_max = dz.row(n).maxCoeff();
@@ -113,16 +111,9 @@ void SoftmaxProjection::backward_cpu(Context&, const ConstTensors& inputs, const
       dz.row(n) *= scale / dz.row(n).sum();  // (g/N) softmax(z_n)
       dz(n, static_cast<Eigen::Index>(labels[n])) -= scale;
     }
-    if (input_grads[0]) {
-      Eigen::Map<RowMatrix<T>> df(input_grads[0]->data<T>(), batch, features);
-      df.noalias() = dz * w;
-    }
-    Eigen::Map<RowMatrix<T>> dw(weight.grad.data<T>(), vocab, features);
-    dw.noalias() += dz.transpose() * f;
-    if (bias_) {
-      Eigen::Map<RowVector<T>> db(parameter("bias").grad.data<T>(), vocab);
-      db += dz.colwise().sum();
-    }
+    dense::backward_cpu<T>(input.data<T>(), weight.value.data<T>(), dz.data(),
+                           input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
+                           bias_ ? parameter("bias").grad.data<T>() : nullptr, batch, features, vocab);
   });
 }
 

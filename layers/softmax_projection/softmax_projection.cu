@@ -1,9 +1,9 @@
 // CUDA kernels of SoftmaxProjection (math in softmax_projection.h). The
 // projections go to cuBLAS (plexus/cuda/blas.h); the log-softmax, the loss
 // and dz are row kernels, one block per batch row.
-#include <climits>
 #include <cmath>
 
+#include "fully_connected/dense.h"
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -14,8 +14,6 @@ namespace plexus::layers {
 namespace {
 
 constexpr int kRowThreads = 256;  // a power of two: block_reduce halves it
-constexpr int kColumnsPerBlock = 32;
-constexpr int kRowSlices = 8;
 
 __device__ inline float exp_of(float x) { return expf(x); }
 __device__ inline double exp_of(double x) { return exp(x); }
@@ -129,43 +127,15 @@ __global__ void logit_gradients(T* z, const T* b, const T* labels, const T* outp
   }
 }
 
-// dL/db[v] += sum_n dz[n, v].
-// Blocks of 32 x 8 threads: x covers 32 adjacent columns (coalesced reads of
-// each row), y splits the rows 8 ways; the partial sums meet in shared memory,
-// so there are no atomics and the summation order is fixed.
-template <typename T>
-__global__ void accumulate_column_sums(const T* dz, T* db, long long rows, long long columns) {
-  __shared__ T partial[kRowSlices][kColumnsPerBlock];
-  long long column = blockIdx.x * (long long)kColumnsPerBlock + threadIdx.x;
-  T sum = T(0);
-  if (column < columns)
-    for (long long row = threadIdx.y; row < rows; row += kRowSlices) sum += dz[row * columns + column];
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && column < columns) {
-    T total = T(0);
-    for (int slice = 0; slice < kRowSlices; ++slice) total += partial[slice][threadIdx.x];
-    db[column] += total;
-  }
-}
-
-// cuBLAS takes int sizes (and the bad-label flag is an int).
-int as_int(std::int64_t value, const char* what, const std::string& who) {
-  if (value > INT_MAX)
-    throw ShapeError(who + ": " + what + " " + std::to_string(value) + " exceeds the cuBLAS limit " +
-                     std::to_string(INT_MAX));
-  return static_cast<int>(value);
-}
-
 unsigned int row_blocks(int rows) { return static_cast<unsigned int>(rows < 65535 ? rows : 65535); }
 
 }  // namespace
 
 void SoftmaxProjection::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   const Tensor& input = *inputs[0];
-  const int batch = as_int(input.dim(0), "batch", who());
-  const int features = as_int(in_features_, "features", who());
-  const int vocab = as_int(vocab_size_, "vocab_size", who());
+  const int batch = dense::cublas_size(input.dim(0), "batch", who());
+  const int features = dense::cublas_size(in_features_, "features", who());
+  const int vocab = dense::cublas_size(vocab_size_, "vocab_size", who());
   cudaStream_t stream = cuda::stream(ctx);
   Tensor logits({batch, vocab}, input.dtype(), input.device());
   Tensor row_loss({batch}, input.dtype(), input.device());
@@ -196,9 +166,9 @@ void SoftmaxProjection::forward_cuda(Context& ctx, const ConstTensors& inputs, c
 void SoftmaxProjection::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
                                       const ConstTensors& output_grads, const MutableTensors& input_grads) {
   const Tensor& input = *inputs[0];
-  const int batch = as_int(input.dim(0), "batch", who());
-  const int features = as_int(in_features_, "features", who());
-  const int vocab = as_int(vocab_size_, "vocab_size", who());
+  const int batch = dense::cublas_size(input.dim(0), "batch", who());
+  const int features = dense::cublas_size(in_features_, "features", who());
+  const int vocab = dense::cublas_size(vocab_size_, "vocab_size", who());
   cudaStream_t stream = cuda::stream(ctx);
   Tensor logit_grads({batch, vocab}, input.dtype(), input.device());
   dispatch_float(input.dtype(), [&](auto zero) {
@@ -211,18 +181,10 @@ void SoftmaxProjection::backward_cuda(Context& ctx, const ConstTensors& inputs, 
     logit_gradients<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(dz, b, inputs[1]->data<T>(),
                                                                       output_grads[0]->data<T>(), batch, vocab);
     cuda::check_launch("logit_gradients", __FILE__, __LINE__);
-    // df [N, F] = dz [N, V] * W [V, F]   (overwrites)
-    if (input_grads[0])
-      cuda::gemm<T>(ctx, false, false, batch, features, vocab, T(1), dz, weight.value.data<T>(), T(0),
-                    input_grads[0]->data<T>());
-    // dW [V, F] += dz^T [V, N] * f [N, F]   (beta = 1 accumulates)
-    cuda::gemm<T>(ctx, true, false, vocab, features, batch, T(1), dz, input.data<T>(), T(1), weight.grad.data<T>());
-    if (bias_) {
-      dim3 threads(kColumnsPerBlock, kRowSlices);
-      unsigned int blocks = static_cast<unsigned int>((vocab + kColumnsPerBlock - 1) / kColumnsPerBlock);
-      accumulate_column_sums<T><<<blocks, threads, 0, stream>>>(dz, parameter("bias").grad.data<T>(), batch, vocab);
-      cuda::check_launch("accumulate_column_sums", __FILE__, __LINE__);
-    }
+    // df = dz W, dW += dz^T f, db += column sums of dz: the dense backward.
+    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), dz,
+                            input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
+                            bias_ ? parameter("bias").grad.data<T>() : nullptr, batch, features, vocab);
   });
 }
 
