@@ -6,7 +6,10 @@ GDN is written the way it is usually written in PyTorch: a 1x1 convolution of
 x^2 with gamma, plus beta, then rsqrt and a multiply (autograd for backward),
 with the same reparametrisation (lower bound, square, minus pedestal).
 
-  python3 tools/bench/torch_bench.py --cases tools/bench/bench_cases.json [--tf32]
+  python3 tools/bench/torch_bench.py --cases tools/bench/bench_cases.json [--tf32] [--only TEXT] [--compile]
+
+--compile times each layer under torch.compile (compiled during the warm-up
+runs, so the median excludes compilation); the training steps stay eager.
 """
 import argparse
 import json
@@ -144,11 +147,13 @@ def median_ms(fn, warmup, repeats):
     return statistics.median(times)
 
 
-def time_layer(case, warmup, repeats):
+def time_layer(case, warmup, repeats, compile_layer=False):
     dev = torch.device("cuda")
     layer = make_layer(case)
     if isinstance(layer, nn.Module):
         layer = layer.to(dev)
+    if compile_layer:
+        layer = torch.compile(layer)
     inputs = []
     for i, shape in enumerate(case["inputs"]):
         if i == case.get("positive_input", -1):
@@ -188,6 +193,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--only", default="")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN convolutions and matmuls")
+    ap.add_argument("--compile", action="store_true", help="time the layers under torch.compile (default mode)")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
@@ -196,7 +202,7 @@ def main():
     cases = json.load(open(args.cases))
     for c in cases["layers"]:
         if args.only in c["name"]:
-            print(json.dumps(time_layer(c, args.warmup, args.repeats)), flush=True)
+            print(json.dumps(time_layer(c, args.warmup, args.repeats, args.compile)), flush=True)
     for m in cases["models"]:
         if args.only in m["name"]:
             print(json.dumps(time_model(m, args.warmup, max(5, args.repeats // 2))), flush=True)
