@@ -19,13 +19,21 @@
 // read from global memory once per direction (x again from L2 in the
 // epilogues).
 //
-// The fused kernels exist for C <= 128 in f32 (gamma 66 KiB, 2 blocks per SM
-// forward, 1 backward on an H100) and C <= 64 in f64; C is padded up to 32,
-// 64 or 128 with zero gamma rows/columns and beta 1. Larger C (gamma no longer
-// fits in shared memory next to a tile) and GPUs without the shared memory
-// take the general path: element-wise kernels with an O(C) loop per element,
-// reading through the caches; its backward keeps dL/dn and x^2 in two
-// temporaries and gets dgamma as their product from cuBLAS.
+// Which kernels run:
+//   f32, TF32 allowed (Context::allow_tf32), C <= 192, compute capability
+//       >= 8.0: the tensor-core kernels of gdn_tensor_core.cu (same layout,
+//       the contractions as TF32 MMAs);
+//   f32 otherwise, C <= 128, and f64, C <= 64: the fused kernels below, on
+//       FP32 (FP64) FMA units (gamma 66 KiB at C = 128: 2 blocks per SM
+//       forward, 1 backward on an H100); C is padded up to 32, 64 or 128 with
+//       zero gamma rows/columns and beta 1;
+//   larger C, and GPUs without the shared memory: the general path,
+//       element-wise kernels with an O(C) loop per element, reading through
+//       the caches; its backward keeps dL/dn and x^2 in two temporaries and
+//       gets dgamma as their product from cuBLAS (a TF32 GEMM when allowed).
+// Why not larger C here: the FMA backward keeps (C/16)^2 dgamma sums per
+// thread (144 registers at C = 192), and at C = 256 gamma alone (256 KiB)
+// exceeds an H100's shared memory.
 #include <cstdint>
 #include <type_traits>
 

@@ -30,13 +30,12 @@
 
 namespace plexus::layers::gdn_cuda {
 
-namespace {
-
 // Warp tiling of one padded channel count CP: kThreads threads, tiles of
 // kTile pixels; the [CP x T] contractions on kContractWarpsM x
-// kContractWarpsN warps, dgamma [CP x CP] on kGradientWarpsM x kGradientWarpsN.
+// kContractWarpsN warps, dgamma [CP x CP] on kGradientWarpsM x
+// kGradientWarpsN; kMinBlocks resident blocks per SM (register budget).
 template <int CP, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
-          int kGradientWarpsN, int kForwardMinBlocks>
+          int kGradientWarpsN, int kMinBlocks>
 struct TilingOf {
   static constexpr int channels = CP;
   static constexpr int threads = kThreads;
@@ -47,7 +46,7 @@ struct TilingOf {
   static constexpr int gradient_warps_n = kGradientWarpsN;
   static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
   static constexpr int gradient_n_tiles = CP / (8 * kGradientWarpsN);
-  static constexpr int forward_min_blocks = kForwardMinBlocks;
+  static constexpr int min_blocks = kMinBlocks;
   // x tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
   static constexpr int runs_per_row = kTile / 4;
   static constexpr int load_row_step = kThreads / runs_per_row;
@@ -64,19 +63,36 @@ struct TilingOf {
   static_assert(CP % 32 == 0 && kTile % 32 == 0, "swizzled rows are multiples of 32 floats");
 };
 
+// Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
+// 97 KiB of shared memory each). C = 192: gamma alone takes 144 KiB, so
+// 32-pixel tiles and one block of 16 warps.
 template <int CP>
-struct Tiling;
-// C <= 128: 8 warps, 64-pixel tiles (C = 128: forward 97 KiB of shared memory, 2 blocks per SM; backward 129 KiB).
+struct ForwardTiling;
 template <>
-struct Tiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+struct ForwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
 template <>
-struct Tiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+struct ForwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
 template <>
-struct Tiling<128> : TilingOf<128, 256, 64, 4, 2, 4, 2, 2> {};
-// C = 192: gamma alone takes 144 KiB, so 32-pixel tiles; 16 warps so that
-// dgamma (36,864 sums) takes 72 registers per thread.
+struct ForwardTiling<128> : TilingOf<128, 256, 64, 4, 2, 4, 2, 2> {};
 template <>
-struct Tiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+struct ForwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+
+// Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
+// 8 warps, 2 blocks per SM. C = 128 (129 KiB of shared memory: one block per
+// SM) and 192 (193 KiB): 16 warps, so that dgamma takes 32 (72) registers a
+// thread and twice the warps hide the latency of each phase.
+template <int CP>
+struct BackwardTiling;
+template <>
+struct BackwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct BackwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct BackwardTiling<128> : TilingOf<128, 512, 64, 4, 4, 4, 4, 1> {};
+template <>
+struct BackwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+
+namespace {
 
 // Offset of element (row, column) of a row-major matrix with rows of
 // row_length floats (a multiple of 32): column bits 2-4 XOR (row & 3, row bit 2).
@@ -85,6 +101,20 @@ struct Tiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
 // for r0 a multiple of 4 (8 for the first) and c0 a multiple of 4 (8).
 __device__ __forceinline__ int swizzled(int row, int column, int row_length) {
   return row * row_length + (column ^ (((row & 3) << 3) | (row & 4)));
+}
+
+// swizzled() for the two ways fragments read a matrix, written so that the
+// loop variable k0 (a multiple of 8) enters through one XOR or one
+// multiply-add per k step, shared by all the step's loads (lane = 4 g + t):
+// rows row_g (= g mod 8), columns k0 + t + 4 half:
+__device__ __forceinline__ int swizzled_rows_by_g(int row_g, int k0, int half, int row_length) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  return row_g * row_length + (k0 ^ ((g & 3) << 3)) + ((t + 4 * half) ^ (g & 4));
+}
+// rows k0 + t + 4 half, columns column_8 + g (column_8 a multiple of 8):
+__device__ __forceinline__ int swizzled_rows_by_t(int k0, int half, int column_8, int row_length) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  return (k0 + t + 4 * half) * row_length + (column_8 ^ (t << 3)) + (g ^ (4 * half));
 }
 
 // Round to the nearest TF32 value (10 mantissa bits), as a float.
@@ -128,6 +158,43 @@ __device__ void load_parameters(const float* stored_beta, const float* stored_ga
     beta_s[i] = i < channels ? effective_value(stored_beta[i], rp.beta_bound, rp.pedestal) : 1.0f;
 }
 
+// Where a tile starts: its first pixel as (image, pixel within the image),
+// one 64-bit division per tile. When images have at least T pixels a tile
+// touches at most two images, and tile_run finds its other pixels with a
+// compare instead of a division each.
+struct TileOrigin {
+  long long begin, image, within;
+};
+
+__device__ __forceinline__ TileOrigin tile_origin(long long tile_begin, long long pixels) {
+  return {tile_begin, tile_begin / pixels, tile_begin % pixels};
+}
+
+// pixel_run of the N pixels at column, column + 1, ... of a T-pixel tile.
+template <int N, int kTile>
+__device__ __forceinline__ PixelRun<N> tile_run(const TileOrigin& origin, int column, long long total_pixels,
+                                                long long pixels, int channels, bool vector_io) {
+  if (pixels < kTile) return pixel_run<N>(origin.begin + column, total_pixels, pixels, channels, vector_io);
+  PixelRun<N> run;
+  run.valid_mask = 0;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    long long within = origin.within + column + c;
+    long long image = origin.image;
+    if (within >= pixels) {
+      within -= pixels;
+      ++image;
+    }
+    run.offset[c] = 0;
+    if (origin.begin + column + c < total_pixels) {
+      run.offset[c] = image * channels * pixels + within;
+      run.valid_mask |= 1 << c;
+    }
+  }
+  run.contiguous = vector_io && run.valid_mask == (1 << N) - 1;
+  return run;
+}
+
 // The tile [tile_begin, tile_begin + T) of x into registers: thread t reads
 // pixels 4 (t % (T/4)) + 0..3 of channels t / (T/4) + k * load_row_step
 // (coalesced float4 runs along pixels); 0 outside the batch and the channels.
@@ -135,8 +202,8 @@ template <class L>
 __device__ __forceinline__ void fetch_tile(const float* x, long long tile_begin, long long total_pixels,
                                            long long pixels, int channels, bool vector_io,
                                            float (&values)[L::loads][4]) {
-  const PixelRun<4> run =
-      pixel_run<4>(tile_begin + 4 * (threadIdx.x % L::runs_per_row), total_pixels, pixels, channels, vector_io);
+  const PixelRun<4> run = tile_run<4, L::tile>(tile_origin(tile_begin, pixels), 4 * (threadIdx.x % L::runs_per_row),
+                                               total_pixels, pixels, channels, vector_io);
 #pragma unroll
   for (int l = 0; l < L::loads; ++l) {
     const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
@@ -166,7 +233,7 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
                                                   float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                   int m_base, int n_base) {
   constexpr int CP = L::channels;
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = (threadIdx.x % 32) / 4;
 #pragma unroll 2
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
@@ -174,16 +241,16 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
       const int r = m_base + 16 * mt + g;
-      a[mt][0] = bits(gamma_s[swizzled(r, k0 + t, CP)]);
-      a[mt][1] = bits(gamma_s[swizzled(r + 8, k0 + t, CP)]);
-      a[mt][2] = bits(gamma_s[swizzled(r, k0 + t + 4, CP)]);
-      a[mt][3] = bits(gamma_s[swizzled(r + 8, k0 + t + 4, CP)]);
+      a[mt][0] = bits(gamma_s[swizzled_rows_by_g(r, k0, 0, CP)]);
+      a[mt][1] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 0, CP)]);
+      a[mt][2] = bits(gamma_s[swizzled_rows_by_g(r, k0, 1, CP)]);
+      a[mt][3] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 1, CP)]);
     }
 #pragma unroll
     for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
-      const int p = n_base + 8 * nt + g;
-      const float v0 = x_s[swizzled(k0 + t, p, L::tile)];
-      const float v1 = x_s[swizzled(k0 + t + 4, p, L::tile)];
+      const int p8 = n_base + 8 * nt;
+      const float v0 = x_s[swizzled_rows_by_t(k0, 0, p8, L::tile)];
+      const float v1 = x_s[swizzled_rows_by_t(k0, 1, p8, L::tile)];
       b[nt][0] = bits(round_tf32(v0 * v0));
       b[nt][1] = bits(round_tf32(v1 * v1));
     }
@@ -201,24 +268,23 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
   constexpr int CP = L::channels;
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 #pragma unroll 2
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
     std::uint32_t b[L::contract_n_tiles][2];
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
-      const int r = m_base + 16 * mt + g;
-      a[mt][0] = bits(gamma_s[swizzled(k0 + t, r, CP)]);
-      a[mt][1] = bits(gamma_s[swizzled(k0 + t, r + 8, CP)]);
-      a[mt][2] = bits(gamma_s[swizzled(k0 + t + 4, r, CP)]);
-      a[mt][3] = bits(gamma_s[swizzled(k0 + t + 4, r + 8, CP)]);
+      const int r8 = m_base + 16 * mt;
+      a[mt][0] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8, CP)]);
+      a[mt][1] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8 + 8, CP)]);
+      a[mt][2] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8, CP)]);
+      a[mt][3] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8 + 8, CP)]);
     }
 #pragma unroll
     for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
-      const int p = n_base + 8 * nt + g;
-      b[nt][0] = bits(q_s[swizzled(k0 + t, p, L::tile)]);
-      b[nt][1] = bits(q_s[swizzled(k0 + t + 4, p, L::tile)]);
+      const int p8 = n_base + 8 * nt;
+      b[nt][0] = bits(q_s[swizzled_rows_by_t(k0, 0, p8, L::tile)]);
+      b[nt][1] = bits(q_s[swizzled_rows_by_t(k0, 1, p8, L::tile)]);
     }
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt)
@@ -234,7 +300,7 @@ template <class L>
 __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
                                                 float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
                                                 int m_base, int n_base) {
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = (threadIdx.x % 32) / 4;
 #pragma unroll 2
   for (int p0 = 0; p0 < L::tile; p0 += 8) {
     std::uint32_t a[L::gradient_m_tiles][4];
@@ -242,16 +308,16 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
 #pragma unroll
     for (int mt = 0; mt < L::gradient_m_tiles; ++mt) {
       const int r = m_base + 16 * mt + g;
-      a[mt][0] = bits(q_s[swizzled(r, p0 + t, L::tile)]);
-      a[mt][1] = bits(q_s[swizzled(r + 8, p0 + t, L::tile)]);
-      a[mt][2] = bits(q_s[swizzled(r, p0 + t + 4, L::tile)]);
-      a[mt][3] = bits(q_s[swizzled(r + 8, p0 + t + 4, L::tile)]);
+      a[mt][0] = bits(q_s[swizzled_rows_by_g(r, p0, 0, L::tile)]);
+      a[mt][1] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 0, L::tile)]);
+      a[mt][2] = bits(q_s[swizzled_rows_by_g(r, p0, 1, L::tile)]);
+      a[mt][3] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 1, L::tile)]);
     }
 #pragma unroll
     for (int nt = 0; nt < L::gradient_n_tiles; ++nt) {
       const int k = n_base + 8 * nt + g;
-      const float v0 = x_s[swizzled(k, p0 + t, L::tile)];
-      const float v1 = x_s[swizzled(k, p0 + t + 4, L::tile)];
+      const float v0 = x_s[swizzled_rows_by_g(k, p0, 0, L::tile)];
+      const float v1 = x_s[swizzled_rows_by_g(k, p0, 1, L::tile)];
       b[nt][0] = bits(round_tf32(v0 * v0));
       b[nt][1] = bits(round_tf32(v1 * v1));
     }
@@ -268,9 +334,10 @@ __device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, lo
                                             long long pixels, int channels, bool vector_io,
                                             PixelRun<2> (&runs)[L::contract_n_tiles]) {
   const int t = threadIdx.x % 4;
+  const TileOrigin origin = tile_origin(tile_begin, pixels);
 #pragma unroll
   for (int nt = 0; nt < L::contract_n_tiles; ++nt)
-    runs[nt] = pixel_run<2>(tile_begin + n_base + 8 * nt + 2 * t, total_pixels, pixels, channels, vector_io);
+    runs[nt] = tile_run<2, L::tile>(origin, n_base + 8 * nt + 2 * t, total_pixels, pixels, channels, vector_io);
 }
 
 // Forward: per pixel n_i = beta_i + sum_j gamma_ij x_j^2 (TF32 products,
@@ -278,10 +345,10 @@ __device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, lo
 // Launch: persistent blocks grid-striding over T-pixel tiles; gamma stays in
 // shared memory for all of a block's tiles.
 template <int CP, bool kInverse>
-__global__ void __launch_bounds__(Tiling<CP>::threads, Tiling<CP>::forward_min_blocks)
+__global__ void __launch_bounds__(ForwardTiling<CP>::threads, ForwardTiling<CP>::min_blocks)
     gdn_tf32_forward(const float* x, float* y, const float* stored_beta, const float* stored_gamma, int channels,
                      long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io) {
-  using L = Tiling<CP>;
+  using L = ForwardTiling<CP>;
   constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
@@ -342,11 +409,11 @@ __global__ void __launch_bounds__(Tiling<CP>::threads, Tiling<CP>::forward_min_b
 // Launch: persistent blocks over T-pixel tiles (1 per SM at C >= 128);
 // dgamma stays in registers (MMA accumulators) across the block's tiles.
 template <int CP, bool kInverse>
-__global__ void __launch_bounds__(Tiling<CP>::threads, 1)
+__global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
     gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
                       int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
                       bool vector_io, float* partials) {
-  using L = Tiling<CP>;
+  using L = BackwardTiling<CP>;
   constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -526,7 +593,7 @@ bool device_has_tf32_mma() {
 template <int CP, bool kInverse>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
-  using L = Tiling<CP>;
+  using L = ForwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<gdn_tf32_forward<CP, kInverse>>(L::threads, L::forward_bytes, tiles);
   if (blocks == 0) return false;
@@ -541,7 +608,7 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
 template <int CP, bool kInverse>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
-  using L = Tiling<CP>;
+  using L = BackwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<gdn_tf32_backward<CP, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
