@@ -19,6 +19,7 @@
 #include "run_metadata.h"
 #include "session.h"
 #include "train_command.h"
+#include "precision_option.h"
 
 namespace plexus::ae {
 
@@ -47,6 +48,7 @@ int run_eval(const EvalOptions& o) {
   const std::int64_t step = load_checkpoint(o.model, net, nullptr);
   Context ctx(device, 0);
   ctx.set_training(false);
+  ctx.set_precision(choose_precision(o.precision, device));
   spdlog::info("evaluating '{}' ({}, step {}, stride {}) on {} image(s) of '{}' on {}", o.model,
                spec.name.empty() ? spec.source : spec.name, step, stride, images.size(), o.data, device.str());
 

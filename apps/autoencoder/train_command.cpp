@@ -23,6 +23,7 @@
 #include "image_evaluation.h"
 #include "metrics_log.h"
 #include "model_catalog.h"
+#include "precision_option.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
@@ -150,7 +151,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());
 
   Context ctx(device, o.seed);
-  ctx.set_allow_tf32(o.tf32);
+  ctx.set_precision(choose_precision(o.tf32 ? "tf32" : o.precision, device));
   const Shape training_shape{o.batch, 3, o.patch, o.patch};
   Net net(*spec, registry, {{kImage, training_shape}}, DType::f32, device, o.seed);
   Adam adam(o.lr);

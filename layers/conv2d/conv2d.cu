@@ -1,5 +1,7 @@
-// CUDA Conv2d (math in conv2d.h): im2col kernels plus cuBLAS GEMMs batched
-// over the images of a chunk. The chunk is the whole batch unless its scratch
+// CUDA Conv2d (math in conv2d.h). When the context allows TF32, the
+// implicit-GEMM tensor-core engine (implicit_gemm.h) runs every pass without
+// a column buffer. Otherwise (f64, strict f32, shapes the engine does not
+// take): im2col kernels plus cuBLAS GEMMs batched over the images of a chunk. The chunk is the whole batch unless its scratch
 // (columns and per-image weight gradients) would exceed scratch_limit_.
 // Scratch buffers are cached in the layer. Every step runs on the context's
 // stream.
@@ -7,10 +9,27 @@
 
 #include "conv2d/channel_ops.h"
 #include "conv2d/conv2d.h"
+#include "conv2d/implicit_gemm.h"
 #include "conv2d/scratch.h"
 #include "plexus/cuda/blas.h"
 
 namespace plexus::layers {
+
+implicit_gemm::ConvProblem Conv2d::conv_problem(const Shape& input_shape) const {
+  const ConvGeometry g = geometry(input_shape);
+  implicit_gemm::ConvProblem problem;
+  problem.batch = input_shape[0];
+  problem.in_channels = g.channels;
+  problem.height = g.height;
+  problem.width = g.width;
+  problem.out_channels = out_channels_;
+  problem.out_height = g.patches_high;
+  problem.out_width = g.patches_wide;
+  problem.kernel = kernel_;
+  problem.stride = stride_;
+  problem.padding = padding_;
+  return problem;
+}
 
 void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   const Tensor& x = *inputs[0];
@@ -19,6 +38,13 @@ void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutabl
   const std::int64_t batch = x.dim(0), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out_channels_ * patches;  // elements of one output image
   if (batch == 0) return;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
+  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+    implicit_gemm::forward(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
+                           has_bias_ ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
+                           tensor_core_scratch_);
+    return;
+  }
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
@@ -49,6 +75,19 @@ void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
   const std::int64_t out_plane = out_channels_ * patches;
   const std::int64_t weight_size = out_channels_ * rows;
   if (batch == 0) return;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
+  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+    Parameter& weight = parameter("weight");
+    implicit_gemm::backward_weight(ctx, problem, x.data<float>(), dy.data<float>(), weight.grad.data<float>(),
+                                   tensor_core_scratch_);
+    if (dx)
+      implicit_gemm::backward_data(ctx, problem, dy.data<float>(), weight.value.data<float>(), nullptr,
+                                   dx->data<float>(), tensor_core_scratch_);
+    if (has_bias_)
+      accumulate_channel_sums_cuda(ctx, dy.data<float>(), batch, out_channels_, patches,
+                                   parameter("bias").grad.data<float>());
+    return;
+  }
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));

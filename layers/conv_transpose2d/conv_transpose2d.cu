@@ -1,16 +1,38 @@
-// CUDA ConvTranspose2d (math in conv_transpose2d.h): cuBLAS GEMMs batched over
-// the images of a chunk plus col2im / im2col kernels of the output geometry.
+// CUDA ConvTranspose2d (math in conv_transpose2d.h). When the context allows
+// TF32, the implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs
+// every pass: this layer is a Conv2d from its output to its input, so its
+// forward is that Conv2d's backward_data, its input gradient that Conv2d's
+// forward, its weight gradient that Conv2d's backward_weight. Otherwise:
+// cuBLAS GEMMs batched over the images of a chunk plus col2im / im2col
+// kernels of the output geometry.
 // The chunk is the whole batch unless its scratch (columns and per-image
 // weight gradients) would exceed scratch_limit_. Scratch buffers are cached
 // in the layer. Every step runs on the context's stream.
 #include <algorithm>
 
 #include "conv2d/channel_ops.h"
+#include "conv2d/implicit_gemm.h"
 #include "conv2d/scratch.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "plexus/cuda/blas.h"
 
 namespace plexus::layers {
+
+implicit_gemm::ConvProblem ConvTranspose2d::conv_problem(const Shape& input_shape) const {
+  const ConvGeometry g = geometry(input_shape);  // image = this layer's output
+  implicit_gemm::ConvProblem problem;
+  problem.batch = input_shape[0];
+  problem.in_channels = out_channels_;
+  problem.height = g.height;
+  problem.width = g.width;
+  problem.out_channels = input_shape[1];
+  problem.out_height = g.patches_high;
+  problem.out_width = g.patches_wide;
+  problem.kernel = kernel_;
+  problem.stride = stride_;
+  problem.padding = padding_;
+  return problem;
+}
 
 void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   const Tensor& x = *inputs[0];
@@ -19,6 +41,13 @@ void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, con
   const std::int64_t batch = x.dim(0), channels = x.dim(1), rows = g.column_rows(), pixels = g.column_cols();
   const std::int64_t in_plane = channels * pixels;  // elements of one input image
   if (batch == 0) return;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
+  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+    implicit_gemm::backward_data(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
+                                 has_bias_ ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
+                                 tensor_core_scratch_);
+    return;
+  }
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
@@ -50,6 +79,19 @@ void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, co
   const std::int64_t in_plane = channels * pixels;
   const std::int64_t weight_size = channels * rows;
   if (batch == 0) return;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
+  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+    Parameter& weight = parameter("weight");
+    if (dx)
+      implicit_gemm::forward(ctx, problem, dy.data<float>(), weight.value.data<float>(), nullptr,
+                             dx->data<float>(), tensor_core_scratch_);
+    implicit_gemm::backward_weight(ctx, problem, dy.data<float>(), x.data<float>(), weight.grad.data<float>(),
+                                   tensor_core_scratch_);
+    if (has_bias_)
+      accumulate_channel_sums_cuda(ctx, dy.data<float>(), batch, out_channels_, g.height * g.width,
+                                   parameter("bias").grad.data<float>());
+    return;
+  }
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));

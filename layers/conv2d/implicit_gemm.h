@@ -1,0 +1,71 @@
+#pragma once
+// Implicit-GEMM 2-D convolution on tensor cores (TF32 mma.sync m16n8k8, f32
+// storage, f32 accumulation). One engine, three index mappings, in the terms
+// of a Conv2d with input X [N, Ci, H, W], weight W [Co, Ci, k, k] and output
+// Y [N, Co, Ho, Wo], Ho = (H + 2p - k)/s + 1:
+//   forward          Y[n, o, a, b]  = bias[o] + sum_{c,i,j} W[o,c,i,j] X[n, c, a*s-p+i, b*s-p+j]
+//   backward_data    X[n, c, h, w]  = bias[c] + sum_{o,i,j} W[o,c,i,j] Y[n, o, (h+p-i)/s, (w+p-j)/s]
+//                                     (only terms where s divides h+p-i and w+p-j)
+//   backward_weight  dW[o, c, i, j] += sum_{n,a,b} Y[n, o, a, b] X[n, c, a*s-p+i, b*s-p+j]
+// ConvTranspose2d is the same three with the roles swapped (its forward is
+// backward_data, its input gradient is forward, its weight gradient is
+// backward_weight with X and Y exchanged), so both layers share this engine.
+//
+// No column matrix is materialised: each thread block gathers its tile of the
+// patch matrix straight from the NCHW tensor into shared memory (cp.async,
+// zero-filled outside the image), multi-buffered so loads overlap the
+// products. backward_data runs one GEMM per output phase (h mod s, w mod s),
+// where only every s-th kernel tap contributes, so no product is spent on the
+// zeros a strided transpose would insert. backward_weight splits the long
+// pixel sum over blocks and reduces the partial sums deterministically.
+//
+// TF32 keeps 10 mantissa bits of each operand (relative error ~1e-3 per
+// product); use it only when the Context allows TF32.
+#include <cstdint>
+
+#include "plexus/context.h"
+#include "plexus/tensor.h"
+
+namespace plexus::layers::implicit_gemm {
+
+// A convolution in Conv2d terms (see above). For ConvTranspose2d the "input"
+// X is its output and Y its input.
+struct ConvProblem {
+  std::int64_t batch = 0;
+  std::int64_t in_channels = 0;   // Ci
+  std::int64_t height = 0;        // H
+  std::int64_t width = 0;         // W
+  std::int64_t out_channels = 0;  // Co
+  std::int64_t out_height = 0;    // Ho
+  std::int64_t out_width = 0;     // Wo
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+};
+
+// Buffers the engine keeps between calls (packed weights, split-K partial
+// sums); allocated on first use, reused while shapes stay the same.
+// One buffer per pass, so a layer alternating passes never reallocates.
+struct Scratch {
+  Tensor forward_weight;        // the weight packed for forward
+  Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
+  Tensor partial_sums;          // backward_weight's split-K partial sums
+};
+
+// True when the engine takes this problem: f32, a CUDA context allowing TF32,
+// stride <= 4, every per-image tensor and the kernel-tap tables within the
+// engine's 32-bit index and shared-memory limits. Otherwise callers use the
+// im2col + cuBLAS path.
+bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
+
+// Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
+void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,
+             const float* bias, float* y, Scratch& scratch);
+// X = conv^T(Y, W) (+ bias[c] when bias is not null); overwrites every element of x.
+void backward_data(const Context& ctx, const ConvProblem& problem, const float* y, const float* weight,
+                   const float* bias, float* x, Scratch& scratch);
+// weight_grad += correlation of Y with X (shape [Co, Ci, k, k]).
+void backward_weight(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+                     float* weight_grad, Scratch& scratch);
+
+}  // namespace plexus::layers::implicit_gemm
