@@ -27,19 +27,16 @@ namespace plexus::layers::implicit_gemm {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps per block
-constexpr int kTileK = 16;     // K per pipeline stage: two m16n8k8 steps
+// kTileK (implicit_gemm.h): K per pipeline stage, two m16n8k8 steps.
 constexpr int kStages = 3;     // cp.async ring depth: two tiles in flight while one is multiplied
 // A K-contiguous tile is [rows][kTileK + 4]: a row stride of 20 words puts the
 // 32 fragment reads of a warp (rows g, columns t) in 32 different banks.
 constexpr int kKStride = kTileK + 4;
 // An N-contiguous tile is [kTileK][BN + 8]: a stride of 8 (mod 32) words does the same.
 constexpr int kColumnPad = 8;
-constexpr int kMaxPhases = 16;  // stride <= 4
-// A tap table holds at most this many K entries (8 bytes each in shared memory).
-constexpr int kMaxTaps = 7168;
-// A tap row offset that no bounds check accepts (images are < 16384 high and wide).
+// A tap row offset that no bounds check accepts (images are at most kMaxExtent high and wide).
 constexpr int kInvalidTap = 1 << 14;
-constexpr int kMaxExtent = 16000;
+static_assert(kInvalidTap > kMaxExtent + 64, "an invalid tap must fail every bounds check");
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
@@ -549,24 +546,8 @@ void run_gather(const Context& ctx, GatherParams& params, int part_count) {
 
 int tile_rows_for(std::int64_t m_size) { return m_size <= NarrowTile::BM ? NarrowTile::BM : LargeTile::BM; }
 
-bool fits_int(long long value) { return value >= 0 && value < std::numeric_limits<int>::max(); }
 
 }  // namespace
-
-bool supports(const Context& ctx, DType dtype, const ConvProblem& p) {
-  if (dtype != DType::f32 || !ctx.device().is_cuda() || !ctx.allow_tf32()) return false;
-  if (p.stride < 1 || p.stride * p.stride > kMaxPhases || p.kernel < 1 || p.kernel > 64) return false;
-  if (p.height > kMaxExtent || p.width > kMaxExtent || p.out_height > kMaxExtent || p.out_width > kMaxExtent)
-    return false;
-  // Tap tables: forward K = Ci*k*k; backward_data K = Co*ceil(k/s)^2 per phase.
-  const long long taps_per_phase = ceil_div(p.kernel, p.stride);
-  if (round_up(p.in_channels * p.kernel * p.kernel, kTileK) > kMaxTaps) return false;
-  if (round_up(p.out_channels * taps_per_phase * taps_per_phase, kTileK) > kMaxTaps) return false;
-  // 32-bit offsets within one image and across the pixel count of a plane.
-  return fits_int(p.in_channels * p.height * p.width) && fits_int(p.out_channels * p.out_height * p.out_width) &&
-         fits_int(p.batch * p.out_height * p.out_width * 2) && fits_int(p.batch * p.height * p.width * 2) &&
-         fits_int(p.batch);
-}
 
 void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
              float* y, Scratch& scratch) {

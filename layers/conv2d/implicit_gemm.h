@@ -28,6 +28,12 @@
 
 namespace plexus::layers::implicit_gemm {
 
+// The engine's limits (supports() checks them).
+inline constexpr int kTileK = 16;        // K per pipeline stage; tap tables are padded to it
+inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
+inline constexpr int kMaxTaps = 7168;    // K entries of one tap table (8 bytes each in shared memory)
+inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
+
 // A convolution in Conv2d terms (see above). For ConvTranspose2d the "input"
 // X is its output and Y its input.
 struct ConvProblem {
@@ -55,7 +61,8 @@ struct Scratch {
 // True when the engine takes this problem: f32, a CUDA context allowing TF32,
 // stride <= 4, every per-image tensor and the kernel-tap tables within the
 // engine's 32-bit index and shared-memory limits. Otherwise callers use the
-// im2col + cuBLAS path.
+// im2col + cuBLAS path. Defined in implicit_gemm.cpp, so CPU-only builds
+// link it too (there it is always false: no CUDA context exists).
 bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
 
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.

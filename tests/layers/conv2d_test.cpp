@@ -17,6 +17,7 @@ namespace plexus {
 namespace {
 
 using nlohmann::json;
+namespace implicit_gemm = layers::implicit_gemm;
 
 const Registry registry = builtin_registry();
 
