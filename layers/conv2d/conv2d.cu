@@ -39,7 +39,7 @@ void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutabl
   const std::int64_t out_plane = out_channels_ * patches;  // elements of one output image
   if (batch == 0) return;
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
-  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+  if (implicit_gemm::supports(ctx, x.dtype(), problem) && implicit_gemm::takes_forward(problem)) {
     implicit_gemm::forward(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
                            has_bias_ ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
                            tensor_core_scratch_);
@@ -75,43 +75,49 @@ void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
   const std::int64_t out_plane = out_channels_ * patches;
   const std::int64_t weight_size = out_channels_ * rows;
   if (batch == 0) return;
+  // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
-  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
-    Parameter& weight = parameter("weight");
+  const bool engine = implicit_gemm::supports(ctx, x.dtype(), problem);
+  const bool engine_data = engine && implicit_gemm::takes_backward_data(problem);
+  Parameter& weight = parameter("weight");
+  if (engine) {
     implicit_gemm::backward_weight(ctx, problem, x.data<float>(), dy.data<float>(), weight.grad.data<float>(),
                                    tensor_core_scratch_);
-    if (dx)
+    if (dx && engine_data)
       implicit_gemm::backward_data(ctx, problem, dy.data<float>(), weight.value.data<float>(), nullptr,
                                    dx->data<float>(), tensor_core_scratch_);
-    if (has_bias_)
-      accumulate_channel_sums_cuda(ctx, dy.data<float>(), batch, out_channels_, patches,
-                                   parameter("bias").grad.data<float>());
-    return;
   }
+  const bool im2col_weight = !engine, im2col_data = dx && !engine_data;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
-    T* weight_grads =
-        scratch_tensor(weight_grads_, {chunk, out_channels_, rows}, x.dtype(), ctx.device()).data<T>();
-    Parameter& weight = parameter("weight");
-    for (std::int64_t first = 0; first < batch; first += chunk) {
-      const std::int64_t count = std::min(chunk, batch - first);
-      const T* dy_chunk = dy.data<T>() + first * out_plane;
-      im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
-      // G_n[out, K] = dy_n[out, P] columns_n^T, then dW += sum_n G_n.
-      cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(out_channels_), static_cast<int>(rows),
-                                    static_cast<int>(patches), T(1), dy_chunk, out_plane, columns,
-                                    rows * patches, T(0), weight_grads, weight_size, static_cast<int>(count));
-      accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
-      if (dx) {
-        // columns_n[K, P] = W^T[K, out] dy_n[out, P] (overwrites the unfolded input, already used), then
-        // dx_n = col2im(columns_n).
-        cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
-                                      static_cast<int>(out_channels_), T(1), weight.value.data<T>(), 0,
-                                      dy_chunk, out_plane, T(0), columns, rows * patches,
-                                      static_cast<int>(count));
-        col2im_cuda(ctx, columns, g, count, dx->data<T>() + first * g.image_size());
+    if (im2col_weight || im2col_data) {
+      const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+      T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+      T* weight_grads =
+          im2col_weight
+              ? scratch_tensor(weight_grads_, {chunk, out_channels_, rows}, x.dtype(), ctx.device()).data<T>()
+              : nullptr;
+      for (std::int64_t first = 0; first < batch; first += chunk) {
+        const std::int64_t count = std::min(chunk, batch - first);
+        const T* dy_chunk = dy.data<T>() + first * out_plane;
+        if (im2col_weight) {
+          im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
+          // G_n[out, K] = dy_n[out, P] columns_n^T, then dW += sum_n G_n.
+          cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(out_channels_),
+                                        static_cast<int>(rows), static_cast<int>(patches), T(1), dy_chunk,
+                                        out_plane, columns, rows * patches, T(0), weight_grads, weight_size,
+                                        static_cast<int>(count));
+          accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
+        }
+        if (im2col_data) {
+          // columns_n[K, P] = W^T[K, out] dy_n[out, P] (overwrites the unfolded input, already used), then
+          // dx_n = col2im(columns_n).
+          cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
+                                        static_cast<int>(out_channels_), T(1), weight.value.data<T>(), 0,
+                                        dy_chunk, out_plane, T(0), columns, rows * patches,
+                                        static_cast<int>(count));
+          col2im_cuda(ctx, columns, g, count, dx->data<T>() + first * g.image_size());
+        }
       }
     }
     if (has_bias_)

@@ -21,8 +21,8 @@ bool supports(const Context& ctx, DType dtype, const ConvProblem& p) {
     return false;
   // Tap tables: forward K = Ci*k*k; backward_data K = Co*ceil(k/s)^2 per phase.
   const long long taps_per_phase = ceil_div(p.kernel, p.stride);
-  if (round_up(p.in_channels * p.kernel * p.kernel, kTileK) > kMaxTaps) return false;
-  if (round_up(p.out_channels * taps_per_phase * taps_per_phase, kTileK) > kMaxTaps) return false;
+  if (round_up(p.in_channels * p.kernel * p.kernel, kTapAlign) > kMaxTaps) return false;
+  if (round_up(p.out_channels * taps_per_phase * taps_per_phase, kTapAlign) > kMaxTaps) return false;
   // 32-bit offsets within one image, and pixel counts of a batch.
   return fits_int(p.in_channels * p.height * p.width) && fits_int(p.out_channels * p.out_height * p.out_width) &&
          fits_int(p.batch * p.out_height * p.out_width * 2) && fits_int(p.batch * p.height * p.width * 2);

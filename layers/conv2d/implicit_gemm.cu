@@ -14,6 +14,7 @@
 // owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "conv2d/channel_ops.h"
@@ -27,12 +28,9 @@ namespace plexus::layers::implicit_gemm {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps per block
-// kTileK (implicit_gemm.h): K per pipeline stage, two m16n8k8 steps.
-constexpr int kStages = 3;     // cp.async ring depth: two tiles in flight while one is multiplied
-// A K-contiguous tile is [rows][kTileK + 4]: a row stride of 20 words puts the
-// 32 fragment reads of a warp (rows g, columns t) in 32 different banks.
-constexpr int kKStride = kTileK + 4;
-// An N-contiguous tile is [kTileK][BN + 8]: a stride of 8 (mod 32) words does the same.
+// A K-contiguous tile is [rows][BK + 4]: a row stride of 20 or 36 words puts
+// the 32 fragment reads of a warp (rows g, columns t) in 32 different banks.
+// An N-contiguous tile is [BK][BN + 8]: a stride of 8 (mod 32) words does the same.
 constexpr int kColumnPad = 8;
 // A tap row offset that no bounds check accepts (images are at most kMaxExtent high and wide).
 constexpr int kInvalidTap = 1 << 14;
@@ -56,6 +54,12 @@ __device__ inline void copy16_async(float* destination, const float* source) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(destination)), "l"(source));
 }
 
+// 16-byte asynchronous copy; when !valid it writes zeros and reads nothing.
+__device__ inline void copy16_async_zfill(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
+               "r"(valid ? 16 : 0));
+}
+
 __device__ inline void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most `pending` committed groups are still in flight.
@@ -74,28 +78,38 @@ __device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const uns
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_>
+// A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
+// pipeline: BK per stage, STAGES-deep cp.async ring.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
   static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
   static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
 };
-using LargeTile = Tile<128, 128, 2, 4>;  // warp tile 64x32: the 128-channel layers
-using NarrowTile = Tile<16, 256, 1, 8>;  // warp tile 16x32: M <= 16 (gradients of RGB images)
+// Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
+// product), double-buffered so two blocks fit a multiprocessor; the weight
+// gradient keeps 16 per stage (its per-thread column tables would not fit
+// the registers at 32) in a 3-deep ring.
+using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
+using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
+static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
 
-// The products of one pipeline stage: acc += A_tile B_tile over kTileK.
-// A is [BM][kKStride] (K contiguous). B is [BN][kKStride] when
-// b_k_contiguous, else [kTileK][BN + kColumnPad]. Fragment layouts of
+// The products of one pipeline stage: acc += A_tile B_tile over BK.
+// A is [BM][KStride] (K contiguous). B is [BN][KStride] when
+// b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
 // m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
 // A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g).
 template <class T, bool b_k_contiguous>
 __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
+  constexpr int kKStride = T::KStride;
 #pragma unroll
-  for (int k8 = 0; k8 < kTileK; k8 += 8) {
+  for (int k8 = 0; k8 < T::BK; k8 += 8) {
     unsigned a[T::MT][4], b[T::NT][2];
 #pragma unroll
     for (int mt = 0; mt < T::MT; ++mt) {
@@ -137,7 +151,7 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 // Its K index is (source channel, ti, tj), ti < taps_h, tj < taps_w.
 struct GatherPart {
   int k_size;    // source channels * taps_h * taps_w
-  int k_stride;  // row length of this part's packed A: k_size rounded up to kTileK
+  int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
   int taps_h, taps_w;
   int tap_step;  // +1 (forward) or -1 (backward_data)
   int grid_h, grid_w;
@@ -156,16 +170,21 @@ struct GatherParams {
   int source_channels, source_h, source_w;
   int dest_h, dest_w;
   int source_scale, dest_scale;
+  int part_count;
+  int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
+  float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
+  long long dest_size;  // batch * m_size * dest_h * dest_w
   GatherPart parts[kMaxPhases];
 };
 
-// grid = (N tiles of the largest part, M tiles, parts). Each block first
+// grid = (N tiles of the largest part, M tiles, parts x K splits). Each block first
 // writes its part's tap table to shared memory: entry k holds the source
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
 template <class T>
 __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
-  const GatherPart& part = params.parts[blockIdx.z];
+  const GatherPart& part = params.parts[blockIdx.z % params.part_count];
+  const int split = blockIdx.z / params.part_count;
   const int grid_plane = part.grid_h * part.grid_w;
   const long long n_size = static_cast<long long>(params.batch) * grid_plane;
   const long long n0 = static_cast<long long>(blockIdx.x) * T::BN;
@@ -173,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
   const int m0 = blockIdx.y * T::BM;
   const int tid = threadIdx.x;
 
+  constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   extern __shared__ __align__(16) float shared[];
   float* a_tiles = shared;                                        // kStages x [BM][kKStride]
   float* b_tiles = a_tiles + kStages * T::BM * kKStride;          // kStages x [kTileK][BN + pad]
@@ -246,19 +266,23 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
-  const int k_tiles = part.k_stride / kTileK;
+  // This split's K tiles [k_first, k_first + k_tiles); a split may be empty (it then writes zeros).
+  const int all_k_tiles = part.k_stride / kTileK;
+  const int tiles_per_split = (all_k_tiles + params.splits - 1) / params.splits;
+  const int k_first = min(all_k_tiles, split * tiles_per_split);
+  const int k_tiles = min(all_k_tiles, k_first + tiles_per_split) - k_first;
 
   __syncthreads();  // the tap table is complete
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < k_tiles) load_stage(stage, stage);
+    if (stage < k_tiles) load_stage(stage, k_first + stage);
     commit_async();
   }
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
     wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
     __syncthreads();            // ... for every thread, and the stage about to be refilled is no longer read
     const int next = k_tile + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, next);
+    if (next < k_tiles) load_stage(next % kStages, k_first + next);
     commit_async();
     const int stage = k_tile % kStages;
     multiply_stage<T, false>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane, acc);
@@ -290,14 +314,28 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     for (int half = 0; half < 2; ++half) {
       const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
       if (m >= params.m_size) continue;
-      const float bias = params.bias ? params.bias[m] : 0.0f;
-      float* dest = params.dest + static_cast<long long>(m) * dest_plane;
+      const bool whole = params.splits == 1;  // else a partial sum: bias and the sum come in reduce_splits
+      const float bias = whole && params.bias ? params.bias[m] : 0.0f;
+      float* dest = (whole ? params.dest : params.partial + split * params.dest_size) +
+                    static_cast<long long>(m) * dest_plane;
 #pragma unroll
       for (int nt = 0; nt < T::NT; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c)
           if (column_offset[nt][c] >= 0) dest[column_offset[nt][c]] = acc[mt][nt][2 * half + c] + bias;
     }
+}
+
+// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];
+// grid-stride, consecutive threads on consecutive q (coalesced).
+__global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
+                                     const float* bias, float* dest) {
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
+    for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
+    dest[index] = sum;
+  }
 }
 
 // Packs the weight W [Co, Ci, k, k] into each part's A [m_pad][k_stride],
@@ -358,8 +396,11 @@ struct WeightGradParams {
 // grid = (N tiles, M tiles, splits). Both tiles are K-contiguous: a thread
 // loads pixel tid%16 of the tile for 8 rows of A (channels o) and 8 columns of
 // B (taps (c, i, j), decoded once), so a pixel is decoded once per stage.
-template <class T>
+// vector_a: Ho*Wo is a multiple of kTileK, so every tile of A is 16 pixels of
+// one image, 16-byte aligned (k_per_split is a multiple of kTileK too).
+template <class T, bool vector_a>
 __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
+  constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   const int m_size = params.out_channels;
   const int kk = params.kernel * params.kernel;
   const int n_size = params.in_channels * kk;
@@ -393,20 +434,48 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
   }
   const int out_plane = params.out_height * params.out_width;
 
-  auto load_stage = [&](int stage, int k_tile) {
-    const long long pixel = k_begin + static_cast<long long>(k_tile) * kTileK + k_local;
+  // This thread's pixel (image, a, b) in the next tile to load, stepped by
+  // kTileK per tile (tiles load in order), so no division per stage.
+  long long pixel = k_begin + k_local;
+  int image = 0, a = 0, b = 0;
+  if (pixel < k_end) {
+    image = static_cast<int>(pixel / out_plane);
+    const int q = static_cast<int>(pixel - static_cast<long long>(image) * out_plane);
+    a = q / params.out_width;
+    b = q - a * params.out_width;
+  }
+  // The tile's first pixel, for the vector loads of A (whole tiles within one image).
+  int tile_image = static_cast<int>(k_begin / out_plane);
+  int tile_q = static_cast<int>(k_begin - static_cast<long long>(tile_image) * out_plane);
+
+  auto load_stage = [&](int stage, int) {
     const bool pixel_valid = pixel < k_end;
-    const int image = pixel_valid ? static_cast<int>(pixel / out_plane) : 0;
-    const int q = pixel_valid ? static_cast<int>(pixel - static_cast<long long>(image) * out_plane) : 0;
-    const int a = q / params.out_width, b = q - (q / params.out_width) * params.out_width;
-    const float* y_pixel = params.y + static_cast<long long>(image) * m_size * out_plane + q;
     float* a_tile = a_tiles + stage * a_stage;
+    if constexpr (vector_a) {
+      // 4 consecutive pixels of one channel per 16-byte copy.
+      const float* y_tile = params.y + static_cast<long long>(tile_image) * m_size * out_plane + tile_q;
 #pragma unroll
-    for (int r = 0; r < a_loads; ++r) {
-      const int m = m0 + lane_row + r * row_step;
-      const bool valid = pixel_valid && m < m_size;
-      copy4_async(a_tile + (lane_row + r * row_step) * kKStride + k_local,
-                  valid ? y_pixel + static_cast<long long>(m) * out_plane : params.y, valid);
+      for (int i = tid; i < T::BM * kTileK / 4; i += kThreads) {
+        const int row = i / (kTileK / 4), k4 = (i % (kTileK / 4)) * 4;
+        const bool valid = m0 + row < m_size;
+        copy16_async_zfill(a_tile + row * kKStride + k4,
+                           valid ? y_tile + static_cast<long long>(m0 + row) * out_plane + k4 : params.y, valid);
+      }
+      tile_q += kTileK;
+      if (tile_q == out_plane) {
+        tile_q = 0;
+        ++tile_image;
+      }
+    } else {
+      const float* y_pixel =
+          params.y + static_cast<long long>(image) * m_size * out_plane + a * params.out_width + b;
+#pragma unroll
+      for (int r = 0; r < a_loads; ++r) {
+        const int m = m0 + lane_row + r * row_step;
+        const bool valid = pixel_valid && m < m_size;
+        copy4_async(a_tile + (lane_row + r * row_step) * kKStride + k_local,
+                    valid ? y_pixel + static_cast<long long>(m) * out_plane : params.y, valid);
+      }
     }
     const int y0 = pixel_valid ? a * params.stride - params.padding : -(1 << 24);
     const int x0 = b * params.stride - params.padding;
@@ -420,6 +489,15 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
                           static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
       copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local,
                   inside ? params.x + x_base + column_offset[r] : params.x, inside);
+    }
+    pixel += kTileK;
+    b += kTileK;
+    while (b >= params.out_width) {
+      b -= params.out_width;
+      if (++a == params.out_height) {
+        a = 0;
+        ++image;
+      }
     }
   };
 
@@ -472,13 +550,13 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 
 template <class T>
 std::size_t gather_shared_bytes(int max_k_stride) {
-  return sizeof(float) * (kStages * T::BM * kKStride + kStages * kTileK * (T::BN + kColumnPad)) +
+  return sizeof(float) * (T::STAGES * T::BM * T::KStride + T::STAGES * T::BK * (T::BN + kColumnPad)) +
          sizeof(int2) * static_cast<std::size_t>(max_k_stride);
 }
 
 template <class T>
 std::size_t weight_grad_shared_bytes() {
-  return sizeof(float) * kStages * (T::BM + T::BN) * kKStride;
+  return sizeof(float) * T::STAGES * (T::BM + T::BN) * T::KStride;
 }
 
 // Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel).
@@ -496,7 +574,7 @@ int multiprocessor_count(const Context& ctx) {
 }
 
 // Packs the weight when the kernel cannot read it in place (forward with a
-// K that is a multiple of kTileK, M a multiple of BM and 16-byte alignment
+// K that is a multiple of kTapAlign, M a multiple of BM and 16-byte alignment
 // reads W directly). Returns A.
 const float* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
                          bool in_place, Tensor& buffer, PackParams& filled) {
@@ -515,37 +593,53 @@ const float* pack_weight(const Context& ctx, const PackParams& pack, int part_co
   return packed;
 }
 
+// Runs the gather GEMM over params.part_count parts. When its blocks would
+// not fill the GPU once (small images, long K), K is split over up to 8x more
+// blocks whose partial sums reduce_splits_kernel adds (with the bias).
 template <class T>
-void launch_gather(const Context& ctx, GatherParams& params, int part_count) {
+void run_gather_with(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
   int max_k_stride = 0;
-  long long max_n_tiles = 0;
-  for (int p = 0; p < part_count; ++p) {
-    max_k_stride = std::max(max_k_stride, params.parts[p].k_stride);
-    max_n_tiles = std::max(max_n_tiles, ceil_div(static_cast<long long>(params.batch) * params.parts[p].grid_h *
-                                                     params.parts[p].grid_w,
-                                                 T::BN));
+  long long max_n_tiles = 0, blocks = 0;
+  for (int p = 0; p < params.part_count; ++p) {
+    const GatherPart& part = params.parts[p];
+    const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
+    max_k_stride = std::max(max_k_stride, part.k_stride);
+    max_n_tiles = std::max(max_n_tiles, n_tiles);
+    blocks += n_tiles * ceil_div(params.m_size, T::BM);
   }
   if (max_n_tiles == 0) return;
+  const long long resident = 2LL * multiprocessor_count(ctx);  // 2 blocks per multiprocessor fit
+  const long long k_tiles = max_k_stride / T::BK;
+  params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
+  params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
+  params.partial = nullptr;
+  if (params.splits > 1)
+    params.partial =
+        scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
   static const bool opted_in = (allow_shared_bytes(gather_gemm_kernel<T>, gather_shared_bytes<T>(kMaxTaps),
                                                    "cudaFuncSetAttribute(gather_gemm_kernel)"),
                                 true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
-                  static_cast<unsigned>(part_count));
+                  static_cast<unsigned>(params.part_count * params.splits));
   gather_gemm_kernel<T><<<grid, kThreads, gather_shared_bytes<T>(max_k_stride), cuda::stream(ctx)>>>(params);
   cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  if (params.splits > 1) {
+    reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, params.dest_h * params.dest_w, params.bias,
+        params.dest);
+    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
+  }
 }
 
-// Runs the gather GEMM with the tile that fits M; A must be packed for that tile's BM.
-void run_gather(const Context& ctx, GatherParams& params, int part_count) {
-  if (params.m_size <= NarrowTile::BM)
-    launch_gather<NarrowTile>(ctx, params, part_count);
+// EXPERIMENT (to be removed): PLEXUS_IGEMM_BK16 selects 16 of K per stage, 3 stages.
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
+  static const bool bk16 = std::getenv("PLEXUS_IGEMM_BK16") != nullptr;
+  if (bk16)
+    run_gather_with<Tile<128, 128, 2, 4, 16, 3>>(ctx, params, partial_sums);
   else
-    launch_gather<LargeTile>(ctx, params, part_count);
+    run_gather_with<GatherTile>(ctx, params, partial_sums);
 }
-
-int tile_rows_for(std::int64_t m_size) { return m_size <= NarrowTile::BM ? NarrowTile::BM : LargeTile::BM; }
-
 
 }  // namespace
 
@@ -553,8 +647,8 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
   const int k_size = static_cast<int>(p.in_channels * p.kernel * p.kernel);
-  const int k_stride = static_cast<int>(round_up(k_size, kTileK));
-  const int m_pad = static_cast<int>(round_up(p.out_channels, tile_rows_for(p.out_channels)));
+  const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
+  const int m_pad = static_cast<int>(round_up(p.out_channels, GatherTile::BM));
 
   PackParams pack{};
   pack.weight = weight;
@@ -595,14 +689,15 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   part.source_row0 = part.source_col0 = static_cast<int>(-p.padding);
   part.dest_row0 = part.dest_col0 = 0;
   part.a_offset = 0;
-  run_gather(ctx, params, 1);
+  params.part_count = 1;
+  run_gather(ctx, params, scratch.forward_sums);
 }
 
 void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
                    const float* bias, float* x, Scratch& scratch) {
   if (p.batch == 0) return;
   const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
-  const int m_pad = static_cast<int>(round_up(p.in_channels, tile_rows_for(p.in_channels)));
+  const int m_pad = static_cast<int>(round_up(p.in_channels, GatherTile::BM));
 
   PackParams pack{};
   pack.weight = weight;
@@ -640,7 +735,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
       const int i0 = (ph + pad) % s, j0 = (pw + pad) % s;
       const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
       const int k_size = static_cast<int>(p.out_channels) * taps_h * taps_w;
-      const int k_stride = static_cast<int>(round_up(k_size, kTileK));
+      const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
       GatherPart& part = params.parts[part_count];
       part.k_size = k_size;
       part.k_stride = k_stride;
@@ -661,12 +756,14 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   if (part_count == 0) return;
   PackParams filled;
   params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, scratch.backward_data_weight, filled);
-  run_gather(ctx, params, part_count);
+  params.part_count = part_count;
+  run_gather(ctx, params, scratch.backward_data_sums);
 }
 
 void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
                      float* weight_grad, Scratch& scratch) {
-  using T = LargeTile;
+  using T = WeightGradTile;
+  constexpr int kTileK = T::BK;
   const long long k_size = p.batch * p.out_height * p.out_width;
   if (k_size == 0) return;
   const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
@@ -680,7 +777,7 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   const long long used_splits = ceil_div(k_size, k_per_split);
 
   float* partial =
-      scratch_tensor(scratch.partial_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
+      scratch_tensor(scratch.weight_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
   WeightGradParams params{};
   params.x = x;
   params.y = y;
@@ -696,13 +793,19 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.padding = static_cast<int>(p.padding);
   params.k_size = k_size;
   params.k_per_split = k_per_split;
-  static const bool opted_in = (allow_shared_bytes(weight_grad_kernel<T>, weight_grad_shared_bytes<T>(),
-                                                   "cudaFuncSetAttribute(weight_grad_kernel)"),
-                                true);
+  static const bool opted_in =
+      (allow_shared_bytes(weight_grad_kernel<T, true>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
                   static_cast<unsigned>(used_splits));
-  weight_grad_kernel<T><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  if ((p.out_height * p.out_width) % kTileK == 0)
+    weight_grad_kernel<T, true><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  else
+    weight_grad_kernel<T, false><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
   accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
 }

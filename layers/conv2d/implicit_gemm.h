@@ -29,7 +29,7 @@
 namespace plexus::layers::implicit_gemm {
 
 // The engine's limits (supports() checks them).
-inline constexpr int kTileK = 16;        // K per pipeline stage; tap tables are padded to it
+inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipeline stages
 inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
 inline constexpr int kMaxTaps = 7168;    // K entries of one tap table (8 bytes each in shared memory)
 inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
@@ -54,8 +54,10 @@ struct ConvProblem {
 // One buffer per pass, so a layer alternating passes never reallocates.
 struct Scratch {
   Tensor forward_weight;        // the weight packed for forward
+  Tensor forward_sums;          // forward's split-K partial sums
   Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
-  Tensor partial_sums;          // backward_weight's split-K partial sums
+  Tensor backward_data_sums;    // backward_data's split-K partial sums
+  Tensor weight_sums;           // backward_weight's split-K partial sums
 };
 
 // True when the engine takes this problem: f32, a CUDA context allowing TF32,
@@ -64,6 +66,15 @@ struct Scratch {
 // im2col + cuBLAS path. Defined in implicit_gemm.cpp, so CPU-only builds
 // link it too (there it is always false: no CUDA context exists).
 bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
+
+// Whether the engine runs forward / backward_data (given supports()): they
+// gather one input element per product row, so with few rows (Co resp.
+// Ci <= kMinGatherRows: the layers next to RGB images) the gather costs more
+// than it saves and im2col + cuBLAS is faster. backward_weight takes every
+// supported problem.
+inline constexpr int kMinGatherRows = 16;
+inline bool takes_forward(const ConvProblem& problem) { return problem.out_channels > kMinGatherRows; }
+inline bool takes_backward_data(const ConvProblem& problem) { return problem.in_channels > kMinGatherRows; }
 
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
 void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,

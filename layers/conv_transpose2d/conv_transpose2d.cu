@@ -42,7 +42,7 @@ void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, con
   const std::int64_t in_plane = channels * pixels;  // elements of one input image
   if (batch == 0) return;
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
-  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
+  if (implicit_gemm::supports(ctx, x.dtype(), problem) && implicit_gemm::takes_backward_data(problem)) {
     implicit_gemm::backward_data(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
                                  has_bias_ ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
                                  tensor_core_scratch_);
@@ -79,42 +79,46 @@ void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, co
   const std::int64_t in_plane = channels * pixels;
   const std::int64_t weight_size = channels * rows;
   if (batch == 0) return;
+  // The tensor-core engine where it takes the pass, cuBLAS + im2col for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape());
-  if (implicit_gemm::supports(ctx, x.dtype(), problem)) {
-    Parameter& weight = parameter("weight");
-    if (dx)
+  const bool engine = implicit_gemm::supports(ctx, x.dtype(), problem);
+  const bool engine_data = engine && implicit_gemm::takes_forward(problem);
+  Parameter& weight = parameter("weight");
+  if (engine) {
+    if (dx && engine_data)
       implicit_gemm::forward(ctx, problem, dy.data<float>(), weight.value.data<float>(), nullptr,
                              dx->data<float>(), tensor_core_scratch_);
     implicit_gemm::backward_weight(ctx, problem, dy.data<float>(), x.data<float>(), weight.grad.data<float>(),
                                    tensor_core_scratch_);
-    if (has_bias_)
-      accumulate_channel_sums_cuda(ctx, dy.data<float>(), batch, out_channels_, g.height * g.width,
-                                   parameter("bias").grad.data<float>());
-    return;
   }
+  const bool im2col_weight = !engine, im2col_data = dx && !engine_data;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
-    T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), ctx.device()).data<T>();
-    T* weight_grads =
-        scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), ctx.device()).data<T>();
-    Parameter& weight = parameter("weight");
-    for (std::int64_t first = 0; first < batch; first += chunk) {
-      const std::int64_t count = std::min(chunk, batch - first);
-      const T* x_chunk = x.data<T>() + first * in_plane;
-      im2col_cuda(ctx, dy.data<T>() + first * g.image_size(), g, count, columns);
-      if (dx) {
-        // dx_n[C, H*W] = W[C, out*k*k] columns_n[out*k*k, H*W]
-        cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(channels), static_cast<int>(pixels),
-                                      static_cast<int>(rows), T(1), weight.value.data<T>(), 0, columns,
-                                      rows * pixels, T(0), dx->data<T>() + first * in_plane, in_plane,
-                                      static_cast<int>(count));
+    if (im2col_weight || im2col_data) {
+      const std::int64_t chunk = images_per_cuda_chunk(x.shape(), sizeof(T));
+      T* columns = scratch_tensor(columns_, {chunk, rows, pixels}, x.dtype(), ctx.device()).data<T>();
+      T* weight_grads =
+          im2col_weight ? scratch_tensor(weight_grads_, {chunk, channels, rows}, x.dtype(), ctx.device()).data<T>()
+                        : nullptr;
+      for (std::int64_t first = 0; first < batch; first += chunk) {
+        const std::int64_t count = std::min(chunk, batch - first);
+        const T* x_chunk = x.data<T>() + first * in_plane;
+        im2col_cuda(ctx, dy.data<T>() + first * g.image_size(), g, count, columns);
+        if (im2col_data) {
+          // dx_n[C, H*W] = W[C, out*k*k] columns_n[out*k*k, H*W]
+          cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(channels),
+                                        static_cast<int>(pixels), static_cast<int>(rows), T(1),
+                                        weight.value.data<T>(), 0, columns, rows * pixels, T(0),
+                                        dx->data<T>() + first * in_plane, in_plane, static_cast<int>(count));
+        }
+        if (im2col_weight) {
+          // G_n[C, out*k*k] = x_n[C, H*W] columns_n^T, then dW += sum_n G_n.
+          cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(channels), static_cast<int>(rows),
+                                        static_cast<int>(pixels), T(1), x_chunk, in_plane, columns,
+                                        rows * pixels, T(0), weight_grads, weight_size, static_cast<int>(count));
+          accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
+        }
       }
-      // G_n[C, out*k*k] = x_n[C, H*W] columns_n^T, then dW += sum_n G_n.
-      cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(channels), static_cast<int>(rows),
-                                    static_cast<int>(pixels), T(1), x_chunk, in_plane, columns, rows * pixels,
-                                    T(0), weight_grads, weight_size, static_cast<int>(count));
-      accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
     }
     if (has_bias_)
       accumulate_channel_sums_cuda(ctx, dy.data<T>(), batch, out_channels_, g.height * g.width,

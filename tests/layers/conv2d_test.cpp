@@ -242,17 +242,20 @@ constexpr double kTf32Tolerance = 2e-3;
 
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
 // not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
-// stride 2 (backward_data phases without taps), even kernels, stride 3 and 4.
+// stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
+// split K (small images, long K), and the passes with <= 16 rows that go to
+// im2col + cuBLAS next to the engine's (3 and 5 output channels).
 std::vector<Case> tensor_core_cases() {
   return {
       {{{"out_channels", 5}, {"kernel", 3}, {"padding", 1}}, {1, 3, 7, 9}},
-      {{{"out_channels", 13}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 6, 11, 8}},
-      {{{"out_channels", 17}, {"kernel", 4}, {"stride", 3}, {"bias", false}}, {3, 10, 13, 14}},
+      {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 18, 11, 8}},
+      {{{"out_channels", 17}, {"kernel", 4}, {"stride", 3}, {"bias", false}}, {3, 17, 13, 14}},
       {{{"out_channels", 130}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 20, 9, 10}},
-      {{{"out_channels", 8}, {"kernel", 1}, {"stride", 2}}, {2, 9, 5, 6}},
+      {{{"out_channels", 18}, {"kernel", 1}, {"stride", 2}}, {2, 21, 5, 6}},
       {{{"out_channels", 24}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {2, 3, 19, 21}},
       {{{"out_channels", 3}, {"kernel", 3}}, {1, 37, 6, 5}},
       {{{"out_channels", 32}, {"kernel", 5}, {"padding", 2}}, {3, 40, 12, 12}},
+      {{{"out_channels", 20}, {"kernel", 5}, {"stride", 4}, {"padding", 1}}, {2, 19, 17, 9}},
   };
 }
 

@@ -319,16 +319,18 @@ constexpr double kTf32Tolerance = 2e-3;
 // not a multiple of 8, 3 output channels (the synthesis transform's last
 // layer), more than one 128-row tile, output_padding 0 to stride - 1, even
 // kernels, stride 3 and 4, a kernel smaller than the stride (output pixels no
-// tap reaches: bias only).
+// tap reaches: bias only), split K (small images, long K), and passes with <=
+// 16 rows that go to cuBLAS + im2col next to the engine's.
 std::vector<Case> tensor_core_cases() {
   return {
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 12, 5, 7}},
-      {{{"out_channels", 13}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 9, 6, 5}},
-      {{{"out_channels", 6}, {"kernel", 3}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {2, 5, 4, 5}},
-      {{{"out_channels", 10}, {"kernel", 4}, {"stride", 2}, {"padding", 1}, {"bias", false}}, {3, 7, 5, 6}},
+      {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 9, 6, 5}},
+      {{{"out_channels", 17}, {"kernel", 3}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {2, 20, 4, 5}},
+      {{{"out_channels", 18}, {"kernel", 4}, {"stride", 2}, {"padding", 1}, {"bias", false}}, {3, 7, 5, 6}},
       {{{"out_channels", 130}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {1, 20, 3, 4}},
-      {{{"out_channels", 5}, {"kernel", 2}, {"stride", 4}, {"output_padding", 1}}, {2, 3, 3, 4}},
+      {{{"out_channels", 20}, {"kernel", 2}, {"stride", 4}, {"output_padding", 1}}, {2, 3, 3, 4}},
       {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}}, {2, 33, 6, 7}},
+      {{{"out_channels", 40}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 4, 4}},
   };
 }
 
