@@ -49,17 +49,6 @@ OUT="$logs" BUILD="$build" timeout 400 bash tools/bench/run.sh --precision "$pre
   > "$logs/bench.log" 2>&1
 bench_rc=$?
 cat "$logs/table.md" 2>/dev/null || tail -30 "$logs/bench.log"
-if [ -n "${COMPARE_BK16:-}" ]; then  # temporary experiment: 16 of K per stage, 3 stages
-  PLEXUS_IGEMM_BK16=1 "$build/bin/plexus-bench" --precision "$precision" --only Conv > "$logs/plexus-bk16.jsonl"
-  python3 - "$logs/plexus.jsonl" "$logs/plexus-bk16.jsonl" <<'PY'
-import json, sys
-a = {r["name"]: r for r in map(json.loads, open(sys.argv[1]))}
-b = {r["name"]: r for r in map(json.loads, open(sys.argv[2]))}
-print("| layer | BK32x2 fwd | BK16x3 fwd | BK32x2 bwd | BK16x3 bwd |")
-for n in a:
-    print(f"| {n} | {a[n]['forward_ms']:.3f} | {b[n]['forward_ms']:.3f} | {a[n]['backward_ms']:.3f} | {b[n]['backward_ms']:.3f} |")
-PY
-fi
 echo "SUMMARY: tests $([ $tests_ok = 1 ] && echo passed || echo FAILED); memcheck $([ $memcheck_ok = 1 ] && echo clean || echo FAILED); bench rc=$bench_rc"
 
 # Optional: PROFILE=1 adds Nsight Compute metrics of the engine's kernels on
