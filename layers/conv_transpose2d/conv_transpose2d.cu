@@ -1,6 +1,6 @@
 // CUDA ConvTranspose2d (math in conv_transpose2d.h). When the context allows
 // TF32, the implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs
-// every pass: this layer is a Conv2d from its output to its input, so its
+// the passes it takes (see takes_forward / takes_backward_data): this layer is a Conv2d from its output to its input, so its
 // forward is that Conv2d's backward_data, its input gradient that Conv2d's
 // forward, its weight gradient that Conv2d's backward_weight. Otherwise:
 // cuBLAS GEMMs batched over the images of a chunk plus col2im / im2col
