@@ -27,6 +27,7 @@ struct TrainOptions {
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
   bool tf32 = false;
+  bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
 };
 
