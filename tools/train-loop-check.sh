@@ -5,7 +5,8 @@
 # IMAGE_FOLDER: training images (e.g. the BSDS500 train split,
 # www2.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/resources.html).
 # Builds plexus, plexus-ae, plexus-bench and the step/graph/input tests for
-# sm_90, runs those tests, then measures with TF32:
+# sm_90, runs those tests (and compute-sanitizer memcheck over their CUDA
+# cases), then measures with TF32:
 #   1. plexus-bench: the eager and CUDA-graph training step of bls2017 and
 #      bmshj2018-factorized (batch 16, 256x256) and a per-node breakdown
 #      with FLOP/byte floors (--profile);
@@ -23,7 +24,8 @@ mkdir -p "$logs"
 build=${BUILD:-build-gpu}
 stb_flag=()
 [ -n "${STB_INCLUDE_DIR:-}" ] && stb_flag=(-DSTB_INCLUDE_DIR="$STB_INCLUDE_DIR")
-tests=(step_graph_test step_metrics_test device_input_test optimizer_test uniform_noise_test net_test)
+tests=(step_graph_test step_metrics_test device_input_test optimizer_test uniform_noise_test net_test
+       plexus_ae_cuda_graph_test plexus_ae_eval_test)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build"
@@ -46,6 +48,13 @@ for t in "${tests[@]}"; do
     grep -E "Failure|FAILED|error|Expected|Which is|actual" "$logs/test-$t.log" | head -30
   fi
   grep -E "^\[ info \]" "$logs/test-$t.log"
+done
+
+echo "== compute-sanitizer memcheck over the CUDA tests of the step machinery"
+for t in step_graph_test step_metrics_test device_input_test optimizer_test; do
+  compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" --gtest_filter='*Cuda*' \
+    > "$logs/memcheck-$t.log" 2>&1
+  echo "$t: rc=$? $(grep -E 'ERROR SUMMARY' "$logs/memcheck-$t.log" | tail -1)"
 done
 
 echo "== plexus-bench (TF32): eager and graph steps, per-node profile"

@@ -19,10 +19,10 @@ namespace {
 ModelSpec bls2017() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bls2017.json"); }
 
 // Deterministic batches in [0, 1], different per step.
-Tensor batch(const Shape& shape, int step) {
+Tensor batch(const Shape& shape, int step, DType dtype) {
   std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 + 0.5 * std::sin(0.013 * i + 0.7 * step);
-  return Tensor::from_values(values, shape);
+  return Tensor::from_values(values, shape, dtype);
 }
 
 TEST(StepGraph, RunsTheStepEveryTimeOnTheCpu) {
@@ -63,7 +63,7 @@ void train(Net& net, Adam& adam, Context& ctx, StepGraph& graph, int steps, cons
   const auto parameters = net.parameters();
   const double weight = 0.01 * 255 * 255;
   for (int step = 0; step < steps; ++step) {
-    net.input("image").copy_from(batch(shape, step));
+    net.input("image").copy_from(batch(shape, step, net.dtype()));
     ctx.reseed(1000 + step);
     adam.begin_step(ctx, parameters);
     graph.run(ctx, net.layout_version(), [&] {
@@ -82,7 +82,7 @@ void train(Net& net, Adam& adam, Context& ctx, StepGraph& graph, int steps, cons
 // between two eager runs (convolution bias and entropy-model gradients):
 // bounded in f64 by 1e-12 relative, in f32 by 1e-6 absolute (1% of one
 // Adam step of lr 1e-4).
-TEST(StepGraph, ReplayedTrainingStepsEqualEagerOnes) {
+TEST(StepGraph, CudaReplayedTrainingStepsEqualEagerOnes) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Registry registry = builtin_registry();
   const Shape shape{2, 3, 32, 32};
@@ -118,7 +118,7 @@ TEST(StepGraph, ReplayedTrainingStepsEqualEagerOnes) {
 
 // A net that only adds noise: the replayed graph's output after reseed(s)
 // is the eager output after reseed(s), and differs between seeds.
-TEST(StepGraph, ReplaysDrawTheNoiseOfTheCurrentSeed) {
+TEST(StepGraph, CudaReplaysDrawTheNoiseOfTheCurrentSeed) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Registry registry = builtin_registry();
   ModelSpec spec = ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [
