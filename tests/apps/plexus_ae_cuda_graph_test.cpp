@@ -1,7 +1,8 @@
 // plexus-ae train on CUDA with --cuda-graph on and off: the same steps, so
 // the logged losses agree (up to the order of floating-point atomics in the
-// gradients), and the log says nothing about falling back for the built-in
-// layers. Skips without a GPU.
+// gradients), also across validations (which reshape the net, so the graph
+// is recorded again after each), and the log says nothing about falling back
+// for the built-in layers. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,7 +42,7 @@ TEST(PlexusAeCudaGraph, CudaGraphOnAndOffTrainAlike) {
     auto result = testing::run_plexus_ae(
         {"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch", "16",
          "--batch", "2", "--lr", "0.005", "--steps", "12", "--log-every", "3", "--seed", "3", "--device", "cuda",
-         "--cuda-graph", graph, "--out", folder / graph},
+         "--cuda-graph", graph, "--val", folder / "images", "--val-every", "5", "--out", folder / graph},
         folder.path());
     ASSERT_EQ(result.exit_code, 0) << result.describe();
     EXPECT_FALSE(contains(result.err, "CUDA graph off")) << result.err;
