@@ -59,8 +59,11 @@ void TrainingStep::run(std::int64_t step) {
   });
 }
 
-TrainingWindow TrainingStep::read_window() {
-  const StepMetrics::Window w = metrics_.read(ctx_);
+TrainingWindow TrainingStep::read_window() { return window_of(metrics_.read(ctx_)); }
+
+TrainingWindow TrainingStep::peek_window() { return window_of(metrics_.peek(ctx_)); }
+
+TrainingWindow TrainingStep::window_of(const StepMetrics::Window& w) {
   TrainingWindow result;
   result.steps = w.steps;
   if (w.steps > 0) {
@@ -75,9 +78,6 @@ TrainingWindow TrainingStep::read_window() {
   return result;
 }
 
-std::optional<Divergence> TrainingStep::divergence() {
-  if (metrics_.first_bad_step(ctx_) == 0) return std::nullopt;
-  return read_window().divergence;
-}
+std::optional<Divergence> TrainingStep::divergence() { return peek_window().divergence; }
 
 }  // namespace plexus::ae

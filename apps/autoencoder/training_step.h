@@ -45,13 +45,17 @@ class TrainingStep {
   void run(std::int64_t step);
   // Means since the last read, and the divergence record; synchronises.
   TrainingWindow read_window();
+  // The same without starting a new window (the CPU's per-step progress line).
+  TrainingWindow peek_window();
   // The first step with a non-finite loss, if any; synchronises on CUDA.
   std::optional<Divergence> divergence();
-  // True on the CPU, where divergence() costs nothing and is checked every step.
+  // True on the CPU, where reading the record costs nothing: the loop then
+  // checks it (and updates its progress line) every step.
   bool checks_every_step() const { return ctx_.device().is_cpu(); }
   bool uses_cuda_graph() const { return graph_.enabled(); }
 
  private:
+  static TrainingWindow window_of(const StepMetrics::Window& w);
   Net& net_;
   Optimizer& optimizer_;
   Context& ctx_;

@@ -40,7 +40,7 @@ StepMetrics::StepMetrics(Device device, std::vector<double> weights, std::int64_
   record_ = Tensor::from_values(initial, {at.size()}, DType::f64, device);
 }
 
-void StepMetrics::record(Context& ctx, const std::vector<const Tensor*>& terms) {
+void StepMetrics::record([[maybe_unused]] Context& ctx, const std::vector<const Tensor*>& terms) {
   if (terms.size() != weights_.size())
     throw Error("StepMetrics::record: " + std::to_string(terms.size()) + " term(s) given for " +
                 std::to_string(weights_.size()) + " weight(s)");
@@ -80,9 +80,8 @@ std::vector<double> StepMetrics::read_record(Context& ctx) {
   return record_.to_values();
 }
 
-StepMetrics::Window StepMetrics::read(Context& ctx) {
+StepMetrics::Window StepMetrics::window_of(const std::vector<double>& r) const {
   const Layout at{static_cast<int>(weights_.size())};
-  std::vector<double> r = read_record(ctx);
   Window w;
   w.steps = static_cast<std::int64_t>(r[at.window_steps()]);
   w.last_step = static_cast<std::int64_t>(r[at.steps()]);
@@ -95,6 +94,15 @@ StepMetrics::Window StepMetrics::read(Context& ctx) {
     w.last_terms.push_back(r[at.last_terms() + k]);
     w.bad_terms.push_back(r[at.bad_terms() + k]);
   }
+  return w;
+}
+
+StepMetrics::Window StepMetrics::peek(Context& ctx) { return window_of(read_record(ctx)); }
+
+StepMetrics::Window StepMetrics::read(Context& ctx) {
+  const Layout at{static_cast<int>(weights_.size())};
+  std::vector<double> r = read_record(ctx);
+  Window w = window_of(r);
   // A new window: the sums restart, the rest carries on.
   r[at.window_steps()] = 0;
   r[at.loss_sum()] = 0;

@@ -37,6 +37,9 @@ TEST(StepMetrics, WindowHoldsSumsLastValuesAndRestarts) {
     terms.set(kSteps[k]);
     metrics.record(ctx, {&terms.mse, &terms.bpp});
   }
+  StepMetrics::Window peeked = metrics.peek(ctx);  // leaves the window open
+  EXPECT_EQ(peeked.steps, 2);
+  EXPECT_EQ(peeked.last_loss, kWeight * 0.02 + 1.25);
   StepMetrics::Window w = metrics.read(ctx);
   EXPECT_EQ(w.steps, 2);
   EXPECT_EQ(w.last_step, 12);

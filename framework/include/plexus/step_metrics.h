@@ -39,6 +39,8 @@ class StepMetrics {
   };
   // The window since the last read (which this call closes); synchronises.
   Window read(Context& ctx);
+  // The same, leaving the window open.
+  Window peek(Context& ctx);
   // Only the divergence record: 0, or the first step with a non-finite loss. Synchronises.
   std::int64_t first_bad_step(Context& ctx);
 
@@ -47,6 +49,7 @@ class StepMetrics {
   // [steps, window steps, first bad, loss sum, term sums.., last loss,
   //  last terms.., bad loss, bad terms..].
   std::vector<double> read_record(Context& ctx);
+  Window window_of(const std::vector<double>& record) const;
   std::vector<double> weights_;
   Tensor record_;
 };
