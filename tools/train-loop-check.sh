@@ -59,7 +59,7 @@ done
 
 echo "== plexus-bench (TF32): eager and graph steps, per-node profile"
 for model in bls2017 bmshj2018-factorized; do
-  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --tf32 --only "$model" --profile
+  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision tf32 --only "$model" --profile
 done > "$logs/bench.jsonl" 2> "$logs/bench.err"
 grep -E '"train_step|"ceilings"' "$logs/bench.jsonl"
 
@@ -68,7 +68,7 @@ for model in bls2017 bmshj2018-factorized; do
   for graph in on off; do
     run=/tmp/train-loop-run-$model-$graph
     rm -rf "$run"
-    "$build/bin/plexus-ae" train --data "$data" --model "$model" --batch 16 --patch 256 --tf32 \
+    "$build/bin/plexus-ae" train --data "$data" --model "$model" --batch 16 --patch 256 --precision tf32 \
       --steps 1000000 --time-limit "$seconds" --log-every 50 --checkpoint-every 0 --cuda-graph "$graph" \
       --out "$run" > "$logs/train-$model-$graph.log" 2>&1
     rc=$?

@@ -10,6 +10,7 @@
 
 #include "console.h"
 #include "eval_command.h"
+#include "precision_option.h"
 #include "model_catalog.h"
 #include "options.h"
 #include "train_command.h"
@@ -18,6 +19,7 @@ namespace {
 
 using plexus::ae::EvalOptions;
 using plexus::ae::TrainOptions;
+using plexus::ae::kPrecisionHelp;
 
 std::string bundled_names_text() {
   std::string names;
@@ -58,7 +60,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str("on")
       ->type_name("on|off");
-  train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
+  train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
@@ -67,6 +70,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.

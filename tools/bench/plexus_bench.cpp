@@ -3,12 +3,15 @@
 // The cases come from tools/bench/bench_cases.json, which torch_bench.py
 // reads too, so both sides time the same work. Timing: CUDA events on the
 // context's stream, `--warmup` untimed runs, then the median of `--repeats`.
+//   plexus-bench --cases tools/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT]
+// Each line also carries the precision and, for convolutions, the FLOPs of
+// one pass (2*N*Cout*Hout*Wout*Cin*k*k; backward is two passes: input and
+// weight gradients), so compare.py can print achieved TFLOP/s.
 // Each model also gets a "train_step_graph" row: the same step recorded once
 // into a CUDA graph (plexus/step_graph.h) and replayed. `--profile` adds,
 // per model, one row per node (CUDA events around its forward and backward,
 // also NVTX ranges for Nsight Systems) with its FLOP and byte floors, and
 // the measured ceilings those floors use (see docs/performance.md).
-//   plexus-bench --cases tools/bench/bench_cases.json [--tf32] [--profile]
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -68,7 +71,22 @@ Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_6
   return Tensor::from_values(values, shape, DType::f32, device);
 }
 
-json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, int repeats) {
+// FLOPs of one pass of a Conv2d / ConvTranspose2d case (multiply and add
+// counted separately), or 0 for other layers. A ConvTranspose2d is the Conv2d
+// from its output to its input, so the same formula with the roles swapped.
+double conv_pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
+  const std::string type = c["type"];
+  if (type != "Conv2d" && type != "ConvTranspose2d") return 0.0;
+  const double k = c["params"]["kernel"].get<double>();
+  const Shape& x = inputs[0];
+  const Shape& y = outputs[0];
+  const Shape& small = type == "Conv2d" ? y : x;  // the side with one pixel per kernel position
+  const Shape& large = type == "Conv2d" ? x : y;
+  return 2.0 * static_cast<double>(small[0]) * static_cast<double>(small[1]) * static_cast<double>(small[2]) *
+         static_cast<double>(small[3]) * static_cast<double>(large[1]) * k * k;
+}
+
+json time_layer(const Registry& registry, const json& c, Precision precision, int warmup, int repeats) {
   const Device gpu = Device::cuda(0);
   std::vector<Shape> input_shapes;
   for (const auto& s : c["inputs"]) input_shapes.push_back(s.get<Shape>());
@@ -78,7 +96,7 @@ json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, 
   std::mt19937_64 rng(1);
   layer->initialize_parameters(DType::f32, gpu, rng);
   Context ctx(gpu, 1);
-  ctx.set_allow_tf32(tf32);
+  ctx.set_precision(precision);
   int positive = c.value("positive_input", -1);
   std::vector<Tensor> inputs, outputs, output_grads, input_grads;
   for (std::size_t i = 0; i < input_shapes.size(); ++i)
@@ -104,7 +122,11 @@ json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, 
   double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });
   layer->forward(ctx, in, out_mutable);
   double backward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->backward(ctx, in, out, dout, din); });
-  return {{"kind", "layer"}, {"name", c["name"]}, {"forward_ms", forward_ms}, {"backward_ms", backward_ms}};
+  return {{"kind", "layer"},
+          {"name", c["name"]},
+          {"forward_ms", forward_ms},
+          {"backward_ms", backward_ms},
+          {"pass_flops", conv_pass_flops(c, input_shapes, output_shapes)}};
 }
 
 struct ModelCase {
@@ -121,7 +143,7 @@ struct ModelCase {
   }
 };
 
-std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root, bool tf32) {
+std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root, Precision precision) {
   const Device gpu = Device::cuda(0);
   ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
   std::int64_t batch = m["batch"], patch = m["patch"];
@@ -130,7 +152,7 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   c.net = std::make_unique<Net>(spec, registry, std::map<std::string, Shape>{{"image", {batch, 3, patch, patch}}},
                                 DType::f32, gpu, 1);
   c.ctx = std::make_unique<Context>(gpu, 1);
-  c.ctx->set_allow_tf32(tf32);
+  c.ctx->set_precision(precision);
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
   c.net->input("image").copy_from(random_tensor({batch, 3, patch, patch}, 0.0, 1.0, rng, gpu));
@@ -139,21 +161,22 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   return owned;
 }
 
-json time_model(const Registry& registry, const json& m, const std::string& root, bool tf32, int warmup,
+json time_model(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                 int repeats) {
-  auto model_case_owned = model_case(registry, m, root, tf32);
+  auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   const double batch = m["batch"];
   Timer timer;
   double step_ms = timer.median_ms(*c.ctx, warmup, repeats, [&] { c.step(); });
-  return {{"kind", "train_step"}, {"name", m["name"]}, {"step_ms", step_ms}, {"images_per_s", 1000.0 * batch / step_ms}};
+  return {{"kind", "train_step"}, {"name", m["name"]}, {"step_ms", step_ms},
+          {"images_per_s", 1000.0 * batch / step_ms}};
 }
 
 // The same step, recorded once into a CUDA graph and replayed; the optimiser's
 // host half runs outside the graph as in plexus-ae train.
-json time_model_graph(const Registry& registry, const json& m, const std::string& root, bool tf32, int warmup,
+json time_model_graph(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                       int repeats) {
-  auto model_case_owned = model_case(registry, m, root, tf32);
+  auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   const double batch = m["batch"];
   StepGraph graph(true);
@@ -179,10 +202,10 @@ struct Ceilings {
   double bytes_per_s = 0;
 };
 
-Ceilings measure_ceilings(bool tf32) {
+Ceilings measure_ceilings(Precision precision) {
   const Device gpu = Device::cuda(0);
   Context ctx(gpu, 1);
-  ctx.set_allow_tf32(tf32);
+  ctx.set_precision(precision);
   Ceilings c;
   const int n = 8192;
   Tensor a({n, n}, DType::f32, gpu), b({n, n}, DType::f32, gpu), out({n, n}, DType::f32, gpu);
@@ -273,8 +296,8 @@ Floor floor_of(const Net& net, const NodeSpec& node) {
   return f;
 }
 
-json profile_model(const Registry& registry, const json& m, const std::string& root, bool tf32, const Ceilings& ceil) {
-  auto model_case_owned = model_case(registry, m, root, tf32);
+json profile_model(const Registry& registry, const json& m, const std::string& root, Precision precision, const Ceilings& ceil) {
+  auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   for (int i = 0; i < 3; ++i) c.step();  // warm up: scratch buffers, cuBLAS heuristics
   c.ctx->synchronize();
@@ -312,17 +335,26 @@ json profile_model(const Registry& registry, const json& m, const std::string& r
 int main(int argc, char** argv) {
   CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
   std::string cases_path = "tools/bench/bench_cases.json", root = ".", only;
-  bool tf32 = false, profile = false;
+  bool tf32_alias = false, profile = false;
+  std::string precision = "f32";
   int warmup = 5, repeats = 20;
   app.add_option("--cases", cases_path, "benchmark cases file")->capture_default_str();
   app.add_option("--root", root, "repository root, for model spec paths")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed runs before timing")->capture_default_str();
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->capture_default_str();
   app.add_option("--only", only, "run only cases whose name contains this text");
-  app.add_flag("--tf32", tf32, "allow TF32 tensor-core math in f32 GEMMs");
+  app.add_option("--precision", precision,
+                 "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16; PyTorch's default "
+                 "allows TF32 in cuDNN convolutions")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
   app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
   CLI11_PARSE(app, argc, argv);
+  if (tf32_alias) precision = "tf32";
   try {
+    const Precision policy = parse_precision(precision);
+    Context(Device::cpu()).set_precision(policy);  // rejects a policy this build lacks before any timing
     if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
     std::ifstream file(cases_path);
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
@@ -330,22 +362,28 @@ int main(int argc, char** argv) {
     Registry registry = builtin_registry();
     for (const auto& c : cases["layers"]) {
       if (!only.empty() && c["name"].get<std::string>().find(only) == std::string::npos) continue;
-      std::cout << time_layer(registry, c, tf32, warmup, repeats).dump() << std::endl;
+      json row = time_layer(registry, c, policy, warmup, repeats);
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
     }
     for (const auto& m : cases["models"]) {
       if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
-      std::cout << time_model(registry, m, root, tf32, warmup, std::max(5, repeats / 2)).dump() << std::endl;
-      std::cout << time_model_graph(registry, m, root, tf32, warmup, std::max(5, repeats / 2)).dump() << std::endl;
+      json row = time_model(registry, m, root, policy, warmup, std::max(5, repeats / 2));
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
+      json graph_row = time_model_graph(registry, m, root, policy, warmup, std::max(5, repeats / 2));
+      graph_row["precision"] = precision;
+      std::cout << graph_row.dump() << std::endl;
     }
     if (profile) {
-      const Ceilings ceilings = measure_ceilings(tf32);
-      std::cout << json{{"kind", "ceilings"}, {"gemm_tflops", ceilings.gemm_flops_per_s / 1e12},
+      const Ceilings ceilings = measure_ceilings(policy);
+      std::cout << json{{"kind", "ceilings"}, {"precision", precision}, {"gemm_tflops", ceilings.gemm_flops_per_s / 1e12},
                         {"bandwidth_gb_per_s", ceilings.bytes_per_s / 1e9}}
                        .dump()
                 << std::endl;
       for (const auto& m : cases["models"]) {
         if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
-        for (const auto& row : profile_model(registry, m, root, tf32, ceilings)) std::cout << row.dump() << std::endl;
+        for (const auto& row : profile_model(registry, m, root, policy, ceilings)) std::cout << row.dump() << std::endl;
       }
     }
   } catch (const std::exception& e) {
