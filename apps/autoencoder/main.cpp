@@ -52,6 +52,14 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
+  train.add_option_function<std::string>(
+           "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
+           "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
+           "that do not declare themselves capturable fall back to eager launches, said once in the log); off: "
+           "launch every kernel eagerly")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on")
+      ->type_name("on|off");
   train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }

@@ -28,6 +28,7 @@ struct TrainOptions {
   int threads = 2;  // decoding threads
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
+  bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
 };
 
