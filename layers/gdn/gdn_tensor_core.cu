@@ -24,6 +24,7 @@
 // The backward keeps its dgamma share in registers across all its tiles and
 // writes one partial [C*C + C] per block, summed in a fixed order by
 // gdn.cu's finishing kernel (deterministic, no atomics).
+#include <atomic>
 #include <cstdint>
 
 #include "gdn/gdn_cuda.cuh"
@@ -581,12 +582,19 @@ int padded_channels(int channels) {
   return 0;
 }
 
-// mma.sync with TF32 operands needs compute capability 8.0.
+// mma.sync with TF32 operands needs compute capability 8.0. Queried once
+// per device, so that later calls (a CUDA graph capture among them) only ask
+// for the current device.
 bool device_has_tf32_mma() {
-  int device = 0, major = 0;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // 0: not yet known, 1: no, 2: yes
+  int device = 0;
   cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  if (device < kMaxDevices && cached[device].load() > 0) return cached[device].load() == 2;
+  int major = 0;
   cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                    "cudaDeviceGetAttribute(ComputeCapabilityMajor)", __FILE__, __LINE__);
+  if (device < kMaxDevices) cached[device].store(major >= 8 ? 2 : 1);
   return major >= 8;
 }
 
