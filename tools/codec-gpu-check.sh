@@ -8,7 +8,9 @@
 # 3. times compress and decompress per image on the GPU (20 runs after 3
 #    warm-up runs) and on the CPU (3 runs), with plexus-codec-bench, on the
 #    PNGs of IMAGE_FOLDER (default data/eval-sample: three Kodak images, 500x500);
-# 4. runs plexus-ae eval on the GPU over the same folder (real file bpp next
+# 4. times PyTorch's bls2017 transforms (eager and torch.compile, same
+#    precision) on one 512x512 input (tools/bench/torch_codec_bench.py);
+# 5. runs plexus-ae eval on the GPU over the same folder (real file bpp next
 #    to the estimate, decoded PSNR).
 # Logs go to $OUT (or codec-gpu-logs/). STB_INCLUDE_DIR names stb's folder
 # when it is not installed.
@@ -47,6 +49,9 @@ echo "== plexus-codec-bench on cuda (${#images_list[@]} images)"
 echo "== plexus-codec-bench on cpu (first image)"
 "$build/bin/plexus-codec-bench" --model "$model" --device cpu --repeats 3 --warmup 1 "${images_list[0]}" \
   | tee "$logs/bench-cpu.jsonl"
+echo "== PyTorch transforms (eager, torch.compile) for comparison"
+timeout 240 "${PYTHON:-python3}" tools/bench/torch_codec_bench.py 2>"$logs/torch.err" | tee "$logs/torch-codec.jsonl" ||
+  { echo "PyTorch reference failed:"; tail -5 "$logs/torch.err"; }
 echo "== plexus-ae eval on cuda"
 "$build/bin/plexus-ae" eval --model "$model" --data "$images" --device cuda 2>&1 | tee "$logs/eval-cuda.txt"
 

@@ -4,7 +4,11 @@
 // For each image: the file size and bpp, then the median, min and max of
 // `repeats` encodes and decodes after `warmup` untimed ones. compress ends by
 // copying the latent to the host and decompress by copying the image back,
-// so each time covers all device work. Prints one JSON object per image.
+// so each time covers all device work. Also timed apart: the analysis alone
+// (encode_latent: image to the device, transform, rounded latent back to the
+// host) and the entropy decoding alone (decode_latent: parse, check, rANS),
+// so that entropy coding = encode - analysis and synthesis = decode -
+// entropy decoding. Prints one JSON object per image.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,25 +51,38 @@ int main(int argc, char** argv) {
     for (const std::string& path : images) {
       const plexus::data::Image image = plexus::data::read_image(path);
       std::vector<std::uint8_t> bytes;
-      for (int i = 0; i < warmup; ++i) model->decompress((bytes = model->compress(image)).data(), bytes.size());
-      std::vector<double> encode, decode;
-      for (int i = 0; i < repeats; ++i) {
-        const auto start = Clock::now();
+      for (int i = 0; i < warmup; ++i) {
         bytes = model->compress(image);
-        const auto middle = Clock::now();
-        const plexus::data::Image decoded = model->decompress(bytes.data(), bytes.size());
-        const auto end = Clock::now();
-        encode.push_back(std::chrono::duration<double, std::milli>(middle - start).count());
-        decode.push_back(std::chrono::duration<double, std::milli>(end - middle).count());
+        model->decompress(bytes.data(), bytes.size());
       }
-      const Stats e = stats_of(encode), d = stats_of(decode);
+      std::vector<double> encode, decode, analysis, entropy_decode;
+      auto ms = [](Clock::time_point a, Clock::time_point b) {
+        return std::chrono::duration<double, std::milli>(b - a).count();
+      };
+      for (int i = 0; i < repeats; ++i) {
+        const auto t0 = Clock::now();
+        bytes = model->compress(image);
+        const auto t1 = Clock::now();
+        const plexus::data::Image decoded = model->decompress(bytes.data(), bytes.size());
+        const auto t2 = Clock::now();
+        const plexus::Tensor latent = model->encode_latent(image);
+        const auto t3 = Clock::now();
+        const plexus::Tensor decoded_latent = model->decode_latent(bytes.data(), bytes.size());
+        const auto t4 = Clock::now();
+        encode.push_back(ms(t0, t1));
+        decode.push_back(ms(t1, t2));
+        analysis.push_back(ms(t2, t3));
+        entropy_decode.push_back(ms(t3, t4));
+      }
+      const Stats e = stats_of(encode), d = stats_of(decode), a = stats_of(analysis), r = stats_of(entropy_decode);
       std::printf(
           "{\"image\": \"%s\", \"device\": \"%s\", \"width\": %d, \"height\": %d, \"bytes\": %zu, \"bpp\": %.4f, "
           "\"encode_ms\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
-          "\"decode_ms\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, \"repeats\": %d}\n",
+          "\"decode_ms\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
+          "\"analysis_ms\": {\"median\": %.2f}, \"entropy_decode_ms\": {\"median\": %.2f}, \"repeats\": %d}\n",
           path.c_str(), device.str().c_str(), image.width, image.height, bytes.size(),
           8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), e.median, e.min, e.max, d.median,
-          d.min, d.max, repeats);
+          d.min, d.max, a.median, r.median, repeats);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {
