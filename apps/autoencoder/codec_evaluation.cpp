@@ -11,8 +11,8 @@ namespace plexus::ae {
 std::unique_ptr<CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry, Device device) {
   try {
     return CodecModel::from_file(model_path, registry, device);
-  } catch (const ConfigError& e) {
-    spdlog::warn("reporting the estimated rate only: {}", e.what());
+  } catch (const Error& e) {
+    spdlog::warn("reporting the estimated rate only, without compressing: {}", e.what());
     return nullptr;
   }
 }

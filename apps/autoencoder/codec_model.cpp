@@ -302,15 +302,15 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
 }
 
 void write_coding_tables(const std::string& path, const Registry& registry) {
-  TensorFile file = load_safetensors(path);
-  const ModelSpec spec = spec_from_checkpoint(file, path);
+  // The model itself is already written: whatever goes wrong here only
+  // leaves it without tables (they are computed again when it is loaded).
   try {
-    if (!add_coding_tables(file, spec, registry)) return;
-  } catch (const ConfigError& e) {
-    spdlog::warn("'{}' has no coding tables, so it cannot compress images yet: {}", path, e.what());
-    return;
+    TensorFile file = load_safetensors(path);
+    if (!add_coding_tables(file, spec_from_checkpoint(file, path), registry)) return;
+    save_safetensors(path, file);
+  } catch (const Error& e) {
+    spdlog::warn("'{}' was written without coding tables: {}", path, e.what());
   }
-  save_safetensors(path, file);
 }
 
 }  // namespace plexus::ae

@@ -89,8 +89,8 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
 
 // Rewrites the model file `path` with coding tables added (atomically, as
 // every checkpoint is written). The end of `plexus-ae train` calls it; a
-// spec without an entropy model, or a density too degenerate for tables,
-// leaves the file as it is with a warning.
+// spec without an entropy model leaves the file as it is, and any failure
+// (a density too degenerate for tables, say) only warns.
 void write_coding_tables(const std::string& path, const Registry& registry);
 
 }  // namespace plexus::ae
