@@ -63,6 +63,9 @@ class CodecModel {
   // The largest file this model could ever have written (every symbol
   // escaped to 32 bits, the largest image): a longer file is refused unread.
   std::uint64_t max_file_bytes() const;
+  // The precision policy of the transforms on CUDA (plexus/context.h);
+  // strict f32 unless set (eval passes its --precision).
+  void set_precision(Precision precision) { ctx_->set_precision(precision); }
   // Caps the image size a file may describe (the fuzz harness keeps it small).
   void set_max_pixels(std::uint64_t pixels) { max_pixels_ = pixels; }
 

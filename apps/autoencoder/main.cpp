@@ -11,6 +11,7 @@
 #include "compress_command.h"
 #include "console.h"
 #include "eval_command.h"
+#include "precision_option.h"
 #include "model_catalog.h"
 #include "options.h"
 #include "train_command.h"
@@ -19,6 +20,7 @@ namespace {
 
 using plexus::ae::EvalOptions;
 using plexus::ae::TrainOptions;
+using plexus::ae::kPrecisionHelp;
 
 std::string bundled_names_text() {
   std::string names;
@@ -51,7 +53,16 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
-  train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
+  train.add_option_function<std::string>(
+           "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
+           "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
+           "that do not declare themselves capturable fall back to eager launches, said once in the log); off: "
+           "launch every kernel eagerly")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on")
+      ->type_name("on|off");
+  train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
@@ -60,6 +71,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.

@@ -26,7 +26,9 @@ struct TrainOptions {
   int val_images = 0;  // 0: every image of --val
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
-  bool tf32 = false;
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
+  bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
 };
 
@@ -36,6 +38,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
 };
 
 }  // namespace plexus::ae
