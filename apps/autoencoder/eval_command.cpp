@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "autoencoder_contract.h"
+#include "codec_evaluation.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
@@ -50,15 +51,22 @@ int run_eval(const EvalOptions& o) {
   Context ctx(device, 0);
   ctx.set_training(false);
   ctx.set_precision(precision);
+  // The real codec next to the estimate: each image compressed and decoded,
+  // with the same precision policy.
+  std::unique_ptr<CodecModel> codec = codec_for_eval(o.model, registry, device);
+  if (codec) codec->set_precision(precision);
   spdlog::info("evaluating '{}' ({}, step {}, stride {}) on {} image(s) of '{}' on {}", o.model,
                spec.name.empty() ? spec.source : spec.name, step, stride, images.size(), o.data, device.str());
 
   std::size_t name_width = 5;
   for (std::size_t i = 0; i < images.size(); ++i) name_width = std::max(name_width, images.relative_path(i).size());
-  std::printf("%-*s  %9s  %9s  %7s\n", static_cast<int>(name_width), "image", "size", "PSNR dB", "bpp");
+  std::printf("%-*s  %9s  %9s  %7s", static_cast<int>(name_width), "image", "size", "PSNR dB", "bpp");
+  if (codec) std::printf("  %8s  %8s  %7s  %7s", "file bpp", "file dB", "enc ms", "dec ms");
+  std::printf("\n");
   nlohmann::json rows = nlohmann::json::array();
   std::set<std::string> written;
   double psnr_sum = 0, bpp_sum = 0;
+  CodecEvaluation codec_sum;
   int count = 0;
   for (std::size_t i = 0; i < images.size(); ++i) {
     auto image = images.load(i);
@@ -66,13 +74,26 @@ int run_eval(const EvalOptions& o) {
     const std::string name = images.relative_path(i);
     ImageEvaluation e = evaluate_image(net, ctx, *image, stride);
     const std::string size = std::to_string(image->width) + "x" + std::to_string(image->height);
-    std::printf("%-*s  %9s  %9.3f  %7.4f\n", static_cast<int>(name_width), name.c_str(), size.c_str(), e.psnr, e.bpp);
+    std::printf("%-*s  %9s  %9.3f  %7.4f", static_cast<int>(name_width), name.c_str(), size.c_str(), e.psnr, e.bpp);
+    CodecEvaluation file;
+    if (codec) {
+      file = evaluate_codec(*codec, *image);
+      std::printf("  %8.4f  %8.3f  %7.1f  %7.1f", file.bpp, file.psnr, file.encode_ms, file.decode_ms);
+      codec_sum.bpp += file.bpp;
+      codec_sum.psnr += file.psnr;
+      codec_sum.encode_ms += file.encode_ms;
+      codec_sum.decode_ms += file.decode_ms;
+    }
+    std::printf("\n");
     std::fflush(stdout);
     psnr_sum += e.psnr;
     bpp_sum += e.bpp;
     ++count;
     nlohmann::json row{{"image", name}, {"width", image->width}, {"height", image->height}, {"psnr", e.psnr},
                        {"bpp", e.bpp}};
+    if (codec)
+      row["file"] = {{"bytes", file.bytes}, {"bpp", file.bpp}, {"psnr", file.psnr}, {"encode_ms", file.encode_ms},
+                     {"decode_ms", file.decode_ms}};
     if (!o.out.empty()) {
       // <relative path>.png, or <relative path with its extension>.png when
       // another input already took that name (a.jpg next to a.png).
@@ -87,16 +108,21 @@ int run_eval(const EvalOptions& o) {
   }
   if (count == 0) throw IoError("no image in '" + o.data + "' could be decoded (see the warnings above)");
   const double mean_psnr = psnr_sum / count, mean_bpp = bpp_sum / count;
-  std::printf("%-*s  %9s  %9.3f  %7.4f\n", static_cast<int>(name_width), "mean", ("n=" + std::to_string(count)).c_str(),
+  std::printf("%-*s  %9s  %9.3f  %7.4f", static_cast<int>(name_width), "mean", ("n=" + std::to_string(count)).c_str(),
               mean_psnr, mean_bpp);
+  if (codec)
+    std::printf("  %8.4f  %8.3f  %7.1f  %7.1f", codec_sum.bpp / count, codec_sum.psnr / count,
+                codec_sum.encode_ms / count, codec_sum.decode_ms / count);
+  std::printf("\n");
   std::fflush(stdout);
   if (!o.out.empty()) {
     const std::string json_path = (fs::path(o.out) / "eval.json").string();
-    std::ofstream(json_path) << nlohmann::json{{"model", o.model},   {"step", step},       {"data", o.data},
-                                               {"images", rows},     {"mean_psnr", mean_psnr},
-                                               {"mean_bpp", mean_bpp}}
-                                    .dump(2)
-                             << '\n';
+    nlohmann::json summary{{"model", o.model}, {"step", step},           {"data", o.data},
+                           {"images", rows},   {"mean_psnr", mean_psnr}, {"mean_bpp", mean_bpp}};
+    if (codec)
+      summary["mean_file"] = {{"bpp", codec_sum.bpp / count},             {"psnr", codec_sum.psnr / count},
+                              {"encode_ms", codec_sum.encode_ms / count}, {"decode_ms", codec_sum.decode_ms / count}};
+    std::ofstream(json_path) << summary.dump(2) << '\n';
     spdlog::info("reconstructions and eval.json written to '{}'", o.out);
   }
   const auto skipped = images.skipped();

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "compress_command.h"
 #include "console.h"
 #include "eval_command.h"
 #include "precision_option.h"
@@ -103,7 +104,9 @@ int main(int argc, char** argv) {
       "  plexus-ae train --data data/train-sample --model bls2017 --steps 200 --patch 64 --out runs/demo\n"
       "  plexus-ae train --out runs/demo --resume --steps 400\n"
       "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample --out runs/demo/recon\n"
-      "Run 'plexus-ae train --help' or 'plexus-ae eval --help' for every option.");
+      "  plexus-ae compress --model runs/demo/model.safetensors photo.png        # writes photo.pxae\n"
+      "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
+      "Run 'plexus-ae <command> --help' for every option of a command.");
 
   CLI::App* train = app.add_subcommand("train", "train a model on a folder of images");
   train->option_defaults()->always_capture_default();
@@ -127,6 +130,8 @@ int main(int argc, char** argv) {
       "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
       "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
 
+  plexus::ae::CodecCommands codec(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
 
   try {
     if (train->parsed()) return plexus::ae::run_train(train_options, given_options(*train));
+    if (codec.parsed()) return codec.run();
     return plexus::ae::run_eval(eval_options);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "autoencoder_contract.h"
+#include "codec_model.h"
 #include "console.h"
 #include "image_evaluation.h"
 #include "metrics_log.h"
@@ -175,6 +176,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                o.lambda, o.lr, o.steps, o.resume ? " from step " + std::to_string(step) : "");
   if (step >= o.steps) {
     save_checkpoint(model_path, net, nullptr, step, metadata);
+    write_coding_tables(model_path, registry);
     spdlog::info("the checkpoint is already at step {} of --steps {}; wrote {}", step, o.steps, model_path);
     return kExitOk;
   }
@@ -302,6 +304,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   bar.finish();
   if (!save("final")) return kExitError;
   save_checkpoint(model_path, net, nullptr, step, metadata);
+  write_coding_tables(model_path, registry);
   std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (last step, training noise)\n",
               static_cast<long long>(step), stats.loss, stats.bpp, stats.psnr);
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", model_path.c_str(), checkpoint_path.c_str(),

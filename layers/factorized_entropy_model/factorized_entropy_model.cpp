@@ -209,20 +209,35 @@ void FactorizedEntropyModel::create_parameters(const std::vector<Shape>& inputs)
 
 namespace {
 
+// The parameter tensors (sharing storage), or host f64 copies of them.
+struct DensityTensors {
+  std::array<Tensor, kLayers> matrix, bias;
+  std::array<Tensor, kLayers - 1> factor;
+};
+
+DensityTensors values_of(const std::array<Parameter*, kLayers>& matrix, const std::array<Parameter*, kLayers>& bias,
+                         const std::array<Parameter*, kLayers - 1>& factor) {
+  DensityTensors tensors;
+  for (int k = 0; k < kLayers; ++k) {
+    tensors.matrix[k] = matrix[k]->value;
+    tensors.bias[k] = bias[k]->value;
+    if (k < kLayers - 1) tensors.factor[k] = factor[k]->value;
+  }
+  return tensors;
+}
+
 template <typename T>
-ChannelDensity<T> channel_density(const std::array<Parameter*, kLayers>& matrix,
-                                  const std::array<Parameter*, kLayers>& bias,
-                                  const std::array<Parameter*, kLayers - 1>& factor, std::int64_t c) {
+ChannelDensity<T> channel_density(const DensityTensors& tensors, std::int64_t c) {
   ChannelDensity<T> density;
   for (int k = 0; k < kLayers; ++k) {
     const int in = kWidths[k], out = kWidths[k + 1];
-    density.H[k] = RowMajorMap<T>(matrix[k]->value.data<T>() + c * out * in, out, in).unaryExpr([](T v) {
+    density.H[k] = RowMajorMap<T>(tensors.matrix[k].data<T>() + c * out * in, out, in).unaryExpr([](T v) {
       return softplus(v);
     });
-    density.b[k] = Eigen::Map<const Column<T>>(bias[k]->value.data<T>() + c * out, out);
+    density.b[k] = Eigen::Map<const Column<T>>(tensors.bias[k].data<T>() + c * out, out);
     if (k < kLayers - 1)
       density.a[k] =
-          Eigen::Map<const Column<T>>(factor[k]->value.data<T>() + c * out, out).array().tanh().matrix();
+          Eigen::Map<const Column<T>>(tensors.factor[k].data<T>() + c * out, out).array().tanh().matrix();
   }
   return density;
 }
@@ -236,7 +251,7 @@ void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs,
     const ChannelLayout layout = layout_of(inputs[0]->shape());
     const T bound = static_cast<T>(likelihood_bound_);
     for (std::int64_t c = 0; c < layout.channels; ++c) {
-      const ChannelDensity<T> density = channel_density<T>(matrix_, bias_, factor_, c);
+      const ChannelDensity<T> density = channel_density<T>(values_of(matrix_, bias_, factor_), c);
       const RowArray<T> y = gather(inputs[0]->data<T>(), layout, c);
       const ChainTrace<T> upper = chain_forward(density, RowArray<T>(y + T(0.5)));
       const ChainTrace<T> lower = chain_forward(density, RowArray<T>(y - T(0.5)));
@@ -254,7 +269,7 @@ void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, 
     const ChannelLayout layout = layout_of(inputs[0]->shape());
     const T bound = static_cast<T>(likelihood_bound_);
     for (std::int64_t c = 0; c < layout.channels; ++c) {
-      const ChannelDensity<T> density = channel_density<T>(matrix_, bias_, factor_, c);
+      const ChannelDensity<T> density = channel_density<T>(values_of(matrix_, bias_, factor_), c);
       const RowArray<T> y = gather(inputs[0]->data<T>(), layout, c);
       const RowArray<T> output_grad = gather(output_grads[0]->data<T>(), layout, c);
       const ChainTrace<T> upper = chain_forward(density, RowArray<T>(y + T(0.5)));
@@ -288,6 +303,25 @@ void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, 
       }
     }
   });
+}
+
+std::vector<double> FactorizedEntropyModel::cumulative_logits(const std::vector<double>& points,
+                                                              std::int64_t per_channel) const {
+  if (channels_ < 0) throw Error("FactorizedEntropyModel::cumulative_logits: the layer has no parameters yet");
+  if (per_channel < 0 || static_cast<std::int64_t>(points.size()) != channels_ * per_channel)
+    throw Error("FactorizedEntropyModel::cumulative_logits: " + std::to_string(points.size()) +
+                " points for " + std::to_string(channels_) + " channels of " + std::to_string(per_channel));
+  DensityTensors host = values_of(matrix_, bias_, factor_);
+  for (auto* group : {&host.matrix, &host.bias})
+    for (Tensor& t : *group) t = t.to(Device::cpu()).to(DType::f64);
+  for (Tensor& t : host.factor) t = t.to(Device::cpu()).to(DType::f64);
+  std::vector<double> logits(points.size());
+  for (std::int64_t c = 0; c < channels_; ++c) {
+    const ChannelDensity<double> density = channel_density<double>(host, c);
+    const RowArray<double> x = Eigen::Map<const RowArray<double>>(points.data() + c * per_channel, per_channel);
+    Eigen::Map<RowArray<double>>(logits.data() + c * per_channel, per_channel) = chain_forward(density, x).logits;
+  }
+  return logits;
 }
 
 void register_factorized_entropy_model(Registry& registry) {

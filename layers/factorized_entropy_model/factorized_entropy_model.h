@@ -57,6 +57,14 @@ class FactorizedEntropyModel : public Layer {
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
 
+  // C, once the parameters exist (-1 before).
+  std::int64_t channels() const { return channels_; }
+  // The logit of each channel's cumulative c (the chain before its final
+  // sigmoid) at `points`, [C, per_channel] row-major: row c for channel c.
+  // Computed in f64 on the CPU from the parameters, wherever they live; the
+  // coding tables (coding_tables.h) are built from it.
+  std::vector<double> cumulative_logits(const std::vector<double>& points, std::int64_t per_channel) const;
+
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
   void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,

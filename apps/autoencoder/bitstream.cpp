@@ -1,0 +1,106 @@
+#include "bitstream.h"
+
+#include <cstdio>
+
+#include "plexus/codec/checksum.h"
+#include "plexus/error.h"
+
+namespace plexus::ae {
+
+namespace {
+
+constexpr char kMagic[4] = {'P', 'X', 'A', 'E'};
+
+void put(std::vector<std::uint8_t>& out, std::uint64_t value, int bytes) {
+  for (int k = 0; k < bytes; ++k) out.push_back(static_cast<std::uint8_t>(value >> (8 * k)));
+}
+
+std::uint64_t get(const std::uint8_t* at, int bytes) {
+  std::uint64_t value = 0;
+  for (int k = 0; k < bytes; ++k) value |= static_cast<std::uint64_t>(at[k]) << (8 * k);
+  return value;
+}
+
+std::uint32_t ceil_div(std::uint32_t a, std::uint32_t b) { return a / b + (a % b != 0); }
+
+}  // namespace
+
+std::string fingerprint_text(std::uint64_t fingerprint) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(fingerprint));
+  return text;
+}
+
+std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream) {
+  std::vector<std::uint8_t> out(kMagic, kMagic + 4);
+  put(out, kBitstreamVersion, 2);
+  put(out, 0, 2);
+  put(out, header.fingerprint, 8);
+  put(out, header.width, 4);
+  put(out, header.height, 4);
+  put(out, header.channels, 4);
+  put(out, header.latent_height, 4);
+  put(out, header.latent_width, 4);
+  put(out, stream.size(), 4);
+  out.insert(out.end(), stream.begin(), stream.end());
+  put(out, codec::crc32(out.data(), out.size()), 4);
+  return out;
+}
+
+Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected) {
+  if (size < 6 || get(bytes, 4) != get(reinterpret_cast<const std::uint8_t*>(kMagic), 4))
+    throw IoError("not a plexus-ae compressed image (it does not start with \"PXAE\")");
+  const auto version = static_cast<std::uint16_t>(get(bytes + 4, 2));
+  if (version != kBitstreamVersion)
+    throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only version " +
+                  std::to_string(kBitstreamVersion) + (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
+  if (size < kBitstreamOverheadBytes)
+    throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " +
+                  std::to_string(kBitstreamOverheadBytes) + "-byte header and checksum");
+  const std::uint64_t stream_size = get(bytes + 36, 4);
+  const std::uint64_t expected_size = kBitstreamOverheadBytes + stream_size;
+  if (size < expected_size)
+    throw IoError("truncated: the header announces a " + std::to_string(stream_size) + "-byte coded stream, so " +
+                  std::to_string(expected_size) + " bytes in all, but the file has " + std::to_string(size));
+  if (size > expected_size)
+    throw IoError("extended: " + std::to_string(size - expected_size) + " unexpected byte(s) after the checksum (the header announces " +
+                  std::to_string(expected_size) + " bytes in all)");
+  const std::uint32_t stored_crc = static_cast<std::uint32_t>(get(bytes + size - 4, 4));
+  const std::uint32_t actual_crc = codec::crc32(bytes, size - 4);
+  if (stored_crc != actual_crc)
+    throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
+                  ", stored " + fingerprint_text(stored_crc).substr(8) + ")");
+  const auto flags = get(bytes + 6, 2);
+  if (flags != 0) throw IoError("unknown flags " + std::to_string(flags) + " (this plexus-ae writes 0)");
+
+  Bitstream result;
+  BitstreamHeader& h = result.header;
+  h.fingerprint = get(bytes + 8, 8);
+  h.width = static_cast<std::uint32_t>(get(bytes + 16, 4));
+  h.height = static_cast<std::uint32_t>(get(bytes + 20, 4));
+  h.channels = static_cast<std::uint32_t>(get(bytes + 24, 4));
+  h.latent_height = static_cast<std::uint32_t>(get(bytes + 28, 4));
+  h.latent_width = static_cast<std::uint32_t>(get(bytes + 32, 4));
+  if (h.fingerprint != expected.fingerprint)
+    throw IoError("it was compressed with the model of fingerprint " + fingerprint_text(h.fingerprint) + ", but '" +
+                  expected.model + "' has fingerprint " + fingerprint_text(expected.fingerprint) +
+                  "; decompress it with --model set to the model that compressed it");
+  if (h.width < 1 || h.height < 1 || h.width > kMaxImageSide || h.height > kMaxImageSide ||
+      static_cast<std::uint64_t>(h.width) * h.height > expected.max_pixels)
+    throw IoError("image size " + std::to_string(h.width) + "x" + std::to_string(h.height) +
+                  " is out of range (each side 1.." + std::to_string(kMaxImageSide) + ", at most " +
+                  std::to_string(expected.max_pixels) + " pixels)");
+  const std::uint32_t latent_height = ceil_div(h.height, expected.stride);
+  const std::uint32_t latent_width = ceil_div(h.width, expected.stride);
+  if (h.channels != expected.channels || h.latent_height != latent_height || h.latent_width != latent_width)
+    throw IoError("latent shape [" + std::to_string(h.channels) + ", " + std::to_string(h.latent_height) + ", " +
+                  std::to_string(h.latent_width) + "] does not fit a " + std::to_string(h.width) + "x" +
+                  std::to_string(h.height) + " image under this model, which needs [" +
+                  std::to_string(expected.channels) + ", " + std::to_string(latent_height) + ", " +
+                  std::to_string(latent_width) + "]");
+  result.stream = bytes + kBitstreamHeaderBytes;
+  result.stream_size = static_cast<std::size_t>(stream_size);
+  return result;
+}
+
+}  // namespace plexus::ae

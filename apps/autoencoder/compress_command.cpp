@@ -1,0 +1,296 @@
+#include "compress_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "codec_model.h"
+#include "plexus/checkpoint.h"
+#include "plexus/error.h"
+#include "run_metadata.h"
+#include "session.h"
+#include "train_command.h"
+
+namespace plexus::ae {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCompressedExtension = ".pxae";
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Where each input's output goes: -o names the file for one input, and a
+// folder for several; without -o, next to the input with `extension`.
+std::vector<std::string> output_paths(const std::vector<std::string>& inputs, const std::string& out,
+                                      const std::string& extension) {
+  std::vector<std::string> paths;
+  std::error_code error;
+  const bool folder = !out.empty() && (inputs.size() > 1 || fs::is_directory(out, error));
+  if (folder) {
+    fs::create_directories(out, error);
+    if (error) throw IoError("cannot create the output folder '" + out + "': " + error.message());
+  }
+  for (const std::string& input : inputs) {
+    if (out.empty()) paths.push_back(fs::path(input).replace_extension(extension).string());
+    else if (folder) paths.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension)).string());
+    else paths.push_back(out);
+  }
+  std::map<std::string, std::string> claimed;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    auto [it, fresh] = claimed.emplace(paths[i], inputs[i]);
+    if (!fresh)
+      throw ConfigError("'" + inputs[i] + "' and '" + it->second + "' would both be written to '" + paths[i] +
+                        "'; give them different names or compress them separately");
+  }
+  return paths;
+}
+
+void check_writable(const std::string& input, const std::string& output, bool overwrite) {
+  std::error_code error;
+  if (fs::exists(output, error) && fs::equivalent(input, output, error))
+    throw ConfigError("'" + input + "' would be written over itself; choose another -o");
+  if (!overwrite && fs::exists(output, error))
+    throw ConfigError("'" + output + "' already exists; pass --overwrite to replace it, or choose another -o");
+}
+
+// Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half file.
+void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw IoError("cannot write '" + path + "'");
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw IoError("cannot write '" + path + "': renaming '" + temporary + "' over it failed");
+  }
+}
+
+// The whole file, refused unread when longer than `limit` bytes.
+std::vector<std::uint8_t> read_file(const std::string& path, std::uint64_t limit) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) throw IoError("'" + path + "' does not exist or is not a file");
+  const std::uint64_t size = fs::file_size(path, error);
+  if (error) throw IoError("cannot read '" + path + "': " + error.message());
+  if (size > limit)
+    throw IoError("'" + path + "': " + std::to_string(size) + " bytes, more than any file this model writes (" +
+                  std::to_string(limit) + "); not a plexus-ae compressed image for it");
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  if (!in) throw IoError("cannot read '" + path + "'");
+  return bytes;
+}
+
+std::string size_text(std::uint32_t width, std::uint32_t height) {
+  return std::to_string(width) + "x" + std::to_string(height);
+}
+
+// The 8-byte fingerprint at offset 8 of a file, when it has the magic.
+bool peek_fingerprint(const std::string& path, std::uint64_t* fingerprint) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[16];
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) return false;
+  if (head[0] != 'P' || head[1] != 'X' || head[2] != 'A' || head[3] != 'E') return false;
+  *fingerprint = 0;
+  for (int k = 0; k < 8; ++k) *fingerprint |= static_cast<std::uint64_t>(head[8 + k]) << (8 * k);
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> shipped_models() {
+  std::vector<std::string> models;
+  std::error_code error;
+  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const fs::path installed = executable.parent_path().parent_path() / "share/plexus/autoencoder/trained";
+    for (const auto& entry : fs::directory_iterator(installed, error))
+      if (entry.path().extension() == ".safetensors") models.push_back(entry.path().string());
+  }
+  if (models.empty()) {
+    for (const auto& entry : fs::directory_iterator(PLEXUS_AE_SOURCE_RESULTS, error)) {
+      const fs::path model = entry.path() / "model.safetensors";
+      if (fs::is_regular_file(model, error)) models.push_back(model.string());
+    }
+  }
+  std::sort(models.begin(), models.end());
+  return models;
+}
+
+int run_compress(const CompressOptions& o) {
+  if (o.model.empty()) throw ConfigError("--model is required: a model.safetensors written by plexus-ae train or export");
+  if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
+  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, kCompressedExtension);
+  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  Registry registry = make_registry(o.plugins);
+  const Device device = choose_device(o.device);
+  auto model = CodecModel::from_file(o.model, registry, device);
+  int failures = 0;
+  for (std::size_t i = 0; i < o.inputs.size(); ++i) {
+    try {
+      const data::Image image = data::read_image(o.inputs[i]);
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<std::uint8_t> bytes = model->compress(image);
+      const double ms = milliseconds_since(start);
+      write_file(outputs[i], bytes);
+      std::printf("%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                  size_text(image.width, image.height).c_str(), bytes.size(),
+                  8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
+      std::fflush(stdout);
+    } catch (const Error& e) {
+      spdlog::error("cannot compress '{}': {}", o.inputs[i], e.what());
+      ++failures;
+    }
+  }
+  return failures == 0 ? kExitOk : kExitError;
+}
+
+int run_decompress(const DecompressOptions& o) {
+  if (o.inputs.empty()) throw ConfigError("give at least one .pxae file to decompress");
+  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, ".png");
+  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  Registry registry = make_registry(o.plugins);
+  const Device device = choose_device(o.device);
+
+  // With --model, that model decodes everything; without, each file gets
+  // the shipped model whose fingerprint it carries.
+  std::map<std::string, std::unique_ptr<CodecModel>> models;  // by path
+  auto model_for = [&](const std::string& input) -> CodecModel& {
+    if (!o.model.empty()) {
+      auto& model = models[o.model];
+      if (!model) model = CodecModel::from_file(o.model, registry, device);
+      return *model;
+    }
+    const std::vector<std::string> candidates = shipped_models();
+    std::uint64_t wanted = 0;
+    const bool tagged = peek_fingerprint(input, &wanted);
+    for (const std::string& path : candidates) {
+      auto& model = models[path];
+      if (!model) model = CodecModel::from_file(path, registry, device);
+      if (!tagged || model->fingerprint() == wanted) return *model;
+    }
+    if (candidates.empty()) throw ConfigError("no --model given and no shipped model found; pass --model");
+    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(wanted) +
+                      ", which is none of the shipped models; pass --model with the model that compressed it");
+  };
+
+  int failures = 0;
+  for (std::size_t i = 0; i < o.inputs.size(); ++i) {
+    try {
+      CodecModel& model = model_for(o.inputs[i]);
+      const std::vector<std::uint8_t> bytes = read_file(o.inputs[i], model.max_file_bytes());
+      const auto start = std::chrono::steady_clock::now();
+      const data::Image image = model.decompress(bytes.data(), bytes.size());
+      const double ms = milliseconds_since(start);
+      data::write_png(outputs[i], image);
+      std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                  size_text(image.width, image.height).c_str(), ms);
+      std::fflush(stdout);
+    } catch (const Error& e) {
+      spdlog::error("cannot decompress '{}': {}", o.inputs[i], e.what());
+      ++failures;
+    }
+  }
+  return failures == 0 ? kExitOk : kExitError;
+}
+
+int run_export(const ExportOptions& o) {
+  if (o.model.empty()) throw ConfigError("--model is required: a model or checkpoint .safetensors");
+  Registry registry = make_registry(o.plugins);
+  std::error_code error;
+  if (!fs::exists(o.model, error)) throw IoError("model file '" + o.model + "' does not exist");
+  TensorFile file = load_safetensors(o.model);
+  const ModelSpec spec = spec_from_checkpoint(file, o.model);
+  const bool has_optimizer_state = file.metadata.count("optimizer") > 0;
+  if (o.out.empty() && has_optimizer_state)
+    throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "
+                      "model file, e.g. --out " + (fs::path(o.model).parent_path() / "model.safetensors").string());
+  const std::string out = o.out.empty() ? o.model : o.out;
+  // A model file: the weights and metadata, without the optimiser's state.
+  for (auto it = file.tensors.begin(); it != file.tensors.end();)
+    it = it->first.rfind("optimizer/", 0) == 0 ? file.tensors.erase(it) : std::next(it);
+  file.metadata.erase("optimizer");
+  file.metadata.erase("optimizer_steps");
+  if (!add_coding_tables(file, spec, registry))
+    throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
+  save_safetensors(out, file);
+  // Loading it back checks the tables and gives the fingerprint files will carry.
+  auto model = CodecModel::from_file(out, registry, Device::cpu());
+  std::printf("%s: %lld channels of coding tables, model fingerprint %s\n", out.c_str(),
+              static_cast<long long>(model->channels()), fingerprint_text(model->fingerprint()).c_str());
+  return kExitOk;
+}
+
+CodecCommands::CodecCommands(CLI::App& app) {
+  const std::string device_help = "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)";
+  const std::string plugin_help = "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)";
+
+  compress_ = app.add_subcommand("compress", "compress images into .pxae files with a trained model");
+  compress_->option_defaults()->always_capture_default();
+  CompressOptions& c = compress_options_;
+  compress_->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
+  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->required()->type_name("FILE");
+  compress_->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
+  compress_->add_option("--device", c.device, device_help)->type_name("DEVICE");
+  compress_->add_option("--plugin", c.plugins, plugin_help)->type_name("FILE");
+  compress_->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
+  compress_->footer(
+      "Examples:\n"
+      "  plexus-ae compress --model docs/results/h100-bls2017/model.safetensors photo.png    # writes photo.pxae\n"
+      "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
+      "The file format is described in docs/bitstream.md.");
+
+  decompress_ = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
+  decompress_->option_defaults()->always_capture_default();
+  DecompressOptions& d = decompress_options_;
+  decompress_->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
+  decompress_->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
+  decompress_->add_option("-o,--out", d.out, "output PNG (one file) or folder (several); default: each file's path with .png")->type_name("PATH");
+  decompress_->add_option("--device", d.device, device_help)->type_name("DEVICE");
+  decompress_->add_option("--plugin", d.plugins, plugin_help)->type_name("FILE");
+  decompress_->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
+  decompress_->footer(
+      "Examples:\n"
+      "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
+      "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
+      "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
+
+  export_ = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs)");
+  export_->option_defaults()->always_capture_default();
+  ExportOptions& e = export_options_;
+  export_->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
+  export_->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
+  export_->add_option("--plugin", e.plugins, plugin_help)->type_name("FILE");
+  export_->footer(
+      "Examples:\n"
+      "  plexus-ae export --model runs/demo/model.safetensors\n"
+      "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
+      "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
+}
+
+bool CodecCommands::parsed() const { return compress_->parsed() || decompress_->parsed() || export_->parsed(); }
+
+int CodecCommands::run() const {
+  if (compress_->parsed()) return run_compress(compress_options_);
+  if (decompress_->parsed()) return run_decompress(decompress_options_);
+  return run_export(export_options_);
+}
+
+}  // namespace plexus::ae

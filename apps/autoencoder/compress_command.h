@@ -1,0 +1,60 @@
+#pragma once
+// `plexus-ae compress`, `plexus-ae decompress` and `plexus-ae export`: the
+// codec commands (codec_model.h does the work; docs/bitstream.md is the format).
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace plexus::ae {
+
+struct CompressOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::string out;
+  std::string device = "auto";
+  std::vector<std::string> plugins;
+  bool overwrite = false;
+};
+
+struct DecompressOptions {
+  std::string model;  // empty: the shipped models are tried
+  std::vector<std::string> inputs;
+  std::string out;
+  std::string device = "auto";
+  std::vector<std::string> plugins;
+  bool overwrite = false;
+};
+
+struct ExportOptions {
+  std::string model;
+  std::string out;  // empty: the --model file itself, when it is a model (no optimiser state)
+  std::vector<std::string> plugins;
+};
+
+int run_compress(const CompressOptions& options);
+int run_decompress(const DecompressOptions& options);
+int run_export(const ExportOptions& options);
+
+// The three subcommands on `app`; run() runs whichever was parsed.
+class CodecCommands {
+ public:
+  explicit CodecCommands(CLI::App& app);
+  bool parsed() const;
+  int run() const;
+
+ private:
+  CompressOptions compress_options_;
+  DecompressOptions decompress_options_;
+  ExportOptions export_options_;
+  CLI::App* compress_ = nullptr;
+  CLI::App* decompress_ = nullptr;
+  CLI::App* export_ = nullptr;
+};
+
+// The trained models shipped with plexus-ae, tried by decompress without
+// --model: <executable>/../share/plexus/autoencoder/trained/*.safetensors
+// (installed), else the source tree's docs/results/*/model.safetensors.
+std::vector<std::string> shipped_models();
+
+}  // namespace plexus::ae

@@ -1,0 +1,329 @@
+// The codec (CodecModel, bitstream.h) as a library: round trips that give
+// exactly the eval reconstruction, determinism, the header layout, and a
+// decoder that rejects truncated, extended, bit-flipped, foreign-model and
+// other-version files with a message saying what is wrong. With the shipped
+// bls2017 model: the real file size against the estimate, and (on a GPU)
+// files compressed on CUDA decoding to the same latent on the CPU and CUDA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "autoencoder_contract.h"
+#include "codec_model.h"
+#include "data/data_test_support.h"
+#include "image_evaluation.h"
+#include "plexus/codec/checksum.h"
+#include "plexus/codec/rans.h"
+#include "plexus/error.h"
+#include "plexus/testing/gtest_helpers.h"
+#include "run_metadata.h"
+
+namespace plexus::ae {
+namespace {
+
+const Registry registry = builtin_registry();
+
+ModelSpec tiny_spec() { return ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny.json"); }
+
+// The tiny test model (stride 4, 8 latent channels), untrained, with its
+// last analysis convolution scaled up so the latent spans many integers
+// (and some values escape the tables).
+TensorFile tiny_weights(std::uint64_t seed) {
+  Net net(tiny_spec(), registry, {{kImage, Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), seed);
+  TensorFile file;
+  for (const NamedParameter& named : net.parameters()) {
+    Tensor value = named.parameter->value.clone();
+    if (named.name == "g_a1.weight") {
+      std::vector<double> values = value.to_values();
+      for (double& v : values) v *= 40;
+      value = Tensor::from_values(values, value.shape());
+    }
+    file.tensors[named.name] = value;
+  }
+  return file;
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
+
+std::uint32_t get32(const std::vector<std::uint8_t>& bytes, std::size_t at) {
+  return bytes[at] | bytes[at + 1] << 8 | bytes[at + 2] << 16 | static_cast<std::uint32_t>(bytes[at + 3]) << 24;
+}
+
+void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t value) {
+  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
+}
+
+// Recomputes the trailing CRC-32, so a change reaches the checks behind it.
+void reseal(std::vector<std::uint8_t>& bytes) { put32(bytes, bytes.size() - 4, codec::crc32(bytes.data(), bytes.size() - 4)); }
+
+class Codec : public ::testing::Test {
+ protected:
+  Codec() : model(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "tiny.safetensors") {}
+  std::vector<std::uint8_t> compressed(int width = 21, int height = 13) {
+    return model.compress(testing::position_image(width, height));
+  }
+  std::string decode_error(const std::vector<std::uint8_t>& bytes) {
+    return error_of([&] { model.decompress(bytes.data(), bytes.size()); });
+  }
+  CodecModel model;
+};
+
+TEST_F(Codec, RoundTripGivesExactlyTheEvalReconstruction) {
+  // 21x13: neither side a multiple of the stride (4).
+  const data::Image image = testing::position_image(21, 13);
+  const std::vector<std::uint8_t> bytes = model.compress(image);
+  const data::Image decoded = model.decompress(bytes.data(), bytes.size());
+
+  Net net(tiny_spec(), registry, {{kImage, Shape{1, 3, 4, 4}}});
+  const TensorFile weights = tiny_weights(3);
+  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(weights.tensors.at(named.name));
+  Context ctx;
+  const ImageEvaluation eval = evaluate_image(net, ctx, image, 4);
+  ASSERT_EQ(decoded.width, 21);
+  ASSERT_EQ(decoded.height, 13);
+  EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
+
+  // The latent coded is the rounded latent; the file decodes to it exactly,
+  // and it spans many integers, escapes included.
+  const Tensor encoded = model.encode_latent(image);
+  const Tensor decoded_latent = model.decode_latent(bytes.data(), bytes.size());
+  EXPECT_EQ(encoded.shape(), (Shape{1, 8, 4, 6}));
+  EXPECT_EQ(decoded_latent.to_values(), encoded.to_values());
+  double largest = 0;
+  for (double v : encoded.to_values()) {
+    EXPECT_EQ(v, std::round(v));
+    largest = std::max(largest, std::abs(v));
+  }
+  EXPECT_GE(largest, 3.0);
+}
+
+TEST_F(Codec, ValuesOutsideEveryTableStillRoundTrip) {
+  // Escapes: a latent far outside the tables, from a model whose last
+  // analysis layer is scaled 10^5 times more.
+  TensorFile weights = tiny_weights(3);
+  std::vector<double> values = weights.tensors["g_a1.weight"].to_values();
+  for (double& v : values) v *= 1e5;
+  weights.tensors["g_a1.weight"] = Tensor::from_values(values, weights.tensors["g_a1.weight"].shape());
+  CodecModel wild(tiny_spec(), weights, registry, Device::cpu(), "wild");
+  const data::Image image = testing::position_image(16, 16);
+  const std::vector<std::uint8_t> bytes = wild.compress(image);
+  const std::vector<double> latent = wild.encode_latent(image).to_values();
+  EXPECT_EQ(wild.decode_latent(bytes.data(), bytes.size()).to_values(), latent);
+  double largest = 0;
+  for (double v : latent) largest = std::max(largest, std::abs(v));
+  EXPECT_GT(largest, codec::kMaxTableSymbols);  // beyond any table: escaped
+}
+
+TEST_F(Codec, CompressingTwiceGivesTheSameBytes) {
+  const std::vector<std::uint8_t> first = compressed();
+  EXPECT_EQ(compressed(), first);
+  CodecModel again(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "again");
+  EXPECT_EQ(again.fingerprint(), model.fingerprint());
+  EXPECT_EQ(again.compress(testing::position_image(21, 13)), first);
+}
+
+TEST_F(Codec, StoredTablesGiveTheSameFingerprintAsComputedOnes) {
+  EXPECT_TRUE(model.computed_tables());
+  TensorFile file = tiny_weights(3);
+  ModelSpec spec = tiny_spec();
+  ASSERT_TRUE(add_coding_tables(file, spec, registry));
+  EXPECT_TRUE(file.tensors.count("entropy_model.coding.cdf"));
+  CodecModel stored(spec, file, registry, Device::cpu(), "stored");
+  EXPECT_FALSE(stored.computed_tables());
+  EXPECT_EQ(stored.fingerprint(), model.fingerprint());
+  // Another model (other weights) has another fingerprint.
+  CodecModel other(spec, tiny_weights(4), registry, Device::cpu(), "other");
+  EXPECT_NE(other.fingerprint(), model.fingerprint());
+}
+
+TEST_F(Codec, HeaderFieldsAreWhereTheFormatSays) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  ASSERT_GE(bytes.size(), 44u);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PXAE");
+  EXPECT_EQ(bytes[4] | bytes[5] << 8, 1);  // version
+  EXPECT_EQ(bytes[6] | bytes[7] << 8, 0);  // flags
+  std::uint64_t fingerprint = 0;
+  for (int k = 0; k < 8; ++k) fingerprint |= static_cast<std::uint64_t>(bytes[8 + k]) << (8 * k);
+  EXPECT_EQ(fingerprint, model.fingerprint());
+  EXPECT_EQ(get32(bytes, 16), 21u);
+  EXPECT_EQ(get32(bytes, 20), 13u);
+  EXPECT_EQ(get32(bytes, 24), 8u);
+  EXPECT_EQ(get32(bytes, 28), 4u);  // ceil(13 / 4)
+  EXPECT_EQ(get32(bytes, 32), 6u);  // ceil(21 / 4)
+  EXPECT_EQ(get32(bytes, 36), bytes.size() - 44);
+  EXPECT_EQ(get32(bytes, bytes.size() - 4), codec::crc32(bytes.data(), bytes.size() - 4));
+}
+
+TEST_F(Codec, TruncatedFilesAreRejectedAtEveryLength) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  for (std::size_t size = 0; size < bytes.size(); ++size) {
+    const std::vector<std::uint8_t> prefix(bytes.begin(), bytes.begin() + size);
+    const std::string message = decode_error(prefix);
+    if (size < 6) EXPECT_TRUE(contains(message, "not a plexus-ae compressed image")) << size << ": " << message;
+    else EXPECT_TRUE(contains(message, "truncated")) << size << ": " << message;
+  }
+  EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 1}),
+                       "truncated: the header announces a " + std::to_string(bytes.size() - 44) + "-byte coded stream"));
+}
+
+TEST_F(Codec, ExtendedFilesAreRejected) {
+  std::vector<std::uint8_t> bytes = compressed();
+  bytes.push_back(0);
+  EXPECT_TRUE(contains(decode_error(bytes), "extended: 1 unexpected byte(s) after the checksum")) << decode_error(bytes);
+}
+
+TEST_F(Codec, EverySingleBitFlipIsRejected) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  for (std::size_t byte = 0; byte < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      const std::string message = decode_error(flipped);
+      // CRC-32 catches every single-bit error; flips in the magic, version
+      // and length fields are named before the checksum is looked at.
+      EXPECT_TRUE(contains(message, "checksum mismatch") || contains(message, "not a plexus-ae") ||
+                  contains(message, "format version") || contains(message, "truncated") ||
+                  contains(message, "extended"))
+          << "byte " << byte << " bit " << bit << ": " << message;
+    }
+}
+
+TEST_F(Codec, FileOfAnotherModelNamesBothFingerprints) {
+  CodecModel other(tiny_spec(), tiny_weights(4), registry, Device::cpu(), "other.safetensors");
+  const std::vector<std::uint8_t> bytes = other.compress(testing::position_image(21, 13));
+  const std::string message = decode_error(bytes);
+  EXPECT_TRUE(contains(message, "compressed with the model of fingerprint " + fingerprint_text(other.fingerprint())))
+      << message;
+  EXPECT_TRUE(contains(message, "'tiny.safetensors' has fingerprint " + fingerprint_text(model.fingerprint())))
+      << message;
+}
+
+TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
+  std::vector<std::uint8_t> bytes = compressed();
+  std::vector<std::uint8_t> newer = bytes;
+  newer[4] = 2;
+  reseal(newer);
+  EXPECT_TRUE(contains(decode_error(newer), "format version 2, but this plexus-ae reads only version 1"))
+      << decode_error(newer);
+  newer[4] = 0;
+  EXPECT_TRUE(contains(decode_error(newer), "format version 0")) << decode_error(newer);
+  std::vector<std::uint8_t> flagged = bytes;
+  flagged[6] = 1;
+  reseal(flagged);
+  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 1")) << decode_error(flagged);
+  std::vector<std::uint8_t> magic = bytes;
+  magic[0] = 'J';
+  EXPECT_TRUE(contains(decode_error(magic), "not a plexus-ae compressed image")) << decode_error(magic);
+}
+
+TEST_F(Codec, ImpossibleSizesAreRejectedBeforeAnyAllocation) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  auto with_field = [&](std::size_t at, std::uint32_t value) {
+    std::vector<std::uint8_t> changed = bytes;
+    put32(changed, at, value);
+    reseal(changed);
+    return decode_error(changed);
+  };
+  EXPECT_TRUE(contains(with_field(16, 0), "image size 0x13 is out of range")) << with_field(16, 0);
+  EXPECT_TRUE(contains(with_field(20, 0xFFFFFFFFu), "image size 21x4294967295 is out of range"));
+  EXPECT_TRUE(contains(with_field(16, 30000), "latent shape [8, 4, 6] does not fit a 30000x13 image"))
+      << with_field(16, 30000);
+  EXPECT_TRUE(contains(with_field(24, 9), "latent shape [9, 4, 6]"));
+  EXPECT_TRUE(contains(with_field(36, 0xFFFFFFF0u), "truncated: the header announces a 4294967280-byte"));
+  // 32768 x 32768 is within the sides but over the pixel limit.
+  std::vector<std::uint8_t> huge = bytes;
+  put32(huge, 16, 32768);
+  put32(huge, 20, 32768);
+  reseal(huge);
+  EXPECT_TRUE(contains(decode_error(huge), "at most 67108864 pixels")) << decode_error(huge);
+}
+
+TEST_F(Codec, CorruptStreamsBehindAValidChecksumFailCleanly) {
+  // Flip bits of the coded stream and reseal: the rANS decoder sees the
+  // damage itself (or decodes some other latent) but never crashes.
+  const std::vector<std::uint8_t> bytes = compressed(32, 32);
+  int rejected = 0, total = 0;
+  for (std::size_t byte = 40; byte + 4 < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      reseal(flipped);
+      ++total;
+      const std::string message = decode_error(flipped);
+      if (message != "no error") {
+        ++rejected;
+        EXPECT_TRUE(contains(message, "coded stream")) << message;
+      }
+    }
+  EXPECT_GT(rejected, total * 9 / 10) << rejected << " of " << total;
+}
+
+// The shipped bls2017 model on a bundled Kodak image: the done-when of the
+// codec in miniature (the full set is in docs/results.md).
+TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval) {
+  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/docs/results/h100-bls2017/model.safetensors";
+  auto model = CodecModel::from_file(path, registry, Device::cpu());
+  EXPECT_FALSE(model->computed_tables()) << "the shipped model should carry its tables (plexus-ae export)";
+  const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
+  const std::vector<std::uint8_t> bytes = model->compress(image);
+  const data::Image decoded = model->decompress(bytes.data(), bytes.size());
+
+  const TensorFile file = load_safetensors(path);
+  Net net(spec_from_checkpoint(file, path), registry, {{kImage, Shape{1, 3, 16, 16}}});
+  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
+  Context ctx;
+  const ImageEvaluation eval = evaluate_image(net, ctx, image, 16);
+  const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
+  EXPECT_NEAR(file_bpp, eval.bpp, 0.01 * eval.bpp) << "estimate " << eval.bpp;
+  EXPECT_GE(file_bpp, eval.bpp * 0.999);  // a real code cannot beat the information content by much
+  EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, 0.01);
+  EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
+}
+
+// Compress on CUDA; decode on the CPU and on CUDA: the same latent exactly,
+// reconstructions equal within float rounding (at most one 8-bit level).
+TEST(CodecCrossDevice, CudaFilesDecodeToTheSameLatentOnCpuAndCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/docs/results/h100-bls2017/model.safetensors";
+  auto on_cuda = CodecModel::from_file(path, registry, Device::cuda());
+  auto on_cpu = CodecModel::from_file(path, registry, Device::cpu());
+  ASSERT_EQ(on_cuda->fingerprint(), on_cpu->fingerprint());
+  for (const char* name : {"kodim04.png", "kodim14.png"}) {
+    const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
+    const std::vector<std::uint8_t> bytes = on_cuda->compress(image);
+    EXPECT_EQ(on_cuda->compress(image), bytes) << name << ": compressing twice on CUDA";
+    const Tensor cuda_latent = on_cuda->decode_latent(bytes.data(), bytes.size());
+    const Tensor cpu_latent = on_cpu->decode_latent(bytes.data(), bytes.size());
+    EXPECT_EQ(cuda_latent.to_values(), cpu_latent.to_values()) << name;
+    EXPECT_EQ(cuda_latent.to_values(), on_cuda->encode_latent(image).to_values()) << name;
+    // The CPU's own rounded latent differs at most where y is within float
+    // error of a half-integer.
+    const std::vector<double> cpu_encoded = on_cpu->encode_latent(image).to_values();
+    const std::vector<double> cuda_encoded = cuda_latent.to_values();
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < cpu_encoded.size(); ++i) differ += cpu_encoded[i] != cuda_encoded[i];
+    EXPECT_LE(differ, cpu_encoded.size() / 1000) << name;
+
+    const data::Image from_cuda = on_cuda->decompress(bytes.data(), bytes.size());
+    const data::Image from_cpu = on_cpu->decompress(bytes.data(), bytes.size());
+    ASSERT_EQ(from_cuda.pixels.size(), from_cpu.pixels.size());
+    int largest = 0;
+    for (std::size_t i = 0; i < from_cpu.pixels.size(); ++i)
+      largest = std::max(largest, std::abs(int(from_cuda.pixels[i]) - int(from_cpu.pixels[i])));
+    EXPECT_LE(largest, 1) << name;
+    EXPECT_GT(data::psnr(from_cpu, from_cuda), 60.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace plexus::ae

@@ -1,0 +1,193 @@
+// plexus-ae compress / decompress / export end to end, as a user runs them:
+// train writes coding tables, several files at once, decoded images equal to
+// eval's reconstructions, and every kind of bad file refused with exit code
+// 1 and a message naming the file and what is wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/cli_runner.h"
+#include "plexus/checkpoint.h"
+#include "plexus/codec/checksum.h"
+
+namespace plexus {
+namespace {
+
+using testing::contains;
+using testing::ScratchFolder;
+
+std::vector<std::uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+int count_of(const std::string& text, const std::string& fragment) {
+  int count = 0;
+  for (std::size_t at = text.find(fragment); at != std::string::npos; at = text.find(fragment, at + 1)) ++count;
+  return count;
+}
+
+class PlexusAeCodec : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::save_png(folder / "train/a.png", testing::position_image(48, 40));
+    auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch",
+                        "16", "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out",
+                        folder / "run"});
+    ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+    model = folder / "run/model.safetensors";
+    testing::save_png(folder / "images/odd.png", testing::position_image(21, 13));
+    testing::save_png(folder / "images/tall.png", testing::position_image(8, 30));
+  }
+  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  // Compresses images/odd.png to <name>, returning its bytes.
+  std::vector<std::uint8_t> compress_odd(const std::string& name) {
+    auto result = run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / name, "--device", "cpu"});
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    return read_all(folder / name);
+  }
+  testing::CommandResult decompress(const std::string& file) {
+    return run({"decompress", "--model", model, file, "-o", folder / "out.png", "--overwrite", "--device", "cpu"});
+  }
+  ScratchFolder folder{"ae-codec"};
+  std::string model;
+};
+
+TEST_F(PlexusAeCodec, TrainWritesCodingTablesIntoTheModel) {
+  const TensorFile file = load_safetensors(model);
+  EXPECT_TRUE(file.tensors.count("entropy_model.coding.cdf"));
+  EXPECT_TRUE(file.tensors.count("entropy_model.coding.median"));
+  EXPECT_EQ(file.tensors.at("entropy_model.coding.median").shape(), (Shape{8}));
+  EXPECT_TRUE(file.metadata.count("plexus_ae.coding_tables"));
+}
+
+TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
+  auto compressed = run({"compress", "--model", model, folder / "images/odd.png", folder / "images/tall.png", "-o",
+                         folder / "files", "--device", "cpu"});
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  EXPECT_TRUE(contains(compressed.out, "odd.pxae: 21x13")) << compressed.out;
+  EXPECT_FALSE(contains(compressed.err, "no coding tables")) << compressed.err;
+  auto decompressed = run({"decompress", "--model", model, folder / "files/odd.pxae", folder / "files/tall.pxae", "-o",
+                           folder / "decoded", "--device", "cpu"});
+  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+  auto evaluated = run({"eval", "--model", model, "--data", folder / "images", "--out", folder / "recon", "--device", "cpu"});
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
+  EXPECT_TRUE(contains(evaluated.out, "file bpp")) << evaluated.out;
+  for (const std::string name : {"odd", "tall"}) {
+    const data::Image decoded = data::read_image(folder / ("decoded/" + name + ".png"));
+    const data::Image reconstruction = data::read_image(folder / ("recon/" + name + ".png"));
+    EXPECT_EQ(decoded.pixels, reconstruction.pixels) << name;
+    // eval's row: the file's bpp is what compress wrote.
+    std::istringstream lines(evaluated.out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string image, size;
+      double psnr = 0, bpp = 0, file_bpp = 0, file_psnr = 0;
+      if (!(fields >> image >> size >> psnr >> bpp >> file_bpp >> file_psnr) || image != name + ".png") continue;
+      const double bytes = static_cast<double>(read_all(folder / ("files/" + name + ".pxae")).size());
+      EXPECT_NEAR(file_bpp, 8 * bytes / (decoded.width * decoded.height), 1e-4) << line;
+      EXPECT_NEAR(file_psnr, psnr, 0.001) << line;
+    }
+  }
+}
+
+TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) {
+  EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae"));
+}
+
+TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
+  const std::vector<std::uint8_t> good = compress_odd("good.pxae");
+  auto check = [&](const std::string& name, const std::vector<std::uint8_t>& bytes, const std::string& reason) {
+    write_all(folder / name, bytes);
+    auto result = decompress(folder / name);
+    EXPECT_EQ(result.exit_code, 1) << result.describe();
+    EXPECT_TRUE(contains(result.err, "cannot decompress '" + (folder / name) + "': ")) << result.err;
+    EXPECT_TRUE(contains(result.err, reason)) << result.err;
+  };
+  check("truncated.pxae", {good.begin(), good.end() - 7}, "truncated");
+  std::vector<std::uint8_t> flipped = good;
+  flipped[good.size() / 2] ^= 0x10;
+  check("flipped.pxae", flipped, "checksum mismatch: the file is corrupt");
+  std::vector<std::uint8_t> extended = good;
+  extended.insert(extended.end(), {1, 2, 3});
+  check("extended.pxae", extended, "extended: 3 unexpected byte(s)");
+  std::vector<std::uint8_t> newer = good;
+  newer[4] = 7;
+  const std::uint32_t crc = codec::crc32(newer.data(), newer.size() - 4);
+  for (int k = 0; k < 4; ++k) newer[newer.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
+  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only version 1");
+  check("text.pxae", {'h', 'e', 'l', 'l', 'o', '\n'}, "not a plexus-ae compressed image");
+
+  // A file of another model: trained with another seed.
+  auto other = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
+                    "--batch", "2", "--steps", "2", "--seed", "9", "--device", "cpu", "--out", folder / "other"});
+  ASSERT_EQ(other.exit_code, 0) << other.describe();
+  auto foreign = run({"compress", "--model", folder / "other/model.safetensors", folder / "images/odd.png", "-o",
+                      folder / "foreign.pxae", "--device", "cpu"});
+  ASSERT_EQ(foreign.exit_code, 0) << foreign.describe();
+  auto result = decompress(folder / "foreign.pxae");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_TRUE(contains(result.err, "compressed with the model of fingerprint")) << result.err;
+  EXPECT_TRUE(contains(result.err, "'" + model + "' has fingerprint")) << result.err;
+  // Without --model, none of the shipped models fits it either.
+  auto guessed = run({"decompress", folder / "foreign.pxae", "-o", folder / "guess.png", "--device", "cpu"});
+  EXPECT_EQ(guessed.exit_code, 1);
+  EXPECT_TRUE(contains(guessed.err, "which is none of the shipped models")) << guessed.err;
+}
+
+TEST_F(PlexusAeCodec, OneBadFileAmongSeveralStillDecodesTheOthers) {
+  compress_odd("good.pxae");
+  write_all(folder / "bad.pxae", {'P', 'X', 'A', 'E', 1, 0});
+  auto result = run({"decompress", "--model", model, folder / "bad.pxae", folder / "good.pxae", "-o", folder / "dec",
+                     "--device", "cpu"});
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "cannot decompress '" + (folder / "bad.pxae") + "': truncated")) << result.err;
+  EXPECT_TRUE(std::filesystem::exists(folder / "dec/good.png"));
+  EXPECT_FALSE(std::filesystem::exists(folder / "dec/bad.png"));
+}
+
+TEST_F(PlexusAeCodec, ExistingOutputsAreKeptWithoutOverwrite) {
+  compress_odd("kept.pxae");
+  auto again = run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / "kept.pxae", "--device", "cpu"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(contains(again.err, "already exists; pass --overwrite")) << again.err;
+}
+
+TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
+  TensorFile file = load_safetensors(model);
+  for (auto it = file.tensors.begin(); it != file.tensors.end();)
+    it = it->first.find(".coding.") != std::string::npos ? file.tensors.erase(it) : std::next(it);
+  const std::string old_model = folder / "old.safetensors";
+  save_safetensors(old_model, file);
+  auto computed = run({"compress", "--model", old_model, folder / "images/odd.png", "-o", folder / "old.pxae", "--device", "cpu"});
+  ASSERT_EQ(computed.exit_code, 0) << computed.describe();
+  EXPECT_EQ(count_of(computed.err, "has no coding tables; computed them"), 1) << computed.err;
+  // The computed tables are the ones train stored: the same file.
+  EXPECT_EQ(read_all(folder / "old.pxae"), compress_odd("new.pxae"));
+
+  auto exported = run({"export", "--model", old_model});
+  ASSERT_EQ(exported.exit_code, 0) << exported.describe();
+  EXPECT_TRUE(contains(exported.out, "8 channels of coding tables, model fingerprint")) << exported.out;
+  auto stored = run({"compress", "--model", old_model, folder / "images/odd.png", "-o", folder / "old.pxae",
+                     "--overwrite", "--device", "cpu"});
+  ASSERT_EQ(stored.exit_code, 0) << stored.describe();
+  EXPECT_FALSE(contains(stored.err, "no coding tables")) << stored.err;
+
+  auto checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors"});
+  EXPECT_EQ(checkpoint.exit_code, 1);
+  EXPECT_TRUE(contains(checkpoint.err, "is a training checkpoint (it holds optimiser state); give --out"))
+      << checkpoint.err;
+  auto from_checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors", "--out", folder / "exported.safetensors"});
+  ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.describe();
+  EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,226 @@
+// Coding tables of the FactorizedEntropyModel (coding_tables.h) against an
+// independent scalar evaluation of the density chain: cumulative_logits,
+// the bisected quantiles and integer medians, the quantised frequencies,
+// a coded size close to the model's own information content, and the
+// safetensors storage with its validation.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "factorized_entropy_model/coding_tables.h"
+#include "plexus/error.h"
+#include "plexus/registry.h"
+
+namespace plexus {
+namespace {
+
+constexpr std::array<int, 5> kWidths = {1, 3, 3, 3, 1};
+constexpr std::int64_t kChannels = 4;
+
+// A layer with C = 4 channels whose densities differ in shape, width and
+// location: parameters moved off their initial values, channel c's output
+// bias shifted by 7 (c - 1.5) so the medians lie apart, one channel narrowed.
+std::unique_ptr<Layer> make_layer() {
+  auto layer = builtin_registry().create("FactorizedEntropyModel", "entropy", nlohmann::json{{"likelihood_bound", 0.0}});
+  const Shape shape{1, kChannels, 1, 1};
+  layer->output_shapes({shape});
+  layer->create_parameters({shape});
+  std::mt19937_64 rng(17);
+  layer->initialize_parameters(DType::f32, Device::cpu(), rng);
+  std::uniform_real_distribution<double> offset(-1.0, 1.0);
+  for (Parameter* p : layer->parameters()) {
+    std::vector<double> values = p->value.to_values();
+    for (double& v : values) v += offset(rng);
+    if (p->name == "bias3")
+      for (std::int64_t c = 0; c < kChannels; ++c) values[c] += 7.0 * (c - 1.5);
+    if (p->name == "matrix0") values[2 * 3] += 3.0;  // channel 2: steeper first layer
+    p->value = Tensor::from_values(values, p->shape, p->value.dtype());
+  }
+  return layer;
+}
+
+const layers::FactorizedEntropyModel& model_of(const Layer& layer) {
+  return dynamic_cast<const layers::FactorizedEntropyModel&>(layer);
+}
+
+// The chain before its final sigmoid for channel c, from the paper's definition.
+double naive_logit(Layer& layer, std::int64_t c, double x) {
+  std::vector<double> v = {x};
+  for (int k = 0; k < 4; ++k) {
+    const int in = kWidths[k], out = kWidths[k + 1];
+    const auto matrix = layer.parameter("matrix" + std::to_string(k)).value.to_values();
+    const auto bias = layer.parameter("bias" + std::to_string(k)).value.to_values();
+    std::vector<double> z(out);
+    for (int i = 0; i < out; ++i) {
+      z[i] = bias[c * out + i];
+      for (int j = 0; j < in; ++j) z[i] += std::log1p(std::exp(matrix[(c * out + i) * in + j])) * v[j];
+    }
+    if (k == 3) return z[0];
+    const auto factor = layer.parameter("factor" + std::to_string(k)).value.to_values();
+    v.assign(out, 0.0);
+    for (int i = 0; i < out; ++i) v[i] = z[i] + std::tanh(factor[c * out + i]) * std::tanh(z[i]);
+  }
+  return 0;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double naive_cdf(Layer& layer, std::int64_t c, double x) { return sigmoid(naive_logit(layer, c, x)); }
+double naive_pmf(Layer& layer, std::int64_t c, std::int64_t k) {
+  return naive_cdf(layer, c, k + 0.5) - naive_cdf(layer, c, k - 0.5);
+}
+
+TEST(CodingTables, CumulativeLogitsMatchTheNaiveChain) {
+  auto layer = make_layer();
+  const std::vector<double> points = {-3.5, 0.0, 2.25, -10, 1, 4, 0.5, 7, -1, -0.25, 30, -30};
+  const std::vector<double> logits = model_of(*layer).cumulative_logits(points, 3);
+  for (std::int64_t c = 0; c < kChannels; ++c)
+    for (int i = 0; i < 3; ++i) {
+      const double expected = naive_logit(*layer, c, points[c * 3 + i]);
+      EXPECT_NEAR(logits[c * 3 + i], expected, 1e-12 * std::max(1.0, std::abs(expected)));
+    }
+  EXPECT_THROW(model_of(*layer).cumulative_logits(points, 2), Error);
+}
+
+TEST(CodingTables, RangesHoldAllButTheTailMassAndAreTight) {
+  auto layer = make_layer();
+  const double tail = 1e-3;
+  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer), tail);
+  ASSERT_EQ(tables.channels(), kChannels);
+  std::set<std::int32_t> medians;
+  for (std::int64_t c = 0; c < kChannels; ++c) {
+    const std::int64_t m = tables.medians[c];
+    medians.insert(tables.medians[c]);
+    // The integer median: c(m - 1/2) <= 1/2 <= c(m + 1/2).
+    EXPECT_LE(naive_cdf(*layer, c, m - 0.5), 0.5 + 1e-12) << "channel " << c;
+    EXPECT_GE(naive_cdf(*layer, c, m + 0.5), 0.5 - 1e-12) << "channel " << c;
+    const std::int64_t lo = m + tables.tables[c].min, hi = lo + tables.tables[c].count() - 1;
+    // At most tail / 2 outside on each side, and one value fewer would leave more.
+    EXPECT_LE(naive_cdf(*layer, c, lo - 0.5), tail / 2 * (1 + 1e-9)) << "channel " << c;
+    EXPECT_GT(naive_cdf(*layer, c, lo + 0.5), tail / 2) << "channel " << c;
+    EXPECT_GE(naive_cdf(*layer, c, hi + 0.5), 1 - tail / 2 * (1 + 1e-9)) << "channel " << c;
+    EXPECT_LT(naive_cdf(*layer, c, hi - 0.5), 1 - tail / 2) << "channel " << c;
+  }
+  EXPECT_EQ(medians.size(), static_cast<std::size_t>(kChannels)) << "the shifted medians should differ";
+}
+
+TEST(CodingTables, DefaultTailMassLeavesAtMostHalfABillionthOnEachSide) {
+  auto layer = make_layer();
+  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  for (std::int64_t c = 0; c < kChannels; ++c) {
+    const std::int64_t lo = tables.medians[c] + tables.tables[c].min, hi = lo + tables.tables[c].count() - 1;
+    // On the logit scale: logit(c) <= log(5e-10) (to first order), and the same above.
+    EXPECT_LE(naive_logit(*layer, c, lo - 0.5), std::log(5e-10) + 1e-6) << "channel " << c;
+    EXPECT_GE(naive_logit(*layer, c, hi + 0.5), -std::log(5e-10) - 1e-6) << "channel " << c;
+    EXPECT_GT(naive_logit(*layer, c, lo + 0.5), std::log(5e-10)) << "channel " << c;
+  }
+}
+
+TEST(CodingTables, FrequenciesFollowTheDensity) {
+  auto layer = make_layer();
+  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  for (std::int64_t c = 0; c < kChannels; ++c) {
+    const codec::CodingTable& table = tables.tables[c];
+    ASSERT_NO_THROW(codec::check_table(table, "channel"));
+    const double n = table.count() + 1;
+    for (std::int32_t i = 0; i < table.count(); ++i) {
+      const double p = naive_pmf(*layer, c, tables.medians[c] + table.min + i);
+      const double q = (table.cdf[i + 1] - table.cdf[i]) / 65536.0;
+      // Each gets 1 plus its share of 2^16 - n, plus at most 1 from rounding.
+      EXPECT_NEAR(q, p, (2 + p * n) / 65536.0) << "channel " << c << " symbol " << table.min + i;
+    }
+  }
+}
+
+TEST(CodingTables, CodedSizeIsWithinHalfAPercentOfTheInformationContent) {
+  auto layer = make_layer();
+  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  // Sample each channel's rounded latent by inverting the naive cumulative,
+  // tabulated at the half-integers of the table's range (outside it lies 1e-9).
+  std::vector<std::int64_t> first(kChannels);
+  std::vector<std::vector<double>> cdf(kChannels);
+  for (std::int64_t c = 0; c < kChannels; ++c) {
+    first[c] = tables.medians[c] + tables.tables[c].min;
+    for (std::int64_t k = first[c]; k <= first[c] + tables.tables[c].count(); ++k)
+      cdf[c].push_back(naive_cdf(*layer, c, k - 0.5));
+  }
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  codec::RansEncoder encoder;
+  std::vector<std::pair<std::int64_t, std::int32_t>> coded;  // channel, symbol
+  double information_bits = 0;
+  for (int i = 0; i < 40000; ++i) {
+    const std::int64_t c = i % kChannels;
+    const double u = cdf[c].front() + uniform(rng) * (cdf[c].back() - cdf[c].front());
+    std::size_t index = 0;
+    while (index + 2 < cdf[c].size() && cdf[c][index + 1] < u) ++index;
+    const std::int64_t k = first[c] + static_cast<std::int64_t>(index);
+    information_bits -= std::log2(cdf[c][index + 1] - cdf[c][index]);
+    const auto symbol = static_cast<std::int32_t>(k - tables.medians[c]);
+    encoder.put(symbol, tables.tables[c]);
+    coded.push_back({c, symbol});
+  }
+  const std::vector<std::uint8_t> bytes = encoder.finish();
+  EXPECT_LT(8.0 * bytes.size(), information_bits * 1.005 + 64) << "information " << information_bits / 8 << " bytes";
+  EXPECT_GT(8.0 * bytes.size(), information_bits * 0.98);
+  codec::RansDecoder decoder(bytes.data(), bytes.size());
+  for (const auto& [c, symbol] : coded) ASSERT_EQ(decoder.get(tables.tables[c]), symbol);
+  decoder.finish();
+}
+
+TEST(CodingTables, StoreAndLoadRoundTripExactly) {
+  auto layer = make_layer();
+  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  TensorFile file;
+  const std::string prefix = layers::coding_tables_prefix("entropy_model");
+  EXPECT_EQ(prefix, "entropy_model.coding.");
+  EXPECT_FALSE(layers::has_coding_tables(file, prefix));
+  layers::store_coding_tables(tables, prefix, file);
+  EXPECT_TRUE(layers::has_coding_tables(file, prefix));
+  const layers::FactorizedCodingTables loaded = layers::load_coding_tables(file, prefix, kChannels, "model.safetensors");
+  EXPECT_EQ(loaded.medians, tables.medians);
+  for (std::int64_t c = 0; c < kChannels; ++c) {
+    EXPECT_EQ(loaded.tables[c].min, tables.tables[c].min);
+    EXPECT_EQ(loaded.tables[c].cdf, tables.tables[c].cdf);
+  }
+}
+
+std::string load_error(const TensorFile& file, std::int64_t channels = kChannels) {
+  try {
+    layers::load_coding_tables(file, "e.coding.", channels, "m.safetensors");
+  } catch (const IoError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CodingTables, LoadRejectsDamagedTablesNamingTheTensor) {
+  auto layer = make_layer();
+  TensorFile good;
+  layers::store_coding_tables(layers::build_coding_tables(model_of(*layer)), "e.coding.", good);
+  EXPECT_EQ(load_error(good), "no error");
+  EXPECT_NE(load_error(good, 5).find("'e.coding.cdf' is [4,"), std::string::npos) << load_error(good, 5);
+
+  TensorFile missing = good;
+  missing.tensors.erase("e.coding.median");
+  EXPECT_NE(load_error(missing).find("'e.coding.median' is missing"), std::string::npos);
+
+  auto with_value = [&](const std::string& name, std::size_t index, double value) {
+    TensorFile file = good;
+    std::vector<double> values = file.tensors[name].to_values();
+    values[index] = value;
+    file.tensors[name] = Tensor::from_values(values, file.tensors[name].shape());
+    return load_error(file);
+  };
+  EXPECT_NE(with_value("e.coding.offset", 1, 0.5).find("not an integer"), std::string::npos);
+  EXPECT_NE(with_value("e.coding.cdf_length", 0, 1).find("cdf_length"), std::string::npos);
+  EXPECT_NE(with_value("e.coding.cdf", 2, 0).find("rise strictly"), std::string::npos) << with_value("e.coding.cdf", 2, 0);
+  EXPECT_NE(with_value("e.coding.cdf", 0, 70000).find("not an integer in [0, 65536]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace plexus
