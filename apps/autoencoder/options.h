@@ -7,6 +7,11 @@
 
 namespace plexus::ae {
 
+// Upper limits of the training options (also applied to saved settings).
+inline constexpr int kMaxBatch = 65536;
+inline constexpr int kMaxPatch = 65536;
+inline constexpr int kMaxThreads = 256;
+
 struct TrainOptions {
   std::string data;
   std::string val;

@@ -23,6 +23,7 @@
 #include "image_evaluation.h"
 #include "metrics_log.h"
 #include "model_catalog.h"
+#include "plexus/checked_math.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
@@ -51,13 +52,17 @@ void check_values(const TrainOptions& o) {
   if (o.data.empty()) throw ConfigError("--data is required: a folder of training images (PNG/JPEG)");
   if (!(o.lambda > 0) || !std::isfinite(o.lambda)) throw ConfigError("--lambda must be > 0, got " + std::to_string(o.lambda));
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ConfigError("--lr must be > 0, got " + std::to_string(o.lr));
-  if (o.steps < 1) throw ConfigError("--steps must be >= 1, got " + std::to_string(o.steps));
-  if (o.batch < 1) throw ConfigError("--batch must be >= 1, got " + std::to_string(o.batch));
-  if (o.patch < 1) throw ConfigError("--patch must be >= 1, got " + std::to_string(o.patch));
+  if (o.steps < 1 || o.steps > limits::kMaxSteps)
+    throw ConfigError("--steps must be in [1, " + std::to_string(limits::kMaxSteps) + "], got " + std::to_string(o.steps));
+  if (o.batch < 1 || o.batch > kMaxBatch)
+    throw ConfigError("--batch must be in [1, " + std::to_string(kMaxBatch) + "], got " + std::to_string(o.batch));
+  if (o.patch < 1 || o.patch > kMaxPatch)
+    throw ConfigError("--patch must be in [1, " + std::to_string(kMaxPatch) + "], got " + std::to_string(o.patch));
   if (o.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
   if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
   if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
-  if (o.threads < 0) throw ConfigError("--threads must be >= 0, got " + std::to_string(o.threads));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(o.threads));
   if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
 }
 
