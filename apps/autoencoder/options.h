@@ -33,6 +33,8 @@ struct TrainOptions {
   int threads = 2;  // decoding threads
   bool tf32 = false;
   double time_limit = 0;  // seconds of training before finishing early; 0: none
+  bool overwrite = false;  // replace a finished model and metrics log in --out
+  std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
 };
 
 struct EvalOptions {
@@ -41,6 +43,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
+  std::int64_t max_image_pixels = 50'000'000;
 };
 
 }  // namespace plexus::ae

@@ -23,6 +23,7 @@
 #include "image_evaluation.h"
 #include "metrics_log.h"
 #include "model_catalog.h"
+#include "output_folder.h"
 #include "plexus/checked_math.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
@@ -120,6 +121,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   const std::string checkpoint_path = (out / "checkpoint.safetensors").string();
   const std::string model_path = (out / "model.safetensors").string();
 
+  prepare_train_output(o);
   Registry registry = make_registry(o.plugins);
 
   // The model and settings: from the command line, or on --resume from the
@@ -147,9 +149,11 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                       std::to_string(std::max(stride, (o.patch + stride / 2) / stride * stride)));
   const Device device = choose_device(o.device);
 
-  data::ImageFolder train_images(o.data);
+  data::ImageFolder train_images(o.data, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels, kPixelLimitHint);
   std::unique_ptr<data::ImageFolder> val_images;
-  if (!o.val.empty()) val_images = std::make_unique<data::ImageFolder>(o.val);
+  if (!o.val.empty())
+    val_images = std::make_unique<data::ImageFolder>(o.val, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels,
+                                                     kPixelLimitHint);
 
   fs::create_directories(out, error);
   if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());

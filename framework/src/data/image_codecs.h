@@ -25,7 +25,4 @@ struct Source {
 bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason);
 bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason);
 
-// "" when width x height is within the limit, else the reason.
-std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels);
-
 }  // namespace plexus::data::codecs

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <utility>
 #include <cctype>
@@ -64,8 +65,13 @@ class FolderWalk {
     std::vector<fs::path> subfolders;
     for (; it != end; it.increment(error)) {
       std::error_code type_error;
-      if (it->is_directory(type_error)) subfolders.push_back(it->path());  // follows links
-      else if (it->is_regular_file(type_error) && has_image_extension(it->path())) found.push_back(it->path().string());
+      const fs::file_status status = it->status(type_error);  // follows links
+      if (fs::is_directory(status)) subfolders.push_back(it->path());
+      else if (fs::is_regular_file(status) && has_image_extension(it->path())) found.push_back(it->path().string());
+      // A link loop, or an image name linking to nowhere (a dangling link of
+      // another name is not worth a warning).
+      else if (type_error && (has_image_extension(it->path()) || type_error != std::errc::no_such_file_or_directory))
+        spdlog::warn("skipping '{}': cannot tell what it is: {}", it->path().string(), type_error.message());
     }
     if (error) warn_unlisted(folder, error.message(), is_root);
     for (const auto& subfolder : subfolders) visit(subfolder, found, false);
@@ -82,7 +88,8 @@ class FolderWalk {
 
 }  // namespace
 
-ImageFolder::ImageFolder(const std::string& folder, std::size_t cache_bytes, std::int64_t max_pixels)
+ImageFolder::ImageFolder(const std::string& folder, std::size_t cache_bytes, std::int64_t max_pixels,
+                         const std::string& limit_hint)
     : folder_(folder), cache_bytes_(cache_bytes), max_pixels_(max_pixels) {
   std::error_code error;
   if (!fs::exists(folder, error)) throw IoError("image folder '" + folder + "' does not exist");
@@ -96,8 +103,15 @@ ImageFolder::ImageFolder(const std::string& folder, std::size_t cache_bytes, std
   for (const auto& path : candidates) {
     ImageSize size;
     std::string reason;
-    if (read_image_size(path, size, reason, max_pixels_)) entries_.push_back({path, size});
-    else skip(path, reason);
+    // The header alone costs no memory whatever size it claims; the limit is
+    // checked here to add the hint on how to raise it.
+    if (!read_image_size(path, size, reason, std::numeric_limits<std::int64_t>::max())) {
+      skip(path, reason);
+      continue;
+    }
+    const std::string too_large = pixel_limit_problem(size.width, size.height, max_pixels_);
+    if (!too_large.empty()) skip(path, too_large + (limit_hint.empty() ? "" : " (" + limit_hint + ")"));
+    else entries_.push_back({path, size});
   }
   if (entries_.empty())
     throw IoError("image folder '" + folder + "' holds no usable images: all " + std::to_string(candidates.size()) +

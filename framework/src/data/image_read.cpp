@@ -11,8 +11,6 @@
 
 namespace plexus::data {
 
-namespace codecs {
-
 std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
   if (width < 1 || height < 1)
     return "empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")";
@@ -23,8 +21,6 @@ std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::in
            " pixels, more than the limit of " + std::to_string(max_pixels) + " pixels";
   return "";
 }
-
-}  // namespace codecs
 
 namespace {
 

@@ -50,6 +50,9 @@ bool decode_image(const unsigned char* bytes, std::size_t size, std::int64_t max
 // missing, not a readable PNG/JPEG, or larger than `max_pixels`; never throws.
 bool read_image_size(const std::string& path, ImageSize& size, std::string& reason,
                      std::int64_t max_pixels = kDefaultMaxImagePixels);
+// "" when a width x height image is within `max_pixels`, else a sentence
+// saying it is not (or that it is empty).
+std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels);
 // Writes a PNG (libpng) atomically (see plexus/atomic_file.h). Throws
 // IoError naming the file and the system's reason when it cannot be written.
 void write_png(const std::string& path, const Image& image);

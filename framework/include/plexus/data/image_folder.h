@@ -32,9 +32,10 @@ class ImageFolder {
 
   // Throws IoError naming the folder when it is missing, not a folder, or
   // holds no readable PNG/JPEG. Images of more than `max_pixels` pixels are
-  // skipped with a warning saying so.
+  // skipped with a warning saying so, followed by `limit_hint` (how to
+  // raise the limit, e.g. the command-line option) when given.
   explicit ImageFolder(const std::string& folder, std::size_t cache_bytes = kDefaultCacheBytes,
-                       std::int64_t max_pixels = kDefaultMaxImagePixels);
+                       std::int64_t max_pixels = kDefaultMaxImagePixels, const std::string& limit_hint = "");
 
   const std::string& folder() const { return folder_; }
   // Files whose header was readable when the folder was opened.
