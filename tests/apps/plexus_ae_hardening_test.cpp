@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <csignal>
 #include <functional>
 #include <filesystem>
@@ -82,7 +83,9 @@ TEST_F(PlexusAeHardening, ConvolutionSizesThatOverflowedAreRefusedByName) {
 }
 
 TEST_F(PlexusAeHardening, ThreadCountHasAnUpperBound) {
-  expect_failure(tiny_run("t", {"--threads", "100000"}), "--threads must be in [0, 256], got 100000");
+  auto args = tiny_run("t");
+  *(std::find(args.begin(), args.end(), "--threads") + 1) = "100000";
+  expect_failure(args, "--threads must be in [0, 256], got 100000");
 }
 
 TEST_F(PlexusAeHardening, SpecWithAValueOfTheWrongTypeNamesFileAndPath) {
@@ -218,31 +221,40 @@ TEST_F(PlexusAeHardening, DuplicateTensorInAModelIsReportedAsSuch) {
                  "the header names tensor 'a' twice");
 }
 
-// eval --out on a full disk: RLIMIT_FSIZE makes every write past 4 KiB fail
-// (EFBIG, as ENOSPC would); eval must exit 1 naming the file, not print
-// "written" over a truncated eval.json.
+// eval --out on a full disk: RLIMIT_FSIZE makes every write past 300 bytes
+// fail (EFBIG, as ENOSPC would): the 4x4 reconstruction fits, eval.json does
+// not. eval must exit 1 naming eval.json, not print "written" over a
+// truncated file. stderr goes to a pipe, which the limit does not touch.
 TEST_F(PlexusAeHardening, EvalOnAFullDiskFailsAndLeavesNoTruncatedFile) {
   train_model("run");
-  testing::save_png(folder / "eval/big.png", testing::position_image(200, 200));
+  testing::save_png(folder / "eval/small.png", testing::position_image(4, 4));
+  int pipe_ends[2];
+  ASSERT_EQ(pipe(pipe_ends), 0);
+  const std::string model = folder / "run/model.safetensors", data = folder / "eval", out = folder / "recon";
   const pid_t child = fork();
   if (child == 0) {
     std::signal(SIGXFSZ, SIG_IGN);  // inherited through exec: writes fail instead of killing
-    rlimit limit{4 << 10, 4 << 10};
+    rlimit limit{300, 300};
     setrlimit(RLIMIT_FSIZE, &limit);
-    const int err = ::open((folder / "eval.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(err, 2);
-    const std::string model = folder / "run/model.safetensors", data = folder / "eval", out = folder / "recon";
+    dup2(pipe_ends[1], 2);
+    close(pipe_ends[0]);
     execl(PLEXUS_AE_EXECUTABLE, PLEXUS_AE_EXECUTABLE, "eval", "--model", model.c_str(), "--data", data.c_str(),
           "--out", out.c_str(), "--device", "cpu", static_cast<char*>(nullptr));
     _exit(127);
   }
+  close(pipe_ends[1]);
+  std::string err;
+  char buffer[4096];
+  for (ssize_t n; (n = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) err.append(buffer, static_cast<std::size_t>(n));
+  close(pipe_ends[0]);
   int status = 0;
   waitpid(child, &status, 0);
-  const std::string err = testing::read_bytes(folder / "eval.err");
   ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << err;
   EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+  EXPECT_TRUE(contains(err, "cannot write the evaluation results '" + (folder / "recon/eval.json") + "'")) << err;
   EXPECT_TRUE(contains(err, "File too large")) << err;
   EXPECT_FALSE(contains(err, "written")) << err;
+  EXPECT_TRUE(fs::exists(folder / "recon/small.png"));
   EXPECT_FALSE(fs::exists(folder / "recon/eval.json"));
   for (const auto& entry : fs::recursive_directory_iterator(folder / "recon"))
     EXPECT_FALSE(contains(entry.path().string(), ".tmp-")) << entry.path();

@@ -114,22 +114,29 @@ TEST(ImageCodecs, DamagedFilesAreRefusedWithTheDecodersReason) {
   expect_refused("", "the file is empty");
 }
 
-// A PNG header (signature + IHDR with its CRC) claiming width x height.
-std::string png_header(std::uint32_t width, std::uint32_t height) {
-  std::string ihdr = "IHDR";
-  for (std::uint32_t v : {width, height})
-    for (int shift = 24; shift >= 0; shift -= 8) ihdr += static_cast<char>((v >> shift) & 0xFF);
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, no interlace
-  std::uint32_t crc = 0xFFFFFFFFu;  // CRC-32 (ISO 3309), bit by bit
-  for (unsigned char byte : ihdr) {
+std::string big_endian(std::uint32_t value) {
+  std::string bytes;
+  for (int shift = 24; shift >= 0; shift -= 8) bytes += static_cast<char>((value >> shift) & 0xFF);
+  return bytes;
+}
+
+// A PNG chunk: length, type, data, CRC-32 (ISO 3309, computed bit by bit).
+std::string png_chunk(const std::string& type, const std::string& data) {
+  const std::string body = type + data;
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : body) {
     crc ^= byte;
     for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
   }
-  crc ^= 0xFFFFFFFFu;
-  std::string bytes("\x89PNG\r\n\x1A\n\x00\x00\x00\x0D", 12);
-  bytes += ihdr;
-  for (int shift = 24; shift >= 0; shift -= 8) bytes += static_cast<char>((crc >> shift) & 0xFF);
-  return bytes;
+  return big_endian(static_cast<std::uint32_t>(data.size())) + body + big_endian(crc ^ 0xFFFFFFFFu);
+}
+
+// The start of a PNG claiming width x height: signature, IHDR (8-bit RGB),
+// and an empty IDAT, where the pixel data would begin.
+std::string png_header(std::uint32_t width, std::uint32_t height) {
+  return std::string("\x89PNG\r\n\x1A\n", 8) +
+         png_chunk("IHDR", big_endian(width) + big_endian(height) + std::string("\x08\x02\x00\x00\x00", 5)) +
+         png_chunk("IDAT", "");
 }
 
 TEST(ImageCodecs, HeaderClaimingTooManyPixelsIsRefusedBeforeDecoding) {
