@@ -11,6 +11,7 @@
 
 #include "console.h"
 #include "eval_command.h"
+#include "precision_option.h"
 #include "model_catalog.h"
 #include "options.h"
 #include "train_command.h"
@@ -19,6 +20,7 @@ namespace {
 
 using plexus::ae::EvalOptions;
 using plexus::ae::TrainOptions;
+using plexus::ae::kPrecisionHelp;
 
 std::string bundled_names_text() {
   std::string names;
@@ -53,7 +55,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--overwrite", o.overwrite, "start a new run in an --out that holds the model and metrics of an earlier one, replacing them");
   train.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
+  train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
@@ -63,6 +66,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.

@@ -31,7 +31,8 @@ struct TrainOptions {
   int val_images = 0;  // 0: every image of --val
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
-  bool tf32 = false;
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   double time_limit = 0;  // seconds of training before finishing early; 0: none
   bool overwrite = false;  // replace a finished model and metrics log in --out
   std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
@@ -43,6 +44,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   std::int64_t max_image_pixels = 50'000'000;
 };
 
