@@ -38,7 +38,8 @@ void prepare_train_output(const TrainOptions& o) {
   std::error_code error;
   if (!fs::is_directory(out, error)) return;
   remove_stale_files(o.out);
-  if (o.resume) return;
+  // An interrupted run (it has a checkpoint) is train's own case: --resume.
+  if (o.resume || fs::exists(out / "checkpoint.safetensors", error)) return;
   std::string earlier;
   for (const char* name : {"model.safetensors", "metrics.jsonl"})
     if (fs::exists(out / name, error)) earlier += (earlier.empty() ? "" : " and ") + std::string(name);

@@ -11,7 +11,8 @@ namespace plexus::ae {
 
 // train: removes stale temporary files from --out, then refuses (ConfigError)
 // to start a new run (no --resume) in an --out holding a finished model or
-// a metrics log of an earlier run, unless --overwrite was given.
+// a metrics log of an earlier run, unless --overwrite was given. (An --out
+// with a checkpoint is left to train, which asks for --resume.)
 void prepare_train_output(const TrainOptions& options);
 
 // eval: refuses an --out that is the --data folder or inside it (the
