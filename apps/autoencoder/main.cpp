@@ -55,6 +55,14 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--overwrite", o.overwrite, "start a new run in an --out that holds the model and metrics of an earlier one, replacing them");
   train.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  train.add_option_function<std::string>(
+           "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
+           "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
+           "that do not declare themselves capturable fall back to eager launches, said once in the log); off: "
+           "launch every kernel eagerly")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on")
+      ->type_name("on|off");
   train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }

@@ -33,6 +33,7 @@ struct TrainOptions {
   int threads = 2;  // decoding threads
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
+  bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
   bool overwrite = false;  // replace a finished model and metrics log in --out
   std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
