@@ -6,21 +6,19 @@
 # (every pass of the tensor-core engine against the f64 CPU reference,
 # gradient checks, parity), compute-sanitizer memcheck over the tensor-core
 # tests, then the convolution rows of tools/bench/run.sh (default tf32).
-# Logs go to $OUT (default conv-check-logs/). stb: STB_INCLUDE_DIR or .device/stb.
+# Logs go to $OUT (default conv-check-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-conv-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
-stb=${STB_INCLUDE_DIR:-$PWD/.device/stb}
 precision=tf32
 [ "${1:-}" = "--precision" ] && precision=$2
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build (plexus, conv tests, plexus-bench)"
 start=$(date +%s)
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-         -DSTB_INCLUDE_DIR="$stb" &&
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
        cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus-bench; } \
      > "$logs/build.log" 2>&1; then
   tail -60 "$logs/build.log"

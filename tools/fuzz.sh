@@ -1,29 +1,25 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (tests/fuzz/) in build-fuzz/ with clang,
-# AddressSanitizer and UndefinedBehaviorSanitizer, CPU only, and runs every
-# fuzzer for SECONDS (default 60) on its committed seed corpus.
+# Builds the libFuzzer harnesses (tests/fuzz/: model spec + Net, safetensors
+# + checkpoint loading, PNG/JPEG decoding, ...) with clang, AddressSanitizer
+# and UndefinedBehaviorSanitizer in build-fuzz/ (CPU only), then runs each
+# for SECONDS seconds (default 20) from its committed seed corpus.
 #
-#   tools/fuzz.sh            # 60 s per fuzzer
-#   tools/fuzz.sh 3600       # a long run: an hour per fuzzer
+#   tools/fuzz.sh            # the short run CI does (tools/test.sh)
+#   tools/fuzz.sh 3600       # an hour per harness
 #
-# A long run of one fuzzer by hand, with more memory and all cores:
-#   build-fuzz/fuzz/bitstream_fuzzer -max_total_time=3600 -jobs=8 -workers=8 \
-#       build-fuzz/fuzz/bitstream_fuzzer-corpus tests/fuzz/corpus/bitstream_fuzzer
-# Or a fixed number of executions (the decoder's acceptance run is 1,000,000):
-#   build-fuzz/fuzz/bitstream_fuzzer -runs=1000000 build-fuzz/fuzz/bitstream_fuzzer-corpus tests/fuzz/corpus/bitstream_fuzzer
-# A crash leaves crash-<hash> in the working folder; replay it with
-#   build-fuzz/fuzz/bitstream_fuzzer crash-<hash>
-# Fresh seeds for the bitstream fuzzer (valid files for its built-in model):
-#   PLEXUS_FUZZ_WRITE_SEEDS=tests/fuzz/corpus/bitstream_fuzzer build-fuzz/fuzz/bitstream_fuzzer -runs=0
+# A longer campaign on one harness, keeping what it learns between runs:
+#   mkdir -p fuzz-corpus/model_spec
+#   build-fuzz/tests/fuzz/model_spec -jobs=4 -workers=4 -max_total_time=36000 \
+#       fuzz-corpus/model_spec tests/fuzz/corpus/model_spec
+# A crash leaves its input under build-fuzz/tests/fuzz/artifacts/<name>/;
+# rerun it with build-fuzz/tests/fuzz/<name> <that file>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-60}"
-command -v clang++ >/dev/null || { echo "tools/fuzz.sh: clang++ not found (Debian: apt-get install clang)" >&2; exit 1; }
+seconds=${1:-20}
+jobs=$(nproc)
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DPLEXUS_CUDA=OFF -DPLEXUS_BUILD_TESTS=OFF -DPLEXUS_FUZZ=ON -DPLEXUS_FUZZ_SECONDS="$seconds"
-fuzzers=$(cd tests/fuzz/corpus && ls)
-# shellcheck disable=SC2086
-cmake --build build-fuzz --target $fuzzers
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPLEXUS_CUDA=OFF \
+  -DPLEXUS_BUILD_TESTS=OFF -DPLEXUS_FUZZ=ON -DPLEXUS_FUZZ_SECONDS="$seconds"
+cmake --build build-fuzz --target plexus_fuzzers -j "$jobs"
 cd build-fuzz
-ctest --output-on-failure -L fuzz
+ctest --output-on-failure -L fuzz -j "$jobs"

@@ -6,22 +6,19 @@
 # if any is skipped), then times the GDN and IGDN benchmark rows with Plexus
 # and PyTorch side by side: strict f32, TF32 (`--precision tf32` on both sides), and
 # PyTorch under torch.compile at TF32 for the 16x128x128x128 row.
-# Logs and JSON lines go to $OUT (or gdn-check-logs/). stb is found by CMake
-# or given as STB_INCLUDE_DIR.
+# Logs and JSON lines go to $OUT (or gdn-check-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gdn-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
 python=${PYTHON:-python3}
-stb_option=()
-if [ -n "${STB_INCLUDE_DIR:-}" ]; then stb_option=(-DSTB_INCLUDE_DIR="$STB_INCLUDE_DIR"); fi
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== configure + build (plexus, gdn_test, plexus-bench)"
 start=$SECONDS
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" "${stb_option[@]}" &&
+         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" &&
        cmake --build "$build" --target plexus gdn_test plexus-bench -j "$(nproc)"; } > "$logs/build.log" 2>&1; then
   tail -60 "$logs/build.log"
   echo "SUMMARY: build FAILED"

@@ -5,19 +5,17 @@
 # skipped (on a GPU machine nothing may skip), then runs compute-sanitizer
 # memcheck over every CUDA test, and prints a summary. Logs go to $OUT (or
 # gpu-check-logs/) for the coordinator to read.
-# stb is not installed there: carry its headers in .device/stb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gpu-check-logs}
 mkdir -p "$logs"
 build=build-gpu
-stb=${STB_INCLUDE_DIR:-$PWD/.device/stb}
 jobs=$(nproc)
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== configure + build"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-         -DSTB_INCLUDE_DIR="$stb" && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
+         && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
   tail -60 "$logs/build.log"
   echo "SUMMARY: build FAILED"
   exit 1

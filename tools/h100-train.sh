@@ -5,7 +5,6 @@
 # carried in .device/ (see docs/results.md for the exact device command):
 #   .device/bsds500-train/  (copy of shared/data/bsds500-train; training only)
 #   .device/kodak/          (copy of shared/data/kodak; evaluation only)
-#   .device/stb/            (stb_image.h, stb_image_write.h)
 # Environment: TRAIN_SECONDS (default 390), BATCH (8), PATCH (256), LR (1e-4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +12,7 @@ out=${OUT:-h100-train-out}
 mkdir -p "$out"
 build=build-gpu
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DSTB_INCLUDE_DIR="$PWD/.device/stb" -DPLEXUS_BUILD_TESTS=OFF > "$out/configure.log"
+  -DPLEXUS_BUILD_TESTS=OFF > "$out/configure.log"
 cmake --build "$build" --target plexus-ae -j "$(nproc)" > "$out/build.log"
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
 

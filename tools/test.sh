@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, runs every
-# test with CTest. GPU tests skip (with a reason) when no GPU is visible;
-# tools/gpu-check.sh runs them on the GPU machine.
+# test with CTest, then runs each fuzzer briefly (tools/fuzz.sh, a separate
+# clang + sanitizer build in build-fuzz/). GPU tests skip (with a reason)
+# when no GPU is visible; tools/gpu-check.sh runs them on the GPU machine.
+# PLEXUS_FUZZ_SECONDS (default 20) sets the fuzzing time per harness; 0
+# skips fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh
+fuzz_seconds=${PLEXUS_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" != 0 ]; then tools/install-deps.sh --fuzz; else tools/install-deps.sh; fi
 tools/build.sh "$@"
-cd build
-ctest --output-on-failure -j "$(nproc)"
+(cd build && ctest --output-on-failure -j "$(nproc)")
+if [ "$fuzz_seconds" != 0 ]; then tools/fuzz.sh "$fuzz_seconds"; fi

@@ -12,6 +12,8 @@
 #include "autoencoder_contract.h"
 #include "codec_evaluation.h"
 #include "image_evaluation.h"
+#include "output_folder.h"
+#include "plexus/atomic_file.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
 #include "plexus/data/image_folder.h"
@@ -38,9 +40,10 @@ int run_eval(const EvalOptions& o) {
   const Device device = choose_device(o.device);
   const Precision precision = choose_precision(o.precision, device);
   // No cache: each image is decoded once anyway.
-  data::ImageFolder images(o.data, /*cache_bytes=*/0);
   if (!o.out.empty() && fs::exists(o.out, error) && fs::equivalent(o.out, o.data, error))
     throw ConfigError("--out '" + o.out + "' is the --data folder; the reconstructions would overwrite the originals");
+  prepare_eval_output(o);
+  data::ImageFolder images(o.data, /*cache_bytes=*/0, o.max_image_pixels, kPixelLimitHint);
   if (!o.out.empty()) {
     fs::create_directories(o.out, error);
     if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());
@@ -117,12 +120,14 @@ int run_eval(const EvalOptions& o) {
   std::fflush(stdout);
   if (!o.out.empty()) {
     const std::string json_path = (fs::path(o.out) / "eval.json").string();
-    nlohmann::json summary{{"model", o.model}, {"step", step},           {"data", o.data},
-                           {"images", rows},   {"mean_psnr", mean_psnr}, {"mean_bpp", mean_bpp}};
+    // File names need not be UTF-8: replace what JSON cannot hold rather than fail.
+    nlohmann::json results{{"model", o.model},   {"step", step},           {"data", o.data},
+                           {"images", rows},     {"mean_psnr", mean_psnr}, {"mean_bpp", mean_bpp}};
     if (codec)
-      summary["mean_file"] = {{"bpp", codec_sum.bpp / count},             {"psnr", codec_sum.psnr / count},
+      results["mean_file"] = {{"bpp", codec_sum.bpp / count},             {"psnr", codec_sum.psnr / count},
                               {"encode_ms", codec_sum.encode_ms / count}, {"decode_ms", codec_sum.decode_ms / count}};
-    std::ofstream(json_path) << summary.dump(2) << '\n';
+    write_file_atomically(json_path, results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + '\n',
+                          "the evaluation results");
     spdlog::info("reconstructions and eval.json written to '{}'", o.out);
   }
   const auto skipped = images.skipped();

@@ -1,6 +1,7 @@
 // plexus-ae: train and evaluate learned image-compression autoencoders.
 // Every error ends in one message on stderr and exit code 1.
 #include <exception>
+#include <new>
 #include <set>
 #include <string>
 #include <thread>
@@ -53,6 +54,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
+  train.add_flag("--overwrite", o.overwrite, "start a new run in an --out that holds the model and metrics of an earlier one, replacing them");
+  train.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   train.add_option_function<std::string>(
            "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
            "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
@@ -71,6 +74,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
@@ -143,6 +147,9 @@ int main(int argc, char** argv) {
     if (train->parsed()) return plexus::ae::run_train(train_options, given_options(*train));
     if (codec.parsed()) return codec.run();
     return plexus::ae::run_eval(eval_options);
+  } catch (const std::bad_alloc&) {
+    spdlog::error("out of memory (try a smaller --batch or --patch, or a smaller model)");
+    return plexus::ae::kExitError;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return plexus::ae::kExitError;

@@ -1,9 +1,12 @@
 #include "metrics_log.h"
 
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "plexus/error.h"
+#include "plexus/json_errors.h"
 
 namespace plexus::ae {
 
@@ -12,13 +15,16 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_through_step) 
   if (keep_through_step >= 0) {
     std::ifstream previous(path);
     std::string line;
-    while (std::getline(previous, line)) {
+    for (std::int64_t number = 1; std::getline(previous, line); ++number) {
       auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (entry.is_object() && entry.value("step", std::int64_t{0}) <= keep_through_step) kept.push_back(line);
+      const bool kept_step = read_json_from(path + " line " + std::to_string(number), "/step", [&] {
+        return entry.is_object() && entry.value("step", std::int64_t{0}) <= keep_through_step;
+      });
+      if (kept_step) kept.push_back(line);
     }
   }
   file_.open(path, std::ios::out | std::ios::trunc);
-  if (!file_) throw IoError("cannot write the metrics log '" + path + "'");
+  if (!file_) throw IoError("cannot write the metrics log '" + path + "': " + std::strerror(errno));
   for (const auto& line : kept) file_ << line << '\n';
   file_.flush();
 }
@@ -26,7 +32,7 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_through_step) 
 void MetricsLog::write(const nlohmann::json& entry) {
   file_ << entry.dump() << '\n';
   file_.flush();
-  if (!file_) throw IoError("cannot write the metrics log '" + path_ + "' (disk full?)");
+  if (!file_) throw IoError("cannot write the metrics log '" + path_ + "': " + std::strerror(errno));
 }
 
 }  // namespace plexus::ae

@@ -7,6 +7,11 @@
 
 namespace plexus::ae {
 
+// Upper limits of the training options (also applied to saved settings).
+inline constexpr int kMaxBatch = 65536;
+inline constexpr int kMaxPatch = 65536;
+inline constexpr int kMaxThreads = 256;
+
 struct TrainOptions {
   std::string data;
   std::string val;
@@ -30,6 +35,8 @@ struct TrainOptions {
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
+  bool overwrite = false;  // replace a finished model and metrics log in --out
+  std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
 };
 
 struct EvalOptions {
@@ -39,6 +46,7 @@ struct EvalOptions {
   std::string device = "auto";
   std::vector<std::string> plugins;
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  std::int64_t max_image_pixels = 50'000'000;
 };
 
 }  // namespace plexus::ae

@@ -1,7 +1,11 @@
 #include "run_metadata.h"
 
+#include <cmath>
+#include <limits>
+
 #include <spdlog/spdlog.h>
 
+#include "plexus/checked_math.h"
 #include "plexus/error.h"
 
 namespace plexus::ae {
@@ -17,6 +21,49 @@ nlohmann::json train_settings(const TrainOptions& o, int stride) {
           {"seed", o.seed},         {"checkpoint_every", o.checkpoint_every},
           {"log_every", o.log_every}, {"val_every", o.val_every},
           {"val_images", o.val_images}, {"stride", stride}};
+}
+
+namespace {
+
+// A saved integer setting: present or not, but if present an integer in [min, max].
+void check_integer(const nlohmann::json& saved, const char* key, std::int64_t min, std::int64_t max,
+                   const std::string& source) {
+  if (!saved.contains(key)) return;
+  const nlohmann::json& value = saved.at(key);
+  const bool in_range = value.is_number_integer() &&
+                        (value.is_number_unsigned() ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(max)
+                                                    : value.get<std::int64_t>() >= min && value.get<std::int64_t>() <= max);
+  if (!in_range)
+    throw IoError(source + ": at /" + key + ": must be an integer in [" + std::to_string(min) + ", " +
+                  std::to_string(max) + "], got " + value.dump());
+}
+
+void check_positive_number(const nlohmann::json& saved, const char* key, const std::string& source) {
+  if (!saved.contains(key)) return;
+  const nlohmann::json& value = saved.at(key);
+  if (!value.is_number() || !(value.get<double>() > 0) || !std::isfinite(value.get<double>()))
+    throw IoError(source + ": at /" + key + ": must be a finite number > 0, got " + value.dump());
+}
+
+void check_string(const nlohmann::json& saved, const char* key, const std::string& source) {
+  if (saved.contains(key) && !saved.at(key).is_string())
+    throw IoError(source + ": at /" + key + ": must be a string, got " + saved.at(key).dump());
+}
+
+}  // namespace
+
+void check_saved_settings(const nlohmann::json& saved, const std::string& source) {
+  for (const char* key : {"data", "val", "model"}) check_string(saved, key, source);
+  for (const char* key : {"lambda", "lr"}) check_positive_number(saved, key, source);
+  check_integer(saved, "steps", 1, limits::kMaxSteps, source);
+  check_integer(saved, "batch", 1, kMaxBatch, source);
+  check_integer(saved, "patch", 1, kMaxPatch, source);
+  if (saved.contains("seed") && !saved.at("seed").is_number_unsigned())  // any unsigned 64-bit value
+    throw IoError(source + ": at /seed: must be an integer in [0, 2^64 - 1], got " + saved.at("seed").dump());
+  check_integer(saved, "checkpoint_every", 0, limits::kMaxSteps, source);
+  check_integer(saved, "log_every", 1, limits::kMaxSteps, source);
+  check_integer(saved, "val_every", 1, limits::kMaxSteps, source);
+  check_integer(saved, "val_images", 0, std::numeric_limits<int>::max(), source);
 }
 
 namespace {
@@ -68,6 +115,7 @@ nlohmann::json settings_from_checkpoint(const TensorFile& file, const std::strin
   auto settings = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   if (!settings.is_object())
     throw IoError("'" + path + "' carries unreadable plexus-ae training settings: " + it->second);
+  check_saved_settings(settings, path + " (training settings)");
   return settings;
 }
 

@@ -26,7 +26,11 @@ void apply_saved_settings(TrainOptions& options, const nlohmann::json& saved, co
 // The model spec a checkpoint carries. Throws IoError naming the file when
 // it carries none (not a Plexus checkpoint) or an unparsable one.
 ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path);
-// The saved training settings; IoError when absent.
+// Throws IoError "<source>: at /<key>: ..." for a saved setting of the wrong
+// type or out of range (a step count below 0, a batch of 10^12), so a
+// tampered or corrupt checkpoint is refused before anything is built.
+void check_saved_settings(const nlohmann::json& saved, const std::string& source);
+// The saved training settings, checked; IoError when absent or invalid.
 nlohmann::json settings_from_checkpoint(const TensorFile& file, const std::string& path);
 
 }  // namespace plexus::ae

@@ -29,7 +29,9 @@
 #include "image_evaluation.h"
 #include "metrics_log.h"
 #include "model_catalog.h"
+#include "output_folder.h"
 #include "precision_option.h"
+#include "plexus/checked_math.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
@@ -57,13 +59,17 @@ void check_values(const TrainOptions& o) {
   if (o.data.empty()) throw ConfigError("--data is required: a folder of training images (PNG/JPEG)");
   if (!(o.lambda > 0) || !std::isfinite(o.lambda)) throw ConfigError("--lambda must be > 0, got " + std::to_string(o.lambda));
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ConfigError("--lr must be > 0, got " + std::to_string(o.lr));
-  if (o.steps < 1) throw ConfigError("--steps must be >= 1, got " + std::to_string(o.steps));
-  if (o.batch < 1) throw ConfigError("--batch must be >= 1, got " + std::to_string(o.batch));
-  if (o.patch < 1) throw ConfigError("--patch must be >= 1, got " + std::to_string(o.patch));
+  if (o.steps < 1 || o.steps > limits::kMaxSteps)
+    throw ConfigError("--steps must be in [1, " + std::to_string(limits::kMaxSteps) + "], got " + std::to_string(o.steps));
+  if (o.batch < 1 || o.batch > kMaxBatch)
+    throw ConfigError("--batch must be in [1, " + std::to_string(kMaxBatch) + "], got " + std::to_string(o.batch));
+  if (o.patch < 1 || o.patch > kMaxPatch)
+    throw ConfigError("--patch must be in [1, " + std::to_string(kMaxPatch) + "], got " + std::to_string(o.patch));
   if (o.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
   if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
   if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
-  if (o.threads < 0) throw ConfigError("--threads must be >= 0, got " + std::to_string(o.threads));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(o.threads));
   if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
 }
 
@@ -121,6 +127,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   const std::string checkpoint_path = (out / "checkpoint.safetensors").string();
   const std::string model_path = (out / "model.safetensors").string();
 
+  prepare_train_output(o);
   Registry registry = make_registry(o.plugins);
 
   // The model and settings: from the command line, or on --resume from the
@@ -149,9 +156,11 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   const Device device = choose_device(o.device);
   const Precision precision = choose_precision(o.tf32 ? "tf32" : o.precision, device);
 
-  data::ImageFolder train_images(o.data);
+  data::ImageFolder train_images(o.data, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels, kPixelLimitHint);
   std::unique_ptr<data::ImageFolder> val_images;
-  if (!o.val.empty()) val_images = std::make_unique<data::ImageFolder>(o.val);
+  if (!o.val.empty())
+    val_images = std::make_unique<data::ImageFolder>(o.val, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels,
+                                                     kPixelLimitHint);
 
   fs::create_directories(out, error);
   if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());

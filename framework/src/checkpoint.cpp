@@ -1,19 +1,21 @@
 #include "plexus/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "plexus/atomic_file.h"
+#include "plexus/checked_math.h"
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
@@ -49,72 +51,6 @@ void require_little_endian(const std::string& path) {
 const char* safetensors_dtype(DType dtype) { return dtype == DType::f64 ? "F64" : "F32"; }
 
 std::string errno_text() { return std::strerror(errno); }
-
-// Writes all of `bytes` to `fd`, retrying short writes.
-bool write_all(int fd, const char* bytes, std::size_t size) {
-  while (size > 0) {
-    ssize_t written = ::write(fd, bytes, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    bytes += written;
-    size -= static_cast<std::size_t>(written);
-  }
-  return true;
-}
-
-std::string parent_folder(const std::string& path) {
-  std::size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// A file opened for writing and removed again unless commit() renamed it.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(std::string target) : target_(std::move(target)) {
-    path_ = target_ + ".tmp-" + std::to_string(::getpid());
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw IoError("cannot write checkpoint '" + target_ + "': cannot create '" + path_ + "': " + errno_text());
-  }
-  ~TemporaryFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  void write(const void* bytes, std::size_t size) {
-    if (!write_all(fd_, static_cast<const char*>(bytes), size))
-      throw IoError("cannot write checkpoint '" + target_ + "': writing '" + path_ + "' failed: " + errno_text());
-  }
-  // fsync, close, rename over the target, then fsync the folder so the
-  // rename itself survives a crash.
-  void commit() {
-    if (::fsync(fd_) != 0)
-      throw IoError("cannot write checkpoint '" + target_ + "': fsync of '" + path_ + "' failed: " + errno_text());
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0)
-      throw IoError("cannot write checkpoint '" + target_ + "': closing '" + path_ + "' failed: " + errno_text());
-    if (::rename(path_.c_str(), target_.c_str()) != 0)
-      throw IoError("cannot write checkpoint '" + target_ + "': renaming '" + path_ + "' over it failed: " +
-                    errno_text());
-    committed_ = true;
-    int folder = ::open(parent_folder(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (folder >= 0) {
-      ::fsync(folder);  // best effort: some file systems refuse to fsync a folder
-      ::close(folder);
-    }
-  }
-
- private:
-  std::string target_;
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
   throw IoError("safetensors file '" + path + "': " + problem);
@@ -201,7 +137,7 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
 
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
-  TemporaryFile out(path);
+  AtomicFile out(path, "checkpoint");
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
   for (const Tensor& tensor : host_tensors) out.write(tensor.raw_data(), tensor.nbytes());
@@ -233,11 +169,22 @@ TensorFile load_safetensors(const std::string& path) {
 
   if (text.empty() || text[0] != '{') fail(path, "the header must begin with '{' (a JSON object)");
   nlohmann::json header;
+  // JSON keeps the last of two equal keys; a header naming a tensor twice
+  // is refused as such (depth 1 is the header object's own keys).
+  std::set<std::string> top_level_keys;
+  std::string duplicate;
+  auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !top_level_keys.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    header = nlohmann::json::parse(text, note_keys);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
+  if (!duplicate.empty()) fail(path, "the header names tensor '" + duplicate + "' twice");
   if (!header.is_object()) fail(path, "the header must be a JSON object, got " + header.dump().substr(0, 80));
 
   TensorFile result;
@@ -297,16 +244,37 @@ namespace {
 
 const char* const kReservedMetadata[] = {"step", "optimizer", "optimizer_steps", "model_spec"};
 
-std::int64_t metadata_integer(const std::string& path, const TensorFile& file, const std::string& key) {
+// A step count from the metadata: an integer in [0, limits::kMaxSteps].
+std::int64_t metadata_steps(const std::string& path, const TensorFile& file, const std::string& key) {
   auto it = file.metadata.find(key);
   if (it == file.metadata.end()) throw IoError("checkpoint '" + path + "' has no \"" + key + "\" in its metadata");
+  std::int64_t value = -1;
   try {
     std::size_t used = 0;
-    long long value = std::stoll(it->second, &used);
-    if (used == it->second.size()) return value;
+    value = std::stoll(it->second, &used);
+    if (used != it->second.size()) value = -1;
   } catch (const std::exception&) {
+    value = -1;
   }
-  throw IoError("checkpoint '" + path + "': metadata \"" + key + "\" is '" + it->second + "', not an integer");
+  if (value < 0 || value > limits::kMaxSteps)
+    throw IoError("checkpoint '" + path + "': metadata \"" + key + "\" is '" + it->second +
+                  "', not an integer in [0, " + std::to_string(limits::kMaxSteps) + "]");
+  return value;
+}
+
+// The first element of a host tensor that is NaN or infinite, or -1.
+std::int64_t first_non_finite(const Tensor& host) {
+  const std::int64_t n = host.numel();
+  if (host.dtype() == DType::f64) {
+    const double* v = host.data<double>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) return i;
+  } else {
+    const float* v = host.data<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) return i;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -335,7 +303,7 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
 std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
                              std::map<std::string, std::string>* metadata) {
   TensorFile file = load_safetensors(path);
-  const std::int64_t step = metadata_integer(path, file, "step");
+  const std::int64_t step = metadata_steps(path, file, "step");
 
   // Everything is checked before anything is copied: a bad checkpoint leaves
   // the net and the optimiser as they were.
@@ -350,6 +318,11 @@ std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optim
     if (it->second.shape() != named.parameter->value.shape())
       throw IoError("checkpoint '" + path + "': tensor '" + named.name + "' is " + shape_str(it->second.shape()) +
                     " in the file but " + shape_str(named.parameter->value.shape()) + " in the net");
+    const std::int64_t bad = first_non_finite(it->second);
+    if (bad >= 0)
+      throw IoError("checkpoint '" + path + "': tensor '" + named.name + "' holds a non-finite value (" +
+                    std::to_string(it->second.to_values()[static_cast<std::size_t>(bad)]) + " at element " +
+                    std::to_string(bad) + "); the weights are corrupt or training diverged before it was saved");
   }
   std::map<std::string, Tensor> optimizer_state;
   std::int64_t optimizer_steps = 0;
@@ -361,7 +334,7 @@ std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optim
     if (name->second != optimizer->name())
       throw IoError("checkpoint '" + path + "' holds " + name->second + " optimiser state, not " +
                     optimizer->name());
-    optimizer_steps = file.metadata.count("optimizer_steps") ? metadata_integer(path, file, "optimizer_steps") : step;
+    optimizer_steps = file.metadata.count("optimizer_steps") ? metadata_steps(path, file, "optimizer_steps") : step;
     const std::string prefix = kOptimizerPrefix;
     for (const auto& [key, tensor] : file.tensors) {
       if (key.compare(0, prefix.size(), prefix) != 0) continue;

@@ -1,6 +1,7 @@
 #include "plexus/layer_config.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -33,11 +34,32 @@ const nlohmann::json* LayerConfig::find(const std::string& key) {
   return it == params_->end() ? nullptr : &*it;
 }
 
+namespace {
+// An unsigned JSON integer above INT64_MAX would wrap to a negative value.
+bool fits_int64(const nlohmann::json& value) {
+  return !value.is_number_unsigned() ||
+         value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+}
+}  // namespace
+
 std::int64_t LayerConfig::integer(const std::string& key) {
   const nlohmann::json* value = find(key);
   if (!value) fail(key, "is required (an integer)");
   if (!value->is_number_integer()) fail(key, "must be an integer, got " + value->dump());
+  if (!fits_int64(*value)) fail(key, "is too large for a 64-bit integer, got " + value->dump());
   return value->get<std::int64_t>();
+}
+
+std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t min, std::int64_t max) {
+  const std::int64_t result = integer(key);
+  if (result < min || result > max)
+    fail(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + std::to_string(result));
+  return result;
+}
+
+std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t fallback, std::int64_t min,
+                                          std::int64_t max) {
+  return has(key) ? bounded_integer(key, min, max) : (find(key), fallback);
 }
 
 double LayerConfig::number(const std::string& key) {
@@ -81,7 +103,8 @@ std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
   if (!value->is_array()) fail(key, "must be an array of integers, got " + value->dump());
   std::vector<std::int64_t> result;
   for (const auto& item : *value) {
-    if (!item.is_number_integer()) fail(key, "must be an array of integers, got " + value->dump());
+    if (!item.is_number_integer() || !fits_int64(item))
+      fail(key, "must be an array of 64-bit integers, got " + value->dump());
     result.push_back(item.get<std::int64_t>());
   }
   return result;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "plexus/error.h"
+#include "plexus/json_errors.h"
 
 namespace plexus {
 
@@ -28,9 +29,17 @@ std::vector<std::string> string_list(const nlohmann::json& value, const std::str
   }
   return result;
 }
+ModelSpec parse_spec(const nlohmann::json& json, const std::string& source);
 }  // namespace
 
 ModelSpec ModelSpec::from_json(const nlohmann::json& json, const std::string& source) {
+  // Every value is type-checked below; the wrapper names the file should a
+  // check be missing.
+  return read_json_from(source, "", [&] { return parse_spec(json, source); });
+}
+
+namespace {
+ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
   ModelSpec spec;
   spec.source = source;
   if (!json.is_object()) throw ConfigError(source + ": a model spec must be a JSON object");
@@ -39,6 +48,8 @@ ModelSpec ModelSpec::from_json(const nlohmann::json& json, const std::string& so
     if (!known.count(it.key()))
       throw ConfigError(source + ": unknown top-level key '" + it.key() +
                         "' (expected name, description, inputs, nodes)");
+  if (json.contains("name") && !json["name"].is_string())
+    throw ConfigError(source + ": at /name: the model name must be a string, got " + json["name"].dump());
   spec.name = json.value("name", "");
   if (!json.contains("inputs")) throw ConfigError(source + ": missing \"inputs\" (the names of the model's inputs)");
   spec.inputs = string_list(json["inputs"], source + ": \"inputs\"");
@@ -74,6 +85,7 @@ ModelSpec ModelSpec::from_json(const nlohmann::json& json, const std::string& so
   }
   return spec;
 }
+}  // namespace
 
 ModelSpec ModelSpec::from_text(const std::string& text, const std::string& source) {
   nlohmann::json json;
@@ -95,6 +107,8 @@ ModelSpec ModelSpec::from_text(const std::string& text, const std::string& sourc
     if (colon != std::string::npos) detail = detail.substr(colon + 2);
     throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
                       ": malformed JSON: " + detail);
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    throw_json_error(source, "", e);
   }
   return from_json(json, source);
 }

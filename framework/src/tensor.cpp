@@ -1,9 +1,12 @@
 #include "plexus/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <new>
 #include <sstream>
 
 #include "backend.h"
+#include "plexus/checked_math.h"
 
 namespace plexus {
 
@@ -38,9 +41,18 @@ Device parse_device(const std::string& text) {
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    if (__builtin_mul_overflow(n, d, &n))  // the message is built only on overflow: numel() is hot
+      throw ShapeError("the element count of shape " + shape_str(shape) + " does not fit in 64 bits");
   return n;
 }
+
+namespace {
+std::atomic<std::size_t> max_tensor_bytes_setting{static_cast<std::size_t>(limits::kMaxTensorElements) * 8};
+}  // namespace
+
+std::size_t max_tensor_bytes() { return max_tensor_bytes_setting.load(); }
+void set_max_tensor_bytes(std::size_t bytes) { max_tensor_bytes_setting.store(bytes); }
 
 std::string shape_str(const Shape& shape) {
   std::ostringstream out;
@@ -64,7 +76,20 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
   for (auto d : shape_)
     if (d < 0) throw ShapeError("cannot create a tensor of negative shape " + shape_str(shape_));
-  storage_ = std::make_shared<Storage>(nbytes(), device_);
+  const std::int64_t elements = shape_numel(shape_);
+  if (elements > limits::kMaxTensorElements)
+    throw ShapeError("cannot create a tensor of shape " + shape_str(shape_) + ": " + std::to_string(elements) +
+                     " elements, more than the limit of " + std::to_string(limits::kMaxTensorElements));
+  const std::size_t bytes = static_cast<std::size_t>(elements) * dtype_size(dtype_);
+  if (bytes > max_tensor_bytes())
+    throw ShapeError("cannot create a tensor of shape " + shape_str(shape_) + " (" + dtype_name(dtype_) + "): " +
+                     std::to_string(bytes) + " bytes, more than the limit of " + std::to_string(max_tensor_bytes()));
+  try {
+    storage_ = std::make_shared<Storage>(bytes, device_);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory allocating a tensor of shape " + shape_str(shape_) + " (" + std::to_string(bytes) +
+                " bytes) on " + device_.str());
+  }
   device_memory::fill_zero(storage_->pointer, nbytes(), device_);
 }
 

@@ -2,19 +2,16 @@
 
 #include <Eigen/Core>
 
+#include "plexus/checked_math.h"
+
 namespace plexus::layers {
 
 Conv2d::Conv2d(LayerConfig& config)
-    : out_channels_(config.integer("out_channels")),
-      kernel_(config.integer("kernel")),
-      stride_(config.integer("stride", 1)),
-      padding_(config.integer("padding", 0)),
-      has_bias_(config.boolean("bias", true)) {
-  if (out_channels_ < 1) config.fail("out_channels", "must be >= 1, got " + std::to_string(out_channels_));
-  if (kernel_ < 1) config.fail("kernel", "must be >= 1, got " + std::to_string(kernel_));
-  if (stride_ < 1) config.fail("stride", "must be >= 1, got " + std::to_string(stride_));
-  if (padding_ < 0) config.fail("padding", "must be >= 0, got " + std::to_string(padding_));
-}
+    : out_channels_(config.bounded_integer("out_channels", 1, limits::kMaxChannels)),
+      kernel_(config.bounded_integer("kernel", 1, limits::kMaxConvolutionParameter)),
+      stride_(config.bounded_integer("stride", 1, 1, limits::kMaxConvolutionParameter)),
+      padding_(config.bounded_integer("padding", 0, 0, limits::kMaxConvolutionParameter)),
+      has_bias_(config.boolean("bias", true)) {}
 
 std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const {
   if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
@@ -24,11 +21,16 @@ std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const
   if (!weight_shape_.empty() && x[1] != weight_shape_[1])
     fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels but weight " +
                shape_str(weight_shape_) + " expects " + std::to_string(weight_shape_[1]));
+  // Limits keep 2 * padding small; the input sides may be anything.
+  if (x[2] > limits::kMaxTensorElements || x[3] > limits::kMaxTensorElements)
+    fail_shape("input " + shape_str(x) + " has a side larger than " + std::to_string(limits::kMaxTensorElements));
   if (x[2] + 2 * padding_ < kernel_ || x[3] + 2 * padding_ < kernel_)
     fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) +
                " is smaller than the " + std::to_string(kernel_) + "x" + std::to_string(kernel_) +
                " kernel: the output would be empty");
   const ConvGeometry g = geometry(x);
+  const std::string problem = column_size_problem(g);
+  if (!problem.empty()) fail_shape("input " + shape_str(x) + " is too large: " + problem);
   return {{x[0], out_channels_, g.patches_high, g.patches_wide}};
 }
 

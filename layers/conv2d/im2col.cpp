@@ -3,7 +3,25 @@
 
 #include <algorithm>
 
+#include "plexus/checked_math.h"
+
 namespace plexus::layers {
+
+std::string column_size_problem(const ConvGeometry& g) {
+  std::int64_t rows = 0, cols = 0, size = 0, image = 0;
+  if (__builtin_mul_overflow(g.channels, g.kernel * g.kernel, &rows) ||
+      __builtin_mul_overflow(g.patches_high, g.patches_wide, &cols) || __builtin_mul_overflow(rows, cols, &size) ||
+      size > limits::kMaxTensorElements)
+    return "its im2col matrix of " + std::to_string(g.channels) + "*" + std::to_string(g.kernel) + "*" +
+           std::to_string(g.kernel) + " rows by " + std::to_string(g.patches_high) + "*" +
+           std::to_string(g.patches_wide) + " columns would exceed " + std::to_string(limits::kMaxTensorElements) +
+           " elements";
+  if (__builtin_mul_overflow(g.channels, g.height, &image) || __builtin_mul_overflow(image, g.width, &image) ||
+      image > limits::kMaxTensorElements)
+    return "its image of " + std::to_string(g.channels) + "x" + std::to_string(g.height) + "x" +
+           std::to_string(g.width) + " would exceed " + std::to_string(limits::kMaxTensorElements) + " elements";
+  return "";
+}
 
 std::int64_t images_per_chunk(std::int64_t scratch_per_image, std::size_t element_size, std::int64_t batch,
                               std::size_t max_bytes) {

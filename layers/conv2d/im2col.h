@@ -11,6 +11,7 @@
 // image pixel it was copied from, so <im2col(x), c> == <x, col2im(c)>.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "plexus/context.h"
 
@@ -31,6 +32,10 @@ struct ConvGeometry {
   std::int64_t column_size() const { return column_rows() * column_cols(); }
   std::int64_t image_size() const { return channels * height * width; }
 };
+
+// "" when the column matrix [C*k*k, Ph*Pw] and the image [C, H, W] fit in
+// limits::kMaxTensorElements each, else why not (checked, without overflow).
+std::string column_size_problem(const ConvGeometry& geometry);
 
 // How many images to process at once on the GPU so that their scratch
 // (`scratch_per_image` elements each: columns plus a per-image weight

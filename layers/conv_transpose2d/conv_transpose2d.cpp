@@ -2,21 +2,17 @@
 
 #include <Eigen/Core>
 
+#include "plexus/checked_math.h"
+
 namespace plexus::layers {
 
 ConvTranspose2d::ConvTranspose2d(LayerConfig& config)
-    : out_channels_(config.integer("out_channels")),
-      kernel_(config.integer("kernel")),
-      stride_(config.integer("stride", 1)),
-      padding_(config.integer("padding", 0)),
-      output_padding_(config.integer("output_padding", 0)),
+    : out_channels_(config.bounded_integer("out_channels", 1, limits::kMaxChannels)),
+      kernel_(config.bounded_integer("kernel", 1, limits::kMaxConvolutionParameter)),
+      stride_(config.bounded_integer("stride", 1, 1, limits::kMaxConvolutionParameter)),
+      padding_(config.bounded_integer("padding", 0, 0, limits::kMaxConvolutionParameter)),
+      output_padding_(config.bounded_integer("output_padding", 0, 0, limits::kMaxConvolutionParameter)),
       has_bias_(config.boolean("bias", true)) {
-  if (out_channels_ < 1) config.fail("out_channels", "must be >= 1, got " + std::to_string(out_channels_));
-  if (kernel_ < 1) config.fail("kernel", "must be >= 1, got " + std::to_string(kernel_));
-  if (stride_ < 1) config.fail("stride", "must be >= 1, got " + std::to_string(stride_));
-  if (padding_ < 0) config.fail("padding", "must be >= 0, got " + std::to_string(padding_));
-  if (output_padding_ < 0)
-    config.fail("output_padding", "must be >= 0, got " + std::to_string(output_padding_));
   if (output_padding_ >= stride_)
     config.fail("output_padding",
                 "must be < stride (" + std::to_string(stride_) + "), got " + std::to_string(output_padding_));
@@ -30,7 +26,12 @@ std::vector<Shape> ConvTranspose2d::output_shapes(const std::vector<Shape>& inpu
   if (!weight_shape_.empty() && x[1] != weight_shape_[0])
     fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels but weight " +
                shape_str(weight_shape_) + " expects " + std::to_string(weight_shape_[0]));
+  // Limits keep stride, kernel and padding small; (H - 1) * stride needs H bounded.
+  if (x[2] > limits::kMaxTensorElements || x[3] > limits::kMaxTensorElements)
+    fail_shape("input " + shape_str(x) + " has a side larger than " + std::to_string(limits::kMaxTensorElements));
   const ConvGeometry g = geometry(x);
+  const std::string problem = column_size_problem(g);
+  if (!problem.empty()) fail_shape("input " + shape_str(x) + " is too large: " + problem);
   if (g.height < 1 || g.width < 1)
     fail_shape("input " + shape_str(x) + " gives an empty output " +
                shape_str({x[0], out_channels_, g.height, g.width}) +

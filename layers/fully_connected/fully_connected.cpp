@@ -1,5 +1,7 @@
 #include "fully_connected/fully_connected.h"
 
+#include "plexus/checked_math.h"
+
 #include "fully_connected/dense.h"
 
 namespace plexus::layers {
@@ -9,16 +11,15 @@ namespace {
 // F: the product of every dimension after the batch axis.
 std::int64_t features_of(const Shape& shape) {
   std::int64_t features = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) features *= shape[i];
+  for (std::size_t i = 1; i < shape.size(); ++i)
+    features = checked_mul(features, shape[i], "the features per batch item of input " + shape_str(shape));
   return features;
 }
 
 }  // namespace
 
 FullyConnected::FullyConnected(LayerConfig& config)
-    : out_features_(config.integer("out_features")), bias_(config.boolean("bias", true)) {
-  if (out_features_ < 1)
-    config.fail("out_features", "must be >= 1, got " + std::to_string(out_features_));
+    : out_features_(config.bounded_integer("out_features", 1, limits::kMaxChannels)), bias_(config.boolean("bias", true)) {
 }
 
 std::vector<Shape> FullyConnected::output_shapes(const std::vector<Shape>& inputs) const {

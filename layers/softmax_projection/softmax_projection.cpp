@@ -1,5 +1,7 @@
 #include "softmax_projection/softmax_projection.h"
 
+#include "plexus/checked_math.h"
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -17,7 +19,8 @@ using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMaj
 
 std::int64_t features_of(const Shape& shape) {
   std::int64_t features = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) features *= shape[i];
+  for (std::size_t i = 1; i < shape.size(); ++i)
+    features = checked_mul(features, shape[i], "the features per batch item of input " + shape_str(shape));
   return features;
 }
 
@@ -29,8 +32,7 @@ bool is_valid_label(double label, std::int64_t vocab_size) {
 }  // namespace
 
 SoftmaxProjection::SoftmaxProjection(LayerConfig& config)
-    : vocab_size_(config.integer("vocab_size")), bias_(config.boolean("bias", true)) {
-  if (vocab_size_ < 1) config.fail("vocab_size", "must be >= 1, got " + std::to_string(vocab_size_));
+    : vocab_size_(config.bounded_integer("vocab_size", 1, limits::kMaxChannels)), bias_(config.boolean("bias", true)) {
 }
 
 std::vector<Shape> SoftmaxProjection::output_shapes(const std::vector<Shape>& inputs) const {

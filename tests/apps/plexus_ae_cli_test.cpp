@@ -116,10 +116,13 @@ TEST_F(PlexusAeCli, BadOptionValuesAreNamed) {
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   };
-  expect_error(with({"--batch", "0"}), {"--batch must be >= 1, got 0"});
+  expect_error(with({"--batch", "0"}), {"--batch must be in [1, 65536], got 0"});
+  expect_error(with({"--batch", "100000"}), {"--batch must be in [1, 65536], got 100000"});
+  expect_error(with({"--patch", "70000"}), {"--patch must be in [1, 65536], got 70000"});
   expect_error(with({"--lambda", "-1"}), {"--lambda must be > 0"});
   expect_error(with({"--lr", "0"}), {"--lr must be > 0"});
-  expect_error(with({"--steps", "0"}), {"--steps must be >= 1"});
+  expect_error(with({"--steps", "0"}), {"--steps must be in [1, 1125899906842624], got 0"});
+  expect_error(with({"--max-image-pixels", "0"}), {"--max-image-pixels"});
   expect_error(with({"--device", "gpu"}), {"--device: unknown device 'gpu'"});
   expect_error(with({"--plugin", folder / "nothere.so"}), {"nothere.so"});
   if (!cuda_available()) expect_error(with({"--device", "cuda"}), {"--device: device 'cuda' requested"});

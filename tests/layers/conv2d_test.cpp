@@ -318,12 +318,12 @@ void expect_config_error(const json& params, const std::string& expected) {
 TEST(Conv2d, RejectsBadParams) {
   expect_config_error({{"kernel", 3}}, "node 'c' (Conv2d): parameter 'out_channels' is required");
   expect_config_error({{"out_channels", 0}, {"kernel", 3}},
-                      "node 'c' (Conv2d): parameter 'out_channels' must be >= 1, got 0");
-  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
+                      "node 'c' (Conv2d): parameter 'out_channels' must be in [1, 65536], got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be in [1, 4096], got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
-                      "parameter 'stride' must be >= 1, got 0");
+                      "parameter 'stride' must be in [1, 4096], got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -1}},
-                      "parameter 'padding' must be >= 0, got -1");
+                      "parameter 'padding' must be in [0, 4096], got -1");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
                       "unknown parameter 'output_padding'");
 }
@@ -336,6 +336,29 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const st
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
 }
+
+// The spec values that once overflowed the output-size and weight-size
+// arithmetic (a 0-element weight, then SIGSEGV in im2col_cpu) are refused by
+// name, with the limit; 2^64 - 1 is reported as written, not as -1.
+TEST(Conv2d, RejectsParamsThatWouldOverflowSizes) {
+  expect_config_error({{"out_channels", 4}, {"kernel", 4294967296LL}, {"padding", 2147483646}},
+                      "parameter 'kernel' must be in [1, 4096], got 4294967296");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", 2147483646}},
+                      "parameter 'padding' must be in [0, 4096], got 2147483646");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 9223372036854775807LL}},
+                      "parameter 'stride' must be in [1, 4096], got 9223372036854775807");
+  expect_config_error({{"out_channels", 4}, {"kernel", 18446744073709551615ULL}},
+                      "parameter 'kernel' is too large for a 64-bit integer, got 18446744073709551615");
+  expect_config_error({{"out_channels", 100000}, {"kernel", 3}},
+                      "parameter 'out_channels' must be in [1, 65536], got 100000");
+}
+
+TEST(Conv2d, RejectsInputsWhoseColumnMatrixWouldOverflow) {
+  auto layer = registry.create("Conv2d", "c", {{"out_channels", 4}, {"kernel", 4096}, {"padding", 4096}});
+  expect_shape_error(*layer, {{1, 3, 4611686018427387904LL, 8}}, "has a side larger than 17179869184");
+  expect_shape_error(*layer, {{1, 65536, 4096, 4096}}, "is too large: its im2col matrix of 65536*4096*4096 rows");
+}
+
 
 TEST(Conv2d, RejectsBadShapes) {
   auto layer = registry.create("Conv2d", "c", {{"out_channels", 4}, {"kernel", 3}});

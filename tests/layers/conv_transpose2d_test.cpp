@@ -358,14 +358,14 @@ void expect_config_error(const json& params, const std::string& expected) {
 
 TEST(ConvTranspose2d, RejectsBadParams) {
   expect_config_error({{"out_channels", 4}}, "node 't' (ConvTranspose2d): parameter 'kernel' is required");
-  expect_config_error({{"out_channels", 0}, {"kernel", 3}}, "parameter 'out_channels' must be >= 1, got 0");
-  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be >= 1, got 0");
+  expect_config_error({{"out_channels", 0}, {"kernel", 3}}, "parameter 'out_channels' must be in [1, 65536], got 0");
+  expect_config_error({{"out_channels", 4}, {"kernel", 0}}, "parameter 'kernel' must be in [1, 4096], got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 0}},
-                      "parameter 'stride' must be >= 1, got 0");
+                      "parameter 'stride' must be in [1, 4096], got 0");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"padding", -2}},
-                      "parameter 'padding' must be >= 0, got -2");
+                      "parameter 'padding' must be in [0, 4096], got -2");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"output_padding", -1}},
-                      "parameter 'output_padding' must be >= 0, got -1");
+                      "parameter 'output_padding' must be in [0, 4096], got -1");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"output_padding", 2}},
                       "node 't' (ConvTranspose2d): parameter 'output_padding' must be < stride (2), got 2");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
@@ -380,6 +380,21 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const st
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
 }
+
+// Values that once overflowed (H - 1) * stride and the weight size (a hang
+// in col2im_cpu reading out of bounds) are refused by name, with the limit.
+TEST(ConvTranspose2d, RejectsParamsThatWouldOverflowSizes) {
+  expect_config_error({{"out_channels", 4}, {"kernel", 4294967296LL}, {"padding", 2147483646}},
+                      "parameter 'kernel' must be in [1, 4096], got 4294967296");
+  expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"stride", 4611686018427387904LL}},
+                      "parameter 'stride' must be in [1, 4096], got 4611686018427387904");
+  expect_config_error({{"out_channels", 4}, {"kernel", 18446744073709551615ULL}},
+                      "parameter 'kernel' is too large for a 64-bit integer, got 18446744073709551615");
+  auto layer = registry.create("ConvTranspose2d", "t", {{"out_channels", 4}, {"kernel", 4096}, {"stride", 4096}});
+  expect_shape_error(*layer, {{1, 3, 4611686018427387904LL, 8}}, "has a side larger than 17179869184");
+  expect_shape_error(*layer, {{1, 3, 1 << 20, 1 << 20}}, "is too large: its im2col matrix of 4*4096*4096 rows");
+}
+
 
 TEST(ConvTranspose2d, RejectsBadShapes) {
   auto layer = registry.create("ConvTranspose2d", "t", {{"out_channels", 4}, {"kernel", 3}, {"padding", 2}});

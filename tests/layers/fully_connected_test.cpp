@@ -155,7 +155,7 @@ TEST(FullyConnected, ParityCpuCuda) {
 
 TEST(FullyConnected, RejectsBadParams) {
   EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", {{"out_features", 0}}); }),
-                       "node 'fc' (FullyConnected): parameter 'out_features' must be >= 1, got 0"));
+                       "node 'fc' (FullyConnected): parameter 'out_features' must be in [1, 65536], got 0"));
   EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", nlohmann::json::object()); }),
                        "parameter 'out_features' is required"));
   EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", {{"out_features", 2}, {"bias", 1}}); }),

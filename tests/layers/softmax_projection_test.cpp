@@ -219,7 +219,7 @@ TEST(SoftmaxProjection, NamesTheFirstBadLabel) {
 
 TEST(SoftmaxProjection, RejectsBadParams) {
   EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", {{"vocab_size", 0}}); }),
-                       "node 'sp' (SoftmaxProjection): parameter 'vocab_size' must be >= 1, got 0"));
+                       "node 'sp' (SoftmaxProjection): parameter 'vocab_size' must be in [1, 65536], got 0"));
   EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", nlohmann::json::object()); }),
                        "parameter 'vocab_size' is required"));
   EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", {{"vocab_size", 2.5}}); }),

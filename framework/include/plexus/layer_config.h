@@ -33,6 +33,10 @@ class LayerConfig {
   bool boolean(const std::string& key, bool fallback);
   std::string text(const std::string& key, const std::string& fallback);
   std::vector<std::int64_t> integers(const std::string& key, std::vector<std::int64_t> fallback);
+  // Integers that must lie in [min, max]: a value outside is a ConfigError
+  // naming the key, the range and the value as written.
+  std::int64_t bounded_integer(const std::string& key, std::int64_t min, std::int64_t max);
+  std::int64_t bounded_integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
 
   // Throws ConfigError "node 'x' (T): <message>" for a bad value a layer found.
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;

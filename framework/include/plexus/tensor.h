@@ -41,13 +41,21 @@ struct Device {
 Device parse_device(const std::string& text);
 
 using Shape = std::vector<std::int64_t>;
+// The product of the dimensions; ShapeError when it overflows 64 bits.
 std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[16, 3, 256, 256]"
+
+// The largest tensor, in bytes, that Tensor's constructor allocates
+// (default: limits::kMaxTensorElements f64 elements). A larger request is a
+// ShapeError naming the shape, before any allocation. Fuzzers lower it.
+std::size_t max_tensor_bytes();
+void set_max_tensor_bytes(std::size_t bytes);
 
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates a zero-filled tensor.
+  // Allocates a zero-filled tensor. ShapeError for a negative dimension, more
+  // than limits::kMaxTensorElements elements or more than max_tensor_bytes().
   explicit Tensor(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
 
   // Host values (converted to dtype) copied onto device.

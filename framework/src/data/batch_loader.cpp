@@ -1,5 +1,7 @@
 #include "plexus/data/batch_loader.h"
 
+#include <system_error>
+
 #include "plexus/error.h"
 
 namespace plexus::data {
@@ -9,16 +11,28 @@ BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t
     : images_(images), sampler_(sampler), next_step_(first_step), next_claim_(first_step), prefetch_(prefetch) {
   if (threads < 0) throw ConfigError("the number of loader threads must be >= 0, got " + std::to_string(threads));
   if (prefetch < 1) throw ConfigError("the prefetch depth must be >= 1, got " + std::to_string(prefetch));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // The destructor does not run for a constructor that throws: the threads
+    // already started must be stopped and joined here.
+    const std::size_t started = workers_.size();
+    stop_workers();
+    throw Error("cannot start loader thread " + std::to_string(started + 1) + " of " + std::to_string(threads) +
+                ": " + e.what() + " (use fewer --threads, or raise the process limit)");
+  }
 }
 
-BatchLoader::~BatchLoader() {
+BatchLoader::~BatchLoader() { stop_workers(); }
+
+void BatchLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
   for (auto& worker : workers_) worker.join();
+  workers_.clear();
 }
 
 // Each worker claims the lowest step not yet claimed, as long as fewer than

@@ -1,62 +1,91 @@
-// PNG/JPEG decoding through stb_image (its one implementation unit).
+// read_image / read_image_size: open the file, tell PNG from JPEG by its
+// first bytes (not its extension), and hand it to the decoder.
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_FAILURE_USERMSG
-#include <stb_image.h>
-
+#include "image_codecs.h"
 #include "plexus/data/image.h"
 #include "plexus/error.h"
 
 namespace plexus::data {
 
-namespace {
-// stb_image keeps its failure reason in a thread-local, so this is safe
-// from the loader's worker threads.
-std::string decoder_reason(const std::string& path) {
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) return std::strerror(errno);
-  std::fclose(file);
-  const char* reason = stbi_failure_reason();
-  return reason ? reason : "unknown decoder error";
+std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
+  if (width < 1 || height < 1)
+    return "empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")";
+  // Both sides are below 2^32 (the formats' fields), so the product fits.
+  const std::int64_t pixels = width * height;
+  if (pixels > max_pixels)
+    return "the image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(pixels) +
+           " pixels, more than the limit of " + std::to_string(max_pixels) + " pixels";
+  return "";
 }
-}  // namespace
 
-bool try_read_image(const std::string& path, Image& image, std::string& reason) {
-  int width = 0, height = 0, channels_in_file = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> data(
-      stbi_load(path.c_str(), &width, &height, &channels_in_file, 3), &stbi_image_free);
-  if (!data) {
-    reason = decoder_reason(path);
+namespace {
+
+enum class Format { png, jpeg, unknown };
+
+Format sniff(const unsigned char* head, std::size_t size) {
+  static const unsigned char png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (size >= 8 && std::memcmp(head, png_signature, 8) == 0) return Format::png;
+  if (size >= 3 && head[0] == 0xFF && head[1] == 0xD8 && head[2] == 0xFF) return Format::jpeg;
+  return Format::unknown;
+}
+
+bool read(const codecs::Source& source, const unsigned char* head, std::size_t head_size, std::int64_t max_pixels,
+          ImageSize& size, Image* image, std::string& reason) {
+  switch (sniff(head, head_size)) {
+    case Format::png:
+      return codecs::read_png(source, max_pixels, size, image, reason);
+    case Format::jpeg:
+      return codecs::read_jpeg(source, max_pixels, size, image, reason);
+    case Format::unknown:
+      break;
+  }
+  reason = head_size == 0 ? "the file is empty" : "not a PNG or JPEG file (unknown signature)";
+  return false;
+}
+
+bool read_file(const std::string& path, std::int64_t max_pixels, ImageSize& size, Image* image,
+               std::string& reason) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) {
+    reason = std::strerror(errno);
     return false;
   }
-  image = Image(width, height);
-  std::memcpy(image.pixels.data(), data.get(), image.pixels.size());
-  return true;
+  unsigned char head[8];
+  const std::size_t head_size = std::fread(head, 1, sizeof head, file.get());
+  if (std::ferror(file.get())) {
+    reason = std::string("reading failed: ") + std::strerror(errno);
+    return false;
+  }
+  std::rewind(file.get());
+  return read({file.get(), nullptr, 0}, head, head_size, max_pixels, size, image, reason);
 }
 
-Image read_image(const std::string& path) {
+}  // namespace
+
+bool decode_image(const unsigned char* bytes, std::size_t size, std::int64_t max_pixels, Image& image,
+                  std::string& reason) {
+  ImageSize dimensions;
+  return read({nullptr, bytes, size}, bytes, size, max_pixels, dimensions, &image, reason);
+}
+
+bool try_read_image(const std::string& path, Image& image, std::string& reason, std::int64_t max_pixels) {
+  ImageSize size;
+  return read_file(path, max_pixels, size, &image, reason);
+}
+
+Image read_image(const std::string& path, std::int64_t max_pixels) {
   Image image;
   std::string reason;
-  if (!try_read_image(path, image, reason)) throw IoError("cannot read image '" + path + "': " + reason);
+  if (!try_read_image(path, image, reason, max_pixels)) throw IoError("cannot read image '" + path + "': " + reason);
   return image;
 }
 
-bool read_image_size(const std::string& path, ImageSize& size, std::string& reason) {
-  int channels = 0;
-  if (!stbi_info(path.c_str(), &size.width, &size.height, &channels)) {
-    reason = decoder_reason(path);
-    return false;
-  }
-  if (size.width < 1 || size.height < 1) {
-    reason = "empty image (" + std::to_string(size.width) + "x" + std::to_string(size.height) + ")";
-    return false;
-  }
-  return true;
+bool read_image_size(const std::string& path, ImageSize& size, std::string& reason, std::int64_t max_pixels) {
+  return read_file(path, max_pixels, size, nullptr, reason);
 }
 
 }  // namespace plexus::data

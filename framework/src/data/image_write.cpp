@@ -1,17 +1,70 @@
-// PNG encoding through stb_image_write (its one implementation unit).
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include <stb_image_write.h>
+// PNG encoding through libpng, into an AtomicFile: a full disk or a
+// read-only folder is an IoError with the reason, never a truncated PNG.
+#include <png.h>
 
+#include <csetjmp>
+#include <cstdio>
+
+#include "plexus/atomic_file.h"
 #include "plexus/data/image.h"
 #include "plexus/error.h"
 
 namespace plexus::data {
 
+namespace {
+
+struct ErrorState {
+  char message[200] = "";
+};
+
+void on_error(png_structp png, png_const_charp message) {
+  auto* state = static_cast<ErrorState*>(png_get_error_ptr(png));
+  std::snprintf(state->message, sizeof state->message, "%s", message);
+  png_longjmp(png, 1);
+}
+
+void on_warning(png_structp, png_const_charp) {}
+
+void write_to_file(png_structp png, png_bytep bytes, png_size_t size) {
+  if (!static_cast<AtomicFile*>(png_get_io_ptr(png))->try_write(bytes, size)) png_error(png, "write failed");
+}
+
+void flush_nothing(png_structp) {}  // AtomicFile::commit() flushes
+
+// Everything with a destructor lives outside encode(), which calls setjmp.
+struct Encoding {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  ErrorState error;
+  ~Encoding() { png_destroy_write_struct(&png, info ? &info : nullptr); }
+};
+
+bool encode(Encoding& e, AtomicFile& file, const Image& image) {
+  if (setjmp(png_jmpbuf(e.png))) return false;
+  png_set_write_fn(e.png, &file, &write_to_file, &flush_nothing);
+  png_set_IHDR(e.png, e.info, static_cast<png_uint_32>(image.width), static_cast<png_uint_32>(image.height), 8,
+               PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(e.png, e.info);
+  for (int y = 0; y < image.height; ++y)
+    png_write_row(e.png, &image.pixels[static_cast<std::size_t>(y) * image.width * 3]);
+  png_write_end(e.png, nullptr);
+  return true;
+}
+
+}  // namespace
+
 void write_png(const std::string& path, const Image& image) {
-  if (image.width < 1 || image.height < 1)
-    throw IoError("cannot write '" + path + "': the image is empty");
-  if (!stbi_write_png(path.c_str(), image.width, image.height, 3, image.pixels.data(), image.width * 3))
-    throw IoError("cannot write PNG '" + path + "' (is its folder missing or read-only?)");
+  if (image.width < 1 || image.height < 1) throw IoError("cannot write PNG '" + path + "': the image is empty");
+  AtomicFile file(path, "PNG");
+  Encoding e;
+  e.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &e.error, &on_error, &on_warning);
+  if (e.png) e.info = png_create_info_struct(e.png);
+  if (!e.png || !e.info) throw IoError("cannot write PNG '" + path + "': out of memory starting the PNG encoder");
+  if (!encode(e, file, image)) {
+    file.check_writes();  // the system's reason (a full disk), when that was the cause
+    throw IoError("cannot write PNG '" + path + "': " + e.error.message);
+  }
+  file.commit();
 }
 
 }  // namespace plexus::data

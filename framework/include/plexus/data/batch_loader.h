@@ -21,7 +21,8 @@ class BatchLoader {
  public:
   // Batches start at `first_step`. threads == 0 builds each batch inside
   // next() instead (no background threads). Throws ConfigError for
-  // threads < 0 or prefetch < 1.
+  // threads < 0 or prefetch < 1, Error (with every started thread joined)
+  // when a thread cannot be created.
   BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads = 2,
               int prefetch = 4);
   ~BatchLoader();
@@ -34,6 +35,7 @@ class BatchLoader {
 
  private:
   void work();
+  void stop_workers();
   ImageFolder& images_;
   PatchSampler sampler_;
   std::int64_t next_step_;      // the step next() returns

@@ -29,15 +29,32 @@ struct ImageSize {
   int height = 0;
 };
 
-// Decodes a PNG or JPEG (any channel count, converted to RGB; 16-bit PNGs
-// are reduced to 8 bits). Throws IoError naming the file and the decoder's reason.
-Image read_image(const std::string& path);
-// As read_image, but returns false with the decoder's reason instead of throwing.
-bool try_read_image(const std::string& path, Image& image, std::string& reason);
-// Reads only the header. Returns false (and the decoder's reason) when the
-// file is missing or not a readable PNG/JPEG; never throws.
-bool read_image_size(const std::string& path, ImageSize& size, std::string& reason);
-// Writes a PNG. Throws IoError naming the file when it cannot be written.
+// The largest image, in pixels (width x height), that is decoded unless the
+// caller says otherwise: a 50-megapixel photo. The header is checked first,
+// so a file claiming more costs no memory.
+inline constexpr std::int64_t kDefaultMaxImagePixels = 50'000'000;
+
+// Decodes a PNG (libpng) or JPEG (libjpeg), told apart by their first bytes:
+// any channel count, converted to RGB; 16-bit PNGs are reduced to 8 bits;
+// a JPEG with corrupt data is refused, not patched with grey. Throws
+// IoError naming the file and the reason (including an image larger than
+// `max_pixels`).
+Image read_image(const std::string& path, std::int64_t max_pixels = kDefaultMaxImagePixels);
+// As read_image, but returns false with the reason instead of throwing.
+bool try_read_image(const std::string& path, Image& image, std::string& reason,
+                    std::int64_t max_pixels = kDefaultMaxImagePixels);
+// As try_read_image, from encoded bytes in memory.
+bool decode_image(const unsigned char* bytes, std::size_t size, std::int64_t max_pixels, Image& image,
+                  std::string& reason);
+// Reads only the header. Returns false (and the reason) when the file is
+// missing, not a readable PNG/JPEG, or larger than `max_pixels`; never throws.
+bool read_image_size(const std::string& path, ImageSize& size, std::string& reason,
+                     std::int64_t max_pixels = kDefaultMaxImagePixels);
+// "" when a width x height image is within `max_pixels`, else a sentence
+// saying it is not (or that it is empty).
+std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels);
+// Writes a PNG (libpng) atomically (see plexus/atomic_file.h). Throws
+// IoError naming the file and the system's reason when it cannot be written.
 void write_png(const std::string& path, const Image& image);
 
 // [1, 3, H, W] f32 on the CPU, values v / 255.

@@ -1,8 +1,12 @@
 #pragma once
 // ImageFolder: every PNG and JPEG under a folder (searched recursively;
 // extensions .png, .jpg, .jpeg in any letter case), in sorted path order.
+// Links to folders are followed, but each real folder is searched once, so
+// a link loop neither hangs nor lists an image twice; a sub-folder that
+// cannot be listed is warned about.
 //
 // Files whose header cannot be read are skipped when the folder is opened;
+// so are images larger than the pixel limit (checked from the header);
 // files that fail later, while decoding the pixels (e.g. truncated data),
 // are skipped when first loaded. Either way spdlog warns once naming the
 // file, and skipped() lists it so a caller can report the total at the end.
@@ -27,8 +31,11 @@ class ImageFolder {
   static constexpr std::size_t kDefaultCacheBytes = std::size_t{2} << 30;  // 2 GiB
 
   // Throws IoError naming the folder when it is missing, not a folder, or
-  // holds no readable PNG/JPEG.
-  explicit ImageFolder(const std::string& folder, std::size_t cache_bytes = kDefaultCacheBytes);
+  // holds no readable PNG/JPEG. Images of more than `max_pixels` pixels are
+  // skipped with a warning saying so, followed by `limit_hint` (how to
+  // raise the limit, e.g. the command-line option) when given.
+  explicit ImageFolder(const std::string& folder, std::size_t cache_bytes = kDefaultCacheBytes,
+                       std::int64_t max_pixels = kDefaultMaxImagePixels, const std::string& limit_hint = "");
 
   const std::string& folder() const { return folder_; }
   // Files whose header was readable when the folder was opened.
@@ -60,6 +67,7 @@ class ImageFolder {
   std::string folder_;
   std::vector<Entry> entries_;
   std::size_t cache_bytes_;
+  std::int64_t max_pixels_;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::shared_ptr<const Image>> cache_;
   std::size_t cached_bytes_ = 0;

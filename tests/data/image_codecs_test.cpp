@@ -1,0 +1,182 @@
+// The libpng and libjpeg decoders: every PNG layout decodes to the pixels it
+// was written from (an independent generator, tests/fuzz/make_image_seeds.c);
+// JPEGs decode close to them; damaged files, files that are neither, and
+// headers claiming more pixels than the limit are refused with a reason,
+// before any pixel memory is allocated.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "data/data_test_support.h"
+#include "plexus/data/image.h"
+#include "plexus/data/image_folder.h"
+
+namespace plexus {
+namespace {
+
+using data::Image;
+using testing::ScratchFolder;
+
+const std::string kSeeds = std::string(PLEXUS_SOURCE_DIR) + "/tests/fuzz/corpus/image_decoders/";
+constexpr int kWidth = 13, kHeight = 9;
+
+// The generator's sample value (make_image_seeds.c).
+std::uint8_t sample(int x, int y, int c) { return static_cast<std::uint8_t>(x * 19 + y * 7 + c * 60); }
+
+Image decode(const std::string& name) {
+  Image image;
+  std::string reason;
+  EXPECT_TRUE(data::try_read_image(kSeeds + name, image, reason)) << name << ": " << reason;
+  EXPECT_EQ(image.width, kWidth) << name;
+  EXPECT_EQ(image.height, kHeight) << name;
+  return image;
+}
+
+TEST(ImageCodecs, EightBitRgbPngIsExact) {
+  for (const char* name : {"rgb.png", "rgb-interlaced.png", "rgba.png"}) {
+    Image image = decode(name);
+    for (int y = 0; y < kHeight; ++y)
+      for (int x = 0; x < kWidth; ++x)
+        for (int c = 0; c < 3; ++c) ASSERT_EQ(image.at(y, x, c), sample(x, y, c)) << name << " at " << x << "," << y;
+  }
+}
+
+TEST(ImageCodecs, SixteenBitPngKeepsTheHighByte) {
+  for (const char* name : {"rgb-16bit.png", "rgba-16bit-interlaced.png"}) {
+    Image image = decode(name);
+    for (int y = 0; y < kHeight; ++y)
+      for (int x = 0; x < kWidth; ++x)
+        for (int c = 0; c < 3; ++c) ASSERT_EQ(image.at(y, x, c), sample(x, y, c)) << name;
+  }
+}
+
+TEST(ImageCodecs, GreyAndPalettePngsExpandToRgb) {
+  for (const char* name : {"grey.png", "grey-alpha.png"}) {
+    Image image = decode(name);
+    for (int y = 0; y < kHeight; ++y)
+      for (int x = 0; x < kWidth; ++x)
+        for (int c = 0; c < 3; ++c) ASSERT_EQ(image.at(y, x, c), sample(x, y, 0)) << name;
+  }
+  Image one_bit = decode("grey-1bit.png");
+  EXPECT_EQ(one_bit.at(0, 0, 0), 0);
+  EXPECT_EQ(one_bit.at(0, 1, 1), 255);
+  const std::uint8_t palette[4][3] = {{0, 0, 0}, {255, 0, 0}, {0, 255, 0}, {0, 0, 255}};
+  Image indexed = decode("palette-trns.png");  // transparency is dropped, colours kept
+  for (int y = 0; y < kHeight; ++y)
+    for (int x = 0; x < kWidth; ++x)
+      for (int c = 0; c < 3; ++c) ASSERT_EQ(indexed.at(y, x, c), palette[(x + y) % 4][c]);
+}
+
+TEST(ImageCodecs, JpegsDecodeCloseToTheirSource) {
+  for (const char* name : {"baseline.jpg", "progressive.jpg", "restart.jpg", "cmyk.jpg"}) {
+    Image image = decode(name);
+    const bool cmyk = std::string(name) == "cmyk.jpg";
+    double error = 0;
+    for (int y = 0; y < kHeight; ++y)
+      for (int x = 0; x < kWidth; ++x)
+        for (int c = 0; c < 3; ++c) {
+          // CMYK (Adobe, inverted): R = C * K / 255.
+          const double expected = cmyk ? sample(x, y, c) * sample(x, y, 3) / 255.0 : sample(x, y, c);
+          error += std::abs(image.at(y, x, c) - expected);
+        }
+    // Quality 80 with chroma subsampling on a busy 13x9 image: a loose bound
+    // that still fails for a wrong colour conversion or pixel order.
+    EXPECT_LT(error / (kWidth * kHeight * 3), 24.0) << name;
+  }
+  Image grey = decode("grey.jpg");
+  for (int y = 0; y < kHeight; ++y)
+    for (int x = 0; x < kWidth; ++x) {
+      EXPECT_EQ(grey.at(y, x, 0), grey.at(y, x, 1));
+      EXPECT_EQ(grey.at(y, x, 0), grey.at(y, x, 2));
+    }
+}
+
+void expect_refused(const std::string& bytes, const std::string& fragment) {
+  Image image;
+  std::string reason;
+  EXPECT_FALSE(data::decode_image(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                                  data::kDefaultMaxImagePixels, image, reason));
+  EXPECT_NE(reason.find(fragment), std::string::npos) << reason;
+  EXPECT_TRUE(image.pixels.empty());
+}
+
+TEST(ImageCodecs, DamagedFilesAreRefusedWithTheDecodersReason) {
+  const std::string jpeg = testing::read_bytes(kSeeds + "baseline.jpg");
+  expect_refused(jpeg.substr(0, jpeg.size() / 2), "corrupt JPEG: Premature end of JPEG file");
+  std::string scrambled = jpeg;
+  for (std::size_t i = scrambled.size() / 2; i < scrambled.size() - 2; ++i) scrambled[i] = '\xFF';
+  expect_refused(scrambled, "corrupt JPEG");
+  const std::string png = testing::read_bytes(kSeeds + "rgb.png");
+  expect_refused(png.substr(0, png.size() - 20), "corrupt PNG");
+  expect_refused("GIF89a not supported", "not a PNG or JPEG file");
+  expect_refused("", "the file is empty");
+}
+
+std::string big_endian(std::uint32_t value) {
+  std::string bytes;
+  for (int shift = 24; shift >= 0; shift -= 8) bytes += static_cast<char>((value >> shift) & 0xFF);
+  return bytes;
+}
+
+// A PNG chunk: length, type, data, CRC-32 (ISO 3309, computed bit by bit).
+std::string png_chunk(const std::string& type, const std::string& data) {
+  const std::string body = type + data;
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : body) {
+    crc ^= byte;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return big_endian(static_cast<std::uint32_t>(data.size())) + body + big_endian(crc ^ 0xFFFFFFFFu);
+}
+
+// The start of a PNG claiming width x height: signature, IHDR (8-bit RGB),
+// and an empty IDAT, where the pixel data would begin.
+std::string png_header(std::uint32_t width, std::uint32_t height) {
+  return std::string("\x89PNG\r\n\x1A\n", 8) +
+         png_chunk("IHDR", big_endian(width) + big_endian(height) + std::string("\x08\x02\x00\x00\x00", 5)) +
+         png_chunk("IDAT", "");
+}
+
+TEST(ImageCodecs, HeaderClaimingTooManyPixelsIsRefusedBeforeDecoding) {
+  expect_refused(png_header(100000, 100000),
+                 "the image is 100000x100000 = 10000000000 pixels, more than the limit of 50000000 pixels");
+  ScratchFolder folder("huge");
+  testing::write_bytes(folder / "huge.png", png_header(100000, 100000));
+  data::ImageSize size;
+  std::string reason;
+  EXPECT_FALSE(data::read_image_size(folder / "huge.png", size, reason));
+  EXPECT_NE(reason.find("more than the limit of 50000000 pixels"), std::string::npos) << reason;
+  // The header alone reads with a larger limit.
+  EXPECT_TRUE(data::read_image_size(folder / "huge.png", size, reason, std::int64_t{1} << 40)) << reason;
+  EXPECT_EQ(size.width, 100000);
+}
+
+TEST(ImageCodecs, ImageFolderSkipsImagesOverTheLimitNamingTheHint) {
+  ScratchFolder folder("limit");
+  data::write_png(folder / "small.png", testing::position_image(4, 4));
+  data::write_png(folder / "large.png", testing::position_image(40, 30));
+  testing::LogCapture log;
+  data::ImageFolder images(folder.path(), data::ImageFolder::kDefaultCacheBytes, 1000, "raise it with --flag");
+  ASSERT_EQ(images.size(), 1u);
+  EXPECT_EQ(images.path(0), folder / "small.png");
+  EXPECT_NE(log.text().find("the image is 40x30 = 1200 pixels, more than the limit of 1000 pixels (raise it with "
+                            "--flag)"),
+            std::string::npos)
+      << log.text();
+}
+
+TEST(ImageCodecs, WritePngReportsTheSystemsReasonAndLeavesNoFile) {
+  ScratchFolder folder("unwritable");
+  testing::write_bytes(folder / "file", "x");
+  try {
+    data::write_png(folder / "file/x.png", testing::position_image(3, 3));
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("Not a directory"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace plexus

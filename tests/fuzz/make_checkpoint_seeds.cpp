@@ -1,0 +1,40 @@
+// Writes the seed corpus of the safetensors fuzzer: checkpoints of the
+// fuzzer's net (see safetensors_fuzzer.cpp) with and without Adam state,
+// and a plain tensor file. Built with the fuzzers; run
+//   build-fuzz/tests/fuzz/make_checkpoint_seeds tests/fuzz/corpus/safetensors
+#include <cstdio>
+#include <string>
+
+#include "plexus/checkpoint.h"
+#include "plexus/context.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+#include "plexus/registry.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_FOLDER\n", argv[0]);
+    return 2;
+  }
+  const std::string out = argv[1];
+  const plexus::ModelSpec spec = plexus::ModelSpec::from_text(R"({
+    "name": "fuzz",
+    "inputs": ["x"],
+    "nodes": [
+      {"name": "fc", "type": "FullyConnected", "inputs": ["x"], "outputs": ["h"], "params": {"out_features": 3}},
+      {"name": "act", "type": "ReLU", "inputs": ["h"], "outputs": ["y"]}
+    ]})");
+  const plexus::Registry registry = plexus::builtin_registry();
+  plexus::Net net(spec, registry, {{"x", plexus::Shape{2, 4}}}, plexus::DType::f32, plexus::Device::cpu(), 7);
+  plexus::save_checkpoint(out + "/weights-only.safetensors", net, nullptr, 12);
+  plexus::Adam adam(1e-3);
+  plexus::Context ctx(plexus::Device::cpu(), 1);
+  adam.step(ctx, net.parameters());
+  plexus::save_checkpoint(out + "/with-adam.safetensors", net, &adam, 1, {{"note", "seed"}});
+  plexus::TensorFile plain;
+  plain.tensors["t"] = plexus::Tensor::from_values({1, 2, 3, 4, 5, 6}, {2, 3}, plexus::DType::f64);
+  plain.metadata["k"] = "v";
+  plexus::save_safetensors(out + "/plain-f64.safetensors", plain);
+  return 0;
+}
