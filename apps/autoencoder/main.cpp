@@ -8,7 +8,10 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli_suggestions.h"
 #include "console.h"
+#include "plexus/cpu_parallel.h"
+#include "plexus/error.h"
 #include "eval_command.h"
 #include "model_catalog.h"
 #include "options.h"
@@ -49,6 +52,7 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--val-images", o.val_images, "validate on at most this many images of --val (0: all)");
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
+  train.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core); results are the same for any count");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
 }
@@ -59,6 +63,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.
@@ -83,6 +88,7 @@ int main(int argc, char** argv) {
   EvalOptions eval_options;
 
   CLI::App app{"plexus-ae: train and evaluate learned image-compression autoencoders (Plexus)."};
+  app.name("plexus-ae");
   app.require_subcommand(1, 1);
   app.set_version_flag("--version", "plexus-ae 0.1.0");
   app.option_defaults()->always_capture_default();
@@ -118,11 +124,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {  // not --help or --version: first look for a misspelt name
+      if (auto message = plexus::ae::diagnose_unknown_names(app, std::vector<std::string>(argv + 1, argv + argc))) {
+        spdlog::error("{}", *message);
+        return plexus::ae::kExitError;
+      }
+    }
     const int code = app.exit(e);  // prints help, version or the parse error
     return code == 0 ? 0 : plexus::ae::kExitError;
   }
 
   try {
+    const int cpu_threads = train->parsed() ? train_options.cpu_threads : eval_options.cpu_threads;
+    if (cpu_threads < 0) throw plexus::ConfigError("--cpu-threads must be >= 0 (0: every core), got " + std::to_string(cpu_threads));
+    plexus::set_cpu_threads(cpu_threads);
     if (train->parsed()) return plexus::ae::run_train(train_options, given_options(*train));
     return plexus::ae::run_eval(eval_options);
   } catch (const std::exception& e) {

@@ -26,6 +26,7 @@ struct TrainOptions {
   int val_images = 0;  // 0: every image of --val
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   bool tf32 = false;
   double time_limit = 0;  // seconds of training before finishing early; 0: none
 };
@@ -36,6 +37,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
 };
 
 }  // namespace plexus::ae
