@@ -54,6 +54,12 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
   train.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core); results are the same for any count");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
+  train.add_option("--clip-grad-norm", o.clip_grad_norm, "scale the gradients down when their global 2-norm exceeds this (0: no clipping)");
+  train.add_option("--lr-schedule", o.lr_schedule, "none; step (--lr-decay every --lr-step-every steps); plateau (--lr-decay after --lr-patience validations on --val without a lower loss)")->type_name("KIND");
+  train.add_option("--lr-decay", o.lr_decay, "factor the learning rate is multiplied by at each decay, in (0, 1)");
+  train.add_option("--lr-step-every", o.lr_step_every, "step schedule: decay every this many steps");
+  train.add_option("--lr-patience", o.lr_patience, "plateau schedule: validations without a lower validation loss before a decay");
+  train.add_option("--min-lr", o.min_lr, "the schedule never goes below this learning rate");
   train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
 }
 

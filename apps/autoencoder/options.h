@@ -29,6 +29,12 @@ struct TrainOptions {
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   bool tf32 = false;
   double time_limit = 0;  // seconds of training before finishing early; 0: none
+  double clip_grad_norm = 1.0;  // global gradient 2-norm limit; 0: no clipping
+  std::string lr_schedule = "plateau";  // none, step, plateau (see lr_schedule.h)
+  double lr_decay = 0.5;
+  std::int64_t lr_step_every = 0;  // step schedule: decay every this many steps
+  int lr_patience = 3;             // plateau schedule: validations without improvement
+  double min_lr = 1e-6;
 };
 
 struct EvalOptions {
