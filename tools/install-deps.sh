@@ -5,7 +5,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libeigen3-dev libspdlog-dev libfmt-dev libstb-dev libcli11-dev nlohmann-json3-dev
-          libgtest-dev)
+          libgtest-dev
+          python3-matplotlib)  # tools/plot_metrics.py and its test
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
