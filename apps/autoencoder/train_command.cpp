@@ -194,7 +194,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                o.resume ? "resuming" : "training", spec->name.empty() ? spec->source : spec->name,
                net.parameter_count(), stride, device.str(), train_images.size(), o.data, o.batch, o.patch, o.patch,
                o.lambda, adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "",
-               o.lr_schedule, o.clip_grad_norm > 0 ? std::to_string(o.clip_grad_norm) : std::string("(off)"));
+               o.lr_schedule, o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
   if (o.lr_schedule == "plateau" && o.val.empty())
     spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
   if (step >= o.steps) {
