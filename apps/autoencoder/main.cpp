@@ -13,6 +13,7 @@
 #include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 #include "eval_command.h"
+#include "precision_option.h"
 #include "model_catalog.h"
 #include "options.h"
 #include "train_command.h"
@@ -21,6 +22,7 @@ namespace {
 
 using plexus::ae::EvalOptions;
 using plexus::ae::TrainOptions;
+using plexus::ae::kPrecisionHelp;
 
 std::string bundled_names_text() {
   std::string names;
@@ -60,7 +62,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--lr-step-every", o.lr_step_every, "step schedule: decay every this many steps");
   train.add_option("--lr-patience", o.lr_patience, "plateau schedule: validations without a lower validation loss before a decay");
   train.add_option("--min-lr", o.min_lr, "the schedule never goes below this learning rate");
-  train.add_flag("--tf32", o.tf32, "use TF32 tensor cores for f32 matrix products on CUDA (faster, ~1e-3 relative error)");
+  train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
@@ -70,6 +73,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
+  eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.

@@ -27,7 +27,8 @@ struct TrainOptions {
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
-  bool tf32 = false;
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   double time_limit = 0;  // seconds of training before finishing early; 0: none
   double clip_grad_norm = 1.0;  // global gradient 2-norm limit; 0: no clipping
   std::string lr_schedule = "plateau";  // none, step, plateau (see lr_schedule.h)
@@ -44,6 +45,7 @@ struct EvalOptions {
   std::string device = "auto";
   std::vector<std::string> plugins;
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
 };
 
 }  // namespace plexus::ae

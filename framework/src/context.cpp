@@ -1,6 +1,7 @@
 #include "plexus/context.h"
 
 #include "backend.h"
+#include "plexus/error.h"
 
 namespace plexus {
 
@@ -18,9 +19,29 @@ void Context::reseed(std::uint64_t seed) {
   if (cuda_) cuda::reseed(*cuda_, seed);
 }
 
-void Context::set_allow_tf32(bool allow) {
-  allow_tf32_ = allow;
-  if (cuda_) cuda::set_tf32(*cuda_, allow);
+Precision parse_precision(const std::string& text) {
+  if (text == "f32") return Precision::f32;
+  if (text == "tf32") return Precision::tf32;
+  if (text == "bf16") return Precision::bf16;
+  throw ConfigError("unknown precision '" + text + "': expected f32, tf32 or bf16");
+}
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::f32: return "f32";
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+void Context::set_precision(Precision precision) {
+  if (precision == Precision::bf16)
+    throw ConfigError(
+        "precision bf16 (bf16 activations with f32 master weights) is not implemented yet; "
+        "use tf32 (f32 storage, TF32 tensor-core products) or f32");
+  precision_ = precision;
+  if (cuda_) cuda::set_tf32(*cuda_, precision == Precision::tf32);
 }
 
 void Context::synchronize() {

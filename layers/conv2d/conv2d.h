@@ -1,5 +1,6 @@
 #pragma once
 #include "conv2d/im2col.h"
+#include "conv2d/implicit_gemm.h"
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"
@@ -43,6 +44,8 @@ class Conv2d : public Layer {
   // in scratch_limit_. The same in forward and backward, so the cached
   // scratch keeps its shape.
   std::int64_t images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const;
+  // The tensor-core engine's description of this layer on `input_shape` (CUDA only).
+  implicit_gemm::ConvProblem conv_problem(const Shape& input_shape) const;
 
   std::int64_t out_channels_;
   std::int64_t kernel_;
@@ -54,6 +57,7 @@ class Conv2d : public Layer {
   // CUDA scratch, kept between calls (see scratch.h).
   Tensor columns_;       // [images per chunk, C*k*k, Ho*Wo]
   Tensor weight_grads_;  // [images per chunk, out, C*k*k]: per-image dW, summed into weight.grad
+  implicit_gemm::Scratch tensor_core_scratch_;  // the TF32 engine's packed weight and partial sums
 };
 
 void register_conv2d(Registry& registry);

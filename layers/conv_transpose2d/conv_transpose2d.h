@@ -1,5 +1,6 @@
 #pragma once
 #include "conv2d/im2col.h"
+#include "conv2d/implicit_gemm.h"
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"
@@ -52,6 +53,8 @@ class ConvTranspose2d : public Layer {
   // in scratch_limit_. The same in forward and backward, so the cached
   // scratch keeps its shape.
   std::int64_t images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const;
+  // This layer as the Conv2d from its output to its input, for the tensor-core engine (CUDA only).
+  implicit_gemm::ConvProblem conv_problem(const Shape& input_shape) const;
 
   std::int64_t out_channels_;
   std::int64_t kernel_;
@@ -64,6 +67,7 @@ class ConvTranspose2d : public Layer {
   // CUDA scratch, kept between calls (see conv2d/scratch.h).
   Tensor columns_;       // [images per chunk, out*k*k, H*W]
   Tensor weight_grads_;  // [images per chunk, C, out*k*k]: per-image dW, summed into weight.grad
+  implicit_gemm::Scratch tensor_core_scratch_;  // the TF32 engine's packed weight and partial sums
 };
 
 void register_conv_transpose2d(Registry& registry);

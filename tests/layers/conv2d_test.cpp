@@ -8,6 +8,8 @@
 #include <random>
 
 #include "conv2d/conv2d.h"
+#include "conv2d/implicit_gemm.h"
+#include "layers/tf32_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -15,6 +17,7 @@ namespace plexus {
 namespace {
 
 using nlohmann::json;
+namespace implicit_gemm = layers::implicit_gemm;
 
 const Registry registry = builtin_registry();
 
@@ -230,6 +233,77 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
   expect_near_all(expected.input_grad, actual.input_grad, 1e-12, "input gradient");
   for (const auto& [name, grad] : expected.parameter_grads)
     expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
+}
+
+// TF32 is ~1e-3 relative per product (10 mantissa bits, truncated); 2e-3 on
+// the norm leaves room for that and still fails on any wrong index or
+// unwritten element (O(1) or NaN).
+constexpr double kTf32Tolerance = 2e-3;
+
+// Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
+// not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
+// stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
+// split K (small images, long K), and the passes with <= 16 rows that go to
+// im2col + cuBLAS next to the engine's (3 and 5 output channels).
+std::vector<Case> tensor_core_cases() {
+  return {
+      {{{"out_channels", 5}, {"kernel", 3}, {"padding", 1}}, {1, 3, 7, 9}},
+      {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 18, 11, 8}},
+      {{{"out_channels", 17}, {"kernel", 4}, {"stride", 3}, {"bias", false}}, {3, 17, 13, 14}},
+      {{{"out_channels", 130}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 20, 9, 10}},
+      {{{"out_channels", 18}, {"kernel", 1}, {"stride", 2}}, {2, 21, 5, 6}},
+      {{{"out_channels", 24}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {2, 3, 19, 21}},
+      {{{"out_channels", 3}, {"kernel", 3}}, {1, 37, 6, 5}},
+      {{{"out_channels", 32}, {"kernel", 5}, {"padding", 2}}, {3, 40, 12, 12}},
+      {{{"out_channels", 20}, {"kernel", 5}, {"stride", 4}, {"padding", 1}}, {2, 19, 17, 9}},
+  };
+}
+
+implicit_gemm::ConvProblem conv_problem(const Case& c) {
+  auto layer = registry.create("Conv2d", "c", c.params);
+  const Shape y = layer->output_shapes({c.input})[0];
+  implicit_gemm::ConvProblem problem;
+  problem.batch = c.input[0];
+  problem.in_channels = c.input[1];
+  problem.height = c.input[2];
+  problem.width = c.input[3];
+  problem.out_channels = y[1];
+  problem.out_height = y[2];
+  problem.out_width = y[3];
+  problem.kernel = c.params["kernel"];
+  problem.stride = c.params.value("stride", 1);
+  problem.padding = c.params.value("padding", 0);
+  return problem;
+}
+
+TEST(Conv2d, TensorCoreEngineTakesOnlyTf32F32Cuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const implicit_gemm::ConvProblem problem = conv_problem(tensor_core_cases()[1]);
+  Context strict(Device::cuda());
+  EXPECT_FALSE(implicit_gemm::supports(strict, DType::f32, problem)) << "strict f32 must keep the exact path";
+  Context tf32(Device::cuda());
+  tf32.set_allow_tf32(true);
+  EXPECT_TRUE(implicit_gemm::supports(tf32, DType::f32, problem));
+  EXPECT_FALSE(implicit_gemm::supports(tf32, DType::f64, problem));
+  Context cpu;
+  cpu.set_allow_tf32(true);
+  EXPECT_FALSE(implicit_gemm::supports(cpu, DType::f32, problem));
+}
+
+TEST(Conv2d, TensorCoreCudaMatchesF64Reference) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context tf32(Device::cuda());
+  tf32.set_allow_tf32(true);
+  std::uint64_t seed = 100;
+  for (const Case& c : tensor_core_cases()) {
+    ASSERT_TRUE(implicit_gemm::supports(tf32, DType::f32, conv_problem(c))) << c.params.dump();
+    const testing::Tf32Errors errors = testing::tf32_errors(registry, "Conv2d", c.params, c.input, seed++);
+    const std::string what = c.params.dump() + " on " + shape_str(c.input);
+    EXPECT_LT(errors.output, kTf32Tolerance) << "forward, " << what;
+    EXPECT_LT(errors.input_grad, kTf32Tolerance) << "input gradient, " << what;
+    for (const auto& [name, error] : errors.parameter_grads)
+      EXPECT_LT(error, kTf32Tolerance) << name << " gradient, " << what;
+  }
 }
 
 void expect_config_error(const json& params, const std::string& expected) {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "conv_transpose2d/conv_transpose2d.h"
+#include "layers/tf32_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -307,6 +308,43 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
   expect_near_all(expected.input_grad, actual.input_grad, 1e-12, "input gradient");
   for (const auto& [name, grad] : expected.parameter_grads)
     expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
+}
+
+// TF32 is ~1e-3 relative per product (10 mantissa bits, truncated); 2e-3 on
+// the norm leaves room for that and still fails on any wrong index or
+// unwritten element (O(1) or NaN).
+constexpr double kTf32Tolerance = 2e-3;
+
+// Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
+// not a multiple of 8, 3 output channels (the synthesis transform's last
+// layer), more than one 128-row tile, output_padding 0 to stride - 1, even
+// kernels, stride 3 and 4, a kernel smaller than the stride (output pixels no
+// tap reaches: bias only), split K (small images, long K), and passes with <=
+// 16 rows that go to cuBLAS + im2col next to the engine's.
+std::vector<Case> tensor_core_cases() {
+  return {
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 12, 5, 7}},
+      {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 9, 6, 5}},
+      {{{"out_channels", 17}, {"kernel", 3}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {2, 20, 4, 5}},
+      {{{"out_channels", 18}, {"kernel", 4}, {"stride", 2}, {"padding", 1}, {"bias", false}}, {3, 7, 5, 6}},
+      {{{"out_channels", 130}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {1, 20, 3, 4}},
+      {{{"out_channels", 20}, {"kernel", 2}, {"stride", 4}, {"output_padding", 1}}, {2, 3, 3, 4}},
+      {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}}, {2, 33, 6, 7}},
+      {{{"out_channels", 40}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 4, 4}},
+  };
+}
+
+TEST(ConvTranspose2d, TensorCoreCudaMatchesF64Reference) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::uint64_t seed = 200;
+  for (const Case& c : tensor_core_cases()) {
+    const testing::Tf32Errors errors = testing::tf32_errors(registry, "ConvTranspose2d", c.params, c.input, seed++);
+    const std::string what = c.params.dump() + " on " + shape_str(c.input);
+    EXPECT_LT(errors.output, kTf32Tolerance) << "forward, " << what;
+    EXPECT_LT(errors.input_grad, kTf32Tolerance) << "input gradient, " << what;
+    for (const auto& [name, error] : errors.parameter_grads)
+      EXPECT_LT(error, kTf32Tolerance) << name << " gradient, " << what;
+  }
 }
 
 void expect_config_error(const json& params, const std::string& expected) {

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Joins plexus-bench and torch_bench.py JSON lines into one markdown table:
-Plexus, PyTorch eager, and the speed ratio (PyTorch time / Plexus time, so
-> 1 means Plexus is faster). Usage: compare.py plexus.jsonl torch.jsonl"""
+"""Joins plexus-bench and torch_bench.py JSON lines into markdown tables:
+Plexus, PyTorch eager (and torch.compile for training steps), and speed
+ratios (PyTorch time / Plexus time, so > 1 means Plexus is faster). For
+convolutions it also prints the achieved TFLOP/s of both sides (forward is one
+pass of 2*N*Cout*Hout*Wout*Cin*k*k FLOPs, backward two: input and weight
+gradients) next to the matmul ceiling torch_bench measured in the same run.
+Usage: compare.py plexus.jsonl torch.jsonl"""
 import json
 import sys
 
@@ -16,27 +20,49 @@ def load(path):
     return rows
 
 
+def tflops(flops, ms):
+    return flops / ms / 1e9
+
+
 def main():
     plexus, torch = load(sys.argv[1]), load(sys.argv[2])
-    print("| layer (batch 16, f32) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms | PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    precision = next((r.get("precision") for r in plexus.values() if "precision" in r), "f32")
+    ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
+    if ceiling:
+        print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
+              f"{ceiling['tflops']:.1f} TFLOP/s\n")
+    print(f"| layer (batch 16, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
+          "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, p in plexus.items():
         if p["kind"] != "layer" or name not in torch:
             continue
         t = torch[name]
         both = (t["forward_ms"] + t["backward_ms"]) / (p["forward_ms"] + p["backward_ms"])
+        flops = p.get("pass_flops", 0.0)
+        rates = ["", ""]
+        if flops > 0:
+            rates = [f"{tflops(flops, s['forward_ms']):.0f} / {tflops(2 * flops, s['backward_ms']):.0f}"
+                     for s in (p, t)]
         print(f"| {name} | {p['forward_ms']:.3f} | {t['forward_ms']:.3f} | {t['forward_ms'] / p['forward_ms']:.2f}x "
-              f"| {p['backward_ms']:.3f} | {t['backward_ms']:.3f} | {t['backward_ms'] / p['backward_ms']:.2f}x | {both:.2f}x |")
-    print()
-    print("| training step (batch 16, 256x256, Adam) | Plexus ms | PyTorch ms | Plexus img/s | PyTorch img/s | speed-up |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, p in plexus.items():
-        if p["kind"] != "train_step" or name not in torch:
-            continue
-        t = torch[name]
-        print(f"| {name} | {p['step_ms']:.2f} | {t['step_ms']:.2f} | {p['images_per_s']:.1f} | {t['images_per_s']:.1f} "
-              f"| {t['step_ms'] / p['step_ms']:.2f}x |")
-    missing = [n for n in plexus if n not in torch] + [n for n in torch if n not in plexus]
+              f"| {p['backward_ms']:.3f} | {t['backward_ms']:.3f} | {t['backward_ms'] / p['backward_ms']:.2f}x "
+              f"| {both:.2f}x | {rates[0]} | {rates[1]} |")
+    steps = [(n, p) for n, p in plexus.items() if p["kind"] == "train_step" and n in torch]
+    if steps:
+        print()
+        print(f"| training step (batch 16, 256x256, Adam, {precision}) | Plexus ms | PyTorch eager ms "
+              "| torch.compile ms | Plexus img/s | eager img/s | compile img/s | vs eager | vs compile |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name, p in steps:
+            t = torch[name]
+            c = torch.get(name + " (torch.compile)")
+            c_ms = f"{c['step_ms']:.2f}" if c else "-"
+            c_ips = f"{c['images_per_s']:.1f}" if c else "-"
+            c_ratio = f"{c['step_ms'] / p['step_ms']:.2f}x" if c else "-"
+            print(f"| {name} | {p['step_ms']:.2f} | {t['step_ms']:.2f} | {c_ms} | {p['images_per_s']:.1f} "
+                  f"| {t['images_per_s']:.1f} | {c_ips} | {t['step_ms'] / p['step_ms']:.2f}x | {c_ratio} |")
+    torch_only = [n for n, r in torch.items() if r["kind"] != "ceiling" and not n.endswith("(torch.compile)")]
+    missing = [n for n in plexus if n not in torch] + [n for n in torch_only if n not in plexus]
     if missing:
         print("\nrows present on one side only: " + ", ".join(missing))
 

@@ -3,7 +3,10 @@
 // The cases come from tools/bench/bench_cases.json, which torch_bench.py
 // reads too, so both sides time the same work. Timing: CUDA events on the
 // context's stream, `--warmup` untimed runs, then the median of `--repeats`.
-//   plexus-bench --cases tools/bench/bench_cases.json [--tf32]
+//   plexus-bench --cases tools/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT]
+// Each line also carries the precision and, for convolutions, the FLOPs of
+// one pass (2*N*Cout*Hout*Wout*Cin*k*k; backward is two passes: input and
+// weight gradients), so compare.py can print achieved TFLOP/s.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,7 +64,22 @@ Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_6
   return Tensor::from_values(values, shape, DType::f32, device);
 }
 
-json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, int repeats) {
+// FLOPs of one pass of a Conv2d / ConvTranspose2d case (multiply and add
+// counted separately), or 0 for other layers. A ConvTranspose2d is the Conv2d
+// from its output to its input, so the same formula with the roles swapped.
+double conv_pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
+  const std::string type = c["type"];
+  if (type != "Conv2d" && type != "ConvTranspose2d") return 0.0;
+  const double k = c["params"]["kernel"].get<double>();
+  const Shape& x = inputs[0];
+  const Shape& y = outputs[0];
+  const Shape& small = type == "Conv2d" ? y : x;  // the side with one pixel per kernel position
+  const Shape& large = type == "Conv2d" ? x : y;
+  return 2.0 * static_cast<double>(small[0]) * static_cast<double>(small[1]) * static_cast<double>(small[2]) *
+         static_cast<double>(small[3]) * static_cast<double>(large[1]) * k * k;
+}
+
+json time_layer(const Registry& registry, const json& c, Precision precision, int warmup, int repeats) {
   const Device gpu = Device::cuda(0);
   std::vector<Shape> input_shapes;
   for (const auto& s : c["inputs"]) input_shapes.push_back(s.get<Shape>());
@@ -71,7 +89,7 @@ json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, 
   std::mt19937_64 rng(1);
   layer->initialize_parameters(DType::f32, gpu, rng);
   Context ctx(gpu, 1);
-  ctx.set_allow_tf32(tf32);
+  ctx.set_precision(precision);
   int positive = c.value("positive_input", -1);
   std::vector<Tensor> inputs, outputs, output_grads, input_grads;
   for (std::size_t i = 0; i < input_shapes.size(); ++i)
@@ -97,17 +115,21 @@ json time_layer(const Registry& registry, const json& c, bool tf32, int warmup, 
   double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });
   layer->forward(ctx, in, out_mutable);
   double backward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->backward(ctx, in, out, dout, din); });
-  return {{"kind", "layer"}, {"name", c["name"]}, {"forward_ms", forward_ms}, {"backward_ms", backward_ms}};
+  return {{"kind", "layer"},
+          {"name", c["name"]},
+          {"forward_ms", forward_ms},
+          {"backward_ms", backward_ms},
+          {"pass_flops", conv_pass_flops(c, input_shapes, output_shapes)}};
 }
 
-json time_model(const Registry& registry, const json& m, const std::string& root, bool tf32, int warmup,
+json time_model(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                 int repeats) {
   const Device gpu = Device::cuda(0);
   ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
   std::int64_t batch = m["batch"], patch = m["patch"];
   Net net(spec, registry, {{"image", {batch, 3, patch, patch}}}, DType::f32, gpu, 1);
   Context ctx(gpu, 1);
-  ctx.set_allow_tf32(tf32);
+  ctx.set_precision(precision);
   ctx.set_training(true);
   std::mt19937_64 rng(2);
   net.input("image").copy_from(random_tensor({batch, 3, patch, patch}, 0.0, 1.0, rng, gpu));
@@ -130,16 +152,25 @@ json time_model(const Registry& registry, const json& m, const std::string& root
 int main(int argc, char** argv) {
   CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
   std::string cases_path = "tools/bench/bench_cases.json", root = ".", only;
-  bool tf32 = false;
+  bool tf32_alias = false;
+  std::string precision = "f32";
   int warmup = 5, repeats = 20;
   app.add_option("--cases", cases_path, "benchmark cases file")->capture_default_str();
   app.add_option("--root", root, "repository root, for model spec paths")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed runs before timing")->capture_default_str();
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->capture_default_str();
   app.add_option("--only", only, "run only cases whose name contains this text");
-  app.add_flag("--tf32", tf32, "allow TF32 tensor-core math in f32 GEMMs");
+  app.add_option("--precision", precision,
+                 "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16; PyTorch's default "
+                 "allows TF32 in cuDNN convolutions")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
   CLI11_PARSE(app, argc, argv);
+  if (tf32_alias) precision = "tf32";
   try {
+    const Precision policy = parse_precision(precision);
+    Context(Device::cpu()).set_precision(policy);  // rejects a policy this build lacks before any timing
     if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
     std::ifstream file(cases_path);
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
@@ -147,11 +178,15 @@ int main(int argc, char** argv) {
     Registry registry = builtin_registry();
     for (const auto& c : cases["layers"]) {
       if (!only.empty() && c["name"].get<std::string>().find(only) == std::string::npos) continue;
-      std::cout << time_layer(registry, c, tf32, warmup, repeats).dump() << std::endl;
+      json row = time_layer(registry, c, policy, warmup, repeats);
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
     }
     for (const auto& m : cases["models"]) {
       if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
-      std::cout << time_model(registry, m, root, tf32, warmup, std::max(5, repeats / 2)).dump() << std::endl;
+      json row = time_model(registry, m, root, policy, warmup, std::max(5, repeats / 2));
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
     }
   } catch (const std::exception& e) {
     std::cerr << "plexus-bench: " << e.what() << "\n";

@@ -6,8 +6,19 @@ GDN is written the way it is usually written in PyTorch: a 1x1 convolution of
 x^2 with gamma, plus beta, then rsqrt and a multiply (autograd for backward),
 with the same reparametrisation (lower bound, square, minus pedestal).
 
-  python3 tools/bench/torch_bench.py --cases tools/bench/bench_cases.json [--tf32]
+  python3 tools/bench/torch_bench.py --cases tools/bench/bench_cases.json [--precision f32|tf32|bf16]
+
+Precision, as Plexus's --precision: f32 = no TF32 anywhere; tf32 = TF32 in
+cuDNN convolutions and cuBLAS matmuls; bf16 = autocast to bfloat16 with
+channels_last tensors. The training steps are also timed under torch.compile
+(rows "<model> (torch.compile)"; --no-compile skips them). A first line times
+an 8192^3 matmul at the chosen precision: the ceiling (tensor cores for tf32
+and bf16) that compare.py sets the convolutions' TFLOP/s against.
+
+--compile-layers times the layers under torch.compile instead of eagerly
+(compiled during the warm-up runs, so the median excludes compilation).
 """
+import contextlib
 import argparse
 import json
 import math
@@ -144,41 +155,74 @@ def median_ms(fn, warmup, repeats):
     return statistics.median(times)
 
 
-def time_layer(case, warmup, repeats):
+def autocast(precision):
+    if precision == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def memory_format(precision):
+    return torch.channels_last if precision == "bf16" else torch.contiguous_format
+
+
+def time_layer(case, warmup, repeats, precision, compile_layer=False):
     dev = torch.device("cuda")
     layer = make_layer(case)
     if isinstance(layer, nn.Module):
-        layer = layer.to(dev)
+        layer = layer.to(dev, memory_format=memory_format(precision))
+    if compile_layer:
+        layer = torch.compile(layer)
     inputs = []
     for i, shape in enumerate(case["inputs"]):
         if i == case.get("positive_input", -1):
             t = torch.empty(shape, device=dev).uniform_(0.01, 1.0)
         else:
             t = torch.empty(shape, device=dev).uniform_(-1.0, 1.0)
+        if t.dim() == 4:
+            t = t.contiguous(memory_format=memory_format(precision))
         differentiable = not (case["type"] == "RateLoss" and i == 1)
         inputs.append(t.requires_grad_(differentiable))
+
+    def forward():
+        with autocast(precision):
+            return layer(*inputs)
+
     with torch.no_grad():
-        forward_ms = median_ms(lambda: layer(*inputs), warmup, repeats)
-    out = layer(*inputs)
+        forward_ms = median_ms(forward, warmup, repeats)
+    out = forward()
     dout = torch.empty_like(out).uniform_(-1.0, 1.0)
     backward_ms = median_ms(lambda: out.backward(dout, retain_graph=True), warmup, repeats)
     return {"kind": "layer", "name": case["name"], "forward_ms": forward_ms, "backward_ms": backward_ms}
 
 
-def time_model(m, warmup, repeats):
+def time_model(m, warmup, repeats, precision, compiled):
     dev = torch.device("cuda")
-    model = Autoencoder(m["name"]).to(dev)
+    model = Autoencoder(m["name"]).to(dev, memory_format=memory_format(precision))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.rand(m["batch"], 3, m["patch"], m["patch"], device=dev)
+    x = x.contiguous(memory_format=memory_format(precision))
+    run = torch.compile(model) if compiled else model
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = model(x, m["lambda"])
+        with autocast(precision):
+            loss = run(x, m["lambda"])
         loss.backward()
         opt.step()
 
-    ms = median_ms(step, warmup, repeats)
-    return {"kind": "train_step", "name": m["name"], "step_ms": ms, "images_per_s": 1000.0 * m["batch"] / ms}
+    # torch.compile traces and tunes during the first calls: warm up longer.
+    ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
+    name = m["name"] + (" (torch.compile)" if compiled else "")
+    return {"kind": "train_step", "name": name, "step_ms": ms, "images_per_s": 1000.0 * m["batch"] / ms}
+
+
+def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
+    """TFLOP/s of one size^3 matmul at this precision (cuBLAS): the ceiling."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a = torch.randn(size, size, device="cuda", dtype=dtype)
+    b = torch.randn(size, size, device="cuda", dtype=dtype)
+    ms = median_ms(lambda: a @ b, warmup, repeats)
+    return {"kind": "ceiling", "name": f"matmul {size}^3", "ms": ms, "tflops": 2.0 * size ** 3 / ms / 1e9}
 
 
 def main():
@@ -187,19 +231,27 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--only", default="")
-    ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN convolutions and matmuls")
+    ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32")
+    ap.add_argument("--tf32", action="store_true", help="deprecated: same as --precision tf32")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile training-step rows")
+    ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
     args = ap.parse_args()
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    precision = "tf32" if args.tf32 else args.precision
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     cases = json.load(open(args.cases))
+    print(json.dumps(dict(time_matmul_ceiling(precision), precision=precision)), flush=True)
     for c in cases["layers"]:
         if args.only in c["name"]:
-            print(json.dumps(time_layer(c, args.warmup, args.repeats)), flush=True)
+            row = time_layer(c, args.warmup, args.repeats, precision, compile_layer=args.compile_layers)
+            print(json.dumps(dict(row, precision=precision, compiled=args.compile_layers)), flush=True)
     for m in cases["models"]:
         if args.only in m["name"]:
-            print(json.dumps(time_model(m, args.warmup, max(5, args.repeats // 2))), flush=True)
+            for compiled in ([False] if args.no_compile else [False, True]):
+                row = time_model(m, args.warmup, max(5, args.repeats // 2), precision, compiled)
+                print(json.dumps(dict(row, precision=precision)), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,24 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "plexus/tensor.h"
 
 namespace plexus {
+
+// How f32 work runs on CUDA (CPU kernels always compute in exact f32/f64):
+//   f32   strict: every product in f32;
+//   tf32  f32 storage, matrix products and convolutions on TF32 tensor cores
+//         (10 mantissa bits per operand, f32 accumulation, ~1e-3 relative);
+//   bf16  bf16 activations with f32 master weights (not implemented yet:
+//         Context::set_precision rejects it).
+// f64 tensors are never affected.
+enum class Precision { f32, tf32, bf16 };
+
+// "f32", "tf32", "bf16" -> Precision; anything else throws ConfigError naming the text.
+Precision parse_precision(const std::string& text);
+const char* precision_name(Precision precision);
 
 namespace cuda {
 struct CudaResources;  // stream, cuBLAS and cuRAND handles; defined with CUDA
@@ -38,9 +52,16 @@ class Context {
   // A fresh value for seeding a device generator; advances the host generator.
   std::uint64_t next_seed() { return random_(); }
 
-  // Use TF32 tensor-core math for f32 GEMMs on CUDA (faster, ~1e-3 relative).
-  bool allow_tf32() const { return allow_tf32_; }
-  void set_allow_tf32(bool allow);
+  // The precision policy for f32 work on CUDA (see Precision); f32 by default.
+  // Throws ConfigError for a policy this build does not implement (bf16).
+  Precision precision() const { return precision_; }
+  void set_precision(Precision precision);
+
+  // Use TF32 tensor-core math for f32 GEMMs and convolutions on CUDA (faster,
+  // ~1e-3 relative): precision() == tf32. set_allow_tf32(b) is
+  // set_precision(b ? tf32 : f32).
+  bool allow_tf32() const { return precision_ == Precision::tf32; }
+  void set_allow_tf32(bool allow) { set_precision(allow ? Precision::tf32 : Precision::f32); }
 
   // Waits for queued device work; a no-op on the CPU.
   void synchronize();
@@ -50,7 +71,7 @@ class Context {
  private:
   Device device_;
   bool training_ = true;
-  bool allow_tf32_ = false;
+  Precision precision_ = Precision::f32;
   std::uint64_t seed_ = 0;
   std::mt19937_64 random_;
   std::unique_ptr<cuda::CudaResources, void (*)(cuda::CudaResources*)> cuda_{nullptr, nullptr};

@@ -1,0 +1,17 @@
+#pragma once
+// --precision of plexus-ae train and eval: the Context's precision policy.
+#include <string>
+
+#include "plexus/context.h"
+
+namespace plexus::ae {
+
+// The help text of --precision, shared by train and eval.
+extern const char* const kPrecisionHelp;
+
+// The policy for `option` ("f32", "tf32", "bf16") on `device`. On CUDA it is
+// the option; the CPU always computes in f32. bf16 is not implemented yet and
+// fails with a ConfigError naming the option, on any device.
+Precision choose_precision(const std::string& option, Device device);
+
+}  // namespace plexus::ae

@@ -1,0 +1,806 @@
+// CUDA implicit-GEMM convolution engine (mappings and formulas in implicit_gemm.h).
+//
+// Every pass is a GEMM C[M, N] = A[M, K] B[K, N] on TF32 tensor cores
+// (mma.sync m16n8k8, f32 accumulators):
+//   forward          M = Co, N = batch*Ho*Wo output pixels, K = Ci*k*k taps;
+//                    A = the weight, B = input patches gathered on the fly.
+//   backward_data    per phase (h mod s, w mod s): M = Ci, N = the phase's
+//                    pixels, K = Co * (the taps reaching that phase);
+//                    A = the weight re-packed per phase, B = gathered Y.
+//   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
+//                    blocks; A = Y, B = input patches; partial sums reduced.
+// A thread block computes a BM x BN tile of C, walking K in stages of BK
+// through a STAGES-deep cp.async ring in shared memory (see Tile); each of its
+// 8 warps owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
+// When the tiles of C would not fill the GPU once, K is also split over
+// blocks and the partial sums are added in a fixed order (deterministic).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "conv2d/channel_ops.h"
+#include "conv2d/implicit_gemm.h"
+#include "conv2d/scratch.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+
+namespace plexus::layers::implicit_gemm {
+
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps per block
+// A K-contiguous tile is [rows][BK + 4]: a row stride of 20 or 36 words puts
+// the 32 fragment reads of a warp (rows g, columns t) in 32 different banks.
+// An N-contiguous tile is [BK][BN + 8]: a stride of 8 (mod 32) words does the same.
+constexpr int kColumnPad = 8;
+// A tap row offset that no bounds check accepts (images are at most kMaxExtent high and wide).
+constexpr int kInvalidTap = 1 << 14;
+static_assert(kInvalidTap > kMaxExtent + 64, "an invalid tap must fail every bounds check");
+
+long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
+
+__device__ inline unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// 4-byte asynchronous copy global -> shared; when !valid it writes 0 and reads nothing.
+__device__ inline void copy4_async(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(destination)),
+               "l"(source), "r"(valid ? 4 : 0));
+}
+
+// 16-byte asynchronous copy (both addresses 16-byte aligned), bypassing L1.
+__device__ inline void copy16_async(float* destination, const float* source) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(destination)), "l"(source));
+}
+
+// 16-byte asynchronous copy; when !valid it writes zeros and reads nothing.
+__device__ inline void copy16_async_zfill(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ inline void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ inline void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// d += a b for one 16x8x8 tile. a and b hold f32 bit patterns; the tensor core
+// reads them as TF32 (the low 13 mantissa bits are dropped).
+__device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
+// pipeline: BK per stage, STAGES-deep cp.async ring.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
+  static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
+  static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
+};
+// Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
+// product), double-buffered so two blocks fit a multiprocessor (measured ~3%
+// faster than 16 per stage in a 3-deep ring on an H100); the weight
+// gradient keeps 16 per stage (its per-thread column tables would not fit
+// the registers at 32) in a 3-deep ring.
+using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
+using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
+static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
+
+// The products of one pipeline stage: acc += A_tile B_tile over BK.
+// A is [BM][KStride] (K contiguous). B is [BN][KStride] when
+// b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
+// m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
+// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g).
+template <class T, bool b_k_contiguous>
+__device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
+                                      float (&acc)[T::MT][T::NT][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  constexpr int kKStride = T::KStride;
+#pragma unroll
+  for (int k8 = 0; k8 < T::BK; k8 += 8) {
+    unsigned a[T::MT][4], b[T::NT][2];
+#pragma unroll
+    for (int mt = 0; mt < T::MT; ++mt) {
+      const float* p = a_tile + (warp_m0 + mt * 16 + g) * kKStride + k8 + t;
+      a[mt][0] = __float_as_uint(p[0]);
+      a[mt][1] = __float_as_uint(p[8 * kKStride]);
+      a[mt][2] = __float_as_uint(p[4]);
+      a[mt][3] = __float_as_uint(p[8 * kKStride + 4]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < T::NT; ++nt) {
+      if constexpr (b_k_contiguous) {
+        const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
+        b[nt][0] = __float_as_uint(p[0]);
+        b[nt][1] = __float_as_uint(p[4]);
+      } else {
+        constexpr int stride = T::BN + kColumnPad;
+        const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
+        b[nt][0] = __float_as_uint(p[0]);
+        b[nt][1] = __float_as_uint(p[4 * stride]);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// forward and backward_data: C = packed weight x gathered source pixels.
+
+// One GEMM of a gather launch (forward: the only one; backward_data: one per
+// phase). Its N index walks the points (u, v) of a grid_h x grid_w
+// sub-grid of each destination image:
+//   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
+//   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
+//                                 v*source_scale + source_col0 + tap_step*tj).
+// Its K index is (source channel, ti, tj), ti < taps_h, tj < taps_w.
+struct GatherPart {
+  int k_size;    // source channels * taps_h * taps_w
+  int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
+  int taps_h, taps_w;
+  int tap_step;  // +1 (forward) or -1 (backward_data)
+  int grid_h, grid_w;
+  int source_row0, source_col0;
+  int dest_row0, dest_col0;
+  long long a_offset;  // this part's A [m_pad][k_stride] within GatherParams::a
+};
+
+struct GatherParams {
+  const float* a;       // packed weight
+  const float* source;  // [batch, source_channels, source_h, source_w]
+  const float* bias;    // [m_size] or null
+  float* dest;          // [batch, m_size, dest_h, dest_w]
+  int m_size;
+  int batch;
+  int source_channels, source_h, source_w;
+  int dest_h, dest_w;
+  int source_scale, dest_scale;
+  int part_count;
+  int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
+  float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
+  long long dest_size;  // batch * m_size * dest_h * dest_w
+  GatherPart parts[kMaxPhases];
+};
+
+// grid = (N tiles of the largest part, M tiles, parts x K splits). Each block first
+// writes its part's tap table to shared memory: entry k holds the source
+// offset of tap k relative to the pixel's base and the tap's (row, column)
+// displacement for the bounds check, so the gather needs no division.
+template <class T>
+__global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
+  const GatherPart& part = params.parts[blockIdx.z % params.part_count];
+  const int split = blockIdx.z / params.part_count;
+  const int grid_plane = part.grid_h * part.grid_w;
+  const long long n_size = static_cast<long long>(params.batch) * grid_plane;
+  const long long n0 = static_cast<long long>(blockIdx.x) * T::BN;
+  if (n0 >= n_size) return;  // the whole block: this part has fewer tiles than the largest
+  const int m0 = blockIdx.y * T::BM;
+  const int tid = threadIdx.x;
+
+  constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
+  extern __shared__ __align__(16) float shared[];
+  float* a_tiles = shared;                                        // kStages x [BM][kKStride]
+  float* b_tiles = a_tiles + kStages * T::BM * kKStride;          // kStages x [kTileK][BN + pad]
+  int2* taps = reinterpret_cast<int2*>(b_tiles + kStages * kTileK * (T::BN + kColumnPad));
+  constexpr int a_stage = T::BM * kKStride, b_stage = kTileK * (T::BN + kColumnPad);
+
+  const int source_plane = params.source_h * params.source_w;
+  const int taps_per_channel = part.taps_h * part.taps_w;
+  for (int k = tid; k < part.k_stride; k += kThreads) {
+    int2 entry;
+    if (k < part.k_size) {
+      const int channel = k / taps_per_channel, tap = k - channel * taps_per_channel;
+      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+      entry.x = channel * source_plane + di * params.source_w + dj;
+      entry.y = static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu));
+    } else {
+      entry.x = 0;
+      entry.y = static_cast<int>(static_cast<unsigned>(kInvalidTap) << 16);
+    }
+    taps[k] = entry;
+  }
+
+  // B loads: this thread's column of the tile is fixed, so its pixel is decoded once.
+  constexpr int b_row_step = kThreads / T::BN;
+  constexpr int b_loads = kTileK / b_row_step;
+  const int b_column = tid % T::BN, b_row = tid / T::BN;
+  long long b_base = 0;
+  int row0 = -(1 << 24), col0 = 0;  // an invalid column fails every bounds check
+  {
+    const long long n = n0 + b_column;
+    if (n < n_size) {
+      const int image = static_cast<int>(n / grid_plane);
+      const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
+      const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
+      row0 = u * params.source_scale + part.source_row0;
+      col0 = v * params.source_scale + part.source_col0;
+      b_base = static_cast<long long>(image) * params.source_channels * source_plane +
+               static_cast<long long>(row0) * params.source_w + col0;
+    }
+  }
+  const float* a_rows = params.a + part.a_offset + static_cast<long long>(m0) * part.k_stride;
+
+  auto load_stage = [&](int stage, int k_tile) {
+    float* a_tile = a_tiles + stage * a_stage;
+    constexpr int a_vectors = T::BM * kTileK / 4;
+#pragma unroll
+    for (int i = tid; i < a_vectors; i += kThreads) {
+      const int row = i / (kTileK / 4), k4 = (i % (kTileK / 4)) * 4;
+      copy16_async(a_tile + row * kKStride + k4,
+                   a_rows + static_cast<long long>(row) * part.k_stride + k_tile * kTileK + k4);
+    }
+    float* b_tile = b_tiles + stage * b_stage;
+#pragma unroll
+    for (int r = 0; r < b_loads; ++r) {
+      const int k_local = b_row + r * b_row_step;
+      const int2 entry = taps[k_tile * kTileK + k_local];
+      const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
+      const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
+                          static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
+      copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
+                  inside ? params.source + b_base + entry.x : params.source, inside);
+    }
+  };
+
+  float acc[T::MT][T::NT][4];
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  const int warp = tid / 32, lane = tid % 32;
+  const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
+  // This split's K tiles [k_first, k_first + k_tiles); a split may be empty (it then writes zeros).
+  const int all_k_tiles = part.k_stride / kTileK;
+  const int tiles_per_split = (all_k_tiles + params.splits - 1) / params.splits;
+  const int k_first = min(all_k_tiles, split * tiles_per_split);
+  const int k_tiles = min(all_k_tiles, k_first + tiles_per_split) - k_first;
+
+  __syncthreads();  // the tap table is complete
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < k_tiles) load_stage(stage, k_first + stage);
+    commit_async();
+  }
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
+    __syncthreads();            // ... for every thread, and the stage about to be refilled is no longer read
+    const int next = k_tile + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, k_first + next);
+    commit_async();
+    const int stage = k_tile % kStages;
+    multiply_stage<T, false>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane, acc);
+  }
+  wait_async<0>();
+
+  // Epilogue: accumulator (g [+8], 2t [+1]) of each mma tile -> dest, plus bias.
+  const int g = lane >> 2, t = lane & 3;
+  const int dest_plane = params.dest_h * params.dest_w;
+  long long column_offset[T::NT][2];
+#pragma unroll
+  for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const long long n = n0 + warp_n0 + nt * 8 + 2 * t + c;
+      column_offset[nt][c] = -1;
+      if (n < n_size) {
+        const int image = static_cast<int>(n / grid_plane);
+        const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
+        const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
+        column_offset[nt][c] = static_cast<long long>(image) * params.m_size * dest_plane +
+                               static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
+                               v * params.dest_scale + part.dest_col0;
+      }
+    }
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
+      if (m >= params.m_size) continue;
+      const bool whole = params.splits == 1;  // else a partial sum: bias and the sum come in reduce_splits
+      const float bias = whole && params.bias ? params.bias[m] : 0.0f;
+      float* dest = (whole ? params.dest : params.partial + split * params.dest_size) +
+                    static_cast<long long>(m) * dest_plane;
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (column_offset[nt][c] >= 0) dest[column_offset[nt][c]] = acc[mt][nt][2 * half + c] + bias;
+    }
+}
+
+// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];
+// grid-stride, consecutive threads on consecutive q (coalesced).
+__global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
+                                     const float* bias, float* dest) {
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
+    for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
+    dest[index] = sum;
+  }
+}
+
+// Packs the weight W [Co, Ci, k, k] into each part's A [m_pad][k_stride],
+// zero beyond m_size and k_size:
+//   forward:        A[o][(c, i, j)]   = W[o, c, i, j]
+//   backward_data:  A[c][(o, ti, tj)] = W[o, c, tap_row0 + s*ti, tap_col0 + s*tj]
+// grid.y = part; grid-stride over the part's elements.
+struct PackPart {
+  int k_size, k_stride, taps_h, taps_w, tap_row0, tap_col0;
+  long long offset;
+};
+
+struct PackParams {
+  const float* weight;
+  float* packed;
+  int m_size, m_pad;
+  int in_channels, kernel, stride;
+  bool transpose;  // backward_data
+  PackPart parts[kMaxPhases];
+};
+
+__global__ void pack_weight_kernel(const PackParams params) {
+  const PackPart& part = params.parts[blockIdx.y];
+  const long long total = static_cast<long long>(params.m_pad) * part.k_stride;
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < total;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int m = static_cast<int>(index / part.k_stride), k = static_cast<int>(index % part.k_stride);
+    float value = 0.0f;
+    if (m < params.m_size && k < part.k_size) {
+      if (!params.transpose) {
+        value = params.weight[static_cast<long long>(m) * part.k_size + k];
+      } else {
+        const int taps = part.taps_h * part.taps_w;
+        const int o = k / taps, tap = k % taps;
+        const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+        const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+        value = params.weight[((static_cast<long long>(o) * params.in_channels + m) * params.kernel + i) *
+                                  params.kernel +
+                              j];
+      }
+    }
+    params.packed[part.offset + index] = value;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// backward_weight: partial[split][o][(c, i, j)] = sum over this split's pixels.
+
+struct WeightGradParams {
+  const float* x;  // [batch, Ci, H, W]
+  const float* y;  // [batch, Co, Ho, Wo]
+  float* partial;  // [splits][Co][Ci*k*k]
+  int in_channels, height, width, out_channels, out_height, out_width, kernel, stride, padding;
+  long long k_size;       // batch*Ho*Wo
+  long long k_per_split;  // a multiple of kTileK
+};
+
+// grid = (N tiles, M tiles, splits). Both tiles are K-contiguous: a thread
+// loads pixel tid%16 of the tile for 8 rows of A (channels o) and 8 columns of
+// B (taps (c, i, j), decoded once), so a pixel is decoded once per stage.
+// vector_a: Ho*Wo is a multiple of kTileK, so every tile of A is 16 pixels of
+// one image, 16-byte aligned (k_per_split is a multiple of kTileK too).
+template <class T, bool vector_a>
+__global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
+  constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
+  const int m_size = params.out_channels;
+  const int kk = params.kernel * params.kernel;
+  const int n_size = params.in_channels * kk;
+  const int n0 = blockIdx.x * T::BN, m0 = blockIdx.y * T::BM;
+  const long long k_begin = blockIdx.z * params.k_per_split;
+  const long long k_end = min(params.k_size, k_begin + params.k_per_split);
+  const int k_tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kTileK - 1) / kTileK) : 0;
+  const int tid = threadIdx.x;
+
+  extern __shared__ __align__(16) float shared[];
+  float* a_tiles = shared;                                // kStages x [BM][kKStride]
+  float* b_tiles = a_tiles + kStages * T::BM * kKStride;  // kStages x [BN][kKStride]
+  constexpr int a_stage = T::BM * kKStride, b_stage = T::BN * kKStride;
+
+  const int k_local = tid % kTileK, lane_row = tid / kTileK;  // 16 rows per pass
+  constexpr int row_step = kThreads / kTileK;
+  constexpr int a_loads = T::BM / row_step, b_loads = T::BN / row_step;
+  const int plane = params.height * params.width;
+  int column_offset[b_loads], column_tap[b_loads];
+#pragma unroll
+  for (int r = 0; r < b_loads; ++r) {
+    const int n = n0 + lane_row + r * row_step;
+    if (n < n_size) {
+      const int c = n / kk, i = (n % kk) / params.kernel, j = n % params.kernel;
+      column_offset[r] = c * plane + i * params.width + j;
+      column_tap[r] = (i << 16) | j;
+    } else {
+      column_offset[r] = 0;
+      column_tap[r] = kInvalidTap << 16;
+    }
+  }
+  const int out_plane = params.out_height * params.out_width;
+
+  // This thread's pixel (image, a, b) in the next tile to load, stepped by
+  // kTileK per tile (tiles load in order), so no division per stage.
+  long long pixel = k_begin + k_local;
+  int image = 0, a = 0, b = 0;
+  if (pixel < k_end) {
+    image = static_cast<int>(pixel / out_plane);
+    const int q = static_cast<int>(pixel - static_cast<long long>(image) * out_plane);
+    a = q / params.out_width;
+    b = q - a * params.out_width;
+  }
+  // The tile's first pixel, for the vector loads of A (whole tiles within one image).
+  int tile_image = static_cast<int>(k_begin / out_plane);
+  int tile_q = static_cast<int>(k_begin - static_cast<long long>(tile_image) * out_plane);
+
+  auto load_stage = [&](int stage, int) {
+    const bool pixel_valid = pixel < k_end;
+    float* a_tile = a_tiles + stage * a_stage;
+    if constexpr (vector_a) {
+      // 4 consecutive pixels of one channel per 16-byte copy.
+      const float* y_tile = params.y + static_cast<long long>(tile_image) * m_size * out_plane + tile_q;
+#pragma unroll
+      for (int i = tid; i < T::BM * kTileK / 4; i += kThreads) {
+        const int row = i / (kTileK / 4), k4 = (i % (kTileK / 4)) * 4;
+        const bool valid = m0 + row < m_size;
+        copy16_async_zfill(a_tile + row * kKStride + k4,
+                           valid ? y_tile + static_cast<long long>(m0 + row) * out_plane + k4 : params.y, valid);
+      }
+      tile_q += kTileK;
+      if (tile_q == out_plane) {
+        tile_q = 0;
+        ++tile_image;
+      }
+    } else {
+      const float* y_pixel =
+          params.y + static_cast<long long>(image) * m_size * out_plane + a * params.out_width + b;
+#pragma unroll
+      for (int r = 0; r < a_loads; ++r) {
+        const int m = m0 + lane_row + r * row_step;
+        const bool valid = pixel_valid && m < m_size;
+        copy4_async(a_tile + (lane_row + r * row_step) * kKStride + k_local,
+                    valid ? y_pixel + static_cast<long long>(m) * out_plane : params.y, valid);
+      }
+    }
+    const int y0 = pixel_valid ? a * params.stride - params.padding : -(1 << 24);
+    const int x0 = b * params.stride - params.padding;
+    const long long x_base = static_cast<long long>(image) * params.in_channels * plane +
+                             static_cast<long long>(y0) * params.width + x0;
+    float* b_tile = b_tiles + stage * b_stage;
+#pragma unroll
+    for (int r = 0; r < b_loads; ++r) {
+      const int di = column_tap[r] >> 16, dj = column_tap[r] & 0xffff;
+      const bool inside = static_cast<unsigned>(y0 + di) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
+      copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local,
+                  inside ? params.x + x_base + column_offset[r] : params.x, inside);
+    }
+    pixel += kTileK;
+    b += kTileK;
+    while (b >= params.out_width) {
+      b -= params.out_width;
+      if (++a == params.out_height) {
+        a = 0;
+        ++image;
+      }
+    }
+  };
+
+  float acc[T::MT][T::NT][4];
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  const int warp = tid / 32, lane = tid % 32;
+  const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
+
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < k_tiles) load_stage(stage, stage);
+    commit_async();
+  }
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_async<kStages - 2>();
+    __syncthreads();
+    const int next = k_tile + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, next);
+    commit_async();
+    const int stage = k_tile % kStages;
+    multiply_stage<T, true>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane, acc);
+  }
+  wait_async<0>();
+
+  const int g = lane >> 2, t = lane & 3;
+  float* partial = params.partial + static_cast<long long>(blockIdx.z) * m_size * n_size;
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
+      if (m >= m_size) continue;
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
+          if (n < n_size) partial[static_cast<long long>(m) * n_size + n] = acc[mt][nt][2 * half + c];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+template <class T>
+std::size_t gather_shared_bytes(int max_k_stride) {
+  return sizeof(float) * (T::STAGES * T::BM * T::KStride + T::STAGES * T::BK * (T::BN + kColumnPad)) +
+         sizeof(int2) * static_cast<std::size_t>(max_k_stride);
+}
+
+template <class T>
+std::size_t weight_grad_shared_bytes() {
+  return sizeof(float) * T::STAGES * (T::BM + T::BN) * T::KStride;
+}
+
+// Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel).
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, std::size_t bytes, const char* name) {
+  cuda::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                   name, __FILE__, __LINE__);
+}
+
+int multiprocessor_count(const Context& ctx) {
+  int count = 0;
+  cuda::check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, cuda::resources(ctx).device),
+                   "cudaDeviceGetAttribute(multiprocessors)", __FILE__, __LINE__);
+  return std::max(count, 1);
+}
+
+// Packs the weight when the kernel cannot read it in place (forward with a
+// K that is a multiple of kTapAlign, M a multiple of BM and 16-byte alignment
+// reads W directly). Returns A.
+const float* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
+                         bool in_place, Tensor& buffer, PackParams& filled) {
+  filled = pack;
+  if (in_place) return pack.weight;
+  float* packed = scratch_tensor(buffer, {total}, DType::f32, ctx.device()).data<float>();
+  filled.packed = packed;
+  long long largest = 0;
+  for (int p = 0; p < part_count; ++p)
+    largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
+  if (largest > 0) {
+    const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
+    pack_weight_kernel<<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
+  }
+  return packed;
+}
+
+// Runs the gather GEMM over params.part_count parts. When its blocks would
+// not fill the GPU once (small images, long K), K is split over up to 8x more
+// blocks whose partial sums reduce_splits_kernel adds (with the bias).
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
+  using T = GatherTile;
+  int max_k_stride = 0;
+  long long max_n_tiles = 0, blocks = 0;
+  for (int p = 0; p < params.part_count; ++p) {
+    const GatherPart& part = params.parts[p];
+    const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
+    max_k_stride = std::max(max_k_stride, part.k_stride);
+    max_n_tiles = std::max(max_n_tiles, n_tiles);
+    blocks += n_tiles * ceil_div(params.m_size, T::BM);
+  }
+  if (max_n_tiles == 0) return;
+  const long long resident = 2LL * multiprocessor_count(ctx);  // 2 blocks per multiprocessor fit
+  const long long k_tiles = max_k_stride / T::BK;
+  params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
+  params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
+  params.partial = nullptr;
+  if (params.splits > 1)
+    params.partial =
+        scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
+  static const bool opted_in = (allow_shared_bytes(gather_gemm_kernel<T>, gather_shared_bytes<T>(kMaxTaps),
+                                                   "cudaFuncSetAttribute(gather_gemm_kernel)"),
+                                true);
+  (void)opted_in;
+  const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
+                  static_cast<unsigned>(params.part_count * params.splits));
+  gather_gemm_kernel<T><<<grid, kThreads, gather_shared_bytes<T>(max_k_stride), cuda::stream(ctx)>>>(params);
+  cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  if (params.splits > 1) {
+    reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, params.dest_h * params.dest_w, params.bias,
+        params.dest);
+    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
+             float* y, Scratch& scratch) {
+  if (p.batch == 0) return;
+  const int k_size = static_cast<int>(p.in_channels * p.kernel * p.kernel);
+  const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
+  const int m_pad = static_cast<int>(round_up(p.out_channels, GatherTile::BM));
+
+  PackParams pack{};
+  pack.weight = weight;
+  pack.m_size = static_cast<int>(p.out_channels);
+  pack.m_pad = m_pad;
+  pack.in_channels = static_cast<int>(p.in_channels);
+  pack.kernel = static_cast<int>(p.kernel);
+  pack.stride = static_cast<int>(p.stride);
+  pack.transpose = false;
+  pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
+  const bool in_place = k_stride == k_size && m_pad == p.out_channels &&
+                        reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
+  PackParams filled;
+  const float* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place,
+                               scratch.forward_weight, filled);
+
+  GatherParams params{};
+  params.a = a;
+  params.source = x;
+  params.bias = bias;
+  params.dest = y;
+  params.m_size = static_cast<int>(p.out_channels);
+  params.batch = static_cast<int>(p.batch);
+  params.source_channels = static_cast<int>(p.in_channels);
+  params.source_h = static_cast<int>(p.height);
+  params.source_w = static_cast<int>(p.width);
+  params.dest_h = static_cast<int>(p.out_height);
+  params.dest_w = static_cast<int>(p.out_width);
+  params.source_scale = static_cast<int>(p.stride);
+  params.dest_scale = 1;
+  GatherPart& part = params.parts[0];
+  part.k_size = k_size;
+  part.k_stride = k_stride;
+  part.taps_h = part.taps_w = static_cast<int>(p.kernel);
+  part.tap_step = 1;
+  part.grid_h = static_cast<int>(p.out_height);
+  part.grid_w = static_cast<int>(p.out_width);
+  part.source_row0 = part.source_col0 = static_cast<int>(-p.padding);
+  part.dest_row0 = part.dest_col0 = 0;
+  part.a_offset = 0;
+  params.part_count = 1;
+  run_gather(ctx, params, scratch.forward_sums);
+}
+
+void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
+                   const float* bias, float* x, Scratch& scratch) {
+  if (p.batch == 0) return;
+  const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
+  const int m_pad = static_cast<int>(round_up(p.in_channels, GatherTile::BM));
+
+  PackParams pack{};
+  pack.weight = weight;
+  pack.m_size = static_cast<int>(p.in_channels);
+  pack.m_pad = m_pad;
+  pack.in_channels = static_cast<int>(p.in_channels);
+  pack.kernel = k;
+  pack.stride = s;
+  pack.transpose = true;
+
+  GatherParams params{};
+  params.source = y;
+  params.bias = bias;
+  params.dest = x;
+  params.m_size = static_cast<int>(p.in_channels);
+  params.batch = static_cast<int>(p.batch);
+  params.source_channels = static_cast<int>(p.out_channels);
+  params.source_h = static_cast<int>(p.out_height);
+  params.source_w = static_cast<int>(p.out_width);
+  params.dest_h = static_cast<int>(p.height);
+  params.dest_w = static_cast<int>(p.width);
+  params.source_scale = 1;
+  params.dest_scale = s;
+
+  // Destination pixel (h, w) = (ph + s*u, pw + s*v) receives the taps
+  // i = i0 + s*ti with i0 = (ph + p) mod s, from source row
+  // (h + p - i)/s = u + (ph + p - i0)/s - ti; likewise for columns.
+  int part_count = 0;
+  long long offset = 0;
+  for (int ph = 0; ph < s; ++ph)
+    for (int pw = 0; pw < s; ++pw) {
+      const int grid_h = ph < p.height ? static_cast<int>(ceil_div(p.height - ph, s)) : 0;
+      const int grid_w = pw < p.width ? static_cast<int>(ceil_div(p.width - pw, s)) : 0;
+      if (grid_h == 0 || grid_w == 0) continue;
+      const int i0 = (ph + pad) % s, j0 = (pw + pad) % s;
+      const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
+      const int k_size = static_cast<int>(p.out_channels) * taps_h * taps_w;
+      const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
+      GatherPart& part = params.parts[part_count];
+      part.k_size = k_size;
+      part.k_stride = k_stride;
+      part.taps_h = std::max(taps_h, 1);  // a phase without taps has k_size 0; avoid dividing by 0
+      part.taps_w = std::max(taps_w, 1);
+      part.tap_step = -1;
+      part.grid_h = grid_h;
+      part.grid_w = grid_w;
+      part.source_row0 = (ph + pad - i0) / s;
+      part.source_col0 = (pw + pad - j0) / s;
+      part.dest_row0 = ph;
+      part.dest_col0 = pw;
+      part.a_offset = offset;
+      pack.parts[part_count] = {k_size, k_stride, part.taps_h, part.taps_w, i0, j0, offset};
+      offset += static_cast<long long>(m_pad) * k_stride;
+      ++part_count;
+    }
+  if (part_count == 0) return;
+  PackParams filled;
+  params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, scratch.backward_data_weight, filled);
+  params.part_count = part_count;
+  run_gather(ctx, params, scratch.backward_data_sums);
+}
+
+void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
+                     float* weight_grad, Scratch& scratch) {
+  using T = WeightGradTile;
+  constexpr int kTileK = T::BK;
+  const long long k_size = p.batch * p.out_height * p.out_width;
+  if (k_size == 0) return;
+  const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
+  const long long tiles = ceil_div(m_size, T::BM) * ceil_div(n_size, T::BN);
+  const long long k_tiles = ceil_div(k_size, kTileK);
+  // Split the pixel sum so that the blocks fill the GPU once (2 resident per
+  // multiprocessor), keeping at least 8 stages of work per block.
+  const long long resident = 2LL * multiprocessor_count(ctx);
+  const long long splits = std::max(1LL, std::min(resident / std::max(tiles, 1LL), k_tiles / 8));
+  const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
+  const long long used_splits = ceil_div(k_size, k_per_split);
+
+  float* partial =
+      scratch_tensor(scratch.weight_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
+  WeightGradParams params{};
+  params.x = x;
+  params.y = y;
+  params.partial = partial;
+  params.in_channels = static_cast<int>(p.in_channels);
+  params.height = static_cast<int>(p.height);
+  params.width = static_cast<int>(p.width);
+  params.out_channels = static_cast<int>(p.out_channels);
+  params.out_height = static_cast<int>(p.out_height);
+  params.out_width = static_cast<int>(p.out_width);
+  params.kernel = static_cast<int>(p.kernel);
+  params.stride = static_cast<int>(p.stride);
+  params.padding = static_cast<int>(p.padding);
+  params.k_size = k_size;
+  params.k_per_split = k_per_split;
+  static const bool opted_in =
+      (allow_shared_bytes(weight_grad_kernel<T, true>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       true);
+  (void)opted_in;
+  const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
+                  static_cast<unsigned>(used_splits));
+  if ((p.out_height * p.out_width) % kTileK == 0)
+    weight_grad_kernel<T, true><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  else
+    weight_grad_kernel<T, false><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
+  accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
+}
+
+}  // namespace plexus::layers::implicit_gemm

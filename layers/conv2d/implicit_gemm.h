@@ -1,0 +1,90 @@
+#pragma once
+// Implicit-GEMM 2-D convolution on tensor cores (TF32 mma.sync m16n8k8, f32
+// storage, f32 accumulation). One engine, three index mappings, in the terms
+// of a Conv2d with input X [N, Ci, H, W], weight W [Co, Ci, k, k] and output
+// Y [N, Co, Ho, Wo], Ho = (H + 2p - k)/s + 1:
+//   forward          Y[n, o, a, b]  = bias[o] + sum_{c,i,j} W[o,c,i,j] X[n, c, a*s-p+i, b*s-p+j]
+//   backward_data    X[n, c, h, w]  = bias[c] + sum_{o,i,j} W[o,c,i,j] Y[n, o, (h+p-i)/s, (w+p-j)/s]
+//                                     (only terms where s divides h+p-i and w+p-j)
+//   backward_weight  dW[o, c, i, j] += sum_{n,a,b} Y[n, o, a, b] X[n, c, a*s-p+i, b*s-p+j]
+// ConvTranspose2d is the same three with the roles swapped (its forward is
+// backward_data, its input gradient is forward, its weight gradient is
+// backward_weight with X and Y exchanged), so both layers share this engine.
+//
+// No column matrix is materialised: each thread block gathers its tile of the
+// patch matrix straight from the NCHW tensor into shared memory (cp.async,
+// zero-filled outside the image), multi-buffered so loads overlap the
+// products. backward_data runs one GEMM per output phase (h mod s, w mod s),
+// where only every s-th kernel tap contributes, so no product is spent on the
+// zeros a strided transpose would insert. backward_weight splits the long
+// pixel sum over blocks and reduces the partial sums deterministically (as do
+// the other two passes when their output is too small to fill the GPU).
+//
+// TF32 keeps 10 mantissa bits of each operand (relative error ~1e-3 per
+// product); use it only when the Context allows TF32.
+#include <cstdint>
+
+#include "plexus/context.h"
+#include "plexus/tensor.h"
+
+namespace plexus::layers::implicit_gemm {
+
+// The engine's limits (supports() checks them).
+inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipeline stages
+inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
+inline constexpr int kMaxTaps = 7168;    // K entries of one tap table (8 bytes each in shared memory)
+inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
+
+// A convolution in Conv2d terms (see above). For ConvTranspose2d the "input"
+// X is its output and Y its input.
+struct ConvProblem {
+  std::int64_t batch = 0;
+  std::int64_t in_channels = 0;   // Ci
+  std::int64_t height = 0;        // H
+  std::int64_t width = 0;         // W
+  std::int64_t out_channels = 0;  // Co
+  std::int64_t out_height = 0;    // Ho
+  std::int64_t out_width = 0;     // Wo
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+};
+
+// Buffers the engine keeps between calls (packed weights, split-K partial
+// sums); allocated on first use, reused while shapes stay the same.
+// One buffer per pass, so a layer alternating passes never reallocates.
+struct Scratch {
+  Tensor forward_weight;        // the weight packed for forward
+  Tensor forward_sums;          // forward's split-K partial sums
+  Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
+  Tensor backward_data_sums;    // backward_data's split-K partial sums
+  Tensor weight_sums;           // backward_weight's split-K partial sums
+};
+
+// True when the engine takes this problem: f32, a CUDA context allowing TF32,
+// stride <= 4, every per-image tensor and the kernel-tap tables within the
+// engine's 32-bit index and shared-memory limits. Otherwise callers use the
+// im2col + cuBLAS path. Defined in implicit_gemm.cpp, so CPU-only builds
+// link it too (there it is always false: no CUDA context exists).
+bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
+
+// Whether the engine runs forward / backward_data (given supports()): they
+// gather one input element per product row, so with few rows (Co resp.
+// Ci <= kMinGatherRows: the layers next to RGB images) the gather costs more
+// than it saves and im2col + cuBLAS is faster. backward_weight takes every
+// supported problem.
+inline constexpr int kMinGatherRows = 16;
+inline bool takes_forward(const ConvProblem& problem) { return problem.out_channels > kMinGatherRows; }
+inline bool takes_backward_data(const ConvProblem& problem) { return problem.in_channels > kMinGatherRows; }
+
+// Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
+void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,
+             const float* bias, float* y, Scratch& scratch);
+// X = conv^T(Y, W) (+ bias[c] when bias is not null); overwrites every element of x.
+void backward_data(const Context& ctx, const ConvProblem& problem, const float* y, const float* weight,
+                   const float* bias, float* x, Scratch& scratch);
+// weight_grad += correlation of Y with X (shape [Co, Ci, k, k]).
+void backward_weight(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+                     float* weight_grad, Scratch& scratch);
+
+}  // namespace plexus::layers::implicit_gemm

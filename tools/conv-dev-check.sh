@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (sm_90), from the repository root:
+#   bash tools/conv-dev-check.sh [--precision f32|tf32|bf16]
+# The quick loop for convolution kernels: builds only the plexus library, the
+# Conv2d / ConvTranspose2d tests and plexus-bench; runs the convolution tests
+# (every pass of the tensor-core engine against the f64 CPU reference,
+# gradient checks, parity), compute-sanitizer memcheck over the tensor-core
+# tests, then the convolution rows of tools/bench/run.sh (default tf32).
+# Logs go to $OUT (default conv-check-logs/). stb: STB_INCLUDE_DIR or .device/stb.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${OUT:-conv-check-logs}
+mkdir -p "$logs"
+build=${BUILD:-build-gpu}
+stb=${STB_INCLUDE_DIR:-$PWD/.device/stb}
+precision=tf32
+[ "${1:-}" = "--precision" ] && precision=$2
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
+echo "== build (plexus, conv tests, plexus-bench)"
+start=$(date +%s)
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+         -DSTB_INCLUDE_DIR="$stb" &&
+       cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus-bench; } \
+     > "$logs/build.log" 2>&1; then
+  tail -60 "$logs/build.log"
+  echo "SUMMARY: build FAILED"
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+echo "== convolution tests"
+tests_ok=1
+for t in conv2d_test conv_transpose2d_test; do
+  timeout 300 "$build/tests/$t" --gtest_brief=1 > "$logs/$t.log" 2>&1 || tests_ok=0
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error|Expected|Which is|forward,|gradient," "$logs/$t.log" | head -40
+done
+
+echo "== memcheck over the tensor-core tests"
+memcheck_ok=1
+for t in conv2d_test conv_transpose2d_test; do
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" \
+    --gtest_filter='*TensorCore*' > "$logs/memcheck-$t.log" 2>&1 || memcheck_ok=0
+  grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1
+done
+
+echo "== convolution benchmark ($precision)"
+OUT="$logs" BUILD="$build" timeout 400 bash tools/bench/run.sh --precision "$precision" --only Conv --no-compile \
+  > "$logs/bench.log" 2>&1
+bench_rc=$?
+cat "$logs/table.md" 2>/dev/null || tail -30 "$logs/bench.log"
+echo "SUMMARY: tests $([ $tests_ok = 1 ] && echo passed || echo FAILED); memcheck $([ $memcheck_ok = 1 ] && echo clean || echo FAILED); bench rc=$bench_rc"
+
+# Optional: PROFILE=1 adds Nsight Compute metrics of the engine's kernels on
+# the 128-channel 5x5/2 layer at 128x128 (forward and backward).
+if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
+  echo "== ncu"
+  timeout 240 ncu --kernel-name regex:'gather_gemm|weight_grad' --launch-count 3 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+    "$build/bin/plexus-bench" --precision "$precision" --only "Conv2d 5x5/2 128->128 @128" --warmup 0 --repeats 1 \
+    > "$logs/ncu.txt" 2>&1
+  grep -E "gather_gemm|weight_grad|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Stall|Warp Cycles Per Issued|Achieved Occupancy|Executed Ipc" "$logs/ncu.txt" | head -80
+fi
