@@ -6,13 +6,15 @@
 # (every pass of the tensor-core engine against the f64 CPU reference,
 # gradient checks, parity), compute-sanitizer memcheck over the tensor-core
 # tests, then the convolution rows of tools/bench/run.sh (default tf32).
-# Logs go to $OUT (default conv-check-logs/). stb: STB_INCLUDE_DIR or .device/stb.
+# Logs go to $OUT (default conv-check-logs/). Set STB_INCLUDE_DIR when the stb
+# headers are not installed system-wide.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-conv-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
-stb=${STB_INCLUDE_DIR:-$PWD/.device/stb}
+stb_option=()
+if [ -n "${STB_INCLUDE_DIR:-}" ]; then stb_option=(-DSTB_INCLUDE_DIR="$STB_INCLUDE_DIR"); fi
 precision=tf32
 [ "${1:-}" = "--precision" ] && precision=$2
 
@@ -20,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 echo "== build (plexus, conv tests, plexus-bench)"
 start=$(date +%s)
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-         -DSTB_INCLUDE_DIR="$stb" &&
+         "${stb_option[@]}" &&
        cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus-bench; } \
      > "$logs/build.log" 2>&1; then
   tail -60 "$logs/build.log"
