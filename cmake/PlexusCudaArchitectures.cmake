@@ -8,12 +8,12 @@
 #
 # The portable list is chosen for build time as well as reach: machine code
 # for a compute capability runs on every later minor version of its major
-# one (sm_80 code runs on 8.6 and 8.9 cards), so one entry per major
-# generation covers every CUDA 13 GPU:
-#   75  Turing (T4, RTX 20xx)
+# one (sm_80 code runs on 8.6 and 8.9 cards), so one entry per generation:
 #   80  Ampere and Ada (A100, A10, RTX 30xx, RTX 40xx, L4, L40)
 #   90  Hopper (H100, H200), plus PTX: Blackwell and later JIT-compile it.
-set(PLEXUS_PORTABLE_CUDA_ARCHITECTURES "75-real;80-real;90"
+# Turing (7.5: T4, RTX 20xx) is not in it: the tensor-core convolution
+# kernels use sm_80 instructions (cp.async, TF32 mma).
+set(PLEXUS_PORTABLE_CUDA_ARCHITECTURES "80-real;90"
     CACHE STRING "CUDA architectures built when no GPU is visible at configure time")
 
 # Sets `out_var` to the architectures to build for. `requested` is the value

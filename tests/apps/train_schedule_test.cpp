@@ -6,6 +6,7 @@
 
 #include "lr_schedule.h"
 #include "plexus/error.h"
+#include "run_metadata.h"
 #include "train_progress.h"
 
 namespace plexus::ae {

@@ -14,16 +14,16 @@ expect("80;90" "8.6" "80;90")               # explicit beats the visible GPU
 expect("native" "" "native")                # explicit native is passed through
 expect("" "8.6" "native")                   # one visible GPU
 expect("" "8.0;9.0" "native")               # several
-expect("" "" "75-real;80-real;90")          # none: the portable list
+expect("" "" "80-real;90")                  # none: the portable list
 
-# The portable list: machine code for Turing, Ampere/Ada, Hopper, and PTX
+# The portable list: machine code for Ampere/Ada and Hopper, and PTX
 # (a bare number is real + virtual) for the newest, so later GPUs JIT it.
 set(portable "${PLEXUS_PORTABLE_CUDA_ARCHITECTURES}")
 list(GET portable -1 newest)
 if(newest MATCHES "-real$")
   message(FATAL_ERROR "the newest portable architecture '${newest}' must also emit PTX")
 endif()
-foreach(required 75 80 90)
+foreach(required 80 90)
   if(NOT portable MATCHES "(^|;)${required}")
     message(FATAL_ERROR "the portable list '${portable}' lacks ${required}")
   endif()
