@@ -4,7 +4,7 @@
 # Builds only libplexus, gdn_test and plexus-bench (sm_90 unless
 # CUDA_ARCHITECTURES says otherwise), runs the GDN tests with CUDA (fails
 # if any is skipped), then times the GDN and IGDN benchmark rows with Plexus
-# and PyTorch side by side: strict f32, TF32 (`--tf32` on both sides), and
+# and PyTorch side by side: strict f32, TF32 (`--precision tf32` on both sides), and
 # PyTorch under torch.compile at TF32 for the 16x128x128x128 row.
 # Logs and JSON lines go to $OUT (or gdn-check-logs/). stb is found by CMake
 # or given as STB_INCLUDE_DIR.
@@ -42,11 +42,11 @@ echo "== GDN benchmarks, strict f32"
 "$python" tools/bench/torch_bench.py --only GDN > "$logs/torch-f32.jsonl"
 "$python" tools/bench/compare.py "$logs/plexus-f32.jsonl" "$logs/torch-f32.jsonl" | tee "$logs/table-f32.md"
 echo "== GDN benchmarks, TF32"
-"$build/bin/plexus-bench" --only GDN --tf32 > "$logs/plexus-tf32.jsonl"
-"$python" tools/bench/torch_bench.py --only GDN --tf32 > "$logs/torch-tf32.jsonl"
+"$build/bin/plexus-bench" --only GDN --precision tf32 > "$logs/plexus-tf32.jsonl"
+"$python" tools/bench/torch_bench.py --only GDN --precision tf32 > "$logs/torch-tf32.jsonl"
 "$python" tools/bench/compare.py "$logs/plexus-tf32.jsonl" "$logs/torch-tf32.jsonl" | tee "$logs/table-tf32.md"
 echo "== GDN 128 @128, TF32, PyTorch under torch.compile"
-timeout 240 "$python" tools/bench/torch_bench.py --only "GDN 128 @128" --tf32 --compile-layers --no-compile > "$logs/torch-compile-tf32.jsonl" \
+timeout 240 "$python" tools/bench/torch_bench.py --only "GDN 128 @128" --precision tf32 --compile-layers --no-compile > "$logs/torch-compile-tf32.jsonl" \
   2> "$logs/torch-compile.err" || tail -5 "$logs/torch-compile.err"
 "$python" tools/bench/compare.py "$logs/plexus-tf32.jsonl" "$logs/torch-compile-tf32.jsonl" |
   tee "$logs/table-compile-tf32.md"

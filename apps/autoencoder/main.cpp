@@ -62,6 +62,14 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--lr-step-every", o.lr_step_every, "step schedule: decay every this many steps");
   train.add_option("--lr-patience", o.lr_patience, "plateau schedule: validations without a lower validation loss before a decay");
   train.add_option("--min-lr", o.min_lr, "the schedule never goes below this learning rate");
+  train.add_option_function<std::string>(
+           "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
+           "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
+           "that do not declare themselves capturable fall back to eager launches, said once in the log); off: "
+           "launch every kernel eagerly")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on")
+      ->type_name("on|off");
   train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }

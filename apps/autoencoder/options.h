@@ -29,6 +29,7 @@ struct TrainOptions {
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
+  bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
   double clip_grad_norm = 1.0;  // global gradient 2-norm limit; 0: no clipping
   std::string lr_schedule = "plateau";  // none, step, plateau (see lr_schedule.h)

@@ -5,6 +5,11 @@
 // mix_seed(seed, k, 1). Neither depends on what ran before, so a run resumed
 // from a checkpoint at step k (parameters, Adam moments and step count
 // restored) takes exactly the steps an uninterrupted run takes.
+//
+// The steps themselves (TrainingStep) are enqueued without waiting for the
+// GPU: the loss is read back once per log line, and divergence is looked up
+// in a device-side record at log, validation, checkpoint and stop points
+// (every step on the CPU, where it is free).
 #include "train_command.h"
 
 #include <chrono>
@@ -38,14 +43,13 @@
 #include "run_metadata.h"
 #include "session.h"
 #include "stop_signal.h"
+#include "training_step.h"
 
 namespace plexus::ae {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr std::uint64_t kNoiseStream = 1;
 
 std::string default_out(const std::string& model) {
   return "runs/" + fs::path(model).stem().string();
@@ -212,7 +216,25 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   ProgressBar bar(stderr_is_terminal(), o.log_every);
   std::int64_t last_good_checkpoint = o.resume ? step : -1;
 
+  TrainingStep training(net, adam, ctx, loader, o.seed, weight, o.cuda_graph, step);
+  training.set_gradient_clipper(clipper.get());
+  auto diverged = [&](const std::optional<Divergence>& d) {
+    if (!d) return false;
+    bar.finish();
+    spdlog::error(
+        "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
+        "Try a lower --lr (now {}) or check the data.",
+        std::isnan(d->loss) ? "NaN" : "infinite", d->step, d->mse, d->bpp,
+        last_good_checkpoint >= 0 ? "The last good checkpoint, '" + checkpoint_path + "' at step " +
+                                        std::to_string(last_good_checkpoint) + ", is kept."
+                                  : std::string("No checkpoint had been saved yet."),
+        o.lr);
+    report_skipped(train_images, "training");
+    return true;
+  };
+
   auto save = [&](const char* why) {
+    if (diverged(training.divergence())) return false;
     std::string culprit;
     if (!parameters_finite(ctx, net, &culprit)) {
       bar.finish();
@@ -229,8 +251,6 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   };
 
   // Window statistics between two log lines.
-  double window_loss = 0, window_mse = 0, window_bpp = 0;
-  std::int64_t window_steps = 0;
   auto window_start = std::chrono::steady_clock::now();
   double seconds_per_step = 0;  // exponential moving average
   SmoothedStats smoothed;       // what the progress line shows
@@ -246,32 +266,17 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
 
   while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
-    Tensor batch = loader.next();
-    net.input(kImage).copy_from(batch);
-    ctx.reseed(data::mix_seed(o.seed, static_cast<std::uint64_t>(step), kNoiseStream));
-    net.forward(ctx);
-    const double mse = net.scalar(kDistortion);
-    const double bpp = net.scalar(kRate);
-    const double loss = weight * mse + bpp;
-    if (!std::isfinite(loss)) {
-      bar.finish();
-      spdlog::error(
-          "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
-          "Try a lower --lr (now {}) or check the data.",
-          std::isnan(loss) ? "NaN" : "infinite", step + 1, mse, bpp,
-          last_good_checkpoint >= 0 ? "The last good checkpoint, '" + checkpoint_path + "' at step " +
-                                          std::to_string(last_good_checkpoint) + ", is kept."
-                                    : std::string("No checkpoint had been saved yet."),
-          o.lr);
-      report_skipped(train_images, "training");
-      return kExitError;
-    }
-    net.zero_grad();
-    net.backward(ctx, {{kDistortion, weight}, {kRate, 1.0}});
-    if (clipper) clipper->clip(ctx, net.parameters());
-    adam.set_learning_rate(schedule.rate_for_step(step));
-    adam.step(ctx, net.parameters());
+    adam.set_learning_rate(schedule.rate_for_step(step));  // read by the optimiser's begin_step
+    training.run(step);
     ++step;
+    if (training.checks_every_step()) {  // the CPU: free, so every step, as the progress line always did
+      const TrainingWindow now = training.peek_window();
+      if (diverged(now.divergence)) return kExitError;
+      smoothed.add(now.last_loss, now.last_mse, now.last_bpp);
+      stats.loss = smoothed.loss;
+      stats.bpp = smoothed.bpp;
+      stats.psnr = 10.0 * std::log10(1.0 / std::max(smoothed.mse, 1e-12));
+    }
     if (step < last_step && out_of_time()) {
       last_step = step;
       bar.finish();
@@ -280,37 +285,34 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
 
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     seconds_per_step = step == first_step + 1 ? step_seconds : 0.9 * seconds_per_step + 0.1 * step_seconds;
-    window_loss += loss;
-    window_mse += mse;
-    window_bpp += bpp;
-    ++window_steps;
-    smoothed.add(loss, mse, bpp);
     stats.step = step;
-    stats.loss = smoothed.loss;
-    stats.bpp = smoothed.bpp;
-    stats.psnr = 10.0 * std::log10(1.0 / std::max(smoothed.mse, 1e-12));
     stats.images_per_second = seconds_per_step > 0 ? o.batch / seconds_per_step : 0;
     stats.eta_seconds = remaining_seconds(seconds_per_step, o.steps - step, o.time_limit, seconds_this_run(run_start));
-    bar.update(stats);
 
     if (step % o.log_every == 0 || step == last_step) {
+      const TrainingWindow window = training.read_window();
+      if (diverged(window.divergence)) return kExitError;
       const auto now = std::chrono::steady_clock::now();
       const double window_seconds = std::chrono::duration<double>(now - window_start).count();
-      const double mean_mse = window_mse / window_steps;
+      if (!training.checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
+        stats.loss = window.loss;
+        stats.bpp = window.bpp;
+        stats.psnr = 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12));
+      }
       log.write({{"kind", "train"},
                  {"step", step},
-                 {"loss", window_loss / window_steps},
-                 {"mse", mean_mse},
-                 {"bpp", window_bpp / window_steps},
-                 {"psnr", 10.0 * std::log10(1.0 / std::max(mean_mse, 1e-12))},
+                 {"loss", window.loss},
+                 {"mse", window.mse},
+                 {"bpp", window.bpp},
+                 {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
                  {"lr", adam.learning_rate()},
-                 {"images_per_second", window_seconds > 0 ? window_steps * o.batch / window_seconds : 0.0},
+                 {"images_per_second", window_seconds > 0 ? window.steps * o.batch / window_seconds : 0.0},
                  {"elapsed_seconds", elapsed_seconds()}});
-      window_loss = window_mse = window_bpp = 0;
-      window_steps = 0;
       window_start = now;
     }
+    bar.update(stats);
     if (val_images && (step % o.val_every == 0 || step == last_step)) {
+      if (diverged(training.divergence())) return kExitError;
       Validation v = validate(net, ctx, *val_images, stride, o.val_images, weight, training_shape);
       bar.finish();
       spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", step, v.psnr, v.bpp,

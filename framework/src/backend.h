@@ -18,6 +18,10 @@ void copy(void* destination, Device destination_device, const void* source,
 void fill_zero(void* pointer, std::size_t bytes, Device device);
 int cuda_device_count();
 bool built_with_cuda();
+// While a CUDA graph is recorded on `stream` (a cudaStream_t) by this
+// thread, allocate, release, fill_zero and device copies are enqueued on it;
+// nullptr restores the legacy stream. No-op without CUDA.
+void set_capture_stream(void* stream);
 
 }  // namespace plexus::device_memory
 
@@ -28,4 +32,6 @@ void destroy_resources(CudaResources* resources) noexcept;
 void reseed(CudaResources& resources, std::uint64_t seed);
 void set_tf32(CudaResources& resources, bool allow);
 void synchronize(CudaResources& resources);
+// *seed_on_device = seed, enqueued on `stream` (a cudaStream_t; framework/src/cuda/random.cu).
+void write_seed(void* stream, std::uint64_t* seed_on_device, std::uint64_t seed);
 }  // namespace plexus::cuda

@@ -36,6 +36,7 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
 
 int cuda_device_count() { return 0; }
 bool built_with_cuda() { return false; }
+void set_capture_stream(void*) {}
 
 }  // namespace plexus::device_memory
 

@@ -13,7 +13,15 @@ namespace {
 void select(Device device) {
   cuda::check_cuda(cudaSetDevice(device.index), "cudaSetDevice", __FILE__, __LINE__);
 }
+
+// While this thread records a CUDA graph, memory work goes to the capturing
+// stream (becoming graph nodes) instead of the legacy stream, which may not
+// be touched during a capture.
+thread_local cudaStream_t capture_stream = nullptr;
+cudaStream_t memory_stream() { return capture_stream ? capture_stream : cudaStreamLegacy; }
 }  // namespace
+
+void set_capture_stream(void* stream) { capture_stream = static_cast<cudaStream_t>(stream); }
 
 // Device memory is allocated and freed in order on the legacy default
 // stream. Context streams are created blocking, so they synchronise with it:
@@ -29,7 +37,7 @@ void* allocate(std::size_t bytes, Device device) {
                       std::to_string(cuda_device_count()) + " CUDA device(s) are visible");
   select(device);
   void* pointer = nullptr;
-  cuda::check_cuda(cudaMallocAsync(&pointer, bytes ? bytes : 1, cudaStreamLegacy),
+  cuda::check_cuda(cudaMallocAsync(&pointer, bytes ? bytes : 1, memory_stream()),
                    "cudaMallocAsync", __FILE__, __LINE__);
   return pointer;
 }
@@ -40,7 +48,7 @@ void release(void* pointer, Device device) noexcept {
     return;
   }
   cudaSetDevice(device.index);
-  cudaFreeAsync(pointer, cudaStreamLegacy);  // cannot throw from a deleter
+  cudaFreeAsync(pointer, memory_stream());  // cannot throw from a deleter
 }
 
 void copy(void* destination, Device destination_device, const void* source,
@@ -48,6 +56,11 @@ void copy(void* destination, Device destination_device, const void* source,
   if (!bytes) return;
   if (destination_device.is_cpu() && source_device.is_cpu()) {
     std::memcpy(destination, source, bytes);
+    return;
+  }
+  if (capture_stream) {
+    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, capture_stream),
+                     "cudaMemcpyAsync", __FILE__, __LINE__);
     return;
   }
   cuda::check_cuda(cudaMemcpy(destination, source, bytes, cudaMemcpyDefault), "cudaMemcpy",
@@ -61,7 +74,7 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
     return;
   }
   select(device);
-  cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, cudaStreamLegacy), "cudaMemsetAsync",
+  cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, memory_stream()), "cudaMemsetAsync",
                    __FILE__, __LINE__);
 }
 
@@ -98,6 +111,12 @@ CudaResources* create_resources(int device, std::uint64_t seed) {
                "curandCreateGenerator", __FILE__, __LINE__);
   check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__,
                __LINE__);
+  // 32 MiB covers cuBLAS's largest Hopper workspace request.
+  constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
+  check_cuda(cudaMalloc(&resources->cublas_workspace, kCublasWorkspaceBytes), "cudaMalloc", __FILE__, __LINE__);
+  check_cublas(cublasSetWorkspace(resources->cublas, resources->cublas_workspace, kCublasWorkspaceBytes),
+               "cublasSetWorkspace", __FILE__, __LINE__);
+  check_cuda(cudaMalloc(&resources->random_seed, sizeof(std::uint64_t)), "cudaMalloc", __FILE__, __LINE__);
   reseed(*resources, seed);
   return resources.release();
 }
@@ -107,7 +126,12 @@ void destroy_resources(CudaResources* resources) noexcept {
   cudaSetDevice(resources->device);
   if (resources->curand) curandDestroyGenerator(resources->curand);
   if (resources->cublas) cublasDestroy(resources->cublas);
-  if (resources->stream) cudaStreamDestroy(resources->stream);
+  if (resources->stream) {
+    cudaStreamSynchronize(resources->stream);  // nothing may still use the buffers freed below
+    cudaStreamDestroy(resources->stream);
+  }
+  if (resources->cublas_workspace) cudaFree(resources->cublas_workspace);
+  if (resources->random_seed) cudaFree(resources->random_seed);
   delete resources;
 }
 
@@ -116,6 +140,8 @@ void reseed(CudaResources& resources, std::uint64_t seed) {
                "curandSetPseudoRandomGeneratorSeed", __FILE__, __LINE__);
   check_curand(curandSetGeneratorOffset(resources.curand, 0), "curandSetGeneratorOffset",
                __FILE__, __LINE__);
+  write_seed(resources.stream, resources.random_seed, seed);
+  resources.random_draws = 0;
 }
 
 void set_tf32(CudaResources& resources, bool allow) {
@@ -126,6 +152,13 @@ void set_tf32(CudaResources& resources, bool allow) {
 
 void synchronize(CudaResources& resources) {
   check_cuda(cudaStreamSynchronize(resources.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
+DeviceRandom device_random(const Context& ctx, std::uint64_t count) {
+  CudaResources& r = resources(ctx);
+  DeviceRandom draw{r.random_seed, r.random_draws};
+  r.random_draws += count;
+  return draw;
 }
 
 CudaResources& resources(const Context& ctx) {

@@ -122,6 +122,7 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
   }
   blobs_.clear();
   grads_.clear();
+  ++layout_version_;
   for (const auto& entry : shapes) {
     blobs_[entry.first] = Tensor(entry.second, dtype_, device_);
     grads_[entry.first] = Tensor(entry.second, dtype_, device_);
@@ -141,6 +142,15 @@ Tensor& Net::input(const std::string& name) {
   if (std::find(spec_.inputs.begin(), spec_.inputs.end(), name) == spec_.inputs.end())
     throw ConfigError(spec_.source + ": '" + name + "' is not a model input");
   return blobs_.at(name);
+}
+
+bool Net::cuda_graph_capturable(std::string* culprit) const {
+  for (const auto& node : nodes_)
+    if (!node->layer->cuda_graph_capturable()) {
+      if (culprit) *culprit = "node '" + node->spec.name + "' (" + node->spec.type + ")";
+      return false;
+    }
+  return true;
 }
 
 bool Net::has_blob(const std::string& name) const { return blobs_.count(name) > 0; }
@@ -169,7 +179,9 @@ void Net::forward(Context& ctx) {
     MutableTensors out;
     for (const auto& input : node->spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node->spec.outputs) out.push_back(&blobs_.at(output));
+    if (observer_) observer_->before(node->spec.name, node->spec.type, false);
     node->layer->forward(ctx, in, out);
+    if (observer_) observer_->after(node->spec.name, node->spec.type, false);
   }
 }
 
@@ -205,7 +217,9 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
       else if (node.scratch_grads[i].defined()) din.push_back(&node.scratch_grads[i]);
       else din.push_back(&grads_.at(input));
     }
+    if (observer_) observer_->before(node.spec.name, node.spec.type, true);
     node.layer->backward(ctx, in, out, dout, din);
+    if (observer_) observer_->after(node.spec.name, node.spec.type, true);
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       if (!din[i]) continue;
       const std::string& input = node.spec.inputs[i];

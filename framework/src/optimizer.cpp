@@ -31,6 +31,13 @@ void check_hyperparameter(bool ok, const std::string& optimizer, const char* nam
 
 }  // namespace
 
+Optimizer::~Optimizer() = default;
+
+void Optimizer::step(Context& ctx, const std::vector<NamedParameter>& parameters) {
+  begin_step(ctx, parameters);
+  apply(ctx, parameters);
+}
+
 std::map<std::string, Tensor> Optimizer::state() const {
   std::map<std::string, Tensor> copies;  // a snapshot: later steps do not change it
   for (const auto& entry : slots_) copies[entry.first] = entry.second.clone();
@@ -76,19 +83,23 @@ Sgd::Sgd(double learning_rate, double momentum) : Optimizer(learning_rate), mome
   check_hyperparameter(momentum >= 0 && momentum < 1, "SGD", "momentum", momentum, "in [0, 1)");
 }
 
-void Sgd::step(Context& ctx, const std::vector<NamedParameter>& parameters) {
+void Sgd::begin_step(Context&, const std::vector<NamedParameter>& parameters) {
   // Every check (and every state lookup, which checks shapes) before any
   // update, so a bad parameter leaves all of them untouched.
-  std::vector<Tensor*> velocities;
   for (const NamedParameter& named : parameters) {
     check_parameter(named, name());
-    velocities.push_back(&slot("momentum", named.name, named.parameter->value));
+    slot("momentum", named.name, named.parameter->value);
   }
-  for (std::size_t k = 0; k < parameters.size(); ++k) {
-    Parameter& p = *parameters[k].parameter;
-    Tensor& velocity = *velocities[k];
+  step_learning_rate_ = learning_rate_;
+  ++steps_;
+}
+
+void Sgd::apply(Context& ctx, const std::vector<NamedParameter>& parameters) {
+  for (const NamedParameter& named : parameters) {
+    Parameter& p = *named.parameter;
+    Tensor& velocity = slot("momentum", named.name, p.value);
     if (p.value.device().is_cuda()) {
-      cuda::sgd_update(ctx, p.value, p.grad, velocity, learning_rate_, momentum_);
+      cuda::sgd_update(ctx, p.value, p.grad, velocity, step_learning_rate_, momentum_);
       continue;
     }
     dispatch_float(p.value.dtype(), [&](auto zero) {
@@ -96,14 +107,13 @@ void Sgd::step(Context& ctx, const std::vector<NamedParameter>& parameters) {
       T* w = p.value.data<T>();
       const T* g = p.grad.data<T>();
       T* v = velocity.data<T>();
-      const T lr = static_cast<T>(learning_rate_), mu = static_cast<T>(momentum_);
+      const T lr = static_cast<T>(step_learning_rate_), mu = static_cast<T>(momentum_);
       for (std::int64_t i = 0; i < p.value.numel(); ++i) {
         v[i] = mu * v[i] + g[i];
         w[i] -= lr * v[i];
       }
     });
   }
-  ++steps_;
 }
 
 Adam::Adam(double learning_rate, double beta1, double beta2, double epsilon)
@@ -115,33 +125,45 @@ Adam::Adam(double learning_rate, double beta1, double beta2, double epsilon)
   check_hyperparameter(epsilon > 0 && std::isfinite(epsilon), "Adam", "epsilon", epsilon, "> 0");
 }
 
-void Adam::step(Context& ctx, const std::vector<NamedParameter>& parameters) {
-  std::vector<Tensor*> firsts, seconds;  // looked up before any update, as in Sgd::step
+Adam::~Adam() = default;
+
+void Adam::begin_step(Context& ctx, const std::vector<NamedParameter>& parameters) {
+  std::vector<cuda::AdamTensors> on_gpu;  // looked up before any update, as in Sgd::begin_step
   for (const NamedParameter& named : parameters) {
     check_parameter(named, name());
-    firsts.push_back(&slot("m", named.name, named.parameter->value));
-    seconds.push_back(&slot("v", named.name, named.parameter->value));
+    Parameter& p = *named.parameter;
+    Tensor& m = slot("m", named.name, p.value);
+    Tensor& v = slot("v", named.name, p.value);
+    if (p.value.device().is_cuda()) on_gpu.push_back({&p.value, &p.grad, &m, &v});
   }
-  const double t = static_cast<double>(steps_ + 1);
-  const double correction1 = 1.0 - std::pow(beta1_, t);  // 1 - b1^t
-  const double correction2 = 1.0 - std::pow(beta2_, t);  // 1 - b2^t
-  for (std::size_t k = 0; k < parameters.size(); ++k) {
-    Parameter& p = *parameters[k].parameter;
-    Tensor& m = *firsts[k];
-    Tensor& v = *seconds[k];
+  ++steps_;
+  const double t = static_cast<double>(steps_);
+  step_learning_rate_ = learning_rate_;
+  correction1_ = 1.0 - std::pow(beta1_, t);  // 1 - b1^t
+  correction2_ = 1.0 - std::pow(beta2_, t);  // 1 - b2^t
+  if (on_gpu.empty()) return;
+  if (!device_) device_ = {cuda::create_adam_device(), &cuda::destroy_adam_device};
+  cuda::adam_prepare(ctx, *device_, on_gpu, step_learning_rate_, correction1_, correction2_);
+}
+
+void Adam::apply(Context& ctx, const std::vector<NamedParameter>& parameters) {
+  bool any_gpu = false;
+  for (const NamedParameter& named : parameters) {
+    Parameter& p = *named.parameter;
     if (p.value.device().is_cuda()) {
-      cuda::adam_update(ctx, p.value, p.grad, m, v, learning_rate_, beta1_, beta2_, epsilon_, correction1,
-                        correction2);
+      any_gpu = true;
       continue;
     }
+    Tensor& m = slot("m", named.name, p.value);
+    Tensor& v = slot("v", named.name, p.value);
     dispatch_float(p.value.dtype(), [&](auto zero) {
       using T = decltype(zero);
       T* w = p.value.data<T>();
       const T* g = p.grad.data<T>();
       T* first = m.data<T>();
       T* second = v.data<T>();
-      const T lr = static_cast<T>(learning_rate_), b1 = static_cast<T>(beta1_), b2 = static_cast<T>(beta2_);
-      const T eps = static_cast<T>(epsilon_), c1 = static_cast<T>(correction1), c2 = static_cast<T>(correction2);
+      const T lr = static_cast<T>(step_learning_rate_), b1 = static_cast<T>(beta1_), b2 = static_cast<T>(beta2_);
+      const T eps = static_cast<T>(epsilon_), c1 = static_cast<T>(correction1_), c2 = static_cast<T>(correction2_);
       for (std::int64_t i = 0; i < p.value.numel(); ++i) {
         first[i] = b1 * first[i] + (T(1) - b1) * g[i];
         second[i] = b2 * second[i] + (T(1) - b2) * g[i] * g[i];
@@ -149,7 +171,10 @@ void Adam::step(Context& ctx, const std::vector<NamedParameter>& parameters) {
       }
     });
   }
-  ++steps_;
+  if (any_gpu) {
+    if (!device_) throw Error("Adam: apply() on CUDA parameters without begin_step()");
+    cuda::adam_apply(ctx, *device_, beta1_, beta2_, epsilon_);
+  }
 }
 
 }  // namespace plexus

@@ -22,6 +22,7 @@ class Conv2d : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
   // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).

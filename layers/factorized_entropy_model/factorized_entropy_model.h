@@ -55,6 +55,7 @@ class FactorizedEntropyModel : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -23,6 +23,7 @@ class RateLoss : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool input_is_differentiable(int input_index) const override { return input_index == 0; }
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -1,5 +1,7 @@
 // CUDA kernels of UniformNoise (math in uniform_noise.h). Element-wise: one
 // thread per element, grid-stride so any size fits the capped grid.
+#include <curand_kernel.h>
+
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "uniform_noise/uniform_noise.h"
@@ -8,12 +10,23 @@ namespace plexus::layers {
 
 namespace {
 
-// Training: y = x + (v - 1/2) with v ~ U(0, 1] from cuRAND, so y - x ~ U(-1/2, 1/2].
+// Training: y = x + (v - 1/2) with v ~ U(0, 1], so y - x ~ U(-1/2, 1/2].
+// v for element i is the first Philox4x32-10 draw of subsequence first + i
+// under the seed read from *seed (see cuda::device_random).
+__device__ inline float unit_uniform(curandStatePhilox4_32_10_t* state, float) { return curand_uniform(state); }
+__device__ inline double unit_uniform(curandStatePhilox4_32_10_t* state, double) {
+  return curand_uniform_double(state);
+}
+
 template <typename T>
-__global__ void uniform_noise_add(const T* x, const T* uniform, T* y, long long n) {
+__global__ void uniform_noise_add(const T* x, T* y, long long n, const std::uint64_t* seed, std::uint64_t first) {
+  const std::uint64_t key = *seed;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
-    y[i] = x[i] + (uniform[i] - T(0.5));
+       i += (long long)gridDim.x * blockDim.x) {
+    curandStatePhilox4_32_10_t state;
+    curand_init(key, first + static_cast<std::uint64_t>(i), 0, &state);
+    y[i] = x[i] + (unit_uniform(&state, T(0)) - T(0.5));
+  }
 }
 
 // Eval: y = round(x), halves away from zero (CUDA's round(), like std::round).
@@ -22,15 +35,6 @@ __global__ void uniform_noise_round(const T* x, T* y, long long n) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
     y[i] = round(x[i]);
-}
-
-void generate_uniform(curandGenerator_t generator, float* values, long long n) {
-  cuda::check_curand(curandGenerateUniform(generator, values, static_cast<size_t>(n)),
-                     "curandGenerateUniform", __FILE__, __LINE__);
-}
-void generate_uniform(curandGenerator_t generator, double* values, long long n) {
-  cuda::check_curand(curandGenerateUniformDouble(generator, values, static_cast<size_t>(n)),
-                     "curandGenerateUniformDouble", __FILE__, __LINE__);
 }
 
 }  // namespace
@@ -47,14 +51,9 @@ void UniformNoise::forward_cuda(Context& ctx, const ConstTensors& inputs, const 
       cuda::check_launch("uniform_noise_round", __FILE__, __LINE__);
       return;
     }
-    if (!uniform_scratch_.defined() || uniform_scratch_.numel() != n ||
-        uniform_scratch_.dtype() != x.dtype() || uniform_scratch_.device() != x.device())
-      uniform_scratch_ = Tensor({n}, x.dtype(), x.device());
-    // The generator runs on the context's stream (set when it was created),
-    // so the kernel below sees the draws in order.
-    generate_uniform(cuda::curand(ctx), uniform_scratch_.data<T>(), n);
-    uniform_noise_add<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-        x.data<T>(), uniform_scratch_.data<T>(), outputs[0]->data<T>(), n);
+    const cuda::DeviceRandom random = cuda::device_random(ctx, static_cast<std::uint64_t>(n));
+    uniform_noise_add<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(x.data<T>(), outputs[0]->data<T>(), n,
+                                                                            random.seed, random.first);
     cuda::check_launch("uniform_noise_add", __FILE__, __LINE__);
   });
 }

@@ -17,13 +17,15 @@ namespace plexus::layers {
 // keeps a useful signal should anyone backpropagate through the rounded model.
 // Noise: CPU from ctx.random() (std::mt19937_64, 53 bits per double, so the
 // values do not depend on the standard library's distributions); CUDA from
-// the context's cuRAND generator. Both restart with Context::reseed(), but
-// the two devices draw different sequences.
+// cuda::device_random (Philox, seed read from device memory, so a replayed
+// CUDA graph draws fresh noise after each reseed). Both restart with
+// Context::reseed(), but the two devices draw different sequences.
 class UniformNoise : public Layer {
  public:
   explicit UniformNoise(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -34,9 +36,6 @@ class UniformNoise : public Layer {
   void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
                      const ConstTensors& output_grads, const MutableTensors& input_grads) override;
 #endif
-
- private:
-  Tensor uniform_scratch_;  // CUDA: cuRAND's U(0, 1] draws, kept between calls
 };
 
 void register_uniform_noise(Registry& registry);

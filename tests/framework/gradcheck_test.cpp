@@ -34,6 +34,20 @@ TEST(GradCheck, SkipsKinks) {
   EXPECT_FALSE(result.ok()) << "nothing checked must not count as a pass";
 }
 
+TEST(GradCheck, ChecksAtMostTheRequestedElementsPerTensor) {
+  GradCheckOptions options;
+  options.max_elements_per_tensor = 10;
+  // 25 input elements: windows of 3, so 9 checked; the 1-element parameter: 1.
+  GradCheckResult result = check_gradients(test::test_registry(), "TestScale", {}, {{5, 5}}, Device::cpu(), options);
+  EXPECT_TRUE(result.ok()) << result.report();
+  EXPECT_EQ(result.checked, 9 + 1);
+  // Sampled elements still catch a broken backward.
+  GradCheckResult broken =
+      check_gradients(test::test_registry(), "TestBrokenSquare", {}, {{40}}, Device::cpu(), options);
+  EXPECT_EQ(broken.checked, 10);
+  EXPECT_EQ(broken.failures, 10);
+}
+
 TEST(GradCheck, InputsAreRandomAndNonZero) {
   GradCheckOptions options;
   std::vector<double> seen;

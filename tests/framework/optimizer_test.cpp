@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "plexus/optimizer.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -259,6 +260,66 @@ TEST(Optimizer, CudaMatchesCpu) {
       EXPECT_NEAR(c[i], d[i], tolerance * std::max(1.0, std::abs(c[i]))) << dtype_name(dtype) << " SGD " << i;
     }
     EXPECT_EQ(adam_gpu.state().at("m/w").device(), Device::cuda());
+  }
+}
+
+// begin_step() then apply() is step(): the split used by CUDA graphs changes nothing.
+TEST(Optimizer, BeginStepThenApplyIsStep) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Context ctx;
+    TestParameter whole("w", kStart, dtype, Device::cpu()), split("w", kStart, dtype, Device::cpu());
+    Adam adam_whole(0.01), adam_split(0.01);
+    for (int step = 0; step < 3; ++step) {
+      whole.set_grad(kGrads[step]);
+      split.set_grad(kGrads[step]);
+      adam_whole.step(ctx, {{"w", &whole.parameter}});
+      adam_split.begin_step(ctx, {{"w", &split.parameter}});
+      EXPECT_EQ(adam_split.steps_taken(), step + 1);  // counted by begin_step
+      adam_split.apply(ctx, {{"w", &split.parameter}});
+    }
+    EXPECT_EQ(whole.values(), split.values()) << dtype_name(dtype);
+  }
+}
+
+// The fused CUDA Adam updates many parameters of different sizes (one empty)
+// in one launch: each must follow its own CPU twin.
+TEST(Optimizer, FusedCudaAdamMatchesCpuOverManyParameters) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const double tolerance = dtype == DType::f32 ? 1e-6 : 1e-14;
+    Context cpu_ctx, gpu_ctx(Device::cuda());
+    std::vector<std::unique_ptr<TestParameter>> cpu, gpu;
+    std::vector<NamedParameter> cpu_named, gpu_named;
+    const std::vector<int> sizes{1, 0, 300, 5, 70000, 2};
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<double> start(static_cast<std::size_t>(sizes[k]));
+      for (std::size_t i = 0; i < start.size(); ++i) start[i] = std::sin(0.1 * i + k);
+      const std::string name = "p" + std::to_string(k);
+      cpu.push_back(std::make_unique<TestParameter>(name, start, dtype, Device::cpu()));
+      gpu.push_back(std::make_unique<TestParameter>(name, start, dtype, Device::cuda()));
+      cpu_named.push_back({name, &cpu.back()->parameter});
+      gpu_named.push_back({name, &gpu.back()->parameter});
+    }
+    Adam adam_cpu(0.01), adam_gpu(0.01);
+    for (int step = 0; step < 3; ++step) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<double> g(static_cast<std::size_t>(sizes[k]));
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.37 * i + 1.3 * step + k);
+        cpu[k]->set_grad(g);
+        gpu[k]->set_grad(g);
+      }
+      adam_cpu.set_learning_rate(0.01 / (step + 1));  // a schedule: read from device memory each step
+      adam_gpu.set_learning_rate(0.01 / (step + 1));
+      adam_cpu.step(cpu_ctx, cpu_named);
+      adam_gpu.step(gpu_ctx, gpu_named);
+    }
+    gpu_ctx.synchronize();
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<double> a = cpu[k]->values(), b = gpu[k]->values();
+      for (std::size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(a[i])))
+            << dtype_name(dtype) << " parameter " << k << " element " << i;
+    }
   }
 }
 

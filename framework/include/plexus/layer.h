@@ -57,6 +57,17 @@ class Layer {
   // "layer 'x' (T) has no CUDA kernel" when asked to run on a GPU.
   virtual bool has_cuda() const { return false; }
 
+  // Whether this layer's CUDA forward and backward may be recorded once into
+  // a CUDA graph and replayed (plexus/step_graph.h). True only when, once a
+  // first step at the current shapes has run, both only enqueue work on the
+  // context's stream: no host synchronisation, no value read back to the
+  // host, no decision taken on the host from device data, and random draws
+  // only through cuda::device_random (plexus/cuda/cuda_context.h), whose seed
+  // lives in device memory. Allocating and freeing Tensors is fine. The
+  // default, false, is always safe: a net holding such a layer is launched
+  // eagerly.
+  virtual bool cuda_graph_capturable() const { return false; }
+
  protected:
   Parameter& declare_parameter(const std::string& name, Shape shape, Initializer initializer);
   // Throws ShapeError "node 'x' (T): <message>".

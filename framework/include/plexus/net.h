@@ -20,6 +20,15 @@ struct NamedParameter {
   Parameter* parameter;
 };
 
+// Told around every node's forward and backward (profilers: NVTX ranges,
+// per-layer CUDA events). Calls come from the thread running the Net.
+class NodeObserver {
+ public:
+  virtual ~NodeObserver() = default;
+  virtual void before(const std::string& node, const std::string& type, bool backward) = 0;
+  virtual void after(const std::string& node, const std::string& type, bool backward) = 0;
+};
+
 class Net {
  public:
   // `input_shapes` gives the shape of every spec input. Parameters are
@@ -31,6 +40,12 @@ class Net {
 
   // New input shapes (e.g. another image size); parameters are kept.
   void reshape(const std::map<std::string, Shape>& input_shapes);
+  // Changes whenever blobs are reallocated (construction, reshape): a CUDA
+  // graph recorded at one layout must not be replayed at another.
+  std::uint64_t layout_version() const { return layout_version_; }
+  // True when every layer is cuda_graph_capturable(); otherwise false, with
+  // "node 'x' (T)" of the first one that is not in *culprit.
+  bool cuda_graph_capturable(std::string* culprit) const;
 
   Tensor& input(const std::string& name);
   const Tensor& blob(const std::string& name) const;  // any input or node output
@@ -44,6 +59,9 @@ class Net {
   // Parameter gradients are accumulated: call zero_grad() first.
   void backward(Context& ctx, const std::map<std::string, double>& loss_weights);
   void zero_grad();
+
+  // nullptr (the default): no observer. The observer must outlive its use.
+  void set_observer(NodeObserver* observer) { observer_ = observer; }
 
   std::vector<NamedParameter> parameters();
   std::int64_t parameter_count() const;
@@ -67,6 +85,8 @@ class Net {
   std::map<std::string, Tensor> blobs_;
   std::map<std::string, Tensor> grads_;
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
+  std::uint64_t layout_version_ = 0;
+  NodeObserver* observer_ = nullptr;
 };
 
 }  // namespace plexus

@@ -13,11 +13,27 @@
 
 namespace plexus {
 
+namespace cuda {
+struct AdamDevice;  // the fused CUDA update's tables; framework/src/cuda/optimizer.cu
+}
+
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
-  // One update of every parameter from its accumulated gradient.
-  virtual void step(Context& ctx, const std::vector<NamedParameter>& parameters) = 0;
+  virtual ~Optimizer();
+  // One update of every parameter from its accumulated gradient:
+  // begin_step(), then apply().
+  void step(Context& ctx, const std::vector<NamedParameter>& parameters);
+  // The host half of a step: every check and state lookup, the step
+  // counted, and its hyperparameters (learning rate, bias corrections)
+  // fixed; on CUDA they are written to device memory on the context's
+  // stream, where apply() reads them.
+  virtual void begin_step(Context& ctx, const std::vector<NamedParameter>& parameters) = 0;
+  // The update itself, from what begin_step() fixed, for the same parameters.
+  virtual void apply(Context& ctx, const std::vector<NamedParameter>& parameters) = 0;
+  // Whether apply() on CUDA may be recorded once into a CUDA graph and
+  // replayed with new hyperparameters (plexus/step_graph.h): true when it
+  // reads them from device memory rather than baking them into launches.
+  virtual bool cuda_graph_capturable() const { return false; }
   virtual std::string name() const = 0;
   double learning_rate() const { return learning_rate_; }
   void set_learning_rate(double lr) { learning_rate_ = lr; }
@@ -41,23 +57,33 @@ class Sgd : public Optimizer {
  public:
   // v = momentum * v + g;  w -= lr * v
   Sgd(double learning_rate, double momentum = 0.9);
-  void step(Context& ctx, const std::vector<NamedParameter>& parameters) override;
+  void begin_step(Context& ctx, const std::vector<NamedParameter>& parameters) override;
+  void apply(Context& ctx, const std::vector<NamedParameter>& parameters) override;
   std::string name() const override { return "SGD"; }
 
  private:
   double momentum_;
+  double step_learning_rate_ = 0;  // fixed by begin_step
 };
 
 class Adam : public Optimizer {
  public:
   // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
   // w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+  // On CUDA every parameter is updated by one fused launch per dtype,
+  // reading lr and the bias corrections from device memory.
   Adam(double learning_rate, double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8);
-  void step(Context& ctx, const std::vector<NamedParameter>& parameters) override;
+  ~Adam() override;
+  void begin_step(Context& ctx, const std::vector<NamedParameter>& parameters) override;
+  void apply(Context& ctx, const std::vector<NamedParameter>& parameters) override;
+  bool cuda_graph_capturable() const override { return true; }
   std::string name() const override { return "Adam"; }
 
  private:
   double beta1_, beta2_, epsilon_;
+  // Fixed by begin_step for apply: lr, 1 - b1^t, 1 - b2^t.
+  double step_learning_rate_ = 0, correction1_ = 1, correction2_ = 1;
+  std::unique_ptr<cuda::AdamDevice, void (*)(cuda::AdamDevice*)> device_{nullptr, nullptr};
 };
 
 }  // namespace plexus

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <curand.h>
 
+#include <cstdint>
+
 #include "plexus/context.h"
 
 namespace plexus::cuda {
@@ -14,7 +16,24 @@ struct CudaResources {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   curandGenerator_t curand = nullptr;
+  void* cublas_workspace = nullptr;  // fixed, so eager and graph-captured GEMMs pick the same kernels
+  // The context's seed in device memory (Context::reseed writes it on the
+  // stream) and how many draws were handed out since the last reseed.
+  std::uint64_t* random_seed = nullptr;
+  std::uint64_t random_draws = 0;
 };
+
+// Counter-based random numbers whose seed is read on the device, so a
+// captured CUDA graph draws new numbers whenever the context is reseeded
+// between replays. Draw i of a request is Philox4x32-10 (cuRAND's
+// curand_init(*seed, first + i, 0, &state)), and requests never overlap
+// until the next reseed.
+struct DeviceRandom {
+  const std::uint64_t* seed;  // device pointer
+  std::uint64_t first;        // subsequence of this request's draw 0
+};
+// Reserves `count` draws (one per subsequence) of the context's stream.
+DeviceRandom device_random(const Context& ctx, std::uint64_t count);
 
 // Throws DeviceError when ctx is not a CUDA context.
 CudaResources& resources(const Context& ctx);

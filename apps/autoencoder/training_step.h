@@ -1,0 +1,75 @@
+#pragma once
+// TrainingStep: one optimisation step of `plexus-ae train`, enqueued without
+// waiting for the GPU. Step k takes batch k of the loader (through
+// DeviceInput: pinned buffers and an overlapped copy), reseeds the noise
+// with mix_seed(seed, k, 1), and runs forward, the loss record
+// (StepMetrics), backward and the Adam update: replayed from a CUDA graph
+// (StepGraph) when enabled and every layer is capturable, else launched
+// eagerly. The loss, mse and bpp stay on the device until read_window();
+// the first step with a non-finite loss is recorded there too.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "plexus/context.h"
+#include "plexus/data/batch_loader.h"
+#include "plexus/data/device_input.h"
+#include "plexus/grad_clip.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+#include "plexus/step_graph.h"
+#include "plexus/step_metrics.h"
+
+namespace plexus::ae {
+
+struct Divergence {
+  std::int64_t step = 0;  // 1-based: the step whose loss was not finite
+  double loss = 0, mse = 0, bpp = 0;
+};
+
+struct TrainingWindow {
+  std::int64_t steps = 0;
+  double loss = 0, mse = 0, bpp = 0;                 // means over the window
+  double last_loss = 0, last_mse = 0, last_bpp = 0;  // the window's last step
+  std::optional<Divergence> divergence;
+};
+
+class TrainingStep {
+ public:
+  // `steps_before`: steps already taken (a resumed run's step). With
+  // `cuda_graph` on a CUDA context, says in the log once when the graph
+  // cannot be used and why.
+  TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader, std::uint64_t seed,
+               double distortion_weight, bool cuda_graph, std::int64_t steps_before);
+
+  // Enqueues step `step` (0-based).
+  void run(std::int64_t step);
+  // Means since the last read, and the divergence record; synchronises.
+  TrainingWindow read_window();
+  // The same without starting a new window (the CPU's per-step progress line).
+  TrainingWindow peek_window();
+  // The first step with a non-finite loss, if any; synchronises on CUDA.
+  std::optional<Divergence> divergence();
+  // True on the CPU, where reading the record costs nothing: the loop then
+  // checks it (and updates its progress line) every step.
+  bool checks_every_step() const { return ctx_.device().is_cpu(); }
+  bool uses_cuda_graph() const { return graph_.enabled(); }
+  // Clips the gradient norm between backward and the update (null: none).
+  // On CUDA it runs on the device and is recorded into the graph with the step.
+  void set_gradient_clipper(GradientClipper* clipper) { clipper_ = clipper; }
+
+ private:
+  static TrainingWindow window_of(const StepMetrics::Window& w);
+  Net& net_;
+  Optimizer& optimizer_;
+  Context& ctx_;
+  std::vector<NamedParameter> parameters_;
+  std::uint64_t seed_;
+  double distortion_weight_;
+  data::DeviceInput input_;
+  StepMetrics metrics_;
+  StepGraph graph_;
+  GradientClipper* clipper_ = nullptr;
+};
+
+}  // namespace plexus::ae
