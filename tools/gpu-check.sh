@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Run on the GPU machine (the `device` tool) from the repository root:
-#   bash tools/gpu-check.sh
-# Builds for sm_90, runs the WHOLE test suite and fails if any test was
-# skipped (on a GPU machine nothing may skip), then runs compute-sanitizer
-# memcheck over every CUDA test, and prints a summary. Logs go to $OUT (or
-# gpu-check-logs/) for the coordinator to read.
+# On a machine with an NVIDIA GPU, from the repository root:
+#   tools/gpu-check.sh
+# Builds for the local GPU (CMake's native architecture), runs the WHOLE test
+# suite and fails if any test was skipped (with a GPU nothing may skip), then
+# runs compute-sanitizer memcheck over every CUDA test, builds and tests the
+# example plugin against an installed Plexus, and prints a summary.
+# Logs go to $OUT (default gpu-check-logs/); BUILD names the build folder
+# (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gpu-check-logs}
 mkdir -p "$logs"
-build=build-gpu
+build=${BUILD:-build-gpu}
 jobs=$(nproc)
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== configure + build"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-         && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
   tail -60 "$logs/build.log"
   echo "SUMMARY: build FAILED"
   exit 1
@@ -50,7 +51,7 @@ if [ -f examples/plugins/simplified_gdn/CMakeLists.txt ] && [ -f cmake/PlexusIns
   prefix=$PWD/$build/install
   if cmake --install "$build" --prefix "$prefix" > "$logs/plugin.log" 2>&1 &&
      cmake -S examples/plugins/simplified_gdn -B "$build/plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-       -DCMAKE_CUDA_ARCHITECTURES=90 >> "$logs/plugin.log" 2>&1 &&
+       -DCMAKE_CUDA_ARCHITECTURES=native >> "$logs/plugin.log" 2>&1 &&
      cmake --build "$build/plugin" -j "$jobs" >> "$logs/plugin.log" 2>&1 &&
      (cd "$build/plugin" && ctest --output-on-failure) >> "$logs/plugin.log" 2>&1; then
     plugin_tests=$(grep -E "tests passed" "$logs/plugin.log" | tail -1)

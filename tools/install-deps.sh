@@ -6,7 +6,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libeigen3-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-          libjpeg62-turbo-dev libpng-dev libgtest-dev)
+          libjpeg62-turbo-dev libpng-dev libgtest-dev
+          python3-matplotlib)  # tools/plot_metrics.py and its test
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-dev); fi
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,9 @@ each quality 1..100, decodes with djpeg, and reports mean bits per pixel
 (file bytes * 8 / pixels) and mean PSNR (RGB, peak 255) per quality, as JSON.
 With --bpp B it also prints the quality whose mean bpp is nearest B.
 
-  python3 tools/jpeg_baseline.py ../shared/data/kodak --bpp 0.45 > jpeg.json
+  python3 tools/jpeg_baseline.py path/to/kodak --bpp 0.5992 > jpeg.json
+
+where path/to/kodak holds the 24 Kodak PhotoCD images (r0k.us/graphics/kodak).
 """
 import argparse
 import json
@@ -55,7 +57,8 @@ def main():
                 per_image.append({"image": name, "bpp": bpp, "psnr": psnr(rgb, decoded)})
             rows.append({"quality": q, "mean_bpp": float(np.mean([r["bpp"] for r in per_image])),
                          "mean_psnr": float(np.mean([r["psnr"] for r in per_image])), "images": per_image})
-    result = {"encoder": version, "options": "-optimize", "folder": str(args.folder), "count": len(images), "rows": rows}
+    result = {"encoder": version, "options": "-optimize", "folder": pathlib.Path(args.folder).name,  # its name, not a local path
+               "count": len(images), "rows": rows}
     if args.bpp is not None:
         best = min(rows, key=lambda r: abs(r["mean_bpp"] - args.bpp))
         result["nearest"] = {"target_bpp": args.bpp, "quality": best["quality"], "mean_bpp": best["mean_bpp"],

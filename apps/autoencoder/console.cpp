@@ -67,7 +67,7 @@ namespace {
 std::string render_numbers(const StepStats& s) {
   char numbers[256];
   const int digits = static_cast<int>(std::to_string(s.total).size());
-  std::snprintf(numbers, sizeof numbers, " %*lld/%lld  loss %.4f  bpp %.3f  PSNR %.2f dB  %.1f img/s  ETA %s",
+  std::snprintf(numbers, sizeof numbers, " %*lld/%lld  avg loss %.4f  bpp %.3f  PSNR %.2f dB  %.1f img/s  ETA %s",
                 digits, static_cast<long long>(s.step), static_cast<long long>(s.total), s.loss, s.bpp, s.psnr,
                 s.images_per_second, format_duration(s.eta_seconds).c_str());
   return numbers;

@@ -10,7 +10,10 @@
 #include <spdlog/spdlog.h>
 
 #include "compress_command.h"
+#include "cli_suggestions.h"
 #include "console.h"
+#include "plexus/cpu_parallel.h"
+#include "plexus/error.h"
 #include "eval_command.h"
 #include "precision_option.h"
 #include "model_catalog.h"
@@ -53,9 +56,16 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--val-images", o.val_images, "validate on at most this many images of --val (0: all)");
   train.add_option("--plugin", o.plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   train.add_option("--threads", o.threads, "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the training thread)");
+  train.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core); results are the same for any count");
   train.add_option("--time-limit", o.time_limit, "finish (final validation, checkpoint and model) after this many seconds of training, even before --steps; 0: no limit");
   train.add_flag("--overwrite", o.overwrite, "start a new run in an --out that holds the model and metrics of an earlier one, replacing them");
   train.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  train.add_option("--clip-grad-norm", o.clip_grad_norm, "scale the gradients down when their global 2-norm exceeds this (0: no clipping)");
+  train.add_option("--lr-schedule", o.lr_schedule, "none; step (--lr-decay every --lr-step-every steps); plateau (--lr-decay after --lr-patience validations on --val without a lower loss)")->type_name("KIND");
+  train.add_option("--lr-decay", o.lr_decay, "factor the learning rate is multiplied by at each decay, in (0, 1)");
+  train.add_option("--lr-step-every", o.lr_step_every, "step schedule: decay every this many steps");
+  train.add_option("--lr-patience", o.lr_patience, "plateau schedule: validations without a lower validation loss before a decay");
+  train.add_option("--min-lr", o.min_lr, "the schedule never goes below this learning rate");
   train.add_option_function<std::string>(
            "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },
            "on: record the CUDA training step once into a CUDA graph and replay it (one launch per step; layers "
@@ -75,6 +85,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
   eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
@@ -100,6 +111,7 @@ int main(int argc, char** argv) {
   EvalOptions eval_options;
 
   CLI::App app{"plexus-ae: train and evaluate learned image-compression autoencoders (Plexus)."};
+  app.name("plexus-ae");
   app.require_subcommand(1, 1);
   app.set_version_flag("--version", "plexus-ae 0.1.0");
   app.option_defaults()->always_capture_default();
@@ -139,11 +151,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {  // not --help or --version: first look for a misspelt name
+      if (auto message = plexus::ae::diagnose_unknown_names(app, std::vector<std::string>(argv + 1, argv + argc))) {
+        spdlog::error("{}", *message);
+        return plexus::ae::kExitError;
+      }
+    }
     const int code = app.exit(e);  // prints help, version or the parse error
     return code == 0 ? 0 : plexus::ae::kExitError;
   }
 
   try {
+    const int cpu_threads = train->parsed() ? train_options.cpu_threads : eval_options.cpu_threads;
+    if (cpu_threads < 0) throw plexus::ConfigError("--cpu-threads must be >= 0 (0: every core), got " + std::to_string(cpu_threads));
+    plexus::set_cpu_threads(cpu_threads);
     if (train->parsed()) return plexus::ae::run_train(train_options, given_options(*train));
     if (codec.parsed()) return codec.run();
     return plexus::ae::run_eval(eval_options);

@@ -31,12 +31,19 @@ struct TrainOptions {
   int val_images = 0;  // 0: every image of --val
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
   bool overwrite = false;  // replace a finished model and metrics log in --out
   std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
+  double clip_grad_norm = 1.0;  // global gradient 2-norm limit; 0: no clipping
+  std::string lr_schedule = "plateau";  // none, step, plateau (see lr_schedule.h)
+  double lr_decay = 0.5;
+  std::int64_t lr_step_every = 0;  // step schedule: decay every this many steps
+  int lr_patience = 3;             // plateau schedule: validations without improvement
+  double min_lr = 1e-6;
 };
 
 struct EvalOptions {
@@ -45,6 +52,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
   std::int64_t max_image_pixels = 50'000'000;
 };

@@ -20,7 +20,10 @@ nlohmann::json train_settings(const TrainOptions& o, int stride) {
           {"patch", o.patch},       {"lr", o.lr},
           {"seed", o.seed},         {"checkpoint_every", o.checkpoint_every},
           {"log_every", o.log_every}, {"val_every", o.val_every},
-          {"val_images", o.val_images}, {"stride", stride}};
+          {"val_images", o.val_images}, {"stride", stride},
+          {"clip_grad_norm", o.clip_grad_norm}, {"lr_schedule", o.lr_schedule},
+          {"lr_decay", o.lr_decay}, {"lr_step_every", o.lr_step_every},
+          {"lr_patience", o.lr_patience}, {"min_lr", o.min_lr}};
 }
 
 namespace {
@@ -95,6 +98,12 @@ void apply_saved_settings(TrainOptions& o, const nlohmann::json& saved, const st
   restore(o.log_every, saved, "log_every", given, false);
   restore(o.val_every, saved, "val_every", given, false);
   restore(o.val_images, saved, "val_images", given, false);
+  restore(o.clip_grad_norm, saved, "clip_grad_norm", given, true);
+  restore(o.lr_schedule, saved, "lr_schedule", given, true);
+  restore(o.lr_decay, saved, "lr_decay", given, true);
+  restore(o.lr_step_every, saved, "lr_step_every", given, true);
+  restore(o.lr_patience, saved, "lr_patience", given, true);
+  restore(o.min_lr, saved, "min_lr", given, true);
 }
 
 ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path) {

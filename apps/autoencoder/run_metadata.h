@@ -14,6 +14,9 @@
 namespace plexus::ae {
 
 inline constexpr const char* kTrainSettingsKey = "plexus_ae.train";
+// The run's progress besides step and optimiser: the learning-rate schedule's
+// state, the training seconds so far, the best validation PSNR.
+inline constexpr const char* kTrainProgressKey = "plexus_ae.progress";
 
 nlohmann::json train_settings(const TrainOptions& options, int stride);
 

@@ -27,6 +27,9 @@
 #include "codec_model.h"
 #include "console.h"
 #include "image_evaluation.h"
+#include "lr_schedule.h"
+#include "plexus/grad_clip.h"
+#include "train_progress.h"
 #include "metrics_log.h"
 #include "model_catalog.h"
 #include "output_folder.h"
@@ -71,7 +74,12 @@ void check_values(const TrainOptions& o) {
   if (o.threads < 0 || o.threads > kMaxThreads)
     throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(o.threads));
   if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
+  if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
+    throw ConfigError("--clip-grad-norm must be >= 0 (0: no clipping), got " + std::to_string(o.clip_grad_norm));
 }
+
+// A fall of this many dB in validation PSNR below the best so far is reported as divergence.
+constexpr double kPsnrCollapseDb = 3.0;
 
 struct Validation {
   double psnr = 0, bpp = 0, loss = 0;
@@ -134,11 +142,13 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   // checkpoint for everything not given again.
   std::optional<ModelSpec> spec;
   std::error_code error;
+  TrainProgress saved_progress;
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
     TensorFile saved = load_safetensors(checkpoint_path);
     apply_saved_settings(o, settings_from_checkpoint(saved, checkpoint_path), given);
+    saved_progress = progress_from_checkpoint(saved);
     spec = given.count("model") ? resolve_model(o.model) : spec_from_checkpoint(saved, checkpoint_path);
   } else {
     if (fs::exists(checkpoint_path, error))
@@ -170,21 +180,41 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   const Shape training_shape{o.batch, 3, o.patch, o.patch};
   Net net(*spec, registry, {{kImage, training_shape}}, DType::f32, device, o.seed);
   Adam adam(o.lr);
+  LrSchedule schedule(o);
+  std::unique_ptr<GradientClipper> clipper;
+  if (o.clip_grad_norm > 0) clipper = std::make_unique<GradientClipper>(o.clip_grad_norm);
   std::int64_t step = 0;
   if (o.resume) {
     step = load_checkpoint(checkpoint_path, net, &adam);
-    adam.set_learning_rate(o.lr);
+    // A new --lr given on --resume restarts the schedule from it.
+    if (!given.count("lr")) schedule.restore(saved_progress.lr_schedule);
   }
+  adam.set_learning_rate(schedule.rate_for_step(step));
   const double weight = distortion_weight(o.lambda);
-  const std::map<std::string, std::string> metadata{{kTrainSettingsKey, train_settings(o, stride).dump()}};
+  const std::string settings_text = train_settings(o, stride).dump();
+  double best_val_psnr = saved_progress.best_val_psnr;
+  // Training seconds of earlier runs of this --out (resumed runs continue the clock).
+  const double earlier_seconds = saved_progress.elapsed_seconds;
+  const auto run_start = std::chrono::steady_clock::now();
+  auto elapsed_seconds = [&] {
+    return earlier_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  };
+  auto metadata = [&] {
+    TrainProgress progress{schedule.state(), elapsed_seconds(), best_val_psnr};
+    return std::map<std::string, std::string>{{kTrainSettingsKey, settings_text},
+                                              {kTrainProgressKey, progress_json(progress).dump()}};
+  };
 
   spdlog::info("{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches, "
-               "lambda {}, lr {}, {} steps{}",
+               "lambda {}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
                o.resume ? "resuming" : "training", spec->name.empty() ? spec->source : spec->name,
                net.parameter_count(), stride, device.str(), train_images.size(), o.data, o.batch, o.patch, o.patch,
-               o.lambda, o.lr, o.steps, o.resume ? " from step " + std::to_string(step) : "");
+               o.lambda, adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "",
+               o.lr_schedule, o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
+  if (o.lr_schedule == "plateau" && o.val.empty())
+    spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
   if (step >= o.steps) {
-    save_checkpoint(model_path, net, nullptr, step, metadata);
+    save_checkpoint(model_path, net, nullptr, step, metadata());
     write_coding_tables(model_path, registry);
     spdlog::info("the checkpoint is already at step {} of --steps {}; wrote {}", step, o.steps, model_path);
     return kExitOk;
@@ -198,6 +228,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::int64_t last_good_checkpoint = o.resume ? step : -1;
 
   TrainingStep training(net, adam, ctx, loader, o.seed, weight, o.cuda_graph, step);
+  training.set_gradient_clipper(clipper.get());
   auto diverged = [&](const std::optional<Divergence>& d) {
     if (!d) return false;
     bar.finish();
@@ -225,7 +256,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                                               : std::string("No checkpoint had been saved yet."));
       return false;
     }
-    save_checkpoint(checkpoint_path, net, &adam, step, metadata);
+    save_checkpoint(checkpoint_path, net, &adam, step, metadata());
     last_good_checkpoint = step;
     return true;
   };
@@ -233,7 +264,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   // Window statistics between two log lines.
   auto window_start = std::chrono::steady_clock::now();
   double seconds_per_step = 0;  // exponential moving average
-  const auto run_start = std::chrono::steady_clock::now();
+  SmoothedStats smoothed;       // what the progress line shows
   const std::int64_t first_step = step;
   StepStats stats;
   stats.total = o.steps;
@@ -241,20 +272,21 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   // --time-limit ends the run early, as if --steps had been reached.
   std::int64_t last_step = o.steps;
   auto out_of_time = [&] {
-    return o.time_limit > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >= o.time_limit;
+    return o.time_limit > 0 && seconds_this_run(run_start) >= o.time_limit;
   };
 
   while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
+    adam.set_learning_rate(schedule.rate_for_step(step));  // read by the optimiser's begin_step
     training.run(step);
     ++step;
     if (training.checks_every_step()) {  // the CPU: free, so every step, as the progress line always did
       const TrainingWindow now = training.peek_window();
       if (diverged(now.divergence)) return kExitError;
-      stats.loss = now.last_loss;
-      stats.bpp = now.last_bpp;
-      stats.psnr = 10.0 * std::log10(1.0 / std::max(now.last_mse, 1e-12));
+      smoothed.add(now.last_loss, now.last_mse, now.last_bpp);
+      stats.loss = smoothed.loss;
+      stats.bpp = smoothed.bpp;
+      stats.psnr = 10.0 * std::log10(1.0 / std::max(smoothed.mse, 1e-12));
     }
     if (step < last_step && out_of_time()) {
       last_step = step;
@@ -266,16 +298,18 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     seconds_per_step = step == first_step + 1 ? step_seconds : 0.9 * seconds_per_step + 0.1 * step_seconds;
     stats.step = step;
     stats.images_per_second = seconds_per_step > 0 ? o.batch / seconds_per_step : 0;
-    stats.eta_seconds = seconds_per_step * static_cast<double>(o.steps - step);
+    stats.eta_seconds = remaining_seconds(seconds_per_step, o.steps - step, o.time_limit, seconds_this_run(run_start));
 
     if (step % o.log_every == 0 || step == last_step) {
       const TrainingWindow window = training.read_window();
       if (diverged(window.divergence)) return kExitError;
       const auto now = std::chrono::steady_clock::now();
       const double window_seconds = std::chrono::duration<double>(now - window_start).count();
-      stats.loss = window.last_loss;
-      stats.bpp = window.last_bpp;
-      stats.psnr = 10.0 * std::log10(1.0 / std::max(window.last_mse, 1e-12));
+      if (!training.checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
+        stats.loss = window.loss;
+        stats.bpp = window.bpp;
+        stats.psnr = 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12));
+      }
       log.write({{"kind", "train"},
                  {"step", step},
                  {"loss", window.loss},
@@ -284,7 +318,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                  {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
                  {"lr", adam.learning_rate()},
                  {"images_per_second", window_seconds > 0 ? window.steps * o.batch / window_seconds : 0.0},
-                 {"elapsed_seconds", std::chrono::duration<double>(now - run_start).count()}});
+                 {"elapsed_seconds", elapsed_seconds()}});
       window_start = now;
     }
     bar.update(stats);
@@ -295,7 +329,17 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", step, v.psnr, v.bpp,
                    v.images, o.val);
       log.write({{"kind", "val"}, {"step", step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
-                 {"images", v.images}});
+                 {"images", v.images}, {"elapsed_seconds", elapsed_seconds()}});
+      if (std::isfinite(best_val_psnr) && v.psnr < best_val_psnr - kPsnrCollapseDb)
+        spdlog::warn("validation PSNR collapsed from {:.2f} dB (the best so far) to {:.2f} dB: training is diverging. "
+                     "Try a lower --lr (now {}) or --clip-grad-norm (now {})",
+                     best_val_psnr, v.psnr, adam.learning_rate(), o.clip_grad_norm);
+      if (!std::isfinite(best_val_psnr) || v.psnr > best_val_psnr) best_val_psnr = v.psnr;
+      if (schedule.observe_validation(v.loss)) {
+        spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
+                     o.lr_patience, schedule.current_rate());
+        adam.set_learning_rate(schedule.rate_for_step(step));
+      }
     }
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {
       if (!save("periodic")) return kExitError;
@@ -312,9 +356,8 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   }
   bar.finish();
   if (!save("final")) return kExitError;
-  save_checkpoint(model_path, net, nullptr, step, metadata);
-  write_coding_tables(model_path, registry);
-  std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (last step, training noise)\n",
+  save_checkpoint(model_path, net, nullptr, step, metadata());
+  std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
               static_cast<long long>(step), stats.loss, stats.bpp, stats.psnr);
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", model_path.c_str(), checkpoint_path.c_str(),
               log.path().c_str());

@@ -55,6 +55,7 @@ void TrainingStep::run(std::int64_t step) {
     net_.forward(ctx_);
     metrics_.record(ctx_, {&net_.blob(kDistortion), &net_.blob(kRate)});
     net_.backward(ctx_, {{kDistortion, distortion_weight_}, {kRate, 1.0}});
+    if (clipper_) clipper_->clip(ctx_, parameters_);
     optimizer_.apply(ctx_, parameters_);
   });
 }

@@ -14,6 +14,7 @@
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
 #include "plexus/data/device_input.h"
+#include "plexus/grad_clip.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/step_graph.h"
@@ -53,6 +54,9 @@ class TrainingStep {
   // checks it (and updates its progress line) every step.
   bool checks_every_step() const { return ctx_.device().is_cpu(); }
   bool uses_cuda_graph() const { return graph_.enabled(); }
+  // Clips the gradient norm between backward and the update (null: none).
+  // On CUDA it runs on the device and is recorded into the graph with the step.
+  void set_gradient_clipper(GradientClipper* clipper) { clipper_ = clipper; }
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
@@ -65,6 +69,7 @@ class TrainingStep {
   data::DeviceInput input_;
   StepMetrics metrics_;
   StepGraph graph_;
+  GradientClipper* clipper_ = nullptr;
 };
 
 }  // namespace plexus::ae

@@ -66,14 +66,65 @@ double relative_error(double a, double b) {
   return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1.0});
 }
 
+// Row-major flat index -> index per dimension.
+std::vector<std::int64_t> unravel_index(std::int64_t index, const Shape& shape) {
+  std::vector<std::int64_t> position(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    position[d] = shape[d] > 0 ? index % shape[d] : 0;
+    index = shape[d] > 0 ? index / shape[d] : 0;
+  }
+  return position;
+}
+
+std::string position_text(const GradientMismatch& m) {
+  std::string text = "[";
+  for (std::size_t d = 0; d < m.position.size(); ++d) text += (d ? ", " : "") + std::to_string(m.position[d]);
+  return text + "]";
+}
+
+// Sorts failures worst-first into result.mismatches (the first 8) and adds a
+// hint per tensor whose every failure has one recognisable cause.
+template <typename Failure>
+void diagnose(std::vector<Failure>& failed, double tolerance, GradCheckResult& result) {
+  std::stable_sort(failed.begin(), failed.end(),
+                   [](const Failure& a, const Failure& b) { return a.mismatch.error > b.mismatch.error; });
+  for (std::size_t i = 0; i < failed.size() && i < 8; ++i) result.mismatches.push_back(failed[i].mismatch);
+  std::vector<std::string> tensors;
+  for (const auto& f : failed)
+    if (std::find(tensors.begin(), tensors.end(), f.mismatch.tensor) == tensors.end())
+      tensors.push_back(f.mismatch.tensor);
+  for (const auto& tensor : tensors) {
+    bool all_raw_match = true, all_negated = true;
+    for (const auto& f : failed) {
+      if (f.mismatch.tensor != tensor) continue;
+      all_raw_match = all_raw_match && relative_error(f.raw, f.mismatch.numeric) <= tolerance;
+      all_negated = all_negated && relative_error(f.mismatch.analytic, -f.mismatch.numeric) <= tolerance;
+    }
+    const bool is_parameter = tensor.rfind("parameter", 0) == 0;
+    if (all_raw_match && is_parameter)
+      result.hints.push_back(tensor + ": backward assigned (=) the gradient instead of accumulating (+=) into it; "
+                                      "the Layer contract is += for parameter gradients");
+    else if (all_raw_match)
+      result.hints.push_back(tensor + ": backward added (+=) to the input gradient instead of overwriting it; "
+                                      "the Layer contract is = for input gradients");
+    else if (all_negated)
+      result.hints.push_back(tensor + ": analytic is about minus numeric everywhere it fails: a sign error?");
+  }
+}
+
 }  // namespace
 
 std::string GradCheckResult::report() const {
   std::ostringstream out;
   out << layer << ": " << checked << " gradients checked, " << skipped << " skipped at kinks, "
       << failures << " failed; max relative error " << max_relative_error;
-  for (const auto& m : mismatches)
-    out << "\n  " << m.tensor << " [" << m.index << "]: analytic " << m.analytic << ", numeric " << m.numeric;
+  for (const auto& hint : hints) out << "\n  hint: " << hint;
+  if (!mismatches.empty()) out << "\n  failures, worst first" << (static_cast<std::int64_t>(mismatches.size()) < failures ? " (the first " + std::to_string(mismatches.size()) + ")" : std::string()) << ":";
+  for (const auto& m : mismatches) {
+    out << "\n  " << m.tensor << " " << position_text(m) << ": analytic " << m.analytic << ", numeric " << m.numeric
+        << " (relative error " << m.error << ")";
+    if (relative_error(m.analytic, -m.numeric) <= 1e-3 && std::abs(m.numeric) > 0) out << " <- about minus numeric";
+  }
   return out.str();
 }
 
@@ -124,24 +175,44 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
   };
 
   // Analytic gradients.
+  // Input gradients start as garbage (backward must overwrite them) and
+  // parameter gradients as random values (backward must add to them).
+  std::mt19937_64 prefill_rng(options.seed + 2);
   std::vector<Tensor> input_grads;
+  std::vector<std::vector<double>> input_garbage;
   MutableTensors din;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     bool differentiable = layer.input_is_differentiable(static_cast<int>(i));
-    input_grads.push_back(differentiable ? Tensor(input_shapes[i], dtype, device) : Tensor());
+    input_garbage.push_back(differentiable ? random_values(shape_numel(input_shapes[i]), -1.0, 1.0, prefill_rng)
+                                           : std::vector<double>());
+    input_grads.push_back(differentiable ? Tensor::from_values(input_garbage.back(), input_shapes[i], dtype, device)
+                                         : Tensor());
   }
   for (auto& g : input_grads) din.push_back(g.defined() ? &g : nullptr);
-  for (Parameter* p : layer.parameters()) p->grad.fill_zero();
+  std::vector<std::vector<double>> prefilled;
+  for (Parameter* p : layer.parameters()) {
+    prefilled.push_back(random_values(shape_numel(p->shape), -1.0, 1.0, prefill_rng));
+    p->grad.copy_from(Tensor::from_values(prefilled.back(), p->shape, dtype, device));
+  }
   objective();
   layer.backward(ctx, in, out, dout, din);
 
-  auto compare = [&](const std::string& name, double analytic, double numeric, std::int64_t index) {
+  // Every failure, kept with what the hints need: the raw value backward left.
+  struct Failure {
+    GradientMismatch mismatch;
+    double raw;
+  };
+  std::vector<Failure> failed;
+  auto compare = [&](const std::string& name, const Shape& shape, double analytic, double numeric, double raw,
+                     std::int64_t index) {
     double error = relative_error(analytic, numeric);
     result.checked++;
     result.max_relative_error = std::max(result.max_relative_error, error);
     if (!(error <= options.tolerance)) {  // also catches NaN
       result.failures++;
-      if (result.mismatches.size() < 8) result.mismatches.push_back({name, index, analytic, numeric});
+      failed.push_back({{name, index, analytic, numeric, unravel_index(index, shape),
+                         std::isnan(error) ? INFINITY : error},
+                        raw});
     }
   };
   // Perturbs element j of the tensor behind `host` (re-uploaded to `target`).
@@ -181,17 +252,21 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
         result.skipped++;
         continue;
       }
-      compare("input " + std::to_string(i), analytic[j], numeric_gradient(host, inputs[i], j),
-              static_cast<std::int64_t>(j));
+      // raw - garbage is what an accumulating (+=) backward computed.
+      compare("input " + std::to_string(i), input_shapes[i], analytic[j], numeric_gradient(host, inputs[i], j),
+              analytic[j] - input_garbage[i][j], static_cast<std::int64_t>(j));
     }
   }
-  for (Parameter* p : layer.parameters()) {
-    std::vector<double> analytic = p->grad.to_values();
+  auto parameters = layer.parameters();
+  for (std::size_t k = 0; k < parameters.size(); ++k) {
+    Parameter* p = parameters[k];
+    std::vector<double> after = p->grad.to_values();
     std::vector<double> host = p->value.to_values();
     for (std::size_t j : sampled(host.size()))
-      compare("parameter " + p->name, analytic[j], numeric_gradient(host, p->value, j),
-              static_cast<std::int64_t>(j));
+      compare("parameter " + p->name, p->shape, after[j] - prefilled[k][j], numeric_gradient(host, p->value, j),
+              after[j], static_cast<std::int64_t>(j));
   }
+  diagnose(failed, options.tolerance, result);
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plexus/error.h"
+#include "plexus/registry.h"
 
 namespace plexus {
 
@@ -44,7 +45,7 @@ bool fits_int64(const nlohmann::json& value) {
 
 std::int64_t LayerConfig::integer(const std::string& key) {
   const nlohmann::json* value = find(key);
-  if (!value) fail(key, "is required (an integer)");
+  if (!value) fail_missing(key, "an integer");
   if (!value->is_number_integer()) fail(key, "must be an integer, got " + value->dump());
   if (!fits_int64(*value)) fail(key, "is too large for a 64-bit integer, got " + value->dump());
   return value->get<std::int64_t>();
@@ -64,23 +65,50 @@ std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t f
 
 double LayerConfig::number(const std::string& key) {
   const nlohmann::json* value = find(key);
-  if (!value) fail(key, "is required (a number)");
+  if (!value) fail_missing(key, "a number");
   if (!value->is_number()) fail(key, "must be a number, got " + value->dump());
   return value->get<double>();
 }
 
 bool LayerConfig::boolean(const std::string& key) {
   const nlohmann::json* value = find(key);
-  if (!value) fail(key, "is required (true or false)");
+  if (!value) fail_missing(key, "true or false");
   if (!value->is_boolean()) fail(key, "must be true or false, got " + value->dump());
   return value->get<bool>();
 }
 
 std::string LayerConfig::text(const std::string& key) {
   const nlohmann::json* value = find(key);
-  if (!value) fail(key, "is required (a string)");
+  if (!value) fail_missing(key, "a string");
   if (!value->is_string()) fail(key, "must be a string, got " + value->dump());
   return value->get<std::string>();
+}
+
+void LayerConfig::fail_missing(const std::string& key, const std::string& what) const {
+  std::vector<std::string> unread;
+  for (auto it = params_->begin(); it != params_->end(); ++it)
+    if (std::find(read_keys_.begin(), read_keys_.end(), it.key()) == read_keys_.end()) unread.push_back(it.key());
+  const auto close = close_matches(key, unread, 1);
+  std::string message = "is required (" + what + ")";
+  if (!close.empty()) message += "; the params have '" + close[0] + "': did you mean '" + key + "'?";
+  fail(key, message);
+}
+
+std::vector<std::int64_t> LayerConfig::read_integers(const std::string& key, const nlohmann::json& value) const {
+  if (!value.is_array()) fail(key, "must be an array of integers, got " + value.dump());
+  std::vector<std::int64_t> result;
+  for (const auto& item : value) {
+    if (!item.is_number_integer() || !fits_int64(item))
+      fail(key, "must be an array of 64-bit integers, got " + value.dump());
+    result.push_back(item.get<std::int64_t>());
+  }
+  return result;
+}
+
+std::vector<std::int64_t> LayerConfig::integers(const std::string& key) {
+  const nlohmann::json* value = find(key);
+  if (!value) fail_missing(key, "an array of integers");
+  return read_integers(key, *value);
 }
 
 std::int64_t LayerConfig::integer(const std::string& key, std::int64_t fallback) {
@@ -100,14 +128,7 @@ std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
                                                 std::vector<std::int64_t> fallback) {
   const nlohmann::json* value = find(key);
   if (!value) return fallback;
-  if (!value->is_array()) fail(key, "must be an array of integers, got " + value->dump());
-  std::vector<std::int64_t> result;
-  for (const auto& item : *value) {
-    if (!item.is_number_integer() || !fits_int64(item))
-      fail(key, "must be an array of 64-bit integers, got " + value->dump());
-    result.push_back(item.get<std::int64_t>());
-  }
-  return result;
+  return read_integers(key, *value);
 }
 
 void LayerConfig::check_all_used() const {

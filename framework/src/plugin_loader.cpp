@@ -1,22 +1,36 @@
 #include "plexus/plugin.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+
+#include <spdlog/spdlog.h>
 
 #include "plexus/error.h"
 
 namespace plexus {
 
-void load_plugin(const std::string& path, Registry& registry) {
+LoadedPlugin load_plugin(const std::string& path, Registry& registry) {
   namespace fs = std::filesystem;
   std::error_code error;
   if (!fs::exists(path, error))
     throw PluginError("plugin '" + path + "' not found (no such file)");
   if (fs::is_directory(path, error))
     throw PluginError("plugin '" + path + "' is a folder; name the .so file inside it");
+  // One file, whatever the path (symlinks, relative or absolute): device and inode.
+  struct stat file_status {};
+  const std::string identity = ::stat(path.c_str(), &file_status) == 0
+                                   ? std::to_string(file_status.st_dev) + ":" + std::to_string(file_status.st_ino)
+                                   : fs::weakly_canonical(path, error).string();
+  LoadedPlugin loaded;
+  if (registry.has_plugin(identity)) {
+    loaded.already_loaded = true;
+    return loaded;
+  }
 
   // RTLD_GLOBAL is not needed: a plugin links against libplexus itself.
   // The handle is never closed: registered factories point into the library.
@@ -40,6 +54,7 @@ void load_plugin(const std::string& path, Registry& registry) {
                       std::to_string(version) + ", but this Plexus has ABI version " +
                       std::to_string(kPluginAbiVersion) + "; rebuild the plugin against this Plexus");
   }
+  const std::vector<std::string> before = registry.types();
   registry.set_origin("plugin " + path);
   try {
     register_layers(&registry);
@@ -48,6 +63,13 @@ void load_plugin(const std::string& path, Registry& registry) {
     throw;
   }
   registry.set_origin("built-in");
+  registry.record_plugin(identity);
+  for (const auto& type : registry.types())
+    if (!std::binary_search(before.begin(), before.end(), type)) loaded.types.push_back(type);
+  if (loaded.types.empty())
+    spdlog::warn("plugin '{}' registered no layer type: its {}() called Registry::add for nothing", path,
+                 kPluginRegisterSymbol);
+  return loaded;
 }
 
 std::vector<std::string> plugins_from_environment() {

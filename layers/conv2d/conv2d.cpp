@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "plexus/checked_math.h"
+#include "plexus/cpu_parallel.h"
 
 namespace plexus::layers {
 
@@ -72,14 +73,14 @@ void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTens
     using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
     Eigen::Map<const Matrix> weight(parameter("weight").value.data<T>(), out_channels_, rows);
-    Matrix columns(rows, patches);
-    for (std::int64_t n = 0; n < batch; ++n) {
+    const T* bias = has_bias_ ? parameter("bias").value.data<T>() : nullptr;
+    parallel_for(batch, [&](std::int64_t n) {  // images are independent
+      Matrix columns(rows, patches);
       im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
       Eigen::Map<Matrix> y_n(y.data<T>() + n * out_channels_ * patches, out_channels_, patches);
       y_n.noalias() = weight * columns;
-      if (has_bias_)
-        y_n.colwise() += Eigen::Map<const Vector>(parameter("bias").value.data<T>(), out_channels_);
-    }
+      if (bias) y_n.colwise() += Eigen::Map<const Vector>(bias, out_channels_);
+    });
   });
 }
 
@@ -98,19 +99,25 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
     using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
     Parameter& weight = parameter("weight");
     Eigen::Map<const Matrix> w(weight.value.data<T>(), out_channels_, rows);
-    Eigen::Map<Matrix> weight_grad(weight.grad.data<T>(), out_channels_, rows);
-    Matrix columns(rows, patches);
-    for (std::int64_t n = 0; n < batch; ++n) {
+    // Each image's weight and bias gradients go to its own slot, summed in
+    // image order afterwards: the same result for any thread count.
+    const std::int64_t weight_size = out_channels_ * rows;
+    std::vector<T> weight_parts(static_cast<std::size_t>(batch * weight_size));
+    std::vector<T> bias_parts(static_cast<std::size_t>(has_bias_ ? batch * out_channels_ : 0));
+    parallel_for(batch, [&](std::int64_t n) {
       Eigen::Map<const Matrix> dy_n(dy.data<T>() + n * out_channels_ * patches, out_channels_, patches);
+      Matrix columns(rows, patches);
       im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
-      weight_grad.noalias() += dy_n * columns.transpose();
-      if (has_bias_)
-        Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) += dy_n.rowwise().sum();
+      Eigen::Map<Matrix>(weight_parts.data() + n * weight_size, out_channels_, rows).noalias() =
+          dy_n * columns.transpose();
+      if (has_bias_) Eigen::Map<Vector>(bias_parts.data() + n * out_channels_, out_channels_) = dy_n.rowwise().sum();
       if (dx) {
         columns.noalias() = w.transpose() * dy_n;
         col2im_cpu(columns.data(), g, dx->data<T>() + n * g.image_size());
       }
-    }
+    });
+    add_in_order(weight_parts.data(), batch, weight_size, weight.grad.data<T>());
+    if (has_bias_) add_in_order(bias_parts.data(), batch, out_channels_, parameter("bias").grad.data<T>());
   });
 }
 

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "plexus/checked_math.h"
+#include "plexus/cpu_parallel.h"
 
 namespace plexus::layers {
 
@@ -81,16 +82,16 @@ void ConvTranspose2d::forward_cpu(Context&, const ConstTensors& inputs, const Mu
     using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
     Eigen::Map<const Matrix> weight(parameter("weight").value.data<T>(), channels, rows);
-    Matrix columns(rows, pixels);
-    for (std::int64_t n = 0; n < batch; ++n) {
+    const T* bias = has_bias_ ? parameter("bias").value.data<T>() : nullptr;
+    parallel_for(batch, [&](std::int64_t n) {  // images are independent
       Eigen::Map<const Matrix> x_n(x.data<T>() + n * channels * pixels, channels, pixels);
+      Matrix columns(rows, pixels);
       columns.noalias() = weight.transpose() * x_n;
       T* y_n = y.data<T>() + n * g.image_size();
       col2im_cpu(columns.data(), g, y_n);
-      if (has_bias_)
-        Eigen::Map<Matrix>(y_n, out_channels_, out_pixels).colwise() +=
-            Eigen::Map<const Vector>(parameter("bias").value.data<T>(), out_channels_);
-    }
+      if (bias)
+        Eigen::Map<Matrix>(y_n, out_channels_, out_pixels).colwise() += Eigen::Map<const Vector>(bias, out_channels_);
+    });
   });
 }
 
@@ -110,19 +111,25 @@ void ConvTranspose2d::backward_cpu(Context&, const ConstTensors& inputs, const C
     using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
     Parameter& weight = parameter("weight");
     Eigen::Map<const Matrix> w(weight.value.data<T>(), channels, rows);
-    Eigen::Map<Matrix> weight_grad(weight.grad.data<T>(), channels, rows);
-    Matrix columns(rows, pixels);
-    for (std::int64_t n = 0; n < batch; ++n) {
+    // Each image's weight and bias gradients go to its own slot, summed in
+    // image order afterwards: the same result for any thread count.
+    const std::int64_t weight_size = channels * rows;
+    std::vector<T> weight_parts(static_cast<std::size_t>(batch * weight_size));
+    std::vector<T> bias_parts(static_cast<std::size_t>(has_bias_ ? batch * out_channels_ : 0));
+    parallel_for(batch, [&](std::int64_t n) {
       const T* dy_n = dy.data<T>() + n * g.image_size();
       Eigen::Map<const Matrix> x_n(x.data<T>() + n * channels * pixels, channels, pixels);
+      Matrix columns(rows, pixels);
       im2col_cpu(dy_n, g, columns.data());
       if (dx)
         Eigen::Map<Matrix>(dx->data<T>() + n * channels * pixels, channels, pixels).noalias() = w * columns;
-      weight_grad.noalias() += x_n * columns.transpose();
+      Eigen::Map<Matrix>(weight_parts.data() + n * weight_size, channels, rows).noalias() = x_n * columns.transpose();
       if (has_bias_)
-        Eigen::Map<Vector>(parameter("bias").grad.data<T>(), out_channels_) +=
+        Eigen::Map<Vector>(bias_parts.data() + n * out_channels_, out_channels_) =
             Eigen::Map<const Matrix>(dy_n, out_channels_, out_pixels).rowwise().sum();
-    }
+    });
+    add_in_order(weight_parts.data(), batch, weight_size, weight.grad.data<T>());
+    if (has_bias_) add_in_order(bias_parts.data(), batch, out_channels_, parameter("bias").grad.data<T>());
   });
 }
 

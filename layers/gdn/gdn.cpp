@@ -9,6 +9,8 @@
 
 #include <Eigen/Core>
 
+#include "plexus/cpu_parallel.h"
+
 namespace plexus::layers {
 
 namespace {
@@ -122,7 +124,7 @@ void GDN::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
     const RowMajorMatrix<T> gamma =
         effective<T>(parameter("gamma").value, g.channels, g.channels, static_cast<T>(gamma_bound()), pedestal);
     const std::int64_t image_size = g.channels * g.pixels;
-    for (std::int64_t b = 0; b < g.images; ++b) {
+    parallel_for(g.images, [&](std::int64_t b) {  // images are independent
       Eigen::Map<const RowMajorMatrix<T>> x(inputs[0]->data<T>() + b * image_size, g.channels, g.pixels);
       Eigen::Map<RowMajorMatrix<T>> y(outputs[0]->data<T>() + b * image_size, g.channels, g.pixels);
       RowMajorMatrix<T> norm = gamma * x.array().square().matrix();
@@ -131,7 +133,7 @@ void GDN::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
         y.array() = x.array() * norm.array().sqrt();
       else
         y.array() = x.array() * norm.array().rsqrt();
-    }
+    });
   });
 }
 
@@ -148,11 +150,13 @@ void GDN::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&
     const T gamma_bound = static_cast<T>(this->gamma_bound());
     const ColumnVector<T> beta = effective<T>(beta_parameter.value, g.channels, 1, beta_bound, pedestal);
     const RowMajorMatrix<T> gamma = effective<T>(gamma_parameter.value, g.channels, g.channels, gamma_bound, pedestal);
-    // Gradients with respect to the effective beta and gamma, summed over the batch.
-    RowMajorMatrix<T> beta_grad = RowMajorMatrix<T>::Zero(g.channels, 1);
-    RowMajorMatrix<T> gamma_grad = RowMajorMatrix<T>::Zero(g.channels, g.channels);
+    // Gradients with respect to the effective beta and gamma, per image, then
+    // summed over the batch in image order (the same for any thread count).
+    const std::int64_t channels = g.channels;
+    std::vector<T> beta_parts(static_cast<std::size_t>(g.images * channels));
+    std::vector<T> gamma_parts(static_cast<std::size_t>(g.images * channels * channels));
     const std::int64_t image_size = g.channels * g.pixels;
-    for (std::int64_t b = 0; b < g.images; ++b) {
+    parallel_for(g.images, [&](std::int64_t b) {
       Eigen::Map<const RowMajorMatrix<T>> x(inputs[0]->data<T>() + b * image_size, g.channels, g.pixels);
       Eigen::Map<const RowMajorMatrix<T>> dy(output_grads[0]->data<T>() + b * image_size, g.channels, g.pixels);
       const RowMajorMatrix<T> x_squared = x.array().square().matrix();
@@ -173,9 +177,14 @@ void GDN::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&
         Eigen::Map<RowMajorMatrix<T>> dx(input_grads[0]->data<T>() + b * image_size, g.channels, g.pixels);
         dx.array() = dy.array() * scale.array() + T(2) * x.array() * (gamma.transpose() * q).array();
       }
-      beta_grad += q.rowwise().sum();
-      gamma_grad.noalias() += q * x_squared.transpose();
-    }
+      Eigen::Map<ColumnVector<T>>(beta_parts.data() + b * channels, channels) = q.rowwise().sum();
+      Eigen::Map<RowMajorMatrix<T>>(gamma_parts.data() + b * channels * channels, channels, channels).noalias() =
+          q * x_squared.transpose();
+    });
+    RowMajorMatrix<T> beta_grad = RowMajorMatrix<T>::Zero(channels, 1);
+    RowMajorMatrix<T> gamma_grad = RowMajorMatrix<T>::Zero(channels, channels);
+    add_in_order(beta_parts.data(), g.images, channels, beta_grad.data());
+    add_in_order(gamma_parts.data(), g.images, channels * channels, gamma_grad.data());
     accumulate_stored_gradient<T>(beta_parameter.value, beta_parameter.grad, beta_grad, beta_bound);
     accumulate_stored_gradient<T>(gamma_parameter.value, gamma_parameter.grad, gamma_grad, gamma_bound);
   });

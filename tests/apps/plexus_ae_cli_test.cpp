@@ -141,5 +141,19 @@ TEST_F(PlexusAeCli, EvalRejectsMissingAndCorruptModelFiles) {
   expect_error({"eval", "--data", images()}, {"--model"});
 }
 
+TEST_F(PlexusAeCli, SuggestsTheClosestCommandOrOption) {
+  expect_error({"trian", "--data", images()}, {"unknown command 'trian'; did you mean 'train'?"});
+  expect_error({"evl"}, {"unknown command 'evl'; did you mean 'eval'?"});
+  expect_error({"frobnicate"}, {"unknown command 'frobnicate'; commands: 'train', 'eval'"});
+  expect_error({"train", "--data", images(), "--step", "10"},
+               {"'plexus-ae train' has no option '--step'; did you mean '--steps'?", "plexus-ae train --help"});
+  expect_error({"train", "--data", images(), "--lamda=0.1"}, {"no option '--lamda'; did you mean '--lambda'?"});
+  expect_error({"eval", "--modle", "x", "--data", images()}, {"'plexus-ae eval' has no option '--modle'; did you mean '--model'?"});
+  expect_error({"--verison"}, {"'plexus-ae' has no option '--verison'; did you mean '--version'?"});
+  // A value that looks like a command name is not taken for one.
+  auto result = run({"train", "--data", "eval", "--stepz", "3"});
+  EXPECT_TRUE(contains(result.err, "did you mean '--steps'")) << result.describe();
+}
+
 }  // namespace
 }  // namespace plexus

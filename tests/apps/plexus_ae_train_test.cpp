@@ -5,6 +5,7 @@
 // models take training steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -103,6 +104,44 @@ TEST_F(PlexusAeTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
   auto steps = read_metrics(folder / "split/metrics.jsonl", "train");
   ASSERT_FALSE(steps.empty());
   EXPECT_EQ(steps.back()["step"], 12);
+}
+
+// Clipping and the step schedule are saved in the checkpoint and come back on
+// --resume without being given again: the split run matches the whole one
+// bit for bit only if both did (a run clipped at the default 1.0 differs
+// from one clipped at 0.05, checked below, and the lr is checked per step).
+TEST_F(PlexusAeTrain, ClippingAndScheduleAreRecordedAndResumed) {
+  const std::vector<std::string> recipe{"--checkpoint-every", "5",   "--clip-grad-norm", "0.05", "--lr-schedule",
+                                        "step",               "--lr-step-every", "4", "--lr-decay", "0.5",
+                                        "--log-every",        "1"};
+  auto whole = run(tiny_run("whole", 12, recipe));
+  ASSERT_EQ(whole.exit_code, 0) << whole.describe();
+  auto unclipped = run(tiny_run("unclipped", 12, {"--lr-schedule", "step", "--lr-step-every", "4", "--lr-decay", "0.5"}));
+  ASSERT_EQ(unclipped.exit_code, 0) << unclipped.describe();
+  EXPECT_FALSE(same_tensors(folder / "whole/model.safetensors", folder / "unclipped/model.safetensors"))
+      << "clipping at 0.05 must change this run";
+  auto first = run(tiny_run("split", 7, recipe));
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  auto second = run({"train", "--out", folder / "split", "--resume", "--steps", "12", "--device", "cpu"});
+  ASSERT_EQ(second.exit_code, 0) << second.describe();
+  EXPECT_TRUE(same_tensors(folder / "whole/model.safetensors", folder / "split/model.safetensors"));
+  EXPECT_TRUE(same_tensors(folder / "whole/checkpoint.safetensors", folder / "split/checkpoint.safetensors"));
+
+  // lr of step k (1-based) = 0.005 * 0.5^floor((k - 1) / 4), in both runs.
+  auto steps = read_metrics(folder / "split/metrics.jsonl", "train");
+  ASSERT_EQ(steps.size(), 12u);
+  for (const auto& entry : steps) {
+    const int k = entry["step"];
+    EXPECT_DOUBLE_EQ(entry["lr"].get<double>(), 0.005 * std::pow(0.5, (k - 1) / 4)) << "step " << k;
+  }
+  // The clock continues after --resume.
+  for (std::size_t i = 1; i < steps.size(); ++i)
+    EXPECT_GE(steps[i]["elapsed_seconds"].get<double>(), steps[i - 1]["elapsed_seconds"].get<double>()) << i;
+  TensorFile checkpoint = load_safetensors(folder / "split/checkpoint.safetensors");
+  auto settings = nlohmann::json::parse(checkpoint.metadata.at("plexus_ae.train"));
+  EXPECT_EQ(settings["clip_grad_norm"], 0.05);
+  EXPECT_EQ(settings["lr_schedule"], "step");
+  EXPECT_TRUE(checkpoint.metadata.count("plexus_ae.progress"));
 }
 
 TEST_F(PlexusAeTrain, AnExistingRunIsNotOverwrittenWithoutResume) {

@@ -58,5 +58,37 @@ TEST(GradCheck, InputsAreRandomAndNonZero) {
   EXPECT_NE(seen[0], seen[1]);
 }
 
+// The classic plugin bug: a parameter gradient assigned (=) instead of
+// accumulated (+=). The forward and the formula are right, so only the
+// pre-filled gradient exposes it.
+TEST(GradCheck, FailsALayerThatAssignsItsParameterGradient) {
+  GradCheckResult result = check_gradients(test::test_registry(), "TestScale", {{"bug", "assign"}}, {{3, 4}});
+  EXPECT_FALSE(result.ok()) << result.report();
+  EXPECT_EQ(result.failures, 1);  // the parameter; the input gradient is right
+  ASSERT_EQ(result.mismatches.size(), 1u);
+  EXPECT_EQ(result.mismatches[0].tensor, "parameter a");
+  const std::string report = result.report();
+  EXPECT_NE(report.find("assigned (=) the gradient instead of accumulating (+=)"), std::string::npos) << report;
+}
+
+TEST(GradCheck, ListsFailuresWorstFirstWithIndicesPerDimensionAndHintsAtSignErrors) {
+  GradCheckResult result = check_gradients(test::test_registry(), "TestScale", {{"bug", "negate"}}, {{2, 3}});
+  EXPECT_EQ(result.failures, 6);  // every input element; the parameter is right
+  ASSERT_EQ(result.mismatches.size(), 6u);
+  for (std::size_t i = 1; i < result.mismatches.size(); ++i)
+    EXPECT_GE(result.mismatches[i - 1].error, result.mismatches[i].error);
+  for (const auto& m : result.mismatches) {
+    ASSERT_EQ(m.position.size(), 2u);
+    EXPECT_EQ(m.position[0] * 3 + m.position[1], m.index);
+    EXPECT_NEAR(m.analytic, -m.numeric, 1e-6);
+  }
+  const std::string report = result.report();
+  EXPECT_NE(report.find("a sign error?"), std::string::npos) << report;
+  EXPECT_NE(report.find("input 0 [" + std::to_string(result.mismatches[0].position[0]) + ", " +
+                        std::to_string(result.mismatches[0].position[1]) + "]"),
+            std::string::npos)
+      << report;
+}
+
 }  // namespace
 }  // namespace plexus

@@ -6,6 +6,9 @@
 // are built by tests/plugins/CMakeLists.txt.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -164,12 +167,30 @@ TEST(PluginLoader, TypeRegisteredTwiceNamesBothOrigins) {
   EXPECT_EQ(registry.info("AddedLater").origin, "built-in");
 }
 
-TEST(PluginLoader, SamePluginLoadedTwiceNamesItTwice) {
+TEST(PluginLoader, SamePluginLoadedTwiceIsANoOp) {
   Registry registry;
-  load_plugin(TEST_GOOD_PLUGIN, registry);
-  const std::string origin = std::string("plugin ") + TEST_GOOD_PLUGIN;
-  expect_error<PluginError>([&] { load_plugin(TEST_GOOD_PLUGIN, registry); },
-                            {"layer type 'PluginScale' is registered twice: first by " + origin + ", again by " + origin});
+  LoadedPlugin first = load_plugin(TEST_GOOD_PLUGIN, registry);
+  EXPECT_FALSE(first.already_loaded);
+  EXPECT_NE(std::find(first.types.begin(), first.types.end(), "PluginScale"), first.types.end());
+  // The same path, and another path to the same file (a symlink).
+  EXPECT_TRUE(load_plugin(TEST_GOOD_PLUGIN, registry).already_loaded);
+  const std::filesystem::path link =
+      std::filesystem::temp_directory_path() / ("plexus-plugin-link-" + std::to_string(::getpid()) + ".so");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(TEST_GOOD_PLUGIN, link);
+  LoadedPlugin again = load_plugin(link.string(), registry);
+  std::filesystem::remove(link);
+  EXPECT_TRUE(again.already_loaded);
+  EXPECT_TRUE(again.types.empty());
+  EXPECT_EQ(registry.info("PluginScale").origin, std::string("plugin ") + TEST_GOOD_PLUGIN);
+}
+
+TEST(PluginLoader, APluginThatRegistersNothingIsReported) {
+  Registry registry;
+  LoadedPlugin loaded = load_plugin(TEST_EMPTY_PLUGIN, registry);
+  EXPECT_FALSE(loaded.already_loaded);
+  EXPECT_TRUE(loaded.types.empty());
+  EXPECT_TRUE(registry.types().empty());
 }
 
 TEST(PluginLoader, UnknownTypeInSpecSuggestsCloseNames) {

@@ -72,5 +72,28 @@ TEST(LayerConfig, UnknownKeysListKnownOnes) {
   EXPECT_NE(message.find("Conv2d takes: kernel, stride"), std::string::npos) << message;
 }
 
+TEST(LayerConfig, AMissingRequiredKeyNamesTheMisspeltKeyWritten) {
+  LayerConfig config("gn", "GroupNorm", {{"group", 8}, {"eps", 1e-5}});
+  std::string message = error_of<ConfigError>([&] { config.integer("groups"); });
+  EXPECT_NE(message.find("node 'gn' (GroupNorm): parameter 'groups' is required (an integer); the params have "
+                         "'group': did you mean 'groups'?"),
+            std::string::npos)
+      << message;
+  // Through the registry too, for a built-in layer.
+  message = error_of<ConfigError>(
+      [&] { builtin_registry().create("Conv2d", "enc1", {{"out_chanels", 8}, {"kernel", 3}}); });
+  EXPECT_NE(message.find("'out_channels' is required (an integer); the params have 'out_chanels'"), std::string::npos)
+      << message;
+}
+
+TEST(LayerConfig, RequiredIntegers) {
+  LayerConfig config("n", "T", {{"dims", {3, 4}}, {"bad", {1, "x"}}});
+  EXPECT_EQ(config.integers("dims"), (std::vector<std::int64_t>{3, 4}));
+  std::string missing = error_of<ConfigError>([&] { config.integers("sizes"); });
+  EXPECT_NE(missing.find("parameter 'sizes' is required (an array of integers)"), std::string::npos) << missing;
+  std::string wrong = error_of<ConfigError>([&] { config.integers("bad"); });
+  EXPECT_NE(wrong.find("parameter 'bad' must be an array of integers"), std::string::npos) << wrong;
+}
+
 }  // namespace
 }  // namespace plexus

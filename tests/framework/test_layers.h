@@ -2,16 +2,21 @@
 // Tiny layers for testing the framework itself (graph, gradcheck), with
 // gradients simple enough to derive by hand in the tests.
 #include <memory>
+#include <string>
 
 #include "plexus/layer.h"
 #include "plexus/registry.h"
 
 namespace plexus::test {
 
-// y = a * x, one scalar parameter "a" initialised to `initial`.
+// y = a * x, one scalar parameter "a" initialised to `initial`. The "bug"
+// param plants a classic mistake for the gradient checker to catch:
+// "assign" sets the parameter gradient (=) instead of adding to it (+=),
+// "negate" flips the sign of the input gradient.
 class ScaleLayer : public Layer {
  public:
-  explicit ScaleLayer(LayerConfig& config) : initial_(config.number("initial", 2.0)) {}
+  explicit ScaleLayer(LayerConfig& config)
+      : initial_(config.number("initial", 2.0)), bug_(config.text("bug", "none")) {}
   std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override {
     if (in.size() != 1) fail_shape("takes 1 input");
     return {in[0]};
@@ -34,15 +39,17 @@ class ScaleLayer : public Layer {
     double da = 0.0;
     for (std::size_t i = 0; i < x.size(); ++i) da += dy[i] * x[i];
     Parameter& p = parameter("a");
-    p.grad.copy_from(Tensor::from_values({p.grad.to_values()[0] + da}, {1}, p.grad.dtype()));
+    const double previous = bug_ == "assign" ? 0.0 : p.grad.to_values()[0];
+    p.grad.copy_from(Tensor::from_values({previous + da}, {1}, p.grad.dtype()));
     if (din[0]) {
-      for (auto& v : dy) v *= a;
+      for (auto& v : dy) v *= bug_ == "negate" ? -a : a;
       din[0]->copy_from(Tensor::from_values(dy, in[0]->shape(), in[0]->dtype()));
     }
   }
 
  private:
   double initial_;
+  std::string bug_;
 };
 
 // y = x1 + x2 (equal shapes).

@@ -13,6 +13,13 @@
 // same noise each time. Elements whose value lies within `kink_range` of
 // `kink` are skipped (ReLU at 0 is not differentiable).
 //
+// The Layer contract is checked too: backward runs with every parameter
+// gradient pre-filled with random values and every input gradient filled
+// with garbage, and the analytic gradient is taken as (after - before) for
+// parameters. A backward that assigns (=) a parameter gradient instead of
+// accumulating (+=), or that adds to an input gradient instead of
+// overwriting it, fails like a wrong formula, with a hint saying which.
+//
 // check_parity() runs the same layer with the same parameters and inputs on
 // the CPU and on CUDA (f32 by default) and compares outputs, input gradients
 // and parameter gradients.
@@ -53,9 +60,11 @@ struct GradCheckOptions {
 
 struct GradientMismatch {
   std::string tensor;  // "input 0" or "parameter weight"
-  std::int64_t index;
+  std::int64_t index;  // flat (row-major) index
   double analytic;
   double numeric;
+  std::vector<std::int64_t> position;  // the index per dimension: [n, c, y, x]
+  double error = 0;                    // relative error, as in the formula above
 };
 
 struct GradCheckResult {
@@ -63,8 +72,10 @@ struct GradCheckResult {
   std::int64_t checked = 0;
   std::int64_t skipped = 0;
   double max_relative_error = 0.0;
-  std::vector<GradientMismatch> mismatches;  // the first few failures
+  std::vector<GradientMismatch> mismatches;  // the worst failures, worst first
   std::int64_t failures = 0;
+  // Per-tensor diagnoses ("parameter weight: backward assigned (=) ..."), for report().
+  std::vector<std::string> hints;
   bool ok() const { return failures == 0 && checked > 0; }
   std::string report() const;
 };

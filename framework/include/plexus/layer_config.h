@@ -27,6 +27,7 @@ class LayerConfig {
   double number(const std::string& key);
   bool boolean(const std::string& key);
   std::string text(const std::string& key);
+  std::vector<std::int64_t> integers(const std::string& key);
   // Optional values with a default.
   std::int64_t integer(const std::string& key, std::int64_t fallback);
   double number(const std::string& key, double fallback);
@@ -45,6 +46,10 @@ class LayerConfig {
 
  private:
   const nlohmann::json* find(const std::string& key);
+  // Throws "parameter 'key' is required (<what>)", naming a key of the
+  // params that looks like a misspelling of it ("group" for "groups").
+  [[noreturn]] void fail_missing(const std::string& key, const std::string& what) const;
+  std::vector<std::int64_t> read_integers(const std::string& key, const nlohmann::json& value) const;
   std::string node_name_;
   std::string type_;
   std::unique_ptr<nlohmann::json> params_;

@@ -17,17 +17,25 @@
 namespace plexus {
 
 // Bumped whenever Layer, Registry, Tensor or Context change layout or virtuals.
-inline constexpr int kPluginAbiVersion = 1;
+inline constexpr int kPluginAbiVersion = 2;  // 2: Registry records loaded plugins
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 
 using PluginAbiVersionFunction = int (*)();
 using PluginRegisterFunction = void (*)(Registry*);
 
+// What load_plugin did.
+struct LoadedPlugin {
+  std::vector<std::string> types;  // the layer types it registered
+  bool already_loaded = false;     // the same file was loaded into this registry before: nothing done
+};
+
 // Loads one plugin library and registers its layers. Throws PluginError for
 // a missing file, a library that is not a Plexus plugin, or an ABI mismatch.
-// The library stays loaded for the life of the process.
-void load_plugin(const std::string& path, Registry& registry);
+// Loading a file already loaded into `registry` (by this or another path,
+// e.g. --plugin and PLEXUS_PLUGIN_PATH) is a no-op; a plugin that registers
+// no layer type gets a warning. The library stays loaded for the life of the process.
+LoadedPlugin load_plugin(const std::string& path, Registry& registry);
 
 // Plugins named in the PLEXUS_PLUGIN_PATH environment variable: a
 // colon-separated list of .so files or folders (every lib*.so inside).

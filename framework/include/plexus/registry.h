@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,15 @@ class Registry {
   // plugin loader sets the plugin path).
   void set_origin(const std::string& origin) { origin_ = origin; }
 
+  // The plugin loader records each plugin file it loaded (by file identity,
+  // so two paths to one file are one plugin).
+  bool has_plugin(const std::string& identity) const { return plugins_.count(identity) > 0; }
+  void record_plugin(const std::string& identity) { plugins_.insert(identity); }
+
  private:
   std::map<std::string, LayerTypeInfo> types_;
   std::string origin_ = "built-in";
+  std::set<std::string> plugins_;
 };
 
 // Up to `count` registered names closest to `name` (edit distance), for

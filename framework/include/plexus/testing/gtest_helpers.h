@@ -10,7 +10,7 @@ namespace plexus::testing {
 
 inline constexpr const char* kNoGpuReason =
     "no CUDA GPU visible to this process (or Plexus built without CUDA); "
-    "run tools/gpu-check.sh on the GPU machine";
+    "run this test on a machine with an NVIDIA GPU and a CUDA build";
 
 inline ::testing::AssertionResult gradients_match(const GradCheckResult& result) {
   if (result.ok()) return ::testing::AssertionSuccess() << result.report();

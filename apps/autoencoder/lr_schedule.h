@@ -1,0 +1,40 @@
+#pragma once
+// The learning-rate schedule of plexus-ae train (--lr-schedule):
+//   none     lr stays --lr
+//   step     lr = --lr * decay^floor(step / --lr-step-every)
+//   plateau  lr *= decay after --lr-patience validations in a row whose
+//            loss did not improve on the best so far (needs --val)
+// never below --min-lr. Its state is saved in the checkpoint and restored
+// on --resume, so a resumed run follows the same schedule.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "options.h"
+
+namespace plexus::ae {
+
+class LrSchedule {
+ public:
+  explicit LrSchedule(const TrainOptions& options);  // throws ConfigError for bad settings
+  // The rate for the step about to run (0-based count of steps done).
+  double rate_for_step(std::int64_t steps_done) const;
+  // Records a validation loss; true when the rate was lowered (plateau).
+  bool observe_validation(double loss);
+  double current_rate() const { return rate_; }
+
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
+
+ private:
+  std::string kind_;
+  double base_, decay_, min_;
+  std::int64_t step_every_;
+  int patience_;
+  double rate_;
+  double best_loss_;
+  int bad_validations_ = 0;
+};
+
+}  // namespace plexus::ae
