@@ -357,6 +357,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   bar.finish();
   if (!save("final")) return kExitError;
   save_checkpoint(model_path, net, nullptr, step, metadata());
+  write_coding_tables(model_path, registry);
   std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
               static_cast<long long>(step), stats.loss, stats.bpp, stats.psnr);
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", model_path.c_str(), checkpoint_path.c_str(),

@@ -98,8 +98,8 @@ std::vector<std::int64_t> LayerConfig::read_integers(const std::string& key, con
   if (!value.is_array()) fail(key, "must be an array of integers, got " + value.dump());
   std::vector<std::int64_t> result;
   for (const auto& item : value) {
-    if (!item.is_number_integer() || !fits_int64(item))
-      fail(key, "must be an array of 64-bit integers, got " + value.dump());
+    if (!item.is_number_integer()) fail(key, "must be an array of integers, got " + value.dump());
+    if (!fits_int64(item)) fail(key, "has an integer too large for 64 bits, got " + value.dump());
     result.push_back(item.get<std::int64_t>());
   }
   return result;
