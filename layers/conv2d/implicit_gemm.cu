@@ -148,9 +148,14 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 //   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
 //   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
 //                                 v*source_scale + source_col0 + tap_step*tj).
-// Its K index is (source channel, ti, tj), ti < taps_h, tj < taps_w.
+// Its K index is tap-major when the source has >= kTapMajorChannels channels:
+// k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
+// rounded up to BK, so a stage of K is BK channels of one tap (one bounds
+// check per stage, one pointer step per element). With fewer channels
+// (RGB images) padding them to BK would multiply the work, so K is flat:
+// k = (c*taps_h + ti)*taps_w + tj, with a per-k table.
 struct GatherPart {
-  int k_size;    // source channels * taps_h * taps_w
+  int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
   int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
   int taps_h, taps_w;
   int tap_step;  // +1 (forward) or -1 (backward_data)
@@ -170,6 +175,7 @@ struct GatherParams {
   int source_channels, source_h, source_w;
   int dest_h, dest_w;
   int source_scale, dest_scale;
+  int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
   int part_count;
   int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
   float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
@@ -181,7 +187,7 @@ struct GatherParams {
 // writes its part's tap table to shared memory: entry k holds the source
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
-template <class T>
+template <class T, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
   const GatherPart& part = params.parts[blockIdx.z % params.part_count];
   const int split = blockIdx.z / params.part_count;
@@ -201,7 +207,15 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
 
   const int source_plane = params.source_h * params.source_w;
   const int taps_per_channel = part.taps_h * part.taps_w;
-  for (int k = tid; k < part.k_stride; k += kThreads) {
+  if constexpr (tap_major) {
+    // Entry t: the offset and displacement of tap t = ti*taps_w + tj.
+    for (int tap = tid; tap < taps_per_channel; tap += kThreads) {
+      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+      taps[tap] = make_int2(di * params.source_w + dj,
+                            static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu)));
+    }
+  }
+  for (int k = tid; !tap_major && k < part.k_stride; k += kThreads) {
     int2 entry;
     if (k < part.k_size) {
       const int channel = k / taps_per_channel, tap = k - channel * taps_per_channel;
@@ -245,15 +259,35 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
                    a_rows + static_cast<long long>(row) * part.k_stride + k_tile * kTileK + k4);
     }
     float* b_tile = b_tiles + stage * b_stage;
-#pragma unroll
-    for (int r = 0; r < b_loads; ++r) {
-      const int k_local = b_row + r * b_row_step;
-      const int2 entry = taps[k_tile * kTileK + k_local];
+    if constexpr (tap_major) {
+      // Stage k_tile is channels [c0, c0 + BK) of one tap.
+      const int tiles_per_tap = params.channel_pad / kTileK;
+      const int tap = k_tile / tiles_per_tap;
+      const int c0 = (k_tile - tap * tiles_per_tap) * kTileK + b_row;
+      const int2 entry = taps[tap];
       const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
       const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
                           static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
-      copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
-                  inside ? params.source + b_base + entry.x : params.source, inside);
+      const float* source = params.source + b_base + entry.x + static_cast<long long>(c0) * source_plane;
+      const long long step = static_cast<long long>(b_row_step) * source_plane;
+#pragma unroll
+      for (int r = 0; r < b_loads; ++r) {
+        const bool valid = inside && c0 + r * b_row_step < params.source_channels;
+        copy4_async(b_tile + (b_row + r * b_row_step) * (T::BN + kColumnPad) + b_column,
+                    valid ? source + r * step : params.source, valid);
+      }
+    } else {
+      // Flat K: one table entry per element.
+#pragma unroll
+      for (int r = 0; r < b_loads; ++r) {
+        const int k_local = b_row + r * b_row_step;
+        const int2 entry = taps[k_tile * kTileK + k_local];
+        const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
+        const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
+        copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
+                    inside ? params.source + b_base + entry.x : params.source, inside);
+      }
     }
   };
 
@@ -353,7 +387,9 @@ struct PackParams {
   float* packed;
   int m_size, m_pad;
   int in_channels, kernel, stride;
-  bool transpose;  // backward_data
+  bool transpose;    // backward_data
+  int channels;      // source channels: Ci (forward) or Co (backward_data)
+  int channel_pad;   // tap-major K (see GatherPart); 0: flat K
   PackPart parts[kMaxPhases];
 };
 
@@ -364,7 +400,15 @@ __global__ void pack_weight_kernel(const PackParams params) {
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int m = static_cast<int>(index / part.k_stride), k = static_cast<int>(index % part.k_stride);
     float value = 0.0f;
-    if (m < params.m_size && k < part.k_size) {
+    if (m < params.m_size && k < part.k_size && params.channel_pad > 0) {
+      // Tap-major: k = tap*channel_pad + c.
+      const int tap = k / params.channel_pad, c = k % params.channel_pad;
+      const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+      const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+      const long long o = params.transpose ? c : m, ci = params.transpose ? m : c;
+      if (c < params.channels)
+        value = params.weight[((o * params.in_channels + ci) * params.kernel + i) * params.kernel + j];
+    } else if (m < params.m_size && k < part.k_size) {
       if (!params.transpose) {
         value = params.weight[static_cast<long long>(m) * part.k_size + k];
       } else {
@@ -598,10 +642,12 @@ const float* pack_weight(const Context& ctx, const PackParams& pack, int part_co
 // blocks whose partial sums reduce_splits_kernel adds (with the bias).
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
   using T = GatherTile;
-  int max_k_stride = 0;
+  int max_k_stride = 0, max_table = 0;
   long long max_n_tiles = 0, blocks = 0;
+  const bool tap_major = params.channel_pad > 0;
   for (int p = 0; p < params.part_count; ++p) {
     const GatherPart& part = params.parts[p];
+    max_table = std::max(max_table, tap_major ? part.taps_h * part.taps_w : part.k_stride);
     const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
     max_k_stride = std::max(max_k_stride, part.k_stride);
     max_n_tiles = std::max(max_n_tiles, n_tiles);
@@ -616,13 +662,20 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
   if (params.splits > 1)
     params.partial =
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
-  static const bool opted_in = (allow_shared_bytes(gather_gemm_kernel<T>, gather_shared_bytes<T>(kMaxTaps),
-                                                   "cudaFuncSetAttribute(gather_gemm_kernel)"),
-                                true);
+  static const bool opted_in =
+      (allow_shared_bytes(gather_gemm_kernel<T, true>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       allow_shared_bytes(gather_gemm_kernel<T, false>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
                   static_cast<unsigned>(params.part_count * params.splits));
-  gather_gemm_kernel<T><<<grid, kThreads, gather_shared_bytes<T>(max_k_stride), cuda::stream(ctx)>>>(params);
+  const std::size_t shared_bytes = gather_shared_bytes<T>(max_table);
+  if (tap_major)
+    gather_gemm_kernel<T, true><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+  else
+    gather_gemm_kernel<T, false><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
   cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
@@ -637,7 +690,10 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
 void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
-  const int k_size = static_cast<int>(p.in_channels * p.kernel * p.kernel);
+  const bool tap_major = p.in_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, GatherTile::BK)) : 0;
+  const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
+                                                : p.in_channels * p.kernel * p.kernel);
   const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
   const int m_pad = static_cast<int>(round_up(p.out_channels, GatherTile::BM));
 
@@ -647,10 +703,12 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   pack.m_pad = m_pad;
   pack.in_channels = static_cast<int>(p.in_channels);
   pack.kernel = static_cast<int>(p.kernel);
-  pack.stride = static_cast<int>(p.stride);
+  pack.stride = 1;  // forward taps are consecutive kernel positions
   pack.transpose = false;
+  pack.channels = static_cast<int>(p.in_channels);
+  pack.channel_pad = channel_pad;
   pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
-  const bool in_place = k_stride == k_size && m_pad == p.out_channels &&
+  const bool in_place = !tap_major && k_stride == k_size && m_pad == p.out_channels &&
                         reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
   PackParams filled;
   const float* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place,
@@ -670,6 +728,7 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   params.dest_w = static_cast<int>(p.out_width);
   params.source_scale = static_cast<int>(p.stride);
   params.dest_scale = 1;
+  params.channel_pad = channel_pad;
   GatherPart& part = params.parts[0];
   part.k_size = k_size;
   part.k_stride = k_stride;
@@ -698,6 +757,10 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   pack.kernel = k;
   pack.stride = s;
   pack.transpose = true;
+  const bool tap_major = p.out_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, GatherTile::BK)) : 0;
+  pack.channels = static_cast<int>(p.out_channels);
+  pack.channel_pad = channel_pad;
 
   GatherParams params{};
   params.source = y;
@@ -712,6 +775,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   params.dest_w = static_cast<int>(p.width);
   params.source_scale = 1;
   params.dest_scale = s;
+  params.channel_pad = channel_pad;
 
   // Destination pixel (h, w) = (ph + s*u, pw + s*v) receives the taps
   // i = i0 + s*ti with i0 = (ph + p) mod s, from source row
@@ -725,7 +789,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
       if (grid_h == 0 || grid_w == 0) continue;
       const int i0 = (ph + pad) % s, j0 = (pw + pad) % s;
       const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
-      const int k_size = static_cast<int>(p.out_channels) * taps_h * taps_w;
+      const int k_size = (tap_major ? channel_pad : static_cast<int>(p.out_channels)) * taps_h * taps_w;
       const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
       GatherPart& part = params.parts[part_count];
       part.k_size = k_size;
