@@ -35,6 +35,7 @@ int run_eval(const EvalOptions& o) {
   check_contract(spec);
   const int stride = derive_stride(spec, registry);
   const Device device = choose_device(o.device);
+  const Precision precision = choose_precision(o.precision, device);
   // No cache: each image is decoded once anyway.
   data::ImageFolder images(o.data, /*cache_bytes=*/0);
   if (!o.out.empty() && fs::exists(o.out, error) && fs::equivalent(o.out, o.data, error))
@@ -48,7 +49,7 @@ int run_eval(const EvalOptions& o) {
   const std::int64_t step = load_checkpoint(o.model, net, nullptr);
   Context ctx(device, 0);
   ctx.set_training(false);
-  ctx.set_precision(choose_precision(o.precision, device));
+  ctx.set_precision(precision);
   spdlog::info("evaluating '{}' ({}, step {}, stride {}) on {} image(s) of '{}' on {}", o.model,
                spec.name.empty() ? spec.source : spec.name, step, stride, images.size(), o.data, device.str());
 

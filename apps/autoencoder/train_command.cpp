@@ -142,6 +142,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
                       std::to_string(stride) + " (" + spec->source + "); try --patch " +
                       std::to_string(std::max(stride, (o.patch + stride / 2) / stride * stride)));
   const Device device = choose_device(o.device);
+  const Precision precision = choose_precision(o.tf32 ? "tf32" : o.precision, device);
 
   data::ImageFolder train_images(o.data);
   std::unique_ptr<data::ImageFolder> val_images;
@@ -151,7 +152,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   if (error) throw IoError("cannot create the output folder '" + o.out + "': " + error.message());
 
   Context ctx(device, o.seed);
-  ctx.set_precision(choose_precision(o.tf32 ? "tf32" : o.precision, device));
+  ctx.set_precision(precision);
   const Shape training_shape{o.batch, 3, o.patch, o.patch};
   Net net(*spec, registry, {{kImage, training_shape}}, DType::f32, device, o.seed);
   Adam adam(o.lr);

@@ -1,8 +1,10 @@
 // CUDA Conv2d (math in conv2d.h). When the context allows TF32, the
-// implicit-GEMM tensor-core engine (implicit_gemm.h) runs every pass without
-// a column buffer. Otherwise (f64, strict f32, shapes the engine does not
-// take): im2col kernels plus cuBLAS GEMMs batched over the images of a chunk. The chunk is the whole batch unless its scratch
-// (columns and per-image weight gradients) would exceed scratch_limit_.
+// implicit-GEMM tensor-core engine (implicit_gemm.h) runs the passes it takes
+// without a column buffer. The others (f64, strict f32, passes with <= 16
+// product rows, shapes beyond the engine's limits): im2col kernels plus
+// cuBLAS GEMMs batched over the images of a chunk. The chunk is the whole
+// batch unless its scratch (columns and per-image weight gradients) would
+// exceed scratch_limit_.
 // Scratch buffers are cached in the layer. Every step runs on the context's
 // stream.
 #include <algorithm>

@@ -9,9 +9,11 @@
 //                    A = the weight re-packed per phase, B = gathered Y.
 //   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
 //                    blocks; A = Y, B = input patches; partial sums reduced.
-// A thread block computes a BM x BN tile of C, walking K in steps of 16
-// through a kStages-deep cp.async ring in shared memory; each of its 8 warps
-// owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
+// A thread block computes a BM x BN tile of C, walking K in stages of BK
+// through a STAGES-deep cp.async ring in shared memory (see Tile); each of its
+// 8 warps owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
+// When the tiles of C would not fill the GPU once, K is also split over
+// blocks and the partial sums are added in a fixed order (deterministic).
 #include <algorithm>
 #include <cstdint>
 #include <limits>

@@ -17,7 +17,8 @@
 // products. backward_data runs one GEMM per output phase (h mod s, w mod s),
 // where only every s-th kernel tap contributes, so no product is spent on the
 // zeros a strided transpose would insert. backward_weight splits the long
-// pixel sum over blocks and reduces the partial sums deterministically.
+// pixel sum over blocks and reduces the partial sums deterministically (as do
+// the other two passes when their output is too small to fill the GPU).
 //
 // TF32 keeps 10 mantissa bits of each operand (relative error ~1e-3 per
 // product); use it only when the Context allows TF32.

@@ -1,13 +1,14 @@
-// CUDA ConvTranspose2d (math in conv_transpose2d.h). When the context allows
-// TF32, the implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs
-// every pass: this layer is a Conv2d from its output to its input, so its
-// forward is that Conv2d's backward_data, its input gradient that Conv2d's
-// forward, its weight gradient that Conv2d's backward_weight. Otherwise:
-// cuBLAS GEMMs batched over the images of a chunk plus col2im / im2col
-// kernels of the output geometry.
-// The chunk is the whole batch unless its scratch (columns and per-image
-// weight gradients) would exceed scratch_limit_. Scratch buffers are cached
-// in the layer. Every step runs on the context's stream.
+// CUDA ConvTranspose2d (math in conv_transpose2d.h). This layer is the
+// Conv2d from its output to its input, so when the context allows TF32 the
+// implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs its forward
+// as that Conv2d's backward_data, its input gradient as that Conv2d's forward
+// and its weight gradient as that Conv2d's backward_weight, where the engine
+// takes the pass (takes_forward / takes_backward_data). Otherwise: cuBLAS
+// GEMMs batched over the images of a chunk plus col2im / im2col kernels of
+// the output geometry. The chunk is the whole batch unless its scratch
+// (columns and per-image weight gradients) would exceed scratch_limit_.
+// Scratch buffers are cached in the layer. Every step runs on the context's
+// stream.
 #include <algorithm>
 
 #include "conv2d/channel_ops.h"

@@ -52,6 +52,19 @@ TEST_F(PlexusAeCli, EvalHelpAndTopLevelHelp) {
   EXPECT_TRUE(contains(top.out, "eval")) << top.out;
 }
 
+TEST_F(PlexusAeCli, PrecisionOptionDefaultsToTf32AndRejectsBf16Clearly) {
+  for (const char* command : {"train", "eval"}) {
+    auto help = run({command, "--help"});
+    ASSERT_EQ(help.exit_code, 0) << help.describe();
+    for (const char* fragment : {"--precision", "tf32", "cuDNN"})
+      EXPECT_TRUE(contains(help.out, fragment)) << command << ": missing \"" << fragment << "\"\n" << help.out;
+  }
+  expect_error({"train", "--data", images(), "--device", "cpu", "--steps", "1", "--patch", "32", "--batch", "1",
+                "--precision", "bf16", "--out", folder / "bf16"},
+               {"--precision bf16", "not implemented"});
+  expect_error({"train", "--data", images(), "--precision", "fp16"}, {"--precision"});
+}
+
 TEST_F(PlexusAeCli, NoSubcommandOrUnknownOptionIsExitCode1) {
   EXPECT_EQ(run({}).exit_code, 1);
   expect_error({"train", "--data", images(), "--no-such-option"}, {"--no-such-option"});

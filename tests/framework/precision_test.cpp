@@ -1,0 +1,54 @@
+// The precision policy on the Context: parsing, the TF32 switch it drives,
+// and bf16 rejected with a clear message until it is implemented.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "plexus/context.h"
+#include "plexus/error.h"
+
+namespace plexus {
+namespace {
+
+TEST(Precision, ParsesTheThreeNamesAndRejectsOthers) {
+  EXPECT_EQ(parse_precision("f32"), Precision::f32);
+  EXPECT_EQ(parse_precision("tf32"), Precision::tf32);
+  EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
+  for (Precision p : {Precision::f32, Precision::tf32, Precision::bf16})
+    EXPECT_EQ(parse_precision(precision_name(p)), p);
+  try {
+    parse_precision("fp16");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown precision 'fp16': expected f32, tf32 or bf16"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Precision, ContextDefaultsToStrictF32AndAllowTf32FollowsThePolicy) {
+  Context ctx;
+  EXPECT_EQ(ctx.precision(), Precision::f32);
+  EXPECT_FALSE(ctx.allow_tf32());
+  ctx.set_precision(Precision::tf32);
+  EXPECT_TRUE(ctx.allow_tf32());
+  ctx.set_allow_tf32(false);
+  EXPECT_EQ(ctx.precision(), Precision::f32);
+  ctx.set_allow_tf32(true);
+  EXPECT_EQ(ctx.precision(), Precision::tf32);
+}
+
+TEST(Precision, Bf16IsRejectedNotSilentlyRunAsF32) {
+  Context ctx;
+  ctx.set_precision(Precision::tf32);
+  try {
+    ctx.set_precision(Precision::bf16);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not implemented"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ctx.precision(), Precision::tf32) << "a rejected policy must leave the context unchanged";
+}
+
+}  // namespace
+}  // namespace plexus
