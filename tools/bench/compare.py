@@ -29,7 +29,7 @@ def main():
     precision = next((r.get("precision") for r in plexus.values() if "precision" in r), "f32")
     ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
     if ceiling:
-        print(f"Tensor-core ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
+        print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
               f"{ceiling['tflops']:.1f} TFLOP/s\n")
     print(f"| layer (batch 16, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")

@@ -22,7 +22,9 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-"$build/bin/plexus-bench" --cases tools/bench/bench_cases.json "${common[@]}" | tee "$out/plexus.jsonl"
-"$python" tools/bench/torch_bench.py --cases tools/bench/bench_cases.json "${common[@]}" "${torch_only[@]}" \
+# ${a[@]+"${a[@]}"}: an empty array expands to nothing, also under set -u in older bash.
+"$build/bin/plexus-bench" --cases tools/bench/bench_cases.json ${common[@]+"${common[@]}"} | tee "$out/plexus.jsonl"
+"$python" tools/bench/torch_bench.py --cases tools/bench/bench_cases.json ${common[@]+"${common[@]}"} \
+  ${torch_only[@]+"${torch_only[@]}"} \
   | tee "$out/torch.jsonl"
 "$python" tools/bench/compare.py "$out/plexus.jsonl" "$out/torch.jsonl" | tee "$out/table.md"

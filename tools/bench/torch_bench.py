@@ -12,8 +12,8 @@ Precision, as Plexus's --precision: f32 = no TF32 anywhere; tf32 = TF32 in
 cuDNN convolutions and cuBLAS matmuls; bf16 = autocast to bfloat16 with
 channels_last tensors. The training steps are also timed under torch.compile
 (rows "<model> (torch.compile)"; --no-compile skips them). A first line times
-an 8192^3 matmul at the chosen precision: the tensor-core ceiling that
-compare.py sets the convolutions' TFLOP/s against.
+an 8192^3 matmul at the chosen precision: the ceiling (tensor cores for tf32
+and bf16) that compare.py sets the convolutions' TFLOP/s against.
 """
 import contextlib
 import argparse
@@ -212,7 +212,7 @@ def time_model(m, warmup, repeats, precision, compiled):
 
 
 def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
-    """TFLOP/s of one size^3 matmul at this precision: the tensor-core ceiling."""
+    """TFLOP/s of one size^3 matmul at this precision (cuBLAS): the ceiling."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     a = torch.randn(size, size, device="cuda", dtype=dtype)
     b = torch.randn(size, size, device="cuda", dtype=dtype)
