@@ -444,7 +444,10 @@ struct WeightGradParams {
 // B (taps (c, i, j), decoded once), so a pixel is decoded once per stage.
 // vector_a: Ho*Wo is a multiple of kTileK, so every tile of A is 16 pixels of
 // one image, 16-byte aligned (k_per_split is a multiple of kTileK too).
-template <class T, bool vector_a>
+// tap_major: Ci is a multiple of BN and N is ordered n = tap*Ci + c, so the
+// block's columns are BN channels of one tap: one bounds check per stage and
+// one pointer step per element; the epilogue writes dW[o, c, tap] in place.
+template <class T, bool vector_a, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   const int m_size = params.out_channels;
@@ -465,9 +468,13 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
   constexpr int row_step = kThreads / kTileK;
   constexpr int a_loads = T::BM / row_step, b_loads = T::BN / row_step;
   const int plane = params.height * params.width;
+  // tap_major: the block's tap (ti, tj) and first channel.
+  const int block_tap = n0 / params.in_channels, block_channel = n0 - block_tap * params.in_channels;
+  const int tap_i = block_tap / params.kernel, tap_j = block_tap % params.kernel;
+  const int tap_column = (block_channel + lane_row) * plane + tap_i * params.width + tap_j;
   int column_offset[b_loads], column_tap[b_loads];
 #pragma unroll
-  for (int r = 0; r < b_loads; ++r) {
+  for (int r = 0; r < b_loads && !tap_major; ++r) {
     const int n = n0 + lane_row + r * row_step;
     if (n < n_size) {
       const int c = n / kk, i = (n % kk) / params.kernel, j = n % params.kernel;
@@ -528,8 +535,18 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
     const long long x_base = static_cast<long long>(image) * params.in_channels * plane +
                              static_cast<long long>(y0) * params.width + x0;
     float* b_tile = b_tiles + stage * b_stage;
+    if constexpr (tap_major) {
+      const bool inside = pixel_valid && static_cast<unsigned>(y0 + tap_i) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(x0 + tap_j) < static_cast<unsigned>(params.width);
+      const float* source = params.x + x_base + tap_column;
+      const long long step = static_cast<long long>(row_step) * plane;
 #pragma unroll
-    for (int r = 0; r < b_loads; ++r) {
+      for (int r = 0; r < b_loads; ++r)
+        copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local, inside ? source + r * step : params.x,
+                    inside);
+    }
+#pragma unroll
+    for (int r = 0; r < b_loads && !tap_major; ++r) {
       const int di = column_tap[r] >> 16, dj = column_tap[r] & 0xffff;
       const bool inside = static_cast<unsigned>(y0 + di) < static_cast<unsigned>(params.height) &&
                           static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
@@ -586,7 +603,9 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
-          if (n < n_size) partial[static_cast<long long>(m) * n_size + n] = acc[mt][nt][2 * half + c];
+          // tap_major: column n is channel block_channel + (n - n0) of the block's tap.
+          const int index = tap_major ? (block_channel + n - n0) * kk + block_tap : n;
+          if (n < n_size) partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
         }
     }
 }
@@ -851,18 +870,29 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.k_size = k_size;
   params.k_per_split = k_per_split;
   static const bool opted_in =
-      (allow_shared_bytes(weight_grad_kernel<T, true>, weight_grad_shared_bytes<T>(),
+      (allow_shared_bytes(weight_grad_kernel<T, true, true>, weight_grad_shared_bytes<T>(),
                           "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<T, false>, weight_grad_shared_bytes<T>(),
+       allow_shared_bytes(weight_grad_kernel<T, true, false>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false, true>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false, false>, weight_grad_shared_bytes<T>(),
                           "cudaFuncSetAttribute(weight_grad_kernel)"),
        true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
                   static_cast<unsigned>(used_splits));
-  if ((p.out_height * p.out_width) % kTileK == 0)
-    weight_grad_kernel<T, true><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  const bool vector_a = (p.out_height * p.out_width) % kTileK == 0, tap_major = p.in_channels % T::BN == 0;
+  const std::size_t bytes = weight_grad_shared_bytes<T>();
+  cudaStream_t stream = cuda::stream(ctx);
+  if (vector_a && tap_major)
+    weight_grad_kernel<T, true, true><<<grid, kThreads, bytes, stream>>>(params);
+  else if (vector_a)
+    weight_grad_kernel<T, true, false><<<grid, kThreads, bytes, stream>>>(params);
+  else if (tap_major)
+    weight_grad_kernel<T, false, true><<<grid, kThreads, bytes, stream>>>(params);
   else
-    weight_grad_kernel<T, false><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+    weight_grad_kernel<T, false, false><<<grid, kThreads, bytes, stream>>>(params);
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
   accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
 }
