@@ -69,6 +69,15 @@ __device__ inline void wait_async() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
+// Four 8x4 f32 matrices from shared memory in one instruction (ldmatrix
+// reads them as 8x8 b16): lane l gives the address of row l%8 of matrix l/8
+// and receives, from each matrix q, the f32 at (row lane/4, column lane%4).
+__device__ inline void load_matrix_x4(unsigned (&r)[4], const float* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row_address)));
+}
+
 // d += a b for one 16x8x8 tile. a and b hold f32 bit patterns; the tensor core
 // reads them as TF32 (the low 13 mantissa bits are dropped).
 __device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -110,17 +119,17 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
   constexpr int kKStride = T::KStride;
+  static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
 #pragma unroll
   for (int k8 = 0; k8 < T::BK; k8 += 8) {
     unsigned a[T::MT][4], b[T::NT][2];
+    // A fragments by ldmatrix: matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7) give
+    // a0..a3 in order when lane l points at row l%8 + 8*((l/8)&1), k 4*(l/16).
+    const int quad = lane >> 3;
 #pragma unroll
-    for (int mt = 0; mt < T::MT; ++mt) {
-      const float* p = a_tile + (warp_m0 + mt * 16 + g) * kKStride + k8 + t;
-      a[mt][0] = __float_as_uint(p[0]);
-      a[mt][1] = __float_as_uint(p[8 * kKStride]);
-      a[mt][2] = __float_as_uint(p[4]);
-      a[mt][3] = __float_as_uint(p[8 * kKStride + 4]);
-    }
+    for (int mt = 0; mt < T::MT; ++mt)
+      load_matrix_x4(a[mt], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
+                                4 * (quad >> 1));
 #pragma unroll
     for (int nt = 0; nt < T::NT; ++nt) {
       if constexpr (b_k_contiguous) {
