@@ -1,6 +1,8 @@
 #include "plexus/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "plexus/error.h"
@@ -156,11 +158,25 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
     return (plus - minus) / (2.0 * options.step);
   };
 
+  // The elements of an n-element tensor to check: all of them, or one per
+  // window of ceil(n / max_elements_per_tensor) at a seeded random offset.
+  std::mt19937_64 sample_rng(options.seed);
+  auto sampled = [&](std::size_t n) {
+    std::vector<std::size_t> elements;
+    const auto limit = static_cast<std::size_t>(std::max<std::int64_t>(options.max_elements_per_tensor, 0));
+    const std::size_t window = limit == 0 || n <= limit ? 1 : (n + limit - 1) / limit;
+    for (std::size_t begin = 0; begin < n; begin += window) {
+      const std::size_t size = std::min(window, n - begin);
+      elements.push_back(begin + std::uniform_int_distribution<std::size_t>(0, size - 1)(sample_rng));
+    }
+    return elements;
+  };
+
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!din[i]) continue;
     std::vector<double> analytic = input_grads[i].to_values();
     std::vector<double> host = f.inputs[i];
-    for (std::size_t j = 0; j < host.size(); ++j) {
+    for (std::size_t j : sampled(host.size())) {
       if (options.kink_range >= 0 && std::abs(host[j] - options.kink) <= options.kink_range) {
         result.skipped++;
         continue;
@@ -172,7 +188,7 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
   for (Parameter* p : layer.parameters()) {
     std::vector<double> analytic = p->grad.to_values();
     std::vector<double> host = p->value.to_values();
-    for (std::size_t j = 0; j < host.size(); ++j)
+    for (std::size_t j : sampled(host.size()))
       compare("parameter " + p->name, analytic[j], numeric_gradient(host, p->value, j),
               static_cast<std::int64_t>(j));
   }

@@ -19,80 +19,39 @@
 // read from global memory once per direction (x again from L2 in the
 // epilogues).
 //
-// The fused kernels exist for C <= 128 in f32 (gamma 66 KiB, 2 blocks per SM
-// forward, 1 backward on an H100) and C <= 64 in f64; C is padded up to 32,
-// 64 or 128 with zero gamma rows/columns and beta 1. Larger C (gamma no longer
-// fits in shared memory next to a tile) and GPUs without the shared memory
-// take the general path: element-wise kernels with an O(C) loop per element,
-// reading through the caches; its backward keeps dL/dn and x^2 in two
-// temporaries and gets dgamma as their product from cuBLAS.
-#include <atomic>
+// Which kernels run:
+//   f32, TF32 allowed (Context::allow_tf32), C <= 192, compute capability
+//       >= 8.0: the tensor-core kernels of gdn_tensor_core.cu (same layout,
+//       the contractions as TF32 MMAs);
+//   f32 otherwise, C <= 128, and f64, C <= 64: the fused kernels below, on
+//       FP32 (FP64) FMA units (gamma 66 KiB at C = 128: 2 blocks per SM
+//       forward, 1 backward on an H100); C is padded up to 32, 64 or 128 with
+//       zero gamma rows/columns and beta 1;
+//   larger C, and GPUs without the shared memory: the general path,
+//       element-wise kernels with an O(C) loop per element, reading through
+//       the caches; its backward keeps dL/dn and x^2 in two temporaries and
+//       gets dgamma as their product from cuBLAS (a TF32 GEMM when allowed).
+// Why not larger C here: the FMA backward keeps (C/16)^2 dgamma sums per
+// thread (144 registers at C = 192), and at C = 256 gamma alone (256 KiB)
+// exceeds an H100's shared memory.
 #include <cstdint>
+#include <type_traits>
 
 #include "gdn/gdn.h"
+#include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/blas.h"
-#include "plexus/cuda/cuda_check.h"
-#include "plexus/cuda/cuda_context.h"
 
 namespace plexus::layers {
 
 namespace {
+
+using namespace gdn_cuda;
 
 constexpr int kThreads = 256;
 constexpr int kTilePixels = 64;
 constexpr int kPixelsPerThread = 4;  // per thread and row; 16 groups x 4 = 64
 constexpr int kGroups = 16;          // row groups = pixel groups = 16
 
-template <typename T>
-struct Reparametrization {
-  T pedestal;
-  T beta_bound;
-  T gamma_bound;
-};
-
-// value = max(stored, bound)^2 - pedestal
-template <typename T>
-__device__ __forceinline__ T effective_value(T stored, T bound, T pedestal) {
-  T clipped = stored > bound ? stored : bound;
-  return clipped * clipped - pedestal;
-}
-
-__device__ __forceinline__ float reciprocal_sqrt(float v) { return rsqrtf(v); }
-__device__ __forceinline__ double reciprocal_sqrt(double v) { return rsqrt(v); }
-
-// ---- vector access to 4 (or 2) consecutive elements, 16-byte aligned ----
-__device__ __forceinline__ void load4(const float* source, float* out) {
-  float4 v = *reinterpret_cast<const float4*>(source);
-  out[0] = v.x;
-  out[1] = v.y;
-  out[2] = v.z;
-  out[3] = v.w;
-}
-__device__ __forceinline__ void load4(const double* source, double* out) {
-  double2 a = *reinterpret_cast<const double2*>(source);
-  double2 b = *reinterpret_cast<const double2*>(source + 2);
-  out[0] = a.x;
-  out[1] = a.y;
-  out[2] = b.x;
-  out[3] = b.y;
-}
-__device__ __forceinline__ void load2(const float* source, float* out) {
-  float2 v = *reinterpret_cast<const float2*>(source);
-  out[0] = v.x;
-  out[1] = v.y;
-}
-__device__ __forceinline__ void load2(const double* source, double* out) {
-  double2 v = *reinterpret_cast<const double2*>(source);
-  out[0] = v.x;
-  out[1] = v.y;
-}
-__device__ __forceinline__ void store4(float* destination, const float* in) {
-  *reinterpret_cast<float4*>(destination) = make_float4(in[0], in[1], in[2], in[3]);
-}
-__device__ __forceinline__ void store4(double* destination, const double* in) {
-  *reinterpret_cast<double2*>(destination) = make_double2(in[0], in[1]);
-  *reinterpret_cast<double2*>(destination + 2) = make_double2(in[2], in[3]);
-}
 // N consecutive elements; `source` aligned to N (N % 4 == 0) or 2 elements.
 template <int N, typename T>
 __device__ __forceinline__ void load_row(const T* source, T* out) {
@@ -120,55 +79,6 @@ struct FusedLayout {
   static constexpr std::size_t forward_bytes = sizeof(T) * (gamma_elements + CP + tile_elements);
   static constexpr std::size_t backward_bytes = sizeof(T) * (gamma_elements + CP + 2 * tile_elements);
 };
-
-// The 4 pixels (tile_begin + 4 * group + c) a thread owns in a tile: element
-// (channel i, pixel c) lies at offset[c] + i * pixels. `contiguous`: all 4 in
-// bounds, in one image and 16-byte aligned, so one vector access serves them.
-struct PixelQuad {
-  long long offset[kPixelsPerThread];
-  int valid_mask;
-  bool contiguous;
-};
-
-__device__ __forceinline__ PixelQuad pixel_quad(long long first, long long total_pixels, long long pixels,
-                                                int channels, bool vector_io) {
-  PixelQuad quad;
-  quad.valid_mask = 0;
-#pragma unroll
-  for (int c = 0; c < kPixelsPerThread; ++c) {
-    long long g = first + c;
-    quad.offset[c] = 0;
-    if (g < total_pixels) {
-      quad.offset[c] = (g / pixels) * channels * pixels + g % pixels;
-      quad.valid_mask |= 1 << c;
-    }
-  }
-  // With pixels % 4 == 0 and first % 4 == 0 the 4 pixels never straddle images.
-  quad.contiguous = vector_io && quad.valid_mask == 0xF;
-  return quad;
-}
-
-template <typename T>
-__device__ __forceinline__ void load_quad(const T* base, const PixelQuad& quad, long long channel_offset, T* out) {
-  if (quad.contiguous) {
-    load4(base + quad.offset[0] + channel_offset, out);
-  } else {
-#pragma unroll
-    for (int c = 0; c < kPixelsPerThread; ++c)
-      out[c] = (quad.valid_mask >> c) & 1 ? base[quad.offset[c] + channel_offset] : T(0);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void store_quad(T* base, const PixelQuad& quad, long long channel_offset, const T* in) {
-  if (quad.contiguous) {
-    store4(base + quad.offset[0] + channel_offset, in);
-  } else {
-#pragma unroll
-    for (int c = 0; c < kPixelsPerThread; ++c)
-      if ((quad.valid_mask >> c) & 1) base[quad.offset[c] + channel_offset] = in[c];
-  }
-}
 
 // Effective gamma [CP, CP] (row-major, zero-padded) and beta [CP] (padded
 // with 1 so padded rows never divide by zero) into shared memory.
@@ -315,18 +225,18 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int c = 0; c < kPixelsPerThread; ++c) acc[r][c] = beta_s[row_group * RM + r];
     contract_gamma_x2<T, CP>(gamma_s, x2_s, reduce_end, acc, row_group, pixel_group);
 
-    const PixelQuad quad =
-        pixel_quad(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
+    const PixelRun<kPixelsPerThread> quad =
+        pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
       const int i = row_group * RM + r;
       if (i >= channels) continue;
       T xv[kPixelsPerThread], yv[kPixelsPerThread];
-      load_quad(x, quad, i * pixels, xv);
+      load_run<kPixelsPerThread>(x, quad, i * pixels, xv);
 #pragma unroll
       for (int c = 0; c < kPixelsPerThread; ++c)
         yv[c] = kInverse ? xv[c] * sqrt(acc[r][c]) : xv[c] * reciprocal_sqrt(acc[r][c]);
-      store_quad(y, quad, i * pixels, yv);
+      store_run<kPixelsPerThread>(y, quad, i * pixels, yv);
     }
   }
 }
@@ -382,16 +292,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     contract_gamma_x2<T, CP>(gamma_s, x2_s, reduce_end, acc, row_group, pixel_group);
 
     // q into q_s (0 for padded channels and pixels); dy f kept for dx.
-    const PixelQuad quad =
-        pixel_quad(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
+    const PixelRun<kPixelsPerThread> quad =
+        pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
     T dy_scaled[RM][kPixelsPerThread];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
       const int i = row_group * RM + r;
       T xv[kPixelsPerThread] = {}, dyv[kPixelsPerThread] = {}, qv[kPixelsPerThread];
       if (i < channels) {
-        load_quad(x, quad, i * pixels, xv);
-        load_quad(dy, quad, i * pixels, dyv);
+        load_run<kPixelsPerThread>(x, quad, i * pixels, xv);
+        load_run<kPixelsPerThread>(dy, quad, i * pixels, dyv);
       }
 #pragma unroll
       for (int c = 0; c < kPixelsPerThread; ++c) {
@@ -420,10 +330,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int k = row_group * RM + r;
         if (k >= channels) continue;
         T xv[kPixelsPerThread], dxv[kPixelsPerThread];
-        load_quad(x, quad, k * pixels, xv);
+        load_run<kPixelsPerThread>(x, quad, k * pixels, xv);
 #pragma unroll
         for (int c = 0; c < kPixelsPerThread; ++c) dxv[c] = dy_scaled[r][c] + T(2) * xv[c] * acc[r][c];
-        store_quad(dx, quad, k * pixels, dxv);
+        store_run<kPixelsPerThread>(dx, quad, k * pixels, dxv);
       }
     }
     accumulate_q_x2<T, CP>(q_s, x2_s, gamma_grad, row_group, pixel_group);
@@ -575,25 +485,6 @@ __global__ void gdn_parameter_gradients(const T* partials, int partial_count, in
 
 // ---------------------------------------------------------------- host side
 
-struct Problem {
-  int channels;
-  long long pixels;        // per image: product of the axes after the channels
-  long long total_pixels;  // images * pixels
-  long long count;         // elements
-};
-
-Problem problem_of(const Tensor& x) {
-  Problem problem;
-  problem.channels = static_cast<int>(x.dim(1));
-  problem.pixels = 1;
-  for (int axis = 2; axis < x.ndim(); ++axis) problem.pixels *= x.dim(axis);
-  problem.total_pixels = x.dim(0) * problem.pixels;
-  problem.count = x.numel();
-  return problem;
-}
-
-bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
-
 // C padded for the fused kernels, or 0 when C is too large for them.
 template <typename T>
 int fused_channels(int channels) {
@@ -603,44 +494,16 @@ int fused_channels(int channels) {
   return 0;
 }
 
-// How many blocks of the fused kernel `kKernel` fit on the current GPU at
-// once (0 when its shared memory does not fit there at all). Queried once per
-// kernel and device (the template argument keeps one cache per kernel: the
-// kernels' types alone do not tell them apart); the query also raises the
-// kernel's dynamic shared memory limit, which a launch needs.
-template <auto kKernel>
-int resident_blocks(std::size_t shared_bytes) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices];  // blocks + 1; 0: not yet known
-  int device = 0;
-  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
-  if (device < kMaxDevices) {
-    const int known = cached[device].load();
-    if (known > 0) return known - 1;
-  }
-  int max_shared = 0, sms = 0, per_sm = 0;
-  cuda::check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
-  cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                   "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
-  if (shared_bytes <= static_cast<std::size_t>(max_shared)) {
-    cuda::check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(shared_bytes)),
-                     "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
-    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, shared_bytes),
-                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
-  }
-  const int blocks = per_sm * sms;
-  if (device < kMaxDevices) cached[device].store(blocks + 1);
-  return blocks;
-}
-
-// Blocks for a persistent fused kernel: as many as are resident at once, at
-// most one per tile; 0 when the kernel cannot run on this GPU.
-template <auto kKernel>
-int persistent_blocks(std::size_t shared_bytes, long long tiles) {
-  const long long blocks = resident_blocks<kKernel>(shared_bytes);
-  return static_cast<int>(blocks < tiles ? blocks : tiles);
+// Parameter gradients from per-block partial sums [blocks, C*C + C] (dgamma
+// row-major, then dbeta, with respect to the effective values).
+template <typename T>
+void sum_parameter_gradients(Context& ctx, const Tensor& partials, Parameter& beta, Parameter& gamma, int channels,
+                             Reparametrization<T> rp) {
+  const long long sums = static_cast<long long>(channels) * channels + channels;
+  gdn_parameter_gradients<T><<<cuda::blocks_for(sums), kThreads, 0, cuda::stream(ctx)>>>(
+      partials.data<T>(), static_cast<int>(partials.dim(0)), channels, beta.value.data<T>(), gamma.value.data<T>(),
+      beta.grad.data<T>(), gamma.grad.data<T>(), rp);
+  cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
 }
 
 template <typename T, int CP, bool kInverse>
@@ -648,7 +511,7 @@ bool launch_fused_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor
                           const Problem& problem, Reparametrization<T> rp) {
   const std::size_t shared = FusedLayout<T, CP>::forward_bytes;
   const long long tiles = (problem.total_pixels + kTilePixels - 1) / kTilePixels;
-  const int blocks = persistent_blocks<gdn_fused_forward<T, CP, kInverse>>(shared, tiles);
+  const int blocks = persistent_blocks<gdn_fused_forward<T, CP, kInverse>>(kThreads, shared, tiles);
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<T>()) && aligned16(y.data<T>());
   gdn_fused_forward<T, CP, kInverse><<<blocks, kThreads, shared, cuda::stream(ctx)>>>(
@@ -663,7 +526,7 @@ bool launch_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tens
                            Parameter& gamma, const Problem& problem, Reparametrization<T> rp) {
   const std::size_t shared = FusedLayout<T, CP>::backward_bytes;
   const long long tiles = (problem.total_pixels + kTilePixels - 1) / kTilePixels;
-  const int blocks = persistent_blocks<gdn_fused_backward<T, CP, kInverse>>(shared, tiles);
+  const int blocks = persistent_blocks<gdn_fused_backward<T, CP, kInverse>>(kThreads, shared, tiles);
   if (blocks == 0) return false;
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
@@ -673,10 +536,7 @@ bool launch_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tens
       x.data<T>(), dy.data<T>(), dx ? dx->data<T>() : nullptr, beta.value.data<T>(), gamma.value.data<T>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<T>());
   cuda::check_launch("gdn_fused_backward", __FILE__, __LINE__);
-  gdn_parameter_gradients<T><<<cuda::blocks_for(sums), kThreads, 0, cuda::stream(ctx)>>>(
-      partials.data<T>(), blocks, problem.channels, beta.value.data<T>(), gamma.value.data<T>(),
-      beta.grad.data<T>(), gamma.grad.data<T>(), rp);
-  cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
+  sum_parameter_gradients<T>(ctx, partials, beta, gamma, problem.channels, rp);
   return true;
 }
 
@@ -751,6 +611,9 @@ void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
     using T = decltype(zero);
     const Reparametrization<T> rp{static_cast<T>(pedestal()), static_cast<T>(beta_bound()),
                                   static_cast<T>(gamma_bound())};
+    if constexpr (std::is_same_v<T, float>) {
+      if (ctx.allow_tf32() && tensor_core_forward(ctx, x, y, beta, gamma, problem, rp, inverse_)) return;
+    }
     const bool fused = inverse_ ? try_fused_forward<T, true>(ctx, x, y, beta, gamma, problem, rp)
                                 : try_fused_forward<T, false>(ctx, x, y, beta, gamma, problem, rp);
     if (fused) return;
@@ -777,6 +640,16 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
     using T = decltype(zero);
     const Reparametrization<T> rp{static_cast<T>(pedestal()), static_cast<T>(beta_bound()),
                                   static_cast<T>(gamma_bound())};
+    if constexpr (std::is_same_v<T, float>) {
+      if (ctx.allow_tf32()) {
+        const Tensor partials =
+            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_);
+        if (partials.defined()) {
+          sum_parameter_gradients<T>(ctx, partials, beta, gamma, problem.channels, rp);
+          return;
+        }
+      }
+    }
     const bool fused = inverse_ ? try_fused_backward<T, true>(ctx, x, dy, dx, beta, gamma, problem, rp)
                                 : try_fused_backward<T, false>(ctx, x, dy, dx, beta, gamma, problem, rp);
     if (fused) return;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <limits>
 #include <random>
 
 #include "plexus/gradcheck.h"
@@ -172,6 +174,24 @@ TEST(GDN, GradientsCpu) {
       EXPECT_TRUE(testing::gradients_match(check_gradients(registry, type, {}, {shape}, Device::cpu(), spread_options())));
 }
 
+// The channel counts of larger models (192 in the hyperprior models, 256).
+// gamma has C^2 elements, so 300 random elements of each tensor are checked.
+GradCheckOptions wide_options() {
+  GradCheckOptions options = spread_options();
+  options.max_elements_per_tensor = 300;
+  return options;
+}
+
+const std::vector<Shape> kWideShapes = {Shape{1, 64, 3, 3}, Shape{2, 128, 3, 1}, Shape{1, 192, 2, 3},
+                                        Shape{1, 256, 2, 2}};
+
+TEST(GDN, GradientsCpuWideChannels) {
+  for (const Shape& shape : kWideShapes)
+    for (const std::string type : {"GDN", "IGDN"})
+      EXPECT_TRUE(
+          testing::gradients_match(check_gradients(registry, type, {}, {shape}, Device::cpu(), wide_options())));
+}
+
 TEST(GDN, GradientsCpuAtInitialParameters) {
   // Off-diagonal gamma sits exactly at its bound; the finite difference is
   // one-sided there, so only the input is checked (parameters: see LowerBound tests).
@@ -198,6 +218,118 @@ TEST(GDN, GradientsCuda) {
       check_gradients(registry, "GDN", {}, {{2, 65, 2, 1}}, Device::cuda(), spread_options())));
   EXPECT_TRUE(testing::gradients_match(
       check_gradients(registry, "IGDN", {}, {{3, 65}}, Device::cuda(), spread_options())));
+}
+
+TEST(GDN, GradientsCudaWideChannels) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // f64 on CUDA: the fused kernel at C = 64, the general path above.
+  for (const Shape& shape : kWideShapes)
+    for (const std::string type : {"GDN", "IGDN"})
+      EXPECT_TRUE(
+          testing::gradients_match(check_gradients(registry, type, {}, {shape}, Device::cuda(), wide_options())));
+}
+
+TEST(GDN, ParityCpuCudaWideChannels) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // f32 without TF32: fused FP32 kernels up to C = 128, the general path at 192 and 256.
+  for (const std::string type : {"GDN", "IGDN"})
+    for (std::int64_t channels : {64, 128, 192, 256})
+      for (Shape shape : {Shape{2, channels, 8, 12}, Shape{2, channels, 5, 7}})
+        EXPECT_TRUE(testing::outputs_match(check_parity(registry, type, {}, {shape}, spread_parity_options())));
+}
+
+// One forward and backward of `type` on `device` in `dtype` (TF32 allowed or
+// not), from f64 parameters, input and output gradient. Output and input
+// gradient start as NaN, so an element a kernel leaves unwritten shows.
+struct Pass {
+  std::vector<double> y, dx, beta_grad, gamma_grad;
+};
+
+Pass run_pass(const std::string& type, const Shape& shape, Device device, DType dtype, bool tf32,
+              const std::vector<double>& beta, const std::vector<double>& gamma, const std::vector<double>& x,
+              const std::vector<double>& dy) {
+  const std::int64_t channels = shape[1];
+  auto layer = registry.create(type, "g", {});
+  layer->output_shapes({shape});
+  layer->create_parameters({shape});
+  std::mt19937_64 unused(0);
+  layer->initialize_parameters(dtype, device, unused);
+  layer->parameter("beta").value = Tensor::from_values(beta, {channels}, dtype, device);
+  layer->parameter("gamma").value = Tensor::from_values(gamma, {channels, channels}, dtype, device);
+  Context ctx(device);
+  ctx.set_allow_tf32(tf32);
+  const std::vector<double> poison(x.size(), std::numeric_limits<double>::quiet_NaN());
+  Tensor input = Tensor::from_values(x, shape, dtype, device);
+  Tensor output = Tensor::from_values(poison, shape, dtype, device);
+  Tensor output_grad = Tensor::from_values(dy, shape, dtype, device);
+  Tensor input_grad = Tensor::from_values(poison, shape, dtype, device);
+  layer->forward(ctx, {&input}, {&output});
+  layer->backward(ctx, {&input}, {&output}, {&output_grad}, {&input_grad});
+  return {output.to_values(), input_grad.to_values(), layer->parameter("beta").grad.to_values(),
+          layer->parameter("gamma").grad.to_values()};
+}
+
+// ||actual - expected|| / ||expected||; infinite when any element is not finite.
+double relative_error(const std::vector<double>& expected, const std::vector<double>& actual) {
+  double difference = 0.0, norm = 0.0;
+  for (std::size_t e = 0; e < expected.size(); ++e) {
+    if (!std::isfinite(actual[e])) return std::numeric_limits<double>::infinity();
+    difference += (actual[e] - expected[e]) * (actual[e] - expected[e]);
+    norm += expected[e] * expected[e];
+  }
+  return std::sqrt(difference / norm);
+}
+
+// f32 with TF32 allowed (tensor-core kernels up to C = 192; at 256 the
+// general path, whose dgamma product is a TF32 cuBLAS GEMM) against the f64
+// CPU layer: output, input gradient and both parameter gradients within
+// 2e-3 relative (TF32 keeps 10 mantissa bits: ~5e-4 per rounded operand).
+// Up to C = 192 the forward must also differ from f64 by more than f32
+// rounding alone would (1e-6), which shows the tensor-core path ran.
+TEST(GDN, Tf32MatchesF64ReferenceCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(31);
+  for (const std::string type : {"GDN", "IGDN"})
+    for (std::int64_t channels : {3, 64, 128, 192, 256})
+      // 96 pixels per image (vector access; 3 images span 4.5 64-pixel tiles)
+      // and 99 (scalar access, tiles straddle images).
+      for (Shape shape : {Shape{3, channels, 8, 12}, Shape{2, channels, 9, 11}}) {
+        SCOPED_TRACE(type + " " + shape_str(shape));
+        const auto c = static_cast<std::size_t>(channels);
+        const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+        const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+        const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+        const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+        const Pass reference = run_pass(type, shape, Device::cpu(), DType::f64, false, beta, gamma, x, dy);
+        const Pass tf32 = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+        const double y_error = relative_error(reference.y, tf32.y);
+        EXPECT_LE(y_error, 2e-3);
+        EXPECT_LE(relative_error(reference.dx, tf32.dx), 2e-3);
+        EXPECT_LE(relative_error(reference.beta_grad, tf32.beta_grad), 2e-3);
+        EXPECT_LE(relative_error(reference.gamma_grad, tf32.gamma_grad), 2e-3);
+        if (channels <= 192) EXPECT_GT(y_error, 1e-6);
+        std::cout << "[ TF32     ] " << type << " " << shape_str(shape) << ": y " << y_error << ", dx "
+                  << relative_error(reference.dx, tf32.dx) << ", dbeta "
+                  << relative_error(reference.beta_grad, tf32.beta_grad) << ", dgamma "
+                  << relative_error(reference.gamma_grad, tf32.gamma_grad) << "\n";
+      }
+}
+
+// The parameter gradients are per-block partial sums added in a fixed order:
+// two identical backward passes give identical bits.
+TEST(GDN, Tf32ParameterGradientsAreDeterministicCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(32);
+  const Shape shape{4, 128, 32, 32};
+  const std::vector<double> beta = uniform_values(128, 0.7, 1.3, rng);
+  const std::vector<double> gamma = uniform_values(128 * 128, 0.1, 0.6, rng);
+  const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+  const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+  const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+  const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+  EXPECT_EQ(first.beta_grad, second.beta_grad);
+  EXPECT_EQ(first.gamma_grad, second.gamma_grad);
+  EXPECT_EQ(first.dx, second.dx);
 }
 
 TEST(GDN, ParityCpuCuda) {

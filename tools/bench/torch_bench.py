@@ -14,6 +14,9 @@ channels_last tensors. The training steps are also timed under torch.compile
 (rows "<model> (torch.compile)"; --no-compile skips them). A first line times
 an 8192^3 matmul at the chosen precision: the ceiling (tensor cores for tf32
 and bf16) that compare.py sets the convolutions' TFLOP/s against.
+
+--compile-layers times the layers under torch.compile instead of eagerly
+(compiled during the warm-up runs, so the median excludes compilation).
 """
 import contextlib
 import argparse
@@ -162,11 +165,13 @@ def memory_format(precision):
     return torch.channels_last if precision == "bf16" else torch.contiguous_format
 
 
-def time_layer(case, warmup, repeats, precision):
+def time_layer(case, warmup, repeats, precision, compile_layer=False):
     dev = torch.device("cuda")
     layer = make_layer(case)
     if isinstance(layer, nn.Module):
         layer = layer.to(dev, memory_format=memory_format(precision))
+    if compile_layer:
+        layer = torch.compile(layer)
     inputs = []
     for i, shape in enumerate(case["inputs"]):
         if i == case.get("positive_input", -1):
@@ -229,6 +234,7 @@ def main():
     ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32")
     ap.add_argument("--tf32", action="store_true", help="deprecated: same as --precision tf32")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile training-step rows")
+    ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
     args = ap.parse_args()
     precision = "tf32" if args.tf32 else args.precision
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -239,8 +245,8 @@ def main():
     print(json.dumps(dict(time_matmul_ceiling(precision), precision=precision)), flush=True)
     for c in cases["layers"]:
         if args.only in c["name"]:
-            print(json.dumps(dict(time_layer(c, args.warmup, args.repeats, precision), precision=precision)),
-                  flush=True)
+            row = time_layer(c, args.warmup, args.repeats, precision, compile_layer=args.compile_layers)
+            print(json.dumps(dict(row, precision=precision, compiled=args.compile_layers)), flush=True)
     for m in cases["models"]:
         if args.only in m["name"]:
             for compiled in ([False] if args.no_compile else [False, True]):

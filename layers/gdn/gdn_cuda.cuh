@@ -1,0 +1,204 @@
+// Pieces shared by the CUDA kernels of GDN / IGDN: the FP32/f64 kernels in
+// gdn.cu and the TF32 tensor-core kernels in gdn_tensor_core.cu (math and
+// notation in gdn.h). Include from those two .cu files only.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "gdn/gdn.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+
+namespace plexus::layers::gdn_cuda {
+
+template <typename T>
+struct Reparametrization {
+  T pedestal;
+  T beta_bound;
+  T gamma_bound;
+};
+
+// value = max(stored, bound)^2 - pedestal
+template <typename T>
+__device__ __forceinline__ T effective_value(T stored, T bound, T pedestal) {
+  T clipped = stored > bound ? stored : bound;
+  return clipped * clipped - pedestal;
+}
+
+__device__ __forceinline__ float reciprocal_sqrt(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double reciprocal_sqrt(double v) { return rsqrt(v); }
+
+// ---- vector access to N = 4 or 2 consecutive elements, aligned to N elements ----
+__device__ __forceinline__ void load4(const float* source, float* out) {
+  float4 v = *reinterpret_cast<const float4*>(source);
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+__device__ __forceinline__ void load4(const double* source, double* out) {
+  double2 a = *reinterpret_cast<const double2*>(source);
+  double2 b = *reinterpret_cast<const double2*>(source + 2);
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
+}
+__device__ __forceinline__ void load2(const float* source, float* out) {
+  float2 v = *reinterpret_cast<const float2*>(source);
+  out[0] = v.x;
+  out[1] = v.y;
+}
+__device__ __forceinline__ void load2(const double* source, double* out) {
+  double2 v = *reinterpret_cast<const double2*>(source);
+  out[0] = v.x;
+  out[1] = v.y;
+}
+__device__ __forceinline__ void store4(float* destination, const float* in) {
+  *reinterpret_cast<float4*>(destination) = make_float4(in[0], in[1], in[2], in[3]);
+}
+__device__ __forceinline__ void store4(double* destination, const double* in) {
+  *reinterpret_cast<double2*>(destination) = make_double2(in[0], in[1]);
+  *reinterpret_cast<double2*>(destination + 2) = make_double2(in[2], in[3]);
+}
+__device__ __forceinline__ void store2(float* destination, const float* in) {
+  *reinterpret_cast<float2*>(destination) = make_float2(in[0], in[1]);
+}
+__device__ __forceinline__ void store2(double* destination, const double* in) {
+  *reinterpret_cast<double2*>(destination) = make_double2(in[0], in[1]);
+}
+
+// N consecutive pixels (first, first + 1, ...) of the whole batch: element
+// (channel i, pixel c) lies at offset[c] + i * pixels. `contiguous`: all N in
+// bounds, in one image and aligned to N elements, so one vector access serves
+// them (with pixels % 4 == 0, 16-byte aligned tensors and first % N == 0 the
+// N pixels never straddle two images).
+template <int N>
+struct PixelRun {
+  long long offset[N];
+  int valid_mask;
+  bool contiguous;
+};
+
+template <int N>
+__device__ __forceinline__ PixelRun<N> pixel_run(long long first, long long total_pixels, long long pixels,
+                                                 int channels, bool vector_io) {
+  PixelRun<N> run;
+  run.valid_mask = 0;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    long long g = first + c;
+    run.offset[c] = 0;
+    if (g < total_pixels) {
+      run.offset[c] = (g / pixels) * channels * pixels + g % pixels;
+      run.valid_mask |= 1 << c;
+    }
+  }
+  run.contiguous = vector_io && run.valid_mask == (1 << N) - 1;
+  return run;
+}
+
+// The run's N values of one channel (0 outside the batch).
+template <int N, typename T>
+__device__ __forceinline__ void load_run(const T* base, const PixelRun<N>& run, long long channel_offset, T* out) {
+  if (run.contiguous) {
+    if constexpr (N == 4)
+      load4(base + run.offset[0] + channel_offset, out);
+    else
+      load2(base + run.offset[0] + channel_offset, out);
+  } else {
+#pragma unroll
+    for (int c = 0; c < N; ++c) out[c] = (run.valid_mask >> c) & 1 ? base[run.offset[c] + channel_offset] : T(0);
+  }
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_run(T* base, const PixelRun<N>& run, long long channel_offset, const T* in) {
+  if (run.contiguous) {
+    if constexpr (N == 4)
+      store4(base + run.offset[0] + channel_offset, in);
+    else
+      store2(base + run.offset[0] + channel_offset, in);
+  } else {
+#pragma unroll
+    for (int c = 0; c < N; ++c)
+      if ((run.valid_mask >> c) & 1) base[run.offset[c] + channel_offset] = in[c];
+  }
+}
+
+// ---------------------------------------------------------------- host side
+
+struct Problem {
+  int channels;
+  long long pixels;        // per image: product of the axes after the channels
+  long long total_pixels;  // images * pixels
+  long long count;         // elements
+};
+
+inline Problem problem_of(const Tensor& x) {
+  Problem problem;
+  problem.channels = static_cast<int>(x.dim(1));
+  problem.pixels = 1;
+  for (int axis = 2; axis < x.ndim(); ++axis) problem.pixels *= x.dim(axis);
+  problem.total_pixels = x.dim(0) * problem.pixels;
+  problem.count = x.numel();
+  return problem;
+}
+
+inline bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+// How many blocks of `threads` threads of the fused kernel `kKernel` fit on
+// the current GPU at once (0 when its shared memory does not fit there at
+// all). Queried once per kernel and device (the template argument keeps one
+// cache per kernel: the kernels' types alone do not tell them apart); the
+// query also raises the kernel's dynamic shared memory limit, which a launch
+// needs.
+template <auto kKernel>
+int resident_blocks(int threads, std::size_t shared_bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // blocks + 1; 0: not yet known
+  int device = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  if (device < kMaxDevices) {
+    const int known = cached[device].load();
+    if (known > 0) return known - 1;
+  }
+  int max_shared = 0, sms = 0, per_sm = 0;
+  cuda::check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
+  cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                   "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
+  if (shared_bytes <= static_cast<std::size_t>(max_shared)) {
+    cuda::check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(shared_bytes)),
+                     "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, shared_bytes),
+                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
+  }
+  const int blocks = per_sm * sms;
+  if (device < kMaxDevices) cached[device].store(blocks + 1);
+  return blocks;
+}
+
+// Blocks for a persistent fused kernel: as many as are resident at once, at
+// most one per tile; 0 when the kernel cannot run on this GPU.
+template <auto kKernel>
+int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
+  const long long blocks = resident_blocks<kKernel>(threads, shared_bytes);
+  return static_cast<int>(blocks < tiles ? blocks : tiles);
+}
+
+// TF32 tensor-core kernels (gdn_tensor_core.cu), f32 tensors only.
+// Channel counts they serve (C <= 192), given the GPU (compute capability >= 8.0).
+bool tensor_core_serves(int channels);
+// y = GDN(x) (IGDN when `inverse`); false when it cannot run here (then nothing was launched).
+bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
+                         const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);
+// dx (when not null) and per-block partial sums [blocks, C*C + C] of
+// dL/dgamma (row-major) then dL/dbeta, with respect to the effective values;
+// an undefined tensor when it cannot run here (then nothing was launched).
+Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
+                            const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
+                            bool inverse);
+
+}  // namespace plexus::layers::gdn_cuda

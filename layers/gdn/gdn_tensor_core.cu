@@ -1,0 +1,668 @@
+// GDN / IGDN on tensor cores: the fused kernels of gdn.cu with every per-tile
+// contraction as TF32 mma.sync.m16n8k8 (f32 storage, f32 accumulation), for
+// f32 tensors when the context allows TF32. Math and notation in gdn.h.
+//
+// Layout. A block works on tiles of T consecutive pixels of the batch (a tile
+// may span two images) and keeps in shared memory:
+//   gamma [CP, CP]  the effective gamma, rounded to TF32, loaded once per block;
+//   x     [CP, T]   the tile's inputs as they are: x^2 is formed (and rounded
+//                   to TF32) while MMA fragments are built, and the epilogues
+//                   read x from here, so x and dy come from global memory once;
+//   q     [CP, T]   (backward) dL/dn of the tile, rounded to TF32.
+// C is padded to CP (32, 64, 128 or 192) with zero gamma and beta 1. The
+// per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
+//   n        = beta + gamma x^2   [CP x T],  K = C
+//   g        = gamma^T q          [CP x T],  K = C   (backward, for dx)
+//   dgamma  += q (x^2)^T          [CP x CP], K = T   (backward)
+// Every matrix is stored row-major, rows of a multiple of 32 floats, with
+// column bits 2-4 XOR-ed by the row (swizzled()): a fragment load reads
+// either 8 rows x 4 columns or 4 rows x 8 columns, and both patterns then
+// hit 32 distinct banks, so gamma and gamma^T are read from one copy.
+// Blocks are persistent and grid-stride over tiles; while a tile is computed
+// each thread holds the next tile's x in registers (and this tile's dy is
+// loaded before the first contraction), so global latency overlaps the MMAs.
+// The backward keeps its dgamma share in registers across all its tiles and
+// writes one partial [C*C + C] per block, summed in a fixed order by
+// gdn.cu's finishing kernel (deterministic, no atomics).
+#include <cstdint>
+
+#include "gdn/gdn_cuda.cuh"
+
+namespace plexus::layers::gdn_cuda {
+
+// Warp tiling of one padded channel count CP: kThreads threads, tiles of
+// kTile pixels; the [CP x T] contractions on kContractWarpsM x
+// kContractWarpsN warps, dgamma [CP x CP] on kGradientWarpsM x
+// kGradientWarpsN; kMinBlocks resident blocks per SM (register budget).
+template <int CP, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
+          int kGradientWarpsN, int kMinBlocks>
+struct TilingOf {
+  static constexpr int channels = CP;
+  static constexpr int threads = kThreads;
+  static constexpr int tile = kTile;
+  static constexpr int contract_warps_n = kContractWarpsN;
+  static constexpr int contract_m_tiles = CP / (16 * kContractWarpsM);  // 16-row MMA tiles per warp
+  static constexpr int contract_n_tiles = kTile / (8 * kContractWarpsN);  // 8-pixel MMA tiles per warp
+  static constexpr int gradient_warps_n = kGradientWarpsN;
+  static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
+  static constexpr int gradient_n_tiles = CP / (8 * kGradientWarpsN);
+  static constexpr int min_blocks = kMinBlocks;
+  // x tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
+  static constexpr int runs_per_row = kTile / 4;
+  static constexpr int load_row_step = kThreads / runs_per_row;
+  static constexpr int loads = CP / load_row_step;
+  static constexpr std::size_t forward_bytes = sizeof(float) * (CP * CP + CP + CP * kTile);
+  static constexpr std::size_t backward_bytes = forward_bytes + sizeof(float) * CP * kTile;
+  static_assert(kContractWarpsM * kContractWarpsN == kThreads / 32, "contraction warps");
+  static_assert(kGradientWarpsM * kGradientWarpsN == kThreads / 32, "dgamma warps");
+  static_assert(contract_m_tiles * 16 * kContractWarpsM == CP && contract_n_tiles * 8 * kContractWarpsN == kTile,
+                "contraction tiling");
+  static_assert(gradient_m_tiles * 16 * kGradientWarpsM == CP && gradient_n_tiles * 8 * kGradientWarpsN == CP,
+                "dgamma tiling");
+  static_assert(loads * load_row_step == CP && kThreads % runs_per_row == 0, "x tile loads");
+  static_assert(CP % 32 == 0 && kTile % 32 == 0, "swizzled rows are multiples of 32 floats");
+};
+
+// Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
+// 97 KiB of shared memory each). C = 192: gamma alone takes 144 KiB, so
+// 32-pixel tiles and one block of 16 warps.
+template <int CP>
+struct ForwardTiling;
+template <>
+struct ForwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct ForwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct ForwardTiling<128> : TilingOf<128, 256, 64, 4, 2, 4, 2, 2> {};
+template <>
+struct ForwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+
+// Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
+// 8 warps, 2 blocks per SM. C = 128 (129 KiB of shared memory: one block per
+// SM) and 192 (193 KiB): 16 warps, so that dgamma takes 32 (72) registers a
+// thread and twice the warps hide the latency of each phase.
+template <int CP>
+struct BackwardTiling;
+template <>
+struct BackwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct BackwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+template <>
+struct BackwardTiling<128> : TilingOf<128, 512, 64, 4, 4, 4, 4, 1> {};
+template <>
+struct BackwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+
+namespace {
+
+// Offset of element (row, column) of a row-major matrix with rows of
+// row_length floats (a multiple of 32): column bits 2-4 XOR (row & 3, row bit 2).
+// Rows r0 + 0..7 x columns c0 + 0..3 (A fragments read this way) and rows
+// r0 + 0..3 x columns c0 + 0..7 (B fragments) then fall in 32 distinct banks,
+// for r0 a multiple of 4 (8 for the first) and c0 a multiple of 4 (8).
+__device__ __forceinline__ int swizzled(int row, int column, int row_length) {
+  return row * row_length + (column ^ (((row & 3) << 3) | (row & 4)));
+}
+
+// swizzled() for the two ways fragments read a matrix, written so that the
+// loop variable k0 (a multiple of 8) enters through one XOR or one
+// multiply-add per k step, shared by all the step's loads (lane = 4 g + t):
+// rows row_g (= g mod 8), columns k0 + t + 4 half:
+__device__ __forceinline__ int swizzled_rows_by_g(int row_g, int k0, int half, int row_length) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  return row_g * row_length + (k0 ^ ((g & 3) << 3)) + ((t + 4 * half) ^ (g & 4));
+}
+// rows k0 + t + 4 half, columns column_8 + g (column_8 a multiple of 8):
+__device__ __forceinline__ int swizzled_rows_by_t(int k0, int half, int column_8, int row_length) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  return (k0 + t + 4 * half) * row_length + (column_8 ^ (t << 3)) + (g ^ (4 * half));
+}
+
+// Round to the nearest TF32 value (10 mantissa bits), as a float.
+__device__ __forceinline__ float round_tf32(float v) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+}
+
+__device__ __forceinline__ std::uint32_t bits(float v) { return __float_as_uint(v); }
+
+// d += a b for one m16n8k8 tile: a [16 x 8] row-major fragment, b [8 x 8]
+// column fragment, d [16 x 8] (PTX ISA, "mma.m16n8k8 .tf32" fragment layouts:
+// lane = 4 g + t holds a (g, t), (g+8, t), (g, t+4), (g+8, t+4); b (t, g),
+// (t+4, g); d (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // the host only picks these kernels on compute capability >= 8.0
+#endif
+}
+
+// Effective gamma [CP, CP] (TF32, swizzled, zero-padded) and beta [CP]
+// (padded with 1 so padded rows never divide by zero) into shared memory.
+template <class L>
+__device__ void load_parameters(const float* stored_beta, const float* stored_gamma, int channels,
+                                Reparametrization<float> rp, float* gamma_s, float* beta_s) {
+  constexpr int CP = L::channels;
+  for (int e = threadIdx.x; e < CP * CP; e += L::threads) {
+    const int i = e / CP, j = e % CP;
+    const float value =
+        i < channels && j < channels ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
+                                     : 0.0f;
+    gamma_s[swizzled(i, j, CP)] = round_tf32(value);
+  }
+  for (int i = threadIdx.x; i < CP; i += L::threads)
+    beta_s[i] = i < channels ? effective_value(stored_beta[i], rp.beta_bound, rp.pedestal) : 1.0f;
+}
+
+// Where a tile starts: its first pixel as (image, pixel within the image),
+// one 64-bit division per tile. When images have at least T pixels a tile
+// touches at most two images, and tile_run finds its other pixels with a
+// compare instead of a division each.
+struct TileOrigin {
+  long long begin, image, within;
+};
+
+__device__ __forceinline__ TileOrigin tile_origin(long long tile_begin, long long pixels) {
+  return {tile_begin, tile_begin / pixels, tile_begin % pixels};
+}
+
+// pixel_run of the N pixels at column, column + 1, ... of a T-pixel tile.
+template <int N, int kTile>
+__device__ __forceinline__ PixelRun<N> tile_run(const TileOrigin& origin, int column, long long total_pixels,
+                                                long long pixels, int channels, bool vector_io) {
+  if (pixels < kTile) return pixel_run<N>(origin.begin + column, total_pixels, pixels, channels, vector_io);
+  PixelRun<N> run;
+  run.valid_mask = 0;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    long long within = origin.within + column + c;
+    long long image = origin.image;
+    if (within >= pixels) {
+      within -= pixels;
+      ++image;
+    }
+    run.offset[c] = 0;
+    if (origin.begin + column + c < total_pixels) {
+      run.offset[c] = image * channels * pixels + within;
+      run.valid_mask |= 1 << c;
+    }
+  }
+  run.contiguous = vector_io && run.valid_mask == (1 << N) - 1;
+  return run;
+}
+
+// The tile [tile_begin, tile_begin + T) of x into registers: thread t reads
+// pixels 4 (t % (T/4)) + 0..3 of channels t / (T/4) + k * load_row_step
+// (coalesced float4 runs along pixels); 0 outside the batch and the channels.
+template <class L>
+__device__ __forceinline__ void fetch_tile(const float* x, long long tile_begin, long long total_pixels,
+                                           long long pixels, int channels, bool vector_io,
+                                           float (&values)[L::loads][4]) {
+  const PixelRun<4> run = tile_run<4, L::tile>(tile_origin(tile_begin, pixels), 4 * (threadIdx.x % L::runs_per_row),
+                                               total_pixels, pixels, channels, vector_io);
+#pragma unroll
+  for (int l = 0; l < L::loads; ++l) {
+    const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+    if (row < channels) {
+      load_run<4>(x, run, static_cast<long long>(row) * pixels, values[l]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) values[l][c] = 0.0f;
+    }
+  }
+}
+
+template <class L>
+__device__ __forceinline__ void store_tile(const float (&values)[L::loads][4], float* x_s) {
+#pragma unroll
+  for (int l = 0; l < L::loads; ++l) {
+    const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+    store4(x_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), values[l]);
+  }
+}
+
+// acc[mt][nt] += gamma x^2 on the warp's rows m_base + 16 mt + [0, 16) and
+// pixels n_base + 8 nt + [0, 8), reduced over channels [0, reduce_end).
+// A (m = i, k = j) = gamma_ij, B (k = j, n = p) = x_j(p)^2.
+template <class L>
+__device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const float* x_s, int reduce_end,
+                                                  float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
+                                                  int m_base, int n_base) {
+  constexpr int CP = L::channels;
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll 2
+  for (int k0 = 0; k0 < reduce_end; k0 += 8) {
+    std::uint32_t a[L::contract_m_tiles][4];
+    std::uint32_t b[L::contract_n_tiles][2];
+#pragma unroll
+    for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
+      const int r = m_base + 16 * mt + g;
+      a[mt][0] = bits(gamma_s[swizzled_rows_by_g(r, k0, 0, CP)]);
+      a[mt][1] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 0, CP)]);
+      a[mt][2] = bits(gamma_s[swizzled_rows_by_g(r, k0, 1, CP)]);
+      a[mt][3] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 1, CP)]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
+      const int p8 = n_base + 8 * nt;
+      const float v0 = x_s[swizzled_rows_by_t(k0, 0, p8, L::tile)];
+      const float v1 = x_s[swizzled_rows_by_t(k0, 1, p8, L::tile)];
+      b[nt][0] = bits(round_tf32(v0 * v0));
+      b[nt][1] = bits(round_tf32(v1 * v1));
+    }
+#pragma unroll
+    for (int mt = 0; mt < L::contract_m_tiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// acc[mt][nt] += gamma^T q on the warp's rows (channels k) and pixels,
+// reduced over i in [0, reduce_end). A (m = k, k = i) = gamma_ik, B (k = i, n = p) = q_i(p).
+template <class L>
+__device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s, const float* q_s, int reduce_end,
+                                                            float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
+                                                            int m_base, int n_base) {
+  constexpr int CP = L::channels;
+#pragma unroll 2
+  for (int k0 = 0; k0 < reduce_end; k0 += 8) {
+    std::uint32_t a[L::contract_m_tiles][4];
+    std::uint32_t b[L::contract_n_tiles][2];
+#pragma unroll
+    for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
+      const int r8 = m_base + 16 * mt;
+      a[mt][0] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8, CP)]);
+      a[mt][1] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8 + 8, CP)]);
+      a[mt][2] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8, CP)]);
+      a[mt][3] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8 + 8, CP)]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
+      const int p8 = n_base + 8 * nt;
+      b[nt][0] = bits(q_s[swizzled_rows_by_t(k0, 0, p8, L::tile)]);
+      b[nt][1] = bits(q_s[swizzled_rows_by_t(k0, 1, p8, L::tile)]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < L::contract_m_tiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// acc[mt][nt] += q (x^2)^T over the tile's T pixels on the warp's dgamma rows
+// i = m_base + 16 mt + [0, 16) and columns k = n_base + 8 nt + [0, 8).
+// A (m = i, k = p) = q_i(p), B (k = p, n = k) = x_k(p)^2.
+template <class L>
+__device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
+                                                float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
+                                                int m_base, int n_base) {
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll 2
+  for (int p0 = 0; p0 < L::tile; p0 += 8) {
+    std::uint32_t a[L::gradient_m_tiles][4];
+    std::uint32_t b[L::gradient_n_tiles][2];
+#pragma unroll
+    for (int mt = 0; mt < L::gradient_m_tiles; ++mt) {
+      const int r = m_base + 16 * mt + g;
+      a[mt][0] = bits(q_s[swizzled_rows_by_g(r, p0, 0, L::tile)]);
+      a[mt][1] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 0, L::tile)]);
+      a[mt][2] = bits(q_s[swizzled_rows_by_g(r, p0, 1, L::tile)]);
+      a[mt][3] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 1, L::tile)]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < L::gradient_n_tiles; ++nt) {
+      const int k = n_base + 8 * nt + g;
+      const float v0 = x_s[swizzled_rows_by_g(k, p0, 0, L::tile)];
+      const float v1 = x_s[swizzled_rows_by_g(k, p0, 1, L::tile)];
+      b[nt][0] = bits(round_tf32(v0 * v0));
+      b[nt][1] = bits(round_tf32(v1 * v1));
+    }
+#pragma unroll
+    for (int mt = 0; mt < L::gradient_m_tiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < L::gradient_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// The two pixels of accumulator columns 2t, 2t + 1 of each of the warp's n tiles.
+template <class L>
+__device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, long long total_pixels,
+                                            long long pixels, int channels, bool vector_io,
+                                            PixelRun<2> (&runs)[L::contract_n_tiles]) {
+  const int t = threadIdx.x % 4;
+  const TileOrigin origin = tile_origin(tile_begin, pixels);
+#pragma unroll
+  for (int nt = 0; nt < L::contract_n_tiles; ++nt)
+    runs[nt] = tile_run<2, L::tile>(origin, n_base + 8 * nt + 2 * t, total_pixels, pixels, channels, vector_io);
+}
+
+// Forward: per pixel n_i = beta_i + sum_j gamma_ij x_j^2 (TF32 products,
+// f32 sums), GDN y_i = x_i n_i^-1/2, IGDN y_i = x_i n_i^1/2.
+// Launch: persistent blocks grid-striding over T-pixel tiles; gamma stays in
+// shared memory for all of a block's tiles.
+template <int CP, bool kInverse>
+__global__ void __launch_bounds__(ForwardTiling<CP>::threads, ForwardTiling<CP>::min_blocks)
+    gdn_tf32_forward(const float* x, float* y, const float* stored_beta, const float* stored_gamma, int channels,
+                     long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io) {
+  using L = ForwardTiling<CP>;
+  constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  float* gamma_s = reinterpret_cast<float*>(shared_bytes);
+  float* beta_s = gamma_s + CP * CP;
+  float* x_s = beta_s + CP;
+  load_parameters<L>(stored_beta, stored_gamma, channels, rp, gamma_s, beta_s);
+
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int m_base = (warp / L::contract_warps_n) * MT * 16;
+  const int n_base = (warp % L::contract_warps_n) * NT * 8;
+  const int reduce_end = (channels + 7) / 8 * 8;
+  const long long tiles = (total_pixels + L::tile - 1) / L::tile;
+  float next[L::loads][4];
+  if (blockIdx.x < tiles) fetch_tile<L>(x, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const long long tile_begin = tile * L::tile;
+    __syncthreads();  // the previous tile's x_s is no longer read (and the parameters are ready)
+    store_tile<L>(next, x_s);
+    __syncthreads();
+    if (tile + gridDim.x < tiles)
+      fetch_tile<L>(x, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
+    contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+
+    PixelRun<2> runs[NT];
+    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m_base + 16 * mt + g + 8 * half;
+        if (row >= channels) continue;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, L::tile));
+          const float* n = acc[mt][nt] + 2 * half;
+          const float out[2] = {kInverse ? xv.x * sqrtf(n[0]) : xv.x * rsqrtf(n[0]),
+                                kInverse ? xv.y * sqrtf(n[1]) : xv.y * rsqrtf(n[1])};
+          store_run<2>(y, runs[nt], static_cast<long long>(row) * pixels, out);
+        }
+      }
+  }
+}
+
+// Backward, per tile (sums over the tile's pixels):
+//   n = beta + gamma x^2 (recomputed), q_i = dL/dn_i:
+//     GDN  q_i = -1/2 dy_i x_i n_i^-3/2      IGDN q_i = 1/2 dy_i x_i n_i^-1/2
+//   dx_k = dy_k f_k + 2 x_k sum_i gamma_ik q_i   (f = n^-1/2 GDN, n^1/2 IGDN)
+//   dbeta_i += sum q_i,  dgamma_ik += sum q_i x_k^2
+// then one [C*C + C] partial per block: dgamma row-major, then dbeta.
+// Launch: persistent blocks over T-pixel tiles (1 per SM at C >= 128);
+// dgamma stays in registers (MMA accumulators) across the block's tiles.
+template <int CP, bool kInverse>
+__global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
+    gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
+                      int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
+                      bool vector_io, float* partials) {
+  using L = BackwardTiling<CP>;
+  constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+  constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  float* gamma_s = reinterpret_cast<float*>(shared_bytes);
+  float* beta_s = gamma_s + CP * CP;
+  float* x_s = beta_s + CP;
+  float* q_s = x_s + CP * L::tile;
+  load_parameters<L>(stored_beta, stored_gamma, channels, rp, gamma_s, beta_s);
+
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int m_base = (warp / L::contract_warps_n) * MT * 16;
+  const int n_base = (warp % L::contract_warps_n) * NT * 8;
+  const int gradient_m_base = (warp / L::gradient_warps_n) * GMT * 16;
+  const int gradient_n_base = (warp % L::gradient_warps_n) * GNT * 8;
+  const int reduce_end = (channels + 7) / 8 * 8;
+  const long long tiles = (total_pixels + L::tile - 1) / L::tile;
+
+  float gamma_grad[GMT][GNT][4];
+#pragma unroll
+  for (int mt = 0; mt < GMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < GNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) gamma_grad[mt][nt][e] = 0.0f;
+  float beta_grad[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) beta_grad[mt][0] = beta_grad[mt][1] = 0.0f;
+
+  float next[L::loads][4];
+  if (blockIdx.x < tiles) fetch_tile<L>(x, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const long long tile_begin = tile * L::tile;
+    __syncthreads();  // the previous tile's x_s and q_s are no longer read
+    store_tile<L>(next, x_s);
+    // dy in the accumulator layout, issued before the contraction that hides its latency.
+    PixelRun<2> runs[NT];
+    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+    float dyv[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m_base + 16 * mt + g + 8 * half;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (row < channels) {
+            load_run<2>(dy, runs[nt], static_cast<long long>(row) * pixels, dyv[mt][nt] + 2 * half);
+          } else {
+            dyv[mt][nt][2 * half] = dyv[mt][nt][2 * half + 1] = 0.0f;
+          }
+        }
+      }
+    __syncthreads();
+    if (tile + gridDim.x < tiles)
+      fetch_tile<L>(x, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
+    contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+
+    // q into q_s (TF32; 0 for padded channels and pixels, where x = dy = 0);
+    // dyv becomes dy f, kept for dx.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m_base + 16 * mt + g + 8 * half;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int column = n_base + 8 * nt + 2 * t;
+          const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, column, L::tile));
+          const float xs[2] = {xv.x, xv.y};
+          float q[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float n = acc[mt][nt][2 * half + c];
+            const float root = rsqrtf(n);  // n^-1/2
+            float& d = dyv[mt][nt][2 * half + c];
+            if (kInverse) {
+              q[c] = 0.5f * d * xs[c] * root;
+              d = d * sqrtf(n);
+            } else {
+              q[c] = -0.5f * d * xs[c] * root * root * root;
+              d = d * root;
+            }
+            beta_grad[mt][half] += q[c];
+          }
+          *reinterpret_cast<float2*>(q_s + swizzled(row, column, L::tile)) =
+              make_float2(round_tf32(q[0]), round_tf32(q[1]));
+        }
+      }
+    __syncthreads();
+
+    if (dx) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+      contract_gamma_transposed_q<L>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = m_base + 16 * mt + g + 8 * half;
+          if (row >= channels) continue;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const float2 xv =
+                *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, L::tile));
+            const float* back = acc[mt][nt] + 2 * half;
+            const float* scaled = dyv[mt][nt] + 2 * half;
+            const float out[2] = {scaled[0] + 2.0f * xv.x * back[0], scaled[1] + 2.0f * xv.y * back[1]};
+            store_run<2>(dx, runs[nt], static_cast<long long>(row) * pixels, out);
+          }
+        }
+    }
+    accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+  }
+
+  // This block's partial sums. dbeta: over the 4 lanes of a row, then over
+  // the contraction warps sharing rows, in a fixed order through x_s.
+  float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
+  __syncthreads();  // x_s is free
+  float* row_sums = x_s;  // [contract_warps_n][CP]
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = beta_grad[mt][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (t == 0) row_sums[(warp % L::contract_warps_n) * CP + m_base + 16 * mt + g + 8 * half] = sum;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < channels; i += L::threads) {
+    float sum = 0.0f;
+    for (int w = 0; w < L::contract_warps_n; ++w) sum += row_sums[w * CP + i];
+    partial[channels * channels + i] = sum;
+  }
+#pragma unroll
+  for (int mt = 0; mt < GMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < GNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = gradient_m_base + 16 * mt + g + 8 * (e / 2);
+        const int k = gradient_n_base + 8 * nt + 2 * t + e % 2;
+        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
+      }
+}
+
+// C padded for the tensor-core kernels, or 0 when C is too large for them.
+int padded_channels(int channels) {
+  if (channels <= 32) return 32;
+  if (channels <= 64) return 64;
+  if (channels <= 128) return 128;
+  if (channels <= 192) return 192;
+  return 0;
+}
+
+// mma.sync with TF32 operands needs compute capability 8.0.
+bool device_has_tf32_mma() {
+  int device = 0, major = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                   "cudaDeviceGetAttribute(ComputeCapabilityMajor)", __FILE__, __LINE__);
+  return major >= 8;
+}
+
+template <int CP, bool kInverse>
+bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
+                    const Problem& problem, Reparametrization<float> rp) {
+  using L = ForwardTiling<CP>;
+  const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
+  const int blocks = persistent_blocks<gdn_tf32_forward<CP, kInverse>>(L::threads, L::forward_bytes, tiles);
+  if (blocks == 0) return false;
+  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(y.data<float>());
+  gdn_tf32_forward<CP, kInverse><<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
+      x.data<float>(), y.data<float>(), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
+      problem.total_pixels, rp, vector_io);
+  cuda::check_launch("gdn_tf32_forward", __FILE__, __LINE__);
+  return true;
+}
+
+template <int CP, bool kInverse>
+Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+  using L = BackwardTiling<CP>;
+  const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
+  const int blocks = persistent_blocks<gdn_tf32_backward<CP, kInverse>>(L::threads, L::backward_bytes, tiles);
+  if (blocks == 0) return Tensor();
+  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
+  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
+                         (!dx || aligned16(dx->data<float>()));
+  gdn_tf32_backward<CP, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+      x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
+      problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
+  cuda::check_launch("gdn_tf32_backward", __FILE__, __LINE__);
+  return partials;
+}
+
+template <bool kInverse>
+bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
+                    const Problem& problem, Reparametrization<float> rp) {
+  switch (padded_channels(problem.channels)) {
+    case 32: return launch_forward<32, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 64: return launch_forward<64, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 128: return launch_forward<128, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 192: return launch_forward<192, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    default: return false;
+  }
+}
+
+template <bool kInverse>
+Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+  switch (padded_channels(problem.channels)) {
+    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    default: return Tensor();
+  }
+}
+
+}  // namespace
+
+bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
+                         const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
+                         bool inverse) {
+  if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return false;
+  return inverse ? forward_padded<true>(ctx, x, y, stored_beta, stored_gamma, problem, rp)
+                 : forward_padded<false>(ctx, x, y, stored_beta, stored_gamma, problem, rp);
+}
+
+Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
+                            const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
+                            bool inverse) {
+  if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return Tensor();
+  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp)
+                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp);
+}
+
+}  // namespace plexus::layers::gdn_cuda
