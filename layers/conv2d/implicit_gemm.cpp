@@ -19,10 +19,16 @@ bool supports(const Context& ctx, DType dtype, const ConvProblem& p) {
   if (p.stride < 1 || p.stride * p.stride > kMaxPhases || p.kernel < 1 || p.kernel > 64) return false;
   if (p.height > kMaxExtent || p.width > kMaxExtent || p.out_height > kMaxExtent || p.out_width > kMaxExtent)
     return false;
-  // Tap tables: forward K = Ci*k*k; backward_data K = Co*ceil(k/s)^2 per phase.
+  // Tap tables: one entry per kernel tap (tap-major K), or per K index when
+  // the source has few channels: forward K = Ci*k*k, backward_data K =
+  // Co*ceil(k/s)^2 per phase.
   const long long taps_per_phase = ceil_div(p.kernel, p.stride);
-  if (round_up(p.in_channels * p.kernel * p.kernel, kTapAlign) > kMaxTaps) return false;
-  if (round_up(p.out_channels * taps_per_phase * taps_per_phase, kTapAlign) > kMaxTaps) return false;
+  const long long forward_table =
+      p.in_channels >= kTapMajorChannels ? p.kernel * p.kernel : round_up(p.in_channels * p.kernel * p.kernel, kTapAlign);
+  const long long backward_table = p.out_channels >= kTapMajorChannels
+                                       ? taps_per_phase * taps_per_phase
+                                       : round_up(p.out_channels * taps_per_phase * taps_per_phase, kTapAlign);
+  if (forward_table > kMaxTaps || backward_table > kMaxTaps) return false;
   // 32-bit offsets within one image, and pixel counts of a batch.
   return fits_int(p.in_channels * p.height * p.width) && fits_int(p.out_channels * p.out_height * p.out_width) &&
          fits_int(p.batch * p.out_height * p.out_width * 2) && fits_int(p.batch * p.height * p.width * 2);

@@ -69,6 +69,15 @@ __device__ inline void wait_async() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
+// Four 8x4 f32 matrices from shared memory in one instruction (ldmatrix
+// reads them as 8x8 b16): lane l gives the address of row l%8 of matrix l/8
+// and receives, from each matrix q, the f32 at (row lane/4, column lane%4).
+__device__ inline void load_matrix_x4(unsigned (&r)[4], const float* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row_address)));
+}
+
 // d += a b for one 16x8x8 tile. a and b hold f32 bit patterns; the tensor core
 // reads them as TF32 (the low 13 mantissa bits are dropped).
 __device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -110,17 +119,17 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
   constexpr int kKStride = T::KStride;
+  static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
 #pragma unroll
   for (int k8 = 0; k8 < T::BK; k8 += 8) {
     unsigned a[T::MT][4], b[T::NT][2];
+    // A fragments by ldmatrix: matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7) give
+    // a0..a3 in order when lane l points at row l%8 + 8*((l/8)&1), k 4*(l/16).
+    const int quad = lane >> 3;
 #pragma unroll
-    for (int mt = 0; mt < T::MT; ++mt) {
-      const float* p = a_tile + (warp_m0 + mt * 16 + g) * kKStride + k8 + t;
-      a[mt][0] = __float_as_uint(p[0]);
-      a[mt][1] = __float_as_uint(p[8 * kKStride]);
-      a[mt][2] = __float_as_uint(p[4]);
-      a[mt][3] = __float_as_uint(p[8 * kKStride + 4]);
-    }
+    for (int mt = 0; mt < T::MT; ++mt)
+      load_matrix_x4(a[mt], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
+                                4 * (quad >> 1));
 #pragma unroll
     for (int nt = 0; nt < T::NT; ++nt) {
       if constexpr (b_k_contiguous) {
@@ -150,9 +159,14 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 //   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
 //   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
 //                                 v*source_scale + source_col0 + tap_step*tj).
-// Its K index is (source channel, ti, tj), ti < taps_h, tj < taps_w.
+// Its K index is tap-major when the source has >= kTapMajorChannels channels:
+// k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
+// rounded up to BK, so a stage of K is BK channels of one tap (one bounds
+// check per stage, one pointer step per element). With fewer channels
+// (RGB images) padding them to BK would multiply the work, so K is flat:
+// k = (c*taps_h + ti)*taps_w + tj, with a per-k table.
 struct GatherPart {
-  int k_size;    // source channels * taps_h * taps_w
+  int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
   int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
   int taps_h, taps_w;
   int tap_step;  // +1 (forward) or -1 (backward_data)
@@ -172,6 +186,7 @@ struct GatherParams {
   int source_channels, source_h, source_w;
   int dest_h, dest_w;
   int source_scale, dest_scale;
+  int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
   int part_count;
   int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
   float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
@@ -183,7 +198,7 @@ struct GatherParams {
 // writes its part's tap table to shared memory: entry k holds the source
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
-template <class T>
+template <class T, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
   const GatherPart& part = params.parts[blockIdx.z % params.part_count];
   const int split = blockIdx.z / params.part_count;
@@ -203,7 +218,15 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
 
   const int source_plane = params.source_h * params.source_w;
   const int taps_per_channel = part.taps_h * part.taps_w;
-  for (int k = tid; k < part.k_stride; k += kThreads) {
+  if constexpr (tap_major) {
+    // Entry t: the offset and displacement of tap t = ti*taps_w + tj.
+    for (int tap = tid; tap < taps_per_channel; tap += kThreads) {
+      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+      taps[tap] = make_int2(di * params.source_w + dj,
+                            static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu)));
+    }
+  }
+  for (int k = tid; !tap_major && k < part.k_stride; k += kThreads) {
     int2 entry;
     if (k < part.k_size) {
       const int channel = k / taps_per_channel, tap = k - channel * taps_per_channel;
@@ -247,15 +270,35 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
                    a_rows + static_cast<long long>(row) * part.k_stride + k_tile * kTileK + k4);
     }
     float* b_tile = b_tiles + stage * b_stage;
-#pragma unroll
-    for (int r = 0; r < b_loads; ++r) {
-      const int k_local = b_row + r * b_row_step;
-      const int2 entry = taps[k_tile * kTileK + k_local];
+    if constexpr (tap_major) {
+      // Stage k_tile is channels [c0, c0 + BK) of one tap.
+      const int tiles_per_tap = params.channel_pad / kTileK;
+      const int tap = k_tile / tiles_per_tap;
+      const int c0 = (k_tile - tap * tiles_per_tap) * kTileK + b_row;
+      const int2 entry = taps[tap];
       const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
       const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
                           static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
-      copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
-                  inside ? params.source + b_base + entry.x : params.source, inside);
+      const float* source = params.source + b_base + entry.x + static_cast<long long>(c0) * source_plane;
+      const long long step = static_cast<long long>(b_row_step) * source_plane;
+#pragma unroll
+      for (int r = 0; r < b_loads; ++r) {
+        const bool valid = inside && c0 + r * b_row_step < params.source_channels;
+        copy4_async(b_tile + (b_row + r * b_row_step) * (T::BN + kColumnPad) + b_column,
+                    valid ? source + r * step : params.source, valid);
+      }
+    } else {
+      // Flat K: one table entry per element.
+#pragma unroll
+      for (int r = 0; r < b_loads; ++r) {
+        const int k_local = b_row + r * b_row_step;
+        const int2 entry = taps[k_tile * kTileK + k_local];
+        const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
+        const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
+        copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
+                    inside ? params.source + b_base + entry.x : params.source, inside);
+      }
     }
   };
 
@@ -355,7 +398,9 @@ struct PackParams {
   float* packed;
   int m_size, m_pad;
   int in_channels, kernel, stride;
-  bool transpose;  // backward_data
+  bool transpose;    // backward_data
+  int channels;      // source channels: Ci (forward) or Co (backward_data)
+  int channel_pad;   // tap-major K (see GatherPart); 0: flat K
   PackPart parts[kMaxPhases];
 };
 
@@ -366,7 +411,15 @@ __global__ void pack_weight_kernel(const PackParams params) {
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int m = static_cast<int>(index / part.k_stride), k = static_cast<int>(index % part.k_stride);
     float value = 0.0f;
-    if (m < params.m_size && k < part.k_size) {
+    if (m < params.m_size && k < part.k_size && params.channel_pad > 0) {
+      // Tap-major: k = tap*channel_pad + c.
+      const int tap = k / params.channel_pad, c = k % params.channel_pad;
+      const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+      const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+      const long long o = params.transpose ? c : m, ci = params.transpose ? m : c;
+      if (c < params.channels)
+        value = params.weight[((o * params.in_channels + ci) * params.kernel + i) * params.kernel + j];
+    } else if (m < params.m_size && k < part.k_size) {
       if (!params.transpose) {
         value = params.weight[static_cast<long long>(m) * part.k_size + k];
       } else {
@@ -400,7 +453,10 @@ struct WeightGradParams {
 // B (taps (c, i, j), decoded once), so a pixel is decoded once per stage.
 // vector_a: Ho*Wo is a multiple of kTileK, so every tile of A is 16 pixels of
 // one image, 16-byte aligned (k_per_split is a multiple of kTileK too).
-template <class T, bool vector_a>
+// tap_major: Ci is a multiple of BN and N is ordered n = tap*Ci + c, so the
+// block's columns are BN channels of one tap: one bounds check per stage and
+// one pointer step per element; the epilogue writes dW[o, c, tap] in place.
+template <class T, bool vector_a, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   const int m_size = params.out_channels;
@@ -421,9 +477,13 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
   constexpr int row_step = kThreads / kTileK;
   constexpr int a_loads = T::BM / row_step, b_loads = T::BN / row_step;
   const int plane = params.height * params.width;
+  // tap_major: the block's tap (ti, tj) and first channel.
+  const int block_tap = n0 / params.in_channels, block_channel = n0 - block_tap * params.in_channels;
+  const int tap_i = block_tap / params.kernel, tap_j = block_tap % params.kernel;
+  const int tap_column = (block_channel + lane_row) * plane + tap_i * params.width + tap_j;
   int column_offset[b_loads], column_tap[b_loads];
 #pragma unroll
-  for (int r = 0; r < b_loads; ++r) {
+  for (int r = 0; r < b_loads && !tap_major; ++r) {
     const int n = n0 + lane_row + r * row_step;
     if (n < n_size) {
       const int c = n / kk, i = (n % kk) / params.kernel, j = n % params.kernel;
@@ -484,8 +544,18 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
     const long long x_base = static_cast<long long>(image) * params.in_channels * plane +
                              static_cast<long long>(y0) * params.width + x0;
     float* b_tile = b_tiles + stage * b_stage;
+    if constexpr (tap_major) {
+      const bool inside = pixel_valid && static_cast<unsigned>(y0 + tap_i) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(x0 + tap_j) < static_cast<unsigned>(params.width);
+      const float* source = params.x + x_base + tap_column;
+      const long long step = static_cast<long long>(row_step) * plane;
 #pragma unroll
-    for (int r = 0; r < b_loads; ++r) {
+      for (int r = 0; r < b_loads; ++r)
+        copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local, inside ? source + r * step : params.x,
+                    inside);
+    }
+#pragma unroll
+    for (int r = 0; r < b_loads && !tap_major; ++r) {
       const int di = column_tap[r] >> 16, dj = column_tap[r] & 0xffff;
       const bool inside = static_cast<unsigned>(y0 + di) < static_cast<unsigned>(params.height) &&
                           static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
@@ -542,7 +612,9 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
-          if (n < n_size) partial[static_cast<long long>(m) * n_size + n] = acc[mt][nt][2 * half + c];
+          // tap_major: column n is channel block_channel + (n - n0) of the block's tap.
+          const int index = tap_major ? (block_channel + n - n0) * kk + block_tap : n;
+          if (n < n_size) partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
         }
     }
 }
@@ -600,10 +672,12 @@ const float* pack_weight(const Context& ctx, const PackParams& pack, int part_co
 // blocks whose partial sums reduce_splits_kernel adds (with the bias).
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
   using T = GatherTile;
-  int max_k_stride = 0;
+  int max_k_stride = 0, max_table = 0;
   long long max_n_tiles = 0, blocks = 0;
+  const bool tap_major = params.channel_pad > 0;
   for (int p = 0; p < params.part_count; ++p) {
     const GatherPart& part = params.parts[p];
+    max_table = std::max(max_table, tap_major ? part.taps_h * part.taps_w : part.k_stride);
     const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
     max_k_stride = std::max(max_k_stride, part.k_stride);
     max_n_tiles = std::max(max_n_tiles, n_tiles);
@@ -618,13 +692,20 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
   if (params.splits > 1)
     params.partial =
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
-  static const bool opted_in = (allow_shared_bytes(gather_gemm_kernel<T>, gather_shared_bytes<T>(kMaxTaps),
-                                                   "cudaFuncSetAttribute(gather_gemm_kernel)"),
-                                true);
+  static const bool opted_in =
+      (allow_shared_bytes(gather_gemm_kernel<T, true>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       allow_shared_bytes(gather_gemm_kernel<T, false>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
                   static_cast<unsigned>(params.part_count * params.splits));
-  gather_gemm_kernel<T><<<grid, kThreads, gather_shared_bytes<T>(max_k_stride), cuda::stream(ctx)>>>(params);
+  const std::size_t shared_bytes = gather_shared_bytes<T>(max_table);
+  if (tap_major)
+    gather_gemm_kernel<T, true><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+  else
+    gather_gemm_kernel<T, false><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
   cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
@@ -639,7 +720,10 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
 void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
-  const int k_size = static_cast<int>(p.in_channels * p.kernel * p.kernel);
+  const bool tap_major = p.in_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, GatherTile::BK)) : 0;
+  const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
+                                                : p.in_channels * p.kernel * p.kernel);
   const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
   const int m_pad = static_cast<int>(round_up(p.out_channels, GatherTile::BM));
 
@@ -649,10 +733,12 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   pack.m_pad = m_pad;
   pack.in_channels = static_cast<int>(p.in_channels);
   pack.kernel = static_cast<int>(p.kernel);
-  pack.stride = static_cast<int>(p.stride);
+  pack.stride = 1;  // forward taps are consecutive kernel positions
   pack.transpose = false;
+  pack.channels = static_cast<int>(p.in_channels);
+  pack.channel_pad = channel_pad;
   pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
-  const bool in_place = k_stride == k_size && m_pad == p.out_channels &&
+  const bool in_place = !tap_major && k_stride == k_size && m_pad == p.out_channels &&
                         reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
   PackParams filled;
   const float* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place,
@@ -672,6 +758,7 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   params.dest_w = static_cast<int>(p.out_width);
   params.source_scale = static_cast<int>(p.stride);
   params.dest_scale = 1;
+  params.channel_pad = channel_pad;
   GatherPart& part = params.parts[0];
   part.k_size = k_size;
   part.k_stride = k_stride;
@@ -700,6 +787,10 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   pack.kernel = k;
   pack.stride = s;
   pack.transpose = true;
+  const bool tap_major = p.out_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, GatherTile::BK)) : 0;
+  pack.channels = static_cast<int>(p.out_channels);
+  pack.channel_pad = channel_pad;
 
   GatherParams params{};
   params.source = y;
@@ -714,6 +805,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   params.dest_w = static_cast<int>(p.width);
   params.source_scale = 1;
   params.dest_scale = s;
+  params.channel_pad = channel_pad;
 
   // Destination pixel (h, w) = (ph + s*u, pw + s*v) receives the taps
   // i = i0 + s*ti with i0 = (ph + p) mod s, from source row
@@ -727,7 +819,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
       if (grid_h == 0 || grid_w == 0) continue;
       const int i0 = (ph + pad) % s, j0 = (pw + pad) % s;
       const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
-      const int k_size = static_cast<int>(p.out_channels) * taps_h * taps_w;
+      const int k_size = (tap_major ? channel_pad : static_cast<int>(p.out_channels)) * taps_h * taps_w;
       const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
       GatherPart& part = params.parts[part_count];
       part.k_size = k_size;
@@ -787,18 +879,29 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.k_size = k_size;
   params.k_per_split = k_per_split;
   static const bool opted_in =
-      (allow_shared_bytes(weight_grad_kernel<T, true>, weight_grad_shared_bytes<T>(),
+      (allow_shared_bytes(weight_grad_kernel<T, true, true>, weight_grad_shared_bytes<T>(),
                           "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<T, false>, weight_grad_shared_bytes<T>(),
+       allow_shared_bytes(weight_grad_kernel<T, true, false>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false, true>, weight_grad_shared_bytes<T>(),
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<T, false, false>, weight_grad_shared_bytes<T>(),
                           "cudaFuncSetAttribute(weight_grad_kernel)"),
        true);
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
                   static_cast<unsigned>(used_splits));
-  if ((p.out_height * p.out_width) % kTileK == 0)
-    weight_grad_kernel<T, true><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+  const bool vector_a = (p.out_height * p.out_width) % kTileK == 0, tap_major = p.in_channels % T::BN == 0;
+  const std::size_t bytes = weight_grad_shared_bytes<T>();
+  cudaStream_t stream = cuda::stream(ctx);
+  if (vector_a && tap_major)
+    weight_grad_kernel<T, true, true><<<grid, kThreads, bytes, stream>>>(params);
+  else if (vector_a)
+    weight_grad_kernel<T, true, false><<<grid, kThreads, bytes, stream>>>(params);
+  else if (tap_major)
+    weight_grad_kernel<T, false, true><<<grid, kThreads, bytes, stream>>>(params);
   else
-    weight_grad_kernel<T, false><<<grid, kThreads, weight_grad_shared_bytes<T>(), cuda::stream(ctx)>>>(params);
+    weight_grad_kernel<T, false, false><<<grid, kThreads, bytes, stream>>>(params);
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
   accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
 }

@@ -32,7 +32,9 @@ namespace plexus::layers::implicit_gemm {
 // The engine's limits (supports() checks them).
 inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipeline stages
 inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
-inline constexpr int kMaxTaps = 7168;    // K entries of one tap table (8 bytes each in shared memory)
+inline constexpr int kMaxTaps = 7168;    // entries of one tap table (8 bytes each in shared memory)
+// Sources with at least this many channels use a tap-major K (implicit_gemm.cu).
+inline constexpr int kTapMajorChannels = 32;
 inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
 
 // A convolution in Conv2d terms (see above). For ConvTranspose2d the "input"

@@ -243,7 +243,9 @@ constexpr double kTf32Tolerance = 2e-3;
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
 // not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
 // stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
-// split K (small images, long K), and the passes with <= 16 rows that go to
+// split K (small images, long K), tap-major K (>= 32 source channels, not a
+// multiple of 32: 36, 40, 130; the weight gradient's with 128 input
+// channels), and the passes with <= 16 rows that go to
 // im2col + cuBLAS next to the engine's (3 and 5 output channels).
 std::vector<Case> tensor_core_cases() {
   return {
@@ -256,6 +258,8 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 3}, {"kernel", 3}}, {1, 37, 6, 5}},
       {{{"out_channels", 32}, {"kernel", 5}, {"padding", 2}}, {3, 40, 12, 12}},
       {{{"out_channels", 20}, {"kernel", 5}, {"stride", 4}, {"padding", 1}}, {2, 19, 17, 9}},
+      {{{"out_channels", 36}, {"kernel", 5}, {"stride", 3}, {"padding", 2}}, {2, 18, 10, 11}},
+      {{{"out_channels", 20}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 6}},
   };
 }
 

@@ -331,6 +331,7 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 20}, {"kernel", 2}, {"stride", 4}, {"output_padding", 1}}, {2, 3, 3, 4}},
       {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}}, {2, 33, 6, 7}},
       {{{"out_channels", 40}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 4, 4}},
+      {{{"out_channels", 128}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {1, 24, 4, 3}},
   };
 }
 
