@@ -8,22 +8,15 @@
 #include "plexus/atomic_file.h"
 #include "plexus/data/image.h"
 #include "plexus/error.h"
+#include "png_errors.h"
 
 namespace plexus::data {
 
 namespace {
 
-struct ErrorState {
-  char message[200] = "";
-};
-
-void on_error(png_structp png, png_const_charp message) {
-  auto* state = static_cast<ErrorState*>(png_get_error_ptr(png));
-  std::snprintf(state->message, sizeof state->message, "%s", message);
-  png_longjmp(png, 1);
-}
-
-void on_warning(png_structp, png_const_charp) {}
+using png_errors::ErrorState;
+using png_errors::on_error;
+using png_errors::on_warning;
 
 void write_to_file(png_structp png, png_bytep bytes, png_size_t size) {
   if (!static_cast<AtomicFile*>(png_get_io_ptr(png))->try_write(bytes, size)) png_error(png, "write failed");

@@ -8,26 +8,15 @@
 #include <vector>
 
 #include "image_codecs.h"
+#include "png_errors.h"
 
 namespace plexus::data::codecs {
 
 namespace {
 
-// libpng reports errors through this callback, which must not return: it
-// keeps the message and jumps back to decode()'s setjmp.
-struct ErrorState {
-  char message[200] = "";
-};
-
-void on_error(png_structp png, png_const_charp message) {
-  auto* state = static_cast<ErrorState*>(png_get_error_ptr(png));
-  std::snprintf(state->message, sizeof state->message, "%s", message);
-  png_longjmp(png, 1);
-}
-
-// Warnings (a wrong sRGB profile, a bad ancillary chunk CRC) leave the
-// pixels intact: ignored.
-void on_warning(png_structp, png_const_charp) {}
+using png_errors::ErrorState;
+using png_errors::on_error;
+using png_errors::on_warning;
 
 struct MemoryReader {
   const unsigned char* bytes;
