@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +15,8 @@
 
 #include "codec_model.h"
 #include "plexus/checkpoint.h"
+#include "plexus/data/image_folder.h"
+#include "quality_catalog.h"
 #include "plexus/error.h"
 #include "run_metadata.h"
 #include "session.h"
@@ -121,8 +124,11 @@ std::vector<std::string> shipped_models() {
   const fs::path executable = fs::read_symlink("/proc/self/exe", error);
   if (!error) {
     const fs::path installed = executable.parent_path().parent_path() / "share/plexus/autoencoder/trained";
-    for (const auto& entry : fs::directory_iterator(installed, error))
+    for (const auto& entry : fs::directory_iterator(installed, error)) {
       if (entry.path().extension() == ".safetensors") models.push_back(entry.path().string());
+      const fs::path nested = entry.path() / "model.safetensors";  // the quality catalog's models
+      if (fs::is_regular_file(nested, error)) models.push_back(nested.string());
+    }
   }
   if (models.empty()) {
     for (const auto& entry : fs::directory_iterator(PLEXUS_AE_SOURCE_RESULTS, error)) {
@@ -134,8 +140,25 @@ std::vector<std::string> shipped_models() {
   return models;
 }
 
-int run_compress(const CompressOptions& o) {
-  if (o.model.empty()) throw ConfigError("--model is required: a model.safetensors written by plexus-ae train or export");
+std::string quality_catalog_path() {
+  if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
+  std::error_code error;
+  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const fs::path installed =
+        executable.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
+    if (fs::is_regular_file(installed, error)) return installed.string();
+  }
+  return std::string(PLEXUS_AE_SOURCE_RESULTS) + "/quality-catalog.json";
+}
+
+int run_compress(const CompressOptions& options) {
+  CompressOptions o = options;
+  if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
+  if (o.quality != 0) o.model = model_for_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+  if (o.model.empty())
+    throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
+                      "(a shipped model) is required");
   if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
   const std::vector<std::string> outputs = output_paths(o.inputs, o.out, kCompressedExtension);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
@@ -228,7 +251,13 @@ int run_export(const ExportOptions& o) {
     it = it->first.rfind("optimizer/", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   file.metadata.erase("optimizer");
   file.metadata.erase("optimizer_steps");
-  if (!add_coding_tables(file, spec, registry))
+  std::vector<data::Image> calibration_images;
+  if (!o.calibration_images.empty()) {
+    data::ImageFolder folder(o.calibration_images);
+    for (std::size_t i = 0; i < folder.size(); ++i)
+      if (auto image = folder.load(i)) calibration_images.push_back(*image);
+  }
+  if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
   save_safetensors(out, file);
   // Loading it back checks the tables and gives the fingerprint files will carry.
@@ -246,7 +275,9 @@ CodecCommands::CodecCommands(CLI::App& app) {
   compress_->option_defaults()->always_capture_default();
   CompressOptions& c = compress_options_;
   compress_->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
-  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->required()->type_name("FILE");
+  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
+  compress_->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
+                        "(docs/results/quality-catalog.json; higher is better and larger)")->type_name("N");
   compress_->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
   compress_->add_option("--device", c.device, device_help)->type_name("DEVICE");
   compress_->add_option("--plugin", c.plugins, plugin_help)->type_name("FILE");
@@ -255,6 +286,7 @@ CodecCommands::CodecCommands(CLI::App& app) {
       "Examples:\n"
       "  plexus-ae compress --model docs/results/h100-bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
+      "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");
 
   decompress_ = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
@@ -278,6 +310,10 @@ CodecCommands::CodecCommands(CLI::App& app) {
   export_->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
   export_->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
   export_->add_option("--plugin", e.plugins, plugin_help)->type_name("FILE");
+  export_->add_option("--calibration-images", e.calibration_images,
+                      "scale hyperprior: calibrate the integer hyper-synthesis on the images of this folder "
+                      "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
+      ->type_name("FOLDER");
   export_->footer(
       "Examples:\n"
       "  plexus-ae export --model runs/demo/model.safetensors\n"

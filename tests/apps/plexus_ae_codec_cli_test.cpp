@@ -189,5 +189,32 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
   EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
 }
 
+// compress --quality N: a catalog entry whose model is absent is refused with
+// exit code 1, saying it is not shipped and how to train it; --model and
+// --quality exclude each other; one of them is needed.
+TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand) {
+  ScratchFolder folder{"ae-quality"};
+  testing::save_png(folder / "photo.png", testing::position_image(16, 16));
+  std::ofstream(folder / "catalog.json")
+      << R"({"qualities": [{"quality": 3, "spec": "bmshj2018-hyperprior", "lambda": 0.0067,)"
+      << R"( "model": "absent-q3/model.safetensors"}]})";
+  ::setenv("PLEXUS_AE_QUALITY_CATALOG", (folder / "catalog.json").c_str(), 1);
+  auto result = testing::run_plexus_ae({"compress", "--quality", "3", folder / "photo.png"}, folder.path());
+  ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "quality 3 (bmshj2018-hyperprior, lambda 0.0067) is not shipped")) << result.err;
+  EXPECT_TRUE(contains(result.err, "plexus-ae train --data BSDS500/train --model bmshj2018-hyperprior --lambda 0.0067"))
+      << result.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "photo.pxae"));
+
+  auto both = testing::run_plexus_ae({"compress", "--quality", "3", "--model", folder / "m.safetensors",
+                                      folder / "photo.png"}, folder.path());
+  EXPECT_EQ(both.exit_code, 1) << both.describe();
+  EXPECT_TRUE(contains(both.err, "give --model or --quality, not both")) << both.err;
+  auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
+  EXPECT_EQ(neither.exit_code, 1) << neither.describe();
+  EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
+}
+
 }  // namespace
 }  // namespace plexus
