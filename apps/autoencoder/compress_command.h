@@ -34,6 +34,7 @@ struct ExportOptions {
   // A scale hyperprior's integer hyper-synthesis: calibrated on the images
   // of this folder (empty: kept when the file has a calibration, else the prior's samples).
   std::string calibration_images;
+  std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)
 };
 
 int run_compress(const CompressOptions& options);

@@ -143,6 +143,8 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::optional<ModelSpec> spec;
   std::error_code error;
   TrainProgress saved_progress;
+  if (o.resume && !o.init.empty())
+    throw ConfigError("--init and --resume exclude each other: --resume continues the checkpoint in --out");
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
@@ -188,6 +190,10 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     step = load_checkpoint(checkpoint_path, net, &adam);
     // A new --lr given on --resume restarts the schedule from it.
     if (!given.count("lr")) schedule.restore(saved_progress.lr_schedule);
+  } else if (!o.init.empty()) {
+    // Weights only (f32, f64 or F16 files alike): a fresh optimiser from step 0.
+    load_checkpoint(o.init, net, nullptr);
+    spdlog::info("initial weights from '{}'", o.init);
   }
   adam.set_learning_rate(schedule.rate_for_step(step));
   const double weight = distortion_weight(o.lambda);
@@ -277,7 +283,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
 
   while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
-    adam.set_learning_rate(schedule.rate_for_step(step));  // read by the optimiser's begin_step
+    adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));  // read by the optimiser's begin_step
     training.run(step);
     ++step;
     if (training.checks_every_step()) {  // the CPU: free, so every step, as the progress line always did
@@ -338,7 +344,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       if (schedule.observe_validation(v.loss)) {
         spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
                      o.lr_patience, schedule.current_rate());
-        adam.set_learning_rate(schedule.rate_for_step(step));
+        adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));
       }
     }
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {
