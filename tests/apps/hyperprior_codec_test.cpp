@@ -272,6 +272,17 @@ TEST_F(HyperpriorCodec, LatentsOutsideEveryTableStillRoundTrip) {
   for (std::int32_t index : encoded.indices) ASSERT_EQ(index, 0);
 }
 
+// Bits of `value` under `table`: -log2 of its frequency, or the escape's plus
+// the bypass bits (3 + 4 per nibble of zigzag(value)).
+double code_bits(std::int32_t value, const codec::CodingTable& table) {
+  const std::int64_t i = static_cast<std::int64_t>(value) - table.min;
+  if (i >= 0 && i < table.count()) return -std::log2((table.cdf[i + 1] - table.cdf[i]) / 65536.0);
+  const std::uint32_t zigzag = (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
+  int nibbles = 1;
+  while (nibbles < 8 && (zigzag >> (4 * nibbles)) != 0) ++nibbles;
+  return -std::log2((table.cdf[table.count() + 1] - table.cdf[table.count()]) / 65536.0) + 3 + 4 * nibbles;
+}
+
 // The real files against eval's estimate (both latents' -log2 likelihoods)
 // on the bundled Kodak images, with the tiny model trained for 150 steps on
 // the bundled training images (about 10 s on one core).
@@ -288,6 +299,8 @@ TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   auto model = CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
   const TensorFile file = load_safetensors(path);
+  const codec::GaussianTables tables = codec::build_gaussian_tables(model->scale_table());
+  double integer_bits = 0, float_bits = 0;
   for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
     const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
     const std::vector<std::uint8_t> bytes = model->compress(image);
@@ -298,7 +311,22 @@ TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
     EXPECT_NEAR(file_bpp, eval.bpp, 0.05 * eval.bpp) << name;
     const data::Image decoded = model->decompress(bytes.data(), bytes.size());
     EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels) << name;
+    // The integer path's own cost: y coded with the integer indices against
+    // y coded with the indices of the float model's scales.
+    Tensor scales;
+    evaluate(tiny_spec(), file, image, model->stride(), &scales);
+    const std::vector<std::int32_t> float_index = float_indices(scales, model->scale_table());
+    const CodecModel::Latents latents = model->encode_latents(image);
+    const std::vector<double> y = latents.latent.to_values();
+    ASSERT_EQ(float_index.size(), y.size());
+    for (std::size_t n = 0; n < y.size(); ++n) {
+      integer_bits += code_bits(static_cast<std::int32_t>(y[n]), tables.tables[latents.indices[n]]);
+      float_bits += code_bits(static_cast<std::int32_t>(y[n]), tables.tables[float_index[n]]);
+    }
   }
+  std::printf("y coded with the integer indices: %.0f bits; with the float model's: %.0f bits (%+.3f%%)\n",
+              integer_bits, float_bits, 100 * (integer_bits / float_bits - 1));
+  EXPECT_LT(integer_bits, 1.005 * float_bits);
 }
 
 // Compress on CUDA; decode on the CPU and on CUDA: the same hyper-latent,
