@@ -50,6 +50,10 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesAndIsRefusedByCompress) {
                                        "compress and decompress code factorized-prior models only so far"))
       << compressed.err;
 
+  auto in_place = run({"export", "--model", folder / "run/model.safetensors", "--storage", "f16"});
+  EXPECT_EQ(in_place.exit_code, 1) << in_place.describe();
+  EXPECT_TRUE(contains(in_place.err, "so that the full-precision model is kept")) << in_place.err;
+
   auto exported = run({"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors",
                        "--storage", "f16"});
   ASSERT_EQ(exported.exit_code, 0) << exported.describe();
