@@ -25,7 +25,8 @@ bool on_cuda(const plexus::Tensor& a) {
 
 }  // namespace
 
-void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out) {
+void multiply_by_mask([[maybe_unused]] plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
+                      plexus::Tensor& out) {
   check_alike(a, mask, out);
   if (on_cuda(a)) {
 #if PLEXUS_PLUGIN_WITH_CUDA
@@ -42,7 +43,8 @@ void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexu
   });
 }
 
-void accumulate_masked(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out) {
+void accumulate_masked([[maybe_unused]] plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
+                       plexus::Tensor& out) {
   check_alike(a, mask, out);
   if (on_cuda(a)) {
 #if PLEXUS_PLUGIN_WITH_CUDA

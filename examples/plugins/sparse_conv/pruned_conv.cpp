@@ -1,21 +1,17 @@
 // PrunedConv2d / PrunedConvTranspose2d (math in pruned_conv.h).
 #include "pruned_conv.h"
 
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
+#include "builtin_layer.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 
 namespace sparse_conv {
 
 namespace {
-
-// The built-in layers, to create the dense convolution from (a copy of the
-// registry Plexus starts with, so a plugin holds no pointer to the caller's).
-const plexus::Registry& builtin_layers() {
-  static const plexus::Registry registry = plexus::builtin_registry();
-  return registry;
-}
 
 // The params of the built-in layer: those given, passed through unchanged,
 // so it applies its own defaults and checks.
@@ -35,15 +31,18 @@ PrunedConv::PrunedConv(plexus::LayerConfig& config, const std::string& dense_typ
   const nlohmann::json params = dense_params(config, dense_type);
   has_bias_ = params.value("bias", true);
   schedule_.final_sparsity = config.number("sparsity");
-  if (!(schedule_.final_sparsity >= 0.0 && schedule_.final_sparsity < 1.0))
-    config.fail("sparsity", "must be in [0, 1), got " + std::to_string(schedule_.final_sparsity));
+  if (!(schedule_.final_sparsity >= 0.0 && schedule_.final_sparsity < 1.0)) {
+    std::ostringstream value;
+    value << schedule_.final_sparsity;
+    config.fail("sparsity", "must be in [0, 1), got " + value.str());
+  }
   schedule_.start_step = config.bounded_integer("start_step", 0, 0, std::int64_t{1} << 40);
   schedule_.end_step = config.bounded_integer("end_step", schedule_.start_step, 0, std::int64_t{1} << 40);
   if (schedule_.end_step < schedule_.start_step)
     config.fail("end_step", "must be >= start_step (" + std::to_string(schedule_.start_step) + "), got " +
                                 std::to_string(schedule_.end_step));
   schedule_.every = config.bounded_integer("prune_every", 100, 1, std::int64_t{1} << 40);
-  dense_ = builtin_layers().create(dense_type, config.node_name(), params);
+  dense_ = make_builtin_layer(dense_type, config.node_name(), config.type(), params);
 }
 
 std::vector<plexus::Shape> PrunedConv::output_shapes(const std::vector<plexus::Shape>& inputs) const {

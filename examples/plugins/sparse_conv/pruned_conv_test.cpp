@@ -184,8 +184,11 @@ TEST(PrunedConv, MaskedWeightsGetNoGradient) {
   const std::vector<double> grad = layer->parameter("weight").grad.to_values();
   int kept_with_gradient = 0;
   for (std::size_t i = 0; i < grad.size(); ++i) {
-    if (mask[i] == 0.0) EXPECT_EQ(grad[i], 0.0) << i;
-    else kept_with_gradient += grad[i] != 0.0;
+    if (mask[i] == 0.0) {
+      EXPECT_EQ(grad[i], 0.0) << i;
+    } else {
+      kept_with_gradient += grad[i] != 0.0;
+    }
   }
   EXPECT_GT(kept_with_gradient, 0);
 }
@@ -257,8 +260,11 @@ std::vector<int> train(plexus::Net& net, plexus::Context& ctx, int steps) {
     const Tensor& weight = net.layer("conv").parameter("weight").value;
     const std::vector<double> w = weight.to_values();
     const std::vector<double> m = net.layer("conv").parameter("mask").value.to_values();
-    for (std::size_t i = 0; i < w.size(); ++i)
-      if (m[i] == 0.0) EXPECT_EQ(w[i], 0.0) << "step " << t << " weight " << i;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (m[i] == 0.0) {
+        EXPECT_EQ(w[i], 0.0) << "step " << t << " weight " << i;
+      }
+    }
     EXPECT_EQ(count_zeros(weight), count_zeros(net.layer("conv").parameter("mask").value)) << "step " << t;
     zeros.push_back(count_zeros(net.layer("conv").parameter("mask").value));
   }
@@ -315,7 +321,7 @@ std::string config_error(const std::string& type, const nlohmann::json& params) 
 
 TEST(PrunedConv, RejectsBadParams) {
   EXPECT_EQ(config_error("PrunedConv2d", {{"out_channels", 4}, {"kernel", 3}, {"sparsity", 1.0}}),
-            "node 'p' (PrunedConv2d): parameter 'sparsity' must be in [0, 1), got 1.000000");
+            "node 'p' (PrunedConv2d): parameter 'sparsity' must be in [0, 1), got 1");
   EXPECT_EQ(config_error("PrunedConv2d",
                          {{"out_channels", 4}, {"kernel", 3}, {"sparsity", 0.5}, {"start_step", 10}, {"end_step", 5}}),
             "node 'p' (PrunedConv2d): parameter 'end_step' must be >= start_step (10), got 5");

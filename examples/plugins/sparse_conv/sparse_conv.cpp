@@ -3,16 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "builtin_layer.h"
 #include "plexus/error.h"
 
 namespace sparse_conv {
 
 namespace {
-
-const plexus::Registry& builtin_layers() {
-  static const plexus::Registry registry = plexus::builtin_registry();
-  return registry;
-}
 
 // y[n, c, ...] += b[c] on the CPU.
 void add_bias_cpu(const plexus::Tensor& bias, plexus::Tensor& out) {
@@ -46,7 +42,7 @@ SparseConv::SparseConv(plexus::LayerConfig& config, const std::string& dense_typ
   if (format_ == SparseFormat::rows && kernel_ > kMaxRowKernel)
     config.fail("kernel", "must be <= " + std::to_string(kMaxRowKernel) + " for format \"rows\" (4-bit ky, kx), got " +
                               std::to_string(kernel_) + "; use format \"coo\"");
-  dense_ = builtin_layers().create(dense_type, config.node_name(), params);  // checks the values like the built-in
+  dense_ = make_builtin_layer(dense_type, config.node_name(), config.type(), params);  // checks the values like the built-in
 }
 
 std::vector<plexus::Shape> SparseConv::output_shapes(const std::vector<plexus::Shape>& inputs) const {

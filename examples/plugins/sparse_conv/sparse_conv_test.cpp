@@ -343,7 +343,12 @@ TEST(SparseConv, RejectsWhatItCannotRun) {
             "node 's' (SparseConv2d): parameter 'format' must be \"rows\" or \"coo\", got \"csr\"");
   EXPECT_NE(error_of("SparseConv2d", {{"out_channels", 4}, {"kernel", 17}}).find("must be <= 16 for format \"rows\""),
             std::string::npos);
-  EXPECT_EQ(error_of("SparseConv2d", {{"out_channels", 4}, {"kernel", 17}, {"format", "coo"}}), "no error");
+  EXPECT_EQ(error_of("SparseConv2d", {{"out_channels", 4}, {"kernel", 17}, {"format", "coo"}}, {1, 3, 20, 20}),
+            "no error");
+  // The built-in layer's shape checks, naming this layer's type.
+  EXPECT_EQ(error_of("SparseConv2d", {{"out_channels", 4}, {"kernel", 9}}, {1, 3, 4, 4}),
+            "node 's' (SparseConv2d): input [1, 3, 4, 4] with padding 0 is smaller than the 9x9 kernel: the output "
+            "would be empty");
   EXPECT_NE(error_of("SparseConvTranspose2d", {{"out_channels", 300}, {"kernel", 3}}).find("at most 256 channels"),
             std::string::npos);
   EXPECT_NE(error_of("SparseConv2d", {{"kernel", 3}}).find("'out_channels' is required"), std::string::npos);
