@@ -9,7 +9,7 @@
 # usage: bench-gpu.sh OUTDIR      results: OUTDIR/plexus.jsonl, torch.jsonl, table.md
 # env:   PLEXUS_BUILD (reuse a Plexus build), NO_TORCH=1, NO_COMPILE=1
 set -euo pipefail
-[[ $# -eq 1 ]] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[[ $# -eq 1 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 plugin_dir=$(cd "$(dirname "$0")/.." && pwd)
 start=$SECONDS

@@ -10,7 +10,7 @@
 # env:   PLEXUS_AE, SPARSE_CONV_PLUGIN  [built by tools/build-plugin.sh into RUNS_DIR/build]
 #        DEVICE [cpu]  SPARSE_DECODER [0]
 set -euo pipefail
-[[ $# -eq 2 ]] || { sed -n '2,14p' "$0" >&2; exit 2; }
+[[ $# -eq 2 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2; }
 kodak=$1
 runs=$(cd "$2" && pwd)
 plugin_dir=$(cd "$(dirname "$0")/.." && pwd)
