@@ -244,10 +244,18 @@ TEST_F(PlexusAeTrain, BundledModelsTakeTrainingSteps) {
   return ::testing::AssertionSuccess();
 }
 
+// `args` with the value after `option` replaced.
+std::vector<std::string> with(std::vector<std::string> args, const std::string& option, const std::string& value) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == option) args[i + 1] = value;
+  return args;
+}
+
 TEST_F(PlexusAeTrain, InitFromStartsFromAnotherModelsWeights) {
   ASSERT_EQ(run(tiny_run("source", 20)).exit_code, 0);
-  // One update at a negligible learning rate: the weights are the source's.
-  auto result = run(tiny_run("tuned", 1, {"--seed", "9", "--lr", "1e-12", "--init-from", folder / "source/model.safetensors"}));
+  // One update at a negligible learning rate, from another seed: the weights are the source's.
+  auto result = run(with(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--seed", "9"),
+                         "--lr", "1e-12"));
   ASSERT_EQ(result.exit_code, 0) << result.describe();
   EXPECT_TRUE(contains(result.err, "tensor(s) loaded")) << result.err;
   EXPECT_FALSE(contains(result.err, "kept as initialised")) << result.err;
@@ -255,7 +263,7 @@ TEST_F(PlexusAeTrain, InitFromStartsFromAnotherModelsWeights) {
   EXPECT_TRUE(close_parameters(folder / "source/model.safetensors", folder / "tuned/model.safetensors", 1e-6, &compared));
   EXPECT_GE(compared, 10);
   // Without --init-from, seed 9 starts elsewhere.
-  ASSERT_EQ(run(tiny_run("scratch", 1, {"--seed", "9", "--lr", "1e-12"})).exit_code, 0);
+  ASSERT_EQ(run(with(with(tiny_run("scratch", 1), "--seed", "9"), "--lr", "1e-12")).exit_code, 0);
   EXPECT_FALSE(close_parameters(folder / "source/model.safetensors", folder / "scratch/model.safetensors", 1e-6, &compared));
 }
 
@@ -279,9 +287,8 @@ TEST_F(PlexusAeTrain, InitFromRefusesAShapeMismatchByName) {
   ASSERT_NE(spec.find(from), std::string::npos);
   spec.replace(spec.find(from), from.size(), R"("out_channels": 6, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)");
   std::ofstream(folder / "wider.json") << spec;
-  auto args = tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"});
-  args[4] = folder / "wider.json";  // --model
-  auto result = run(args);
+  auto result = run(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--model",
+                         folder / "wider.json"));
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "tensor 'g_s0.bias' is [8] in the file but [6] in the model")) << result.err;
   EXPECT_FALSE(std::filesystem::exists(folder / "tuned/model.safetensors"));
