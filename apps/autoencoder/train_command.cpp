@@ -143,6 +143,9 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::optional<ModelSpec> spec;
   std::error_code error;
   TrainProgress saved_progress;
+  if (o.resume && !o.init_from.empty())
+    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
+                      "its checkpoint: give one of them");
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
@@ -157,9 +160,6 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     spec = resolve_model(o.model);
   }
   check_values(o);
-  if (o.resume && !o.init_from.empty())
-    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
-                      "its checkpoint: give one of them");
   check_contract(*spec);
   const int stride = derive_stride(*spec, registry);
   if (o.patch % stride != 0)
