@@ -278,6 +278,9 @@ int run_export(const ExportOptions& o) {
   if (o.out.empty() && has_optimizer_state)
     throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "
                       "model file, e.g. --out " + (fs::path(o.model).parent_path() / "model.safetensors").string());
+  if (o.storage == "f16" && (o.out.empty() || fs::weakly_canonical(o.out) == fs::weakly_canonical(o.model)))
+    throw ConfigError("--storage f16 rounds the weights; give an --out other than '" + o.model +
+                      "' so that the full-precision model is kept");
   const std::string out = o.out.empty() ? o.model : o.out;
   // A model file: the weights and metadata, without the optimiser's state.
   for (auto it = file.tensors.begin(); it != file.tensors.end();)

@@ -51,6 +51,10 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
   EXPECT_TRUE(contains(decompressed.out, "96x80")) << decompressed.out;
 
+  auto in_place = run({"export", "--model", folder / "run/model.safetensors", "--storage", "f16"});
+  EXPECT_EQ(in_place.exit_code, 1) << in_place.describe();
+  EXPECT_TRUE(contains(in_place.err, "so that the full-precision model is kept")) << in_place.err;
+
   auto exported = run({"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors",
                        "--storage", "f16"});
   ASSERT_EQ(exported.exit_code, 0) << exported.describe();
@@ -83,13 +87,13 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
                  folder / "b-decoded.png", "--device", "cpu"}).exit_code, 0);
 
   auto from_half = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64",
-                        "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1", "--init",
+                        "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1", "--init-from",
                         folder / "f16.safetensors", "--out", folder / "from-half"});
   ASSERT_EQ(from_half.exit_code, 0) << from_half.describe();
-  EXPECT_TRUE(contains(from_half.err, "initial weights from '" + (folder / "f16.safetensors") + "'")) << from_half.err;
-  auto both = run({"train", "--init", folder / "f16.safetensors", "--resume", "--out", folder / "run"});
+  EXPECT_TRUE(contains(from_half.err, "--init-from '" + (folder / "f16.safetensors") + "'")) << from_half.err;
+  auto both = run({"train", "--init-from", folder / "f16.safetensors", "--resume", "--out", folder / "run"});
   EXPECT_EQ(both.exit_code, 1) << both.describe();
-  EXPECT_TRUE(contains(both.err, "--init and --resume exclude each other")) << both.err;
+  EXPECT_TRUE(contains(both.err, "--init-from starts a new run from another model's weights")) << both.err;
 }
 
 }  // namespace
