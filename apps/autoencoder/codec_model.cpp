@@ -305,12 +305,10 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
     gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
   }
   if (computed_tables_)
-    spdlog::info("'{}' has no {}; computed {} in {:.0f} ms ('plexus-ae export --model {}' stores {} in the file)", name_,
-                 kind_ == ModelKind::hyperprior ? "coding tables or integer hyper-synthesis" : "coding tables",
-                 kind_ == ModelKind::hyperprior ? "them (the integer hyper-synthesis calibrated on samples of the prior)"
-                                                : "them from its entropy model",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_,
-                 "them");
+    spdlog::info("'{}' has no coding tables{}; computed them in {:.0f} ms ('plexus-ae export --model {}' stores them "
+                 "in the file)",
+                 name_, kind_ == ModelKind::hyperprior ? " or calibrated integer hyper-synthesis" : "",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
 
   codec::Fnv1a64 hash;
   hash.add_field("plexus-ae codec model");

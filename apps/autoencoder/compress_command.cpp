@@ -305,9 +305,10 @@ int run_export(const ExportOptions& o) {
   save_safetensors(out, file, stored_as_f16);
   // Loading it back checks the tables and gives the fingerprint files will carry.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
-  std::printf("%s: %lld channels of coding tables, model fingerprint %s, parameters stored as %s\n", out.c_str(),
-              static_cast<long long>(model->channels()), fingerprint_text(model->fingerprint()).c_str(),
-              o.storage.c_str());
+  std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
+              static_cast<long long>(model->tables().channels()),
+              model->kind() == ModelKind::hyperprior ? " and the integer hyper-synthesis's calibration" : "",
+              fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
   return kExitOk;
 }
 
