@@ -25,6 +25,7 @@
 
 #include "codec_model.h"
 #include "plexus/codec/checksum.h"
+#include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 
 namespace {
@@ -104,6 +105,9 @@ void write_seeds(const std::string& folder) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // One thread: libFuzzer runs one input at a time, and a pool of threads
+  // per convolution only adds synchronisation (results do not depend on it).
+  set_cpu_threads(1);
   model(false);
   model(true);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
