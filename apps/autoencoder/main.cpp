@@ -49,8 +49,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--device", o.device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)")->type_name("DEVICE");
   train.add_option("--seed", o.seed, "seed of the initial weights, the patches and the noise");
   train.add_option("--out", o.out, "output folder: checkpoint.safetensors, model.safetensors, metrics.jsonl (default: runs/<model name>)")->type_name("DIR");
+  train.add_option("--init-from", o.init_from, "start from the weights of this model or checkpoint: every parameter of the same name and shape is copied (the others keep their initial values and are listed); not with --resume")->type_name("FILE");
   train.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
-  train.add_option("--init", o.init, "start a new run from the weights of this model or checkpoint .safetensors (F32, F64 or F16; the same --model), with a fresh optimiser at step 0")->type_name("FILE");
   train.add_option("--checkpoint-every", o.checkpoint_every, "save <out>/checkpoint.safetensors every this many steps (0: only at the end)");
   train.add_option("--log-every", o.log_every, "append a line to <out>/metrics.jsonl (and, off a terminal, to stderr) every this many steps");
   train.add_option("--val-every", o.val_every, "validate on --val every this many steps");

@@ -25,7 +25,7 @@ struct TrainOptions {
   std::string device = "auto";
   std::uint64_t seed = 1;
   bool resume = false;
-  std::string init;  // a model or checkpoint whose weights start a new run
+  std::string init_from;  // a model or checkpoint whose matching weights start the run (fine-tuning)
   std::int64_t checkpoint_every = 1000;
   std::int64_t log_every = 100;
   std::int64_t val_every = 5000;

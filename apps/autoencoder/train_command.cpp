@@ -143,8 +143,9 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::optional<ModelSpec> spec;
   std::error_code error;
   TrainProgress saved_progress;
-  if (o.resume && !o.init.empty())
-    throw ConfigError("--init and --resume exclude each other: --resume continues the checkpoint in --out");
+  if (o.resume && !o.init_from.empty())
+    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
+                      "its checkpoint: give one of them");
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
@@ -186,14 +187,20 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::unique_ptr<GradientClipper> clipper;
   if (o.clip_grad_norm > 0) clipper = std::make_unique<GradientClipper>(o.clip_grad_norm);
   std::int64_t step = 0;
+  if (!o.init_from.empty()) {
+    const MatchingLoad init = load_matching_parameters(o.init_from, net);
+    std::string missing;
+    for (const std::string& name : init.missing) missing += (missing.empty() ? "" : ", ") + name;
+    spdlog::info("--init-from '{}': {} tensor(s) loaded{}", o.init_from, init.loaded.size(),
+                 missing.empty() ? std::string() : "; not in the file, kept as initialised: " + missing);
+    if (init.loaded.empty())
+      throw ConfigError("--init-from '" + o.init_from + "' holds no tensor named like a parameter of " +
+                        (spec->name.empty() ? spec->source : spec->name) + "; is it a model of another architecture?");
+  }
   if (o.resume) {
     step = load_checkpoint(checkpoint_path, net, &adam);
     // A new --lr given on --resume restarts the schedule from it.
     if (!given.count("lr")) schedule.restore(saved_progress.lr_schedule);
-  } else if (!o.init.empty()) {
-    // Weights only (f32, f64 or F16 files alike): a fresh optimiser from step 0.
-    load_checkpoint(o.init, net, nullptr);
-    spdlog::info("initial weights from '{}'", o.init);
   }
   adam.set_learning_rate(schedule.rate_for_step(step));
   const double weight = distortion_weight(o.lambda);

@@ -336,6 +336,32 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
   save_safetensors(path, file);
 }
 
+MatchingLoad load_matching_parameters(const std::string& path, Net& net) {
+  TensorFile file = load_safetensors(path);
+  MatchingLoad result;
+  std::vector<std::pair<Parameter*, const Tensor*>> copies;  // checked first, copied after
+  for (const NamedParameter& named : net.parameters()) {
+    auto it = file.tensors.find(named.name);
+    if (it == file.tensors.end()) {
+      result.missing.push_back(named.name);
+      continue;
+    }
+    if (it->second.shape() != named.parameter->value.shape())
+      throw IoError("'" + path + "': tensor '" + named.name + "' is " + shape_str(it->second.shape()) +
+                    " in the file but " + shape_str(named.parameter->value.shape()) +
+                    " in the model; it cannot initialise it");
+    const std::int64_t bad = first_non_finite(it->second);
+    if (bad >= 0)
+      throw IoError("'" + path + "': tensor '" + named.name + "' holds a non-finite value at element " +
+                    std::to_string(bad));
+    copies.emplace_back(named.parameter, &it->second);
+    result.loaded.push_back(named.name);
+  }
+  for (auto& [parameter, tensor] : copies)
+    parameter->value.copy_from(tensor->to(parameter->value.dtype()).to(parameter->value.device()));
+  return result;
+}
+
 std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
                              std::map<std::string, std::string>* metadata) {
   TensorFile file = load_safetensors(path);

@@ -72,13 +72,13 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesAndIsRefusedByCompress) {
   }
 
   auto from_half = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64",
-                        "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1", "--init",
+                        "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1", "--init-from",
                         folder / "f16.safetensors", "--out", folder / "from-half"});
   ASSERT_EQ(from_half.exit_code, 0) << from_half.describe();
-  EXPECT_TRUE(contains(from_half.err, "initial weights from '" + (folder / "f16.safetensors") + "'")) << from_half.err;
-  auto both = run({"train", "--init", folder / "f16.safetensors", "--resume", "--out", folder / "run"});
+  EXPECT_TRUE(contains(from_half.err, "--init-from '" + (folder / "f16.safetensors") + "'")) << from_half.err;
+  auto both = run({"train", "--init-from", folder / "f16.safetensors", "--resume", "--out", folder / "run"});
   EXPECT_EQ(both.exit_code, 1) << both.describe();
-  EXPECT_TRUE(contains(both.err, "--init and --resume exclude each other")) << both.err;
+  EXPECT_TRUE(contains(both.err, "--init-from starts a new run from another model's weights")) << both.err;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ TensorFile load_safetensors(const std::string& path);
 }  // namespace plexus
 
 #include <cstdint>
+#include <vector>
 
 namespace plexus {
 
@@ -47,5 +48,19 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
 // IoError naming the tensor, both shapes and the file. Returns the step.
 std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
                              std::map<std::string, std::string>* metadata = nullptr);
+
+// What load_matching_parameters did, by parameter name.
+struct MatchingLoad {
+  std::vector<std::string> loaded;   // copied from the file
+  std::vector<std::string> missing;  // the net's, absent from the file: kept as initialised
+};
+
+// Initialises a net from another model's weights (fine-tuning): copies every
+// tensor of the file whose name is a parameter or buffer of `net` with the
+// same shape; the net's other parameters keep their values. A tensor of the
+// right name but another shape is an IoError naming it and both shapes, and
+// a non-finite value an IoError naming the tensor; both are checked before
+// anything is copied. The file's optimiser state and step are ignored.
+MatchingLoad load_matching_parameters(const std::string& path, Net& net);
 
 }  // namespace plexus
