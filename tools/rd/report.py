@@ -49,11 +49,11 @@ def _versus(anchor_points, test_points, quality, fit):
     (with the reason) when the curves do not overlap."""
     anchor = [(p["bpp"], p[quality]) for p in anchor_points]
     test = [(p["bpp"], p[quality]) for p in test_points]
-    if len(test) == 1:
+    try:
+        if len(test) > 1:
+            return bd_rate(anchor, test, fit), "BD-rate"
         value = rate_difference_at_quality(anchor, test[0])
         return (value, "at one point") if value is not None else (None, "outside the codec's range")
-    try:
-        return bd_rate(anchor, test, fit), "BD-rate"
     except ValueError as error:
         return None, str(error)
 

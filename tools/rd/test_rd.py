@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import quality  # noqa: E402
+import report  # noqa: E402
 from bjontegaard import bd_rate, pchip_integral, rate_difference_at_quality  # noqa: E402
 
 
@@ -148,6 +149,33 @@ class BdRateTest(unittest.TestCase):
         self.assertAlmostEqual(rate_difference_at_quality(anchor, (0.7 * math.exp(0.2 * 33.3 - 5), 33.3)), -0.3,
                                places=12)
         self.assertIsNone(rate_difference_at_quality(anchor, (1.0, 45.0)))
+
+
+class ReportTest(unittest.TestCase):
+    @staticmethod
+    def row(codec, setting, image, bpp, psnr, ms_ssim):
+        return {"codec": codec, "label": codec.upper(), "setting": setting, "image": image, "bytes": 0,
+                "pixels": 1, "bpp": bpp, "psnr": psnr, "ms_ssim": ms_ssim}
+
+    def test_means_per_setting_and_one_point_comparison(self):
+        rows = []
+        for setting, q in enumerate((30, 32, 34, 36)):
+            # Two images per setting, rates exp(0.2 q - 5) x 0.9 and x 1.1: mean exp(0.2 q - 5).
+            rows.append(self.row("anchor", setting, "a.png", 0.9 * math.exp(0.2 * q - 5), q - 1, 0.90 + 0.01 * setting))
+            rows.append(self.row("anchor", setting, "b.png", 1.1 * math.exp(0.2 * q - 5), q + 1, 0.96 + 0.01 * setting))
+        rows.append(self.row("plexus-x", "m", "a.png", 0.5 * math.exp(0.2 * 33 - 5), 32.5, 0.95))
+        rows.append(self.row("plexus-x", "m", "b.png", 0.5 * math.exp(0.2 * 33 - 5), 33.5, 0.97))
+        curves = report.curves_from(rows, {"anchor": "standard", "plexus-x": "plexus"})
+        first = curves["anchor"]["points"][0]
+        self.assertAlmostEqual(first["bpp"], math.exp(0.2 * 30 - 5), places=12)
+        self.assertAlmostEqual(first["psnr"], 30.0, places=12)
+        self.assertAlmostEqual(first["ms_ssim"], 0.93, places=12)
+        self.assertAlmostEqual(first["ms_ssim_db"], -10 * math.log10(0.07), places=10)
+        (comparison,) = report.bd_rates(curves, "pchip")
+        self.assertEqual(comparison["psnr_kind"], "at one point")
+        # The anchor's mean curve is not exactly log-linear at q = 33 (pchip), so a loose bound:
+        self.assertAlmostEqual(comparison["psnr"], -0.5, delta=0.01)
+        self.assertIn("| PLEXUS-X | ANCHOR |", report.markdown(curves, [comparison], 2, "pchip"))
 
 
 if __name__ == "__main__":
