@@ -154,6 +154,20 @@ def run_standard(codec, originals, work, cache, pool):
     return results
 
 
+def cached_standard(codec, originals, cache):
+    """The cached results of a codec not run now: these images, its current
+    options and settings, and its installed version (any, when not installed)."""
+    digests = {d: o.name for o, d in originals}
+    version = standard_codecs.version_text(codec)
+    found = []
+    for key, value in cache.entries.items():
+        parts = json.loads(key)
+        if (len(parts) == 5 and parts[0] == codec.name and parts[1] == codec.options and parts[2] in codec.settings
+                and parts[3] in digests and (not version or parts[4] == version)):
+            found.append(dict(value, image=digests[parts[3]]))
+    return found
+
+
 def parse_models(pairs, list_file):
     """[(curve name, model path)] from --plexus NAME=FILE and --plexus-list."""
     entries = list(pairs or [])
@@ -169,7 +183,9 @@ def parse_models(pairs, list_file):
             raise SystemExit(f"compare: '{entry}' is not NAME=MODEL_FILE")
         if not pathlib.Path(path.strip()).is_file():
             raise SystemExit(f"compare: model file '{path.strip()}' (for '{name.strip()}') does not exist")
-        models.append((name.strip(), pathlib.Path(path.strip())))
+        model = (name.strip(), pathlib.Path(path.strip()))
+        if model not in models:
+            models.append(model)
     return models
 
 
@@ -178,9 +194,12 @@ def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, c
     model_digest = sha256_of(model)
     codec = f"plexus-{name}"
     setting = model.parent.name + "/" + model.name if model.parent.name else model.name
-    keys = [json.dumps([codec, model_digest, binary_digest, digest]) for _, digest in originals]
+    label = f"Plexus {name}"
+    # Keyed by the model, not the curve's name: a model moved to another curve is not run again.
+    keys = [json.dumps(["plexus", model_digest, binary_digest, digest]) for _, digest in originals]
     if all(cache.get(k) is not None for k in keys):
-        return [dict(cache.get(k), image=o.name, setting=setting) for k, (o, _) in zip(keys, originals)]
+        return [dict(cache.get(k), image=o.name, codec=codec, label=label, setting=setting)
+                for k, (o, _) in zip(keys, originals)]
     compressed_dir = work / "files" / codec / model_digest[:12]
     decoded_dir = work / "decoded" / codec / model_digest[:12]
     for folder in (compressed_dir, decoded_dir):
@@ -196,7 +215,6 @@ def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, c
             raise SystemExit(f"compare: {' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
     print(f"  {codec} {setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
           file=sys.stderr)
-    label = f"Plexus {name}"
     futures = [pool.submit(measure_task, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
                            codec, label, setting) for o, _ in originals]
     results = []
@@ -240,12 +258,8 @@ def main():
         for codec in standard_codecs.CODECS:
             if codec in chosen:
                 measurements += run_standard(codec, originals, work, cache, pool)
-            else:  # not run now: whatever the cache holds for these images
-                digests = {d: o.name for o, d in originals}
-                for key, value in cache.entries.items():
-                    parts = json.loads(key)
-                    if parts[0] == codec.name and len(parts) == 5 and parts[3] in digests:
-                        measurements.append(dict(value, image=digests[parts[3]]))
+            else:  # not run now: what the cache holds for these images at today's settings
+                measurements += cached_standard(codec, originals, cache)
             kinds[codec.name] = "standard"
         if models:
             binary_digest = sha256_of(args.plexus_ae)

@@ -39,7 +39,7 @@ CODECS = [
           lambda src, out, q: ["cjpeg", "-quality", str(q), "-optimize", "-outfile", out, src],
           lambda src, out: ["djpeg", "-ppm", "-outfile", out, src], "ppm",
           ["cjpeg", "-version"]),
-    Codec("webp", "WebP (libwebp)", "quality", [0, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 75],
+    Codec("webp", "WebP (libwebp)", "quality", [0, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90],
           "webp", "png", "cwebp -m 6, 4:2:0",
           lambda src, out, q: ["cwebp", "-quiet", "-m", "6", "-q", str(q), src, "-o", out],
           lambda src, out: ["dwebp", "-quiet", src, "-o", out], "png",
@@ -52,7 +52,7 @@ CODECS = [
           lambda src, out: ["opj_decompress", "-i", src, "-o", out], "ppm",
           ["opj_compress", "-h"]),
     # --min Q --max Q: one constant quantiser (0-63, 63 coarsest); aom, the reference AV1 encoder.
-    Codec("avif", "AVIF (libavif, aom)", "quantiser", [60, 57, 54, 51, 48, 45, 42, 39, 36, 33, 30, 27],
+    Codec("avif", "AVIF (libavif, aom)", "quantiser", [60, 57, 54, 51, 48, 45, 42, 39, 36, 33, 30, 27, 24, 21],
           "avif", "png", f"avifenc -c aom -s {AVIF_SPEED} -y 444 --min Q --max Q",
           lambda src, out, q: ["avifenc", "-c", "aom", "-s", str(AVIF_SPEED), "-j", "1", "-y", "444",
                                "-d", "8", "--min", str(q), "--max", str(q),
