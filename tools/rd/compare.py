@@ -40,8 +40,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+try:
+    import numpy as np
+    from PIL import Image
+except ImportError as missing:
+    sys.exit(f"compare: {missing}; tools/rd/install-deps.sh installs python3-numpy, python3-pil, python3-matplotlib "
+             "(run this script with that Python, e.g. /usr/bin/python3)")
 
 import standard_codecs  # noqa: E402
 import report  # noqa: E402
@@ -113,6 +117,8 @@ class Cache:
 
 def prepare_originals(folder, work):
     """Each PNG of the folder as 8-bit RGB PNG and PPM (what the encoders read), with its content hash."""
+    if not pathlib.Path(folder).is_dir():
+        raise SystemExit(f"compare: '{folder}' is not a folder")
     images = sorted(p for p in pathlib.Path(folder).iterdir() if p.suffix.lower() == ".png")
     if not images:
         raise SystemExit(f"compare: no PNG images in '{folder}'")
@@ -291,4 +297,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, RuntimeError, OSError) as error:  # a bad argument, a failed encoder, an unreadable file
+        sys.exit(f"compare: {error}")

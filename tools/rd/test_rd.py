@@ -134,6 +134,18 @@ class BdRateTest(unittest.TestCase):
         x = np.array([0.0, 1.0, 3.0])
         self.assertAlmostEqual(pchip_integral(x, 2 * x + 1, 0.5, 2.5), (2.5 ** 2 + 2.5) - (0.25 + 0.5), places=12)
 
+    def test_pchip_against_scipy_when_installed(self):
+        # An independent implementation of the same interpolant (python3-scipy; not a dependency).
+        try:
+            from scipy.interpolate import PchipInterpolator
+        except ImportError:
+            self.skipTest("scipy is not installed (Debian: python3-scipy)")
+        x = np.array([25.6, 27.2, 28.0, 28.8, 30.1, 31.1, 32.1, 34.7])
+        y = np.log([0.11, 0.19, 0.24, 0.30, 0.41, 0.51, 0.62, 0.99])
+        reference = PchipInterpolator(x, y)
+        for lo, hi in ((25.6, 34.7), (26.0, 29.5), (30.5, 30.9)):
+            self.assertAlmostEqual(pchip_integral(x, y, lo, hi), reference.integrate(lo, hi), places=12)
+
     def test_errors(self):
         far = [(r, q + 20) for r, q in self.anchor]
         with self.assertRaisesRegex(ValueError, "share no PSNR range"):
