@@ -92,10 +92,6 @@ def standard_task(codec_name, setting, original, compressed_dir):
         return measure(original, compressed, decoded, codec.name, codec.label, setting)
 
 
-def measure_task(original, compressed, decoded, codec, label, setting):
-    return measure(original, compressed, decoded, codec, label, setting)
-
-
 class Cache:
     """Results by key, saved after every batch so an interrupted run keeps its work."""
 
@@ -221,7 +217,7 @@ def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, c
             raise SystemExit(f"compare: {' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
     print(f"  {codec} {setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
           file=sys.stderr)
-    futures = [pool.submit(measure_task, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
+    futures = [pool.submit(measure, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
                            codec, label, setting) for o, _ in originals]
     results = []
     for key, future in zip(keys, futures):
