@@ -58,7 +58,8 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   auto exported = run({"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors",
                        "--storage", "f16"});
   ASSERT_EQ(exported.exit_code, 0) << exported.describe();
-  EXPECT_TRUE(contains(exported.out, "channels of coding tables, model fingerprint")) << exported.out;
+  EXPECT_TRUE(contains(exported.out, "128 channels of coding tables and the integer hyper-synthesis's calibration, "
+                                     "model fingerprint")) << exported.out;
   EXPECT_TRUE(contains(exported.out, "parameters stored as f16")) << exported.out;
   const TensorFile full = load_safetensors(folder / "run/model.safetensors");
   const TensorFile half = load_safetensors(folder / "f16.safetensors");
