@@ -27,21 +27,24 @@ void rows_to_small(const TapRows& rows, const ConvGeometry& g, const T* big, T* 
         }
 }
 
-// Rows grouped by big channel b: big[n, b, y, x] = sum of W small[n, a, sy, sx]
-// over the taps with y = sy s - p + ky, x = sx s - p + kx, i.e.
-// sy = (y + p - ky) / s when that divides exactly and lies inside.
+// Rows grouped by big channel b and phase: big[n, b, y, x] = sum of
+// W small[n, a, sy, sx] over the taps of row b s^2 + (y mod s) s + (x mod s),
+// each of which meets (y, x) at sy = (y + p - ky) / s, sx = (x + p - kx) / s
+// (exact divisions) when that lies inside.
 template <typename T>
 void rows_to_big(const TapRows& rows, const ConvGeometry& g, const T* small, T* big) {
+  const std::int64_t s = g.stride;
   for (std::int64_t n = 0; n < g.batch; ++n)
     for (std::int64_t b = 0; b < g.big_channels; ++b)
       for (std::int64_t y = 0; y < g.big_height; ++y)
         for (std::int64_t x = 0; x < g.big_width; ++x) {
+          const std::int64_t row = b * s * s + (y % s) * s + x % s;
           double sum = 0;
-          for (std::int32_t t = rows.row_start[b]; t < rows.row_start[b + 1]; ++t) {
+          for (std::int32_t t = rows.row_start[row]; t < rows.row_start[row + 1]; ++t) {
             const std::int64_t a = rows.tap[t] >> 8, ky = rows.tap[t] >> 4 & 15, kx = rows.tap[t] & 15;
             const std::int64_t ty = y + g.padding - ky, tx = x + g.padding - kx;
-            if (ty < 0 || tx < 0 || ty % g.stride != 0 || tx % g.stride != 0) continue;
-            const std::int64_t sy = ty / g.stride, sx = tx / g.stride;
+            if (ty < 0 || tx < 0) continue;
+            const std::int64_t sy = ty / s, sx = tx / s;
             if (sy >= g.small_height || sx >= g.small_width) continue;
             sum += rows.value[t] * small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx];
           }
