@@ -143,6 +143,9 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::optional<ModelSpec> spec;
   std::error_code error;
   TrainProgress saved_progress;
+  if (o.resume && !o.init_from.empty())
+    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
+                      "its checkpoint: give one of them");
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
@@ -157,9 +160,6 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
     spec = resolve_model(o.model);
   }
   check_values(o);
-  if (o.resume && !o.init_from.empty())
-    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
-                      "its checkpoint: give one of them");
   check_contract(*spec);
   const int stride = derive_stride(*spec, registry);
   if (o.patch % stride != 0)
@@ -290,7 +290,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
 
   while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
-    adam.set_learning_rate(schedule.rate_for_step(step));  // read by the optimiser's begin_step
+    adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));  // read by the optimiser's begin_step
     training.run(step);
     ++step;
     if (training.checks_every_step()) {  // the CPU: free, so every step, as the progress line always did
@@ -351,7 +351,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       if (schedule.observe_validation(v.loss)) {
         spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
                      o.lr_patience, schedule.current_rate());
-        adam.set_learning_rate(schedule.rate_for_step(step));
+        adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));
       }
     }
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {
