@@ -22,8 +22,9 @@
 // Blocks are persistent and grid-stride over tiles; while a tile is computed
 // each thread holds the next tile's x in registers (and this tile's dy is
 // loaded before the first contraction), so global latency overlaps the MMAs.
-// Up to C = 128 the backward alternates between two x and q buffers, so a
-// tile needs two barriers instead of three.
+// Up to C = 128 the backward instead copies the next tile's x and dy into a
+// second pair of buffers with cp.async, and a tile needs two barriers instead
+// of three.
 // The backward keeps its dgamma share in registers across all its tiles and
 // writes one partial [C*C + C] per block, summed in a fixed order by
 // gdn.cu's finishing kernel (deterministic, no atomics).
@@ -50,7 +51,7 @@ namespace plexus::layers::gdn_cuda {
 // block: kThreads threads, tiles of kTile pixels; the [R x T] contractions on
 // kContractWarpsM x kContractWarpsN warps, dgamma [CP x R] on
 // kGradientWarpsM x kGradientWarpsN; kMinBlocks resident blocks per SM
-// (register budget); kBuffers x and q buffers.
+// (register budget); kBuffers x (and dy) tile buffers in the fused backward.
 template <int CP, int kRows, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
           int kGradientWarpsN, int kMinBlocks, int kBuffers>
 struct Tiling {
@@ -73,8 +74,9 @@ struct Tiling {
   __host__ __device__ static constexpr int loads(int row_count) { return row_count / load_row_step; }
   // gamma rows, beta rows, x buffers (forward and the first split kernel).
   static constexpr std::size_t normalize_bytes = sizeof(float) * (kRows * CP + kRows + kBuffers * CP * kTile);
-  // gamma, beta, x and q buffers (fused backward, kRows == CP).
-  static constexpr std::size_t backward_bytes = sizeof(float) * (CP * CP + CP + 2 * kBuffers * CP * kTile);
+  // Fused backward (kRows == CP): gamma, beta, x, q and, with two buffers,
+  // two x and two dy tiles.
+  static constexpr std::size_t backward_bytes = sizeof(float) * (CP * CP + CP + (kBuffers == 2 ? 5 : 2) * CP * kTile);
   // gamma columns [CP x R], q [CP x T], x [R x T] (second split kernel).
   static constexpr std::size_t input_gradient_bytes = sizeof(float) * (CP * kRows + CP * kTile + kRows * kTile);
   static_assert(CP % kRows == 0, "row halves");
@@ -109,8 +111,8 @@ template <>
 struct ForwardTiling<256> : Tiling<256, 128, 512, 64, 4, 4, 4, 4, 1, 1> {};
 
 // Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
-// 8 warps, 2 blocks per SM. C = 128 (gamma and two x and q buffers: 193 KiB
-// of shared memory, one block per SM) and 192 (one buffer: 193 KiB): 16
+// 8 warps, 2 blocks per SM. C = 128 (gamma, two x and dy buffers and q:
+// 225 KiB of shared memory, one block per SM) and 192 (one buffer: 193 KiB): 16
 // warps, so that dgamma takes 32 (72) registers a thread and twice the warps
 // hide the latency of each phase.
 template <int CP>
@@ -270,6 +272,63 @@ __device__ __forceinline__ void store_tile(const float (&values)[L::loads(kRowCo
     const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
     store4(tile_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), values[l]);
   }
+}
+
+// cp.async (compute capability >= 8.0): 16 bytes, or 4 bytes (zeros when
+// !valid), from global to shared memory without passing through registers.
+__device__ __forceinline__ void copy_async16(float* shared, const float* global) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void copy_async4(float* shared, const float* global, bool valid) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(address), "l"(global), "r"(valid ? 4 : 0)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void commit_async_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// This thread's copies have landed (a barrier then shows them to the block).
+__device__ __forceinline__ void wait_async_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// fetch_tile + store_tile of all CP rows of the tile straight into tile_s
+// with cp.async (same thread mapping; 0 outside the batch and the channels).
+template <class L>
+__device__ __forceinline__ void copy_tile_async(const float* source, long long tile_begin, long long total_pixels,
+                                                long long pixels, int channels, bool vector_io, float* tile_s) {
+  const int column = 4 * (threadIdx.x % L::runs_per_row);
+  const PixelRun<4> run =
+      tile_run<4, L::tile>(tile_origin(tile_begin, pixels), column, total_pixels, pixels, channels, vector_io);
+#pragma unroll
+  for (int l = 0; l < L::loads(L::channels); ++l) {
+    const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+    float* destination = tile_s + swizzled(row, column, L::tile);  // 4 consecutive floats (the XOR keeps runs of 4)
+    const long long channel_offset = static_cast<long long>(row) * pixels;
+    if (row < channels && run.contiguous) {
+      copy_async16(destination, source + run.offset[0] + channel_offset);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool valid = row < channels && ((run.valid_mask >> c) & 1);
+        copy_async4(destination + c, valid ? source + run.offset[c] + channel_offset : source, valid);
+      }
+    }
+  }
+  commit_async_copies();
 }
 
 // acc[mt][nt] += gamma x^2 on the warp's rows m_base + 16 mt + [0, 16) of
@@ -492,10 +551,14 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     float* x_s = x_buffers + buffer * CP * L::tile;
     if (L::buffers == 1) __syncthreads();  // the previous tile's x_s is no longer read
     store_tile<L, CP>(next, x_s);
+    // The backward issues its dy loads before the contraction, which hides
+    // their latency; the forward finds its pixels after it (fewer live registers).
     PixelRun<2> runs[NT];
-    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
     float dyv[MT][NT][4];
-    if (kGradient) load_rows<L>(dy, runs, row_begin, m_base, channels, pixels, dyv);
+    if (kGradient) {
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+      load_rows<L>(dy, runs, row_begin, m_base, channels, pixels, dyv);
+    }
     __syncthreads();  // x_s stored (and the parameters, the first time)
     if (tile + gridDim.x < tiles)
       fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
@@ -508,6 +571,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
     contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+    if (!kGradient) pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
 
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -549,6 +613,11 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // then one [C*C + C] partial per block: dgamma row-major, then dbeta.
 // Launch: persistent blocks over T-pixel tiles (1 per SM at C >= 128);
 // dgamma stays in registers (MMA accumulators) across the block's tiles.
+// Two buffers (C <= 128): x and dy of the next tile are copied into the
+// other buffers with cp.async while this tile is computed, and each tile
+// passes two barriers (the first one also frees q_s and the other buffers:
+// every warp has finished the previous tile). One buffer (C = 192): the next
+// tile's x waits in registers, dy is loaded into registers, three barriers.
 template <int CP, bool kInverse>
 __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
     gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
@@ -557,11 +626,14 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
   using L = BackwardTiling<CP>;
   constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
+  constexpr bool kAsync = L::buffers == 2;
+  constexpr int kTileFloats = CP * L::tile;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
   float* beta_s = gamma_s + CP * CP;
-  float* x_buffers = beta_s + CP;
-  float* q_buffers = x_buffers + L::buffers * CP * L::tile;
+  float* x_buffers = beta_s + CP;                           // [buffers][CP x T]
+  float* dy_buffers = x_buffers + L::buffers * kTileFloats;  // [2][CP x T], with two buffers
+  float* q_s = kAsync ? dy_buffers + 2 * kTileFloats : dy_buffers;
   load_gamma<L, CP, CP>(stored_gamma, channels, rp, 0, 0, gamma_s);
   load_beta<L>(stored_beta, channels, rp, 0, beta_s);
 
@@ -575,26 +647,43 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
 
   float gamma_grad[GMT][GNT][4] = {};
   float beta_grad[MT][2] = {};
-  float next[L::loads(CP)][4];
-  if (blockIdx.x < tiles)
-    fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  float next[kAsync ? 1 : L::loads(CP)][4];
+  if (blockIdx.x < tiles) {
+    const long long first = blockIdx.x * L::tile;
+    if constexpr (kAsync) {
+      copy_tile_async<L>(x, first, total_pixels, pixels, channels, vector_io, x_buffers);
+      copy_tile_async<L>(dy, first, total_pixels, pixels, channels, vector_io, dy_buffers);
+    } else {
+      fetch_tile<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, next);
+    }
+  }
   int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
-    float* x_s = x_buffers + buffer * CP * L::tile;
-    float* q_s = q_buffers + buffer * CP * L::tile;
-    // With two buffers, this tile's were last read two tiles ago, before the
-    // barriers of the previous tile.
-    if (L::buffers == 1) __syncthreads();  // the previous tile's x_s and q_s are no longer read
-    store_tile<L, CP>(next, x_s);
-    // dy in the accumulator layout, issued before the contraction that hides its latency.
+    const bool has_next = tile + gridDim.x < tiles;
+    float* x_s = x_buffers + buffer * kTileFloats;
+    const float* dy_s = dy_buffers + buffer * kTileFloats;
     PixelRun<2> runs[NT];
     pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
-    float dyv[MT][NT][4];
-    load_rows<L>(dy, runs, 0, m_base, channels, pixels, dyv);
-    __syncthreads();
-    if (tile + gridDim.x < tiles)
-      fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
+    if constexpr (kAsync) {
+      wait_async_copies();
+      __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
+      if (has_next) {
+        const long long next_begin = (tile + gridDim.x) * L::tile;
+        copy_tile_async<L>(x, next_begin, total_pixels, pixels, channels, vector_io, x_buffers + (buffer ^ 1) * kTileFloats);
+        copy_tile_async<L>(dy, next_begin, total_pixels, pixels, channels, vector_io,
+                           dy_buffers + (buffer ^ 1) * kTileFloats);
+      }
+    } else {
+      __syncthreads();  // the previous tile's x_s and q_s are no longer read
+      store_tile<L, CP>(next, x_s);
+      // dy in the accumulator layout, issued before the contraction that hides its latency.
+      load_rows<L>(dy, runs, 0, m_base, channels, pixels, dyv);
+      __syncthreads();
+      if (has_next)
+        fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    }
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -617,6 +706,11 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
           const int column = n_base + 8 * nt + 2 * t;
           const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, column, L::tile));
           float* d = dyv[mt][nt] + 2 * half;
+          if constexpr (kAsync) {
+            const float2 dv = *reinterpret_cast<const float2*>(dy_s + swizzled(row, column, L::tile));
+            d[0] = dv.x;
+            d[1] = dv.y;
+          }
           const float* n = acc[mt][nt] + 2 * half;
           const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
           beta_grad[mt][half] += qv[0] + qv[1];
@@ -652,11 +746,11 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
         }
     }
     accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
-    if (L::buffers == 2) buffer ^= 1;
+    if (kAsync) buffer ^= 1;
   }
 
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-  write_beta_partial<L>(beta_grad, m_base, 0, channels, x_buffers, partial);
+  write_beta_partial<L>(beta_grad, m_base, 0, channels, q_s, partial);
 #pragma unroll
   for (int mt = 0; mt < GMT; ++mt)
 #pragma unroll
