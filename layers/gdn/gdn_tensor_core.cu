@@ -77,8 +77,8 @@ struct Tiling {
   // Fused backward (kRows == CP): gamma, beta, x, q and, with two buffers,
   // two x and two dy tiles.
   static constexpr std::size_t backward_bytes = sizeof(float) * (CP * CP + CP + (kBuffers == 2 ? 5 : 2) * CP * kTile);
-  // gamma columns [CP x R], q [CP x T], x [R x T] (second split kernel).
-  static constexpr std::size_t input_gradient_bytes = sizeof(float) * (CP * kRows + CP * kTile + kRows * kTile);
+  // gamma columns [CP x R], q [CP x T] and x [R x T] buffers (second split kernel).
+  static constexpr std::size_t input_gradient_bytes = sizeof(float) * (CP * kRows + kBuffers * (CP + kRows) * kTile);
   static_assert(CP % kRows == 0, "row halves");
   static_assert(kContractWarpsM * kContractWarpsN == kThreads / 32, "contraction warps");
   static_assert(kGradientWarpsM * kGradientWarpsN == kThreads / 32, "dgamma warps");
@@ -128,9 +128,10 @@ struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
 // C = 256 backward, in two kernels over the two halves: the first is the
 // forward's (ForwardTiling<256>), the second holds the gamma columns of its
-// half (128 KiB), a 32-pixel q tile of all channels and x of its half
-// (176 KiB), with dgamma [256 x 128] at 64 registers a thread on 16 warps.
-using InputGradientTiling256 = Tiling<256, 128, 512, 32, 4, 4, 4, 4, 1, 1>;
+// half (128 KiB) and two buffers of a 32-pixel q tile of all channels and x
+// of its half (224 KiB), with dgamma [256 x 128] at 64 registers a thread on
+// 16 warps.
+using InputGradientTiling256 = Tiling<256, 128, 512, 32, 4, 4, 4, 4, 1, 2>;
 namespace {
 
 // Offset of element (row, column) of a row-major matrix with rows of
@@ -305,25 +306,28 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
-// fetch_tile + store_tile of all CP rows of the tile straight into tile_s
-// with cp.async (same thread mapping; 0 outside the batch and the channels).
-template <class L>
-__device__ __forceinline__ void copy_tile_async(const float* source, long long tile_begin, long long total_pixels,
-                                                long long pixels, int channels, bool vector_io, float* tile_s) {
+// fetch_tile + store_tile of rows [row_begin, row_begin + kRowCount) of the
+// tile straight into tile_s with cp.async (same thread mapping; 0 outside the
+// batch and the channels), as one commit group.
+template <class L, int kRowCount>
+__device__ __forceinline__ void copy_tile_async(const float* source, int row_begin, long long tile_begin,
+                                                long long total_pixels, long long pixels, int channels,
+                                                bool vector_io, float* tile_s) {
   const int column = 4 * (threadIdx.x % L::runs_per_row);
   const PixelRun<4> run =
       tile_run<4, L::tile>(tile_origin(tile_begin, pixels), column, total_pixels, pixels, channels, vector_io);
 #pragma unroll
-  for (int l = 0; l < L::loads(L::channels); ++l) {
+  for (int l = 0; l < L::loads(kRowCount); ++l) {
     const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+    const int channel = row_begin + row;
     float* destination = tile_s + swizzled(row, column, L::tile);  // 4 consecutive floats (the XOR keeps runs of 4)
-    const long long channel_offset = static_cast<long long>(row) * pixels;
-    if (row < channels && run.contiguous) {
+    const long long channel_offset = static_cast<long long>(channel) * pixels;
+    if (channel < channels && run.contiguous) {
       copy_async16(destination, source + run.offset[0] + channel_offset);
     } else {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const bool valid = row < channels && ((run.valid_mask >> c) & 1);
+        const bool valid = channel < channels && ((run.valid_mask >> c) & 1);
         copy_async4(destination + c, valid ? source + run.offset[c] + channel_offset : source, valid);
       }
     }
@@ -651,8 +655,8 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
   if (blockIdx.x < tiles) {
     const long long first = blockIdx.x * L::tile;
     if constexpr (kAsync) {
-      copy_tile_async<L>(x, first, total_pixels, pixels, channels, vector_io, x_buffers);
-      copy_tile_async<L>(dy, first, total_pixels, pixels, channels, vector_io, dy_buffers);
+      copy_tile_async<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, x_buffers);
+      copy_tile_async<L, CP>(dy, 0, first, total_pixels, pixels, channels, vector_io, dy_buffers);
     } else {
       fetch_tile<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, next);
     }
@@ -671,8 +675,8 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
       __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
       if (has_next) {
         const long long next_begin = (tile + gridDim.x) * L::tile;
-        copy_tile_async<L>(x, next_begin, total_pixels, pixels, channels, vector_io, x_buffers + (buffer ^ 1) * kTileFloats);
-        copy_tile_async<L>(dy, next_begin, total_pixels, pixels, channels, vector_io,
+        copy_tile_async<L, CP>(x, 0, next_begin, total_pixels, pixels, channels, vector_io, x_buffers + (buffer ^ 1) * kTileFloats);
+        copy_tile_async<L, CP>(dy, 0, next_begin, total_pixels, pixels, channels, vector_io,
                            dy_buffers + (buffer ^ 1) * kTileFloats);
       }
     } else {
@@ -769,7 +773,9 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
 //   dgamma_ik += sum over the tile of q_i x_k^2   (all i)
 // then dgamma's columns of its half into the block's partial.
 // Launch: persistent blocks grid-striding over T-pixel tiles, as many per
-// half as the first kernel (they fill the same partials).
+// half as the first kernel (they fill the same partials). The next tile's q
+// and x are copied into a second pair of buffers with cp.async while this
+// one is computed: one barrier per tile.
 template <class L>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tf32_input_gradient(const float* x, const float* q, float* dx, const float* stored_gamma, int channels,
@@ -777,10 +783,11 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
                             float* partials) {
   constexpr int CP = L::channels, R = L::rows, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
+  static_assert(L::buffers == 2, "double-buffered");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);  // [CP x R]: gamma_s(i, k) = gamma(i, row_begin + k)
-  float* q_s = gamma_s + CP * R;                              // [CP x T]
-  float* x_s = q_s + CP * L::tile;                            // [R x T]: channels row_begin + [0, R)
+  float* q_buffers = gamma_s + CP * R;                        // [2][CP x T]
+  float* x_buffers = q_buffers + 2 * CP * L::tile;            // [2][R x T]: channels row_begin + [0, R)
   const int row_begin = blockIdx.y * R;
   load_gamma<L, CP, R>(stored_gamma, channels, rp, 0, row_begin, gamma_s);
 
@@ -793,26 +800,27 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
 
   float gamma_grad[GMT][GNT][4] = {};
-  float next_q[L::loads(CP)][4];
-  float next_x[L::loads(R)][4];
   if (blockIdx.x < tiles) {
-    fetch_tile<L, CP>(q, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next_q);
-    fetch_tile<L, R>(x, row_begin, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next_x);
+    copy_tile_async<L, CP>(q, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, q_buffers);
+    copy_tile_async<L, R>(x, row_begin, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, x_buffers);
   }
+  int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
-    __syncthreads();  // the previous tile's q_s and x_s are no longer read (and gamma_s is ready)
-    store_tile<L, CP>(next_q, q_s);
-    store_tile<L, R>(next_x, x_s);
+    const float* q_s = q_buffers + buffer * CP * L::tile;
+    const float* x_s = x_buffers + buffer * R * L::tile;
     PixelRun<2> runs[NT];
     pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
     float scaled[MT][NT][4];
     if (dx) load_rows<L>(dx, runs, row_begin, m_base, channels, pixels, scaled);
-    __syncthreads();
+    wait_async_copies();
+    __syncthreads();  // this tile's q and x have landed (and gamma_s); the previous tile is done everywhere
     if (tile + gridDim.x < tiles) {
       const long long next_begin = (tile + gridDim.x) * L::tile;
-      fetch_tile<L, CP>(q, 0, next_begin, total_pixels, pixels, channels, vector_io, next_q);
-      fetch_tile<L, R>(x, row_begin, next_begin, total_pixels, pixels, channels, vector_io, next_x);
+      copy_tile_async<L, CP>(q, 0, next_begin, total_pixels, pixels, channels, vector_io,
+                             q_buffers + (buffer ^ 1) * CP * L::tile);
+      copy_tile_async<L, R>(x, row_begin, next_begin, total_pixels, pixels, channels, vector_io,
+                            x_buffers + (buffer ^ 1) * R * L::tile);
     }
 
     if (dx) {
@@ -836,6 +844,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
         }
     }
     accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    buffer ^= 1;
   }
 
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
