@@ -668,9 +668,9 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
     float* x_s = x_buffers + buffer * kTileFloats;
     const float* dy_s = dy_buffers + buffer * kTileFloats;
     PixelRun<2> runs[NT];
-    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
     float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
     if constexpr (kAsync) {
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
       wait_async_copies();
       __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
       if (has_next) {
@@ -683,6 +683,7 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
       __syncthreads();  // the previous tile's x_s and q_s are no longer read
       store_tile<L, CP>(next, x_s);
       // dy in the accumulator layout, issued before the contraction that hides its latency.
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
       load_rows<L>(dy, runs, 0, m_base, channels, pixels, dyv);
       __syncthreads();
       if (has_next)
