@@ -8,7 +8,8 @@
 //                   rounded to TF32, loaded once per block;
 //   x     [CP, T]   the tile's inputs as they are: x^2 is formed (and rounded
 //                   to TF32) while MMA fragments are built, and the epilogues
-//                   read x from here, so x and dy come from global memory once;
+//                   read x from here, so x and dy come from global memory once
+//                   (up to C = 192);
 //   q     [CP, T]   (backward) dL/dn of the tile, rounded to TF32.
 // C is padded to CP (32, 64, 128, 192 or 256) with zero gamma and beta 1. The
 // per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
@@ -35,8 +36,8 @@
 // would lose mantissa bits or range that TF32 keeps). The forward: each half
 // computes its 128 output channels from the whole x tile (the second read of
 // x comes mostly from L2: both halves walk the tiles in step). The backward
-// takes two kernels: gdn_tf32_normalize writes q (TF32) and dy f into
-// temporaries/dx for its half's channels and sums dbeta; gdn_tf32_input_gradient
+// takes two kernels: gdn_tf32_normalize writes q (TF32, into a temporary) and
+// dy f (into dx) for its half's channels and sums dbeta; gdn_tf32_input_gradient
 // then holds the gamma columns of its half [C x 128], reads the whole q tile
 // and its half of x, adds 2 x gamma^T q to dx and accumulates dgamma's
 // columns of its half. Both write into the same per-block partials.
