@@ -1,11 +1,13 @@
 // Explicit registration of every built-in layer, through the same
 // Registry::add() a plugin uses. One line per layer; no static initialisers,
 // so nothing silently disappears when the linker prunes a library.
+#include "abs/abs.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
+#include "gaussian_conditional/gaussian_conditional.h"
 #include "plexus/registry.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
@@ -20,8 +22,10 @@ void register_builtin_layers(Registry& registry) {
   layers::register_conv_transpose2d(registry);
   layers::register_gdn(registry);
   layers::register_relu(registry);
+  layers::register_abs(registry);
   layers::register_uniform_noise(registry);
   layers::register_factorized_entropy_model(registry);
+  layers::register_gaussian_conditional(registry);
   layers::register_mse_loss(registry);
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);

@@ -4,7 +4,8 @@
 # Builds for the local GPU (CMake's native architecture), runs the WHOLE test
 # suite and fails if any test was skipped (with a GPU nothing may skip), then
 # runs compute-sanitizer memcheck over every CUDA test, builds and tests the
-# example plugin against an installed Plexus, and prints a summary.
+# example plugins (examples/plugins/*) against an installed Plexus, and
+# prints a summary.
 # Logs go to $OUT (default gpu-check-logs/); BUILD names the build folder
 # (default build-gpu).
 set -uo pipefail
@@ -45,38 +46,45 @@ for binary in "$build"/tests/*_test; do
   if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
 done
 
-# The out-of-tree example plugin, built against an installed Plexus.
-plugin_line="example plugin: not present"
-if [ -f examples/plugins/simplified_gdn/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ]; then
-  prefix=$PWD/$build/install
-  if cmake --install "$build" --prefix "$prefix" > "$logs/plugin.log" 2>&1 &&
-     cmake -S examples/plugins/simplified_gdn -B "$build/plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-       -DCMAKE_CUDA_ARCHITECTURES=native >> "$logs/plugin.log" 2>&1 &&
-     cmake --build "$build/plugin" -j "$jobs" >> "$logs/plugin.log" 2>&1 &&
-     (cd "$build/plugin" && ctest --output-on-failure) >> "$logs/plugin.log" 2>&1; then
-    plugin_tests=$(grep -E "tests passed" "$logs/plugin.log" | tail -1)
-    plugin_skipped=$(grep -cE "\(Skipped\)" "$logs/plugin.log")
-    plugin_line="example plugin: $plugin_tests; skipped: $plugin_skipped"
+# The out-of-tree example plugins, each built against an installed Plexus.
+plugin_lines=()
+prefix=$PWD/$build/install
+installed=0
+for plugin in simplified_gdn sparse_conv; do
+  [ -f examples/plugins/$plugin/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ] || continue
+  if [ $installed -eq 0 ]; then
+    cmake --install "$build" --prefix "$prefix" > "$logs/plugin-install.log" 2>&1 && installed=1
+  fi
+  log=$logs/plugin-$plugin.log
+  if [ $installed -eq 1 ] &&
+     cmake -S examples/plugins/$plugin -B "$build/plugin-$plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+       -DCMAKE_CUDA_ARCHITECTURES=native > "$log" 2>&1 &&
+     cmake --build "$build/plugin-$plugin" -j "$jobs" >> "$log" 2>&1 &&
+     (cd "$build/plugin-$plugin" && ctest --output-on-failure) >> "$log" 2>&1; then
+    plugin_tests=$(grep -E "tests passed" "$log" | tail -1)
+    plugin_skipped=$(grep -cE "\(Skipped\)" "$log")
+    plugin_lines+=("plugin $plugin: $plugin_tests; skipped: $plugin_skipped")
     skipped=$((skipped + plugin_skipped))
-    for binary in "$build"/plugin/*_test; do
+    for binary in "$build/plugin-$plugin"/*_test; do
       [ -x "$binary" ] || continue
       out=$(compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" --gtest_filter='*Cuda*' 2>&1)
       rc=$?
       echo "$out" >> "$logs/memcheck.log"
-      echo "$(basename "$binary") (plugin): rc=$rc $(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)"
+      echo "$(basename "$binary") ($plugin): rc=$rc $(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)"
       memcheck_runs=$((memcheck_runs + 1))
       if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
     done
   else
-    tail -40 "$logs/plugin.log"
-    plugin_line="example plugin: FAILED (see plugin.log)"
+    tail -40 "$log" 2>/dev/null || tail -40 "$logs/plugin-install.log"
+    plugin_lines+=("plugin $plugin: FAILED (see $(basename "$log"))")
     ctest_rc=1
   fi
-fi
+done
+[ ${#plugin_lines[@]} -gt 0 ] || plugin_lines=("example plugins: not present")
 
 echo
 echo "SUMMARY: ctest: ${tests_line:-no result} (rc=$ctest_rc); skipped: $skipped"
-echo "SUMMARY: $plugin_line"
+for line in "${plugin_lines[@]}"; do echo "SUMMARY: $line"; done
 echo "SUMMARY: memcheck: $memcheck_runs binaries, $memcheck_errors with errors"
 if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ]; then
   echo "SUMMARY: gpu-check FAILED"

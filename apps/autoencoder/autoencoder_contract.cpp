@@ -1,5 +1,6 @@
 #include "autoencoder_contract.h"
 
+#include <algorithm>
 #include <set>
 
 #include "plexus/error.h"
@@ -33,11 +34,20 @@ namespace {
 struct ProbeResult {
   Shape reconstruction;
   Shape latent;
+  // The smallest spatial side of any [N, C, h, w] blob: the deepest latent
+  // (a hyperprior's z is 4x smaller than y).
+  std::int64_t smallest_side = 0;
 };
 
 ProbeResult probe(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
   Net net(spec, registry, {{kImage, Shape{1, 3, side, side}}});
-  return {net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape()};
+  ProbeResult result{net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape(), side};
+  for (const NodeSpec& node : spec.nodes)
+    for (const std::string& output : node.outputs) {
+      const Shape& shape = net.blob(output).shape();
+      if (shape.size() == 4) result.smallest_side = std::min({result.smallest_side, shape[2], shape[3]});
+    }
+  return result;
 }
 }  // namespace
 
@@ -51,12 +61,21 @@ int derive_stride(const ModelSpec& spec, const Registry& registry) {
   if (latent_side < 1 || kProbeSide % latent_side != 0 || first.latent[3] != latent_side)
     throw ConfigError(spec.source + ": cannot derive the model's stride: a " + std::to_string(kProbeSide) + "x" +
                       std::to_string(kProbeSide) + " image gives a latent of " + shape_str(first.latent));
-  const std::int64_t stride = kProbeSide / latent_side;
+  // The stride is set by the deepest latent: image sides must be multiples
+  // of it for every latent to tile the image exactly.
+  const std::int64_t deepest_side = first.smallest_side;
+  if (deepest_side < 1 || kProbeSide % deepest_side != 0)
+    throw ConfigError(spec.source + ": cannot derive the model's stride: a " + std::to_string(kProbeSide) + "x" +
+                      std::to_string(kProbeSide) + " image gives a blob of side " + std::to_string(deepest_side));
+  const std::int64_t stride = kProbeSide / deepest_side;
+  const std::int64_t latent_stride = kProbeSide / latent_side;
   // A second size, three strides wide, must map exactly too.
   const std::int64_t side = 3 * stride;
   ProbeResult second = probe(spec, registry, side);
   const Shape image{1, 3, side, side};
-  if (second.reconstruction != image || second.latent.size() != 4 || second.latent[2] != 3 || second.latent[3] != 3)
+  const std::int64_t expected_latent = side / latent_stride;
+  if (second.reconstruction != image || second.latent.size() != 4 || second.latent[2] != expected_latent ||
+      second.latent[3] != expected_latent)
     throw ConfigError(spec.source + ": inconsistent stride: with a derived stride of " + std::to_string(stride) +
                       ", a " + shape_str(image) + " image gives \"x_hat\" " + shape_str(second.reconstruction) +
                       " and \"likelihoods\" " + shape_str(second.latent));

@@ -3,6 +3,8 @@
 //   input   "image"        [N, 3, H, W] in [0, 1]
 //   outputs "x_hat"        the reconstruction, same shape as "image"
 //           "likelihoods"  the entropy model's likelihoods of the latent
+//                          (a hyperprior model also has "z_likelihoods", of
+//                          the hyper-latent; "bpp" counts both)
 //           "mse"          scalar distortion, mean((x_hat - image)^2)
 //           "bpp"          scalar rate in bits per pixel of "image"
 // The training loss is lambda * 255^2 * mse + bpp. In eval mode
@@ -27,9 +29,11 @@ double distortion_weight(double lambda);
 void check_contract(const ModelSpec& spec);
 
 // The model's total stride: image sides that are multiples of it come back
-// at the same size, and the latent is that many times smaller. Derived by
-// shape inference (image side / latent side), then verified on a second
-// size; throws ConfigError when the spec has no consistent stride.
+// at the same size, and the deepest latent is that many times smaller (16
+// for a factorized model, 64 for a hyperprior, whose hyper-latent is 4x
+// smaller than "likelihoods"). Derived by shape inference (image side /
+// smallest side of any [N, C, h, w] blob), then verified on a second size;
+// throws ConfigError when the spec has no consistent stride.
 int derive_stride(const ModelSpec& spec, const Registry& registry);
 
 }  // namespace plexus::ae

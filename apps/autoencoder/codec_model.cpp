@@ -19,6 +19,14 @@ namespace {
 
 constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
+constexpr const char* kConditionalModelType = "GaussianConditional";
+
+// The first GaussianConditional node of `spec` (a scale-hyperprior model), or null.
+const NodeSpec* conditional_entropy_node(const ModelSpec& spec) {
+  for (const NodeSpec& node : spec.nodes)
+    if (node.type == kConditionalModelType) return &node;
+  return nullptr;
+}
 
 // The model's graph cut at the latent: three sub-specs that run the parts
 // of the model a codec needs, with the parameter names of the whole.
@@ -133,6 +141,10 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
                        std::string name)
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
+  if (const NodeSpec* conditional = conditional_entropy_node(spec))
+    throw ConfigError(name_ + " (" + spec.source + ") is a scale-hyperprior model (" + kConditionalModelType +
+                      " node '" + conditional->name +
+                      "'); compress and decompress code factorized-prior models only so far");
   stride_ = derive_stride(spec, registry);
   const CodecGraph graph = split_for_coding(spec);
   latent_ = graph.latent;
@@ -287,10 +299,12 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size) 
                              static_cast<int>(header.height));
 }
 
+bool has_conditional_entropy_model(const ModelSpec& spec) { return conditional_entropy_node(spec) != nullptr; }
+
 bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry) {
   bool has_entropy_model = false;
   for (const NodeSpec& node : spec.nodes) has_entropy_model |= node.type == kEntropyModelType;
-  if (!has_entropy_model) return false;
+  if (!has_entropy_model || conditional_entropy_node(spec)) return false;  // no tables for hyperprior models yet
   const CodecGraph graph = split_for_coding(spec);
   const std::int64_t channels = latent_channels(file, graph, spec.source);
   const layers::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);

@@ -84,6 +84,10 @@ class CodecModel {
   std::uint64_t max_pixels_ = kMaxImagePixels;
 };
 
+// True when `spec` has a GaussianConditional node (a scale-hyperprior
+// model), which compress and decompress do not code yet.
+bool has_conditional_entropy_model(const ModelSpec& spec);
+
 // Adds coding tables, built from the weights in `file`, to a model file's
 // tensors (replacing any there). Returns false, changing nothing, when the
 // spec has no FactorizedEntropyModel. Throws ConfigError when the spec

@@ -7,14 +7,18 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
+#include "autoencoder_contract.h"
 #include "codec_model.h"
 #include "plexus/checkpoint.h"
 #include "plexus/error.h"
+#include "plexus/half.h"
+#include "plexus/net.h"
 #include "run_metadata.h"
 #include "session.h"
 #include "train_command.h"
@@ -111,6 +115,35 @@ bool peek_fingerprint(const std::string& path, std::uint64_t* fingerprint) {
   *fingerprint = 0;
   for (int k = 0; k < 8; ++k) *fingerprint |= static_cast<std::uint64_t>(head[8 + k]) << (8 * k);
   return true;
+}
+
+// The names of the parameters of `spec`'s net: what --storage f16 stores as F16.
+std::vector<std::string> parameter_names(const ModelSpec& spec, const Registry& registry) {
+  const int stride = derive_stride(spec, registry);
+  Net net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}});
+  std::vector<std::string> names;
+  for (const NamedParameter& named : net.parameters()) names.push_back(named.name);
+  return names;
+}
+
+// Rounds every parameter of `file` to the nearest f16 (exactly representable
+// in f32, so the tensors stay f32) and returns their names.
+std::set<std::string> round_parameters_to_f16(TensorFile& file, const ModelSpec& spec, const Registry& registry,
+                                              const std::string& who) {
+  std::set<std::string> names;
+  for (const std::string& name : parameter_names(spec, registry)) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) throw IoError("'" + who + "' has no tensor '" + name + "'");
+    try {
+      it->second = round_to_f16(it->second, name);
+    } catch (const IoError&) {
+      throw;
+    } catch (const Error& e) {
+      throw IoError("'" + who + "' cannot be stored as f16: " + e.what());
+    }
+    names.insert(name);
+  }
+  return names;
 }
 
 }  // namespace
@@ -222,19 +255,35 @@ int run_export(const ExportOptions& o) {
   if (o.out.empty() && has_optimizer_state)
     throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "
                       "model file, e.g. --out " + (fs::path(o.model).parent_path() / "model.safetensors").string());
+  if (o.storage == "f16" && (o.out.empty() || fs::weakly_canonical(o.out) == fs::weakly_canonical(o.model)))
+    throw ConfigError("--storage f16 rounds the weights; give an --out other than '" + o.model +
+                      "' so that the full-precision model is kept");
   const std::string out = o.out.empty() ? o.model : o.out;
   // A model file: the weights and metadata, without the optimiser's state.
   for (auto it = file.tensors.begin(); it != file.tensors.end();)
     it = it->first.rfind("optimizer/", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   file.metadata.erase("optimizer");
   file.metadata.erase("optimizer_steps");
-  if (!add_coding_tables(file, spec, registry))
+  if (o.storage != "f32" && o.storage != "f16")
+    throw ConfigError("--storage must be f32 or f16, got '" + o.storage + "'");
+  // f16: every parameter rounded to the nearest f16 first, so that the
+  // coding tables below are built from the weights the file will hold.
+  const std::set<std::string> stored_as_f16 = o.storage == "f16" ? round_parameters_to_f16(file, spec, registry, o.model)
+                                                                 : std::set<std::string>{};
+  const bool hyperprior = has_conditional_entropy_model(spec);
+  if (!add_coding_tables(file, spec, registry) && !hyperprior)
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
-  save_safetensors(out, file);
+  save_safetensors(out, file, stored_as_f16);
+  if (hyperprior) {
+    std::printf("%s: %zu parameter tensors stored as %s, no coding tables (compress does not code hyperprior "
+                "models yet)\n", out.c_str(), parameter_names(spec, registry).size(), o.storage.c_str());
+    return kExitOk;
+  }
   // Loading it back checks the tables and gives the fingerprint files will carry.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
-  std::printf("%s: %lld channels of coding tables, model fingerprint %s\n", out.c_str(),
-              static_cast<long long>(model->channels()), fingerprint_text(model->fingerprint()).c_str());
+  std::printf("%s: %lld channels of coding tables, model fingerprint %s, parameters stored as %s\n", out.c_str(),
+              static_cast<long long>(model->channels()), fingerprint_text(model->fingerprint()).c_str(),
+              o.storage.c_str());
   return kExitOk;
 }
 
@@ -272,15 +321,20 @@ CodecCommands::CodecCommands(CLI::App& app) {
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
 
-  export_ = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs)");
+  export_ = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
+                                         "optionally with f16 weights");
   export_->option_defaults()->always_capture_default();
   ExportOptions& e = export_options_;
   export_->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
   export_->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
   export_->add_option("--plugin", e.plugins, plugin_help)->type_name("FILE");
+  export_->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "
+                      "(ties to even), half the size; loading converts them back to f32 exactly")
+      ->check(CLI::IsMember({"f32", "f16"}));
   export_->footer(
       "Examples:\n"
       "  plexus-ae export --model runs/demo/model.safetensors\n"
+      "  plexus-ae export --model runs/demo/model.safetensors --out demo-f16.safetensors --storage f16\n"
       "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
       "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
 }

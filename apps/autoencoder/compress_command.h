@@ -30,6 +30,7 @@ struct ExportOptions {
   std::string model;
   std::string out;  // empty: the --model file itself, when it is a model (no optimiser state)
   std::vector<std::string> plugins;
+  std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)
 };
 
 int run_compress(const CompressOptions& options);

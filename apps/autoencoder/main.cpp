@@ -49,6 +49,7 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--device", o.device, "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)")->type_name("DEVICE");
   train.add_option("--seed", o.seed, "seed of the initial weights, the patches and the noise");
   train.add_option("--out", o.out, "output folder: checkpoint.safetensors, model.safetensors, metrics.jsonl (default: runs/<model name>)")->type_name("DIR");
+  train.add_option("--init-from", o.init_from, "start from the weights of this model or checkpoint: every parameter of the same name and shape is copied (the others keep their initial values and are listed); not with --resume")->type_name("FILE");
   train.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
   train.add_option("--checkpoint-every", o.checkpoint_every, "save <out>/checkpoint.safetensors every this many steps (0: only at the end)");
   train.add_option("--log-every", o.log_every, "append a line to <out>/metrics.jsonl (and, off a terminal, to stderr) every this many steps");
@@ -61,10 +62,11 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_flag("--overwrite", o.overwrite, "start a new run in an --out that holds the model and metrics of an earlier one, replacing them");
   train.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   train.add_option("--clip-grad-norm", o.clip_grad_norm, "scale the gradients down when their global 2-norm exceeds this (0: no clipping)");
-  train.add_option("--lr-schedule", o.lr_schedule, "none; step (--lr-decay every --lr-step-every steps); plateau (--lr-decay after --lr-patience validations on --val without a lower loss)")->type_name("KIND");
+  train.add_option("--lr-schedule", o.lr_schedule, "none; step (--lr-decay every --lr-step-every steps); plateau (--lr-decay after --lr-patience validations on --val without a lower loss); final (--lr-decay once, for the last --lr-final-fraction of --steps or of --time-limit, whichever comes first)")->type_name("KIND");
   train.add_option("--lr-decay", o.lr_decay, "factor the learning rate is multiplied by at each decay, in (0, 1)");
   train.add_option("--lr-step-every", o.lr_step_every, "step schedule: decay every this many steps");
   train.add_option("--lr-patience", o.lr_patience, "plateau schedule: validations without a lower validation loss before a decay");
+  train.add_option("--lr-final-fraction", o.lr_final_fraction, "final schedule: the fraction of the run, at its end, trained at --lr * --lr-decay");
   train.add_option("--min-lr", o.min_lr, "the schedule never goes below this learning rate");
   train.add_option_function<std::string>(
            "--cuda-graph", [&o](const std::string& value) { o.cuda_graph = value == "on"; },

@@ -25,6 +25,7 @@ struct TrainOptions {
   std::string device = "auto";
   std::uint64_t seed = 1;
   bool resume = false;
+  std::string init_from;  // a model or checkpoint whose matching weights start the run (fine-tuning)
   std::int64_t checkpoint_every = 1000;
   std::int64_t log_every = 100;
   std::int64_t val_every = 5000;
@@ -39,10 +40,11 @@ struct TrainOptions {
   bool overwrite = false;  // replace a finished model and metrics log in --out
   std::int64_t max_image_pixels = 50'000'000;  // larger images are skipped (data::kDefaultMaxImagePixels)
   double clip_grad_norm = 1.0;  // global gradient 2-norm limit; 0: no clipping
-  std::string lr_schedule = "plateau";  // none, step, plateau (see lr_schedule.h)
+  std::string lr_schedule = "plateau";  // none, step, plateau, final (see lr_schedule.h)
   double lr_decay = 0.5;
   std::int64_t lr_step_every = 0;  // step schedule: decay every this many steps
   int lr_patience = 3;             // plateau schedule: validations without improvement
+  double lr_final_fraction = 0.1;  // final schedule: the decayed part of the run
   double min_lr = 1e-6;
 };
 

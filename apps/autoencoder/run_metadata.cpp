@@ -23,7 +23,8 @@ nlohmann::json train_settings(const TrainOptions& o, int stride) {
           {"val_images", o.val_images}, {"stride", stride},
           {"clip_grad_norm", o.clip_grad_norm}, {"lr_schedule", o.lr_schedule},
           {"lr_decay", o.lr_decay}, {"lr_step_every", o.lr_step_every},
-          {"lr_patience", o.lr_patience}, {"min_lr", o.min_lr}};
+          {"lr_patience", o.lr_patience}, {"lr_final_fraction", o.lr_final_fraction},
+          {"min_lr", o.min_lr}};
 }
 
 namespace {
@@ -103,6 +104,7 @@ void apply_saved_settings(TrainOptions& o, const nlohmann::json& saved, const st
   restore(o.lr_decay, saved, "lr_decay", given, true);
   restore(o.lr_step_every, saved, "lr_step_every", given, true);
   restore(o.lr_patience, saved, "lr_patience", given, true);
+  restore(o.lr_final_fraction, saved, "lr_final_fraction", given, true);
   restore(o.min_lr, saved, "min_lr", given, true);
 }
 

@@ -143,6 +143,9 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::optional<ModelSpec> spec;
   std::error_code error;
   TrainProgress saved_progress;
+  if (o.resume && !o.init_from.empty())
+    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
+                      "its checkpoint: give one of them");
   if (o.resume) {
     if (!fs::exists(checkpoint_path, error))
       throw IoError("--resume: no checkpoint at '" + checkpoint_path + "' (train without --resume first, or check --out)");
@@ -184,6 +187,16 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
   std::unique_ptr<GradientClipper> clipper;
   if (o.clip_grad_norm > 0) clipper = std::make_unique<GradientClipper>(o.clip_grad_norm);
   std::int64_t step = 0;
+  if (!o.init_from.empty()) {
+    const MatchingLoad init = load_matching_parameters(o.init_from, net);
+    std::string missing;
+    for (const std::string& name : init.missing) missing += (missing.empty() ? "" : ", ") + name;
+    spdlog::info("--init-from '{}': {} tensor(s) loaded{}", o.init_from, init.loaded.size(),
+                 missing.empty() ? std::string() : "; not in the file, kept as initialised: " + missing);
+    if (init.loaded.empty())
+      throw ConfigError("--init-from '" + o.init_from + "' holds no tensor named like a parameter of " +
+                        (spec->name.empty() ? spec->source : spec->name) + "; is it a model of another architecture?");
+  }
   if (o.resume) {
     step = load_checkpoint(checkpoint_path, net, &adam);
     // A new --lr given on --resume restarts the schedule from it.
@@ -277,7 +290,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
 
   while (step < last_step) {
     const auto step_start = std::chrono::steady_clock::now();
-    adam.set_learning_rate(schedule.rate_for_step(step));  // read by the optimiser's begin_step
+    adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));  // read by the optimiser's begin_step
     training.run(step);
     ++step;
     if (training.checks_every_step()) {  // the CPU: free, so every step, as the progress line always did
@@ -338,7 +351,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given) {
       if (schedule.observe_validation(v.loss)) {
         spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
                      o.lr_patience, schedule.current_rate());
-        adam.set_learning_rate(schedule.rate_for_step(step));
+        adam.set_learning_rate(schedule.rate_for_step(step, seconds_this_run(run_start)));
       }
     }
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last_step) {

@@ -39,7 +39,7 @@ TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::B
     : net_(net),
       optimizer_(optimizer),
       ctx_(ctx),
-      parameters_(net.parameters()),
+      parameters_(net.trainable_parameters()),
       seed_(seed),
       distortion_weight_(distortion_weight),
       input_(loader, ctx.device(), net.input(kImage).shape()),
@@ -58,6 +58,7 @@ void TrainingStep::run(std::int64_t step) {
     if (clipper_) clipper_->clip(ctx_, parameters_);
     optimizer_.apply(ctx_, parameters_);
   });
+  net_.after_update(ctx_, step + 1);  // outside the graph: layers may decide on the host
 }
 
 TrainingWindow TrainingStep::read_window() { return window_of(metrics_.read(ctx_)); }

@@ -17,6 +17,7 @@
 #include "plexus/atomic_file.h"
 #include "plexus/checked_math.h"
 #include "plexus/error.h"
+#include "plexus/half.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 
@@ -63,7 +64,8 @@ std::string offsets_str(std::uint64_t begin, std::uint64_t end) {
 // One tensor entry of a header, validated.
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype;      // in memory
+  bool f16 = false;  // stored as F16 (2 bytes per element), read into f32
   Shape shape;
   std::uint64_t begin, end;
 };
@@ -80,7 +82,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   std::string dtype = value["dtype"].get<std::string>();
   if (dtype == "F32") entry.dtype = DType::f32;
   else if (dtype == "F64") entry.dtype = DType::f64;
-  else fail(path, who + " has unsupported dtype '" + dtype + "' (Plexus reads F32 and F64)");
+  else if (dtype == "F16") entry.dtype = DType::f32, entry.f16 = true;
+  else fail(path, who + " has unsupported dtype '" + dtype + "' (Plexus reads F32, F64 and F16)");
 
   if (!value.contains("shape") || !value["shape"].is_array()) fail(path, who + " has no \"shape\" array");
   std::uint64_t numel = 1;
@@ -102,7 +105,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   entry.end = offsets[1].get<std::uint64_t>();
   if (entry.begin > entry.end)
     fail(path, who + " has data_offsets " + offsets_str(entry.begin, entry.end) + " that end before they begin");
-  std::uint64_t expected = numel * dtype_size(entry.dtype);
+  std::uint64_t expected = numel * (entry.f16 ? sizeof(std::uint16_t) : dtype_size(entry.dtype));
   if (entry.end - entry.begin != expected)
     fail(path, who + " is " + dtype + shape_str(entry.shape) + ", which needs " + std::to_string(expected) +
                    " bytes, but its data_offsets " + offsets_str(entry.begin, entry.end) + " span " +
@@ -112,19 +115,42 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const TensorFile& file) {
+void save_safetensors(const std::string& path, const TensorFile& file, const std::set<std::string>& stored_as_f16) {
   require_little_endian(path);
   nlohmann::json header = nlohmann::json::object();
-  std::vector<Tensor> host_tensors;
+  // Each tensor as written: its host copy, or its F16 bytes.
+  struct Chunk {
+    Tensor host;
+    std::vector<std::uint16_t> halves;
+  };
+  std::vector<Chunk> data;
   std::uint64_t offset = 0;
+  for (const std::string& name : stored_as_f16)
+    if (!file.tensors.count(name))
+      throw IoError("cannot write checkpoint '" + path + "': no tensor '" + name + "' to store as F16");
   for (const auto& [name, tensor] : file.tensors) {
     if (name == kMetadataKey) throw IoError("cannot write checkpoint '" + path + "': a tensor is named '__metadata__'");
     if (!tensor.defined()) throw IoError("cannot write checkpoint '" + path + "': tensor '" + name + "' is undefined");
-    host_tensors.push_back(tensor.to(Device::cpu()));
-    std::uint64_t end = offset + tensor.nbytes();
-    header[name] = {{"dtype", safetensors_dtype(tensor.dtype())}, {"shape", tensor.shape()},
+    const bool f16 = stored_as_f16.count(name) > 0;
+    Chunk chunk;
+    if (f16) {
+      Tensor rounded;
+      try {
+        rounded = round_to_f16(tensor, name);
+      } catch (const Error& e) {
+        throw IoError("cannot write checkpoint '" + path + "' with F16 weights: " + e.what());
+      }
+      const float* values = rounded.data<float>();
+      for (std::int64_t i = 0; i < rounded.numel(); ++i) chunk.halves.push_back(f16_bits_from_f32(values[i]));
+    } else {
+      chunk.host = tensor.to(Device::cpu());
+    }
+    const std::uint64_t end =
+        offset + (f16 ? chunk.halves.size() * sizeof(std::uint16_t) : static_cast<std::uint64_t>(tensor.nbytes()));
+    header[name] = {{"dtype", f16 ? "F16" : safetensors_dtype(tensor.dtype())}, {"shape", tensor.shape()},
                     {"data_offsets", {offset, end}}};
     offset = end;
+    data.push_back(std::move(chunk));
   }
   if (!file.metadata.empty()) header[kMetadataKey] = file.metadata;
   std::string text;
@@ -140,7 +166,10 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
   AtomicFile out(path, "checkpoint");
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
-  for (const Tensor& tensor : host_tensors) out.write(tensor.raw_data(), tensor.nbytes());
+  for (const Chunk& chunk : data) {
+    if (chunk.host.defined()) out.write(chunk.host.raw_data(), chunk.host.nbytes());
+    else out.write(chunk.halves.data(), chunk.halves.size() * sizeof(std::uint16_t));
+  }
   out.commit();
 }
 
@@ -230,7 +259,14 @@ TensorFile load_safetensors(const std::string& path) {
   // Packed and sorted: each tensor's bytes follow the previous one's.
   for (const Entry& e : entries) {
     Tensor tensor(e.shape, e.dtype, Device::cpu());
-    in.read(static_cast<char*>(tensor.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+    if (e.f16) {
+      std::vector<std::uint16_t> halves(static_cast<std::size_t>(tensor.numel()));
+      in.read(reinterpret_cast<char*>(halves.data()), static_cast<std::streamsize>(e.end - e.begin));
+      float* values = tensor.data<float>();
+      for (std::size_t i = 0; i < halves.size(); ++i) values[i] = f32_from_f16_bits(halves[i]);
+    } else {
+      in.read(static_cast<char*>(tensor.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+    }
     if (!in) fail(path, "reading the data of tensor '" + e.name + "' failed");
     result.tensors[e.name] = tensor;
   }
@@ -298,6 +334,32 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
     for (const auto& [name, tensor] : optimizer->state()) file.tensors[kOptimizerPrefix + name] = tensor;
   }
   save_safetensors(path, file);
+}
+
+MatchingLoad load_matching_parameters(const std::string& path, Net& net) {
+  TensorFile file = load_safetensors(path);
+  MatchingLoad result;
+  std::vector<std::pair<Parameter*, const Tensor*>> copies;  // checked first, copied after
+  for (const NamedParameter& named : net.parameters()) {
+    auto it = file.tensors.find(named.name);
+    if (it == file.tensors.end()) {
+      result.missing.push_back(named.name);
+      continue;
+    }
+    if (it->second.shape() != named.parameter->value.shape())
+      throw IoError("'" + path + "': tensor '" + named.name + "' is " + shape_str(it->second.shape()) +
+                    " in the file but " + shape_str(named.parameter->value.shape()) +
+                    " in the model; it cannot initialise it");
+    const std::int64_t bad = first_non_finite(it->second);
+    if (bad >= 0)
+      throw IoError("'" + path + "': tensor '" + named.name + "' holds a non-finite value at element " +
+                    std::to_string(bad));
+    copies.emplace_back(named.parameter, &it->second);
+    result.loaded.push_back(named.name);
+  }
+  for (auto& [parameter, tensor] : copies)
+    parameter->value.copy_from(tensor->to(parameter->value.dtype()).to(parameter->value.device()));
+  return result;
 }
 
 std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,

@@ -13,7 +13,10 @@ GradientClipper::GradientClipper(double max_norm) : max_norm_(max_norm) {
     throw ConfigError("gradient clipping: the maximum norm must be > 0 and finite, got " + std::to_string(max_norm));
 }
 
-void GradientClipper::clip(Context& ctx, const std::vector<NamedParameter>& parameters) {
+void GradientClipper::clip(Context& ctx, const std::vector<NamedParameter>& all_parameters) {
+  std::vector<NamedParameter> parameters;  // buffers carry no gradient
+  for (const NamedParameter& named : all_parameters)
+    if (named.parameter->trainable) parameters.push_back(named);
   if (parameters.empty()) return;
   const Device device = parameters.front().parameter->grad.device();
   for (const NamedParameter& named : parameters)

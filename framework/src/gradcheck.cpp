@@ -260,6 +260,7 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
   auto parameters = layer.parameters();
   for (std::size_t k = 0; k < parameters.size(); ++k) {
     Parameter* p = parameters[k];
+    if (!p->trainable) continue;  // a buffer: constant as far as backward is concerned
     std::vector<double> after = p->grad.to_values();
     std::vector<double> host = p->value.to_values();
     for (std::size_t j : sampled(host.size()))
@@ -370,7 +371,8 @@ ParityResult check_parity(const Registry& registry, const std::string& type, con
     if (on_cpu.input_grads[i].defined())
       compare("input gradient " + std::to_string(i), on_cpu.input_grads[i], on_gpu.input_grads[i]);
   for (std::size_t p = 0; p < cpu_parameters.size(); ++p)
-    compare("parameter gradient " + cpu_parameters[p]->name, cpu_parameters[p]->grad, cuda_parameters[p]->grad);
+    if (cpu_parameters[p]->trainable)
+      compare("parameter gradient " + cpu_parameters[p]->name, cpu_parameters[p]->grad, cuda_parameters[p]->grad);
   return result;
 }
 

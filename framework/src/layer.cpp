@@ -59,6 +59,14 @@ Parameter& Layer::declare_parameter(const std::string& name, Shape shape, Initia
   return *parameters_.back();
 }
 
+Parameter& Layer::declare_buffer(const std::string& name, Shape shape, Initializer initializer) {
+  Parameter& buffer = declare_parameter(name, std::move(shape), std::move(initializer));
+  buffer.trainable = false;
+  return buffer;
+}
+
+void Layer::after_update(Context&, std::int64_t) {}
+
 std::vector<Parameter*> Layer::parameters() {
   std::vector<Parameter*> result;
   for (auto& p : parameters_) result.push_back(p.get());

@@ -246,10 +246,23 @@ std::vector<NamedParameter> Net::parameters() {
   return result;
 }
 
+std::vector<NamedParameter> Net::trainable_parameters() {
+  std::vector<NamedParameter> result = parameters();
+  result.erase(std::remove_if(result.begin(), result.end(),
+                              [](const NamedParameter& named) { return !named.parameter->trainable; }),
+               result.end());
+  return result;
+}
+
+void Net::after_update(Context& ctx, std::int64_t updates_taken) {
+  for (auto& node : nodes_) node->layer->after_update(ctx, updates_taken);
+}
+
 std::int64_t Net::parameter_count() const {
   std::int64_t count = 0;
   for (const auto& node : nodes_)
-    for (Parameter* p : node->layer->parameters()) count += shape_numel(p->shape);
+    for (Parameter* p : node->layer->parameters())
+      if (p->trainable) count += shape_numel(p->shape);
   return count;
 }
 
@@ -271,7 +284,8 @@ std::string Net::summary() const {
       << "parameters\n";
   for (const auto& node : nodes_) {
     std::int64_t count = 0;
-    for (Parameter* p : node->layer->parameters()) count += shape_numel(p->shape);
+    for (Parameter* p : node->layer->parameters())
+      if (p->trainable) count += shape_numel(p->shape);
     out << std::setw(14) << node->spec.name << std::setw(24) << node->spec.type << std::setw(26)
         << shape_str(blobs_.at(node->spec.outputs[0]).shape()) << count << "\n";
   }

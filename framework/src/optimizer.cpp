@@ -87,6 +87,7 @@ void Sgd::begin_step(Context&, const std::vector<NamedParameter>& parameters) {
   // Every check (and every state lookup, which checks shapes) before any
   // update, so a bad parameter leaves all of them untouched.
   for (const NamedParameter& named : parameters) {
+    if (!named.parameter->trainable) continue;  // a buffer: the layer's own state
     check_parameter(named, name());
     slot("momentum", named.name, named.parameter->value);
   }
@@ -96,6 +97,7 @@ void Sgd::begin_step(Context&, const std::vector<NamedParameter>& parameters) {
 
 void Sgd::apply(Context& ctx, const std::vector<NamedParameter>& parameters) {
   for (const NamedParameter& named : parameters) {
+    if (!named.parameter->trainable) continue;
     Parameter& p = *named.parameter;
     Tensor& velocity = slot("momentum", named.name, p.value);
     if (p.value.device().is_cuda()) {
@@ -130,6 +132,7 @@ Adam::~Adam() = default;
 void Adam::begin_step(Context& ctx, const std::vector<NamedParameter>& parameters) {
   std::vector<cuda::AdamTensors> on_gpu;  // looked up before any update, as in Sgd::begin_step
   for (const NamedParameter& named : parameters) {
+    if (!named.parameter->trainable) continue;  // a buffer: the layer's own state
     check_parameter(named, name());
     Parameter& p = *named.parameter;
     Tensor& m = slot("m", named.name, p.value);
@@ -149,6 +152,7 @@ void Adam::begin_step(Context& ctx, const std::vector<NamedParameter>& parameter
 void Adam::apply(Context& ctx, const std::vector<NamedParameter>& parameters) {
   bool any_gpu = false;
   for (const NamedParameter& named : parameters) {
+    if (!named.parameter->trainable) continue;
     Parameter& p = *named.parameter;
     if (p.value.device().is_cuda()) {
       any_gpu = true;

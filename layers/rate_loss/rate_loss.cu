@@ -41,36 +41,42 @@ __global__ void rate_loss_backward(const T* p, const T* dy, long long n, T scale
 }  // namespace
 
 void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  const long long n = inputs[0]->numel();
-  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[1])));
+  const std::size_t image = inputs.size() - 1;
+  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[image])));
   cuda::check_cuda(cudaMemsetAsync(outputs[0]->raw_data(), 0, outputs[0]->nbytes(), cuda::stream(ctx)),
                    "cudaMemsetAsync", __FILE__, __LINE__);
-  if (n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);
-    rate_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), n, static_cast<T>(scale), outputs[0]->data<T>());
-    cuda::check_launch("rate_loss_forward", __FILE__, __LINE__);
-  });
+  for (std::size_t k = 0; k < image; ++k) {
+    const long long n = inputs[k]->numel();
+    if (n == 0) continue;
+    dispatch_float(inputs[k]->dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);
+      rate_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
+          inputs[k]->data<T>(), n, static_cast<T>(scale), outputs[0]->data<T>());
+      cuda::check_launch("rate_loss_forward", __FILE__, __LINE__);
+    });
+  }
 }
 
 void RateLoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
                              const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  if (input_grads.size() > 1 && input_grads[1])
+  const std::size_t image = inputs.size() - 1;
+  if (input_grads.size() > image && input_grads[image])
     cuda::check_cuda(
-        cudaMemsetAsync(input_grads[1]->raw_data(), 0, input_grads[1]->nbytes(), cuda::stream(ctx)),
+        cudaMemsetAsync(input_grads[image]->raw_data(), 0, input_grads[image]->nbytes(), cuda::stream(ctx)),
         "cudaMemsetAsync", __FILE__, __LINE__);
-  const long long n = inputs[0]->numel();
-  if (!input_grads[0] || n == 0) return;
-  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[1])));
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    rate_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), output_grads[0]->data<T>(), n, static_cast<T>(scale),
-        input_grads[0]->data<T>());
-    cuda::check_launch("rate_loss_backward", __FILE__, __LINE__);
-  });
+  const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[image])));
+  for (std::size_t k = 0; k < image; ++k) {
+    const long long n = inputs[k]->numel();
+    if (!input_grads[k] || n == 0) continue;
+    dispatch_float(inputs[k]->dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      rate_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
+          inputs[k]->data<T>(), output_grads[0]->data<T>(), n, static_cast<T>(scale),
+          input_grads[k]->data<T>());
+      cuda::check_launch("rate_loss_backward", __FILE__, __LINE__);
+    });
+  }
 }
 
 }  // namespace plexus::layers

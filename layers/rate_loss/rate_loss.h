@@ -7,12 +7,15 @@ namespace plexus::layers {
 
 // RateLoss: the estimated rate in bits per pixel (Ballé et al. 2017, eq. 4's
 // rate term), a scalar {}.
-//   inputs: likelihoods p [N, ...] (from FactorizedEntropyModel),
-//           image [N, C, H, W] (only its batch size and H x W are used)
-//   R = sum_i -log2(p_i) / (N H W)
-//   dR/dp_i = dy * -1 / (p_i ln 2 N H W)
-// The image carries no gradient (input_is_differentiable(1) is false; a
-// gradient tensor passed for it anyway is zeroed).
+//   inputs: one or more likelihood tensors p^(1), ..., p^(K), each [N, ...]
+//           (from FactorizedEntropyModel, GaussianConditional), then the
+//           image [N, C, H, W] last (only its batch size and H x W are used)
+//   R = sum_k sum_i -log2(p^(k)_i) / (N H W)
+//   dR/dp^(k)_i = dy * -1 / (p^(k)_i ln 2 N H W)
+// Several likelihood inputs give the total rate of several latents, as the
+// scale hyperprior needs (y and the hyper-latent z). The image carries no
+// gradient (input_is_differentiable is false for it; a gradient tensor
+// passed for it anyway is zeroed).
 // Assumption: every p_i > 0. The entropy model lower-bounds its likelihoods
 // at likelihood_bound (1e-9 by default), so this holds in a model; RateLoss
 // does not clamp, so a zero or negative likelihood from elsewhere shows up as
@@ -21,7 +24,7 @@ class RateLoss : public Layer {
  public:
   explicit RateLoss(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool input_is_differentiable(int input_index) const override { return input_index == 0; }
+  bool input_is_differentiable(int input_index) const override { return input_index < likelihood_inputs_; }
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
 
@@ -34,6 +37,11 @@ class RateLoss : public Layer {
   void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
                      const ConstTensors& output_grads, const MutableTensors& input_grads) override;
 #endif
+
+ private:
+  // K: every input but the last (the image). Set by output_shapes, which
+  // the Net and the gradient checks call before anything else; 1 until then.
+  mutable int likelihood_inputs_ = 1;
 };
 
 // N * H * W of the image input [N, C, H, W]: the pixel count rates are divided by.

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -221,6 +224,84 @@ TEST_F(PlexusAeTrain, BundledModelsTakeTrainingSteps) {
     EXPECT_TRUE(std::filesystem::exists(folder / (model + "/model.safetensors"))) << model;
     EXPECT_TRUE(contains(result.err, "stride 16")) << result.err;
   }
+}
+
+// Every tensor both files name (optimiser state aside) within `tolerance`.
+::testing::AssertionResult close_parameters(const std::string& a_path, const std::string& b_path, double tolerance,
+                                            int* compared) {
+  TensorFile a = load_safetensors(a_path), b = load_safetensors(b_path);
+  *compared = 0;
+  for (const auto& [name, tensor] : a.tensors) {
+    auto it = b.tensors.find(name);
+    if (it == b.tensors.end() || name.rfind("optimizer/", 0) == 0) continue;
+    const std::vector<double> x = tensor.to_values(), y = it->second.to_values();
+    if (x.size() != y.size()) return ::testing::AssertionFailure() << name << ": sizes differ";
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (std::abs(x[i] - y[i]) > tolerance)
+        return ::testing::AssertionFailure() << name << "[" << i << "]: " << x[i] << " vs " << y[i];
+    ++*compared;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// `args` with the value after `option` replaced.
+std::vector<std::string> with(std::vector<std::string> args, const std::string& option, const std::string& value) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == option) args[i + 1] = value;
+  return args;
+}
+
+TEST_F(PlexusAeTrain, InitFromStartsFromAnotherModelsWeights) {
+  ASSERT_EQ(run(tiny_run("source", 20)).exit_code, 0);
+  // One update at a negligible learning rate, from another seed: the weights are the source's.
+  auto result = run(with(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--seed", "9"),
+                         "--lr", "1e-12"));
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "tensor(s) loaded")) << result.err;
+  EXPECT_FALSE(contains(result.err, "kept as initialised")) << result.err;
+  int compared = 0;
+  EXPECT_TRUE(close_parameters(folder / "source/model.safetensors", folder / "tuned/model.safetensors", 1e-6, &compared));
+  EXPECT_GE(compared, 10);
+  // Without --init-from, seed 9 starts elsewhere.
+  ASSERT_EQ(run(with(with(tiny_run("scratch", 1), "--seed", "9"), "--lr", "1e-12")).exit_code, 0);
+  EXPECT_FALSE(close_parameters(folder / "source/model.safetensors", folder / "scratch/model.safetensors", 1e-6, &compared));
+}
+
+TEST_F(PlexusAeTrain, InitFromListsWhatTheFileLacks) {
+  ASSERT_EQ(run(tiny_run("source", 2)).exit_code, 0);
+  TensorFile file = load_safetensors(folder / "source/model.safetensors");
+  file.tensors.erase("g_s1.bias");
+  file.tensors.erase("g_a0_gdn.beta");
+  save_safetensors(folder / "partial.safetensors", file);
+  auto result = run(tiny_run("tuned", 1, {"--init-from", folder / "partial.safetensors"}));
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "not in the file, kept as initialised: g_a0_gdn.beta, g_s1.bias")) << result.err;
+}
+
+TEST_F(PlexusAeTrain, InitFromRefusesAShapeMismatchByName) {
+  ASSERT_EQ(run(tiny_run("source", 2)).exit_code, 0);
+  std::ifstream in(testing::test_model("tiny.json"));
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // g_s0 with 6 output channels (and IGDN and g_s1 follow): other shapes.
+  const std::string from = R"("out_channels": 8, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)";
+  ASSERT_NE(spec.find(from), std::string::npos);
+  spec.replace(spec.find(from), from.size(), R"("out_channels": 6, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)");
+  std::ofstream(folder / "wider.json") << spec;
+  auto result = run(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--model",
+                         folder / "wider.json"));
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "tensor 'g_s0.bias' is [8] in the file but [6] in the model")) << result.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "tuned/model.safetensors"));
+}
+
+TEST_F(PlexusAeTrain, InitFromAndResumeExcludeEachOther) {
+  ASSERT_EQ(run(tiny_run("source", 2)).exit_code, 0);
+  auto result = run(tiny_run("source", 4, {"--resume", "--init-from", folder / "source/model.safetensors"}));
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "give one of them")) << result.err;
+  auto missing = run(tiny_run("other", 1, {"--init-from", folder / "no-such.safetensors"}));
+  EXPECT_EQ(missing.exit_code, 1) << missing.describe();
+  EXPECT_TRUE(contains(missing.err, "no-such.safetensors")) << missing.err;
 }
 
 }  // namespace

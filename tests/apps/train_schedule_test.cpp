@@ -70,6 +70,30 @@ TEST(LrSchedule, NoneKeepsTheRateAndBadSettingsAreRefused) {
   EXPECT_THROW(LrSchedule{o}, ConfigError);
 }
 
+TEST(LrSchedule, FinalDecaysOnceForTheLastFractionOfStepsOrTime) {
+  TrainOptions o = schedule_options("final");
+  o.steps = 1000;
+  o.lr_decay = 0.1;
+  o.min_lr = 1e-6;
+  o.lr_final_fraction = 0.2;
+  LrSchedule by_steps(o);
+  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(0), 1e-3);
+  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(799), 1e-3);
+  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(800), 1e-4);   // the last 200 of 1000 steps
+  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(999), 1e-4);
+  o.time_limit = 100;  // seconds: whichever of steps and time is further along decides
+  LrSchedule by_time(o);
+  EXPECT_DOUBLE_EQ(by_time.rate_for_step(10, 79.9), 1e-3);
+  EXPECT_DOUBLE_EQ(by_time.rate_for_step(10, 80.0), 1e-4);  // 80 s of 100: decayed after 10 steps of 1000
+  EXPECT_DOUBLE_EQ(by_time.rate_for_step(900, 1.0), 1e-4);  // the steps are further along
+  o.min_lr = 5e-4;
+  EXPECT_DOUBLE_EQ(LrSchedule(o).rate_for_step(999), 5e-4);  // never below --min-lr
+  o.lr_final_fraction = 1.0;
+  EXPECT_THROW(LrSchedule{o}, ConfigError);
+  o.lr_final_fraction = 0.0;
+  EXPECT_THROW(LrSchedule{o}, ConfigError);
+}
+
 TEST(TrainProgress, EtaIsCappedByTheTimeLimit) {
   EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 0, 10), 500.0);   // no limit
   EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 40, 10), 30.0);   // 40 s limit, 10 s gone

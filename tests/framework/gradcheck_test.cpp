@@ -90,5 +90,13 @@ TEST(GradCheck, ListsFailuresWorstFirstWithIndicesPerDimensionAndHintsAtSignErro
       << report;
 }
 
+TEST(GradCheck, BuffersAreHeldConstant) {
+  // y = a s x with the buffer s: checking s would fail (the loss depends on
+  // it, backward gives it nothing); it is skipped, so only x and a are checked.
+  GradCheckResult result = check_gradients(test::test_registry(), "TestBufferedScale", {}, {{2, 3}});
+  EXPECT_TRUE(testing::gradients_match(result));
+  EXPECT_EQ(result.checked, 6 + 1);
+}
+
 }  // namespace
 }  // namespace plexus

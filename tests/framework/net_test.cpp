@@ -4,6 +4,7 @@
 
 #include "framework/test_layers.h"
 #include "plexus/net.h"
+#include "plexus/optimizer.h"
 
 namespace plexus {
 namespace {
@@ -66,6 +67,46 @@ TEST(Net, ParameterNamesAndCount) {
   EXPECT_EQ(parameters[0].name, "s1.a");
   EXPECT_EQ(parameters[1].name, "s2.a");
   EXPECT_EQ(net.parameter_count(), 2);
+}
+
+TEST(Net, BuffersAreListedButNeitherTrainedNorCounted) {
+  ModelSpec spec;
+  spec.add_input("x")
+      .add_node({"b", "TestBufferedScale", {"x"}, {"y"}, json::object()})
+      .add_node({"loss", "TestSum", {"y"}, {"loss"}, json::object()});
+  Net net(spec, test::test_registry(), {{"x", {3}}}, DType::f64);
+  auto all = net.parameters();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "b.a");
+  EXPECT_EQ(all[1].name, "b.s");
+  EXPECT_FALSE(all[1].parameter->trainable);
+  auto trainable = net.trainable_parameters();
+  ASSERT_EQ(trainable.size(), 1u);
+  EXPECT_EQ(trainable[0].name, "b.a");
+  EXPECT_EQ(net.parameter_count(), 1);
+
+  // Adam given every parameter, the buffer with a gradient, leaves the buffer alone.
+  Context ctx;
+  net.input("x").copy_from(Tensor::from_values({1, 2, 3}, {3}, DType::f64));
+  net.zero_grad();
+  net.forward(ctx);
+  net.backward(ctx, {{"loss", 1.0}});
+  all[1].parameter->grad.copy_from(Tensor::from_values({5.0}, {1}, DType::f64));
+  Adam adam(0.5);
+  adam.step(ctx, all);
+  EXPECT_NEAR(all[0].parameter->value.to_values()[0], 1.5, 1e-9);  // first Adam step: a - lr sign(g)
+  EXPECT_EQ(all[1].parameter->value.to_values()[0], 3.0);
+  for (const auto& [name, tensor] : adam.state()) EXPECT_EQ(name.find("b.s"), std::string::npos) << name;
+
+  // after_update reaches the layer with the count, and its constraint holds.
+  net.after_update(ctx, 7);
+  auto& layer = dynamic_cast<test::BufferedScaleLayer&>(net.layer("b"));
+  EXPECT_EQ(layer.last_update, 7);
+  EXPECT_EQ(all[0].parameter->value.to_values()[0], 1.0);
+  Sgd sgd(0.1);
+  sgd.step(ctx, all);
+  EXPECT_EQ(all[1].parameter->value.to_values()[0], 3.0);
+  EXPECT_NE(all[0].parameter->value.to_values()[0], 1.0);
 }
 
 TEST(Net, ShapeErrorNamesNodeAndShapes) {

@@ -14,8 +14,8 @@ namespace {
 const Registry registry = builtin_registry();
 
 // Likelihoods in (0.05, 1): what an entropy model with a lower bound produces.
-void positive_likelihoods(int input, std::vector<double>& values, std::mt19937_64& rng) {
-  if (input != 0) return;
+// Every input (the image's values do not matter, only its shape).
+void positive_likelihoods(int, std::vector<double>& values, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> likelihood(0.05, 1.0);
   for (double& v : values) v = likelihood(rng);
 }
@@ -112,7 +112,57 @@ TEST(RateLoss, RejectsImageOfWrongRank) {
 }
 
 TEST(RateLoss, RejectsWrongInputCount) {
-  expect_shape_error({{2, 4, 4, 4}}, "takes 2 inputs (likelihoods, image), got 1");
+  expect_shape_error({{2, 4, 4, 4}}, "takes 2 or more inputs (likelihoods..., image), got 1");
+}
+
+TEST(RateLoss, RejectsBatchMismatchOfASecondLikelihood) {
+  expect_shape_error({{2, 4, 4, 4}, {3, 4, 1, 1}, {2, 3, 16, 16}},
+                     "input 1: likelihoods [3, 4, 1, 1] and image [2, 3, 16, 16] must have the same batch size");
+}
+
+TEST(RateLoss, SumsTheBitsOfSeveralLikelihoodInputs) {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    auto layer = registry.create("RateLoss", "rate", {});
+    const std::vector<Shape> shapes = {{1, 1, 2, 2}, {1, 2, 1, 1}, {1, 3, 4, 4}};
+    EXPECT_EQ(layer->output_shapes(shapes), std::vector<Shape>{Shape{}});
+    EXPECT_TRUE(layer->input_is_differentiable(0));
+    EXPECT_TRUE(layer->input_is_differentiable(1));
+    EXPECT_FALSE(layer->input_is_differentiable(2));
+    Context ctx;
+    // y: 1 + 2 + 0 + 3 bits, z: 4 + 1 bits, over 4 * 4 pixels.
+    Tensor y = Tensor::from_values({0.5, 0.25, 1.0, 0.125}, shapes[0], dtype);
+    Tensor z = Tensor::from_values({0.0625, 0.5}, shapes[1], dtype);
+    Tensor image(shapes[2], dtype), rate(Shape{}, dtype);
+    layer->forward(ctx, {&y, &z, &image}, {&rate});
+    EXPECT_NEAR(rate.to_values().at(0), 11.0 / 16.0, 1e-6);
+    Tensor drate = Tensor::from_values({1.0}, Shape{}, dtype);
+    Tensor dy(shapes[0], dtype), dz(shapes[1], dtype);
+    Tensor dimage = Tensor::from_values(std::vector<double>(48, 7.0), shapes[2], dtype);
+    layer->backward(ctx, {&y, &z, &image}, {&rate}, {&drate}, {&dy, &dz, &dimage});
+    const double ln2 = std::log(2.0);
+    EXPECT_NEAR(dz.to_values()[0], -1.0 / (0.0625 * ln2 * 16), 1e-5);
+    EXPECT_NEAR(dy.to_values()[3], -1.0 / (0.125 * ln2 * 16), 1e-5);
+    EXPECT_EQ(dimage.to_values(), std::vector<double>(48, 0.0));
+  }
+}
+
+TEST(RateLoss, GradientsOfSeveralLikelihoodInputsCpu) {
+  EXPECT_TRUE(testing::gradients_match(check_gradients(
+      registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 2, 1, 1}, {2, 3, 16, 16}}, Device::cpu(), rate_options())));
+}
+
+TEST(RateLoss, GradientsOfSeveralLikelihoodInputsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  EXPECT_TRUE(testing::gradients_match(check_gradients(
+      registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 2, 1, 1}, {2, 3, 16, 16}}, Device::cuda(), rate_options())));
+}
+
+TEST(RateLoss, ParityOfSeveralLikelihoodInputs) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  ParityOptions options;
+  options.input_filler = positive_likelihoods;
+  EXPECT_TRUE(testing::outputs_match(
+      check_parity(registry, "RateLoss", {}, {{4, 192, 16, 16}, {4, 128, 4, 4}, {4, 3, 256, 256}}, options)));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // length, a JSON header naming each tensor's dtype, shape and byte range,
 // then the raw little-endian data), so weights open in Python tooling.
 #include <map>
+#include <set>
 #include <string>
 
 #include "plexus/tensor.h"
@@ -16,14 +17,19 @@ struct TensorFile {
 
 // Writes atomically: to "<path>.tmp-<pid>", flushed, then renamed over
 // `path`, so a crash never leaves a half-written checkpoint behind.
-void save_safetensors(const std::string& path, const TensorFile& file);
+// Tensors named in `stored_as_f16` are written as dtype "F16", rounded to
+// the nearest f16 (plexus/half.h); IoError when a value does not fit.
+void save_safetensors(const std::string& path, const TensorFile& file,
+                      const std::set<std::string>& stored_as_f16 = {});
 // Throws IoError naming the file and what is wrong (missing, truncated,
-// bad header, offsets out of range, unsupported dtype).
+// bad header, offsets out of range, unsupported dtype). Reads F32, F64 and
+// F16; an F16 tensor becomes an f32 one, exactly.
 TensorFile load_safetensors(const std::string& path);
 
 }  // namespace plexus
 
 #include <cstdint>
+#include <vector>
 
 namespace plexus {
 
@@ -42,5 +48,19 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
 // IoError naming the tensor, both shapes and the file. Returns the step.
 std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
                              std::map<std::string, std::string>* metadata = nullptr);
+
+// What load_matching_parameters did, by parameter name.
+struct MatchingLoad {
+  std::vector<std::string> loaded;   // copied from the file
+  std::vector<std::string> missing;  // the net's, absent from the file: kept as initialised
+};
+
+// Initialises a net from another model's weights (fine-tuning): copies every
+// tensor of the file whose name is a parameter or buffer of `net` with the
+// same shape; the net's other parameters keep their values. A tensor of the
+// right name but another shape is an IoError naming it and both shapes, and
+// a non-finite value an IoError naming the tensor; both are checked before
+// anything is copied. The file's optimiser state and step are ignored.
+MatchingLoad load_matching_parameters(const std::string& path, Net& net);
 
 }  // namespace plexus

@@ -4,7 +4,8 @@
 //
 // check_gradients() builds the layer in f64, fills every input with random
 // non-zero values, and compares the analytic backward against central
-// differences for EVERY element of every differentiable input and parameter:
+// differences for EVERY element of every differentiable input and trainable
+// parameter (buffers, Layer::declare_buffer, are held constant):
 //   objective  L = sum_k r_k * out_k   (r: a fixed random projection, which
 //                                      catches sign errors 0.5*sum(out^2) hides)
 //   numeric    (L(x + h) - L(x - h)) / 2h

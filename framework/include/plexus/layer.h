@@ -10,6 +10,7 @@
 // Contract: backward OVERWRITES each non-null input gradient and ACCUMULATES
 // (+=) into parameter gradients. An input gradient pointer is null when no
 // gradient is wanted for that input.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,8 +69,20 @@ class Layer {
   // eagerly.
   virtual bool cuda_graph_capturable() const { return false; }
 
+  // Called by the trainer after every optimiser update, with the number of
+  // updates taken so far (1 after the first; a resumed run continues the
+  // count), outside any recorded CUDA graph, so it may synchronise and
+  // decide on the host. For layers that keep a constraint on their
+  // parameters (a pruning mask re-applied after Adam, a schedule that acts
+  // at given steps). Default: nothing.
+  virtual void after_update(Context& ctx, std::int64_t updates_taken);
+
  protected:
   Parameter& declare_parameter(const std::string& name, Shape shape, Initializer initializer);
+  // A Parameter with trainable = false: saved in and loaded from checkpoints
+  // under "<node>.<name>" like a parameter, never changed by an optimiser,
+  // not gradient-checked; the layer changes it itself (after_update).
+  Parameter& declare_buffer(const std::string& name, Shape shape, Initializer initializer);
   // Throws ShapeError "node 'x' (T): <message>".
   [[noreturn]] void fail_shape(const std::string& message) const;
   // "node 'x' (T)" for messages.

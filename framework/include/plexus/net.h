@@ -63,7 +63,13 @@ class Net {
   // nullptr (the default): no observer. The observer must outlive its use.
   void set_observer(NodeObserver* observer) { observer_ = observer; }
 
+  // Every parameter and buffer, by name (what a checkpoint holds).
   std::vector<NamedParameter> parameters();
+  // The parameters an optimiser updates: parameters() without the buffers.
+  std::vector<NamedParameter> trainable_parameters();
+  // Tells every layer that an optimiser update was applied (Layer::after_update).
+  void after_update(Context& ctx, std::int64_t updates_taken);
+  // Elements of the trainable parameters (buffers not counted).
   std::int64_t parameter_count() const;
   const ModelSpec& spec() const { return spec_; }
   DType dtype() const { return dtype_; }

@@ -35,6 +35,10 @@ struct Parameter {
   Initializer initializer;
   Tensor value;
   Tensor grad;  // backward accumulates into it; zero it before each step
+  // false for a buffer (Layer::declare_buffer): state the layer keeps with
+  // its parameters and in checkpoints (a pruning mask) that no optimiser
+  // updates, no gradient clipper counts and no gradient check perturbs.
+  bool trainable = true;
 };
 
 }  // namespace plexus

@@ -17,7 +17,7 @@
 namespace plexus {
 
 // Bumped whenever Layer, Registry, Tensor or Context change layout or virtuals.
-inline constexpr int kPluginAbiVersion = 2;  // 2: Registry records loaded plugins
+inline constexpr int kPluginAbiVersion = 3;  // 3: Layer::after_update, buffers
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 
