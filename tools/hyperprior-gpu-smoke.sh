@@ -50,7 +50,7 @@ done
 budget=$(( ${SMOKE_SECONDS:-225} - (SECONDS - start) - 30 ))
 [ "$budget" -ge "$train_seconds" ] || train_seconds=$budget
 if [ "$train_seconds" -lt 15 ]; then
-  echo "only ${budget} s left after the build; not training"
+  echo "a training budget of ${train_seconds} s (${budget} s left after the build) is too short to measure; not training"
   exit 1
 fi
 echo "training the family for ${train_seconds} s"

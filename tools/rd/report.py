@@ -1,0 +1,114 @@
+"""From per-image measurements to curves, BD-rates, a CSV, a JSON and
+Markdown tables.
+
+A measurement is a dict with codec, label, setting, image, bytes, pixels,
+bpp, psnr, ms_ssim. A curve is one codec (or one named Plexus family): one
+point per setting, the mean over images of bpp, of PSNR (dB) and of MS-SSIM.
+"""
+import csv
+import json
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from bjontegaard import bd_rate, rate_difference_at_quality
+
+FIELDS = ["codec", "label", "setting", "image", "bytes", "pixels", "bpp", "psnr", "ms_ssim"]
+
+
+def ms_ssim_db(value):
+    """-10 log10(1 - MS-SSIM), the usual way to plot MS-SSIM near 1."""
+    return math.inf if value >= 1.0 else -10.0 * math.log10(1.0 - value)
+
+
+def curves_from(measurements, kinds):
+    """OrderedDict codec -> {label, kind, points: [{setting, bpp, psnr, ms_ssim, ms_ssim_db, images}]},
+    points sorted by rate. kinds: codec -> "standard" or "plexus"."""
+    grouped = OrderedDict()
+    for m in measurements:
+        curve = grouped.setdefault(m["codec"], {"label": m["label"], "kind": kinds[m["codec"]], "settings": OrderedDict()})
+        curve["settings"].setdefault(str(m["setting"]), []).append(m)
+    curves = OrderedDict()
+    for codec, curve in grouped.items():
+        points = []
+        for setting, rows in curve["settings"].items():
+            ms = float(np.mean([r["ms_ssim"] for r in rows]))
+            points.append({"setting": setting, "images": len(rows),
+                           "bpp": float(np.mean([r["bpp"] for r in rows])),
+                           "psnr": float(np.mean([r["psnr"] for r in rows])),
+                           "ms_ssim": ms, "ms_ssim_db": ms_ssim_db(ms)})
+        points.sort(key=lambda p: p["bpp"])
+        curves[codec] = {"label": curve["label"], "kind": curve["kind"], "points": points}
+    return curves
+
+
+def _versus(anchor_points, test_points, quality, fit):
+    """BD-rate (a fraction) of test against anchor on one quality measure, or
+    for a one-point test curve the rate difference at equal quality; None
+    (with the reason) when the curves do not overlap."""
+    anchor = [(p["bpp"], p[quality]) for p in anchor_points]
+    test = [(p["bpp"], p[quality]) for p in test_points]
+    try:
+        if len(test) > 1:
+            return bd_rate(anchor, test, fit), "BD-rate"
+        value = rate_difference_at_quality(anchor, test[0])
+        return (value, "at one point") if value is not None else (None, "outside the codec's range")
+    except ValueError as error:
+        return None, str(error)
+
+
+def bd_rates(curves, fit):
+    """[{plexus, codec, psnr, psnr_kind, ms_ssim, ms_ssim_kind}] for every Plexus curve against every standard codec."""
+    rows = []
+    for name, test in curves.items():
+        if test["kind"] != "plexus":
+            continue
+        for codec, anchor in curves.items():
+            if anchor["kind"] != "standard":
+                continue
+            psnr, psnr_kind = _versus(anchor["points"], test["points"], "psnr", fit)
+            ssim, ssim_kind = _versus(anchor["points"], test["points"], "ms_ssim_db", fit)
+            rows.append({"plexus": name, "plexus_label": test["label"], "codec": codec, "codec_label": anchor["label"],
+                         "psnr": psnr, "psnr_kind": psnr_kind, "ms_ssim": ssim, "ms_ssim_kind": ssim_kind})
+    return rows
+
+
+def write_csv(path, measurements):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for m in measurements:
+            writer.writerow({k: m[k] for k in FIELDS})
+
+
+def write_json(path, description, curves, comparisons):
+    with open(path, "w") as f:
+        json.dump({"description": description, "curves": curves, "bd_rates": comparisons}, f, indent=1)
+
+
+def _percent(value):
+    return "n/a" if value is None else f"{100 * value:+.1f}%"
+
+
+def markdown(curves, comparisons, image_count, fit):
+    """Two Markdown tables: every point of every curve, and the BD-rates."""
+    lines = [f"Mean over {image_count} images at each setting; bpp from file sizes; PSNR on 8-bit RGB; "
+             "MS-SSIM on RGB (mean of the three channels).", "",
+             "| codec | setting | bpp | PSNR (dB) | MS-SSIM | MS-SSIM (dB) |",
+             "|---|---|---:|---:|---:|---:|"]
+    for curve in curves.values():
+        for p in curve["points"]:
+            lines.append(f"| {curve['label']} | {p['setting']} | {p['bpp']:.3f} | {p['psnr']:.2f} | "
+                         f"{p['ms_ssim']:.4f} | {p['ms_ssim_db']:.2f} |")
+    if comparisons:
+        lines += ["", f"Rate of each Plexus curve against each codec at equal quality (negative: Plexus needs fewer bits). "
+                  f"BD-rate ({fit} fit in log-rate over the shared quality range); for a one-model curve, "
+                  "its rate over the codec's rate interpolated at the same quality.", "",
+                  "| Plexus | against | rate at equal PSNR | rate at equal MS-SSIM |", "|---|---|---:|---:|"]
+        for row in comparisons:
+            single = row["psnr_kind"] == "at one point"
+            note = " (one point)" if single else ""
+            lines.append(f"| {row['plexus_label']} | {row['codec_label']} | {_percent(row['psnr'])}{note} | "
+                         f"{_percent(row['ms_ssim'])}{note} |")
+    return "\n".join(lines) + "\n"
