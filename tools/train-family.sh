@@ -16,6 +16,9 @@
 #   OUT         folder of the runs, one lambda-<L>/ each [runs/hyperprior-family]
 #   VAL         folder of validation images (e.g. the Kodak PhotoCD set,
 #               r0k.us/graphics/kodak), scored at the end of each run [none]
+#   CALIBRATION folder of a few photos (say 20 of the training set) on which
+#               export calibrates each model's integer hyper-synthesis [none:
+#               samples of the hyper-latent's prior]
 #   BATCH, PATCH, LR   [16, 256, 1e-4]
 #   LR_SCHEDULE [final: the learning rate drops by LR_DECAY (0.1) for the last
 #               10% of the time; give `none` for a run to be resumed later]
@@ -46,6 +49,8 @@ threads=$(( cores / ${#lambdas[@]} - 1 ))
 [ "$threads" -ge 1 ] || threads=1
 val_args=()
 [ -z "${VAL:-}" ] || val_args=(--val "$VAL" --val-every 100000000)
+calibration_args=()
+[ -z "${CALIBRATION:-}" ] || calibration_args=(--calibration-images "$CALIBRATION")
 
 mkdir -p "$out"
 pids=()
@@ -78,7 +83,7 @@ for lambda in "${lambdas[@]}"; do
   run="$out/lambda-$lambda"
   [ -f "$run/model.safetensors" ] || continue
   if ! "$plexus_ae" export --model "$run/model.safetensors" --out "$run/model-f16.safetensors" --storage f16 \
-      > "$run/export.log" 2>&1; then
+      "${calibration_args[@]}" > "$run/export.log" 2>&1; then
     echo "lambda $lambda: export to f16 failed: $(tail -1 "$run/export.log")" >&2
     failed=1
   fi

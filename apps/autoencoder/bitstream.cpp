@@ -23,7 +23,15 @@ std::uint64_t get(const std::uint8_t* at, int bytes) {
 
 std::uint32_t ceil_div(std::uint32_t a, std::uint32_t b) { return a / b + (a % b != 0); }
 
+std::string shape_text(std::uint32_t channels, std::uint32_t height, std::uint32_t width) {
+  return "[" + std::to_string(channels) + ", " + std::to_string(height) + ", " + std::to_string(width) + "]";
+}
+
 }  // namespace
+
+const char* model_kind_name(ModelKind kind) {
+  return kind == ModelKind::hyperprior ? "scale-hyperprior" : "factorized-prior";
+}
 
 std::string fingerprint_text(std::uint64_t fingerprint) {
   char text[17];
@@ -32,8 +40,9 @@ std::string fingerprint_text(std::uint64_t fingerprint) {
 }
 
 std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream) {
+  const bool hyperprior = header.kind == ModelKind::hyperprior;
   std::vector<std::uint8_t> out(kMagic, kMagic + 4);
-  put(out, kBitstreamVersion, 2);
+  put(out, hyperprior ? 2 : 1, 2);
   put(out, 0, 2);
   put(out, header.fingerprint, 8);
   put(out, header.width, 4);
@@ -41,6 +50,12 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   put(out, header.channels, 4);
   put(out, header.latent_height, 4);
   put(out, header.latent_width, 4);
+  if (hyperprior) {
+    put(out, static_cast<std::uint32_t>(header.kind), 4);
+    put(out, header.hyper_channels, 4);
+    put(out, header.hyper_height, 4);
+    put(out, header.hyper_width, 4);
+  }
   put(out, stream.size(), 4);
   out.insert(out.end(), stream.begin(), stream.end());
   put(out, codec::crc32(out.data(), out.size()), 4);
@@ -51,14 +66,16 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   if (size < 6 || get(bytes, 4) != get(reinterpret_cast<const std::uint8_t*>(kMagic), 4))
     throw IoError("not a plexus-ae compressed image (it does not start with \"PXAE\")");
   const auto version = static_cast<std::uint16_t>(get(bytes + 4, 2));
-  if (version != kBitstreamVersion)
-    throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only version " +
+  if (version < 1 || version > kBitstreamVersion)
+    throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only versions 1 to " +
                   std::to_string(kBitstreamVersion) + (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
-  if (size < kBitstreamOverheadBytes)
-    throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " +
-                  std::to_string(kBitstreamOverheadBytes) + "-byte header and checksum");
-  const std::uint64_t stream_size = get(bytes + 36, 4);
-  const std::uint64_t expected_size = kBitstreamOverheadBytes + stream_size;
+  const std::size_t header_bytes = version == 1 ? kBitstreamHeaderBytes : kHyperpriorHeaderBytes;
+  const std::size_t overhead = header_bytes + 4;
+  if (size < overhead)
+    throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(overhead) +
+                  "-byte header and checksum of format version " + std::to_string(version));
+  const std::uint64_t stream_size = get(bytes + header_bytes - 4, 4);
+  const std::uint64_t expected_size = overhead + stream_size;
   if (size < expected_size)
     throw IoError("truncated: the header announces a " + std::to_string(stream_size) + "-byte coded stream, so " +
                   std::to_string(expected_size) + " bytes in all, but the file has " + std::to_string(size));
@@ -75,6 +92,19 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
 
   Bitstream result;
   BitstreamHeader& h = result.header;
+  if (version == 2) {
+    const std::uint64_t kind = get(bytes + 36, 4);
+    if (kind != static_cast<std::uint32_t>(ModelKind::hyperprior))
+      throw IoError("unknown model kind " + std::to_string(kind) + " (this plexus-ae knows kind 2, the scale hyperprior)");
+    h.kind = ModelKind::hyperprior;
+    h.hyper_channels = static_cast<std::uint32_t>(get(bytes + 40, 4));
+    h.hyper_height = static_cast<std::uint32_t>(get(bytes + 44, 4));
+    h.hyper_width = static_cast<std::uint32_t>(get(bytes + 48, 4));
+  }
+  if (h.kind != expected.kind)
+    throw IoError(std::string("a ") + model_kind_name(h.kind) + " file (format version " + std::to_string(version) +
+                  "), but '" + expected.model + "' is a " + model_kind_name(expected.kind) +
+                  " model; decompress it with --model set to the model that compressed it");
   h.fingerprint = get(bytes + 8, 8);
   h.width = static_cast<std::uint32_t>(get(bytes + 16, 4));
   h.height = static_cast<std::uint32_t>(get(bytes + 20, 4));
@@ -90,15 +120,21 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("image size " + std::to_string(h.width) + "x" + std::to_string(h.height) +
                   " is out of range (each side 1.." + std::to_string(kMaxImageSide) + ", at most " +
                   std::to_string(expected.max_pixels) + " pixels)");
-  const std::uint32_t latent_height = ceil_div(h.height, expected.stride);
-  const std::uint32_t latent_width = ceil_div(h.width, expected.stride);
+  const std::uint32_t strides_high = ceil_div(h.height, expected.stride);
+  const std::uint32_t strides_wide = ceil_div(h.width, expected.stride);
+  const std::uint32_t latent_height = strides_high * expected.latent_per_stride;
+  const std::uint32_t latent_width = strides_wide * expected.latent_per_stride;
+  const std::string image = std::to_string(h.width) + "x" + std::to_string(h.height) + " image";
   if (h.channels != expected.channels || h.latent_height != latent_height || h.latent_width != latent_width)
-    throw IoError("latent shape [" + std::to_string(h.channels) + ", " + std::to_string(h.latent_height) + ", " +
-                  std::to_string(h.latent_width) + "] does not fit a " + std::to_string(h.width) + "x" +
-                  std::to_string(h.height) + " image under this model, which needs [" +
-                  std::to_string(expected.channels) + ", " + std::to_string(latent_height) + ", " +
-                  std::to_string(latent_width) + "]");
-  result.stream = bytes + kBitstreamHeaderBytes;
+    throw IoError("latent shape " + shape_text(h.channels, h.latent_height, h.latent_width) + " does not fit a " +
+                  image + " under this model, which needs " +
+                  shape_text(expected.channels, latent_height, latent_width));
+  if (h.kind == ModelKind::hyperprior &&
+      (h.hyper_channels != expected.hyper_channels || h.hyper_height != strides_high || h.hyper_width != strides_wide))
+    throw IoError("hyper-latent shape " + shape_text(h.hyper_channels, h.hyper_height, h.hyper_width) +
+                  " does not fit a " + image + " under this model, which needs " +
+                  shape_text(expected.hyper_channels, strides_high, strides_wide));
+  result.stream = bytes + header_bytes;
   result.stream_size = static_cast<std::size_t>(stream_size);
   return result;
 }

@@ -1,9 +1,9 @@
 #pragma once
 // The compressed-image file of plexus-ae (docs/bitstream.md is the
-// reference). All integers little-endian:
+// reference). All integers little-endian. Version 1, a factorized-prior model:
 //   offset  size  field
 //   0       4     magic "PXAE"
-//   4       2     format version (kBitstreamVersion)
+//   4       2     format version (1)
 //   6       2     flags, 0 (reserved)
 //   8       8     model fingerprint (CodecModel::fingerprint)
 //   16      4     image width  (pixels)
@@ -14,6 +14,17 @@
 //   36      4     S, the length of the coded stream in bytes
 //   40      S     the rANS stream of every latent symbol, channel by channel, rows top to bottom
 //   40 + S  4     CRC-32 of bytes [0, 40 + S)
+// Version 2 says which kind of model wrote it and adds the hyper-latent:
+//   0..36         as version 1 (version 2)
+//   36      4     model kind (ModelKind; 2, the scale hyperprior)
+//   40      4     hyper-latent channels
+//   44      4     hyper-latent height
+//   48      4     hyper-latent width
+//   52      4     S
+//   56      S     the rANS stream: the hyper-latent's symbols, then the latent's
+//   56 + S  4     CRC-32 of bytes [0, 56 + S)
+// plexus-ae writes version 1 for factorized-prior models (the same bytes as
+// before version 2 existed) and version 2 for scale-hyperprior models.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,17 +32,29 @@
 
 namespace plexus::ae {
 
-inline constexpr std::uint16_t kBitstreamVersion = 1;
-inline constexpr std::size_t kBitstreamHeaderBytes = 40;
+inline constexpr std::uint16_t kBitstreamVersion = 2;  // the newest version this plexus-ae reads
+inline constexpr std::size_t kBitstreamHeaderBytes = 40;  // version 1
 inline constexpr std::size_t kBitstreamOverheadBytes = kBitstreamHeaderBytes + 4;
+inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // version 2
+inline constexpr std::size_t kHyperpriorOverheadBytes = kHyperpriorHeaderBytes + 4;
+
+// What kind of model wrote a file, so what its stream holds.
+enum class ModelKind : std::uint32_t {
+  factorized = 1,  // one latent, per-channel factorized tables (version 1)
+  hyperprior = 2,  // hyper-latent z (factorized tables), then y (Gaussian tables by scale index)
+};
+const char* model_kind_name(ModelKind kind);  // "factorized-prior", "scale-hyperprior"
 // The largest image a file may describe: each side and the pixel count.
 inline constexpr std::uint32_t kMaxImageSide = 32768;
 inline constexpr std::uint64_t kMaxImagePixels = std::uint64_t(1) << 26;
 
 struct BitstreamHeader {
+  ModelKind kind = ModelKind::factorized;
   std::uint64_t fingerprint = 0;
   std::uint32_t width = 0, height = 0;
   std::uint32_t channels = 0, latent_height = 0, latent_width = 0;
+  // The hyper-latent (scale hyperprior only; 0 otherwise).
+  std::uint32_t hyper_channels = 0, hyper_height = 0, hyper_width = 0;
 };
 
 std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream);
@@ -45,16 +68,22 @@ struct Bitstream {
 
 // What the decoding model expects of a file.
 struct BitstreamExpectation {
+  ModelKind kind = ModelKind::factorized;
   std::uint64_t fingerprint = 0;
   std::string model;  // how to name the model in messages (its path)
   std::uint32_t channels = 0;
+  // Images are padded to a multiple of `stride`; the latent has
+  // `latent_per_stride` positions per stride along each side (1 for a
+  // factorized model; the hyper-latent always has 1).
   std::uint32_t stride = 1;
+  std::uint32_t latent_per_stride = 1;
+  std::uint32_t hyper_channels = 0;
   std::uint64_t max_pixels = kMaxImagePixels;
 };
 
 // Validates every field and length before anything is used: magic, version,
-// flags, sizes (truncated or extended files), checksum, fingerprint, image
-// size, latent shape. Throws IoError whose message says what is wrong (the
+// flags, model kind, sizes (truncated or extended files), checksum, fingerprint, image
+// size, latent shapes. Throws IoError whose message says what is wrong (the
 // caller prefixes the file name). Never reads outside [bytes, bytes + size).
 Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected);
 

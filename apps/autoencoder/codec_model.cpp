@@ -1,13 +1,16 @@
 #include "codec_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "autoencoder_contract.h"
+#include "hyperprior_coding.h"
 #include "plexus/codec/checksum.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
@@ -18,24 +21,27 @@ namespace plexus::ae {
 namespace {
 
 constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
+constexpr const char* kGaussianType = "GaussianConditional";
 constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
-constexpr const char* kConditionalModelType = "GaussianConditional";
-
-// The first GaussianConditional node of `spec` (a scale-hyperprior model), or null.
-const NodeSpec* conditional_entropy_node(const ModelSpec& spec) {
-  for (const NodeSpec& node : spec.nodes)
-    if (node.type == kConditionalModelType) return &node;
-  return nullptr;
-}
+constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
+// Calibration without images: this many hyper-latents of side kPriorSide from the prior.
+constexpr int kPriorSamples = 8;
+constexpr int kPriorSide = 6;
 
 // The model's graph cut at the latent: three sub-specs that run the parts
 // of the model a codec needs, with the parameter names of the whole.
 struct CodecGraph {
-  std::string latent;
-  ModelSpec analysis;   // "image" -> latent
+  ModelKind kind = ModelKind::factorized;
+  std::string latent;   // the coded latent, y_hat
+  ModelSpec analysis;   // "image" -> latent (and the hyper-latent)
   ModelSpec synthesis;  // latent -> "x_hat"
-  ModelSpec density;    // latent -> the entropy model's likelihoods
+  ModelSpec density;    // factorized_latent -> the entropy model's likelihoods
   std::string entropy_node;
+  std::string factorized_latent;  // what the FactorizedEntropyModel reads: latent, or the hyper-latent
+  // Scale hyperprior only: z_hat, the GaussianConditional, and h_s (z_hat -> scales).
+  std::string hyper_latent;
+  std::string gaussian_node;
+  std::vector<NodeSpec> hyper_synthesis;
 };
 
 // The nodes of `spec` (in spec order) that compute `targets` from the blobs in `given`.
@@ -64,28 +70,49 @@ std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::st
   return nodes;
 }
 
-// Throws ConfigError when `spec` has no single FactorizedEntropyModel or
-// its reconstruction needs more than the latent.
+// Throws ConfigError when `spec` has no single FactorizedEntropyModel, more
+// than one GaussianConditional, or a reconstruction that needs more than the latent.
 CodecGraph split_for_coding(const ModelSpec& spec) {
-  std::vector<const NodeSpec*> entropy;
-  for (const NodeSpec& node : spec.nodes)
+  std::vector<const NodeSpec*> entropy, gaussian;
+  for (const NodeSpec& node : spec.nodes) {
     if (node.type == kEntropyModelType) entropy.push_back(&node);
+    if (node.type == kGaussianType) gaussian.push_back(&node);
+  }
   if (entropy.size() != 1 || entropy[0]->inputs.size() != 1)
     throw ConfigError(spec.source + " cannot be used as a codec: it needs exactly one " + kEntropyModelType +
-                      " node (with one input, the latent), found " + std::to_string(entropy.size()));
+                      " node (with one input, the " + (gaussian.empty() ? "latent" : "hyper-latent") + "), found " +
+                      std::to_string(entropy.size()));
+  if (gaussian.size() > 1)
+    throw ConfigError(spec.source + " cannot be used as a codec: it has " + std::to_string(gaussian.size()) + " " +
+                      kGaussianType + " nodes; the scale hyperprior codes one latent");
   CodecGraph graph;
   graph.entropy_node = entropy[0]->name;
-  graph.latent = entropy[0]->inputs[0];
+  graph.factorized_latent = entropy[0]->inputs[0];
+  graph.latent = graph.factorized_latent;
+  std::vector<std::string> analysed = {graph.latent};
+  if (!gaussian.empty()) {
+    const NodeSpec& node = *gaussian[0];
+    if (node.inputs.size() != 2)
+      throw ConfigError(spec.source + " cannot be used as a codec: its " + kGaussianType + " node '" + node.name +
+                        "' has " + std::to_string(node.inputs.size()) +
+                        " inputs; the codec handles [latent, scales] (a mean input is not supported yet)");
+    graph.kind = ModelKind::hyperprior;
+    graph.gaussian_node = node.name;
+    graph.latent = node.inputs[0];
+    graph.hyper_latent = graph.factorized_latent;
+    analysed = {graph.latent, graph.hyper_latent};
+    graph.hyper_synthesis = nodes_for(spec, {node.inputs[1]}, {graph.hyper_latent}, "hyper-synthesis");
+  }
   graph.analysis.name = spec.name + " analysis";
   graph.analysis.source = spec.source + " (analysis)";
   graph.analysis.inputs = {kImage};
-  graph.analysis.nodes = nodes_for(spec, {graph.latent}, {kImage}, "analysis");
+  graph.analysis.nodes = nodes_for(spec, analysed, {kImage}, "analysis");
   graph.synthesis.name = spec.name + " synthesis";
   graph.synthesis.source = spec.source + " (synthesis)";
   graph.synthesis.inputs = {graph.latent};
   graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.latent}, "synthesis");
   graph.density.source = spec.source + " (entropy model)";
-  graph.density.inputs = {graph.latent};
+  graph.density.inputs = {graph.factorized_latent};
   graph.density.nodes = {*entropy[0]};
   return graph;
 }
@@ -114,7 +141,7 @@ std::int64_t latent_channels(const TensorFile& file, const CodecGraph& graph, co
 layers::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph,
                                             const Registry& registry, std::int64_t channels,
                                             const std::string& who) {
-  Net density(graph.density, registry, {{graph.latent, Shape{1, channels, 1, 1}}}, DType::f64);
+  Net density(graph.density, registry, {{graph.factorized_latent, Shape{1, channels, 1, 1}}}, DType::f64);
   load_weights(density, file, who);
   const auto* model = dynamic_cast<const layers::FactorizedEntropyModel*>(&density.layer(graph.entropy_node));
   if (!model)
@@ -130,6 +157,67 @@ void hash_tensor(codec::Fnv1a64& hash, const std::string& name, const Tensor& te
   hash.add(values.raw_data(), values.nbytes());
 }
 
+template <typename T>
+void hash_values(codec::Fnv1a64& hash, const std::vector<T>& values) {
+  const std::uint64_t count = values.size();
+  hash.add(&count, sizeof count);
+  hash.add(values.data(), values.size() * sizeof(T));
+}
+
+// The scale hyperprior's integer parts: the integer hyper-synthesis, the
+// scale table and every Gaussian table.
+void hash_hyperprior(codec::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
+  hash.add_field("scale hyperprior");
+  for (const codec::IntegerConvLayer& layer : network.layers) {
+    const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
+                                     layer.stride, layer.padding, layer.output_padding};
+    hash.add(geometry, sizeof geometry);
+    hash_values(hash, layer.weight);
+    hash_values(hash, layer.bias);
+    hash_values(hash, layer.multiplier);
+    hash_values(hash, layer.shift);
+  }
+  hash_values(hash, network.thresholds);
+  hash_values(hash, gaussian.scales);
+  for (const codec::CodingTable& table : gaussian.tables) {
+    hash.add(&table.min, sizeof table.min);
+    hash_values(hash, table.cdf);
+  }
+}
+
+// The calibration of h_s on `hyper_latents` ([C, height, width] each, sizes given).
+HyperSynthesisCalibration calibrate(const std::vector<codec::FloatConvLayer>& layers,
+                                    const std::vector<std::vector<std::int32_t>>& hyper_latents,
+                                    const std::vector<std::pair<std::int64_t, std::int64_t>>& sizes) {
+  HyperSynthesisCalibration calibration;
+  for (std::size_t n = 0; n < hyper_latents.size(); ++n)
+    codec::float_forward(layers, hyper_latents[n], sizes[n].first, sizes[n].second, &calibration.ranges);
+  calibration.scale_table = codec::log_scale_table();
+  return calibration;
+}
+
+HyperSynthesisCalibration calibrate_on_prior(const std::vector<codec::FloatConvLayer>& layers,
+                                             const layers::FactorizedCodingTables& tables) {
+  return calibrate(layers, prior_samples(tables, kPriorSamples, kPriorSide),
+                   std::vector<std::pair<std::int64_t, std::int64_t>>(kPriorSamples, {kPriorSide, kPriorSide}));
+}
+
+// The integers of a latent tensor (rounded values of magnitude < 2^30).
+std::vector<std::int32_t> latent_integers(const Tensor& latent, const char* what) {
+  const float* values = latent.data<float>();
+  const std::int64_t count = latent.numel(), plane = latent.dim(2) * latent.dim(3);
+  std::vector<std::int32_t> integers(static_cast<std::size_t>(count));
+  for (std::int64_t n = 0; n < count; ++n) {
+    const float v = values[n];
+    // 2^30 keeps s = round(v) - m within 32 bits; a finite latent of a real image is far smaller.
+    if (!(std::fabs(v) < float(1 << 30)))
+      throw Error(std::string("cannot compress: the ") + what + " holds " + std::to_string(v) + " at channel " +
+                  std::to_string(n / plane) + " (not a finite value of magnitude < 2^30; is the model trained?)");
+    integers[n] = static_cast<std::int32_t>(std::llround(v));
+  }
+  return integers;
+}
+
 }  // namespace
 
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
@@ -141,40 +229,86 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
                        std::string name)
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
-  if (const NodeSpec* conditional = conditional_entropy_node(spec))
-    throw ConfigError(name_ + " (" + spec.source + ") is a scale-hyperprior model (" + kConditionalModelType +
-                      " node '" + conditional->name +
-                      "'); compress and decompress code factorized-prior models only so far");
   stride_ = derive_stride(spec, registry);
   const CodecGraph graph = split_for_coding(spec);
+  kind_ = graph.kind;
   latent_ = graph.latent;
+  hyper_latent_ = graph.hyper_latent;
+  if (kind_ == ModelKind::hyperprior) {
+    // Pad to the hyper-latent's stride, 256 / Z for a 256-pixel square that
+    // gives a Z x Z hyper-latent, with Y / Z latent positions per
+    // hyper-latent position (Y x Y the latent).
+    constexpr std::int64_t kProbeSide = 256;
+    Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
+    const Shape& z = probe.blob(hyper_latent_).shape();
+    const Shape& y = probe.blob(latent_).shape();
+    if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
+        y[2] % z[2] != 0)
+      throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(kProbeSide) +
+                        "-pixel square image gives a latent '" + latent_ + "' of " + shape_str(y) +
+                        " and a hyper-latent '" + hyper_latent_ + "' of " + shape_str(z) +
+                        "; the hyper-latent's side must divide both the image's and the latent's");
+    latent_per_stride_ = static_cast<int>(y[2] / z[2]);
+    stride_ = static_cast<int>(kProbeSide / z[2]);
+  }
   analysis_shape_ = {1, 3, stride_, stride_};
   analysis_ = std::make_unique<Net>(graph.analysis, registry, std::map<std::string, Shape>{{kImage, analysis_shape_}},
                                     DType::f32, device);
   load_weights(*analysis_, file, name_);
   const Shape& latent_shape = analysis_->blob(latent_).shape();
-  if (latent_shape.size() != 4 || latent_shape[2] != 1 || latent_shape[3] != 1)
+  if (latent_shape.size() != 4 || latent_shape[2] != latent_per_stride_ || latent_shape[3] != latent_per_stride_)
     throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
                       std::to_string(stride_) + " image gives a latent '" + latent_ + "' of " +
-                      shape_str(latent_shape) + ", not [1, C, 1, 1]");
-  const std::int64_t channels = latent_shape[1];
+                      shape_str(latent_shape) + ", not [1, C, " + std::to_string(latent_per_stride_) + ", " +
+                      std::to_string(latent_per_stride_) + "]");
+  latent_channels_ = latent_shape[1];
+  std::int64_t factorized_channels = latent_channels_;
+  if (kind_ == ModelKind::hyperprior) {
+    const Shape& z = analysis_->blob(hyper_latent_).shape();
+    if (z.size() != 4 || z[2] != 1 || z[3] != 1)
+      throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
+                        std::to_string(stride_) + " image gives a hyper-latent '" + hyper_latent_ + "' of " +
+                        shape_str(z) + ", not [1, Cz, 1, 1]");
+    factorized_channels = z[1];
+  }
   synthesis_shape_ = latent_shape;
   synthesis_ = std::make_unique<Net>(graph.synthesis, registry, std::map<std::string, Shape>{{latent_, latent_shape}},
                                      DType::f32, device);
   load_weights(*synthesis_, file, name_);
 
   const std::string prefix = layers::coding_tables_prefix(graph.entropy_node);
+  const auto start = std::chrono::steady_clock::now();
   if (layers::has_coding_tables(file, prefix)) {
-    tables_ = layers::load_coding_tables(file, prefix, channels, "'" + name_ + "'");
+    tables_ = layers::load_coding_tables(file, prefix, factorized_channels, "'" + name_ + "'");
   } else {
-    const auto start = std::chrono::steady_clock::now();
-    tables_ = build_tables(file, graph, registry, channels, name_);
+    tables_ = build_tables(file, graph, registry, factorized_channels, name_);
     computed_tables_ = true;
-    spdlog::info("'{}' has no coding tables; computed them from its entropy model in {:.0f} ms "
-                 "('plexus-ae export --model {}' stores them in the file)",
-                 name_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
-                 name_);
   }
+  if (kind_ == ModelKind::hyperprior) {
+    hyper_layers_ = ae::float_hyper_synthesis(graph.hyper_synthesis, file, "'" + name_ + "'");
+    const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
+    HyperSynthesisCalibration calibration;
+    if (has_calibration(file, integer_prefix)) {
+      calibration = load_calibration(file, integer_prefix, hyper_layers_, "'" + name_ + "'");
+    } else {
+      calibration = calibrate_on_prior(hyper_layers_, tables_);
+      computed_tables_ = true;
+    }
+    integer_network_ = ae::integer_hyper_synthesis(hyper_layers_, calibration, "'" + name_ + "'");
+    const Shape scales = integer_network_.output_shape(1, 1);
+    if (integer_network_.in_channels() != factorized_channels || scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
+      throw ConfigError(spec.source + " cannot be used as a codec: its hyper-synthesis maps [" +
+                        std::to_string(integer_network_.in_channels()) + ", 1, 1] to " + shape_str(scales) +
+                        ", but the hyper-latent has " + std::to_string(factorized_channels) +
+                        " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
+                        ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
+    gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
+  }
+  if (computed_tables_)
+    spdlog::info("'{}' has no coding tables{}; computed them in {:.0f} ms ('plexus-ae export --model {}' stores them "
+                 "in the file)",
+                 name_, kind_ == ModelKind::hyperprior ? " or calibrated integer hyper-synthesis" : "",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
 
   codec::Fnv1a64 hash;
   hash.add_field("plexus-ae codec model");
@@ -183,12 +317,13 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   for (Net* net : {analysis_.get(), synthesis_.get()})
     for (const NamedParameter& named : net->parameters()) weights[named.name] = &named.parameter->value;
   for (const auto& [weight_name, tensor] : weights) hash_tensor(hash, weight_name, *tensor);
-  for (std::int64_t c = 0; c < channels; ++c) {
+  for (std::int64_t c = 0; c < tables_.channels(); ++c) {
     const codec::CodingTable& table = tables_.tables[c];
     const std::int32_t fields[] = {tables_.medians[c], table.min, static_cast<std::int32_t>(table.cdf.size())};
     hash.add(fields, sizeof fields);
     hash.add(table.cdf.data(), table.cdf.size() * sizeof(table.cdf[0]));
   }
+  if (kind_ == ModelKind::hyperprior) hash_hyperprior(hash, integer_network_, gaussian_);
   fingerprint_ = hash.value();
 
   ctx_ = std::make_unique<Context>(device, 0);
@@ -197,7 +332,7 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
 
 CodecModel::~CodecModel() = default;
 
-Tensor CodecModel::encode_latent(const data::Image& image) {
+CodecModel::Latents CodecModel::analyse(const data::Image& image) {
   if (image.width < 1 || image.height < 1 || static_cast<std::uint32_t>(image.width) > kMaxImageSide ||
       static_cast<std::uint32_t>(image.height) > kMaxImageSide ||
       static_cast<std::uint64_t>(image.width) * image.height > max_pixels_)
@@ -213,67 +348,123 @@ Tensor CodecModel::encode_latent(const data::Image& image) {
   }
   analysis_->input(kImage).copy_from(data::image_to_tensor(data::pad_replicate(image, padded_width, padded_height)));
   analysis_->forward(*ctx_);
-  const Tensor& latent = analysis_->blob(latent_);
-  return device_.is_cpu() ? latent.clone() : latent.to(Device::cpu());
-}
-
-std::vector<std::uint8_t> CodecModel::compress(const data::Image& image) {
-  const Tensor latent = encode_latent(image);
-  const Shape& shape = latent.shape();
-  const std::int64_t channels = shape[1], plane = shape[2] * shape[3];
-  const float* values = latent.data<float>();
-  codec::RansEncoder encoder;
-  for (std::int64_t c = 0; c < channels; ++c) {
-    const codec::CodingTable& table = tables_.tables[c];
-    const std::int64_t median = tables_.medians[c];
-    for (std::int64_t i = 0; i < plane; ++i) {
-      const float v = values[c * plane + i];
-      // 2^30 keeps s = round(v) - m within 32 bits; a finite latent of a real image is far smaller.
-      if (!(std::fabs(v) < float(1 << 30)))
-        throw Error("cannot compress: the latent holds " + std::to_string(v) + " at channel " + std::to_string(c) +
-                    " (not a finite value of magnitude < 2^30; is the model trained?)");
-      encoder.put(static_cast<std::int32_t>(std::llround(v) - median), table);
-    }
-  }
-  BitstreamHeader header;
+  Latents latents;
+  auto host = [&](const std::string& blob) {
+    const Tensor& value = analysis_->blob(blob);
+    return device_.is_cpu() ? value.clone() : value.to(Device::cpu());
+  };
+  latents.latent = host(latent_);
+  if (kind_ == ModelKind::hyperprior) latents.hyper_latent = host(hyper_latent_);
+  BitstreamHeader& header = latents.header;
+  header.kind = kind_;
   header.fingerprint = fingerprint_;
   header.width = static_cast<std::uint32_t>(image.width);
   header.height = static_cast<std::uint32_t>(image.height);
-  header.channels = static_cast<std::uint32_t>(channels);
-  header.latent_height = static_cast<std::uint32_t>(shape[2]);
-  header.latent_width = static_cast<std::uint32_t>(shape[3]);
-  return write_bitstream(header, encoder.finish());
+  header.channels = static_cast<std::uint32_t>(latents.latent.dim(1));
+  header.latent_height = static_cast<std::uint32_t>(latents.latent.dim(2));
+  header.latent_width = static_cast<std::uint32_t>(latents.latent.dim(3));
+  if (kind_ == ModelKind::hyperprior) {
+    header.hyper_channels = static_cast<std::uint32_t>(latents.hyper_latent.dim(1));
+    header.hyper_height = static_cast<std::uint32_t>(latents.hyper_latent.dim(2));
+    header.hyper_width = static_cast<std::uint32_t>(latents.hyper_latent.dim(3));
+  }
+  return latents;
+}
+
+CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
+  Latents latents = analyse(image);
+  if (kind_ == ModelKind::hyperprior)
+    latents.indices = codec::scale_indices(integer_network_, latent_integers(latents.hyper_latent, "hyper-latent"),
+                                           latents.hyper_latent.dim(2), latents.hyper_latent.dim(3), device_);
+  return latents;
+}
+
+Tensor CodecModel::encode_latent(const data::Image& image) { return analyse(image).latent; }
+
+std::vector<std::uint8_t> CodecModel::compress(const data::Image& image) {
+  const Latents latents = encode_latents(image);
+  codec::RansEncoder encoder;
+  // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
+  const Tensor& factorized = kind_ == ModelKind::hyperprior ? latents.hyper_latent : latents.latent;
+  const std::vector<std::int32_t> values =
+      latent_integers(factorized, kind_ == ModelKind::hyperprior ? "hyper-latent" : "latent");
+  const std::int64_t plane = factorized.dim(2) * factorized.dim(3);
+  for (std::size_t n = 0; n < values.size(); ++n) {
+    const std::int64_t c = static_cast<std::int64_t>(n) / plane;
+    encoder.put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])), tables_.tables[c]);
+  }
+  if (kind_ == ModelKind::hyperprior) {
+    // Then y_hat (mean 0), each element with the Gaussian table of its index.
+    const std::vector<std::int32_t> latent = latent_integers(latents.latent, "latent");
+    for (std::size_t n = 0; n < latent.size(); ++n) encoder.put(latent[n], gaussian_.tables[latents.indices[n]]);
+  }
+  return write_bitstream(latents.header, encoder.finish());
+}
+
+CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::size_t size) {
+  BitstreamExpectation expected;
+  expected.kind = kind_;
+  expected.fingerprint = fingerprint_;
+  expected.model = name_;
+  expected.channels = static_cast<std::uint32_t>(latent_channels_);
+  expected.stride = static_cast<std::uint32_t>(stride_);
+  expected.latent_per_stride = static_cast<std::uint32_t>(latent_per_stride_);
+  expected.hyper_channels = kind_ == ModelKind::hyperprior ? static_cast<std::uint32_t>(tables_.channels()) : 0;
+  expected.max_pixels = max_pixels_;
+  const Bitstream file = parse_bitstream(bytes, size, expected);
+  Latents latents;
+  latents.header = file.header;
+  const BitstreamHeader& header = file.header;
+  codec::RansDecoder decoder(file.stream, file.stream_size);
+  // The factorized part: the latent, or the hyper-latent.
+  const bool hyperprior = kind_ == ModelKind::hyperprior;
+  const Shape factorized_shape = hyperprior ? Shape{1, header.hyper_channels, header.hyper_height, header.hyper_width}
+                                            : Shape{1, header.channels, header.latent_height, header.latent_width};
+  Tensor factorized(factorized_shape);
+  float* values = factorized.data<float>();
+  const std::int64_t plane = factorized_shape[2] * factorized_shape[3];
+  std::vector<std::int32_t> integers(static_cast<std::size_t>(factorized.numel()));
+  for (std::int64_t c = 0; c < factorized_shape[1]; ++c) {
+    const codec::CodingTable& table = tables_.tables[c];
+    const std::int64_t median = tables_.medians[c];
+    for (std::int64_t i = 0; i < plane; ++i) {
+      const std::int64_t v = static_cast<std::int64_t>(decoder.get(table)) + median;
+      values[c * plane + i] = static_cast<float>(v);
+      // An escaped hyper-latent beyond 32 bits is clamped by the integer network anyway.
+      integers[c * plane + i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(v, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()));
+    }
+  }
+  if (!hyperprior) {
+    decoder.finish();
+    latents.latent = factorized;
+    return latents;
+  }
+  latents.hyper_latent = factorized;
+  latents.indices = codec::scale_indices(integer_network_, integers, header.hyper_height, header.hyper_width, device_);
+  Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
+  float* y = latent.data<float>();
+  for (std::size_t n = 0; n < latents.indices.size(); ++n)
+    y[n] = static_cast<float>(decoder.get(gaussian_.tables[latents.indices[n]]));
+  decoder.finish();
+  latents.latent = latent;
+  return latents;
 }
 
 Tensor CodecModel::decode_latent(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header_out) {
-  BitstreamExpectation expected;
-  expected.fingerprint = fingerprint_;
-  expected.model = name_;
-  expected.channels = static_cast<std::uint32_t>(channels());
-  expected.stride = static_cast<std::uint32_t>(stride_);
-  expected.max_pixels = max_pixels_;
-  const Bitstream file = parse_bitstream(bytes, size, expected);
-  const BitstreamHeader& header = file.header;
-  Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
-  float* values = latent.data<float>();
-  const std::int64_t plane = static_cast<std::int64_t>(header.latent_height) * header.latent_width;
-  codec::RansDecoder decoder(file.stream, file.stream_size);
-  for (std::int64_t c = 0; c < static_cast<std::int64_t>(header.channels); ++c) {
-    const codec::CodingTable& table = tables_.tables[c];
-    const std::int64_t median = tables_.medians[c];
-    for (std::int64_t i = 0; i < plane; ++i)
-      values[c * plane + i] = static_cast<float>(static_cast<std::int64_t>(decoder.get(table)) + median);
-  }
-  decoder.finish();
-  if (header_out) *header_out = header;
-  return latent;
+  Latents latents = decode_latents(bytes, size);
+  if (header_out) *header_out = latents.header;
+  return latents.latent;
 }
 
 std::uint64_t CodecModel::max_file_bytes() const {
   const std::uint64_t stride = static_cast<std::uint64_t>(stride_);
   const std::uint64_t positions = max_pixels_ / (stride * stride) + 2 * kMaxImageSide / stride + 1;
   // An escaped symbol: at most 16 + 3 + 32 bits, so under 8 bytes.
-  return kBitstreamOverheadBytes + 8 * static_cast<std::uint64_t>(channels()) * positions;
+  if (kind_ == ModelKind::factorized)
+    return kBitstreamOverheadBytes + 8 * static_cast<std::uint64_t>(latent_channels_) * positions;
+  const std::uint64_t per_position = static_cast<std::uint64_t>(tables_.channels()) +
+                                     static_cast<std::uint64_t>(latent_channels_) * latent_per_stride_ * latent_per_stride_;
+  return kHyperpriorOverheadBytes + 8 * per_position * positions;
 }
 
 Tensor CodecModel::synthesize(const Tensor& latent) {
@@ -299,12 +490,11 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size) 
                              static_cast<int>(header.height));
 }
 
-bool has_conditional_entropy_model(const ModelSpec& spec) { return conditional_entropy_node(spec) != nullptr; }
-
-bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry) {
+bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry,
+                       const std::vector<data::Image>& calibration_images, bool recalibrate) {
   bool has_entropy_model = false;
   for (const NodeSpec& node : spec.nodes) has_entropy_model |= node.type == kEntropyModelType;
-  if (!has_entropy_model || conditional_entropy_node(spec)) return false;  // no tables for hyperprior models yet
+  if (!has_entropy_model) return false;
   const CodecGraph graph = split_for_coding(spec);
   const std::int64_t channels = latent_channels(file, graph, spec.source);
   const layers::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
@@ -312,6 +502,34 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   file.metadata[kTablesMetadataKey] =
       nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", layers::kDefaultTailMass}}
           .dump();
+  if (graph.kind != ModelKind::hyperprior) return true;
+
+  const std::string prefix = integer_network_prefix(graph.gaussian_node);
+  if (calibration_images.empty() && !recalibrate && has_calibration(file, prefix)) return true;
+  const std::vector<codec::FloatConvLayer> layers = float_hyper_synthesis(graph.hyper_synthesis, file, spec.source);
+  HyperSynthesisCalibration calibration;
+  std::string source;
+  if (calibration_images.empty()) {
+    calibration = calibrate_on_prior(layers, tables);
+    source = std::to_string(kPriorSamples) + " hyper-latents of " + std::to_string(kPriorSide) + "x" +
+             std::to_string(kPriorSide) + " sampled from the prior";
+  } else {
+    // The hyper-latents of the images, from the model's own analysis on the CPU.
+    CodecModel model(spec, file, registry, Device::cpu(), spec.source);
+    std::vector<std::vector<std::int32_t>> hyper_latents;
+    std::vector<std::pair<std::int64_t, std::int64_t>> sizes;
+    for (const data::Image& image : calibration_images) {
+      const Tensor z = model.analyse(image).hyper_latent;
+      hyper_latents.push_back(latent_integers(z, "hyper-latent"));
+      sizes.emplace_back(z.dim(2), z.dim(3));
+    }
+    calibration = calibrate(layers, hyper_latents, sizes);
+    source = std::to_string(calibration_images.size()) + " image(s)";
+  }
+  integer_hyper_synthesis(layers, calibration, spec.source);  // refuses a calibration that cannot be used
+  store_calibration(calibration, prefix, file);
+  file.metadata[kIntegerMetadataKey] =
+      nlohmann::json{{"calibration", source}, {"weight_bits", 16}, {"activation_bits", 15}}.dump();
   return true;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
-// A plexus-ae model used as an image codec. The model's graph is split at
+// A plexus-ae model used as an image codec, of one of two kinds.
+//
+// Factorized prior (bls2017, bmshj2018-factorized): the graph is split at
 // the latent the FactorizedEntropyModel reads ("y_hat" in the bundled specs):
 //   analysis:  "image" -> latent (the quantiser included: rounded in eval mode)
 //   synthesis: latent -> "x_hat"
@@ -7,9 +9,21 @@
 // stride, run the analysis, code each rounded latent value as the symbol
 // s = y_hat - m_c with its channel's table (coding_tables.h), write the file
 // (bitstream.h). decompress: validate the file, decode the symbols, y_hat =
-// s + m_c, run the synthesis, crop. The symbols depend only on the rounded
-// latent and the integer tables, so a file decodes to the same latent on
-// every machine and device.
+// s + m_c, run the synthesis, crop.
+//
+// Scale hyperprior (bmshj2018-hyperprior; a spec with a GaussianConditional
+// reading [y_hat, scales]): the analysis gives y_hat and the hyper-latent
+// z_hat (read by the FactorizedEntropyModel). compress codes z_hat with the
+// factorized tables, turns z_hat into one Gaussian-table index per element
+// of y_hat with the integer hyper-synthesis (plexus/codec/integer_network.h,
+// stored in the model file), and codes y_hat with those tables
+// (plexus/codec/gaussian_tables.h). decompress decodes z_hat, computes the
+// same indices, decodes y_hat and runs the synthesis. The image is padded to
+// a multiple of the hyper-latent's stride (64 for the bundled spec).
+//
+// Either way the symbols and tables depend only on rounded latents and
+// integers, so a file decodes to the same latents on every machine and
+// device (CPU or CUDA).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +32,10 @@
 #include "bitstream.h"
 #include "factorized_entropy_model/coding_tables.h"
 #include "plexus/checkpoint.h"
+#include "plexus/codec/gaussian_tables.h"
+#include "plexus/codec/integer_network.h"
+#include "plexus/codec/integer_network_quantizer.h"
+#include "plexus/codec/rans.h"
 #include "plexus/context.h"
 #include "plexus/data/image.h"
 #include "plexus/model_spec.h"
@@ -32,10 +50,11 @@ class CodecModel {
   // file without coding tables gets them computed, with one log line.
   static std::unique_ptr<CodecModel> from_file(const std::string& path, const Registry& registry, Device device);
   // From a spec and a file's tensors (the weights, and the coding tables
-  // when present). `name` names the model in messages. Throws ConfigError
-  // when the spec cannot be coded (no single FactorizedEntropyModel, or an
-  // "x_hat" that needs more than its latent) and IoError for missing or
-  // malformed tensors.
+  // and integer hyper-synthesis when present). `name` names the model in
+  // messages. Throws ConfigError when the spec cannot be coded (no single
+  // FactorizedEntropyModel, or an "x_hat" that needs more than its latent,
+  // or a hyper-synthesis that is not a chain of convolutions and ReLUs) and
+  // IoError for missing or malformed tensors.
   CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
              std::string name);
   ~CodecModel();
@@ -50,14 +69,41 @@ class CodecModel {
   // The latent a file decodes to (validated as decompress does), and its header.
   Tensor decode_latent(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header = nullptr);
 
+  // Everything a file codes: the latent, and for a scale hyperprior the
+  // hyper-latent and the scale-table index of every latent element.
+  struct Latents {
+    BitstreamHeader header;
+    Tensor latent;        // [1, C, h, w] f32 on the CPU, integers
+    Tensor hyper_latent;  // [1, Cz, hz, wz] (hyperprior only)
+    std::vector<std::int32_t> indices;  // [C, h, w] (hyperprior only)
+  };
+  // The analysis of `image`: the latent and hyper-latent, no indices.
+  Latents analyse(const data::Image& image);
+  // What compress codes for `image` (the indices from the integer
+  // hyper-synthesis on this model's device).
+  Latents encode_latents(const data::Image& image);
+  // What a file decodes to, validated as decompress does.
+  Latents decode_latents(const std::uint8_t* bytes, std::size_t size);
+
+  ModelKind kind() const { return kind_; }
+  // The scale hyperprior's integer hyper-synthesis and its scale table.
+  const codec::IntegerNetwork& integer_hyper_synthesis() const { return integer_network_; }
+  const std::vector<double>& scale_table() const { return gaussian_.scales; }
+  // The float hyper-synthesis (f64 weights of the file), for calibration and reports.
+  const std::vector<codec::FloatConvLayer>& float_hyper_synthesis() const { return hyper_layers_; }
+
   // FNV-1a 64 over the spec JSON, every weight (name, shape, f32 bytes)
   // and the coding tables: a file names the exact model that can decode it.
   std::uint64_t fingerprint() const { return fingerprint_; }
   const std::string& name() const { return name_; }
+  // Images are padded to a multiple of it (the latent's stride, or for a
+  // scale hyperprior the hyper-latent's).
   int stride() const { return stride_; }
-  std::int64_t channels() const { return tables_.channels(); }
+  std::int64_t channels() const { return latent_channels_; }  // of the coded latent y_hat
+  // The factorized tables: of the latent, or of a hyperprior's hyper-latent.
   const layers::FactorizedCodingTables& tables() const { return tables_; }
-  // True when the file had no tables and they were computed on load.
+  // True when the file had no tables (or no integer hyper-synthesis) and
+  // they were computed on load.
   bool computed_tables() const { return computed_tables_; }
   Device device() const { return device_; }
   // The largest file this model could ever have written (every symbol
@@ -73,26 +119,33 @@ class CodecModel {
   Tensor synthesize(const Tensor& latent);
   std::string name_;
   Device device_;
+  ModelKind kind_ = ModelKind::factorized;
   int stride_ = 0;
-  std::string latent_;  // the latent blob's name
+  int latent_per_stride_ = 1;
+  std::int64_t latent_channels_ = 0;
+  std::string latent_;        // the latent blob's name
+  std::string hyper_latent_;  // the hyper-latent's (hyperprior only)
   std::unique_ptr<Net> analysis_, synthesis_;
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
   std::unique_ptr<Context> ctx_;
   layers::FactorizedCodingTables tables_;
+  std::vector<codec::FloatConvLayer> hyper_layers_;
+  codec::IntegerNetwork integer_network_;
+  codec::GaussianTables gaussian_;
   bool computed_tables_ = false;
   std::uint64_t fingerprint_ = 0;
   std::uint64_t max_pixels_ = kMaxImagePixels;
 };
 
-// True when `spec` has a GaussianConditional node (a scale-hyperprior
-// model), which compress and decompress do not code yet.
-bool has_conditional_entropy_model(const ModelSpec& spec);
-
 // Adds coding tables, built from the weights in `file`, to a model file's
-// tensors (replacing any there). Returns false, changing nothing, when the
-// spec has no FactorizedEntropyModel. Throws ConfigError when the spec
-// cannot be coded or the density is degenerate.
-bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry);
+// tensors (replacing any there), and for a scale hyperprior its integer
+// hyper-synthesis: calibrated on the hyper-latents of `calibration_images`
+// when given, else on samples of the hyper-latent's prior (kept when the
+// file already has one and `recalibrate` is false). Returns false, changing
+// nothing, when the spec has no FactorizedEntropyModel. Throws ConfigError
+// when the spec cannot be coded or the density is degenerate.
+bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry,
+                       const std::vector<data::Image>& calibration_images = {}, bool recalibrate = false);
 
 // Rewrites the model file `path` with coding tables added (atomically, as
 // every checkpoint is written). The end of `plexus-ae train` calls it; a

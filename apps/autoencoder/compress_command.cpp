@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +17,8 @@
 #include "autoencoder_contract.h"
 #include "codec_model.h"
 #include "plexus/checkpoint.h"
+#include "plexus/data/image_folder.h"
+#include "quality_catalog.h"
 #include "plexus/error.h"
 #include "plexus/half.h"
 #include "plexus/net.h"
@@ -154,8 +157,11 @@ std::vector<std::string> shipped_models() {
   const fs::path executable = fs::read_symlink("/proc/self/exe", error);
   if (!error) {
     const fs::path installed = executable.parent_path().parent_path() / "share/plexus/autoencoder/trained";
-    for (const auto& entry : fs::directory_iterator(installed, error))
+    for (const auto& entry : fs::directory_iterator(installed, error)) {
       if (entry.path().extension() == ".safetensors") models.push_back(entry.path().string());
+      const fs::path nested = entry.path() / "model.safetensors";  // the quality catalog's models
+      if (fs::is_regular_file(nested, error)) models.push_back(nested.string());
+    }
   }
   if (models.empty()) {
     for (const auto& entry : fs::directory_iterator(PLEXUS_AE_SOURCE_RESULTS, error)) {
@@ -167,8 +173,25 @@ std::vector<std::string> shipped_models() {
   return models;
 }
 
-int run_compress(const CompressOptions& o) {
-  if (o.model.empty()) throw ConfigError("--model is required: a model.safetensors written by plexus-ae train or export");
+std::string quality_catalog_path() {
+  if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
+  std::error_code error;
+  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const fs::path installed =
+        executable.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
+    if (fs::is_regular_file(installed, error)) return installed.string();
+  }
+  return std::string(PLEXUS_AE_SOURCE_RESULTS) + "/quality-catalog.json";
+}
+
+int run_compress(const CompressOptions& options) {
+  CompressOptions o = options;
+  if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
+  if (o.quality != 0) o.model = model_for_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+  if (o.model.empty())
+    throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
+                      "(a shipped model) is required");
   if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
   const std::vector<std::string> outputs = output_paths(o.inputs, o.out, kCompressedExtension);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
@@ -267,23 +290,25 @@ int run_export(const ExportOptions& o) {
   if (o.storage != "f32" && o.storage != "f16")
     throw ConfigError("--storage must be f32 or f16, got '" + o.storage + "'");
   // f16: every parameter rounded to the nearest f16 first, so that the
-  // coding tables below are built from the weights the file will hold.
+  // coding tables and the integer hyper-synthesis below are built from the
+  // weights the file will hold.
   const std::set<std::string> stored_as_f16 = o.storage == "f16" ? round_parameters_to_f16(file, spec, registry, o.model)
                                                                  : std::set<std::string>{};
-  const bool hyperprior = has_conditional_entropy_model(spec);
-  if (!add_coding_tables(file, spec, registry) && !hyperprior)
+  std::vector<data::Image> calibration_images;
+  if (!o.calibration_images.empty()) {
+    data::ImageFolder folder(o.calibration_images);
+    for (std::size_t i = 0; i < folder.size(); ++i)
+      if (auto image = folder.load(i)) calibration_images.push_back(*image);
+  }
+  if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
   save_safetensors(out, file, stored_as_f16);
-  if (hyperprior) {
-    std::printf("%s: %zu parameter tensors stored as %s, no coding tables (compress does not code hyperprior "
-                "models yet)\n", out.c_str(), parameter_names(spec, registry).size(), o.storage.c_str());
-    return kExitOk;
-  }
   // Loading it back checks the tables and gives the fingerprint files will carry.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
-  std::printf("%s: %lld channels of coding tables, model fingerprint %s, parameters stored as %s\n", out.c_str(),
-              static_cast<long long>(model->channels()), fingerprint_text(model->fingerprint()).c_str(),
-              o.storage.c_str());
+  std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
+              static_cast<long long>(model->tables().channels()),
+              model->kind() == ModelKind::hyperprior ? " and the integer hyper-synthesis's calibration" : "",
+              fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
   return kExitOk;
 }
 
@@ -295,7 +320,9 @@ CodecCommands::CodecCommands(CLI::App& app) {
   compress_->option_defaults()->always_capture_default();
   CompressOptions& c = compress_options_;
   compress_->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
-  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->required()->type_name("FILE");
+  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
+  compress_->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
+                        "(docs/results/quality-catalog.json; higher is better and larger)")->type_name("N");
   compress_->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
   compress_->add_option("--device", c.device, device_help)->type_name("DEVICE");
   compress_->add_option("--plugin", c.plugins, plugin_help)->type_name("FILE");
@@ -304,6 +331,7 @@ CodecCommands::CodecCommands(CLI::App& app) {
       "Examples:\n"
       "  plexus-ae compress --model docs/results/h100-bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
+      "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");
 
   decompress_ = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
@@ -328,6 +356,10 @@ CodecCommands::CodecCommands(CLI::App& app) {
   export_->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
   export_->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
   export_->add_option("--plugin", e.plugins, plugin_help)->type_name("FILE");
+  export_->add_option("--calibration-images", e.calibration_images,
+                      "scale hyperprior: calibrate the integer hyper-synthesis on the images of this folder "
+                      "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
+      ->type_name("FOLDER");
   export_->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "
                       "(ties to even), half the size; loading converts them back to f32 exactly")
       ->check(CLI::IsMember({"f32", "f16"}));

@@ -10,6 +10,7 @@ namespace plexus::ae {
 
 struct CompressOptions {
   std::string model;
+  int quality = 0;  // 0: none; else the catalog's model (quality_catalog.h), instead of --model
   std::vector<std::string> inputs;
   std::string out;
   std::string device = "auto";
@@ -30,6 +31,9 @@ struct ExportOptions {
   std::string model;
   std::string out;  // empty: the --model file itself, when it is a model (no optimiser state)
   std::vector<std::string> plugins;
+  // A scale hyperprior's integer hyper-synthesis: calibrated on the images
+  // of this folder (empty: kept when the file has a calibration, else the prior's samples).
+  std::string calibration_images;
   std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)
 };
 
@@ -54,8 +58,14 @@ class CodecCommands {
 };
 
 // The trained models shipped with plexus-ae, tried by decompress without
-// --model: <executable>/../share/plexus/autoencoder/trained/*.safetensors
-// (installed), else the source tree's docs/results/*/model.safetensors.
+// --model: <executable>/../share/plexus/autoencoder/trained/*.safetensors and
+// trained/*/model.safetensors (installed), else the source tree's
+// docs/results/*/model.safetensors.
 std::vector<std::string> shipped_models();
+
+// The quality catalog compress --quality reads: $PLEXUS_AE_QUALITY_CATALOG when
+// set, else <executable>/../share/plexus/autoencoder/trained/quality-catalog.json
+// (installed), else the source tree's docs/results/quality-catalog.json.
+std::string quality_catalog_path();
 
 }  // namespace plexus::ae

@@ -211,10 +211,27 @@ TEST_F(Codec, FileOfAnotherModelNamesBothFingerprints) {
 TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   std::vector<std::uint8_t> bytes = compressed();
   std::vector<std::uint8_t> newer = bytes;
-  newer[4] = 2;
+  newer[4] = 3;
   reseal(newer);
-  EXPECT_TRUE(contains(decode_error(newer), "format version 2, but this plexus-ae reads only version 1"))
+  EXPECT_TRUE(contains(decode_error(newer), "format version 3, but this plexus-ae reads only versions 1 to 2"))
       << decode_error(newer);
+  // Version 2 is the scale hyperprior's layout: kind and hyper-latent shape
+  // after the latent's. Such a file is of a kind this model is not; a kind
+  // this plexus-ae does not know is refused as such.
+  std::vector<std::uint8_t> hyperprior = bytes;
+  hyperprior[4] = 2;
+  hyperprior.insert(hyperprior.begin() + 36, {2, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0});
+  reseal(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "a scale-hyperprior file (format version 2), but "
+                                                 "'tiny.safetensors' is a factorized-prior model"))
+      << decode_error(hyperprior);
+  hyperprior[36] = 5;
+  reseal(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "unknown model kind 5")) << decode_error(hyperprior);
+  std::vector<std::uint8_t> short_header(bytes.begin(), bytes.begin() + 50);
+  short_header[4] = 2;
+  EXPECT_TRUE(contains(decode_error(short_header), "shorter than the 60-byte header and checksum of format version 2"))
+      << decode_error(short_header);
   newer[4] = 0;
   EXPECT_TRUE(contains(decode_error(newer), "format version 0")) << decode_error(newer);
   std::vector<std::uint8_t> flagged = bytes;

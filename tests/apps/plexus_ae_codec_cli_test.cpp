@@ -122,7 +122,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   newer[4] = 7;
   const std::uint32_t crc = codec::crc32(newer.data(), newer.size() - 4);
   for (int k = 0; k < 4; ++k) newer[newer.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
-  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only version 1");
+  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 2");
   check("text.pxae", {'h', 'e', 'l', 'l', 'o', '\n'}, "not a plexus-ae compressed image");
 
   // A file of another model: trained with another seed.
@@ -187,6 +187,33 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
   auto from_checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors", "--out", folder / "exported.safetensors"});
   ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.describe();
   EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
+}
+
+// compress --quality N: a catalog entry whose model is absent is refused with
+// exit code 1, saying it is not shipped and how to train it; --model and
+// --quality exclude each other; one of them is needed.
+TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand) {
+  ScratchFolder folder{"ae-quality"};
+  testing::save_png(folder / "photo.png", testing::position_image(16, 16));
+  std::ofstream(folder / "catalog.json")
+      << R"({"qualities": [{"quality": 3, "spec": "bmshj2018-hyperprior", "lambda": 0.0067,)"
+      << R"( "model": "absent-q3/model.safetensors"}]})";
+  ::setenv("PLEXUS_AE_QUALITY_CATALOG", (folder / "catalog.json").c_str(), 1);
+  auto result = testing::run_plexus_ae({"compress", "--quality", "3", folder / "photo.png"}, folder.path());
+  ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "quality 3 (bmshj2018-hyperprior, lambda 0.0067) is not shipped")) << result.err;
+  EXPECT_TRUE(contains(result.err, "plexus-ae train --data BSDS500/train --model bmshj2018-hyperprior --lambda 0.0067"))
+      << result.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "photo.pxae"));
+
+  auto both = testing::run_plexus_ae({"compress", "--quality", "3", "--model", folder / "m.safetensors",
+                                      folder / "photo.png"}, folder.path());
+  EXPECT_EQ(both.exit_code, 1) << both.describe();
+  EXPECT_TRUE(contains(both.err, "give --model or --quality, not both")) << both.err;
+  auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
+  EXPECT_EQ(neither.exit_code, 1) << neither.describe();
+  EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
 }
 
 }  // namespace

@@ -2,14 +2,20 @@
 // CodecModel::decompress must either decode or throw plexus::Error; a crash,
 // a sanitizer report, a hang, a huge allocation or any other exception is a bug.
 //
-// The model is small and built here (no files): Conv2d 3x3/2 to 4 channels,
-// the rounding quantiser, the FactorizedEntropyModel, ConvTranspose2d back;
-// images up to 64x64 pixels. So that inputs get past the checksum and the
-// fingerprint, the first byte of an input chooses how the rest is used:
+// Two small models are built here (no files), images up to 64x64 pixels:
+//   factorized (version-1 files): Conv2d 3x3/2 to 4 channels, the rounding
+//     quantiser, the FactorizedEntropyModel, ConvTranspose2d back;
+//   scale hyperprior (version-2 files): the same y, a hyper-analysis Conv2d
+//     3x3/2 to 3 channels = z, its FactorizedEntropyModel, a hyper-synthesis
+//     ConvTranspose2d 3x3/2 + ReLU = the scales of a GaussianConditional
+//     (so the integer hyper-synthesis and the Gaussian tables are decoded too).
+// So that inputs get past the checksum and the fingerprint, the first byte
+// of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
 //   bit 1: recompute the trailing CRC-32
+//   bit 2: decode with the scale-hyperprior model (else the factorized one)
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
-// files for this model (the committed corpus/bitstream_fuzzer/).
+// files for both models (the committed corpus/bitstream_fuzzer/).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +25,7 @@
 
 #include "codec_model.h"
 #include "plexus/codec/checksum.h"
+#include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 
 namespace {
@@ -39,45 +46,70 @@ ModelSpec fuzz_spec() {
   return spec;
 }
 
-std::unique_ptr<ae::CodecModel> make_model() {
+ModelSpec fuzz_hyperprior_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-hyperprior";
+  spec.add_input("image");
+  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
+  spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
+  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+                 {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"h_s_relu", "ReLU", {"h_s_out"}, {"scales"}});
+  spec.add_node({"quantizer", "UniformNoise", {"y"}, {"y_hat"}});
+  spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales"}, {"likelihoods"}});
+  spec.add_node({"g_s", "ConvTranspose2d", {"y_hat"}, {"x_hat"},
+                 {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
+  spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});
+  return spec;
+}
+
+std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
-  const ModelSpec spec = fuzz_spec();
-  Net net(spec, registry, {{"image", Shape{1, 3, 2, 2}}}, DType::f32, Device::cpu(), 1);
+  Net net(spec, registry, {{"image", Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
-    if (named.name == "g_a.weight")
-      for (double& v : values) v *= 30;  // a latent over many integers
+    if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight")
+      for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
-  auto model = std::make_unique<ae::CodecModel>(spec, file, registry, Device::cpu(), "fuzz model");
+  auto model = std::make_unique<ae::CodecModel>(spec, file, registry, Device::cpu(), spec.name + " model");
   model->set_max_pixels(64 * 64);
   return model;
 }
 
-ae::CodecModel& model() {
-  static std::unique_ptr<ae::CodecModel> instance = make_model();
-  return *instance;
+ae::CodecModel& model(bool hyperprior = false) {
+  static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
+  static std::unique_ptr<ae::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
+  return hyperprior ? *scale_hyperprior : *factorized;
 }
 
 void write_seeds(const std::string& folder) {
   int index = 0;
-  for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
-    data::Image image(width, height);
-    for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
-    const std::vector<std::uint8_t> bytes = model().compress(image);
-    for (std::uint8_t mode : {0, 3}) {
-      std::ofstream out(folder + "/seed-" + std::to_string(index++), std::ios::binary);
-      out.put(static_cast<char>(mode));
-      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  for (bool hyperprior : {false, true})
+    for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
+      data::Image image(width, height);
+      for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
+      const std::vector<std::uint8_t> bytes = model(hyperprior).compress(image);
+      for (std::uint8_t mode : {0, 3}) {
+        std::ofstream out(folder + "/seed-" + std::to_string(index++), std::ios::binary);
+        out.put(static_cast<char>(mode | (hyperprior ? 4 : 0)));
+        out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      }
     }
-  }
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  model();
+  // One thread: libFuzzer runs one input at a time, and a pool of threads
+  // per convolution only adds synchronisation (results do not depend on it).
+  set_cpu_threads(1);
+  model(false);
+  model(true);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
@@ -85,9 +117,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
+  ae::CodecModel& decoder = model((mode & 4) != 0);
   std::vector<std::uint8_t> bytes(data + 1, data + size);
   if ((mode & 1) && bytes.size() >= 16) {
-    const std::uint64_t fingerprint = model().fingerprint();
+    const std::uint64_t fingerprint = decoder.fingerprint();
     for (int k = 0; k < 8; ++k) bytes[8 + k] = static_cast<std::uint8_t>(fingerprint >> (8 * k));
   }
   if ((mode & 2) && bytes.size() >= 4) {
@@ -95,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int k = 0; k < 4; ++k) bytes[bytes.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
   }
   try {
-    const data::Image image = model().decompress(bytes.data(), bytes.size());
+    const data::Image image = decoder.decompress(bytes.data(), bytes.size());
     if (image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3) std::abort();
   } catch (const plexus::Error&) {
     // A clear refusal is the expected outcome for most inputs.

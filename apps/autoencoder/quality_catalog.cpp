@@ -1,0 +1,110 @@
+#include "quality_catalog.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "plexus/error.h"
+
+namespace plexus::ae {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string lambda_text(double lambda) {
+  std::ostringstream text;
+  text << lambda;
+  return text.str();
+}
+
+bool plain_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name.find("..") == std::string::npos;
+}
+
+bool relative_model_path(const std::string& model) {
+  const fs::path path(model);
+  if (model.empty() || path.is_absolute() || path.extension() != ".safetensors") return false;
+  for (const fs::path& part : path)
+    if (part == "..") return false;
+  return true;
+}
+
+}  // namespace
+
+QualityCatalog load_quality_catalog(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot read the quality catalog '" + path + "'");
+  nlohmann::json json;
+  try {
+    in >> json;
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("the quality catalog '" + path + "' is not valid JSON: " + e.what());
+  }
+  if (!json.is_object() || !json.contains("qualities") || !json["qualities"].is_array())
+    throw ConfigError("the quality catalog '" + path + "' needs a \"qualities\" array");
+  QualityCatalog catalog;
+  catalog.path = path;
+  std::set<int> seen;
+  for (std::size_t n = 0; n < json["qualities"].size(); ++n) {
+    const nlohmann::json& item = json["qualities"][n];
+    const std::string where = "the quality catalog '" + path + "', entry " + std::to_string(n);
+    auto bad = [&](const std::string& problem) { throw ConfigError(where + ": " + problem); };
+    if (!item.is_object()) bad("not an object");
+    QualityEntry entry;
+    if (!item.contains("quality") || !item["quality"].is_number_integer()) bad("\"quality\" must be an integer");
+    entry.quality = item["quality"].get<int>();
+    if (entry.quality < 1 || entry.quality > 99) bad("\"quality\" " + std::to_string(entry.quality) + " is not in 1..99");
+    if (!seen.insert(entry.quality).second) bad("quality " + std::to_string(entry.quality) + " is listed twice");
+    if (!item.contains("spec") || !item["spec"].is_string() || !plain_name(item["spec"].get<std::string>()))
+      bad("\"spec\" must name a bundled model spec");
+    entry.spec = item["spec"].get<std::string>();
+    if (!item.contains("lambda") || !item["lambda"].is_number() || !(item["lambda"].get<double>() > 0) ||
+        !std::isfinite(item["lambda"].get<double>()))
+      bad("\"lambda\" must be a number > 0");
+    entry.lambda = item["lambda"].get<double>();
+    if (!item.contains("model") || !item["model"].is_string() || !relative_model_path(item["model"].get<std::string>()))
+      bad("\"model\" must be a .safetensors path relative to the catalog, without \"..\"");
+    entry.model = item["model"].get<std::string>();
+    entry.path = (fs::path(path).parent_path() / entry.model).string();
+    catalog.entries.push_back(std::move(entry));
+  }
+  std::sort(catalog.entries.begin(), catalog.entries.end(),
+            [](const QualityEntry& a, const QualityEntry& b) { return a.quality < b.quality; });
+  return catalog;
+}
+
+std::string training_commands(const QualityEntry& entry) {
+  const std::string run = "runs/" + fs::path(entry.model).parent_path().filename().string();
+  return "  plexus-ae train --data BSDS500/train --model " + entry.spec + " --lambda " + lambda_text(entry.lambda) +
+         " --batch 16 --patch 256 --steps 1000000 --time-limit 1200 --device cuda --out " + run +
+         "\n  plexus-ae export --model " + run + "/model.safetensors --storage f16 --out " + entry.path +
+         "\n(BSDS500/train: the 400 training images of BSDS500, the Berkeley segmentation data set; "
+         "--time-limit 1200 is 20 minutes of training on one GPU)";
+}
+
+std::string model_for_quality(const QualityCatalog& catalog, int quality) {
+  for (const QualityEntry& entry : catalog.entries) {
+    if (entry.quality != quality) continue;
+    std::error_code error;
+    if (fs::is_regular_file(entry.path, error)) return entry.path;
+    throw ConfigError("quality " + std::to_string(quality) + " (" + entry.spec + ", lambda " +
+                      lambda_text(entry.lambda) + ") is not shipped with this plexus-ae: '" + entry.path +
+                      "' is absent. Train it with:\n" + training_commands(entry));
+  }
+  std::string listed, shipped;
+  for (const QualityEntry& entry : catalog.entries) {
+    listed += (listed.empty() ? "" : ", ") + std::to_string(entry.quality);
+    std::error_code error;
+    if (fs::is_regular_file(entry.path, error)) shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
+  }
+  throw ConfigError("no quality " + std::to_string(quality) + " in '" + catalog.path + "'; it lists " +
+                    (listed.empty() ? "none" : listed) + " (shipped: " + (shipped.empty() ? "none" : shipped) + ")");
+}
+
+}  // namespace plexus::ae

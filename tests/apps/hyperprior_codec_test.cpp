@@ -1,0 +1,387 @@
+// The scale-hyperprior codec (CodecModel on a spec with a GaussianConditional):
+// round trips that give exactly the eval reconstruction, the version-2
+// header, the stored calibration, integer indices against the float model's
+// scales, corrupt files refused, the real rate against the estimate, and
+// (on a GPU) files compressed on CUDA decoding to the same latents on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apps/cli_runner.h"
+#include "autoencoder_contract.h"
+#include "codec_model.h"
+#include "data/data_test_support.h"
+#include "image_evaluation.h"
+#include "plexus/codec/checksum.h"
+#include "plexus/codec/gaussian_tables.h"
+#include "plexus/error.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus::ae {
+namespace {
+
+const Registry registry = builtin_registry();
+
+ModelSpec tiny_spec() { return ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior.json"); }
+
+ModelSpec bundled_spec() {
+  return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bmshj2018-hyperprior.json");
+}
+
+// Untrained weights of `spec`; `scaled` weights multiplied by their factor
+// so the latents span many integers (and the scales many table entries).
+TensorFile weights(const ModelSpec& spec, std::uint64_t seed, const std::map<std::string, double>& scaled) {
+  Net net(spec, registry, {{kImage, Shape{1, 3, 64, 64}}}, DType::f32, Device::cpu(), seed);
+  TensorFile file;
+  for (const NamedParameter& named : net.parameters()) {
+    Tensor value = named.parameter->value.clone();
+    auto it = scaled.find(named.name);
+    if (it != scaled.end()) {
+      std::vector<double> values = value.to_values();
+      for (double& v : values) v *= it->second;
+      value = Tensor::from_values(values, value.shape());
+    }
+    file.tensors[named.name] = value;
+  }
+  return file;
+}
+
+TensorFile tiny_weights(std::uint64_t seed) {
+  return weights(tiny_spec(), seed, {{"g_a1.weight", 30}, {"h_a1.weight", 4}, {"h_s1.weight", 6}});
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
+
+std::uint32_t get32(const std::vector<std::uint8_t>& bytes, std::size_t at) {
+  return bytes[at] | bytes[at + 1] << 8 | bytes[at + 2] << 16 | static_cast<std::uint32_t>(bytes[at + 3]) << 24;
+}
+
+void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t value) {
+  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
+}
+
+void reseal(std::vector<std::uint8_t>& bytes) { put32(bytes, bytes.size() - 4, codec::crc32(bytes.data(), bytes.size() - 4)); }
+
+// The whole model as eval runs it (rounded latents), with the file's weights.
+ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
+                         Tensor* scales = nullptr) {
+  Net net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}});
+  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
+  Context ctx;
+  ImageEvaluation result = evaluate_image(net, ctx, image, stride);
+  if (scales) *scales = net.blob("scales").clone();
+  return result;
+}
+
+class HyperpriorCodec : public ::testing::Test {
+ protected:
+  HyperpriorCodec() : file(tiny_weights(3)), model(tiny_spec(), file, registry, Device::cpu(), "tiny-hp.safetensors") {}
+  TensorFile file;
+  CodecModel model;
+};
+
+TEST_F(HyperpriorCodec, IsAScaleHyperpriorPaddedToTheHyperLatentsStride) {
+  EXPECT_EQ(model.kind(), ModelKind::hyperprior);
+  EXPECT_EQ(model.stride(), 8);
+  EXPECT_EQ(model.channels(), 8);
+  EXPECT_EQ(model.tables().channels(), 6);  // the hyper-latent's
+  EXPECT_TRUE(model.computed_tables());
+  EXPECT_EQ(model.scale_table(), codec::log_scale_table());
+}
+
+TEST_F(HyperpriorCodec, RoundTripGivesTheLatentsAndTheEvalReconstruction) {
+  for (const auto& [width, height] : std::vector<std::pair<int, int>>{{37, 29}, {8, 8}, {1, 1}, {64, 40}}) {
+    const data::Image image = testing::position_image(width, height);
+    const CodecModel::Latents encoded = model.encode_latents(image);
+    const std::vector<std::uint8_t> bytes = model.compress(image);
+    const CodecModel::Latents decoded = model.decode_latents(bytes.data(), bytes.size());
+    EXPECT_EQ(decoded.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << width << "x" << height;
+    EXPECT_EQ(decoded.indices, encoded.indices) << width << "x" << height;
+    EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << width << "x" << height;
+    const data::Image reconstruction = model.decompress(bytes.data(), bytes.size());
+    const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride());
+    EXPECT_EQ(reconstruction.pixels, eval.reconstruction.pixels) << width << "x" << height;
+  }
+  // Latents that span many integers and scales that use much of the table.
+  const CodecModel::Latents latents = model.encode_latents(testing::position_image(64, 40));
+  double largest = 0;
+  for (double v : latents.latent.to_values()) largest = std::max(largest, std::abs(v));
+  EXPECT_GT(largest, 3);
+  std::set<std::int32_t> used(latents.indices.begin(), latents.indices.end());
+  EXPECT_GT(used.size(), 8u);
+}
+
+TEST_F(HyperpriorCodec, HeaderIsVersionTwoWithTheKindAndTheHyperLatentShape) {
+  const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
+  ASSERT_GE(bytes.size(), kHyperpriorOverheadBytes);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PXAE");
+  EXPECT_EQ(bytes[4] | bytes[5] << 8, 2);
+  EXPECT_EQ(get32(bytes, 16), 37u);
+  EXPECT_EQ(get32(bytes, 20), 29u);
+  EXPECT_EQ(get32(bytes, 24), 8u);   // C
+  EXPECT_EQ(get32(bytes, 28), 8u);   // h = 2 ceil(29 / 8)
+  EXPECT_EQ(get32(bytes, 32), 10u);  // w = 2 ceil(37 / 8)
+  EXPECT_EQ(get32(bytes, 36), 2u);   // kind: scale hyperprior
+  EXPECT_EQ(get32(bytes, 40), 6u);   // Cz
+  EXPECT_EQ(get32(bytes, 44), 4u);
+  EXPECT_EQ(get32(bytes, 48), 5u);
+  EXPECT_EQ(get32(bytes, 52), bytes.size() - kHyperpriorOverheadBytes);
+  EXPECT_EQ(model.compress(testing::position_image(37, 29)), bytes) << "compressing twice";
+}
+
+TEST_F(HyperpriorCodec, TheStoredCalibrationIsTheOneComputedOnLoad) {
+  TensorFile stored = file;
+  ASSERT_TRUE(add_coding_tables(stored, tiny_spec(), registry));
+  EXPECT_TRUE(stored.tensors.count("gaussian_conditional.coding.scale_table"));
+  EXPECT_TRUE(stored.tensors.count("gaussian_conditional.coding.activation_max0"));
+  EXPECT_FALSE(stored.tensors.count("gaussian_conditional.coding.activation_max1")) << "one hidden layer";
+  CodecModel from_stored(tiny_spec(), stored, registry, Device::cpu(), "stored");
+  EXPECT_FALSE(from_stored.computed_tables());
+  EXPECT_EQ(from_stored.fingerprint(), model.fingerprint());
+
+  // Calibrated on images instead: another integer network, another fingerprint, still a codec.
+  TensorFile on_images = file;
+  ASSERT_TRUE(add_coding_tables(on_images, tiny_spec(), registry,
+                                {testing::position_image(64, 48), testing::position_image(40, 40)}, true));
+  CodecModel calibrated(tiny_spec(), on_images, registry, Device::cpu(), "calibrated");
+  EXPECT_NE(calibrated.fingerprint(), model.fingerprint());
+  const data::Image image = testing::position_image(37, 29);
+  const std::vector<std::uint8_t> bytes = calibrated.compress(image);
+  EXPECT_EQ(calibrated.decode_latents(bytes.data(), bytes.size()).indices, calibrated.encode_latents(image).indices);
+  EXPECT_TRUE(contains(error_of([&] { model.decompress(bytes.data(), bytes.size()); }), "fingerprint"));
+
+  // A calibration that does not fit the network is refused on load.
+  TensorFile broken = stored;
+  broken.tensors["gaussian_conditional.coding.activation_max0"] = Tensor::from_values({1, 2}, {2}, DType::f64);
+  EXPECT_TRUE(contains(error_of([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
+                       "activation_max0"));
+  broken = stored;
+  broken.tensors["gaussian_conditional.coding.scale_table"] = Tensor::from_values({1, 0.5}, {2}, DType::f64);
+  EXPECT_TRUE(contains(error_of([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
+                       "increasing"));
+}
+
+// The float model's index: the first table scale >= its f32 "scales" blob.
+std::vector<std::int32_t> float_indices(const Tensor& scales, const std::vector<double>& table) {
+  std::vector<std::int32_t> indices;
+  for (double s : scales.to_values()) {
+    std::int32_t index = 0;
+    for (std::size_t i = 0; i + 1 < table.size(); ++i) index += s > table[i];
+    indices.push_back(index);
+  }
+  return indices;
+}
+
+TEST_F(HyperpriorCodec, IntegerIndicesAgreeWithTheFloatModelsScales) {
+  TensorFile calibrated_file = file;
+  const std::vector<data::Image> images = {testing::position_image(64, 48), testing::position_image(48, 64)};
+  ASSERT_TRUE(add_coding_tables(calibrated_file, tiny_spec(), registry, images, true));
+  CodecModel calibrated(tiny_spec(), calibrated_file, registry, Device::cpu(), "calibrated");
+  std::size_t agree = 0, total = 0, far = 0;
+  for (const data::Image& image : images) {
+    Tensor scales;
+    evaluate(tiny_spec(), file, image, calibrated.stride(), &scales);
+    const std::vector<std::int32_t> expected = float_indices(scales, calibrated.scale_table());
+    const std::vector<std::int32_t> got = calibrated.encode_latents(image).indices;
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t n = 0; n < got.size(); ++n) {
+      agree += got[n] == expected[n];
+      far += std::abs(got[n] - expected[n]) > 1;
+    }
+    total += got.size();
+  }
+  std::printf("integer vs float-model index agreement: %zu of %zu (%.4f)\n", agree, total,
+              static_cast<double>(agree) / total);
+  EXPECT_GE(agree, total * 98 / 100);
+  EXPECT_EQ(far, 0u);
+}
+
+TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
+  const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
+  auto decode_error = [&](const std::vector<std::uint8_t>& b) {
+    return error_of([&] { model.decompress(b.data(), b.size()); });
+  };
+  EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 5}), "truncated")) << decode_error({bytes.begin(), bytes.end() - 5});
+  std::vector<std::uint8_t> changed = bytes;
+  put32(changed, 44, 5);
+  reseal(changed);
+  EXPECT_TRUE(contains(decode_error(changed), "hyper-latent shape [6, 5, 5] does not fit a 37x29 image under this "
+                                              "model, which needs [6, 4, 5]"))
+      << decode_error(changed);
+  changed = bytes;
+  put32(changed, 36, 1);
+  reseal(changed);
+  EXPECT_TRUE(contains(decode_error(changed), "unknown model kind 1")) << decode_error(changed);
+
+  // A factorized model's file given to this model, and this file to a factorized model.
+  const ModelSpec factorized = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny.json");
+  Net net(factorized, registry, {{kImage, Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
+  TensorFile factorized_file;
+  for (const NamedParameter& named : net.parameters()) factorized_file.tensors[named.name] = named.parameter->value.clone();
+  CodecModel other(factorized, factorized_file, registry, Device::cpu(), "tiny.safetensors");
+  const std::vector<std::uint8_t> version1 = other.compress(testing::position_image(21, 13));
+  EXPECT_TRUE(contains(decode_error(version1), "a factorized-prior file (format version 1), but 'tiny-hp.safetensors' "
+                                               "is a scale-hyperprior model"))
+      << decode_error(version1);
+  const std::string refused = error_of([&] { other.decompress(bytes.data(), bytes.size()); });
+  EXPECT_TRUE(contains(refused, "a scale-hyperprior file (format version 2), but 'tiny.safetensors' is a "
+                                "factorized-prior model"))
+      << refused;
+
+  // Bit flips behind a valid checksum: refused by the stream decoder or decoded, never a crash.
+  int rejected = 0, total = 0;
+  for (std::size_t byte = kHyperpriorHeaderBytes; byte + 4 < bytes.size(); byte += 7)
+    for (int bit = 0; bit < 8; bit += 3) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      reseal(flipped);
+      ++total;
+      const std::string message = decode_error(flipped);
+      if (message != "no error") {
+        ++rejected;
+        EXPECT_TRUE(contains(message, "coded stream")) << message;
+      }
+    }
+  EXPECT_GT(rejected, total * 8 / 10) << rejected << " of " << total;
+}
+
+TEST_F(HyperpriorCodec, LatentsOutsideEveryTableStillRoundTrip) {
+  // A latent far larger than its scales (h_s zeroed: every index 0, the
+  // table of scale 0.11, [-1, 1]) and a huge hyper-latent: most values escape.
+  TensorFile extreme =
+      weights(tiny_spec(), 5, {{"g_a1.weight", 3000}, {"h_a1.weight", 3000}, {"h_s1.weight", 0}, {"h_s1.bias", 0}});
+  CodecModel wild(tiny_spec(), extreme, registry, Device::cpu(), "extreme");
+  const data::Image image = testing::position_image(33, 17);
+  const CodecModel::Latents encoded = wild.encode_latents(image);
+  const std::vector<std::uint8_t> bytes = wild.compress(image);
+  const CodecModel::Latents decoded = wild.decode_latents(bytes.data(), bytes.size());
+  EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values());
+  EXPECT_EQ(decoded.hyper_latent.to_values(), encoded.hyper_latent.to_values());
+  double largest = 0;
+  for (double v : encoded.latent.to_values()) largest = std::max(largest, std::abs(v));
+  EXPECT_GT(largest, 100) << "the latent should reach far beyond its tables";
+  for (std::int32_t index : encoded.indices) ASSERT_EQ(index, 0);
+}
+
+// Bits of `value` under `table`: -log2 of its frequency, or the escape's plus
+// the bypass bits (3 + 4 per nibble of zigzag(value)).
+double code_bits(std::int32_t value, const codec::CodingTable& table) {
+  const std::int64_t i = static_cast<std::int64_t>(value) - table.min;
+  if (i >= 0 && i < table.count()) return -std::log2((table.cdf[i + 1] - table.cdf[i]) / 65536.0);
+  const std::uint32_t zigzag = (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
+  int nibbles = 1;
+  while (nibbles < 8 && (zigzag >> (4 * nibbles)) != 0) ++nibbles;
+  return -std::log2((table.cdf[table.count() + 1] - table.cdf[table.count()]) / 65536.0) + 3 + 4 * nibbles;
+}
+
+// The real files against eval's estimate (both latents' -log2 likelihoods)
+// on the bundled Kodak images, with the tiny model trained for 150 steps on
+// the bundled training images (about 10 s on one core).
+TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
+  testing::ScratchFolder folder{"hyperprior-rate"};
+  const std::string source = PLEXUS_SOURCE_DIR;
+  auto trained = testing::run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
+                                         std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior.json", "--lambda", "0.01",
+                                         "--patch", "32", "--batch", "4", "--steps", "150", "--lr", "0.01", "--device",
+                                         "cpu", "--out", folder / "run"},
+                                        folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  const std::string path = folder / "run/model.safetensors";
+  auto model = CodecModel::from_file(path, registry, Device::cpu());
+  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
+  const TensorFile file = load_safetensors(path);
+  const codec::GaussianTables tables = codec::build_gaussian_tables(model->scale_table());
+  double integer_bits = 0, float_bits = 0;
+  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
+    const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
+    const std::vector<std::uint8_t> bytes = model->compress(image);
+    const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
+    const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model->stride());
+    std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%)\n", name, file_bpp, eval.bpp,
+                100 * (file_bpp / eval.bpp - 1));
+    EXPECT_NEAR(file_bpp, eval.bpp, 0.05 * eval.bpp) << name;
+    const data::Image decoded = model->decompress(bytes.data(), bytes.size());
+    EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels) << name;
+    // The integer path's own cost: y coded with the integer indices against
+    // y coded with the indices of the float model's scales.
+    Tensor scales;
+    evaluate(tiny_spec(), file, image, model->stride(), &scales);
+    const std::vector<std::int32_t> float_index = float_indices(scales, model->scale_table());
+    const CodecModel::Latents latents = model->encode_latents(image);
+    const std::vector<double> y = latents.latent.to_values();
+    ASSERT_EQ(float_index.size(), y.size());
+    for (std::size_t n = 0; n < y.size(); ++n) {
+      integer_bits += code_bits(static_cast<std::int32_t>(y[n]), tables.tables[latents.indices[n]]);
+      float_bits += code_bits(static_cast<std::int32_t>(y[n]), tables.tables[float_index[n]]);
+    }
+  }
+  std::printf("y coded with the integer indices: %.0f bits; with the float model's: %.0f bits (%+.3f%%)\n",
+              integer_bits, float_bits, 100 * (integer_bits / float_bits - 1));
+  EXPECT_LT(integer_bits, 1.005 * float_bits);
+}
+
+// Compress on CUDA; decode on the CPU and on CUDA: the same hyper-latent,
+// indices and latent exactly, reconstructions equal within float rounding.
+void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const std::vector<data::Image>& images) {
+  CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
+  CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
+  ASSERT_EQ(on_cuda.fingerprint(), on_cpu.fingerprint());
+  for (std::size_t n = 0; n < images.size(); ++n) {
+    const data::Image& image = images[n];
+    const std::vector<std::uint8_t> bytes = on_cuda.compress(image);
+    EXPECT_EQ(on_cuda.compress(image), bytes) << "image " << n << ": compressing twice on CUDA";
+    const CodecModel::Latents encoded = on_cuda.encode_latents(image);
+    const CodecModel::Latents from_cpu = on_cpu.decode_latents(bytes.data(), bytes.size());
+    const CodecModel::Latents from_cuda = on_cuda.decode_latents(bytes.data(), bytes.size());
+    EXPECT_EQ(from_cpu.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << "image " << n;
+    EXPECT_EQ(from_cpu.indices, encoded.indices) << "image " << n;
+    EXPECT_EQ(from_cpu.latent.to_values(), encoded.latent.to_values()) << "image " << n;
+    EXPECT_EQ(from_cuda.indices, from_cpu.indices) << "image " << n;
+    EXPECT_EQ(from_cuda.latent.to_values(), from_cpu.latent.to_values()) << "image " << n;
+    // The integer network on either device for the CPU's own hyper-latent.
+    const CodecModel::Latents cpu_encoded = on_cpu.encode_latents(image);
+    const std::vector<std::uint8_t> cpu_bytes = on_cpu.compress(image);
+    EXPECT_EQ(on_cuda.decode_latents(cpu_bytes.data(), cpu_bytes.size()).indices, cpu_encoded.indices) << "image " << n;
+
+    const data::Image decoded_on_cpu = on_cpu.decompress(bytes.data(), bytes.size());
+    const data::Image decoded_on_cuda = on_cuda.decompress(bytes.data(), bytes.size());
+    const data::Image cpu_round_trip = on_cpu.decompress(cpu_bytes.data(), cpu_bytes.size());
+    ASSERT_EQ(decoded_on_cpu.pixels.size(), decoded_on_cuda.pixels.size());
+    int largest = 0;
+    for (std::size_t i = 0; i < decoded_on_cpu.pixels.size(); ++i)
+      largest = std::max(largest, std::abs(int(decoded_on_cpu.pixels[i]) - int(decoded_on_cuda.pixels[i])));
+    EXPECT_LE(largest, 1) << "image " << n;
+    // The CPU's own file differs at most where y or z is within float error of a half-integer.
+    EXPECT_GT(data::psnr(cpu_round_trip, decoded_on_cpu), 40.0) << "image " << n;
+  }
+}
+
+TEST(HyperpriorCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::vector<data::Image> images;
+  for (const char* name : {"kodim04.png", "kodim14.png"})
+    images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
+  images.push_back(testing::position_image(37, 29));
+  expect_cross_device(tiny_spec(), tiny_weights(11), images);
+}
+
+TEST(HyperpriorCodecCrossDevice, TheBundledSpecCompressedOnCudaDecodesOnTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // bmshj2018-hyperprior, untrained, its analysis scaled so y and z spread.
+  const ModelSpec spec = bundled_spec();
+  const TensorFile file = weights(spec, 13, {{"g_a3.weight", 20}, {"h_a2.weight", 3}, {"h_s2.weight", 3}});
+  data::Image crop = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
+  expect_cross_device(spec, file, {crop, testing::position_image(200, 130)});
+}
+
+}  // namespace
+}  // namespace plexus::ae

@@ -1,0 +1,97 @@
+// compress --quality's catalog (quality_catalog.h): validation of entries,
+// the model of a shipped quality, the message and training command for one
+// not shipped, and the catalog in the repository.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "plexus/error.h"
+#include "quality_catalog.h"
+
+namespace plexus::ae {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QualityCatalogTest : public ::testing::Test {
+ protected:
+  QualityCatalogTest() {
+    folder = fs::temp_directory_path() / ("plexus-quality-catalog-" + std::to_string(::getpid()));
+    fs::remove_all(folder);
+    fs::create_directories(folder / "q2");
+    std::ofstream(folder / "q2" / "model.safetensors") << "stand-in";
+  }
+  ~QualityCatalogTest() override { fs::remove_all(folder); }
+  std::string write(const std::string& qualities) {
+    const std::string path = (folder / "catalog.json").string();
+    std::ofstream(path) << "{\"qualities\": [" << qualities << "]}";
+    return path;
+  }
+  std::string error_of(const std::string& qualities, int quality = 1) {
+    try {
+      model_for_quality(load_quality_catalog(write(qualities)), quality);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  fs::path folder;
+};
+
+const char* kTwo =
+    R"({"quality": 2, "spec": "bmshj2018-hyperprior", "lambda": 0.0035, "model": "q2/model.safetensors"},
+       {"quality": 5, "spec": "bmshj2018-hyperprior", "lambda": 0.025, "model": "q5/model.safetensors"})";
+
+TEST_F(QualityCatalogTest, AShippedQualityGivesItsModelFile) {
+  const QualityCatalog catalog = load_quality_catalog(write(kTwo));
+  ASSERT_EQ(catalog.entries.size(), 2u);
+  EXPECT_EQ(catalog.entries[1].lambda, 0.025);
+  EXPECT_EQ(fs::path(model_for_quality(catalog, 2)), folder / "q2" / "model.safetensors");
+}
+
+TEST_F(QualityCatalogTest, AQualityNotShippedSaysSoAndHowToTrainIt) {
+  const std::string message = error_of(kTwo, 5);
+  EXPECT_NE(message.find("quality 5 (bmshj2018-hyperprior, lambda 0.025) is not shipped with this plexus-ae"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("plexus-ae train --data BSDS500/train --model bmshj2018-hyperprior --lambda 0.025"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("plexus-ae export --model runs/q5/model.safetensors --storage f16 --out " +
+                         (folder / "q5" / "model.safetensors").string()),
+            std::string::npos) << message;
+  const std::string unknown = error_of(kTwo, 4);
+  EXPECT_NE(unknown.find("no quality 4"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("it lists 2, 5 (shipped: 2)"), std::string::npos) << unknown;
+}
+
+TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
+  auto refused = [&](const std::string& entry, const std::string& fragment) {
+    const std::string message = error_of(entry);
+    EXPECT_NE(message.find("entry 0"), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  refused(R"({"quality": 0, "spec": "s", "lambda": 0.1, "model": "a.safetensors"})", "not in 1..99");
+  refused(R"({"quality": 1.5, "spec": "s", "lambda": 0.1, "model": "a.safetensors"})", "\"quality\" must be an integer");
+  refused(R"({"quality": 1, "spec": "s", "lambda": -1, "model": "a.safetensors"})", "\"lambda\"");
+  refused(R"({"quality": 1, "spec": "../s", "lambda": 0.1, "model": "a.safetensors"})", "\"spec\"");
+  refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "../a.safetensors"})", "\"model\"");
+  refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "/abs/a.safetensors"})", "\"model\"");
+  refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "a.json"})", "\"model\"");
+  const std::string twice = error_of(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "a.safetensors"},
+                                        {"quality": 1, "spec": "s", "lambda": 0.2, "model": "b.safetensors"})");
+  EXPECT_NE(twice.find("quality 1 is listed twice"), std::string::npos) << twice;
+  std::ofstream(folder / "catalog.json") << "{not json";
+  EXPECT_THROW(load_quality_catalog((folder / "catalog.json").string()), IoError);
+}
+
+TEST(QualityCatalogRepository, TheCatalogInTheRepositoryIsValid) {
+  const QualityCatalog catalog =
+      load_quality_catalog(std::string(PLEXUS_SOURCE_DIR) + "/docs/results/quality-catalog.json");
+  EXPECT_GE(catalog.entries.size(), 4u);
+  for (const QualityEntry& entry : catalog.entries) EXPECT_EQ(entry.spec, "bmshj2018-hyperprior");
+}
+
+}  // namespace
+}  // namespace plexus::ae
