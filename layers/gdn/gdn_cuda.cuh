@@ -188,9 +188,8 @@ int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-// TF32 tensor-core kernels (gdn_tensor_core.cu), f32 tensors only.
-// Channel counts they serve (C <= 192), given the GPU (compute capability >= 8.0).
-bool tensor_core_serves(int channels);
+// TF32 tensor-core kernels (gdn_tensor_core.cu), f32 tensors only, C <= 256,
+// compute capability >= 8.0.
 // y = GDN(x) (IGDN when `inverse`); false when it cannot run here (then nothing was launched).
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);

@@ -4,16 +4,18 @@
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (a tile
 // may span two images) and keeps in shared memory:
-//   gamma [CP, CP]  the effective gamma, rounded to TF32, loaded once per block;
+//   gamma [R, CP]   its R rows of the effective gamma (R = CP up to C = 192),
+//                   rounded to TF32, loaded once per block;
 //   x     [CP, T]   the tile's inputs as they are: x^2 is formed (and rounded
 //                   to TF32) while MMA fragments are built, and the epilogues
-//                   read x from here, so x and dy come from global memory once;
+//                   read x from here, so x and dy come from global memory once
+//                   (up to C = 192);
 //   q     [CP, T]   (backward) dL/dn of the tile, rounded to TF32.
-// C is padded to CP (32, 64, 128 or 192) with zero gamma and beta 1. The
+// C is padded to CP (32, 64, 128, 192 or 256) with zero gamma and beta 1. The
 // per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
-//   n        = beta + gamma x^2   [CP x T],  K = C
-//   g        = gamma^T q          [CP x T],  K = C   (backward, for dx)
-//   dgamma  += q (x^2)^T          [CP x CP], K = T   (backward)
+//   n        = beta + gamma x^2   [R x T],   K = C
+//   g        = gamma^T q          [R x T],   K = C   (backward, for dx)
+//   dgamma  += q (x^2)^T          [CP x R],  K = T   (backward)
 // Every matrix is stored row-major, rows of a multiple of 32 floats, with
 // column bits 2-4 XOR-ed by the row (swizzled()): a fragment load reads
 // either 8 rows x 4 columns or 4 rows x 8 columns, and both patterns then
@@ -21,9 +23,24 @@
 // Blocks are persistent and grid-stride over tiles; while a tile is computed
 // each thread holds the next tile's x in registers (and this tile's dy is
 // loaded before the first contraction), so global latency overlaps the MMAs.
+// Up to C = 128 the backward instead copies the next tile's x and dy into a
+// second pair of buffers with cp.async, and a tile needs two barriers instead
+// of three.
 // The backward keeps its dgamma share in registers across all its tiles and
 // writes one partial [C*C + C] per block, summed in a fixed order by
 // gdn.cu's finishing kernel (deterministic, no atomics).
+//
+// C = 256 (gamma alone is 256 KiB, more than an SM's shared memory): gamma is
+// split into two halves of R = 128 rows (blockIdx.y picks one), still f32
+// rounded to TF32 (the precision of the other sizes; bf16 or fp16 halves
+// would lose mantissa bits or range that TF32 keeps). The forward: each half
+// computes its 128 output channels from the whole x tile (the second read of
+// x comes mostly from L2: both halves walk the tiles in step). The backward
+// takes two kernels: gdn_tf32_normalize writes q (TF32, into a temporary) and
+// dy f (into dx) for its half's channels and sums dbeta; gdn_tf32_input_gradient
+// then holds the gamma columns of its half [C x 128], reads the whole q tile
+// and its half of x, adds 2 x gamma^T q to dx and accumulates dgamma's
+// columns of its half. Both write into the same per-block partials.
 #include <atomic>
 #include <cstdint>
 
@@ -31,68 +48,91 @@
 
 namespace plexus::layers::gdn_cuda {
 
-// Warp tiling of one padded channel count CP: kThreads threads, tiles of
-// kTile pixels; the [CP x T] contractions on kContractWarpsM x
-// kContractWarpsN warps, dgamma [CP x CP] on kGradientWarpsM x
-// kGradientWarpsN; kMinBlocks resident blocks per SM (register budget).
-template <int CP, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
-          int kGradientWarpsN, int kMinBlocks>
-struct TilingOf {
+// Warp tiling of one padded channel count CP and R = kRows gamma rows per
+// block: kThreads threads, tiles of kTile pixels; the [R x T] contractions on
+// kContractWarpsM x kContractWarpsN warps, dgamma [CP x R] on
+// kGradientWarpsM x kGradientWarpsN; kMinBlocks resident blocks per SM
+// (register budget); kBuffers x (and dy) tile buffers in the fused backward.
+template <int CP, int kRows, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
+          int kGradientWarpsN, int kMinBlocks, int kBuffers>
+struct Tiling {
   static constexpr int channels = CP;
+  static constexpr int rows = kRows;
+  static constexpr int halves = CP / kRows;  // blocks sharing a tile (gridDim.y)
   static constexpr int threads = kThreads;
   static constexpr int tile = kTile;
+  static constexpr int buffers = kBuffers;
   static constexpr int contract_warps_n = kContractWarpsN;
-  static constexpr int contract_m_tiles = CP / (16 * kContractWarpsM);  // 16-row MMA tiles per warp
-  static constexpr int contract_n_tiles = kTile / (8 * kContractWarpsN);  // 8-pixel MMA tiles per warp
+  static constexpr int contract_m_tiles = kRows / (16 * kContractWarpsM);  // 16-row MMA tiles per warp
+  static constexpr int contract_n_tiles = kTile / (8 * kContractWarpsN);   // 8-pixel MMA tiles per warp
   static constexpr int gradient_warps_n = kGradientWarpsN;
   static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
-  static constexpr int gradient_n_tiles = CP / (8 * kGradientWarpsN);
+  static constexpr int gradient_n_tiles = kRows / (8 * kGradientWarpsN);
   static constexpr int min_blocks = kMinBlocks;
-  // x tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
+  // Tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
   static constexpr int runs_per_row = kTile / 4;
   static constexpr int load_row_step = kThreads / runs_per_row;
-  static constexpr int loads = CP / load_row_step;
-  static constexpr std::size_t forward_bytes = sizeof(float) * (CP * CP + CP + CP * kTile);
-  static constexpr std::size_t backward_bytes = forward_bytes + sizeof(float) * CP * kTile;
+  __host__ __device__ static constexpr int loads(int row_count) { return row_count / load_row_step; }
+  // gamma rows, beta rows, x buffers (forward and the first split kernel).
+  static constexpr std::size_t normalize_bytes = sizeof(float) * (kRows * CP + kRows + kBuffers * CP * kTile);
+  // Fused backward (kRows == CP): gamma, beta, x, q and, with two buffers,
+  // two x and two dy tiles.
+  static constexpr std::size_t backward_bytes = sizeof(float) * (CP * CP + CP + (kBuffers == 2 ? 5 : 2) * CP * kTile);
+  // gamma columns [CP x R], q [CP x T] and x [R x T] buffers (second split kernel).
+  static constexpr std::size_t input_gradient_bytes = sizeof(float) * (CP * kRows + kBuffers * (CP + kRows) * kTile);
+  static_assert(CP % kRows == 0, "row halves");
   static_assert(kContractWarpsM * kContractWarpsN == kThreads / 32, "contraction warps");
   static_assert(kGradientWarpsM * kGradientWarpsN == kThreads / 32, "dgamma warps");
-  static_assert(contract_m_tiles * 16 * kContractWarpsM == CP && contract_n_tiles * 8 * kContractWarpsN == kTile,
+  static_assert(contract_m_tiles * 16 * kContractWarpsM == kRows && contract_n_tiles * 8 * kContractWarpsN == kTile,
                 "contraction tiling");
-  static_assert(gradient_m_tiles * 16 * kGradientWarpsM == CP && gradient_n_tiles * 8 * kGradientWarpsN == CP,
+  static_assert(gradient_m_tiles * 16 * kGradientWarpsM == CP && gradient_n_tiles * 8 * kGradientWarpsN == kRows,
                 "dgamma tiling");
-  static_assert(loads * load_row_step == CP && kThreads % runs_per_row == 0, "x tile loads");
-  static_assert(CP % 32 == 0 && kTile % 32 == 0, "swizzled rows are multiples of 32 floats");
+  static_assert(loads(kRows) * load_row_step == kRows && loads(CP) * load_row_step == CP &&
+                    kThreads % runs_per_row == 0,
+                "tile loads");
+  static_assert(CP % 32 == 0 && kRows % 32 == 0 && kTile % 32 == 0, "swizzled rows are multiples of 32 floats");
+  static_assert(kBuffers == 1 || kBuffers == 2, "one or two buffers");
 };
 
 // Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
 // 97 KiB of shared memory each). C = 192: gamma alone takes 144 KiB, so
-// 32-pixel tiles and one block of 16 warps.
+// 32-pixel tiles and one block of 16 warps. C = 256: half of gamma (128 KiB)
+// and a 64-pixel x tile (64 KiB), 16 warps.
 template <int CP>
 struct ForwardTiling;
 template <>
-struct ForwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+struct ForwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
-struct ForwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+struct ForwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
-struct ForwardTiling<128> : TilingOf<128, 256, 64, 4, 2, 4, 2, 2> {};
+struct ForwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1> {};
 template <>
-struct ForwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+struct ForwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
+template <>
+struct ForwardTiling<256> : Tiling<256, 128, 512, 64, 4, 4, 4, 4, 1, 1> {};
 
 // Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
-// 8 warps, 2 blocks per SM. C = 128 (129 KiB of shared memory: one block per
-// SM) and 192 (193 KiB): 16 warps, so that dgamma takes 32 (72) registers a
-// thread and twice the warps hide the latency of each phase.
+// 8 warps, 2 blocks per SM. C = 128 (gamma, two x and dy buffers and q:
+// 225 KiB of shared memory, one block per SM) and 192 (one buffer: 193 KiB): 16
+// warps, so that dgamma takes 32 (72) registers a thread and twice the warps
+// hide the latency of each phase.
 template <int CP>
 struct BackwardTiling;
 template <>
-struct BackwardTiling<32> : TilingOf<32, 256, 64, 2, 4, 2, 4, 2> {};
+struct BackwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<64> : TilingOf<64, 256, 64, 2, 4, 2, 4, 2> {};
+struct BackwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<128> : TilingOf<128, 512, 64, 4, 4, 4, 4, 1> {};
+struct BackwardTiling<128> : Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2> {};
 template <>
-struct BackwardTiling<192> : TilingOf<192, 512, 32, 4, 4, 4, 4, 1> {};
+struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
+// C = 256 backward, in two kernels over the two halves: the first is the
+// forward's (ForwardTiling<256>), the second holds the gamma columns of its
+// half (128 KiB) and two buffers of a 32-pixel q tile of all channels and x
+// of its half (224 KiB), with dgamma [256 x 128] at 64 registers a thread on
+// 16 warps.
+using InputGradientTiling256 = Tiling<256, 128, 512, 32, 4, 4, 4, 4, 1, 2>;
 namespace {
 
 // Offset of element (row, column) of a row-major matrix with rows of
@@ -142,23 +182,32 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
 #endif
 }
 
-// Effective gamma [CP, CP] (TF32, swizzled, zero-padded) and beta [CP]
-// (padded with 1 so padded rows never divide by zero) into shared memory.
-template <class L>
-__device__ void load_parameters(const float* stored_beta, const float* stored_gamma, int channels,
-                                Reparametrization<float> rp, float* gamma_s, float* beta_s) {
-  constexpr int CP = L::channels;
-  for (int e = threadIdx.x; e < CP * CP; e += L::threads) {
-    const int i = e / CP, j = e % CP;
+
+// Effective gamma rows [row_begin, row_begin + kRowCount) x columns
+// [column_begin, column_begin + kColumnCount) into gamma_s [kRowCount x
+// kColumnCount] (TF32, swizzled, 0 outside the C channels).
+template <class L, int kRowCount, int kColumnCount>
+__device__ void load_gamma(const float* stored_gamma, int channels, Reparametrization<float> rp, int row_begin,
+                           int column_begin, float* gamma_s) {
+  for (int e = threadIdx.x; e < kRowCount * kColumnCount; e += L::threads) {
+    const int r = e / kColumnCount, c = e % kColumnCount;
+    const int i = row_begin + r, j = column_begin + c;
     const float value =
         i < channels && j < channels ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
                                      : 0.0f;
-    gamma_s[swizzled(i, j, CP)] = round_tf32(value);
+    gamma_s[swizzled(r, c, kColumnCount)] = round_tf32(value);
   }
-  for (int i = threadIdx.x; i < CP; i += L::threads)
-    beta_s[i] = i < channels ? effective_value(stored_beta[i], rp.beta_bound, rp.pedestal) : 1.0f;
 }
 
+// Effective beta of the block's R rows (1 for padded rows, so they never divide by zero).
+template <class L>
+__device__ void load_beta(const float* stored_beta, int channels, Reparametrization<float> rp, int row_begin,
+                          float* beta_s) {
+  for (int r = threadIdx.x; r < L::rows; r += L::threads) {
+    const int i = row_begin + r;
+    beta_s[r] = i < channels ? effective_value(stored_beta[i], rp.beta_bound, rp.pedestal) : 1.0f;
+  }
+}
 // Where a tile starts: its first pixel as (image, pixel within the image),
 // one 64-bit division per tile. When images have at least T pixels a tile
 // touches at most two images, and tile_run finds its other pixels with a
@@ -196,20 +245,21 @@ __device__ __forceinline__ PixelRun<N> tile_run(const TileOrigin& origin, int co
   return run;
 }
 
-// The tile [tile_begin, tile_begin + T) of x into registers: thread t reads
-// pixels 4 (t % (T/4)) + 0..3 of channels t / (T/4) + k * load_row_step
-// (coalesced float4 runs along pixels); 0 outside the batch and the channels.
-template <class L>
-__device__ __forceinline__ void fetch_tile(const float* x, long long tile_begin, long long total_pixels,
-                                           long long pixels, int channels, bool vector_io,
-                                           float (&values)[L::loads][4]) {
+// Rows [row_begin, row_begin + kRowCount) of the tile [tile_begin,
+// tile_begin + T) of `source` into registers: thread t reads pixels
+// 4 (t % (T/4)) + 0..3 of rows t / (T/4) + k * load_row_step (coalesced
+// float4 runs along pixels); 0 outside the batch and the channels.
+template <class L, int kRowCount>
+__device__ __forceinline__ void fetch_tile(const float* source, int row_begin, long long tile_begin,
+                                           long long total_pixels, long long pixels, int channels, bool vector_io,
+                                           float (&values)[L::loads(kRowCount)][4]) {
   const PixelRun<4> run = tile_run<4, L::tile>(tile_origin(tile_begin, pixels), 4 * (threadIdx.x % L::runs_per_row),
                                                total_pixels, pixels, channels, vector_io);
 #pragma unroll
-  for (int l = 0; l < L::loads; ++l) {
-    const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+  for (int l = 0; l < L::loads(kRowCount); ++l) {
+    const int row = row_begin + threadIdx.x / L::runs_per_row + l * L::load_row_step;
     if (row < channels) {
-      load_run<4>(x, run, static_cast<long long>(row) * pixels, values[l]);
+      load_run<4>(source, run, static_cast<long long>(row) * pixels, values[l]);
     } else {
 #pragma unroll
       for (int c = 0; c < 4; ++c) values[l][c] = 0.0f;
@@ -217,18 +267,78 @@ __device__ __forceinline__ void fetch_tile(const float* x, long long tile_begin,
   }
 }
 
-template <class L>
-__device__ __forceinline__ void store_tile(const float (&values)[L::loads][4], float* x_s) {
+template <class L, int kRowCount>
+__device__ __forceinline__ void store_tile(const float (&values)[L::loads(kRowCount)][4], float* tile_s) {
 #pragma unroll
-  for (int l = 0; l < L::loads; ++l) {
+  for (int l = 0; l < L::loads(kRowCount); ++l) {
     const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
-    store4(x_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), values[l]);
+    store4(tile_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), values[l]);
   }
 }
 
-// acc[mt][nt] += gamma x^2 on the warp's rows m_base + 16 mt + [0, 16) and
-// pixels n_base + 8 nt + [0, 8), reduced over channels [0, reduce_end).
-// A (m = i, k = j) = gamma_ij, B (k = j, n = p) = x_j(p)^2.
+// cp.async (compute capability >= 8.0): 16 bytes, or 4 bytes (zeros when
+// !valid), from global to shared memory without passing through registers.
+__device__ __forceinline__ void copy_async16(float* shared, const float* global) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void copy_async4(float* shared, const float* global, bool valid) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(address), "l"(global), "r"(valid ? 4 : 0)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void commit_async_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// This thread's copies have landed (a barrier then shows them to the block).
+__device__ __forceinline__ void wait_async_copies() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// fetch_tile + store_tile of rows [row_begin, row_begin + kRowCount) of the
+// tile straight into tile_s with cp.async (same thread mapping; 0 outside the
+// batch and the channels), as one commit group.
+template <class L, int kRowCount>
+__device__ __forceinline__ void copy_tile_async(const float* source, int row_begin, long long tile_begin,
+                                                long long total_pixels, long long pixels, int channels,
+                                                bool vector_io, float* tile_s) {
+  const int column = 4 * (threadIdx.x % L::runs_per_row);
+  const PixelRun<4> run =
+      tile_run<4, L::tile>(tile_origin(tile_begin, pixels), column, total_pixels, pixels, channels, vector_io);
+#pragma unroll
+  for (int l = 0; l < L::loads(kRowCount); ++l) {
+    const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
+    const int channel = row_begin + row;
+    float* destination = tile_s + swizzled(row, column, L::tile);  // 4 consecutive floats (the XOR keeps runs of 4)
+    const long long channel_offset = static_cast<long long>(channel) * pixels;
+    if (channel < channels && run.contiguous) {
+      copy_async16(destination, source + run.offset[0] + channel_offset);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool valid = channel < channels && ((run.valid_mask >> c) & 1);
+        copy_async4(destination + c, valid ? source + run.offset[c] + channel_offset : source, valid);
+      }
+    }
+  }
+  commit_async_copies();
+}
+
+// acc[mt][nt] += gamma x^2 on the warp's rows m_base + 16 mt + [0, 16) of
+// gamma_s [R x CP] and pixels n_base + 8 nt + [0, 8), reduced over channels
+// [0, reduce_end). A (m = i, k = j) = gamma_ij, B (k = j, n = p) = x_j(p)^2.
 template <class L>
 __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const float* x_s, int reduce_end,
                                                   float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
@@ -262,13 +372,14 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
   }
 }
 
-// acc[mt][nt] += gamma^T q on the warp's rows (channels k) and pixels,
-// reduced over i in [0, reduce_end). A (m = k, k = i) = gamma_ik, B (k = i, n = p) = q_i(p).
+// acc[mt][nt] += gamma^T q on the warp's rows (channels k, columns of
+// gamma_s [CP x R]) and pixels, reduced over i in [0, reduce_end).
+// A (m = k, k = i) = gamma_ik, B (k = i, n = p) = q_i(p).
 template <class L>
 __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s, const float* q_s, int reduce_end,
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
-  constexpr int CP = L::channels;
+  constexpr int R = L::rows;
 #pragma unroll 2
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
@@ -276,10 +387,10 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
       const int r8 = m_base + 16 * mt;
-      a[mt][0] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8, CP)]);
-      a[mt][1] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8 + 8, CP)]);
-      a[mt][2] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8, CP)]);
-      a[mt][3] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8 + 8, CP)]);
+      a[mt][0] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8, R)]);
+      a[mt][1] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8 + 8, R)]);
+      a[mt][2] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8, R)]);
+      a[mt][3] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8 + 8, R)]);
     }
 #pragma unroll
     for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
@@ -295,7 +406,8 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
 }
 
 // acc[mt][nt] += q (x^2)^T over the tile's T pixels on the warp's dgamma rows
-// i = m_base + 16 mt + [0, 16) and columns k = n_base + 8 nt + [0, 8).
+// i = m_base + 16 mt + [0, 16) (rows of q_s [CP x T]) and columns
+// k = n_base + 8 nt + [0, 8) (rows of x_s [R x T]).
 // A (m = i, k = p) = q_i(p), B (k = p, n = k) = x_k(p)^2.
 template <class L>
 __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
@@ -341,36 +453,120 @@ __device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, lo
     runs[nt] = tile_run<2, L::tile>(origin, n_base + 8 * nt + 2 * t, total_pixels, pixels, channels, vector_io);
 }
 
-// Forward: per pixel n_i = beta_i + sum_j gamma_ij x_j^2 (TF32 products,
-// f32 sums), GDN y_i = x_i n_i^-1/2, IGDN y_i = x_i n_i^1/2.
-// Launch: persistent blocks grid-striding over T-pixel tiles; gamma stays in
-// shared memory for all of a block's tiles.
-template <int CP, bool kInverse>
-__global__ void __launch_bounds__(ForwardTiling<CP>::threads, ForwardTiling<CP>::min_blocks)
-    gdn_tf32_forward(const float* x, float* y, const float* stored_beta, const float* stored_gamma, int channels,
-                     long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io) {
-  using L = ForwardTiling<CP>;
-  constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+// values = channels row_begin + m_base + 16 mt + g + 8 half of `source` at
+// the pixels of runs[nt], in the accumulator layout (0 beyond the C channels).
+template <class L>
+__device__ __forceinline__ void load_rows(const float* source, const PixelRun<2> (&runs)[L::contract_n_tiles],
+                                          int row_begin, int m_base, int channels, long long pixels,
+                                          float (&values)[L::contract_m_tiles][L::contract_n_tiles][4]) {
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int mt = 0; mt < L::contract_m_tiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row_begin + m_base + 16 * mt + g + 8 * half;
+#pragma unroll
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
+        if (row < channels) {
+          load_run<2>(source, runs[nt], static_cast<long long>(row) * pixels, values[mt][nt] + 2 * half);
+        } else {
+          values[mt][nt][2 * half] = values[mt][nt][2 * half + 1] = 0.0f;
+        }
+      }
+    }
+}
+
+// The block's dbeta (beta_grad: per thread, rows m_base + 16 mt + g + 8 half)
+// into its partial: over the 4 lanes of a row, then over the contraction
+// warps sharing rows in a fixed order, through `scratch` (shared memory no
+// longer read, at least contract_warps_n x R floats).
+template <class L>
+__device__ void write_beta_partial(const float (&beta_grad)[L::contract_m_tiles][2], int m_base, int row_begin,
+                                   int channels, float* scratch, float* partial) {
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  __syncthreads();  // every warp is done with the scratch memory
+#pragma unroll
+  for (int mt = 0; mt < L::contract_m_tiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = beta_grad[mt][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (t == 0) scratch[(warp % L::contract_warps_n) * L::rows + m_base + 16 * mt + g + 8 * half] = sum;
+    }
+  __syncthreads();
+  for (int r = threadIdx.x; r < L::rows && row_begin + r < channels; r += L::threads) {
+    float sum = 0.0f;
+    for (int w = 0; w < L::contract_warps_n; ++w) sum += scratch[w * L::rows + r];
+    partial[channels * channels + row_begin + r] = sum;
+  }
+}
+
+// q = dL/dn and the output-gradient factor from n, x and dy (one element):
+//   GDN  q = -1/2 dy x n^-3/2, f = n^-1/2     IGDN q = 1/2 dy x n^-1/2, f = n^1/2
+// returns q; dy becomes dy f.
+template <bool kInverse>
+__device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
+  const float root = rsqrtf(n);  // n^-1/2
+  float q;
+  if (kInverse) {
+    q = 0.5f * dy * x * root;
+    dy = dy * sqrtf(n);
+  } else {
+    q = -0.5f * dy * x * root * root * root;
+    dy = dy * root;
+  }
+  return q;
+}
+
+// Forward (kGradient false): per pixel n_i = beta_i + sum_j gamma_ij x_j^2
+// (TF32 products, f32 sums), GDN y_i = x_i n_i^-1/2, IGDN y_i = x_i n_i^1/2,
+// into `out`. With kGradient (the first backward kernel at C = 256):
+// q_i = dL/dn_i (norm_gradient) rounded to TF32 into q, dy_i f_i into `out`
+// (when not null), and the block's dbeta into its partial [C*C + C].
+// Launch: persistent blocks grid-striding over T-pixel tiles; blockIdx.y
+// picks the block's R rows of gamma (all of them up to C = 192), which stay
+// in shared memory for all its tiles.
+template <class L, bool kInverse, bool kGradient>
+__global__ void __launch_bounds__(L::threads, L::min_blocks)
+    gdn_tf32_normalize(const float* x, const float* dy, float* out, float* q, const float* stored_beta,
+                       const float* stored_gamma, int channels, long long pixels, long long total_pixels,
+                       Reparametrization<float> rp, bool vector_io, float* partials) {
+  constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
-  float* beta_s = gamma_s + CP * CP;
-  float* x_s = beta_s + CP;
-  load_parameters<L>(stored_beta, stored_gamma, channels, rp, gamma_s, beta_s);
+  float* beta_s = gamma_s + L::rows * CP;
+  float* x_buffers = beta_s + L::rows;
+  const int row_begin = blockIdx.y * L::rows;
+  load_gamma<L, L::rows, CP>(stored_gamma, channels, rp, row_begin, 0, gamma_s);
+  load_beta<L>(stored_beta, channels, rp, row_begin, beta_s);
 
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int m_base = (warp / L::contract_warps_n) * MT * 16;
   const int n_base = (warp % L::contract_warps_n) * NT * 8;
   const int reduce_end = (channels + 7) / 8 * 8;
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
-  float next[L::loads][4];
-  if (blockIdx.x < tiles) fetch_tile<L>(x, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  float beta_grad[MT][2] = {};
+  float next[L::loads(CP)][4];
+  if (blockIdx.x < tiles)
+    fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
-    __syncthreads();  // the previous tile's x_s is no longer read (and the parameters are ready)
-    store_tile<L>(next, x_s);
-    __syncthreads();
+    float* x_s = x_buffers + buffer * CP * L::tile;
+    if (L::buffers == 1) __syncthreads();  // the previous tile's x_s is no longer read
+    store_tile<L, CP>(next, x_s);
+    // The backward issues its dy loads before the contraction, which hides
+    // their latency; the forward finds its pixels after it (fewer live registers).
+    PixelRun<2> runs[NT];
+    float dyv[MT][NT][4];
+    if (kGradient) {
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+      load_rows<L>(dy, runs, row_begin, m_base, channels, pixels, dyv);
+    }
+    __syncthreads();  // x_s stored (and the parameters, the first time)
     if (tile + gridDim.x < tiles)
-      fetch_tile<L>(x, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+      fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -380,35 +576,53 @@ __global__ void __launch_bounds__(ForwardTiling<CP>::threads, ForwardTiling<CP>:
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
     contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+    if (!kGradient) pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
 
-    PixelRun<2> runs[NT];
-    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = m_base + 16 * mt + g + 8 * half;
+        const int row = row_begin + m_base + 16 * mt + g + 8 * half;
         if (row >= channels) continue;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, L::tile));
           const float* n = acc[mt][nt] + 2 * half;
-          const float out[2] = {kInverse ? xv.x * sqrtf(n[0]) : xv.x * rsqrtf(n[0]),
+          const long long channel_offset = static_cast<long long>(row) * pixels;
+          if (kGradient) {
+            float* d = dyv[mt][nt] + 2 * half;
+            const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
+            beta_grad[mt][half] += qv[0] + qv[1];
+            const float rounded[2] = {round_tf32(qv[0]), round_tf32(qv[1])};
+            store_run<2>(q, runs[nt], channel_offset, rounded);
+            if (out) store_run<2>(out, runs[nt], channel_offset, d);
+          } else {
+            const float y[2] = {kInverse ? xv.x * sqrtf(n[0]) : xv.x * rsqrtf(n[0]),
                                 kInverse ? xv.y * sqrtf(n[1]) : xv.y * rsqrtf(n[1])};
-          store_run<2>(y, runs[nt], static_cast<long long>(row) * pixels, out);
+            store_run<2>(out, runs[nt], channel_offset, y);
+          }
         }
       }
+    if (L::buffers == 2) buffer ^= 1;
   }
+  if (kGradient)
+    write_beta_partial<L>(beta_grad, m_base, row_begin, channels, x_buffers,
+                          partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels));
 }
 
-// Backward, per tile (sums over the tile's pixels):
-//   n = beta + gamma x^2 (recomputed), q_i = dL/dn_i:
-//     GDN  q_i = -1/2 dy_i x_i n_i^-3/2      IGDN q_i = 1/2 dy_i x_i n_i^-1/2
+// Fused backward (C <= 192, all of gamma in one block), per tile (sums over
+// the tile's pixels):
+//   n = beta + gamma x^2 (recomputed), q_i = dL/dn_i (norm_gradient),
 //   dx_k = dy_k f_k + 2 x_k sum_i gamma_ik q_i   (f = n^-1/2 GDN, n^1/2 IGDN)
 //   dbeta_i += sum q_i,  dgamma_ik += sum q_i x_k^2
 // then one [C*C + C] partial per block: dgamma row-major, then dbeta.
 // Launch: persistent blocks over T-pixel tiles (1 per SM at C >= 128);
 // dgamma stays in registers (MMA accumulators) across the block's tiles.
+// Two buffers (C <= 128): x and dy of the next tile are copied into the
+// other buffers with cp.async while this tile is computed, and each tile
+// passes two barriers (the first one also frees q_s and the other buffers:
+// every warp has finished the previous tile). One buffer (C = 192): the next
+// tile's x waits in registers, dy is loaded into registers, three barriers.
 template <int CP, bool kInverse>
 __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
     gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
@@ -417,12 +631,16 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
   using L = BackwardTiling<CP>;
   constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
+  constexpr bool kAsync = L::buffers == 2;
+  constexpr int kTileFloats = CP * L::tile;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
   float* beta_s = gamma_s + CP * CP;
-  float* x_s = beta_s + CP;
-  float* q_s = x_s + CP * L::tile;
-  load_parameters<L>(stored_beta, stored_gamma, channels, rp, gamma_s, beta_s);
+  float* x_buffers = beta_s + CP;                           // [buffers][CP x T]
+  float* dy_buffers = x_buffers + L::buffers * kTileFloats;  // [2][CP x T], with two buffers
+  float* q_s = kAsync ? dy_buffers + 2 * kTileFloats : dy_buffers;
+  load_gamma<L, CP, CP>(stored_gamma, channels, rp, 0, 0, gamma_s);
+  load_beta<L>(stored_beta, channels, rp, 0, beta_s);
 
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int m_base = (warp / L::contract_warps_n) * MT * 16;
@@ -432,44 +650,46 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
   const int reduce_end = (channels + 7) / 8 * 8;
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
 
-  float gamma_grad[GMT][GNT][4];
-#pragma unroll
-  for (int mt = 0; mt < GMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < GNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) gamma_grad[mt][nt][e] = 0.0f;
-  float beta_grad[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) beta_grad[mt][0] = beta_grad[mt][1] = 0.0f;
-
-  float next[L::loads][4];
-  if (blockIdx.x < tiles) fetch_tile<L>(x, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  float gamma_grad[GMT][GNT][4] = {};
+  float beta_grad[MT][2] = {};
+  float next[kAsync ? 1 : L::loads(CP)][4];
+  if (blockIdx.x < tiles) {
+    const long long first = blockIdx.x * L::tile;
+    if constexpr (kAsync) {
+      copy_tile_async<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, x_buffers);
+      copy_tile_async<L, CP>(dy, 0, first, total_pixels, pixels, channels, vector_io, dy_buffers);
+    } else {
+      fetch_tile<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, next);
+    }
+  }
+  int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
-    __syncthreads();  // the previous tile's x_s and q_s are no longer read
-    store_tile<L>(next, x_s);
-    // dy in the accumulator layout, issued before the contraction that hides its latency.
+    const bool has_next = tile + gridDim.x < tiles;
+    float* x_s = x_buffers + buffer * kTileFloats;
+    const float* dy_s = dy_buffers + buffer * kTileFloats;
     PixelRun<2> runs[NT];
-    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
-    float dyv[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = m_base + 16 * mt + g + 8 * half;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          if (row < channels) {
-            load_run<2>(dy, runs[nt], static_cast<long long>(row) * pixels, dyv[mt][nt] + 2 * half);
-          } else {
-            dyv[mt][nt][2 * half] = dyv[mt][nt][2 * half + 1] = 0.0f;
-          }
-        }
+    float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
+    if constexpr (kAsync) {
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+      wait_async_copies();
+      __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
+      if (has_next) {
+        const long long next_begin = (tile + gridDim.x) * L::tile;
+        copy_tile_async<L, CP>(x, 0, next_begin, total_pixels, pixels, channels, vector_io, x_buffers + (buffer ^ 1) * kTileFloats);
+        copy_tile_async<L, CP>(dy, 0, next_begin, total_pixels, pixels, channels, vector_io,
+                           dy_buffers + (buffer ^ 1) * kTileFloats);
       }
-    __syncthreads();
-    if (tile + gridDim.x < tiles)
-      fetch_tile<L>(x, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    } else {
+      __syncthreads();  // the previous tile's x_s and q_s are no longer read
+      store_tile<L, CP>(next, x_s);
+      // dy in the accumulator layout, issued before the contraction that hides its latency.
+      pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+      load_rows<L>(dy, runs, 0, m_base, channels, pixels, dyv);
+      __syncthreads();
+      if (has_next)
+        fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    }
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -491,24 +711,17 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
         for (int nt = 0; nt < NT; ++nt) {
           const int column = n_base + 8 * nt + 2 * t;
           const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, column, L::tile));
-          const float xs[2] = {xv.x, xv.y};
-          float q[2];
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float n = acc[mt][nt][2 * half + c];
-            const float root = rsqrtf(n);  // n^-1/2
-            float& d = dyv[mt][nt][2 * half + c];
-            if (kInverse) {
-              q[c] = 0.5f * d * xs[c] * root;
-              d = d * sqrtf(n);
-            } else {
-              q[c] = -0.5f * d * xs[c] * root * root * root;
-              d = d * root;
-            }
-            beta_grad[mt][half] += q[c];
+          float* d = dyv[mt][nt] + 2 * half;
+          if constexpr (kAsync) {
+            const float2 dv = *reinterpret_cast<const float2*>(dy_s + swizzled(row, column, L::tile));
+            d[0] = dv.x;
+            d[1] = dv.y;
           }
+          const float* n = acc[mt][nt] + 2 * half;
+          const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
+          beta_grad[mt][half] += qv[0] + qv[1];
           *reinterpret_cast<float2*>(q_s + swizzled(row, column, L::tile)) =
-              make_float2(round_tf32(q[0]), round_tf32(q[1]));
+              make_float2(round_tf32(qv[0]), round_tf32(qv[1]));
         }
       }
     __syncthreads();
@@ -539,28 +752,11 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
         }
     }
     accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    if (kAsync) buffer ^= 1;
   }
 
-  // This block's partial sums. dbeta: over the 4 lanes of a row, then over
-  // the contraction warps sharing rows, in a fixed order through x_s.
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-  __syncthreads();  // x_s is free
-  float* row_sums = x_s;  // [contract_warps_n][CP]
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = beta_grad[mt][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (t == 0) row_sums[(warp % L::contract_warps_n) * CP + m_base + 16 * mt + g + 8 * half] = sum;
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < channels; i += L::threads) {
-    float sum = 0.0f;
-    for (int w = 0; w < L::contract_warps_n; ++w) sum += row_sums[w * CP + i];
-    partial[channels * channels + i] = sum;
-  }
+  write_beta_partial<L>(beta_grad, m_base, 0, channels, q_s, partial);
 #pragma unroll
   for (int mt = 0; mt < GMT; ++mt)
 #pragma unroll
@@ -573,12 +769,106 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
       }
 }
 
+// Second backward kernel at C = 256, for the channels k of its half
+// (blockIdx.y), after gdn_tf32_normalize<..., true> wrote q and dy f:
+//   dx_k = (dy f)_k + 2 x_k sum_i gamma_ik q_i    (dx holds dy f; skipped when null)
+//   dgamma_ik += sum over the tile of q_i x_k^2   (all i)
+// then dgamma's columns of its half into the block's partial.
+// Launch: persistent blocks grid-striding over T-pixel tiles, as many per
+// half as the first kernel (they fill the same partials). The next tile's q
+// and x are copied into a second pair of buffers with cp.async while this
+// one is computed: one barrier per tile.
+template <class L>
+__global__ void __launch_bounds__(L::threads, L::min_blocks)
+    gdn_tf32_input_gradient(const float* x, const float* q, float* dx, const float* stored_gamma, int channels,
+                            long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io,
+                            float* partials) {
+  constexpr int CP = L::channels, R = L::rows, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+  constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
+  static_assert(L::buffers == 2, "double-buffered");
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  float* gamma_s = reinterpret_cast<float*>(shared_bytes);  // [CP x R]: gamma_s(i, k) = gamma(i, row_begin + k)
+  float* q_buffers = gamma_s + CP * R;                        // [2][CP x T]
+  float* x_buffers = q_buffers + 2 * CP * L::tile;            // [2][R x T]: channels row_begin + [0, R)
+  const int row_begin = blockIdx.y * R;
+  load_gamma<L, CP, R>(stored_gamma, channels, rp, 0, row_begin, gamma_s);
+
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int m_base = (warp / L::contract_warps_n) * MT * 16;
+  const int n_base = (warp % L::contract_warps_n) * NT * 8;
+  const int gradient_m_base = (warp / L::gradient_warps_n) * GMT * 16;
+  const int gradient_n_base = (warp % L::gradient_warps_n) * GNT * 8;
+  const int reduce_end = (channels + 7) / 8 * 8;
+  const long long tiles = (total_pixels + L::tile - 1) / L::tile;
+
+  float gamma_grad[GMT][GNT][4] = {};
+  if (blockIdx.x < tiles) {
+    copy_tile_async<L, CP>(q, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, q_buffers);
+    copy_tile_async<L, R>(x, row_begin, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, x_buffers);
+  }
+  int buffer = 0;
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const long long tile_begin = tile * L::tile;
+    const float* q_s = q_buffers + buffer * CP * L::tile;
+    const float* x_s = x_buffers + buffer * R * L::tile;
+    PixelRun<2> runs[NT];
+    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
+    float scaled[MT][NT][4];
+    if (dx) load_rows<L>(dx, runs, row_begin, m_base, channels, pixels, scaled);
+    wait_async_copies();
+    __syncthreads();  // this tile's q and x have landed (and gamma_s); the previous tile is done everywhere
+    if (tile + gridDim.x < tiles) {
+      const long long next_begin = (tile + gridDim.x) * L::tile;
+      copy_tile_async<L, CP>(q, 0, next_begin, total_pixels, pixels, channels, vector_io,
+                             q_buffers + (buffer ^ 1) * CP * L::tile);
+      copy_tile_async<L, R>(x, row_begin, next_begin, total_pixels, pixels, channels, vector_io,
+                            x_buffers + (buffer ^ 1) * R * L::tile);
+    }
+
+    if (dx) {
+      float acc[MT][NT][4] = {};
+      contract_gamma_transposed_q<L>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int local = m_base + 16 * mt + g + 8 * half;
+          if (row_begin + local >= channels) continue;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const float2 xv =
+                *reinterpret_cast<const float2*>(x_s + swizzled(local, n_base + 8 * nt + 2 * t, L::tile));
+            const float* back = acc[mt][nt] + 2 * half;
+            const float* d = scaled[mt][nt] + 2 * half;
+            const float out[2] = {d[0] + 2.0f * xv.x * back[0], d[1] + 2.0f * xv.y * back[1]};
+            store_run<2>(dx, runs[nt], static_cast<long long>(row_begin + local) * pixels, out);
+          }
+        }
+    }
+    accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    buffer ^= 1;
+  }
+
+  float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
+#pragma unroll
+  for (int mt = 0; mt < GMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < GNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = gradient_m_base + 16 * mt + g + 8 * (e / 2);
+        const int k = row_begin + gradient_n_base + 8 * nt + 2 * t + e % 2;
+        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
+      }
+}
+
 // C padded for the tensor-core kernels, or 0 when C is too large for them.
 int padded_channels(int channels) {
   if (channels <= 32) return 32;
   if (channels <= 64) return 64;
   if (channels <= 128) return 128;
   if (channels <= 192) return 192;
+  if (channels <= 256) return 256;
   return 0;
 }
 
@@ -598,18 +888,28 @@ bool device_has_tf32_mma() {
   return major >= 8;
 }
 
+// Blocks per row half (gridDim.x) of a persistent kernel run on
+// `halves` x gridDim.x blocks: as many as are resident at once, at least
+// one, at most one per tile. `resident` = 0 (it cannot run here) gives 0.
+int blocks_per_half(int resident, int halves, long long tiles) {
+  if (resident == 0) return 0;
+  const long long blocks = resident / halves > 0 ? resident / halves : 1;
+  return static_cast<int>(blocks < tiles ? blocks : tiles);
+}
+
 template <int CP, bool kInverse>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   using L = ForwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<gdn_tf32_forward<CP, kInverse>>(L::threads, L::forward_bytes, tiles);
+  const int blocks = blocks_per_half(
+      resident_blocks<gdn_tf32_normalize<L, kInverse, false>>(L::threads, L::normalize_bytes), L::halves, tiles);
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(y.data<float>());
-  gdn_tf32_forward<CP, kInverse><<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
-      x.data<float>(), y.data<float>(), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
-      problem.total_pixels, rp, vector_io);
-  cuda::check_launch("gdn_tf32_forward", __FILE__, __LINE__);
+  gdn_tf32_normalize<L, kInverse, false><<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
+      x.data<float>(), nullptr, y.data<float>(), nullptr, beta.data<float>(), gamma.data<float>(), problem.channels,
+      problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
+  cuda::check_launch("gdn_tf32_normalize", __FILE__, __LINE__);
   return true;
 }
 
@@ -631,6 +931,41 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   return partials;
 }
 
+// C = 256: gdn_tf32_normalize writes q (a temporary) and dy f (into dx) and
+// dbeta; gdn_tf32_input_gradient finishes dx and adds dgamma, into the same
+// partials (both kernels on the same number of blocks per half).
+template <bool kInverse>
+Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
+                             const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+  using First = ForwardTiling<256>;
+  using Second = InputGradientTiling256;
+  const long long first_tiles = (problem.total_pixels + First::tile - 1) / First::tile;
+  const int first_resident = resident_blocks<gdn_tf32_normalize<First, kInverse, true>>(First::threads,
+                                                                                         First::normalize_bytes);
+  const int second_resident =
+      resident_blocks<gdn_tf32_input_gradient<Second>>(Second::threads, Second::input_gradient_bytes);
+  const int blocks = blocks_per_half(first_resident < second_resident ? first_resident : second_resident,
+                                     First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
+  if (blocks == 0) return Tensor();
+  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
+  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  Tensor q(x.shape(), x.dtype(), x.device());
+  float* dx_data = dx ? dx->data<float>() : nullptr;
+  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
+                         aligned16(q.data<float>()) && (!dx || aligned16(dx_data));
+  gdn_tf32_normalize<First, kInverse, true>
+      <<<dim3(blocks, First::halves), First::threads, First::normalize_bytes, cuda::stream(ctx)>>>(
+          x.data<float>(), dy.data<float>(), dx_data, q.data<float>(), beta.data<float>(), gamma.data<float>(),
+          problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
+  cuda::check_launch("gdn_tf32_normalize (backward)", __FILE__, __LINE__);
+  gdn_tf32_input_gradient<Second>
+      <<<dim3(blocks, Second::halves), Second::threads, Second::input_gradient_bytes, cuda::stream(ctx)>>>(
+          x.data<float>(), q.data<float>(), dx_data, gamma.data<float>(), problem.channels, problem.pixels,
+          problem.total_pixels, rp, vector_io, partials.data<float>());
+  cuda::check_launch("gdn_tf32_input_gradient", __FILE__, __LINE__);
+  return partials;
+}
+
 template <bool kInverse>
 bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
@@ -639,6 +974,7 @@ bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
     case 64: return launch_forward<64, kInverse>(ctx, x, y, beta, gamma, problem, rp);
     case 128: return launch_forward<128, kInverse>(ctx, x, y, beta, gamma, problem, rp);
     case 192: return launch_forward<192, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 256: return launch_forward<256, kInverse>(ctx, x, y, beta, gamma, problem, rp);
     default: return false;
   }
 }
@@ -651,6 +987,7 @@ Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
     case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
     case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
     case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
     default: return Tensor();
   }
 }

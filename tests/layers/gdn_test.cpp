@@ -241,13 +241,14 @@ TEST(GDN, ParityCpuCudaWideChannels) {
 // One forward and backward of `type` on `device` in `dtype` (TF32 allowed or
 // not), from f64 parameters, input and output gradient. Output and input
 // gradient start as NaN, so an element a kernel leaves unwritten shows.
+// Without `input_grad` the backward gets no input gradient to write.
 struct Pass {
   std::vector<double> y, dx, beta_grad, gamma_grad;
 };
 
 Pass run_pass(const std::string& type, const Shape& shape, Device device, DType dtype, bool tf32,
               const std::vector<double>& beta, const std::vector<double>& gamma, const std::vector<double>& x,
-              const std::vector<double>& dy) {
+              const std::vector<double>& dy, bool input_grad = true) {
   const std::int64_t channels = shape[1];
   auto layer = registry.create(type, "g", {});
   layer->output_shapes({shape});
@@ -262,10 +263,10 @@ Pass run_pass(const std::string& type, const Shape& shape, Device device, DType 
   Tensor input = Tensor::from_values(x, shape, dtype, device);
   Tensor output = Tensor::from_values(poison, shape, dtype, device);
   Tensor output_grad = Tensor::from_values(dy, shape, dtype, device);
-  Tensor input_grad = Tensor::from_values(poison, shape, dtype, device);
+  Tensor input_gradient = Tensor::from_values(poison, shape, dtype, device);
   layer->forward(ctx, {&input}, {&output});
-  layer->backward(ctx, {&input}, {&output}, {&output_grad}, {&input_grad});
-  return {output.to_values(), input_grad.to_values(), layer->parameter("beta").grad.to_values(),
+  layer->backward(ctx, {&input}, {&output}, {&output_grad}, {input_grad ? &input_gradient : nullptr});
+  return {output.to_values(), input_gradient.to_values(), layer->parameter("beta").grad.to_values(),
           layer->parameter("gamma").grad.to_values()};
 }
 
@@ -280,12 +281,11 @@ double relative_error(const std::vector<double>& expected, const std::vector<dou
   return std::sqrt(difference / norm);
 }
 
-// f32 with TF32 allowed (tensor-core kernels up to C = 192; at 256 the
-// general path, whose dgamma product is a TF32 cuBLAS GEMM) against the f64
-// CPU layer: output, input gradient and both parameter gradients within
-// 2e-3 relative (TF32 keeps 10 mantissa bits: ~5e-4 per rounded operand).
-// Up to C = 192 the forward must also differ from f64 by more than f32
-// rounding alone would (1e-6), which shows the tensor-core path ran.
+// f32 with TF32 allowed (tensor-core kernels; C = 256 on the two-half
+// kernels) against the f64 CPU layer: output, input gradient and both
+// parameter gradients within 2e-3 relative (TF32 keeps 10 mantissa bits:
+// ~5e-4 per rounded operand). The forward must also differ from f64 by more
+// than f32 rounding alone would (1e-6), which shows the tensor-core path ran.
 TEST(GDN, Tf32MatchesF64ReferenceCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(31);
@@ -307,7 +307,7 @@ TEST(GDN, Tf32MatchesF64ReferenceCuda) {
         EXPECT_LE(relative_error(reference.dx, tf32.dx), 2e-3);
         EXPECT_LE(relative_error(reference.beta_grad, tf32.beta_grad), 2e-3);
         EXPECT_LE(relative_error(reference.gamma_grad, tf32.gamma_grad), 2e-3);
-        if (channels <= 192) EXPECT_GT(y_error, 1e-6);
+        EXPECT_GT(y_error, 1e-6);
         std::cout << "[ TF32     ] " << type << " " << shape_str(shape) << ": y " << y_error << ", dx "
                   << relative_error(reference.dx, tf32.dx) << ", dbeta "
                   << relative_error(reference.beta_grad, tf32.beta_grad) << ", dgamma "
@@ -316,20 +316,46 @@ TEST(GDN, Tf32MatchesF64ReferenceCuda) {
 }
 
 // The parameter gradients are per-block partial sums added in a fixed order:
-// two identical backward passes give identical bits.
+// two identical backward passes give identical bits (C = 128: one fused
+// kernel; C = 256: two kernels filling the same partials).
 TEST(GDN, Tf32ParameterGradientsAreDeterministicCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(32);
-  const Shape shape{4, 128, 32, 32};
-  const std::vector<double> beta = uniform_values(128, 0.7, 1.3, rng);
-  const std::vector<double> gamma = uniform_values(128 * 128, 0.1, 0.6, rng);
-  const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
-  const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-  const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
-  const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
-  EXPECT_EQ(first.beta_grad, second.beta_grad);
-  EXPECT_EQ(first.gamma_grad, second.gamma_grad);
-  EXPECT_EQ(first.dx, second.dx);
+  for (std::int64_t channels : {128, 256}) {
+    SCOPED_TRACE(channels);
+    const Shape shape{4, channels, 32, 32};
+    const auto c = static_cast<std::size_t>(channels);
+    const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+    const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+    const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+    const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+    const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+    const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+    EXPECT_EQ(first.beta_grad, second.beta_grad);
+    EXPECT_EQ(first.gamma_grad, second.gamma_grad);
+    EXPECT_EQ(first.dx, second.dx);
+  }
+}
+
+// Without an input gradient the TF32 kernels skip dx (at C = 256 the second
+// kernel's gamma^T q too) and give the same parameter gradients, bit for bit.
+TEST(GDN, Tf32ParameterGradientsWithoutInputGradientCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(33);
+  for (const std::string type : {"GDN", "IGDN"})
+    for (std::int64_t channels : {128, 256}) {
+      SCOPED_TRACE(type + " " + std::to_string(channels));
+      const Shape shape{2, channels, 9, 11};
+      const auto c = static_cast<std::size_t>(channels);
+      const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+      const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+      const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+      const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+      const Pass with = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+      const Pass without = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy, false);
+      EXPECT_EQ(with.beta_grad, without.beta_grad);
+      EXPECT_EQ(with.gamma_grad, without.gamma_grad);
+    }
 }
 
 TEST(GDN, ParityCpuCuda) {

@@ -65,7 +65,7 @@ void SparseConv::create_parameters(const std::vector<plexus::Shape>& inputs) {
 const SparseFilter& SparseConv::filter() {
   if (!filter_) {
     const plexus::Parameter& weight = parameter("weight");
-    filter_ = build_sparse_filter(weight.value.to_values(), weight.shape[0], weight.shape[1], kernel_);
+    filter_ = build_sparse_filter(weight.value.to_values(), weight.shape[0], weight.shape[1], kernel_, stride_, padding_);
   }
   return *filter_;
 }

@@ -143,6 +143,13 @@ TEST(SparseFilter, CooAndRowsHoldTheNonZerosOfAHandMadeFilter) {
   EXPECT_EQ(f.by_big.row_start, (std::vector<std::int32_t>{0, 1, 2, 4}));
   EXPECT_EQ(f.by_big.value, (std::vector<double>{7, 5, -2, 3}));
   EXPECT_EQ(f.by_big.tap, (std::vector<std::uint16_t>{0x100, 0x001, 0x010, 0x111}));
+  // Stride 2, padding 1: big-side rows by (big channel, phase); a tap (ky, kx)
+  // has phase ((ky - 1) mod 2, (kx - 1) mod 2), row b * 4 + phase_y * 2 + phase_x.
+  const sparse_conv::SparseFilter strided = sparse_conv::build_sparse_filter(w, 2, 3, 2, 2, 1);
+  EXPECT_EQ(strided.by_small.row_start, f.by_small.row_start);
+  EXPECT_EQ(strided.by_big.row_start, (std::vector<std::int32_t>{0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 4, 4, 4}));
+  EXPECT_EQ(strided.by_big.value, (std::vector<double>{7, 5, 3, -2}));  // rows 3, 6, 8, 9
+  EXPECT_EQ(strided.by_big.tap, (std::vector<std::uint16_t>{0x100, 0x001, 0x111, 0x010}));
   EXPECT_EQ(sparse_conv::coo_bytes(4, 4), 4 * 20);
   EXPECT_EQ(sparse_conv::rows_bytes(4, 2, 4), 4 * 6 + 3 * 4);
 }

@@ -5,12 +5,21 @@ namespace sparse_conv {
 
 namespace {
 
-// Groups the COO entries by one channel (the destination of a direction).
-TapRows group_rows(const CooEntries& coo, std::int64_t rows, bool by_small) {
+// (v mod s) in [0, s) for any sign of v.
+std::int64_t positive_mod(std::int64_t v, std::int64_t s) { return ((v % s) + s) % s; }
+
+// Groups the COO entries by destination row: the small channel, or the big
+// channel and phase (sparse_filter.h).
+TapRows group_rows(const CooEntries& coo, std::int64_t rows, bool by_small, std::int64_t stride, std::int64_t padding) {
   TapRows result;
   result.row_start.assign(static_cast<std::size_t>(rows) + 1, 0);
   const std::size_t n = coo.value.size();
-  for (std::size_t i = 0; i < n; ++i) ++result.row_start[(by_small ? coo.small_channel[i] : coo.big_channel[i]) + 1];
+  auto row_of = [&](std::size_t i) -> std::int32_t {
+    if (by_small) return coo.small_channel[i];
+    const std::int64_t phase = positive_mod(coo.ky[i] - padding, stride) * stride + positive_mod(coo.kx[i] - padding, stride);
+    return static_cast<std::int32_t>(coo.big_channel[i] * stride * stride + phase);
+  };
+  for (std::size_t i = 0; i < n; ++i) ++result.row_start[row_of(i) + 1];
   for (std::int64_t r = 0; r < rows; ++r) result.row_start[r + 1] += result.row_start[r];
   result.value.resize(n);
   result.tap.resize(n);
@@ -19,7 +28,7 @@ TapRows group_rows(const CooEntries& coo, std::int64_t rows, bool by_small) {
   // sorted by source channel, then ky, kx: neighbouring taps read
   // neighbouring source memory.
   for (std::size_t i = 0; i < n; ++i) {
-    const std::int32_t row = by_small ? coo.small_channel[i] : coo.big_channel[i];
+    const std::int32_t row = row_of(i);
     const std::int32_t source = by_small ? coo.big_channel[i] : coo.small_channel[i];
     const std::size_t at = static_cast<std::size_t>(next[row]++);
     result.value[at] = coo.value[i];
@@ -31,8 +40,11 @@ TapRows group_rows(const CooEntries& coo, std::int64_t rows, bool by_small) {
 }  // namespace
 
 SparseFilter build_sparse_filter(const std::vector<double>& weight, std::int64_t small_channels,
-                                 std::int64_t big_channels, std::int64_t kernel) {
+                                 std::int64_t big_channels, std::int64_t kernel, std::int64_t stride,
+                                 std::int64_t padding) {
   SparseFilter filter;
+  filter.stride = stride;
+  filter.padding = padding;
   filter.small_channels = small_channels;
   filter.big_channels = big_channels;
   filter.kernel = kernel;
@@ -50,8 +62,8 @@ SparseFilter build_sparse_filter(const std::vector<double>& weight, std::int64_t
         }
   filter.has_rows = small_channels <= kMaxRowChannels && big_channels <= kMaxRowChannels && kernel <= kMaxRowKernel;
   if (filter.has_rows) {
-    filter.by_small = group_rows(filter.coo, small_channels, true);
-    filter.by_big = group_rows(filter.coo, big_channels, false);
+    filter.by_small = group_rows(filter.coo, small_channels, true, stride, padding);
+    filter.by_big = group_rows(filter.coo, big_channels * stride * stride, false, stride, padding);
   }
   return filter;
 }

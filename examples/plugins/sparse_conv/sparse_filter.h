@@ -22,9 +22,14 @@
 //   plus 4 bytes per row. A kernel gives each destination element one
 //   thread that walks its channel's row: no atomics, a deterministic sum,
 //   every thread of a block reading the same tap (a broadcast) and
-//   neighbouring source pixels. The filter keeps two row sets: grouped by
-//   small channel (taps name big channels) and by big channel (taps name
-//   small channels), one per direction. Needs channels <= 256, kernel <= 16.
+//   neighbouring source pixels. The filter keeps two row sets, one per
+//   direction: grouped by small channel (taps name big channels), and by
+//   big channel AND phase (taps name small channels). A big pixel (y, x)
+//   meets only the taps with ky = y + p (mod s) and kx = x + p (mod s), so
+//   the big-side rows are split into s^2 phase rows, row b s^2 + (y mod s) s
+//   + (x mod s) holding the taps with ((ky - p) mod s, (kx - p) mod s) =
+//   (y mod s, x mod s): a thread walks only taps that meet its pixel
+//   instead of testing s^2 times as many. Needs channels <= 256, kernel <= 16.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,17 +51,19 @@ inline constexpr int kMaxRowChannels = 256;
 inline constexpr int kMaxRowKernel = 16;
 
 struct SparseFilter {
-  std::int64_t small_channels = 0, big_channels = 0, kernel = 0;
+  std::int64_t small_channels = 0, big_channels = 0, kernel = 0, stride = 1, padding = 0;
   CooEntries coo;
   bool has_rows = false;  // false when the channels or kernel exceed the tap code
-  TapRows by_small, by_big;
+  TapRows by_small;  // small_channels rows
+  TapRows by_big;    // big_channels * stride^2 rows: b stride^2 + phase_y stride + phase_x
   std::int64_t nonzeros() const { return static_cast<std::int64_t>(coo.value.size()); }
 };
 
-// From a dense weight [small, big, k, k] (row-major): every non-zero, in
-// row-major order of the weight.
+// From a dense weight [small, big, k, k] (row-major) of a convolution with
+// `stride` and `padding`: every non-zero, in row-major order of the weight.
 SparseFilter build_sparse_filter(const std::vector<double>& weight, std::int64_t small_channels,
-                                 std::int64_t big_channels, std::int64_t kernel);
+                                 std::int64_t big_channels, std::int64_t kernel, std::int64_t stride = 1,
+                                 std::int64_t padding = 0);
 
 // Bytes of each format for `nonzeros` non-zeros of `value_bytes` each.
 std::int64_t coo_bytes(std::int64_t nonzeros, std::int64_t value_bytes);

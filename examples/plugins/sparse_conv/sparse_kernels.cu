@@ -77,25 +77,31 @@ __global__ void rows_to_small_kernel(const std::int32_t* row_start, const T* val
   small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx] = sum;
 }
 
-// Rows grouped by big channel b:
-//   big[n, b, y, x] = sum over the row's taps with (y + p - ky) and (x + p - kx)
-//                     divisible by s, quotient (sy, sx) inside, of W small[n, a, sy, sx]
-// Grid (pixel tiles, b, n), one thread per big pixel, as above. With stride
-// s only about 1/s^2 of the taps match a given pixel; the rest are skipped.
+// Rows grouped by big channel b and phase (py, px) = (y mod s, x mod s):
+//   big[n, b, y, x] = sum over the taps of row b s^2 + py s + px of
+//                     W small[n, a, (y + p - ky) / s, (x + p - kx) / s]   (exact divisions, inside only)
+// Grid (pixel tiles, b, n s^2 + phase): a block covers pixels of one phase,
+// y = py + s j, x = px + s i, so all its threads walk the same row (broadcast
+// tap loads, every tap meets every pixel) and read neighbouring small pixels;
+// the price is stores s elements apart.
 template <typename T>
 __global__ void rows_to_big_kernel(const std::int32_t* row_start, const T* value, const std::uint16_t* tap,
                                    ConvGeometry g, const T* small, T* big) {
-  const long long pixel = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (pixel >= g.big_height * g.big_width) return;
-  const long long b = blockIdx.y, n = blockIdx.z;
-  const long long y = pixel / g.big_width, x = pixel % g.big_width;
+  const long long s = g.stride;
+  const long long phase = blockIdx.z % (s * s), n = blockIdx.z / (s * s), b = blockIdx.y;
+  const long long py = phase / s, px = phase % s;
+  const long long rows_here = (g.big_height - py + s - 1) / s, cols_here = (g.big_width - px + s - 1) / s;
+  const long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (j >= rows_here * cols_here) return;
+  const long long y = py + s * (j / cols_here), x = px + s * (j % cols_here);
   const T* small_image = small + n * g.small_channels * g.small_height * g.small_width;
+  const long long row = b * s * s + phase;
   T sum = T(0);
-  for (int t = row_start[b]; t < row_start[b + 1]; ++t) {
+  for (int t = row_start[row]; t < row_start[row + 1]; ++t) {
     const int code = tap[t];
     const long long ty = y + g.padding - (code >> 4 & 15), tx = x + g.padding - (code & 15);
-    if (ty < 0 || tx < 0 || ty % g.stride != 0 || tx % g.stride != 0) continue;
-    const long long sy = ty / g.stride, sx = tx / g.stride;
+    if (ty < 0 || tx < 0) continue;
+    const long long sy = ty / s, sx = tx / s;
     if (sy >= g.small_height || sx >= g.small_width) continue;
     sum += value[t] * small_image[((code >> 8) * g.small_height + sy) * g.small_width + sx];
   }
@@ -133,12 +139,14 @@ __global__ void add_bias_kernel(const T* bias, T* out, long long count, long lon
     out[e] += bias[(e / pixels) % channels];
 }
 
-dim3 row_grid(long long pixels, long long channels, long long batch) {
-  if (channels > 65535 || batch > 65535)
-    throw plexus::ShapeError("sparse convolution: " + std::to_string(channels) + " channels, batch " +
-                             std::to_string(batch) + ": the CUDA grid allows at most 65535 of each");
+// (pixel tiles, channels, images): one block per tile of 256 pixels of one channel of one image.
+dim3 row_grid(long long pixels, long long channels, long long images) {
+  if (channels > 65535 || images > 65535)
+    throw plexus::ShapeError("sparse convolution: " + std::to_string(channels) + " channels, " +
+                             std::to_string(images) + " images (times stride^2 for the big side): the CUDA grid "
+                             "allows at most 65535 of each");
   return dim3(static_cast<unsigned int>((pixels + kThreads - 1) / kThreads), static_cast<unsigned int>(channels),
-              static_cast<unsigned int>(batch));
+              static_cast<unsigned int>(images));
 }
 
 }  // namespace
@@ -226,7 +234,8 @@ void to_big(plexus::Context& ctx, const DeviceFilter& f, SparseFormat format, co
   plexus::dispatch_float(small.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (format == SparseFormat::coo) return coo_scatter<T>(ctx, f, g, false, small, big);
-    rows_to_big_kernel<T><<<row_grid(g.big_height * g.big_width, g.big_channels, g.batch), kThreads, 0,
+    const long long phase_pixels = ((g.big_height + g.stride - 1) / g.stride) * ((g.big_width + g.stride - 1) / g.stride);
+    rows_to_big_kernel<T><<<row_grid(phase_pixels, g.big_channels, g.batch * g.stride * g.stride), kThreads, 0,
                             plexus::cuda::stream(ctx)>>>(f.by_big.row_start.as<std::int32_t>(), f.by_big.value.as<T>(),
                                                          f.by_big.tap.as<std::uint16_t>(), g, small.data<T>(),
                                                          big.data<T>());

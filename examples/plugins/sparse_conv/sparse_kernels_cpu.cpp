@@ -1,7 +1,10 @@
 // The CPU sparse convolution kernels (formulas in sparse_filter.h): plain
-// loops, f64 sums, the reference the CUDA kernels are compared with.
+// loops (the row kernels spread over images and channels with
+// plexus::parallel_for, bit-identical for any thread count), f64 sums, the
+// reference the CUDA kernels are compared with.
 #include <vector>
 
+#include "plexus/cpu_parallel.h"
 #include "plexus/layer.h"
 #include "sparse_kernels.h"
 
@@ -10,43 +13,49 @@ namespace sparse_conv {
 namespace {
 
 // Rows grouped by small channel a: small[n, a, sy, sx] = sum of W big[n, b, sy s - p + ky, sx s - p + kx].
+// One item of plexus::parallel_for per (image, channel): each writes only its own plane.
 template <typename T>
 void rows_to_small(const TapRows& rows, const ConvGeometry& g, const T* big, T* small) {
-  for (std::int64_t n = 0; n < g.batch; ++n)
-    for (std::int64_t a = 0; a < g.small_channels; ++a)
-      for (std::int64_t sy = 0; sy < g.small_height; ++sy)
-        for (std::int64_t sx = 0; sx < g.small_width; ++sx) {
-          double sum = 0;
-          for (std::int32_t t = rows.row_start[a]; t < rows.row_start[a + 1]; ++t) {
-            const std::int64_t b = rows.tap[t] >> 8, ky = rows.tap[t] >> 4 & 15, kx = rows.tap[t] & 15;
-            const std::int64_t y = sy * g.stride - g.padding + ky, x = sx * g.stride - g.padding + kx;
-            if (y < 0 || y >= g.big_height || x < 0 || x >= g.big_width) continue;
-            sum += rows.value[t] * big[((n * g.big_channels + b) * g.big_height + y) * g.big_width + x];
-          }
-          small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx] = static_cast<T>(sum);
+  plexus::parallel_for(g.batch * g.small_channels, [&](std::int64_t item) {
+    const std::int64_t n = item / g.small_channels, a = item % g.small_channels;
+    for (std::int64_t sy = 0; sy < g.small_height; ++sy)
+      for (std::int64_t sx = 0; sx < g.small_width; ++sx) {
+        double sum = 0;
+        for (std::int32_t t = rows.row_start[a]; t < rows.row_start[a + 1]; ++t) {
+          const std::int64_t b = rows.tap[t] >> 8, ky = rows.tap[t] >> 4 & 15, kx = rows.tap[t] & 15;
+          const std::int64_t y = sy * g.stride - g.padding + ky, x = sx * g.stride - g.padding + kx;
+          if (y < 0 || y >= g.big_height || x < 0 || x >= g.big_width) continue;
+          sum += rows.value[t] * big[((n * g.big_channels + b) * g.big_height + y) * g.big_width + x];
         }
+        small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx] = static_cast<T>(sum);
+      }
+  });
 }
 
-// Rows grouped by big channel b: big[n, b, y, x] = sum of W small[n, a, sy, sx]
-// over the taps with y = sy s - p + ky, x = sx s - p + kx, i.e.
-// sy = (y + p - ky) / s when that divides exactly and lies inside.
+// Rows grouped by big channel b and phase: big[n, b, y, x] = sum of
+// W small[n, a, sy, sx] over the taps of row b s^2 + (y mod s) s + (x mod s),
+// each of which meets (y, x) at sy = (y + p - ky) / s, sx = (x + p - kx) / s
+// (exact divisions) when that lies inside.
 template <typename T>
 void rows_to_big(const TapRows& rows, const ConvGeometry& g, const T* small, T* big) {
-  for (std::int64_t n = 0; n < g.batch; ++n)
-    for (std::int64_t b = 0; b < g.big_channels; ++b)
-      for (std::int64_t y = 0; y < g.big_height; ++y)
-        for (std::int64_t x = 0; x < g.big_width; ++x) {
-          double sum = 0;
-          for (std::int32_t t = rows.row_start[b]; t < rows.row_start[b + 1]; ++t) {
-            const std::int64_t a = rows.tap[t] >> 8, ky = rows.tap[t] >> 4 & 15, kx = rows.tap[t] & 15;
-            const std::int64_t ty = y + g.padding - ky, tx = x + g.padding - kx;
-            if (ty < 0 || tx < 0 || ty % g.stride != 0 || tx % g.stride != 0) continue;
-            const std::int64_t sy = ty / g.stride, sx = tx / g.stride;
-            if (sy >= g.small_height || sx >= g.small_width) continue;
-            sum += rows.value[t] * small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx];
-          }
-          big[((n * g.big_channels + b) * g.big_height + y) * g.big_width + x] = static_cast<T>(sum);
+  const std::int64_t s = g.stride;
+  plexus::parallel_for(g.batch * g.big_channels, [&](std::int64_t item) {
+    const std::int64_t n = item / g.big_channels, b = item % g.big_channels;
+    for (std::int64_t y = 0; y < g.big_height; ++y)
+      for (std::int64_t x = 0; x < g.big_width; ++x) {
+        const std::int64_t row = b * s * s + (y % s) * s + x % s;
+        double sum = 0;
+        for (std::int32_t t = rows.row_start[row]; t < rows.row_start[row + 1]; ++t) {
+          const std::int64_t a = rows.tap[t] >> 8, ky = rows.tap[t] >> 4 & 15, kx = rows.tap[t] & 15;
+          const std::int64_t ty = y + g.padding - ky, tx = x + g.padding - kx;
+          if (ty < 0 || tx < 0) continue;
+          const std::int64_t sy = ty / s, sx = tx / s;
+          if (sy >= g.small_height || sx >= g.small_width) continue;
+          sum += rows.value[t] * small[((n * g.small_channels + a) * g.small_height + sy) * g.small_width + sx];
         }
+        big[((n * g.big_channels + b) * g.big_height + y) * g.big_width + x] = static_cast<T>(sum);
+      }
+  });
 }
 
 // COO: every (non-zero, small pixel) pair adds W * source into the destination.

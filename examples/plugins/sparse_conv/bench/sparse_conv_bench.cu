@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
             const double useful_gflop = 2.0 * counted * batch * s.height * s.width / 1e9;
             const std::int64_t weight_bytes =
                 dense ? static_cast<std::int64_t>(weight.size()) * 4
-                      : (kernel == "rows" ? sparse_conv::rows_bytes(nonzeros, s.out_channels, 4)
+                      : (kernel == "rows" ? sparse_conv::rows_bytes(nonzeros, s.out_channels * s.stride * s.stride, 4)
                                           : sparse_conv::coo_bytes(nonzeros, 4));
             const std::int64_t bytes = (plexus::shape_numel(input) + plexus::shape_numel(output)) * 4 + weight_bytes;
             nlohmann::json row{{"layer", s.name},       {"batch", batch},   {"sparsity", sparsity},

@@ -27,13 +27,16 @@ def decoder_sparsity(header, data):
     zeros = total = 0
     for name in DECODER_WEIGHTS:
         entry = header[name]
-        if entry["dtype"] != "F32":
-            raise SystemExit(f"{name}: expected F32, got {entry['dtype']}")
         begin, end = entry["data_offsets"]
-        values = array.array("f")
-        values.frombytes(data[begin:end])
-        if sys.byteorder != "little":
-            values.byteswap()
+        if entry["dtype"] == "F32":
+            values = array.array("f")
+            values.frombytes(data[begin:end])
+            if sys.byteorder != "little":
+                values.byteswap()
+        elif entry["dtype"] == "F16":
+            values = [v for (v,) in struct.iter_unpack("<e", data[begin:end])]
+        else:
+            raise SystemExit(f"{name}: expected F32 or F16, got {entry['dtype']}")
         zeros += sum(1 for v in values if v == 0.0)
         total += len(values)
     return zeros / total
