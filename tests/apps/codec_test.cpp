@@ -9,6 +9,8 @@
 #include <cmath>
 #include <random>
 
+#include "apps/bitstream_test_support.h"
+#include "apps/cli_runner.h"
 #include "autoencoder_contract.h"
 #include "codec_model.h"
 #include "data/data_test_support.h"
@@ -44,27 +46,11 @@ TensorFile tiny_weights(std::uint64_t seed) {
   return file;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
-
-std::uint32_t get32(const std::vector<std::uint8_t>& bytes, std::size_t at) {
-  return bytes[at] | bytes[at + 1] << 8 | bytes[at + 2] << 16 | static_cast<std::uint32_t>(bytes[at + 3]) << 24;
-}
-
-void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t value) {
-  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
-}
-
-// Recomputes the trailing CRC-32, so a change reaches the checks behind it.
-void reseal(std::vector<std::uint8_t>& bytes) { put32(bytes, bytes.size() - 4, codec::crc32(bytes.data(), bytes.size() - 4)); }
+using testing::contains;
+using testing::error_or_none;
+using testing::get32;
+using testing::put32;
+using testing::reseal;
 
 class Codec : public ::testing::Test {
  protected:
@@ -73,7 +59,7 @@ class Codec : public ::testing::Test {
     return model.compress(testing::position_image(width, height));
   }
   std::string decode_error(const std::vector<std::uint8_t>& bytes) {
-    return error_of([&] { model.decompress(bytes.data(), bytes.size()); });
+    return error_or_none([&] { model.decompress(bytes.data(), bytes.size()); });
   }
   CodecModel model;
 };

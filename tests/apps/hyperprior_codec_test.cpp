@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
 #include "autoencoder_contract.h"
 #include "codec_model.h"
@@ -50,26 +51,11 @@ TensorFile tiny_weights(std::uint64_t seed) {
   return weights(tiny_spec(), seed, {{"g_a1.weight", 30}, {"h_a1.weight", 4}, {"h_s1.weight", 6}});
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
-
-std::uint32_t get32(const std::vector<std::uint8_t>& bytes, std::size_t at) {
-  return bytes[at] | bytes[at + 1] << 8 | bytes[at + 2] << 16 | static_cast<std::uint32_t>(bytes[at + 3]) << 24;
-}
-
-void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t value) {
-  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
-}
-
-void reseal(std::vector<std::uint8_t>& bytes) { put32(bytes, bytes.size() - 4, codec::crc32(bytes.data(), bytes.size() - 4)); }
+using testing::contains;
+using testing::error_or_none;
+using testing::get32;
+using testing::put32;
+using testing::reseal;
 
 // The whole model as eval runs it (rounded latents), with the file's weights.
 ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
@@ -157,16 +143,16 @@ TEST_F(HyperpriorCodec, TheStoredCalibrationIsTheOneComputedOnLoad) {
   const data::Image image = testing::position_image(37, 29);
   const std::vector<std::uint8_t> bytes = calibrated.compress(image);
   EXPECT_EQ(calibrated.decode_latents(bytes.data(), bytes.size()).indices, calibrated.encode_latents(image).indices);
-  EXPECT_TRUE(contains(error_of([&] { model.decompress(bytes.data(), bytes.size()); }), "fingerprint"));
+  EXPECT_TRUE(contains(error_or_none([&] { model.decompress(bytes.data(), bytes.size()); }), "fingerprint"));
 
   // A calibration that does not fit the network is refused on load.
   TensorFile broken = stored;
   broken.tensors["gaussian_conditional.coding.activation_max0"] = Tensor::from_values({1, 2}, {2}, DType::f64);
-  EXPECT_TRUE(contains(error_of([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
+  EXPECT_TRUE(contains(error_or_none([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
                        "activation_max0"));
   broken = stored;
   broken.tensors["gaussian_conditional.coding.scale_table"] = Tensor::from_values({1, 0.5}, {2}, DType::f64);
-  EXPECT_TRUE(contains(error_of([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
+  EXPECT_TRUE(contains(error_or_none([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
                        "increasing"));
 }
 
@@ -208,7 +194,7 @@ TEST_F(HyperpriorCodec, IntegerIndicesAgreeWithTheFloatModelsScales) {
 TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   auto decode_error = [&](const std::vector<std::uint8_t>& b) {
-    return error_of([&] { model.decompress(b.data(), b.size()); });
+    return error_or_none([&] { model.decompress(b.data(), b.size()); });
   };
   EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 5}), "truncated")) << decode_error({bytes.begin(), bytes.end() - 5});
   std::vector<std::uint8_t> changed = bytes;
@@ -232,7 +218,7 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   EXPECT_TRUE(contains(decode_error(version1), "a factorized-prior file (format version 1), but 'tiny-hp.safetensors' "
                                                "is a scale-hyperprior model"))
       << decode_error(version1);
-  const std::string refused = error_of([&] { other.decompress(bytes.data(), bytes.size()); });
+  const std::string refused = error_or_none([&] { other.decompress(bytes.data(), bytes.size()); });
   EXPECT_TRUE(contains(refused, "a scale-hyperprior file (format version 2), but 'tiny.safetensors' is a "
                                 "factorized-prior model"))
       << refused;
