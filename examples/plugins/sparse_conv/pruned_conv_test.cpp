@@ -26,6 +26,7 @@
 #include "plexus/optimizer.h"
 #include "plexus/plugin.h"
 #include "plexus/testing/gtest_helpers.h"
+#include "plugin_test_support.h"
 #include "pruning_schedule.h"
 
 namespace {
@@ -35,24 +36,7 @@ using plexus::DType;
 using plexus::Shape;
 using plexus::Tensor;
 
-const plexus::Registry& plugin_registry() {
-  static const plexus::Registry registry = [] {
-    plexus::Registry loaded = plexus::builtin_registry();
-    plexus::load_plugin(SPARSE_CONV_PLUGIN, loaded);
-    return loaded;
-  }();
-  return registry;
-}
-
-bool plugin_has_cuda() {
-  return plugin_registry()
-      .create("PrunedConv2d", "probe", {{"out_channels", 1}, {"kernel", 1}, {"sparsity", 0.5}})
-      ->has_cuda();
-}
-
-#define SKIP_WITHOUT_CUDA()                                                     \
-  if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason; \
-  if (!plugin_has_cuda()) GTEST_SKIP() << "the plugin was built without its CUDA kernels"
+const CudaProbe kCudaProbe{"PrunedConv2d", {{"out_channels", 1}, {"kernel", 1}, {"sparsity", 0.5}}};
 
 // A mask of about half zeros; weights and biases as initialised.
 void random_mask(const std::string& name, std::vector<double>& values, std::mt19937_64& rng) {
@@ -194,7 +178,7 @@ TEST(PrunedConv, MaskedWeightsGetNoGradient) {
 }
 
 TEST(PrunedConv, GradientsCuda) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   plexus::GradCheckOptions options;
   options.parameter_filler = random_mask;
   for (const Case& c : cases()) {
@@ -204,7 +188,7 @@ TEST(PrunedConv, GradientsCuda) {
 }
 
 TEST(PrunedConv, ParityCpuCuda) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   plexus::ParityOptions options;
   options.parameter_filler = random_mask;
   for (const Case& c : cases()) {
@@ -304,7 +288,7 @@ void check_gradual_pruning(Device device) {
 TEST(PrunedConv, GradualPruningWithAdamKeepsMaskedWeightsZeroCpu) { check_gradual_pruning(Device::cpu()); }
 
 TEST(PrunedConv, GradualPruningWithAdamKeepsMaskedWeightsZeroCuda) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   check_gradual_pruning(Device::cuda());
 }
 

@@ -28,6 +28,7 @@
 #include "plexus/optimizer.h"
 #include "plexus/plugin.h"
 #include "plexus/testing/gtest_helpers.h"
+#include "plugin_test_support.h"
 #include "sparse_filter.h"
 
 namespace {
@@ -37,22 +38,7 @@ using plexus::DType;
 using plexus::Shape;
 using plexus::Tensor;
 
-const plexus::Registry& plugin_registry() {
-  static const plexus::Registry registry = [] {
-    plexus::Registry loaded = plexus::builtin_registry();
-    plexus::load_plugin(SPARSE_CONV_PLUGIN, loaded);
-    return loaded;
-  }();
-  return registry;
-}
-
-bool plugin_has_cuda() {
-  return plugin_registry().create("SparseConv2d", "probe", {{"out_channels", 1}, {"kernel", 1}})->has_cuda();
-}
-
-#define SKIP_WITHOUT_CUDA()                                                     \
-  if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason; \
-  if (!plugin_has_cuda()) GTEST_SKIP() << "the plugin was built without its CUDA kernels"
+const CudaProbe kCudaProbe{"SparseConv2d", {{"out_channels", 1}, {"kernel", 1}}};
 
 // About 70% of the weights set to zero, the rest moved away from zero.
 void pruned_weights(const std::string& name, std::vector<double>& values, std::mt19937_64& rng) {
@@ -201,7 +187,7 @@ TEST(SparseConv, InputGradientsCpu) {
 }
 
 TEST(SparseConv, InputGradientsCuda) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   plexus::GradCheckOptions options;
   options.parameter_filler = pruned_weights;
   for (const Case& c : cases())
@@ -210,7 +196,7 @@ TEST(SparseConv, InputGradientsCuda) {
 }
 
 TEST(SparseConv, ParityCpuCuda) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   plexus::ParityOptions options;
   options.parameter_filler = pruned_weights;
   for (const Case& c : cases()) {
@@ -226,7 +212,7 @@ TEST(SparseConv, ParityCpuCuda) {
 // Outputs and input gradients filled with NaN before the CUDA calls: every
 // element must be written (and equal the CPU's).
 TEST(SparseConv, CudaWritesEveryElementOverPoisonedBuffers) {
-  SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_CUDA(kCudaProbe);
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.type + " " + c.params.dump());
     auto cpu = make(c.type, c.params, c.input, DType::f32, Device::cpu());
