@@ -123,7 +123,7 @@ struct BackwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
 struct BackwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<128> : Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2> {};
+struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2> {};
 template <>
 struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
@@ -547,15 +547,23 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const int reduce_end = (channels + 7) / 8 * 8;
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   float beta_grad[MT][2] = {};
-  float next[L::loads(CP)][4];
-  if (blockIdx.x < tiles)
-    fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  constexpr bool kAsync = L::buffers == 2;
+  float next[kAsync ? 1 : L::loads(CP)][4];
+  if (blockIdx.x < tiles) {
+    if constexpr (kAsync)
+      copy_tile_async<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, x_buffers);
+    else
+      fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
+  }
   int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
+    const bool has_next = tile + gridDim.x < tiles;
     float* x_s = x_buffers + buffer * CP * L::tile;
-    if (L::buffers == 1) __syncthreads();  // the previous tile's x_s is no longer read
-    store_tile<L, CP>(next, x_s);
+    if constexpr (!kAsync) {
+      __syncthreads();  // the previous tile's x_s is no longer read
+      store_tile<L, CP>(next, x_s);
+    }
     // The backward issues its dy loads before the contraction, which hides
     // their latency; the forward finds its pixels after it (fewer live registers).
     PixelRun<2> runs[NT];
@@ -564,9 +572,17 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
       pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
       load_rows<L>(dy, runs, row_begin, m_base, channels, pixels, dyv);
     }
-    __syncthreads();  // x_s stored (and the parameters, the first time)
-    if (tile + gridDim.x < tiles)
-      fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    if constexpr (kAsync) {
+      wait_async_copies();
+      __syncthreads();  // this tile's x has landed (and the parameters); the other buffer is no longer read
+      if (has_next)
+        copy_tile_async<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io,
+                               x_buffers + (buffer ^ 1) * CP * L::tile);
+    } else {
+      __syncthreads();  // x_s stored (and the parameters, the first time)
+      if (has_next)
+        fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
+    }
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -603,7 +619,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           }
         }
       }
-    if (L::buffers == 2) buffer ^= 1;
+    if (kAsync) buffer ^= 1;
   }
   if (kGradient)
     write_beta_partial<L>(beta_grad, m_base, row_begin, channels, x_buffers,
@@ -623,13 +639,13 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // passes two barriers (the first one also frees q_s and the other buffers:
 // every warp has finished the previous tile). One buffer (C = 192): the next
 // tile's x waits in registers, dy is loaded into registers, three barriers.
-template <int CP, bool kInverse>
-__global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
+template <class L, bool kInverse>
+__global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
                       int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
                       bool vector_io, float* partials) {
-  using L = BackwardTiling<CP>;
-  constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+  static_assert(L::rows == L::channels, "all of gamma in one block");
+  constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   constexpr bool kAsync = L::buffers == 2;
   constexpr int kTileFloats = CP * L::tile;
@@ -918,13 +934,13 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
   using L = BackwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<gdn_tf32_backward<CP, kInverse>>(L::threads, L::backward_bytes, tiles);
+  const int blocks = persistent_blocks<gdn_tf32_backward<L, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          (!dx || aligned16(dx->data<float>()));
-  gdn_tf32_backward<CP, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+  gdn_tf32_backward<L, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
   cuda::check_launch("gdn_tf32_backward", __FILE__, __LINE__);
