@@ -69,6 +69,9 @@ struct Tiling {
   static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
   static constexpr int gradient_n_tiles = kRows / (8 * kGradientWarpsN);
   static constexpr int min_blocks = kMinBlocks;
+  // How many k steps of a contraction the compiler unrolls (and may overlap
+  // the next step's fragment loads with this step's MMAs).
+  static constexpr int contract_unroll = 2;
   // Tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
   static constexpr int runs_per_row = kTile / 4;
   static constexpr int load_row_step = kThreads / runs_per_row;
@@ -345,7 +348,7 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
                                                   int m_base, int n_base) {
   constexpr int CP = L::channels;
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
     std::uint32_t b[L::contract_n_tiles][2];
@@ -380,7 +383,7 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
   constexpr int R = L::rows;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
     std::uint32_t b[L::contract_n_tiles][2];
@@ -414,7 +417,7 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
                                                 float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
                                                 int m_base, int n_base) {
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int p0 = 0; p0 < L::tile; p0 += 8) {
     std::uint32_t a[L::gradient_m_tiles][4];
     std::uint32_t b[L::gradient_n_tiles][2];

@@ -37,6 +37,23 @@ __global__ void fill_hashed(float* values, long long count, unsigned salt) {
   }
 }
 
+// The byte floor as a kernel: out = a + b (b may be null), float4 per thread,
+// grid-stride: what reading the pass's inputs and writing its output costs.
+__global__ void add_streams(const float4* a, const float4* b, float4* out, long long count4) {
+  for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < count4;
+       e += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float4 v = a[e];
+    if (b) {
+      const float4 w = b[e];
+      v.x += w.x;
+      v.y += w.y;
+      v.z += w.z;
+      v.w += w.w;
+    }
+    out[e] = v;
+  }
+}
+
 struct Buffers {
   int channels;
   long long pixels, total_pixels, count;
@@ -92,6 +109,12 @@ double max_relative_difference(const std::vector<A>& a, const std::vector<B>& b)
     worst = std::max(worst, std::fabs(static_cast<double>(a[e]) - static_cast<double>(b[e])));
   return scale > 0 ? worst / scale : worst;
 }
+
+// A tiling with another unroll factor of the contractions' k loops.
+template <class L, int kUnroll>
+struct Unrolled : L {
+  static constexpr int contract_unroll = kUnroll;
+};
 
 const gc::Reparametrization<float> kReparametrization{0.0f, 0.0f, 0.0f};  // value = max(stored, 0)^2
 
@@ -197,6 +220,21 @@ int main(int argc, char** argv) {
              __FILE__, __LINE__);
 
   std::printf("{\"shape\":[%d,%d,%d,%d],\"repeats\":%d}\n", batch, kChannels, size, size, repeats);
+  // Byte floors: read x, write y (forward); read x and dy, write dx (backward).
+  for (const bool backward : {false, true}) {
+    const long long count4 = b.count / 4;
+    const int sm_blocks = 4 * sms;  // 4 blocks of 512 threads per SM
+    auto launch = [&] {
+      add_streams<<<sm_blocks, 512>>>(reinterpret_cast<const float4*>(b.x),
+                                      backward ? reinterpret_cast<const float4*>(b.dy) : nullptr,
+                                      reinterpret_cast<float4*>(backward ? b.dx : b.y), count4);
+      plexus::cuda::check_launch("add_streams", __FILE__, __LINE__);
+    };
+    const double ms = median_ms(repeats, launch);
+    const double gigabytes = (backward ? 3.0 : 2.0) * static_cast<double>(b.count) * sizeof(float) / 1e9;
+    std::printf("{\"pass\":\"%s\",\"variant\":\"byte floor: %s\",\"ms\":%.5f,\"TB_per_s\":%.3f}\n",
+                backward ? "backward" : "forward", backward ? "dx = x + dy" : "y = x", ms, gigabytes / ms);
+  }
   // Tiling<CP, rows, threads, tile, contraction warps M x N, dgamma warps M x N, min blocks, buffers>
   std::vector<float> reference_y;
   time_forward<gc::ForwardTiling<128>>(b, "layer's tiling", repeats, reference_y);
@@ -211,7 +249,10 @@ int main(int argc, char** argv) {
   time_forward<gc::Tiling<128, 128, 256, 32, 4, 2, 4, 2, 2, 2>>(b, "8 warps 32x16, 32-pixel tiles, x by cp.async, 2 blocks/SM",
                                                                  repeats, reference_y);
   time_forward<gc::Tiling<128, 128, 128, 32, 2, 2, 2, 2, 3, 2>>(b, "4 warps 64x16, 32-pixel tiles, x by cp.async, 2 blocks/SM",
-                                                                 repeats, reference_y);
+                                                                 repeats, reference_y);  time_forward<Unrolled<gc::ForwardTiling<128>, 1>>(b, "layer's tiling, k loops not unrolled", repeats, reference_y);
+  time_forward<Unrolled<gc::ForwardTiling<128>, 4>>(b, "layer's tiling, k loops unrolled 4x", repeats, reference_y);
+  time_forward<Unrolled<gc::ForwardTiling<128>, 16>>(b, "layer's tiling, k loops unrolled fully", repeats, reference_y);
+
   std::vector<float> reference_dx;
   std::vector<double> reference_sums;
   time_backward<gc::BackwardTiling<128>>(b, "layer's tiling", repeats, reference_dx, reference_sums);
@@ -223,5 +264,9 @@ int main(int argc, char** argv) {
                                                                   reference_dx, reference_sums);
   time_backward<gc::Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer",
                                                                   repeats, reference_dx, reference_sums);
+  time_backward<Unrolled<gc::BackwardTiling<128>, 1>>(b, "layer's tiling, k loops not unrolled", repeats, reference_dx,
+                                                      reference_sums);
+  time_backward<Unrolled<gc::BackwardTiling<128>, 4>>(b, "layer's tiling, k loops unrolled 4x", repeats, reference_dx,
+                                                      reference_sums);
   return 0;
 }
