@@ -52,9 +52,11 @@ namespace plexus::layers::gdn_cuda {
 // block: kThreads threads, tiles of kTile pixels; the [R x T] contractions on
 // kContractWarpsM x kContractWarpsN warps, dgamma [CP x R] on
 // kGradientWarpsM x kGradientWarpsN; kMinBlocks resident blocks per SM
-// (register budget); kBuffers x (and dy) tile buffers in the fused backward.
+// (register budget); kBuffers x (and dy) tile buffers in the fused backward;
+// the contractions' k loops unrolled kUnroll times. Other tilings can be
+// timed against these with tools/bench/gdn_tiling_bench.cu.
 template <int CP, int kRows, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
-          int kGradientWarpsN, int kMinBlocks, int kBuffers>
+          int kGradientWarpsN, int kMinBlocks, int kBuffers, int kUnroll = 2>
 struct Tiling {
   static constexpr int channels = CP;
   static constexpr int rows = kRows;
@@ -71,7 +73,7 @@ struct Tiling {
   static constexpr int min_blocks = kMinBlocks;
   // How many k steps of a contraction the compiler unrolls (and may overlap
   // the next step's fragment loads with this step's MMAs).
-  static constexpr int contract_unroll = 2;
+  static constexpr int contract_unroll = kUnroll;
   // Tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
   static constexpr int runs_per_row = kTile / 4;
   static constexpr int load_row_step = kThreads / runs_per_row;
@@ -98,9 +100,10 @@ struct Tiling {
 };
 
 // Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
-// 97 KiB of shared memory each). C = 192: gamma alone takes 144 KiB, so
-// 32-pixel tiles and one block of 16 warps. C = 256: half of gamma (128 KiB)
-// and a 64-pixel x tile (64 KiB), 16 warps.
+// 97 KiB of shared memory each, 32x32 warp tiles, k loop fully unrolled:
+// 5% faster than unrolled twice at 16x128x128x128). C = 192: gamma alone
+// takes 144 KiB, so 32-pixel tiles and one block of 16 warps. C = 256: half
+// of gamma (128 KiB) and a 64-pixel x tile (64 KiB), 16 warps.
 template <int CP>
 struct ForwardTiling;
 template <>
@@ -108,7 +111,7 @@ struct ForwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
 struct ForwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
-struct ForwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1> {};
+struct ForwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 16> {};
 template <>
 struct ForwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 template <>
@@ -116,9 +119,12 @@ struct ForwardTiling<256> : Tiling<256, 128, 512, 64, 4, 4, 4, 4, 1, 1> {};
 
 // Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
 // 8 warps, 2 blocks per SM. C = 128 (gamma, two x and dy buffers and q:
-// 225 KiB of shared memory, one block per SM) and 192 (one buffer: 193 KiB): 16
-// warps, so that dgamma takes 32 (72) registers a thread and twice the warps
-// hide the latency of each phase.
+// 225 KiB of shared memory, one block per SM): 8 warps with 32x32 warp tiles
+// for the contractions and 64x32 for dgamma (64 registers a thread), k loops
+// unrolled 4 times: fewer fragment loads and instructions per MMA than 16
+// warps of 32x16 (the kernel is bound by instruction issue and latency, not
+// by bandwidth). C = 192 (one buffer: 193 KiB): 16 warps, so that dgamma
+// takes 72 registers a thread.
 template <int CP>
 struct BackwardTiling;
 template <>
@@ -126,7 +132,7 @@ struct BackwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
 struct BackwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2> {};
+struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 4> {};
 template <>
 struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
@@ -169,6 +175,13 @@ __device__ __forceinline__ float round_tf32(float v) {
 }
 
 __device__ __forceinline__ std::uint32_t bits(float v) { return __float_as_uint(v); }
+
+// v as an MMA operand rounded to TF32 like round_tf32 (to nearest, ties away
+// from zero), in one integer add: half a TF32 unit in the last place goes
+// into the bits and the tensor cores ignore the 13 low mantissa bits of a
+// .tf32 operand. For the operands built per fragment in the inner loops
+// (finite values), where cvt.rna costs several instructions.
+__device__ __forceinline__ std::uint32_t tf32_operand(float v) { return __float_as_uint(v) + 0x1000u; }
 
 // d += a b for one m16n8k8 tile: a [16 x 8] row-major fragment, b [8 x 8]
 // column fragment, d [16 x 8] (PTX ISA, "mma.m16n8k8 .tf32" fragment layouts:
@@ -220,6 +233,12 @@ struct TileOrigin {
 };
 
 __device__ __forceinline__ TileOrigin tile_origin(long long tile_begin, long long pixels) {
+  // 32-bit division when both fit (batches below 2^32 pixels): a fraction of
+  // the instructions of a 64-bit one, and this runs three times per tile.
+  if (tile_begin <= 0xffffffffLL && pixels <= 0xffffffffLL) {
+    const auto begin = static_cast<unsigned>(tile_begin), image_pixels = static_cast<unsigned>(pixels);
+    return {tile_begin, begin / image_pixels, begin % image_pixels};
+  }
   return {tile_begin, tile_begin / pixels, tile_begin % pixels};
 }
 
@@ -365,8 +384,8 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
       const int p8 = n_base + 8 * nt;
       const float v0 = x_s[swizzled_rows_by_t(k0, 0, p8, L::tile)];
       const float v1 = x_s[swizzled_rows_by_t(k0, 1, p8, L::tile)];
-      b[nt][0] = bits(round_tf32(v0 * v0));
-      b[nt][1] = bits(round_tf32(v1 * v1));
+      b[nt][0] = tf32_operand(v0 * v0);
+      b[nt][1] = tf32_operand(v1 * v1);
     }
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt)
@@ -434,8 +453,8 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
       const int k = n_base + 8 * nt + g;
       const float v0 = x_s[swizzled_rows_by_g(k, p0, 0, L::tile)];
       const float v1 = x_s[swizzled_rows_by_g(k, p0, 1, L::tile)];
-      b[nt][0] = bits(round_tf32(v0 * v0));
-      b[nt][1] = bits(round_tf32(v1 * v1));
+      b[nt][0] = tf32_operand(v0 * v0);
+      b[nt][1] = tf32_operand(v1 * v1);
     }
 #pragma unroll
     for (int mt = 0; mt < L::gradient_m_tiles; ++mt)
@@ -550,23 +569,15 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const int reduce_end = (channels + 7) / 8 * 8;
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   float beta_grad[MT][2] = {};
-  constexpr bool kAsync = L::buffers == 2;
-  float next[kAsync ? 1 : L::loads(CP)][4];
-  if (blockIdx.x < tiles) {
-    if constexpr (kAsync)
-      copy_tile_async<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, x_buffers);
-    else
-      fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
-  }
+  float next[L::loads(CP)][4];
+  if (blockIdx.x < tiles)
+    fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
   int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const long long tile_begin = tile * L::tile;
-    const bool has_next = tile + gridDim.x < tiles;
     float* x_s = x_buffers + buffer * CP * L::tile;
-    if constexpr (!kAsync) {
-      __syncthreads();  // the previous tile's x_s is no longer read
-      store_tile<L, CP>(next, x_s);
-    }
+    if (L::buffers == 1) __syncthreads();  // the previous tile's x_s is no longer read
+    store_tile<L, CP>(next, x_s);
     // The backward issues its dy loads before the contraction, which hides
     // their latency; the forward finds its pixels after it (fewer live registers).
     PixelRun<2> runs[NT];
@@ -575,17 +586,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
       pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
       load_rows<L>(dy, runs, row_begin, m_base, channels, pixels, dyv);
     }
-    if constexpr (kAsync) {
-      wait_async_copies();
-      __syncthreads();  // this tile's x has landed (and the parameters); the other buffer is no longer read
-      if (has_next)
-        copy_tile_async<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io,
-                               x_buffers + (buffer ^ 1) * CP * L::tile);
-    } else {
-      __syncthreads();  // x_s stored (and the parameters, the first time)
-      if (has_next)
-        fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
-    }
+    __syncthreads();  // x_s stored (and the parameters, the first time)
+    if (tile + gridDim.x < tiles)
+      fetch_tile<L, CP>(x, 0, (tile + gridDim.x) * L::tile, total_pixels, pixels, channels, vector_io, next);
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -622,7 +625,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           }
         }
       }
-    if (kAsync) buffer ^= 1;
+    if (L::buffers == 2) buffer ^= 1;
   }
   if (kGradient)
     write_beta_partial<L>(beta_grad, m_base, row_begin, channels, x_buffers,
@@ -740,7 +743,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
           beta_grad[mt][half] += qv[0] + qv[1];
           *reinterpret_cast<float2*>(q_s + swizzled(row, column, L::tile)) =
-              make_float2(round_tf32(qv[0]), round_tf32(qv[1]));
+              make_float2(__uint_as_float(tf32_operand(qv[0])), __uint_as_float(tf32_operand(qv[1])));
         }
       }
     __syncthreads();

@@ -110,12 +110,6 @@ double max_relative_difference(const std::vector<A>& a, const std::vector<B>& b)
   return scale > 0 ? worst / scale : worst;
 }
 
-// A tiling with another unroll factor of the contractions' k loops.
-template <class L, int kUnroll>
-struct Unrolled : L {
-  static constexpr int contract_unroll = kUnroll;
-};
-
 const gc::Reparametrization<float> kReparametrization{0.0f, 0.0f, 0.0f};  // value = max(stored, 0)^2
 
 template <class L>
@@ -235,38 +229,29 @@ int main(int argc, char** argv) {
     std::printf("{\"pass\":\"%s\",\"variant\":\"byte floor: %s\",\"ms\":%.5f,\"TB_per_s\":%.3f}\n",
                 backward ? "backward" : "forward", backward ? "dx = x + dy" : "y = x", ms, gigabytes / ms);
   }
-  // Tiling<CP, rows, threads, tile, contraction warps M x N, dgamma warps M x N, min blocks, buffers>
+  // Tiling<CP, rows, threads, tile, contraction warps M x N, dgamma warps M x N, min blocks, buffers, k unroll>
+  using gc::Tiling;
   std::vector<float> reference_y;
   time_forward<gc::ForwardTiling<128>>(b, "layer's tiling", repeats, reference_y);
-  time_forward<gc::Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1>>(b, "8 warps 32x32, x in registers, 2 blocks/SM (before)",
-                                                                 repeats, reference_y);
-  time_forward<gc::Tiling<128, 128, 128, 64, 2, 2, 2, 2, 2, 1>>(b, "4 warps 64x32, x in registers, 2 blocks/SM", repeats,
-                                                                 reference_y);
-  time_forward<gc::Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2>>(b, "16 warps 32x16, x by cp.async, 1 block/SM", repeats,
-                                                                 reference_y);
-  time_forward<gc::Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2>>(b, "8 warps 32x32, x by cp.async, 1 block/SM", repeats,
-                                                                 reference_y);
-  time_forward<gc::Tiling<128, 128, 256, 32, 4, 2, 4, 2, 2, 2>>(b, "8 warps 32x16, 32-pixel tiles, x by cp.async, 2 blocks/SM",
-                                                                 repeats, reference_y);
-  time_forward<gc::Tiling<128, 128, 128, 32, 2, 2, 2, 2, 3, 2>>(b, "4 warps 64x16, 32-pixel tiles, x by cp.async, 2 blocks/SM",
-                                                                 repeats, reference_y);  time_forward<Unrolled<gc::ForwardTiling<128>, 1>>(b, "layer's tiling, k loops not unrolled", repeats, reference_y);
-  time_forward<Unrolled<gc::ForwardTiling<128>, 4>>(b, "layer's tiling, k loops unrolled 4x", repeats, reference_y);
-  time_forward<Unrolled<gc::ForwardTiling<128>, 16>>(b, "layer's tiling, k loops unrolled fully", repeats, reference_y);
+  time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 2>>(b, "8 warps 32x32, 2 blocks/SM, unroll 2 (before)", repeats,
+                                                               reference_y);
+  time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 4>>(b, "8 warps 32x32, 2 blocks/SM, unroll 4", repeats,
+                                                               reference_y);
+  time_forward<Tiling<128, 128, 128, 64, 2, 2, 2, 2, 2, 1, 16>>(b, "4 warps 64x32, 2 blocks/SM, unroll 16", repeats,
+                                                                reference_y);
 
   std::vector<float> reference_dx;
   std::vector<double> reference_sums;
   time_backward<gc::BackwardTiling<128>>(b, "layer's tiling", repeats, reference_dx, reference_sums);
-  time_backward<gc::Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2>>(b, "16 warps, 32x16 / dgamma 32x32 (before)", repeats,
-                                                                  reference_dx, reference_sums);
-  time_backward<gc::Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2>>(b, "8 warps, 32x32 / dgamma 64x32", repeats,
-                                                                  reference_dx, reference_sums);
-  time_backward<gc::Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2>>(b, "8 warps, 32x32 / dgamma 32x64", repeats,
-                                                                  reference_dx, reference_sums);
-  time_backward<gc::Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer",
-                                                                  repeats, reference_dx, reference_sums);
-  time_backward<Unrolled<gc::BackwardTiling<128>, 1>>(b, "layer's tiling, k loops not unrolled", repeats, reference_dx,
-                                                      reference_sums);
-  time_backward<Unrolled<gc::BackwardTiling<128>, 4>>(b, "layer's tiling, k loops unrolled 4x", repeats, reference_dx,
-                                                      reference_sums);
+  time_backward<Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2, 2>>(b, "16 warps, 32x16 / dgamma 32x32, unroll 2 (before)",
+                                                                repeats, reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 2>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 2", repeats,
+                                                                reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 8>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 8", repeats,
+                                                                reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2, 4>>(b, "8 warps, 32x32 / dgamma 32x64, unroll 4", repeats,
+                                                                reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1, 4>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer, unroll 4",
+                                                                repeats, reference_dx, reference_sums);
   return 0;
 }
