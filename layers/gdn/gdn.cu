@@ -665,7 +665,7 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
     if constexpr (std::is_same_v<T, float>) {
       if (ctx.allow_tf32()) {
         const Tensor partials =
-            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_);
+            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
         if (partials.defined()) {
           sum_parameter_gradients<T>(ctx, partials, beta, gamma, problem.channels, rp);
           return;

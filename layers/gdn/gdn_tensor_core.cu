@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "conv2d/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 
 namespace plexus::layers::gdn_cuda {
@@ -121,9 +122,9 @@ struct ForwardTiling<256> : Tiling<256, 128, 512, 64, 4, 4, 4, 4, 1, 1> {};
 // 8 warps, 2 blocks per SM. C = 128 (gamma, two x and dy buffers and q:
 // 225 KiB of shared memory, one block per SM): 8 warps with 32x32 warp tiles
 // for the contractions and 64x32 for dgamma (64 registers a thread), k loops
-// unrolled 4 times: fewer fragment loads and instructions per MMA than 16
-// warps of 32x16 (the kernel is bound by instruction issue and latency, not
-// by bandwidth). C = 192 (one buffer: 193 KiB): 16 warps, so that dgamma
+// unrolled 8 times: fewer fragment loads and instructions per MMA than 16
+// warps of 32x16, and more independent loads in flight per warp (the kernel
+// is bound by latency and instruction issue, not by bandwidth). C = 192 (one buffer: 193 KiB): 16 warps, so that dgamma
 // takes 72 registers a thread.
 template <int CP>
 struct BackwardTiling;
@@ -132,7 +133,7 @@ struct BackwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
 struct BackwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 4> {};
+struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 8> {};
 template <>
 struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
@@ -937,13 +938,15 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
 
 template <int CP, bool kInverse>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
+                       Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<gdn_tf32_backward<L, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  Tensor& partials = scratch_tensor(
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          (!dx || aligned16(dx->data<float>()));
   gdn_tf32_backward<L, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
@@ -958,7 +961,8 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
 // partials (both kernels on the same number of blocks per half).
 template <bool kInverse>
 Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                             const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                             const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
+                             Tensor& partials_cache) {
   using First = ForwardTiling<256>;
   using Second = InputGradientTiling256;
   const long long first_tiles = (problem.total_pixels + First::tile - 1) / First::tile;
@@ -970,7 +974,8 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
                                      First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  Tensor& partials = scratch_tensor(
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   Tensor q(x.shape(), x.dtype(), x.device());
   float* dx_data = dx ? dx->data<float>() : nullptr;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
@@ -1003,13 +1008,13 @@ bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
 
 template <bool kInverse>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
     default: return Tensor();
   }
 }
@@ -1026,10 +1031,10 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
 
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
-                            bool inverse) {
+                            bool inverse, Tensor& partials_cache) {
   if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return Tensor();
-  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp)
-                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp);
+  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)
+                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache);
 }
 
 }  // namespace plexus::layers::gdn_cuda

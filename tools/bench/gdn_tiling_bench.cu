@@ -247,11 +247,13 @@ int main(int argc, char** argv) {
                                                                 repeats, reference_dx, reference_sums);
   time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 2>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 2", repeats,
                                                                 reference_dx, reference_sums);
-  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 8>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 8", repeats,
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 4>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 4", repeats,
                                                                 reference_dx, reference_sums);
-  time_backward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2, 4>>(b, "8 warps, 32x32 / dgamma 32x64, unroll 4", repeats,
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 16>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 16", repeats,
+                                                                 reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2, 8>>(b, "8 warps, 32x32 / dgamma 32x64, unroll 8", repeats,
                                                                 reference_dx, reference_sums);
-  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1, 4>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer, unroll 4",
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1, 8>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer, unroll 8",
                                                                 repeats, reference_dx, reference_sums);
   return 0;
 }
