@@ -10,7 +10,8 @@
 //                   to TF32) while MMA fragments are built, and the epilogues
 //                   read x from here, so x and dy come from global memory once
 //                   (up to C = 192);
-//   q     [CP, T]   (backward) dL/dn of the tile, rounded to TF32.
+//   q     [CP, T]   (backward) dL/dn of the tile, as TF32 MMA operands
+//                   (tf32_operand: rounded once the tensor cores drop the low bits).
 // C is padded to CP (32, 64, 128, 192 or 256) with zero gamma and beta 1. The
 // per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
 //   n        = beta + gamma x^2   [R x T],   K = C

@@ -1,7 +1,8 @@
 // gdn-tiling-bench: A/B timings of the TF32 tensor-core GDN kernels
 // (layers/gdn/gdn_tensor_core.cu) under other warp tilings than the ones the
 // layer uses, at one shape (default 16x128x128x128, C = 128), one JSON line
-// per variant on stdout:
+// per variant on stdout, after two byte-floor rows (a streaming kernel that
+// reads and writes the bytes of each pass and nothing else):
 //   gdn-tiling-bench [--batch N] [--size S] [--repeats R]
 // It includes the kernel file itself so that its kernels can be instantiated
 // with the tilings below without the layer exporting them. Timing: CUDA
