@@ -9,6 +9,8 @@
 # compute-sanitizer memcheck over the tensor-core tests, then the convolution
 # rows of tools/bench/run.sh with PyTorch at each precision of LIST (default
 # tf32,bf16), side by side. Logs go to $OUT (default conv-check-logs/).
+# MEMCHECK_FILTER narrows the memcheck (default '*TensorCore*'; the BF16
+# tests, '*TensorCoreBf16*', run both products).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-conv-check-logs}
@@ -42,7 +44,7 @@ echo "== memcheck over the tensor-core tests"
 memcheck_ok=1
 for t in conv2d_test conv_transpose2d_test; do
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" \
-    --gtest_filter='*TensorCore*' > "$logs/memcheck-$t.log" 2>&1 || memcheck_ok=0
+    --gtest_filter="${MEMCHECK_FILTER:-*TensorCore*}" > "$logs/memcheck-$t.log" 2>&1 || memcheck_ok=0
   grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1
 done
 
