@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -318,6 +319,7 @@ TEST(Conv2d, TensorCoreBf16CudaMatchesF64Reference) {
         testing::tensor_core_errors(registry, "Conv2d", c.params, c.input, seed++, Precision::tf32);
     testing::expect_within(bf16, testing::kBf16Tolerance, what);
     testing::expect_bf16_rounding_shows(bf16, tf32, what);
+    std::cout << what << "\n  bf16: " << testing::describe(bf16) << "\n  tf32: " << testing::describe(tf32) << "\n";
   }
 }
 

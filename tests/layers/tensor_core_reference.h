@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,14 @@ inline TensorCoreErrors tensor_core_errors(const Registry& registry, const std::
     errors.parameter_grads[p->name] = relative_error(added, p->grad.to_values());
   }
   return errors;
+}
+
+// "forward E, input gradient E, weight gradient E, ...", for the logs.
+inline std::string describe(const TensorCoreErrors& errors) {
+  std::ostringstream text;
+  text << "forward " << errors.output << ", input gradient " << errors.input_grad;
+  for (const auto& [name, error] : errors.parameter_grads) text << ", " << name << " gradient " << error;
+  return text.str();
 }
 
 // Expects the output, the input gradient and every parameter gradient within
