@@ -36,7 +36,7 @@ echo "== convolution tests"
 tests_ok=1
 for t in conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test; do
   timeout 300 "$build/tests/$t" --gtest_brief=1 > "$logs/$t.log" 2>&1 || tests_ok=0
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error|Expected|Which is|forward,|gradient,|^(f32|bf16):" \
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error|Expected|Which is|forward,|gradient,|^(f32|tf32|bf16):" \
     "$logs/$t.log" | head -40
 done
 
