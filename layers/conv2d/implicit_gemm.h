@@ -23,7 +23,7 @@
 // The product follows the Context's precision: under tf32 the tensor cores
 // read each f32 operand as TF32 (10 mantissa bits, truncated: ~1e-3 relative
 // per product); under bf16 each operand is rounded to bf16 (7 mantissa bits,
-// round to nearest even: ~4e-3 relative per product) as the warp forms its
+// round to nearest even: within 4e-3 relative) as the warp forms its
 // mma fragments from the f32 tiles in shared memory. Same tiles, gathers and
 // epilogues for both: only the mma instruction and that rounding differ.
 // Strict f32 never comes here.

@@ -18,7 +18,7 @@ namespace plexus {
 //         (10 mantissa bits per operand, f32 accumulation, ~1e-3 relative);
 //   bf16  f32 storage, the convolutions' implicit-GEMM engine on BF16 tensor
 //         cores (operands rounded to bf16 = 8 significant bits, round to
-//         nearest even, f32 accumulation, ~4e-3 relative per product);
+//         nearest even: within 4e-3 relative each, f32 accumulation);
 //         every other product runs as under tf32 (cuBLAS TF32 math, GDN's
 //         TF32 kernels). Weights, optimiser state, the entropy model and
 //         losses stay f32. bf16 STORAGE of activations (half the bytes) is
