@@ -108,9 +108,9 @@ __device__ inline unsigned pack_bf16x2(unsigned low, unsigned high) {
 
 // The tensor-core product the engine runs, chosen by the Context's precision.
 // Both consume the same fragments, read from the same f32 tiles in shared
-// memory: kGroups m16n8k8 TF32 fragment sets (a = A(g, t), A(g+8, t),
-// A(g, t+4), A(g+8, t+4); b = B(t, g), B(t+4, g), at k offsets 0 and 8 of
-// the step; g = lane/4, t = lane%4).
+// memory: kGroups m16n8k8 TF32 fragment sets, set i at k offset 8i of the
+// step (a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g),
+// B(t+4, g); g = lane/4, t = lane%4).
 //
 // Tf32Product: one m16n8k8 TF32 mma per fragment set.
 struct Tf32Product {
