@@ -45,14 +45,26 @@ int reflect_index(std::int64_t i, int length);
 // v / 255 (channel-major), flipping as planned.
 void extract_patch(const Image& image, const PatchPlan& plan, int patch, float* chw);
 
+// One rank's share of each global batch in data-parallel training: of the
+// world_size * batch crops drawn for a step, exactly as one sampler with
+// batch world_size * batch draws them, rank r takes crops
+// [r * batch, (r + 1) * batch). So N ranks with batch B see the images of one
+// run with batch N * B, split without overlap.
+struct Shard {
+  int rank = 0;
+  int world_size = 1;
+};
+
 class PatchSampler {
  public:
-  // Throws ConfigError for batch < 1 or patch < 1.
-  PatchSampler(std::uint64_t seed, int batch, int patch);
+  // `batch` is this rank's share. Throws ConfigError for batch < 1,
+  // patch < 1, or a shard whose rank is not in [0, world_size).
+  PatchSampler(std::uint64_t seed, int batch, int patch, Shard shard = {});
 
   int batch() const { return batch_; }
   int patch() const { return patch_; }
-  // The crops of batch `step` over a folder of `image_count` images.
+  const Shard& shard() const { return shard_; }
+  // This rank's crops of batch `step` over a folder of `image_count` images.
   std::vector<PatchPlan> plan(std::int64_t step, std::size_t image_count) const;
   // Batch `step`: [batch, 3, patch, patch] f32 on the CPU, values in [0, 1].
   Tensor make_batch(ImageFolder& images, std::int64_t step) const;
@@ -61,6 +73,7 @@ class PatchSampler {
   std::uint64_t seed_;
   int batch_;
   int patch_;
+  Shard shard_;
 };
 
 }  // namespace plexus::data
