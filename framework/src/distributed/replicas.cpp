@@ -49,6 +49,7 @@ void broadcast_parameters(Context& ctx, Communicator& communicator, const std::v
 
 void check_replicas_agree(Context& ctx, Communicator& communicator, const std::vector<NamedParameter>& parameters,
                           std::int64_t step) {
+  communicator.synchronize();  // with its timeout: the context may wait on a reduction of a rank that died
   ctx.synchronize();
   const std::uint64_t mine = parameter_fingerprint(parameters);
   const Device device = parameters.empty() ? ctx.device() : parameters.front().parameter->value.device();
