@@ -7,6 +7,7 @@
 // with shell workers, to show that the other workers are killed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +17,9 @@
 #include "apps/cli_runner.h"
 #include "apps/same_tensors.h"
 #include "data/data_test_support.h"
+#include "plexus/context.h"
+#include "plexus/distributed/nccl_communicator.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "train_command.h"
 #include "worker_launch.h"
 
@@ -56,6 +60,29 @@ TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
   EXPECT_FALSE(std::filesystem::exists(folder / "worker/.rendezvous-0"));
   for (const auto& entry : std::filesystem::directory_iterator(folder / "worker"))
     EXPECT_EQ(entry.path().filename().string().rfind(".rendezvous", 0), std::string::npos) << entry.path();
+}
+
+// On a GPU, through NCCL: one worker (eager steps, gradients reduced in
+// buckets on NCCL's stream) against one process (CUDA graph). Averaging over
+// one rank changes nothing: tolerance 1e-6 absolute, expected 0.
+TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  auto gpu_run = [&](const std::string& out, std::vector<std::string> extra) {
+    auto args = tiny_run(out, 23, extra);
+    args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
+    return run(args);
+  };
+  auto single = gpu_run("gpu-single", {});
+  ASSERT_EQ(single.exit_code, 0) << single.describe();
+  auto worker = gpu_run("gpu-worker", {"--gpus", "1", "--replica-check-every", "5"});
+  ASSERT_EQ(worker.exit_code, 0) << worker.describe();
+  EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << worker.err;
+  EXPECT_TRUE(contains(worker.err, "CUDA graph off: data-parallel steps launch eagerly")) << worker.err;
+  const double largest =
+      testing::largest_difference(folder / "gpu-single/checkpoint.safetensors", folder / "gpu-worker/checkpoint.safetensors");
+  std::printf("--gpus 1 against one process on the GPU: largest checkpoint difference %g\n", largest);
+  EXPECT_LE(largest, 1e-6);
 }
 
 TEST_F(PlexusAeDataParallel, AWorkerThatFailsEndsTheRunNamingItsRank) {

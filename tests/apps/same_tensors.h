@@ -2,7 +2,10 @@
 // Compares every tensor of two safetensors files (checkpoints, models).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "plexus/checkpoint.h"
@@ -24,6 +27,23 @@ inline ::testing::AssertionResult same_tensors(const std::string& a_path, const 
       return ::testing::AssertionFailure() << name << " differs";
   }
   return ::testing::AssertionSuccess() << a.tensors.size() << " tensors identical";
+}
+
+// The largest absolute difference between elements of equally named
+// tensors; infinity when the names, shapes or dtypes differ.
+inline double largest_difference(const std::string& a_path, const std::string& b_path) {
+  TensorFile a = load_safetensors(a_path), b = load_safetensors(b_path);
+  const double mismatch = std::numeric_limits<double>::infinity();
+  if (a.tensors.size() != b.tensors.size()) return mismatch;
+  double largest = 0;
+  for (const auto& [name, tensor] : a.tensors) {
+    auto it = b.tensors.find(name);
+    if (it == b.tensors.end() || it->second.shape() != tensor.shape() || it->second.dtype() != tensor.dtype())
+      return mismatch;
+    const auto x = tensor.to_values(), y = it->second.to_values();
+    for (std::size_t i = 0; i < x.size(); ++i) largest = std::max(largest, std::abs(x[i] - y[i]));
+  }
+  return largest;
 }
 
 }  // namespace plexus::testing
