@@ -68,7 +68,6 @@ void TrainingStep::wait_for_reductions() {
 }
 
 void TrainingStep::run(std::int64_t step) {
-  wait_for_reductions();
   input_.next_into(ctx_, net_.input(kImage));
   ctx_.reseed(noise_seed(step));
   optimizer_.begin_step(ctx_, parameters_);
@@ -76,6 +75,9 @@ void TrainingStep::run(std::int64_t step) {
     net_.zero_grad();
     net_.forward(ctx_);
     metrics_.record(ctx_, {&net_.blob(kDistortion), &net_.blob(kRate)});
+    // The previous step's reductions, waited for (with the timeout) while
+    // this step's forward is already queued, so the GPU does not idle.
+    wait_for_reductions();
     net_.backward(ctx_, {{kDistortion, distortion_weight_}, {kRate, 1.0}});
     if (buckets_) buckets_->finish(ctx_);  // the mean gradient of all ranks, before clipping
     if (clipper_) clipper_->clip(ctx_, parameters_);

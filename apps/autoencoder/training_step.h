@@ -10,10 +10,10 @@
 //
 // Data-parallel (with a communicator): the gradients are averaged over the
 // ranks by GradientBuckets, overlapped with backward, before clipping and
-// the update; the step then runs eagerly (no CUDA graph). Each step first
-// waits, with the communicator's timeout, for the previous step's
-// reductions, so a rank that died stops the others within the timeout
-// instead of letting them queue work forever. Rank 0 draws the noise of a
+// the update; the step then runs eagerly (no CUDA graph). Each step, once
+// its forward is queued, waits with the communicator's timeout for the
+// previous step's reductions, so a rank that died stops the others within
+// the timeout instead of letting them queue work forever. Rank 0 draws the noise of a
 // single-process run; rank r > 0 a stream of its own.
 #include <cstdint>
 #include <memory>
