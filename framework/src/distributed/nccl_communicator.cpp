@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -62,8 +63,11 @@ class NcclCommunicator : public Communicator {
     }
   }
 
+  // A normal end flushes and finalizes; while an exception unwinds (this
+  // rank failed, its peers may be gone) the communicator is aborted at once
+  // rather than waiting on them.
   ~NcclCommunicator() override {
-    if (comm_ && !failed_) {
+    if (comm_ && !failed_ && std::uncaught_exceptions() == 0) {
       try {
         synchronize();
         check(ncclCommFinalize(comm_), "ncclCommFinalize", __FILE__, __LINE__);
