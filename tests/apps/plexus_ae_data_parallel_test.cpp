@@ -136,6 +136,23 @@ TEST_F(PlexusAeDataParallel, RefusesWorkerCountsItCannotRun) {
   EXPECT_TRUE(contains(negative.err, "--gpus must be in [0, 64]")) << negative.err;
 }
 
+// Two GPUs asked for where this build or machine cannot give them: without
+// NCCL the message says to install it; with NCCL and fewer than 2 GPUs it
+// says how many are visible. (A machine with 2 GPUs and NCCL would train.)
+TEST_F(PlexusAeDataParallel, TwoGpusWithoutNcclOrWithoutTwoGpusIsAClearError) {
+  auto result = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch",
+                     "16", "--steps", "2", "--gpus", "2", "--out", folder / "two"});
+  if (result.exit_code == 0) GTEST_SKIP() << "this machine trained on 2 GPUs: nothing to refuse";
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  if (distributed::built_with_nccl())
+    EXPECT_TRUE((contains(result.err, "requested, but") && contains(result.err, "CUDA GPU(s) are visible")) ||
+                contains(result.err, "built without CUDA"))
+        << result.err;
+  else
+    EXPECT_TRUE(contains(result.err, "--gpus 2 needs NCCL, and this build of plexus-ae has none")) << result.err;
+  EXPECT_FALSE(contains(result.err, "started 2 worker(s)")) << result.err;
+}
+
 TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
   setenv(ae::kRankVariable, "0", 1);
   auto result = run(tiny_run("env", 5));

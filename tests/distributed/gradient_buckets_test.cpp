@@ -198,6 +198,36 @@ TEST(GradientBuckets, EveryRankEndsWithTheMeanOfTheRanksGradients) {
   set_cpu_threads(0);
 }
 
+// Net's hook fires once per node per backward, in reverse execution order,
+// also for a node no loss depends on (its gradients stay zero but are
+// final), so a bucket holding its parameters is still reduced in backward.
+TEST(GradientBuckets, NetsHookFiresForEveryNodeIncludingOnesNoLossReaches) {
+  ModelSpec spec = two_layer_spec();
+  spec.nodes.insert(spec.nodes.begin() + 1, {"side", "FullyConnected", {"x"}, {"unused"}, {{"out_features", 2}}});
+  Net net(spec, registry, {{"x", {kBatch, kIn}}, {"target", {kBatch, kOut}}});
+  ASSERT_EQ(net.execution_order(), (std::vector<std::string>{"fc1", "side", "relu", "fc2", "mse"}));
+  fill_inputs(net, 0);
+  std::vector<std::string> fired;
+  net.set_gradients_ready_hook([&](Context&, const std::string& node) { fired.push_back(node); });
+  Context ctx;
+  for (int pass = 0; pass < 2; ++pass) {
+    fired.clear();
+    net.zero_grad();
+    net.forward(ctx);
+    net.backward(ctx, {{"loss", 1.0}});
+    EXPECT_EQ(fired, (std::vector<std::string>{"mse", "fc2", "relu", "side", "fc1"})) << "pass " << pass;
+  }
+  auto errors = run_ranks(1, [&](int, Communicator& comm) {
+    GradientBuckets buckets(net, comm, 100);  // replaces the hook above
+    net.zero_grad();
+    net.forward(ctx);
+    net.backward(ctx, {{"loss", 1.0}});
+    buckets.finish(ctx);
+    EXPECT_EQ(buckets.last_pass_issued_during_backward(), static_cast<int>(buckets.buckets().size()));
+  });
+  EXPECT_TRUE(all_succeeded(errors));
+}
+
 TEST(GradientBuckets, RejectsAnF64Net) {
   Net net(two_layer_spec(), registry, {{"x", {kBatch, kIn}}, {"target", {kBatch, kOut}}}, DType::f64);
   auto errors = run_ranks(1, [&](int, Communicator& comm) { GradientBuckets buckets(net, comm); });
