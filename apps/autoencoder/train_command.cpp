@@ -12,6 +12,8 @@
 // (every step on the CPU, where it is free).
 #include "train_command.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -26,6 +28,7 @@
 #include "autoencoder_contract.h"
 #include "codec_model.h"
 #include "console.h"
+#include "data_parallel.h"
 #include "image_evaluation.h"
 #include "lr_schedule.h"
 #include "plexus/grad_clip.h"
@@ -39,6 +42,7 @@
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
 #include "plexus/data/image_folder.h"
+#include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
@@ -47,9 +51,6 @@
 #include "session.h"
 #include "stop_signal.h"
 #include "training_step.h"
-#include "data_parallel.h"
-#include "plexus/distributed/replicas.h"
-#include <unistd.h>
 
 namespace plexus::ae {
 
@@ -366,15 +367,16 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
         stats.bpp = window.bpp;
         stats.psnr = 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12));
       }
-      if (log) log->write({{"kind", "train"},
-                 {"step", step},
-                 {"loss", window.loss},
-                 {"mse", window.mse},
-                 {"bpp", window.bpp},
-                 {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
-                 {"lr", adam.learning_rate()},
-                 {"images_per_second", window_seconds > 0 ? window.steps * o.batch * world_size / window_seconds : 0.0},
-                 {"elapsed_seconds", elapsed_seconds()}});
+      if (log)
+        log->write({{"kind", "train"},
+                    {"step", step},
+                    {"loss", window.loss},
+                    {"mse", window.mse},
+                    {"bpp", window.bpp},
+                    {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
+                    {"lr", adam.learning_rate()},
+                    {"images_per_second", window_seconds > 0 ? window.steps * o.batch * world_size / window_seconds : 0.0},
+                    {"elapsed_seconds", elapsed_seconds()}});
       window_start = now;
     }
     if (root) bar.update(stats);
@@ -384,8 +386,9 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
       if (root) bar.finish();
       spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", step, v.psnr, v.bpp,
                    v.images, o.val);
-      if (log) log->write({{"kind", "val"}, {"step", step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
-                 {"images", v.images}, {"elapsed_seconds", elapsed_seconds()}});
+      if (log)
+        log->write({{"kind", "val"}, {"step", step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
+                    {"images", v.images}, {"elapsed_seconds", elapsed_seconds()}});
       if (std::isfinite(best_val_psnr) && v.psnr < best_val_psnr - kPsnrCollapseDb)
         spdlog::warn("validation PSNR collapsed from {:.2f} dB (the best so far) to {:.2f} dB: training is diverging. "
                      "Try a lower --lr (now {}) or --clip-grad-norm (now {})",
@@ -408,9 +411,10 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
       if (parallel) stop_requested(&signal_number);  // this rank's own signal, if it got one
       bar.finish();
       if (!save("interrupted")) return kExitError;
-      spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
-                   signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", step, o.steps, checkpoint_path, o.out,
-                   o.gpus > 0 ? " --gpus N (any N)" : "");
+      if (root)
+        spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
+                     signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", step, o.steps, checkpoint_path, o.out,
+                     o.gpus > 0 ? " --gpus N (any N)" : "");
       report_skipped(train_images, "training");
       return kExitInterrupted;
     }

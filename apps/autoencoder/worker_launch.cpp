@@ -160,7 +160,9 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
     workers[static_cast<std::size_t>(rank)].running = false;
     --running;
     const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    const bool stopped = stops_passed_on > 0 && WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
+    // Stopped by a signal (passed on by us, or sent to a worker directly):
+    // the workers agree on a step and rank 0 saves; not a failure.
+    const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
     if (stopped) result = result == kExitOk ? kExitInterrupted : result;
     if (clean || stopped) continue;
     if (result != kExitError)
