@@ -25,8 +25,8 @@ void check_gpus_option(const TrainOptions& o) {
     throw ConfigError("--gpus " + n + " trains on cuda:0 to cuda:" + std::to_string(o.gpus - 1) +
                       " (set CUDA_VISIBLE_DEVICES to choose them): give --device auto or cuda, not '" + o.device + "'");
   if (!distributed::built_with_nccl())
-    throw ConfigError("--gpus " + n + " needs NCCL, and this build of plexus-ae has none: install NCCL (Debian: "
-                      "libnccl-dev; or NVIDIA's nvidia-nccl Python wheel) and rebuild, with -DNCCL_ROOT=<prefix> if "
+    throw ConfigError("--gpus " + n + " needs NCCL, and this build of plexus-ae has none: install NCCL (libnccl-dev from "
+                      "NVIDIA's CUDA package repository, or the nvidia-nccl Python wheel) and rebuild, with -DNCCL_ROOT=<prefix> if "
                       "CMake does not find it");
   const Device last = choose_device("cuda:" + std::to_string(o.gpus - 1));  // DeviceError: fewer GPUs visible
   (void)last;
