@@ -6,6 +6,10 @@
 // from a checkpoint at step k (parameters, Adam moments and step count
 // restored) takes exactly the steps an uninterrupted run takes.
 //
+// Data-parallel (a worker of --gpus N, worker_launch.h): rank r takes crops
+// [r B, (r + 1) B) of the global batch of step k, so the data sequence is
+// the same for any number of ranks; rank 0 alone writes and reports.
+//
 // The steps themselves (TrainingStep) are enqueued without waiting for the
 // GPU: the loss is read back once per log line, and divergence is looked up
 // in a device-side record at log, validation, checkpoint and stop points
