@@ -65,14 +65,4 @@ DataParallelRank::DataParallelRank(const WorkerEnvironment& environment, Device 
                communicator_->kind() == "nccl" ? " " + distributed::nccl_version() : std::string());
 }
 
-DataParallelRank::Agreement DataParallelRank::agree(Context& ctx, bool stop, bool out_of_time, double seconds) {
-  const bool root = rank() == 0;
-  Tensor votes = Tensor::from_values({stop ? 1.0 : 0.0, root && out_of_time ? 1.0 : 0.0, root ? seconds : 0.0}, {3},
-                                     DType::f32, ctx.device());
-  communicator_->all_reduce(ctx, votes, distributed::Reduction::sum);
-  communicator_->synchronize();
-  const std::vector<double> agreed = votes.to_values();
-  return {agreed[0] > 0, agreed[1] > 0, agreed[2]};
-}
-
 }  // namespace plexus::ae

@@ -7,6 +7,7 @@
 
 #include "options.h"
 #include "plexus/context.h"
+#include "plexus/distributed/agreement.h"
 #include "plexus/distributed/communicator.h"
 #include "plexus/distributed/in_process_communicator.h"
 #include "worker_launch.h"
@@ -33,16 +34,11 @@ class DataParallelRank {
   int rank() const { return communicator_->rank(); }
   int world_size() const { return communicator_->world_size(); }
 
-  // What must not depend on one rank's clock or signals: whether a stop
-  // was requested (on any rank), whether --time-limit is reached and the
-  // training seconds the learning-rate schedule reads (rank 0's clock).
-  struct Agreement {
-    bool stop = false;
-    bool out_of_time = false;
-    double seconds = 0;
-  };
-  // Collective; waits for the device.
-  Agreement agree(Context& ctx, bool stop, bool out_of_time, double seconds);
+  // Whether to stop, --time-limit and the schedule's clock, agreed over the
+  // ranks (plexus/distributed/agreement.h). Collective; waits for the device.
+  distributed::Agreement agree(Context& ctx, bool stop, bool out_of_time, double seconds) {
+    return distributed::agree(ctx, *communicator_, stop, out_of_time, seconds);
+  }
 
  private:
   std::unique_ptr<distributed::InProcessGroup> group_;

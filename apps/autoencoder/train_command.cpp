@@ -331,7 +331,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
   };
   // Data-parallel ranks decide alike: on rank 0's clock and on a stop
   // requested on any rank, agreed every kAgreementInterval steps.
-  DataParallelRank::Agreement agreed;
+  distributed::Agreement agreed;
   auto schedule_seconds = [&] { return parallel ? agreed.seconds : seconds_this_run(run_start); };
 
   while (step < last_step) {

@@ -8,6 +8,7 @@
 
 #include "distributed/rank_threads.h"
 #include "plexus/cpu_parallel.h"
+#include "plexus/distributed/agreement.h"
 #include "plexus/data/image_folder.h"
 #include "plexus/data/patch_sampler.h"
 #include "plexus/distributed/gradient_buckets.h"
@@ -128,6 +129,28 @@ TEST(DataParallelTraining, TheReplicaCheckNamesARankThatDrifted) {
   for (int rank = 0; rank < 3; ++rank)
     EXPECT_NE(errors[rank].find("after step 11 the parameters of rank(s) 2 differ from rank 0's"), std::string::npos)
         << "rank " << rank << ": " << errors[rank];
+}
+
+// A stop asked on any one rank stops all; the time limit and the clock are
+// rank 0's, whatever the others' clocks say.
+TEST(DataParallelTraining, RanksAgreeOnStoppingAndOnRankZerosClock) {
+  const int world = 3;
+  std::vector<Agreement> quiet(world), one_stops(world), late_clocks(world);
+  auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    Context ctx;
+    const double my_seconds = 100.0 + rank;  // every rank's clock differs
+    quiet[rank] = agree(ctx, comm, false, false, my_seconds);
+    one_stops[rank] = agree(ctx, comm, rank == 2, false, my_seconds);
+    late_clocks[rank] = agree(ctx, comm, false, rank != 0, my_seconds);  // only rank 0's limit counts
+  });
+  ASSERT_TRUE(all_succeeded(errors));
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_FALSE(quiet[rank].stop) << rank;
+    EXPECT_FALSE(quiet[rank].out_of_time) << rank;
+    EXPECT_EQ(quiet[rank].seconds, 100.0) << rank;
+    EXPECT_TRUE(one_stops[rank].stop) << rank;
+    EXPECT_FALSE(late_clocks[rank].out_of_time) << rank;
+  }
 }
 
 TEST(DataParallelTraining, BroadcastGivesEveryRankRankZerosParameters) {
