@@ -461,26 +461,52 @@ __global__ void gdn_effective_parameters(const T* stored_beta, const T* stored_g
 // Finishing step: g = sum over the partials (fixed order) of dL/dvalue for
 // element e of [dgamma (C*C) | dbeta (C)], then through the reparametrisation
 //   dL/dstored += 2 max(stored, bound) g  where stored >= bound or g < 0
-// (tfc's "identity if towards" lower bound). One thread per element.
+// (tfc's "identity if towards" lower bound).
+// Launch: blocks of 32 elements x kPartialSlices slices; slice s sums
+// partials s, s + kPartialSlices, ... in order, then slice 0 adds the slices
+// in order (a fixed order: deterministic), so a thread has only about
+// partials / 8 loads to wait for instead of one chain over all of them.
+constexpr int kPartialSlices = kThreads / 32;
+
 template <typename T>
-__global__ void gdn_parameter_gradients(const T* partials, int partial_count, int channels, const T* stored_beta,
-                                        const T* stored_gamma, T* beta_grad, T* gamma_grad, Reparametrization<T> rp) {
+__global__ void __launch_bounds__(kThreads)
+    gdn_parameter_gradients(const T* partials, int partial_count, int channels, const T* stored_beta,
+                            const T* stored_gamma, T* beta_grad, T* gamma_grad, Reparametrization<T> rp) {
+  __shared__ T slice_sums[kPartialSlices][32];
   const long long gamma_count = static_cast<long long>(channels) * channels;
   const long long count = gamma_count + channels;
-  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < count;
-       e += (long long)gridDim.x * blockDim.x) {
-    T g = T(0);
-    for (int b = 0; b < partial_count; ++b) g += partials[b * count + e];
-    const bool is_gamma = e < gamma_count;
-    const T stored = is_gamma ? stored_gamma[e] : stored_beta[e - gamma_count];
-    const T bound = is_gamma ? rp.gamma_bound : rp.beta_bound;
-    const bool passes = stored >= bound || g < T(0);
-    const T grad = passes ? T(2) * (stored > bound ? stored : bound) * g : T(0);
-    if (is_gamma)
-      gamma_grad[e] += grad;
-    else
-      beta_grad[e - gamma_count] += grad;
-  }
+  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const long long e = blockIdx.x * 32LL + lane;
+  T g = T(0);
+  if (e < count)
+    for (int b = slice; b < partial_count; b += kPartialSlices) g += partials[b * count + e];
+  slice_sums[slice][lane] = g;
+  __syncthreads();
+  if (slice != 0 || e >= count) return;
+  g = slice_sums[0][lane];
+  for (int s = 1; s < kPartialSlices; ++s) g += slice_sums[s][lane];
+  const bool is_gamma = e < gamma_count;
+  const T stored = is_gamma ? stored_gamma[e] : stored_beta[e - gamma_count];
+  const T bound = is_gamma ? rp.gamma_bound : rp.beta_bound;
+  const bool passes = stored >= bound || g < T(0);
+  const T grad = passes ? T(2) * (stored > bound ? stored : bound) * g : T(0);
+  if (is_gamma)
+    gamma_grad[e] += grad;
+  else
+    beta_grad[e - gamma_count] += grad;
+}
+
+// dL/dstored of beta and gamma += the reparametrised sums of the
+// partial_count rows of `partials` [partial_count, C*C + C].
+template <typename T>
+void launch_parameter_gradients(Context& ctx, const T* partials, int partial_count, int channels, Parameter& beta,
+                                Parameter& gamma, Reparametrization<T> rp) {
+  const long long sums = static_cast<long long>(channels) * channels + channels;
+  const auto blocks = static_cast<unsigned int>((sums + 31) / 32);
+  gdn_parameter_gradients<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
+      partials, partial_count, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
+      gamma.grad.data<T>(), rp);
+  cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
 }
 
 // ---------------------------------------------------------------- host side
@@ -499,11 +525,7 @@ int fused_channels(int channels) {
 template <typename T>
 void sum_parameter_gradients(Context& ctx, const Tensor& partials, Parameter& beta, Parameter& gamma, int channels,
                              Reparametrization<T> rp) {
-  const long long sums = static_cast<long long>(channels) * channels + channels;
-  gdn_parameter_gradients<T><<<cuda::blocks_for(sums), kThreads, 0, cuda::stream(ctx)>>>(
-      partials.data<T>(), static_cast<int>(partials.dim(0)), channels, beta.value.data<T>(), gamma.value.data<T>(),
-      beta.grad.data<T>(), gamma.grad.data<T>(), rp);
-  cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
+  launch_parameter_gradients<T>(ctx, partials.data<T>(), static_cast<int>(partials.dim(0)), channels, beta, gamma, rp);
 }
 
 template <typename T, int CP, bool kInverse>
@@ -643,7 +665,7 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
     if constexpr (std::is_same_v<T, float>) {
       if (ctx.allow_tf32()) {
         const Tensor partials =
-            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_);
+            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
         if (partials.defined()) {
           sum_parameter_gradients<T>(ctx, partials, beta, gamma, problem.channels, rp);
           return;
@@ -677,10 +699,7 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
     gdn_general_beta_sums<T><<<static_cast<unsigned int>(channels), kThreads, 0, cuda::stream(ctx)>>>(
         q.data<T>(), channels, problem.pixels, problem.total_pixels, sums.data<T>());
     cuda::check_launch("gdn_general_beta_sums", __FILE__, __LINE__);
-    gdn_parameter_gradients<T><<<cuda::blocks_for(sums_count), kThreads, 0, cuda::stream(ctx)>>>(
-        sums.data<T>(), 1, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
-        gamma.grad.data<T>(), rp);
-    cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
+    launch_parameter_gradients<T>(ctx, sums.data<T>(), 1, channels, beta, gamma, rp);
   });
 }
 

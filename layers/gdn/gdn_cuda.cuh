@@ -194,10 +194,11 @@ int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);
 // dx (when not null) and per-block partial sums [blocks, C*C + C] of
-// dL/dgamma (row-major) then dL/dbeta, with respect to the effective values;
-// an undefined tensor when it cannot run here (then nothing was launched).
+// dL/dgamma (row-major) then dL/dbeta, with respect to the effective values,
+// written into `partials_cache` (reallocated only when its shape changes) and
+// returned; an undefined tensor when it cannot run here (then nothing was launched).
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
-                            bool inverse);
+                            bool inverse, Tensor& partials_cache);
 
 }  // namespace plexus::layers::gdn_cuda

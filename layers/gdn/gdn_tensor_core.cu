@@ -10,7 +10,8 @@
 //                   to TF32) while MMA fragments are built, and the epilogues
 //                   read x from here, so x and dy come from global memory once
 //                   (up to C = 192);
-//   q     [CP, T]   (backward) dL/dn of the tile, rounded to TF32.
+//   q     [CP, T]   (backward) dL/dn of the tile, as TF32 MMA operands
+//                   (tf32_operand: rounded once the tensor cores drop the low bits).
 // C is padded to CP (32, 64, 128, 192 or 256) with zero gamma and beta 1. The
 // per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
 //   n        = beta + gamma x^2   [R x T],   K = C
@@ -44,6 +45,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "conv2d/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 
 namespace plexus::layers::gdn_cuda {
@@ -52,9 +54,11 @@ namespace plexus::layers::gdn_cuda {
 // block: kThreads threads, tiles of kTile pixels; the [R x T] contractions on
 // kContractWarpsM x kContractWarpsN warps, dgamma [CP x R] on
 // kGradientWarpsM x kGradientWarpsN; kMinBlocks resident blocks per SM
-// (register budget); kBuffers x (and dy) tile buffers in the fused backward.
+// (register budget); kBuffers x (and dy) tile buffers in the fused backward;
+// the contractions' k loops unrolled kUnroll times. Other tilings can be
+// timed against these with tools/bench/gdn_tiling_bench.cu.
 template <int CP, int kRows, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
-          int kGradientWarpsN, int kMinBlocks, int kBuffers>
+          int kGradientWarpsN, int kMinBlocks, int kBuffers, int kUnroll = 2>
 struct Tiling {
   static constexpr int channels = CP;
   static constexpr int rows = kRows;
@@ -69,6 +73,9 @@ struct Tiling {
   static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
   static constexpr int gradient_n_tiles = kRows / (8 * kGradientWarpsN);
   static constexpr int min_blocks = kMinBlocks;
+  // How many k steps of a contraction the compiler unrolls (and may overlap
+  // the next step's fragment loads with this step's MMAs).
+  static constexpr int contract_unroll = kUnroll;
   // Tile loads: float4 runs of 4 pixels, kTile / 4 per channel row.
   static constexpr int runs_per_row = kTile / 4;
   static constexpr int load_row_step = kThreads / runs_per_row;
@@ -95,9 +102,10 @@ struct Tiling {
 };
 
 // Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
-// 97 KiB of shared memory each). C = 192: gamma alone takes 144 KiB, so
-// 32-pixel tiles and one block of 16 warps. C = 256: half of gamma (128 KiB)
-// and a 64-pixel x tile (64 KiB), 16 warps.
+// 97 KiB of shared memory each, 32x32 warp tiles, k loop fully unrolled:
+// 5% faster than unrolled twice at 16x128x128x128). C = 192: gamma alone
+// takes 144 KiB, so 32-pixel tiles and one block of 16 warps. C = 256: half
+// of gamma (128 KiB) and a 64-pixel x tile (64 KiB), 16 warps.
 template <int CP>
 struct ForwardTiling;
 template <>
@@ -105,7 +113,7 @@ struct ForwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
 struct ForwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 1> {};
 template <>
-struct ForwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1> {};
+struct ForwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 16> {};
 template <>
 struct ForwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 template <>
@@ -113,9 +121,12 @@ struct ForwardTiling<256> : Tiling<256, 128, 512, 64, 4, 4, 4, 4, 1, 1> {};
 
 // Backward: dgamma lives in registers, CP^2 / threads per thread. C <= 64:
 // 8 warps, 2 blocks per SM. C = 128 (gamma, two x and dy buffers and q:
-// 225 KiB of shared memory, one block per SM) and 192 (one buffer: 193 KiB): 16
-// warps, so that dgamma takes 32 (72) registers a thread and twice the warps
-// hide the latency of each phase.
+// 225 KiB of shared memory, one block per SM): 8 warps with 32x32 warp tiles
+// for the contractions and 64x32 for dgamma (64 registers a thread), k loops
+// unrolled 8 times: fewer fragment loads and instructions per MMA than 16
+// warps of 32x16, and more independent loads in flight per warp (the kernel
+// is bound by latency and instruction issue, not by bandwidth). C = 192 (one buffer: 193 KiB): 16 warps, so that dgamma
+// takes 72 registers a thread.
 template <int CP>
 struct BackwardTiling;
 template <>
@@ -123,7 +134,7 @@ struct BackwardTiling<32> : Tiling<32, 32, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
 struct BackwardTiling<64> : Tiling<64, 64, 256, 64, 2, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardTiling<128> : Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2> {};
+struct BackwardTiling<128> : Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 8> {};
 template <>
 struct BackwardTiling<192> : Tiling<192, 192, 512, 32, 4, 4, 4, 4, 1, 1> {};
 
@@ -166,6 +177,13 @@ __device__ __forceinline__ float round_tf32(float v) {
 }
 
 __device__ __forceinline__ std::uint32_t bits(float v) { return __float_as_uint(v); }
+
+// v as an MMA operand rounded to TF32 like round_tf32 (to nearest, ties away
+// from zero), in one integer add: half a TF32 unit in the last place goes
+// into the bits and the tensor cores ignore the 13 low mantissa bits of a
+// .tf32 operand. For the operands built per fragment in the inner loops
+// (finite values), where cvt.rna costs several instructions.
+__device__ __forceinline__ std::uint32_t tf32_operand(float v) { return __float_as_uint(v) + 0x1000u; }
 
 // d += a b for one m16n8k8 tile: a [16 x 8] row-major fragment, b [8 x 8]
 // column fragment, d [16 x 8] (PTX ISA, "mma.m16n8k8 .tf32" fragment layouts:
@@ -217,6 +235,12 @@ struct TileOrigin {
 };
 
 __device__ __forceinline__ TileOrigin tile_origin(long long tile_begin, long long pixels) {
+  // 32-bit division when both fit (batches below 2^32 pixels): a fraction of
+  // the instructions of a 64-bit one, and this runs three times per tile.
+  if (tile_begin <= 0xffffffffLL && pixels <= 0xffffffffLL) {
+    const auto begin = static_cast<unsigned>(tile_begin), image_pixels = static_cast<unsigned>(pixels);
+    return {tile_begin, begin / image_pixels, begin % image_pixels};
+  }
   return {tile_begin, tile_begin / pixels, tile_begin % pixels};
 }
 
@@ -345,7 +369,7 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
                                                   int m_base, int n_base) {
   constexpr int CP = L::channels;
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
     std::uint32_t b[L::contract_n_tiles][2];
@@ -362,8 +386,8 @@ __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const fl
       const int p8 = n_base + 8 * nt;
       const float v0 = x_s[swizzled_rows_by_t(k0, 0, p8, L::tile)];
       const float v1 = x_s[swizzled_rows_by_t(k0, 1, p8, L::tile)];
-      b[nt][0] = bits(round_tf32(v0 * v0));
-      b[nt][1] = bits(round_tf32(v1 * v1));
+      b[nt][0] = tf32_operand(v0 * v0);
+      b[nt][1] = tf32_operand(v1 * v1);
     }
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt)
@@ -380,7 +404,7 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
   constexpr int R = L::rows;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int k0 = 0; k0 < reduce_end; k0 += 8) {
     std::uint32_t a[L::contract_m_tiles][4];
     std::uint32_t b[L::contract_n_tiles][2];
@@ -414,7 +438,7 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
                                                 float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
                                                 int m_base, int n_base) {
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll 2
+#pragma unroll L::contract_unroll
   for (int p0 = 0; p0 < L::tile; p0 += 8) {
     std::uint32_t a[L::gradient_m_tiles][4];
     std::uint32_t b[L::gradient_n_tiles][2];
@@ -431,8 +455,8 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
       const int k = n_base + 8 * nt + g;
       const float v0 = x_s[swizzled_rows_by_g(k, p0, 0, L::tile)];
       const float v1 = x_s[swizzled_rows_by_g(k, p0, 1, L::tile)];
-      b[nt][0] = bits(round_tf32(v0 * v0));
-      b[nt][1] = bits(round_tf32(v1 * v1));
+      b[nt][0] = tf32_operand(v0 * v0);
+      b[nt][1] = tf32_operand(v1 * v1);
     }
 #pragma unroll
     for (int mt = 0; mt < L::gradient_m_tiles; ++mt)
@@ -623,13 +647,13 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // passes two barriers (the first one also frees q_s and the other buffers:
 // every warp has finished the previous tile). One buffer (C = 192): the next
 // tile's x waits in registers, dy is loaded into registers, three barriers.
-template <int CP, bool kInverse>
-__global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP>::min_blocks)
+template <class L, bool kInverse>
+__global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
                       int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
                       bool vector_io, float* partials) {
-  using L = BackwardTiling<CP>;
-  constexpr int MT = L::contract_m_tiles, NT = L::contract_n_tiles;
+  static_assert(L::rows == L::channels, "all of gamma in one block");
+  constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   constexpr bool kAsync = L::buffers == 2;
   constexpr int kTileFloats = CP * L::tile;
@@ -721,7 +745,7 @@ __global__ void __launch_bounds__(BackwardTiling<CP>::threads, BackwardTiling<CP
           const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
           beta_grad[mt][half] += qv[0] + qv[1];
           *reinterpret_cast<float2*>(q_s + swizzled(row, column, L::tile)) =
-              make_float2(round_tf32(qv[0]), round_tf32(qv[1]));
+              make_float2(__uint_as_float(tf32_operand(qv[0])), __uint_as_float(tf32_operand(qv[1])));
         }
       }
     __syncthreads();
@@ -915,16 +939,18 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
 
 template <int CP, bool kInverse>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
+                       Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<gdn_tf32_backward<CP, kInverse>>(L::threads, L::backward_bytes, tiles);
+  const int blocks = persistent_blocks<gdn_tf32_backward<L, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  Tensor& partials = scratch_tensor(
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          (!dx || aligned16(dx->data<float>()));
-  gdn_tf32_backward<CP, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+  gdn_tf32_backward<L, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
   cuda::check_launch("gdn_tf32_backward", __FILE__, __LINE__);
@@ -936,7 +962,8 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
 // partials (both kernels on the same number of blocks per half).
 template <bool kInverse>
 Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                             const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                             const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
+                             Tensor& partials_cache) {
   using First = ForwardTiling<256>;
   using Second = InputGradientTiling256;
   const long long first_tiles = (problem.total_pixels + First::tile - 1) / First::tile;
@@ -948,7 +975,8 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
                                      First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
+  Tensor& partials = scratch_tensor(
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   Tensor q(x.shape(), x.dtype(), x.device());
   float* dx_data = dx ? dx->data<float>() : nullptr;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
@@ -981,13 +1009,13 @@ bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
 
 template <bool kInverse>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp) {
+                       const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
     default: return Tensor();
   }
 }
@@ -1004,10 +1032,10 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
 
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
-                            bool inverse) {
+                            bool inverse, Tensor& partials_cache) {
   if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return Tensor();
-  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp)
-                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp);
+  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)
+                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache);
 }
 
 }  // namespace plexus::layers::gdn_cuda

@@ -337,6 +337,49 @@ TEST(GDN, Tf32ParameterGradientsAreDeterministicCuda) {
   }
 }
 
+// The TF32 backward keeps its per-block partial sums in a scratch tensor
+// between calls, allocated again when the number of blocks changes: one layer
+// run on a 5-tile batch, a 2-tile batch and the 5-tile batch again gives each
+// time the bits a fresh layer gives (C = 128: one kernel; C = 256: two
+// kernels filling the same partials).
+TEST(GDN, Tf32BackwardReusesItsScratchAcrossShapesCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(34);
+  for (std::int64_t channels : {128, 256}) {
+    SCOPED_TRACE(channels);
+    const auto c = static_cast<std::size_t>(channels);
+    const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+    const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+    const Shape larger{3, channels, 8, 12}, smaller{1, channels, 8, 12};
+    auto layer = registry.create("GDN", "g", {});
+    layer->output_shapes({larger});
+    layer->create_parameters({larger});
+    std::mt19937_64 unused(0);
+    layer->initialize_parameters(DType::f32, Device::cuda(), unused);
+    layer->parameter("beta").value = Tensor::from_values(beta, {channels}, DType::f32, Device::cuda());
+    layer->parameter("gamma").value = Tensor::from_values(gamma, {channels, channels}, DType::f32, Device::cuda());
+    Context ctx(Device::cuda());
+    ctx.set_allow_tf32(true);
+    for (const Shape& shape : {larger, smaller, larger}) {
+      SCOPED_TRACE(shape_str(shape));
+      const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+      const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+      const Pass fresh = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+      layer->parameter("beta").grad.fill_zero();
+      layer->parameter("gamma").grad.fill_zero();
+      Tensor input = Tensor::from_values(x, shape, DType::f32, Device::cuda());
+      Tensor output(shape, DType::f32, Device::cuda());
+      Tensor output_grad = Tensor::from_values(dy, shape, DType::f32, Device::cuda());
+      Tensor input_gradient(shape, DType::f32, Device::cuda());
+      layer->forward(ctx, {&input}, {&output});
+      layer->backward(ctx, {&input}, {&output}, {&output_grad}, {&input_gradient});
+      EXPECT_EQ(fresh.dx, input_gradient.to_values());
+      EXPECT_EQ(fresh.beta_grad, layer->parameter("beta").grad.to_values());
+      EXPECT_EQ(fresh.gamma_grad, layer->parameter("gamma").grad.to_values());
+    }
+  }
+}
+
 // Without an input gradient the TF32 kernels skip dx (at C = 256 the second
 // kernel's gamma^T q too) and give the same parameter gradients, bit for bit.
 TEST(GDN, Tf32ParameterGradientsWithoutInputGradientCuda) {

@@ -25,39 +25,22 @@ bool on_cuda(const plexus::Tensor& a) {
 
 }  // namespace
 
-void multiply_by_mask([[maybe_unused]] plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
-                      plexus::Tensor& out) {
+void masked_product([[maybe_unused]] plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
+                    plexus::Tensor& out, MaskedWrite write) {
   check_alike(a, mask, out);
   if (on_cuda(a)) {
 #if PLEXUS_PLUGIN_WITH_CUDA
-    cuda::multiply_by_mask(ctx, a, mask, out);
+    cuda::masked_product(ctx, a, mask, out, write);
 #endif
     return;
   }
+  const bool accumulate = write == MaskedWrite::accumulate;
   plexus::dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = a.data<T>();
     const T* m = mask.data<T>();
     T* y = out.data<T>();
-    for (std::int64_t i = 0; i < a.numel(); ++i) y[i] = x[i] * m[i];
-  });
-}
-
-void accumulate_masked([[maybe_unused]] plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
-                       plexus::Tensor& out) {
-  check_alike(a, mask, out);
-  if (on_cuda(a)) {
-#if PLEXUS_PLUGIN_WITH_CUDA
-    cuda::accumulate_masked(ctx, a, mask, out);
-#endif
-    return;
-  }
-  plexus::dispatch_float(a.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* x = a.data<T>();
-    const T* m = mask.data<T>();
-    T* y = out.data<T>();
-    for (std::int64_t i = 0; i < a.numel(); ++i) y[i] += x[i] * m[i];
+    for (std::int64_t i = 0; i < a.numel(); ++i) y[i] = accumulate ? y[i] + x[i] * m[i] : x[i] * m[i];
   });
 }
 

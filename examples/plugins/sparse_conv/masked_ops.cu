@@ -10,39 +10,24 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// y_i = x_i m_i (y may be x). One thread per element, grid-stride: any size fits.
+// y_i = x_i m_i, or y_i += x_i m_i when accumulating (y may be x). One thread
+// per element, grid-stride: any size fits.
 template <typename T>
-__global__ void multiply_by_mask_kernel(const T* x, const T* m, T* y, long long n) {
+__global__ void masked_product_kernel(const T* x, const T* m, T* y, long long n, bool accumulate) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    y[i] = x[i] * m[i];
-}
-
-// y_i += x_i m_i. Same layout.
-template <typename T>
-__global__ void accumulate_masked_kernel(const T* x, const T* m, T* y, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    y[i] += x[i] * m[i];
+    y[i] = accumulate ? y[i] + x[i] * m[i] : x[i] * m[i];
 }
 
 }  // namespace
 
-void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out) {
+void masked_product(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out,
+                    MaskedWrite write) {
   if (a.numel() == 0) return;
   plexus::dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    multiply_by_mask_kernel<T><<<plexus::cuda::blocks_for(a.numel(), kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
-        a.data<T>(), mask.data<T>(), out.data<T>(), a.numel());
-    plexus::cuda::check_launch("multiply_by_mask_kernel", __FILE__, __LINE__);
-  });
-}
-
-void accumulate_masked(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out) {
-  if (a.numel() == 0) return;
-  plexus::dispatch_float(a.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    accumulate_masked_kernel<T><<<plexus::cuda::blocks_for(a.numel(), kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
-        a.data<T>(), mask.data<T>(), out.data<T>(), a.numel());
-    plexus::cuda::check_launch("accumulate_masked_kernel", __FILE__, __LINE__);
+    masked_product_kernel<T><<<plexus::cuda::blocks_for(a.numel(), kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
+        a.data<T>(), mask.data<T>(), out.data<T>(), a.numel(), write == MaskedWrite::accumulate);
+    plexus::cuda::check_launch("masked_product_kernel", __FILE__, __LINE__);
   });
 }
 

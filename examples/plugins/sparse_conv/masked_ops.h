@@ -11,15 +11,25 @@
 
 namespace sparse_conv {
 
-// out = a * mask (out may be a).
-void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out);
-// out += a * mask.
-void accumulate_masked(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out);
+enum class MaskedWrite { overwrite, accumulate };
+
+// out = a * mask (overwrite; out may be a) or out += a * mask (accumulate).
+void masked_product(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out,
+                    MaskedWrite write);
+
+inline void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
+                             plexus::Tensor& out) {
+  masked_product(ctx, a, mask, out, MaskedWrite::overwrite);
+}
+inline void accumulate_masked(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask,
+                              plexus::Tensor& out) {
+  masked_product(ctx, a, mask, out, MaskedWrite::accumulate);
+}
 
 #if PLEXUS_PLUGIN_WITH_CUDA
 namespace cuda {
-void multiply_by_mask(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out);
-void accumulate_masked(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out);
+void masked_product(plexus::Context& ctx, const plexus::Tensor& a, const plexus::Tensor& mask, plexus::Tensor& out,
+                    MaskedWrite write);
 }  // namespace cuda
 #endif
 
