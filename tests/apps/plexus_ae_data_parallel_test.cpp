@@ -131,6 +131,9 @@ TEST_F(PlexusAeDataParallel, RefusesWorkerCountsItCannotRun) {
   auto pinned = run({"train", "--data", folder / "images", "--gpus", "2", "--device", "cuda:0", "--out", folder / "x"});
   EXPECT_EQ(pinned.exit_code, 1) << pinned.describe();
   EXPECT_TRUE(contains(pinned.err, "give --device auto or cuda, not 'cuda:0'")) << pinned.err;
+  auto no_timeout = run(tiny_run("no-timeout", 5, {"--gpus", "1", "--rank-timeout", "0"}));
+  EXPECT_EQ(no_timeout.exit_code, 1) << no_timeout.describe();
+  EXPECT_TRUE(contains(no_timeout.err, "--rank-timeout must be > 0 seconds, got 0")) << no_timeout.err;
   auto negative = run(tiny_run("negative", 5, {"--gpus", "-1"}));
   EXPECT_EQ(negative.exit_code, 1) << negative.describe();
   EXPECT_TRUE(contains(negative.err, "--gpus must be in [0, 64]")) << negative.err;
