@@ -10,8 +10,8 @@ namespace plexus::ae {
 extern const char* const kPrecisionHelp;
 
 // The policy for `option` ("f32", "tf32", "bf16") on `device`. On CUDA it is
-// the option; the CPU always computes in f32. bf16 is not implemented yet and
-// fails with a ConfigError naming the option, on any device.
+// the option; the CPU always computes in f32. Unknown text fails with a
+// ConfigError naming it.
 Precision choose_precision(const std::string& option, Device device);
 
 }  // namespace plexus::ae

@@ -36,12 +36,9 @@ const char* precision_name(Precision precision) {
 }
 
 void Context::set_precision(Precision precision) {
-  if (precision == Precision::bf16)
-    throw ConfigError(
-        "precision bf16 (bf16 activations with f32 master weights) is not implemented yet; "
-        "use tf32 (f32 storage, TF32 tensor-core products) or f32");
   precision_ = precision;
-  if (cuda_) cuda::set_tf32(*cuda_, precision == Precision::tf32);
+  // cuBLAS has no "round f32 operands to bf16" mode; under bf16 its products run as TF32.
+  if (cuda_) cuda::set_tf32(*cuda_, precision != Precision::f32);
 }
 
 void Context::synchronize() {

@@ -1,7 +1,8 @@
 // CUDA implicit-GEMM convolution engine (mappings and formulas in implicit_gemm.h).
 //
-// Every pass is a GEMM C[M, N] = A[M, K] B[K, N] on TF32 tensor cores
-// (mma.sync m16n8k8, f32 accumulators):
+// Every pass is a GEMM C[M, N] = A[M, K] B[K, N] on tensor cores, f32
+// accumulators: TF32 mma.sync m16n8k8 or, when the Context's precision is
+// bf16, BF16 m16n8k16 (Tf32Product, Bf16Product):
 //   forward          M = Co, N = batch*Ho*Wo output pixels, K = Ci*k*k taps;
 //                    A = the weight, B = input patches gathered on the fly.
 //   backward_data    per phase (h mod s, w mod s): M = Ci, N = the phase's
@@ -88,6 +89,53 @@ __device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const uns
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// d += a b for one 16x8x16 tile of bf16 operands (two per register, the
+// lower k in the low half), f32 accumulation.
+__device__ inline void mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two f32 (bit patterns) rounded to bf16, nearest even, packed: low in bits 0-15.
+__device__ inline unsigned pack_bf16x2(unsigned low, unsigned high) {
+  unsigned packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(__uint_as_float(high)), "f"(__uint_as_float(low)));
+  return packed;
+}
+
+// The tensor-core product the engine runs, chosen by the Context's precision.
+// Both consume the same fragments, read from the same f32 tiles in shared
+// memory: kGroups m16n8k8 TF32 fragment sets, set i at k offset 8i of the
+// step (a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g),
+// B(t+4, g); g = lane/4, t = lane%4).
+//
+// Tf32Product: one m16n8k8 TF32 mma per fragment set.
+struct Tf32Product {
+  static constexpr int kGroups = 1;
+  __device__ static void multiply(float (&d)[4], const unsigned (&a)[1][4], const unsigned (&b)[1][2]) {
+    mma_tf32(d, a[0], b[0]);
+  }
+};
+
+// Bf16Product: one m16n8k16 BF16 mma over both sets, operands rounded to bf16
+// here, as the fragments are formed. The mma wants thread t to hold k = 2t,
+// 2t+1 (and 2t+8, 2t+9) of its rows and columns; it holds k = t, t+4 (and
+// t+8, t+12) instead. A sum over k does not depend on the order of its terms,
+// so the mma's k 2t, 2t+1, 2t+8, 2t+9 are taken to mean the tile's k t, t+4,
+// t+8, t+12 in A and in B alike: the product is the same, with no shuffle.
+struct Bf16Product {
+  static constexpr int kGroups = 2;
+  __device__ static void multiply(float (&d)[4], const unsigned (&a)[2][4], const unsigned (&b)[2][2]) {
+    const unsigned a16[4] = {pack_bf16x2(a[0][0], a[0][2]), pack_bf16x2(a[0][1], a[0][3]),
+                             pack_bf16x2(a[1][0], a[1][2]), pack_bf16x2(a[1][1], a[1][3])};
+    const unsigned b16[2] = {pack_bf16x2(b[0][0], b[0][1]), pack_bf16x2(b[1][0], b[1][1])};
+    mma_bf16(d, a16, b16);
+  }
+};
+
 // A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
 // pipeline: BK per stage, STAGES-deep cp.async ring.
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_>
@@ -109,44 +157,50 @@ using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
 
-// The products of one pipeline stage: acc += A_tile B_tile over BK.
+// The products of one pipeline stage: acc += A_tile B_tile over BK, in steps
+// of 8 * Product::kGroups.
 // A is [BM][KStride] (K contiguous). B is [BN][KStride] when
 // b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
 // m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
 // A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g).
-template <class T, bool b_k_contiguous>
+template <class Product, class T, bool b_k_contiguous>
 __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
-  constexpr int kKStride = T::KStride;
+  constexpr int kKStride = T::KStride, kGroups = Product::kGroups;
   static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
+  static_assert(T::BK % (8 * kGroups) == 0, "a stage is whole product steps");
 #pragma unroll
-  for (int k8 = 0; k8 < T::BK; k8 += 8) {
-    unsigned a[T::MT][4], b[T::NT][2];
-    // A fragments by ldmatrix: matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7) give
-    // a0..a3 in order when lane l points at row l%8 + 8*((l/8)&1), k 4*(l/16).
-    const int quad = lane >> 3;
+  for (int k_step = 0; k_step < T::BK; k_step += 8 * kGroups) {
+    unsigned a[T::MT][kGroups][4], b[T::NT][kGroups][2];
 #pragma unroll
-    for (int mt = 0; mt < T::MT; ++mt)
-      load_matrix_x4(a[mt], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
-                                4 * (quad >> 1));
+    for (int group = 0; group < kGroups; ++group) {
+      const int k8 = k_step + 8 * group;
+      // A fragments by ldmatrix: matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7) give
+      // a0..a3 in order when lane l points at row l%8 + 8*((l/8)&1), k 4*(l/16).
+      const int quad = lane >> 3;
 #pragma unroll
-    for (int nt = 0; nt < T::NT; ++nt) {
-      if constexpr (b_k_contiguous) {
-        const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
-        b[nt][0] = __float_as_uint(p[0]);
-        b[nt][1] = __float_as_uint(p[4]);
-      } else {
-        constexpr int stride = T::BN + kColumnPad;
-        const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
-        b[nt][0] = __float_as_uint(p[0]);
-        b[nt][1] = __float_as_uint(p[4 * stride]);
+      for (int mt = 0; mt < T::MT; ++mt)
+        load_matrix_x4(a[mt][group], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
+                                         4 * (quad >> 1));
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt) {
+        if constexpr (b_k_contiguous) {
+          const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
+          b[nt][group][0] = __float_as_uint(p[0]);
+          b[nt][group][1] = __float_as_uint(p[4]);
+        } else {
+          constexpr int stride = T::BN + kColumnPad;
+          const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
+          b[nt][group][0] = __float_as_uint(p[0]);
+          b[nt][group][1] = __float_as_uint(p[4 * stride]);
+        }
       }
     }
 #pragma unroll
     for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < T::NT; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+      for (int nt = 0; nt < T::NT; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
   }
 }
 
@@ -198,7 +252,7 @@ struct GatherParams {
 // writes its part's tap table to shared memory: entry k holds the source
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
-template <class T, bool tap_major>
+template <class Product, class T, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
   const GatherPart& part = params.parts[blockIdx.z % params.part_count];
   const int split = blockIdx.z / params.part_count;
@@ -330,7 +384,8 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     if (next < k_tiles) load_stage(next % kStages, k_first + next);
     commit_async();
     const int stage = k_tile % kStages;
-    multiply_stage<T, false>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane, acc);
+    multiply_stage<Product, T, false>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane,
+                                      acc);
   }
   wait_async<0>();
 
@@ -456,7 +511,7 @@ struct WeightGradParams {
 // tap_major: Ci is a multiple of BN and N is ordered n = tap*Ci + c, so the
 // block's columns are BN channels of one tap: one bounds check per stage and
 // one pointer step per element; the epilogue writes dW[o, c, tap] in place.
-template <class T, bool vector_a, bool tap_major>
+template <class Product, class T, bool vector_a, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   const int m_size = params.out_channels;
@@ -595,7 +650,8 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
     if (next < k_tiles) load_stage(next % kStages, next);
     commit_async();
     const int stage = k_tile % kStages;
-    multiply_stage<T, true>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane, acc);
+    multiply_stage<Product, T, true>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane,
+                                     acc);
   }
   wait_async<0>();
 
@@ -667,6 +723,25 @@ const float* pack_weight(const Context& ctx, const PackParams& pack, int part_co
   return packed;
 }
 
+// Launches gather_gemm_kernel with the given product (opting it into its
+// shared memory on first use).
+template <class Product>
+void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, std::size_t shared_bytes,
+                   bool tap_major) {
+  using T = GatherTile;
+  static const bool opted_in =
+      (allow_shared_bytes(gather_gemm_kernel<Product, T, true>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       allow_shared_bytes(gather_gemm_kernel<Product, T, false>, gather_shared_bytes<T>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       true);
+  (void)opted_in;
+  if (tap_major)
+    gather_gemm_kernel<Product, T, true><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+  else
+    gather_gemm_kernel<Product, T, false><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+}
+
 // Runs the gather GEMM over params.part_count parts. When its blocks would
 // not fill the GPU once (small images, long K), K is split over up to 8x more
 // blocks whose partial sums reduce_splits_kernel adds (with the bias).
@@ -692,20 +767,13 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
   if (params.splits > 1)
     params.partial =
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
-  static const bool opted_in =
-      (allow_shared_bytes(gather_gemm_kernel<T, true>, gather_shared_bytes<T>(kMaxTaps),
-                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
-       allow_shared_bytes(gather_gemm_kernel<T, false>, gather_shared_bytes<T>(kMaxTaps),
-                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
-       true);
-  (void)opted_in;
   const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
                   static_cast<unsigned>(params.part_count * params.splits));
   const std::size_t shared_bytes = gather_shared_bytes<T>(max_table);
-  if (tap_major)
-    gather_gemm_kernel<T, true><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+  if (ctx.bf16_products())
+    launch_gather<Bf16Product>(ctx, params, grid, shared_bytes, tap_major);
   else
-    gather_gemm_kernel<T, false><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+    launch_gather<Tf32Product>(ctx, params, grid, shared_bytes, tap_major);
   cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
@@ -713,6 +781,30 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
         params.dest);
     cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
   }
+}
+
+// Launches weight_grad_kernel with the given product and loads (opting it
+// into its shared memory on first use).
+template <class Product>
+void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3 grid, bool vector_a,
+                        bool tap_major) {
+  using T = WeightGradTile;
+  const std::size_t bytes = weight_grad_shared_bytes<T>();
+  const char* const name = "cudaFuncSetAttribute(weight_grad_kernel)";
+  static const bool opted_in = (allow_shared_bytes(weight_grad_kernel<Product, T, true, true>, bytes, name),
+                                allow_shared_bytes(weight_grad_kernel<Product, T, true, false>, bytes, name),
+                                allow_shared_bytes(weight_grad_kernel<Product, T, false, true>, bytes, name),
+                                allow_shared_bytes(weight_grad_kernel<Product, T, false, false>, bytes, name), true);
+  (void)opted_in;
+  cudaStream_t stream = cuda::stream(ctx);
+  if (vector_a && tap_major)
+    weight_grad_kernel<Product, T, true, true><<<grid, kThreads, bytes, stream>>>(params);
+  else if (vector_a)
+    weight_grad_kernel<Product, T, true, false><<<grid, kThreads, bytes, stream>>>(params);
+  else if (tap_major)
+    weight_grad_kernel<Product, T, false, true><<<grid, kThreads, bytes, stream>>>(params);
+  else
+    weight_grad_kernel<Product, T, false, false><<<grid, kThreads, bytes, stream>>>(params);
 }
 
 }  // namespace
@@ -878,30 +970,13 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.padding = static_cast<int>(p.padding);
   params.k_size = k_size;
   params.k_per_split = k_per_split;
-  static const bool opted_in =
-      (allow_shared_bytes(weight_grad_kernel<T, true, true>, weight_grad_shared_bytes<T>(),
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<T, true, false>, weight_grad_shared_bytes<T>(),
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<T, false, true>, weight_grad_shared_bytes<T>(),
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<T, false, false>, weight_grad_shared_bytes<T>(),
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       true);
-  (void)opted_in;
   const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
                   static_cast<unsigned>(used_splits));
   const bool vector_a = (p.out_height * p.out_width) % kTileK == 0, tap_major = p.in_channels % T::BN == 0;
-  const std::size_t bytes = weight_grad_shared_bytes<T>();
-  cudaStream_t stream = cuda::stream(ctx);
-  if (vector_a && tap_major)
-    weight_grad_kernel<T, true, true><<<grid, kThreads, bytes, stream>>>(params);
-  else if (vector_a)
-    weight_grad_kernel<T, true, false><<<grid, kThreads, bytes, stream>>>(params);
-  else if (tap_major)
-    weight_grad_kernel<T, false, true><<<grid, kThreads, bytes, stream>>>(params);
+  if (ctx.bf16_products())
+    launch_weight_grad<Bf16Product>(ctx, params, grid, vector_a, tap_major);
   else
-    weight_grad_kernel<T, false, false><<<grid, kThreads, bytes, stream>>>(params);
+    launch_weight_grad<Tf32Product>(ctx, params, grid, vector_a, tap_major);
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
   accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
 }

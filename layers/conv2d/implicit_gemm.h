@@ -1,6 +1,6 @@
 #pragma once
-// Implicit-GEMM 2-D convolution on tensor cores (TF32 mma.sync m16n8k8, f32
-// storage, f32 accumulation). One engine, three index mappings, in the terms
+// Implicit-GEMM 2-D convolution on tensor cores (f32 storage, f32
+// accumulation; TF32 mma.sync m16n8k8 or BF16 m16n8k16, see below). One engine, three index mappings, in the terms
 // of a Conv2d with input X [N, Ci, H, W], weight W [Co, Ci, k, k] and output
 // Y [N, Co, Ho, Wo], Ho = (H + 2p - k)/s + 1:
 //   forward          Y[n, o, a, b]  = bias[o] + sum_{c,i,j} W[o,c,i,j] X[n, c, a*s-p+i, b*s-p+j]
@@ -20,8 +20,13 @@
 // pixel sum over blocks and reduces the partial sums deterministically (as do
 // the other two passes when their output is too small to fill the GPU).
 //
-// TF32 keeps 10 mantissa bits of each operand (relative error ~1e-3 per
-// product); use it only when the Context allows TF32.
+// The product follows the Context's precision: under tf32 the tensor cores
+// read each f32 operand as TF32 (10 mantissa bits, truncated: ~1e-3 relative
+// per product); under bf16 each operand is rounded to bf16 (7 mantissa bits,
+// round to nearest even: within 4e-3 relative) as the warp forms its
+// mma fragments from the f32 tiles in shared memory. Same tiles, gathers and
+// epilogues for both: only the mma instruction and that rounding differ.
+// Strict f32 never comes here.
 #include <cstdint>
 
 #include "plexus/context.h"
@@ -63,7 +68,8 @@ struct Scratch {
   Tensor weight_sums;           // backward_weight's split-K partial sums
 };
 
-// True when the engine takes this problem: f32, a CUDA context allowing TF32,
+// True when the engine takes this problem: f32, a CUDA context whose
+// precision is tf32 or bf16 (Context::allow_tf32),
 // stride <= 4, every per-image tensor and the kernel-tap tables within the
 // engine's 32-bit index and shared-memory limits. Otherwise callers use the
 // im2col + cuBLAS path. Defined in implicit_gemm.cpp, so CPU-only builds

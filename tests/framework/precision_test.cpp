@@ -1,5 +1,5 @@
-// The precision policy on the Context: parsing, the TF32 switch it drives,
-// and bf16 rejected with a clear message until it is implemented.
+// The precision policy on the Context: parsing, and the TF32 and BF16
+// switches it drives.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -37,17 +37,19 @@ TEST(Precision, ContextDefaultsToStrictF32AndAllowTf32FollowsThePolicy) {
   EXPECT_EQ(ctx.precision(), Precision::tf32);
 }
 
-TEST(Precision, Bf16IsRejectedNotSilentlyRunAsF32) {
+TEST(Precision, Bf16UsesBf16ProductsAndTf32ForEverythingElse) {
   Context ctx;
+  EXPECT_FALSE(ctx.bf16_products());
+  ctx.set_precision(Precision::bf16);
+  EXPECT_EQ(ctx.precision(), Precision::bf16);
+  EXPECT_TRUE(ctx.bf16_products());
+  EXPECT_TRUE(ctx.allow_tf32()) << "products without a BF16 kernel run as TF32 under bf16";
   ctx.set_precision(Precision::tf32);
-  try {
-    ctx.set_precision(Precision::bf16);
-    FAIL() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("not implemented"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(ctx.precision(), Precision::tf32) << "a rejected policy must leave the context unchanged";
+  EXPECT_FALSE(ctx.bf16_products());
+  EXPECT_TRUE(ctx.allow_tf32());
+  ctx.set_precision(Precision::f32);
+  EXPECT_FALSE(ctx.bf16_products());
+  EXPECT_FALSE(ctx.allow_tf32());
 }
 
 }  // namespace

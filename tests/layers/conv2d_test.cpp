@@ -4,12 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 
 #include "conv2d/conv2d.h"
 #include "conv2d/implicit_gemm.h"
-#include "layers/tf32_reference.h"
+#include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -235,11 +236,6 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
     expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
 }
 
-// TF32 is ~1e-3 relative per product (10 mantissa bits, truncated); 2e-3 on
-// the norm leaves room for that and still fails on any wrong index or
-// unwritten element (O(1) or NaN).
-constexpr double kTf32Tolerance = 2e-3;
-
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
 // not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
 // stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
@@ -280,7 +276,7 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
   return problem;
 }
 
-TEST(Conv2d, TensorCoreEngineTakesOnlyTf32F32Cuda) {
+TEST(Conv2d, TensorCoreEngineTakesOnlyTf32OrBf16F32Cuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const implicit_gemm::ConvProblem problem = conv_problem(tensor_core_cases()[1]);
   Context strict(Device::cuda());
@@ -289,6 +285,9 @@ TEST(Conv2d, TensorCoreEngineTakesOnlyTf32F32Cuda) {
   tf32.set_allow_tf32(true);
   EXPECT_TRUE(implicit_gemm::supports(tf32, DType::f32, problem));
   EXPECT_FALSE(implicit_gemm::supports(tf32, DType::f64, problem));
+  Context bf16(Device::cuda());
+  bf16.set_precision(Precision::bf16);
+  EXPECT_TRUE(implicit_gemm::supports(bf16, DType::f32, problem));
   Context cpu;
   cpu.set_allow_tf32(true);
   EXPECT_FALSE(implicit_gemm::supports(cpu, DType::f32, problem));
@@ -301,12 +300,26 @@ TEST(Conv2d, TensorCoreCudaMatchesF64Reference) {
   std::uint64_t seed = 100;
   for (const Case& c : tensor_core_cases()) {
     ASSERT_TRUE(implicit_gemm::supports(tf32, DType::f32, conv_problem(c))) << c.params.dump();
-    const testing::Tf32Errors errors = testing::tf32_errors(registry, "Conv2d", c.params, c.input, seed++);
+    const testing::TensorCoreErrors errors =
+        testing::tensor_core_errors(registry, "Conv2d", c.params, c.input, seed++, Precision::tf32);
+    testing::expect_within(errors, testing::kTf32Tolerance, c.params.dump() + " on " + shape_str(c.input));
+  }
+}
+
+// The same cases with BF16 products: within the bf16 tolerance, and visibly
+// rounded to bf16 (so the test fails if bf16 silently ran as TF32).
+TEST(Conv2d, TensorCoreBf16CudaMatchesF64Reference) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::uint64_t seed = 100;
+  for (const Case& c : tensor_core_cases()) {
     const std::string what = c.params.dump() + " on " + shape_str(c.input);
-    EXPECT_LT(errors.output, kTf32Tolerance) << "forward, " << what;
-    EXPECT_LT(errors.input_grad, kTf32Tolerance) << "input gradient, " << what;
-    for (const auto& [name, error] : errors.parameter_grads)
-      EXPECT_LT(error, kTf32Tolerance) << name << " gradient, " << what;
+    const testing::TensorCoreErrors bf16 =
+        testing::tensor_core_errors(registry, "Conv2d", c.params, c.input, seed, Precision::bf16);
+    const testing::TensorCoreErrors tf32 =
+        testing::tensor_core_errors(registry, "Conv2d", c.params, c.input, seed++, Precision::tf32);
+    testing::expect_within(bf16, testing::kBf16Tolerance, what);
+    testing::expect_bf16_rounding_shows(bf16, tf32, what);
+    std::cout << what << "\n  bf16: " << testing::describe(bf16) << "\n  tf32: " << testing::describe(tf32) << "\n";
   }
 }
 

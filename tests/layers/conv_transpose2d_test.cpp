@@ -5,11 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 
 #include "conv_transpose2d/conv_transpose2d.h"
-#include "layers/tf32_reference.h"
+#include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -310,11 +311,6 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
     expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
 }
 
-// TF32 is ~1e-3 relative per product (10 mantissa bits, truncated); 2e-3 on
-// the norm leaves room for that and still fails on any wrong index or
-// unwritten element (O(1) or NaN).
-constexpr double kTf32Tolerance = 2e-3;
-
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
 // not a multiple of 8, 3 output channels (the synthesis transform's last
 // layer), more than one 128-row tile, output_padding 0 to stride - 1, even
@@ -339,12 +335,26 @@ TEST(ConvTranspose2d, TensorCoreCudaMatchesF64Reference) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::uint64_t seed = 200;
   for (const Case& c : tensor_core_cases()) {
-    const testing::Tf32Errors errors = testing::tf32_errors(registry, "ConvTranspose2d", c.params, c.input, seed++);
+    const testing::TensorCoreErrors errors =
+        testing::tensor_core_errors(registry, "ConvTranspose2d", c.params, c.input, seed++, Precision::tf32);
+    testing::expect_within(errors, testing::kTf32Tolerance, c.params.dump() + " on " + shape_str(c.input));
+  }
+}
+
+// The same cases with BF16 products: within the bf16 tolerance, and visibly
+// rounded to bf16 (so the test fails if bf16 silently ran as TF32).
+TEST(ConvTranspose2d, TensorCoreBf16CudaMatchesF64Reference) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::uint64_t seed = 200;
+  for (const Case& c : tensor_core_cases()) {
     const std::string what = c.params.dump() + " on " + shape_str(c.input);
-    EXPECT_LT(errors.output, kTf32Tolerance) << "forward, " << what;
-    EXPECT_LT(errors.input_grad, kTf32Tolerance) << "input gradient, " << what;
-    for (const auto& [name, error] : errors.parameter_grads)
-      EXPECT_LT(error, kTf32Tolerance) << name << " gradient, " << what;
+    const testing::TensorCoreErrors bf16 =
+        testing::tensor_core_errors(registry, "ConvTranspose2d", c.params, c.input, seed, Precision::bf16);
+    const testing::TensorCoreErrors tf32 =
+        testing::tensor_core_errors(registry, "ConvTranspose2d", c.params, c.input, seed++, Precision::tf32);
+    testing::expect_within(bf16, testing::kBf16Tolerance, what);
+    testing::expect_bf16_rounding_shows(bf16, tf32, what);
+    std::cout << what << "\n  bf16: " << testing::describe(bf16) << "\n  tf32: " << testing::describe(tf32) << "\n";
   }
 }
 

@@ -16,7 +16,9 @@ def load(path):
         line = line.strip()
         if line.startswith("{"):
             row = json.loads(line)
-            rows[row["name"]] = row
+            # plexus-bench times each model twice under one name: keep both rows.
+            key = row["name"] + (" (CUDA graph)" if row["kind"] == "train_step_graph" else "")
+            rows[key] = row
     return rows
 
 
@@ -47,22 +49,23 @@ def main():
         print(f"| {name} | {p['forward_ms']:.3f} | {t['forward_ms']:.3f} | {t['forward_ms'] / p['forward_ms']:.2f}x "
               f"| {p['backward_ms']:.3f} | {t['backward_ms']:.3f} | {t['backward_ms'] / p['backward_ms']:.2f}x "
               f"| {both:.2f}x | {rates[0]} | {rates[1]} |")
-    steps = [(n, p) for n, p in plexus.items() if p["kind"] == "train_step" and n in torch]
+    steps = [(n, p) for n, p in plexus.items()
+             if p["kind"] in ("train_step", "train_step_graph") and p["name"] in torch]
     if steps:
         print()
         print(f"| training step (batch 16, 256x256, Adam, {precision}) | Plexus ms | PyTorch eager ms "
               "| torch.compile ms | Plexus img/s | eager img/s | compile img/s | vs eager | vs compile |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, p in steps:
-            t = torch[name]
-            c = torch.get(name + " (torch.compile)")
+            t = torch[p["name"]]
+            c = torch.get(p["name"] + " (torch.compile)")
             c_ms = f"{c['step_ms']:.2f}" if c else "-"
             c_ips = f"{c['images_per_s']:.1f}" if c else "-"
             c_ratio = f"{c['step_ms'] / p['step_ms']:.2f}x" if c else "-"
             print(f"| {name} | {p['step_ms']:.2f} | {t['step_ms']:.2f} | {c_ms} | {p['images_per_s']:.1f} "
                   f"| {t['images_per_s']:.1f} | {c_ips} | {t['step_ms'] / p['step_ms']:.2f}x | {c_ratio} |")
     torch_only = [n for n, r in torch.items() if r["kind"] != "ceiling" and not n.endswith("(torch.compile)")]
-    missing = [n for n in plexus if n not in torch] + [n for n in torch_only if n not in plexus]
+    missing = [n for n, p in plexus.items() if p["name"] not in torch] + [n for n in torch_only if n not in plexus]
     if missing:
         print("\nrows present on one side only: " + ", ".join(missing))
 

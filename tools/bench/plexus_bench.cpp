@@ -344,8 +344,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed runs; the median is reported")->capture_default_str();
   app.add_option("--only", only, "run only cases whose name contains this text");
   app.add_option("--precision", precision,
-                 "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16; PyTorch's default "
-                 "allows TF32 in cuDNN convolutions")
+                 "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16 (f32 storage, the "
+                 "convolutions on BF16 tensor cores, other products as tf32); PyTorch's default allows TF32 in "
+                 "cuDNN convolutions")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
@@ -354,7 +355,6 @@ int main(int argc, char** argv) {
   if (tf32_alias) precision = "tf32";
   try {
     const Precision policy = parse_precision(precision);
-    Context(Device::cpu()).set_precision(policy);  // rejects a policy this build lacks before any timing
     if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
     std::ifstream file(cases_path);
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");

@@ -16,8 +16,13 @@ namespace plexus {
 //   f32   strict: every product in f32;
 //   tf32  f32 storage, matrix products and convolutions on TF32 tensor cores
 //         (10 mantissa bits per operand, f32 accumulation, ~1e-3 relative);
-//   bf16  bf16 activations with f32 master weights (not implemented yet:
-//         Context::set_precision rejects it).
+//   bf16  f32 storage, the convolutions' implicit-GEMM engine on BF16 tensor
+//         cores (operands rounded to bf16 = 8 significant bits, round to
+//         nearest even: within 4e-3 relative each, f32 accumulation);
+//         every other product runs as under tf32 (cuBLAS TF32 math, GDN's
+//         TF32 kernels). Weights, optimiser state, the entropy model and
+//         losses stay f32. bf16 STORAGE of activations (half the bytes) is
+//         not implemented: tensors stay f32.
 // f64 tensors are never affected.
 enum class Precision { f32, tf32, bf16 };
 
@@ -53,14 +58,16 @@ class Context {
   std::uint64_t next_seed() { return random_(); }
 
   // The precision policy for f32 work on CUDA (see Precision); f32 by default.
-  // Throws ConfigError for a policy this build does not implement (bf16).
   Precision precision() const { return precision_; }
   void set_precision(Precision precision);
 
-  // Use TF32 tensor-core math for f32 GEMMs and convolutions on CUDA (faster,
-  // ~1e-3 relative): precision() == tf32. set_allow_tf32(b) is
+  // Whether f32 GEMMs and convolutions on CUDA may use TF32 tensor-core math
+  // (faster, ~1e-3 relative): precision() is tf32, or bf16, whose products
+  // without a BF16 kernel run as TF32. set_allow_tf32(b) is
   // set_precision(b ? tf32 : f32).
-  bool allow_tf32() const { return precision_ == Precision::tf32; }
+  bool allow_tf32() const { return precision_ != Precision::f32; }
+  // Whether kernels that have a BF16 tensor-core variant use it: precision() == bf16.
+  bool bf16_products() const { return precision_ == Precision::bf16; }
   void set_allow_tf32(bool allow) { set_precision(allow ? Precision::tf32 : Precision::f32); }
 
   // Waits for queued device work; a no-op on the CPU.

@@ -1,6 +1,7 @@
 #pragma once
-// A layer's TF32 CUDA passes against its f64 CPU kernels, for the tensor-core
-// convolution tests (conv2d_test.cpp, conv_transpose2d_test.cpp).
+// A layer's CUDA passes at a tensor-core precision (tf32 or bf16) against its
+// f64 CPU kernels, for the tensor-core convolution tests (conv2d_test.cpp,
+// conv_transpose2d_test.cpp).
 //
 // Both sides get the same parameters and fresh random inputs and output
 // gradient. On CUDA the output and the input gradient are poisoned with NaN
@@ -8,10 +9,13 @@
 // that is not written (or a gradient that overwrites instead of accumulating)
 // turns the error into NaN or O(1). Errors are ||actual - ref|| / ||ref||; NaN
 // anywhere gives NaN, which fails any `error < tolerance` assertion.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +27,20 @@
 
 namespace plexus::testing {
 
-struct Tf32Errors {
+// Tolerances on those norm-relative errors. Both leave room for the rounding
+// of the operands and still fail on any wrong index or unwritten element
+// (O(1) or NaN).
+// TF32 keeps 10 mantissa bits, truncated: ~1e-3 relative per product at worst.
+inline constexpr double kTf32Tolerance = 2e-3;
+// BF16 keeps 7 (8 significant bits), rounded to nearest: each operand is off
+// by at most 2^-8 = 3.9e-3 relative, 1e-3 to 2e-3 RMS, so a product by ~2e-3
+// RMS (4x TF32's, whose truncation error is 3e-4 to 6e-4 RMS per operand).
+// Summed over K terms of random sign the errors add like the terms
+// themselves, so the output's norm-relative error stays near that RMS for
+// any K; 1e-2 is several times above it.
+inline constexpr double kBf16Tolerance = 1e-2;
+
+struct TensorCoreErrors {
   double output = 0.0;
   double input_grad = 0.0;
   std::map<std::string, double> parameter_grads;
@@ -47,9 +64,10 @@ inline std::vector<double> uniform_values(std::size_t n, std::mt19937_64& rng) {
 }
 
 // One forward and one backward of `type` on `input_shape`, f64 on the CPU
-// against f32 on CUDA with TF32 allowed.
-inline Tf32Errors tf32_errors(const Registry& registry, const std::string& type, const nlohmann::json& params,
-                              const Shape& input_shape, std::uint64_t seed) {
+// against f32 on CUDA with the context's precision set to `precision`.
+inline TensorCoreErrors tensor_core_errors(const Registry& registry, const std::string& type,
+                                           const nlohmann::json& params, const Shape& input_shape, std::uint64_t seed,
+                                           Precision precision) {
   const Device gpu = Device::cuda();
   std::mt19937_64 rng(seed);
   auto reference = registry.create(type, "reference", params);
@@ -76,9 +94,9 @@ inline Tf32Errors tf32_errors(const Registry& registry, const std::string& type,
   reference->forward(cpu_ctx, {&x64}, {&y64});
   reference->backward(cpu_ctx, {&x64}, {&y64}, {&dy64}, {&dx64});
 
-  // Tested: f32 with TF32 on CUDA, poisoned outputs, gradients from random values.
+  // Tested: f32 at `precision` on CUDA, poisoned outputs, gradients from random values.
   Context ctx(gpu);
-  ctx.set_allow_tf32(true);
+  ctx.set_precision(precision);
   Tensor x32 = Tensor::from_values(x, input_shape, DType::f32, gpu);
   Tensor y32 = Tensor::from_values(std::vector<double>(dy.size(), nan), output_shape, DType::f32, gpu);
   Tensor dy32 = Tensor::from_values(dy, output_shape, DType::f32, gpu);
@@ -92,7 +110,7 @@ inline Tf32Errors tf32_errors(const Registry& registry, const std::string& type,
   tested->backward(ctx, {&x32}, {&y32}, {&dy32}, {&dx32});
   ctx.synchronize();
 
-  Tf32Errors errors;
+  TensorCoreErrors errors;
   errors.output = relative_error(y32.to_values(), y64.to_values());
   errors.input_grad = relative_error(dx32.to_values(), dx64.to_values());
   for (Parameter* p : reference->parameters()) {
@@ -102,6 +120,32 @@ inline Tf32Errors tf32_errors(const Registry& registry, const std::string& type,
     errors.parameter_grads[p->name] = relative_error(added, p->grad.to_values());
   }
   return errors;
+}
+
+// "forward E, input gradient E, weight gradient E, ...", for the logs.
+inline std::string describe(const TensorCoreErrors& errors) {
+  std::ostringstream text;
+  text << "forward " << errors.output << ", input gradient " << errors.input_grad;
+  for (const auto& [name, error] : errors.parameter_grads) text << ", " << name << " gradient " << error;
+  return text.str();
+}
+
+// Expects the output, the input gradient and every parameter gradient within
+// `tolerance` of the f64 reference; `what` names the case.
+inline void expect_within(const TensorCoreErrors& errors, double tolerance, const std::string& what) {
+  EXPECT_LT(errors.output, tolerance) << "forward, " << what;
+  EXPECT_LT(errors.input_grad, tolerance) << "input gradient, " << what;
+  for (const auto& [name, error] : errors.parameter_grads) EXPECT_LT(error, tolerance) << name << " gradient, " << what;
+}
+
+// Expects the weight gradient (always on the engine when it supports the
+// problem) to show bf16 rounding: under TF32 it is ~4x more accurate (3 more
+// mantissa bits, truncated instead of rounded), so a bf16 error that is not
+// clearly larger means the BF16 product did not run.
+inline void expect_bf16_rounding_shows(const TensorCoreErrors& bf16, const TensorCoreErrors& tf32,
+                                       const std::string& what) {
+  EXPECT_GT(bf16.parameter_grads.at("weight"), 1.5 * tf32.parameter_grads.at("weight"))
+      << "weight gradient at bf16 against tf32, " << what;
 }
 
 }  // namespace plexus::testing
