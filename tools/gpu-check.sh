@@ -10,6 +10,7 @@
 # (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
 logs=${OUT:-gpu-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -29,6 +30,13 @@ ctest_rc=$?
 tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)
 skipped=$(grep -cE "\(Skipped\)" "$logs/ctest.log")
 grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "$logs/ctest.log" | head -40
+
+# Data-parallel training through NCCL at world size 1 (tests/distributed/
+# nccl_communicator_test.cpp and the --gpus tests of plexus-ae); they skip,
+# and so fail this check, when CMake did not find NCCL.
+nccl_found=$(grep -E "^-- NCCL" "$logs/build.log" | head -1)
+nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
+nccl_total=$(grep -cE "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log")
 
 echo "== compute-sanitizer memcheck over the CUDA tests"
 memcheck_errors=0
@@ -85,6 +93,7 @@ done
 echo
 echo "SUMMARY: ctest: ${tests_line:-no result} (rc=$ctest_rc); skipped: $skipped"
 for line in "${plugin_lines[@]}"; do echo "SUMMARY: $line"; done
+echo "SUMMARY: data-parallel (NCCL, world size 1): $nccl_tests of $nccl_total passed; ${nccl_found:-NCCL not reported by CMake}"
 echo "SUMMARY: memcheck: $memcheck_runs binaries, $memcheck_errors with errors"
 if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ]; then
   echo "SUMMARY: gpu-check FAILED"

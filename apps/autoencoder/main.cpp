@@ -19,6 +19,7 @@
 #include "model_catalog.h"
 #include "options.h"
 #include "train_command.h"
+#include "data_parallel.h"
 
 namespace {
 
@@ -77,6 +78,9 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
       ->default_str("on")
       ->type_name("on|off");
   train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_option("--gpus", o.gpus, "data-parallel training on N GPUs (cuda:0 to cuda:N-1; NCCL): N worker processes, each with --batch patches of every step, so a step sees N * --batch patches, the same ones as --batch N*B on one GPU; 0: this process alone. --gpus 1 --device cpu runs the data-parallel path on the CPU");
+  train.add_option("--rank-timeout", o.rank_timeout, "with --gpus: seconds a worker waits for the others (joining, gradient all-reduce) before it fails, so a worker that died stops the run instead of hanging it");
+  train.add_option("--replica-check-every", o.replica_check_every, "with --gpus: compare a fingerprint of the parameters across workers every this many steps and stop if they differ (0: only at the end)");
   train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
 }
 
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
       "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --lambda 0.0067 --steps 200000 --batch 16 --out runs/bmshj\n"
       "  plexus-ae train --out runs/demo --resume            # continue after Ctrl-C, same settings\n"
       "  plexus-ae train --data imgs --model my_model.json --plugin ./libmylayer.so\n"
+      "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --batch 16 --gpus 4 --out runs/bmshj4   # 64 patches per step\n"
       "Ctrl-C saves a checkpoint and exits (130); a NaN/Inf loss stops with exit code 1 and keeps the last good checkpoint.");
 
   CLI::App* eval = app.add_subcommand("eval", "evaluate a trained model: PSNR and bits per pixel per image");
@@ -167,7 +172,21 @@ int main(int argc, char** argv) {
     const int cpu_threads = train->parsed() ? train_options.cpu_threads : eval_options.cpu_threads;
     if (cpu_threads < 0) throw plexus::ConfigError("--cpu-threads must be >= 0 (0: every core), got " + std::to_string(cpu_threads));
     plexus::set_cpu_threads(cpu_threads);
-    if (train->parsed()) return plexus::ae::run_train(train_options, given_options(*train));
+    if (train->parsed()) {
+      // A worker of a data-parallel run (started by --gpus N or another launcher).
+      if (const auto worker = plexus::ae::worker_environment()) {
+        try {
+          return plexus::ae::run_train(train_options, given_options(*train), worker);
+        } catch (const std::exception& e) {
+          spdlog::error("rank {}: {}", worker->rank, e.what());
+          return plexus::ae::kExitError;
+        }
+      }
+      if (train_options.gpus > 0)
+        return plexus::ae::launch_train_workers(train_options, std::vector<std::string>(argv + 1, argv + argc));
+      plexus::ae::check_gpus_option(train_options);  // a negative --gpus
+      return plexus::ae::run_train(train_options, given_options(*train));
+    }
     if (codec.parsed()) return codec.run();
     return plexus::ae::run_eval(eval_options);
   } catch (const std::bad_alloc&) {

@@ -46,6 +46,9 @@ struct TrainOptions {
   int lr_patience = 3;             // plateau schedule: validations without improvement
   double lr_final_fraction = 0.1;  // final schedule: the decayed part of the run
   double min_lr = 1e-6;
+  int gpus = 0;                 // data-parallel workers, one per GPU; 0: this process alone (worker_launch.h)
+  double rank_timeout = 300;    // seconds a rank waits for the others before it fails
+  std::int64_t replica_check_every = 1000;  // steps between cross-rank parameter checks; 0: only at the end
 };
 
 struct EvalOptions {

@@ -1,8 +1,10 @@
 #pragma once
+#include <optional>
 #include <set>
 #include <string>
 
 #include "options.h"
+#include "worker_launch.h"
 
 namespace plexus::ae {
 
@@ -12,7 +14,18 @@ inline constexpr int kExitError = 1;        // bad input, I/O error, diverged tr
 inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving
 
 // `plexus-ae train`. `given` holds the long names of the options set on the
-// command line (on --resume, the others come from the checkpoint).
-int run_train(TrainOptions options, const std::set<std::string>& given);
+// command line (on --resume, the others come from the checkpoint). With a
+// `worker` environment, this process is one rank of a data-parallel run:
+// it trains on its share of each batch, and rank 0 alone writes the
+// output folder (checkpoints, model, metrics, messages).
+int run_train(TrainOptions options, const std::set<std::string>& given,
+              const std::optional<WorkerEnvironment>& worker = std::nullopt);
+
+// The default --out of a model: runs/<model name>.
+std::string default_train_out(const std::string& model);
+
+// `plexus-ae train --gpus N` (N >= 1): starts N workers running `arguments`
+// (this command line, argv[1..]) and supervises them (worker_launch.h).
+int launch_train_workers(TrainOptions options, const std::vector<std::string>& arguments);
 
 }  // namespace plexus::ae

@@ -12,10 +12,17 @@ namespace plexus::ae {
 namespace {
 
 constexpr std::uint64_t kNoiseStream = 1;
+constexpr std::uint64_t kRankNoiseStream = 2;  // mixed with the step's noise seed for ranks > 0
 
 // Whether the step can be recorded into a CUDA graph; logs once why not.
-bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer) {
+bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer,
+                  bool data_parallel) {
   if (!requested || !ctx.device().is_cuda()) return false;
+  if (data_parallel) {
+    spdlog::info("CUDA graph off: data-parallel steps launch eagerly (the gradient all-reduces, overlapped with "
+                 "backward on their own stream, are not recorded into the graph)");
+    return false;
+  }
   std::string culprit;
   if (!net.cuda_graph_capturable(&culprit)) {
     spdlog::info("CUDA graph off: {} does not declare itself capturable; launching each step eagerly", culprit);
@@ -35,7 +42,8 @@ Divergence divergence_of(const StepMetrics::Window& w) {
 }  // namespace
 
 TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader,
-                           std::uint64_t seed, double distortion_weight, bool cuda_graph, std::int64_t steps_before)
+                           std::uint64_t seed, double distortion_weight, bool cuda_graph, std::int64_t steps_before,
+                           distributed::Communicator* communicator)
     : net_(net),
       optimizer_(optimizer),
       ctx_(ctx),
@@ -44,26 +52,49 @@ TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::B
       distortion_weight_(distortion_weight),
       input_(loader, ctx.device(), net.input(kImage).shape()),
       metrics_(ctx.device(), {distortion_weight, 1.0}, steps_before),
-      graph_(graph_usable(cuda_graph, ctx, net, optimizer)) {}
+      graph_(graph_usable(cuda_graph, ctx, net, optimizer, communicator != nullptr)),
+      communicator_(communicator) {
+  if (communicator_) buckets_ = std::make_unique<distributed::GradientBuckets>(net_, *communicator_);
+}
+
+std::uint64_t TrainingStep::noise_seed(std::int64_t step) const {
+  const std::uint64_t seed = data::mix_seed(seed_, static_cast<std::uint64_t>(step), kNoiseStream);
+  if (!communicator_ || communicator_->rank() == 0) return seed;
+  return data::mix_seed(seed, static_cast<std::uint64_t>(communicator_->rank()), kRankNoiseStream);
+}
+
+void TrainingStep::wait_for_reductions() {
+  if (communicator_) communicator_->synchronize();
+}
 
 void TrainingStep::run(std::int64_t step) {
   input_.next_into(ctx_, net_.input(kImage));
-  ctx_.reseed(data::mix_seed(seed_, static_cast<std::uint64_t>(step), kNoiseStream));
+  ctx_.reseed(noise_seed(step));
   optimizer_.begin_step(ctx_, parameters_);
   graph_.run(ctx_, net_.layout_version(), [&] {
     net_.zero_grad();
     net_.forward(ctx_);
     metrics_.record(ctx_, {&net_.blob(kDistortion), &net_.blob(kRate)});
+    // The previous step's reductions, waited for (with the timeout) while
+    // this step's forward is already queued, so the GPU does not idle.
+    wait_for_reductions();
     net_.backward(ctx_, {{kDistortion, distortion_weight_}, {kRate, 1.0}});
+    if (buckets_) buckets_->finish(ctx_);  // the mean gradient of all ranks, before clipping
     if (clipper_) clipper_->clip(ctx_, parameters_);
     optimizer_.apply(ctx_, parameters_);
   });
   net_.after_update(ctx_, step + 1);  // outside the graph: layers may decide on the host
 }
 
-TrainingWindow TrainingStep::read_window() { return window_of(metrics_.read(ctx_)); }
+TrainingWindow TrainingStep::read_window() {
+  wait_for_reductions();
+  return window_of(metrics_.read(ctx_));
+}
 
-TrainingWindow TrainingStep::peek_window() { return window_of(metrics_.peek(ctx_)); }
+TrainingWindow TrainingStep::peek_window() {
+  wait_for_reductions();
+  return window_of(metrics_.peek(ctx_));
+}
 
 TrainingWindow TrainingStep::window_of(const StepMetrics::Window& w) {
   TrainingWindow result;

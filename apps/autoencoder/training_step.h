@@ -7,13 +7,24 @@
 // (StepGraph) when enabled and every layer is capturable, else launched
 // eagerly. The loss, mse and bpp stay on the device until read_window();
 // the first step with a non-finite loss is recorded there too.
+//
+// Data-parallel (with a communicator): the gradients are averaged over the
+// ranks by GradientBuckets, overlapped with backward, before clipping and
+// the update; the step then runs eagerly (no CUDA graph). Each step, once
+// its forward is queued, waits with the communicator's timeout for the
+// previous step's reductions, so a rank that died stops the others within
+// the timeout instead of letting them queue work forever. Rank 0 draws the noise of a
+// single-process run; rank r > 0 a stream of its own.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "plexus/context.h"
 #include "plexus/data/batch_loader.h"
 #include "plexus/data/device_input.h"
+#include "plexus/distributed/communicator.h"
+#include "plexus/distributed/gradient_buckets.h"
 #include "plexus/grad_clip.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
@@ -39,8 +50,11 @@ class TrainingStep {
   // `steps_before`: steps already taken (a resumed run's step). With
   // `cuda_graph` on a CUDA context, says in the log once when the graph
   // cannot be used and why.
+  // `communicator`: null for one process; else this rank's, which must
+  // outlive the TrainingStep.
   TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader, std::uint64_t seed,
-               double distortion_weight, bool cuda_graph, std::int64_t steps_before);
+               double distortion_weight, bool cuda_graph, std::int64_t steps_before,
+               distributed::Communicator* communicator = nullptr);
 
   // Enqueues step `step` (0-based).
   void run(std::int64_t step);
@@ -62,6 +76,8 @@ class TrainingStep {
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
+  std::uint64_t noise_seed(std::int64_t step) const;
+  void wait_for_reductions();
   Net& net_;
   Optimizer& optimizer_;
   Context& ctx_;
@@ -72,6 +88,8 @@ class TrainingStep {
   StepMetrics metrics_;
   StepGraph graph_;
   GradientClipper* clipper_ = nullptr;
+  distributed::Communicator* communicator_ = nullptr;
+  std::unique_ptr<distributed::GradientBuckets> buckets_;
 };
 
 }  // namespace plexus::ae

@@ -200,7 +200,10 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     Node& node = **it;
     bool any = false;
     for (const auto& output : node.spec.outputs) any = any || has_grad.count(output);
-    if (!any) continue;  // nothing downstream of this node reaches a loss
+    if (!any) {  // nothing downstream of this node reaches a loss
+      if (gradients_ready_) gradients_ready_(ctx, node.spec.name);
+      continue;
+    }
     for (const auto& output : node.spec.outputs)
       if (!has_grad.count(output)) grads_.at(output).fill_zero();
     ConstTensors in, out, dout;
@@ -229,6 +232,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
       }
       has_grad.insert(input);
     }
+    if (gradients_ready_) gradients_ready_(ctx, node.spec.name);
   }
 }
 

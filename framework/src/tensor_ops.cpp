@@ -1,6 +1,7 @@
 #include "plexus/tensor_ops.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace plexus {
 
@@ -40,6 +41,24 @@ bool all_finite(Context& ctx, const Tensor& tensor) {
       if (!std::isfinite(data[i])) return false;
     return true;
   });
+}
+
+void copy_elements(Context& ctx, Tensor& destination, std::int64_t destination_offset, const Tensor& source,
+                   std::int64_t source_offset, std::int64_t count) {
+  if (destination.dtype() != source.dtype() || destination.device() != source.device())
+    throw ShapeError("copy_elements: " + destination.describe() + " and " + source.describe() + " differ");
+  auto inside = [&](const Tensor& tensor, std::int64_t offset) {
+    return offset >= 0 && count >= 0 && offset <= tensor.numel() && count <= tensor.numel() - offset;
+  };
+  if (!inside(destination, destination_offset) || !inside(source, source_offset))
+    throw ShapeError("copy_elements: " + std::to_string(count) + " elements from offset " +
+                     std::to_string(source_offset) + " of " + source.describe() + " to offset " +
+                     std::to_string(destination_offset) + " of " + destination.describe() + " run outside a tensor");
+  const std::size_t element = dtype_size(source.dtype());
+  char* to = static_cast<char*>(destination.raw_data()) + destination_offset * element;
+  const char* from = static_cast<const char*>(source.raw_data()) + source_offset * element;
+  if (destination.device().is_cuda()) return cuda::copy_bytes(ctx, to, from, count * element);
+  std::memcpy(to, from, count * element);
 }
 
 }  // namespace plexus

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "apps/same_tensors.h"
 #include "plexus/checkpoint.h"
 
 namespace plexus {
@@ -23,22 +24,7 @@ namespace {
 using testing::contains;
 using testing::ScratchFolder;
 
-// Every tensor of two safetensors files: same names, shapes, dtypes, bytes.
-::testing::AssertionResult same_tensors(const std::string& a_path, const std::string& b_path) {
-  TensorFile a = load_safetensors(a_path), b = load_safetensors(b_path);
-  if (a.tensors.size() != b.tensors.size())
-    return ::testing::AssertionFailure() << a.tensors.size() << " vs " << b.tensors.size() << " tensors";
-  for (const auto& [name, tensor] : a.tensors) {
-    auto it = b.tensors.find(name);
-    if (it == b.tensors.end()) return ::testing::AssertionFailure() << name << " missing from " << b_path;
-    const Tensor& other = it->second;
-    if (tensor.shape() != other.shape() || tensor.dtype() != other.dtype())
-      return ::testing::AssertionFailure() << name << ": " << tensor.describe() << " vs " << other.describe();
-    if (std::memcmp(tensor.raw_data(), other.raw_data(), tensor.nbytes()) != 0)
-      return ::testing::AssertionFailure() << name << " differs";
-  }
-  return ::testing::AssertionSuccess() << a.tensors.size() << " tensors identical";
-}
+using testing::same_tensors;
 
 std::vector<nlohmann::json> read_metrics(const std::string& path, const std::string& kind) {
   std::vector<nlohmann::json> entries;

@@ -4,6 +4,7 @@
 // gradients are allocated once, forward runs in topological order and
 // backward in reverse.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,14 @@ class Net {
   // nullptr (the default): no observer. The observer must outlive its use.
   void set_observer(NodeObserver* observer) { observer_ = observer; }
 
+  // Called by backward() once per node, in reverse execution order, right
+  // after the node's backward (also for a node that backward skips because
+  // no loss depends on it): from then on in this pass the node's parameter
+  // gradients are final. Data-parallel training starts reducing them there
+  // (plexus/distributed/gradient_buckets.h). An empty function: no hook.
+  using GradientsReadyHook = std::function<void(Context& ctx, const std::string& node)>;
+  void set_gradients_ready_hook(GradientsReadyHook hook) { gradients_ready_ = std::move(hook); }
+
   // Every parameter and buffer, by name (what a checkpoint holds).
   std::vector<NamedParameter> parameters();
   // The parameters an optimiser updates: parameters() without the buffers.
@@ -93,6 +102,7 @@ class Net {
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
   std::uint64_t layout_version_ = 0;
   NodeObserver* observer_ = nullptr;
+  GradientsReadyHook gradients_ready_;
 };
 
 }  // namespace plexus

@@ -13,12 +13,18 @@ void fill(Context& ctx, Tensor& tensor, double value);
 void add_into(Context& ctx, Tensor& destination, const Tensor& source);
 // True when every element is finite (no NaN or Inf).
 bool all_finite(Context& ctx, const Tensor& tensor);
+// destination[destination_offset + i] = source[source_offset + i] for
+// i < count: same dtype and device, ranges inside both tensors (else
+// ShapeError). On CUDA, enqueued on the context's stream.
+void copy_elements(Context& ctx, Tensor& destination, std::int64_t destination_offset, const Tensor& source,
+                   std::int64_t source_offset, std::int64_t count);
 
 namespace cuda {
 // CUDA halves of the above, in framework/src/cuda/tensor_ops.cu.
 void fill(Context& ctx, Tensor& tensor, double value);
 void add_into(Context& ctx, Tensor& destination, const Tensor& source);
 bool all_finite(Context& ctx, const Tensor& tensor);
+void copy_bytes(Context& ctx, void* destination, const void* source, std::size_t bytes);
 }  // namespace cuda
 
 }  // namespace plexus

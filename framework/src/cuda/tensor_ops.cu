@@ -68,4 +68,10 @@ bool all_finite(Context& ctx, const Tensor& tensor) {
   return host_flag == 0;
 }
 
+void copy_bytes(Context& ctx, void* destination, const void* source, std::size_t bytes) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream(ctx)), "cudaMemcpyAsync",
+             __FILE__, __LINE__);
+}
+
 }  // namespace plexus::cuda

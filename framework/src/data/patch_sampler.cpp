@@ -63,9 +63,13 @@ void bytes_to_unit(const std::uint8_t* bytes, float* values, std::size_t count) 
   for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>(bytes[i]) / 255.0f;
 }
 
-PatchSampler::PatchSampler(std::uint64_t seed, int batch, int patch) : seed_(seed), batch_(batch), patch_(patch) {
+PatchSampler::PatchSampler(std::uint64_t seed, int batch, int patch, Shard shard)
+    : seed_(seed), batch_(batch), patch_(patch), shard_(shard) {
   if (batch < 1) throw ConfigError("the batch size must be >= 1, got " + std::to_string(batch));
   if (patch < 1) throw ConfigError("the patch size must be >= 1, got " + std::to_string(patch));
+  if (shard.world_size < 1 || shard.rank < 0 || shard.rank >= shard.world_size)
+    throw ConfigError("the sampler's rank " + std::to_string(shard.rank) + " is not in [0, world size " +
+                      std::to_string(shard.world_size) + ")");
 }
 
 std::vector<PatchPlan> PatchSampler::plan(std::int64_t step, std::size_t image_count) const {
@@ -73,7 +77,10 @@ std::vector<PatchPlan> PatchSampler::plan(std::int64_t step, std::size_t image_c
   // mt19937_64 is specified bit for bit by the standard and the draws are
   // reduced with %, not a distribution, so plans agree across compilers.
   std::mt19937_64 rng(mix_seed(seed_, static_cast<std::uint64_t>(step)));
-  std::vector<PatchPlan> plans(static_cast<std::size_t>(batch_));
+  // The whole global batch is drawn (four draws per crop are cheap), and
+  // this rank keeps its slice.
+  const std::size_t global = static_cast<std::size_t>(batch_) * static_cast<std::size_t>(shard_.world_size);
+  std::vector<PatchPlan> plans(global);
   for (auto& p : plans) {
     p.image = static_cast<std::size_t>(rng() % image_count);
     p.x_draw = rng();
@@ -82,7 +89,8 @@ std::vector<PatchPlan> PatchSampler::plan(std::int64_t step, std::size_t image_c
     p.flip_horizontal = (flips & 1u) != 0;
     p.flip_vertical = (flips & 2u) != 0;
   }
-  return plans;
+  const auto first = plans.begin() + static_cast<std::ptrdiff_t>(batch_) * shard_.rank;
+  return std::vector<PatchPlan>(first, first + batch_);
 }
 
 std::size_t PatchSampler::batch_elements() const { return static_cast<std::size_t>(batch_) * 3 * patch_ * patch_; }

@@ -48,16 +48,28 @@ void extract_patch(const Image& image, const PatchPlan& plan, int patch, std::ui
 // computes the same on the device, so both give identical batches).
 void bytes_to_unit(const std::uint8_t* bytes, float* values, std::size_t count);
 
+// One rank's share of each global batch in data-parallel training: of the
+// world_size * batch crops drawn for a step, exactly as one sampler with
+// batch world_size * batch draws them, rank r takes crops
+// [r * batch, (r + 1) * batch). So N ranks with batch B see the images of one
+// run with batch N * B, split without overlap.
+struct Shard {
+  int rank = 0;
+  int world_size = 1;
+};
+
 class PatchSampler {
  public:
-  // Throws ConfigError for batch < 1 or patch < 1.
-  PatchSampler(std::uint64_t seed, int batch, int patch);
+  // `batch` is this rank's share. Throws ConfigError for batch < 1,
+  // patch < 1, or a shard whose rank is not in [0, world_size).
+  PatchSampler(std::uint64_t seed, int batch, int patch, Shard shard = {});
 
   int batch() const { return batch_; }
   int patch() const { return patch_; }
+  const Shard& shard() const { return shard_; }
   // batch x 3 x patch x patch: the elements (and bytes) of one batch.
   std::size_t batch_elements() const;
-  // The crops of batch `step` over a folder of `image_count` images.
+  // This rank's crops of batch `step` over a folder of `image_count` images.
   std::vector<PatchPlan> plan(std::int64_t step, std::size_t image_count) const;
   // Batch `step` as 8-bit values, [batch, 3, patch, patch], into `bytes`
   // (batch_elements() long): a quarter of the f32 batch's memory traffic.
@@ -69,6 +81,7 @@ class PatchSampler {
   std::uint64_t seed_;
   int batch_;
   int patch_;
+  Shard shard_;
 };
 
 }  // namespace plexus::data

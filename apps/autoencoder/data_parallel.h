@@ -1,0 +1,48 @@
+#pragma once
+// This process's part in data-parallel training (`plexus-ae train --gpus N`,
+// see worker_launch.h): the device of its rank, the communicator it joins,
+// and the decisions every rank must take alike.
+#include <memory>
+#include <string>
+
+#include "options.h"
+#include "plexus/context.h"
+#include "plexus/distributed/agreement.h"
+#include "plexus/distributed/communicator.h"
+#include "plexus/distributed/in_process_communicator.h"
+#include "worker_launch.h"
+
+namespace plexus::ae {
+
+// Checks --gpus against --device, the GPUs visible and the build (NCCL),
+// before any worker starts; ConfigError or DeviceError saying what to change.
+void check_gpus_option(const TrainOptions& o);
+// The device of a worker: cuda:RANK, or the CPU for the single worker of
+// `--gpus 1 --device cpu` (the data-parallel path without a GPU).
+Device worker_device(const TrainOptions& o, const WorkerEnvironment& environment);
+
+class DataParallelRank {
+ public:
+  // Decisions are agreed every this many steps (and the replicas' checks
+  // run on their own schedule, --replica-check-every).
+  static constexpr std::int64_t kAgreementInterval = 10;
+
+  // Joins the job: NCCL on a CUDA device, an in-process group of one rank
+  // on the CPU. Waits up to `timeout_seconds` for the other ranks.
+  DataParallelRank(const WorkerEnvironment& environment, Device device, double timeout_seconds);
+  distributed::Communicator& communicator() { return *communicator_; }
+  int rank() const { return communicator_->rank(); }
+  int world_size() const { return communicator_->world_size(); }
+
+  // Whether to stop, --time-limit and the schedule's clock, agreed over the
+  // ranks (plexus/distributed/agreement.h). Collective; waits for the device.
+  distributed::Agreement agree(Context& ctx, bool stop, bool out_of_time, double seconds) {
+    return distributed::agree(ctx, *communicator_, stop, out_of_time, seconds);
+  }
+
+ private:
+  std::unique_ptr<distributed::InProcessGroup> group_;
+  std::unique_ptr<distributed::Communicator> communicator_;
+};
+
+}  // namespace plexus::ae

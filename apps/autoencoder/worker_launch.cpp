@@ -1,0 +1,181 @@
+#include "worker_launch.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "plexus/error.h"
+#include "train_command.h"
+
+extern char** environ;
+
+namespace plexus::ae {
+
+namespace {
+
+int parse_variable(const char* name, int low, int high) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) throw ConfigError(std::string(name) + " is not set, but " + kRankVariable + " is");
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < low || value > high)
+    throw ConfigError(std::string(name) + "='" + text + "' is not an integer in [" + std::to_string(low) + ", " +
+                      std::to_string(high) + "]");
+  return static_cast<int>(value);
+}
+
+volatile std::sig_atomic_t stop_signals = 0;
+volatile std::sig_atomic_t last_stop_signal = 0;
+extern "C" void count_stop_signal(int signal_number) {
+  last_stop_signal = signal_number;
+  stop_signals = stop_signals + 1;
+}
+
+std::string how_it_ended(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int number = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(number) + " (" + strsignal(number) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+struct Worker {
+  pid_t pid = -1;
+  bool running = false;
+};
+
+void kill_all(std::vector<Worker>& workers, int signal_number) {
+  for (const Worker& worker : workers)
+    if (worker.running) kill(worker.pid, signal_number);
+}
+
+}  // namespace
+
+std::optional<WorkerEnvironment> worker_environment() {
+  if (!std::getenv(kRankVariable)) return std::nullopt;
+  WorkerEnvironment environment;
+  environment.world_size = parse_variable(kWorldSizeVariable, 1, kMaxWorkers);
+  environment.rank = parse_variable(kRankVariable, 0, environment.world_size - 1);
+  const char* rendezvous = std::getenv(kRendezvousVariable);
+  if (!rendezvous || !*rendezvous)
+    throw ConfigError(std::string(kRendezvousVariable) + " is not set, but " + kRankVariable +
+                      " is: it names the file through which the workers meet");
+  environment.rendezvous_file = rendezvous;
+  return environment;
+}
+
+int supervise_workers(const std::vector<std::string>& command, int world_size, const std::string& rendezvous_file) {
+  if (command.empty()) throw ConfigError("no worker command to start");
+  if (world_size < 1 || world_size > kMaxWorkers)
+    throw ConfigError("the number of workers must be in [1, " + std::to_string(kMaxWorkers) + "], got " +
+                      std::to_string(world_size));
+  std::error_code ignored;
+  std::filesystem::remove(rendezvous_file, ignored);  // a stale id would make the workers join an old job
+
+  // Everything the children need is built before fork(): a child only execs.
+  std::vector<std::string> arguments = command;
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> inherited;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string variable = *entry;
+    bool ours = false;
+    for (const char* name : {kRankVariable, kWorldSizeVariable, kRendezvousVariable})
+      ours = ours || variable.rfind(std::string(name) + "=", 0) == 0;
+    if (!ours) inherited.push_back(variable);
+  }
+
+  struct sigaction action {};
+  action.sa_handler = count_stop_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  stop_signals = 0;
+
+  const pid_t supervisor = getpid();
+  std::vector<Worker> workers(static_cast<std::size_t>(world_size));
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::vector<std::string> variables = inherited;
+    variables.push_back(std::string(kRankVariable) + "=" + std::to_string(rank));
+    variables.push_back(std::string(kWorldSizeVariable) + "=" + std::to_string(world_size));
+    variables.push_back(std::string(kRendezvousVariable) + "=" + rendezvous_file);
+    std::vector<char*> envp;
+    for (auto& variable : variables) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      const int error = errno;
+      kill_all(workers, SIGKILL);
+      for (Worker& worker : workers)
+        if (worker.running) waitpid(worker.pid, nullptr, 0);
+      throw Error("cannot start worker " + std::to_string(rank) + ": fork failed: " + std::strerror(error));
+    }
+    if (pid == 0) {
+      // The worker's own process group: a terminal's Ctrl-C reaches the
+      // supervisor only, which passes it on exactly once. And it dies with
+      // the supervisor.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != supervisor) _exit(127);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    workers[static_cast<std::size_t>(rank)] = {pid, true};
+  }
+  spdlog::info("started {} worker(s), ranks 0-{}", world_size, world_size - 1);
+
+  int stops_passed_on = 0;
+  int running = world_size;
+  int result = kExitOk;
+  while (running > 0) {
+    if (stop_signals > stops_passed_on) {
+      // The first request is passed on (the workers save and stop); a second kills them.
+      kill_all(workers, stops_passed_on == 0 ? SIGINT : SIGKILL);
+      stops_passed_on = stop_signals;
+    }
+    int status = 0;
+    // Polled, so a signal that arrives just before the wait is not missed.
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid == 0 || (pid < 0 && errno == EINTR)) {
+      usleep(20000);
+      continue;
+    }
+    if (pid < 0) break;  // ECHILD: none left
+    int rank = -1;
+    for (int r = 0; r < world_size; ++r)
+      if (workers[static_cast<std::size_t>(r)].pid == pid) rank = r;
+    if (rank < 0) continue;  // not one of ours
+    workers[static_cast<std::size_t>(rank)].running = false;
+    --running;
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // Stopped by a signal (passed on by us, or sent to a worker directly):
+    // the workers agree on a step and rank 0 saves; not a failure.
+    const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
+    if (stopped) result = result == kExitOk ? kExitInterrupted : result;
+    if (clean || stopped) continue;
+    if (result != kExitError)
+      spdlog::error("worker rank {} of {} (pid {}) {}; stopping the other rank(s). Its messages are above; the last "
+                    "checkpoint rank 0 saved is kept",
+                    rank, world_size, pid, how_it_ended(status));
+    result = kExitError;
+    kill_all(workers, SIGKILL);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  std::filesystem::remove(rendezvous_file, ignored);
+  return result;
+}
+
+}  // namespace plexus::ae

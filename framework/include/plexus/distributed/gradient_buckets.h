@@ -1,0 +1,69 @@
+#pragma once
+// GradientBuckets: the gradient all-reduce of data-parallel training,
+// overlapped with backward.
+//
+// The trainable parameters are grouped into buckets of about `bucket_bytes`
+// in reverse execution order, the order in which backward finishes their
+// gradients. When the last gradient of a bucket is final (Net's
+// gradients-ready hook, called after each node's backward), the bucket's
+// gradients are packed into one flat buffer and all-reduced (averaged) by the
+// communicator, on its own stream on CUDA, while backward goes on with the
+// earlier layers. finish() issues whatever is left, makes the context wait
+// for the reductions, and unpacks the averaged gradients into the
+// parameters. Buckets are issued strictly in index order, so every rank
+// issues the same collectives in the same order.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plexus/distributed/communicator.h"
+#include "plexus/net.h"
+
+namespace plexus::distributed {
+
+class GradientBuckets {
+ public:
+  static constexpr std::size_t kDefaultBucketBytes = std::size_t{25} << 20;
+
+  struct Bucket {
+    std::vector<NamedParameter> parameters;  // in packing order
+    std::int64_t elements = 0;
+  };
+
+  // Installs itself as net's gradients-ready hook (the destructor removes
+  // it). ConfigError for a net that is not f32 or a bucket_bytes of 0.
+  GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes = kDefaultBucketBytes);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // After backward: reduces the buckets not issued yet, makes ctx's later
+  // work wait for every reduction and writes the averaged gradients back
+  // (on ctx's stream). The next backward starts a new pass.
+  void finish(Context& ctx);
+  // All-reduces issued since construction, and the bucket order of the last
+  // finished pass, with how many of them backward's hook issued (the rest
+  // finish() did).
+  std::int64_t reductions_issued() const { return reductions_issued_; }
+  const std::vector<int>& last_pass_order() const { return last_pass_order_; }
+  int last_pass_issued_during_backward() const { return last_pass_during_backward_; }
+
+ private:
+  void on_node_ready(Context& ctx, const std::string& node);
+  void issue(Context& ctx, int bucket);
+  Net& net_;
+  Communicator& communicator_;
+  std::vector<Bucket> buckets_;
+  std::vector<Tensor> flat_;                             // one buffer per bucket
+  std::map<std::string, std::vector<int>> node_buckets_;  // node -> the bucket of each of its parameters
+  std::vector<int> pending_;  // gradients of each bucket not final yet in this pass
+  int next_ = 0;              // the next bucket to issue
+  std::int64_t reductions_issued_ = 0;
+  std::vector<int> pass_order_, last_pass_order_;
+  int during_backward_ = 0, last_pass_during_backward_ = 0;
+};
+
+}  // namespace plexus::distributed

@@ -1,0 +1,84 @@
+#include "plexus/distributed/gradient_buckets.h"
+
+#include <algorithm>
+
+#include "plexus/error.h"
+#include "plexus/tensor_ops.h"
+
+namespace plexus::distributed {
+
+GradientBuckets::GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes)
+    : net_(net), communicator_(communicator) {
+  if (net.dtype() != DType::f32)
+    throw ConfigError("data-parallel training reduces f32 gradients; the net is " +
+                      std::string(dtype_name(net.dtype())));
+  if (bucket_bytes == 0) throw ConfigError("the gradient bucket size must be > 0 bytes");
+  std::vector<std::string> order = net.execution_order();
+  std::reverse(order.begin(), order.end());
+  std::size_t bytes = 0;
+  for (const std::string& node : order) {
+    for (Parameter* parameter : net.layer(node).parameters()) {
+      if (!parameter->trainable) continue;
+      const std::size_t size = parameter->grad.nbytes();
+      if (buckets_.empty() || (bytes > 0 && bytes + size > bucket_bytes)) {
+        buckets_.emplace_back();
+        bytes = 0;
+      }
+      buckets_.back().parameters.push_back({node + "." + parameter->name, parameter});
+      buckets_.back().elements += parameter->grad.numel();
+      bytes += size;
+      node_buckets_[node].push_back(static_cast<int>(buckets_.size()) - 1);
+    }
+  }
+  for (const Bucket& bucket : buckets_) {
+    flat_.emplace_back(Shape{bucket.elements}, DType::f32, net.device());
+    pending_.push_back(static_cast<int>(bucket.parameters.size()));
+  }
+  net_.set_gradients_ready_hook([this](Context& ctx, const std::string& node) { on_node_ready(ctx, node); });
+}
+
+GradientBuckets::~GradientBuckets() { net_.set_gradients_ready_hook(nullptr); }
+
+void GradientBuckets::on_node_ready(Context& ctx, const std::string& node) {
+  auto it = node_buckets_.find(node);
+  if (it == node_buckets_.end()) return;  // a node without trainable parameters
+  for (int bucket : it->second) --pending_[bucket];
+  while (next_ < static_cast<int>(buckets_.size()) && pending_[next_] == 0) {
+    issue(ctx, next_++);
+    ++during_backward_;
+  }
+}
+
+void GradientBuckets::issue(Context& ctx, int bucket) {
+  Tensor& flat = flat_[bucket];
+  std::int64_t offset = 0;
+  for (const NamedParameter& named : buckets_[bucket].parameters) {
+    const Tensor& grad = named.parameter->grad;
+    copy_elements(ctx, flat, offset, grad, 0, grad.numel());
+    offset += grad.numel();
+  }
+  communicator_.all_reduce(ctx, flat, Reduction::average);
+  ++reductions_issued_;
+  pass_order_.push_back(bucket);
+}
+
+void GradientBuckets::finish(Context& ctx) {
+  while (next_ < static_cast<int>(buckets_.size())) issue(ctx, next_++);
+  communicator_.join(ctx);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    std::int64_t offset = 0;
+    for (const NamedParameter& named : buckets_[b].parameters) {
+      Tensor& grad = named.parameter->grad;
+      copy_elements(ctx, grad, 0, flat_[b], offset, grad.numel());
+      offset += grad.numel();
+    }
+    pending_[b] = static_cast<int>(buckets_[b].parameters.size());
+  }
+  next_ = 0;
+  last_pass_order_ = std::move(pass_order_);
+  pass_order_.clear();
+  last_pass_during_backward_ = during_backward_;
+  during_backward_ = 0;
+}
+
+}  // namespace plexus::distributed

@@ -1,0 +1,76 @@
+#include "plexus/distributed/replicas.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "plexus/codec/checksum.h"
+#include "plexus/error.h"
+
+namespace plexus::distributed {
+
+namespace {
+
+// A 64-bit value as four 16-bit pieces, each exact in an f32.
+std::vector<double> pieces_of(std::uint64_t value) {
+  std::vector<double> pieces;
+  for (int i = 0; i < 4; ++i) pieces.push_back(static_cast<double>((value >> (16 * i)) & 0xFFFFu));
+  return pieces;
+}
+
+std::uint64_t value_of(const std::vector<double>& pieces) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= static_cast<std::uint64_t>(pieces[i]) << (16 * i);
+  return value;
+}
+
+std::string hex(std::uint64_t value) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016" PRIx64, value);
+  return text;
+}
+
+}  // namespace
+
+std::uint64_t parameter_fingerprint(const std::vector<NamedParameter>& parameters) {
+  codec::Fnv1a64 hash;
+  for (const NamedParameter& named : parameters) {
+    hash.add_field(named.name);
+    const Tensor host = named.parameter->value.to(Device::cpu());
+    hash.add(host.raw_data(), host.nbytes());
+  }
+  return hash.value();
+}
+
+void broadcast_parameters(Context& ctx, Communicator& communicator, const std::vector<NamedParameter>& parameters) {
+  for (const NamedParameter& named : parameters) communicator.broadcast(ctx, named.parameter->value, 0);
+  communicator.join(ctx);
+}
+
+void check_replicas_agree(Context& ctx, Communicator& communicator, const std::vector<NamedParameter>& parameters,
+                          std::int64_t step) {
+  communicator.synchronize();  // with its timeout: the context may wait on a reduction of a rank that died
+  ctx.synchronize();
+  const std::uint64_t mine = parameter_fingerprint(parameters);
+  const Device device = parameters.empty() ? ctx.device() : parameters.front().parameter->value.device();
+  Tensor reference = Tensor::from_values(pieces_of(mine), {4}, DType::f32, device);
+  communicator.broadcast(ctx, reference, 0);
+  communicator.synchronize();
+  const std::uint64_t rank0 = value_of(reference.to_values());
+  std::vector<double> flags(static_cast<std::size_t>(communicator.world_size()), 0.0);
+  flags[static_cast<std::size_t>(communicator.rank())] = mine == rank0 ? 0.0 : 1.0;
+  Tensor differs = Tensor::from_values(flags, {static_cast<std::int64_t>(flags.size())}, DType::f32, device);
+  communicator.all_reduce(ctx, differs, Reduction::sum);
+  communicator.synchronize();
+  const std::vector<double> all = differs.to_values();
+  std::string ranks;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) return;
+  throw Error("the replicas diverged: after step " + std::to_string(step) + " the parameters of rank(s) " + ranks +
+              " differ from rank 0's (rank 0's fingerprint " + hex(rank0) + ", rank " +
+              std::to_string(communicator.rank()) + "'s " + hex(mine) +
+              "); data-parallel ranks must stay identical, so the run stops here");
+}
+
+}  // namespace plexus::distributed

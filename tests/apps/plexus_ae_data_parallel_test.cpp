@@ -1,0 +1,195 @@
+// Data-parallel training through plexus-ae on the CPU: the worker launch
+// and supervision (a worker that fails takes the run down, Ctrl-C stops and
+// saves, resuming with another number of workers), and `--gpus 1 --device
+// cpu`, which runs the whole data-parallel path (one worker process,
+// gradient buckets, agreement, replica checks) and must train exactly the
+// parameters of a single process. The supervisor is also driven directly
+// with shell workers, to show that the other workers are killed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_runner.h"
+#include "apps/same_tensors.h"
+#include "data/data_test_support.h"
+#include "plexus/context.h"
+#include "plexus/distributed/nccl_communicator.h"
+#include "plexus/testing/gtest_helpers.h"
+#include "train_command.h"
+#include "worker_launch.h"
+
+namespace plexus {
+namespace {
+
+using testing::contains;
+using testing::ScratchFolder;
+
+class PlexusAeDataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
+    testing::save_png(folder / "images/b.png", testing::position_image(40, 52));
+  }
+  std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"),
+                                  "--patch", "16", "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps),
+                                  "--seed", "3", "--device", "cpu", "--threads", "1", "--out", folder / out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  ScratchFolder folder{"ae-data-parallel"};
+};
+
+// 23 steps cross two agreement points (every 10 steps) and a replica check
+// (every 5): the checkpoints (parameters and Adam moments) are bit-identical.
+TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
+  auto single = run(tiny_run("single", 23));
+  ASSERT_EQ(single.exit_code, 0) << single.describe();
+  auto worker = run(tiny_run("worker", 23, {"--gpus", "1", "--replica-check-every", "5"}));
+  ASSERT_EQ(worker.exit_code, 0) << worker.describe();
+  EXPECT_TRUE(contains(worker.err, "started 1 worker(s)")) << worker.err;
+  EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cpu (in-process)")) << worker.err;
+  EXPECT_TRUE(testing::same_tensors(folder / "single/checkpoint.safetensors", folder / "worker/checkpoint.safetensors"));
+  EXPECT_TRUE(testing::same_tensors(folder / "single/model.safetensors", folder / "worker/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(folder / "worker/.rendezvous-0"));
+  for (const auto& entry : std::filesystem::directory_iterator(folder / "worker"))
+    EXPECT_EQ(entry.path().filename().string().rfind(".rendezvous", 0), std::string::npos) << entry.path();
+}
+
+// On a GPU, through NCCL: one worker (eager steps, gradients reduced in
+// buckets on NCCL's stream) against one process (CUDA graph). Averaging over
+// one rank changes nothing: tolerance 1e-6 absolute, expected 0.
+TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  auto gpu_run = [&](const std::string& out, std::vector<std::string> extra) {
+    auto args = tiny_run(out, 23, extra);
+    args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
+    return run(args);
+  };
+  auto single = gpu_run("gpu-single", {});
+  ASSERT_EQ(single.exit_code, 0) << single.describe();
+  auto worker = gpu_run("gpu-worker", {"--gpus", "1", "--replica-check-every", "5"});
+  ASSERT_EQ(worker.exit_code, 0) << worker.describe();
+  EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << worker.err;
+  EXPECT_TRUE(contains(worker.err, "CUDA graph off: data-parallel steps launch eagerly")) << worker.err;
+  const double largest =
+      testing::largest_difference(folder / "gpu-single/checkpoint.safetensors", folder / "gpu-worker/checkpoint.safetensors");
+  std::printf("--gpus 1 against one process on the GPU: largest checkpoint difference %g\n", largest);
+  EXPECT_LE(largest, 1e-6);
+}
+
+TEST_F(PlexusAeDataParallel, AWorkerThatFailsEndsTheRunNamingItsRank) {
+  std::filesystem::create_directories(folder / "empty");
+  auto result = run({"train", "--data", folder / "empty", "--model", testing::test_model("tiny.json"), "--patch", "16",
+                     "--steps", "5", "--device", "cpu", "--gpus", "1", "--out", folder / "failed"});
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "rank 0: ")) << result.err;  // the worker's own message
+  EXPECT_TRUE(contains(result.err, "worker rank 0 of 1 (pid ")) << result.err;
+  EXPECT_TRUE(contains(result.err, "exited with status 1")) << result.err;
+}
+
+// Ctrl-C reaches the supervisor; the workers stop at an agreed step, rank 0
+// saves, everything exits 130. The run then resumes as a single process
+// (another number of workers) and ends where an uninterrupted run ends.
+TEST_F(PlexusAeDataParallel, CtrlCStopsTheWorkersAndTheRunResumesWithAnotherWorkerCount) {
+  testing::Process process(PLEXUS_AE_EXECUTABLE, tiny_run("stopped", 100000, {"--gpus", "1", "--log-every", "1"}),
+                           folder.path());
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return std::filesystem::exists(folder / "stopped/metrics.jsonl") || !process.running(); }, 120))
+      << "no progress within 120 s";
+  process.send(SIGINT);
+  auto result = process.wait();
+  ASSERT_EQ(result.exit_code, 130) << result.describe();
+  EXPECT_TRUE(contains(result.err, "interrupted by Ctrl-C (SIGINT) after step")) << result.err;
+  ASSERT_TRUE(std::filesystem::exists(folder / "stopped/checkpoint.safetensors"));
+  // Stopped at an agreement point, which the metrics log's last line shows.
+  std::ifstream in(folder / "stopped/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const std::int64_t stopped = nlohmann::json::parse(last)["step"];
+  EXPECT_EQ(stopped % 10, 0) << last;
+
+  const std::string total = std::to_string(stopped + 3);
+  auto resumed = run({"train", "--out", folder / "stopped", "--resume", "--steps", total, "--device", "cpu"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  auto straight = run(tiny_run("straight", stopped + 3));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  EXPECT_TRUE(testing::same_tensors(folder / "stopped/model.safetensors", folder / "straight/model.safetensors"));
+}
+
+TEST_F(PlexusAeDataParallel, RefusesWorkerCountsItCannotRun) {
+  auto cpu = run(tiny_run("cpu2", 5, {"--gpus", "2"}));
+  EXPECT_EQ(cpu.exit_code, 1) << cpu.describe();
+  EXPECT_TRUE(contains(cpu.err, "--gpus 2 with --device cpu")) << cpu.err;
+  auto pinned = run({"train", "--data", folder / "images", "--gpus", "2", "--device", "cuda:0", "--out", folder / "x"});
+  EXPECT_EQ(pinned.exit_code, 1) << pinned.describe();
+  EXPECT_TRUE(contains(pinned.err, "give --device auto or cuda, not 'cuda:0'")) << pinned.err;
+  auto no_timeout = run(tiny_run("no-timeout", 5, {"--gpus", "1", "--rank-timeout", "0"}));
+  EXPECT_EQ(no_timeout.exit_code, 1) << no_timeout.describe();
+  EXPECT_TRUE(contains(no_timeout.err, "--rank-timeout must be > 0 seconds, got 0")) << no_timeout.err;
+  auto negative = run(tiny_run("negative", 5, {"--gpus", "-1"}));
+  EXPECT_EQ(negative.exit_code, 1) << negative.describe();
+  EXPECT_TRUE(contains(negative.err, "--gpus must be in [0, 64]")) << negative.err;
+}
+
+// Two GPUs asked for where this build or machine cannot give them: without
+// NCCL the message says to install it; with NCCL and fewer than 2 GPUs it
+// says how many are visible. (A machine with 2 GPUs and NCCL would train.)
+TEST_F(PlexusAeDataParallel, TwoGpusWithoutNcclOrWithoutTwoGpusIsAClearError) {
+  auto result = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch",
+                     "16", "--steps", "2", "--gpus", "2", "--out", folder / "two"});
+  if (result.exit_code == 0) GTEST_SKIP() << "this machine trained on 2 GPUs: nothing to refuse";
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  if (distributed::built_with_nccl())
+    EXPECT_TRUE((contains(result.err, "requested, but") && contains(result.err, "CUDA GPU(s) are visible")) ||
+                contains(result.err, "built without CUDA"))
+        << result.err;
+  else
+    EXPECT_TRUE(contains(result.err, "--gpus 2 needs NCCL, and this build of plexus-ae has none")) << result.err;
+  EXPECT_FALSE(contains(result.err, "started 2 worker(s)")) << result.err;
+}
+
+TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
+  setenv(ae::kRankVariable, "0", 1);
+  auto result = run(tiny_run("env", 5));
+  unsetenv(ae::kRankVariable);
+  EXPECT_EQ(result.exit_code, 1) << result.describe();
+  EXPECT_TRUE(contains(result.err, "PLEXUS_WORLD_SIZE is not set, but PLEXUS_RANK is")) << result.err;
+}
+
+// The supervisor with three shell workers: rank 1 exits with status 3 at
+// once, ranks 0 and 2 would sleep for 60 s. The run must end within seconds
+// (so the sleepers were killed), with an error naming rank 1 and its status.
+TEST(WorkerSupervisor, AFailedWorkerTakesTheOthersDown) {
+  ScratchFolder folder("supervisor");
+  testing::LogCapture log;
+  const auto start = std::chrono::steady_clock::now();
+  const int code = ae::supervise_workers(
+      {"/bin/sh", "-c", "if [ \"$PLEXUS_RANK\" = 1 ]; then exit 3; fi; exec sleep 60"}, 3, folder / "rendezvous");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(code, ae::kExitError);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_TRUE(contains(log.text(), "worker rank 1 of 3")) << log.text();
+  EXPECT_TRUE(contains(log.text(), "exited with status 3")) << log.text();
+}
+
+// Each worker sees its rank, the world size and the rendezvous path.
+TEST(WorkerSupervisor, GivesEachWorkerItsRankAndTheRendezvousFile) {
+  ScratchFolder folder("supervisor-env");
+  const std::string script = "echo \"$PLEXUS_RANK $PLEXUS_WORLD_SIZE $PLEXUS_RENDEZVOUS\" > " + folder.path() +
+                             "/rank-$PLEXUS_RANK";
+  EXPECT_EQ(ae::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet"), ae::kExitOk);
+  for (int rank : {0, 1})
+    EXPECT_EQ(testing::read_bytes(folder / ("rank-" + std::to_string(rank))),
+              std::to_string(rank) + " 2 " + (folder / "meet") + "\n");
+}
+
+}  // namespace
+}  // namespace plexus
