@@ -36,7 +36,7 @@ grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "
 # and so fail this check, when CMake did not find NCCL.
 nccl_found=$(grep -E "^-- NCCL" "$logs/build.log" | head -1)
 nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
-nccl_total=$(grep -cE "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log")
+nccl_total=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Test +#")
 
 echo "== compute-sanitizer memcheck over the CUDA tests"
 memcheck_errors=0
