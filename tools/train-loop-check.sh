@@ -12,7 +12,9 @@
 #      with FLOP/byte floors (--profile);
 #   2. plexus-ae train end to end (data loading included, default --threads)
 #      for SECONDS (default 30) per model, with --cuda-graph on and off,
-#      reporting the mean images/s of its log windows after the first.
+#      reporting the mean images/s of its log windows after the first and
+#      how long they waited for the loader.
+# SECONDS 0 stops after the tests.
 # Logs go to $OUT (or train-loop-logs/). stb may be given as STB_INCLUDE_DIR.
 set -uo pipefail
 data=${1:?usage: tools/train-loop-check.sh IMAGE_FOLDER [SECONDS]}
@@ -24,8 +26,8 @@ mkdir -p "$logs"
 build=${BUILD:-build-gpu}
 stb_flag=()
 [ -n "${STB_INCLUDE_DIR:-}" ] && stb_flag=(-DSTB_INCLUDE_DIR="$STB_INCLUDE_DIR")
-tests=(step_graph_test step_metrics_test device_input_test optimizer_test uniform_noise_test net_test
-       plexus_ae_cuda_graph_test plexus_ae_eval_test)
+tests=(step_graph_test step_metrics_test device_input_test batch_loader_test patch_sampler_test grad_clip_test
+       optimizer_test uniform_noise_test net_test plexus_ae_cuda_graph_test plexus_ae_eval_test)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build"
@@ -51,11 +53,16 @@ for t in "${tests[@]}"; do
 done
 
 echo "== compute-sanitizer memcheck over the CUDA tests of the step machinery"
-for t in step_graph_test step_metrics_test device_input_test optimizer_test; do
+for t in step_graph_test step_metrics_test device_input_test grad_clip_test optimizer_test; do
   compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" --gtest_filter='*Cuda*' \
     > "$logs/memcheck-$t.log" 2>&1
   echo "$t: rc=$? $(grep -E 'ERROR SUMMARY' "$logs/memcheck-$t.log" | tail -1)"
 done
+
+if [ "$seconds" = 0 ]; then
+  echo "SUMMARY: tests failed: $failed"
+  exit 0
+fi
 
 echo "== plexus-bench (TF32): eager and graph steps, per-node profile"
 for model in bls2017 bmshj2018-factorized; do
@@ -77,6 +84,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l]
 steady = rows[1:-1] or rows
 print(f"{sum(r['images_per_second'] for r in steady) / len(steady):.0f} img/s over {len(steady)} windows, "
+      f"loader wait {1000 * sum(r.get('loader_wait_seconds', 0) for r in steady) / len(steady):.1f} ms per window, "
       f"last loss {rows[-1]['loss']:.3f}")
 PY
 )

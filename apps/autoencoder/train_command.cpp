@@ -276,7 +276,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
   if (root) log = std::make_unique<MetricsLog>((out / "metrics.jsonl").string(), o.resume ? step : -1);
   const data::Shard shard{parallel ? parallel->rank() : 0, world_size};
   data::BatchLoader loader(train_images, data::PatchSampler(o.seed, o.batch, o.patch, shard), step, o.threads,
-                           2 * std::max(1, o.threads) + 1);
+                           2 * std::max(1, o.threads) + 1, device);
   install_stop_handlers();
   ProgressBar bar(stderr_is_terminal(), o.log_every);
   std::int64_t last_good_checkpoint = o.resume ? step : -1;
@@ -318,6 +318,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
 
   // Window statistics between two log lines.
   auto window_start = std::chrono::steady_clock::now();
+  double window_start_loader_wait = 0;  // training.seconds_waiting_for_loader() then
   double seconds_per_step = 0;  // exponential moving average
   SmoothedStats smoothed;       // what the progress line shows
   const std::int64_t first_step = step;
@@ -380,8 +381,10 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
                     {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
                     {"lr", adam.learning_rate()},
                     {"images_per_second", window_seconds > 0 ? window.steps * o.batch * world_size / window_seconds : 0.0},
+                    {"loader_wait_seconds", training.seconds_waiting_for_loader() - window_start_loader_wait},
                     {"elapsed_seconds", elapsed_seconds()}});
       window_start = now;
+      window_start_loader_wait = training.seconds_waiting_for_loader();
     }
     if (root) bar.update(stats);
     if (val_images && (step % o.val_every == 0 || step == last_step)) {

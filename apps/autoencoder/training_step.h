@@ -68,6 +68,8 @@ class TrainingStep {
   // checks it (and updates its progress line) every step.
   bool checks_every_step() const { return ctx_.device().is_cpu(); }
   bool uses_cuda_graph() const { return graph_.enabled(); }
+  // Seconds run() has waited for the loader's batches so far.
+  double seconds_waiting_for_loader() const { return input_.seconds_waiting_for_loader(); }
   // Clips the gradient norm between backward and the update (null: none).
   // On CUDA it runs on the device and is recorded into the graph with the step.
   void set_gradient_clipper(GradientClipper* clipper) { clipper_ = clipper; }

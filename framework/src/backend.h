@@ -16,6 +16,11 @@ void release(void* pointer, Device device) noexcept;
 void copy(void* destination, Device destination_device, const void* source,
           Device source_device, std::size_t bytes);
 void fill_zero(void* pointer, std::size_t bytes, Device device);
+// Host memory that data bound for `destination` is staged in: page-locked
+// (cudaMallocHost) for a GPU, so copies from it to the device run
+// asynchronously at full speed; plain aligned memory for the CPU.
+void* allocate_host_staging(std::size_t bytes, Device destination);
+void release_host_staging(void* pointer, Device destination) noexcept;
 int cuda_device_count();
 bool built_with_cuda();
 // While a CUDA graph is recorded on `stream` (a cudaStream_t) by this

@@ -22,6 +22,13 @@ void* allocate(std::size_t bytes, Device device) {
 
 void release(void* pointer, Device) noexcept { std::free(pointer); }
 
+void* allocate_host_staging(std::size_t bytes, Device destination) {
+  if (destination.is_cuda()) no_cuda(destination);
+  return allocate(bytes, destination);
+}
+
+void release_host_staging(void* pointer, Device) noexcept { std::free(pointer); }
+
 void copy(void* destination, Device destination_device, const void* source,
           Device source_device, std::size_t bytes) {
   if (destination_device.is_cuda()) no_cuda(destination_device);

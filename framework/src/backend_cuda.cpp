@@ -51,6 +51,18 @@ void release(void* pointer, Device device) noexcept {
   cudaFreeAsync(pointer, memory_stream());  // cannot throw from a deleter
 }
 
+void* allocate_host_staging(std::size_t bytes, Device destination) {
+  if (destination.is_cpu()) return allocate(bytes, destination);
+  void* pointer = nullptr;
+  cuda::check_cuda(cudaMallocHost(&pointer, bytes ? bytes : 1), "cudaMallocHost", __FILE__, __LINE__);
+  return pointer;
+}
+
+void release_host_staging(void* pointer, Device destination) noexcept {
+  if (destination.is_cpu()) release(pointer, destination);
+  else cudaFreeHost(pointer);
+}
+
 void copy(void* destination, Device destination_device, const void* source,
           Device source_device, std::size_t bytes) {
   if (!bytes) return;

@@ -64,7 +64,8 @@ TEST_F(PlexusAeTrain, LossFallsAndMetricsAreLogged) {
   EXPECT_TRUE(std::filesystem::exists(folder / "run/checkpoint.safetensors"));
   auto train = read_metrics(folder / "run/metrics.jsonl", "train");
   ASSERT_EQ(train.size(), 8u);
-  for (const char* key : {"step", "loss", "mse", "bpp", "psnr", "lr", "images_per_second", "elapsed_seconds"})
+  for (const char* key : {"step", "loss", "mse", "bpp", "psnr", "lr", "images_per_second", "loader_wait_seconds",
+                          "elapsed_seconds"})
     EXPECT_TRUE(train[0].contains(key)) << key;
   EXPECT_EQ(train.back()["step"], 80);
   const double first = train.front()["loss"], last = train.back()["loss"];

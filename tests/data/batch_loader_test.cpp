@@ -51,6 +51,47 @@ TEST_F(BatchLoaderTest, DestroyingWithBatchesPendingDoesNotHang) {
   loader.next();
 }
 
+TEST_F(BatchLoaderTest, LeasesHoldTheSamplersBytesInPlace) {
+  ImageFolder images(folder.path());
+  PatchSampler sampler(4, 2, 8);
+  for (int threads : {0, 2}) {
+    BatchLoader loader(images, sampler, /*first_step=*/3, threads, /*prefetch=*/2);
+    EXPECT_EQ(loader.batch_shape(), (Shape{2, 3, 8, 8}));
+    for (std::int64_t step = 3; step < 12; ++step) {
+      BatchLoader::Lease lease = loader.next_lease();
+      ASSERT_TRUE(lease.held());
+      EXPECT_EQ(lease.step(), step);
+      std::vector<std::uint8_t> expected(sampler.batch_elements());
+      sampler.fill_batch(images, step, expected.data());
+      ASSERT_EQ(lease.size(), expected.size());
+      EXPECT_EQ(std::vector<std::uint8_t>(lease.bytes(), lease.bytes() + lease.size()), expected)
+          << threads << " threads, step " << step;
+    }
+  }
+}
+
+TEST_F(BatchLoaderTest, HoldingEveryBufferIsAnErrorNotAHangAndReleasingOneContinues) {
+  ImageFolder images(folder.path());
+  PatchSampler sampler(4, 2, 8);
+  for (int threads : {0, 3}) {
+    BatchLoader loader(images, sampler, 0, threads, /*prefetch=*/2);
+    BatchLoader::Lease first = loader.next_lease();
+    BatchLoader::Lease second = loader.next_lease();
+    EXPECT_THROW(loader.next_lease(), Error) << threads << " threads";
+    const std::vector<std::uint8_t> second_bytes(second.bytes(), second.bytes() + second.size());
+    first.release();
+    EXPECT_FALSE(first.held());
+    BatchLoader::Lease third = loader.next_lease();  // into the buffer the first one held
+    EXPECT_EQ(third.step(), 2);
+    EXPECT_EQ(third.bytes(), first.bytes());
+    // The batch still leased is untouched by the one built next to it.
+    EXPECT_EQ(std::vector<std::uint8_t>(second.bytes(), second.bytes() + second.size()), second_bytes);
+    std::vector<std::uint8_t> expected(sampler.batch_elements());
+    sampler.fill_batch(images, 2, expected.data());
+    EXPECT_EQ(std::vector<std::uint8_t>(third.bytes(), third.bytes() + third.size()), expected);
+  }
+}
+
 TEST(BatchLoader, WorkerErrorReachesTheCaller) {
   ScratchFolder folder("loader-error");
   data::write_png(folder / "a.png", testing::position_image(64, 64));

@@ -1,5 +1,6 @@
-// DeviceInput: the batches it delivers (on the CPU, and on CUDA through
-// pinned buffers and an overlapped copy) are the loader's, in step order.
+// DeviceInput: the batches it delivers (on the CPU, and on CUDA as bytes
+// from pinned buffers, copied and converted on the device) are the loader's,
+// in step order.
 #include <gtest/gtest.h>
 
 #include "data/data_test_support.h"
@@ -25,7 +26,8 @@ class DeviceInputTest : public ::testing::Test {
   void expect_loader_batches(Device device, int depth, std::int64_t first_step) {
     ImageFolder images(folder.path());
     PatchSampler sampler(9, 3, 8);
-    BatchLoader loader(images, sampler, first_step, /*threads=*/2, /*prefetch=*/3);
+    // Buffers for `device`, as plexus-ae train makes them: page-locked on CUDA.
+    BatchLoader loader(images, sampler, first_step, /*threads=*/2, /*prefetch=*/3, device);
     const Shape shape{3, 3, 8, 8};
     DeviceInput input(loader, device, shape, depth);
     Context ctx(device);

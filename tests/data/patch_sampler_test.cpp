@@ -146,6 +146,46 @@ TEST(PatchSampler, ImageSmallerThanThePatchIsExtendedByReflection) {
       }
 }
 
+TEST(PatchSampler, ByteBatchHoldsEveryChannelOfItsSourcePixelAndMakeBatchIsItOver255) {
+  ScratchFolder folder("bytes");
+  data::write_png(folder / "a.png", testing::position_image(37, 23));
+  data::write_png(folder / "b.png", testing::position_image(9, 14));  // smaller than the patch: reflected
+  ImageFolder images(folder.path());
+  const int patch = 16, count = 6;
+  PatchSampler sampler(7, count, patch);
+  ASSERT_EQ(sampler.batch_elements(), static_cast<std::size_t>(count) * 3 * patch * patch);
+  for (std::int64_t step = 0; step < 4; ++step) {
+    std::vector<std::uint8_t> bytes(sampler.batch_elements());
+    sampler.fill_batch(images, step, bytes.data());
+    const auto plans = sampler.plan(step, images.size());
+    for (int item = 0; item < count; ++item) {
+      const Image& image = *images.load(plans[item].image);
+      const int x0 = data::patch_origin(plans[item].x_draw, image.width, patch);
+      const int y0 = data::patch_origin(plans[item].y_draw, image.height, patch);
+      for (int c = 0; c < 3; ++c)
+        for (int py = 0; py < patch; ++py)
+          for (int px = 0; px < patch; ++px) {
+            const int qx = plans[item].flip_horizontal ? patch - 1 - px : px;
+            const int qy = plans[item].flip_vertical ? patch - 1 - py : py;
+            const std::uint8_t expected =
+                image.at(data::reflect_index(y0 + qy, image.height), data::reflect_index(x0 + qx, image.width), c);
+            const std::size_t at = ((static_cast<std::size_t>(item) * 3 + c) * patch + py) * patch + px;
+            ASSERT_EQ(bytes[at], expected) << "step " << step << " item " << item << " c " << c;
+          }
+    }
+    const std::vector<double> values = sampler.make_batch(images, step).to_values();
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      ASSERT_EQ(static_cast<float>(values[i]), static_cast<float>(bytes[i]) / 255.0f) << i;
+  }
+}
+
+TEST(PatchSampler, BytesToUnitDividesBy255) {
+  const std::vector<std::uint8_t> bytes = {0, 51, 102, 255};
+  std::vector<float> values(bytes.size());
+  data::bytes_to_unit(bytes.data(), values.data(), bytes.size());
+  EXPECT_EQ(values, (std::vector<float>{0.0f, 0.2f, 0.4f, 1.0f}));
+}
+
 TEST(PatchSampler, RejectsBadSizes) {
   EXPECT_THROW(PatchSampler(0, 0, 8), ConfigError);
   EXPECT_THROW(PatchSampler(0, 2, 0), ConfigError);

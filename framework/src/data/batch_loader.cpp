@@ -2,15 +2,59 @@
 
 #include <system_error>
 
+#include "../backend.h"
 #include "plexus/error.h"
 
 namespace plexus::data {
 
+namespace {
+constexpr std::int64_t kFree = -1;
+}  // namespace
+
+BatchLoader::Lease::Lease(Lease&& other) noexcept
+    : owner_(other.owner_), step_(other.step_), bytes_(other.bytes_), size_(other.size_) {
+  other.owner_ = nullptr;
+}
+
+BatchLoader::Lease& BatchLoader::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    release();
+    owner_ = other.owner_;
+    step_ = other.step_;
+    bytes_ = other.bytes_;
+    size_ = other.size_;
+    other.owner_ = nullptr;
+  }
+  return *this;
+}
+
+BatchLoader::Lease::~Lease() { release(); }
+
+void BatchLoader::Lease::release() {
+  if (!owner_) return;
+  owner_->release(step_);
+  owner_ = nullptr;
+}
+
 BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads,
-                         int prefetch)
-    : images_(images), sampler_(sampler), next_step_(first_step), next_claim_(first_step), prefetch_(prefetch) {
+                         int prefetch, Device destination)
+    : images_(images),
+      sampler_(sampler),
+      destination_(destination),
+      next_step_(first_step),
+      next_claim_(first_step),
+      prefetch_(prefetch) {
   if (threads < 0) throw ConfigError("the number of loader threads must be >= 0, got " + std::to_string(threads));
   if (prefetch < 1) throw ConfigError("the prefetch depth must be >= 1, got " + std::to_string(prefetch));
+  try {
+    for (int i = 0; i < prefetch; ++i)
+      buffers_.push_back(static_cast<std::uint8_t*>(
+          device_memory::allocate_host_staging(sampler_.batch_elements(), destination_)));
+  } catch (...) {
+    for (std::uint8_t* buffer : buffers_) device_memory::release_host_staging(buffer, destination_);
+    throw;
+  }
+  occupant_.assign(buffers_.size(), kFree);
   try {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   } catch (const std::system_error& e) {
@@ -18,12 +62,18 @@ BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t
     // already started must be stopped and joined here.
     const std::size_t started = workers_.size();
     stop_workers();
+    for (std::uint8_t* buffer : buffers_) device_memory::release_host_staging(buffer, destination_);
     throw Error("cannot start loader thread " + std::to_string(started + 1) + " of " + std::to_string(threads) +
                 ": " + e.what() + " (use fewer --threads, or raise the process limit)");
   }
 }
 
-BatchLoader::~BatchLoader() { stop_workers(); }
+BatchLoader::~BatchLoader() {
+  stop_workers();
+  for (std::uint8_t* buffer : buffers_) device_memory::release_host_staging(buffer, destination_);
+}
+
+Shape BatchLoader::batch_shape() const { return {sampler_.batch(), 3, sampler_.patch(), sampler_.patch()}; }
 
 void BatchLoader::stop_workers() {
   {
@@ -35,49 +85,79 @@ void BatchLoader::stop_workers() {
   workers_.clear();
 }
 
-// Each worker claims the lowest step not yet claimed, as long as fewer than
-// `prefetch` steps are claimed ahead of the consumer, and builds it.
+// Each worker claims the lowest step not yet claimed as soon as its buffer
+// is free (the batch `prefetch` steps earlier was released), and builds it
+// there.
 void BatchLoader::work() {
   for (;;) {
     std::int64_t step = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || next_claim_ < next_step_ + prefetch_; });
+      changed_.wait(lock, [&] { return stopping_ || occupant_[buffer_index(next_claim_)] == kFree; });
       if (stopping_) return;
       step = next_claim_++;
+      occupant_[buffer_index(step)] = step;
     }
-    Result result;
+    std::exception_ptr error;
     try {
-      result.batch = sampler_.make_batch(images_, step);
+      sampler_.fill_batch(images_, step, buffers_[buffer_index(step)]);
     } catch (...) {
-      result.error = std::current_exception();
+      error = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ready_[step] = std::move(result);
+      built_[step] = error;
     }
     changed_.notify_all();
   }
 }
 
-Tensor BatchLoader::next() {
-  if (workers_.empty()) {
-    Tensor batch = sampler_.make_batch(images_, next_step_);
-    ++next_step_;
-    return batch;
-  }
-  Result result;
+void BatchLoader::release(std::int64_t step) {
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return ready_.count(next_step_) > 0; });
-    auto it = ready_.find(next_step_);
-    result = std::move(it->second);
-    ready_.erase(it);
-    ++next_step_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    occupant_[buffer_index(step)] = kFree;
   }
   changed_.notify_all();
-  if (result.error) std::rethrow_exception(result.error);
-  return result.batch;
+}
+
+BatchLoader::Lease BatchLoader::next_lease() {
+  const std::int64_t step = next_step_;
+  const std::size_t buffer = buffer_index(step);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::int64_t occupant = occupant_[buffer];
+    if (occupant != kFree && occupant < step)
+      throw Error("BatchLoader: all " + std::to_string(prefetch_) + " batch buffers are leased (batch " +
+                  std::to_string(occupant) + " still holds the one batch " + std::to_string(step) +
+                  " needs); release a lease first");
+    if (workers_.empty()) {
+      occupant_[buffer] = step;
+    } else {
+      changed_.wait(lock, [&] { return built_.count(step) > 0; });
+      auto it = built_.find(step);
+      error = it->second;
+      built_.erase(it);
+    }
+  }
+  if (workers_.empty()) {
+    try {
+      sampler_.fill_batch(images_, step, buffers_[buffer]);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  ++next_step_;
+  Lease lease(this, step, buffers_[buffer], sampler_.batch_elements());
+  if (error) std::rethrow_exception(error);  // the lease's destructor frees the buffer
+  return lease;
+}
+
+Tensor BatchLoader::next() {
+  Lease lease = next_lease();
+  Tensor batch(batch_shape());
+  bytes_to_unit(lease.bytes(), batch.data<float>(), lease.size());
+  return batch;
 }
 
 }  // namespace plexus::data

@@ -1,11 +1,12 @@
 #include "plexus/data/device_input.h"
 
-#include <cstring>
+#include <chrono>
 #include <vector>
 
 #include "plexus/error.h"
 
 #if PLEXUS_WITH_CUDA
+#include "bytes_to_unit_kernel.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #endif
@@ -14,9 +15,9 @@ namespace plexus::data {
 
 namespace {
 
-void check_batch(const Tensor& batch, const Shape& shape, const char* what) {
-  if (batch.shape() != shape || batch.dtype() != DType::f32)
-    throw ShapeError(std::string("DeviceInput: ") + what + " is " + batch.describe() + ", expected f32" +
+void check_destination(const Tensor& destination, const Shape& shape) {
+  if (destination.shape() != shape || destination.dtype() != DType::f32)
+    throw ShapeError("DeviceInput: the destination is " + destination.describe() + ", expected f32" +
                      shape_str(shape));
 }
 
@@ -26,14 +27,13 @@ void check_batch(const Tensor& batch, const Shape& shape, const char* what) {
 
 using cuda::check_cuda;
 
-// Slot s holds batch k for every k = s (mod depth): pinned host memory, its
-// device copy, and two events: `copied` (host-to-device done: the pinned
-// buffer may be refilled, the step may read the device copy) and `consumed`
-// (the step's stream has taken the device copy: it may be overwritten).
+// Slot s receives batch k for every k = s (mod depth): device memory for its
+// bytes and two events: `copied` (host-to-device done: the step may convert
+// the bytes; the loader's buffer may take another batch) and `consumed` (the
+// step's stream has converted them: the slot may be overwritten).
 struct DeviceInput::Pipeline {
   struct Slot {
-    float* pinned = nullptr;
-    Tensor on_device;
+    std::uint8_t* on_device = nullptr;  // the batch's bytes (tensors are f32/f64 only)
     cudaEvent_t copied = nullptr;
     cudaEvent_t consumed = nullptr;
   };
@@ -41,70 +41,57 @@ struct DeviceInput::Pipeline {
   cudaStream_t copy_stream = nullptr;
   std::size_t bytes = 0;
   std::int64_t taken = 0;  // batches handed to the step so far
-  bool primed = false;
+  BatchLoader::Lease in_flight;  // the last batch sent: its buffer is read until `copied`
 
   Pipeline(Device device, const Shape& shape, int depth) {
-    bytes = static_cast<std::size_t>(shape_numel(shape)) * sizeof(float);
+    bytes = static_cast<std::size_t>(shape_numel(shape));
     check_cuda(cudaSetDevice(device.index), "cudaSetDevice", __FILE__, __LINE__);
     check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", __FILE__,
                __LINE__);
     slots.resize(static_cast<std::size_t>(depth));
     for (Slot& slot : slots) {
-      check_cuda(cudaMallocHost(&slot.pinned, bytes), "cudaMallocHost", __FILE__, __LINE__);
-      slot.on_device = Tensor(shape, DType::f32, device);
+      check_cuda(cudaMalloc(&slot.on_device, bytes), "cudaMalloc", __FILE__, __LINE__);
       check_cuda(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate", __FILE__,
                  __LINE__);
       check_cuda(cudaEventCreateWithFlags(&slot.consumed, cudaEventDisableTiming), "cudaEventCreate", __FILE__,
                  __LINE__);
     }
-    // The device buffers were zeroed on the legacy stream, which the
-    // non-blocking copy stream does not wait for.
-    check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize", __FILE__, __LINE__);
   }
 
   ~Pipeline() {
+    // Nothing may still read the loader's buffer or the slots once they go.
     if (copy_stream) cudaStreamSynchronize(copy_stream);
     for (Slot& slot : slots) {
       if (slot.consumed) cudaEventSynchronize(slot.consumed);
       if (slot.copied) cudaEventDestroy(slot.copied);
       if (slot.consumed) cudaEventDestroy(slot.consumed);
-      if (slot.pinned) cudaFreeHost(slot.pinned);
+      if (slot.on_device) cudaFree(slot.on_device);
     }
     if (copy_stream) cudaStreamDestroy(copy_stream);
   }
 
-  // The loader's next batch into `slot`, sent to the device once the step
-  // that last read the slot has taken its copy.
-  void fill(Slot& slot, BatchLoader& loader, const Shape& shape) {
-    Tensor batch = loader.next();
-    check_batch(batch, shape, "a batch from the loader");
-    check_cuda(cudaEventSynchronize(slot.copied), "cudaEventSynchronize", __FILE__, __LINE__);
-    std::memcpy(slot.pinned, batch.data<float>(), bytes);
-    check_cuda(cudaStreamWaitEvent(copy_stream, slot.consumed, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
-    check_cuda(cudaMemcpyAsync(slot.on_device.raw_data(), slot.pinned, bytes, cudaMemcpyHostToDevice, copy_stream),
-               "cudaMemcpyAsync", __FILE__, __LINE__);
-    check_cuda(cudaEventRecord(slot.copied, copy_stream), "cudaEventRecord", __FILE__, __LINE__);
-  }
-
-  void next_into(Context& ctx, Tensor& destination, BatchLoader& loader, const Shape& shape) {
+  template <typename TakeBatch>
+  void next_into(Context& ctx, Tensor& destination, TakeBatch&& take_batch) {
     const std::size_t depth = slots.size();
-    if (!primed) {
-      for (Slot& slot : slots) fill(slot, loader, shape);
-      primed = true;
-    }
-    // Stay at most one step ahead: the previous batch's step has started.
-    if (taken > 0)
+    if (taken > 0) {
+      // Stay at most one step ahead: the previous batch's step has started,
+      // so its copy is done and the loader may reuse its buffer.
       check_cuda(cudaEventSynchronize(slots[static_cast<std::size_t>(taken - 1) % depth].consumed),
                  "cudaEventSynchronize", __FILE__, __LINE__);
+      in_flight.release();
+    }
+    BatchLoader::Lease batch = take_batch();
     Slot& slot = slots[static_cast<std::size_t>(taken) % depth];
+    check_cuda(cudaStreamWaitEvent(copy_stream, slot.consumed, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
+    check_cuda(cudaMemcpyAsync(slot.on_device, batch.bytes(), bytes, cudaMemcpyHostToDevice, copy_stream),
+               "cudaMemcpyAsync", __FILE__, __LINE__);
+    check_cuda(cudaEventRecord(slot.copied, copy_stream), "cudaEventRecord", __FILE__, __LINE__);
     const cudaStream_t stream = cuda::stream(ctx);
     check_cuda(cudaStreamWaitEvent(stream, slot.copied, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
-    check_cuda(cudaMemcpyAsync(destination.raw_data(), slot.on_device.raw_data(), bytes, cudaMemcpyDeviceToDevice,
-                               stream),
-               "cudaMemcpyAsync", __FILE__, __LINE__);
+    cuda::bytes_to_unit(stream, slot.on_device, destination.data<float>(), bytes);
     check_cuda(cudaEventRecord(slot.consumed, stream), "cudaEventRecord", __FILE__, __LINE__);
+    in_flight = std::move(batch);
     ++taken;
-    fill(slot, loader, shape);  // batch taken - 1 + depth
   }
 };
 
@@ -112,7 +99,8 @@ struct DeviceInput::Pipeline {
 
 struct DeviceInput::Pipeline {
   Pipeline(Device, const Shape&, int) {}
-  void next_into(Context&, Tensor&, BatchLoader&, const Shape&) {}
+  template <typename TakeBatch>
+  void next_into(Context&, Tensor&, TakeBatch&&) {}
 };
 
 #endif
@@ -125,18 +113,27 @@ DeviceInput::DeviceInput(BatchLoader& loader, Device device, Shape shape, int de
 
 DeviceInput::~DeviceInput() = default;
 
+BatchLoader::Lease DeviceInput::take_batch() {
+  if (loader_.batch_shape() != shape_)
+    throw ShapeError("DeviceInput: the loader's batches are u8" + shape_str(loader_.batch_shape()) + ", expected " +
+                     shape_str(shape_));
+  const auto start = std::chrono::steady_clock::now();
+  BatchLoader::Lease batch = loader_.next_lease();
+  seconds_waiting_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return batch;
+}
+
 void DeviceInput::next_into(Context& ctx, Tensor& destination) {
-  check_batch(destination, shape_, "the destination");
+  check_destination(destination, shape_);
   if (destination.device() != device_ || ctx.device() != device_)
     throw DeviceError("DeviceInput for " + device_.str() + " asked to fill " + destination.describe() + " with a " +
                       ctx.device().str() + " context");
   if (!pipeline_) {
-    Tensor batch = loader_.next();
-    check_batch(batch, shape_, "a batch from the loader");
-    destination.copy_from(batch);
+    BatchLoader::Lease batch = take_batch();
+    bytes_to_unit(batch.bytes(), destination.data<float>(), batch.size());
     return;
   }
-  pipeline_->next_into(ctx, destination, loader_, shape_);
+  pipeline_->next_into(ctx, destination, [this] { return take_batch(); });
 }
 
 }  // namespace plexus::data

@@ -32,18 +32,35 @@ int reflect_index(std::int64_t i, int length) {
   return static_cast<int>(m < length ? m : period - 1 - m);
 }
 
-void extract_patch(const Image& image, const PatchPlan& plan, int patch, float* chw) {
+// The source row of each output row and the source column of each output
+// column are worked out once per crop (the reflection's % is not per pixel),
+// then each output row is a gather from one image row.
+void extract_patch(const Image& image, const PatchPlan& plan, int patch, std::uint8_t* chw) {
   const int x0 = patch_origin(plan.x_draw, image.width, patch);
   const int y0 = patch_origin(plan.y_draw, image.height, patch);
+  std::vector<std::size_t> column_offset(static_cast<std::size_t>(patch));  // bytes into a source row
+  for (int x = 0; x < patch; ++x)
+    column_offset[x] = 3 * static_cast<std::size_t>(
+                               reflect_index(x0 + (plan.flip_horizontal ? patch - 1 - x : x), image.width));
   const std::size_t plane = static_cast<std::size_t>(patch) * patch;
+  std::uint8_t* red = chw;
+  std::uint8_t* green = chw + plane;
+  std::uint8_t* blue = chw + 2 * plane;
   for (int y = 0; y < patch; ++y) {
     const int sy = reflect_index(y0 + (plan.flip_vertical ? patch - 1 - y : y), image.height);
+    const std::uint8_t* row = image.pixels.data() + static_cast<std::size_t>(sy) * image.width * 3;
+    const std::size_t out = static_cast<std::size_t>(y) * patch;
     for (int x = 0; x < patch; ++x) {
-      const int sx = reflect_index(x0 + (plan.flip_horizontal ? patch - 1 - x : x), image.width);
-      const std::size_t out = static_cast<std::size_t>(y) * patch + x;
-      for (int c = 0; c < 3; ++c) chw[c * plane + out] = image.at(sy, sx, c) / 255.0f;
+      const std::uint8_t* pixel = row + column_offset[x];
+      red[out + x] = pixel[0];
+      green[out + x] = pixel[1];
+      blue[out + x] = pixel[2];
     }
   }
+}
+
+void bytes_to_unit(const std::uint8_t* bytes, float* values, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>(bytes[i]) / 255.0f;
 }
 
 PatchSampler::PatchSampler(std::uint64_t seed, int batch, int patch, Shard shard)
@@ -76,15 +93,22 @@ std::vector<PatchPlan> PatchSampler::plan(std::int64_t step, std::size_t image_c
   return std::vector<PatchPlan>(first, first + batch_);
 }
 
-Tensor PatchSampler::make_batch(ImageFolder& images, std::int64_t step) const {
-  Tensor batch({batch_, 3, patch_, patch_});
-  float* out = batch.data<float>();
+std::size_t PatchSampler::batch_elements() const { return static_cast<std::size_t>(batch_) * 3 * patch_ * patch_; }
+
+void PatchSampler::fill_batch(ImageFolder& images, std::int64_t step, std::uint8_t* bytes) const {
   const std::size_t item = static_cast<std::size_t>(3) * patch_ * patch_;
   std::size_t k = 0;
   for (const PatchPlan& plan : plan(step, images.size())) {
     auto image = images.load_usable(plan.image);
-    extract_patch(*image, plan, patch_, out + item * k++);
+    extract_patch(*image, plan, patch_, bytes + item * k++);
   }
+}
+
+Tensor PatchSampler::make_batch(ImageFolder& images, std::int64_t step) const {
+  std::vector<std::uint8_t> bytes(batch_elements());
+  fill_batch(images, step, bytes.data());
+  Tensor batch({batch_, 3, patch_, patch_});
+  bytes_to_unit(bytes.data(), batch.data<float>(), bytes.size());
   return batch;
 }
 

@@ -41,9 +41,12 @@ int patch_origin(std::uint64_t draw, int length, int patch);
 // extension x0 x1 .. x(n-1) x(n-1) .. x0 x0 x1 ...
 int reflect_index(std::int64_t i, int length);
 
-// Writes the [3, patch, patch] crop described by `plan` into `chw` as floats
-// v / 255 (channel-major), flipping as planned.
-void extract_patch(const Image& image, const PatchPlan& plan, int patch, float* chw);
+// Writes the [3, patch, patch] crop described by `plan` into `chw` as the
+// image's 8-bit values (channel-major), flipping as planned.
+void extract_patch(const Image& image, const PatchPlan& plan, int patch, std::uint8_t* chw);
+// values[i] = bytes[i] / 255 (in f32, correctly rounded: the CUDA input path
+// computes the same on the device, so both give identical batches).
+void bytes_to_unit(const std::uint8_t* bytes, float* values, std::size_t count);
 
 // One rank's share of each global batch in data-parallel training: of the
 // world_size * batch crops drawn for a step, exactly as one sampler with
@@ -64,9 +67,14 @@ class PatchSampler {
   int batch() const { return batch_; }
   int patch() const { return patch_; }
   const Shard& shard() const { return shard_; }
+  // batch x 3 x patch x patch: the elements (and bytes) of this rank's batch.
+  std::size_t batch_elements() const;
   // This rank's crops of batch `step` over a folder of `image_count` images.
   std::vector<PatchPlan> plan(std::int64_t step, std::size_t image_count) const;
-  // Batch `step`: [batch, 3, patch, patch] f32 on the CPU, values in [0, 1].
+  // Batch `step` as 8-bit values, [batch, 3, patch, patch], into `bytes`
+  // (batch_elements() long): a quarter of the f32 batch's memory traffic.
+  void fill_batch(ImageFolder& images, std::int64_t step, std::uint8_t* bytes) const;
+  // Batch `step`: [batch, 3, patch, patch] f32 on the CPU, values v / 255.
   Tensor make_batch(ImageFolder& images, std::int64_t step) const;
 
  private:
