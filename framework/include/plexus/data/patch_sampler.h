@@ -67,7 +67,7 @@ class PatchSampler {
   int batch() const { return batch_; }
   int patch() const { return patch_; }
   const Shard& shard() const { return shard_; }
-  // batch x 3 x patch x patch: the elements (and bytes) of one batch.
+  // batch x 3 x patch x patch: the elements (and bytes) of this rank's batch.
   std::size_t batch_elements() const;
   // This rank's crops of batch `step` over a folder of `image_count` images.
   std::vector<PatchPlan> plan(std::int64_t step, std::size_t image_count) const;
