@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <stdexcept>
@@ -116,5 +117,16 @@ inline bool contains(const std::string& text, const std::string& fragment) {
 }
 
 inline std::string test_model(const std::string& name) { return std::string(PLEXUS_TEST_MODELS) + "/" + name; }
+
+// The arguments of a tiny CPU training run (tiny.json, 16x16 patches, batch 2,
+// seed 3, one loader thread) on the images in `images`, writing to `out`.
+inline std::vector<std::string> tiny_train_args(const std::string& images, const std::string& out, std::int64_t steps,
+                                                std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"train", "--data", images, "--model", test_model("tiny.json"), "--patch", "16",
+                                "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps), "--seed", "3",
+                                "--device", "cpu", "--threads", "1", "--out", out};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
 
 }  // namespace plexus::testing

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "apps/metrics_log_reader.h"
 #include "plexus/context.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -25,18 +26,6 @@ namespace plexus {
 namespace {
 
 using testing::ScratchFolder;
-
-// The entries of one kind ("train" or "val") of a metrics.jsonl.
-std::vector<nlohmann::json> metrics(const std::string& path, const std::string& kind) {
-  std::vector<nlohmann::json> entries;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto entry = nlohmann::json::parse(line);
-    if (entry["kind"] == kind) entries.push_back(entry);
-  }
-  return entries;
-}
 
 TEST(PlexusAeBf16Train, Bmshj2018FactorizedReachesTheF32TrainingLossWithinFivePercent) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
@@ -57,7 +46,7 @@ TEST(PlexusAeBf16Train, Bmshj2018FactorizedReachesTheF32TrainingLossWithinFivePe
          "--seed", "11", "--device", "cuda", "--precision", precision, "--out", out},
         folder.path());
     ASSERT_EQ(result.exit_code, 0) << precision << ": " << result.describe();
-    const auto train = metrics(out + "/metrics.jsonl", "train");
+    const auto train = testing::read_metrics(out + "/metrics.jsonl", "train");
     ASSERT_EQ(train.size(), static_cast<std::size_t>(kSteps / kLogEvery)) << precision;
     double sum = 0.0;
     for (std::size_t i = train.size() - kSettledWindows; i < train.size(); ++i) sum += train[i]["loss"].get<double>();

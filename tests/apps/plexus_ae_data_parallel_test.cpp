@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -36,11 +37,7 @@ class PlexusAeDataParallel : public ::testing::Test {
     testing::save_png(folder / "images/b.png", testing::position_image(40, 52));
   }
   std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"),
-                                  "--patch", "16", "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps),
-                                  "--seed", "3", "--device", "cpu", "--threads", "1", "--out", folder / out};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    return testing::tiny_train_args(folder / "images", folder / out, steps, std::move(extra));
   }
   testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
   ScratchFolder folder{"ae-data-parallel"};

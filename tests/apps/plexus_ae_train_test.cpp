@@ -10,11 +10,13 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "apps/metrics_log_reader.h"
 #include "apps/same_tensors.h"
 #include "plexus/checkpoint.h"
 
@@ -26,16 +28,7 @@ using testing::ScratchFolder;
 
 using testing::same_tensors;
 
-std::vector<nlohmann::json> read_metrics(const std::string& path, const std::string& kind) {
-  std::vector<nlohmann::json> entries;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto entry = nlohmann::json::parse(line);
-    if (entry["kind"] == kind) entries.push_back(entry);
-  }
-  return entries;
-}
+using testing::read_metrics;
 
 class PlexusAeTrain : public ::testing::Test {
  protected:
@@ -47,11 +40,7 @@ class PlexusAeTrain : public ::testing::Test {
   }
   // Common arguments of a tiny CPU run writing to <scratch>/<out>.
   std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"),
-                                  "--patch", "16", "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps),
-                                  "--seed", "3", "--device", "cpu", "--threads", "1", "--out", folder / out};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    return testing::tiny_train_args(folder / "images", folder / out, steps, std::move(extra));
   }
   testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
   ScratchFolder folder{"ae-train"};
