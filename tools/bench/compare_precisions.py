@@ -7,23 +7,10 @@ Plexus is faster) and the TFLOP/s each side achieves (forward is one pass of
 matmul ceiling measured by PyTorch in the same run.
 Usage: compare_precisions.py DIR [DIR ...], each DIR holding the
 plexus.jsonl and torch.jsonl of one precision (run.sh writes them)."""
-import json
 import os
 import sys
 
-
-def load(path):
-    rows = {}
-    for line in open(path):
-        line = line.strip()
-        if line.startswith("{"):
-            row = json.loads(line)
-            rows[row["name"]] = row
-    return rows
-
-
-def tflops(flops, ms):
-    return flops / ms / 1e9
+from compare import load, tflops  # the same JSON lines and FLOP rates as one precision's table
 
 
 def main():
