@@ -10,6 +10,7 @@
 
 #include "conv2d/conv2d.h"
 #include "conv2d/implicit_gemm.h"
+#include "conv2d/nhwc_layout.h"
 #include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -322,6 +323,40 @@ TEST(Conv2d, TensorCoreBf16CudaMatchesF64Reference) {
     std::cout << what << "\n  bf16: " << testing::describe(bf16) << "\n  tf32: " << testing::describe(tf32) << "\n";
   }
 }
+
+#if PLEXUS_WITH_CUDA
+// The engine's NHWC copy against the definition, element by element, with
+// channels padded with zeros (and the destination poisoned first, so an
+// unwritten element shows), on sizes that are not multiples of its tiles.
+TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  std::mt19937_64 rng(7);
+  struct Sizes { std::int64_t batch, channels, plane, channel_stride; };
+  for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128}}) {
+    const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
+    const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
+    Tensor y = Tensor::from_values(std::vector<double>(static_cast<std::size_t>(s.batch * s.plane * s.channel_stride),
+                                                       std::nan("")),
+                                   {s.batch, s.plane, s.channel_stride}, DType::f32, Device::cuda());
+    layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, y.data<float>());
+    const std::vector<double> actual = y.to_values();
+    std::int64_t wrong = 0;
+    for (std::int64_t n = 0; n < s.batch; ++n)
+      for (std::int64_t q = 0; q < s.plane; ++q)
+        for (std::int64_t c = 0; c < s.channel_stride; ++c) {
+          const double expected =
+              c < s.channels ? static_cast<float>(source[static_cast<std::size_t>((n * s.channels + c) * s.plane + q)])
+                             : 0.0;
+          const double value = actual[static_cast<std::size_t>((n * s.plane + q) * s.channel_stride + c)];
+          if (!(value == expected)) ++wrong;
+        }
+    EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
+                        << ", channel_stride " << s.channel_stride;
+  }
+  EXPECT_THROW(layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
+}
+#endif
 
 void expect_config_error(const json& params, const std::string& expected) {
   try {

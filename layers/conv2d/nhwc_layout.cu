@@ -1,0 +1,56 @@
+// NCHW -> NHWC copy (declaration in nhwc_layout.h).
+#include <string>
+
+#include "conv2d/nhwc_layout.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#include "plexus/error.h"
+
+namespace plexus::layers {
+
+namespace {
+
+constexpr int kTile = 32;     // a 32 x 32 tile of (channel, pixel) per block
+constexpr int kRowStep = 8;   // 32 x 8 threads: each moves 4 elements of the tile
+
+// One image's [channels][plane] matrix transposed into [plane][channel_stride]
+// through a shared tile, so reads (along q) and writes (along c) are both
+// coalesced; the +1 column keeps the transposed reads free of bank conflicts.
+// grid = (plane tiles, channel_stride tiles, batch).
+__global__ void nchw_to_nhwc_kernel(const float* source, int channels, long long plane, int channel_stride,
+                                    float* destination) {
+  __shared__ float tile[kTile][kTile + 1];
+  const long long image = blockIdx.z;
+  const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
+  const int c0 = blockIdx.y * kTile;
+  const float* image_source = source + image * channels * plane;
+  float* image_destination = destination + image * plane * channel_stride;
+  for (int row = threadIdx.y; row < kTile; row += kRowStep) {
+    const int c = c0 + row;
+    const long long q = q0 + threadIdx.x;
+    tile[row][threadIdx.x] = c < channels && q < plane ? image_source[c * plane + q] : 0.0f;
+  }
+  __syncthreads();
+  for (int row = threadIdx.y; row < kTile; row += kRowStep) {
+    const long long q = q0 + row;
+    const int c = c0 + threadIdx.x;
+    if (q < plane && c < channel_stride) image_destination[q * channel_stride + c] = tile[threadIdx.x][row];
+  }
+}
+
+}  // namespace
+
+void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                       std::int64_t plane, std::int64_t channel_stride, float* destination) {
+  if (channel_stride < channels || channel_stride > (1 << 30) || batch > 65535)
+    throw Error("nchw_to_nhwc: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
+                std::to_string(channels) + ", channel_stride " + std::to_string(channel_stride) + ")");
+  if (batch == 0 || plane == 0 || channel_stride == 0) return;
+  const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
+                  static_cast<unsigned>((channel_stride + kTile - 1) / kTile), static_cast<unsigned>(batch));
+  nchw_to_nhwc_kernel<<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
+  cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
+}
+
+}  // namespace plexus::layers
