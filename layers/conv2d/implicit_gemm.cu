@@ -21,6 +21,7 @@
 
 #include "conv2d/channel_ops.h"
 #include "conv2d/implicit_gemm.h"
+#include "conv2d/nhwc_layout.h"
 #include "conv2d/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -155,6 +156,9 @@ struct Tile {
 // the registers at 32) in a 3-deep ring.
 using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
+// The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
+// no column tables: MEASURED.
+using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
 static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
 
 // The products of one pipeline stage: acc += A_tile B_tile over BK, in steps
@@ -495,25 +499,60 @@ __global__ void pack_weight_kernel(const PackParams params) {
 // backward_weight: partial[split][o][(c, i, j)] = sum over this split's pixels.
 
 struct WeightGradParams {
-  const float* x;  // [batch, Ci, H, W]
-  const float* y;  // [batch, Co, Ho, Wo]
-  float* partial;  // [splits][Co][Ci*k*k]
+  const float* x;       // [batch, Ci, H, W]
+  const float* x_nhwc;  // the same, [batch, H*W, Ci] (tap_major only)
+  const float* y;       // [batch, Co, Ho, Wo]
+  float* partial;       // [splits][Co][Ci*k*k]
   int in_channels, height, width, out_channels, out_height, out_width, kernel, stride, padding;
   long long k_size;       // batch*Ho*Wo
-  long long k_per_split;  // a multiple of kTileK
+  long long k_per_split;  // a multiple of the tile's BK
 };
 
-// grid = (N tiles, M tiles, splits). Both tiles are K-contiguous: a thread
-// loads pixel tid%16 of the tile for 8 rows of A (channels o) and 8 columns of
-// B (taps (c, i, j), decoded once), so a pixel is decoded once per stage.
-// vector_a: Ho*Wo is a multiple of kTileK, so every tile of A is 16 pixels of
-// one image, 16-byte aligned (k_per_split is a multiple of kTileK too).
-// tap_major: Ci is a multiple of BN and N is ordered n = tap*Ci + c, so the
-// block's columns are BN channels of one tap: one bounds check per stage and
-// one pointer step per element; the epilogue writes dW[o, c, tap] in place.
+// A pixel (image, a, b) of the output, stepped forward through the batch
+// without a division per step (tiles load in order).
+struct PixelCursor {
+  long long index;  // image * Ho*Wo + a * Wo + b
+  int image, a, b;
+
+  __device__ PixelCursor(long long first, long long k_end, int out_plane, int out_width)
+      : index(first), image(0), a(0), b(0) {
+    if (first < k_end) {
+      image = static_cast<int>(first / out_plane);
+      const int q = static_cast<int>(first - static_cast<long long>(image) * out_plane);
+      a = q / out_width;
+      b = q - a * out_width;
+    }
+  }
+  __device__ void advance(int count, int out_height, int out_width) {
+    index += count;
+    b += count;
+    while (b >= out_width) {
+      b -= out_width;
+      if (++a == out_height) {
+        a = 0;
+        ++image;
+      }
+    }
+  }
+};
+
+// grid = (N tiles, M tiles, splits). A is K-contiguous [BM][KStride]: a
+// thread loads pixel tid%BK of the tile for BM/(256/BK) rows (channels o).
+// B (input patches), by variant:
+//   tap_major (Ci a multiple of BN, N ordered n = tap*Ci + c, so the block's
+//     columns are BN channels of one tap): read from the NHWC copy of X,
+//     where those channels are contiguous for each pixel. B is N-contiguous
+//     [BK][BN + kColumnPad]; 256/BK threads share a pixel (one bounds check)
+//     and copy its BN channels 16 bytes at a time, consecutive threads on
+//     consecutive channels (coalesced). The epilogue writes dW[o, c, tap] in place.
+//   otherwise: from NCHW, K-contiguous [BN][KStride]: a thread loads pixel
+//     tid%BK for BN/(256/BK) columns (taps (c, i, j), decoded once).
+// vector_a: Ho*Wo is a multiple of BK, so every tile of A is BK pixels of
+// one image, 16-byte aligned (k_per_split is a multiple of BK too).
 template <class Product, class T, bool vector_a, bool tap_major>
 __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
+  constexpr int kBStride = T::BN + kColumnPad;  // row stride of the N-contiguous B tile
   const int m_size = params.out_channels;
   const int kk = params.kernel * params.kernel;
   const int n_size = params.in_channels * kk;
@@ -525,17 +564,20 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 
   extern __shared__ __align__(16) float shared[];
   float* a_tiles = shared;                                // kStages x [BM][kKStride]
-  float* b_tiles = a_tiles + kStages * T::BM * kKStride;  // kStages x [BN][kKStride]
-  constexpr int a_stage = T::BM * kKStride, b_stage = T::BN * kKStride;
+  float* b_tiles = a_tiles + kStages * T::BM * kKStride;  // kStages x B tile (see above)
+  constexpr int a_stage = T::BM * kKStride, b_stage = tap_major ? kTileK * kBStride : T::BN * kKStride;
 
-  const int k_local = tid % kTileK, lane_row = tid / kTileK;  // 16 rows per pass
+  const int k_local = tid % kTileK, lane_row = tid / kTileK;
   constexpr int row_step = kThreads / kTileK;
   constexpr int a_loads = T::BM / row_step, b_loads = T::BN / row_step;
+  // tap_major: pixel b_row of the tile, channel vectors b_vector + j*row_step.
+  const int b_row = tid / row_step, b_vector = tid % row_step;
+  constexpr int b_vectors = T::BN / 4 / row_step;
+  static_assert(T::BN % (4 * row_step) == 0, "whole channel vectors per thread");
   const int plane = params.height * params.width;
   // tap_major: the block's tap (ti, tj) and first channel.
   const int block_tap = n0 / params.in_channels, block_channel = n0 - block_tap * params.in_channels;
   const int tap_i = block_tap / params.kernel, tap_j = block_tap % params.kernel;
-  const int tap_column = (block_channel + lane_row) * plane + tap_i * params.width + tap_j;
   int column_offset[b_loads], column_tap[b_loads];
 #pragma unroll
   for (int r = 0; r < b_loads && !tap_major; ++r) {
@@ -551,22 +593,16 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
   }
   const int out_plane = params.out_height * params.out_width;
 
-  // This thread's pixel (image, a, b) in the next tile to load, stepped by
-  // kTileK per tile (tiles load in order), so no division per stage.
-  long long pixel = k_begin + k_local;
-  int image = 0, a = 0, b = 0;
-  if (pixel < k_end) {
-    image = static_cast<int>(pixel / out_plane);
-    const int q = static_cast<int>(pixel - static_cast<long long>(image) * out_plane);
-    a = q / params.out_width;
-    b = q - a * params.out_width;
-  }
+  // This thread's pixel in the next tile to load: k_local for the scalar
+  // loads (A unless vector_a, B from NCHW), b_row for B from NHWC.
+  PixelCursor pixel(k_begin + k_local, k_end, out_plane, params.out_width);
+  PixelCursor b_pixel(k_begin + b_row, k_end, out_plane, params.out_width);
   // The tile's first pixel, for the vector loads of A (whole tiles within one image).
   int tile_image = static_cast<int>(k_begin / out_plane);
   int tile_q = static_cast<int>(k_begin - static_cast<long long>(tile_image) * out_plane);
 
-  auto load_stage = [&](int stage, int) {
-    const bool pixel_valid = pixel < k_end;
+  auto load_stage = [&](int stage) {
+    const bool pixel_valid = pixel.index < k_end;
     float* a_tile = a_tiles + stage * a_stage;
     if constexpr (vector_a) {
       // 4 consecutive pixels of one channel per 16-byte copy.
@@ -585,7 +621,7 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
       }
     } else {
       const float* y_pixel =
-          params.y + static_cast<long long>(image) * m_size * out_plane + a * params.out_width + b;
+          params.y + static_cast<long long>(pixel.image) * m_size * out_plane + pixel.a * params.out_width + pixel.b;
 #pragma unroll
       for (int r = 0; r < a_loads; ++r) {
         const int m = m0 + lane_row + r * row_step;
@@ -594,38 +630,37 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
                     valid ? y_pixel + static_cast<long long>(m) * out_plane : params.y, valid);
       }
     }
-    const int y0 = pixel_valid ? a * params.stride - params.padding : -(1 << 24);
-    const int x0 = b * params.stride - params.padding;
-    const long long x_base = static_cast<long long>(image) * params.in_channels * plane +
-                             static_cast<long long>(y0) * params.width + x0;
     float* b_tile = b_tiles + stage * b_stage;
     if constexpr (tap_major) {
-      const bool inside = pixel_valid && static_cast<unsigned>(y0 + tap_i) < static_cast<unsigned>(params.height) &&
-                          static_cast<unsigned>(x0 + tap_j) < static_cast<unsigned>(params.width);
-      const float* source = params.x + x_base + tap_column;
-      const long long step = static_cast<long long>(row_step) * plane;
+      // Source pixel (a*s - p + ti, b*s - p + tj): BN channels from block_channel on, zero outside the image.
+      const int row = b_pixel.a * params.stride - params.padding + tap_i;
+      const int col = b_pixel.b * params.stride - params.padding + tap_j;
+      const bool inside = b_pixel.index < k_end && static_cast<unsigned>(row) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(col) < static_cast<unsigned>(params.width);
+      const long long offset =
+          inside ? (static_cast<long long>(b_pixel.image) * plane + row * params.width + col) * params.in_channels +
+                       block_channel + 4 * b_vector
+                 : 0;
 #pragma unroll
-      for (int r = 0; r < b_loads; ++r)
-        copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local, inside ? source + r * step : params.x,
-                    inside);
-    }
+      for (int j = 0; j < b_vectors; ++j)
+        copy16_async_zfill(b_tile + b_row * kBStride + 4 * (b_vector + j * row_step),
+                           params.x_nhwc + offset + (inside ? 4 * j * row_step : 0), inside);
+      b_pixel.advance(kTileK, params.out_height, params.out_width);
+    } else {
+      const int y0 = pixel_valid ? pixel.a * params.stride - params.padding : -(1 << 24);
+      const int x0 = pixel.b * params.stride - params.padding;
+      const long long x_base = static_cast<long long>(pixel.image) * params.in_channels * plane +
+                               static_cast<long long>(y0) * params.width + x0;
 #pragma unroll
-    for (int r = 0; r < b_loads && !tap_major; ++r) {
-      const int di = column_tap[r] >> 16, dj = column_tap[r] & 0xffff;
-      const bool inside = static_cast<unsigned>(y0 + di) < static_cast<unsigned>(params.height) &&
-                          static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
-      copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local,
-                  inside ? params.x + x_base + column_offset[r] : params.x, inside);
-    }
-    pixel += kTileK;
-    b += kTileK;
-    while (b >= params.out_width) {
-      b -= params.out_width;
-      if (++a == params.out_height) {
-        a = 0;
-        ++image;
+      for (int r = 0; r < b_loads; ++r) {
+        const int di = column_tap[r] >> 16, dj = column_tap[r] & 0xffff;
+        const bool inside = static_cast<unsigned>(y0 + di) < static_cast<unsigned>(params.height) &&
+                            static_cast<unsigned>(x0 + dj) < static_cast<unsigned>(params.width);
+        copy4_async(b_tile + (lane_row + r * row_step) * kKStride + k_local,
+                    inside ? params.x + x_base + column_offset[r] : params.x, inside);
       }
     }
+    if constexpr (!vector_a || !tap_major) pixel.advance(kTileK, params.out_height, params.out_width);
   };
 
   float acc[T::MT][T::NT][4];
@@ -640,18 +675,18 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < k_tiles) load_stage(stage, stage);
+    if (stage < k_tiles) load_stage(stage);
     commit_async();
   }
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
     wait_async<kStages - 2>();
     __syncthreads();
     const int next = k_tile + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, next);
+    if (next < k_tiles) load_stage(next % kStages);
     commit_async();
     const int stage = k_tile % kStages;
-    multiply_stage<Product, T, true>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane,
-                                     acc);
+    multiply_stage<Product, T, !tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0,
+                                           lane, acc);
   }
   wait_async<0>();
 
@@ -684,9 +719,11 @@ std::size_t gather_shared_bytes(int max_k_stride) {
          sizeof(int2) * static_cast<std::size_t>(max_k_stride);
 }
 
-template <class T>
+// A and B rings of weight_grad_kernel (B is N-contiguous when tap_major).
+template <class T, bool tap_major>
 std::size_t weight_grad_shared_bytes() {
-  return sizeof(float) * T::STAGES * (T::BM + T::BN) * T::KStride;
+  const std::size_t b_stage = tap_major ? T::BK * (T::BN + kColumnPad) : T::BN * T::KStride;
+  return sizeof(float) * T::STAGES * (T::BM * T::KStride + b_stage);
 }
 
 // Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel).
@@ -783,28 +820,56 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
   }
 }
 
-// Launches weight_grad_kernel with the given product and loads (opting it
-// into its shared memory on first use).
-template <class Product>
-void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3 grid, bool vector_a,
-                        bool tap_major) {
-  using T = WeightGradTile;
-  const std::size_t bytes = weight_grad_shared_bytes<T>();
-  const char* const name = "cudaFuncSetAttribute(weight_grad_kernel)";
-  static const bool opted_in = (allow_shared_bytes(weight_grad_kernel<Product, T, true, true>, bytes, name),
-                                allow_shared_bytes(weight_grad_kernel<Product, T, true, false>, bytes, name),
-                                allow_shared_bytes(weight_grad_kernel<Product, T, false, true>, bytes, name),
-                                allow_shared_bytes(weight_grad_kernel<Product, T, false, false>, bytes, name), true);
+// Launches weight_grad_kernel with the given product and loads, on tile T
+// (opting it into its shared memory on first use).
+template <class Product, class T, bool tap_major>
+void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3 grid, bool vector_a) {
+  const std::size_t bytes = weight_grad_shared_bytes<T, tap_major>();
+  static const bool opted_in =
+      (allow_shared_bytes(weight_grad_kernel<Product, T, true, tap_major>, bytes,
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       allow_shared_bytes(weight_grad_kernel<Product, T, false, tap_major>, bytes,
+                          "cudaFuncSetAttribute(weight_grad_kernel)"),
+       true);
   (void)opted_in;
   cudaStream_t stream = cuda::stream(ctx);
-  if (vector_a && tap_major)
-    weight_grad_kernel<Product, T, true, true><<<grid, kThreads, bytes, stream>>>(params);
-  else if (vector_a)
-    weight_grad_kernel<Product, T, true, false><<<grid, kThreads, bytes, stream>>>(params);
-  else if (tap_major)
-    weight_grad_kernel<Product, T, false, true><<<grid, kThreads, bytes, stream>>>(params);
+  if (vector_a)
+    weight_grad_kernel<Product, T, true, tap_major><<<grid, kThreads, bytes, stream>>>(params);
   else
-    weight_grad_kernel<Product, T, false, false><<<grid, kThreads, bytes, stream>>>(params);
+    weight_grad_kernel<Product, T, false, tap_major><<<grid, kThreads, bytes, stream>>>(params);
+  cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
+}
+
+// backward_weight on tile T: splits the pixel sum, launches, and adds the
+// partial sums to weight_grad. tap_major reads params.x_nhwc.
+template <class T, bool tap_major>
+void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams& params, float* weight_grad,
+                     Tensor& partial_sums) {
+  constexpr int kTileK = T::BK;
+  const long long k_size = p.batch * p.out_height * p.out_width;
+  const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
+  const long long tiles = ceil_div(m_size, T::BM) * ceil_div(n_size, T::BN);
+  const long long k_tiles = ceil_div(k_size, kTileK);
+  // Split the pixel sum so that the blocks fill the GPU once (2 resident per
+  // multiprocessor), keeping at least 8 stages of work per block.
+  const long long resident = 2LL * multiprocessor_count(ctx);
+  const long long splits = std::max(1LL, std::min(resident / std::max(tiles, 1LL), k_tiles / 8));
+  const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
+  const long long used_splits = ceil_div(k_size, k_per_split);
+
+  float* partial =
+      scratch_tensor(partial_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
+  params.partial = partial;
+  params.k_size = k_size;
+  params.k_per_split = k_per_split;
+  const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
+                  static_cast<unsigned>(used_splits));
+  const bool vector_a = (p.out_height * p.out_width) % kTileK == 0;
+  if (ctx.bf16_products())
+    launch_weight_grad<Bf16Product, T, tap_major>(ctx, params, grid, vector_a);
+  else
+    launch_weight_grad<Tf32Product, T, tap_major>(ctx, params, grid, vector_a);
+  accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
 }
 
 }  // namespace
@@ -939,26 +1004,10 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
 
 void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
                      float* weight_grad, Scratch& scratch) {
-  using T = WeightGradTile;
-  constexpr int kTileK = T::BK;
-  const long long k_size = p.batch * p.out_height * p.out_width;
-  if (k_size == 0) return;
-  const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
-  const long long tiles = ceil_div(m_size, T::BM) * ceil_div(n_size, T::BN);
-  const long long k_tiles = ceil_div(k_size, kTileK);
-  // Split the pixel sum so that the blocks fill the GPU once (2 resident per
-  // multiprocessor), keeping at least 8 stages of work per block.
-  const long long resident = 2LL * multiprocessor_count(ctx);
-  const long long splits = std::max(1LL, std::min(resident / std::max(tiles, 1LL), k_tiles / 8));
-  const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
-  const long long used_splits = ceil_div(k_size, k_per_split);
-
-  float* partial =
-      scratch_tensor(scratch.weight_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
+  if (p.batch * p.out_height * p.out_width == 0) return;
   WeightGradParams params{};
   params.x = x;
   params.y = y;
-  params.partial = partial;
   params.in_channels = static_cast<int>(p.in_channels);
   params.height = static_cast<int>(p.height);
   params.width = static_cast<int>(p.width);
@@ -968,17 +1017,23 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.kernel = static_cast<int>(p.kernel);
   params.stride = static_cast<int>(p.stride);
   params.padding = static_cast<int>(p.padding);
-  params.k_size = k_size;
-  params.k_per_split = k_per_split;
-  const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
-                  static_cast<unsigned>(used_splits));
-  const bool vector_a = (p.out_height * p.out_width) % kTileK == 0, tap_major = p.in_channels % T::BN == 0;
-  if (ctx.bf16_products())
-    launch_weight_grad<Bf16Product>(ctx, params, grid, vector_a, tap_major);
-  else
-    launch_weight_grad<Tf32Product>(ctx, params, grid, vector_a, tap_major);
-  cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
-  accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
+  if (p.in_channels % WeightGradNhwcTile::BN != 0) {
+    run_weight_grad<WeightGradTile, false>(ctx, p, params, weight_grad, scratch.weight_sums);
+    return;
+  }
+  // Tap-major: B from an NHWC copy of x, made here on every call (x may differ between calls).
+  const std::int64_t plane = p.height * p.width;
+  float* x_nhwc = scratch_tensor(scratch.weight_source_nhwc, {p.batch, plane, p.in_channels}, DType::f32,
+                                 ctx.device())
+                      .data<float>();
+  constexpr std::int64_t kMaxCopyBatch = 65535;  // nchw_to_nhwc_cuda's limit (one grid row per image)
+  for (std::int64_t first = 0; first < p.batch; first += kMaxCopyBatch) {
+    const std::int64_t offset = first * p.in_channels * plane;
+    nchw_to_nhwc_cuda(ctx, x + offset, std::min(kMaxCopyBatch, p.batch - first), p.in_channels, plane,
+                      p.in_channels, x_nhwc + offset);
+  }
+  params.x_nhwc = x_nhwc;
+  run_weight_grad<WeightGradNhwcTile, true>(ctx, p, params, weight_grad, scratch.weight_sums);
 }
 
 }  // namespace plexus::layers::implicit_gemm

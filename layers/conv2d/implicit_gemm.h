@@ -66,6 +66,7 @@ struct Scratch {
   Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
   Tensor backward_data_sums;    // backward_data's split-K partial sums
   Tensor weight_sums;           // backward_weight's split-K partial sums
+  Tensor weight_source_nhwc;    // backward_weight's NHWC copy of x (tap-major: Ci a multiple of 128)
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

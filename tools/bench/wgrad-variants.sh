@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (sm_90), from the repository root:
+#   bash tools/bench/wgrad-variants.sh [BK,STAGES ...]      (default: 16,3 16,4 32,3 32,4)
+# Tunes the tap-major weight gradient of the implicit-GEMM engine: for each
+# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm.cu) it
+# rebuilds plexus-bench with that tile and times the 128->128 convolution
+# rows (whole backward: NHWC copy, weight gradient and input gradient) at
+# tf32 and bf16, then prints one table of backward milliseconds. With
+# BASELINE_SOURCE=FILE, an implicit_gemm.cu to compare against (e.g. the
+# previous version, `git show HEAD~1:layers/conv2d/implicit_gemm.cu`) gets a
+# row too. The source is edited in place and restored on exit. Logs go to
+# $OUT/variants (default bench-logs/variants); the build to $BUILD (default build-gpu).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-bench-logs}/variants
+mkdir -p "$out"
+build=${BUILD:-build-gpu}
+only=${ONLY:-128->128}
+source_file=layers/conv2d/implicit_gemm.cu
+variants=("$@")
+[ ${#variants[@]} -gt 0 ] || variants=(16,3 16,4 32,3 32,4)
+
+backup=$(mktemp)
+cp "$source_file" "$backup"
+trap 'cp "$backup" "$source_file"; rm -f "$backup"' EXIT
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1
+
+# Builds plexus-bench from the current source and times the rows into $out/$1-<precision>.jsonl.
+bench_variant() {
+  local name=$1
+  if ! cmake --build "$build" -j "$(nproc)" --target plexus-bench > "$out/build-$name.log" 2>&1; then
+    tail -40 "$out/build-$name.log"
+    echo "wgrad-variants: build of $name failed" >&2
+    return 1
+  fi
+  for precision in tf32 bf16; do
+    "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision "$precision" --only "$only" \
+      > "$out/$name-$precision.jsonl"
+  done
+}
+
+names=()
+if [ -n "${BASELINE_SOURCE:-}" ]; then
+  cp "$BASELINE_SOURCE" "$source_file"
+  bench_variant baseline
+  names+=(baseline)
+fi
+for variant in "${variants[@]}"; do
+  bk=${variant%,*} stages=${variant#*,}
+  cp "$backup" "$source_file"
+  sed -i -E "s/^using WeightGradNhwcTile = Tile<128, 128, 2, 4, [0-9]+, [0-9]+>;/using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;/" \
+    "$source_file"
+  grep -q "^using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;" "$source_file" ||
+    { echo "wgrad-variants: cannot set WeightGradNhwcTile in $source_file" >&2; exit 1; }
+  bench_variant "bk$bk-s$stages"
+  names+=("bk$bk-s$stages")
+done
+
+# One table: rows = layers, columns = variant x precision, backward ms.
+python3 - "$out" "${names[@]}" <<'EOF' | tee "$out/table.md"
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+columns = [(n, p) for p in ("tf32", "bf16") for n in names]
+times, rows = {}, []
+for n, p in columns:
+    with open(f"{out}/{n}-{p}.jsonl") as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if r.get("kind") != "layer":
+                continue
+            if r["name"] not in rows:
+                rows.append(r["name"])
+            times[(r["name"], n, p)] = r["backward_ms"]
+print("| backward ms | " + " | ".join(f"{n} {p}" for n, p in columns) + " |")
+print("|---|" + "---:|" * len(columns))
+for row in rows:
+    print(f"| {row} | " + " | ".join(f"{times.get((row, n, p), float('nan')):.3f}" for n, p in columns) + " |")
+EOF
