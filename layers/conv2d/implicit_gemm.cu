@@ -9,7 +9,8 @@
 //                    pixels, K = Co * (the taps reaching that phase);
 //                    A = the weight re-packed per phase, B = gathered Y.
 //   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
-//                    blocks; A = Y, B = input patches; partial sums reduced.
+//                    blocks; A = Y, B = input patches (from an NHWC copy of
+//                    X when Ci is a multiple of 128); partial sums reduced.
 // A thread block computes a BM x BN tile of C, walking K in stages of BK
 // through a STAGES-deep cp.async ring in shared memory (see Tile); each of its
 // 8 warps owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
@@ -157,7 +158,9 @@ struct Tile {
 using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
-// no column tables: MEASURED.
+// no column tables, so it takes 32 per stage, 3-deep: of BK 16/32 x 3/4
+// stages on an H100 (tools/bench/wgrad-variants.sh) the fastest, the 128->128
+// layers' backward 6-9% faster than 16 x 3 (32 x 4 fits one block per SM: slower).
 using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
 static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
 

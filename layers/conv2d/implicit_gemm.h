@@ -18,7 +18,10 @@
 // where only every s-th kernel tap contributes, so no product is spent on the
 // zeros a strided transpose would insert. backward_weight splits the long
 // pixel sum over blocks and reduces the partial sums deterministically (as do
-// the other two passes when their output is too small to fill the GPU).
+// the other two passes when their output is too small to fill the GPU); when
+// Ci is a multiple of 128 it first copies X to NHWC (Scratch), where the 128
+// channels of one pixel and tap are contiguous, and loads them 16 bytes per
+// cp.async instead of one element per copy.
 //
 // The product follows the Context's precision: under tf32 the tensor cores
 // read each f32 operand as TF32 (10 mantissa bits, truncated: ~1e-3 relative
@@ -58,7 +61,7 @@ struct ConvProblem {
 };
 
 // Buffers the engine keeps between calls (packed weights, split-K partial
-// sums); allocated on first use, reused while shapes stay the same.
+// sums, an NHWC copy); allocated on first use, reused while shapes stay the same.
 // One buffer per pass, so a layer alternating passes never reallocates.
 struct Scratch {
   Tensor forward_weight;        // the weight packed for forward
