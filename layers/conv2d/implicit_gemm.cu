@@ -158,9 +158,10 @@ struct Tile {
 using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
-// no column tables, so it takes 32 per stage, 3-deep: of BK 16/32 x 3/4
-// stages on an H100 (tools/bench/wgrad-variants.sh) the fastest, the 128->128
-// layers' backward 6-9% faster than 16 x 3 (32 x 4 fits one block per SM: slower).
+// no column tables, so it takes 32 per stage, 3-deep: the fastest of BK 16/32
+// x 3/4 stages on an H100 (tools/bench/wgrad-variants.sh; 128->128 layers at
+// 64x64 and up 1.05x-1.09x faster backward than 16 x 3; 32 x 4 fits one block
+// per multiprocessor and is slower).
 using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
 static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
 
