@@ -548,7 +548,9 @@ struct PixelCursor {
 //     where those channels are contiguous for each pixel. B is N-contiguous
 //     [BK][BN + kColumnPad]; 256/BK threads share a pixel (one bounds check)
 //     and copy its BN channels 16 bytes at a time, consecutive threads on
-//     consecutive channels (coalesced). The epilogue writes dW[o, c, tap] in place.
+//     consecutive channels (coalesced reads, conflict-free stores; the
+//     fragment reads are conflict-free by kColumnPad). The epilogue writes
+//     dW[o, c, tap] in place.
 //   otherwise: from NCHW, K-contiguous [BN][KStride]: a thread loads pixel
 //     tid%BK for BN/(256/BK) columns (taps (c, i, j), decoded once).
 // vector_a: Ho*Wo is a multiple of BK, so every tile of A is BK pixels of
