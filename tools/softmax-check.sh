@@ -2,7 +2,7 @@
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
 #   bash tools/softmax-check.sh
 # The check of SoftmaxProjection's padded logits and of BF16 products in
-# cuBLAS: builds only the plexus library, the SoftmaxProjection,
+# cuBLAS: builds only the plexus library, the cuda::gemm, SoftmaxProjection,
 # FullyConnected and convolution tests, the bf16 training test,
 # plexus-bench and softmax-gemm-bench; runs those tests (the padded
 # vocabularies at strict f32, TF32 and BF16 against the f64 CPU kernels; the
@@ -20,7 +20,7 @@ build=${BUILD:-build-gpu}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build"
 start=$(date +%s)
-tests="softmax_projection_test fully_connected_test conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test"
+tests="cuda_gemm_test softmax_projection_test fully_connected_test conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test"
 # shellcheck disable=SC2086  # $tests is a list of target names
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
        cmake --build "$build" -j "$(nproc)" --target $tests plexus-bench softmax-gemm-bench; } \
