@@ -38,8 +38,9 @@ const char* precision_name(Precision precision) {
 void Context::set_precision(Precision precision) {
   precision_ = precision;
   // The handle's math mode serves cublasSgemm: TF32 under tf32. Under bf16,
-  // cuda::gemm calls cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF instead
-  // (BF16 products, f32 storage); the TF32 mode stays for any other cuBLAS call.
+  // cuda::gemm rounds the f32 operands to bf16 copies and calls cublasGemmEx
+  // instead (BF16 products, f32 accumulation and result; see blas.cpp); the
+  // TF32 mode stays for any other cuBLAS call.
   if (cuda_) cuda::set_tf32(*cuda_, precision != Precision::f32);
 }
 

@@ -9,7 +9,8 @@
 //                       against the padded weight copy
 //   dW [V, F] = dz^T f  dz with row stride V or V_pad, or all V_pad rows
 // plus the copy of W into its padded buffer, which the padded variants would
-// pay on every call (the weight changes every step).
+// pay on every call (the weight changes every step). At bf16 each product
+// includes the rounding of its two operands to bf16 copies (cuda::gemm).
 //   softmax-gemm-bench [--precision f32,tf32,bf16] [--repeats R]
 // Timing: CUDA events, 3 untimed calls, then the median of R (tools/bench/event_timer.h).
 #include <iostream>

@@ -19,8 +19,8 @@ namespace plexus {
 //   bf16  f32 storage, products on BF16 tensor cores (operands rounded to
 //         bf16 = 8 significant bits, round to nearest even: within 4e-3
 //         relative each, f32 accumulation): the convolutions' implicit-GEMM
-//         engine and every cuBLAS product (cuda::gemm: cublasGemmEx with
-//         CUBLAS_COMPUTE_32F_FAST_16BF). GDN's tensor-core kernels, which
+//         engine and every cuBLAS product (cuda::gemm: bf16 copies of the
+//         operands into cublasGemmEx). GDN's tensor-core kernels, which
 //         have no BF16 variant, run as under tf32. Weights, optimiser state, the entropy model and
 //         losses stay f32. bf16 STORAGE of activations (half the bytes) is
 //         not implemented: tensors stay f32.

@@ -6,8 +6,8 @@
 //   op(B) is [k, n]: B is [k, n], or [n, k] when trans_b.
 // f32 follows the context's precision (Context::set_precision): strict f32
 // products, TF32 tensor cores under tf32, and under bf16 BF16 tensor cores
-// (operands rounded to bf16, f32 accumulation and storage:
-// cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF). f64 is always exact f64.
+// (A and B rounded to bf16 copies, nearest even, in scratch memory; f32
+// accumulation and f32 C: cublasGemmEx). f64 is always exact f64.
 #include "plexus/context.h"
 
 namespace plexus::cuda {
