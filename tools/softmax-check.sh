@@ -10,7 +10,9 @@
 # the SoftmaxProjection CUDA tests, softmax-gemm-bench (whether the weight
 # needs a padded copy), then the SoftmaxProjection rows of tools/bench/run.sh
 # against PyTorch at f32, tf32 and bf16 side by side. Logs go to $OUT
-# (default softmax-check-logs/); BUILD names the build folder (default build-gpu).
+# (default softmax-check-logs/); BUILD names the build folder (default build-gpu);
+# TESTS replaces the list of test targets (e.g. TESTS="cuda_gemm_test
+# softmax_projection_test" for a quicker loop).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-softmax-check-logs}
@@ -20,7 +22,8 @@ build=${BUILD:-build-gpu}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build"
 start=$(date +%s)
-tests="cuda_gemm_test softmax_projection_test fully_connected_test conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test"
+tests=${TESTS:-cuda_gemm_test softmax_projection_test fully_connected_test conv2d_test conv_transpose2d_test \
+plexus_ae_bf16_train_test}
 # shellcheck disable=SC2086  # $tests is a list of target names
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
        cmake --build "$build" -j "$(nproc)" --target $tests plexus-bench softmax-gemm-bench; } \
@@ -40,11 +43,13 @@ for t in $tests; do
     "$logs/$t.log" | head -60
 done
 
-echo "== memcheck over the SoftmaxProjection CUDA tests"
-timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/softmax_projection_test" \
-  --gtest_filter='*Cuda*' > "$logs/memcheck.log" 2>&1
-memcheck_rc=$?
-grep -E "ERROR SUMMARY" "$logs/memcheck.log" | tail -1
+echo "== memcheck over the cuda::gemm and SoftmaxProjection CUDA tests"
+memcheck_rc=0
+for t in cuda_gemm_test softmax_projection_test; do
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" --gtest_filter='*Cuda*' \
+    > "$logs/memcheck-$t.log" 2>&1 || memcheck_rc=$?
+  echo "$t: $(grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1)"
+done
 
 echo "== softmax-gemm-bench (padded weight or not)"
 timeout 120 "$build/bin/softmax-gemm-bench" | tee "$logs/gemm-variants.jsonl"

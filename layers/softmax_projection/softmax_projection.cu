@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "fully_connected/dense.h"
 #include "plexus/cuda/blas.h"
@@ -142,6 +143,24 @@ int padded_vocab(int vocab, const std::string& who) {
   return dense::cublas_size((static_cast<std::int64_t>(vocab) + 7) / 8 * 8, "padded vocab_size", who);
 }
 
+// The weight as the projections read it: W [V, F] itself, or, under bf16
+// products with V not a multiple of 8, a copy zero-padded to [V_pad, F]
+// (kept alive by `padded`), so that the products run over V_pad logit
+// columns. Measured on an H100 at N = 5120, F = 1024, V = 33708
+// (tools/bench/softmax_gemm_bench.cpp, docs/performance.md): cuBLAS's bf16
+// z = f W^T takes 1.77 ms over V columns and 0.76 ms over V_pad, and
+// df = dz W 2.61 ms against 1.77 ms, for a 0.1 ms copy; at f32 and tf32 the
+// padded weight gains nothing, so W is used as it is.
+template <typename T>
+const T* projection_weight(Context& ctx, const Tensor& weight, int vocab, int stride, int features, Tensor& padded) {
+  if (!std::is_same_v<T, float> || !ctx.bf16_products() || stride == vocab) return weight.data<T>();
+  padded = Tensor({stride, features}, weight.dtype(), weight.device());  // rows >= V stay zero
+  cuda::check_cuda(cudaMemcpyAsync(padded.raw_data(), weight.raw_data(), weight.nbytes(), cudaMemcpyDeviceToDevice,
+                                   cuda::stream(ctx)),
+                   "cudaMemcpyAsync", __FILE__, __LINE__);
+  return padded.data<T>();
+}
+
 }  // namespace
 
 void SoftmaxProjection::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
@@ -158,10 +177,14 @@ void SoftmaxProjection::forward_cuda(Context& ctx, const ConstTensors& inputs, c
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* b = bias_ ? parameter("bias").value.data<T>() : nullptr;
-    // z [N, V] = f [N, F] * W^T (W stored [V, F]) into the first V columns of
-    // the [N, V_pad] buffer; b is added by the row kernel.
-    cuda::gemm<T>(ctx, false, true, batch, vocab, features, T(1), input.data<T>(), features,
-                  parameter("weight").value.data<T>(), features, T(0), logits.data<T>(), stride);
+    Tensor padded;
+    const T* w = projection_weight<T>(ctx, parameter("weight").value, vocab, stride, features, padded);
+    const int columns = padded.defined() ? stride : vocab;
+    // z [N, V] = f [N, F] * W^T (W stored [V, F]) into the first V (or, with
+    // the padded weight, all V_pad: zeros past V) columns of the [N, V_pad]
+    // buffer; b is added by the row kernel, which reads only the first V.
+    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0),
+                  logits.data<T>(), stride);
     row_losses<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(logits.data<T>(), stride, b, inputs[1]->data<T>(),
                                                                  batch, vocab, row_loss.data<T>(), bad_label);
     cuda::check_launch("row_losses", __FILE__, __LINE__);
@@ -192,16 +215,23 @@ void SoftmaxProjection::backward_cuda(Context& ctx, const ConstTensors& inputs, 
     Parameter& weight = parameter("weight");
     const T* b = bias_ ? parameter("bias").value.data<T>() : nullptr;
     T* dz = logit_grads.data<T>();
+    Tensor padded;
+    const T* w = projection_weight<T>(ctx, weight.value, vocab, stride, features, padded);
+    const int columns = padded.defined() ? stride : vocab;
     // Recompute z = f W^T (the layer keeps no state between forward and backward).
-    cuda::gemm<T>(ctx, false, true, batch, vocab, features, T(1), input.data<T>(), features, weight.value.data<T>(),
-                  features, T(0), dz, stride);
+    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0),
+                  dz, stride);
     logit_gradients<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(dz, stride, b, inputs[1]->data<T>(),
                                                                       output_grads[0]->data<T>(), batch, vocab);
     cuda::check_launch("logit_gradients", __FILE__, __LINE__);
-    // df = dz W, dW += dz^T f, db += column sums of dz: the dense backward on
-    // the first V columns (the weight stays [V, F]: no padded copy).
-    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), dz, stride,
-                            input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
+    // df [N, F] = dz W over the same columns (dz and the padded weight are
+    // zero past V, so the padding adds nothing).
+    if (input_grads[0])
+      cuda::gemm<T>(ctx, false, false, batch, features, columns, T(1), dz, stride, w, features, T(0),
+                    input_grads[0]->data<T>(), features);
+    // dW += dz^T f, db += column sums of dz: the dense backward on the first V
+    // columns (W and b stay [V, F] and [V]).
+    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), dz, stride, nullptr, weight.grad.data<T>(),
                             bias_ ? parameter("bias").grad.data<T>() : nullptr, batch, features, vocab);
   });
 }

@@ -39,11 +39,16 @@ cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 // spans as stored, strides and gaps included, so the copy keeps the
 // original's leading dimension and batch stride. Device scratch from the
 // stream-ordered pool, released when the copy goes out of scope (after the
-// GEMM queued behind it: see device_memory::allocate).
+// GEMM queued behind it: see device_memory::allocate). The allocation is
+// rounded up to 64 elements: cuBLAS's bf16 kernels load 8 elements (16
+// bytes) at a time and may load the whole vector that holds the last
+// element (compute-sanitizer caught a read past an exact-size copy whose
+// last row was shorter than its stride); those extra lanes are discarded.
 class Bf16Copy {
  public:
   Bf16Copy(const Context& ctx, const float* values, long long count)
-      : device_(ctx.device()), data_(device_memory::allocate(static_cast<std::size_t>(count) * 2, device_)) {
+      : device_(ctx.device()),
+        data_(device_memory::allocate(static_cast<std::size_t>((count + 63) / 64 * 64) * 2, device_)) {
     round_to_bf16(ctx, values, count, data_);
   }
   ~Bf16Copy() { device_memory::release(data_, device_); }
