@@ -315,8 +315,10 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
 // not a multiple of 8, 3 output channels (the synthesis transform's last
 // layer), more than one 128-row tile, output_padding 0 to stride - 1, even
 // kernels, stride 3 and 4, a kernel smaller than the stride (output pixels no
-// tap reaches: bias only), split K (small images, long K), and passes with <=
-// 16 rows that go to cuBLAS + im2col next to the engine's.
+// tap reaches: bias only), split K (small images, long K), tap-major K (>= 32
+// source channels, not a multiple of 32, from the NHWC copy) at strides 1 to
+// 4 in both directions, and passes with <= 16 rows that go to cuBLAS + im2col
+// next to the engine's.
 std::vector<Case> tensor_core_cases() {
   return {
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 12, 5, 7}},
@@ -328,6 +330,8 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}}, {2, 33, 6, 7}},
       {{{"out_channels", 40}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 4, 4}},
       {{{"out_channels", 128}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {1, 24, 4, 3}},
+      {{{"out_channels", 45}, {"kernel", 5}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {1, 37, 5, 4}},
+      {{{"out_channels", 34}, {"kernel", 4}, {"stride", 4}, {"output_padding", 3}}, {2, 35, 3, 5}},
   };
 }
 
