@@ -180,14 +180,16 @@ __host__ __device__ constexpr int gather_b_stage() {
 // A is [BM][KStride] (K contiguous). B is [BN][KStride] when
 // b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
 // m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
-// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g).
-template <class Product, class T, bool b_k_contiguous>
+// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g). b_ldmatrix (K-contiguous B
+// only): the b fragments of two n8 tiles come from one ldmatrix, like A's.
+template <class Product, class T, bool b_k_contiguous, bool b_ldmatrix = false>
 __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
   constexpr int kKStride = T::KStride, kGroups = Product::kGroups;
   static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
   static_assert(T::BK % (8 * kGroups) == 0, "a stage is whole product steps");
+  static_assert(!b_ldmatrix || (b_k_contiguous && T::NT % 2 == 0), "ldmatrix reads pairs of K-contiguous n8 tiles");
 #pragma unroll
   for (int k_step = 0; k_step < T::BK; k_step += 8 * kGroups) {
     unsigned a[T::MT][kGroups][4], b[T::NT][kGroups][2];
@@ -201,17 +203,33 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
       for (int mt = 0; mt < T::MT; ++mt)
         load_matrix_x4(a[mt][group], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
                                          4 * (quad >> 1));
+      if constexpr (b_ldmatrix) {
+        // Matrices (n8 tile nt | nt+1) x (k 0-3 | 4-7) give b[nt][0], b[nt][1],
+        // b[nt+1][0], b[nt+1][1] when lane l points at row l%8 of tile
+        // nt + l/16, k 4*((l/8)&1).
 #pragma unroll
-      for (int nt = 0; nt < T::NT; ++nt) {
-        if constexpr (b_k_contiguous) {
-          const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
-          b[nt][group][0] = __float_as_uint(p[0]);
-          b[nt][group][1] = __float_as_uint(p[4]);
-        } else {
-          constexpr int stride = T::BN + kColumnPad;
-          const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
-          b[nt][group][0] = __float_as_uint(p[0]);
-          b[nt][group][1] = __float_as_uint(p[4 * stride]);
+        for (int nt = 0; nt < T::NT; nt += 2) {
+          unsigned r[4];
+          load_matrix_x4(r, b_tile + (warp_n0 + (nt + (quad >> 1)) * 8 + (lane & 7)) * kKStride + k8 +
+                                4 * (quad & 1));
+          b[nt][group][0] = r[0];
+          b[nt][group][1] = r[1];
+          b[nt + 1][group][0] = r[2];
+          b[nt + 1][group][1] = r[3];
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < T::NT; ++nt) {
+          if constexpr (b_k_contiguous) {
+            const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4]);
+          } else {
+            constexpr int stride = T::BN + kColumnPad;
+            const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4 * stride]);
+          }
         }
       }
     }
@@ -329,7 +347,9 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
   constexpr int b_loads = kTileK / b_row_step;
   const int b_chunk = tid % b_chunks;
   const int b_column = tap_major ? tid / b_chunks : tid % T::BN, b_row = tid / T::BN;
-  long long b_base[b_pixels];
+  // b_base: tap-major, the pixel's index in the batch's NHWC pixels (fits an
+  // int: supports() bounds batch * plane); flat, its NCHW element offset.
+  std::conditional_t<tap_major, int, long long> b_base[b_pixels];
   int row0[b_pixels], col0[b_pixels];
 #pragma unroll
   for (int r = 0; r < b_pixels; ++r) {
@@ -343,9 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
       const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
       row0[r] = u * params.source_scale + part.source_row0;
       col0[r] = v * params.source_scale + part.source_col0;
-      const long long pixel = static_cast<long long>(row0[r]) * params.source_w + col0[r];
+      const int pixel = row0[r] * params.source_w + col0[r];
       if constexpr (tap_major)
-        b_base[r] = (static_cast<long long>(image) * source_plane + pixel) * params.channel_pad + 4 * b_chunk;
+        b_base[r] = image * source_plane + pixel;
       else
         b_base[r] = static_cast<long long>(image) * params.source_channels * source_plane + pixel;
     }
@@ -370,13 +390,14 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
       const int c0 = (k_tile - tap * tiles_per_tap) * kTileK;
       const int2 entry = taps[tap];
       const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
-      const long long offset = static_cast<long long>(entry.x) * params.channel_pad + c0;
+      const float* source = params.source + c0 + 4 * b_chunk;
 #pragma unroll
       for (int r = 0; r < b_pixels; ++r) {
         const bool inside = static_cast<unsigned>(row0[r] + di) < static_cast<unsigned>(params.source_h) &&
                             static_cast<unsigned>(col0[r] + dj) < static_cast<unsigned>(params.source_w);
+        const long long offset = static_cast<long long>(b_base[r] + entry.x) * params.channel_pad;
         copy16_async_zfill(b_tile + (b_column + r * b_pixel_step) * kKStride + 4 * b_chunk,
-                           inside ? params.source + b_base[r] + offset : params.source, inside);
+                           inside ? source + offset : params.source, inside);
       }
     } else {
       // Flat K: one table entry per element.
@@ -421,8 +442,8 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     if (next < k_tiles) load_stage(next % kStages, k_first + next);
     commit_async();
     const int stage = k_tile % kStages;
-    multiply_stage<Product, T, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0,
-                                          lane, acc);
+    multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
+                                                     warp_n0, lane, acc);
   }
   wait_async<0>();
 
