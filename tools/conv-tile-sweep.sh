@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
 #   bash tools/conv-tile-sweep.sh [--keep-fastest] [TILE ...]
 #   e.g. bash tools/conv-tile-sweep.sh 'Tile<128, 128, 2, 4, 32, 2>' 'Tile<128, 128, 2, 4, 32, 3>'
-# Compares tiles (BM, BN, warps along M and N, BK, stages) of the
+# Compares tiles (BM, BN, warps along M and N, BK, stages[, blocks per
+# multiprocessor]) of the
 # implicit-GEMM engine's tap-major gather (NhwcGatherTile in
 # layers/conv2d/implicit_gemm.cu): for each candidate it rewrites that line,
 # rebuilds plexus-bench and times the convolution rows at tf32 and bf16
@@ -46,7 +47,7 @@ for tile in "${candidates[@]}"; do
   ms=$(python3 -c '
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-print(f"{sum(r[\"forward_ms\"] + r[\"backward_ms\"] for r in rows if \"128->128\" in r[\"name\"]):.3f}")
+print("%.3f" % sum(r["forward_ms"] + r["backward_ms"] for r in rows if "128->128" in r["name"]))
 ' "$logs/sweep-$name.jsonl")
   echo "$tile: 128-channel rows fwd+bwd at tf32 and bf16, summed: $ms ms" | tee -a "$summary"
   if [ -z "$best" ] || python3 -c "import sys; sys.exit(0 if $ms < $best_ms else 1)"; then

@@ -141,11 +141,13 @@ struct Bf16Product {
 };
 
 // A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
-// pipeline: BK per stage, STAGES-deep cp.async ring.
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_>
+// pipeline: BK per stage, STAGES-deep cp.async ring. BLOCKS: the blocks per
+// multiprocessor the registers are budgeted for (launch bounds; 1 lets a
+// thread use up to 255 registers, for warp tiles of 64x64).
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_, int BLOCKS_ = 2>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
-  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr int BK = BK_, STAGES = STAGES_, BLOCKS = BLOCKS_;
   static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
   static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
@@ -293,7 +295,7 @@ struct GatherParams {
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
 template <class Product, class T, bool tap_major>
-__global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
+__global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const GatherParams params) {
   const GatherPart& part = params.parts[blockIdx.z % params.part_count];
   const int split = blockIdx.z / params.part_count;
   const int grid_plane = part.grid_h * part.grid_w;
@@ -827,7 +829,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
     blocks += n_tiles * ceil_div(params.m_size, T::BM);
   }
   if (max_n_tiles == 0) return;
-  const long long resident = 2LL * multiprocessor_count(ctx);  // 2 blocks per multiprocessor fit
+  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
   const long long k_tiles = max_k_stride / T::BK;
   params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
