@@ -153,6 +153,7 @@ struct Tile {
   static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
   static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
+  static_assert(BLOCKS == 1 || BLOCKS == 2, "one or two blocks per multiprocessor");
 };
 // Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
 // product), double-buffered so two blocks fit a multiprocessor (measured ~3%
