@@ -18,9 +18,10 @@
 // forward, Y in backward_data) has >= kTapMajorChannels channels, the pass
 // first copies it to NHWC (channels padded with zeros to a whole stage), so
 // that the channels of one pixel are contiguous and a tile is gathered 16
-// bytes per copy instead of 4 (in NCHW they lie H*W apart): the copy costs
-// one read and one write of the source, the gather it saves issued several
-// times more instructions than the products. backward_data runs one GEMM per output phase (h mod s, w mod s),
+// bytes per copy instead of 4 (in NCHW they lie H*W apart, and one copy per
+// element made the gather, not the products, bound the kernel); the copy
+// costs one read and one write of the source per pass.
+// backward_data runs one GEMM per output phase (h mod s, w mod s),
 // where only every s-th kernel tap contributes, so no product is spent on the
 // zeros a strided transpose would insert. backward_weight splits the long
 // pixel sum over blocks and reduces the partial sums deterministically (as do
