@@ -37,7 +37,10 @@ const char* precision_name(Precision precision) {
 
 void Context::set_precision(Precision precision) {
   precision_ = precision;
-  // cuBLAS has no "round f32 operands to bf16" mode; under bf16 its products run as TF32.
+  // The handle's math mode serves cublasSgemm: TF32 under tf32. Under bf16,
+  // cuda::gemm rounds the f32 operands to bf16 copies and calls cublasGemmEx
+  // instead (BF16 products, f32 accumulation and result; see blas.cpp); the
+  // TF32 mode stays for any other cuBLAS call.
   if (cuda_) cuda::set_tf32(*cuda_, precision != Precision::f32);
 }
 

@@ -23,10 +23,12 @@ void backward_cpu(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std:
 
 #if PLEXUS_WITH_CUDA
 // The backward above on the context's stream: the two products through cuBLAS,
-// the bias gradient by a deterministic column-sum kernel (dense.cu).
+// the bias gradient by a deterministic column-sum kernel (dense.cu). Row n of
+// dy starts at dy + n * dy_stride (dy_stride >= out; out when dy is dense, more
+// when dy is the first `out` columns of a padded buffer; the rest is not read).
 template <typename T>
-void backward_cuda(const Context& ctx, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, int batch, int in,
-                   int out);
+void backward_cuda(const Context& ctx, const T* x, const T* w, const T* dy, int dy_stride, T* dx, T* dw, T* db,
+                   int batch, int in, int out);
 
 // cuBLAS takes int sizes: `value` as an int, or a ShapeError naming `who` and `what`.
 int cublas_size(std::int64_t value, const char* what, const std::string& who);

@@ -52,7 +52,7 @@ void FullyConnected::backward_cuda(Context& ctx, const ConstTensors& inputs, con
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Parameter& weight = parameter("weight");
-    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), output_grads[0]->data<T>(),
+    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), output_grads[0]->data<T>(), out,
                             input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
                             bias_ ? parameter("bias").grad.data<T>() : nullptr, batch, features, out);
   });

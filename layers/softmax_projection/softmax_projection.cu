@@ -1,7 +1,12 @@
 // CUDA kernels of SoftmaxProjection (math in softmax_projection.h). The
 // projections go to cuBLAS (plexus/cuda/blas.h); the log-softmax, the loss
-// and dz are row kernels, one block per batch row.
+// and dz are row kernels, one block per batch row. The logits live in a
+// [N, V_pad] buffer (V_pad = V rounded up to a multiple of 8); the row kernels
+// read only its first V columns (the padding is never part of a softmax).
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "fully_connected/dense.h"
 #include "plexus/cuda/blas.h"
@@ -53,18 +58,18 @@ __device__ long long label_index(T label, long long vocab) {
   return static_cast<long long>(label);
 }
 
-// Per row n of z = f W^T (+ b, added here on read):
+// Per row n of z = f W^T (+ b, added here on read), rows `stride` apart:
 //   m_n = max_v z[n, v],  loss_n = m_n + log sum_v exp(z[n, v] - m_n) - z[n, y_n]  (= -log p[n, y_n])
 // and a bad label y_n sets *bad_label = max(*bad_label, N - n), so the host
 // finds the first bad row as N - *bad_label (0: none).
 // One block of kRowThreads per row (grid-stride over rows): the threads split
 // the V logits and meet in shared-memory reductions.
 template <typename T>
-__global__ void row_losses(const T* z, const T* b, const T* labels, long long rows, long long vocab,
-                           T* losses, int* bad_label) {
+__global__ void row_losses(const T* z, long long stride, const T* b, const T* labels, long long rows,
+                           long long vocab, T* losses, int* bad_label) {
   __shared__ T scratch[kRowThreads];
   for (long long n = blockIdx.x; n < rows; n += gridDim.x) {
-    const T* row = z + n * vocab;
+    const T* row = z + n * stride;
     T local_max = -INFINITY;
     for (long long v = threadIdx.x; v < vocab; v += kRowThreads) {
       T value = row[v] + (b ? b[v] : T(0));
@@ -98,17 +103,19 @@ __global__ void mean_loss(const T* losses, long long rows, T* loss) {
   if (threadIdx.x == 0) *loss = sum / T(rows);
 }
 
-// In place over z = f W^T (b added on read), with g = *output_grad:
-//   dz[n, v] = (g/N) (exp(z[n, v] - m_n) / sum_u exp(z[n, u] - m_n) - [v == y_n])
-// A bad label contributes no one-hot term (forward has already refused it).
-// One block of kRowThreads per row, as in row_losses.
+// In place over z = f W^T (b added on read), rows `stride` apart, with g = *output_grad:
+//   dz[n, v] = (g/N) (exp(z[n, v] - m_n) / sum_u exp(z[n, u] - m_n) - [v == y_n])   for v < V
+//   dz[n, v] = 0                                                                    for V <= v < stride
+// (the padding is zeroed so that no product over the padded width can pick up
+// stale logits). A bad label contributes no one-hot term (forward has already
+// refused it). One block of kRowThreads per row, as in row_losses.
 template <typename T>
-__global__ void logit_gradients(T* z, const T* b, const T* labels, const T* output_grad, long long rows,
-                                long long vocab) {
+__global__ void logit_gradients(T* z, long long stride, const T* b, const T* labels, const T* output_grad,
+                                long long rows, long long vocab) {
   __shared__ T scratch[kRowThreads];
   const T scale = *output_grad / T(rows);
   for (long long n = blockIdx.x; n < rows; n += gridDim.x) {
-    T* row = z + n * vocab;
+    T* row = z + n * stride;
     T local_max = -INFINITY;
     for (long long v = threadIdx.x; v < vocab; v += kRowThreads) {
       T value = row[v] + (b ? b[v] : T(0));
@@ -124,10 +131,35 @@ __global__ void logit_gradients(T* z, const T* b, const T* labels, const T* outp
       T probability = exp_of(row[v] + (b ? b[v] : T(0)) - row_max) / sum;
       row[v] = scale * (probability - (v == label ? T(1) : T(0)));
     }
+    for (long long v = vocab + threadIdx.x; v < stride; v += kRowThreads) row[v] = T(0);
   }
 }
 
 unsigned int row_blocks(int rows) { return static_cast<unsigned int>(rows < 65535 ? rows : 65535); }
+
+// The logits' row stride: V rounded up to a multiple of 8 floats (32 bytes),
+// so every row starts 32-byte aligned, as tensor-core GEMM tiles want of C.
+int padded_vocab(int vocab, const std::string& who) {
+  return dense::cublas_size((static_cast<std::int64_t>(vocab) + 7) / 8 * 8, "padded vocab_size", who);
+}
+
+// The weight as the projections read it: W [V, F] itself, or, under bf16
+// products with V not a multiple of 8, a copy zero-padded to [V_pad, F]
+// (kept alive by `padded`), so that the products run over V_pad logit
+// columns. Measured on an H100 at N = 5120, F = 1024, V = 33708
+// (tools/bench/softmax_gemm_bench.cpp, docs/performance.md): cuBLAS's bf16
+// z = f W^T takes 1.75 ms over V columns and 0.83 ms over V_pad, and
+// df = dz W 2.64 ms against 1.72 ms, for a 0.1 ms copy; at f32 and tf32 the
+// padded weight gains nothing, so W is used as it is.
+template <typename T>
+const T* projection_weight(Context& ctx, const Tensor& weight, int vocab, int stride, int features, Tensor& padded) {
+  if (!std::is_same_v<T, float> || !ctx.bf16_products() || stride == vocab) return weight.data<T>();
+  padded = Tensor({stride, features}, weight.dtype(), weight.device());  // rows >= V stay zero
+  cuda::check_cuda(cudaMemcpyAsync(padded.raw_data(), weight.raw_data(), weight.nbytes(), cudaMemcpyDeviceToDevice,
+                                   cuda::stream(ctx)),
+                   "cudaMemcpyAsync", __FILE__, __LINE__);
+  return padded.data<T>();
+}
 
 }  // namespace
 
@@ -136,19 +168,25 @@ void SoftmaxProjection::forward_cuda(Context& ctx, const ConstTensors& inputs, c
   const int batch = dense::cublas_size(input.dim(0), "batch", who());
   const int features = dense::cublas_size(in_features_, "features", who());
   const int vocab = dense::cublas_size(vocab_size_, "vocab_size", who());
+  const int stride = padded_vocab(vocab, who());
   cudaStream_t stream = cuda::stream(ctx);
-  Tensor logits({batch, vocab}, input.dtype(), input.device());
+  Tensor logits({batch, stride}, input.dtype(), input.device());
   Tensor row_loss({batch}, input.dtype(), input.device());
   Tensor flag({1}, DType::f32, input.device());  // 4 zeroed bytes: the int bad-label flag
   int* bad_label = static_cast<int*>(flag.raw_data());
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* b = bias_ ? parameter("bias").value.data<T>() : nullptr;
-    // z [N, V] = f [N, F] * W^T (W stored [V, F]); b is added by the row kernel.
-    cuda::gemm<T>(ctx, false, true, batch, vocab, features, T(1), input.data<T>(),
-                  parameter("weight").value.data<T>(), T(0), logits.data<T>());
-    row_losses<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(logits.data<T>(), b, inputs[1]->data<T>(), batch,
-                                                                 vocab, row_loss.data<T>(), bad_label);
+    Tensor padded;
+    const T* w = projection_weight<T>(ctx, parameter("weight").value, vocab, stride, features, padded);
+    const int columns = padded.defined() ? stride : vocab;
+    // z [N, V] = f [N, F] * W^T (W stored [V, F]) into the first V (or, with
+    // the padded weight, all V_pad: zeros past V) columns of the [N, V_pad]
+    // buffer; b is added by the row kernel, which reads only the first V.
+    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0),
+                  logits.data<T>(), stride);
+    row_losses<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(logits.data<T>(), stride, b, inputs[1]->data<T>(),
+                                                                 batch, vocab, row_loss.data<T>(), bad_label);
     cuda::check_launch("row_losses", __FILE__, __LINE__);
     mean_loss<T><<<1, kRowThreads, 0, stream>>>(row_loss.data<T>(), batch, outputs[0]->data<T>());
     cuda::check_launch("mean_loss", __FILE__, __LINE__);
@@ -169,21 +207,31 @@ void SoftmaxProjection::backward_cuda(Context& ctx, const ConstTensors& inputs, 
   const int batch = dense::cublas_size(input.dim(0), "batch", who());
   const int features = dense::cublas_size(in_features_, "features", who());
   const int vocab = dense::cublas_size(vocab_size_, "vocab_size", who());
+  const int stride = padded_vocab(vocab, who());
   cudaStream_t stream = cuda::stream(ctx);
-  Tensor logit_grads({batch, vocab}, input.dtype(), input.device());
+  Tensor logit_grads({batch, stride}, input.dtype(), input.device());
   dispatch_float(input.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Parameter& weight = parameter("weight");
     const T* b = bias_ ? parameter("bias").value.data<T>() : nullptr;
     T* dz = logit_grads.data<T>();
+    Tensor padded;
+    const T* w = projection_weight<T>(ctx, weight.value, vocab, stride, features, padded);
+    const int columns = padded.defined() ? stride : vocab;
     // Recompute z = f W^T (the layer keeps no state between forward and backward).
-    cuda::gemm<T>(ctx, false, true, batch, vocab, features, T(1), input.data<T>(), weight.value.data<T>(), T(0), dz);
-    logit_gradients<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(dz, b, inputs[1]->data<T>(),
+    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0),
+                  dz, stride);
+    logit_gradients<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(dz, stride, b, inputs[1]->data<T>(),
                                                                       output_grads[0]->data<T>(), batch, vocab);
     cuda::check_launch("logit_gradients", __FILE__, __LINE__);
-    // df = dz W, dW += dz^T f, db += column sums of dz: the dense backward.
-    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), dz,
-                            input_grads[0] ? input_grads[0]->data<T>() : nullptr, weight.grad.data<T>(),
+    // df [N, F] = dz W over the same columns (dz and the padded weight are
+    // zero past V, so the padding adds nothing).
+    if (input_grads[0])
+      cuda::gemm<T>(ctx, false, false, batch, features, columns, T(1), dz, stride, w, features, T(0),
+                    input_grads[0]->data<T>(), features);
+    // dW += dz^T f, db += column sums of dz: the dense backward on the first V
+    // columns (W and b stay [V, F] and [V]).
+    dense::backward_cuda<T>(ctx, input.data<T>(), weight.value.data<T>(), dz, stride, nullptr, weight.grad.data<T>(),
                             bias_ ? parameter("bias").grad.data<T>() : nullptr, batch, features, vocab);
   });
 }

@@ -15,6 +15,15 @@ namespace plexus::layers {
 //   dz[n, v] = (g/N) (s[n, v] - [v == y_n])
 //   df = dz W,  dW += dz^T f,  db += sum_n dz[n, :];  y has no gradient.
 // Subtracting the row maximum keeps exp() from overflowing for large logits.
+// On CUDA the logits (and dz, computed in place) are stored [N, V_pad] with
+// V_pad = V rounded up to a multiple of 8, so that every row starts 32-byte
+// aligned for the tensor-core GEMM tiles that write z and read dz. Only the
+// logits are padded: columns v >= V are never part of m_n, of the sum or of a
+// label (labels stay in [0, V)), and dz is zero there. W and b stay [V, F]
+// and [V] (checkpoints as on the CPU). The products read the first V columns,
+// except under bf16 products, where cuBLAS's bf16 kernels measured twice as
+// fast over V_pad columns: there z = f W^T and df = dz W run over V_pad
+// columns against a zero-padded [V_pad, F] copy of W made for the call.
 // A label that is not an integer in [0, V) is an Error naming its batch index
 // and value. Params: vocab_size (required, >= 1), bias (default true).
 // Parameters: weight [V, F], bias [V]; both ~ U(-1/sqrt(F), 1/sqrt(F)).

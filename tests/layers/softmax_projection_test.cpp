@@ -1,13 +1,19 @@
 // SoftmaxProjection: forward against a naive loop and a hand-computed case
 // with large logits, gradient checks (CPU; CUDA in f64 and CPU/CUDA f32
-// parity on a GPU), label validation, and bad params / shapes.
+// parity on a GPU), the CUDA loss and gradients against the f64 CPU kernels
+// with vocabularies the CUDA logits are padded for (strict f32, TF32, BF16),
+// label validation, and bad params / shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
+#include "tensor_core_reference.h"
 
 namespace plexus {
 namespace {
@@ -172,6 +178,115 @@ TEST(SoftmaxProjection, ParityCpuCuda) {
   f64.input_filler = label_filler(300);
   EXPECT_TRUE(testing::outputs_match(
       check_parity(registry, "SoftmaxProjection", {{"vocab_size", 300}, {"bias", false}}, {{9, 2, 4}, {9}}, f64)));
+}
+
+// Norm-relative errors of the CUDA f32 loss and gradients at one precision
+// against the f64 CPU kernels (testing::relative_error; NaN fails any bound).
+struct CudaErrors {
+  double loss = 0.0, input_grad = 0.0, weight_grad = 0.0, bias_grad = 0.0;
+};
+
+std::ostream& operator<<(std::ostream& out, const CudaErrors& e) {
+  return out << "loss " << e.loss << ", input gradient " << e.input_grad << ", weight gradient " << e.weight_grad
+             << ", bias gradient " << e.bias_grad;
+}
+
+// One forward and backward of a [batch, features] -> vocab projection, f64 on
+// the CPU against f32 on CUDA at `precision`, with the same parameters (the
+// f64 layer's, rounded to f32),
+// inputs, labels and output gradient g = 0.75. On CUDA the input gradient is
+// poisoned with NaN and the parameter gradients start from random values, so
+// an unwritten element or an overwritten accumulation shows.
+CudaErrors cuda_errors(int vocab, int batch, int features, std::uint64_t seed, Precision precision) {
+  const Device gpu = Device::cuda();
+  const nlohmann::json params{{"vocab_size", vocab}};
+  const Shape shape{batch, features};
+  auto reference = make_layer(params, shape, DType::f64, Device::cpu());
+  auto tested = make_layer(params, shape, DType::f32, gpu);
+  std::mt19937_64 rng(seed);
+  // The layer's own initialisation, U(-1/sqrt(F), 1/sqrt(F)), keeps the logits O(1).
+  for (Parameter* p : reference->parameters())
+    tested->parameter(p->name).value.copy_from(Tensor::from_values(p->value.to_values(), p->shape, DType::f32, gpu));
+  const std::vector<double> x = testing::uniform_values(static_cast<std::size_t>(batch) * features, rng);
+  std::vector<double> labels(static_cast<std::size_t>(batch));
+  label_filler(vocab)(1, labels, rng);
+  const double g = 0.75;
+
+  Context cpu;
+  Tensor x64 = Tensor::from_values(x, shape, DType::f64), y64 = Tensor::from_values(labels, {batch}, DType::f64);
+  Tensor loss64(Shape{}, DType::f64), dloss64 = Tensor::from_values({g}, Shape{}, DType::f64), dx64(shape, DType::f64);
+  for (Parameter* p : reference->parameters()) p->grad.fill_zero();
+  reference->forward(cpu, {&x64, &y64}, {&loss64});
+  reference->backward(cpu, {&x64, &y64}, {&loss64}, {&dloss64}, {&dx64, nullptr});
+
+  Context ctx(gpu);
+  ctx.set_precision(precision);
+  Tensor x32 = Tensor::from_values(x, shape, DType::f32, gpu), y32 = Tensor::from_values(labels, {batch}, DType::f32, gpu);
+  Tensor loss32(Shape{}, DType::f32, gpu), dloss32 = Tensor::from_values({g}, Shape{}, DType::f32, gpu);
+  Tensor dx32 = Tensor::from_values(std::vector<double>(x.size(), std::nan("")), shape, DType::f32, gpu);
+  std::map<std::string, std::vector<double>> initial;
+  for (Parameter* p : tested->parameters()) {
+    initial[p->name] = testing::uniform_values(static_cast<std::size_t>(shape_numel(p->shape)), rng);
+    p->grad.copy_from(Tensor::from_values(initial[p->name], p->shape, DType::f32, gpu));
+  }
+  tested->forward(ctx, {&x32, &y32}, {&loss32});
+  tested->backward(ctx, {&x32, &y32}, {&loss32}, {&dloss32}, {&dx32, nullptr});
+  ctx.synchronize();
+
+  auto added = [&](const std::string& name) {
+    std::vector<double> values = tested->parameter(name).grad.to_values();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] -= initial[name][i];
+    return testing::relative_error(values, reference->parameter(name).grad.to_values());
+  };
+  CudaErrors errors;
+  errors.loss = testing::relative_error(loss32.to_values(), loss64.to_values());
+  errors.input_grad = testing::relative_error(dx32.to_values(), dx64.to_values());
+  errors.weight_grad = added("weight");
+  errors.bias_grad = added("bias");
+  return errors;
+}
+
+void expect_errors_below(const CudaErrors& errors, double tolerance, const std::string& what) {
+  EXPECT_LT(errors.loss, tolerance) << "loss, " << what;
+  EXPECT_LT(errors.input_grad, tolerance) << "input gradient, " << what;
+  EXPECT_LT(errors.weight_grad, tolerance) << "weight gradient, " << what;
+  EXPECT_LT(errors.bias_grad, tolerance) << "bias gradient, " << what;
+}
+
+// The CUDA logits are stored V_pad = 8 * ceil(V / 8) wide. At strict f32 the
+// loss and every gradient must match the f64 CPU kernels to f32 rounding for
+// vocabularies that need padding (13 -> 16, 37 -> 40, 1001 -> 1008, wider than
+// a block of the row kernels) and one that does not (8): a padding column
+// taking part in the maximum, the normaliser or the gradients would be off by
+// far more than 1e-5 (with zeroed padding, each such column adds exp(-m_n) to
+// a normaliser of V terms of similar size).
+TEST(SoftmaxProjection, PaddedVocabularyMatchesF64ReferenceCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::uint64_t seed = 40;
+  for (int vocab : {13, 37, 8, 1001}) {
+    const CudaErrors errors = cuda_errors(vocab, 24, 20, seed++, Precision::f32);
+    expect_errors_below(errors, 1e-5, "strict f32, vocab " + std::to_string(vocab));
+  }
+}
+
+// TF32 and BF16 tensor-core products (cuBLAS) against the f64 reference, with
+// tolerances that fit each precision (tensor_core_reference.h: 2e-3 and 1e-2),
+// and bf16's weight and input gradients visibly less accurate than tf32's (8
+// significant bits rounded against 11 truncated: ~4x), so bf16 silently
+// running as TF32 fails.
+TEST(SoftmaxProjection, TensorCorePrecisionsMatchF64ReferenceCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::uint64_t seed = 60;
+  for (int vocab : {37, 1001}) {
+    const std::string what = "vocab " + std::to_string(vocab);
+    const CudaErrors tf32 = cuda_errors(vocab, 96, 256, seed, Precision::tf32);
+    const CudaErrors bf16 = cuda_errors(vocab, 96, 256, seed++, Precision::bf16);
+    std::cout << what << "\n  tf32: " << tf32 << "\n  bf16: " << bf16 << "\n";
+    expect_errors_below(tf32, testing::kTf32Tolerance, "tf32, " + what);
+    expect_errors_below(bf16, testing::kBf16Tolerance, "bf16, " + what);
+    EXPECT_GT(bf16.weight_grad, 1.5 * tf32.weight_grad) << "weight gradient at bf16 against tf32, " << what;
+    EXPECT_GT(bf16.input_grad, 1.5 * tf32.input_grad) << "input gradient at bf16 against tf32, " << what;
+  }
 }
 
 TEST(SoftmaxProjection, LabelsAreNotDifferentiable) {

@@ -138,12 +138,16 @@ inline void expect_within(const TensorCoreErrors& errors, double tolerance, cons
   for (const auto& [name, error] : errors.parameter_grads) EXPECT_LT(error, tolerance) << name << " gradient, " << what;
 }
 
-// Expects the weight gradient (always on the engine when it supports the
-// problem) to show bf16 rounding: under TF32 it is ~4x more accurate (3 more
-// mantissa bits, truncated instead of rounded), so a bf16 error that is not
-// clearly larger means the BF16 product did not run.
+// Expects the output, the input gradient and the weight gradient to show
+// bf16 rounding: under TF32 each is ~4x more accurate (3 more mantissa bits,
+// truncated instead of rounded), so a bf16 error that is not clearly larger
+// means a pass ran without BF16 products. That holds for every pass, whether
+// the implicit-GEMM engine or the im2col + cuBLAS path runs it (cuda::gemm
+// runs BF16 products under bf16). The bias gradient is a sum, not a product.
 inline void expect_bf16_rounding_shows(const TensorCoreErrors& bf16, const TensorCoreErrors& tf32,
                                        const std::string& what) {
+  EXPECT_GT(bf16.output, 1.5 * tf32.output) << "forward at bf16 against tf32, " << what;
+  EXPECT_GT(bf16.input_grad, 1.5 * tf32.input_grad) << "input gradient at bf16 against tf32, " << what;
   EXPECT_GT(bf16.parameter_grads.at("weight"), 1.5 * tf32.parameter_grads.at("weight"))
       << "weight gradient at bf16 against tf32, " << what;
 }

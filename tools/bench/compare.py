@@ -2,9 +2,10 @@
 """Joins plexus-bench and torch_bench.py JSON lines into markdown tables:
 Plexus, PyTorch eager (and torch.compile for training steps), and speed
 ratios (PyTorch time / Plexus time, so > 1 means Plexus is faster). For
-convolutions it also prints the achieved TFLOP/s of both sides (forward is one
-pass of 2*N*Cout*Hout*Wout*Cin*k*k FLOPs, backward two: input and weight
-gradients) next to the matmul ceiling torch_bench measured in the same run.
+convolutions and SoftmaxProjection it also prints the achieved TFLOP/s of
+both sides (forward is one pass of 2*N*Cout*Hout*Wout*Cin*k*k FLOPs, or
+2*N*F*V for the projection; backward two: input and weight gradients) next
+to the matmul ceiling torch_bench measured in the same run.
 Usage: compare.py plexus.jsonl torch.jsonl"""
 import json
 import sys
@@ -33,7 +34,7 @@ def main():
     if ceiling:
         print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
               f"{ceiling['tflops']:.1f} TFLOP/s\n")
-    print(f"| layer (batch 16, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
+    print(f"| layer (batch 16 unless named, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, p in plexus.items():

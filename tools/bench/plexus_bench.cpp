@@ -4,9 +4,10 @@
 // reads too, so both sides time the same work. Timing: CUDA events on the
 // context's stream, `--warmup` untimed runs, then the median of `--repeats`.
 //   plexus-bench --cases tools/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT]
-// Each line also carries the precision and, for convolutions, the FLOPs of
-// one pass (2*N*Cout*Hout*Wout*Cin*k*k; backward is two passes: input and
-// weight gradients), so compare.py can print achieved TFLOP/s.
+// Each line also carries the precision and, for convolutions and
+// SoftmaxProjection, the FLOPs of one pass (2*N*Cout*Hout*Wout*Cin*k*k,
+// 2*N*F*V; backward is two passes: input and weight gradients), so
+// compare.py can print achieved TFLOP/s.
 // Each model also gets a "train_step_graph" row: the same step recorded once
 // into a CUDA graph (plexus/step_graph.h) and replayed. `--profile` adds,
 // per model, one row per node (CUDA events around its forward and backward,
@@ -23,6 +24,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "event_timer.h"
+#include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/net.h"
@@ -35,34 +38,7 @@ using nlohmann::json;
 
 namespace {
 
-struct Timer {
-  cudaEvent_t start{}, stop{};
-  Timer() {
-    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate", __FILE__, __LINE__);
-    cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate", __FILE__, __LINE__);
-  }
-  ~Timer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  // Median milliseconds of `repeats` timed calls of fn after `warmup` untimed ones.
-  template <typename Fn>
-  double median_ms(Context& ctx, int warmup, int repeats, Fn&& fn) {
-    for (int i = 0; i < warmup; ++i) fn();
-    std::vector<double> times;
-    for (int i = 0; i < repeats; ++i) {
-      cuda::check_cuda(cudaEventRecord(start, cuda::stream(ctx)), "cudaEventRecord", __FILE__, __LINE__);
-      fn();
-      cuda::check_cuda(cudaEventRecord(stop, cuda::stream(ctx)), "cudaEventRecord", __FILE__, __LINE__);
-      cuda::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize", __FILE__, __LINE__);
-      float ms = 0;
-      cuda::check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime", __FILE__, __LINE__);
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  }
-};
+using Timer = bench::EventTimer;
 
 Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_64& rng, Device device) {
   std::uniform_real_distribution<double> dist(low, high);
@@ -71,11 +47,16 @@ Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_6
   return Tensor::from_values(values, shape, DType::f32, device);
 }
 
-// FLOPs of one pass of a Conv2d / ConvTranspose2d case (multiply and add
-// counted separately), or 0 for other layers. A ConvTranspose2d is the Conv2d
-// from its output to its input, so the same formula with the roles swapped.
-double conv_pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
+// FLOPs of one pass of a case (multiply and add counted separately; backward
+// is two passes), or 0 for layers without a matrix product. Conv2d:
+// 2*N*Cout*Hout*Wout*Cin*k*k; a ConvTranspose2d is the Conv2d from its output
+// to its input, so the same formula with the roles swapped. SoftmaxProjection:
+// the projection, 2*N*F*V (backward: df = dz W and dW = dz^T f).
+double pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
   const std::string type = c["type"];
+  if (type == "SoftmaxProjection")
+    return 2.0 * static_cast<double>(inputs[0][0]) * static_cast<double>(shape_numel(inputs[0]) / inputs[0][0]) *
+           c["params"]["vocab_size"].get<double>();
   if (type != "Conv2d" && type != "ConvTranspose2d") return 0.0;
   const double k = c["params"]["kernel"].get<double>();
   const Shape& x = inputs[0];
@@ -84,6 +65,14 @@ double conv_pass_flops(const json& c, const std::vector<Shape>& inputs, const st
   const Shape& large = type == "Conv2d" ? x : y;
   return 2.0 * static_cast<double>(small[0]) * static_cast<double>(small[1]) * static_cast<double>(small[2]) *
          static_cast<double>(small[3]) * static_cast<double>(large[1]) * k * k;
+}
+
+// Integer class labels in [0, classes), stored as floats (SoftmaxProjection's labels).
+Tensor random_labels(const Shape& shape, std::int64_t classes, std::mt19937_64& rng, Device device) {
+  std::uniform_int_distribution<std::int64_t> pick(0, classes - 1);
+  std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
+  for (auto& v : values) v = static_cast<double>(pick(rng));
+  return Tensor::from_values(values, shape, DType::f32, device);
 }
 
 json time_layer(const Registry& registry, const json& c, Precision precision, int warmup, int repeats) {
@@ -98,10 +87,14 @@ json time_layer(const Registry& registry, const json& c, Precision precision, in
   Context ctx(gpu, 1);
   ctx.set_precision(precision);
   int positive = c.value("positive_input", -1);
+  int labels = c.value("labels_input", -1);  // integer labels in [0, params.vocab_size)
   std::vector<Tensor> inputs, outputs, output_grads, input_grads;
-  for (std::size_t i = 0; i < input_shapes.size(); ++i)
-    inputs.push_back(static_cast<int>(i) == positive ? random_tensor(input_shapes[i], 0.01, 1.0, rng, gpu)
-                                                     : random_tensor(input_shapes[i], -1.0, 1.0, rng, gpu));
+  for (std::size_t i = 0; i < input_shapes.size(); ++i) {
+    const int index = static_cast<int>(i);
+    inputs.push_back(index == labels     ? random_labels(input_shapes[i], c["params"]["vocab_size"], rng, gpu)
+                     : index == positive ? random_tensor(input_shapes[i], 0.01, 1.0, rng, gpu)
+                                         : random_tensor(input_shapes[i], -1.0, 1.0, rng, gpu));
+  }
   for (const auto& s : output_shapes) {
     outputs.emplace_back(s, DType::f32, gpu);
     output_grads.push_back(random_tensor(s, -1.0, 1.0, rng, gpu));
@@ -126,7 +119,7 @@ json time_layer(const Registry& registry, const json& c, Precision precision, in
           {"name", c["name"]},
           {"forward_ms", forward_ms},
           {"backward_ms", backward_ms},
-          {"pass_flops", conv_pass_flops(c, input_shapes, output_shapes)}};
+          {"pass_flops", pass_flops(c, input_shapes, output_shapes)}};
 }
 
 struct ModelCase {
@@ -194,8 +187,9 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
           {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()}};
 }
 
-// The ceilings the floors divide by, measured here: dense TF32 (or FP32)
-// GEMM throughput from an 8192^3 cuBLAS SGEMM, and device-memory bandwidth
+// The ceilings the floors divide by, measured here: dense GEMM throughput
+// from an 8192^3 f32 cuda::gemm at the run's precision (FP32, TF32 or BF16
+// products), and device-memory bandwidth
 // from a 1 GiB device-to-device copy (read + write counted).
 struct Ceilings {
   double gemm_flops_per_s = 0;
@@ -209,12 +203,9 @@ Ceilings measure_ceilings(Precision precision) {
   Ceilings c;
   const int n = 8192;
   Tensor a({n, n}, DType::f32, gpu), b({n, n}, DType::f32, gpu), out({n, n}, DType::f32, gpu);
-  const float one = 1, zero = 0;
   Timer timer;
   double ms = timer.median_ms(ctx, 2, 5, [&] {
-    cuda::check_cublas(cublasSgemm(cuda::cublas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data<float>(), n,
-                                   b.data<float>(), n, &zero, out.data<float>(), n),
-                       "cublasSgemm", __FILE__, __LINE__);
+    cuda::gemm<float>(ctx, false, false, n, n, n, 1.0f, a.data<float>(), b.data<float>(), 0.0f, out.data<float>());
   });
   c.gemm_flops_per_s = 2.0 * n * double(n) * n / (ms * 1e-3);
   const std::int64_t elements = 256ll << 20;  // 1 GiB of f32
@@ -345,8 +336,8 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only cases whose name contains this text");
   app.add_option("--precision", precision,
                  "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16 (f32 storage, the "
-                 "convolutions on BF16 tensor cores, other products as tf32); PyTorch's default allows TF32 in "
-                 "cuDNN convolutions")
+                 "convolutions and cuBLAS products on BF16 tensor cores, GDN's tensor-core kernels as tf32); "
+                 "PyTorch's default allows TF32 in cuDNN convolutions")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");

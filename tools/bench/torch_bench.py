@@ -10,7 +10,10 @@ with the same reparametrisation (lower bound, square, minus pedestal).
 
 Precision, as Plexus's --precision: f32 = no TF32 anywhere; tf32 = TF32 in
 cuDNN convolutions and cuBLAS matmuls; bf16 = autocast to bfloat16 with
-channels_last tensors. The training steps are also timed under torch.compile
+channels_last tensors.
+
+SoftmaxProjection is nn.Linear followed by F.cross_entropy against integer
+labels (the case's labels_input). The training steps are also timed under torch.compile
 (rows "<model> (torch.compile)"; --no-compile skips them). A first line times
 an 8192^3 matmul at the chosen precision: the ceiling (tensor cores for tf32
 and bf16) that compare.py sets the convolutions' TFLOP/s against.
@@ -80,6 +83,18 @@ class FactorizedEntropyModel(nn.Module):
         return likelihood.reshape(c, n, h, w).permute(1, 0, 2, 3)
 
 
+class SoftmaxProjection(nn.Module):
+    """nn.Linear to the vocabulary logits, then the mean cross-entropy (under
+    autocast the Linear runs in bf16 and cross_entropy in f32)."""
+
+    def __init__(self, features, vocab):
+        super().__init__()
+        self.linear = nn.Linear(features, vocab)
+
+    def forward(self, f, labels):
+        return F.cross_entropy(self.linear(f.flatten(1)), labels)
+
+
 class UniformNoise(nn.Module):
     def forward(self, x):
         return x + torch.empty_like(x).uniform_(-0.5, 0.5)
@@ -130,6 +145,8 @@ def make_layer(case):
                                   p.get("padding", 0), output_padding=p.get("output_padding", 0))
     if t in ("GDN", "IGDN"):
         return GDN(shape[1], inverse=(t == "IGDN"))
+    if t == "SoftmaxProjection":
+        return SoftmaxProjection(math.prod(shape[1:]), p["vocab_size"])
     if t == "UniformNoise":
         return UniformNoise()
     if t == "FactorizedEntropyModel":
@@ -174,6 +191,9 @@ def time_layer(case, warmup, repeats, precision, compile_layer=False):
         layer = torch.compile(layer)
     inputs = []
     for i, shape in enumerate(case["inputs"]):
+        if i == case.get("labels_input", -1):  # integer class labels, no gradient
+            inputs.append(torch.randint(0, case["params"]["vocab_size"], shape, device=dev))
+            continue
         if i == case.get("positive_input", -1):
             t = torch.empty(shape, device=dev).uniform_(0.01, 1.0)
         else:

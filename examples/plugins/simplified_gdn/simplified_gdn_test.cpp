@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -167,6 +168,79 @@ TEST_P(BothDirections, ParityCpuCuda) {
     EXPECT_TRUE(plexus::testing::outputs_match(
         plexus::check_parity(plugin_registry(), GetParam(), {}, {shape}, options)));
   }
+}
+
+// The parameter gradients are matrix products through plexus::cuda::gemm,
+// which follows the Context's precision. Under tf32 and bf16 they must stay
+// within each precision's norm-relative tolerance of the f64 CPU kernels, and
+// bf16's error must be visibly larger than tf32's (bf16 rounds operands to 8
+// significant bits, TF32 keeps 11), so BF16 silently running as TF32 fails.
+double relative_error(const std::vector<double>& actual, const std::vector<double>& expected) {
+  double difference = 0.0, reference = 0.0;
+  for (std::size_t e = 0; e < expected.size(); ++e) {
+    difference += (actual[e] - expected[e]) * (actual[e] - expected[e]);
+    reference += expected[e] * expected[e];
+  }
+  return actual.size() == expected.size() ? std::sqrt(difference / reference) : NAN;
+}
+
+// Gradients of beta and gamma (concatenated) after one backward on `device`
+// in `dtype` at `precision`, with the given parameter values, x and dy.
+std::vector<double> parameter_grads(const std::string& type, const Shape& shape,
+                                    const std::vector<std::vector<double>>& values, const std::vector<double>& x,
+                                    const std::vector<double>& dy, Device device, DType dtype,
+                                    plexus::Precision precision) {
+  auto layer = plugin_registry().create(type, "s", nlohmann::json::object());
+  layer->output_shapes({shape});
+  layer->create_parameters({shape});
+  std::mt19937_64 rng(1);
+  layer->initialize_parameters(dtype, device, rng);
+  std::vector<plexus::Parameter*> parameters = layer->parameters();
+  for (std::size_t p = 0; p < parameters.size(); ++p) {
+    parameters[p]->value = Tensor::from_values(values[p], parameters[p]->shape, dtype, device);
+    parameters[p]->grad.fill_zero();
+  }
+  plexus::Context ctx(device);
+  ctx.set_precision(precision);
+  Tensor xt = Tensor::from_values(x, shape, dtype, device), y(shape, dtype, device);
+  Tensor dyt = Tensor::from_values(dy, shape, dtype, device), dx(shape, dtype, device);
+  layer->forward(ctx, {&xt}, {&y});
+  layer->backward(ctx, {&xt}, {&y}, {&dyt}, {&dx});
+  std::vector<double> grads;
+  for (plexus::Parameter* parameter : parameters) {
+    const std::vector<double> grad = parameter->grad.to_values();
+    grads.insert(grads.end(), grad.begin(), grad.end());
+  }
+  return grads;
+}
+
+TEST_P(BothDirections, TensorCoreProductsCuda) {
+  SKIP_WITHOUT_CUDA();
+  const Shape shape{2, 24, 13, 11};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> x(static_cast<std::size_t>(plexus::shape_numel(shape))), dy(x.size());
+  for (double& value : x) value = uniform(rng);
+  for (double& value : dy) value = uniform(rng);
+  auto probe = make_layer(GetParam(), shape);
+  std::vector<std::vector<double>> values;
+  for (plexus::Parameter* parameter : probe->parameters()) {
+    values.emplace_back(static_cast<std::size_t>(plexus::shape_numel(parameter->shape)));
+    dense_parameters(parameter->name, values.back(), rng);
+  }
+  const std::vector<double> reference =
+      parameter_grads(GetParam(), shape, values, x, dy, Device::cpu(), DType::f64, plexus::Precision::f32);
+  const double tf32 = relative_error(
+      parameter_grads(GetParam(), shape, values, x, dy, Device::cuda(), DType::f32, plexus::Precision::tf32),
+      reference);
+  const double bf16 = relative_error(
+      parameter_grads(GetParam(), shape, values, x, dy, Device::cuda(), DType::f32, plexus::Precision::bf16),
+      reference);
+  EXPECT_LT(tf32, 2e-3);
+  EXPECT_LT(bf16, 1e-2);
+  EXPECT_GT(bf16, 1.5 * tf32) << "bf16 products should round more than tf32 ones";
+  std::cout << GetParam() << " parameter gradients, norm-relative error: tf32 " << tf32 << ", bf16 " << bf16
+            << "\n";
 }
 
 TEST_P(BothDirections, ForwardMatchesNaiveLoop) {

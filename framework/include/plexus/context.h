@@ -16,11 +16,12 @@ namespace plexus {
 //   f32   strict: every product in f32;
 //   tf32  f32 storage, matrix products and convolutions on TF32 tensor cores
 //         (10 mantissa bits per operand, f32 accumulation, ~1e-3 relative);
-//   bf16  f32 storage, the convolutions' implicit-GEMM engine on BF16 tensor
-//         cores (operands rounded to bf16 = 8 significant bits, round to
-//         nearest even: within 4e-3 relative each, f32 accumulation);
-//         every other product runs as under tf32 (cuBLAS TF32 math, GDN's
-//         TF32 kernels). Weights, optimiser state, the entropy model and
+//   bf16  f32 storage, products on BF16 tensor cores (operands rounded to
+//         bf16 = 8 significant bits, round to nearest even: within 4e-3
+//         relative each, f32 accumulation): the convolutions' implicit-GEMM
+//         engine and every cuBLAS product (cuda::gemm: bf16 copies of the
+//         operands into cublasGemmEx). GDN's tensor-core kernels, which
+//         have no BF16 variant, run as under tf32. Weights, optimiser state, the entropy model and
 //         losses stay f32. bf16 STORAGE of activations (half the bytes) is
 //         not implemented: tensors stay f32.
 // f64 tensors are never affected.
@@ -63,10 +64,11 @@ class Context {
 
   // Whether f32 GEMMs and convolutions on CUDA may use TF32 tensor-core math
   // (faster, ~1e-3 relative): precision() is tf32, or bf16, whose products
-  // without a BF16 kernel run as TF32. set_allow_tf32(b) is
+  // without a BF16 variant (GDN's tensor-core kernels) run as TF32. set_allow_tf32(b) is
   // set_precision(b ? tf32 : f32).
   bool allow_tf32() const { return precision_ != Precision::f32; }
-  // Whether kernels that have a BF16 tensor-core variant use it: precision() == bf16.
+  // Whether kernels that have a BF16 tensor-core variant (the convolution
+  // engine, cuda::gemm's f32 products) use it: precision() == bf16.
   bool bf16_products() const { return precision_ == Precision::bf16; }
   void set_allow_tf32(bool allow) { set_precision(allow ? Precision::tf32 : Precision::f32); }
 

@@ -1,5 +1,9 @@
 #include "plexus/cuda/blas.h"
 
+#include <type_traits>
+
+#include "../backend.h"
+#include "bf16_round.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -30,17 +34,68 @@ cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int ldc, long long sc, int batch) {
   return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
+
+// A bf16 copy (round to nearest even) of the `count` f32 values an operand
+// spans as stored, strides and gaps included, so the copy keeps the
+// original's leading dimension and batch stride. Device scratch from the
+// stream-ordered pool, released when the copy goes out of scope (after the
+// GEMM queued behind it: see device_memory::allocate). The allocation is
+// rounded up to 64 elements: cuBLAS's bf16 kernels load 8 elements (16
+// bytes) at a time and may load the whole vector that holds the last
+// element (compute-sanitizer caught a read past an exact-size copy whose
+// last row was shorter than its stride); those extra lanes are discarded.
+class Bf16Copy {
+ public:
+  Bf16Copy(const Context& ctx, const float* values, long long count)
+      : device_(ctx.device()),
+        data_(device_memory::allocate(static_cast<std::size_t>((count + 63) / 64 * 64) * 2, device_)) {
+    round_to_bf16(ctx, values, count, data_);
+  }
+  ~Bf16Copy() { device_memory::release(data_, device_); }
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
+  const void* data() const { return data_; }
+
+ private:
+  Device device_;
+  void* data_;
+};
+
+// Elements a row-major [rows, columns] matrix with row stride ld spans.
+long long matrix_span(int rows, int columns, int ld) { return static_cast<long long>(rows - 1) * ld + columns; }
 }  // namespace
+
+// Under bf16 products (Context::bf16_products) f32 operands are rounded to
+// bf16 copies and multiplied by cublasGemmEx with bf16 A and B, f32 C and f32
+// accumulation (CUBLAS_COMPUTE_32F): the BF16 tensor-core products of the
+// policy. CUBLAS_COMPUTE_32F_FAST_16BF on the f32 operands would only allow
+// them: measured on an H100 (cuBLAS 13.0) it ran TF32 or FP32 kernels and
+// never rounded to bf16 (tests/framework/cuda_gemm_test.cpp would fail).
+template <typename T>
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
+          const T* b, int ldb, T beta, T* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m]; a row-major
+  // row stride is the column-major leading dimension of the transpose.
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.bf16_products() && k > 0) {
+      const Bf16Copy a16(ctx, a, matrix_span(trans_a ? k : m, trans_a ? m : k, lda));
+      const Bf16Copy b16(ctx, b, matrix_span(trans_b ? n : k, trans_b ? k : n, ldb));
+      check_cublas(cublasGemmEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(), CUDA_R_16BF, ldb,
+                                a16.data(), CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (bf16 products)", __FILE__, __LINE__);
+      return;
+    }
+  }
+  check_cublas(gemm_call(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
+               "cublas gemm", __FILE__, __LINE__);
+}
 
 template <typename T>
 void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a,
           const T* b, T beta, T* c) {
-  if (m == 0 || n == 0) return;
-  // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m].
-  int lda = trans_a ? m : k;  // row-major leading dimension of A as stored
-  int ldb = trans_b ? k : n;
-  check_cublas(gemm_call(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, a, lda, &beta, c, n),
-               "cublas gemm", __FILE__, __LINE__);
+  gemm<T>(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 template <typename T>
@@ -48,13 +103,29 @@ void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m,
                           const T* a, long long stride_a, const T* b, long long stride_b, T beta, T* c,
                           long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  int lda = trans_a ? m : k;
+  int lda = trans_a ? m : k;  // row-major leading dimension of A as stored
   int ldb = trans_b ? k : n;
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.bf16_products() && k > 0) {
+      const Bf16Copy a16(ctx, a, (batch - 1) * stride_a + matrix_span(trans_a ? k : m, trans_a ? m : k, lda));
+      const Bf16Copy b16(ctx, b, (batch - 1) * stride_b + matrix_span(trans_b ? n : k, trans_b ? k : n, ldb));
+      check_cublas(cublasGemmStridedBatchedEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(),
+                                              CUDA_R_16BF, ldb, stride_b, a16.data(), CUDA_R_16BF, lda, stride_a,
+                                              &beta, c, CUDA_R_32F, n, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmStridedBatchedEx (bf16 products)", __FILE__, __LINE__);
+      return;
+    }
+  }
   check_cublas(batched_call(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, stride_b, a, lda,
                             stride_a, &beta, c, n, stride_c, batch),
                "cublas gemm strided batched", __FILE__, __LINE__);
 }
 
+template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, int, const float*, int,
+                          float, float*, int);
+template void gemm<double>(const Context&, bool, bool, int, int, int, double, const double*, int, const double*, int,
+                           double, double*, int);
 template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, const float*, float,
                           float*);
 template void gemm<double>(const Context&, bool, bool, int, int, int, double, const double*, const double*,
