@@ -58,7 +58,7 @@ class Conv2d : public Layer {
   // CUDA scratch, kept between calls (see scratch.h).
   Tensor columns_;       // [images per chunk, C*k*k, Ho*Wo]
   Tensor weight_grads_;  // [images per chunk, out, C*k*k]: per-image dW, summed into weight.grad
-  implicit_gemm::Scratch tensor_core_scratch_;  // the TF32 engine's packed weight and partial sums
+  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
 };
 
 void register_conv2d(Registry& registry);

@@ -4,10 +4,12 @@
 // accumulators: TF32 mma.sync m16n8k8 or, when the Context's precision is
 // bf16, BF16 m16n8k16 (Tf32Product, Bf16Product):
 //   forward          M = Co, N = batch*Ho*Wo output pixels, K = Ci*k*k taps;
-//                    A = the weight, B = input patches gathered on the fly.
+//                    A = the weight, B = input patches gathered on the fly
+//                    (from an NHWC copy of X when Ci >= kTapMajorChannels).
 //   backward_data    per phase (h mod s, w mod s): M = Ci, N = the phase's
 //                    pixels, K = Co * (the taps reaching that phase);
-//                    A = the weight re-packed per phase, B = gathered Y.
+//                    A = the weight re-packed per phase, B = gathered Y
+//                    (from an NHWC copy of Y when Co >= kTapMajorChannels).
 //   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
 //                    blocks; A = Y, B = input patches (from an NHWC copy of
 //                    X when Ci is a multiple of 128); partial sums reduced.
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "conv2d/channel_ops.h"
 #include "conv2d/implicit_gemm.h"
@@ -139,23 +142,34 @@ struct Bf16Product {
 };
 
 // A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
-// pipeline: BK per stage, STAGES-deep cp.async ring.
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_>
+// pipeline: BK per stage, STAGES-deep cp.async ring. BLOCKS: the blocks per
+// multiprocessor the registers are budgeted for (launch bounds; 1 lets a
+// thread use up to 255 registers, for warp tiles of 64x64).
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_, int BLOCKS_ = 2>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
-  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr int BK = BK_, STAGES = STAGES_, BLOCKS = BLOCKS_;
   static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
   static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
   static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
+  static_assert(BLOCKS == 1 || BLOCKS == 2, "one or two blocks per multiprocessor");
 };
 // Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
-// product), double-buffered so two blocks fit a multiprocessor (measured ~3%
-// faster than 16 per stage in a 3-deep ring on an H100); the weight
-// gradient keeps 16 per stage (its per-thread column tables would not fit
-// the registers at 32) in a 3-deep ring.
-using GatherTile = Tile<128, 128, 2, 4, 32, 2>;
+// product). FlatGatherTile (few source channels, NCHW, one table entry per
+// element) is double-buffered so two blocks fit a multiprocessor with its
+// tables (measured ~3% faster than 16 per stage in a 3-deep ring on an H100).
+// NhwcGatherTile (tap-major K from the NHWC copy) is 3-deep, two blocks still
+// fit (2 x 111 KiB): on an H100 the conv benchmark's 128-channel rows summed
+// to 10.13 ms with it, 10.47 ms 2-deep, 10.29 / 10.53 ms with 128x256 tiles
+// 3- / 2-deep (tools/conv-tile-sweep.sh). The weight gradient from NCHW
+// keeps 16 per stage (its per-thread column tables would not fit the
+// registers at 32) in a 3-deep ring.
+using FlatGatherTile = Tile<128, 128, 2, 4, 32, 2>;
+using NhwcGatherTile = Tile<128, 128, 2, 4, 32, 3>;
+template <bool tap_major>
+using GatherTile = std::conditional_t<tap_major, NhwcGatherTile, FlatGatherTile>;
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
 // no column tables, so it takes 32 per stage, 3-deep: the fastest of BK 16/32
@@ -163,21 +177,32 @@ using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // 64x64 and up 1.05x-1.09x faster backward than 16 x 3; 32 x 4 fits one block
 // per multiprocessor and is slower).
 using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
-static_assert(kTapAlign % GatherTile::BK == 0, "tap tables are whole stages");
+static_assert(kTapAlign % FlatGatherTile::BK == 0, "flat tap tables are whole stages");
+static_assert(NhwcGatherTile::BK % kTapAlign == 0, "tap-major K (taps x channel_pad) is a multiple of kTapAlign");
+
+// Floats of one pipeline stage of the gather GEMM's B tile: K-contiguous
+// [BN][KStride] when K is tap-major (pixels of the NHWC copy, 16 bytes per
+// copy), else N-contiguous [BK][BN + kColumnPad] (one element per copy).
+template <class T, bool tap_major>
+__host__ __device__ constexpr int gather_b_stage() {
+  return tap_major ? T::BN * T::KStride : T::BK * (T::BN + kColumnPad);
+}
 
 // The products of one pipeline stage: acc += A_tile B_tile over BK, in steps
 // of 8 * Product::kGroups.
 // A is [BM][KStride] (K contiguous). B is [BN][KStride] when
 // b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
 // m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
-// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g).
-template <class Product, class T, bool b_k_contiguous>
+// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g). b_ldmatrix (K-contiguous B
+// only): the b fragments of two n8 tiles come from one ldmatrix, like A's.
+template <class Product, class T, bool b_k_contiguous, bool b_ldmatrix = false>
 __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
                                       float (&acc)[T::MT][T::NT][4]) {
   const int g = lane >> 2, t = lane & 3;
   constexpr int kKStride = T::KStride, kGroups = Product::kGroups;
   static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
   static_assert(T::BK % (8 * kGroups) == 0, "a stage is whole product steps");
+  static_assert(!b_ldmatrix || (b_k_contiguous && T::NT % 2 == 0), "ldmatrix reads pairs of K-contiguous n8 tiles");
 #pragma unroll
   for (int k_step = 0; k_step < T::BK; k_step += 8 * kGroups) {
     unsigned a[T::MT][kGroups][4], b[T::NT][kGroups][2];
@@ -191,17 +216,33 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
       for (int mt = 0; mt < T::MT; ++mt)
         load_matrix_x4(a[mt][group], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
                                          4 * (quad >> 1));
+      if constexpr (b_ldmatrix) {
+        // Matrices (n8 tile nt | nt+1) x (k 0-3 | 4-7) give b[nt][0], b[nt][1],
+        // b[nt+1][0], b[nt+1][1] when lane l points at row l%8 of tile
+        // nt + l/16, k 4*((l/8)&1).
 #pragma unroll
-      for (int nt = 0; nt < T::NT; ++nt) {
-        if constexpr (b_k_contiguous) {
-          const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
-          b[nt][group][0] = __float_as_uint(p[0]);
-          b[nt][group][1] = __float_as_uint(p[4]);
-        } else {
-          constexpr int stride = T::BN + kColumnPad;
-          const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
-          b[nt][group][0] = __float_as_uint(p[0]);
-          b[nt][group][1] = __float_as_uint(p[4 * stride]);
+        for (int nt = 0; nt < T::NT; nt += 2) {
+          unsigned r[4];
+          load_matrix_x4(r, b_tile + (warp_n0 + (nt + (quad >> 1)) * 8 + (lane & 7)) * kKStride + k8 +
+                                4 * (quad & 1));
+          b[nt][group][0] = r[0];
+          b[nt][group][1] = r[1];
+          b[nt + 1][group][0] = r[2];
+          b[nt + 1][group][1] = r[3];
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < T::NT; ++nt) {
+          if constexpr (b_k_contiguous) {
+            const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4]);
+          } else {
+            constexpr int stride = T::BN + kColumnPad;
+            const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4 * stride]);
+          }
         }
       }
     }
@@ -223,10 +264,14 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 //                                 v*source_scale + source_col0 + tap_step*tj).
 // Its K index is tap-major when the source has >= kTapMajorChannels channels:
 // k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
-// rounded up to BK, so a stage of K is BK channels of one tap (one bounds
-// check per stage, one pointer step per element). With fewer channels
+// rounded up to BK, so a stage of K is BK channels of one tap. The source is
+// then read from an NHWC copy with channel_pad channels (zeros beyond the
+// real ones; nhwc_layout.h), where those BK channels of one pixel are
+// contiguous: a stage loads BK/4 aligned 16-byte chunks per pixel, with one
+// bounds check per pixel and no per-channel check. With fewer channels
 // (RGB images) padding them to BK would multiply the work, so K is flat:
-// k = (c*taps_h + ti)*taps_w + tj, with a per-k table.
+// k = (c*taps_h + ti)*taps_w + tj, with a per-k table, gathered one element
+// per copy from the NCHW source.
 struct GatherPart {
   int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
   int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
@@ -240,7 +285,7 @@ struct GatherPart {
 
 struct GatherParams {
   const float* a;       // packed weight
-  const float* source;  // [batch, source_channels, source_h, source_w]
+  const float* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad]; flat: NCHW
   const float* bias;    // [m_size] or null
   float* dest;          // [batch, m_size, dest_h, dest_w]
   int m_size;
@@ -261,7 +306,7 @@ struct GatherParams {
 // offset of tap k relative to the pixel's base and the tap's (row, column)
 // displacement for the bounds check, so the gather needs no division.
 template <class Product, class T, bool tap_major>
-__global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherParams params) {
+__global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const GatherParams params) {
   const GatherPart& part = params.parts[blockIdx.z % params.part_count];
   const int split = blockIdx.z / params.part_count;
   const int grid_plane = part.grid_h * part.grid_w;
@@ -274,14 +319,14 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   extern __shared__ __align__(16) float shared[];
   float* a_tiles = shared;                                        // kStages x [BM][kKStride]
-  float* b_tiles = a_tiles + kStages * T::BM * kKStride;          // kStages x [kTileK][BN + pad]
-  int2* taps = reinterpret_cast<int2*>(b_tiles + kStages * kTileK * (T::BN + kColumnPad));
-  constexpr int a_stage = T::BM * kKStride, b_stage = kTileK * (T::BN + kColumnPad);
+  constexpr int a_stage = T::BM * kKStride, b_stage = gather_b_stage<T, tap_major>();
+  float* b_tiles = a_tiles + kStages * a_stage;  // kStages x (tap-major: [BN][kKStride]; flat: [kTileK][BN + pad])
+  int2* taps = reinterpret_cast<int2*>(b_tiles + kStages * b_stage);
 
   const int source_plane = params.source_h * params.source_w;
   const int taps_per_channel = part.taps_h * part.taps_w;
   if constexpr (tap_major) {
-    // Entry t: the offset and displacement of tap t = ti*taps_w + tj.
+    // Entry t: the pixel offset and displacement of tap t = ti*taps_w + tj.
     for (int tap = tid; tap < taps_per_channel; tap += kThreads) {
       const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
       taps[tap] = make_int2(di * params.source_w + dj,
@@ -302,22 +347,40 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     taps[k] = entry;
   }
 
-  // B loads: this thread's column of the tile is fixed, so its pixel is decoded once.
+  // B loads. The pixels (tile columns) this thread loads are fixed, so they
+  // are decoded once. Tap-major: thread tid copies 16-byte chunk tid % chunks
+  // of the stage's BK channels for pixels tid / chunks + r * pixel_step
+  // (BK/4 neighbouring threads read one pixel's BK contiguous floats, and
+  // write one row of the tile: no bank conflicts). Flat: it copies column
+  // tid % BN for rows tid / BN + r * b_row_step.
+  constexpr int b_chunks = kTileK / 4, b_pixel_step = kThreads / b_chunks;
+  constexpr int b_pixels = tap_major ? T::BN / b_pixel_step : 1;
+  static_assert(!tap_major || T::BN % b_pixel_step == 0, "whole chunk passes over the tile's pixels");
   constexpr int b_row_step = kThreads / T::BN;
   constexpr int b_loads = kTileK / b_row_step;
-  const int b_column = tid % T::BN, b_row = tid / T::BN;
-  long long b_base = 0;
-  int row0 = -(1 << 24), col0 = 0;  // an invalid column fails every bounds check
-  {
-    const long long n = n0 + b_column;
+  const int b_chunk = tid % b_chunks;
+  const int b_column = tap_major ? tid / b_chunks : tid % T::BN, b_row = tid / T::BN;
+  // b_base: tap-major, the pixel's index in the batch's NHWC pixels (fits an
+  // int: supports() bounds batch * plane); flat, its NCHW element offset.
+  std::conditional_t<tap_major, int, long long> b_base[b_pixels];
+  int row0[b_pixels], col0[b_pixels];
+#pragma unroll
+  for (int r = 0; r < b_pixels; ++r) {
+    const long long n = n0 + b_column + r * b_pixel_step;
+    b_base[r] = 0;
+    row0[r] = -(1 << 24);  // an invalid column fails every bounds check
+    col0[r] = 0;
     if (n < n_size) {
       const int image = static_cast<int>(n / grid_plane);
       const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
       const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
-      row0 = u * params.source_scale + part.source_row0;
-      col0 = v * params.source_scale + part.source_col0;
-      b_base = static_cast<long long>(image) * params.source_channels * source_plane +
-               static_cast<long long>(row0) * params.source_w + col0;
+      row0[r] = u * params.source_scale + part.source_row0;
+      col0[r] = v * params.source_scale + part.source_col0;
+      const int pixel = row0[r] * params.source_w + col0[r];
+      if constexpr (tap_major)
+        b_base[r] = image * source_plane + pixel;
+      else
+        b_base[r] = static_cast<long long>(image) * params.source_channels * source_plane + pixel;
     }
   }
   const float* a_rows = params.a + part.a_offset + static_cast<long long>(m0) * part.k_stride;
@@ -333,21 +396,21 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     }
     float* b_tile = b_tiles + stage * b_stage;
     if constexpr (tap_major) {
-      // Stage k_tile is channels [c0, c0 + BK) of one tap.
+      // Stage k_tile is channels [c0, c0 + BK) of one tap: per pixel, BK
+      // contiguous floats of the NHWC copy (zeros past the real channels).
       const int tiles_per_tap = params.channel_pad / kTileK;
       const int tap = k_tile / tiles_per_tap;
-      const int c0 = (k_tile - tap * tiles_per_tap) * kTileK + b_row;
+      const int c0 = (k_tile - tap * tiles_per_tap) * kTileK;
       const int2 entry = taps[tap];
       const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
-      const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
-                          static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
-      const float* source = params.source + b_base + entry.x + static_cast<long long>(c0) * source_plane;
-      const long long step = static_cast<long long>(b_row_step) * source_plane;
+      const float* source = params.source + c0 + 4 * b_chunk;
 #pragma unroll
-      for (int r = 0; r < b_loads; ++r) {
-        const bool valid = inside && c0 + r * b_row_step < params.source_channels;
-        copy4_async(b_tile + (b_row + r * b_row_step) * (T::BN + kColumnPad) + b_column,
-                    valid ? source + r * step : params.source, valid);
+      for (int r = 0; r < b_pixels; ++r) {
+        const bool inside = static_cast<unsigned>(row0[r] + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0[r] + dj) < static_cast<unsigned>(params.source_w);
+        const long long offset = static_cast<long long>(b_base[r] + entry.x) * params.channel_pad;
+        copy16_async_zfill(b_tile + (b_column + r * b_pixel_step) * kKStride + 4 * b_chunk,
+                           inside ? source + offset : params.source, inside);
       }
     } else {
       // Flat K: one table entry per element.
@@ -356,10 +419,10 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
         const int k_local = b_row + r * b_row_step;
         const int2 entry = taps[k_tile * kTileK + k_local];
         const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
-        const bool inside = static_cast<unsigned>(row0 + di) < static_cast<unsigned>(params.source_h) &&
-                            static_cast<unsigned>(col0 + dj) < static_cast<unsigned>(params.source_w);
+        const bool inside = static_cast<unsigned>(row0[0] + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0[0] + dj) < static_cast<unsigned>(params.source_w);
         copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
-                    inside ? params.source + b_base + entry.x : params.source, inside);
+                    inside ? params.source + b_base[0] + entry.x : params.source, inside);
       }
     }
   };
@@ -392,8 +455,8 @@ __global__ void __launch_bounds__(kThreads, 2) gather_gemm_kernel(const GatherPa
     if (next < k_tiles) load_stage(next % kStages, k_first + next);
     commit_async();
     const int stage = k_tile % kStages;
-    multiply_stage<Product, T, false>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0, lane,
-                                      acc);
+    multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
+                                                     warp_n0, lane, acc);
   }
   wait_async<0>();
 
@@ -556,7 +619,7 @@ struct PixelCursor {
 // vector_a: Ho*Wo is a multiple of BK, so every tile of A is BK pixels of
 // one image, 16-byte aligned (k_per_split is a multiple of BK too).
 template <class Product, class T, bool vector_a, bool tap_major>
-__global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGradParams params) {
+__global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const WeightGradParams params) {
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   constexpr int kBStride = T::BN + kColumnPad;  // row stride of the N-contiguous B tile
   const int m_size = params.out_channels;
@@ -719,10 +782,11 @@ __global__ void __launch_bounds__(kThreads, 2) weight_grad_kernel(const WeightGr
 // ---------------------------------------------------------------------------
 // Host side.
 
-template <class T>
-std::size_t gather_shared_bytes(int max_k_stride) {
-  return sizeof(float) * (T::STAGES * T::BM * T::KStride + T::STAGES * T::BK * (T::BN + kColumnPad)) +
-         sizeof(int2) * static_cast<std::size_t>(max_k_stride);
+// The A and B rings plus a tap table of table_entries.
+template <class T, bool tap_major>
+std::size_t gather_shared_bytes(int table_entries) {
+  return sizeof(float) * T::STAGES * (T::BM * T::KStride + gather_b_stage<T, tap_major>()) +
+         sizeof(int2) * static_cast<std::size_t>(table_entries);
 }
 
 // A and B rings of weight_grad_kernel (B is N-contiguous when tap_major).
@@ -766,33 +830,42 @@ const float* pack_weight(const Context& ctx, const PackParams& pack, int part_co
   return packed;
 }
 
-// Launches gather_gemm_kernel with the given product (opting it into its
-// shared memory on first use).
-template <class Product>
-void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, std::size_t shared_bytes,
-                   bool tap_major) {
-  using T = GatherTile;
+// Launches gather_gemm_kernel with the given product and K order (opting it
+// into its shared memory on first use).
+template <class Product, bool tap_major>
+void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, std::size_t shared_bytes) {
+  using T = GatherTile<tap_major>;
   static const bool opted_in =
-      (allow_shared_bytes(gather_gemm_kernel<Product, T, true>, gather_shared_bytes<T>(kMaxTaps),
-                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
-       allow_shared_bytes(gather_gemm_kernel<Product, T, false>, gather_shared_bytes<T>(kMaxTaps),
+      (allow_shared_bytes(gather_gemm_kernel<Product, T, tap_major>, gather_shared_bytes<T, tap_major>(kMaxTaps),
                           "cudaFuncSetAttribute(gather_gemm_kernel)"),
        true);
   (void)opted_in;
-  if (tap_major)
-    gather_gemm_kernel<Product, T, true><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
-  else
-    gather_gemm_kernel<Product, T, false><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+  gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+}
+
+// The tap-major gather's source: an NHWC copy of the NCHW `source` [batch,
+// channels, height, width] with channel_pad channels (zeros past `channels`),
+// in `buffer`. nchw_to_nhwc_cuda takes at most 65535 images per call.
+const float* nhwc_source(const Context& ctx, const float* source, long long batch, long long channels,
+                         long long height, long long width, int channel_pad, Tensor& buffer) {
+  constexpr long long kImagesPerCopy = 65535;
+  float* nhwc = scratch_tensor(buffer, {batch, height, width, channel_pad}, DType::f32, ctx.device()).data<float>();
+  const long long plane = height * width;
+  for (long long first = 0; first < batch; first += kImagesPerCopy)
+    nchw_to_nhwc_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
+                      plane, channel_pad, nhwc + first * plane * channel_pad);
+  return nhwc;
 }
 
 // Runs the gather GEMM over params.part_count parts. When its blocks would
 // not fill the GPU once (small images, long K), K is split over up to 8x more
 // blocks whose partial sums reduce_splits_kernel adds (with the bias).
+// tap_major: params.channel_pad > 0 and params.source is the NHWC copy.
+template <bool tap_major>
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
-  using T = GatherTile;
+  using T = GatherTile<tap_major>;
   int max_k_stride = 0, max_table = 0;
   long long max_n_tiles = 0, blocks = 0;
-  const bool tap_major = params.channel_pad > 0;
   for (int p = 0; p < params.part_count; ++p) {
     const GatherPart& part = params.parts[p];
     max_table = std::max(max_table, tap_major ? part.taps_h * part.taps_w : part.k_stride);
@@ -802,7 +875,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
     blocks += n_tiles * ceil_div(params.m_size, T::BM);
   }
   if (max_n_tiles == 0) return;
-  const long long resident = 2LL * multiprocessor_count(ctx);  // 2 blocks per multiprocessor fit
+  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
   const long long k_tiles = max_k_stride / T::BK;
   params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
@@ -812,11 +885,11 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
   const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
                   static_cast<unsigned>(params.part_count * params.splits));
-  const std::size_t shared_bytes = gather_shared_bytes<T>(max_table);
+  const std::size_t shared_bytes = gather_shared_bytes<T, tap_major>(max_table);
   if (ctx.bf16_products())
-    launch_gather<Bf16Product>(ctx, params, grid, shared_bytes, tap_major);
+    launch_gather<Bf16Product, tap_major>(ctx, params, grid, shared_bytes);
   else
-    launch_gather<Tf32Product>(ctx, params, grid, shared_bytes, tap_major);
+    launch_gather<Tf32Product, tap_major>(ctx, params, grid, shared_bytes);
   cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
@@ -825,6 +898,16 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
     cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
   }
 }
+
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
+  if (params.channel_pad > 0)
+    run_gather<true>(ctx, params, partial_sums);
+  else
+    run_gather<false>(ctx, params, partial_sums);
+}
+
+// Rows of the gather's tile of C (the packed weight's M padding) for each K order.
+int gather_tile_rows(bool tap_major) { return tap_major ? NhwcGatherTile::BM : FlatGatherTile::BM; }
 
 // Launches weight_grad_kernel with the given product and loads, on tile T
 // (opting it into its shared memory on first use).
@@ -856,9 +939,9 @@ void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams&
   const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
   const long long tiles = ceil_div(m_size, T::BM) * ceil_div(n_size, T::BN);
   const long long k_tiles = ceil_div(k_size, kTileK);
-  // Split the pixel sum so that the blocks fill the GPU once (2 resident per
-  // multiprocessor), keeping at least 8 stages of work per block.
-  const long long resident = 2LL * multiprocessor_count(ctx);
+  // Split the pixel sum so that the blocks fill the GPU once (T::BLOCKS
+  // resident per multiprocessor), keeping at least 8 stages of work per block.
+  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
   const long long splits = std::max(1LL, std::min(resident / std::max(tiles, 1LL), k_tiles / 8));
   const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
   const long long used_splits = ceil_div(k_size, k_per_split);
@@ -884,11 +967,11 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
   const bool tap_major = p.in_channels >= kTapMajorChannels;
-  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, GatherTile::BK)) : 0;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, NhwcGatherTile::BK)) : 0;
   const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
                                                 : p.in_channels * p.kernel * p.kernel);
   const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
-  const int m_pad = static_cast<int>(round_up(p.out_channels, GatherTile::BM));
+  const int m_pad = static_cast<int>(round_up(p.out_channels, gather_tile_rows(tap_major)));
 
   PackParams pack{};
   pack.weight = weight;
@@ -909,7 +992,9 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
 
   GatherParams params{};
   params.a = a;
-  params.source = x;
+  params.source = tap_major ? nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, channel_pad,
+                                          scratch.forward_source)
+                            : x;
   params.bias = bias;
   params.dest = y;
   params.m_size = static_cast<int>(p.out_channels);
@@ -940,7 +1025,9 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
                    const float* bias, float* x, Scratch& scratch) {
   if (p.batch == 0) return;
   const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
-  const int m_pad = static_cast<int>(round_up(p.in_channels, GatherTile::BM));
+  const bool tap_major = p.out_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, NhwcGatherTile::BK)) : 0;
+  const int m_pad = static_cast<int>(round_up(p.in_channels, gather_tile_rows(tap_major)));
 
   PackParams pack{};
   pack.weight = weight;
@@ -950,13 +1037,10 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   pack.kernel = k;
   pack.stride = s;
   pack.transpose = true;
-  const bool tap_major = p.out_channels >= kTapMajorChannels;
-  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, GatherTile::BK)) : 0;
   pack.channels = static_cast<int>(p.out_channels);
   pack.channel_pad = channel_pad;
 
   GatherParams params{};
-  params.source = y;
   params.bias = bias;
   params.dest = x;
   params.m_size = static_cast<int>(p.in_channels);
@@ -1005,6 +1089,9 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   PackParams filled;
   params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, scratch.backward_data_weight, filled);
   params.part_count = part_count;
+  params.source = tap_major ? nhwc_source(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, channel_pad,
+                                          scratch.backward_data_source)
+                            : y;
   run_gather(ctx, params, scratch.backward_data_sums);
 }
 
@@ -1028,17 +1115,8 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
     return;
   }
   // Tap-major: B from an NHWC copy of x, made here on every call (x may differ between calls).
-  const std::int64_t plane = p.height * p.width;
-  float* x_nhwc = scratch_tensor(scratch.weight_source_nhwc, {p.batch, plane, p.in_channels}, DType::f32,
-                                 ctx.device())
-                      .data<float>();
-  constexpr std::int64_t kMaxCopyBatch = 65535;  // nchw_to_nhwc_cuda's limit (one grid row per image)
-  for (std::int64_t first = 0; first < p.batch; first += kMaxCopyBatch) {
-    const std::int64_t offset = first * p.in_channels * plane;
-    nchw_to_nhwc_cuda(ctx, x + offset, std::min(kMaxCopyBatch, p.batch - first), p.in_channels, plane,
-                      p.in_channels, x_nhwc + offset);
-  }
-  params.x_nhwc = x_nhwc;
+  params.x_nhwc = nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, static_cast<int>(p.in_channels),
+                              scratch.weight_source);
   run_weight_grad<WeightGradNhwcTile, true>(ctx, p, params, weight_grad, scratch.weight_sums);
 }
 

@@ -12,9 +12,16 @@
 // backward_weight with X and Y exchanged), so both layers share this engine.
 //
 // No column matrix is materialised: each thread block gathers its tile of the
-// patch matrix straight from the NCHW tensor into shared memory (cp.async,
+// patch matrix straight from the source tensor into shared memory (cp.async,
 // zero-filled outside the image), multi-buffered so loads overlap the
-// products. backward_data runs one GEMM per output phase (h mod s, w mod s),
+// products. Tensors are NCHW at this API; when the gathered source (X in
+// forward, Y in backward_data) has >= kTapMajorChannels channels, the pass
+// first copies it to NHWC (channels padded with zeros to a whole stage), so
+// that the channels of one pixel are contiguous and a tile is gathered 16
+// bytes per copy instead of 4 (in NCHW they lie H*W apart, and one copy per
+// element made the gather, not the products, bound the kernel); the copy
+// costs one read and one write of the source per pass.
+// backward_data runs one GEMM per output phase (h mod s, w mod s),
 // where only every s-th kernel tap contributes, so no product is spent on the
 // zeros a strided transpose would insert. backward_weight splits the long
 // pixel sum over blocks and reduces the partial sums deterministically (as do
@@ -41,7 +48,8 @@ namespace plexus::layers::implicit_gemm {
 inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipeline stages
 inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
 inline constexpr int kMaxTaps = 7168;    // entries of one tap table (8 bytes each in shared memory)
-// Sources with at least this many channels use a tap-major K (implicit_gemm.cu).
+// Sources with at least this many channels use a tap-major K, gathered from an
+// NHWC copy (implicit_gemm.cu).
 inline constexpr int kTapMajorChannels = 32;
 inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
 
@@ -60,16 +68,19 @@ struct ConvProblem {
   std::int64_t padding = 0;
 };
 
-// Buffers the engine keeps between calls (packed weights, split-K partial
-// sums, an NHWC copy); allocated on first use, reused while shapes stay the same.
-// One buffer per pass, so a layer alternating passes never reallocates.
+// Buffers the engine keeps between calls (packed weights, NHWC copies of
+// the gathered source and of the weight gradient's input, split-K partial
+// sums); allocated on first use, reused while shapes stay the same. One
+// buffer per pass, so a layer alternating passes never reallocates.
 struct Scratch {
   Tensor forward_weight;        // the weight packed for forward
+  Tensor forward_source;        // forward's NHWC copy of X (tap-major K only)
   Tensor forward_sums;          // forward's split-K partial sums
   Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
+  Tensor backward_data_source;  // backward_data's NHWC copy of Y (tap-major K only)
   Tensor backward_data_sums;    // backward_data's split-K partial sums
   Tensor weight_sums;           // backward_weight's split-K partial sums
-  Tensor weight_source_nhwc;    // backward_weight's NHWC copy of x (tap-major: Ci a multiple of 128)
+  Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

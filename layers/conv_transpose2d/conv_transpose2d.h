@@ -68,7 +68,7 @@ class ConvTranspose2d : public Layer {
   // CUDA scratch, kept between calls (see conv2d/scratch.h).
   Tensor columns_;       // [images per chunk, out*k*k, H*W]
   Tensor weight_grads_;  // [images per chunk, C, out*k*k]: per-image dW, summed into weight.grad
-  implicit_gemm::Scratch tensor_core_scratch_;  // the TF32 engine's packed weight and partial sums
+  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
 };
 
 void register_conv_transpose2d(Registry& registry);

@@ -241,11 +241,13 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
 // not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
 // stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
 // split K (small images, long K), tap-major K (>= 32 source channels, not a
-// multiple of 32: 36, 40, 130), the weight gradient's tap-major K read from
-// NHWC (128 and 256 input channels: stride 1 and 2, a stage straddling
-// images and the end of the pixels, 16x16 images where every tile of Y is
-// whole and the pixel sum is split), and the passes with <= 16 rows that go
-// to im2col + cuBLAS next to the engine's (3 and 5 output channels).
+// multiple of 32: 33 to 130, gathered from the zero-padded NHWC copy; at
+// strides 1 to 4, batch 1, and 128-pixel tiles spanning several images), the
+// weight gradient's tap-major K read from NHWC (128 and 256 input channels:
+// stride 1 and 2, a stage straddling images and the end of the pixels, 16x16
+// images where every tile of Y is whole and the pixel sum is split), and the
+// passes with <= 16 rows that go to im2col + cuBLAS next to the engine's (3
+// and 5 output channels).
 std::vector<Case> tensor_core_cases() {
   return {
       {{{"out_channels", 5}, {"kernel", 3}, {"padding", 1}}, {1, 3, 7, 9}},
@@ -261,6 +263,9 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 20}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 6}},
       {{{"out_channels", 20}, {"kernel", 3}, {"padding", 1}}, {2, 128, 16, 16}},
       {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {1, 256, 9, 7}},
+      {{{"out_channels", 33}, {"kernel", 3}, {"stride", 3}, {"padding", 1}}, {1, 45, 13, 11}},
+      {{{"out_channels", 50}, {"kernel", 4}, {"stride", 4}, {"padding", 1}}, {1, 33, 23, 17}},
+      {{{"out_channels", 34}, {"kernel", 3}, {"padding", 1}}, {5, 35, 5, 7}},
   };
 }
 
