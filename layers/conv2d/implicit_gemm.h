@@ -49,7 +49,7 @@ inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipel
 inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
 inline constexpr int kMaxTaps = 7168;    // entries of one tap table (8 bytes each in shared memory)
 // Sources with at least this many channels use a tap-major K, gathered from an
-// NHWC copy (implicit_gemm.cu).
+// NHWC copy (implicit_gemm_gather.cu).
 inline constexpr int kTapMajorChannels = 32;
 inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
 

@@ -2,13 +2,14 @@
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
 #   bash tools/bench/wgrad-variants.sh [BK,STAGES ...]      (default: 16,3 16,4 32,3 32,4)
 # Tunes the tap-major weight gradient of the implicit-GEMM engine: for each
-# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm.cu) it
+# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh) it
 # rebuilds plexus-bench with that tile and times the 128->128 convolution
 # rows (whole backward: NHWC copy, weight gradient and input gradient) at
 # tf32 and bf16, then prints one table of backward milliseconds. With
-# BASELINE_SOURCE=FILE, an implicit_gemm.cu to compare against (e.g. the
-# previous version, `git show HEAD~1:layers/conv2d/implicit_gemm.cu`) gets a
-# row too. The source is edited in place and restored on exit. Logs go to
+# BASELINE_SOURCE=FILE, an implicit_gemm_weight_grad.cu to compare against
+# (e.g. the previous version, `git show
+# HEAD~1:layers/conv2d/implicit_gemm_weight_grad.cu`) gets a row too. The
+# sources are edited in place and restored on exit. Logs go to
 # $OUT/variants (default bench-logs/variants); the build to $BUILD (default build-gpu).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,13 +17,15 @@ out=${OUT:-bench-logs}/variants
 mkdir -p "$out"
 build=${BUILD:-build-gpu}
 only=${ONLY:-128->128}
-source_file=layers/conv2d/implicit_gemm.cu
+source_file=layers/conv2d/implicit_gemm_common.cuh
+kernel_file=layers/conv2d/implicit_gemm_weight_grad.cu
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(16,3 16,4 32,3 32,4)
 
-backup=$(mktemp)
+backup=$(mktemp) kernel_backup=$(mktemp)
 cp "$source_file" "$backup"
-trap 'cp "$backup" "$source_file"; rm -f "$backup"' EXIT
+cp "$kernel_file" "$kernel_backup"
+trap 'cp "$backup" "$source_file"; cp "$kernel_backup" "$kernel_file"; rm -f "$backup" "$kernel_backup"' EXIT
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1
 
@@ -42,8 +45,9 @@ bench_variant() {
 
 names=()
 if [ -n "${BASELINE_SOURCE:-}" ]; then
-  cp "$BASELINE_SOURCE" "$source_file"
+  cp "$BASELINE_SOURCE" "$kernel_file"
   bench_variant baseline
+  cp "$kernel_backup" "$kernel_file"
   names+=(baseline)
 fi
 for variant in "${variants[@]}"; do

@@ -1,0 +1,287 @@
+#pragma once
+// The implicit-GEMM convolution engine's shared device pieces (mappings and
+// formulas in implicit_gemm.h); implicit_gemm_gather.cu and
+// implicit_gemm_weight_grad.cu hold its kernels and host code.
+//
+// Every pass is a GEMM C[M, N] = A[M, K] B[K, N] on tensor cores, f32
+// accumulators: TF32 mma.sync m16n8k8 or, when the Context's precision is
+// bf16, BF16 m16n8k16 (Tf32Product, Bf16Product):
+//   forward          M = Co, N = batch*Ho*Wo output pixels, K = Ci*k*k taps;
+//                    A = the weight, B = input patches gathered on the fly
+//                    (from an NHWC copy of X when Ci >= kTapMajorChannels).
+//   backward_data    per phase (h mod s, w mod s): M = Ci, N = the phase's
+//                    pixels, K = Co * (the taps reaching that phase);
+//                    A = the weight re-packed per phase, B = gathered Y
+//                    (from an NHWC copy of Y when Co >= kTapMajorChannels).
+//   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
+//                    blocks; A = Y, B = input patches (from an NHWC copy of
+//                    X when Ci is a multiple of 128); partial sums reduced.
+// A thread block computes a BM x BN tile of C, walking K in stages of BK
+// through a STAGES-deep cp.async ring in shared memory (see Tile); each of its
+// 8 warps owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
+// When the tiles of C would not fill the GPU once, K is also split over
+// blocks and the partial sums are added in a fixed order (deterministic).
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "conv2d/implicit_gemm.h"
+#include "conv2d/nhwc_layout.h"
+#include "conv2d/scratch.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+
+// Internal to the engine's two .cu files.
+namespace plexus::layers::implicit_gemm::detail {
+
+constexpr int kThreads = 256;  // 8 warps per block
+// A K-contiguous tile is [rows][BK + 4]: a row stride of 20 or 36 words puts
+// the 32 fragment reads of a warp (rows g, columns t) in 32 different banks.
+// An N-contiguous tile is [BK][BN + 8]: a stride of 8 (mod 32) words does the same.
+constexpr int kColumnPad = 8;
+// A tap row offset that no bounds check accepts (images are at most kMaxExtent high and wide).
+constexpr int kInvalidTap = 1 << 14;
+static_assert(kInvalidTap > kMaxExtent + 64, "an invalid tap must fail every bounds check");
+
+inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
+
+__device__ inline unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// 4-byte asynchronous copy global -> shared; when !valid it writes 0 and reads nothing.
+__device__ inline void copy4_async(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(destination)),
+               "l"(source), "r"(valid ? 4 : 0));
+}
+
+// 16-byte asynchronous copy (both addresses 16-byte aligned), bypassing L1.
+__device__ inline void copy16_async(float* destination, const float* source) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(destination)), "l"(source));
+}
+
+// 16-byte asynchronous copy; when !valid it writes zeros and reads nothing.
+__device__ inline void copy16_async_zfill(float* destination, const float* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ inline void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ inline void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// Four 8x4 f32 matrices from shared memory in one instruction (ldmatrix
+// reads them as 8x8 b16): lane l gives the address of row l%8 of matrix l/8
+// and receives, from each matrix q, the f32 at (row lane/4, column lane%4).
+__device__ inline void load_matrix_x4(unsigned (&r)[4], const float* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row_address)));
+}
+
+// d += a b for one 16x8x8 tile. a and b hold f32 bit patterns; the tensor core
+// reads them as TF32 (the low 13 mantissa bits are dropped).
+__device__ inline void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += a b for one 16x8x16 tile of bf16 operands (two per register, the
+// lower k in the low half), f32 accumulation.
+__device__ inline void mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two f32 (bit patterns) rounded to bf16, nearest even, packed: low in bits 0-15.
+__device__ inline unsigned pack_bf16x2(unsigned low, unsigned high) {
+  unsigned packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(__uint_as_float(high)), "f"(__uint_as_float(low)));
+  return packed;
+}
+
+// The tensor-core product the engine runs, chosen by the Context's precision.
+// Both consume the same fragments, read from the same f32 tiles in shared
+// memory: kGroups m16n8k8 TF32 fragment sets, set i at k offset 8i of the
+// step (a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g),
+// B(t+4, g); g = lane/4, t = lane%4).
+//
+// Tf32Product: one m16n8k8 TF32 mma per fragment set.
+struct Tf32Product {
+  static constexpr int kGroups = 1;
+  __device__ static void multiply(float (&d)[4], const unsigned (&a)[1][4], const unsigned (&b)[1][2]) {
+    mma_tf32(d, a[0], b[0]);
+  }
+};
+
+// Bf16Product: one m16n8k16 BF16 mma over both sets, operands rounded to bf16
+// here, as the fragments are formed. The mma wants thread t to hold k = 2t,
+// 2t+1 (and 2t+8, 2t+9) of its rows and columns; it holds k = t, t+4 (and
+// t+8, t+12) instead. A sum over k does not depend on the order of its terms,
+// so the mma's k 2t, 2t+1, 2t+8, 2t+9 are taken to mean the tile's k t, t+4,
+// t+8, t+12 in A and in B alike: the product is the same, with no shuffle.
+struct Bf16Product {
+  static constexpr int kGroups = 2;
+  __device__ static void multiply(float (&d)[4], const unsigned (&a)[2][4], const unsigned (&b)[2][2]) {
+    const unsigned a16[4] = {pack_bf16x2(a[0][0], a[0][2]), pack_bf16x2(a[0][1], a[0][3]),
+                             pack_bf16x2(a[1][0], a[1][2]), pack_bf16x2(a[1][1], a[1][3])};
+    const unsigned b16[2] = {pack_bf16x2(b[0][0], b[0][1]), pack_bf16x2(b[1][0], b[1][1])};
+    mma_bf16(d, a16, b16);
+  }
+};
+
+// A block's tile of C (BM x BN, 8 warps of WARPS_M x WARPS_N) and its K
+// pipeline: BK per stage, STAGES-deep cp.async ring. BLOCKS: the blocks per
+// multiprocessor the registers are budgeted for (launch bounds; 1 lets a
+// thread use up to 255 registers, for warp tiles of 64x64).
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_, int BLOCKS_ = 2>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int BK = BK_, STAGES = STAGES_, BLOCKS = BLOCKS_;
+  static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
+  static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
+  static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
+  static_assert(BLOCKS == 1 || BLOCKS == 2, "one or two blocks per multiprocessor");
+};
+// Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
+// product). FlatGatherTile (few source channels, NCHW, one table entry per
+// element) is double-buffered so two blocks fit a multiprocessor with its
+// tables (measured ~3% faster than 16 per stage in a 3-deep ring on an H100).
+// NhwcGatherTile (tap-major K from the NHWC copy) is 3-deep, two blocks still
+// fit (2 x 111 KiB): on an H100 the conv benchmark's 128-channel rows summed
+// to 10.13 ms with it, 10.47 ms 2-deep, 10.29 / 10.53 ms with 128x256 tiles
+// 3- / 2-deep (tools/conv-tile-sweep.sh). The weight gradient from NCHW
+// keeps 16 per stage (its per-thread column tables would not fit the
+// registers at 32) in a 3-deep ring.
+using FlatGatherTile = Tile<128, 128, 2, 4, 32, 2>;
+using NhwcGatherTile = Tile<128, 128, 2, 4, 32, 3>;
+template <bool tap_major>
+using GatherTile = std::conditional_t<tap_major, NhwcGatherTile, FlatGatherTile>;
+using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
+// The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
+// no column tables, so it takes 32 per stage, 3-deep: the fastest of BK 16/32
+// x 3/4 stages on an H100 (tools/bench/wgrad-variants.sh; 128->128 layers at
+// 64x64 and up 1.05x-1.09x faster backward than 16 x 3; 32 x 4 fits one block
+// per multiprocessor and is slower).
+using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
+static_assert(kTapAlign % FlatGatherTile::BK == 0, "flat tap tables are whole stages");
+static_assert(NhwcGatherTile::BK % kTapAlign == 0, "tap-major K (taps x channel_pad) is a multiple of kTapAlign");
+
+// Floats of one pipeline stage of the gather GEMM's B tile: K-contiguous
+// [BN][KStride] when K is tap-major (pixels of the NHWC copy, 16 bytes per
+// copy), else N-contiguous [BK][BN + kColumnPad] (one element per copy).
+template <class T, bool tap_major>
+__host__ __device__ constexpr int gather_b_stage() {
+  return tap_major ? T::BN * T::KStride : T::BK * (T::BN + kColumnPad);
+}
+
+// The products of one pipeline stage: acc += A_tile B_tile over BK, in steps
+// of 8 * Product::kGroups.
+// A is [BM][KStride] (K contiguous). B is [BN][KStride] when
+// b_k_contiguous, else [BK][BN + kColumnPad]. Fragment layouts of
+// m16n8k8 (g = lane/4, t = lane%4): a = A(g, t), A(g+8, t), A(g, t+4),
+// A(g+8, t+4); b = B(k=t, n=g), B(k=t+4, n=g). b_ldmatrix (K-contiguous B
+// only): the b fragments of two n8 tiles come from one ldmatrix, like A's.
+template <class Product, class T, bool b_k_contiguous, bool b_ldmatrix = false>
+__device__ inline void multiply_stage(const float* a_tile, const float* b_tile, int warp_m0, int warp_n0, int lane,
+                                      float (&acc)[T::MT][T::NT][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  constexpr int kKStride = T::KStride, kGroups = Product::kGroups;
+  static_assert(T::KStride % 4 == 0, "ldmatrix rows are 16-byte aligned");
+  static_assert(T::BK % (8 * kGroups) == 0, "a stage is whole product steps");
+  static_assert(!b_ldmatrix || (b_k_contiguous && T::NT % 2 == 0), "ldmatrix reads pairs of K-contiguous n8 tiles");
+#pragma unroll
+  for (int k_step = 0; k_step < T::BK; k_step += 8 * kGroups) {
+    unsigned a[T::MT][kGroups][4], b[T::NT][kGroups][2];
+#pragma unroll
+    for (int group = 0; group < kGroups; ++group) {
+      const int k8 = k_step + 8 * group;
+      // A fragments by ldmatrix: matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7) give
+      // a0..a3 in order when lane l points at row l%8 + 8*((l/8)&1), k 4*(l/16).
+      const int quad = lane >> 3;
+#pragma unroll
+      for (int mt = 0; mt < T::MT; ++mt)
+        load_matrix_x4(a[mt][group], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
+                                         4 * (quad >> 1));
+      if constexpr (b_ldmatrix) {
+        // Matrices (n8 tile nt | nt+1) x (k 0-3 | 4-7) give b[nt][0], b[nt][1],
+        // b[nt+1][0], b[nt+1][1] when lane l points at row l%8 of tile
+        // nt + l/16, k 4*((l/8)&1).
+#pragma unroll
+        for (int nt = 0; nt < T::NT; nt += 2) {
+          unsigned r[4];
+          load_matrix_x4(r, b_tile + (warp_n0 + (nt + (quad >> 1)) * 8 + (lane & 7)) * kKStride + k8 +
+                                4 * (quad & 1));
+          b[nt][group][0] = r[0];
+          b[nt][group][1] = r[1];
+          b[nt + 1][group][0] = r[2];
+          b[nt + 1][group][1] = r[3];
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < T::NT; ++nt) {
+          if constexpr (b_k_contiguous) {
+            const float* p = b_tile + (warp_n0 + nt * 8 + g) * kKStride + k8 + t;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4]);
+          } else {
+            constexpr int stride = T::BN + kColumnPad;
+            const float* p = b_tile + (k8 + t) * stride + warp_n0 + nt * 8 + g;
+            b[nt][group][0] = __float_as_uint(p[0]);
+            b[nt][group][1] = __float_as_uint(p[4 * stride]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// Host helpers shared by both passes' launchers.
+
+// Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel).
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, std::size_t bytes, const char* name) {
+  cuda::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                   name, __FILE__, __LINE__);
+}
+
+inline int multiprocessor_count(const Context& ctx) {
+  int count = 0;
+  cuda::check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, cuda::resources(ctx).device),
+                   "cudaDeviceGetAttribute(multiprocessors)", __FILE__, __LINE__);
+  return std::max(count, 1);
+}
+
+// The tap-major gathers' source: an NHWC copy of the NCHW `source` [batch,
+// channels, height, width] with channel_pad channels (zeros past `channels`),
+// in `buffer`. nchw_to_nhwc_cuda takes at most 65535 images per call.
+inline const float* nhwc_source(const Context& ctx, const float* source, long long batch, long long channels,
+                                long long height, long long width, int channel_pad, Tensor& buffer) {
+  constexpr long long kImagesPerCopy = 65535;
+  float* nhwc = scratch_tensor(buffer, {batch, height, width, channel_pad}, DType::f32, ctx.device()).data<float>();
+  const long long plane = height * width;
+  for (long long first = 0; first < batch; first += kImagesPerCopy)
+    nchw_to_nhwc_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
+                      plane, channel_pad, nhwc + first * plane * channel_pad);
+  return nhwc;
+}
+
+}  // namespace plexus::layers::implicit_gemm::detail

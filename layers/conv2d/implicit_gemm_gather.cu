@@ -1,0 +1,550 @@
+// The implicit-GEMM engine's forward and backward_data: C = packed weight x
+// gathered source pixels (mappings in implicit_gemm.h, the shared tiles and
+// products in implicit_gemm_common.cuh).
+#include <algorithm>
+#include <cstdint>
+
+#include "conv2d/implicit_gemm_common.cuh"
+
+namespace plexus::layers::implicit_gemm {
+
+namespace {
+
+using namespace detail;
+
+// One GEMM of a gather launch (forward: the only one; backward_data: one per
+// phase). Its N index walks the points (u, v) of a grid_h x grid_w
+// sub-grid of each destination image:
+//   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
+//   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
+//                                 v*source_scale + source_col0 + tap_step*tj).
+// Its K index is tap-major when the source has >= kTapMajorChannels channels:
+// k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
+// rounded up to BK, so a stage of K is BK channels of one tap. The source is
+// then read from an NHWC copy with channel_pad channels (zeros beyond the
+// real ones; nhwc_layout.h), where those BK channels of one pixel are
+// contiguous: a stage loads BK/4 aligned 16-byte chunks per pixel, with one
+// bounds check per pixel and no per-channel check. With fewer channels
+// (RGB images) padding them to BK would multiply the work, so K is flat:
+// k = (c*taps_h + ti)*taps_w + tj, with a per-k table, gathered one element
+// per copy from the NCHW source.
+struct GatherPart {
+  int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
+  int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
+  int taps_h, taps_w;
+  int tap_step;  // +1 (forward) or -1 (backward_data)
+  int grid_h, grid_w;
+  int source_row0, source_col0;
+  int dest_row0, dest_col0;
+  long long a_offset;  // this part's A [m_pad][k_stride] within GatherParams::a
+};
+
+struct GatherParams {
+  const float* a;       // packed weight
+  const float* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad]; flat: NCHW
+  const float* bias;    // [m_size] or null
+  float* dest;          // [batch, m_size, dest_h, dest_w]
+  int m_size;
+  int batch;
+  int source_channels, source_h, source_w;
+  int dest_h, dest_w;
+  int source_scale, dest_scale;
+  int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
+  int part_count;
+  int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
+  float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
+  long long dest_size;  // batch * m_size * dest_h * dest_w
+  GatherPart parts[kMaxPhases];
+};
+
+// grid = (N tiles of the largest part, M tiles, parts x K splits). Each block first
+// writes its part's tap table to shared memory: entry k holds the source
+// offset of tap k relative to the pixel's base and the tap's (row, column)
+// displacement for the bounds check, so the gather needs no division.
+template <class Product, class T, bool tap_major>
+__global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const GatherParams params) {
+  const GatherPart& part = params.parts[blockIdx.z % params.part_count];
+  const int split = blockIdx.z / params.part_count;
+  const int grid_plane = part.grid_h * part.grid_w;
+  const long long n_size = static_cast<long long>(params.batch) * grid_plane;
+  const long long n0 = static_cast<long long>(blockIdx.x) * T::BN;
+  if (n0 >= n_size) return;  // the whole block: this part has fewer tiles than the largest
+  const int m0 = blockIdx.y * T::BM;
+  const int tid = threadIdx.x;
+
+  constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
+  extern __shared__ __align__(16) float shared[];
+  float* a_tiles = shared;                                        // kStages x [BM][kKStride]
+  constexpr int a_stage = T::BM * kKStride, b_stage = gather_b_stage<T, tap_major>();
+  float* b_tiles = a_tiles + kStages * a_stage;  // kStages x (tap-major: [BN][kKStride]; flat: [kTileK][BN + pad])
+  int2* taps = reinterpret_cast<int2*>(b_tiles + kStages * b_stage);
+
+  const int source_plane = params.source_h * params.source_w;
+  const int taps_per_channel = part.taps_h * part.taps_w;
+  if constexpr (tap_major) {
+    // Entry t: the pixel offset and displacement of tap t = ti*taps_w + tj.
+    for (int tap = tid; tap < taps_per_channel; tap += kThreads) {
+      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+      taps[tap] = make_int2(di * params.source_w + dj,
+                            static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu)));
+    }
+  }
+  for (int k = tid; !tap_major && k < part.k_stride; k += kThreads) {
+    int2 entry;
+    if (k < part.k_size) {
+      const int channel = k / taps_per_channel, tap = k - channel * taps_per_channel;
+      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+      entry.x = channel * source_plane + di * params.source_w + dj;
+      entry.y = static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu));
+    } else {
+      entry.x = 0;
+      entry.y = static_cast<int>(static_cast<unsigned>(kInvalidTap) << 16);
+    }
+    taps[k] = entry;
+  }
+
+  // B loads. The pixels (tile columns) this thread loads are fixed, so they
+  // are decoded once. Tap-major: thread tid copies 16-byte chunk tid % chunks
+  // of the stage's BK channels for pixels tid / chunks + r * pixel_step
+  // (BK/4 neighbouring threads read one pixel's BK contiguous floats, and
+  // write one row of the tile: no bank conflicts). Flat: it copies column
+  // tid % BN for rows tid / BN + r * b_row_step.
+  constexpr int b_chunks = kTileK / 4, b_pixel_step = kThreads / b_chunks;
+  constexpr int b_pixels = tap_major ? T::BN / b_pixel_step : 1;
+  static_assert(!tap_major || T::BN % b_pixel_step == 0, "whole chunk passes over the tile's pixels");
+  constexpr int b_row_step = kThreads / T::BN;
+  constexpr int b_loads = kTileK / b_row_step;
+  const int b_chunk = tid % b_chunks;
+  const int b_column = tap_major ? tid / b_chunks : tid % T::BN, b_row = tid / T::BN;
+  // b_base: tap-major, the pixel's index in the batch's NHWC pixels (fits an
+  // int: supports() bounds batch * plane); flat, its NCHW element offset.
+  std::conditional_t<tap_major, int, long long> b_base[b_pixels];
+  int row0[b_pixels], col0[b_pixels];
+#pragma unroll
+  for (int r = 0; r < b_pixels; ++r) {
+    const long long n = n0 + b_column + r * b_pixel_step;
+    b_base[r] = 0;
+    row0[r] = -(1 << 24);  // an invalid column fails every bounds check
+    col0[r] = 0;
+    if (n < n_size) {
+      const int image = static_cast<int>(n / grid_plane);
+      const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
+      const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
+      row0[r] = u * params.source_scale + part.source_row0;
+      col0[r] = v * params.source_scale + part.source_col0;
+      const int pixel = row0[r] * params.source_w + col0[r];
+      if constexpr (tap_major)
+        b_base[r] = image * source_plane + pixel;
+      else
+        b_base[r] = static_cast<long long>(image) * params.source_channels * source_plane + pixel;
+    }
+  }
+  const float* a_rows = params.a + part.a_offset + static_cast<long long>(m0) * part.k_stride;
+
+  auto load_stage = [&](int stage, int k_tile) {
+    float* a_tile = a_tiles + stage * a_stage;
+    constexpr int a_vectors = T::BM * kTileK / 4;
+#pragma unroll
+    for (int i = tid; i < a_vectors; i += kThreads) {
+      const int row = i / (kTileK / 4), k4 = (i % (kTileK / 4)) * 4;
+      copy16_async(a_tile + row * kKStride + k4,
+                   a_rows + static_cast<long long>(row) * part.k_stride + k_tile * kTileK + k4);
+    }
+    float* b_tile = b_tiles + stage * b_stage;
+    if constexpr (tap_major) {
+      // Stage k_tile is channels [c0, c0 + BK) of one tap: per pixel, BK
+      // contiguous floats of the NHWC copy (zeros past the real channels).
+      const int tiles_per_tap = params.channel_pad / kTileK;
+      const int tap = k_tile / tiles_per_tap;
+      const int c0 = (k_tile - tap * tiles_per_tap) * kTileK;
+      const int2 entry = taps[tap];
+      const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
+      const float* source = params.source + c0 + 4 * b_chunk;
+#pragma unroll
+      for (int r = 0; r < b_pixels; ++r) {
+        const bool inside = static_cast<unsigned>(row0[r] + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0[r] + dj) < static_cast<unsigned>(params.source_w);
+        const long long offset = static_cast<long long>(b_base[r] + entry.x) * params.channel_pad;
+        copy16_async_zfill(b_tile + (b_column + r * b_pixel_step) * kKStride + 4 * b_chunk,
+                           inside ? source + offset : params.source, inside);
+      }
+    } else {
+      // Flat K: one table entry per element.
+#pragma unroll
+      for (int r = 0; r < b_loads; ++r) {
+        const int k_local = b_row + r * b_row_step;
+        const int2 entry = taps[k_tile * kTileK + k_local];
+        const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
+        const bool inside = static_cast<unsigned>(row0[0] + di) < static_cast<unsigned>(params.source_h) &&
+                            static_cast<unsigned>(col0[0] + dj) < static_cast<unsigned>(params.source_w);
+        copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
+                    inside ? params.source + b_base[0] + entry.x : params.source, inside);
+      }
+    }
+  };
+
+  float acc[T::MT][T::NT][4];
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  const int warp = tid / 32, lane = tid % 32;
+  const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
+  // This split's K tiles [k_first, k_first + k_tiles); a split may be empty (it then writes zeros).
+  const int all_k_tiles = part.k_stride / kTileK;
+  const int tiles_per_split = (all_k_tiles + params.splits - 1) / params.splits;
+  const int k_first = min(all_k_tiles, split * tiles_per_split);
+  const int k_tiles = min(all_k_tiles, k_first + tiles_per_split) - k_first;
+
+  __syncthreads();  // the tap table is complete
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < k_tiles) load_stage(stage, k_first + stage);
+    commit_async();
+  }
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
+    __syncthreads();            // ... for every thread, and the stage about to be refilled is no longer read
+    const int next = k_tile + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, k_first + next);
+    commit_async();
+    const int stage = k_tile % kStages;
+    multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
+                                                     warp_n0, lane, acc);
+  }
+  wait_async<0>();
+
+  // Epilogue: accumulator (g [+8], 2t [+1]) of each mma tile -> dest, plus bias.
+  const int g = lane >> 2, t = lane & 3;
+  const int dest_plane = params.dest_h * params.dest_w;
+  long long column_offset[T::NT][2];
+#pragma unroll
+  for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const long long n = n0 + warp_n0 + nt * 8 + 2 * t + c;
+      column_offset[nt][c] = -1;
+      if (n < n_size) {
+        const int image = static_cast<int>(n / grid_plane);
+        const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
+        const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
+        column_offset[nt][c] = static_cast<long long>(image) * params.m_size * dest_plane +
+                               static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
+                               v * params.dest_scale + part.dest_col0;
+      }
+    }
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
+      if (m >= params.m_size) continue;
+      const bool whole = params.splits == 1;  // else a partial sum: bias and the sum come in reduce_splits
+      const float bias = whole && params.bias ? params.bias[m] : 0.0f;
+      float* dest = (whole ? params.dest : params.partial + split * params.dest_size) +
+                    static_cast<long long>(m) * dest_plane;
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (column_offset[nt][c] >= 0) dest[column_offset[nt][c]] = acc[mt][nt][2 * half + c] + bias;
+    }
+}
+
+// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];
+// grid-stride, consecutive threads on consecutive q (coalesced).
+__global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
+                                     const float* bias, float* dest) {
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
+    for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
+    dest[index] = sum;
+  }
+}
+
+// Packs the weight W [Co, Ci, k, k] into each part's A [m_pad][k_stride],
+// zero beyond m_size and k_size:
+//   forward:        A[o][(c, i, j)]   = W[o, c, i, j]
+//   backward_data:  A[c][(o, ti, tj)] = W[o, c, tap_row0 + s*ti, tap_col0 + s*tj]
+// grid.y = part; grid-stride over the part's elements.
+struct PackPart {
+  int k_size, k_stride, taps_h, taps_w, tap_row0, tap_col0;
+  long long offset;
+};
+
+struct PackParams {
+  const float* weight;
+  float* packed;
+  int m_size, m_pad;
+  int in_channels, kernel, stride;
+  bool transpose;    // backward_data
+  int channels;      // source channels: Ci (forward) or Co (backward_data)
+  int channel_pad;   // tap-major K (see GatherPart); 0: flat K
+  PackPart parts[kMaxPhases];
+};
+
+__global__ void pack_weight_kernel(const PackParams params) {
+  const PackPart& part = params.parts[blockIdx.y];
+  const long long total = static_cast<long long>(params.m_pad) * part.k_stride;
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < total;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int m = static_cast<int>(index / part.k_stride), k = static_cast<int>(index % part.k_stride);
+    float value = 0.0f;
+    if (m < params.m_size && k < part.k_size && params.channel_pad > 0) {
+      // Tap-major: k = tap*channel_pad + c.
+      const int tap = k / params.channel_pad, c = k % params.channel_pad;
+      const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+      const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+      const long long o = params.transpose ? c : m, ci = params.transpose ? m : c;
+      if (c < params.channels)
+        value = params.weight[((o * params.in_channels + ci) * params.kernel + i) * params.kernel + j];
+    } else if (m < params.m_size && k < part.k_size) {
+      if (!params.transpose) {
+        value = params.weight[static_cast<long long>(m) * part.k_size + k];
+      } else {
+        const int taps = part.taps_h * part.taps_w;
+        const int o = k / taps, tap = k % taps;
+        const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+        const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+        value = params.weight[((static_cast<long long>(o) * params.in_channels + m) * params.kernel + i) *
+                                  params.kernel +
+                              j];
+      }
+    }
+    params.packed[part.offset + index] = value;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+// The A and B rings plus a tap table of table_entries.
+template <class T, bool tap_major>
+std::size_t gather_shared_bytes(int table_entries) {
+  return sizeof(float) * T::STAGES * (T::BM * T::KStride + gather_b_stage<T, tap_major>()) +
+         sizeof(int2) * static_cast<std::size_t>(table_entries);
+}
+
+// Packs the weight when the kernel cannot read it in place (forward with a
+// K that is a multiple of kTapAlign, M a multiple of BM and 16-byte alignment
+// reads W directly). Returns A.
+const float* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
+                         bool in_place, Tensor& buffer, PackParams& filled) {
+  filled = pack;
+  if (in_place) return pack.weight;
+  float* packed = scratch_tensor(buffer, {total}, DType::f32, ctx.device()).data<float>();
+  filled.packed = packed;
+  long long largest = 0;
+  for (int p = 0; p < part_count; ++p)
+    largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
+  if (largest > 0) {
+    const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
+    pack_weight_kernel<<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
+  }
+  return packed;
+}
+
+// Launches gather_gemm_kernel with the given product and K order (opting it
+// into its shared memory on first use).
+template <class Product, bool tap_major>
+void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, std::size_t shared_bytes) {
+  using T = GatherTile<tap_major>;
+  static const bool opted_in =
+      (allow_shared_bytes(gather_gemm_kernel<Product, T, tap_major>, gather_shared_bytes<T, tap_major>(kMaxTaps),
+                          "cudaFuncSetAttribute(gather_gemm_kernel)"),
+       true);
+  (void)opted_in;
+  gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
+}
+
+// Runs the gather GEMM over params.part_count parts. When its blocks would
+// not fill the GPU once (small images, long K), K is split over up to 8x more
+// blocks whose partial sums reduce_splits_kernel adds (with the bias).
+// tap_major: params.channel_pad > 0 and params.source is the NHWC copy.
+template <bool tap_major>
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
+  using T = GatherTile<tap_major>;
+  int max_k_stride = 0, max_table = 0;
+  long long max_n_tiles = 0, blocks = 0;
+  for (int p = 0; p < params.part_count; ++p) {
+    const GatherPart& part = params.parts[p];
+    max_table = std::max(max_table, tap_major ? part.taps_h * part.taps_w : part.k_stride);
+    const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
+    max_k_stride = std::max(max_k_stride, part.k_stride);
+    max_n_tiles = std::max(max_n_tiles, n_tiles);
+    blocks += n_tiles * ceil_div(params.m_size, T::BM);
+  }
+  if (max_n_tiles == 0) return;
+  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
+  const long long k_tiles = max_k_stride / T::BK;
+  params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
+  params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
+  params.partial = nullptr;
+  if (params.splits > 1)
+    params.partial =
+        scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
+  const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
+                  static_cast<unsigned>(params.part_count * params.splits));
+  const std::size_t shared_bytes = gather_shared_bytes<T, tap_major>(max_table);
+  if (ctx.bf16_products())
+    launch_gather<Bf16Product, tap_major>(ctx, params, grid, shared_bytes);
+  else
+    launch_gather<Tf32Product, tap_major>(ctx, params, grid, shared_bytes);
+  cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  if (params.splits > 1) {
+    reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, params.dest_h * params.dest_w, params.bias,
+        params.dest);
+    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
+  }
+}
+
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
+  if (params.channel_pad > 0)
+    run_gather<true>(ctx, params, partial_sums);
+  else
+    run_gather<false>(ctx, params, partial_sums);
+}
+
+// Rows of the gather's tile of C (the packed weight's M padding) for each K order.
+int gather_tile_rows(bool tap_major) { return tap_major ? NhwcGatherTile::BM : FlatGatherTile::BM; }
+
+}  // namespace
+
+void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
+             float* y, Scratch& scratch) {
+  if (p.batch == 0) return;
+  const bool tap_major = p.in_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, NhwcGatherTile::BK)) : 0;
+  const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
+                                                : p.in_channels * p.kernel * p.kernel);
+  const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
+  const int m_pad = static_cast<int>(round_up(p.out_channels, gather_tile_rows(tap_major)));
+
+  PackParams pack{};
+  pack.weight = weight;
+  pack.m_size = static_cast<int>(p.out_channels);
+  pack.m_pad = m_pad;
+  pack.in_channels = static_cast<int>(p.in_channels);
+  pack.kernel = static_cast<int>(p.kernel);
+  pack.stride = 1;  // forward taps are consecutive kernel positions
+  pack.transpose = false;
+  pack.channels = static_cast<int>(p.in_channels);
+  pack.channel_pad = channel_pad;
+  pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
+  const bool in_place = !tap_major && k_stride == k_size && m_pad == p.out_channels &&
+                        reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
+  PackParams filled;
+  const float* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place,
+                               scratch.forward_weight, filled);
+
+  GatherParams params{};
+  params.a = a;
+  params.source = tap_major ? nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, channel_pad,
+                                          scratch.forward_source)
+                            : x;
+  params.bias = bias;
+  params.dest = y;
+  params.m_size = static_cast<int>(p.out_channels);
+  params.batch = static_cast<int>(p.batch);
+  params.source_channels = static_cast<int>(p.in_channels);
+  params.source_h = static_cast<int>(p.height);
+  params.source_w = static_cast<int>(p.width);
+  params.dest_h = static_cast<int>(p.out_height);
+  params.dest_w = static_cast<int>(p.out_width);
+  params.source_scale = static_cast<int>(p.stride);
+  params.dest_scale = 1;
+  params.channel_pad = channel_pad;
+  GatherPart& part = params.parts[0];
+  part.k_size = k_size;
+  part.k_stride = k_stride;
+  part.taps_h = part.taps_w = static_cast<int>(p.kernel);
+  part.tap_step = 1;
+  part.grid_h = static_cast<int>(p.out_height);
+  part.grid_w = static_cast<int>(p.out_width);
+  part.source_row0 = part.source_col0 = static_cast<int>(-p.padding);
+  part.dest_row0 = part.dest_col0 = 0;
+  part.a_offset = 0;
+  params.part_count = 1;
+  run_gather(ctx, params, scratch.forward_sums);
+}
+
+void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
+                   const float* bias, float* x, Scratch& scratch) {
+  if (p.batch == 0) return;
+  const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
+  const bool tap_major = p.out_channels >= kTapMajorChannels;
+  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, NhwcGatherTile::BK)) : 0;
+  const int m_pad = static_cast<int>(round_up(p.in_channels, gather_tile_rows(tap_major)));
+
+  PackParams pack{};
+  pack.weight = weight;
+  pack.m_size = static_cast<int>(p.in_channels);
+  pack.m_pad = m_pad;
+  pack.in_channels = static_cast<int>(p.in_channels);
+  pack.kernel = k;
+  pack.stride = s;
+  pack.transpose = true;
+  pack.channels = static_cast<int>(p.out_channels);
+  pack.channel_pad = channel_pad;
+
+  GatherParams params{};
+  params.bias = bias;
+  params.dest = x;
+  params.m_size = static_cast<int>(p.in_channels);
+  params.batch = static_cast<int>(p.batch);
+  params.source_channels = static_cast<int>(p.out_channels);
+  params.source_h = static_cast<int>(p.out_height);
+  params.source_w = static_cast<int>(p.out_width);
+  params.dest_h = static_cast<int>(p.height);
+  params.dest_w = static_cast<int>(p.width);
+  params.source_scale = 1;
+  params.dest_scale = s;
+  params.channel_pad = channel_pad;
+
+  // Destination pixel (h, w) = (ph + s*u, pw + s*v) receives the taps
+  // i = i0 + s*ti with i0 = (ph + p) mod s, from source row
+  // (h + p - i)/s = u + (ph + p - i0)/s - ti; likewise for columns.
+  int part_count = 0;
+  long long offset = 0;
+  for (int ph = 0; ph < s; ++ph)
+    for (int pw = 0; pw < s; ++pw) {
+      const int grid_h = ph < p.height ? static_cast<int>(ceil_div(p.height - ph, s)) : 0;
+      const int grid_w = pw < p.width ? static_cast<int>(ceil_div(p.width - pw, s)) : 0;
+      if (grid_h == 0 || grid_w == 0) continue;
+      const int i0 = (ph + pad) % s, j0 = (pw + pad) % s;
+      const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
+      const int k_size = (tap_major ? channel_pad : static_cast<int>(p.out_channels)) * taps_h * taps_w;
+      const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
+      GatherPart& part = params.parts[part_count];
+      part.k_size = k_size;
+      part.k_stride = k_stride;
+      part.taps_h = std::max(taps_h, 1);  // a phase without taps has k_size 0; avoid dividing by 0
+      part.taps_w = std::max(taps_w, 1);
+      part.tap_step = -1;
+      part.grid_h = grid_h;
+      part.grid_w = grid_w;
+      part.source_row0 = (ph + pad - i0) / s;
+      part.source_col0 = (pw + pad - j0) / s;
+      part.dest_row0 = ph;
+      part.dest_col0 = pw;
+      part.a_offset = offset;
+      pack.parts[part_count] = {k_size, k_stride, part.taps_h, part.taps_w, i0, j0, offset};
+      offset += static_cast<long long>(m_pad) * k_stride;
+      ++part_count;
+    }
+  if (part_count == 0) return;
+  PackParams filled;
+  params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, scratch.backward_data_weight, filled);
+  params.part_count = part_count;
+  params.source = tap_major ? nhwc_source(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, channel_pad,
+                                          scratch.backward_data_source)
+                            : y;
+  run_gather(ctx, params, scratch.backward_data_sums);
+}
+
+}  // namespace plexus::layers::implicit_gemm
