@@ -254,6 +254,37 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
   }
 }
 
+// A block's K loop over a STAGES-deep cp.async ring, shared by the engine's
+// kernels: acc is zeroed, then for k_tile = 0 .. k_tiles-1, in order,
+// load(slot, k_tile) queues tile k_tile into ring slot k_tile % STAGES (up to
+// STAGES-1 tiles ahead) and multiply(slot, acc) runs the products of a slot
+// once every thread's copies into it have landed.
+template <class T, class Load, class Multiply>
+__device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][T::NT][4], Load&& load,
+                                               Multiply&& multiply) {
+  constexpr int kStages = T::STAGES;
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < k_tiles) load(stage, stage);
+    commit_async();
+  }
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
+    __syncthreads();            // ... for every thread, and the slot about to be refilled is no longer read
+    const int next = k_tile + kStages - 1;
+    if (next < k_tiles) load(next % kStages, next);
+    commit_async();
+    multiply(k_tile % kStages, acc);
+  }
+  wait_async<0>();
+}
+
 // Host helpers shared by both passes' launchers.
 
 // Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel).

@@ -183,13 +183,6 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
     }
   };
 
-  float acc[T::MT][T::NT][4];
-#pragma unroll
-  for (int mt = 0; mt < T::MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
   // This split's K tiles [k_first, k_first + k_tiles); a split may be empty (it then writes zeros).
@@ -199,22 +192,13 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
   const int k_tiles = min(all_k_tiles, k_first + tiles_per_split) - k_first;
 
   __syncthreads();  // the tap table is complete
-#pragma unroll
-  for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < k_tiles) load_stage(stage, k_first + stage);
-    commit_async();
-  }
-  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
-    __syncthreads();            // ... for every thread, and the stage about to be refilled is no longer read
-    const int next = k_tile + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, k_first + next);
-    commit_async();
-    const int stage = k_tile % kStages;
-    multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
-                                                     warp_n0, lane, acc);
-  }
-  wait_async<0>();
+  float acc[T::MT][T::NT][4];
+  run_k_pipeline<T>(
+      k_tiles, acc, [&](int stage, int k_tile) { load_stage(stage, k_first + k_tile); },
+      [&](int stage, float(&sums)[T::MT][T::NT][4]) {
+        multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage,
+                                                         warp_m0, warp_n0, lane, sums);
+      });
 
   // Epilogue: accumulator (g [+8], 2t [+1]) of each mma tile -> dest, plus bias.
   const int g = lane >> 2, t = lane & 3;

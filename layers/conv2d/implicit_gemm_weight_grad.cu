@@ -180,32 +180,18 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const 
     if constexpr (!vector_a || !tap_major) pixel.advance(kTileK, params.out_height, params.out_width);
   };
 
-  float acc[T::MT][T::NT][4];
-#pragma unroll
-  for (int mt = 0; mt < T::MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
 
-#pragma unroll
-  for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < k_tiles) load_stage(stage);
-    commit_async();
-  }
-  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    wait_async<kStages - 2>();
-    __syncthreads();
-    const int next = k_tile + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages);
-    commit_async();
-    const int stage = k_tile % kStages;
-    multiply_stage<Product, T, !tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0,
-                                           lane, acc);
-  }
-  wait_async<0>();
+  // load_stage steps its pixel cursor per call, so it ignores the tile index:
+  // run_k_pipeline loads the tiles in order.
+  float acc[T::MT][T::NT][4];
+  run_k_pipeline<T>(
+      k_tiles, acc, [&](int stage, int) { load_stage(stage); },
+      [&](int stage, float(&sums)[T::MT][T::NT][4]) {
+        multiply_stage<Product, T, !tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
+                                               warp_n0, lane, sums);
+      });
 
   const int g = lane >> 2, t = lane & 3;
   float* partial = params.partial + static_cast<long long>(blockIdx.z) * m_size * n_size;
