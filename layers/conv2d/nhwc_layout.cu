@@ -1,6 +1,8 @@
 // NCHW -> NHWC copy (declaration in nhwc_layout.h).
 #include <string>
 
+#include <cuda_bf16.h>
+
 #include "conv2d/nhwc_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -17,14 +19,20 @@ constexpr int kRowStep = 8;   // 32 x 8 threads: each moves 4 elements of the ti
 // through a shared tile, so reads (along q) and writes (along c) are both
 // coalesced; the +1 column keeps the transposed reads free of bank conflicts.
 // grid = (plane tiles, channel_stride tiles, batch).
+__device__ inline void store(float* destination, float value) { *destination = value; }
+__device__ inline void store(std::uint16_t* destination, float value) {
+  *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+template <class Out>
 __global__ void nchw_to_nhwc_kernel(const float* source, int channels, long long plane, int channel_stride,
-                                    float* destination) {
+                                    Out* destination) {
   __shared__ float tile[kTile][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
   const int c0 = blockIdx.y * kTile;
   const float* image_source = source + image * channels * plane;
-  float* image_destination = destination + image * plane * channel_stride;
+  Out* image_destination = destination + image * plane * channel_stride;
   for (int row = threadIdx.y; row < kTile; row += kRowStep) {
     const int c = c0 + row;
     const long long q = q0 + threadIdx.x;
@@ -34,23 +42,34 @@ __global__ void nchw_to_nhwc_kernel(const float* source, int channels, long long
   for (int row = threadIdx.y; row < kTile; row += kRowStep) {
     const long long q = q0 + row;
     const int c = c0 + threadIdx.x;
-    if (q < plane && c < channel_stride) image_destination[q * channel_stride + c] = tile[threadIdx.x][row];
+    if (q < plane && c < channel_stride) store(image_destination + q * channel_stride + c, tile[threadIdx.x][row]);
   }
 }
 
-}  // namespace
-
-void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
-                       std::int64_t plane, std::int64_t channel_stride, float* destination) {
+template <class Out>
+void copy_to_nhwc(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                  std::int64_t plane, std::int64_t channel_stride, Out* destination) {
   if (channel_stride < channels || channel_stride > (1 << 30) || batch > 65535)
     throw Error("nchw_to_nhwc: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
                 std::to_string(channels) + ", channel_stride " + std::to_string(channel_stride) + ")");
   if (batch == 0 || plane == 0 || channel_stride == 0) return;
   const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
                   static_cast<unsigned>((channel_stride + kTile - 1) / kTile), static_cast<unsigned>(batch));
-  nchw_to_nhwc_kernel<<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
+  nchw_to_nhwc_kernel<Out><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
   cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                       std::int64_t plane, std::int64_t channel_stride, float* destination) {
+  copy_to_nhwc(ctx, source, batch, channels, plane, channel_stride, destination);
+}
+
+void nchw_to_nhwc_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                            std::int64_t plane, std::int64_t channel_stride, std::uint16_t* destination) {
+  copy_to_nhwc(ctx, source, batch, channels, plane, channel_stride, destination);
 }
 
 }  // namespace plexus::layers

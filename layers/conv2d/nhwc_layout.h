@@ -15,4 +15,9 @@ namespace plexus::layers {
 void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t plane, std::int64_t channel_stride, float* destination);
 
+// The same copy with every value rounded to bf16 (nearest even), stored as its
+// 16-bit pattern: the operand of BF16 tensor-core products, half the bytes.
+void nchw_to_nhwc_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                            std::int64_t plane, std::int64_t channel_stride, std::uint16_t* destination);
+
 }  // namespace plexus::layers

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <random>
@@ -14,6 +16,10 @@
 #include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
+
+#if PLEXUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace plexus {
 namespace {
@@ -337,33 +343,69 @@ TEST(Conv2d, TensorCoreBf16CudaMatchesF64Reference) {
 // The engine's NHWC copy against the definition, element by element, with
 // channels padded with zeros (and the destination poisoned first, so an
 // unwritten element shows), on sizes that are not multiples of its tiles.
+// bf16 of an f32 by its bits, nearest even (the values here are finite):
+// keep the high 16 bits after adding 0x7fff plus the lowest kept bit.
+float round_to_bf16(float value) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits = ((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) << 16;
+  std::memcpy(&value, &bits, sizeof bits);
+  return value;
+}
+
+// The NHWC copy (f32 or bf16) against its definition, every element of a
+// NaN-poisoned destination, channel padding included.
 TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(7);
   struct Sizes { std::int64_t batch, channels, plane, channel_stride; };
-  for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128}}) {
-    const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
-    const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
-    Tensor y = Tensor::from_values(std::vector<double>(static_cast<std::size_t>(s.batch * s.plane * s.channel_stride),
-                                                       std::nan("")),
-                                   {s.batch, s.plane, s.channel_stride}, DType::f32, Device::cuda());
-    layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, y.data<float>());
-    const std::vector<double> actual = y.to_values();
-    std::int64_t wrong = 0;
-    for (std::int64_t n = 0; n < s.batch; ++n)
-      for (std::int64_t q = 0; q < s.plane; ++q)
-        for (std::int64_t c = 0; c < s.channel_stride; ++c) {
-          const double expected =
-              c < s.channels ? static_cast<float>(source[static_cast<std::size_t>((n * s.channels + c) * s.plane + q)])
-                             : 0.0;
-          const double value = actual[static_cast<std::size_t>((n * s.plane + q) * s.channel_stride + c)];
-          if (!(value == expected)) ++wrong;
+  for (const bool bf16 : {false, true})
+    for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128}}) {
+      const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
+      const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
+      const std::int64_t count = s.batch * s.plane * s.channel_stride;
+      std::vector<double> actual;
+      if (bf16) {
+        // 0xffff is a NaN in bf16: the poison.
+        std::vector<std::uint16_t> host(static_cast<std::size_t>(count), 0xffff);
+        std::uint16_t* device = nullptr;
+        ASSERT_EQ(cudaMalloc(&device, host.size() * sizeof(std::uint16_t)), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        layers::nchw_to_nhwc_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, device);
+        ASSERT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        ASSERT_EQ(cudaFree(device), cudaSuccess);
+        for (const std::uint16_t half : host) {
+          const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
+          float value = 0.0f;
+          std::memcpy(&value, &bits, sizeof value);
+          actual.push_back(value);
         }
-    EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
-                        << ", channel_stride " << s.channel_stride;
-  }
+      } else {
+        Tensor y = Tensor::from_values(std::vector<double>(static_cast<std::size_t>(count), std::nan("")),
+                                       {s.batch, s.plane, s.channel_stride}, DType::f32, Device::cuda());
+        layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride,
+                                  y.data<float>());
+        actual = y.to_values();
+      }
+      std::int64_t wrong = 0;
+      for (std::int64_t n = 0; n < s.batch; ++n)
+        for (std::int64_t q = 0; q < s.plane; ++q)
+          for (std::int64_t c = 0; c < s.channel_stride; ++c) {
+            const float value_f32 =
+                c < s.channels ? static_cast<float>(source[static_cast<std::size_t>((n * s.channels + c) * s.plane + q)])
+                               : 0.0f;
+            const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+            const double value = actual[static_cast<std::size_t>((n * s.plane + q) * s.channel_stride + c)];
+            if (!(value == expected)) ++wrong;
+          }
+      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
+                          << ", plane " << s.plane << ", channel_stride " << s.channel_stride;
+    }
   EXPECT_THROW(layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
+  EXPECT_THROW(layers::nchw_to_nhwc_bf16_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
 }
 #endif
 
