@@ -13,6 +13,11 @@
 #   90  Hopper (H100, H200), plus PTX: Blackwell and later JIT-compile it.
 # Turing (7.5: T4, RTX 20xx) is not in it: the tensor-core convolution
 # kernels use sm_80 instructions (cp.async, TF32 mma).
+#
+# Whenever the list includes Hopper (any 90 entry, or native on a machine
+# with a 9.0 GPU), the convolution engine's wgmma kernels are also built as
+# sm_90a machine code (plexus_builds_sm90a, layers/CMakeLists.txt); they run
+# on compute capability 9.0 only, every other GPU runs the sm_80/sm_90 code.
 set(PLEXUS_PORTABLE_CUDA_ARCHITECTURES "80-real;90"
     CACHE STRING "CUDA architectures built when no GPU is visible at configure time")
 
@@ -43,4 +48,21 @@ function(plexus_visible_gpu_capabilities out_var)
     endif()
   endif()
   set(${out_var} "${capabilities}" PARENT_SCOPE)
+endfunction()
+
+# Sets `out_var` to TRUE when the architectures `architectures` (the value of
+# CMAKE_CUDA_ARCHITECTURES) include Hopper, so the sm_90a (wgmma) kernels are
+# built: an entry 90, 90-real, 90-virtual or 90a; all or all-major; or native
+# with a 9.0 GPU among `visible_gpus` ("8.6;9.0"). Pure, like the selection above.
+function(plexus_builds_sm90a out_var architectures visible_gpus)
+  set(result FALSE)
+  list(FIND visible_gpus "9.0" hopper_index)
+  foreach(entry IN LISTS architectures)
+    if(entry MATCHES "^90(a|-real|-virtual)?$" OR entry STREQUAL "all" OR entry STREQUAL "all-major")
+      set(result TRUE)
+    elseif(entry STREQUAL "native" AND hopper_index GREATER -1)
+      set(result TRUE)
+    endif()
+  endforeach()
+  set(${out_var} ${result} PARENT_SCOPE)
 endfunction()

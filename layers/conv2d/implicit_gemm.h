@@ -100,6 +100,13 @@ inline constexpr int kMinGatherRows = 16;
 inline bool takes_forward(const ConvProblem& problem) { return problem.out_channels > kMinGatherRows; }
 inline bool takes_backward_data(const ConvProblem& problem) { return problem.in_channels > kMinGatherRows; }
 
+// Whether forward and backward_data of tap-major problems (source channels
+// >= kTapMajorChannels) run the Hopper wgmma kernels on ctx's device:
+// compute capability 9.0, a build with sm_90a code (the build includes
+// architecture 90), and the environment variable PLEXUS_CONV_WGMMA not "0"
+// (set it to 0 to compare with the mma.sync kernels). Only in CUDA builds.
+bool uses_wgmma(const Context& ctx);
+
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
 void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,
              const float* bias, float* y, Scratch& scratch);

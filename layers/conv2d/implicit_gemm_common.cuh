@@ -258,10 +258,12 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 // kernels: acc is zeroed, then for k_tile = 0 .. k_tiles-1, in order,
 // load(slot, k_tile) queues tile k_tile into ring slot k_tile % STAGES (up to
 // STAGES-1 tiles ahead) and multiply(slot, acc) runs the products of a slot
-// once every thread's copies into it have landed.
-template <class T, class Load, class Multiply>
+// once every thread's copies into it have landed. landed() runs in every
+// thread after its copies of a tile have landed and before the barrier that
+// publishes them (the wgmma kernel fences them for the async proxy there).
+template <class T, class Load, class Multiply, class Landed>
 __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][T::NT][4], Load&& load,
-                                               Multiply&& multiply) {
+                                               Multiply&& multiply, Landed&& landed) {
   constexpr int kStages = T::STAGES;
 #pragma unroll
   for (int mt = 0; mt < T::MT; ++mt)
@@ -276,6 +278,7 @@ __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][
   }
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
     wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
+    landed();
     __syncthreads();            // ... for every thread, and the slot about to be refilled is no longer read
     const int next = k_tile + kStages - 1;
     if (next < k_tiles) load(next % kStages, next);
@@ -283,6 +286,12 @@ __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][
     multiply(k_tile % kStages, acc);
   }
   wait_async<0>();
+}
+
+template <class T, class Load, class Multiply>
+__device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][T::NT][4], Load&& load,
+                                               Multiply&& multiply) {
+  run_k_pipeline<T>(k_tiles, acc, load, multiply, [] {});
 }
 
 // Host helpers shared by both passes' launchers.

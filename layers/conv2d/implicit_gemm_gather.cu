@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "conv2d/implicit_gemm_common.cuh"
+#include <cuda_bf16.h>
+
+#include "conv2d/implicit_gemm_gather.cuh"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -12,65 +14,18 @@ namespace {
 
 using namespace detail;
 
-// One GEMM of a gather launch (forward: the only one; backward_data: one per
-// phase). Its N index walks the points (u, v) of a grid_h x grid_w
-// sub-grid of each destination image:
-//   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
-//   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
-//                                 v*source_scale + source_col0 + tap_step*tj).
-// Its K index is tap-major when the source has >= kTapMajorChannels channels:
-// k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
-// rounded up to BK, so a stage of K is BK channels of one tap. The source is
-// then read from an NHWC copy with channel_pad channels (zeros beyond the
-// real ones; nhwc_layout.h), where those BK channels of one pixel are
-// contiguous: a stage loads BK/4 aligned 16-byte chunks per pixel, with one
-// bounds check per pixel and no per-channel check. With fewer channels
-// (RGB images) padding them to BK would multiply the work, so K is flat:
-// k = (c*taps_h + ti)*taps_w + tj, with a per-k table, gathered one element
-// per copy from the NCHW source.
-struct GatherPart {
-  int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
-  int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
-  int taps_h, taps_w;
-  int tap_step;  // +1 (forward) or -1 (backward_data)
-  int grid_h, grid_w;
-  int source_row0, source_col0;
-  int dest_row0, dest_col0;
-  long long a_offset;  // this part's A [m_pad][k_stride] within GatherParams::a
-};
-
-struct GatherParams {
-  const float* a;       // packed weight
-  const float* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad]; flat: NCHW
-  const float* bias;    // [m_size] or null
-  float* dest;          // [batch, m_size, dest_h, dest_w]
-  int m_size;
-  int batch;
-  int source_channels, source_h, source_w;
-  int dest_h, dest_w;
-  int source_scale, dest_scale;
-  int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
-  int part_count;
-  int splits;         // > 1: blockIdx.z / part_count picks a slice of K, written to partial
-  float* partial;     // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
-  long long dest_size;  // batch * m_size * dest_h * dest_w
-  GatherPart parts[kMaxPhases];
-};
-
-// grid = (N tiles of the largest part, M tiles, parts x K splits). Each block first
-// writes its part's tap table to shared memory: entry k holds the source
-// offset of tap k relative to the pixel's base and the tap's (row, column)
-// displacement for the bounds check, so the gather needs no division.
+// grid = (N tiles of the largest part, M tiles, parts x K splits)
+// (gather_block). Each block first writes its part's tap table to shared
+// memory: entry k holds the source offset of tap k relative to the pixel's
+// base and the tap's (row, column) displacement for the bounds check, so the
+// gather needs no division.
 template <class Product, class T, bool tap_major>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const GatherParams params) {
-  const GatherPart& part = params.parts[blockIdx.z % params.part_count];
-  const int split = blockIdx.z / params.part_count;
-  const int grid_plane = part.grid_h * part.grid_w;
-  const long long n_size = static_cast<long long>(params.batch) * grid_plane;
-  const long long n0 = static_cast<long long>(blockIdx.x) * T::BN;
-  if (n0 >= n_size) return;  // the whole block: this part has fewer tiles than the largest
-  const int m0 = blockIdx.y * T::BM;
+  const GatherBlock block = gather_block<T::BM, T::BN, T::BK>(params);
+  if (block.n0 >= block.n_size) return;  // the whole block: this part has fewer tiles than the largest
+  const GatherPart& part = *block.part;
   const int tid = threadIdx.x;
+  const float* source_data = static_cast<const float*>(params.source);
 
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   extern __shared__ __align__(16) float shared[];
@@ -81,14 +36,7 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
 
   const int source_plane = params.source_h * params.source_w;
   const int taps_per_channel = part.taps_h * part.taps_w;
-  if constexpr (tap_major) {
-    // Entry t: the pixel offset and displacement of tap t = ti*taps_w + tj.
-    for (int tap = tid; tap < taps_per_channel; tap += kThreads) {
-      const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
-      taps[tap] = make_int2(di * params.source_w + dj,
-                            static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu)));
-    }
-  }
+  if constexpr (tap_major) write_tap_major_table(params, part, taps);
   for (int k = tid; !tap_major && k < part.k_stride; k += kThreads) {
     int2 entry;
     if (k < part.k_size) {
@@ -122,24 +70,17 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
   int row0[b_pixels], col0[b_pixels];
 #pragma unroll
   for (int r = 0; r < b_pixels; ++r) {
-    const long long n = n0 + b_column + r * b_pixel_step;
-    b_base[r] = 0;
-    row0[r] = -(1 << 24);  // an invalid column fails every bounds check
-    col0[r] = 0;
-    if (n < n_size) {
-      const int image = static_cast<int>(n / grid_plane);
-      const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
-      const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
-      row0[r] = u * params.source_scale + part.source_row0;
-      col0[r] = v * params.source_scale + part.source_col0;
-      const int pixel = row0[r] * params.source_w + col0[r];
-      if constexpr (tap_major)
-        b_base[r] = image * source_plane + pixel;
-      else
-        b_base[r] = static_cast<long long>(image) * params.source_channels * source_plane + pixel;
-    }
+    const GatherPixel pixel = gather_pixel(params, block, block.n0 + b_column + r * b_pixel_step);
+    row0[r] = pixel.row0;
+    col0[r] = pixel.col0;
+    const int offset = pixel.valid ? pixel.row0 * params.source_w + pixel.col0 : 0;
+    if constexpr (tap_major)
+      b_base[r] = pixel.image * source_plane + offset;
+    else
+      b_base[r] = static_cast<long long>(pixel.image) * params.source_channels * source_plane + offset;
   }
-  const float* a_rows = params.a + part.a_offset + static_cast<long long>(m0) * part.k_stride;
+  const float* a_rows =
+      static_cast<const float*>(params.a) + part.a_offset + static_cast<long long>(block.m0) * part.k_stride;
 
   auto load_stage = [&](int stage, int k_tile) {
     float* a_tile = a_tiles + stage * a_stage;
@@ -159,14 +100,14 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
       const int c0 = (k_tile - tap * tiles_per_tap) * kTileK;
       const int2 entry = taps[tap];
       const int di = entry.y >> 16, dj = static_cast<short>(entry.y & 0xffff);
-      const float* source = params.source + c0 + 4 * b_chunk;
+      const float* source = source_data + c0 + 4 * b_chunk;
 #pragma unroll
       for (int r = 0; r < b_pixels; ++r) {
         const bool inside = static_cast<unsigned>(row0[r] + di) < static_cast<unsigned>(params.source_h) &&
                             static_cast<unsigned>(col0[r] + dj) < static_cast<unsigned>(params.source_w);
         const long long offset = static_cast<long long>(b_base[r] + entry.x) * params.channel_pad;
         copy16_async_zfill(b_tile + (b_column + r * b_pixel_step) * kKStride + 4 * b_chunk,
-                           inside ? source + offset : params.source, inside);
+                           inside ? source + offset : source_data, inside);
       }
     } else {
       // Flat K: one table entry per element.
@@ -178,63 +119,23 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
         const bool inside = static_cast<unsigned>(row0[0] + di) < static_cast<unsigned>(params.source_h) &&
                             static_cast<unsigned>(col0[0] + dj) < static_cast<unsigned>(params.source_w);
         copy4_async(b_tile + k_local * (T::BN + kColumnPad) + b_column,
-                    inside ? params.source + b_base[0] + entry.x : params.source, inside);
+                    inside ? source_data + b_base[0] + entry.x : source_data, inside);
       }
     }
   };
 
   const int warp = tid / 32, lane = tid % 32;
   const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
-  // This split's K tiles [k_first, k_first + k_tiles); a split may be empty (it then writes zeros).
-  const int all_k_tiles = part.k_stride / kTileK;
-  const int tiles_per_split = (all_k_tiles + params.splits - 1) / params.splits;
-  const int k_first = min(all_k_tiles, split * tiles_per_split);
-  const int k_tiles = min(all_k_tiles, k_first + tiles_per_split) - k_first;
 
   __syncthreads();  // the tap table is complete
   float acc[T::MT][T::NT][4];
   run_k_pipeline<T>(
-      k_tiles, acc, [&](int stage, int k_tile) { load_stage(stage, k_first + k_tile); },
+      block.k_tiles, acc, [&](int stage, int k_tile) { load_stage(stage, block.k_first + k_tile); },
       [&](int stage, float(&sums)[T::MT][T::NT][4]) {
         multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage,
                                                          warp_m0, warp_n0, lane, sums);
       });
-
-  // Epilogue: accumulator (g [+8], 2t [+1]) of each mma tile -> dest, plus bias.
-  const int g = lane >> 2, t = lane & 3;
-  const int dest_plane = params.dest_h * params.dest_w;
-  long long column_offset[T::NT][2];
-#pragma unroll
-  for (int nt = 0; nt < T::NT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const long long n = n0 + warp_n0 + nt * 8 + 2 * t + c;
-      column_offset[nt][c] = -1;
-      if (n < n_size) {
-        const int image = static_cast<int>(n / grid_plane);
-        const int q = static_cast<int>(n - static_cast<long long>(image) * grid_plane);
-        const int u = q / part.grid_w, v = q - (q / part.grid_w) * part.grid_w;
-        column_offset[nt][c] = static_cast<long long>(image) * params.m_size * dest_plane +
-                               static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
-                               v * params.dest_scale + part.dest_col0;
-      }
-    }
-#pragma unroll
-  for (int mt = 0; mt < T::MT; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
-      if (m >= params.m_size) continue;
-      const bool whole = params.splits == 1;  // else a partial sum: bias and the sum come in reduce_splits
-      const float bias = whole && params.bias ? params.bias[m] : 0.0f;
-      float* dest = (whole ? params.dest : params.partial + split * params.dest_size) +
-                    static_cast<long long>(m) * dest_plane;
-#pragma unroll
-      for (int nt = 0; nt < T::NT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-          if (column_offset[nt][c] >= 0) dest[column_offset[nt][c]] = acc[mt][nt][2 * half + c] + bias;
-    }
+  store_gather_tile<T>(params, block, warp_m0, warp_n0, lane, acc);
 }
 
 // dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];
@@ -253,7 +154,8 @@ __global__ void reduce_splits_kernel(const float* partial, int splits, long long
 // zero beyond m_size and k_size:
 //   forward:        A[o][(c, i, j)]   = W[o, c, i, j]
 //   backward_data:  A[c][(o, ti, tj)] = W[o, c, tap_row0 + s*ti, tap_col0 + s*tj]
-// grid.y = part; grid-stride over the part's elements.
+// as f32, or (Packed = std::uint16_t, the wgmma BF16 operand) as bf16 bit
+// patterns rounded to nearest even. grid.y = part; grid-stride over the part's elements.
 struct PackPart {
   int k_size, k_stride, taps_h, taps_w, tap_row0, tap_col0;
   long long offset;
@@ -261,7 +163,7 @@ struct PackPart {
 
 struct PackParams {
   const float* weight;
-  float* packed;
+  void* packed;      // f32 or bf16 bit patterns
   int m_size, m_pad;
   int in_channels, kernel, stride;
   bool transpose;    // backward_data
@@ -270,8 +172,15 @@ struct PackParams {
   PackPart parts[kMaxPhases];
 };
 
+__device__ inline void store_packed(float* packed, long long index, float value) { packed[index] = value; }
+__device__ inline void store_packed(std::uint16_t* packed, long long index, float value) {
+  packed[index] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+template <class Packed>
 __global__ void pack_weight_kernel(const PackParams params) {
   const PackPart& part = params.parts[blockIdx.y];
+  Packed* packed = static_cast<Packed*>(params.packed);
   const long long total = static_cast<long long>(params.m_pad) * part.k_stride;
   for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < total;
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -298,7 +207,7 @@ __global__ void pack_weight_kernel(const PackParams params) {
                               j];
       }
     }
-    params.packed[part.offset + index] = value;
+    store_packed(packed, part.offset + index, value);
   }
 }
 
@@ -314,22 +223,27 @@ std::size_t gather_shared_bytes(int table_entries) {
 
 // Packs the weight when the kernel cannot read it in place (forward with a
 // K that is a multiple of kTapAlign, M a multiple of BM and 16-byte alignment
-// reads W directly). Returns A.
-const float* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
-                         bool in_place, Tensor& buffer, PackParams& filled) {
-  filled = pack;
-  if (in_place) return pack.weight;
-  float* packed = scratch_tensor(buffer, {total}, DType::f32, ctx.device()).data<float>();
-  filled.packed = packed;
+// reads W directly). bf16: packs bf16 bit patterns (the wgmma BF16 operand;
+// never in place). Returns A.
+const void* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
+                        bool in_place, bool bf16, Tensor& buffer) {
+  if (in_place && !bf16) return pack.weight;
+  PackParams filled = pack;
+  // bf16: two patterns per f32 element of the buffer.
+  const long long floats = bf16 ? ceil_div(total, 2) : total;
+  filled.packed = scratch_tensor(buffer, {floats}, DType::f32, ctx.device()).data<float>();
   long long largest = 0;
   for (int p = 0; p < part_count; ++p)
     largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
   if (largest > 0) {
     const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
-    pack_weight_kernel<<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    if (bf16)
+      pack_weight_kernel<std::uint16_t><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    else
+      pack_weight_kernel<float><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
     cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
   }
-  return packed;
+  return filled.packed;
 }
 
 // Launches gather_gemm_kernel with the given product and K order (opting it
@@ -345,40 +259,60 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
   gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
 }
 
-// Runs the gather GEMM over params.part_count parts. When its blocks would
-// not fill the GPU once (small images, long K), K is split over up to 8x more
-// blocks whose partial sums reduce_splits_kernel adds (with the bias).
-// tap_major: params.channel_pad > 0 and params.source is the NHWC copy.
-template <bool tap_major>
-void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
-  using T = GatherTile<tap_major>;
+// Runs the gather GEMM over params.part_count parts: with wgmma (Hopper,
+// tap-major K only; params.a and params.source in the operand type of the
+// Context's precision) or mma.sync. When its blocks would not fill the GPU
+// once (small images, long K), K is split over up to 8x more blocks whose
+// partial sums reduce_splits_kernel adds (with the bias). Tap-major:
+// params.channel_pad > 0 and params.source is the NHWC copy.
+void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, bool wgmma) {
+  // Every variant takes 128 x 128 tiles of C, two blocks per multiprocessor.
+  constexpr int kTileM = 128, kTileN = 128, kBlocks = 2;
+  static_assert(FlatGatherTile::BM == kTileM && NhwcGatherTile::BM == kTileM && WgmmaGatherTile<32>::BM == kTileM &&
+                    FlatGatherTile::BN == kTileN && NhwcGatherTile::BN == kTileN && WgmmaGatherTile<32>::BN == kTileN &&
+                    FlatGatherTile::BLOCKS == kBlocks && NhwcGatherTile::BLOCKS == kBlocks &&
+                    WgmmaGatherTile<32>::BLOCKS == kBlocks,
+                "one tiling of C for every gather kernel");
+  const bool tap_major = params.channel_pad > 0, bf16 = ctx.bf16_products();
+  const int stage_k = wgmma ? wgmma_stage_k(bf16) : tap_major ? NhwcGatherTile::BK : FlatGatherTile::BK;
   int max_k_stride = 0, max_table = 0;
   long long max_n_tiles = 0, blocks = 0;
   for (int p = 0; p < params.part_count; ++p) {
     const GatherPart& part = params.parts[p];
     max_table = std::max(max_table, tap_major ? part.taps_h * part.taps_w : part.k_stride);
-    const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, T::BN);
+    const long long n_tiles = ceil_div(static_cast<long long>(params.batch) * part.grid_h * part.grid_w, kTileN);
     max_k_stride = std::max(max_k_stride, part.k_stride);
     max_n_tiles = std::max(max_n_tiles, n_tiles);
-    blocks += n_tiles * ceil_div(params.m_size, T::BM);
+    blocks += n_tiles * ceil_div(params.m_size, kTileM);
   }
   if (max_n_tiles == 0) return;
-  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
-  const long long k_tiles = max_k_stride / T::BK;
+  const long long resident = static_cast<long long>(kBlocks) * multiprocessor_count(ctx);
+  const long long k_tiles = max_k_stride / stage_k;
   params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
   params.partial = nullptr;
   if (params.splits > 1)
     params.partial =
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
-  const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, T::BM)),
+  const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, kTileM)),
                   static_cast<unsigned>(params.part_count * params.splits));
-  const std::size_t shared_bytes = gather_shared_bytes<T, tap_major>(max_table);
-  if (ctx.bf16_products())
-    launch_gather<Bf16Product, tap_major>(ctx, params, grid, shared_bytes);
-  else
-    launch_gather<Tf32Product, tap_major>(ctx, params, grid, shared_bytes);
-  cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  if (wgmma) {
+    launch_wgmma_gather(ctx, params, grid, max_table, bf16);
+  } else if (tap_major) {
+    const std::size_t shared_bytes = gather_shared_bytes<NhwcGatherTile, true>(max_table);
+    if (bf16)
+      launch_gather<Bf16Product, true>(ctx, params, grid, shared_bytes);
+    else
+      launch_gather<Tf32Product, true>(ctx, params, grid, shared_bytes);
+    cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  } else {
+    const std::size_t shared_bytes = gather_shared_bytes<FlatGatherTile, false>(max_table);
+    if (bf16)
+      launch_gather<Bf16Product, false>(ctx, params, grid, shared_bytes);
+    else
+      launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
+    cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
+  }
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
         params.partial, params.splits, params.dest_size, params.m_size, params.dest_h * params.dest_w, params.bias,
@@ -387,27 +321,53 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) 
   }
 }
 
-void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
-  if (params.channel_pad > 0)
-    run_gather<true>(ctx, params, partial_sums);
-  else
-    run_gather<false>(ctx, params, partial_sums);
+// How a pass gathers its source: K order, products and operand format.
+struct GatherChoice {
+  bool tap_major;   // source channels >= kTapMajorChannels: K tap-major, from an NHWC copy
+  bool wgmma;       // tap-major on a Hopper with the sm_90a kernels (uses_wgmma)
+  bool bf16;        // wgmma at bf16: operands stored as bf16 bit patterns
+  int channel_pad;  // tap-major: the source channels rounded up to a stage; 0 when flat
+};
+
+GatherChoice choose_gather(const Context& ctx, long long source_channels) {
+  GatherChoice choice{};
+  choice.tap_major = source_channels >= kTapMajorChannels;
+  choice.wgmma = choice.tap_major && uses_wgmma(ctx);
+  choice.bf16 = choice.wgmma && ctx.bf16_products();
+  const int stage = choice.wgmma ? wgmma_stage_k(choice.bf16) : NhwcGatherTile::BK;
+  choice.channel_pad = choice.tap_major ? static_cast<int>(round_up(source_channels, stage)) : 0;
+  return choice;
 }
 
-// Rows of the gather's tile of C (the packed weight's M padding) for each K order.
-int gather_tile_rows(bool tap_major) { return tap_major ? NhwcGatherTile::BM : FlatGatherTile::BM; }
+// The tap-major gathers' NHWC copy of the NCHW `source` (nhwc_source), as
+// bf16 bit patterns when the wgmma BF16 kernel reads it.
+const void* gather_source(const Context& ctx, const GatherChoice& choice, const float* source, long long batch,
+                          long long channels, long long height, long long width, Tensor& buffer) {
+  if (!choice.tap_major) return source;
+  if (!choice.bf16) return nhwc_source(ctx, source, batch, channels, height, width, choice.channel_pad, buffer);
+  // Two bf16 patterns per f32 element of the buffer (channel_pad is even).
+  constexpr long long kImagesPerCopy = 65535;  // nchw_to_nhwc_bf16_cuda's limit per call
+  const long long plane = height * width;
+  auto* nhwc = reinterpret_cast<std::uint16_t*>(
+      scratch_tensor(buffer, {batch, height, width, choice.channel_pad / 2}, DType::f32, ctx.device()).data<float>());
+  for (long long first = 0; first < batch; first += kImagesPerCopy)
+    nchw_to_nhwc_bf16_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
+                           plane, choice.channel_pad, nhwc + first * plane * choice.channel_pad);
+  return nhwc;
+}
 
 }  // namespace
 
 void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
-  const bool tap_major = p.in_channels >= kTapMajorChannels;
-  const int channel_pad = tap_major ? static_cast<int>(round_up(p.in_channels, NhwcGatherTile::BK)) : 0;
+  const GatherChoice choice = choose_gather(ctx, p.in_channels);
+  const bool tap_major = choice.tap_major;
+  const int channel_pad = choice.channel_pad;
   const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
                                                 : p.in_channels * p.kernel * p.kernel);
   const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
-  const int m_pad = static_cast<int>(round_up(p.out_channels, gather_tile_rows(tap_major)));
+  const int m_pad = static_cast<int>(round_up(p.out_channels, NhwcGatherTile::BM));
 
   PackParams pack{};
   pack.weight = weight;
@@ -422,15 +382,12 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
   const bool in_place = !tap_major && k_stride == k_size && m_pad == p.out_channels &&
                         reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
-  PackParams filled;
-  const float* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place,
-                               scratch.forward_weight, filled);
+  const void* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place, choice.bf16,
+                              scratch.forward_weight);
 
   GatherParams params{};
   params.a = a;
-  params.source = tap_major ? nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, channel_pad,
-                                          scratch.forward_source)
-                            : x;
+  params.source = gather_source(ctx, choice, x, p.batch, p.in_channels, p.height, p.width, scratch.forward_source);
   params.bias = bias;
   params.dest = y;
   params.m_size = static_cast<int>(p.out_channels);
@@ -454,16 +411,17 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   part.dest_row0 = part.dest_col0 = 0;
   part.a_offset = 0;
   params.part_count = 1;
-  run_gather(ctx, params, scratch.forward_sums);
+  run_gather(ctx, params, scratch.forward_sums, choice.wgmma);
 }
 
 void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
                    const float* bias, float* x, Scratch& scratch) {
   if (p.batch == 0) return;
   const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
-  const bool tap_major = p.out_channels >= kTapMajorChannels;
-  const int channel_pad = tap_major ? static_cast<int>(round_up(p.out_channels, NhwcGatherTile::BK)) : 0;
-  const int m_pad = static_cast<int>(round_up(p.in_channels, gather_tile_rows(tap_major)));
+  const GatherChoice choice = choose_gather(ctx, p.out_channels);
+  const bool tap_major = choice.tap_major;
+  const int channel_pad = choice.channel_pad;
+  const int m_pad = static_cast<int>(round_up(p.in_channels, NhwcGatherTile::BM));
 
   PackParams pack{};
   pack.weight = weight;
@@ -522,13 +480,12 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
       ++part_count;
     }
   if (part_count == 0) return;
-  PackParams filled;
-  params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, scratch.backward_data_weight, filled);
+  params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, choice.bf16,
+                         scratch.backward_data_weight);
   params.part_count = part_count;
-  params.source = tap_major ? nhwc_source(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, channel_pad,
-                                          scratch.backward_data_source)
-                            : y;
-  run_gather(ctx, params, scratch.backward_data_sums);
+  params.source = gather_source(ctx, choice, y, p.batch, p.out_channels, p.out_height, p.out_width,
+                                scratch.backward_data_source);
+  run_gather(ctx, params, scratch.backward_data_sums, choice.wgmma);
 }
 
 }  // namespace plexus::layers::implicit_gemm

@@ -28,4 +28,23 @@ foreach(required 80 90)
     message(FATAL_ERROR "the portable list '${portable}' lacks ${required}")
   endif()
 endforeach()
+
+# The sm_90a (wgmma) kernels: built exactly when Hopper is targeted.
+function(expect_sm90a architectures visible expected)
+  plexus_builds_sm90a(builds "${architectures}" "${visible}")
+  if(NOT "${builds}" STREQUAL "${expected}")
+    message(FATAL_ERROR "architectures '${architectures}', GPUs '${visible}': sm_90a ${builds}, expected ${expected}")
+  endif()
+endfunction()
+expect_sm90a("90" "" TRUE)
+expect_sm90a("80-real;90" "" TRUE)          # the portable list
+expect_sm90a("90-real" "" TRUE)
+expect_sm90a("90a" "" TRUE)
+expect_sm90a("80;86" "" FALSE)
+expect_sm90a("100" "" FALSE)                # Blackwell: sm_90a code would not run there
+expect_sm90a("native" "9.0" TRUE)
+expect_sm90a("native" "8.6;9.0" TRUE)
+expect_sm90a("native" "8.6" FALSE)
+expect_sm90a("native" "" FALSE)
+expect_sm90a("all-major" "" TRUE)
 message(STATUS "cuda_architectures_test: all selections as expected")

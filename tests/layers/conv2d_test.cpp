@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -247,7 +248,7 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
 // not a multiple of 8, 3 input channels, more than one 128-row tile, 1x1
 // stride 2 (backward_data phases without taps), even kernels, stride 3 and 4,
 // split K (small images, long K), tap-major K (>= 32 source channels, not a
-// multiple of 32: 33 to 130, gathered from the zero-padded NHWC copy; at
+// multiple of 32: 33 to 192, gathered from the zero-padded NHWC copy; at
 // strides 1 to 4, batch 1, and 128-pixel tiles spanning several images), the
 // weight gradient's tap-major K read from NHWC (128 and 256 input channels:
 // stride 1 and 2, a stage straddling images and the end of the pixels, 16x16
@@ -272,6 +273,12 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 33}, {"kernel", 3}, {"stride", 3}, {"padding", 1}}, {1, 45, 13, 11}},
       {{{"out_channels", 50}, {"kernel", 4}, {"stride", 4}, {"padding", 1}}, {1, 33, 23, 17}},
       {{{"out_channels", 34}, {"kernel", 3}, {"padding", 1}}, {5, 35, 5, 7}},
+      // Source channels 48, 128, 192 (one, two and three 64-channel bf16
+      // stages per tap on Hopper's wgmma path) in both directions; 192 rows
+      // = one whole and one partial 128-row tile.
+      {{{"out_channels", 192}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 48, 9, 11}},
+      {{{"out_channels", 128}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {1, 192, 12, 10}},
+      {{{"out_channels", 48}, {"kernel", 3}, {"padding", 1}}, {1, 128, 10, 12}},
   };
 }
 
@@ -308,6 +315,27 @@ TEST(Conv2d, TensorCoreEngineTakesOnlyTf32OrBf16F32Cuda) {
   cpu.set_allow_tf32(true);
   EXPECT_FALSE(implicit_gemm::supports(cpu, DType::f32, problem));
 }
+
+#if PLEXUS_WITH_CUDA
+// Which kernels the tap-major passes run: on a compute capability 9.0 GPU
+// the wgmma ones (the build must include architecture 90, as native does on
+// a Hopper), unless PLEXUS_CONV_WGMMA=0 asks for the mma.sync ones; on any
+// other GPU mma.sync. The tensor-core tests below then cover that path.
+TEST(Conv2d, TensorCoreEngineUsesWgmmaExactlyOnHopperCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  const char* setting = std::getenv("PLEXUS_CONV_WGMMA");
+  const bool disabled = setting && std::string(setting) == "0";
+  const bool expected = major == 9 && minor == 0 && !disabled;
+  std::cout << "compute capability " << major << "." << minor << ": tap-major passes run "
+            << (implicit_gemm::uses_wgmma(ctx) ? "wgmma" : "mma.sync") << "\n";
+  EXPECT_EQ(implicit_gemm::uses_wgmma(ctx), expected);
+}
+#endif
 
 TEST(Conv2d, TensorCoreCudaMatchesF64Reference) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;

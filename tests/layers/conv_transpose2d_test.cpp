@@ -336,6 +336,10 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 256}, {"kernel", 3}, {"padding", 1}}, {1, 16, 5, 7}},
       {{{"out_channels", 45}, {"kernel", 5}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {1, 37, 5, 4}},
       {{{"out_channels", 34}, {"kernel", 4}, {"stride", 4}, {"output_padding", 3}}, {2, 35, 3, 5}},
+      // Source channels 192 and 128 (three and two 64-channel bf16 stages per
+      // tap on Hopper's wgmma path), 48 output channels.
+      {{{"out_channels", 48}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 192, 5, 6}},
+      {{{"out_channels", 192}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {2, 128, 4, 5}},
   };
 }
 

@@ -1,0 +1,184 @@
+#pragma once
+// The gather GEMM's parameters and the block-level pieces its two kernels
+// share: gather_gemm_kernel (mma.sync, implicit_gemm_gather.cu) and
+// wgmma_gather_kernel (Hopper wgmma, implicit_gemm_wgmma.cu). Both map a
+// block to the same part, K range and tile of C, gather the same source
+// pixels and write C the same way; only the shared-memory layout of their
+// tiles and the products differ.
+#include <cstdint>
+
+#include "conv2d/implicit_gemm_common.cuh"
+
+namespace plexus::layers::implicit_gemm::detail {
+
+// One GEMM of a gather launch (forward: the only one; backward_data: one per
+// phase). Its N index walks the points (u, v) of a grid_h x grid_w
+// sub-grid of each destination image:
+//   destination pixel (u*dest_scale + dest_row0, v*dest_scale + dest_col0),
+//   source pixel of tap (ti, tj): (u*source_scale + source_row0 + tap_step*ti,
+//                                 v*source_scale + source_col0 + tap_step*tj).
+// Its K index is tap-major when the source has >= kTapMajorChannels channels:
+// k = (ti*taps_w + tj)*channel_pad + c, c < channel_pad = the channels
+// rounded up to a stage (BK), so a stage of K is BK channels of one tap. The
+// source is then read from an NHWC copy with channel_pad channels (zeros
+// beyond the real ones; nhwc_layout.h), where those BK channels of one pixel
+// are contiguous: a stage loads aligned 16-byte chunks per pixel, with one
+// bounds check per pixel and no per-channel check. With fewer channels
+// (RGB images) padding them to BK would multiply the work, so K is flat:
+// k = (c*taps_h + ti)*taps_w + tj, with a per-k table, gathered one element
+// per copy from the NCHW source.
+struct GatherPart {
+  int k_size;    // flat: source channels * taps_h * taps_w; tap-major: taps * channel_pad
+  int k_stride;  // row length of this part's packed A: k_size rounded up to kTapAlign
+  int taps_h, taps_w;
+  int tap_step;  // +1 (forward) or -1 (backward_data)
+  int grid_h, grid_w;
+  int source_row0, source_col0;
+  int dest_row0, dest_col0;
+  long long a_offset;  // this part's A [m_pad][k_stride] within GatherParams::a (elements)
+};
+
+struct GatherParams {
+  const void* a;       // packed weight: f32, or bf16 bit patterns (wgmma BF16)
+  const void* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad] (f32 or bf16); flat: NCHW f32
+  const float* bias;   // [m_size] or null
+  float* dest;         // [batch, m_size, dest_h, dest_w]
+  int m_size;
+  int batch;
+  int source_channels, source_h, source_w;
+  int dest_h, dest_w;
+  int source_scale, dest_scale;
+  int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
+  int part_count;
+  int splits;           // > 1: blockIdx.z / part_count picks a slice of K, written to partial
+  float* partial;       // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
+  long long dest_size;  // batch * m_size * dest_h * dest_w
+  GatherPart parts[kMaxPhases];
+};
+
+// The tile of C and the slice of K a block of a gather launch owns: grid =
+// (N tiles of the largest part, M tiles, parts x K splits).
+struct GatherBlock {
+  const GatherPart* part;
+  int split;
+  int grid_plane;     // the part's grid_h * grid_w
+  long long n_size;   // the part's N: batch * grid_plane
+  long long n0;       // the tile's first column
+  int m0;             // the tile's first row
+  int k_first, k_tiles;  // this split's stages [k_first, k_first + k_tiles); may be empty (writes zeros)
+};
+
+template <int BM, int BN, int BK>
+__device__ inline GatherBlock gather_block(const GatherParams& params) {
+  GatherBlock block;
+  block.part = &params.parts[blockIdx.z % params.part_count];
+  block.split = blockIdx.z / params.part_count;
+  block.grid_plane = block.part->grid_h * block.part->grid_w;
+  block.n_size = static_cast<long long>(params.batch) * block.grid_plane;
+  block.n0 = static_cast<long long>(blockIdx.x) * BN;
+  block.m0 = blockIdx.y * BM;
+  const int all_k_tiles = block.part->k_stride / BK;
+  const int tiles_per_split = (all_k_tiles + params.splits - 1) / params.splits;
+  block.k_first = min(all_k_tiles, block.split * tiles_per_split);
+  block.k_tiles = min(all_k_tiles, block.k_first + tiles_per_split) - block.k_first;
+  return block;
+}
+
+// Tap-major tap table: entry t holds the source pixel offset of tap t =
+// ti*taps_w + tj relative to the pixel's base and its (row, column)
+// displacement (16 bits each) for the bounds check, so the gather needs no division.
+__device__ inline void write_tap_major_table(const GatherParams& params, const GatherPart& part, int2* taps) {
+  for (int tap = threadIdx.x; tap < part.taps_h * part.taps_w; tap += blockDim.x) {
+    const int di = (tap / part.taps_w) * part.tap_step, dj = (tap % part.taps_w) * part.tap_step;
+    taps[tap] = make_int2(di * params.source_w + dj,
+                          static_cast<int>((static_cast<unsigned>(di) << 16) | (static_cast<unsigned>(dj) & 0xffffu)));
+  }
+}
+
+// The source pixel of column n of a part (tap (0, 0)): its row and column in
+// the source image and its image's index. row0 is far outside every image
+// when n is past the part's columns, so every bounds check fails.
+struct GatherPixel {
+  bool valid = false;
+  int image = 0;
+  int row0 = -(1 << 24);
+  int col0 = 0;
+};
+
+__device__ inline GatherPixel gather_pixel(const GatherParams& params, const GatherBlock& block, long long n) {
+  GatherPixel pixel;
+  if (n < block.n_size) {
+    const GatherPart& part = *block.part;
+    pixel.valid = true;
+    pixel.image = static_cast<int>(n / block.grid_plane);
+    const int q = static_cast<int>(n - static_cast<long long>(pixel.image) * block.grid_plane);
+    const int u = q / part.grid_w, v = q - u * part.grid_w;
+    pixel.row0 = u * params.source_scale + part.source_row0;
+    pixel.col0 = v * params.source_scale + part.source_col0;
+  }
+  return pixel;
+}
+
+// Epilogue: the accumulators of a warp's MT x NT m16n8 tiles (rows warp_m0 +
+// 16 mt + g [+8], columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4:
+// the C layout of mma.sync m16n8 and, per n8 block, of wgmma m64nN) -> dest,
+// plus bias; or, when K is split, this split's partial sums (bias and sum
+// come in reduce_splits). Column offsets are computed per n8 tile, not held
+// for the whole row of tiles, to keep registers for the accumulators.
+template <class T>
+__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
+                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4]) {
+  const GatherPart& part = *block.part;
+  const int g = lane >> 2, t = lane & 3;
+  const int dest_plane = params.dest_h * params.dest_w;
+  const bool whole = params.splits == 1;
+  float* dest = whole ? params.dest : params.partial + block.split * params.dest_size;
+  float bias[T::MT][2];
+  long long row_offset[T::MT][2];
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = block.m0 + warp_m0 + mt * 16 + g + 8 * half;
+      row_offset[mt][half] = m < params.m_size ? static_cast<long long>(m) * dest_plane : -1;
+      bias[mt][half] = whole && params.bias && m < params.m_size ? params.bias[m] : 0.0f;
+    }
+#pragma unroll
+  for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const long long n = block.n0 + warp_n0 + nt * 8 + 2 * t + c;
+      if (n >= block.n_size) continue;
+      const int image = static_cast<int>(n / block.grid_plane);
+      const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
+      const int u = q / part.grid_w, v = q - u * part.grid_w;
+      const long long column = static_cast<long long>(image) * params.m_size * dest_plane +
+                               static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
+                               v * params.dest_scale + part.dest_col0;
+#pragma unroll
+      for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          if (row_offset[mt][half] >= 0)
+            dest[row_offset[mt][half] + column] = acc[mt][nt][2 * half + c] + bias[mt][half];
+    }
+}
+
+// The wgmma gather's tile of C: 128 x 128, two warpgroups of 64 rows (as 8
+// warps of 16 rows x 128 columns: the accumulator layout of wgmma m64n128,
+// MT = 1, NT = 16), BK elements of K per stage (one 128-byte row), a 3-deep
+// ring: 3 x 32 KiB, so two blocks fit a multiprocessor.
+template <int BK>
+using WgmmaGatherTile = Tile<128, 128, 8, 1, BK, 3>;
+
+// Host side of the wgmma variant (implicit_gemm_wgmma.cu).
+
+// Elements of K per pipeline stage of the wgmma gather: one 128-byte
+// swizzle row, 32 f32 (TF32) or 64 bf16. Tap-major channel_pad is a multiple of it.
+inline int wgmma_stage_k(bool bf16) { return bf16 ? 64 : 32; }
+
+// Launches wgmma_gather_kernel on `grid` (TF32 from f32 operands, or BF16
+// from bf16 bit patterns) with a tap table of table_entries; checked.
+void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16);
+
+}  // namespace plexus::layers::implicit_gemm::detail
