@@ -32,6 +32,7 @@ constexpr int kTileBytes = kTileRows * kRowBytes;  // 16 KiB: one operand of one
 constexpr int kStages = 3;
 constexpr int kSwizzleAlign = 1024;
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ inline unsigned swizzled_chunk(int row, int chunk) {
   return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
@@ -47,7 +48,6 @@ __device__ inline std::uint64_t swizzled_descriptor(unsigned shared_byte_address
          (static_cast<std::uint64_t>(kSwizzleAlign >> 4) << 32) | (std::uint64_t{1} << 62);
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d[64 x 128] += a[64 x 8] b[8 x 128] (TF32, K-major a and b from shared memory, f32 accumulators).
 __device__ inline void wgmma_tf32(float (&d)[1][16][4], std::uint64_t a, std::uint64_t b) {
   asm volatile(
