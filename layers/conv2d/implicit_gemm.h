@@ -37,6 +37,15 @@
 // mma fragments from the f32 tiles in shared memory. Same tiles, gathers and
 // epilogues for both: only the mma instruction and that rounding differ.
 // Strict f32 never comes here.
+//
+// On Hopper (compute capability 9.0, built with sm_90a code; uses_wgmma)
+// forward and backward_data with a tap-major K run wgmma instead
+// (implicit_gemm_wgmma.cu): the warpgroup MMA reads both operands from
+// 128-byte swizzled tiles in shared memory instead of registers. TF32 reads
+// the same f32 operands; BF16 reads an NHWC copy and a packed weight already
+// rounded to bf16 (nearest even, as above), half the bytes per stage. Same
+// parts, tap tables, K splits and epilogue; the results differ from the
+// mma.sync kernels' only in the order of the f32 additions.
 #include <cstdint>
 
 #include "plexus/context.h"
