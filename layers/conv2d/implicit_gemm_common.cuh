@@ -261,10 +261,14 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 // once every thread's copies into it have landed. landed() runs in every
 // thread after its copies of a tile have landed and before the barrier that
 // publishes them (the wgmma kernel fences them for the async proxy there).
-template <class T, class Load, class Multiply, class Landed>
+// kAhead: how many tiles the loads run ahead of the products, STAGES - 1
+// unless the products of a slot may still be reading it after multiply
+// returns (asynchronous wgmma): then STAGES - 2 keeps one slot for them.
+template <class T, int kAhead = T::STAGES - 1, class Load, class Multiply, class Landed>
 __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][T::NT][4], Load&& load,
                                                Multiply&& multiply, Landed&& landed) {
   constexpr int kStages = T::STAGES;
+  static_assert(kAhead >= 1 && kAhead < kStages, "loads run ahead into free slots");
 #pragma unroll
   for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
@@ -272,15 +276,15 @@ __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 #pragma unroll
-  for (int stage = 0; stage < kStages - 1; ++stage) {
+  for (int stage = 0; stage < kAhead; ++stage) {
     if (stage < k_tiles) load(stage, stage);
     commit_async();
   }
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    wait_async<kStages - 2>();  // tile k_tile has landed (for this thread) ...
+    wait_async<kAhead - 1>();  // tile k_tile has landed (for this thread) ...
     landed();
     __syncthreads();            // ... for every thread, and the slot about to be refilled is no longer read
-    const int next = k_tile + kStages - 1;
+    const int next = k_tile + kAhead;
     if (next < k_tiles) load(next % kStages, next);
     commit_async();
     multiply(k_tile % kStages, acc);

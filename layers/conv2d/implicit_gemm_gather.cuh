@@ -166,10 +166,10 @@ __device__ inline void store_gather_tile(const GatherParams& params, const Gathe
 
 // The wgmma gather's tile of C: 128 x 128, two warpgroups of 64 rows (as 8
 // warps of 16 rows x 128 columns: the accumulator layout of wgmma m64n128,
-// MT = 1, NT = 16), BK elements of K per stage (one 128-byte row), a 3-deep
-// ring: 3 x 32 KiB, so two blocks fit a multiprocessor.
-template <int BK>
-using WgmmaGatherTile = Tile<128, 128, 8, 1, BK, 3>;
+// MT = 1, NT = 16), BK elements of K per stage (one 128-byte row), a
+// STAGES-deep ring of 32 KiB stages (implicit_gemm_wgmma.cu picks the depth).
+template <int BK, int STAGES = 3>
+using WgmmaGatherTile = Tile<128, 128, 8, 1, BK, STAGES>;
 
 // Host side of the wgmma variant (implicit_gemm_wgmma.cu).
 

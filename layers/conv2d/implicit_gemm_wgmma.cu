@@ -29,7 +29,11 @@ namespace {
 constexpr int kRowBytes = 128;
 constexpr int kTileRows = 128;
 constexpr int kTileBytes = kTileRows * kRowBytes;  // 16 KiB: one operand of one stage
+// The ring's depth and how many stages of wgmmas stay in flight when the
+// next is issued (0: each stage waits for its own; 1: for the previous one,
+// and the loads run one stage less ahead so they never refill a slot it reads).
 constexpr int kStages = 3;
+constexpr int kWgmmaInFlight = 0;
 constexpr int kSwizzleAlign = 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -118,6 +122,7 @@ __device__ inline void fence_accumulators(float (&d)[1][16][4]) {
 
 // wgmma_gather_kernel: as gather_gemm_kernel (tap-major), Element = float
 // (TF32 products) or std::uint16_t (bf16 bit patterns, BF16 products).
+// Two blocks per multiprocessor fit with 3 stages (3 x 32 KiB), one with 4.
 // grid = (N tiles of the largest part, M tiles, parts x K splits); 256
 // threads = two warpgroups, warpgroup w multiplies rows 64w..64w+63 of A by
 // all of B; every thread also issues the stage's cp.async copies.
@@ -125,7 +130,7 @@ template <class Element>
 __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileK = kRowBytes / sizeof(Element), kChunkElements = 16 / sizeof(Element);
-  using T = WgmmaGatherTile<kTileK>;
+  using T = WgmmaGatherTile<kTileK, kStages>;
   static_assert(T::MT == 1 && T::NT == 16 && T::BM == kTileRows && T::BN == kTileRows && T::STAGES == kStages,
                 "two warpgroups of m64n128 over one ring of 128-row tiles");
   const GatherBlock block = gather_block<T::BM, T::BN, T::BK>(params);
@@ -187,11 +192,12 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
   const int warp = tid / 32, lane = tid % 32, warpgroup = warp / 4;
   __syncthreads();  // the tap table is complete
   float acc[1][16][4];
-  run_k_pipeline<T>(
+  run_k_pipeline<T, kStages - 1 - kWgmmaInFlight>(
       block.k_tiles, acc, [&](int stage, int k_tile) { load_stage(stage, block.k_first + k_tile); },
       [&](int stage, float(&sums)[1][16][4]) {
-        // Four wgmmas of 32 bytes of K each, then wait for them: the slot is
-        // refilled only after the next barrier, once they have read it.
+        // Four wgmmas of 32 bytes of K each, then wait for all but
+        // kWgmmaInFlight stages of them: a slot is refilled only after a
+        // later barrier, once every wgmma reading it has completed.
         const std::uint64_t a = swizzled_descriptor(a_ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
         const std::uint64_t b = swizzled_descriptor(b_ring + stage * kTileBytes);
         fence_accumulators(sums);
@@ -204,12 +210,14 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
             wgmma_bf16(sums, a + 2 * step, b + 2 * step);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kWgmmaInFlight) : "memory");
         fence_accumulators(sums);
       },
       // cp.async writes shared memory through the generic proxy, wgmma reads it
       // through the async proxy: each thread fences its landed copies before the barrier.
       [] { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); });
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_accumulators(acc);
   store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc);
 #endif
 }
