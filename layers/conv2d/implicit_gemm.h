@@ -113,7 +113,8 @@ inline bool takes_backward_data(const ConvProblem& problem) { return problem.in_
 // >= kTapMajorChannels) run the Hopper wgmma kernels on ctx's device:
 // compute capability 9.0, a build with sm_90a code (the build includes
 // architecture 90), and the environment variable PLEXUS_CONV_WGMMA not "0"
-// (set it to 0 to compare with the mma.sync kernels). Only in CUDA builds.
+// (set it to 0 to compare with the mma.sync kernels). Decided once per
+// process and device. Only in CUDA builds.
 bool uses_wgmma(const Context& ctx);
 
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.

@@ -8,6 +8,7 @@
 // This file is compiled for sm_90a alone (layers/CMakeLists.txt) when the
 // build's architectures include Hopper; otherwise the kernel body is empty
 // and uses_wgmma() is false.
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -251,15 +252,20 @@ void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 gr
 
 bool uses_wgmma(const Context& ctx) {
 #if defined(PLEXUS_CONV_WGMMA)
-  const char* setting = std::getenv("PLEXUS_CONV_WGMMA");
-  if (setting && std::strcmp(setting, "0") == 0) return false;
-  int major = 0, minor = 0;
+  // Decided once per process and device: 0 unknown, 1 no, 2 yes.
+  constexpr int kDevices = 64;
+  static std::atomic<int> decided[kDevices];
   const int device = cuda::resources(ctx).device;
+  if (device >= 0 && device < kDevices && decided[device].load() != 0) return decided[device].load() == 2;
+  const char* setting = std::getenv("PLEXUS_CONV_WGMMA");
+  int major = 0, minor = 0;
   cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
   cuda::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
-  return major == 9 && minor == 0;
+  const bool wgmma = major == 9 && minor == 0 && !(setting && std::strcmp(setting, "0") == 0);
+  if (device >= 0 && device < kDevices) decided[device].store(wgmma ? 2 : 1);
+  return wgmma;
 #else
   (void)ctx;
   return false;
