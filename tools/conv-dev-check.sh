@@ -96,7 +96,7 @@ echo "SUMMARY: tests $([ $tests_ok = 1 ] && echo passed || echo FAILED); memchec
 # the 128-channel 5x5/2 layer at 128x128 (forward and backward).
 if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
   echo "== ncu"
-  timeout 240 ncu --kernel-name regex:'gather_gemm|weight_grad' --launch-count 3 \
+  timeout 240 ncu --kernel-name regex:'gather|weight_grad' --launch-count 3 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     "$build/bin/plexus-bench" --precision "${precision##*,}" --only "Conv2d 5x5/2 128->128 @128" --warmup 0 --repeats 1 \
     > "$logs/ncu.txt" 2>&1
