@@ -14,7 +14,7 @@ namespace {
 
 using namespace detail;
 
-// grid = (N tiles of the largest part, M tiles, parts x K splits)
+// grid = (N tiles of the largest part x parts, M tiles, K splits)
 // (gather_block). Each block first writes its part's tap table to shared
 // memory: entry k holds the source offset of tap k relative to the pixel's
 // base and the tap's (row, column) displacement for the bounds check, so the
@@ -294,8 +294,8 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
   if (params.splits > 1)
     params.partial =
         scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
-  const dim3 grid(static_cast<unsigned>(max_n_tiles), static_cast<unsigned>(ceil_div(params.m_size, kTileM)),
-                  static_cast<unsigned>(params.part_count * params.splits));
+  const dim3 grid(static_cast<unsigned>(max_n_tiles * params.part_count),
+                  static_cast<unsigned>(ceil_div(params.m_size, kTileM)), static_cast<unsigned>(params.splits));
   if (wgmma) {
     launch_wgmma_gather(ctx, params, grid, max_table, bf16);
   } else if (tap_major) {

@@ -124,7 +124,7 @@ __device__ inline void fence_accumulators(float (&d)[1][16][4]) {
 // wgmma_gather_kernel: as gather_gemm_kernel (tap-major), Element = float
 // (TF32 products) or std::uint16_t (bf16 bit patterns, BF16 products).
 // Two blocks per multiprocessor fit with 3 stages (3 x 32 KiB), one with 4.
-// grid = (N tiles of the largest part, M tiles, parts x K splits); 256
+// grid = (N tiles of the largest part x parts, M tiles, K splits); 256
 // threads = two warpgroups, warpgroup w multiplies rows 64w..64w+63 of A by
 // all of B; every thread also issues the stage's cp.async copies.
 template <class Element>
