@@ -81,6 +81,8 @@ struct Scratch {
   Tensor backward_data_sums;    // backward_data's split-K partial sums
   Tensor weight_sums;           // backward_weight's split-K partial sums
   Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
+  Tensor weight_source_bf16;    // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
+  Tensor weight_rows_bf16;      // backward_weight's bf16 channel rows of Y (same cases)
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

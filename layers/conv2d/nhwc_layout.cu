@@ -1,4 +1,5 @@
-// NCHW -> NHWC copy (declaration in nhwc_layout.h).
+// NCHW -> NHWC copies and bf16 channel rows (declarations in nhwc_layout.h).
+#include <algorithm>
 #include <string>
 
 #include <cuda_bf16.h>
@@ -60,7 +61,44 @@ void copy_to_nhwc(const Context& ctx, const float* source, std::int64_t batch, s
   cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
 }
 
+// Channel rows: grid = (plane / 256, channels, images), capped at 65535 in y
+// and z (the blocks loop): reads and writes both run along q, coalesced, with
+// no division per element. Blocks with x = 0 and z = 0 also zero the tail of
+// their rows (batch*plane to row_stride).
+constexpr int kRowThreads = 256;
+constexpr long long kMaxGridYZ = 65535;
+
+__global__ void nchw_to_channel_rows_bf16_kernel(const float* source, long long batch, long long channels,
+                                                 long long plane, long long row_stride,
+                                                 std::uint16_t* destination) {
+  const long long q = static_cast<long long>(blockIdx.x) * kRowThreads + threadIdx.x;
+  for (long long c = blockIdx.y; c < channels; c += gridDim.y) {
+    std::uint16_t* row = destination + c * row_stride;
+    if (q < plane)
+      for (long long n = blockIdx.z; n < batch; n += gridDim.z)
+        store(row + n * plane + q, source[(n * channels + c) * plane + q]);
+    if (blockIdx.x == 0 && blockIdx.z == 0)
+      for (long long k = batch * plane + threadIdx.x; k < row_stride; k += kRowThreads) row[k] = 0;
+  }
+}
+
 }  // namespace
+
+void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch,
+                                    std::int64_t channels, std::int64_t plane, std::int64_t row_stride,
+                                    std::uint16_t* destination) {
+  if (batch < 0 || channels < 0 || plane < 0 || row_stride < batch * plane)
+    throw Error("nchw_to_channel_rows_bf16: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
+                std::to_string(channels) + ", plane " + std::to_string(plane) + ", row_stride " +
+                std::to_string(row_stride) + ")");
+  if (channels == 0 || row_stride == 0) return;
+  const long long plane_blocks = std::max<long long>((plane + kRowThreads - 1) / kRowThreads, 1);
+  const dim3 grid(static_cast<unsigned>(plane_blocks), static_cast<unsigned>(std::min<long long>(channels, kMaxGridYZ)),
+                  static_cast<unsigned>(std::clamp<long long>(batch, 1, kMaxGridYZ)));
+  nchw_to_channel_rows_bf16_kernel<<<grid, kRowThreads, 0, cuda::stream(ctx)>>>(source, batch, channels, plane,
+                                                                               row_stride, destination);
+  cuda::check_launch("nchw_to_channel_rows_bf16_kernel", __FILE__, __LINE__);
+}
 
 void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t plane, std::int64_t channel_stride, float* destination) {

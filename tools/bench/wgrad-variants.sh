@@ -2,7 +2,9 @@
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
 #   bash tools/bench/wgrad-variants.sh [BK,STAGES ...]      (default: 16,3 16,4 32,3 32,4)
 # Tunes the tap-major weight gradient of the implicit-GEMM engine: for each
-# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh) it
+# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh;
+# with TILE=WeightGradBf16Tile, the BF16-operand kernel's tile in
+# layers/conv2d/implicit_gemm_weight_grad.cu, which only bf16 products use) it
 # rebuilds plexus-bench with that tile and times the 128->128 convolution
 # rows (whole backward: NHWC copy, weight gradient and input gradient) at
 # tf32 and bf16, then prints one table of backward milliseconds. With
@@ -17,8 +19,14 @@ out=${OUT:-bench-logs}/variants
 mkdir -p "$out"
 build=${BUILD:-build-gpu}
 only=${ONLY:-128->128}
+tile=${TILE:-WeightGradNhwcTile}
 source_file=layers/conv2d/implicit_gemm_common.cuh
 kernel_file=layers/conv2d/implicit_gemm_weight_grad.cu
+case "$tile" in
+  WeightGradNhwcTile) ;;
+  WeightGradBf16Tile) source_file=$kernel_file ;;
+  *) echo "wgrad-variants: unknown TILE $tile" >&2; exit 1 ;;
+esac
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(16,3 16,4 32,3 32,4)
 
@@ -53,10 +61,10 @@ fi
 for variant in "${variants[@]}"; do
   bk=${variant%,*} stages=${variant#*,}
   cp "$backup" "$source_file"
-  sed -i -E "s/^using WeightGradNhwcTile = Tile<128, 128, 2, 4, [0-9]+, [0-9]+>;/using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;/" \
+  sed -i -E "s/^using $tile = Tile<128, 128, 2, 4, [0-9]+, [0-9]+>;/using $tile = Tile<128, 128, 2, 4, $bk, $stages>;/" \
     "$source_file"
-  grep -q "^using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;" "$source_file" ||
-    { echo "wgrad-variants: cannot set WeightGradNhwcTile in $source_file" >&2; exit 1; }
+  grep -q "^using $tile = Tile<128, 128, 2, 4, $bk, $stages>;" "$source_file" ||
+    { echo "wgrad-variants: cannot set $tile in $source_file" >&2; exit 1; }
   bench_variant "bk$bk-s$stages"
   names+=("bk$bk-s$stages")
 done
