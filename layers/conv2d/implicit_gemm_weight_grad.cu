@@ -17,7 +17,7 @@ using namespace detail;
 // The BF16-operand weight gradient's tile: BK pixels per stage (bf16, so
 // 64 pixels stage the bytes 32 f32 pixels did), STAGES-deep ring, two blocks
 // per multiprocessor (2 x 105 KiB at 64 x 3).
-using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
+using WeightGradBf16Tile = Tile<128, 256, 2, 4, 64, 3, 1>;
 
 struct WeightGradParams {
   const float* x;       // [batch, Ci, H, W]
@@ -64,15 +64,13 @@ struct PixelCursor {
 
 // The block's split of C into partial[blockIdx.z]: m16n8 accumulator
 // (g, 2t..2t+1) and (g+8, 2t..2t+1) of each of the warp's tiles.
-// tap_major: column n is channel block_channel + (n - n0) of the block's tap,
-// written to dW[o, c, tap] in place.
+// tap_major: column n = tap*Ci + c is written to dW[o, c, tap] in place.
 template <class T, bool tap_major>
 __device__ inline void store_partial_sums(const WeightGradParams& params, const float (&acc)[T::MT][T::NT][4],
                                           int m0, int n0, int warp_m0, int warp_n0, int lane) {
   const int m_size = params.out_channels;
   const int kk = params.kernel * params.kernel;
   const int n_size = params.in_channels * kk;
-  const int block_tap = n0 / params.in_channels, block_channel = n0 - block_tap * params.in_channels;
   const int g = lane >> 2, t = lane & 3;
   float* partial = params.partial + static_cast<long long>(blockIdx.z) * m_size * n_size;
 #pragma unroll
@@ -86,8 +84,10 @@ __device__ inline void store_partial_sums(const WeightGradParams& params, const 
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
-          const int index = tap_major ? (block_channel + n - n0) * kk + block_tap : n;
-          if (n < n_size) partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
+          if (n >= n_size) continue;
+          const int tap = n / params.in_channels;
+          const int index = tap_major ? (n - tap * params.in_channels) * kk + tap : n;
+          partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
         }
     }
 }
@@ -238,25 +238,29 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const 
 }
 
 // The tap-major weight gradient with BF16 operands in shared memory (Ci a
-// multiple of BN, bf16 products): the same GEMM, tiles and split as the
+// multiple of kChannelGroup, bf16 products): the same GEMM and split as the
 // tap_major weight_grad_kernel, read from bf16 copies rounded once (Y as
 // channel rows, X as NHWC), so a stage holds twice the pixels per byte and
 // the fragments come straight from ldmatrix (multiply_stage_bf16).
-// grid = (N tiles, M tiles, splits).
+// grid = (N tiles, M tiles, splits). The block's BN columns are groups of
+// kChannelGroup channels, each of one tap (BN = 256 on 128 channels spans two taps).
 //   A [BM][AStride]: row o is BK consecutive pixels of Y's channel row o
 //     (never straddling an image: the rows run across the batch), 8 bf16 per
 //     16-byte copy, consecutive threads along a row (coalesced; rows an odd
 //     number of 16-byte units apart, so the stores spread over the banks).
-//   B [BK][BStride]: 256/BK threads share a pixel (one bounds check) and copy
-//     its BN channels of the block's tap from the NHWC copy, 8 per copy,
-//     consecutive threads on consecutive channels; zeros outside the image
-//     and past the split's pixels (where A may hold the next split's or the
-//     rows' zero tail: finite values times zero).
+//   B [BK][BStride]: 256/BK threads share a pixel (one bounds check per
+//     group) and copy each group's channels of its tap from the NHWC copy, 8
+//     per copy, consecutive threads on consecutive channels; zeros outside the
+//     image, past the split's pixels (where A may hold the next split's or the
+//     rows' zero tail: finite values times zero) and past the last column.
+constexpr int kChannelGroup = 128;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(const WeightGradParams params) {
   using Stage = Bf16Stage<T>;
   constexpr int kTileK = T::BK;
   const int m_size = params.out_channels;
+  const int n_size = params.in_channels * params.kernel * params.kernel;
   const int n0 = blockIdx.x * T::BN, m0 = blockIdx.y * T::BM;
   const long long k_begin = blockIdx.z * params.k_per_split;
   const long long k_end = min(params.k_size, k_begin + params.k_per_split);
@@ -269,13 +273,23 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(c
 
   constexpr int a_vectors_per_row = kTileK / 8, a_vectors = T::BM * a_vectors_per_row / kThreads;
   static_assert(T::BM * a_vectors_per_row % kThreads == 0, "whole A vectors per thread");
+  constexpr int kGroups = T::BN / kChannelGroup, kGroupVectors = kChannelGroup / 8;
   constexpr int threads_per_pixel = kThreads / kTileK;
-  constexpr int b_vectors = T::BN / 8 / threads_per_pixel;
-  static_assert(kThreads % kTileK == 0 && T::BN % (8 * threads_per_pixel) == 0, "whole B vectors per thread");
+  constexpr int group_vectors = kGroupVectors / threads_per_pixel;  // per thread
+  static_assert(T::BN % kChannelGroup == 0, "whole channel groups per block");
+  static_assert(kThreads % kTileK == 0 && kGroupVectors % threads_per_pixel == 0, "whole B vectors per thread");
   const int b_row = tid / threads_per_pixel, b_vector = tid % threads_per_pixel;
   const int plane = params.height * params.width;
-  const int block_tap = n0 / params.in_channels, block_channel = n0 - block_tap * params.in_channels;
-  const int tap_i = block_tap / params.kernel, tap_j = block_tap % params.kernel;
+  // Each group's tap (ti, tj) and first channel; a group past the last column is never inside.
+  int group_tap_i[kGroups], group_tap_j[kGroups], group_channel[kGroups];
+#pragma unroll
+  for (int h = 0; h < kGroups; ++h) {
+    const int n = n0 + h * kChannelGroup;
+    const int tap = n / params.in_channels;
+    group_channel[h] = n - tap * params.in_channels + 8 * b_vector;
+    group_tap_i[h] = n < n_size ? tap / params.kernel : kInvalidTap;
+    group_tap_j[h] = tap % params.kernel;
+  }
   const int out_plane = params.out_height * params.out_width;
   PixelCursor b_pixel(k_begin + b_row, k_end, out_plane, params.out_width);
 
@@ -292,20 +306,25 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(c
                                : params.y_rows_bf16,
                          valid);
     }
-    // Source pixel (a*s - p + ti, b*s - p + tj): BN channels from block_channel on.
-    std::uint16_t* b_tile = b_tiles + stage * Stage::BElements;
-    const int row = b_pixel.a * params.stride - params.padding + tap_i;
-    const int col = b_pixel.b * params.stride - params.padding + tap_j;
-    const bool inside = b_pixel.index < k_end && static_cast<unsigned>(row) < static_cast<unsigned>(params.height) &&
-                        static_cast<unsigned>(col) < static_cast<unsigned>(params.width);
-    const long long offset =
-        inside ? (static_cast<long long>(b_pixel.image) * plane + row * params.width + col) * params.in_channels +
-                     block_channel + 8 * b_vector
-               : 0;
+    std::uint16_t* b_tile = b_tiles + stage * Stage::BElements + b_row * Stage::BStride;
+    const bool pixel_valid = b_pixel.index < k_end;
 #pragma unroll
-    for (int j = 0; j < b_vectors; ++j)
-      copy16_async_zfill(b_tile + b_row * Stage::BStride + 8 * (b_vector + j * threads_per_pixel),
-                         params.x_nhwc_bf16 + offset + (inside ? 8 * j * threads_per_pixel : 0), inside);
+    for (int h = 0; h < kGroups; ++h) {
+      // Source pixel (a*s - p + ti, b*s - p + tj) of the group's tap.
+      const int row = b_pixel.a * params.stride - params.padding + group_tap_i[h];
+      const int col = b_pixel.b * params.stride - params.padding + group_tap_j[h];
+      const bool inside = pixel_valid && static_cast<unsigned>(row) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(col) < static_cast<unsigned>(params.width);
+      const std::uint16_t* source =
+          inside ? params.x_nhwc_bf16 +
+                       (static_cast<long long>(b_pixel.image) * plane + row * params.width + col) * params.in_channels +
+                       group_channel[h]
+                 : params.x_nhwc_bf16;
+#pragma unroll
+      for (int j = 0; j < group_vectors; ++j)
+        copy16_async_zfill(b_tile + h * kChannelGroup + 8 * (b_vector + j * threads_per_pixel),
+                           source + (inside ? 8 * j * threads_per_pixel : 0), inside);
+    }
     b_pixel.advance(kTileK, params.out_height, params.out_width);
   };
 
@@ -429,7 +448,7 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
     // BF16 operands: x as NHWC bf16 and y as bf16 channel rows, rounded once
     // here on every call (x and y may differ between calls).
     using T = WeightGradBf16Tile;
-    static_assert(T::BN == WeightGradNhwcTile::BN, "the same Ci take the tap-major path at both precisions");
+    static_assert(kChannelGroup == WeightGradNhwcTile::BN, "the same Ci take the tap-major path at both precisions");
     params.y_row_stride = round_up(p.batch * p.out_height * p.out_width, T::BK);
     std::uint16_t* rows = bf16_scratch(scratch.weight_rows_bf16, p.out_channels * params.y_row_stride, ctx.device());
     nchw_to_channel_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height * p.out_width, params.y_row_stride,
