@@ -14,10 +14,13 @@ namespace {
 
 using namespace detail;
 
-// The BF16-operand weight gradient's tile: BK pixels per stage (bf16, so
-// 64 pixels stage the bytes 32 f32 pixels did), STAGES-deep ring, two blocks
-// per multiprocessor (2 x 105 KiB at 64 x 3).
-using WeightGradBf16Tile = Tile<128, 256, 2, 4, 64, 3, 1>;
+// The BF16-operand weight gradient's tile: 64 pixels per stage (in bf16 the
+// bytes 32 f32 pixels took), 3-deep, two blocks per multiprocessor (2 x 105
+// KiB). On an H100 (tools/bench/wgrad-variants.sh, TILE=WeightGradBf16Tile)
+// the 128->128 rows' backward was within 1% at 64 x 2 and 32 x 4, and 1-2%
+// slower with 128x256 tiles (two taps per block, one block per
+// multiprocessor) at 64 x 3, 64 x 4 and 32 x 4.
+using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
 
 struct WeightGradParams {
   const float* x;       // [batch, Ci, H, W]
