@@ -419,7 +419,8 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
   Context ctx(Device::cuda());
   std::mt19937_64 rng(9);
   struct Sizes { std::int64_t batch, channels, plane, row_stride; };
-  for (const Sizes s : {Sizes{1, 1, 1, 8}, Sizes{2, 3, 37, 128}, Sizes{3, 130, 300, 900}, Sizes{2, 5, 64, 128}}) {
+  for (const Sizes s :
+       {Sizes{1, 1, 1, 8}, Sizes{2, 3, 37, 128}, Sizes{3, 130, 300, 900}, Sizes{2, 5, 64, 128}, Sizes{2, 3, 2500, 5056}}) {
     const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
     const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
     std::vector<std::uint16_t> host(static_cast<std::size_t>(s.channels * s.row_stride), 0xffff);  // bf16 NaN
