@@ -33,9 +33,13 @@
 // The product follows the Context's precision: under tf32 the tensor cores
 // read each f32 operand as TF32 (10 mantissa bits, truncated: ~1e-3 relative
 // per product); under bf16 each operand is rounded to bf16 (7 mantissa bits,
-// round to nearest even: within 4e-3 relative) as the warp forms its
-// mma fragments from the f32 tiles in shared memory. Same tiles, gathers and
-// epilogues for both: only the mma instruction and that rounding differ.
+// round to nearest even: within 4e-3 relative). forward, backward_data and
+// the NCHW weight gradient round as the warp forms its mma fragments from f32
+// tiles in shared memory (same tiles, gathers and epilogues as tf32: only the
+// mma instruction and that rounding differ). The tap-major weight gradient
+// (Ci a multiple of 128) rounds once instead, into bf16 copies of X (NHWC)
+// and Y (channel rows), and stages bf16 tiles: twice the pixels per byte,
+// fragments by ldmatrix with no conversion in the inner loop.
 // Strict f32 never comes here.
 //
 // On Hopper (compute capability 9.0, built with sm_90a code; uses_wgmma)
@@ -90,6 +94,8 @@ struct Scratch {
   Tensor backward_data_sums;    // backward_data's split-K partial sums
   Tensor weight_sums;           // backward_weight's split-K partial sums
   Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
+  Tensor weight_source_bf16;    // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
+  Tensor weight_rows_bf16;      // backward_weight's bf16 channel rows of Y (same cases)
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

@@ -15,7 +15,8 @@
 //                    (from an NHWC copy of Y when Co >= kTapMajorChannels).
 //   backward_weight  M = Co, N = Ci*k*k, K = batch*Ho*Wo pixels, split over
 //                    blocks; A = Y, B = input patches (from an NHWC copy of
-//                    X when Ci is a multiple of 128); partial sums reduced.
+//                    X when Ci is a multiple of 128; under bf16 then from
+//                    bf16 copies of X and Y); partial sums reduced.
 // A thread block computes a BM x BN tile of C, walking K in stages of BK
 // through a STAGES-deep cp.async ring in shared memory (see Tile); each of its
 // 8 warps owns a (BM/WARPS_M) x (BN/WARPS_N) sub-tile of m16n8 accumulators.
@@ -112,9 +113,10 @@ __device__ inline unsigned pack_bf16x2(unsigned low, unsigned high) {
   return packed;
 }
 
-// The tensor-core product the engine runs, chosen by the Context's precision.
-// Both consume the same fragments, read from the same f32 tiles in shared
-// memory: kGroups m16n8k8 TF32 fragment sets, set i at k offset 8i of the
+// The tensor-core product the engine runs on f32 tiles, chosen by the
+// Context's precision (the tap-major weight gradient's BF16 path stages bf16
+// tiles instead: implicit_gemm_bf16.cuh). Both consume the same fragments,
+// read from the same f32 tiles in shared memory: kGroups m16n8k8 TF32 fragment sets, set i at k offset 8i of the
 // step (a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g),
 // B(t+4, g); g = lane/4, t = lane%4).
 //

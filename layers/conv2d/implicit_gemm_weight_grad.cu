@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "conv2d/channel_ops.h"
+#include "conv2d/implicit_gemm_bf16.cuh"
 #include "conv2d/implicit_gemm_common.cuh"
 
 namespace plexus::layers::implicit_gemm {
@@ -13,11 +14,24 @@ namespace {
 
 using namespace detail;
 
+// The BF16-operand weight gradient's tile: 64 pixels per stage (in bf16 the
+// bytes 32 f32 pixels took), 3-deep, two blocks per multiprocessor (2 x 105
+// KiB). On an H100 (tools/bench/wgrad-variants.sh, TILE=WeightGradBf16Tile)
+// the 128->128 rows' backward was within 1% at 64 x 2 and 32 x 4, and 1-2%
+// slower with 128x256 tiles (two taps per block, one block per
+// multiprocessor) at 64 x 3, 64 x 4 and 32 x 4.
+using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
+
 struct WeightGradParams {
   const float* x;       // [batch, Ci, H, W]
   const float* x_nhwc;  // the same, [batch, H*W, Ci] (tap_major only)
   const float* y;       // [batch, Co, Ho, Wo]
-  float* partial;       // [splits][Co][Ci*k*k]
+  // BF16 operands (weight_grad_bf16_kernel only): X as NHWC bf16 [batch, H*W, Ci]
+  // and Y as bf16 channel rows [Co][y_row_stride] (pixels of the batch in order, then zeros).
+  const std::uint16_t* x_nhwc_bf16;
+  const std::uint16_t* y_rows_bf16;
+  long long y_row_stride;  // a multiple of the tile's BK, >= k_size
+  float* partial;          // [splits][Co][Ci*k*k]
   int in_channels, height, width, out_channels, out_height, out_width, kernel, stride, padding;
   long long k_size;       // batch*Ho*Wo
   long long k_per_split;  // a multiple of the tile's BK
@@ -50,6 +64,36 @@ struct PixelCursor {
     }
   }
 };
+
+// The block's split of C into partial[blockIdx.z]: m16n8 accumulator
+// (g, 2t..2t+1) and (g+8, 2t..2t+1) of each of the warp's tiles.
+// tap_major: column n = tap*Ci + c is written to dW[o, c, tap] in place.
+template <class T, bool tap_major>
+__device__ inline void store_partial_sums(const WeightGradParams& params, const float (&acc)[T::MT][T::NT][4],
+                                          int m0, int n0, int warp_m0, int warp_n0, int lane) {
+  const int m_size = params.out_channels;
+  const int kk = params.kernel * params.kernel;
+  const int n_size = params.in_channels * kk;
+  const int g = lane >> 2, t = lane & 3;
+  float* partial = params.partial + static_cast<long long>(blockIdx.z) * m_size * n_size;
+#pragma unroll
+  for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
+      if (m >= m_size) continue;
+#pragma unroll
+      for (int nt = 0; nt < T::NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
+          if (n >= n_size) continue;
+          const int tap = n / params.in_channels;
+          const int index = tap_major ? (n - tap * params.in_channels) * kk + tap : n;
+          partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
+        }
+    }
+}
 
 // grid = (N tiles, M tiles, splits). A is K-contiguous [BM][KStride]: a
 // thread loads pixel tid%BK of the tile for BM/(256/BK) rows (channels o).
@@ -193,24 +237,108 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const 
                                                warp_n0, lane, sums);
       });
 
-  const int g = lane >> 2, t = lane & 3;
-  float* partial = params.partial + static_cast<long long>(blockIdx.z) * m_size * n_size;
+  store_partial_sums<T, tap_major>(params, acc, m0, n0, warp_m0, warp_n0, lane);
+}
+
+// The tap-major weight gradient with BF16 operands in shared memory (Ci a
+// multiple of kChannelGroup, bf16 products): the same GEMM and split as the
+// tap_major weight_grad_kernel, read from bf16 copies rounded once (Y as
+// channel rows, X as NHWC), so a stage holds twice the pixels per byte and
+// the fragments come straight from ldmatrix (multiply_stage_bf16).
+// grid = (N tiles, M tiles, splits). The block's BN columns are groups of
+// kChannelGroup channels, each of one tap (BN = 256 on 128 channels spans two taps).
+//   A [BM][AStride]: row o is BK consecutive pixels of Y's channel row o
+//     (never straddling an image: the rows run across the batch), 8 bf16 per
+//     16-byte copy, consecutive threads along a row (coalesced; rows an odd
+//     number of 16-byte units apart, so the stores spread over the banks).
+//   B [BK][BStride]: 256/BK threads share a pixel (one bounds check per
+//     group) and copy each group's channels of its tap from the NHWC copy, 8
+//     per copy, consecutive threads on consecutive channels; zeros outside the
+//     image, past the split's pixels (where A may hold the next split's or the
+//     rows' zero tail: finite values times zero) and past the last column.
+constexpr int kChannelGroup = 128;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(const WeightGradParams params) {
+  using Stage = Bf16Stage<T>;
+  constexpr int kTileK = T::BK;
+  const int m_size = params.out_channels;
+  const int n_size = params.in_channels * params.kernel * params.kernel;
+  const int n0 = blockIdx.x * T::BN, m0 = blockIdx.y * T::BM;
+  const long long k_begin = blockIdx.z * params.k_per_split;
+  const long long k_end = min(params.k_size, k_begin + params.k_per_split);
+  const int k_tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kTileK - 1) / kTileK) : 0;
+  const int tid = threadIdx.x;
+
+  extern __shared__ __align__(16) std::uint16_t bf16_shared[];
+  std::uint16_t* a_tiles = bf16_shared;                             // STAGES x [BM][AStride]
+  std::uint16_t* b_tiles = a_tiles + T::STAGES * Stage::AElements;  // STAGES x [BK][BStride]
+
+  constexpr int a_vectors_per_row = kTileK / 8, a_vectors = T::BM * a_vectors_per_row / kThreads;
+  static_assert(T::BM * a_vectors_per_row % kThreads == 0, "whole A vectors per thread");
+  constexpr int kGroups = T::BN / kChannelGroup, kGroupVectors = kChannelGroup / 8;
+  constexpr int threads_per_pixel = kThreads / kTileK;
+  constexpr int group_vectors = kGroupVectors / threads_per_pixel;  // per thread
+  static_assert(T::BN % kChannelGroup == 0, "whole channel groups per block");
+  static_assert(kThreads % kTileK == 0 && kGroupVectors % threads_per_pixel == 0, "whole B vectors per thread");
+  const int b_row = tid / threads_per_pixel, b_vector = tid % threads_per_pixel;
+  const int plane = params.height * params.width;
+  // Each group's tap (ti, tj) and first channel; a group past the last column is never inside.
+  int group_tap_i[kGroups], group_tap_j[kGroups], group_channel[kGroups];
 #pragma unroll
-  for (int mt = 0; mt < T::MT; ++mt)
+  for (int h = 0; h < kGroups; ++h) {
+    const int n = n0 + h * kChannelGroup;
+    const int tap = n / params.in_channels;
+    group_channel[h] = n - tap * params.in_channels + 8 * b_vector;
+    group_tap_i[h] = n < n_size ? tap / params.kernel : kInvalidTap;
+    group_tap_j[h] = tap % params.kernel;
+  }
+  const int out_plane = params.out_height * params.out_width;
+  PixelCursor b_pixel(k_begin + b_row, k_end, out_plane, params.out_width);
+
+  auto load_stage = [&](int stage, int k_tile) {
+    std::uint16_t* a_tile = a_tiles + stage * Stage::AElements;
+    const std::uint16_t* y_tile = params.y_rows_bf16 + k_begin + static_cast<long long>(k_tile) * kTileK;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = m0 + warp_m0 + mt * 16 + g + 8 * half;
-      if (m >= m_size) continue;
-#pragma unroll
-      for (int nt = 0; nt < T::NT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int n = n0 + warp_n0 + nt * 8 + 2 * t + c;
-          // tap_major: column n is channel block_channel + (n - n0) of the block's tap.
-          const int index = tap_major ? (block_channel + n - n0) * kk + block_tap : n;
-          if (n < n_size) partial[static_cast<long long>(m) * n_size + index] = acc[mt][nt][2 * half + c];
-        }
+    for (int v = 0; v < a_vectors; ++v) {
+      const int i = tid + v * kThreads;
+      const int row = i / a_vectors_per_row, k8 = (i % a_vectors_per_row) * 8;
+      const bool valid = m0 + row < m_size;
+      copy16_async_zfill(a_tile + row * Stage::AStride + k8,
+                         valid ? y_tile + static_cast<long long>(m0 + row) * params.y_row_stride + k8
+                               : params.y_rows_bf16,
+                         valid);
     }
+    std::uint16_t* b_tile = b_tiles + stage * Stage::BElements + b_row * Stage::BStride;
+    const bool pixel_valid = b_pixel.index < k_end;
+#pragma unroll
+    for (int h = 0; h < kGroups; ++h) {
+      // Source pixel (a*s - p + ti, b*s - p + tj) of the group's tap.
+      const int row = b_pixel.a * params.stride - params.padding + group_tap_i[h];
+      const int col = b_pixel.b * params.stride - params.padding + group_tap_j[h];
+      const bool inside = pixel_valid && static_cast<unsigned>(row) < static_cast<unsigned>(params.height) &&
+                          static_cast<unsigned>(col) < static_cast<unsigned>(params.width);
+      const std::uint16_t* source =
+          inside ? params.x_nhwc_bf16 +
+                       (static_cast<long long>(b_pixel.image) * plane + row * params.width + col) * params.in_channels +
+                       group_channel[h]
+                 : params.x_nhwc_bf16;
+#pragma unroll
+      for (int j = 0; j < group_vectors; ++j)
+        copy16_async_zfill(b_tile + h * kChannelGroup + 8 * (b_vector + j * threads_per_pixel),
+                           source + (inside ? 8 * j * threads_per_pixel : 0), inside);
+    }
+    b_pixel.advance(kTileK, params.out_height, params.out_width);
+  };
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int warp_m0 = (warp / T::WARPS_N) * T::WM, warp_n0 = (warp % T::WARPS_N) * T::WN;
+  float acc[T::MT][T::NT][4];
+  run_k_pipeline<T>(k_tiles, acc, load_stage, [&](int stage, float(&sums)[T::MT][T::NT][4]) {
+    multiply_stage_bf16<T>(a_tiles + stage * Stage::AElements, b_tiles + stage * Stage::BElements, warp_m0, warp_n0,
+                           lane, sums);
+  });
+  store_partial_sums<T, true>(params, acc, m0, n0, warp_m0, warp_n0, lane);
 }
 
 // ---------------------------------------------------------------------------
@@ -243,11 +371,24 @@ void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
 }
 
-// backward_weight on tile T: splits the pixel sum, launches, and adds the
-// partial sums to weight_grad. tap_major reads params.x_nhwc.
-template <class T, bool tap_major>
+// Launches weight_grad_bf16_kernel on tile T (opting it into its shared memory on first use).
+template <class T>
+void launch_weight_grad_bf16(const Context& ctx, const WeightGradParams& params, dim3 grid) {
+  constexpr std::size_t bytes =
+      sizeof(std::uint16_t) * T::STAGES * (Bf16Stage<T>::AElements + Bf16Stage<T>::BElements);
+  static const bool opted_in =
+      (allow_shared_bytes(weight_grad_bf16_kernel<T>, bytes, "cudaFuncSetAttribute(weight_grad_bf16_kernel)"), true);
+  (void)opted_in;
+  weight_grad_bf16_kernel<T><<<grid, kThreads, bytes, cuda::stream(ctx)>>>(params);
+  cuda::check_launch("weight_grad_bf16_kernel", __FILE__, __LINE__);
+}
+
+// backward_weight on tile T: splits the pixel sum (params.k_size,
+// k_per_split, partial), calls launch(grid), and adds the partial sums to
+// weight_grad.
+template <class T, class Launch>
 void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams& params, float* weight_grad,
-                     Tensor& partial_sums) {
+                     Tensor& partial_sums, Launch&& launch) {
   constexpr int kTileK = T::BK;
   const long long k_size = p.batch * p.out_height * p.out_width;
   const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
@@ -267,12 +408,22 @@ void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams&
   params.k_per_split = k_per_split;
   const dim3 grid(static_cast<unsigned>(ceil_div(n_size, T::BN)), static_cast<unsigned>(ceil_div(m_size, T::BM)),
                   static_cast<unsigned>(used_splits));
-  const bool vector_a = (p.out_height * p.out_width) % kTileK == 0;
-  if (ctx.bf16_products())
-    launch_weight_grad<Bf16Product, T, tap_major>(ctx, params, grid, vector_a);
-  else
-    launch_weight_grad<Tf32Product, T, tap_major>(ctx, params, grid, vector_a);
+  launch(grid);
   accumulate_batch_sum_cuda(ctx, partial, used_splits, m_size * n_size, weight_grad);
+}
+
+// backward_weight from f32 tiles (TF32 products, or BF16 rounded as the
+// fragments are formed). tap_major reads params.x_nhwc.
+template <class T, bool tap_major>
+void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradParams& params, float* weight_grad,
+                         Tensor& partial_sums) {
+  const bool vector_a = (p.out_height * p.out_width) % T::BK == 0;
+  run_weight_grad<T>(ctx, p, params, weight_grad, partial_sums, [&](dim3 grid) {
+    if (ctx.bf16_products())
+      launch_weight_grad<Bf16Product, T, tap_major>(ctx, params, grid, vector_a);
+    else
+      launch_weight_grad<Tf32Product, T, tap_major>(ctx, params, grid, vector_a);
+  });
 }
 
 }  // namespace
@@ -293,13 +444,29 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.stride = static_cast<int>(p.stride);
   params.padding = static_cast<int>(p.padding);
   if (p.in_channels % WeightGradNhwcTile::BN != 0) {
-    run_weight_grad<WeightGradTile, false>(ctx, p, params, weight_grad, scratch.weight_sums);
+    run_weight_grad_f32<WeightGradTile, false>(ctx, p, params, weight_grad, scratch.weight_sums);
+    return;
+  }
+  if (ctx.bf16_products()) {
+    // BF16 operands: x as NHWC bf16 and y as bf16 channel rows, rounded once
+    // here on every call (x and y may differ between calls).
+    using T = WeightGradBf16Tile;
+    static_assert(kChannelGroup == WeightGradNhwcTile::BN, "the same Ci take the tap-major path at both precisions");
+    params.y_row_stride = round_up(p.batch * p.out_height * p.out_width, T::BK);
+    std::uint16_t* rows = bf16_scratch(scratch.weight_rows_bf16, p.out_channels * params.y_row_stride, ctx.device());
+    nchw_to_channel_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height * p.out_width, params.y_row_stride,
+                                   rows);
+    params.y_rows_bf16 = rows;
+    params.x_nhwc_bf16 = nhwc_source_bf16(ctx, x, p.batch, p.in_channels, p.height, p.width,
+                                          static_cast<int>(p.in_channels), scratch.weight_source_bf16);
+    run_weight_grad<T>(ctx, p, params, weight_grad, scratch.weight_sums,
+                       [&](dim3 grid) { launch_weight_grad_bf16<T>(ctx, params, grid); });
     return;
   }
   // Tap-major: B from an NHWC copy of x, made here on every call (x may differ between calls).
   params.x_nhwc = nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, static_cast<int>(p.in_channels),
                               scratch.weight_source);
-  run_weight_grad<WeightGradNhwcTile, true>(ctx, p, params, weight_grad, scratch.weight_sums);
+  run_weight_grad_f32<WeightGradNhwcTile, true>(ctx, p, params, weight_grad, scratch.weight_sums);
 }
 
 }  // namespace plexus::layers::implicit_gemm

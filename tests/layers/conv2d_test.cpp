@@ -252,7 +252,9 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
 // strides 1 to 4, batch 1, and 128-pixel tiles spanning several images), the
 // weight gradient's tap-major K read from NHWC (128 and 256 input channels:
 // stride 1 and 2, a stage straddling images and the end of the pixels, 16x16
-// images where every tile of Y is whole and the pixel sum is split), and the
+// images where every tile of Y is whole and the pixel sum is split; 19x23
+// images, 3 of them, whose pixel sum splits mid-image at 32 and at 64 pixels
+// per stage), and the
 // passes with <= 16 rows that go to im2col + cuBLAS next to the engine's (3
 // and 5 output channels).
 std::vector<Case> tensor_core_cases() {
@@ -270,6 +272,7 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 20}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 6}},
       {{{"out_channels", 20}, {"kernel", 3}, {"padding", 1}}, {2, 128, 16, 16}},
       {{{"out_channels", 24}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {1, 256, 9, 7}},
+      {{{"out_channels", 20}, {"kernel", 3}, {"padding", 1}}, {3, 128, 19, 23}},
       {{{"out_channels", 33}, {"kernel", 3}, {"stride", 3}, {"padding", 1}}, {1, 45, 13, 11}},
       {{{"out_channels", 50}, {"kernel", 4}, {"stride", 4}, {"padding", 1}}, {1, 33, 23, 17}},
       {{{"out_channels", 34}, {"kernel", 3}, {"padding", 1}}, {5, 35, 5, 7}},
@@ -434,6 +437,46 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
     }
   EXPECT_THROW(layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
   EXPECT_THROW(layers::nchw_to_nhwc_bf16_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
+}
+
+// The weight gradient's bf16 channel rows against their definition: row c is
+// channel c of every pixel of the batch, rounded to bf16 by the host's bit
+// rule, then zeros to row_stride; every element of a NaN-poisoned destination.
+TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  std::mt19937_64 rng(9);
+  struct Sizes { std::int64_t batch, channels, plane, row_stride; };
+  for (const Sizes s :
+       {Sizes{1, 1, 1, 8}, Sizes{2, 3, 37, 128}, Sizes{3, 130, 300, 900}, Sizes{2, 5, 64, 128}, Sizes{2, 3, 2500, 5056}}) {
+    const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
+    const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
+    std::vector<std::uint16_t> host(static_cast<std::size_t>(s.channels * s.row_stride), 0xffff);  // bf16 NaN
+    std::uint16_t* device = nullptr;
+    ASSERT_EQ(cudaMalloc(&device, host.size() * sizeof(std::uint16_t)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    layers::nchw_to_channel_rows_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.row_stride, device);
+    ASSERT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaFree(device), cudaSuccess);
+    std::int64_t wrong = 0;
+    for (std::int64_t c = 0; c < s.channels; ++c)
+      for (std::int64_t k = 0; k < s.row_stride; ++k) {
+        const std::int64_t n = k / s.plane, q = k % s.plane;
+        const float value_f32 =
+            n < s.batch ? static_cast<float>(source[static_cast<std::size_t>((n * s.channels + c) * s.plane + q)])
+                        : 0.0f;
+        const std::uint32_t bits = static_cast<std::uint32_t>(host[static_cast<std::size_t>(c * s.row_stride + k)])
+                                   << 16;
+        float value = 0.0f;
+        std::memcpy(&value, &bits, sizeof value);
+        if (!(value == round_to_bf16(value_f32))) ++wrong;
+      }
+    EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
+                        << ", row_stride " << s.row_stride;
+  }
+  EXPECT_THROW(layers::nchw_to_channel_rows_bf16_cuda(ctx, nullptr, 2, 3, 4, 7, nullptr), Error);
 }
 #endif
 

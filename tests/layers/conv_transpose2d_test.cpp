@@ -319,7 +319,8 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
 // source channels, not a multiple of 32, from the NHWC copy) at strides 1 to
 // 4 in both directions, the weight gradient's tap-major K read from NHWC (128
 // and 256 output channels, the engine's Ci: batch 1, stride 1 and 2, whole
-// and partial tiles of pixels, a split pixel sum), and passes with <= 16 rows
+// and partial tiles of pixels, a pixel sum split mid-image at 32 and at 64
+// pixels per stage), and passes with <= 16 rows
 // that go to cuBLAS + im2col next to the engine's.
 std::vector<Case> tensor_core_cases() {
   return {
@@ -334,6 +335,7 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 128}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {1, 24, 4, 3}},
       {{{"out_channels", 128}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 20, 16, 16}},
       {{{"out_channels", 256}, {"kernel", 3}, {"padding", 1}}, {1, 16, 5, 7}},
+      {{{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {3, 20, 19, 23}},
       {{{"out_channels", 45}, {"kernel", 5}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {1, 37, 5, 4}},
       {{{"out_channels", 34}, {"kernel", 4}, {"stride", 4}, {"output_padding", 3}}, {2, 35, 3, 5}},
       // Source channels 192 and 128 (three and two 64-channel bf16 stages per

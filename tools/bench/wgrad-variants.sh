@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
-#   bash tools/bench/wgrad-variants.sh [BK,STAGES ...]      (default: 16,3 16,4 32,3 32,4)
+#   bash tools/bench/wgrad-variants.sh [BK,STAGES[,BN,BLOCKS] ...]      (default: 16,3 16,4 32,3 32,4)
 # Tunes the tap-major weight gradient of the implicit-GEMM engine: for each
-# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh) it
+# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh;
+# with TILE=WeightGradBf16Tile, the BF16-operand kernel's tile in
+# layers/conv2d/implicit_gemm_weight_grad.cu, which only bf16 products use) it
 # rebuilds plexus-bench with that tile and times the 128->128 convolution
 # rows (whole backward: NHWC copy, weight gradient and input gradient) at
 # tf32 and bf16, then prints one table of backward milliseconds. With
@@ -17,8 +19,14 @@ out=${OUT:-bench-logs}/variants
 mkdir -p "$out"
 build=${BUILD:-build-gpu}
 only=${ONLY:-128->128}
+tile=${TILE:-WeightGradNhwcTile}
 source_file=layers/conv2d/implicit_gemm_common.cuh
 kernel_file=layers/conv2d/implicit_gemm_weight_grad.cu
+case "$tile" in
+  WeightGradNhwcTile) ;;
+  WeightGradBf16Tile) source_file=$kernel_file ;;
+  *) echo "wgrad-variants: unknown TILE $tile" >&2; exit 1 ;;
+esac
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(16,3 16,4 32,3 32,4)
 
@@ -51,14 +59,17 @@ if [ -n "${BASELINE_SOURCE:-}" ]; then
   names+=(baseline)
 fi
 for variant in "${variants[@]}"; do
-  bk=${variant%,*} stages=${variant#*,}
+  # BK,STAGES or BK,STAGES,BN,BLOCKS (BN 128 and 2 blocks per multiprocessor unless given).
+  IFS=, read -r bk stages bn blocks <<< "$variant"
+  bn=${bn:-128} blocks=${blocks:-2}
+  tile_text="Tile<128, $bn, 2, 4, $bk, $stages, $blocks>"
   cp "$backup" "$source_file"
-  sed -i -E "s/^using WeightGradNhwcTile = Tile<128, 128, 2, 4, [0-9]+, [0-9]+>;/using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;/" \
-    "$source_file"
-  grep -q "^using WeightGradNhwcTile = Tile<128, 128, 2, 4, $bk, $stages>;" "$source_file" ||
-    { echo "wgrad-variants: cannot set WeightGradNhwcTile in $source_file" >&2; exit 1; }
-  bench_variant "bk$bk-s$stages"
-  names+=("bk$bk-s$stages")
+  sed -i -E "s/^using $tile = Tile<[0-9, ]+>;/using $tile = $tile_text;/" "$source_file"
+  grep -q "^using $tile = $tile_text;" "$source_file" ||
+    { echo "wgrad-variants: cannot set $tile in $source_file" >&2; exit 1; }
+  name="bk$bk-s$stages$([ "$bn" = 128 ] || echo "-bn$bn")$([ "$blocks" = 2 ] || echo "-b$blocks")"
+  bench_variant "$name"
+  names+=("$name")
 done
 
 # One table: rows = layers, columns = variant x precision, backward ms.
