@@ -91,7 +91,7 @@ struct Scratch {
   Tensor weight_sums;           // backward_weight's split-K partial sums
   Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
   Tensor weight_phases;         // backward_weight on Hopper: X split by stride phase (phase_layout.h)
-  Tensor weight_output_bf16;    // backward_weight on Hopper at bf16: Y rounded to bf16
+  Tensor weight_shifted;        // backward_weight on Hopper: Y with rows shifted per tap column offset
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

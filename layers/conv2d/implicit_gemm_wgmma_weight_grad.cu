@@ -2,23 +2,26 @@
 // products, both operands brought into shared memory by the tensor memory
 // accelerator (TMA). In Conv2d terms (implicit_gemm.h)
 //   dW[o, c, i, j] += sum_{n, a, b} Y[n, o, a, b] X[n, c, a*s - p + i, b*s - p + j]
-// is, per kernel tap (i, j), a GEMM C[o][c] = sum_k A[o][k] B[c][k] over the
-// output pixels k = (n, a, b). TF32 wgmma wants A and B K-contiguous (pixels
-// innermost) in shared memory. A = Y is: its rows are pixels. B is not: along
-// an output row a tap meets input pixels s apart. So X is first split by
-// stride phase (phase_layout.h), where they are contiguous:
-//   X[n, c, s*a + s*di + pa, s*b + s*dj + pb] = phases[pa*s + pb][n][c][a + di][b + dj]
-//   with pa = (i - p) mod s, di = floor((i - p) / s), and likewise pb, dj,
-// and a K tile (BK consecutive pixels b of one output row a of image n) of
-// B is one TMA box of the phase tensor at (b0 + dj, a + di, c0, n, phase):
-// any offset, zeros outside (the TMA's out-of-bounds fill is the padding).
-// A's tile is the box (b0, a, o0, n) of Y. Both land 128-byte swizzled,
-// the layout wgmma reads.
+// is, per kernel tap (i, j), a GEMM C[o][c] = sum_k A[o][k] B[c][k] over
+// output pixels. TF32 wgmma wants A and B K-contiguous (pixels innermost) in
+// shared memory, and a TMA box must start 16-byte aligned in its innermost
+// dimension. Along an output row a tap meets input pixels s apart, so X is
+// split by stride phase, where they are contiguous (weight_grad_layout.h):
+//   X[n, c, s*(a + di) + pa, s*u + pb] = phases[pa*s + pb][n][c][a + di][u]
+//   with pa = (i - p) mod s, di = floor((i - p) / s), likewise pb, dj, and u = b + dj.
+// The sum runs over u in aligned tiles of BK; the matching Y pixel b = u - dj
+// comes from a copy of Y with its rows shifted right by dj (one per distinct
+// dj; shifted_rows), so both boxes start aligned:
+//   A box (u0, a, o0, n, dj - dj_min) of the shifted Y copies,
+//   B box (u0, a + di, c0, n, phase) of the phases,
+// zeros outside (the TMA's out-of-bounds fill is the padding). Both land
+// 128-byte swizzled, the layout wgmma reads.
 //
-// BF16: Y and the phases are rounded copies (bf16, nearest even), BK = 64.
-// The path takes problems whose output rows are whole K tiles (Wo % BK == 0)
-// with >= 64 channels on both sides (wgmma_weight_grad_fits); others keep
-// the mma.sync kernels of implicit_gemm_weight_grad.cu.
+// BF16: the copies are rounded to bf16 (nearest even), BK = 64. The path
+// takes problems with >= 64 channels on both sides, output rows of whole K
+// tiles (Wo % BK == 0), stride <= 4 and at most 4 distinct dj
+// (wgmma_weight_grad_fits); others keep the mma.sync kernels of
+// implicit_gemm_weight_grad.cu.
 //
 // This file is compiled for sm_90a alone when the build includes Hopper
 // (layers/CMakeLists.txt); otherwise the kernel body is empty and
@@ -33,7 +36,7 @@
 #include "conv2d/channel_ops.h"
 #include "conv2d/implicit_gemm_common.cuh"
 #include "conv2d/implicit_gemm_wgmma_weight_grad.h"
-#include "conv2d/phase_layout.h"
+#include "conv2d/weight_grad_layout.h"
 #include "plexus/error.h"
 
 namespace plexus::layers::implicit_gemm::detail {
@@ -50,7 +53,8 @@ struct WgmmaWeightGradParams {
   float* partial;  // [splits][Co][Ci*k*k]
   int in_channels, out_channels, kernel, stride, padding;
   int out_height;
-  int row_tiles;        // Wo / BK
+  int shift_min;        // the smallest dj (the first shifted copy of Y)
+  int row_tiles;        // K tiles per output row: u in [0, row_tiles * BK)
   int channel_tiles;    // ceil(Ci / 128)
   int k_tiles;          // batch * Ho * row_tiles
   int tiles_per_split;
@@ -84,16 +88,7 @@ __device__ inline void barrier_wait(unsigned barrier, unsigned parity) {
       : "memory");
 }
 
-// TMA loads of one box into shared memory, completing `bytes` on the barrier.
-__device__ inline void tma_load_4d(unsigned destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                   unsigned barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-      "%5}], [%6];\n" ::"r"(destination),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier)
-      : "memory");
-}
-
+// TMA load of one box into shared memory, completing its bytes on the barrier.
 __device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
                                    int c4, unsigned barrier) {
   asm volatile(
@@ -192,16 +187,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // Tile k = (image n, output row a, row tile r): A box (r*BK, a, o0, n) of
-  // Y; B box (r*BK + dj, a + di, c0, n, phase) of the phases.
+  // Tile k = (image n, output row a, row tile r): A box (r*BK, a, o0, n,
+  // dj - dj_min) of the shifted copies of Y; B box (r*BK, a + di, c0, n,
+  // phase) of the phases.
   auto load = [&](int stage, int k) {
     const int row_tile = k % params.row_tiles, rest = k / params.row_tiles;
     const int a = rest % params.out_height, n = rest / params.out_height;
     const unsigned barrier = barriers + 8 * stage;
     const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
     barrier_expect_bytes(barrier, 2 * kTileBytes);
-    tma_load_4d(a_tile, &y_map, row_tile * kTileK, a, o0, n, barrier);
-    tma_load_5d(b_tile, &x_map, row_tile * kTileK + dj, a + di, c0, n, phase, barrier);
+    tma_load_5d(a_tile, &y_map, row_tile * kTileK, a, o0, n, dj - params.shift_min, barrier);
+    tma_load_5d(b_tile, &x_map, row_tile * kTileK, a + di, c0, n, phase, barrier);
   };
   if (tid == 0)
     for (int k = 0; k < kStages - 1 && k < k_tiles; ++k) load(k, k_first + k);
@@ -274,16 +270,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return function;
 }
 
-// A tiled tensor map over `rank` dimensions (innermost first; sizes in
-// elements, strides in bytes for dimensions 1..), boxes of `box` elements,
-// 128-byte swizzle, zeros outside.
-CUtensorMap tensor_map(const void* base, bool bf16, int rank, const std::uint64_t* sizes,
-                       const std::uint64_t* strides, const std::uint32_t* box, const char* what) {
+// A tiled tensor map over 5 dimensions (innermost first; sizes in elements,
+// strides in bytes for dimensions 1-4), boxes of `box` elements, 128-byte
+// swizzle, zeros outside.
+CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint64_t (&strides)[4],
+                       const std::uint32_t (&box)[5], const char* what) {
   CUtensorMap map;
   const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult result =
       encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                     static_cast<cuuint32_t>(rank), const_cast<void*>(base), sizes, strides, box, element_strides,
+                     5, base, sizes, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
@@ -294,11 +290,17 @@ CUtensorMap tensor_map(const void* base, bool bf16, int rank, const std::uint64_
 
 int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }
 
+// floor(a / b) for b > 0.
+long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
 }  // namespace
 
 bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
-  return p.stride <= 4 && p.in_channels >= 64 && p.out_channels >= 64 && p.out_width % stage_pixels(bf16) == 0 &&
-         p.batch * p.out_height * (p.out_width / stage_pixels(bf16)) < (1LL << 31);
+  if (p.stride < 1 || p.stride > 4 || p.kernel > 9 || p.in_channels < 64 || p.out_channels < 64 ||
+      p.out_width % stage_pixels(bf16) != 0)
+    return false;
+  const long long shifts = floor_div(p.kernel - 1 - p.padding, p.stride) - floor_div(-p.padding, p.stride) + 1;
+  return shifts <= 4 && p.batch * p.out_height * (p.out_width / stage_pixels(bf16) + 1) < (1LL << 31);
 }
 
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
@@ -306,39 +308,48 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const bool bf16 = ctx.bf16_products();
   const int s = static_cast<int>(p.stride), tile_k = stage_pixels(bf16);
   const std::uint64_t element = bf16 ? 2 : 4;
+  // Column offsets dj of the taps, and the columns u of the phase images the
+  // sum needs: those with a Y pixel (u - dj < Wo) inside the phase width.
+  const int shift_min = static_cast<int>(floor_div(-p.padding, s));
+  const int shift_max = static_cast<int>(floor_div(p.kernel - 1 - p.padding, s));
+  const int shifts = shift_max - shift_min + 1;
+  const long long phase_height = ceil_div(p.height, s), phase_width = ceil_div(p.width, s);
+  const long long row_tiles = ceil_div(std::max(1LL, std::min<long long>(phase_width, p.out_width + shift_max)), tile_k);
+  const long long columns = row_tiles * tile_k;
   // The phase images of X, rows padded to 16 bytes (a TMA stride rule).
-  const long long phase_height = ceil_div(p.height, s);
-  const long long row_pitch = round_up(ceil_div(p.width, s), 16 / static_cast<long long>(element));
+  const long long row_pitch = round_up(phase_width, 16 / static_cast<long long>(element));
   const long long phase_elements = static_cast<long long>(s) * s * p.batch * p.in_channels * phase_height * row_pitch;
-  const void* phases = nullptr;
-  const void* y_operand = y;
+  const long long shifted_elements = shifts * p.batch * p.out_channels * p.out_height * columns;
+  void* phases = nullptr;
+  void* shifted = nullptr;
   if (bf16) {
-    auto* copy = reinterpret_cast<std::uint16_t*>(
+    auto* x_copy = reinterpret_cast<std::uint16_t*>(
         scratch_tensor(scratch.weight_phases, {ceil_div(phase_elements, 2)}, DType::f32, ctx.device()).data<float>());
-    nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, copy);
-    phases = copy;
-    // Y rounded to bf16: a stride-1 "phase" copy (Wo is a multiple of 64, so no padding).
-    const long long y_elements = p.batch * p.out_channels * p.out_height * p.out_width;
     auto* y_copy = reinterpret_cast<std::uint16_t*>(
-        scratch_tensor(scratch.weight_output_bf16, {ceil_div(y_elements, 2)}, DType::f32, ctx.device())
+        scratch_tensor(scratch.weight_shifted, {ceil_div(shifted_elements, 2)}, DType::f32, ctx.device())
             .data<float>());
-    nchw_to_phases_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, 1, p.out_width, y_copy);
-    y_operand = y_copy;
+    nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    shifted_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
+                           y_copy);
+    phases = x_copy;
+    shifted = y_copy;
   } else {
-    float* copy =
-        scratch_tensor(scratch.weight_phases, {phase_elements}, DType::f32, ctx.device()).data<float>();
-    nchw_to_phases_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, copy);
-    phases = copy;
-    if (reinterpret_cast<std::uintptr_t>(y) % 16 != 0)
-      throw Error("Hopper weight gradient: the output gradient is not 16-byte aligned");
+    float* x_copy = scratch_tensor(scratch.weight_phases, {phase_elements}, DType::f32, ctx.device()).data<float>();
+    float* y_copy = scratch_tensor(scratch.weight_shifted, {shifted_elements}, DType::f32, ctx.device()).data<float>();
+    nchw_to_phases_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    shifted_rows_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns, y_copy);
+    phases = x_copy;
+    shifted = y_copy;
   }
 
-  const std::uint64_t y_sizes[4] = {static_cast<std::uint64_t>(p.out_width), static_cast<std::uint64_t>(p.out_height),
-                                    static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch)};
-  const std::uint64_t y_strides[3] = {y_sizes[0] * element, y_sizes[0] * y_sizes[1] * element,
-                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * element};
-  const std::uint32_t y_box[4] = {static_cast<std::uint32_t>(tile_k), 1, kTileRows, 1};
-  const CUtensorMap y_map = tensor_map(y_operand, bf16, 4, y_sizes, y_strides, y_box, "output gradient");
+  const std::uint64_t y_sizes[5] = {static_cast<std::uint64_t>(columns), static_cast<std::uint64_t>(p.out_height),
+                                    static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch),
+                                    static_cast<std::uint64_t>(shifts)};
+  const std::uint64_t y_strides[4] = {y_sizes[0] * element, y_sizes[0] * y_sizes[1] * element,
+                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * element,
+                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * y_sizes[3] * element};
+  const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_k), 1, kTileRows, 1, 1};
+  const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, y_strides, box, "shifted output gradient");
 
   const std::uint64_t x_sizes[5] = {static_cast<std::uint64_t>(row_pitch), static_cast<std::uint64_t>(phase_height),
                                     static_cast<std::uint64_t>(p.in_channels), static_cast<std::uint64_t>(p.batch),
@@ -346,8 +357,7 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const std::uint64_t x_strides[4] = {x_sizes[0] * element, x_sizes[0] * x_sizes[1] * element,
                                       x_sizes[0] * x_sizes[1] * x_sizes[2] * element,
                                       x_sizes[0] * x_sizes[1] * x_sizes[2] * x_sizes[3] * element};
-  const std::uint32_t x_box[5] = {static_cast<std::uint32_t>(tile_k), 1, kTileRows, 1, 1};
-  const CUtensorMap x_map = tensor_map(phases, bf16, 5, x_sizes, x_strides, x_box, "input phases");
+  const CUtensorMap x_map = tensor_map(phases, bf16, x_sizes, x_strides, box, "input phases");
 
   WgmmaWeightGradParams params{};
   params.in_channels = static_cast<int>(p.in_channels);
@@ -356,7 +366,8 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   params.stride = s;
   params.padding = static_cast<int>(p.padding);
   params.out_height = static_cast<int>(p.out_height);
-  params.row_tiles = static_cast<int>(p.out_width / tile_k);
+  params.shift_min = shift_min;
+  params.row_tiles = static_cast<int>(row_tiles);
   params.channel_tiles = static_cast<int>(ceil_div(p.in_channels, kTileRows));
   params.k_tiles = static_cast<int>(p.batch * p.out_height * params.row_tiles);
   // Split the pixel sum so the blocks fill the GPU once (two per
