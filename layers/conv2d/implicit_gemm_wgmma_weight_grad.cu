@@ -157,8 +157,8 @@ __device__ inline void fence_accumulators(float (&d)[16][4]) {
 // grid = (taps x channel tiles, output-channel tiles, K splits); 256 threads
 // = two warpgroups, warpgroup w multiplying rows 64w..64w+63 of A (output
 // channels) by the 128 rows of B (input channels). Thread 0 issues the TMA
-// loads kStages - 1 tiles ahead; a slot is refilled one iteration after its
-// products, behind the barrier that ends that iteration.
+// loads kStages - 1 tiles ahead; a slot is refilled once the products that
+// read it are complete in both warpgroups.
 template <bool bf16>
 __global__ void __launch_bounds__(kThreads, 2)
     wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
@@ -208,9 +208,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  // Tile k's products stay in flight while the block waits for tile k-1's
+  // (wait_group 1), meets at the barrier and refills tile k-1's slot.
   for (int k = 0; k < k_tiles; ++k) {
     const int stage = k % kStages;
-    if (tid == 0 && k + kStages - 1 < k_tiles) load((k + kStages - 1) % kStages, k_first + k + kStages - 1);
     barrier_wait(barriers + 8 * stage, (k / kStages) & 1);
     const std::uint64_t a = tile_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
     const std::uint64_t b = tile_descriptor(ring + (kStages + stage) * kTileBytes);
@@ -224,10 +225,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         wgmma_tf32(acc, a + 2 * step, b + 2 * step);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     fence_accumulators(acc);
-    __syncthreads();  // every warpgroup is done with this slot before it is refilled
+    __syncthreads();  // both warpgroups are done with tile k-1's slot
+    if (tid == 0 && k + kStages - 1 < k_tiles) load((k + kStages - 1) % kStages, k_first + k + kStages - 1);
   }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_accumulators(acc);
 
   // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
   // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8).
