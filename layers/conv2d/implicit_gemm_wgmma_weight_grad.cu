@@ -74,6 +74,10 @@ __device__ inline void barrier_init(unsigned barrier, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
 }
 
+__device__ inline void barrier_arrive(unsigned barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
 // One arrival that also expects `bytes` from the TMA before the phase completes.
 __device__ inline void barrier_expect_bytes(unsigned barrier, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
@@ -154,13 +158,18 @@ __device__ inline void fence_accumulators(float (&d)[16][4]) {
 }
 #endif
 
-// grid = (taps x channel tiles, output-channel tiles, K splits); 256 threads
-// = two warpgroups, warpgroup w multiplying rows 64w..64w+63 of A (output
-// channels) by the 128 rows of B (input channels). Thread 0 issues the TMA
-// loads kStages - 1 tiles ahead; a slot is refilled once the products that
-// read it are complete in both warpgroups.
+// grid = (taps x channel tiles, output-channel tiles, K splits). 288
+// threads: two consumer warpgroups, warpgroup w multiplying rows 64w..64w+63
+// of A (output channels) by the 128 rows of B (input channels), and one
+// producer warp whose first lane issues the TMA loads. Per ring slot, `full`
+// completes when both boxes have landed, `empty` when all 8 consumer warps
+// are done with the products that read it (each keeps one group of wgmmas in
+// flight, so tile k-1's slot is released after tile k's products are issued).
+constexpr int kConsumerThreads = 256;
+constexpr int kWeightGradThreads = kConsumerThreads + 32;
+
 template <bool bf16>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kWeightGradThreads, 2)
     wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
                              const WgmmaWeightGradParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -179,40 +188,46 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const unsigned shared_base = shared_address(shared_bytes);
   const unsigned ring = (shared_base + kSwizzleAlign - 1) & ~static_cast<unsigned>(kSwizzleAlign - 1);
-  const unsigned barriers = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes
-  const int tid = threadIdx.x;
+  const unsigned full = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes, then kStages `empty`
+  const unsigned empty = full + 8 * kStages;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) {
-    for (int stage = 0; stage < kStages; ++stage) barrier_init(barriers + 8 * stage, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(full + 8 * stage, 1);
+      barrier_init(empty + 8 * stage, kConsumerThreads / 32);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  // Tile k = (image n, output row a, row tile r): A box (r*BK, a, o0, n,
-  // dj - dj_min) of the shifted copies of Y; B box (r*BK, a + di, c0, n,
-  // phase) of the phases.
-  auto load = [&](int stage, int k) {
-    const int row_tile = k % params.row_tiles, rest = k / params.row_tiles;
-    const int a = rest % params.out_height, n = rest / params.out_height;
-    const unsigned barrier = barriers + 8 * stage;
-    const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
-    barrier_expect_bytes(barrier, 2 * kTileBytes);
-    tma_load_5d(a_tile, &y_map, row_tile * kTileK, a, o0, n, dj - params.shift_min, barrier);
-    tma_load_5d(b_tile, &x_map, row_tile * kTileK, a + di, c0, n, phase, barrier);
-  };
-  if (tid == 0)
-    for (int k = 0; k < kStages - 1 && k < k_tiles; ++k) load(k, k_first + k);
+  if (warp == kConsumerThreads / 32) {
+    // Producer. Tile k = (image n, output row a, row tile r): A box (r*BK,
+    // a, o0, n, dj - dj_min) of the shifted copies of Y; B box (r*BK, a + di,
+    // c0, n, phase) of the phases. A slot's first use waits on the phase
+    // before the barrier's first (parity 1), which counts as complete.
+    if (lane == 0)
+      for (int k = 0; k < k_tiles; ++k) {
+        const int stage = k % kStages, tile = k_first + k;
+        barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+        const int row_tile = tile % params.row_tiles, rest = tile / params.row_tiles;
+        const int a = rest % params.out_height, n = rest / params.out_height;
+        const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
+        barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
+        tma_load_5d(a_tile, &y_map, row_tile * kTileK, a, o0, n, dj - params.shift_min, full + 8 * stage);
+        tma_load_5d(b_tile, &x_map, row_tile * kTileK, a + di, c0, n, phase, full + 8 * stage);
+      }
+    return;
+  }
 
-  const int warp = tid / 32, lane = tid % 32, warpgroup = warp / 4;
+  const int warpgroup = warp / 4;
   float acc[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  // Tile k's products stay in flight while the block waits for tile k-1's
-  // (wait_group 1), meets at the barrier and refills tile k-1's slot.
   for (int k = 0; k < k_tiles; ++k) {
     const int stage = k % kStages;
-    barrier_wait(barriers + 8 * stage, (k / kStages) & 1);
+    barrier_wait(full + 8 * stage, (k / kStages) & 1);
     const std::uint64_t a = tile_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
     const std::uint64_t b = tile_descriptor(ring + (kStages + stage) * kTileBytes);
     fence_accumulators(acc);
@@ -225,10 +240,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         wgmma_tf32(acc, a + 2 * step, b + 2 * step);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // tile k-1's products are done
     fence_accumulators(acc);
-    __syncthreads();  // both warpgroups are done with tile k-1's slot
-    if (tid == 0 && k + kStages - 1 < k_tiles) load((k + kStages - 1) % kStages, k_first + k + kStages - 1);
+    if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_accumulators(acc);
@@ -257,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // ---------------------------------------------------------------------------
 // Host side.
 
-std::size_t kernel_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 8 * kStages; }
+std::size_t kernel_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 16 * kStages; }
 
 // cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
@@ -395,13 +409,13 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
                                                      "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
                                   true);
     (void)opted_in;
-    wgmma_weight_grad_kernel<true><<<grid, kThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
+    wgmma_weight_grad_kernel<true><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
   } else {
     static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<false>, bytes,
                                                      "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
                                   true);
     (void)opted_in;
-    wgmma_weight_grad_kernel<false><<<grid, kThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
+    wgmma_weight_grad_kernel<false><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
   }
   cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
   accumulate_batch_sum_cuda(ctx, params.partial, used_splits, grad_size, weight_grad);
