@@ -17,38 +17,37 @@ __device__ inline void store(std::uint16_t* destination, float value) {
   *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// One thread per destination element, grid-stride; consecutive threads write
-// consecutive w' (coalesced) and read pixels s apart of one input row.
-// planes = batch * channels.
+// One block per destination row (blockIdx.x; rows decoded once, no
+// division per element), its threads along the row: consecutive threads
+// write consecutive w' (coalesced) and read pixels s apart of one input row.
+constexpr int kRowThreads = 128;
+
+// Destination rows: (phase, plane, h') with plane = n * channels + c.
 template <class Out>
-__global__ void phases_kernel(const float* source, long long planes, int height, int width, int stride,
-                              int phase_height, int row_pitch, long long total, Out* destination) {
-  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < total;
-       index += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int w_phase = static_cast<int>(index % row_pitch);
-    long long rest = index / row_pitch;
-    const int h_phase = static_cast<int>(rest % phase_height);
-    rest /= phase_height;
-    const long long plane = rest % planes;
-    const int phase = static_cast<int>(rest / planes);
-    const int h = stride * h_phase + phase / stride, w = stride * w_phase + phase % stride;
-    const bool inside = h < height && w < width;
-    store(destination + index, inside ? source[(plane * height + h) * static_cast<long long>(width) + w] : 0.0f);
+__global__ void phases_kernel(const float* source, int planes, int height, int width, int stride, int phase_height,
+                              int row_pitch, Out* destination) {
+  const int row = blockIdx.x;
+  const int h_phase = row % phase_height, rest = row / phase_height;
+  const int plane = rest % planes, phase = rest / planes;
+  const int h = stride * h_phase + phase / stride, w0 = phase % stride;
+  const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
+  Out* destination_row = destination + static_cast<long long>(row) * row_pitch;
+  for (int w_phase = threadIdx.x; w_phase < row_pitch; w_phase += kRowThreads) {
+    const int w = stride * w_phase + w0;
+    store(destination_row + w_phase, h < height && w < width ? source_row[w] : 0.0f);
   }
 }
 
-// rows = batch * channels * H: the rows of Y, in order.
+// Destination rows: (copy, row of Y).
 template <class Out>
-__global__ void shifted_rows_kernel(const float* source, long long rows, int width, int first_shift, int row_pitch,
-                                    long long total, Out* destination) {
-  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < total;
-       index += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int u = static_cast<int>(index % row_pitch);
-    const long long rest = index / row_pitch;
-    const long long row = rest % rows;
-    const int w = u - first_shift - static_cast<int>(rest / rows);
-    const bool inside = w >= 0 && w < width;
-    store(destination + index, inside ? source[row * width + w] : 0.0f);
+__global__ void shifted_rows_kernel(const float* source, int rows, int width, int first_shift, int row_pitch,
+                                    Out* destination) {
+  const int row = blockIdx.x % rows, shift = first_shift + blockIdx.x / rows;
+  const float* source_row = source + static_cast<long long>(row) * width;
+  Out* destination_row = destination + static_cast<long long>(blockIdx.x) * row_pitch;
+  for (int u = threadIdx.x; u < row_pitch; u += kRowThreads) {
+    const int w = u - shift;
+    store(destination_row + u, w >= 0 && w < width ? source_row[w] : 0.0f);
   }
 }
 
@@ -65,11 +64,12 @@ void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch,
                   width <= (1 << 30) && row_pitch <= (1 << 30),
               "nchw_to_phases", height, width, row_pitch);
   const std::int64_t phase_height = (height + stride - 1) / stride;
-  const long long total = static_cast<long long>(stride) * stride * batch * channels * phase_height * row_pitch;
-  if (total == 0) return;
-  phases_kernel<Out><<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
-      source, batch * channels, static_cast<int>(height), static_cast<int>(width), stride,
-      static_cast<int>(phase_height), static_cast<int>(row_pitch), total, destination);
+  const long long rows = static_cast<long long>(stride) * stride * batch * channels * phase_height;
+  check_sizes(rows < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
+  if (rows == 0 || row_pitch == 0) return;
+  phases_kernel<Out><<<static_cast<unsigned>(rows), kRowThreads, 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(batch * channels), static_cast<int>(height), static_cast<int>(width), stride,
+      static_cast<int>(phase_height), static_cast<int>(row_pitch), destination);
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 
@@ -81,10 +81,10 @@ void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t bat
                   first_shift < (1 << 20),
               "shifted_rows", height, width, row_pitch);
   const long long rows = batch * channels * height;
-  const long long total = static_cast<long long>(copies) * rows * row_pitch;
-  if (total == 0) return;
-  shifted_rows_kernel<Out><<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
-      source, rows, static_cast<int>(width), first_shift, static_cast<int>(row_pitch), total, destination);
+  check_sizes(rows * copies < (1LL << 31), "shifted_rows", height, width, row_pitch);
+  if (rows == 0 || row_pitch == 0) return;
+  shifted_rows_kernel<Out><<<static_cast<unsigned>(rows * copies), kRowThreads, 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, static_cast<int>(row_pitch), destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 
