@@ -1,4 +1,5 @@
 // Operand copies for the Hopper weight gradient (declarations and layouts in weight_grad_layout.h).
+#include <algorithm>
 #include <string>
 
 #include <cuda_bf16.h>
@@ -17,37 +18,41 @@ __device__ inline void store(std::uint16_t* destination, float value) {
   *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// One block per destination row (blockIdx.x; rows decoded once, no
-// division per element), its threads along the row: consecutive threads
-// write consecutive w' (coalesced) and read pixels s apart of one input row.
-constexpr int kRowThreads = 128;
+// Blocks of 32 x 8 threads: 32 consecutive columns (coalesced writes; the
+// phase copy reads pixels s apart of one input row) of 8 destination rows,
+// grid-stride over the rows (grid.y is at most 65535).
+constexpr int kColumns = 32, kRows = 8;
+
+dim3 copy_grid(long long rows, long long row_pitch) {
+  return dim3(static_cast<unsigned>((row_pitch + kColumns - 1) / kColumns),
+              static_cast<unsigned>(std::min<long long>((rows + kRows - 1) / kRows, 65535)));
+}
 
 // Destination rows: (phase, plane, h') with plane = n * channels + c.
 template <class Out>
 __global__ void phases_kernel(const float* source, int planes, int height, int width, int stride, int phase_height,
-                              int row_pitch, Out* destination) {
-  const int row = blockIdx.x;
-  const int h_phase = row % phase_height, rest = row / phase_height;
-  const int plane = rest % planes, phase = rest / planes;
-  const int h = stride * h_phase + phase / stride, w0 = phase % stride;
-  const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
-  Out* destination_row = destination + static_cast<long long>(row) * row_pitch;
-  for (int w_phase = threadIdx.x; w_phase < row_pitch; w_phase += kRowThreads) {
-    const int w = stride * w_phase + w0;
-    store(destination_row + w_phase, h < height && w < width ? source_row[w] : 0.0f);
+                              int row_pitch, int rows, Out* destination) {
+  const int w_phase = blockIdx.x * kColumns + threadIdx.x;
+  if (w_phase >= row_pitch) return;
+  for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
+    const int h_phase = row % phase_height, rest = row / phase_height;
+    const int plane = rest % planes, phase = rest / planes;
+    const int h = stride * h_phase + phase / stride, w = stride * w_phase + phase % stride;
+    store(destination + static_cast<long long>(row) * row_pitch + w_phase,
+          h < height && w < width ? source[(static_cast<long long>(plane) * height + h) * width + w] : 0.0f);
   }
 }
 
-// Destination rows: (copy, row of Y).
+// Destination rows: (copy, row of Y); source_rows = the rows of Y.
 template <class Out>
-__global__ void shifted_rows_kernel(const float* source, int rows, int width, int first_shift, int row_pitch,
-                                    Out* destination) {
-  const int row = blockIdx.x % rows, shift = first_shift + blockIdx.x / rows;
-  const float* source_row = source + static_cast<long long>(row) * width;
-  Out* destination_row = destination + static_cast<long long>(blockIdx.x) * row_pitch;
-  for (int u = threadIdx.x; u < row_pitch; u += kRowThreads) {
-    const int w = u - shift;
-    store(destination_row + u, w >= 0 && w < width ? source_row[w] : 0.0f);
+__global__ void shifted_rows_kernel(const float* source, int source_rows, int width, int first_shift, int row_pitch,
+                                    int rows, Out* destination) {
+  const int u = blockIdx.x * kColumns + threadIdx.x;
+  if (u >= row_pitch) return;
+  for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
+    const int source_row = row % source_rows, w = u - first_shift - row / source_rows;
+    store(destination + static_cast<long long>(row) * row_pitch + u,
+          w >= 0 && w < width ? source[static_cast<long long>(source_row) * width + w] : 0.0f);
   }
 }
 
@@ -67,9 +72,9 @@ void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch,
   const long long rows = static_cast<long long>(stride) * stride * batch * channels * phase_height;
   check_sizes(rows < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
   if (rows == 0 || row_pitch == 0) return;
-  phases_kernel<Out><<<static_cast<unsigned>(rows), kRowThreads, 0, cuda::stream(ctx)>>>(
+  phases_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(batch * channels), static_cast<int>(height), static_cast<int>(width), stride,
-      static_cast<int>(phase_height), static_cast<int>(row_pitch), destination);
+      static_cast<int>(phase_height), static_cast<int>(row_pitch), static_cast<int>(rows), destination);
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 
@@ -83,8 +88,9 @@ void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t bat
   const long long rows = batch * channels * height;
   check_sizes(rows * copies < (1LL << 31), "shifted_rows", height, width, row_pitch);
   if (rows == 0 || row_pitch == 0) return;
-  shifted_rows_kernel<Out><<<static_cast<unsigned>(rows * copies), kRowThreads, 0, cuda::stream(ctx)>>>(
-      source, static_cast<int>(rows), static_cast<int>(width), first_shift, static_cast<int>(row_pitch), destination);
+  shifted_rows_kernel<Out><<<copy_grid(rows * copies, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, static_cast<int>(row_pitch),
+      static_cast<int>(rows * copies), destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 
