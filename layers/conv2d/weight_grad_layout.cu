@@ -18,41 +18,54 @@ __device__ inline void store(std::uint16_t* destination, float value) {
   *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// Blocks of 32 x 8 threads: 32 consecutive columns (coalesced writes; the
-// phase copy reads pixels s apart of one input row) of 8 destination rows,
-// grid-stride over the rows (grid.y is at most 65535).
+// Blocks of 32 x 8 threads: 32 consecutive columns of 8 row groups,
+// grid-stride over the groups (grid.y is at most 65535). Each thread reads
+// the s (resp. `copies`) source values its column needs from one source row
+// (neighbouring addresses: the warp reads a contiguous span once) and writes
+// one column of each of the group's s (resp. `copies`) destination rows.
 constexpr int kColumns = 32, kRows = 8;
 
-dim3 copy_grid(long long rows, long long row_pitch) {
+dim3 copy_grid(long long groups, long long row_pitch) {
   return dim3(static_cast<unsigned>((row_pitch + kColumns - 1) / kColumns),
-              static_cast<unsigned>(std::min<long long>((rows + kRows - 1) / kRows, 65535)));
+              static_cast<unsigned>(std::min<long long>((groups + kRows - 1) / kRows, 65535)));
 }
 
-// Destination rows: (phase, plane, h') with plane = n * channels + c.
+// Row group (a, plane, h') with plane = n * channels + c: source row
+// h = s*h' + a, destination rows (a*s + b, plane, h') for b < s.
 template <class Out>
 __global__ void phases_kernel(const float* source, int planes, int height, int width, int stride, int phase_height,
-                              int row_pitch, int rows, Out* destination) {
+                              int row_pitch, int groups, Out* destination) {
   const int w_phase = blockIdx.x * kColumns + threadIdx.x;
   if (w_phase >= row_pitch) return;
-  for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
-    const int h_phase = row % phase_height, rest = row / phase_height;
-    const int plane = rest % planes, phase = rest / planes;
-    const int h = stride * h_phase + phase / stride, w = stride * w_phase + phase % stride;
-    store(destination + static_cast<long long>(row) * row_pitch + w_phase,
-          h < height && w < width ? source[(static_cast<long long>(plane) * height + h) * width + w] : 0.0f);
+  const long long phase_size = static_cast<long long>(planes) * phase_height * row_pitch;
+  for (int group = blockIdx.y * kRows + threadIdx.y; group < groups; group += gridDim.y * kRows) {
+    const int h_phase = group % phase_height, rest = group / phase_height;
+    const int plane = rest % planes, a = rest / planes;
+    const int h = stride * h_phase + a;
+    const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
+    Out* destination_row = destination + static_cast<long long>(a) * stride * phase_size +
+                           (static_cast<long long>(plane) * phase_height + h_phase) * row_pitch + w_phase;
+    for (int b = 0; b < stride; ++b) {
+      const int w = stride * w_phase + b;
+      store(destination_row + b * phase_size, h < height && w < width ? source_row[w] : 0.0f);
+    }
   }
 }
 
-// Destination rows: (copy, row of Y); source_rows = the rows of Y.
+// Row group = a row of Y; destination rows (copy, that row) for copy < copies.
 template <class Out>
-__global__ void shifted_rows_kernel(const float* source, int source_rows, int width, int first_shift, int row_pitch,
-                                    int rows, Out* destination) {
+__global__ void shifted_rows_kernel(const float* source, int rows, int width, int first_shift, int copies,
+                                    int row_pitch, Out* destination) {
   const int u = blockIdx.x * kColumns + threadIdx.x;
   if (u >= row_pitch) return;
+  const long long copy_size = static_cast<long long>(rows) * row_pitch;
   for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
-    const int source_row = row % source_rows, w = u - first_shift - row / source_rows;
-    store(destination + static_cast<long long>(row) * row_pitch + u,
-          w >= 0 && w < width ? source[static_cast<long long>(source_row) * width + w] : 0.0f);
+    const float* source_row = source + static_cast<long long>(row) * width;
+    Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u;
+    for (int copy = 0; copy < copies; ++copy) {
+      const int w = u - first_shift - copy;
+      store(destination_row + copy * copy_size, w >= 0 && w < width ? source_row[w] : 0.0f);
+    }
   }
 }
 
@@ -69,12 +82,12 @@ void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch,
                   width <= (1 << 30) && row_pitch <= (1 << 30),
               "nchw_to_phases", height, width, row_pitch);
   const std::int64_t phase_height = (height + stride - 1) / stride;
-  const long long rows = static_cast<long long>(stride) * stride * batch * channels * phase_height;
-  check_sizes(rows < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
-  if (rows == 0 || row_pitch == 0) return;
-  phases_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+  const long long groups = static_cast<long long>(stride) * batch * channels * phase_height;
+  check_sizes(groups * stride < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
+  if (groups == 0 || row_pitch == 0) return;
+  phases_kernel<Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(batch * channels), static_cast<int>(height), static_cast<int>(width), stride,
-      static_cast<int>(phase_height), static_cast<int>(row_pitch), static_cast<int>(rows), destination);
+      static_cast<int>(phase_height), static_cast<int>(row_pitch), static_cast<int>(groups), destination);
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 
@@ -88,9 +101,9 @@ void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t bat
   const long long rows = batch * channels * height;
   check_sizes(rows * copies < (1LL << 31), "shifted_rows", height, width, row_pitch);
   if (rows == 0 || row_pitch == 0) return;
-  shifted_rows_kernel<Out><<<copy_grid(rows * copies, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
-      source, static_cast<int>(rows), static_cast<int>(width), first_shift, static_cast<int>(row_pitch),
-      static_cast<int>(rows * copies), destination);
+  shifted_rows_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
+      destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 
