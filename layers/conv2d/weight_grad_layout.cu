@@ -18,55 +18,79 @@ __device__ inline void store(std::uint16_t* destination, float value) {
   *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// Blocks of 32 x 8 threads: 32 consecutive columns of 8 row groups,
+// Blocks of 32 x 8 threads: a thread takes kPerThread consecutive columns
+// of one row group (more loads in flight per thread), a warp 32 x that many,
 // grid-stride over the groups (grid.y is at most 65535). Each thread reads
-// the s (resp. `copies`) source values its column needs from one source row
-// (neighbouring addresses: the warp reads a contiguous span once) and writes
-// one column of each of the group's s (resp. `copies`) destination rows.
-constexpr int kColumns = 32, kRows = 8;
+// the source values its columns need from one source row (neighbouring
+// addresses: the warp reads a contiguous span once) and writes its columns
+// of each of the group's destination rows.
+constexpr int kColumns = 32, kRows = 8, kPerThread = 4;
 
 dim3 copy_grid(long long groups, long long row_pitch) {
-  return dim3(static_cast<unsigned>((row_pitch + kColumns - 1) / kColumns),
+  return dim3(static_cast<unsigned>((row_pitch + kColumns * kPerThread - 1) / (kColumns * kPerThread)),
               static_cast<unsigned>(std::min<long long>((groups + kRows - 1) / kRows, 65535)));
 }
 
 // Row group (a, plane, h') with plane = n * channels + c: source row
-// h = s*h' + a, destination rows (a*s + b, plane, h') for b < s.
-template <class Out>
-__global__ void phases_kernel(const float* source, int planes, int height, int width, int stride, int phase_height,
-                              int row_pitch, int groups, Out* destination) {
-  const int w_phase = blockIdx.x * kColumns + threadIdx.x;
-  if (w_phase >= row_pitch) return;
+// h = S*h' + a, destination rows (a*S + b, plane, h') for b < S.
+template <int S, class Out>
+__global__ void phases_kernel(const float* __restrict__ source, int planes, int height, int width, int phase_height,
+                              int row_pitch, int groups, Out* __restrict__ destination) {
+  const int w_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
+  if (w_first >= row_pitch) return;
   const long long phase_size = static_cast<long long>(planes) * phase_height * row_pitch;
   for (int group = blockIdx.y * kRows + threadIdx.y; group < groups; group += gridDim.y * kRows) {
     const int h_phase = group % phase_height, rest = group / phase_height;
     const int plane = rest % planes, a = rest / planes;
-    const int h = stride * h_phase + a;
+    const int h = S * h_phase + a;
     const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
-    Out* destination_row = destination + static_cast<long long>(a) * stride * phase_size +
-                           (static_cast<long long>(plane) * phase_height + h_phase) * row_pitch + w_phase;
-    for (int b = 0; b < stride; ++b) {
-      const int w = stride * w_phase + b;
-      store(destination_row + b * phase_size, h < height && w < width ? source_row[w] : 0.0f);
-    }
+    Out* destination_row = destination + static_cast<long long>(a) * S * phase_size +
+                           (static_cast<long long>(plane) * phase_height + h_phase) * row_pitch + w_first;
+    float values[S][kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+#pragma unroll
+      for (int b = 0; b < S; ++b) {
+        const int w = S * (w_first + j) + b;
+        values[b][j] = h < height && w < width ? source_row[w] : 0.0f;
+      }
+#pragma unroll
+    for (int b = 0; b < S; ++b)
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        if (w_first + j < row_pitch) store(destination_row + b * phase_size + j, values[b][j]);
   }
 }
 
 // Row group = a row of Y; destination rows (copy, that row) for copy < copies.
 template <class Out>
-__global__ void shifted_rows_kernel(const float* source, int rows, int width, int first_shift, int copies,
-                                    int row_pitch, Out* destination) {
-  const int u = blockIdx.x * kColumns + threadIdx.x;
-  if (u >= row_pitch) return;
+__global__ void shifted_rows_kernel(const float* __restrict__ source, int rows, int width, int first_shift,
+                                    int copies, int row_pitch, Out* __restrict__ destination) {
+  const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
+  if (u_first >= row_pitch) return;
   const long long copy_size = static_cast<long long>(rows) * row_pitch;
   for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
     const float* source_row = source + static_cast<long long>(row) * width;
-    Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u;
+    Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u_first;
     for (int copy = 0; copy < copies; ++copy) {
-      const int w = u - first_shift - copy;
-      store(destination_row + copy * copy_size, w >= 0 && w < width ? source_row[w] : 0.0f);
+      float values[kPerThread];
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const int w = u_first + j - first_shift - copy;
+        values[j] = w >= 0 && w < width ? source_row[w] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        if (u_first + j < row_pitch) store(destination_row + copy * copy_size + j, values[j]);
     }
   }
+}
+
+template <int S, class Out>
+void launch_phases(const Context& ctx, const float* source, long long groups, int planes, int height, int width,
+                   int phase_height, int row_pitch, Out* destination) {
+  phases_kernel<S, Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, planes, height, width, phase_height, row_pitch, static_cast<int>(groups), destination);
 }
 
 void check_sizes(bool valid, const char* what, std::int64_t height, std::int64_t width, std::int64_t row_pitch) {
@@ -78,16 +102,21 @@ void check_sizes(bool valid, const char* what, std::int64_t height, std::int64_t
 template <class Out>
 void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                     std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch, Out* destination) {
-  check_sizes(stride >= 1 && stride <= 8 && row_pitch >= (width + stride - 1) / stride && height <= (1 << 30) &&
+  check_sizes(stride >= 1 && stride <= 4 && row_pitch >= (width + stride - 1) / stride && height <= (1 << 30) &&
                   width <= (1 << 30) && row_pitch <= (1 << 30),
               "nchw_to_phases", height, width, row_pitch);
   const std::int64_t phase_height = (height + stride - 1) / stride;
   const long long groups = static_cast<long long>(stride) * batch * channels * phase_height;
   check_sizes(groups * stride < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
   if (groups == 0 || row_pitch == 0) return;
-  phases_kernel<Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
-      source, static_cast<int>(batch * channels), static_cast<int>(height), static_cast<int>(width), stride,
-      static_cast<int>(phase_height), static_cast<int>(row_pitch), static_cast<int>(groups), destination);
+  const int planes = static_cast<int>(batch * channels), h = static_cast<int>(height), w = static_cast<int>(width);
+  const int ph = static_cast<int>(phase_height), pitch = static_cast<int>(row_pitch);
+  switch (stride) {  // the stride as a template argument: the per-column loops unroll
+    case 1: launch_phases<1>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    case 2: launch_phases<2>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    case 3: launch_phases<3>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    default: launch_phases<4>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+  }
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 

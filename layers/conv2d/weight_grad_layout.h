@@ -14,7 +14,7 @@ namespace plexus::layers {
 //   (zero where s*h' + a >= H, s*w' + b >= W, or w' >= ceil(W / s)),
 // they are contiguous. X is [batch, channels, H, W]; the destination is
 // [s*s, batch, channels, ceil(H / s), row_pitch], row_pitch >= ceil(W / s)
-// (padding columns are zero). With s = 1 it is X with rows padded to row_pitch.
+// (padding columns are zero). With s = 1 it is X with rows padded to row_pitch. Strides 1 to 4.
 void nchw_to_phases_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                          std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch,
                          float* destination);

@@ -434,7 +434,7 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
   struct Sizes { std::int64_t batch, channels, height, width; int first_shift, copies; std::int64_t pitch; };
   for (const bool bf16 : {false, true})
     for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
-                          Sizes{2, 2, 2, 64, 1, 2, 64}}) {
+                          Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}}) {
       const std::vector<double> source =
           random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
       const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
@@ -474,7 +474,7 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
   struct Sizes { std::int64_t batch, channels, height, width; int stride; std::int64_t pitch; };
   for (const bool bf16 : {false, true})
     for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
-                          Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}}) {
+                          Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10}}) {
       const std::vector<double> source =
           random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
       const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
@@ -510,6 +510,7 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                           << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
     }
   EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 2, 4, nullptr), Error);  // pitch < ceil(9/2)
+  EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 5, 8, nullptr), Error);  // stride > 4
 }
 
 // The NHWC copy (f32 or bf16) against its definition, every element of a
