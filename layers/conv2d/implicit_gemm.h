@@ -96,6 +96,8 @@ struct Scratch {
   Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
   Tensor weight_source_bf16;    // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
   Tensor weight_rows_bf16;      // backward_weight's bf16 channel rows of Y (same cases)
+  Tensor weight_phases;         // backward_weight on Hopper: X split by stride phase (weight_grad_layout.h)
+  Tensor weight_shifted;        // backward_weight on Hopper: Y with rows shifted per tap column offset
 };
 
 // True when the engine takes this problem: f32, a CUDA context whose

@@ -7,6 +7,7 @@
 #include "conv2d/channel_ops.h"
 #include "conv2d/implicit_gemm_bf16.cuh"
 #include "conv2d/implicit_gemm_common.cuh"
+#include "conv2d/implicit_gemm_wgmma_weight_grad.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -431,6 +432,10 @@ void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradPar
 void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
                      float* weight_grad, Scratch& scratch) {
   if (p.batch * p.out_height * p.out_width == 0) return;
+  if (uses_wgmma(ctx) && wgmma_weight_grad_fits(p, ctx.bf16_products())) {
+    wgmma_weight_grad(ctx, p, x, y, weight_grad, scratch);
+    return;
+  }
   WeightGradParams params{};
   params.x = x;
   params.y = y;

@@ -14,6 +14,7 @@
 #include "conv2d/conv2d.h"
 #include "conv2d/implicit_gemm.h"
 #include "conv2d/nhwc_layout.h"
+#include "conv2d/weight_grad_layout.h"
 #include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -282,6 +283,15 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 192}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {2, 48, 9, 11}},
       {{{"out_channels", 128}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {1, 192, 12, 10}},
       {{{"out_channels", 48}, {"kernel", 3}, {"padding", 1}}, {1, 128, 10, 12}},
+      // Output rows of whole 32- and 64-pixel tiles with >= 64 channels both
+      // sides: the Hopper weight gradient (TMA boxes of stride phases) at
+      // strides 1, 2, 3, odd heights (phases of unequal size), 96 channels
+      // (a partial channel tile), 130 output channels (a partial row tile),
+      // and a 32-pixel row (TF32 only; BF16 takes mma.sync there).
+      {{{"out_channels", 72}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 64, 127, 128}},
+      {{{"out_channels", 64}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {1, 96, 5, 64}},
+      {{{"out_channels", 130}, {"kernel", 5}, {"stride", 3}, {"padding", 2}}, {1, 64, 10, 190}},
+      {{{"out_channels", 64}, {"kernel", 4}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 64}},
   };
 }
 
@@ -384,6 +394,128 @@ float round_to_bf16(float value) {
   return value;
 }
 
+// Bit patterns of a bf16 device buffer as floats (exact).
+std::vector<double> bf16_values(const std::vector<std::uint16_t>& halves) {
+  std::vector<double> values;
+  for (const std::uint16_t half : halves) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
+    float value = 0.0f;
+    std::memcpy(&value, &bits, sizeof value);
+    values.push_back(value);
+  }
+  return values;
+}
+
+// Runs copy(destination) on a NaN-poisoned device buffer of `count`
+// elements (f32, or bf16 bit patterns) and returns its values.
+template <class Copy>
+std::vector<double> poisoned_copy(bool bf16, std::int64_t count, Copy&& copy) {
+  if (!bf16) {
+    Tensor y = Tensor::from_values(std::vector<double>(static_cast<std::size_t>(count), std::nan("")), {count},
+                                   DType::f32, Device::cuda());
+    copy(y.data<float>(), static_cast<std::uint16_t*>(nullptr));
+    return y.to_values();
+  }
+  std::vector<std::uint16_t> host(static_cast<std::size_t>(count), 0xffff);  // bf16 NaN: the poison
+  std::uint16_t* device = nullptr;
+  EXPECT_EQ(cudaMalloc(&device, host.size() * sizeof(std::uint16_t)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  copy(static_cast<float*>(nullptr), device);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaFree(device), cudaSuccess);
+  return bf16_values(host);
+}
+
+// The weight gradient's row-shifted copies of Y (f32 or bf16) against their
+// definition (weight_grad_layout.h), every element of a poisoned destination.
+TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  std::mt19937_64 rng(13);
+  struct Sizes { std::int64_t batch, channels, height, width; int first_shift, copies; std::int64_t pitch; };
+  for (const bool bf16 : {false, true})
+    for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
+                          Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}}) {
+      const std::vector<double> source =
+          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+      const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
+                                           Device::cuda());
+      const std::int64_t rows = s.batch * s.channels * s.height;
+      const std::vector<double> actual = poisoned_copy(bf16, s.copies * rows * s.pitch, [&](float* f, std::uint16_t* h) {
+        if (bf16)
+          layers::shifted_rows_bf16_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
+                                         s.copies, s.pitch, h);
+        else
+          layers::shifted_rows_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
+                                    s.copies, s.pitch, f);
+      });
+      std::int64_t wrong = 0, index = 0;
+      for (int copy = 0; copy < s.copies; ++copy)
+        for (std::int64_t row = 0; row < rows; ++row)
+          for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
+            const std::int64_t w = u - s.first_shift - copy;
+            const float value_f32 =
+                w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)]) : 0.0f;
+            const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+            if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+          }
+      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": rows " << rows << ", width " << s.width << ", shift "
+                          << s.first_shift << " x " << s.copies << ", pitch " << s.pitch;
+    }
+  EXPECT_THROW(layers::shifted_rows_cuda(ctx, nullptr, 1, 1, 1, 4, 0, 0, 8, nullptr), Error);  // no copies
+}
+
+// The weight gradient's stride-phase copy of X (f32 or bf16) against its
+// definition (weight_grad_layout.h), every element of a NaN-poisoned
+// destination, padding included.
+TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  std::mt19937_64 rng(11);
+  struct Sizes { std::int64_t batch, channels, height, width; int stride; std::int64_t pitch; };
+  for (const bool bf16 : {false, true})
+    for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
+                          Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10}}) {
+      const std::vector<double> source =
+          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+      const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
+                                           Device::cuda());
+      const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
+      const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
+      const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+        if (bf16)
+          layers::nchw_to_phases_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
+                                           s.pitch, h);
+        else
+          layers::nchw_to_phases_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
+                                      s.pitch, f);
+      });
+      std::int64_t wrong = 0, index = 0;
+      for (int a = 0; a < s.stride; ++a)
+        for (int b = 0; b < s.stride; ++b)
+          for (std::int64_t n = 0; n < s.batch; ++n)
+            for (std::int64_t c = 0; c < s.channels; ++c)
+              for (std::int64_t hp = 0; hp < phase_height; ++hp)
+                for (std::int64_t wp = 0; wp < s.pitch; ++wp, ++index) {
+                  const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
+                  const float value_f32 =
+                      h < s.height && w < s.width
+                          ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
+                                                                                   s.width +
+                                                                               w)])
+                          : 0.0f;
+                  const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+                  if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+                }
+      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
+                          << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
+    }
+  EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 2, 4, nullptr), Error);  // pitch < ceil(9/2)
+  EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 5, 8, nullptr), Error);  // stride > 4
+}
+
 // The NHWC copy (f32 or bf16) against its definition, every element of a
 // NaN-poisoned destination, channel padding included.
 TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
@@ -396,31 +528,12 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
       const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
       const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
       const std::int64_t count = s.batch * s.plane * s.channel_stride;
-      std::vector<double> actual;
-      if (bf16) {
-        // 0xffff is a NaN in bf16: the poison.
-        std::vector<std::uint16_t> host(static_cast<std::size_t>(count), 0xffff);
-        std::uint16_t* device = nullptr;
-        ASSERT_EQ(cudaMalloc(&device, host.size() * sizeof(std::uint16_t)), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice),
-                  cudaSuccess);
-        layers::nchw_to_nhwc_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, device);
-        ASSERT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-        ASSERT_EQ(cudaFree(device), cudaSuccess);
-        for (const std::uint16_t half : host) {
-          const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
-          float value = 0.0f;
-          std::memcpy(&value, &bits, sizeof value);
-          actual.push_back(value);
-        }
-      } else {
-        Tensor y = Tensor::from_values(std::vector<double>(static_cast<std::size_t>(count), std::nan("")),
-                                       {s.batch, s.plane, s.channel_stride}, DType::f32, Device::cuda());
-        layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride,
-                                  y.data<float>());
-        actual = y.to_values();
-      }
+      const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+        if (bf16)
+          layers::nchw_to_nhwc_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, h);
+        else
+          layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, f);
+      });
       std::int64_t wrong = 0;
       for (std::int64_t n = 0; n < s.batch; ++n)
         for (std::int64_t q = 0; q < s.plane; ++q)

@@ -342,6 +342,9 @@ std::vector<Case> tensor_core_cases() {
       // tap on Hopper's wgmma path), 48 output channels.
       {{{"out_channels", 48}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 192, 5, 6}},
       {{{"out_channels", 192}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {2, 128, 4, 5}},
+      // Inputs 64 wide, >= 64 channels both sides: the Hopper weight gradient
+      // (TMA boxes of the output gradient's stride phases).
+      {{{"out_channels", 80}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 9, 64}},
   };
 }
 

@@ -1,0 +1,424 @@
+// The implicit-GEMM engine's backward_weight on Hopper (sm_90a): wgmma
+// products, both operands brought into shared memory by the tensor memory
+// accelerator (TMA). In Conv2d terms (implicit_gemm.h)
+//   dW[o, c, i, j] += sum_{n, a, b} Y[n, o, a, b] X[n, c, a*s - p + i, b*s - p + j]
+// is, per kernel tap (i, j), a GEMM C[o][c] = sum_k A[o][k] B[c][k] over
+// output pixels. TF32 wgmma wants A and B K-contiguous (pixels innermost) in
+// shared memory, and a TMA box must start 16-byte aligned in its innermost
+// dimension. Along an output row a tap meets input pixels s apart, so X is
+// split by stride phase, where they are contiguous (weight_grad_layout.h):
+//   X[n, c, s*(a + di) + pa, s*u + pb] = phases[pa*s + pb][n][c][a + di][u]
+//   with pa = (i - p) mod s, di = floor((i - p) / s), likewise pb, dj, and u = b + dj.
+// The sum runs over u in aligned tiles of BK; the matching Y pixel b = u - dj
+// comes from a copy of Y with its rows shifted right by dj (one per distinct
+// dj; shifted_rows), so both boxes start aligned:
+//   A box (u0, a, o0, n, dj - dj_min) of the shifted Y copies,
+//   B box (u0, a + di, c0, n, phase) of the phases,
+// zeros outside (the TMA's out-of-bounds fill is the padding). Both land
+// 128-byte swizzled, the layout wgmma reads.
+//
+// BF16: the copies are rounded to bf16 (nearest even), BK = 64. The path
+// takes problems with >= 64 channels on both sides, output rows of whole K
+// tiles (Wo % BK == 0), stride <= 4 and at most 4 distinct dj
+// (wgmma_weight_grad_fits); others keep the mma.sync kernels of
+// implicit_gemm_weight_grad.cu.
+//
+// This file is compiled for sm_90a alone when the build includes Hopper
+// (layers/CMakeLists.txt); otherwise the kernel body is empty and
+// uses_wgmma() keeps the host from calling it.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "conv2d/channel_ops.h"
+#include "conv2d/implicit_gemm_common.cuh"
+#include "conv2d/implicit_gemm_wgmma_weight_grad.h"
+#include "conv2d/weight_grad_layout.h"
+#include "plexus/error.h"
+
+namespace plexus::layers::implicit_gemm::detail {
+
+namespace {
+
+constexpr int kRowBytes = 128;  // one K tile row: 32 f32 or 64 bf16 pixels
+constexpr int kTileRows = 128;  // o rows of A, c rows of B
+constexpr int kTileBytes = kTileRows * kRowBytes;
+constexpr int kStages = 3;  // 3 x 32 KiB: two blocks per multiprocessor
+constexpr int kSwizzleAlign = 1024;
+
+struct WgmmaWeightGradParams {
+  float* partial;  // [splits][Co][Ci*k*k]
+  int in_channels, out_channels, kernel, stride, padding;
+  int out_height;
+  int shift_min;        // the smallest dj (the first shifted copy of Y)
+  int row_tiles;        // K tiles per output row: u in [0, row_tiles * BK)
+  int channel_tiles;    // ceil(Ci / 128)
+  int k_tiles;          // batch * Ho * row_tiles
+  int tiles_per_split;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma descriptor of a 128-byte swizzled K-major tile at a 1024-byte aligned
+// shared address: start >> 4 (bits 0-13), leading byte offset 1 (unused by
+// this layout), stride byte offset 1024 >> 4 (8-row groups, bits 32-45),
+// swizzle 128 bytes (bits 62-63 = 1). +2 in the start field = 32 bytes of K.
+__device__ inline std::uint64_t tile_descriptor(unsigned address) {
+  return static_cast<std::uint64_t>((address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
+         (std::uint64_t{kSwizzleAlign >> 4} << 32) | (std::uint64_t{1} << 62);
+}
+
+__device__ inline void barrier_init(unsigned barrier, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
+}
+
+__device__ inline void barrier_arrive(unsigned barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// One arrival that also expects `bytes` from the TMA before the phase completes.
+__device__ inline void barrier_expect_bytes(unsigned barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
+__device__ inline void barrier_wait(unsigned barrier, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// TMA load of one box into shared memory, completing its bytes on the barrier.
+__device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                   int c4, unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5, %6}], [%7];\n" ::"r"(destination),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
+      : "memory");
+}
+
+// d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
+__device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b));
+}
+
+// d[64 x 128] += a[64 x 16] b[16 x 128]^T, BF16, both K-major, no transposes.
+__device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b));
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the
+// wgmma fence / wait (wgmma writes them asynchronously).
+__device__ inline void fence_accumulators(float (&d)[16][4]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+#endif
+
+// grid = (taps x channel tiles, output-channel tiles, K splits). 288
+// threads: two consumer warpgroups, warpgroup w multiplying rows 64w..64w+63
+// of A (output channels) by the 128 rows of B (input channels), and one
+// producer warp whose first lane issues the TMA loads. Per ring slot, `full`
+// completes when both boxes have landed, `empty` when all 8 consumer warps
+// are done with the products that read it (each keeps one group of wgmmas in
+// flight, so tile k-1's slot is released after tile k's products are issued).
+constexpr int kConsumerThreads = 256;
+constexpr int kWeightGradThreads = kConsumerThreads + 32;
+
+template <bool bf16>
+__global__ void __launch_bounds__(kWeightGradThreads, 2)
+    wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
+                             const WgmmaWeightGradParams params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kTileK = bf16 ? 64 : 32;
+  const int tap = blockIdx.x / params.channel_tiles;
+  const int c0 = (blockIdx.x - tap * params.channel_tiles) * kTileRows;
+  const int o0 = blockIdx.y * kTileRows;
+  const int k_first = blockIdx.z * params.tiles_per_split;
+  const int k_tiles = max(0, min(params.k_tiles, k_first + params.tiles_per_split) - k_first);
+  // The tap's phase and offset in the phase images (floor division of i - p by s).
+  const int s = params.stride;
+  const int ti = tap / params.kernel - params.padding, tj = tap % params.kernel - params.padding;
+  const int di = (ti >= 0 ? ti : ti - s + 1) / s, dj = (tj >= 0 ? tj : tj - s + 1) / s;
+  const int phase = (ti - s * di) * s + (tj - s * dj);
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const unsigned shared_base = shared_address(shared_bytes);
+  const unsigned ring = (shared_base + kSwizzleAlign - 1) & ~static_cast<unsigned>(kSwizzleAlign - 1);
+  const unsigned full = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes, then kStages `empty`
+  const unsigned empty = full + 8 * kStages;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (tid == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(full + 8 * stage, 1);
+      barrier_init(empty + 8 * stage, kConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumerThreads / 32) {
+    // Producer. Tile k = (image n, output row a, row tile r): A box (r*BK,
+    // a, o0, n, dj - dj_min) of the shifted copies of Y; B box (r*BK, a + di,
+    // c0, n, phase) of the phases. A slot's first use waits on the phase
+    // before the barrier's first (parity 1), which counts as complete.
+    if (lane == 0)
+      for (int k = 0; k < k_tiles; ++k) {
+        const int stage = k % kStages, tile = k_first + k;
+        barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+        const int row_tile = tile % params.row_tiles, rest = tile / params.row_tiles;
+        const int a = rest % params.out_height, n = rest / params.out_height;
+        const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
+        barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
+        tma_load_5d(a_tile, &y_map, row_tile * kTileK, a, o0, n, dj - params.shift_min, full + 8 * stage);
+        tma_load_5d(b_tile, &x_map, row_tile * kTileK, a + di, c0, n, phase, full + 8 * stage);
+      }
+    return;
+  }
+
+  const int warpgroup = warp / 4;
+  float acc[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  for (int k = 0; k < k_tiles; ++k) {
+    const int stage = k % kStages;
+    barrier_wait(full + 8 * stage, (k / kStages) & 1);
+    const std::uint64_t a = tile_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
+    const std::uint64_t b = tile_descriptor(ring + (kStages + stage) * kTileBytes);
+    fence_accumulators(acc);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int step = 0; step < kRowBytes / 32; ++step) {
+      if constexpr (bf16)
+        wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+      else
+        wgmma_tf32(acc, a + 2 * step, b + 2 * step);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // tile k-1's products are done
+    fence_accumulators(acc);
+    if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_accumulators(acc);
+
+  // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
+  // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8).
+  const int g = lane >> 2, t = lane & 3;
+  const int kk = params.kernel * params.kernel;
+  const long long n_size = static_cast<long long>(params.in_channels) * kk;
+  float* partial = params.partial + static_cast<long long>(blockIdx.z) * params.out_channels * n_size;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int o = o0 + 64 * warpgroup + 16 * (warp % 4) + g + 8 * half;
+    if (o >= params.out_channels) continue;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = c0 + 8 * j + 2 * t + e;
+        if (c < params.in_channels) partial[o * n_size + static_cast<long long>(c) * kk + tap] = acc[j][2 * half + e];
+      }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+std::size_t kernel_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 16 * kStages; }
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    cuda::check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault,
+                                                      &found),
+                     "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
+    if (found != cudaDriverEntryPointSuccess || pointer == nullptr)
+      throw Error("the CUDA driver has no cuTensorMapEncodeTiled (needed by the Hopper weight gradient)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
+  }();
+  return function;
+}
+
+// A tiled tensor map over 5 dimensions (innermost first; sizes in elements,
+// strides in bytes for dimensions 1-4), boxes of `box` elements, 128-byte
+// swizzle, zeros outside.
+CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint64_t (&strides)[4],
+                       const std::uint32_t (&box)[5], const char* what) {
+  CUtensorMap map;
+  const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult result =
+      encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                     5, base, sizes, strides, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    throw Error(std::string("cuTensorMapEncodeTiled failed for the weight gradient's ") + what + " (CUresult " +
+                std::to_string(static_cast<int>(result)) + ")");
+  return map;
+}
+
+int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }
+
+// floor(a / b) for b > 0.
+long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
+  if (p.stride < 1 || p.stride > 4 || p.kernel > 9 || p.in_channels < 64 || p.out_channels < 64 ||
+      p.out_width % stage_pixels(bf16) != 0)
+    return false;
+  const long long shifts = floor_div(p.kernel - 1 - p.padding, p.stride) - floor_div(-p.padding, p.stride) + 1;
+  return shifts <= 4 && p.batch * p.out_height * (p.out_width / stage_pixels(bf16) + 1) < (1LL << 31);
+}
+
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
+                       float* weight_grad, Scratch& scratch) {
+  const bool bf16 = ctx.bf16_products();
+  const int s = static_cast<int>(p.stride), tile_k = stage_pixels(bf16);
+  const std::uint64_t element = bf16 ? 2 : 4;
+  // Column offsets dj of the taps, and the columns u of the phase images the
+  // sum needs: those with a Y pixel (u - dj < Wo) inside the phase width.
+  const int shift_min = static_cast<int>(floor_div(-p.padding, s));
+  const int shift_max = static_cast<int>(floor_div(p.kernel - 1 - p.padding, s));
+  const int shifts = shift_max - shift_min + 1;
+  const long long phase_height = ceil_div(p.height, s), phase_width = ceil_div(p.width, s);
+  const long long row_tiles = ceil_div(std::max(1LL, std::min<long long>(phase_width, p.out_width + shift_max)), tile_k);
+  const long long columns = row_tiles * tile_k;
+  // The phase images of X, rows padded to 16 bytes (a TMA stride rule).
+  const long long row_pitch = round_up(phase_width, 16 / static_cast<long long>(element));
+  const long long phase_elements = static_cast<long long>(s) * s * p.batch * p.in_channels * phase_height * row_pitch;
+  const long long shifted_elements = shifts * p.batch * p.out_channels * p.out_height * columns;
+  void* phases = nullptr;
+  void* shifted = nullptr;
+  if (bf16) {
+    auto* x_copy = reinterpret_cast<std::uint16_t*>(
+        scratch_tensor(scratch.weight_phases, {ceil_div(phase_elements, 2)}, DType::f32, ctx.device()).data<float>());
+    auto* y_copy = reinterpret_cast<std::uint16_t*>(
+        scratch_tensor(scratch.weight_shifted, {ceil_div(shifted_elements, 2)}, DType::f32, ctx.device())
+            .data<float>());
+    nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    shifted_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
+                           y_copy);
+    phases = x_copy;
+    shifted = y_copy;
+  } else {
+    float* x_copy = scratch_tensor(scratch.weight_phases, {phase_elements}, DType::f32, ctx.device()).data<float>();
+    float* y_copy = scratch_tensor(scratch.weight_shifted, {shifted_elements}, DType::f32, ctx.device()).data<float>();
+    nchw_to_phases_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    shifted_rows_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns, y_copy);
+    phases = x_copy;
+    shifted = y_copy;
+  }
+
+  const std::uint64_t y_sizes[5] = {static_cast<std::uint64_t>(columns), static_cast<std::uint64_t>(p.out_height),
+                                    static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch),
+                                    static_cast<std::uint64_t>(shifts)};
+  const std::uint64_t y_strides[4] = {y_sizes[0] * element, y_sizes[0] * y_sizes[1] * element,
+                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * element,
+                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * y_sizes[3] * element};
+  const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_k), 1, kTileRows, 1, 1};
+  const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, y_strides, box, "shifted output gradient");
+
+  const std::uint64_t x_sizes[5] = {static_cast<std::uint64_t>(row_pitch), static_cast<std::uint64_t>(phase_height),
+                                    static_cast<std::uint64_t>(p.in_channels), static_cast<std::uint64_t>(p.batch),
+                                    static_cast<std::uint64_t>(s) * s};
+  const std::uint64_t x_strides[4] = {x_sizes[0] * element, x_sizes[0] * x_sizes[1] * element,
+                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * element,
+                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * x_sizes[3] * element};
+  const CUtensorMap x_map = tensor_map(phases, bf16, x_sizes, x_strides, box, "input phases");
+
+  WgmmaWeightGradParams params{};
+  params.in_channels = static_cast<int>(p.in_channels);
+  params.out_channels = static_cast<int>(p.out_channels);
+  params.kernel = static_cast<int>(p.kernel);
+  params.stride = s;
+  params.padding = static_cast<int>(p.padding);
+  params.out_height = static_cast<int>(p.out_height);
+  params.shift_min = shift_min;
+  params.row_tiles = static_cast<int>(row_tiles);
+  params.channel_tiles = static_cast<int>(ceil_div(p.in_channels, kTileRows));
+  params.k_tiles = static_cast<int>(p.batch * p.out_height * params.row_tiles);
+  // Split the pixel sum so the blocks fill the GPU once (two per
+  // multiprocessor), keeping at least 8 tiles per block; partial sums are
+  // added in a fixed order (deterministic).
+  const long long taps = p.kernel * p.kernel;
+  const long long tiles = taps * params.channel_tiles * ceil_div(p.out_channels, kTileRows);
+  const long long resident = 2LL * multiprocessor_count(ctx);
+  const long long splits = std::max(1LL, std::min(resident / tiles, params.k_tiles / 8LL));
+  params.tiles_per_split = static_cast<int>(ceil_div(params.k_tiles, splits));
+  const long long used_splits = ceil_div(params.k_tiles, params.tiles_per_split);
+  const long long grad_size = p.out_channels * p.in_channels * taps;
+  params.partial =
+      scratch_tensor(scratch.weight_sums, {used_splits, grad_size}, DType::f32, ctx.device()).data<float>();
+
+  const dim3 grid(static_cast<unsigned>(taps * params.channel_tiles),
+                  static_cast<unsigned>(ceil_div(p.out_channels, kTileRows)), static_cast<unsigned>(used_splits));
+  const std::size_t bytes = kernel_shared_bytes();
+  if (bf16) {
+    static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<true>, bytes,
+                                                     "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
+                                  true);
+    (void)opted_in;
+    wgmma_weight_grad_kernel<true><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
+  } else {
+    static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<false>, bytes,
+                                                     "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
+                                  true);
+    (void)opted_in;
+    wgmma_weight_grad_kernel<false><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
+  }
+  cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
+  accumulate_batch_sum_cuda(ctx, params.partial, used_splits, grad_size, weight_grad);
+}
+
+}  // namespace plexus::layers::implicit_gemm::detail

@@ -1,0 +1,18 @@
+#pragma once
+// The weight gradient on Hopper: wgmma products from TMA-loaded tiles
+// (implicit_gemm_wgmma_weight_grad.cu). Internal to the engine.
+#include "conv2d/implicit_gemm.h"
+
+namespace plexus::layers::implicit_gemm::detail {
+
+// Whether the Hopper kernel takes the problem at this precision (bf16: BF16
+// products, else TF32): stride <= 4, >= 64 input and output channels, and
+// output rows of whole K tiles (width a multiple of 32 pixels, 64 for bf16).
+// The caller also checks uses_wgmma().
+bool wgmma_weight_grad_fits(const ConvProblem& problem, bool bf16);
+
+// weight_grad += correlation of Y with X, as backward_weight.
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+                       float* weight_grad, Scratch& scratch);
+
+}  // namespace plexus::layers::implicit_gemm::detail

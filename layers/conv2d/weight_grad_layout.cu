@@ -1,0 +1,165 @@
+// Operand copies for the Hopper weight gradient (declarations and layouts in weight_grad_layout.h).
+#include <algorithm>
+#include <string>
+
+#include <cuda_bf16.h>
+
+#include "conv2d/weight_grad_layout.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#include "plexus/error.h"
+
+namespace plexus::layers {
+
+namespace {
+
+__device__ inline void store(float* destination, float value) { *destination = value; }
+__device__ inline void store(std::uint16_t* destination, float value) {
+  *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+// Blocks of 32 x 8 threads: a thread takes kPerThread consecutive columns
+// of one row group (more loads in flight per thread), a warp 32 x that many,
+// grid-stride over the groups (grid.y is at most 65535). Each thread reads
+// the source values its columns need from one source row (neighbouring
+// addresses: the warp reads a contiguous span once) and writes its columns
+// of each of the group's destination rows.
+constexpr int kColumns = 32, kRows = 8, kPerThread = 4;
+
+dim3 copy_grid(long long groups, long long row_pitch) {
+  return dim3(static_cast<unsigned>((row_pitch + kColumns * kPerThread - 1) / (kColumns * kPerThread)),
+              static_cast<unsigned>(std::min<long long>((groups + kRows - 1) / kRows, 65535)));
+}
+
+// Row group (a, plane, h') with plane = n * channels + c: source row
+// h = S*h' + a, destination rows (a*S + b, plane, h') for b < S.
+template <int S, class Out>
+__global__ void phases_kernel(const float* __restrict__ source, int planes, int height, int width, int phase_height,
+                              int row_pitch, int groups, Out* __restrict__ destination) {
+  const int w_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
+  if (w_first >= row_pitch) return;
+  const long long phase_size = static_cast<long long>(planes) * phase_height * row_pitch;
+  for (int group = blockIdx.y * kRows + threadIdx.y; group < groups; group += gridDim.y * kRows) {
+    const int h_phase = group % phase_height, rest = group / phase_height;
+    const int plane = rest % planes, a = rest / planes;
+    const int h = S * h_phase + a;
+    const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
+    Out* destination_row = destination + static_cast<long long>(a) * S * phase_size +
+                           (static_cast<long long>(plane) * phase_height + h_phase) * row_pitch + w_first;
+    float values[S][kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+#pragma unroll
+      for (int b = 0; b < S; ++b) {
+        const int w = S * (w_first + j) + b;
+        values[b][j] = h < height && w < width ? source_row[w] : 0.0f;
+      }
+#pragma unroll
+    for (int b = 0; b < S; ++b)
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        if (w_first + j < row_pitch) store(destination_row + b * phase_size + j, values[b][j]);
+  }
+}
+
+// Row group = a row of Y; destination rows (copy, that row) for copy < copies.
+template <class Out>
+__global__ void shifted_rows_kernel(const float* __restrict__ source, int rows, int width, int first_shift,
+                                    int copies, int row_pitch, Out* __restrict__ destination) {
+  const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
+  if (u_first >= row_pitch) return;
+  const long long copy_size = static_cast<long long>(rows) * row_pitch;
+  for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
+    const float* source_row = source + static_cast<long long>(row) * width;
+    Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u_first;
+    for (int copy = 0; copy < copies; ++copy) {
+      float values[kPerThread];
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const int w = u_first + j - first_shift - copy;
+        values[j] = w >= 0 && w < width ? source_row[w] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        if (u_first + j < row_pitch) store(destination_row + copy * copy_size + j, values[j]);
+    }
+  }
+}
+
+template <int S, class Out>
+void launch_phases(const Context& ctx, const float* source, long long groups, int planes, int height, int width,
+                   int phase_height, int row_pitch, Out* destination) {
+  phases_kernel<S, Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, planes, height, width, phase_height, row_pitch, static_cast<int>(groups), destination);
+}
+
+void check_sizes(bool valid, const char* what, std::int64_t height, std::int64_t width, std::int64_t row_pitch) {
+  if (!valid)
+    throw Error(std::string(what) + ": unsupported sizes (height " + std::to_string(height) + ", width " +
+                std::to_string(width) + ", row_pitch " + std::to_string(row_pitch) + ")");
+}
+
+template <class Out>
+void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                    std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch, Out* destination) {
+  check_sizes(stride >= 1 && stride <= 4 && row_pitch >= (width + stride - 1) / stride && height <= (1 << 30) &&
+                  width <= (1 << 30) && row_pitch <= (1 << 30),
+              "nchw_to_phases", height, width, row_pitch);
+  const std::int64_t phase_height = (height + stride - 1) / stride;
+  const long long groups = static_cast<long long>(stride) * batch * channels * phase_height;
+  check_sizes(groups * stride < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
+  if (groups == 0 || row_pitch == 0) return;
+  const int planes = static_cast<int>(batch * channels), h = static_cast<int>(height), w = static_cast<int>(width);
+  const int ph = static_cast<int>(phase_height), pitch = static_cast<int>(row_pitch);
+  switch (stride) {  // the stride as a template argument: the per-column loops unroll
+    case 1: launch_phases<1>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    case 2: launch_phases<2>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    case 3: launch_phases<3>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    default: launch_phases<4>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+  }
+  cuda::check_launch("phases_kernel", __FILE__, __LINE__);
+}
+
+template <class Out>
+void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                       std::int64_t height, std::int64_t width, int first_shift, int copies, std::int64_t row_pitch,
+                       Out* destination) {
+  check_sizes(copies >= 1 && copies <= 64 && width <= (1 << 30) && row_pitch <= (1 << 30) && first_shift > -(1 << 20) &&
+                  first_shift < (1 << 20),
+              "shifted_rows", height, width, row_pitch);
+  const long long rows = batch * channels * height;
+  check_sizes(rows * copies < (1LL << 31), "shifted_rows", height, width, row_pitch);
+  if (rows == 0 || row_pitch == 0) return;
+  shifted_rows_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
+      destination);
+  cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void nchw_to_phases_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                         std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch,
+                         float* destination) {
+  copy_to_phases(ctx, source, batch, channels, height, width, stride, row_pitch, destination);
+}
+
+void nchw_to_phases_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                              std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch,
+                              std::uint16_t* destination) {
+  copy_to_phases(ctx, source, batch, channels, height, width, stride, row_pitch, destination);
+}
+
+void shifted_rows_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                       std::int64_t height, std::int64_t width, int first_shift, int copies, std::int64_t row_pitch,
+                       float* destination) {
+  copy_shifted_rows(ctx, source, batch, channels, height, width, first_shift, copies, row_pitch, destination);
+}
+
+void shifted_rows_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+                            std::int64_t height, std::int64_t width, int first_shift, int copies,
+                            std::int64_t row_pitch, std::uint16_t* destination) {
+  copy_shifted_rows(ctx, source, batch, channels, height, width, first_shift, copies, row_pitch, destination);
+}
+
+}  // namespace plexus::layers
