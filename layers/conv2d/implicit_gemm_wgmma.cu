@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "conv2d/implicit_gemm_gather.cuh"
+#include "conv2d/wgmma.cuh"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -21,104 +22,24 @@ namespace detail {
 
 namespace {
 
-// Each stage holds, for A and for B, 128 rows of one 128-byte row of K (32
-// f32 or 64 bf16) in wgmma's 128-byte swizzled K-major layout: row r at byte
-// 128 r, its 16-byte chunk j stored at chunk j ^ (r % 8) (the hardware
-// swizzles on address bits, so every tile starts 1024-byte aligned), 8-row
-// groups 1024 bytes apart. The swizzle also makes the 8 threads that copy a
-// row's 8 chunks hit distinct banks.
-constexpr int kRowBytes = 128;
-constexpr int kTileRows = 128;
-constexpr int kTileBytes = kTileRows * kRowBytes;  // 16 KiB: one operand of one stage
+// Each stage holds, for A and for B, one 128-row tile in wgmma's 128-byte
+// swizzled K-major layout (wgmma.cuh). The swizzle also makes the 8 threads
+// that copy a row's 8 chunks hit distinct banks.
+constexpr int kRowBytes = kWgmmaRowBytes;
+constexpr int kTileRows = kWgmmaTileRows;
+constexpr int kTileBytes = kWgmmaTileBytes;  // 16 KiB: one operand of one stage
 // The ring's depth and how many stages of wgmmas stay in flight when the
 // next is issued (0: each stage waits for its own; 1: for the previous one,
 // and the loads run one stage less ahead so they never refill a slot it reads).
 constexpr int kStages = 3;
 constexpr int kWgmmaInFlight = 0;
-constexpr int kSwizzleAlign = 1024;
+constexpr int kSwizzleAlign = kWgmmaSwizzleAlign;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ inline unsigned swizzled_chunk(int row, int chunk) {
   return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// wgmma shared-memory matrix descriptor of a K-major tile with 128-byte
-// swizzle: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits
-// 16-29; unused by swizzled K-major layouts, 1 by convention), stride byte
-// offset >> 4 (bits 32-45: 1024, one 8-row group), base offset 0 (bits 49-51:
-// tiles are 1024-byte aligned), swizzle mode 1 = 128 bytes (bits 62-63). The
-// k-th 32 bytes of the rows (one k8 TF32 / k16 BF16 step) start 2k units later.
-__device__ inline std::uint64_t swizzled_descriptor(unsigned shared_byte_address) {
-  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
-         (static_cast<std::uint64_t>(kSwizzleAlign >> 4) << 32) | (std::uint64_t{1} << 62);
-}
-
-// d[64 x 128] += a[64 x 8] b[8 x 128] (TF32, K-major a and b from shared memory, f32 accumulators).
-__device__ inline void wgmma_tf32(float (&d)[1][16][4], std::uint64_t a, std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]),
-        "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]),
-        "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]),
-        "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]),
-        "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]),
-        "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]),
-        "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]),
-        "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]),
-        "+f"(d[0][8][0]), "+f"(d[0][8][1]), "+f"(d[0][8][2]), "+f"(d[0][8][3]),
-        "+f"(d[0][9][0]), "+f"(d[0][9][1]), "+f"(d[0][9][2]), "+f"(d[0][9][3]),
-        "+f"(d[0][10][0]), "+f"(d[0][10][1]), "+f"(d[0][10][2]), "+f"(d[0][10][3]),
-        "+f"(d[0][11][0]), "+f"(d[0][11][1]), "+f"(d[0][11][2]), "+f"(d[0][11][3]),
-        "+f"(d[0][12][0]), "+f"(d[0][12][1]), "+f"(d[0][12][2]), "+f"(d[0][12][3]),
-        "+f"(d[0][13][0]), "+f"(d[0][13][1]), "+f"(d[0][13][2]), "+f"(d[0][13][3]),
-        "+f"(d[0][14][0]), "+f"(d[0][14][1]), "+f"(d[0][14][2]), "+f"(d[0][14][3]),
-        "+f"(d[0][15][0]), "+f"(d[0][15][1]), "+f"(d[0][15][2]), "+f"(d[0][15][3])
-      : "l"(a), "l"(b));
-}
-
-// d[64 x 128] += a[64 x 16] b[16 x 128] (BF16, K-major, no transposes, f32 accumulators).
-__device__ inline void wgmma_bf16(float (&d)[1][16][4], std::uint64_t a, std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]),
-        "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]),
-        "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]),
-        "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]),
-        "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]),
-        "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]),
-        "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]),
-        "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]),
-        "+f"(d[0][8][0]), "+f"(d[0][8][1]), "+f"(d[0][8][2]), "+f"(d[0][8][3]),
-        "+f"(d[0][9][0]), "+f"(d[0][9][1]), "+f"(d[0][9][2]), "+f"(d[0][9][3]),
-        "+f"(d[0][10][0]), "+f"(d[0][10][1]), "+f"(d[0][10][2]), "+f"(d[0][10][3]),
-        "+f"(d[0][11][0]), "+f"(d[0][11][1]), "+f"(d[0][11][2]), "+f"(d[0][11][3]),
-        "+f"(d[0][12][0]), "+f"(d[0][12][1]), "+f"(d[0][12][2]), "+f"(d[0][12][3]),
-        "+f"(d[0][13][0]), "+f"(d[0][13][1]), "+f"(d[0][13][2]), "+f"(d[0][13][3]),
-        "+f"(d[0][14][0]), "+f"(d[0][14][1]), "+f"(d[0][14][2]), "+f"(d[0][14][3]),
-        "+f"(d[0][15][0]), "+f"(d[0][15][1]), "+f"(d[0][15][2]), "+f"(d[0][15][3])
-      : "l"(a), "l"(b));
-}
-
-// Keeps the compiler from moving accesses of the accumulators across the
-// wgmma fence / wait (wgmma writes them asynchronously).
-__device__ inline void fence_accumulators(float (&d)[1][16][4]) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e])::"memory");
-}
 #endif
 
 // wgmma_gather_kernel: as gather_gemm_kernel (tap-major), Element = float
@@ -201,24 +122,24 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
         // later barrier, once every wgmma reading it has completed.
         const std::uint64_t a = swizzled_descriptor(a_ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
         const std::uint64_t b = swizzled_descriptor(b_ring + stage * kTileBytes);
-        fence_accumulators(sums);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        fence_accumulators(sums[0]);
+        wgmma_fence();
 #pragma unroll
         for (int step = 0; step < kRowBytes / 32; ++step) {
           if constexpr (sizeof(Element) == 4)
-            wgmma_tf32(sums, a + 2 * step, b + 2 * step);
+            wgmma_tf32(sums[0], a + 2 * step, b + 2 * step);
           else
-            wgmma_bf16(sums, a + 2 * step, b + 2 * step);
+            wgmma_bf16(sums[0], a + 2 * step, b + 2 * step);
         }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kWgmmaInFlight) : "memory");
-        fence_accumulators(sums);
+        wgmma_commit();
+        wgmma_wait<kWgmmaInFlight>();
+        fence_accumulators(sums[0]);
       },
       // cp.async writes shared memory through the generic proxy, wgmma reads it
       // through the async proxy: each thread fences its landed copies before the barrier.
       [] { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); });
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  fence_accumulators(acc);
+  wgmma_wait<0>();
+  fence_accumulators(acc[0]);
   store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc);
 #endif
 }

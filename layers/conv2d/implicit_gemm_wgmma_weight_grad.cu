@@ -34,8 +34,10 @@
 #include <string>
 
 #include "conv2d/channel_ops.h"
+#include "conv2d/implicit_gemm_bf16.cuh"
 #include "conv2d/implicit_gemm_common.cuh"
 #include "conv2d/implicit_gemm_wgmma_weight_grad.h"
+#include "conv2d/wgmma.cuh"
 #include "conv2d/weight_grad_layout.h"
 #include "plexus/error.h"
 
@@ -43,11 +45,11 @@ namespace plexus::layers::implicit_gemm::detail {
 
 namespace {
 
-constexpr int kRowBytes = 128;  // one K tile row: 32 f32 or 64 bf16 pixels
-constexpr int kTileRows = 128;  // o rows of A, c rows of B
-constexpr int kTileBytes = kTileRows * kRowBytes;
+constexpr int kRowBytes = kWgmmaRowBytes;  // one K tile row: 32 f32 or 64 bf16 pixels
+constexpr int kTileRows = kWgmmaTileRows;  // o rows of A, c rows of B
+constexpr int kTileBytes = kWgmmaTileBytes;
 constexpr int kStages = 3;  // 3 x 32 KiB: two blocks per multiprocessor
-constexpr int kSwizzleAlign = 1024;
+constexpr int kSwizzleAlign = kWgmmaSwizzleAlign;
 
 struct WgmmaWeightGradParams {
   float* partial;  // [splits][Co][Ci*k*k]
@@ -61,15 +63,6 @@ struct WgmmaWeightGradParams {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// wgmma descriptor of a 128-byte swizzled K-major tile at a 1024-byte aligned
-// shared address: start >> 4 (bits 0-13), leading byte offset 1 (unused by
-// this layout), stride byte offset 1024 >> 4 (8-row groups, bits 32-45),
-// swizzle 128 bytes (bits 62-63 = 1). +2 in the start field = 32 bytes of K.
-__device__ inline std::uint64_t tile_descriptor(unsigned address) {
-  return static_cast<std::uint64_t>((address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
-         (std::uint64_t{kSwizzleAlign >> 4} << 32) | (std::uint64_t{1} << 62);
-}
-
 __device__ inline void barrier_init(unsigned barrier, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
 }
@@ -102,60 +95,6 @@ __device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map,
       : "memory");
 }
 
-// d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
-__device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
-        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(a), "l"(b));
-}
-
-// d[64 x 128] += a[64 x 16] b[16 x 128]^T, BF16, both K-major, no transposes.
-__device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
-        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(a), "l"(b));
-}
-
-// Keeps the compiler from moving accesses of the accumulators across the
-// wgmma fence / wait (wgmma writes them asynchronously).
-__device__ inline void fence_accumulators(float (&d)[16][4]) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
-}
 #endif
 
 // grid = (taps x channel tiles, output-channel tiles, K splits). 288
@@ -228,10 +167,10 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   for (int k = 0; k < k_tiles; ++k) {
     const int stage = k % kStages;
     barrier_wait(full + 8 * stage, (k / kStages) & 1);
-    const std::uint64_t a = tile_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
-    const std::uint64_t b = tile_descriptor(ring + (kStages + stage) * kTileBytes);
+    const std::uint64_t a = swizzled_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
+    const std::uint64_t b = swizzled_descriptor(ring + (kStages + stage) * kTileBytes);
     fence_accumulators(acc);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kRowBytes / 32; ++step) {
       if constexpr (bf16)
@@ -239,12 +178,12 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
       else
         wgmma_tf32(acc, a + 2 * step, b + 2 * step);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // tile k-1's products are done
+    wgmma_commit();
+    wgmma_wait<1>();  // tile k-1's products are done
     fence_accumulators(acc);
     if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wgmma_wait<0>();
   fence_accumulators(acc);
 
   // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
@@ -341,11 +280,8 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   void* phases = nullptr;
   void* shifted = nullptr;
   if (bf16) {
-    auto* x_copy = reinterpret_cast<std::uint16_t*>(
-        scratch_tensor(scratch.weight_phases, {ceil_div(phase_elements, 2)}, DType::f32, ctx.device()).data<float>());
-    auto* y_copy = reinterpret_cast<std::uint16_t*>(
-        scratch_tensor(scratch.weight_shifted, {ceil_div(shifted_elements, 2)}, DType::f32, ctx.device())
-            .data<float>());
+    std::uint16_t* x_copy = bf16_scratch(scratch.weight_phases, phase_elements, ctx.device());
+    std::uint16_t* y_copy = bf16_scratch(scratch.weight_shifted, shifted_elements, ctx.device());
     nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
     shifted_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
                            y_copy);

@@ -1,0 +1,98 @@
+#pragma once
+// Hopper warpgroup MMA (wgmma, sm_90a) pieces shared by the engine's wgmma
+// kernels (implicit_gemm_wgmma.cu, implicit_gemm_wgmma_weight_grad.cu).
+// Their operand tiles are 128 rows of one 128-byte row of K (32 f32 or 64
+// bf16) in wgmma's 128-byte swizzled K-major layout: row r at byte 128 r, its
+// 16-byte chunk j stored at chunk j ^ (r % 8) (the hardware swizzles on
+// address bits, so every tile starts 1024-byte aligned), 8-row groups 1024
+// bytes apart. The TMA's 128-byte swizzle writes the same layout.
+#include <cstdint>
+
+namespace plexus::layers::implicit_gemm::detail {
+
+constexpr int kWgmmaRowBytes = 128;
+constexpr int kWgmmaTileRows = 128;
+constexpr int kWgmmaTileBytes = kWgmmaTileRows * kWgmmaRowBytes;  // 16 KiB: one operand of one stage
+constexpr int kWgmmaSwizzleAlign = 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma shared-memory matrix descriptor of a K-major tile with 128-byte
+// swizzle: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits
+// 16-29; unused by swizzled K-major layouts, 1 by convention), stride byte
+// offset >> 4 (bits 32-45: 1024, one 8-row group), base offset 0 (bits 49-51:
+// tiles are 1024-byte aligned), swizzle mode 1 = 128 bytes (bits 62-63). The
+// k-th 32 bytes of the rows (one k8 TF32 / k16 BF16 step) start 2k units later.
+__device__ inline std::uint64_t swizzled_descriptor(unsigned shared_byte_address) {
+  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
+         (static_cast<std::uint64_t>(kWgmmaSwizzleAlign >> 4) << 32) | (std::uint64_t{1} << 62);
+}
+
+// d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
+__device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b));
+}
+
+// d[64 x 128] += a[64 x 16] b[16 x 128]^T, BF16, both K-major, no transposes.
+__device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+        "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(a), "l"(b));
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the
+// wgmma fence / wait (wgmma writes them asynchronously).
+__device__ inline void fence_accumulators(float (&d)[16][4]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// Orders this thread's earlier register and shared-memory accesses before the wgmmas that follow.
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+// Closes the wgmmas issued since the last commit into one group.
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+// Waits until at most `pending` committed groups are still running.
+template <int pending>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+#endif
+
+}  // namespace plexus::layers::implicit_gemm::detail
