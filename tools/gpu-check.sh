@@ -38,6 +38,17 @@ nccl_found=$(grep -E "^-- NCCL" "$logs/build.log" | head -1)
 nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
 nccl_total=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Test +#")
 
+# On a Hopper the convolutions' tap-major passes run wgmma kernels; every
+# other GPU runs the mma.sync ones. Their tensor-core tests again, with the
+# mma.sync kernels forced, so both paths are checked on this GPU.
+echo "== convolution tensor-core tests with the mma.sync kernels (PLEXUS_CONV_WGMMA=0)"
+mma_sync_ok=1
+for t in conv2d_test conv_transpose2d_test; do
+  PLEXUS_CONV_WGMMA=0 timeout 600 "$build/tests/$t" --gtest_brief=1 --gtest_filter='*TensorCore*' \
+    > "$logs/$t-mma-sync.log" 2>&1 || mma_sync_ok=0
+  grep -E "^\[  (PASSED|FAILED) " "$logs/$t-mma-sync.log"
+done
+
 echo "== compute-sanitizer memcheck over the CUDA tests"
 memcheck_errors=0
 memcheck_runs=0
@@ -95,7 +106,8 @@ echo "SUMMARY: ctest: ${tests_line:-no result} (rc=$ctest_rc); skipped: $skipped
 for line in "${plugin_lines[@]}"; do echo "SUMMARY: $line"; done
 echo "SUMMARY: data-parallel (NCCL, world size 1): $nccl_tests of $nccl_total passed; ${nccl_found:-NCCL not reported by CMake}"
 echo "SUMMARY: memcheck: $memcheck_runs binaries, $memcheck_errors with errors"
-if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ]; then
+echo "SUMMARY: convolution tensor-core tests with the mma.sync kernels: $([ $mma_sync_ok = 1 ] && echo passed || echo FAILED)"
+if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ] || [ $mma_sync_ok -ne 1 ]; then
   echo "SUMMARY: gpu-check FAILED"
   exit 1
 fi
