@@ -2,8 +2,10 @@
 # On a machine with an NVIDIA GPU, from the repository root:
 #   tools/gpu-check.sh
 # Builds for the local GPU (CMake's native architecture), runs the WHOLE test
-# suite and fails if any test was skipped (with a GPU nothing may skip), then
-# runs compute-sanitizer memcheck over every CUDA test, builds and tests the
+# suite and fails if any test was skipped (with a GPU nothing may skip), runs
+# the convolution tensor-core tests again with the mma.sync kernels (on a
+# Hopper the default is wgmma), then runs compute-sanitizer memcheck over
+# every CUDA test, builds and tests the
 # example plugins (examples/plugins/*) against an installed Plexus, and
 # prints a summary.
 # Logs go to $OUT (default gpu-check-logs/); BUILD names the build folder
