@@ -257,18 +257,6 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
        true);
   (void)opted_in;
   gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
-  cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
-}
-
-// The mma.sync gather for this K order, with the product of the precision
-// and a tap table of table_entries.
-template <bool tap_major>
-void launch_mma_sync_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16) {
-  const std::size_t shared_bytes = gather_shared_bytes<GatherTile<tap_major>, tap_major>(table_entries);
-  if (bf16)
-    launch_gather<Bf16Product, tap_major>(ctx, params, grid, shared_bytes);
-  else
-    launch_gather<Tf32Product, tap_major>(ctx, params, grid, shared_bytes);
 }
 
 // Runs the gather GEMM over params.part_count parts: with wgmma (Hopper,
@@ -311,9 +299,19 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
   if (wgmma) {
     launch_wgmma_gather(ctx, params, grid, max_table, bf16);
   } else if (tap_major) {
-    launch_mma_sync_gather<true>(ctx, params, grid, max_table, bf16);
+    const std::size_t shared_bytes = gather_shared_bytes<NhwcGatherTile, true>(max_table);
+    if (bf16)
+      launch_gather<Bf16Product, true>(ctx, params, grid, shared_bytes);
+    else
+      launch_gather<Tf32Product, true>(ctx, params, grid, shared_bytes);
+    cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   } else {
-    launch_mma_sync_gather<false>(ctx, params, grid, max_table, bf16);
+    const std::size_t shared_bytes = gather_shared_bytes<FlatGatherTile, false>(max_table);
+    if (bf16)
+      launch_gather<Bf16Product, false>(ctx, params, grid, shared_bytes);
+    else
+      launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
+    cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
   if (params.splits > 1) {
     reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
