@@ -1,0 +1,43 @@
+#pragma once
+// Convolutions with few channels on one side: the layers next to RGB images
+// (Conv2d 3->128 of an analysis transform, ConvTranspose2d 128->3 of a
+// synthesis transform). In the implicit-GEMM engine's terms (implicit_gemm.h)
+// their K or M is tiny (Ci*k*k = 75, or M = Ci = 3), so a tile of the engine
+// spends its time gathering one element per copy and filling 128-row tiles
+// with zeros, while the pass itself is bound by the one large tensor it reads
+// or writes (e.g. 134 MB of 128-channel output at 128x128, batch 16). These
+// kernels instead stage the few-channel image rows a tile needs in shared
+// memory once and read tensor-core fragments straight from them (the patch
+// matrix is never formed), so each pass costs about one read or write of its
+// large tensor.
+//
+// Same conventions as the engine: Conv2d terms (X [N, Ci, H, W] the few-
+// channel side for forward and backward_weight, ...), f32 storage, f32
+// accumulation, products at the Context's precision (TF32, or BF16 operands
+// rounded to nearest even), NCHW tensors.
+#include "conv2d/implicit_gemm.h"
+
+namespace plexus::layers::few_channel_conv {
+
+// The most channels the few-channel side may have.
+inline constexpr int kMaxChannels = 4;
+
+// Whether forward (Y = conv(X, W) + bias, X with <= kMaxChannels channels)
+// runs here; the caller has already checked implicit_gemm::supports().
+bool takes_forward(const implicit_gemm::ConvProblem& problem);
+void forward(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x, const float* weight,
+             const float* bias, float* y);
+
+// Whether backward_data (X = conv^T(Y, W) + bias, X with <= kMaxChannels
+// channels: a ConvTranspose2d's forward onto an image) runs here.
+bool takes_backward_data(const implicit_gemm::ConvProblem& problem);
+void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* y,
+                   const float* weight, const float* bias, float* x);
+
+// Whether backward_weight (dW += correlation of Y with X, X with <=
+// kMaxChannels channels) runs here.
+bool takes_backward_weight(const implicit_gemm::ConvProblem& problem);
+void backward_weight(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x,
+                     const float* y, float* weight_grad);
+
+}  // namespace plexus::layers::few_channel_conv
