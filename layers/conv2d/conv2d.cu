@@ -1,7 +1,9 @@
 // CUDA Conv2d (math in conv2d.h). When the context allows TF32, the
 // implicit-GEMM tensor-core engine (implicit_gemm.h) runs the passes it takes
-// without a column buffer. The others (f64, strict f32, passes with <= 16
-// product rows, shapes beyond the engine's limits): im2col kernels plus
+// without a column buffer (the input gradient onto <= 4 channels, e.g. of
+// the 3->128 layer on an RGB image, through few_channel_conv.h's kernel).
+// The others (f64, strict f32, the other passes with <= 16 product rows,
+// shapes beyond the engine's limits): im2col kernels plus
 // cuBLAS GEMMs batched over the images of a chunk. The chunk is the whole
 // batch unless its scratch (columns and per-image weight gradients) would
 // exceed scratch_limit_.

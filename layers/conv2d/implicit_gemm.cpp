@@ -2,6 +2,7 @@
 // logic only, so CPU-only builds link it too.
 #include <limits>
 
+#include "conv2d/few_channel_conv.h"
 #include "conv2d/implicit_gemm.h"
 
 namespace plexus::layers::implicit_gemm {
@@ -32,6 +33,10 @@ bool supports(const Context& ctx, DType dtype, const ConvProblem& p) {
   // 32-bit offsets within one image, and pixel counts of a batch.
   return fits_int(p.in_channels * p.height * p.width) && fits_int(p.out_channels * p.out_height * p.out_width) &&
          fits_int(p.batch * p.out_height * p.out_width * 2) && fits_int(p.batch * p.height * p.width * 2);
+}
+
+bool takes_backward_data(const ConvProblem& p) {
+  return p.in_channels > kMinGatherRows || few_channel_conv::takes_backward_data(p);
 }
 
 }  // namespace plexus::layers::implicit_gemm

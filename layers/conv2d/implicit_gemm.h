@@ -111,11 +111,14 @@ bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
 // Whether the engine runs forward / backward_data (given supports()): they
 // gather one input element per product row, so with few rows (Co resp.
 // Ci <= kMinGatherRows: the layers next to RGB images) the gather costs more
-// than it saves and im2col + cuBLAS is faster. backward_weight takes every
+// than it saves and im2col + cuBLAS is faster. backward_data with Ci <=
+// few_channel_conv::kMaxChannels (a ConvTranspose2d onto an image) is taken
+// anyway where few_channel_conv::takes_backward_data says so: backward_data
+// hands it to that kernel (few_channel_conv.h). backward_weight takes every
 // supported problem.
 inline constexpr int kMinGatherRows = 16;
 inline bool takes_forward(const ConvProblem& problem) { return problem.out_channels > kMinGatherRows; }
-inline bool takes_backward_data(const ConvProblem& problem) { return problem.in_channels > kMinGatherRows; }
+bool takes_backward_data(const ConvProblem& problem);  // implicit_gemm.cpp
 
 // Whether forward and backward_data of tap-major problems (source channels
 // >= kTapMajorChannels) run the Hopper wgmma kernels on ctx's device:

@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "conv2d/few_channel_conv.h"
 #include "conv2d/implicit_gemm_gather.cuh"
 
 namespace plexus::layers::implicit_gemm {
@@ -417,6 +418,11 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
 void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
                    const float* bias, float* x, Scratch& scratch) {
   if (p.batch == 0) return;
+  // <= 4 channels on X (onto an RGB image): its own kernel, with no rows of zeros.
+  if (few_channel_conv::takes_backward_data(p)) {
+    few_channel_conv::backward_data(ctx, p, y, weight, bias, x);
+    return;
+  }
   const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
   const GatherChoice choice = choose_gather(ctx, p.out_channels);
   const bool tap_major = choice.tap_major;

@@ -3,7 +3,9 @@
 // implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs its forward
 // as that Conv2d's backward_data, its input gradient as that Conv2d's forward
 // and its weight gradient as that Conv2d's backward_weight, where the engine
-// takes the pass (takes_forward / takes_backward_data). Otherwise: cuBLAS
+// takes the pass (takes_forward / takes_backward_data; a forward onto <= 4
+// channels, the RGB image a synthesis transform ends with, runs
+// few_channel_conv.h's kernel). Otherwise: cuBLAS
 // GEMMs batched over the images of a chunk plus col2im / im2col kernels of
 // the output geometry. The chunk is the whole batch unless its scratch
 // (columns and per-image weight gradients) would exceed scratch_limit_.

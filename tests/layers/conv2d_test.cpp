@@ -255,11 +255,17 @@ TEST(Conv2d, ChunkedCudaMatchesCpu) {
 // stride 1 and 2, a stage straddling images and the end of the pixels, 16x16
 // images where every tile of Y is whole and the pixel sum is split; 19x23
 // images, 3 of them, whose pixel sum splits mid-image at 32 and at 64 pixels
-// per stage), and the
+// per stage), the
 // passes with <= 16 rows that go to im2col + cuBLAS next to the engine's (3
-// and 5 output channels).
+// and 5 output channels), and input gradients onto 1 to 4 channels, which
+// few_channel_conv::backward_data runs (the 3->128 5x5/2 layer that starts
+// an analysis transform, 4 channels at stride 3, 1 channel at stride 1,
+// 130 and 40 output channels: K not a whole stage of 32).
 std::vector<Case> tensor_core_cases() {
   return {
+      {{{"out_channels", 128}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 3, 17, 15}},
+      {{{"out_channels", 130}, {"kernel", 3}, {"stride", 3}, {"padding", 1}}, {1, 4, 10, 11}},
+      {{{"out_channels", 40}, {"kernel", 5}, {"padding", 2}}, {2, 1, 9, 8}},
       {{{"out_channels", 5}, {"kernel", 3}, {"padding", 1}}, {1, 3, 7, 9}},
       {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 18, 11, 8}},
       {{{"out_channels", 17}, {"kernel", 4}, {"stride", 3}, {"bias", false}}, {3, 17, 13, 14}},
@@ -314,7 +320,7 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
 
 TEST(Conv2d, TensorCoreEngineTakesOnlyTf32OrBf16F32Cuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  const implicit_gemm::ConvProblem problem = conv_problem(tensor_core_cases()[1]);
+  const implicit_gemm::ConvProblem problem = conv_problem(tensor_core_cases()[4]);
   Context strict(Device::cuda());
   EXPECT_FALSE(implicit_gemm::supports(strict, DType::f32, problem)) << "strict f32 must keep the exact path";
   Context tf32(Device::cuda());

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "conv2d/few_channel_tiling.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "layers/tensor_core_reference.h"
 #include "plexus/gradcheck.h"
@@ -320,10 +321,25 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
 // 4 in both directions, the weight gradient's tap-major K read from NHWC (128
 // and 256 output channels, the engine's Ci: batch 1, stride 1 and 2, whole
 // and partial tiles of pixels, a pixel sum split mid-image at 32 and at 64
-// pixels per stage), and passes with <= 16 rows
-// that go to cuBLAS + im2col next to the engine's.
+// pixels per stage), passes with <= 16 rows
+// that go to cuBLAS + im2col next to the engine's, and forwards onto 1 to 4
+// channels, which layers::few_channel_conv::backward_data runs (see
+// FewChannelKernelTakesTheLayersOntoImages): 5x5/2 and 9x9/4 onto 3
+// channels, stride 1 and 3, odd sizes, batch 1, output_padding, an even
+// kernel without bias, a kernel smaller than the stride, 5, 33, 40, 128 and
+// 130 input channels (K not a whole stage of 32), images of several tiles
+// in both directions, a region wider than the image.
 std::vector<Case> tensor_core_cases() {
   return {
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 128, 9, 7}},
+      {{{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {1, 130, 5, 6}},
+      {{{"out_channels", 4}, {"kernel", 3}, {"padding", 1}}, {2, 40, 11, 13}},
+      {{{"out_channels", 1}, {"kernel", 5}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {1, 5, 7, 4}},
+      {{{"out_channels", 2}, {"kernel", 4}, {"stride", 2}, {"padding", 1}, {"bias", false}}, {3, 33, 6, 5}},
+      {{{"out_channels", 3}, {"kernel", 2}, {"stride", 4}, {"output_padding", 1}}, {2, 24, 3, 4}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 20, 23, 37}},
+      {{{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {2, 16, 9, 13}},
+      {{{"out_channels", 3}, {"kernel", 1}}, {1, 7, 5, 3}},
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 12, 5, 7}},
       {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 9, 6, 5}},
       {{{"out_channels", 17}, {"kernel", 3}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {2, 20, 4, 5}},
@@ -373,6 +389,65 @@ TEST(ConvTranspose2d, TensorCoreBf16CudaMatchesF64Reference) {
     testing::expect_bf16_rounding_shows(bf16, tf32, what);
     std::cout << what << "\n  bf16: " << testing::describe(bf16) << "\n  tf32: " << testing::describe(tf32) << "\n";
   }
+}
+
+// The forward of a ConvTranspose2d onto an image (<= 4 channels) is the
+// engine's backward_data, run by few_channel_conv's kernel: the layers that
+// end the synthesis transforms (5x5/2 128->3 from 128x128 to 256x256, and
+// 9x9/4 128->3 from 64x64), with the tiling worked out by hand from
+// few_channel_tiling.h's formulas; problems it refuses (5 channels, 9x9
+// at stride 1, whose region of Y exceeds every variant's rows) stay with
+// im2col + cuBLAS. Host logic: runs without a GPU.
+TEST(ConvTranspose2d, FewChannelKernelTakesTheLayersOntoImages) {
+  const auto problem = [](long long channels, long long size, long long kernel, long long stride, long long padding,
+                          long long output_padding, long long out_channels) {
+    auto layer = registry.create("ConvTranspose2d", "t",
+                                 {{"out_channels", out_channels}, {"kernel", kernel}, {"stride", stride},
+                                  {"padding", padding}, {"output_padding", output_padding}});
+    const Shape output = layer->output_shapes({{16, channels, size, size}})[0];
+    // The Conv2d from this layer's output to its input.
+    layers::implicit_gemm::ConvProblem conv;
+    conv.batch = 16;
+    conv.in_channels = output[1];
+    conv.height = output[2];
+    conv.width = output[3];
+    conv.out_channels = channels;
+    conv.out_height = conv.out_width = size;
+    conv.kernel = kernel;
+    conv.stride = stride;
+    conv.padding = padding;
+    return conv;
+  };
+  const layers::implicit_gemm::ConvProblem five = problem(128, 128, 5, 2, 2, 1, 3);
+  ASSERT_EQ(five.height, 256);
+  EXPECT_TRUE(layers::implicit_gemm::takes_backward_data(five));
+  // Tile 16 x 32: Y rows floor((h + 2 - 4)/2) .. floor((h + 2)/2), i.e. 10 rows
+  // and 18 columns (180 <= 192 GEMM rows); 16 x 8 = 128 tiles, as few as any
+  // tiling whose region fits, and the smallest of those.
+  const layers::few_channel_conv::BackwardDataTiling five_tiling = layers::few_channel_conv::backward_data_tiling(five);
+  EXPECT_EQ(five_tiling.variant, 1);
+  EXPECT_EQ(five_tiling.tile_h, 16);
+  EXPECT_EQ(five_tiling.tile_w, 32);
+  EXPECT_EQ(five_tiling.region_h, 10);
+  EXPECT_EQ(five_tiling.region_w, 18);
+  EXPECT_EQ(five_tiling.row_shift, -1);
+
+  // 243 weight columns: the 64 x 256 variant; 24 x 24 tiles read 8 x 8 pixels of Y.
+  const layers::implicit_gemm::ConvProblem nine = problem(128, 64, 9, 4, 4, 3, 3);
+  ASSERT_EQ(nine.height, 256);
+  EXPECT_TRUE(layers::implicit_gemm::takes_backward_data(nine));
+  const layers::few_channel_conv::BackwardDataTiling nine_tiling = layers::few_channel_conv::backward_data_tiling(nine);
+  EXPECT_EQ(nine_tiling.variant, 2);
+  EXPECT_EQ(nine_tiling.tile_h, 24);
+  EXPECT_EQ(nine_tiling.tile_w, 24);
+  EXPECT_EQ(nine_tiling.region_h, 8);
+  EXPECT_EQ(nine_tiling.region_w, 8);
+
+  EXPECT_TRUE(layers::few_channel_conv::takes_backward_data(problem(5, 7, 1, 1, 0, 0, 4)));
+  EXPECT_FALSE(layers::few_channel_conv::takes_backward_data(problem(128, 64, 5, 2, 2, 1, 5)));
+  EXPECT_FALSE(layers::implicit_gemm::takes_backward_data(problem(128, 64, 5, 2, 2, 1, 5)));
+  EXPECT_FALSE(layers::few_channel_conv::takes_backward_data(problem(16, 32, 9, 1, 4, 0, 3)));
+  EXPECT_FALSE(layers::implicit_gemm::takes_backward_data(problem(16, 32, 9, 1, 4, 0, 3)));
 }
 
 void expect_config_error(const json& params, const std::string& expected) {
