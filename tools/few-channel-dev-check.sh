@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (sm_90) and Nsight Compute, from the
+# repository root:
+#   bash tools/few-channel-dev-check.sh
+# The quick loop for the convolution kernels next to RGB images
+# (layers/conv2d/few_channel_conv.h): builds the plexus library, the Conv2d /
+# ConvTranspose2d tests and plexus-bench; runs the convolution tests (every
+# pass at TF32 and BF16 against the f64 CPU reference, including the
+# ConvTranspose2d forwards onto 1-4 channels and Conv2d input gradients onto
+# them), compute-sanitizer memcheck over the TF32 tensor-core tests, the
+# benchmark rows that run few_channel_conv::backward_data next to PyTorch
+# (ConvT 5x5/2 128->3 forward; Conv2d 3->128 backward, i.e. its input
+# gradient) at TF32 and BF16, and the per-kernel times of the ConvT 128->3
+# row under Nsight Compute (tools/bench/conv-kernel-times.sh). Takes about
+# 5-7 minutes, most of it the build.
+# Logs go to a folder (default few-channel-logs/); $OUT (when set) receives
+# summary.txt and logs.tar.gz of that folder.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${LOGS:-few-channel-logs}
+mkdir -p "$logs"
+build=${BUILD:-build-gpu}
+summary="$logs/summary.txt"
+: > "$summary"
+start=$(date +%s)
+# Copies what there is so far to $OUT, so a run cut short still returns it.
+publish() {
+  [ -n "${OUT:-}" ] || return 0
+  cp "$summary" "$OUT/summary.txt"
+  tar -czf "$OUT/logs.tar.gz" -C "$logs" . 2> /dev/null
+}
+note() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo $(( $(date +%s) - start )); }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$summary"
+note "== build (plexus, conv tests, plexus-bench)"
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+       cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus-bench; } \
+     > "$logs/build.log" 2>&1; then
+  tail -60 "$logs/build.log" | tee -a "$summary"
+  note "SUMMARY: build FAILED"
+  publish
+  exit 1
+fi
+note "built at $(elapsed) s"
+
+note "== convolution tests"
+tests_ok=1
+for t in conv_transpose2d_test conv2d_test; do
+  timeout 200 "$build/tests/$t" --gtest_brief=1 > "$logs/$t.log" 2>&1 || tests_ok=0
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error|Expected|Which is|forward,|gradient,|passes run" \
+    "$logs/$t.log" | head -40 | tee -a "$summary"
+  # The bf16 / tf32 errors of the cases onto few channels (the first ones of each list).
+  grep -A2 -E '"out_channels":[1-4],|on \[[0-9]+, [1-4], ' "$logs/$t.log" | head -40 >> "$summary"
+done
+note "tests done at $(elapsed) s"
+publish
+
+note "== benchmark: ConvT 128->3 (forward: few_channel_conv::backward_data), TF32 and BF16, with PyTorch eager"
+OUT="$logs/bench-convt" BUILD="$build" timeout 150 bash tools/bench/run.sh --precision tf32,bf16 --only "128->3" \
+  --no-compile > "$logs/bench-convt.log" 2>&1
+note "bench rc=$?"
+cat "$logs/bench-convt/precisions.md" 2>/dev/null | tee -a "$summary" || tail -20 "$logs/bench-convt.log" | tee -a "$summary"
+publish
+
+note "== per-kernel times (Nsight Compute): ConvT 5x5/2 128->3 @128"
+if command -v ncu > /dev/null; then
+  for p in tf32 bf16; do
+    note "-- $p"
+    OUT="$logs/ncu" BUILD="$build" timeout 90 bash tools/bench/conv-kernel-times.sh "$p" "ConvT 5x5/2 128->3 @128" \
+      > "$logs/kernel-times-$p.txt" 2>&1
+    cat "$logs/kernel-times-$p.txt" >> "$summary"
+  done
+else
+  note "ncu not found"
+fi
+note "at $(elapsed) s"
+publish
+
+note "== memcheck over the TF32 tensor-core tests"
+for t in conv_transpose2d_test conv2d_test; do
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" \
+    --gtest_filter='*TensorCoreCudaMatches*:*FewChannel*' > "$logs/memcheck-$t.log" 2>&1
+  note "$t memcheck rc=$? $(grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1)"
+done
+publish
+
+note "== benchmark: Conv2d 3->128 (backward: its input gradient), TF32 and BF16, with PyTorch eager"
+OUT="$logs/bench-conv" BUILD="$build" timeout 150 bash tools/bench/run.sh --precision tf32,bf16 --only " 3->128" \
+  --no-compile > "$logs/bench-conv.log" 2>&1
+note "bench rc=$?"
+cat "$logs/bench-conv/precisions.md" 2>/dev/null | tee -a "$summary" || tail -20 "$logs/bench-conv.log" | tee -a "$summary"
+note "SUMMARY: tests $([ $tests_ok = 1 ] && echo passed || echo FAILED) at $(elapsed) s"
+publish
