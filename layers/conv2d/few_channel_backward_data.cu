@@ -28,6 +28,7 @@
 // the products are cheap next to the one read of Y the pass is bound by,
 // and the second read of an overlap mostly hits L2.
 #include <algorithm>
+#include <cstdint>
 
 #include "conv2d/few_channel_conv.h"
 #include "conv2d/few_channel_tiling.h"
@@ -40,7 +41,7 @@ namespace {
 
 using implicit_gemm::detail::allow_shared_bytes;
 using implicit_gemm::detail::Bf16Product;
-using implicit_gemm::detail::commit_async;
+using implicit_gemm::detail::copy16_async_zfill;
 using implicit_gemm::detail::copy4_async;
 using implicit_gemm::detail::kColumnPad;
 using implicit_gemm::detail::kThreads;
@@ -49,12 +50,12 @@ using implicit_gemm::detail::Tf32Product;
 using implicit_gemm::detail::Tile;
 
 // One Tile per BackwardDataVariant: BM region pixels x BN weight columns,
-// 32 channels per stage, double-buffered, two blocks per multiprocessor
-// (their shared memory, 75-86 KiB each, fits twice). Warp tiles of 32x32,
-// 48x40 and 32x64 keep the accumulators at 32-64 registers.
-using VariantTile0 = Tile<256, 32, 8, 1, 32, 2>;
-using VariantTile1 = Tile<192, 80, 4, 2, 32, 2>;
-using VariantTile2 = Tile<64, 256, 2, 4, 32, 2>;
+// 16 channels per stage in a 3-deep ring, two blocks per multiprocessor
+// (58-83 KiB of shared memory each). Warp tiles of 32x32, 32x80 and 32x64
+// keep the accumulators at 32-80 registers.
+using VariantTile0 = Tile<256, 32, 8, 1, 16, 3>;
+using VariantTile1 = Tile<256, 80, 8, 1, 16, 3>;
+using VariantTile2 = Tile<64, 256, 2, 4, 16, 3>;
 static_assert(VariantTile0::BM == kBackwardDataVariants[0].rows && VariantTile0::BN == kBackwardDataVariants[0].columns &&
                   VariantTile1::BM == kBackwardDataVariants[1].rows &&
                   VariantTile1::BN == kBackwardDataVariants[1].columns &&
@@ -70,20 +71,25 @@ struct BackwardDataParams {
   int out_channels, channels, columns;
   int y_h, y_w, x_h, x_w;
   int kernel, stride, padding;
-  int tile_h, tile_w, region_h, region_w, row_shift, col_shift, tiles_w;
+  int tile_h, tile_w, region_h, region_w, row_shift, col_shift, col_align, tiles_w;
 };
 
 // Shared memory layout of a Tile (floats): the ring's stages (region planes
 // [BK][BM + pad], weight rows [BK][BN + pad]: the pad of 8 words puts the
 // fragment reads of a warp, rows t and columns g, in 32 different banks),
-// Z [BM][BN + 1] over them after the K loop, then the region's pixel offsets.
+// and Z [BM][BN + 1] over them after the K loop.
 template <class T>
 struct Layout {
   static constexpr int YStride = T::BM + kColumnPad, WStride = T::BN + kColumnPad, ZStride = T::BN + 1;
   static constexpr int YStage = T::BK * YStride, WStage = T::BK * WStride;
   static constexpr int Ring = T::STAGES * (YStage + WStage), Z = T::BM * ZStride;
-  static constexpr int Floats = Ring > Z ? Ring : Z;
-  static constexpr std::size_t Bytes = sizeof(float) * Floats + sizeof(int) * T::BM;
+  static constexpr std::size_t Bytes = sizeof(float) * (Ring > Z ? Ring : Z);
+  // Region loads: thread tid copies pixels 4q .. 4q+3 (q = tid % ChunkThreads)
+  // of channels tid / ChunkThreads + ChannelStep * r, r < ChunksPerThread.
+  static constexpr int ChunkThreads = T::BM / 4, ChannelStep = kThreads / ChunkThreads;
+  static constexpr int ChunksPerThread = T::BK / ChannelStep;
+  static_assert(kThreads % ChunkThreads == 0 && T::BK % ChannelStep == 0, "whole chunks per thread");
+  static_assert(YStride % 4 == 0, "16-byte aligned chunks");
 };
 
 // acc += Z-tile products of one stage: A = region planes [k][m] (pixels
@@ -127,42 +133,57 @@ __device__ inline void multiply_stage(const float* y_tile, const float* w_tile, 
 
 // grid = (tiles of one image, images): one block per tile of X, so a block
 // needs no split K and no reduction; 8 warps share its region x weight GEMM.
-template <class Product, class T>
+// chunks: the region's rows are whole aligned 16-byte chunks of Y
+// (col_align 4, Y 16-byte aligned), copied 16 bytes at a time.
+template <class Product, class T, bool chunks>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(const BackwardDataParams params) {
   using L = Layout<T>;
   extern __shared__ __align__(16) float shared[];
-  float* y_tiles = shared;                       // STAGES x [BK][YStride]
+  float* y_tiles = shared;                          // STAGES x [BK][YStride]
   float* w_tiles = shared + T::STAGES * L::YStage;  // STAGES x [BK][WStride]
-  float* z = shared;                             // after the K loop: [BM][ZStride]
-  int* region_offsets = reinterpret_cast<int*>(shared + L::Floats);  // [BM]: pixel offset in a Y plane, or -1
+  float* z = shared;                                // after the K loop: [BM][ZStride]
 
   const int tid = threadIdx.x, s = params.stride;
   const int tile_row = blockIdx.x / params.tiles_w, tile_col = blockIdx.x - tile_row * params.tiles_w;
   const int h0 = tile_row * params.tile_h, w0 = tile_col * params.tile_w;  // multiples of s
-  const int a0 = h0 / s + params.row_shift, b0 = w0 / s + params.col_shift;
-  const int region_pixels = params.region_h * params.region_w;
-  for (int m = tid; m < T::BM; m += kThreads) {
-    int offset = -1;  // outside the region or outside Y: zeros
-    if (m < region_pixels) {
-      const int a = a0 + m / params.region_w, b = b0 + m % params.region_w;
-      if (a >= 0 && a < params.y_h && b >= 0 && b < params.y_w) offset = a * params.y_w + b;
-    }
-    region_offsets[m] = offset;
+  const int a0 = h0 / s + params.row_shift;
+  const int b0 = (w0 / s + params.col_shift) & -params.col_align;  // rounded down (col_align: 1 or 4)
+
+  // This thread's region pixels and their offsets in a plane of Y (-1: zeros,
+  // outside Y or past the region). A chunk lies within one row of the region
+  // and of Y when `chunks`, so its first pixel decides.
+  constexpr int kPixels = chunks ? 1 : 4;
+  const int q = tid % L::ChunkThreads, channel0 = tid / L::ChunkThreads;
+  int offsets[kPixels];
+#pragma unroll
+  for (int u = 0; u < kPixels; ++u) {
+    const int m = 4 * q + u;
+    const int a = a0 + m / params.region_w, b = b0 + m % params.region_w;
+    const bool inside = m < params.region_h * params.region_w && a >= 0 && a < params.y_h && b >= 0 && b < params.y_w;
+    offsets[u] = inside ? a * params.y_w + b : -1;
   }
-  __syncthreads();  // the offsets are complete
 
   const long long plane = static_cast<long long>(params.y_h) * params.y_w;
-  const float* y_image = params.y + static_cast<long long>(blockIdx.y) * params.out_channels * plane;
+  const float* y_channels = params.y + (static_cast<long long>(blockIdx.y) * params.out_channels + channel0) * plane;
   auto load_stage = [&](int stage, int k_tile) {
     const int c0 = k_tile * T::BK;
-    float* y_tile = y_tiles + stage * L::YStage;
-    // Consecutive threads on consecutive pixels: a region row is contiguous in Y.
+    float* y_tile = y_tiles + stage * L::YStage + channel0 * L::YStride + 4 * q;
 #pragma unroll
-    for (int e = tid; e < T::BK * T::BM; e += kThreads) {
-      const int kk = e / T::BM, m = e - kk * T::BM;
-      const int offset = region_offsets[m];
-      const bool valid = offset >= 0 && c0 + kk < params.out_channels;
-      copy4_async(y_tile + kk * L::YStride + m, valid ? y_image + (c0 + kk) * plane + offset : params.y, valid);
+    for (int r = 0; r < L::ChunksPerThread; ++r) {
+      const int channel = c0 + r * L::ChannelStep;  // relative to channel0
+      const bool channel_valid = channel0 + channel < params.out_channels;
+      const float* source = y_channels + channel * plane;
+      float* destination = y_tile + r * L::ChannelStep * L::YStride;
+      if constexpr (chunks) {
+        const bool valid = channel_valid && offsets[0] >= 0;
+        copy16_async_zfill(destination, valid ? source + offsets[0] : params.y, valid);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const bool valid = channel_valid && offsets[u] >= 0;
+          copy4_async(destination + u, valid ? source + offsets[u] : params.y, valid);
+        }
+      }
     }
     float* w_tile = w_tiles + stage * L::WStage;
 #pragma unroll
@@ -194,44 +215,64 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(cons
         z[(warp_m0 + mt * 16 + g + 8 * (e >> 1)) * L::ZStride + warp_n0 + nt * 8 + 2 * t + (e & 1)] = acc[mt][nt][e];
   __syncthreads();  // Z is complete
 
-  // X[c, h0 + hh, w0 + ww]: taps i = i0, i0 + s, ... with i0 = (hh + p) mod s
-  // (h0 is a multiple of s) read region row (hh + p - i)/s - row_shift.
-  const int k = params.kernel, p = params.padding, taps = k * k;
-  const int tile_pixels = params.tile_h * params.tile_w;
+  // X[c, h0 + hh, w0 + ww] sums the taps i = i0 + s*ti, i0 = (hh + p) mod s
+  // (h0 is a multiple of s), from region row (hh + p - i)/s - row_shift =
+  // rr0 - ti; likewise columns, from region column (ww + p - j)/s + w0/s - b0.
+  // One thread per pixel of the tile, all channels.
+  const int k = params.kernel, p = params.padding, taps = k * k, channels = params.channels;
+  const int col_offset = w0 / s - b0;
   const long long x_plane = static_cast<long long>(params.x_h) * params.x_w;
-  float* x_image = params.x + static_cast<long long>(blockIdx.y) * params.channels * x_plane;
-  for (int e = tid; e < params.channels * tile_pixels; e += kThreads) {
-    const int c = e / tile_pixels, r = e - c * tile_pixels;
+  float* x_image = params.x + static_cast<long long>(blockIdx.y) * channels * x_plane;
+  for (int r = tid; r < params.tile_h * params.tile_w; r += kThreads) {
     const int hh = r / params.tile_w, ww = r - hh * params.tile_w;
     const int h = h0 + hh, w = w0 + ww;
     if (h >= params.x_h || w >= params.x_w) continue;
-    float sum = params.bias ? params.bias[c] : 0.0f;
-    for (int i = (hh + p) % s; i < k; i += s) {
-      const float* z_row = z + ((hh + p - i) / s - params.row_shift) * params.region_w * L::ZStride + c * taps + i * k;
-      for (int j = (ww + p) % s; j < k; j += s) sum += z_row[((ww + p - j) / s - params.col_shift) * L::ZStride + j];
-    }
-    x_image[c * x_plane + static_cast<long long>(h) * params.x_w + w] = sum;
+    const int i0 = (hh + p) % s, j0 = (ww + p) % s;
+    const int taps_h = i0 < k ? (k - i0 + s - 1) / s : 0, taps_w = j0 < k ? (k - j0 + s - 1) / s : 0;
+    const int rr0 = (hh + p - i0) / s - params.row_shift, cc0 = (ww + p - j0) / s + col_offset;
+    const float* z_pixel = z + (rr0 * params.region_w + cc0) * L::ZStride + i0 * k + j0;
+    float sums[kMaxChannels];
+#pragma unroll
+    for (int c = 0; c < kMaxChannels; ++c) sums[c] = params.bias && c < channels ? params.bias[c] : 0.0f;
+    for (int ti = 0; ti < taps_h; ++ti)
+      for (int tj = 0; tj < taps_w; ++tj) {
+        const float* z_tap = z_pixel - (ti * params.region_w + tj) * L::ZStride + s * (ti * k + tj);
+#pragma unroll
+        for (int c = 0; c < kMaxChannels; ++c)
+          if (c < channels) sums[c] += z_tap[c * taps];
+      }
+    const long long pixel = static_cast<long long>(h) * params.x_w + w;
+#pragma unroll
+    for (int c = 0; c < kMaxChannels; ++c)
+      if (c < channels) x_image[c * x_plane + pixel] = sums[c];
   }
 }
 
-// Launches the kernel of tile T at the Context's precision (opting it into its shared memory on first use).
-template <class T>
-void launch(const Context& ctx, const BackwardDataParams& params, dim3 grid) {
-  using L = Layout<T>;
-  if (ctx.bf16_products()) {
-    static const bool opted_in = (allow_shared_bytes(backward_data_kernel<Bf16Product, T>, L::Bytes,
-                                                     "cudaFuncSetAttribute(few_channel backward_data_kernel)"),
-                                  true);
-    (void)opted_in;
-    backward_data_kernel<Bf16Product, T><<<grid, kThreads, L::Bytes, cuda::stream(ctx)>>>(params);
-  } else {
-    static const bool opted_in = (allow_shared_bytes(backward_data_kernel<Tf32Product, T>, L::Bytes,
-                                                     "cudaFuncSetAttribute(few_channel backward_data_kernel)"),
-                                  true);
-    (void)opted_in;
-    backward_data_kernel<Tf32Product, T><<<grid, kThreads, L::Bytes, cuda::stream(ctx)>>>(params);
-  }
+// Launches the kernel of tile T at the Context's precision (opting it into
+// its shared memory on first use).
+template <class Product, class T, bool chunks>
+void launch_kernel(const Context& ctx, const BackwardDataParams& params, dim3 grid) {
+  static const bool opted_in = (allow_shared_bytes(backward_data_kernel<Product, T, chunks>, Layout<T>::Bytes,
+                                                   "cudaFuncSetAttribute(few_channel backward_data_kernel)"),
+                                true);
+  (void)opted_in;
+  backward_data_kernel<Product, T, chunks><<<grid, kThreads, Layout<T>::Bytes, cuda::stream(ctx)>>>(params);
   cuda::check_launch("few_channel_conv backward_data_kernel", __FILE__, __LINE__);
+}
+
+template <class T>
+void launch(const Context& ctx, const BackwardDataParams& params, dim3 grid, bool chunks) {
+  if (ctx.bf16_products()) {
+    if (chunks)
+      launch_kernel<Bf16Product, T, true>(ctx, params, grid);
+    else
+      launch_kernel<Bf16Product, T, false>(ctx, params, grid);
+  } else {
+    if (chunks)
+      launch_kernel<Tf32Product, T, true>(ctx, params, grid);
+    else
+      launch_kernel<Tf32Product, T, false>(ctx, params, grid);
+  }
 }
 
 }  // namespace
@@ -261,6 +302,7 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
   params.region_w = tiling.region_w;
   params.row_shift = tiling.row_shift;
   params.col_shift = tiling.col_shift;
+  params.col_align = tiling.col_align;
   params.tiles_w = (params.x_w + tiling.tile_w - 1) / tiling.tile_w;
   const int tiles_h = (params.x_h + tiling.tile_h - 1) / tiling.tile_h;
   // grid.y holds at most 65535 images: larger batches take several launches.
@@ -273,10 +315,12 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
     params.x = x + first * x_image;
     const dim3 grid(static_cast<unsigned>(static_cast<long long>(tiles_h) * params.tiles_w),
                     static_cast<unsigned>(images));
+    // 16-byte chunks need Y's rows 16-byte aligned: width a multiple of 4 (col_align 4) and y aligned.
+    const bool chunks = tiling.col_align == 4 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
     switch (tiling.variant) {
-      case 0: launch<VariantTile0>(ctx, params, grid); break;
-      case 1: launch<VariantTile1>(ctx, params, grid); break;
-      default: launch<VariantTile2>(ctx, params, grid); break;
+      case 0: launch<VariantTile0>(ctx, params, grid, chunks); break;
+      case 1: launch<VariantTile1>(ctx, params, grid, chunks); break;
+      default: launch<VariantTile2>(ctx, params, grid, chunks); break;
     }
   }
 }

@@ -17,16 +17,18 @@ long long round_up(long long a, long long b) { return (a + b - 1) / b * b; }
 // when no tile fits): the fewest blocks per image; ties: the smallest tile,
 // then the widest. Candidate tile widths are s, 2s, ...; for each the
 // tallest tile whose region fits the rows (the region grows with the tile).
-BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, int rows) {
+// col_align: see BackwardDataTiling.
+BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, int rows, int col_align) {
   const long long s = problem.stride, p = problem.padding, k = problem.kernel;
   const long long shift = floor_div(p - k + 1, s);
   // region extent of a tile `extent` pixels long (a multiple of s)
   auto region = [&](long long extent) { return floor_div(extent - 1 + p, s) - shift + 1; };
+  auto aligned = [&](long long columns) { return col_align == 1 ? columns : round_up(columns + col_align - 1, col_align); };
   const long long max_w = round_up(problem.width, s), max_h = round_up(problem.height, s);
   BackwardDataTiling best;
   long long best_blocks = 0;
   for (long long tile_w = s; tile_w <= max_w; tile_w += s) {
-    const long long region_w = region(tile_w);
+    const long long region_w = aligned(region(tile_w));
     if (region_w > rows) break;
     const long long region_h_max = rows / region_w;
     // floor((tile_h - 1 + p)/s) - shift + 1 <= region_h_max  <=>  tile_h <= s*(region_h_max + shift) - p
@@ -42,9 +44,14 @@ BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, in
     best.region_h = static_cast<int>(region(tile_h));
     best.region_w = static_cast<int>(region_w);
     best.row_shift = best.col_shift = static_cast<int>(shift);
+    best.col_align = col_align;
     best_blocks = blocks;
   }
   return best;
+}
+
+long long blocks(const implicit_gemm::ConvProblem& problem, const BackwardDataTiling& tiling) {
+  return (problem.height + tiling.tile_h - 1) / tiling.tile_h * ((problem.width + tiling.tile_w - 1) / tiling.tile_w);
 }
 
 }  // namespace
@@ -58,8 +65,12 @@ BackwardDataTiling backward_data_tiling(const implicit_gemm::ConvProblem& proble
   // whose rows still fit a tile.
   for (int v = 0; v < kBackwardDataVariantCount; ++v) {
     if (columns > kBackwardDataVariants[v].columns) continue;
-    BackwardDataTiling tiling = tiling_for_rows(problem, kBackwardDataVariants[v].rows);
+    BackwardDataTiling tiling = tiling_for_rows(problem, kBackwardDataVariants[v].rows, 1);
     if (tiling.variant < 0) continue;
+    if (problem.out_width % 4 == 0) {
+      const BackwardDataTiling chunks = tiling_for_rows(problem, kBackwardDataVariants[v].rows, 4);
+      if (chunks.variant >= 0 && 4 * blocks(problem, chunks) <= 5 * blocks(problem, tiling)) tiling = chunks;
+    }
     tiling.variant = v;
     return tiling;
   }

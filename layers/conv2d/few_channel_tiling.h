@@ -24,7 +24,7 @@ namespace plexus::layers::few_channel_conv {
 struct BackwardDataVariant {
   int rows, columns;
 };
-inline constexpr BackwardDataVariant kBackwardDataVariants[] = {{256, 32}, {192, 80}, {64, 256}};
+inline constexpr BackwardDataVariant kBackwardDataVariants[] = {{256, 32}, {256, 80}, {64, 256}};
 inline constexpr int kBackwardDataVariantCount = 3;
 
 struct BackwardDataTiling {
@@ -32,6 +32,11 @@ struct BackwardDataTiling {
   int tile_h = 0, tile_w = 0;
   int region_h = 0, region_w = 0;
   int row_shift = 0, col_shift = 0;
+  // 4: the region's first column is rounded down to a multiple of 4 and
+  // region_w is a multiple of 4 (with up to 3 columns of slack), so a row of
+  // the region is whole 16-byte chunks of Y (taken when Y's width is a
+  // multiple of 4 and this costs at most 1/4 more blocks); else 1.
+  int col_align = 1;
 };
 
 // The tiling with the fewest blocks per image (ties: the smallest tile, then

@@ -327,8 +327,9 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
 // FewChannelKernelTakesTheLayersOntoImages): 5x5/2 and 9x9/4 onto 3
 // channels, stride 1 and 3, odd sizes, batch 1, output_padding, an even
 // kernel without bias, a kernel smaller than the stride, 5, 33, 40, 128 and
-// 130 input channels (K not a whole stage of 32), images of several tiles
-// in both directions, a region wider than the image.
+// 130 input channels (K not a whole stage), images of several tiles in
+// both directions, a region wider than the image, and inputs whose width is
+// a multiple of 4 (the region's rows copied as 16-byte chunks).
 std::vector<Case> tensor_core_cases() {
   return {
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 128, 9, 7}},
@@ -340,6 +341,8 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 20, 23, 37}},
       {{{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {2, 16, 9, 13}},
       {{{"out_channels", 3}, {"kernel", 1}}, {1, 7, 5, 3}},
+      {{{"out_channels", 2}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 16, 20, 32}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 16, 64, 64}},
       {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 12, 5, 7}},
       {{{"out_channels", 19}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 9, 6, 5}},
       {{{"out_channels", 17}, {"kernel", 3}, {"stride", 3}, {"padding", 1}, {"output_padding", 2}}, {2, 20, 4, 5}},
@@ -421,18 +424,21 @@ TEST(ConvTranspose2d, FewChannelKernelTakesTheLayersOntoImages) {
   const layers::implicit_gemm::ConvProblem five = problem(128, 128, 5, 2, 2, 1, 3);
   ASSERT_EQ(five.height, 256);
   EXPECT_TRUE(layers::implicit_gemm::takes_backward_data(five));
-  // Tile 16 x 32: Y rows floor((h + 2 - 4)/2) .. floor((h + 2)/2), i.e. 10 rows
-  // and 18 columns (180 <= 192 GEMM rows); 16 x 8 = 128 tiles, as few as any
-  // tiling whose region fits, and the smallest of those.
+  // Y is 128 wide: regions of whole 16-byte chunks (col_align 4). Tile 12 x
+  // 52: Y rows floor((h + 2 - 4)/2) .. floor((h + 2)/2) give 8 region rows;
+  // 28 columns, rounded to chunks with up to 3 of slack, 32; 8 x 32 = 256
+  // GEMM rows. 22 x 5 = 110 tiles, as few as any tiling whose region fits.
   const layers::few_channel_conv::BackwardDataTiling five_tiling = layers::few_channel_conv::backward_data_tiling(five);
   EXPECT_EQ(five_tiling.variant, 1);
-  EXPECT_EQ(five_tiling.tile_h, 16);
-  EXPECT_EQ(five_tiling.tile_w, 32);
-  EXPECT_EQ(five_tiling.region_h, 10);
-  EXPECT_EQ(five_tiling.region_w, 18);
+  EXPECT_EQ(five_tiling.col_align, 4);
+  EXPECT_EQ(five_tiling.tile_h, 12);
+  EXPECT_EQ(five_tiling.tile_w, 52);
+  EXPECT_EQ(five_tiling.region_h, 8);
+  EXPECT_EQ(five_tiling.region_w, 32);
   EXPECT_EQ(five_tiling.row_shift, -1);
 
-  // 243 weight columns: the 64 x 256 variant; 24 x 24 tiles read 8 x 8 pixels of Y.
+  // 243 weight columns: the 64 x 256 variant; 24 x 24 tiles read 8 x 8 pixels
+  // of Y (whole chunks would take 12 x 24 tiles, twice as many: col_align 1).
   const layers::implicit_gemm::ConvProblem nine = problem(128, 64, 9, 4, 4, 3, 3);
   ASSERT_EQ(nine.height, 256);
   EXPECT_TRUE(layers::implicit_gemm::takes_backward_data(nine));
@@ -442,6 +448,7 @@ TEST(ConvTranspose2d, FewChannelKernelTakesTheLayersOntoImages) {
   EXPECT_EQ(nine_tiling.tile_w, 24);
   EXPECT_EQ(nine_tiling.region_h, 8);
   EXPECT_EQ(nine_tiling.region_w, 8);
+  EXPECT_EQ(nine_tiling.col_align, 1);
 
   EXPECT_TRUE(layers::few_channel_conv::takes_backward_data(problem(5, 7, 1, 1, 0, 0, 4)));
   EXPECT_FALSE(layers::few_channel_conv::takes_backward_data(problem(128, 64, 5, 2, 2, 1, 5)));
