@@ -69,8 +69,15 @@ if command -v ncu > /dev/null; then
     note "-- $p"
     OUT="$logs/ncu" BUILD="$build" timeout 90 bash tools/bench/conv-kernel-times.sh "$p" "ConvT 5x5/2 128->3 @128" \
       > "$logs/kernel-times-$p.txt" 2>&1
-    cat "$logs/kernel-times-$p.txt" >> "$summary"
+    grep -E "few_channel|gather|col2im|gemm|bias" "$logs/kernel-times-$p.txt" | cut -c1-160 >> "$summary"
   done
+  # Where the few-channel kernel's cycles go (stalls, occupancy), TF32.
+  timeout 90 ncu --kernel-name regex:few_channel --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    "$build/bin/plexus-bench" --precision tf32 --only "ConvT 5x5/2 128->3 @128" --warmup 0 --repeats 1 \
+    > "$logs/ncu-few-channel.txt" 2>&1
+  grep -E "Duration|Throughput|Stall|Warp Cycles Per Issued|Achieved Occupancy|Theoretical Occupancy|Registers|Issued Ipc|Eligible" \
+    "$logs/ncu-few-channel.txt" | head -40 >> "$summary"
 else
   note "ncu not found"
 fi
