@@ -72,7 +72,7 @@ if command -v ncu > /dev/null; then
     grep -E "few_channel|gather|col2im|gemm|bias" "$logs/kernel-times-$p.txt" | cut -c1-160 >> "$summary"
   done
   # Where the few-channel kernel's cycles go (stalls, occupancy), TF32.
-  timeout 90 ncu --kernel-name regex:few_channel --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+  timeout 90 ncu --kernel-name backward_data_kernel --launch-count 1 --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     "$build/bin/plexus-bench" --precision tf32 --only "ConvT 5x5/2 128->3 @128" --warmup 0 --repeats 1 \
     > "$logs/ncu-few-channel.txt" 2>&1
