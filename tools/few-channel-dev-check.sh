@@ -13,6 +13,9 @@
 # gradient) at TF32 and BF16, and the per-kernel times of the ConvT 128->3
 # row under Nsight Compute (tools/bench/conv-kernel-times.sh). Takes about
 # 5-7 minutes, most of it the build.
+# QUICK=1: only the ConvTranspose2d tests and plexus-bench's ConvT 128->3 row
+# at TF32 and BF16 (no PyTorch), about 1 minute: for comparing variants of
+# the kernel.
 # Logs go to a folder (default few-channel-logs/); $OUT (when set) receives
 # summary.txt and logs.tar.gz of that folder.
 set -uo pipefail
@@ -33,6 +36,20 @@ note() { echo "$*" | tee -a "$summary"; }
 elapsed() { echo $(( $(date +%s) - start )); }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$summary"
+if [ "${QUICK:-0}" = 1 ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$logs/build.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" --target conv_transpose2d_test plexus-bench >> "$logs/build.log" 2>&1 ||
+    { tail -40 "$logs/build.log"; exit 1; }
+  note "built at $(elapsed) s"
+  timeout 100 "$build/tests/conv_transpose2d_test" --gtest_brief=1 > "$logs/conv_transpose2d_test.log" 2>&1
+  note "conv_transpose2d_test rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$logs/conv_transpose2d_test.log" | tr '\n' ' ')"
+  for p in tf32 bf16; do
+    "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision "$p" --only "ConvT 5x5/2 128->3" \
+      2>&1 | grep '^{' | tee -a "$summary"
+  done
+  publish
+  exit 0
+fi
 note "== build (plexus, conv tests, plexus-bench)"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
        cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus-bench; } \
