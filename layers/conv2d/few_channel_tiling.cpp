@@ -58,7 +58,7 @@ long long blocks(const implicit_gemm::ConvProblem& problem, const BackwardDataTi
 
 BackwardDataTiling backward_data_tiling(const implicit_gemm::ConvProblem& problem) {
   if (problem.in_channels < 1 || problem.in_channels > kMaxChannels || problem.stride < 1 || problem.kernel < 1 ||
-      problem.height < 1 || problem.width < 1)
+      problem.kernel > kMaxKernel || problem.height < 1 || problem.width < 1)
     return {};
   const long long columns = problem.in_channels * problem.kernel * problem.kernel;
   // The narrowest variant whose columns hold the weight's, else a wider one

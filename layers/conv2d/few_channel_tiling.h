@@ -1,6 +1,6 @@
 #pragma once
 // How few_channel_conv::backward_data (few_channel_backward_data.cu) cuts a
-// problem into thread blocks. Host logic only (few_channel_conv.cpp), so
+// problem into thread blocks. Host logic only (few_channel_tiling.cpp), so
 // CPU-only builds link takes_backward_data too.
 //
 // A block owns a tile_h x tile_w tile of one image of X (the few-channel
@@ -10,7 +10,7 @@
 // so the tile starting at row h0 reads the region of Y rows
 //   h0/s + row_shift .. h0/s + row_shift + region_h - 1,
 //   row_shift = floor((p - k + 1)/s), region_h = floor((tile_h - 1 + p)/s) - row_shift + 1
-// (likewise for columns). The block computes the product of that region of
+// (likewise for columns, see col_align). The block computes the product of that region of
 // Y with the whole weight (one GEMM row per region pixel), so region_h *
 // region_w is at most the block's GEMM rows (the variant's rows), and the
 // weight's columns Ci*k*k at most its GEMM columns.
@@ -39,10 +39,11 @@ struct BackwardDataTiling {
   int col_align = 1;
 };
 
-// The tiling with the fewest blocks per image (ties: the smallest tile, then
-// the widest, for longer contiguous rows of Y), or variant -1 when the problem has more
-// than kMaxChannels channels on X, a weight wider than every variant, or
-// no tile fits a variant's rows (e.g. kernel 9 at stride 1).
+// The tiling with the fewest blocks per image (ties: the smallest tile,
+// then the widest, for longer contiguous rows of Y), or variant -1 when X
+// has more than kMaxChannels channels, the kernel exceeds kMaxKernel, the
+// weight is wider than every variant, or no tile's region fits a variant's
+// rows (e.g. kernel 9 at stride 1).
 BackwardDataTiling backward_data_tiling(const implicit_gemm::ConvProblem& problem);
 
 }  // namespace plexus::layers::few_channel_conv
