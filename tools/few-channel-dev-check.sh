@@ -12,7 +12,7 @@
 # (ConvT 5x5/2 128->3 forward; Conv2d 3->128 backward, i.e. its input
 # gradient) at TF32 and BF16, and the per-kernel times of the ConvT 128->3
 # row under Nsight Compute (tools/bench/conv-kernel-times.sh). Takes about
-# 5-7 minutes, most of it the build.
+# 2 minutes on a 16-core machine with an H100, half of it the build.
 # QUICK=1: only the ConvTranspose2d tests and plexus-bench's ConvT 128->3 row
 # at TF32 and BF16 (no PyTorch), about 1 minute: for comparing variants of
 # the kernel.
