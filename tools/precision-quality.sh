@@ -145,7 +145,7 @@ for i in "${!names[@]}"; do
   if grep -q -- "--time-limit of" "$run/train.log"; then
     echo "${names[$i]}: stopped on the time limit, not after $steps steps: $(grep -- "--time-limit of" "$run/train.log")"
   fi
-  tail -1 "$run/train.log"
+  echo "${names[$i]}: $(grep "^trained" "$run/train.log" || tail -1 "$run/train.log")"
 done
 
 echo "== evaluate on $kodak_dir at f32 ($device)"
