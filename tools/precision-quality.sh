@@ -97,7 +97,7 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLEXUS_BUILD
   echo "$0: the build failed (log: $out/build.log)" >&2
   exit 1
 fi
-plexus_ae=$root/$build/bin/plexus-ae
+case $build in /*) plexus_ae=$build/bin/plexus-ae ;; *) plexus_ae=$root/$build/bin/plexus-ae ;; esac
 device=${DEVICE:-cuda}
 if [ "$device" = cuda ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
