@@ -24,8 +24,9 @@
 #   KODAK_DIR          the 24 Kodak PhotoCD images (r0k.us/graphics/kodak)
 #
 # Environment (defaults in brackets):
-#   STEPS       training steps of every run [15000: the three runs share an
-#               H100 for about 6 minutes]
+#   STEPS       training steps of every run [13000: side by side on an H100
+#               80GB HBM3 the TF32 runs train for 284 s, the BF16 run 260 s;
+#               about 18000 fill 7 minutes]
 #   TIME_LIMIT  safety net, seconds of training per run (--time-limit) [420];
 #               a run that stops on it did fewer steps than STEPS, and the
 #               verdict then says the comparison is not at equal steps
@@ -64,7 +65,7 @@ kodak_dir=$(realpath "$2")
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-steps=${STEPS:-15000}
+steps=${STEPS:-13000}
 time_limit=${TIME_LIMIT:-420}
 lambda=${LAMBDA:-0.01}
 out=${OUT:-precision-quality-out}
