@@ -16,7 +16,9 @@ estimate of the rate):
         weight times the mean of the per-image MSEs). eval.json gives each
         image's PSNR = 10 log10(1 / MSE), so MSE = 10^(-PSNR / 10).
 and from training: the steps done, the final training loss (the mean of the
-last few logged windows; noisy patches, not Kodak) and images/s.
+last few logged windows; noisy patches, not Kodak), images/s and seconds.
+Image by image: on how many Kodak images each model has the lower J, and the
+mean and standard deviation of the per-image differences.
 
 The rule: BF16 costs "no measurable quality" when
   |J_bf16 - J_tf32|  <=  |J_tf32,seed2 - J_tf32,seed1|,
@@ -63,7 +65,8 @@ def kodak_result(evaluation, lam):
     bpp = sum(row["bpp"] for row in images) / n
     psnr = sum(row["psnr"] for row in images) / n
     mse = sum(mse_from_psnr(row["psnr"]) for row in images) / n
-    result = {"images": n, "bpp": bpp, "psnr": psnr, "mse": mse, "J": rd_cost(bpp, mse, lam)}
+    result = {"images": n, "bpp": bpp, "psnr": psnr, "mse": mse, "J": rd_cost(bpp, mse, lam),
+              "J_per_image": per_image_costs(evaluation, lam)}
     if "mean_file" in evaluation:
         result["file_bpp"] = evaluation["mean_file"]["bpp"]
     return result
@@ -89,6 +92,25 @@ def training_result(rows, target_steps, final_windows=FINAL_LOSS_WINDOWS):
         "images_per_second": sum(row["images_per_second"] for row in steady) / len(steady),
         "elapsed_seconds": train[-1].get("elapsed_seconds"),
     }
+
+
+def per_image_costs(evaluation, lam):
+    """{image: J} of one eval.json."""
+    return {row["image"]: rd_cost(row["bpp"], mse_from_psnr(row["psnr"]), lam) for row in evaluation["images"]}
+
+
+def per_image_differences(base, other):
+    """J(other) - J(base) image by image over the images both scored: how
+    many are lower (better) in `other`, and the differences' mean and sample
+    standard deviation."""
+    common = sorted(set(base) & set(other))
+    if not common:
+        raise ValueError("the two evaluations share no image")
+    differences = [other[name] - base[name] for name in common]
+    n = len(differences)
+    mean = sum(differences) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1)) if n > 1 else 0.0
+    return {"images": n, "lower": sum(d < 0 for d in differences), "mean": mean, "sd": sd}
 
 
 def deltas(base, other):
@@ -135,17 +157,25 @@ def verdict_line(comparison, equal_steps=True):
     return line
 
 
+def per_image_line(per_image):
+    b, s = per_image["bf16_minus_tf32"], per_image["tf32_seed2_minus_seed1"]
+    return (f"per image: BF16 lower J than TF32 (seed 1) on {b['lower']} of {b['images']} images "
+            f"(differences: mean {b['mean']:+.4f}, sd {b['sd']:.4f}); TF32 seed 2 lower than seed 1 on "
+            f"{s['lower']} of {s['images']} (mean {s['mean']:+.4f}, sd {s['sd']:.4f})")
+
+
 def markdown_table(runs, lam):
     """runs: dicts with run, precision, seed, training and kodak."""
     lines = [
-        f"| run | precision | seed | steps | stopped by | img/s (shared GPU) | final train loss | "
+        f"| run | precision | seed | steps | stopped by | training s | img/s (shared GPU) | final train loss | "
         f"Kodak bpp | Kodak PSNR dB | J = bpp + {lam:g} * 255^2 * MSE |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
         training, kodak = run["training"], run["kodak"]
         lines.append(
             f"| {run['run']} | {run['precision']} | {run['seed']} | {training['steps']} | {training['stopped_by']} | "
+            f"{training['elapsed_seconds'] or 0:.0f} | "
             f"{training['images_per_second']:.0f} | {training['final_loss']:.4f} | {kodak['bpp']:.4f} | "
             f"{kodak['psnr']:.3f} | {kodak['J']:.4f} |")
     return "\n".join(lines) + "\n"
@@ -204,10 +234,14 @@ def main(argv=None):
         runs.append({"run": label, "precision": precision, "seed": seed, "folder": folder, "training": training,
                      "kodak": kodak})
     comparison = compare(*(run["kodak"] for run in runs))
+    tf32, bf16, tf32_seed2 = (run["kodak"]["J_per_image"] for run in runs)
+    comparison["per_image"] = {"bf16_minus_tf32": per_image_differences(tf32, bf16),
+                               "tf32_seed2_minus_seed1": per_image_differences(tf32, tf32_seed2)}
     equal_steps = all(run["training"]["stopped_by"] == "steps" for run in runs) and len(
         {run["training"]["steps"] for run in runs}) == 1
     verdict = verdict_line(comparison, equal_steps)
     table = markdown_table(runs, args.lam)
+    per_image = per_image_line(comparison["per_image"])
 
     os.makedirs(args.out, exist_ok=True)
     summary = {
@@ -222,9 +256,10 @@ def main(argv=None):
         json.dump(summary, f, indent=2)
         f.write("\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(table + "\nRule: " + RULE + ".\n\n" + verdict + "\n")
+        f.write(table + "\nRule: " + RULE + ".\n\n" + per_image + "\n\n" + verdict + "\n")
     print(table)
     print("rule: " + RULE)
+    print(per_image)
     print(verdict)
     return 0
 

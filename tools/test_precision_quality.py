@@ -47,6 +47,28 @@ class RateDistortionCostTest(unittest.TestCase):
             pq.kodak_result({"images": []}, 0.01)
 
 
+class PerImageTest(unittest.TestCase):
+    def test_costs_per_image(self):
+        # 30 dB, 0.4 bpp: 0.4 + 0.65025 = 1.05025; 20 dB, 0.6 bpp: 0.6 + 6.5025 = 7.1025.
+        costs = pq.per_image_costs({"images": [{"image": "a", "psnr": 30.0, "bpp": 0.4},
+                                               {"image": "b", "psnr": 20.0, "bpp": 0.6}]}, 0.01)
+        self.assertAlmostEqual(costs["a"], 1.05025, places=10)
+        self.assertAlmostEqual(costs["b"], 7.1025, places=10)
+
+    def test_differences_over_common_images(self):
+        # Common images a, b, c: differences +0.5, -0.5, 0 (d only in one, ignored): one lower,
+        # mean 0, sample sd sqrt((0.25 + 0.25 + 0) / 2) = 0.5.
+        d = pq.per_image_differences({"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 1.5, "b": 1.5, "c": 3.0, "d": 9.0})
+        self.assertEqual(d["images"], 3)
+        self.assertEqual(d["lower"], 1)
+        self.assertAlmostEqual(d["mean"], 0.0, places=12)
+        self.assertAlmostEqual(d["sd"], 0.5, places=12)
+
+    def test_no_common_image_is_an_error(self):
+        with self.assertRaises(ValueError):
+            pq.per_image_differences({"a": 1.0}, {"b": 1.0})
+
+
 class TrainingResultTest(unittest.TestCase):
     def rows(self):
         # Windows of 100 steps: losses 9, 5, 4, 3, 2, 1; img/s 100 (start-up), then 300, 320, 280, 300, 300.
@@ -158,7 +180,12 @@ class CommandLineTest(unittest.TestCase):
             self.assertIn("NOT at equal steps", printed.getvalue())
             with open(os.path.join(root, "out", "table.md")) as f:
                 table = f.read()
-            self.assertIn("| bf16-seed1 | bf16 | 1 | 200 | steps |", table)
+            # elapsed 1 s, 500 img/s, loss 2, 0.51 bpp, 30 dB, J 1.16025 (its fourth decimal a tie: not compared).
+            self.assertIn("| bf16-seed1 | bf16 | 1 | 200 | steps | 1 | 500 | 2.0000 | 0.5100 | 30.000 | 1.160", table)
+            # One image each, the same PSNR: BF16 (0.51 bpp) is not lower than TF32 (0.50), seed 2 (0.40) is.
+            self.assertIn("BF16 lower J than TF32 (seed 1) on 0 of 1 images", table)
+            self.assertIn("TF32 seed 2 lower than seed 1 on 1 of 1", table)
+            self.assertEqual(summary["comparison"]["per_image"]["tf32_seed2_minus_seed1"]["lower"], 1)
             self.assertIn("Rule: no measurable cost", table)
 
     def test_missing_evaluation_is_a_message(self):
