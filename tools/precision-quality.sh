@@ -13,7 +13,8 @@
 # The rule: BF16 costs "no measurable quality" when
 #   |J_bf16 - J_tf32|  <=  |J_tf32,seed2 - J_tf32,seed1|
 # (the BF16 difference at the same seed is no larger than what another TF32
-# seed does). The output also gives the plain deltas: bpp in %, PSNR in dB.
+# seed does). The output also gives the plain deltas (bpp in %, PSNR in dB)
+# and the image-by-image comparison (tools/precision_quality.py).
 #
 # On a machine with an NVIDIA GPU, from anywhere:
 #
@@ -25,8 +26,8 @@
 #
 # Environment (defaults in brackets):
 #   STEPS       training steps of every run [13000: side by side on an H100
-#               80GB HBM3 the TF32 runs train for 284 s, the BF16 run 260 s;
-#               about 18000 fill 7 minutes]
+#               80GB HBM3 the TF32 runs trained for 284 s, the BF16 run for
+#               260 s; at that rate about 18000 would take 7 minutes]
 #   TIME_LIMIT  safety net, seconds of training per run (--time-limit) [420];
 #               a run that stops on it did fewer steps than STEPS, and the
 #               verdict then says the comparison is not at equal steps
@@ -46,10 +47,10 @@
 #   BUILD       build folder [build-gpu]; CMAKE_ARGS, more CMake settings
 #               (e.g. CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=86)
 #   RUNS        folder of the three runs [runs/precision-quality]
-#   (relative paths in RUNS, OUT and BUILD are relative to the repository root)
 #   OUT         results [precision-quality-out]: summary.json, table.md,
-#               verdict.txt, gpu.txt, logs.tar.gz (build log, each run's
+#               verdict.txt, gpu.txt, build.log, logs.tar.gz (each run's
 #               train.log, metrics.jsonl, Kodak eval.json and eval output)
+#   (relative paths in BUILD, RUNS and OUT are relative to the repository root)
 # A run folder that already holds a model or checkpoint is never replaced:
 # the script stops and names it (remove it, or pick another RUNS).
 set -euo pipefail
