@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does training with BF16 products cost rate-distortion quality against TF32?
-# Trains bmshj2018-factorized three times at the same time on one GPU, same
+# Trains bmshj2018-factorized (or MODEL) three times at the same time on one GPU, same
 # data and settings but for precision and seed:
 #   tf32-seed1  --precision tf32 --seed 1
 #   bf16-seed1  --precision bf16 --seed 1
@@ -34,7 +34,8 @@
 #   BUDGET_SECONDS  wall-clock budget of this whole script (build, training,
 #               evaluation); when set, the training time limit shrinks to fit
 #               it, keeping EVAL_SECONDS [60] for the evaluations [none]
-#   LAMBDA [0.01, the trainer's default]  BATCH [16]  PATCH [256]  LR [1e-4]
+#   MODEL [bmshj2018-factorized]  LAMBDA [0.01, the trainer's default]
+#   BATCH [16]  PATCH [256]  LR [1e-4]
 #   LR_DECAY    the learning rate is multiplied by it for the last 10% of
 #               the steps [0.1]; by steps, not time, so that the three runs,
 #               which progress at different speeds, decay at the same step
@@ -69,6 +70,7 @@ root=$(pwd)
 steps=${STEPS:-13000}
 time_limit=${TIME_LIMIT:-420}
 lambda=${LAMBDA:-0.01}
+model=${MODEL:-bmshj2018-factorized}
 out=${OUT:-precision-quality-out}
 runs=${RUNS:-runs/precision-quality}
 build=${BUILD:-build-gpu}
@@ -121,7 +123,7 @@ decay_step=$(( steps * 9 / 10 ))
 threads=$(( cores / ${#names[@]} - 1 ))
 [ "$threads" -ge 1 ] || threads=1
 
-echo "== train ${#names[@]} runs at the same time: $steps steps each, time limit $time_limit s, lambda $lambda"
+echo "== train ${#names[@]} runs of $model at the same time: $steps steps each, time limit $time_limit s, lambda $lambda"
 pids=()
 for i in "${!names[@]}"; do
   run=$runs/${names[$i]}
@@ -129,7 +131,7 @@ for i in "${!names[@]}"; do
   # The trainer's --time-limit ends the run itself (model saved); timeout is
   # the last resort if a process hangs: SIGTERM saves a checkpoint.
   timeout --kill-after=30 $(( time_limit + 60 )) \
-    "$plexus_ae" train --data "$train_dir" --model bmshj2018-factorized --lambda "$lambda" \
+    "$plexus_ae" train --data "$train_dir" --model "$model" --lambda "$lambda" \
       --batch "${BATCH:-16}" --patch "${PATCH:-256}" --lr "${LR:-1e-4}" --steps "$steps" --time-limit "$time_limit" \
       --lr-schedule step --lr-step-every "$decay_step" --lr-decay "${LR_DECAY:-0.1}" \
       --precision "${precisions[$i]}" --seed "${seeds[$i]}" --device "$device" --threads "$threads" --cpu-threads 1 \
@@ -154,9 +156,9 @@ echo "== evaluate on $kodak_dir at f32 ($device)"
 pids=()
 for name in "${names[@]}"; do
   run=$runs/$name
-  model=$run/model.safetensors
-  [ -f "$model" ] || model=$run/checkpoint.safetensors  # stopped by a signal: its last checkpoint
-  "$plexus_ae" eval --model "$model" --data "$kodak_dir" --device "$device" --precision f32 --out "$run/kodak" \
+  trained=$run/model.safetensors
+  [ -f "$trained" ] || trained=$run/checkpoint.safetensors  # stopped by a signal: its last checkpoint
+  "$plexus_ae" eval --model "$trained" --data "$kodak_dir" --device "$device" --precision f32 --out "$run/kodak" \
     > "$run/kodak-eval.txt" 2> "$run/eval.log" &
   pids+=($!)
 done
