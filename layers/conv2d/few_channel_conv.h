@@ -19,8 +19,11 @@
 
 namespace plexus::layers::few_channel_conv {
 
-// The most channels the few-channel side may have.
+// The most channels the few-channel side may have, the largest kernel, and
+// the most taps Ci*k*k (forward and backward_weight; e.g. 3 channels at 9x9).
 inline constexpr int kMaxChannels = 4;
+inline constexpr int kMaxKernel = 9;
+inline constexpr int kMaxTaps = 256;
 
 // Whether forward (Y = conv(X, W) + bias, X with <= kMaxChannels channels)
 // runs here; the caller has already checked implicit_gemm::supports().
@@ -35,9 +38,10 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
                    const float* weight, const float* bias, float* x);
 
 // Whether backward_weight (dW += correlation of Y with X, X with <=
-// kMaxChannels channels) runs here.
+// kMaxChannels channels) runs here. partial_sums: scratch for the per-block
+// sums of the pixel sum (reused while shapes stay the same).
 bool takes_backward_weight(const implicit_gemm::ConvProblem& problem);
 void backward_weight(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x,
-                     const float* y, float* weight_grad);
+                     const float* y, float* weight_grad, Tensor& partial_sums);
 
 }  // namespace plexus::layers::few_channel_conv

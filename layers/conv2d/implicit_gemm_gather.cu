@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "conv2d/few_channel_conv.h"
 #include "conv2d/implicit_gemm_gather.cuh"
 
 namespace plexus::layers::implicit_gemm {
@@ -361,6 +362,10 @@ const void* gather_source(const Context& ctx, const GatherChoice& choice, const 
 void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
              float* y, Scratch& scratch) {
   if (p.batch == 0) return;
+  if (few_channel_conv::takes_forward(p)) {
+    few_channel_conv::forward(ctx, p, x, weight, bias, y);
+    return;
+  }
   const GatherChoice choice = choose_gather(ctx, p.in_channels);
   const bool tap_major = choice.tap_major;
   const int channel_pad = choice.channel_pad;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "conv2d/channel_ops.h"
+#include "conv2d/few_channel_conv.h"
 #include "conv2d/implicit_gemm_bf16.cuh"
 #include "conv2d/implicit_gemm_common.cuh"
 #include "conv2d/implicit_gemm_wgmma_weight_grad.h"
@@ -432,6 +433,10 @@ void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradPar
 void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
                      float* weight_grad, Scratch& scratch) {
   if (p.batch * p.out_height * p.out_width == 0) return;
+  if (few_channel_conv::takes_backward_weight(p)) {
+    few_channel_conv::backward_weight(ctx, p, x, y, weight_grad, scratch.weight_sums);
+    return;
+  }
   if (uses_wgmma(ctx) && wgmma_weight_grad_fits(p, ctx.bf16_products())) {
     wgmma_weight_grad(ctx, p, x, y, weight_grad, scratch);
     return;

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "conv2d/conv2d.h"
+#include "conv2d/few_channel_conv.h"
 #include "conv2d/implicit_gemm.h"
 #include "conv2d/nhwc_layout.h"
 #include "conv2d/weight_grad_layout.h"
@@ -28,6 +29,7 @@ namespace {
 
 using nlohmann::json;
 namespace implicit_gemm = layers::implicit_gemm;
+namespace few_channel_conv = layers::few_channel_conv;
 
 const Registry registry = builtin_registry();
 
@@ -292,6 +294,17 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 64}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {1, 96, 5, 64}},
       {{{"out_channels", 130}, {"kernel", 5}, {"stride", 3}, {"padding", 2}}, {1, 64, 10, 190}},
       {{{"out_channels", 64}, {"kernel", 4}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 64}},
+      // 1 to 4 input channels (the layer reading an RGB image): forward and
+      // the weight gradient from staged image strips (few_channel_conv.h), at
+      // strides 1 to 4, kernels 3 to 9 (243 columns of the weight gradient),
+      // rows of several 64-pixel tiles with a partial last one, odd and even
+      // output widths, 17 to 130 output channels (partial 64-row tiles).
+      {{{"out_channels", 128}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 3, 13, 70}},
+      {{{"out_channels", 40}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"bias", false}}, {1, 1, 9, 130}},
+      {{{"out_channels", 130}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {2, 3, 18, 17}},
+      {{{"out_channels", 24}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 4, 9, 11}},
+      {{{"out_channels", 17}, {"kernel", 3}, {"padding", 1}}, {3, 2, 5, 66}},
+      {{{"out_channels", 64}, {"kernel", 4}, {"stride", 3}, {"padding", 1}}, {1, 3, 11, 200}},
   };
 }
 
@@ -310,6 +323,38 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
   problem.stride = c.params.value("stride", 1);
   problem.padding = c.params.value("padding", 0);
   return problem;
+}
+
+// The few-channel kernels take the layers next to RGB images (1 to 4 input
+// channels, kernels up to 9) and leave the rest to the engine's gather.
+TEST(Conv2d, FewChannelKernelsTakeOnlyImageSideLayers) {
+  implicit_gemm::ConvProblem rgb;
+  rgb.batch = 16;
+  rgb.in_channels = 3;
+  rgb.height = rgb.width = 256;
+  rgb.out_channels = 128;
+  rgb.out_height = rgb.out_width = 128;
+  rgb.kernel = 5;
+  rgb.stride = 2;
+  rgb.padding = 2;
+  EXPECT_TRUE(few_channel_conv::takes_forward(rgb));
+  EXPECT_TRUE(few_channel_conv::takes_backward_weight(rgb));
+  implicit_gemm::ConvProblem wide = rgb;
+  wide.in_channels = 5;
+  EXPECT_FALSE(few_channel_conv::takes_forward(wide));
+  EXPECT_FALSE(few_channel_conv::takes_backward_weight(wide));
+  implicit_gemm::ConvProblem large_kernel = rgb;
+  large_kernel.kernel = 11;
+  EXPECT_FALSE(few_channel_conv::takes_forward(large_kernel));
+  EXPECT_FALSE(few_channel_conv::takes_backward_weight(large_kernel));
+  implicit_gemm::ConvProblem bls_rgb = rgb;  // bls2017's first layer: 3 channels, 9x9 (243 taps)
+  bls_rgb.kernel = 9;
+  bls_rgb.stride = 4;
+  EXPECT_TRUE(few_channel_conv::takes_forward(bls_rgb));
+  implicit_gemm::ConvProblem too_many_taps = bls_rgb;  // 4 channels at 9x9: 324 taps
+  too_many_taps.in_channels = 4;
+  EXPECT_FALSE(few_channel_conv::takes_forward(too_many_taps));
+  EXPECT_FALSE(few_channel_conv::takes_backward_weight(too_many_taps));
 }
 
 TEST(Conv2d, TensorCoreEngineTakesOnlyTf32OrBf16F32Cuda) {

@@ -345,6 +345,12 @@ std::vector<Case> tensor_core_cases() {
       // Inputs 64 wide, >= 64 channels both sides: the Hopper weight gradient
       // (TMA boxes of the output gradient's stride phases).
       {{{"out_channels", 80}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 9, 64}},
+      // 1 to 4 output channels (the layer writing an RGB image): its input
+      // gradient and weight gradient run the few-channel kernels
+      // (few_channel_conv.h) over 64-pixel tiles of its input's rows.
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 128, 6, 33}},
+      {{{"out_channels", 4}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {1, 20, 4, 17}},
+      {{{"out_channels", 1}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {2, 24, 5, 70}},
   };
 }
 
