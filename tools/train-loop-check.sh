@@ -6,7 +6,8 @@
 # www2.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/resources.html).
 # Builds plexus, plexus-ae, plexus-bench and the step/graph/input tests for
 # sm_90, runs those tests (and compute-sanitizer memcheck over their CUDA
-# cases), then measures with TF32:
+# cases), then measures at plexus-ae train's default precision (bf16; set
+# PRECISION=tf32 or f32 for another):
 #   1. plexus-bench: the eager and CUDA-graph training step of bls2017 and
 #      bmshj2018-factorized (batch 16, 256x256) and a per-node breakdown
 #      with FLOP/byte floors (--profile);
@@ -20,6 +21,7 @@ set -uo pipefail
 data=${1:?usage: tools/train-loop-check.sh IMAGE_FOLDER [SECONDS]}
 data=$(realpath "$data")
 seconds=${2:-30}
+precision=${PRECISION:-bf16}
 cd "$(dirname "$0")/.."
 logs=${OUT:-train-loop-logs}
 mkdir -p "$logs"
@@ -64,18 +66,18 @@ if [ "$seconds" = 0 ]; then
   exit 0
 fi
 
-echo "== plexus-bench (TF32): eager and graph steps, per-node profile"
+echo "== plexus-bench ($precision): eager and graph steps, per-node profile"
 for model in bls2017 bmshj2018-factorized; do
-  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision tf32 --only "$model" --profile
+  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision "$precision" --only "$model" --profile
 done > "$logs/bench.jsonl" 2> "$logs/bench.err"
 grep -E '"train_step|"ceilings"' "$logs/bench.jsonl"
 
-echo "== plexus-ae train, ${seconds} s each (TF32, batch 16, 256x256)"
+echo "== plexus-ae train, ${seconds} s each ($precision, batch 16, 256x256)"
 for model in bls2017 bmshj2018-factorized; do
   for graph in on off; do
     run=/tmp/train-loop-run-$model-$graph
     rm -rf "$run"
-    "$build/bin/plexus-ae" train --data "$data" --model "$model" --batch 16 --patch 256 --precision tf32 \
+    "$build/bin/plexus-ae" train --data "$data" --model "$model" --batch 16 --patch 256 --precision "$precision" \
       --steps 1000000 --time-limit "$seconds" --log-every 50 --checkpoint-every 0 --cuda-graph "$graph" \
       --out "$run" > "$logs/train-$model-$graph.log" 2>&1
     rc=$?

@@ -25,7 +25,8 @@ namespace {
 
 using plexus::ae::EvalOptions;
 using plexus::ae::TrainOptions;
-using plexus::ae::kPrecisionHelp;
+using plexus::ae::kEvalPrecisionHelp;
+using plexus::ae::kTrainPrecisionHelp;
 
 std::string bundled_names_text() {
   std::string names;
@@ -77,11 +78,11 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str("on")
       ->type_name("on|off");
-  train.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  train.add_option("--precision", o.precision, kTrainPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   train.add_option("--gpus", o.gpus, "data-parallel training on N GPUs (cuda:0 to cuda:N-1; NCCL): N worker processes, each with --batch patches of every step, so a step sees N * --batch patches, the same ones as --batch N*B on one GPU; 0: this process alone. --gpus 1 --device cpu runs the data-parallel path on the CPU");
   train.add_option("--rank-timeout", o.rank_timeout, "with --gpus: seconds a worker waits for the others (joining, gradient all-reduce) before it fails, so a worker that died stops the run instead of hanging it");
   train.add_option("--replica-check-every", o.replica_check_every, "with --gpus: compare a fingerprint of the parameters across workers every this many steps and stop if they differ (0: only at the end)");
-  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32 (now the default)");
+  train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32");
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
@@ -92,7 +93,7 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
   eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
-  eval.add_option("--precision", o.precision, kPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
 // The long names ("lambda", "checkpoint_every") of options set on the command line.

@@ -33,7 +33,7 @@ struct TrainOptions {
   std::vector<std::string> plugins;
   int threads = 2;  // decoding threads
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
-  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  std::string precision = "bf16";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32 (kTrainPrecisionHelp)
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   bool cuda_graph = true;  // record the CUDA step once and replay it
   double time_limit = 0;  // seconds of training before finishing early; 0: none
@@ -58,7 +58,7 @@ struct EvalOptions {
   std::string device = "auto";
   std::vector<std::string> plugins;
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
-  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32
+  std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32 (kEvalPrecisionHelp)
   std::int64_t max_image_pixels = 50'000'000;
 };
 

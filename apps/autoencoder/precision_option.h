@@ -6,8 +6,9 @@
 
 namespace plexus::ae {
 
-// The help text of --precision, shared by train and eval.
-extern const char* const kPrecisionHelp;
+// The help texts of --precision of train (default bf16) and eval (default tf32).
+extern const std::string kTrainPrecisionHelp;
+extern const std::string kEvalPrecisionHelp;
 
 // The policy for `option` ("f32", "tf32", "bf16") on `device`. On CUDA it is
 // the option; the CPU always computes in f32. Unknown text fails with a

@@ -42,6 +42,13 @@
 // fragments by ldmatrix with no conversion in the inner loop.
 // Strict f32 never comes here.
 //
+// Layers with at most 4 channels on X's side (the first layer of an
+// analysis transform reading an RGB image, or a synthesis transform's last
+// ConvTranspose2d writing one) enter through these same functions but run
+// few_channel_conv.h's kernels: with K = Ci*k*k that small, staging the
+// image rows a tile needs and reading fragments straight from them beats the
+// gather.
+//
 // On Hopper (compute capability 9.0, built with sm_90a code; uses_wgmma)
 // forward and backward_data with a tap-major K run wgmma instead
 // (implicit_gemm_wgmma.cu): the warpgroup MMA reads both operands from

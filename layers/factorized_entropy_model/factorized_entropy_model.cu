@@ -301,8 +301,13 @@ struct Grid {
 };
 
 // blockIdx.y: channels (up to 65535, the kernels loop past that); blockIdx.x:
-// enough blocks to cover a channel's elements, capped so that the whole grid
-// stays near 4096 blocks (at least 32 per channel) and atomics stay few.
+// enough blocks that every thread takes about kElementsPerThread of a
+// channel's elements, capped so that the whole grid stays near 4096 blocks
+// (at least 32 per channel) and atomics stay few. Several elements per
+// thread amortise the backward's block reduction of 43 parameter gradients,
+// which with one element per thread cost as much as the chains themselves.
+constexpr long long kElementsPerThread = 4;
+
 Grid grid_for(const Shape& shape) {
   Grid grid;
   grid.batch = shape[0];
@@ -313,7 +318,9 @@ Grid grid_for(const Shape& shape) {
   const unsigned int channel_blocks = static_cast<unsigned int>(std::min<long long>(grid.channels, 65535));
   const long long cap = std::max<long long>(32, 4096 / channel_blocks);
   const long long x_blocks =
-      std::max<long long>(1, std::min<long long>((per_channel + kThreads - 1) / kThreads, cap));
+      std::max<long long>(1, std::min<long long>((per_channel + kThreads * kElementsPerThread - 1) /
+                                                     (kThreads * kElementsPerThread),
+                                                 cap));
   grid.blocks = dim3(static_cast<unsigned int>(x_blocks), channel_blocks, 1);
   return grid;
 }

@@ -568,14 +568,17 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
 }
 
 // The NHWC copy (f32 or bf16) against its definition, every element of a
-// NaN-poisoned destination, channel padding included.
+// NaN-poisoned destination, channel padding included: bf16 with an even
+// channel stride stores channel pairs (64-channel tiles, the last one partial
+// at 96), an odd stride one channel at a time.
 TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(7);
   struct Sizes { std::int64_t batch, channels, plane, channel_stride; };
   for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128}}) {
+    for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128},
+                          Sizes{1, 5, 9, 7}, Sizes{2, 90, 41, 96}}) {
       const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
       const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
       const std::int64_t count = s.batch * s.plane * s.channel_stride;

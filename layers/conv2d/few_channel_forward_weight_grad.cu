@@ -124,6 +124,18 @@ __device__ inline void stage_strip(const StripParams& p, const Tile& t, float* s
   }
 }
 
+// a[mt][group] = the A fragments of m16 tile mt (rows row0 + 16mt..) at k8,
+// from a K-contiguous tile [rows][stride] by ldmatrix (lane addresses as in
+// multiply_stage, implicit_gemm_common.cuh).
+template <int MT, int kGroups>
+__device__ inline void load_a_fragments(unsigned (&a)[MT][kGroups][4], int group, const float* tile, int stride,
+                                        int row0, int k8, int lane) {
+  const int quad = lane >> 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    load_matrix_x4(a[mt][group], tile + (row0 + 16 * mt + (lane & 7) + 8 * (quad & 1)) * stride + k8 + 4 * (quad >> 1));
+}
+
 // Shared memory of the forward kernel: weight rows [kRows][taps_pad + 4]
 // (a row stride of 4 mod 16 words keeps ldmatrix conflict-free), two strip
 // buffers (the next tile's strip is copied while the current one's products
@@ -182,12 +194,8 @@ __global__ void __launch_bounds__(kThreads) few_channel_forward_kernel(const Str
       unsigned a[kMt][kGroups][4], b[kNt][kGroups][2];
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
-        const int k8 = k_step + 8 * group, quad = lane >> 3;
-        // A by ldmatrix (as multiply_stage in implicit_gemm_common.cuh).
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt)
-          load_matrix_x4(a[mt][group], w_tile + (warp_m0 + 16 * mt + (lane & 7) + 8 * (quad & 1)) * w_stride + k8 +
-                                           4 * (quad >> 1));
+        const int k8 = k_step + 8 * group;
+        load_a_fragments(a, group, w_tile, w_stride, warp_m0, k8, lane);
         // B(k, n) = strip[tap_offsets[k] + n*s]: b0 = B(t, g), b1 = B(t+4, g).
         const float* column0 = strip + tap_offsets[k8 + t];
         const float* column1 = strip + tap_offsets[k8 + t + 4];
@@ -306,11 +314,8 @@ __global__ void __launch_bounds__(kThreads) few_channel_weight_grad_kernel(const
       unsigned a[MT][kGroups][4], b[NT][kGroups][2];
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
-        const int k8 = k_step + 8 * group, quad = lane >> 3;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          load_matrix_x4(a[mt][group], dy_tile + (warp_m0 + 16 * mt + (lane & 7) + 8 * (quad & 1)) * kDyStride + k8 +
-                                           4 * (quad >> 1));
+        const int k8 = k_step + 8 * group;
+        load_a_fragments(a, group, dy_tile, kDyStride, warp_m0, k8, lane);
         // B(k = pixel, n = column) = strip[column offset + pixel*S]: pixels k8 + t, k8 + t + 4.
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
