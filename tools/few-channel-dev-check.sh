@@ -34,6 +34,14 @@ publish() {
 }
 note() { echo "$*" | tee -a "$summary"; }
 elapsed() { echo $(( $(date +%s) - start )); }
+# bench_rows NAME ROWS: plexus-bench's rows matching ROWS at TF32 and BF16 against
+# PyTorch eager (tools/bench/run.sh), logs and table under $logs/NAME.
+bench_rows() {
+  OUT="$logs/$1" BUILD="$build" timeout 150 bash tools/bench/run.sh --precision tf32,bf16 --only "$2" \
+    --no-compile > "$logs/$1.log" 2>&1
+  note "bench rc=$?"
+  cat "$logs/$1/precisions.md" 2>/dev/null | tee -a "$summary" || tail -20 "$logs/$1.log" | tee -a "$summary"
+}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$summary"
 if [ "${QUICK:-0}" = 1 ]; then
@@ -74,10 +82,7 @@ note "tests done at $(elapsed) s"
 publish
 
 note "== benchmark: ConvT 128->3 (forward: few_channel_conv::backward_data), TF32 and BF16, with PyTorch eager"
-OUT="$logs/bench-convt" BUILD="$build" timeout 150 bash tools/bench/run.sh --precision tf32,bf16 --only "128->3" \
-  --no-compile > "$logs/bench-convt.log" 2>&1
-note "bench rc=$?"
-cat "$logs/bench-convt/precisions.md" 2>/dev/null | tee -a "$summary" || tail -20 "$logs/bench-convt.log" | tee -a "$summary"
+bench_rows bench-convt "128->3"
 publish
 
 note "== per-kernel times (Nsight Compute): ConvT 5x5/2 128->3 @128"
@@ -110,9 +115,6 @@ done
 publish
 
 note "== benchmark: Conv2d 3->128 (backward: its input gradient), TF32 and BF16, with PyTorch eager"
-OUT="$logs/bench-conv" BUILD="$build" timeout 150 bash tools/bench/run.sh --precision tf32,bf16 --only " 3->128" \
-  --no-compile > "$logs/bench-conv.log" 2>&1
-note "bench rc=$?"
-cat "$logs/bench-conv/precisions.md" 2>/dev/null | tee -a "$summary" || tail -20 "$logs/bench-conv.log" | tee -a "$summary"
+bench_rows bench-conv " 3->128"
 note "SUMMARY: tests $([ $tests_ok = 1 ] && echo passed || echo FAILED) at $(elapsed) s"
 publish

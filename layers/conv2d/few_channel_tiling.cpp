@@ -13,6 +13,11 @@ namespace {
 long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 long long round_up(long long a, long long b) { return (a + b - 1) / b * b; }
 
+// Blocks per image for tiles of tile_h x tile_w pixels of X.
+long long blocks(const implicit_gemm::ConvProblem& problem, long long tile_h, long long tile_w) {
+  return (problem.height + tile_h - 1) / tile_h * ((problem.width + tile_w - 1) / tile_w);
+}
+
 // The tiling of `problem` for a variant with `rows` GEMM rows (variant -1
 // when no tile fits): the fewest blocks per image; ties: the smallest tile,
 // then the widest. Candidate tile widths are s, 2s, ...; for each the
@@ -34,10 +39,10 @@ BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, in
     // floor((tile_h - 1 + p)/s) - shift + 1 <= region_h_max  <=>  tile_h <= s*(region_h_max + shift) - p
     long long tile_h = std::min(max_h, floor_div(s * (region_h_max + shift) - p, s) * s);
     if (tile_h < s) continue;
-    const long long blocks = (problem.height + tile_h - 1) / tile_h * ((problem.width + tile_w - 1) / tile_w);
+    const long long tile_blocks = blocks(problem, tile_h, tile_w);
     // Ties: the smaller tile (less of it past the image), then the wider one (this later one).
     const long long area = tile_h * tile_w, best_area = static_cast<long long>(best.tile_h) * best.tile_w;
-    if (best.variant >= 0 && (blocks > best_blocks || (blocks == best_blocks && area > best_area))) continue;
+    if (best.variant >= 0 && (tile_blocks > best_blocks || (tile_blocks == best_blocks && area > best_area))) continue;
     best.variant = 0;
     best.tile_h = static_cast<int>(tile_h);
     best.tile_w = static_cast<int>(tile_w);
@@ -45,13 +50,9 @@ BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, in
     best.region_w = static_cast<int>(region_w);
     best.row_shift = best.col_shift = static_cast<int>(shift);
     best.col_align = col_align;
-    best_blocks = blocks;
+    best_blocks = tile_blocks;
   }
   return best;
-}
-
-long long blocks(const implicit_gemm::ConvProblem& problem, const BackwardDataTiling& tiling) {
-  return (problem.height + tiling.tile_h - 1) / tiling.tile_h * ((problem.width + tiling.tile_w - 1) / tiling.tile_w);
 }
 
 }  // namespace
@@ -69,7 +70,7 @@ BackwardDataTiling backward_data_tiling(const implicit_gemm::ConvProblem& proble
     if (tiling.variant < 0) continue;
     if (problem.out_width % 4 == 0) {
       const BackwardDataTiling chunks = tiling_for_rows(problem, kBackwardDataVariants[v].rows, 4);
-      if (chunks.variant >= 0 && 4 * blocks(problem, chunks) <= 5 * blocks(problem, tiling)) tiling = chunks;
+      if (chunks.variant >= 0 && 4 * blocks(problem, chunks.tile_h, chunks.tile_w) <= 5 * blocks(problem, tiling.tile_h, tiling.tile_w)) tiling = chunks;
     }
     tiling.variant = v;
     return tiling;
