@@ -272,12 +272,14 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
     return kExitOk;
   }
 
+  // Before the metrics log exists: once a run shows that it has started, a
+  // Ctrl-C must save and stop it, never kill it.
+  install_stop_handlers();
   std::unique_ptr<MetricsLog> log;
   if (root) log = std::make_unique<MetricsLog>((out / "metrics.jsonl").string(), o.resume ? step : -1);
   const data::Shard shard{parallel ? parallel->rank() : 0, world_size};
   data::BatchLoader loader(train_images, data::PatchSampler(o.seed, o.batch, o.patch, shard), step, o.threads,
                            2 * std::max(1, o.threads) + 1, device);
-  install_stop_handlers();
   ProgressBar bar(stderr_is_terminal(), o.log_every);
   std::int64_t last_good_checkpoint = o.resume ? step : -1;
 
