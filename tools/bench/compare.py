@@ -6,21 +6,49 @@ convolutions and SoftmaxProjection it also prints the achieved TFLOP/s of
 both sides (forward is one pass of 2*N*Cout*Hout*Wout*Cin*k*k FLOPs, or
 2*N*F*V for the projection; backward two: input and weight gradients) next
 to the matmul ceiling torch_bench measured in the same run.
+A file may hold several rounds of the same cases (run.sh --rounds N appends
+them, alternating the two sides): every timing is then the median over the
+rounds, taken per field.
 Usage: compare.py plexus.jsonl torch.jsonl"""
 import json
+import statistics
 import sys
+
+# The measured fields; any other field (name, kind, pass_flops...) is the same in every round.
+TIMINGS = ("forward_ms", "backward_ms", "step_ms", "images_per_s", "ms", "tflops")
+
+
+def median_of_rounds(rounds):
+    """One row from the rounds of one case: the first round's fields, each
+    timing replaced by its median over the rounds, and `rounds` their count."""
+    row = dict(rounds[0])
+    for field in TIMINGS:
+        values = [r[field] for r in rounds if field in r]
+        if values:
+            row[field] = statistics.median(values)
+    row["rounds"] = len(rounds)
+    return row
 
 
 def load(path):
-    rows = {}
-    for line in open(path):
-        line = line.strip()
-        if line.startswith("{"):
-            row = json.loads(line)
-            # plexus-bench times each model twice under one name: keep both rows.
-            key = row["name"] + (" (CUDA graph)" if row["kind"] == "train_step_graph" else "")
-            rows[key] = row
-    return rows
+    rounds = {}
+    with open(path) as lines:
+        for line in lines:
+            line = line.strip()
+            if line.startswith("{"):
+                row = json.loads(line)
+                # plexus-bench times each model twice under one name: keep both rows.
+                key = row["name"] + (" (CUDA graph)" if row["kind"] == "train_step_graph" else "")
+                rounds.setdefault(key, []).append(row)
+    return {key: median_of_rounds(rows) for key, rows in rounds.items()}
+
+
+def rounds_note(*tables):
+    """'' for single runs, else a line saying the times are medians of N rounds."""
+    counts = sorted({r["rounds"] for rows in tables for r in rows.values()})
+    if counts == [1] or not counts:
+        return ""
+    return "Times are medians over " + "/".join(map(str, counts)) + " rounds per side.\n"
 
 
 def tflops(flops, ms):
@@ -34,6 +62,9 @@ def main():
     if ceiling:
         print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
               f"{ceiling['tflops']:.1f} TFLOP/s\n")
+    note = rounds_note(plexus, torch)
+    if note:
+        print(note)
     print(f"| layer (batch 16 unless named, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -11,7 +11,7 @@ plexus.jsonl and torch.jsonl of one precision (run.sh writes them)."""
 import os
 import sys
 
-from compare import load, tflops  # the same JSON lines and FLOP rates as one precision's table
+from compare import load, rounds_note, tflops  # the same JSON lines, rounds and FLOP rates as one precision's table
 
 
 def main():
@@ -25,6 +25,9 @@ def main():
         ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
         if ceiling:
             print(f"- matmul ceiling at {precision} (PyTorch {ceiling['name']}): {ceiling['tflops']:.0f} TFLOP/s")
+    note = rounds_note(*[table for _, plexus, torch in runs for table in (plexus, torch)])
+    if note:
+        print("- " + note, end="")
     print()
     print("| layer (batch 16 unless named) | precision | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after a build in build-gpu/
 # (tools/gpu-check.sh makes one):
-#   bash tools/bench/run.sh [--precision f32|tf32|bf16] [--only TEXT] [--no-compile]
-#   bash tools/bench/run.sh --precision tf32,bf16 --only Conv --no-compile
+#   bash tools/bench/run.sh [--precision f32|tf32|bf16] [--only TEXT] [--no-compile] [--rounds N]
+#   bash tools/bench/run.sh --precision tf32,bf16 --only Conv --no-compile --rounds 3
 # Runs plexus-bench and the PyTorch reference (eager, plus torch.compile for
 # the training steps unless --no-compile) back to back on the same GPU at the
 # same precision and prints one table (tools/bench/compare.py). --only keeps
 # the cases whose name contains TEXT (e.g. --only Conv: the convolution rows).
 # Raw JSON lines and the table go to $OUT (default bench-logs/).
+# --rounds N (default 1) measures both sides N times, alternating which goes
+# first, and the tables show each time's median over the rounds: a GPU's
+# clocks drift between runs minutes apart, and one pass of each side can
+# differ by a few percent for that reason alone.
 # With several precisions (comma-separated) each runs in turn into
 # $OUT/<precision>/, and the convolution rows of all of them are printed side
 # by side (tools/bench/compare_precisions.py) into $OUT/precisions.md.
@@ -17,25 +21,45 @@ out=${OUT:-bench-logs}
 mkdir -p "$out"
 build=${BUILD:-build-gpu}
 python=${PYTHON:-python3}
-common=() torch_only=() precisions=f32
+common=() torch_only=() precisions=f32 rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --precision) precisions=$2; shift 2 ;;
+    --rounds)
+      rounds=$2; shift 2
+      case "$rounds" in '' | *[!0-9]* | 0) echo "run.sh: --rounds must be a whole number >= 1, got '$rounds'" >&2; exit 2 ;; esac ;;
     --only) common+=("$1" "$2"); shift 2 ;;
     --tf32) precisions=tf32; shift ;;  # deprecated alias
     --no-compile) torch_only+=("$1"); shift ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-# One precision: plexus-bench, then PyTorch, then the joined table, into folder $1.
+# ${a[@]+"${a[@]}"}: an empty array expands to nothing, also under set -u in older bash.
+plexus_side() {
+  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision "$1" \
+    ${common[@]+"${common[@]}"} | tee -a "$2/plexus.jsonl"
+}
+torch_side() {
+  "$python" tools/bench/torch_bench.py --cases tools/bench/bench_cases.json --precision "$1" \
+    ${common[@]+"${common[@]}"} ${torch_only[@]+"${torch_only[@]}"} | tee -a "$2/torch.jsonl"
+}
+# One precision: the rounds of plexus-bench and PyTorch (odd rounds Plexus
+# first, even rounds PyTorch first), then the joined table, into folder $2.
 run_one() {
-  local precision=$1 folder=$2
+  local precision=$1 folder=$2 round
   mkdir -p "$folder"
-  # ${a[@]+"${a[@]}"}: an empty array expands to nothing, also under set -u in older bash.
-  "$build/bin/plexus-bench" --cases tools/bench/bench_cases.json --precision "$precision" \
-    ${common[@]+"${common[@]}"} | tee "$folder/plexus.jsonl"
-  "$python" tools/bench/torch_bench.py --cases tools/bench/bench_cases.json --precision "$precision" \
-    ${common[@]+"${common[@]}"} ${torch_only[@]+"${torch_only[@]}"} | tee "$folder/torch.jsonl"
+  : >"$folder/plexus.jsonl"
+  : >"$folder/torch.jsonl"
+  for ((round = 1; round <= rounds; round++)); do
+    [ "$rounds" -gt 1 ] && echo "== $precision: round $round of $rounds" >&2
+    if ((round % 2)); then
+      plexus_side "$precision" "$folder"
+      torch_side "$precision" "$folder"
+    else
+      torch_side "$precision" "$folder"
+      plexus_side "$precision" "$folder"
+    fi
+  done
   "$python" tools/bench/compare.py "$folder/plexus.jsonl" "$folder/torch.jsonl" | tee "$folder/table.md"
 }
 if [ "${precisions#*,}" = "$precisions" ]; then
