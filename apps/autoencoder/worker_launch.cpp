@@ -33,6 +33,9 @@ int parse_variable(const char* name, int low, int high) {
   return static_cast<int>(value);
 }
 
+// What the first SIGINT or SIGTERM to the supervisor sends every worker.
+constexpr int kPassedOnStop = SIGINT;
+
 volatile std::sig_atomic_t stop_signals = 0;
 volatile std::sig_atomic_t last_stop_signal = 0;
 extern "C" void count_stop_signal(int signal_number) {
@@ -142,7 +145,7 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
   while (running > 0) {
     if (stop_signals > stops_passed_on) {
       // The first request is passed on (the workers save and stop); a second kills them.
-      kill_all(workers, stops_passed_on == 0 ? SIGINT : SIGKILL);
+      kill_all(workers, stops_passed_on == 0 ? kPassedOnStop : SIGKILL);
       stops_passed_on = stop_signals;
     }
     int status = 0;
@@ -163,8 +166,15 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
     // Stopped by a signal (passed on by us, or sent to a worker directly):
     // the workers agree on a step and rank 0 saves; not a failure.
     const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
-    if (stopped) result = result == kExitOk ? kExitInterrupted : result;
-    if (clean || stopped) continue;
+    // Ended by the SIGINT we passed on: the worker was still starting (its
+    // handlers come before its training loop), so it had nothing to save.
+    const bool stopped_while_starting =
+        stops_passed_on == 1 && WIFSIGNALED(status) && WTERMSIG(status) == kPassedOnStop;
+    if (stopped_while_starting)
+      spdlog::info("worker rank {} of {} (pid {}) was stopped while starting, before its first step", rank,
+                   world_size, pid);
+    if (stopped || stopped_while_starting) result = result == kExitOk ? kExitInterrupted : result;
+    if (clean || stopped || stopped_while_starting) continue;
     if (result != kExitError)
       spdlog::error("worker rank {} of {} (pid {}) {}; stopping the other rank(s). Its messages are above; the last "
                     "checkpoint rank 0 saved is kept",

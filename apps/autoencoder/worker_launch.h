@@ -35,6 +35,8 @@ std::optional<WorkerEnvironment> worker_environment();
 //   an error names the rank and how it ended;
 // - SIGINT or SIGTERM to this process is passed on once to every worker
 //   (the workers agree on a step, save and exit); a second one kills them.
+//   A worker still starting up, that the passed-on SIGINT ends, counts as
+//   stopped, not failed.
 // Returns kExitOk when every worker exited 0, kExitInterrupted after a
 // stop request that every worker honoured, kExitError otherwise.
 int supervise_workers(const std::vector<std::string>& command, int world_size, const std::string& rendezvous_file);

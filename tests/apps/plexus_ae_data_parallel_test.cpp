@@ -7,10 +7,15 @@
 // with shell workers, to show that the other workers are killed.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -186,6 +191,34 @@ TEST(WorkerSupervisor, GivesEachWorkerItsRankAndTheRendezvousFile) {
   for (int rank : {0, 1})
     EXPECT_EQ(testing::read_bytes(folder / ("rank-" + std::to_string(rank))),
               std::to_string(rank) + " 2 " + (folder / "meet") + "\n");
+}
+
+// Ctrl-C while the workers start: rank 0 has its handler and stops as a
+// trained worker does (exit 130); rank 1 has none yet and dies of the
+// passed-on SIGINT. Both count as stopped: the run ends 130, not as an error.
+TEST(WorkerSupervisor, CtrlCWhileAWorkerIsStillStartingIsAStopNotAFailure) {
+  ScratchFolder folder("supervisor-stop");
+  testing::LogCapture log;
+  const std::string started = folder.path() + "/started-";
+  const std::string script = "if [ \"$PLEXUS_RANK\" = 0 ]; then trap 'kill $!; exit 130' INT; touch " + started +
+                             "0; sleep 60 & wait; exit 0; fi; touch " + started + "1; exec sleep 60";
+  // The supervisor's handler is in place before it starts any worker, so
+  // once both workers have written their file this SIGINT reaches it.
+  std::thread ctrl_c([&] {
+    testing::wait_until(
+        [&] { return std::filesystem::exists(started + "0") && std::filesystem::exists(started + "1"); }, 20);
+    kill(getpid(), SIGINT);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int code = ae::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ctrl_c.join();
+  EXPECT_EQ(code, ae::kExitInterrupted) << log.text();
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_TRUE(contains(log.text(), "worker rank 1 of 2 (pid ")) << log.text();
+  EXPECT_TRUE(contains(log.text(), "was stopped while starting, before its first step")) << log.text();
+  EXPECT_FALSE(contains(log.text(), "worker rank 0 of 2")) << log.text();  // it stopped as asked: nothing to say
+  EXPECT_FALSE(contains(log.text(), "stopping the other rank(s)")) << log.text();
 }
 
 }  // namespace
