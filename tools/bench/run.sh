@@ -27,7 +27,12 @@ while [ $# -gt 0 ]; do
     --precision) precisions=$2; shift 2 ;;
     --rounds)
       rounds=$2; shift 2
-      case "$rounds" in '' | *[!0-9]* | 0) echo "run.sh: --rounds must be a whole number >= 1, got '$rounds'" >&2; exit 2 ;; esac ;;
+      # Digits only, and not all zeros ("00" would run nothing and print an empty table).
+      if ! [[ $rounds =~ ^[0-9]+$ ]] || ((10#$rounds < 1)); then
+        echo "run.sh: --rounds must be a whole number >= 1, got '$rounds'" >&2
+        exit 2
+      fi
+      rounds=$((10#$rounds)) ;;  # "08" is 8, not a bad octal number
     --only) common+=("$1" "$2"); shift 2 ;;
     --tf32) precisions=tf32; shift ;;  # deprecated alias
     --no-compile) torch_only+=("$1"); shift ;;

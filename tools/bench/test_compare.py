@@ -148,6 +148,12 @@ class RunRoundsTest(unittest.TestCase):
         with open(os.path.join(folder, "out/table.md")) as f:
             self.assertIn("| L | 4.000 | 3.000 | 0.75x |", f.read())
 
+    def test_a_count_with_a_leading_zero_is_decimal(self):
+        # "08" is 8 rounds (not an octal error): 16 runs in all.
+        result, order, _ = self.run_script("--rounds", "08")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(order), 16)
+
     def test_a_second_run_into_the_same_folder_starts_afresh(self):
         result, _, folder = self.run_script()
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -157,7 +163,7 @@ class RunRoundsTest(unittest.TestCase):
         self.assertIn("| L | 1.000 | 2.000 | 2.00x |", result.stdout)  # one round: Plexus 1, PyTorch 2
 
     def test_a_bad_round_count_is_refused_by_name(self):
-        for bad in ("0", "two", "-1"):
+        for bad in ("0", "00", "two", "-1", ""):
             result, order, _ = self.run_script("--rounds", bad)
             self.assertEqual(result.returncode, 2)
             self.assertIn(f"--rounds must be a whole number >= 1, got '{bad}'", result.stderr)
