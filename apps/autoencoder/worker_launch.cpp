@@ -169,7 +169,7 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
     // Ended by the SIGINT we passed on: the worker was still starting (its
     // handlers come before its training loop), so it had nothing to save.
     const bool stopped_while_starting =
-        stops_passed_on == 1 && WIFSIGNALED(status) && WTERMSIG(status) == kPassedOnStop;
+        stops_passed_on > 0 && WIFSIGNALED(status) && WTERMSIG(status) == kPassedOnStop;
     if (stopped_while_starting)
       spdlog::info("worker rank {} of {} (pid {}) was stopped while starting, before its first step", rank,
                    world_size, pid);
