@@ -17,8 +17,7 @@
 # by side (tools/bench/compare_precisions.py) into $OUT/precisions.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-bench-logs}
-mkdir -p "$out"
+out=${OUT:-bench-logs}  # made by run_one, so refused options leave no folder behind
 build=${BUILD:-build-gpu}
 python=${PYTHON:-python3}
 common=() torch_only=() precisions=f32 rounds=1

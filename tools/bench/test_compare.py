@@ -164,10 +164,11 @@ class RunRoundsTest(unittest.TestCase):
 
     def test_a_bad_round_count_is_refused_by_name(self):
         for bad in ("0", "00", "two", "-1", ""):
-            result, order, _ = self.run_script("--rounds", bad)
+            result, order, folder = self.run_script("--rounds", bad)
             self.assertEqual(result.returncode, 2)
             self.assertIn(f"--rounds must be a whole number >= 1, got '{bad}'", result.stderr)
             self.assertEqual(order, [])  # nothing ran
+            self.assertFalse(os.path.exists(os.path.join(folder, "out")))  # and nothing was written
 
 
 if __name__ == "__main__":
