@@ -136,7 +136,9 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
         multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage,
                                                          warp_m0, warp_n0, lane, sums);
       });
-  store_gather_tile<T>(params, block, warp_m0, warp_n0, lane, acc);
+  static_assert(staging_bytes<T>() <= sizeof(float) * kStages * (a_stage + b_stage),
+                "the C tile is staged in the operand rings");
+  store_gather_tile<T>(params, block, warp_m0, warp_n0, lane, acc, shared);
 }
 
 // dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];

@@ -5,6 +5,7 @@
 // block to the same part, K range and tile of C, gather the same source
 // pixels and write C the same way; only the shared-memory layout of their
 // tiles and the products differ.
+#include <cstddef>
 #include <cstdint>
 
 #include "conv2d/implicit_gemm_common.cuh"
@@ -125,49 +126,75 @@ __device__ inline GatherPixel gather_pixel(const GatherParams& params, const Gat
   return pixel;
 }
 
-// Epilogue: the accumulators of a warp's MT x NT m16n8 tiles (rows warp_m0 +
-// 16 mt + g [+8], columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4:
-// the C layout of mma.sync m16n8 and, per n8 block, of wgmma m64nN) -> dest,
-// plus bias; or, when K is split, this split's partial sums (bias and sum
-// come in reduce_splits). Column offsets are computed per n8 tile, not held
-// for the whole row of tiles, to keep registers for the accumulators.
+// Epilogue: the block's tile of C -> dest, plus bias; or, when K is split,
+// this split's partial sums (bias and sum come in reduce_splits). Each warp
+// holds MT x NT m16n8 accumulator tiles (rows warp_m0 + 16 mt + g [+8],
+// columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4: the C layout of
+// mma.sync m16n8 and, per n8 block, of wgmma m64nN). Written from there, a
+// warp's store would touch 8 rows x 4 columns: 8-16 sectors of 32 bytes for
+// 128 bytes, which made the H100's L2 the bound of the backward_data phases
+// (8 bytes used per sector sent). So the tile goes through shared memory
+// first (`staging`: the block's free operand ring, every thread past its last
+// read of it) and each warp then writes whole rows: 32 consecutive columns
+// per store, 4 full sectors (forward), or 8 half sectors (a phase, whose
+// other half another phase's block fills in L2).
+template <class T>
+__host__ __device__ constexpr int staging_pitch() {
+  return T::BN + 8;  // floats per staged row: a half-warp's float2 stores (4 rows x 4 pairs) hit 32 distinct banks
+}
+template <class T>
+__host__ __device__ constexpr std::size_t staging_bytes() {
+  return sizeof(float) * T::BM * staging_pitch<T>();
+}
+
 template <class T>
 __device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
-                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4]) {
-  const GatherPart& part = *block.part;
+                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
+                                         float* staging) {
+  constexpr int kPitch = staging_pitch<T>(), kWarps = kThreads / 32, kColumnsPerLane = T::BN / 32;
+  static_assert(T::BN % 32 == 0, "a warp stores a row in whole passes of 32 columns");
   const int g = lane >> 2, t = lane & 3;
-  const int dest_plane = params.dest_h * params.dest_w;
-  const bool whole = params.splits == 1;
-  float* dest = whole ? params.dest : params.partial + block.split * params.dest_size;
-  float bias[T::MT][2];
-  long long row_offset[T::MT][2];
+  __syncthreads();  // every thread is past its last read of the operand ring
 #pragma unroll
   for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = block.m0 + warp_m0 + mt * 16 + g + 8 * half;
-      row_offset[mt][half] = m < params.m_size ? static_cast<long long>(m) * dest_plane : -1;
-      bias[mt][half] = whole && params.bias && m < params.m_size ? params.bias[m] : 0.0f;
-    }
+    for (int nt = 0; nt < T::NT; ++nt)
 #pragma unroll
-  for (int nt = 0; nt < T::NT; ++nt)
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<float2*>(staging + (warp_m0 + mt * 16 + g + 8 * half) * kPitch + warp_n0 + nt * 8 +
+                                   2 * t) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+  __syncthreads();
+
+  const GatherPart& part = *block.part;
+  const int dest_plane = params.dest_h * params.dest_w;
+  const bool whole = params.splits == 1;
+  float* dest = whole ? params.dest : params.partial + block.split * params.dest_size;
+  // Column n = n0 + lane + 32 j of the tile: its offset in dest (image and
+  // pixel), or -1 past the part's columns.
+  long long column[kColumnsPerLane];
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const long long n = block.n0 + warp_n0 + nt * 8 + 2 * t + c;
-      if (n >= block.n_size) continue;
+  for (int j = 0; j < kColumnsPerLane; ++j) {
+    const long long n = block.n0 + lane + 32 * j;
+    column[j] = -1;
+    if (n < block.n_size) {
       const int image = static_cast<int>(n / block.grid_plane);
       const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
       const int u = q / part.grid_w, v = q - u * part.grid_w;
-      const long long column = static_cast<long long>(image) * params.m_size * dest_plane +
-                               static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
-                               v * params.dest_scale + part.dest_col0;
-#pragma unroll
-      for (int mt = 0; mt < T::MT; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          if (row_offset[mt][half] >= 0)
-            dest[row_offset[mt][half] + column] = acc[mt][nt][2 * half + c] + bias[mt][half];
+      column[j] = static_cast<long long>(image) * params.m_size * dest_plane +
+                  static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
+                  v * params.dest_scale + part.dest_col0;
     }
+  }
+  const int warp = threadIdx.x / 32;
+  for (int row = warp; row < T::BM; row += kWarps) {
+    const int m = block.m0 + row;
+    if (m >= params.m_size) break;
+    const float bias = whole && params.bias ? params.bias[m] : 0.0f;
+    float* dest_row = dest + static_cast<long long>(m) * dest_plane;
+#pragma unroll
+    for (int j = 0; j < kColumnsPerLane; ++j)
+      if (column[j] >= 0) dest_row[column[j]] = staging[row * kPitch + lane + 32 * j] + bias;
+  }
 }
 
 // The wgmma gather's tile of C: 128 x 128, two warpgroups of 64 rows (as 8

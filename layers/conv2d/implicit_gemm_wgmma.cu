@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
       [] { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); });
   wgmma_wait<0>();
   fence_accumulators(acc[0]);
-  store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc);
+  static_assert(staging_bytes<T>() <= 2 * kStages * kTileBytes, "the C tile is staged in the operand rings");
+  store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc, reinterpret_cast<float*>(rings));
 #endif
 }
 
