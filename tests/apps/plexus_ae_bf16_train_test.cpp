@@ -33,36 +33,44 @@ TEST(PlexusAeBf16Train, Bmshj2018FactorizedReachesTheF32TrainingLossWithinFivePe
   // 1,500 steps of 8 crops of 64x64 on the bundled training images, the last
   // fifth at a tenth of the learning rate so that the run ends settled; the
   // loss compared is the mean training loss (lambda * 255^2 * MSE + bpp) of
-  // those last 300 steps, on the same crops in every run. A few seconds per
-  // run on a GPU.
+  // those last 300 steps, averaged over three seeds (the same three for every
+  // precision). A few seconds per run on a GPU.
   constexpr int kSteps = 1500, kLogEvery = 100, kSettledWindows = 3;
+  const std::vector<int> seeds{11, 12, 13};
   std::map<std::string, double> settled_loss;
   for (const char* precision : {"f32", "tf32", "bf16"}) {
-    const std::string out = folder / precision;
-    const auto result = testing::run_plexus_ae(
-        {"train", "--data", std::string(PLEXUS_SOURCE_DIR) + "/data/train-sample", "--model", "bmshj2018-factorized",
-         "--patch", "64", "--batch", "8", "--lr", "0.001", "--lr-schedule", "final", "--lr-decay", "0.1",
-         "--lr-final-fraction", "0.2", "--steps", std::to_string(kSteps), "--log-every", std::to_string(kLogEvery),
-         "--seed", "11", "--device", "cuda", "--precision", precision, "--out", out},
-        folder.path());
-    ASSERT_EQ(result.exit_code, 0) << precision << ": " << result.describe();
-    const auto train = testing::read_metrics(out + "/metrics.jsonl", "train");
-    ASSERT_EQ(train.size(), static_cast<std::size_t>(kSteps / kLogEvery)) << precision;
-    double sum = 0.0;
-    for (std::size_t i = train.size() - kSettledWindows; i < train.size(); ++i) sum += train[i]["loss"].get<double>();
-    settled_loss[precision] = sum / kSettledWindows;
-    EXPECT_LT(settled_loss[precision], 1e-3 * train.front()["loss"].get<double>())
-        << precision << ": the training loss did not fall";
-    std::cout << precision << ": training loss " << train.front()["loss"] << " (first 100 steps) -> "
-              << settled_loss[precision] << " (last 300 steps, PSNR " << train.back()["psnr"] << " dB, "
-              << train.back()["bpp"] << " bpp in the last 100)\n";
+    for (const int seed : seeds) {
+      const std::string out = folder / (std::string(precision) + "-" + std::to_string(seed));
+      const auto result = testing::run_plexus_ae(
+          {"train", "--data", std::string(PLEXUS_SOURCE_DIR) + "/data/train-sample", "--model",
+           "bmshj2018-factorized", "--patch", "64", "--batch", "8", "--lr", "0.001", "--lr-schedule", "final",
+           "--lr-decay", "0.1", "--lr-final-fraction", "0.2", "--steps", std::to_string(kSteps), "--log-every",
+           std::to_string(kLogEvery), "--seed", std::to_string(seed), "--device", "cuda", "--precision", precision,
+           "--out", out},
+          folder.path());
+      ASSERT_EQ(result.exit_code, 0) << precision << " seed " << seed << ": " << result.describe();
+      const auto train = testing::read_metrics(out + "/metrics.jsonl", "train");
+      ASSERT_EQ(train.size(), static_cast<std::size_t>(kSteps / kLogEvery)) << precision;
+      double sum = 0.0;
+      for (std::size_t i = train.size() - kSettledWindows; i < train.size(); ++i)
+        sum += train[i]["loss"].get<double>();
+      const double settled = sum / kSettledWindows;
+      settled_loss[precision] += settled / static_cast<double>(seeds.size());
+      EXPECT_LT(settled, 1e-3 * train.front()["loss"].get<double>())
+          << precision << " seed " << seed << ": the training loss did not fall";
+      std::cout << precision << " seed " << seed << ": training loss " << train.front()["loss"]
+                << " (first 100 steps) -> " << settled << " (last 300 steps, PSNR " << train.back()["psnr"]
+                << " dB, " << train.back()["bpp"] << " bpp in the last 100)\n";
+    }
+    std::cout << precision << ": mean settled training loss " << settled_loss[precision] << "\n";
   }
-  // The margin: 5% of the f32 loss. Two H100 runs of this test gave f32
-  // 3.548 and 3.442, tf32 3.482 (-1.9%) and 3.495 (+1.5%), bf16 3.522
-  // (-0.7%) and 3.453 (+0.3%): the rounding of TF32 alone moves the end of a
-  // short run by about 2% (CUDA training is not bit-reproducible run to run
-  // either), so the margin is about twice that, and a BF16 penalty that
-  // matters shows beyond it.
+  // The margin: 5% of the f32 loss. CUDA training is not bit-reproducible
+  // run to run: over six recorded H100 runs of one seed the settled loss
+  // ranged 3.41-3.58 at f32 and 3.44-3.62 at bf16 (tf32 3.44-3.61). Single runs of
+  // f32 and bf16 once came 6.1% apart (3.413 against 3.622) with nothing
+  // wrong, so the test compares means over three seeds, which narrows that
+  // spread by about sqrt(3), and a BF16 penalty that matters still shows
+  // beyond the margin.
   const double gap = (settled_loss["bf16"] - settled_loss["f32"]) / settled_loss["f32"];
   EXPECT_LT(std::abs(gap), 0.05) << "bf16 " << settled_loss["bf16"] << " against f32 " << settled_loss["f32"];
 }
