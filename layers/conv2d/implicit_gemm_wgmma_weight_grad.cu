@@ -17,9 +17,15 @@
 // zeros outside (the TMA's out-of-bounds fill is the padding). Both land
 // 128-byte swizzled, the layout wgmma reads.
 //
-// BF16: the copies are rounded to bf16 (nearest even), BK = 64. The path
-// takes problems with >= 64 channels on both sides, output rows of whole K
-// tiles (Wo % BK == 0), stride <= 4 and at most 4 distinct dj
+// BF16: the copies are rounded to bf16 (nearest even), BK = 64. Where an
+// output row is an odd number of 32-pixel halves of that (Wo % 64 = 32, as
+// in a 5x5/2 layer onto 32x32), a K tile is 32 pixels of two consecutive
+// rows (a, a + 1) instead: each operand's slot holds two 8 KiB sub-tiles,
+// one per row, of 64-byte rows with 64-byte swizzle (a TMA box pads its
+// rows to the swizzle span, so one 2-row box with 128-byte swizzle would
+// not fit the slot); a row past the bottom is zeros. The path takes
+// problems with >= 64 channels on both sides, output rows of whole 32-pixel
+// (TF32, BF16) or 64-pixel tiles, stride <= 4 and at most 4 distinct dj
 // (wgmma_weight_grad_fits); others keep the mma.sync kernels of
 // implicit_gemm_weight_grad.cu.
 //
@@ -33,7 +39,6 @@
 #include <cstdint>
 #include <string>
 
-#include "conv2d/channel_ops.h"
 #include "conv2d/implicit_gemm_bf16.cuh"
 #include "conv2d/implicit_gemm_common.cuh"
 #include "conv2d/implicit_gemm_wgmma_weight_grad.h"
@@ -52,13 +57,16 @@ constexpr int kStages = 3;  // 3 x 32 KiB: two blocks per multiprocessor
 constexpr int kSwizzleAlign = kWgmmaSwizzleAlign;
 
 struct WgmmaWeightGradParams {
-  float* partial;  // [splits][Co][Ci*k*k]
+  float* partial;  // [splits][k*k][Co][Ci]: a block's tile is 128 rows of 128 contiguous floats
   int in_channels, out_channels, kernel, stride, padding;
   int out_height;
   int shift_min;        // the smallest dj (the first shifted copy of Y)
-  int row_tiles;        // K tiles per output row: u in [0, row_tiles * BK)
+  int row_pixels;       // pixels of one row in a K tile: BK, or BK / 2 (two rows per tile)
+  int rows_per_tile;    // 1, or 2: rows a and a + 1, one 64-byte swizzled sub-tile each
+  int row_tiles;        // K tiles across an output row: u in [0, row_tiles * row_pixels)
+  int row_groups;       // ceil(Ho / rows_per_tile)
   int channel_tiles;    // ceil(Ci / 128)
-  int k_tiles;          // batch * Ho * row_tiles
+  int k_tiles;          // batch * row_groups * row_tiles
   int tiles_per_split;
 };
 
@@ -112,7 +120,6 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
     wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
                              const WgmmaWeightGradParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kTileK = bf16 ? 64 : 32;
   const int tap = blockIdx.x / params.channel_tiles;
   const int c0 = (blockIdx.x - tap * params.channel_tiles) * kTileRows;
   const int o0 = blockIdx.y * kTileRows;
@@ -140,20 +147,25 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {
-    // Producer. Tile k = (image n, output row a, row tile r): A box (r*BK,
-    // a, o0, n, dj - dj_min) of the shifted copies of Y; B box (r*BK, a + di,
-    // c0, n, phase) of the phases. A slot's first use waits on the phase
+    // Producer. Tile k = (image n, output rows a (and a + 1), row tile r):
+    // A box (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of
+    // Y; B box (r * row_pixels, a + di, c0, n, phase) of the phases. A slot's first use waits on the phase
     // before the barrier's first (parity 1), which counts as complete.
     if (lane == 0)
       for (int k = 0; k < k_tiles; ++k) {
         const int stage = k % kStages, tile = k_first + k;
         barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
         const int row_tile = tile % params.row_tiles, rest = tile / params.row_tiles;
-        const int a = rest % params.out_height, n = rest / params.out_height;
+        const int a = params.rows_per_tile * (rest % params.row_groups), n = rest / params.row_groups;
         const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
         barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
-        tma_load_5d(a_tile, &y_map, row_tile * kTileK, a, o0, n, dj - params.shift_min, full + 8 * stage);
-        tma_load_5d(b_tile, &x_map, row_tile * kTileK, a + di, c0, n, phase, full + 8 * stage);
+        const int u0 = row_tile * params.row_pixels;
+        const unsigned sub_tile_bytes = kTileBytes / params.rows_per_tile;
+        for (int r = 0; r < params.rows_per_tile; ++r) {
+          tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, dj - params.shift_min,
+                      full + 8 * stage);
+          tma_load_5d(b_tile + r * sub_tile_bytes, &x_map, u0, a + r + di, c0, n, phase, full + 8 * stage);
+        }
       }
     return;
   }
@@ -167,16 +179,29 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   for (int k = 0; k < k_tiles; ++k) {
     const int stage = k % kStages;
     barrier_wait(full + 8 * stage, (k / kStages) & 1);
-    const std::uint64_t a = swizzled_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
-    const std::uint64_t b = swizzled_descriptor(ring + (kStages + stage) * kTileBytes);
+    const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
     fence_accumulators(acc);
     wgmma_fence();
+    if (params.rows_per_tile == 1) {
+      // Four k8 (TF32) / k16 (BF16) steps of 32 bytes along the 128-byte rows.
+      const std::uint64_t a = swizzled_descriptor(a_tile + warpgroup * (kTileBytes / 2));
+      const std::uint64_t b = swizzled_descriptor(b_tile);
 #pragma unroll
-    for (int step = 0; step < kRowBytes / 32; ++step) {
-      if constexpr (bf16)
-        wgmma_bf16(acc, a + 2 * step, b + 2 * step);
-      else
-        wgmma_tf32(acc, a + 2 * step, b + 2 * step);
+      for (int step = 0; step < kRowBytes / 32; ++step) {
+        if constexpr (bf16)
+          wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+        else
+          wgmma_tf32(acc, a + 2 * step, b + 2 * step);
+      }
+    } else if constexpr (bf16) {
+      // Two rows: two k16 steps along each sub-tile's 64-byte rows.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const std::uint64_t a = swizzled_64_descriptor(a_tile + r * (kTileBytes / 2) + warpgroup * (kTileBytes / 4));
+        const std::uint64_t b = swizzled_64_descriptor(b_tile + r * (kTileBytes / 2));
+#pragma unroll
+        for (int step = 0; step < 2; ++step) wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+      }
     }
     wgmma_commit();
     wgmma_wait<1>();  // tile k-1's products are done
@@ -187,24 +212,60 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   fence_accumulators(acc);
 
   // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
-  // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8).
+  // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8). Stored
+  // tap-major, a warp's store covers 8 rows x 32 contiguous bytes (whole
+  // sectors); in dW's own [o][c][tap] order it was one float per sector,
+  // which cost more than the products where the pixel sum is short.
   const int g = lane >> 2, t = lane & 3;
-  const int kk = params.kernel * params.kernel;
-  const long long n_size = static_cast<long long>(params.in_channels) * kk;
-  float* partial = params.partial + static_cast<long long>(blockIdx.z) * params.out_channels * n_size;
+  const long long tap_size = static_cast<long long>(params.out_channels) * params.in_channels;
+  float* partial = params.partial + (static_cast<long long>(blockIdx.z) * params.kernel * params.kernel + tap) *
+                                        tap_size;
+  const bool pairs = params.in_channels % 2 == 0;  // (o, c) and (o, c + 1) form an aligned float2
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int o = o0 + 64 * warpgroup + 16 * (warp % 4) + g + 8 * half;
     if (o >= params.out_channels) continue;
+    float* row = partial + static_cast<long long>(o) * params.in_channels;
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = c0 + 8 * j + 2 * t + e;
-        if (c < params.in_channels) partial[o * n_size + static_cast<long long>(c) * kk + tap] = acc[j][2 * half + e];
+    for (int j = 0; j < 16; ++j) {
+      const int c = c0 + 8 * j + 2 * t;
+      const float first = acc[j][2 * half], second = acc[j][2 * half + 1];
+      if (pairs && c + 1 < params.in_channels) {
+        *reinterpret_cast<float2*>(row + c) = make_float2(first, second);
+      } else {
+        if (c < params.in_channels) row[c] = first;
+        if (c + 1 < params.in_channels) row[c + 1] = second;
       }
+    }
   }
 #endif
+}
+
+// dW[o][c][tap] += sum over splits of partial[split][tap][o][c]. Block b
+// takes kSumPairs consecutive (o, c) pairs and all taps: it reads each
+// split's rows of them whole (one row of kSumPairs floats per tap), turns
+// them over in shared memory and adds the block's kSumPairs x taps
+// contiguous floats of dW. Writing dW straight from the partial sums' order
+// touched one sector per float, which cost more than the sums.
+constexpr int kSumPairs = 64, kSumThreads = 256, kSumMaxTaps = 81;  // kernels up to 9x9 (wgmma_weight_grad_fits)
+
+__global__ void __launch_bounds__(kSumThreads) sum_tap_partials_kernel(const float* partial, int splits, int taps,
+                                                                      long long tap_size, float* weight_grad) {
+  __shared__ float sums[kSumPairs * kSumMaxTaps];  // [pair][tap]
+  const long long first = static_cast<long long>(blockIdx.x) * kSumPairs;
+  const int pairs = static_cast<int>(min(static_cast<long long>(kSumPairs), tap_size - first));
+  const long long split_size = taps * tap_size;
+  for (int index = threadIdx.x; index < taps * kSumPairs; index += kSumThreads) {
+    const int tap = index / kSumPairs, pair = index % kSumPairs;
+    if (pair >= pairs) continue;
+    const float* source = partial + tap * tap_size + first + pair;
+    float sum = 0.0f;
+    for (int split = 0; split < splits; ++split) sum += source[split * split_size];
+    sums[pair * taps + tap] = sum;  // an odd number of taps (odd k) puts a warp's 32 pairs in distinct banks
+  }
+  __syncthreads();
+  float* destination = weight_grad + first * taps;
+  for (int index = threadIdx.x; index < pairs * taps; index += kSumThreads) destination[index] += sums[index];
 }
 
 // ---------------------------------------------------------------------------
@@ -228,16 +289,19 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }
 
 // A tiled tensor map over 5 dimensions (innermost first; sizes in elements,
-// strides in bytes for dimensions 1-4), boxes of `box` elements, 128-byte
-// swizzle, zeros outside.
+// strides in bytes for dimensions 1-4), boxes of `box` elements with rows of
+// box[0] elements (128 or 64 bytes) swizzled over as many bytes, zeros outside.
 CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint64_t (&strides)[4],
                        const std::uint32_t (&box)[5], const char* what) {
+  const bool row_64_bytes = box[0] * (bf16 ? 2 : 4) == 64;
   CUtensorMap map;
   const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult result =
       encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                      5, base, sizes, strides, box, element_strides,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     row_64_bytes ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
     throw Error(std::string("cuTensorMapEncodeTiled failed for the weight gradient's ") + what + " (CUresult " +
@@ -247,6 +311,12 @@ CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], c
 
 int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }
 
+// Pixels of one output row in a K tile: a whole stage, or at BF16 half of
+// one when rows are 32 pixels longer than a multiple of 64 (two rows per tile).
+int row_pixels(const ConvProblem& p, bool bf16) {
+  return bf16 && p.out_width % stage_pixels(bf16) != 0 ? stage_pixels(bf16) / 2 : stage_pixels(bf16);
+}
+
 // floor(a / b) for b > 0.
 long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -254,16 +324,17 @@ long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + 
 
 bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
   if (p.stride < 1 || p.stride > 4 || p.kernel > 9 || p.in_channels < 64 || p.out_channels < 64 ||
-      p.out_width % stage_pixels(bf16) != 0)
+      p.out_width % row_pixels(p, bf16) != 0)
     return false;
   const long long shifts = floor_div(p.kernel - 1 - p.padding, p.stride) - floor_div(-p.padding, p.stride) + 1;
-  return shifts <= 4 && p.batch * p.out_height * (p.out_width / stage_pixels(bf16) + 1) < (1LL << 31);
+  return shifts <= 4 && p.batch * p.out_height * (p.out_width / row_pixels(p, bf16) + 1) < (1LL << 31);
 }
 
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
                        float* weight_grad, Scratch& scratch) {
   const bool bf16 = ctx.bf16_products();
-  const int s = static_cast<int>(p.stride), tile_k = stage_pixels(bf16);
+  const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, bf16);
+  const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
   const std::uint64_t element = bf16 ? 2 : 4;
   // Column offsets dj of the taps, and the columns u of the phase images the
   // sum needs: those with a Y pixel (u - dj < Wo) inside the phase width.
@@ -271,8 +342,9 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const int shift_max = static_cast<int>(floor_div(p.kernel - 1 - p.padding, s));
   const int shifts = shift_max - shift_min + 1;
   const long long phase_height = ceil_div(p.height, s), phase_width = ceil_div(p.width, s);
-  const long long row_tiles = ceil_div(std::max(1LL, std::min<long long>(phase_width, p.out_width + shift_max)), tile_k);
-  const long long columns = row_tiles * tile_k;
+  const long long row_tiles =
+      ceil_div(std::max(1LL, std::min<long long>(phase_width, p.out_width + shift_max)), tile_pixels);
+  const long long columns = row_tiles * tile_pixels;
   // The phase images of X, rows padded to 16 bytes (a TMA stride rule).
   const long long row_pitch = round_up(phase_width, 16 / static_cast<long long>(element));
   const long long phase_elements = static_cast<long long>(s) * s * p.batch * p.in_channels * phase_height * row_pitch;
@@ -302,7 +374,8 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const std::uint64_t y_strides[4] = {y_sizes[0] * element, y_sizes[0] * y_sizes[1] * element,
                                       y_sizes[0] * y_sizes[1] * y_sizes[2] * element,
                                       y_sizes[0] * y_sizes[1] * y_sizes[2] * y_sizes[3] * element};
-  const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_k), 1, kTileRows, 1, 1};
+  // A box: tile_pixels of one row (128 bytes, or 64 with two rows per K tile) of 128 channels.
+  const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
   const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, y_strides, box, "shifted output gradient");
 
   const std::uint64_t x_sizes[5] = {static_cast<std::uint64_t>(row_pitch), static_cast<std::uint64_t>(phase_height),
@@ -321,9 +394,12 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   params.padding = static_cast<int>(p.padding);
   params.out_height = static_cast<int>(p.out_height);
   params.shift_min = shift_min;
+  params.row_pixels = tile_pixels;
+  params.rows_per_tile = rows_per_tile;
   params.row_tiles = static_cast<int>(row_tiles);
+  params.row_groups = static_cast<int>(ceil_div(p.out_height, rows_per_tile));
   params.channel_tiles = static_cast<int>(ceil_div(p.in_channels, kTileRows));
-  params.k_tiles = static_cast<int>(p.batch * p.out_height * params.row_tiles);
+  params.k_tiles = static_cast<int>(p.batch * params.row_groups * params.row_tiles);
   // Split the pixel sum so the blocks fill the GPU once (two per
   // multiprocessor), keeping at least 8 tiles per block; partial sums are
   // added in a fixed order (deterministic).
@@ -354,7 +430,11 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
     wgmma_weight_grad_kernel<false><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
   }
   cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
-  accumulate_batch_sum_cuda(ctx, params.partial, used_splits, grad_size, weight_grad);
+  const long long tap_size = p.out_channels * p.in_channels;
+  sum_tap_partials_kernel<<<static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0,
+                            cuda::stream(ctx)>>>(params.partial, static_cast<int>(used_splits), static_cast<int>(taps),
+                                                 tap_size, weight_grad);
+  cuda::check_launch("sum_tap_partials_kernel", __FILE__, __LINE__);
 }
 
 }  // namespace plexus::layers::implicit_gemm::detail

@@ -7,7 +7,8 @@ namespace plexus::layers::implicit_gemm::detail {
 
 // Whether the Hopper kernel takes the problem at this precision (bf16: BF16
 // products, else TF32): stride <= 4, >= 64 input and output channels, and
-// output rows of whole K tiles (width a multiple of 32 pixels, 64 for bf16).
+// output rows of whole 32-pixel tiles (bf16 takes two rows per K tile where
+// the width is not a multiple of 64).
 // The caller also checks uses_wgmma().
 bool wgmma_weight_grad_fits(const ConvProblem& problem, bool bf16);
 

@@ -27,6 +27,15 @@ __device__ inline std::uint64_t swizzled_descriptor(unsigned shared_byte_address
          (static_cast<std::uint64_t>(kWgmmaSwizzleAlign >> 4) << 32) | (std::uint64_t{1} << 62);
 }
 
+// The same for a K-major tile of 64-byte rows with 64-byte swizzle (16-byte
+// chunk j of row r at chunk j ^ ((r / 2) % 4), as the TMA's 64-byte swizzle
+// writes it): 8-row groups 512 bytes apart, swizzle mode 2 (bits 62-63),
+// tiles 512-byte aligned. A row holds two k16 BF16 steps.
+__device__ inline std::uint64_t swizzled_64_descriptor(unsigned shared_byte_address) {
+  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
+         (static_cast<std::uint64_t>(512 >> 4) << 32) | (std::uint64_t{2} << 62);
+}
+
 // d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
 __device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
   asm volatile(

@@ -295,11 +295,16 @@ std::vector<Case> tensor_core_cases() {
       // sides: the Hopper weight gradient (TMA boxes of stride phases) at
       // strides 1, 2, 3, odd heights (phases of unequal size), 96 channels
       // (a partial channel tile), 130 output channels (a partial row tile),
-      // and a 32-pixel row (TF32 only; BF16 takes mma.sync there).
+      // rows of 32 and 96 pixels, which BF16 takes two rows per 64-pixel
+      // tile (3 rows: the last tile's second row is past the bottom), and 65
+      // channels both sides (odd rows of partial sums; 65 x 65 (o, c) pairs,
+      // not a whole number of the split sum's blocks).
       {{{"out_channels", 72}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 64, 127, 128}},
       {{{"out_channels", 64}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {1, 96, 5, 64}},
       {{{"out_channels", 130}, {"kernel", 5}, {"stride", 3}, {"padding", 2}}, {1, 64, 10, 190}},
       {{{"out_channels", 64}, {"kernel", 4}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 64}},
+      {{{"out_channels", 64}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {1, 64, 6, 192}},
+      {{{"out_channels", 65}, {"kernel", 3}, {"padding", 1}}, {2, 65, 4, 32}},
       // 1 to 4 input channels (the layer reading an RGB image): forward and
       // the weight gradient from staged image strips (few_channel_conv.h), at
       // strides 1 to 4, kernels 3 to 9 (243 columns of the weight gradient),
