@@ -147,10 +147,12 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {
-    // Producer. Tile k = (image n, output rows a (and a + 1), row tile r):
-    // A box (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of
-    // Y; B box (r * row_pixels, a + di, c0, n, phase) of the phases. A slot's first use waits on the phase
-    // before the barrier's first (parity 1), which counts as complete.
+    // Producer. Tile k = (image n, output row a, row tile r): A box
+    // (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of Y; B
+    // box (r * row_pixels, a + di, c0, n, phase) of the phases; with two rows
+    // per tile, the same for row a + 1 into each slot's second sub-tile. A
+    // slot's first use waits on the phase before the barrier's first
+    // (parity 1), which counts as complete.
     if (lane == 0)
       for (int k = 0; k < k_tiles; ++k) {
         const int stage = k % kStages, tile = k_first + k;
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   const long long tap_size = static_cast<long long>(params.out_channels) * params.in_channels;
   float* partial = params.partial + (static_cast<long long>(blockIdx.z) * params.kernel * params.kernel + tap) *
                                         tap_size;
-  const bool pairs = params.in_channels % 2 == 0;  // (o, c) and (o, c + 1) form an aligned float2
+  const bool float2_stores = params.in_channels % 2 == 0;  // (o, c) and (o, c + 1), c even, are 8-byte aligned
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int o = o0 + 64 * warpgroup + 16 * (warp % 4) + g + 8 * half;
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
     for (int j = 0; j < 16; ++j) {
       const int c = c0 + 8 * j + 2 * t;
       const float first = acc[j][2 * half], second = acc[j][2 * half + 1];
-      if (pairs && c + 1 < params.in_channels) {
+      if (float2_stores && c + 1 < params.in_channels) {
         *reinterpret_cast<float2*>(row + c) = make_float2(first, second);
       } else {
         if (c < params.in_channels) row[c] = first;
