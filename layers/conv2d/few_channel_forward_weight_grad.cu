@@ -400,15 +400,22 @@ long long resident_blocks(const Context& ctx, Kernel kernel, std::size_t bytes, 
   return static_cast<long long>(std::max(per_multiprocessor, 1)) * multiprocessor_count(ctx);
 }
 
-// Calls f(std::integral_constant<int, S>) for S = stride (1 to 4, implicit_gemm::supports).
+// Calls f(product, std::integral_constant<int, S>) with the Context's tensor-core
+// product (Bf16Product or Tf32Product) and S = stride (1 to 4, implicit_gemm::supports).
 template <typename F>
-void with_stride(int stride, F&& f) {
-  switch (stride) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    default: return f(std::integral_constant<int, 4>{});
-  }
+void with_product_and_stride(const Context& ctx, int stride, F&& f) {
+  auto with_stride = [&](auto product) {
+    switch (stride) {
+      case 1: return f(product, std::integral_constant<int, 1>{});
+      case 2: return f(product, std::integral_constant<int, 2>{});
+      case 3: return f(product, std::integral_constant<int, 3>{});
+      default: return f(product, std::integral_constant<int, 4>{});
+    }
+  };
+  if (ctx.bf16_products())
+    with_stride(Bf16Product{});
+  else
+    with_stride(Tf32Product{});
 }
 
 template <class Product, int S>
@@ -470,11 +477,8 @@ void forward(const Context& ctx, const ConvProblem& problem, const float* x, con
              float* y) {
   const StripParams p = strip_params(problem, x);
   if (p.tiles == 0) return;
-  with_stride(p.stride, [&](auto stride) {
-    if (ctx.bf16_products())
-      launch_forward<Bf16Product, stride>(ctx, p, weight, bias, y);
-    else
-      launch_forward<Tf32Product, stride>(ctx, p, weight, bias, y);
+  with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
+    launch_forward<decltype(product), stride>(ctx, p, weight, bias, y);
   });
 }
 
@@ -482,11 +486,8 @@ void backward_weight(const Context& ctx, const ConvProblem& problem, const float
                      float* weight_grad, Tensor& partial_sums) {
   const StripParams p = strip_params(problem, x);
   if (p.tiles == 0) return;
-  with_stride(p.stride, [&](auto stride) {
-    if (ctx.bf16_products())
-      run_weight_grad<Bf16Product, stride>(ctx, p, y, weight_grad, partial_sums);
-    else
-      run_weight_grad<Tf32Product, stride>(ctx, p, y, weight_grad, partial_sums);
+  with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
+    run_weight_grad<decltype(product), stride>(ctx, p, y, weight_grad, partial_sums);
   });
 }
 

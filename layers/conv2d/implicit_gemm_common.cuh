@@ -316,6 +316,15 @@ inline int multiprocessor_count(const Context& ctx) {
   return std::max(count, 1);
 }
 
+// How many slices to split a GEMM's K into: enough that `blocks` tiles
+// (blocks_per_multiprocessor resident at once) fill the GPU once, keeping at
+// least 8 stages of K per slice, and at most `most`.
+inline long long k_splits(const Context& ctx, int blocks_per_multiprocessor, long long blocks, long long k_tiles,
+                          long long most = 1LL << 30) {
+  const long long resident = static_cast<long long>(blocks_per_multiprocessor) * multiprocessor_count(ctx);
+  return std::max(1LL, std::min({resident / std::max(blocks, 1LL), k_tiles / 8, most}));
+}
+
 // The tap-major gathers' source: an NHWC copy of the NCHW `source` [batch,
 // channels, height, width] with channel_pad channels (zeros past `channels`),
 // in `buffer`. nchw_to_nhwc_cuda takes at most 65535 images per call.

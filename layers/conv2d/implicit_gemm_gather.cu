@@ -289,9 +289,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
     blocks += n_tiles * ceil_div(params.m_size, kTileM);
   }
   if (max_n_tiles == 0) return;
-  const long long resident = static_cast<long long>(kBlocks) * multiprocessor_count(ctx);
-  const long long k_tiles = max_k_stride / stage_k;
-  params.splits = static_cast<int>(std::max(1LL, std::min({resident / blocks, k_tiles / 8, 8LL})));
+  params.splits = static_cast<int>(k_splits(ctx, kBlocks, blocks, max_k_stride / stage_k, 8));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
   params.partial = nullptr;
   if (params.splits > 1)

@@ -396,10 +396,7 @@ void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams&
   const long long m_size = p.out_channels, n_size = p.in_channels * p.kernel * p.kernel;
   const long long tiles = ceil_div(m_size, T::BM) * ceil_div(n_size, T::BN);
   const long long k_tiles = ceil_div(k_size, kTileK);
-  // Split the pixel sum so that the blocks fill the GPU once (T::BLOCKS
-  // resident per multiprocessor), keeping at least 8 stages of work per block.
-  const long long resident = static_cast<long long>(T::BLOCKS) * multiprocessor_count(ctx);
-  const long long splits = std::max(1LL, std::min(resident / std::max(tiles, 1LL), k_tiles / 8));
+  const long long splits = k_splits(ctx, T::BLOCKS, tiles, k_tiles);
   const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
   const long long used_splits = ceil_div(k_size, k_per_split);
 

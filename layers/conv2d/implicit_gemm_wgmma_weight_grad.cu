@@ -290,12 +290,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return function;
 }
 
-// A tiled tensor map over 5 dimensions (innermost first; sizes in elements,
-// strides in bytes for dimensions 1-4), boxes of `box` elements with rows of
-// box[0] elements (128 or 64 bytes) swizzled over as many bytes, zeros outside.
-CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint64_t (&strides)[4],
-                       const std::uint32_t (&box)[5], const char* what) {
-  const bool row_64_bytes = box[0] * (bf16 ? 2 : 4) == 64;
+// A tiled tensor map over a packed 5-dimensional array (sizes in elements,
+// innermost first), boxes of `box` elements with rows of box[0] elements
+// (128 or 64 bytes) swizzled over as many bytes, zeros outside.
+CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint32_t (&box)[5],
+                       const char* what) {
+  const std::uint64_t element = bf16 ? 2 : 4;
+  const bool row_64_bytes = box[0] * element == 64;
+  std::uint64_t strides[4];  // bytes from one index of dimension d + 1 to the next
+  strides[0] = sizes[0] * element;
+  for (int d = 1; d < 4; ++d) strides[d] = strides[d - 1] * sizes[d];
   CUtensorMap map;
   const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult result =
@@ -322,14 +326,24 @@ int row_pixels(const ConvProblem& p, bool bf16) {
 // floor(a / b) for b > 0.
 long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+// The column offsets dj = floor((j - p) / s) of the kernel's taps j: one
+// row-shifted copy of Y per value, first to last.
+struct TapShifts {
+  int first, last;
+  int count() const { return last - first + 1; }
+};
+TapShifts tap_shifts(const ConvProblem& p) {
+  return {static_cast<int>(floor_div(-p.padding, p.stride)),
+          static_cast<int>(floor_div(p.kernel - 1 - p.padding, p.stride))};
+}
+
 }  // namespace
 
 bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
   if (p.stride < 1 || p.stride > 4 || p.kernel > 9 || p.in_channels < 64 || p.out_channels < 64 ||
       p.out_width % row_pixels(p, bf16) != 0)
     return false;
-  const long long shifts = floor_div(p.kernel - 1 - p.padding, p.stride) - floor_div(-p.padding, p.stride) + 1;
-  return shifts <= 4 && p.batch * p.out_height * (p.out_width / row_pixels(p, bf16) + 1) < (1LL << 31);
+  return tap_shifts(p).count() <= 4 && p.batch * p.out_height * (p.out_width / row_pixels(p, bf16) + 1) < (1LL << 31);
 }
 
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
@@ -337,18 +351,17 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const bool bf16 = ctx.bf16_products();
   const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, bf16);
   const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
-  const std::uint64_t element = bf16 ? 2 : 4;
+  const long long element = bf16 ? 2 : 4;
   // Column offsets dj of the taps, and the columns u of the phase images the
   // sum needs: those with a Y pixel (u - dj < Wo) inside the phase width.
-  const int shift_min = static_cast<int>(floor_div(-p.padding, s));
-  const int shift_max = static_cast<int>(floor_div(p.kernel - 1 - p.padding, s));
-  const int shifts = shift_max - shift_min + 1;
+  const TapShifts shift = tap_shifts(p);
+  const int shift_min = shift.first, shift_max = shift.last, shifts = shift.count();
   const long long phase_height = ceil_div(p.height, s), phase_width = ceil_div(p.width, s);
   const long long row_tiles =
       ceil_div(std::max(1LL, std::min<long long>(phase_width, p.out_width + shift_max)), tile_pixels);
   const long long columns = row_tiles * tile_pixels;
   // The phase images of X, rows padded to 16 bytes (a TMA stride rule).
-  const long long row_pitch = round_up(phase_width, 16 / static_cast<long long>(element));
+  const long long row_pitch = round_up(phase_width, 16 / element);
   const long long phase_elements = static_cast<long long>(s) * s * p.batch * p.in_channels * phase_height * row_pitch;
   const long long shifted_elements = shifts * p.batch * p.out_channels * p.out_height * columns;
   void* phases = nullptr;
@@ -373,20 +386,14 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const std::uint64_t y_sizes[5] = {static_cast<std::uint64_t>(columns), static_cast<std::uint64_t>(p.out_height),
                                     static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch),
                                     static_cast<std::uint64_t>(shifts)};
-  const std::uint64_t y_strides[4] = {y_sizes[0] * element, y_sizes[0] * y_sizes[1] * element,
-                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * element,
-                                      y_sizes[0] * y_sizes[1] * y_sizes[2] * y_sizes[3] * element};
   // A box: tile_pixels of one row (128 bytes, or 64 with two rows per K tile) of 128 channels.
   const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
-  const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, y_strides, box, "shifted output gradient");
+  const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, box, "shifted output gradient");
 
   const std::uint64_t x_sizes[5] = {static_cast<std::uint64_t>(row_pitch), static_cast<std::uint64_t>(phase_height),
                                     static_cast<std::uint64_t>(p.in_channels), static_cast<std::uint64_t>(p.batch),
                                     static_cast<std::uint64_t>(s) * s};
-  const std::uint64_t x_strides[4] = {x_sizes[0] * element, x_sizes[0] * x_sizes[1] * element,
-                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * element,
-                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * x_sizes[3] * element};
-  const CUtensorMap x_map = tensor_map(phases, bf16, x_sizes, x_strides, box, "input phases");
+  const CUtensorMap x_map = tensor_map(phases, bf16, x_sizes, box, "input phases");
 
   WgmmaWeightGradParams params{};
   params.in_channels = static_cast<int>(p.in_channels);
@@ -402,13 +409,10 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   params.row_groups = static_cast<int>(ceil_div(p.out_height, rows_per_tile));
   params.channel_tiles = static_cast<int>(ceil_div(p.in_channels, kTileRows));
   params.k_tiles = static_cast<int>(p.batch * params.row_groups * params.row_tiles);
-  // Split the pixel sum so the blocks fill the GPU once (two per
-  // multiprocessor), keeping at least 8 tiles per block; partial sums are
-  // added in a fixed order (deterministic).
+  // Partial sums of the split pixel sum are added in a fixed order (deterministic).
   const long long taps = p.kernel * p.kernel;
   const long long tiles = taps * params.channel_tiles * ceil_div(p.out_channels, kTileRows);
-  const long long resident = 2LL * multiprocessor_count(ctx);
-  const long long splits = std::max(1LL, std::min(resident / tiles, params.k_tiles / 8LL));
+  const long long splits = k_splits(ctx, 2, tiles, params.k_tiles);
   params.tiles_per_split = static_cast<int>(ceil_div(params.k_tiles, splits));
   const long long used_splits = ceil_div(params.k_tiles, params.tiles_per_split);
   const long long grad_size = p.out_channels * p.in_channels * taps;
