@@ -93,21 +93,24 @@ void launch_phases(const Context& ctx, const float* source, long long groups, in
       source, planes, height, width, phase_height, row_pitch, static_cast<int>(groups), destination);
 }
 
-void check_sizes(bool valid, const char* what, std::int64_t height, std::int64_t width, std::int64_t row_pitch) {
-  if (!valid)
-    throw Error(std::string(what) + ": unsupported sizes (height " + std::to_string(height) + ", width " +
-                std::to_string(width) + ", row_pitch " + std::to_string(row_pitch) + ")");
+[[noreturn]] void unsupported_sizes(const char* copy, const std::string& sizes) {
+  throw Error(std::string(copy) + ": unsupported sizes (" + sizes + ")");
 }
 
 template <class Out>
 void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                     std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch, Out* destination) {
-  check_sizes(stride >= 1 && stride <= 4 && row_pitch >= (width + stride - 1) / stride && height <= (1 << 30) &&
-                  width <= (1 << 30) && row_pitch <= (1 << 30),
-              "nchw_to_phases", height, width, row_pitch);
+  const auto sizes = [&] {
+    return "batch " + std::to_string(batch) + ", channels " + std::to_string(channels) + ", height " +
+           std::to_string(height) + ", width " + std::to_string(width) + ", stride " + std::to_string(stride) +
+           ", row_pitch " + std::to_string(row_pitch);
+  };
+  if (!(stride >= 1 && stride <= 4 && row_pitch >= (width + stride - 1) / stride && height <= (1 << 30) &&
+        width <= (1 << 30) && row_pitch <= (1 << 30)))
+    unsupported_sizes("nchw_to_phases", sizes());
   const std::int64_t phase_height = (height + stride - 1) / stride;
   const long long groups = static_cast<long long>(stride) * batch * channels * phase_height;
-  check_sizes(groups * stride < (1LL << 31), "nchw_to_phases", height, width, row_pitch);
+  if (groups * stride >= (1LL << 31)) unsupported_sizes("nchw_to_phases", sizes());
   if (groups == 0 || row_pitch == 0) return;
   const int planes = static_cast<int>(batch * channels), h = static_cast<int>(height), w = static_cast<int>(width);
   const int ph = static_cast<int>(phase_height), pitch = static_cast<int>(row_pitch);
@@ -124,11 +127,17 @@ template <class Out>
 void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t height, std::int64_t width, int first_shift, int copies, std::int64_t row_pitch,
                        Out* destination) {
-  check_sizes(copies >= 1 && copies <= 64 && width <= (1 << 30) && row_pitch <= (1 << 30) && first_shift > -(1 << 20) &&
-                  first_shift < (1 << 20),
-              "shifted_rows", height, width, row_pitch);
+  const auto sizes = [&] {
+    return "batch " + std::to_string(batch) + ", channels " + std::to_string(channels) + ", height " +
+           std::to_string(height) + ", width " + std::to_string(width) + ", first_shift " +
+           std::to_string(first_shift) + ", copies " + std::to_string(copies) + ", row_pitch " +
+           std::to_string(row_pitch);
+  };
+  if (!(copies >= 1 && copies <= 64 && width <= (1 << 30) && row_pitch <= (1 << 30) && first_shift > -(1 << 20) &&
+        first_shift < (1 << 20)))
+    unsupported_sizes("shifted_rows", sizes());
   const long long rows = batch * channels * height;
-  check_sizes(rows * copies < (1LL << 31), "shifted_rows", height, width, row_pitch);
+  if (rows * copies >= (1LL << 31)) unsupported_sizes("shifted_rows", sizes());
   if (rows == 0 || row_pitch == 0) return;
   shifted_rows_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "conv2d/conv2d.h"
 #include "conv2d/few_channel_conv.h"
@@ -462,6 +464,18 @@ std::vector<double> bf16_values(const std::vector<std::uint16_t>& halves) {
   return values;
 }
 
+// Expects call() to throw plexus::Error whose message contains every one of
+// `parts` (the function and the sizes that are out of its range).
+template <class Call>
+void expect_error_naming(Call&& call, const std::vector<std::string>& parts) {
+  try {
+    call();
+    ADD_FAILURE() << "expected a plexus::Error naming " << parts.front();
+  } catch (const Error& e) {
+    for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 // Runs copy(destination) on a NaN-poisoned device buffer of `count`
 // elements (f32, or bf16 bit patterns) and returns its values.
 template <class Copy>
@@ -520,7 +534,8 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": rows " << rows << ", width " << s.width << ", shift "
                           << s.first_shift << " x " << s.copies << ", pitch " << s.pitch;
     }
-  EXPECT_THROW(layers::shifted_rows_cuda(ctx, nullptr, 1, 1, 1, 4, 0, 0, 8, nullptr), Error);  // no copies
+  expect_error_naming([&] { layers::shifted_rows_cuda(ctx, nullptr, 1, 1, 1, 4, 0, 0, 8, nullptr); },
+                      {"shifted_rows", "copies 0"});
 }
 
 // The weight gradient's stride-phase copy of X (f32 or bf16) against its
@@ -568,8 +583,10 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
                           << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
     }
-  EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 2, 4, nullptr), Error);  // pitch < ceil(9/2)
-  EXPECT_THROW(layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 5, 8, nullptr), Error);  // stride > 4
+  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 2, 4, nullptr); },
+                      {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
+  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 5, 8, nullptr); },
+                      {"nchw_to_phases", "stride 5"});
 }
 
 // The NHWC copy (f32 or bf16) against its definition, every element of a
@@ -607,8 +624,10 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
                           << ", plane " << s.plane << ", channel_stride " << s.channel_stride;
     }
-  EXPECT_THROW(layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
-  EXPECT_THROW(layers::nchw_to_nhwc_bf16_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr), Error);
+  expect_error_naming([&] { layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr); },
+                      {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
+  expect_error_naming([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr); },
+                      {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
 }
 
 // The weight gradient's bf16 channel rows against their definition: row c is
@@ -648,7 +667,8 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
     EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
                         << ", row_stride " << s.row_stride;
   }
-  EXPECT_THROW(layers::nchw_to_channel_rows_bf16_cuda(ctx, nullptr, 2, 3, 4, 7, nullptr), Error);
+  expect_error_naming([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, nullptr, 2, 3, 4, 7, nullptr); },
+                      {"nchw_to_channel_rows_bf16", "plane 4", "row_stride 7"});
 }
 #endif
 
