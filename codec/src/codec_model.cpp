@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "plexus/codec/autoencoder_contract.h"
+#include "factorized_entropy_model/factorized_entropy_model.h"
 #include "hyperprior_coding.h"
 #include "plexus/checksum.h"
 #include "plexus/codec/rans.h"
