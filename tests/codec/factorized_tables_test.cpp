@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plexus/builtin_layers.h"
+#include "factorized_entropy_model/factorized_entropy_model.h"
 #include "plexus/codec/factorized_tables.h"
 #include "plexus/error.h"
 #include "plexus/registry.h"
