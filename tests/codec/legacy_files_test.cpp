@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct LegacyCase {
   const char* model;  // under models/trained/
   const char* file;   // under tests/codec/legacy/, without .pxae
 };
+
+void PrintTo(const LegacyCase& c, std::ostream* out) { *out << c.file; }
 
 class LegacyFiles : public ::testing::TestWithParam<LegacyCase> {
  protected:
