@@ -30,7 +30,7 @@ target_compile_features(plexus PUBLIC cxx_std_17)
 set_target_properties(plexus PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS plexus EXPORT plexusTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/plexus
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/plexus ${PROJECT_SOURCE_DIR}/layers/include/plexus
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 if(TARGET plexus-ae)

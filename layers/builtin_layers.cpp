@@ -1,6 +1,8 @@
 // Explicit registration of every built-in layer, through the same
 // Registry::add() a plugin uses. One line per layer; no static initialisers,
 // so nothing silently disappears when the linker prunes a library.
+#include "plexus/builtin_layers.h"
+
 #include "abs/abs.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
@@ -8,7 +10,6 @@
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
 #include "gaussian_conditional/gaussian_conditional.h"
-#include "plexus/registry.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
 #include "relu/relu.h"
@@ -30,6 +31,12 @@ void register_builtin_layers(Registry& registry) {
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);
+}
+
+Registry builtin_registry() {
+  Registry registry;
+  register_builtin_layers(registry);
+  return registry;
 }
 
 }  // namespace plexus

@@ -20,7 +20,7 @@ logs=${OUT:-codec-gpu-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
 images=${1:-data/eval-sample}
-model=docs/results/h100-bls2017/model.safetensors
+model=models/trained/bls2017/model.safetensors
 stb_option=()
 [ -n "${STB_INCLUDE_DIR:-}" ] && stb_option=(-DSTB_INCLUDE_DIR="$STB_INCLUDE_DIR")
 started=$(date +%s)

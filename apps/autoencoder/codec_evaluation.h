@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "codec_model.h"
+#include "plexus/codec/codec_model.h"
 
 namespace plexus::ae {
 

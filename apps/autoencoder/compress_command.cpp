@@ -14,8 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "autoencoder_contract.h"
-#include "codec_model.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "plexus/checkpoint.h"
 #include "plexus/data/image_folder.h"
 #include "quality_catalog.h"
@@ -164,7 +164,7 @@ std::vector<std::string> shipped_models() {
     }
   }
   if (models.empty()) {
-    for (const auto& entry : fs::directory_iterator(PLEXUS_AE_SOURCE_RESULTS, error)) {
+    for (const auto& entry : fs::directory_iterator(PLEXUS_AE_SOURCE_TRAINED, error)) {
       const fs::path model = entry.path() / "model.safetensors";
       if (fs::is_regular_file(model, error)) models.push_back(model.string());
     }
@@ -182,7 +182,7 @@ std::string quality_catalog_path() {
         executable.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
     if (fs::is_regular_file(installed, error)) return installed.string();
   }
-  return std::string(PLEXUS_AE_SOURCE_RESULTS) + "/quality-catalog.json";
+  return std::string(PLEXUS_AE_SOURCE_TRAINED) + "/quality-catalog.json";
 }
 
 int run_compress(const CompressOptions& options) {
@@ -322,14 +322,14 @@ CodecCommands::CodecCommands(CLI::App& app) {
   compress_->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
   compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
   compress_->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
-                        "(docs/results/quality-catalog.json; higher is better and larger)")->type_name("N");
+                        "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
   compress_->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
   compress_->add_option("--device", c.device, device_help)->type_name("DEVICE");
   compress_->add_option("--plugin", c.plugins, plugin_help)->type_name("FILE");
   compress_->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
   compress_->footer(
       "Examples:\n"
-      "  plexus-ae compress --model docs/results/h100-bls2017/model.safetensors photo.png    # writes photo.pxae\n"
+      "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");

@@ -60,12 +60,12 @@ class CodecCommands {
 // The trained models shipped with plexus-ae, tried by decompress without
 // --model: <executable>/../share/plexus/autoencoder/trained/*.safetensors and
 // trained/*/model.safetensors (installed), else the source tree's
-// docs/results/*/model.safetensors.
+// models/trained/*/model.safetensors.
 std::vector<std::string> shipped_models();
 
 // The quality catalog compress --quality reads: $PLEXUS_AE_QUALITY_CATALOG when
 // set, else <executable>/../share/plexus/autoencoder/trained/quality-catalog.json
-// (installed), else the source tree's docs/results/quality-catalog.json.
+// (installed), else the source tree's models/trained/quality-catalog.json.
 std::string quality_catalog_path();
 
 }  // namespace plexus::ae

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "autoencoder_contract.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "codec_evaluation.h"
 #include "image_evaluation.h"
 #include "output_folder.h"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "autoencoder_contract.h"
+#include "plexus/codec/autoencoder_contract.h"
 
 namespace plexus::ae {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The bundled model specs (apps/autoencoder/models/*.json) and how a
+// The bundled model specs (models/specs/*.json) and how a
 // --model value becomes a ModelSpec: a name of a bundled spec, or a path to
 // a JSON file of the user's own.
 #include <string>

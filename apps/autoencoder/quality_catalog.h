@@ -1,6 +1,6 @@
 #pragma once
 // `plexus-ae compress --quality N`: a small catalog of shipped models, one
-// per rate-distortion trade-off (docs/results/quality-catalog.json):
+// per rate-distortion trade-off (models/trained/quality-catalog.json):
 //   {"qualities": [{"quality": 3, "spec": "bmshj2018-hyperprior",
 //                   "lambda": 0.0067, "model": "hyperprior-q3/model.safetensors"}, ...]}
 // Model paths are relative to the catalog file. An entry whose model file is

@@ -10,9 +10,6 @@
 
 namespace plexus::ae {
 
-// The metadata key under which save_checkpoint() stores the model spec.
-static constexpr const char* kModelSpecKey = "model_spec";
-
 nlohmann::json train_settings(const TrainOptions& o, int stride) {
   return {{"data", o.data},         {"val", o.val},
           {"model", o.model},       {"lambda", o.lambda},
@@ -106,17 +103,6 @@ void apply_saved_settings(TrainOptions& o, const nlohmann::json& saved, const st
   restore(o.lr_patience, saved, "lr_patience", given, true);
   restore(o.lr_final_fraction, saved, "lr_final_fraction", given, true);
   restore(o.min_lr, saved, "min_lr", given, true);
-}
-
-ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path) {
-  auto it = file.metadata.find(kModelSpecKey);
-  if (it == file.metadata.end())
-    throw IoError("'" + path + "' carries no model spec in its metadata; is it a checkpoint written by plexus-ae?");
-  try {
-    return ModelSpec::from_text(it->second, path + " (model spec in its metadata)");
-  } catch (const ConfigError& e) {
-    throw IoError(std::string("'") + path + "' carries a model spec that does not parse: " + e.what());
-  }
 }
 
 nlohmann::json settings_from_checkpoint(const TensorFile& file, const std::string& path) {

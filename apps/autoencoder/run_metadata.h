@@ -26,9 +26,6 @@ nlohmann::json train_settings(const TrainOptions& options, int stride);
 // the uninterrupted one).
 void apply_saved_settings(TrainOptions& options, const nlohmann::json& saved, const std::set<std::string>& given);
 
-// The model spec a checkpoint carries. Throws IoError naming the file when
-// it carries none (not a Plexus checkpoint) or an unparsable one.
-ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path);
 // Throws IoError "<source>: at /<key>: ..." for a saved setting of the wrong
 // type or out of range (a step count below 0, a batch of 10^12), so a
 // tampered or corrupt checkpoint is refused before anything is built.

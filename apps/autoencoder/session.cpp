@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/context.h"
 #include "plexus/error.h"
 #include "plexus/plugin.h"

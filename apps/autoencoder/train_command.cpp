@@ -29,8 +29,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "autoencoder_contract.h"
-#include "codec_model.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "console.h"
 #include "data_parallel.h"
 #include "image_evaluation.h"

@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "autoencoder_contract.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/data/patch_sampler.h"
 
 namespace plexus::ae {

@@ -431,4 +431,15 @@ std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optim
   return step;
 }
 
+ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path) {
+  auto it = file.metadata.find("model_spec");
+  if (it == file.metadata.end())
+    throw IoError("'" + path + "' carries no model spec in its metadata; is it a checkpoint written by Plexus?");
+  try {
+    return ModelSpec::from_text(it->second, path + " (model spec in its metadata)");
+  } catch (const ConfigError& e) {
+    throw IoError(std::string("'") + path + "' carries a model spec that does not parse: " + e.what());
+  }
+}
+
 }  // namespace plexus

@@ -96,10 +96,4 @@ std::unique_ptr<Layer> Registry::create(const std::string& type, const std::stri
   return layer;
 }
 
-Registry builtin_registry() {
-  Registry registry;
-  register_builtin_layers(registry);
-  return registry;
-}
-
 }  // namespace plexus

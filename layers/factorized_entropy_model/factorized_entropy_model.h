@@ -62,7 +62,7 @@ class FactorizedEntropyModel : public Layer {
   // The logit of each channel's cumulative c (the chain before its final
   // sigmoid) at `points`, [C, per_channel] row-major: row c for channel c.
   // Computed in f64 on the CPU from the parameters, wherever they live; the
-  // coding tables (coding_tables.h) are built from it.
+  // coding tables (plexus/codec/factorized_tables.h) are built from it.
   std::vector<double> cumulative_logits(const std::vector<double>& points, std::int64_t per_channel) const;
 
  protected:

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/error.h"
 
 namespace plexus::testing {
@@ -35,7 +35,7 @@ inline void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_
 
 // Recomputes the trailing CRC-32 over everything before it.
 inline void reseal(std::vector<std::uint8_t>& bytes) {
-  put32(bytes, bytes.size() - 4, codec::crc32(bytes.data(), bytes.size() - 4));
+  put32(bytes, bytes.size() - 4, plexus::crc32(bytes.data(), bytes.size() - 4));
 }
 
 // Flips bits of the coded stream (bytes [first_byte, size - 4), every

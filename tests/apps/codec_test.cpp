@@ -11,11 +11,12 @@
 
 #include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
-#include "autoencoder_contract.h"
-#include "codec_model.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -147,7 +148,7 @@ TEST_F(Codec, HeaderFieldsAreWhereTheFormatSays) {
   EXPECT_EQ(get32(bytes, 28), 4u);  // ceil(13 / 4)
   EXPECT_EQ(get32(bytes, 32), 6u);  // ceil(21 / 4)
   EXPECT_EQ(get32(bytes, 36), bytes.size() - 44);
-  EXPECT_EQ(get32(bytes, bytes.size() - 4), codec::crc32(bytes.data(), bytes.size() - 4));
+  EXPECT_EQ(get32(bytes, bytes.size() - 4), plexus::crc32(bytes.data(), bytes.size() - 4));
 }
 
 TEST_F(Codec, TruncatedFilesAreRejectedAtEveryLength) {
@@ -263,7 +264,7 @@ TEST_F(Codec, CorruptStreamsBehindAValidChecksumFailCleanly) {
 // The shipped bls2017 model on a bundled Kodak image: the done-when of the
 // codec in miniature (the full set is in docs/results.md).
 TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval) {
-  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/docs/results/h100-bls2017/model.safetensors";
+  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors";
   auto model = CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "the shipped model should carry its tables (plexus-ae export)";
   const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
@@ -286,7 +287,7 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
 // reconstructions equal within float rounding (at most one 8-bit level).
 TEST(CodecCrossDevice, CudaFilesDecodeToTheSameLatentOnCpuAndCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/docs/results/h100-bls2017/model.safetensors";
+  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors";
   auto on_cuda = CodecModel::from_file(path, registry, Device::cuda());
   auto on_cpu = CodecModel::from_file(path, registry, Device::cpu());
   ASSERT_EQ(on_cuda->fingerprint(), on_cpu->fingerprint());

@@ -9,11 +9,12 @@
 
 #include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
-#include "autoencoder_contract.h"
-#include "codec_model.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/codec/gaussian_tables.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -26,7 +27,7 @@ const Registry registry = builtin_registry();
 ModelSpec tiny_spec() { return ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior.json"); }
 
 ModelSpec bundled_spec() {
-  return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bmshj2018-hyperprior.json");
+  return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-hyperprior.json");
 }
 
 // Untrained weights of `spec`; `scaled` weights multiplied by their factor

@@ -1,4 +1,4 @@
-// The bundled bmshj2018-hyperprior spec (apps/autoencoder/models/): CompressAI's
+// The bundled bmshj2018-hyperprior spec (models/specs/): CompressAI's
 // layer sizes (parameter count worked out by hand from its ScaleHyperprior),
 // the tensor names other code relies on, a stride of 64, and "bpp" = the bits
 // of both latents, recomputed here from the likelihood blobs.
@@ -6,7 +6,8 @@
 
 #include <cmath>
 
-#include "autoencoder_contract.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/context.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
@@ -18,7 +19,7 @@ namespace {
 const Registry registry = builtin_registry();
 
 ModelSpec hyperprior_spec() {
-  return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bmshj2018-hyperprior.json");
+  return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-hyperprior.json");
 }
 
 TEST(HyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
@@ -49,7 +50,7 @@ TEST(HyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
 TEST(HyperpriorModel, StrideIsSetByTheHyperLatent) {
   EXPECT_EQ(ae::derive_stride(hyperprior_spec(), registry), 64);
   const ModelSpec factorized =
-      ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bmshj2018-factorized.json");
+      ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-factorized.json");
   EXPECT_EQ(ae::derive_stride(factorized, registry), 16);
 }
 

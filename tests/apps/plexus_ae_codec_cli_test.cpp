@@ -11,7 +11,7 @@
 
 #include "apps/cli_runner.h"
 #include "plexus/checkpoint.h"
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/data/image.h"
 
 namespace plexus {
@@ -122,7 +122,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   check("extended.pxae", extended, "extended: 3 unexpected byte(s)");
   std::vector<std::uint8_t> newer = good;
   newer[4] = 7;
-  const std::uint32_t crc = codec::crc32(newer.data(), newer.size() - 4);
+  const std::uint32_t crc = plexus::crc32(newer.data(), newer.size() - 4);
   for (int k = 0; k < 4; ++k) newer[newer.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
   check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 2");
   check("text.pxae", {'h', 'e', 'l', 'l', 'o', '\n'}, "not a plexus-ae compressed image");
@@ -218,7 +218,7 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
   EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
 }
 
-// The quality this tree ships (docs/results/hyperprior-q3, a trained
+// The quality this tree ships (models/trained/hyperprior-q3, a trained
 // bmshj2018-hyperprior at lambda 0.0067) codes a Kodak image through
 // --quality alone: decompress finds the model from the file, and the decoded
 // image, compared here pixel by pixel with the original, is at the model's

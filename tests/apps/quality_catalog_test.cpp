@@ -88,7 +88,7 @@ TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
 
 TEST(QualityCatalogRepository, TheCatalogInTheRepositoryIsValid) {
   const QualityCatalog catalog =
-      load_quality_catalog(std::string(PLEXUS_SOURCE_DIR) + "/docs/results/quality-catalog.json");
+      load_quality_catalog(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/quality-catalog.json");
   EXPECT_GE(catalog.entries.size(), 4u);
   for (const QualityEntry& entry : catalog.entries) EXPECT_EQ(entry.spec, "bmshj2018-hyperprior");
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "distributed/rank_threads.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/distributed/agreement.h"
 #include "plexus/data/image_folder.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "distributed/rank_threads.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/distributed/gradient_buckets.h"
 #include "plexus/net.h"

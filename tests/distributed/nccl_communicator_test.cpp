@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "data/data_test_support.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/distributed/gradient_buckets.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/distributed/replicas.h"

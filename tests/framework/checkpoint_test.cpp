@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"

@@ -19,6 +19,7 @@
 
 #include "data/data_test_support.h"
 #include "framework/error_of.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/atomic_file.h"
 #include "plexus/checked_math.h"
 #include "plexus/checkpoint.h"

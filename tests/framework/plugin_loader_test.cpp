@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
 #include "plexus/plugin.h"

@@ -5,6 +5,7 @@
 #include "framework/error_of.h"
 
 #include "framework/test_layers.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/layer_config.h"
 #include <nlohmann/json.hpp>
 

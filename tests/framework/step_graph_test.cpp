@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "framework/test_layers.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
@@ -16,7 +17,7 @@
 namespace plexus {
 namespace {
 
-ModelSpec bls2017() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/apps/autoencoder/models/bls2017.json"); }
+ModelSpec bls2017() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bls2017.json"); }
 
 // Deterministic batches in [0, 1], different per step.
 Tensor batch(const Shape& shape, int step, DType dtype) {

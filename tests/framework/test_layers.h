@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/layer.h"
 #include "plexus/registry.h"
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/testing/gtest_helpers.h"

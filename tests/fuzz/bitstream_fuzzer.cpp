@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "codec_model.h"
-#include "plexus/codec/checksum.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/codec_model.h"
+#include "plexus/checksum.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 
@@ -124,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int k = 0; k < 8; ++k) bytes[8 + k] = static_cast<std::uint8_t>(fingerprint >> (8 * k));
   }
   if ((mode & 2) && bytes.size() >= 4) {
-    const std::uint32_t crc = codec::crc32(bytes.data(), bytes.size() - 4);
+    const std::uint32_t crc = plexus::crc32(bytes.data(), bytes.size() - 4);
     for (int k = 0; k < 4; ++k) bytes[bytes.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
   }
   try {

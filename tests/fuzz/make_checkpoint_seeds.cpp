@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/context.h"
 #include "plexus/model_spec.h"

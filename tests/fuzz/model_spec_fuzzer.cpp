@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/error.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"

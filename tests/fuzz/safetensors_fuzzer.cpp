@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memory_file.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/error.h"
 #include "plexus/model_spec.h"

@@ -2,6 +2,7 @@
 // (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shapes.
 #include <gtest/gtest.h>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

@@ -19,6 +19,7 @@
 #include "conv2d/nhwc_layout.h"
 #include "conv2d/weight_grad_layout.h"
 #include "layers/tensor_core_reference.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

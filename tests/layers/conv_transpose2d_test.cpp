@@ -12,6 +12,7 @@
 #include "conv2d/few_channel_tiling.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "layers/tensor_core_reference.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/registry.h"
 

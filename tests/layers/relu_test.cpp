@@ -1,6 +1,7 @@
 // ReLU: gradient checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shapes.
 #include <gtest/gtest.h>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

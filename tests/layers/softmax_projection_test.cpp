@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 #include "tensor_core_reference.h"

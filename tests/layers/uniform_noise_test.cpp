@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

@@ -16,7 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "codec_model.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/codec_model.h"
 #include "plexus/context.h"
 
 namespace {

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "event_timer.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"

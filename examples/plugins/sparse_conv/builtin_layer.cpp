@@ -1,6 +1,7 @@
 // make_builtin_layer (builtin_layer.h).
 #include "builtin_layer.h"
 
+#include "plexus/builtin_layers.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/plugin.h"
 #include "plexus/registry.h"
 #include "plexus/testing/gtest_helpers.h"

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "plexus/model_spec.h"
 #include "plexus/tensor.h"
 
 namespace plexus {
@@ -42,6 +43,11 @@ class Optimizer;
 // Written atomically (see save_safetensors).
 void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimizer, std::int64_t step,
                      const std::map<std::string, std::string>& metadata = {});
+
+// The model spec a checkpoint carries (save_checkpoint records it). Throws
+// IoError naming `path` when it carries none (not a Plexus checkpoint) or an
+// unparsable one.
+ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path);
 
 // Restores parameters (and, when `optimizer` is given, its state) from a
 // checkpoint; every parameter must be present with the same shape, else

@@ -60,9 +60,4 @@ std::vector<std::string> close_matches(const std::string& name,
                                        const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
 
-// Registers every built-in layer (defined in layers/builtin_layers.cpp).
-void register_builtin_layers(Registry& registry);
-// A registry holding the built-in layers.
-Registry builtin_registry();
-
 }  // namespace plexus

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/error.h"
 
 namespace plexus::distributed {
@@ -33,7 +33,7 @@ std::string hex(std::uint64_t value) {
 }  // namespace
 
 std::uint64_t parameter_fingerprint(const std::vector<NamedParameter>& parameters) {
-  codec::Fnv1a64 hash;
+  plexus::Fnv1a64 hash;
   for (const NamedParameter& named : parameters) {
     hash.add_field(named.name);
     const Tensor host = named.parameter->value.to(Device::cpu());

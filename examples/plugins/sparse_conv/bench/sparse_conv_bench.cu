@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/plugin.h"

@@ -11,7 +11,7 @@
 #   OUTDIR   runs go to OUTDIR/dense, OUTDIR/sparsity-50, -80, -90
 # env (defaults in brackets):
 #   PLEXUS_AE, SPARSE_CONV_PLUGIN  the app and the plugin [built by tools/build-plugin.sh into OUTDIR/build]
-#   INIT_FROM     the dense model to start from [docs/results/h100-bls2017/model.safetensors, lambda 0.01]
+#   INIT_FROM     the dense model to start from [models/trained/bls2017/model.safetensors, lambda 0.01]
 #   LAMBDA [0.01] BATCH [16] PATCH [256] STEPS [1000000: the time limit ends the runs]
 #   LR [1e-5]: fresh Adam moments make the first updates full-size (lr per weight), which at
 #     the model's training rate of 1e-4 costs the dense model 2.5 dB on a Kodak image in 20 steps;
@@ -30,7 +30,7 @@ repo=$(cd "$plugin_dir/../../.." && pwd)
 if [[ -z ${PLEXUS_AE:-} || -z ${SPARSE_CONV_PLUGIN:-} ]]; then
   eval "$("$plugin_dir/tools/build-plugin.sh" "$out/build")"
 fi
-init_from=${INIT_FROM:-$repo/docs/results/h100-bls2017/model.safetensors}
+init_from=${INIT_FROM:-$repo/models/trained/bls2017/model.safetensors}
 common=(--data "$data" --lambda "${LAMBDA:-0.01}" --batch "${BATCH:-16}" --patch "${PATCH:-256}"
         --lr "${LR:-1e-5}" --lr-schedule none --steps "${STEPS:-1000000}" --time-limit "$seconds"
         --device "${DEVICE:-auto}" --threads "${THREADS:-3}" --cpu-threads "${CPU_THREADS:-0}"

@@ -1,11 +1,12 @@
-#include "factorized_entropy_model/coding_tables.h"
+#include "plexus/codec/factorized_tables.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "factorized_entropy_model/factorized_entropy_model.h"
 #include "plexus/error.h"
 
-namespace plexus::layers {
+namespace plexus::codec {
 
 namespace {
 
@@ -16,7 +17,7 @@ double logistic(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // Per channel, the x where the cumulative's logit equals `target`: first
 // grow [-1, 1] by doubling until it brackets the target, then halve it.
-std::vector<double> solve_logit(const FactorizedEntropyModel& model, double target, const char* what) {
+std::vector<double> solve_logit(const layers::FactorizedEntropyModel& model, double target, const char* what) {
   const std::int64_t channels = model.channels();
   std::vector<double> low(channels, -1.0), high(channels, 1.0);
   for (bool grown = true; grown;) {
@@ -69,7 +70,7 @@ std::vector<std::int64_t> integers(const TensorFile& file, const std::string& na
 
 }  // namespace
 
-FactorizedCodingTables build_coding_tables(const FactorizedEntropyModel& model, double tail_mass) {
+FactorizedCodingTables build_coding_tables(const layers::FactorizedEntropyModel& model, double tail_mass) {
   if (!(tail_mass > 0 && tail_mass < 1)) throw ConfigError("coding tables: tail mass must be in (0, 1)");
   const std::int64_t channels = model.channels();
   const double tail_logit = std::log(tail_mass / 2) - std::log1p(-tail_mass / 2);
@@ -84,7 +85,7 @@ FactorizedCodingTables build_coding_tables(const FactorizedEntropyModel& model, 
     const std::int64_t m = std::llround(median[c]);
     std::int64_t lo = std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(lower[c] + 0.5)), m);
     std::int64_t hi = std::max<std::int64_t>(static_cast<std::int64_t>(std::ceil(upper[c] - 0.5)), m);
-    const std::int64_t half = codec::kMaxTableSymbols / 2;
+    const std::int64_t half = kMaxTableSymbols / 2;
     lo = std::max(lo, m - half);
     hi = std::min(hi, m + half);
     result.medians.push_back(static_cast<std::int32_t>(m));
@@ -108,7 +109,7 @@ FactorizedCodingTables build_coding_tables(const FactorizedEntropyModel& model, 
       probabilities[i] = std::abs(logistic(s * u) - logistic(s * l));
     }
     const double escape = logistic(row[0]) + logistic(-row[count]);
-    result.tables.push_back(codec::quantize_table(static_cast<std::int32_t>(first[c] - result.medians[c]),
+    result.tables.push_back(quantize_table(static_cast<std::int32_t>(first[c] - result.medians[c]),
                                                   probabilities, escape));
   }
   return result;
@@ -126,11 +127,11 @@ void store_coding_tables(const FactorizedCodingTables& tables, const std::string
   for (const auto& t : tables.tables) longest = std::max(longest, t.cdf.size());
   std::vector<double> median, offset, length, cdf;
   for (std::int64_t c = 0; c < channels; ++c) {
-    const codec::CodingTable& t = tables.tables[c];
+    const CodingTable& t = tables.tables[c];
     median.push_back(tables.medians[c]);
     offset.push_back(t.min);
     length.push_back(static_cast<double>(t.cdf.size()));
-    for (std::size_t i = 0; i < longest; ++i) cdf.push_back(i < t.cdf.size() ? t.cdf[i] : codec::kPrecisionTotal);
+    for (std::size_t i = 0; i < longest; ++i) cdf.push_back(i < t.cdf.size() ? t.cdf[i] : kPrecisionTotal);
   }
   file.tensors[prefix + "median"] = Tensor::from_values(median, {channels});
   file.tensors[prefix + "offset"] = Tensor::from_values(offset, {channels});
@@ -143,22 +144,22 @@ FactorizedCodingTables load_coding_tables(const TensorFile& file, const std::str
   auto cdf_tensor = file.tensors.find(prefix + "cdf");
   if (cdf_tensor == file.tensors.end()) fail(who, "tensor '" + prefix + "cdf' is missing");
   const Shape& shape = cdf_tensor->second.shape();
-  if (shape.size() != 2 || shape[0] != channels || shape[1] < 2 || shape[1] > codec::kMaxTableSymbols + 2)
+  if (shape.size() != 2 || shape[0] != channels || shape[1] < 2 || shape[1] > kMaxTableSymbols + 2)
     fail(who, "tensor '" + prefix + "cdf' is " + shape_str(shape) + ", expected [" + std::to_string(channels) +
-                  ", 2.." + std::to_string(codec::kMaxTableSymbols + 2) + "]");
+                  ", 2.." + std::to_string(kMaxTableSymbols + 2) + "]");
   const std::int64_t longest = shape[1];
   constexpr double kLimit = 1 << 22;  // medians come from a +-2^20 bracket
   const auto median = integers(file, prefix + "median", {channels}, -kLimit, kLimit, who);
-  const auto offset = integers(file, prefix + "offset", {channels}, -codec::kMaxTableSymbols, 0, who);
+  const auto offset = integers(file, prefix + "offset", {channels}, -kMaxTableSymbols, 0, who);
   const auto length = integers(file, prefix + "cdf_length", {channels}, 2, static_cast<double>(longest), who);
-  const auto cdf = integers(file, prefix + "cdf", shape, 0, codec::kPrecisionTotal, who);
+  const auto cdf = integers(file, prefix + "cdf", shape, 0, kPrecisionTotal, who);
   FactorizedCodingTables result;
   for (std::int64_t c = 0; c < channels; ++c) {
-    codec::CodingTable table;
+    CodingTable table;
     table.min = static_cast<std::int32_t>(offset[c]);
     table.cdf.assign(cdf.begin() + c * longest, cdf.begin() + c * longest + length[c]);
     try {
-      codec::check_table(table, "channel " + std::to_string(c));
+      check_table(table, "channel " + std::to_string(c));
     } catch (const IoError& e) {
       fail(who, e.what());
     }
@@ -168,4 +169,4 @@ FactorizedCodingTables load_coding_tables(const TensorFile& file, const std::str
   return result;
 }
 
-}  // namespace plexus::layers
+}  // namespace plexus::codec

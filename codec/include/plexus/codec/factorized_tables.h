@@ -29,23 +29,26 @@
 #include <string>
 #include <vector>
 
-#include "factorized_entropy_model/factorized_entropy_model.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/rans.h"
 
 namespace plexus::layers {
+class FactorizedEntropyModel;  // layers/factorized_entropy_model/factorized_entropy_model.h
+}  // namespace plexus::layers
+
+namespace plexus::codec {
 
 inline constexpr double kDefaultTailMass = 1e-9;
 
 struct FactorizedCodingTables {
   std::vector<std::int32_t> medians;        // m_c
-  std::vector<codec::CodingTable> tables;   // over s = y_hat - m_c
+  std::vector<CodingTable> tables;          // over s = y_hat - m_c
   std::int64_t channels() const { return static_cast<std::int64_t>(medians.size()); }
 };
 
 // Throws ConfigError when a channel's density is degenerate (a quantile
 // beyond +-2^20, or not finite).
-FactorizedCodingTables build_coding_tables(const FactorizedEntropyModel& model,
+FactorizedCodingTables build_coding_tables(const layers::FactorizedEntropyModel& model,
                                            double tail_mass = kDefaultTailMass);
 
 // Tensor names for the entropy model node `node`: "<node>.coding."
@@ -57,4 +60,4 @@ void store_coding_tables(const FactorizedCodingTables& tables, const std::string
 FactorizedCodingTables load_coding_tables(const TensorFile& file, const std::string& prefix, std::int64_t channels,
                                           const std::string& who);
 
-}  // namespace plexus::layers
+}  // namespace plexus::codec

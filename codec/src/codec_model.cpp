@@ -1,4 +1,4 @@
-#include "codec_model.h"
+#include "plexus/codec/codec_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,24 +9,14 @@
 
 #include <spdlog/spdlog.h>
 
-#include "autoencoder_contract.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "factorized_entropy_model/factorized_entropy_model.h"
 #include "hyperprior_coding.h"
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
-#include "run_metadata.h"
 
 namespace plexus::ae {
-
-namespace {
-
-constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
-constexpr const char* kGaussianType = "GaussianConditional";
-constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
-constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
-// Calibration without images: this many hyper-latents of side kPriorSide from the prior.
-constexpr int kPriorSamples = 8;
-constexpr int kPriorSide = 6;
 
 // The model's graph cut at the latent: three sub-specs that run the parts
 // of the model a codec needs, with the parameter names of the whole.
@@ -43,6 +33,17 @@ struct CodecGraph {
   std::string gaussian_node;
   std::vector<NodeSpec> hyper_synthesis;
 };
+
+namespace {
+
+constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
+constexpr const char* kGaussianType = "GaussianConditional";
+constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
+constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
+// Calibration without images: this many hyper-latents of side kPriorSide from the prior.
+constexpr int kPriorSamples = 8;
+constexpr int kPriorSide = 6;
+
 
 // The nodes of `spec` (in spec order) that compute `targets` from the blobs in `given`.
 std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::string>& targets,
@@ -138,7 +139,7 @@ std::int64_t latent_channels(const TensorFile& file, const CodecGraph& graph, co
   return it->second.dim(0);
 }
 
-layers::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph,
+codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph,
                                             const Registry& registry, std::int64_t channels,
                                             const std::string& who) {
   Net density(graph.density, registry, {{graph.factorized_latent, Shape{1, channels, 1, 1}}}, DType::f64);
@@ -147,10 +148,10 @@ layers::FactorizedCodingTables build_tables(const TensorFile& file, const CodecG
   if (!model)
     throw ConfigError(graph.density.source + ": node '" + graph.entropy_node + "' is not the built-in " +
                       kEntropyModelType);
-  return layers::build_coding_tables(*model);
+  return codec::build_coding_tables(*model);
 }
 
-void hash_tensor(codec::Fnv1a64& hash, const std::string& name, const Tensor& tensor) {
+void hash_tensor(plexus::Fnv1a64& hash, const std::string& name, const Tensor& tensor) {
   hash.add_field(name);
   for (std::int64_t dim : tensor.shape()) hash.add(&dim, sizeof dim);
   const Tensor values = tensor.to(Device::cpu()).to(DType::f32);
@@ -158,7 +159,7 @@ void hash_tensor(codec::Fnv1a64& hash, const std::string& name, const Tensor& te
 }
 
 template <typename T>
-void hash_values(codec::Fnv1a64& hash, const std::vector<T>& values) {
+void hash_values(plexus::Fnv1a64& hash, const std::vector<T>& values) {
   const std::uint64_t count = values.size();
   hash.add(&count, sizeof count);
   hash.add(values.data(), values.size() * sizeof(T));
@@ -166,7 +167,7 @@ void hash_values(codec::Fnv1a64& hash, const std::vector<T>& values) {
 
 // The scale hyperprior's integer parts: the integer hyper-synthesis, the
 // scale table and every Gaussian table.
-void hash_hyperprior(codec::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
+void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
   hash.add_field("scale hyperprior");
   for (const codec::IntegerConvLayer& layer : network.layers) {
     const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
@@ -197,7 +198,7 @@ HyperSynthesisCalibration calibrate(const std::vector<codec::FloatConvLayer>& la
 }
 
 HyperSynthesisCalibration calibrate_on_prior(const std::vector<codec::FloatConvLayer>& layers,
-                                             const layers::FactorizedCodingTables& tables) {
+                                             const codec::FactorizedCodingTables& tables) {
   return calibrate(layers, prior_samples(tables, kPriorSamples, kPriorSide),
                    std::vector<std::pair<std::int64_t, std::int64_t>>(kPriorSamples, {kPriorSide, kPriorSide}));
 }
@@ -234,26 +235,45 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   kind_ = graph.kind;
   latent_ = graph.latent;
   hyper_latent_ = graph.hyper_latent;
-  if (kind_ == ModelKind::hyperprior) {
-    // Pad to the hyper-latent's stride, 256 / Z for a 256-pixel square that
-    // gives a Z x Z hyper-latent, with Y / Z latent positions per
-    // hyper-latent position (Y x Y the latent).
-    constexpr std::int64_t kProbeSide = 256;
-    Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
-    const Shape& z = probe.blob(hyper_latent_).shape();
-    const Shape& y = probe.blob(latent_).shape();
-    if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
-        y[2] % z[2] != 0)
-      throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(kProbeSide) +
-                        "-pixel square image gives a latent '" + latent_ + "' of " + shape_str(y) +
-                        " and a hyper-latent '" + hyper_latent_ + "' of " + shape_str(z) +
-                        "; the hyper-latent's side must divide both the image's and the latent's");
-    latent_per_stride_ = static_cast<int>(y[2] / z[2]);
-    stride_ = static_cast<int>(kProbeSide / z[2]);
-  }
+  if (kind_ == ModelKind::hyperprior) probe_hyperprior_stride(graph, spec, registry);
+  const std::int64_t factorized_channels = build_transforms(graph, spec, file, registry);
+  const auto start = std::chrono::steady_clock::now();
+  load_tables(graph, spec, file, registry, factorized_channels);
+  if (computed_tables_)
+    spdlog::info("'{}' has no coding tables{}; computed them in {:.0f} ms ('plexus-ae export --model {}' stores them "
+                 "in the file)",
+                 name_, kind_ == ModelKind::hyperprior ? " or calibrated integer hyper-synthesis" : "",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
+  fingerprint_ = compute_fingerprint(spec);
+  ctx_ = std::make_unique<Context>(device, 0);
+  ctx_->set_training(false);
+}
+
+// Pad to the hyper-latent's stride, 256 / Z for a 256-pixel square that
+// gives a Z x Z hyper-latent, with Y / Z latent positions per hyper-latent
+// position (Y x Y the latent).
+void CodecModel::probe_hyperprior_stride(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
+  constexpr std::int64_t kProbeSide = 256;
+  Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
+  const Shape& z = probe.blob(hyper_latent_).shape();
+  const Shape& y = probe.blob(latent_).shape();
+  if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
+      y[2] % z[2] != 0)
+    throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(kProbeSide) +
+                      "-pixel square image gives a latent '" + latent_ + "' of " + shape_str(y) +
+                      " and a hyper-latent '" + hyper_latent_ + "' of " + shape_str(z) +
+                      "; the hyper-latent's side must divide both the image's and the latent's");
+  latent_per_stride_ = static_cast<int>(y[2] / z[2]);
+  stride_ = static_cast<int>(kProbeSide / z[2]);
+}
+
+// The analysis and synthesis nets with the file's weights, shaped for one
+// stride-sized image; returns the channels the factorized tables cover.
+std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
+                                          const Registry& registry) {
   analysis_shape_ = {1, 3, stride_, stride_};
   analysis_ = std::make_unique<Net>(graph.analysis, registry, std::map<std::string, Shape>{{kImage, analysis_shape_}},
-                                    DType::f32, device);
+                                    DType::f32, device_);
   load_weights(*analysis_, file, name_);
   const Shape& latent_shape = analysis_->blob(latent_).shape();
   if (latent_shape.size() != 4 || latent_shape[2] != latent_per_stride_ || latent_shape[3] != latent_per_stride_)
@@ -273,44 +293,47 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   }
   synthesis_shape_ = latent_shape;
   synthesis_ = std::make_unique<Net>(graph.synthesis, registry, std::map<std::string, Shape>{{latent_, latent_shape}},
-                                     DType::f32, device);
+                                     DType::f32, device_);
   load_weights(*synthesis_, file, name_);
+  return factorized_channels;
+}
 
-  const std::string prefix = layers::coding_tables_prefix(graph.entropy_node);
-  const auto start = std::chrono::steady_clock::now();
-  if (layers::has_coding_tables(file, prefix)) {
-    tables_ = layers::load_coding_tables(file, prefix, factorized_channels, "'" + name_ + "'");
+// The factorized tables and, for a scale hyperprior, the integer
+// hyper-synthesis and Gaussian tables: from the file, or computed (and
+// computed_tables_ set) when it has none.
+void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
+                             const Registry& registry, std::int64_t factorized_channels) {
+  const std::string prefix = codec::coding_tables_prefix(graph.entropy_node);
+  if (codec::has_coding_tables(file, prefix)) {
+    tables_ = codec::load_coding_tables(file, prefix, factorized_channels, "'" + name_ + "'");
   } else {
     tables_ = build_tables(file, graph, registry, factorized_channels, name_);
     computed_tables_ = true;
   }
-  if (kind_ == ModelKind::hyperprior) {
-    hyper_layers_ = ae::float_hyper_synthesis(graph.hyper_synthesis, file, "'" + name_ + "'");
-    const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
-    HyperSynthesisCalibration calibration;
-    if (has_calibration(file, integer_prefix)) {
-      calibration = load_calibration(file, integer_prefix, hyper_layers_, "'" + name_ + "'");
-    } else {
-      calibration = calibrate_on_prior(hyper_layers_, tables_);
-      computed_tables_ = true;
-    }
-    integer_network_ = ae::integer_hyper_synthesis(hyper_layers_, calibration, "'" + name_ + "'");
-    const Shape scales = integer_network_.output_shape(1, 1);
-    if (integer_network_.in_channels() != factorized_channels || scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
-      throw ConfigError(spec.source + " cannot be used as a codec: its hyper-synthesis maps [" +
-                        std::to_string(integer_network_.in_channels()) + ", 1, 1] to " + shape_str(scales) +
-                        ", but the hyper-latent has " + std::to_string(factorized_channels) +
-                        " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
-                        ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
-    gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
+  if (kind_ != ModelKind::hyperprior) return;
+  hyper_layers_ = ae::float_hyper_synthesis(graph.hyper_synthesis, file, "'" + name_ + "'");
+  const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
+  HyperSynthesisCalibration calibration;
+  if (has_calibration(file, integer_prefix)) {
+    calibration = load_calibration(file, integer_prefix, hyper_layers_, "'" + name_ + "'");
+  } else {
+    calibration = calibrate_on_prior(hyper_layers_, tables_);
+    computed_tables_ = true;
   }
-  if (computed_tables_)
-    spdlog::info("'{}' has no coding tables{}; computed them in {:.0f} ms ('plexus-ae export --model {}' stores them "
-                 "in the file)",
-                 name_, kind_ == ModelKind::hyperprior ? " or calibrated integer hyper-synthesis" : "",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
+  integer_network_ = ae::integer_hyper_synthesis(hyper_layers_, calibration, "'" + name_ + "'");
+  const Shape scales = integer_network_.output_shape(1, 1);
+  if (integer_network_.in_channels() != factorized_channels ||
+      scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
+    throw ConfigError(spec.source + " cannot be used as a codec: its hyper-synthesis maps [" +
+                      std::to_string(integer_network_.in_channels()) + ", 1, 1] to " + shape_str(scales) +
+                      ", but the hyper-latent has " + std::to_string(factorized_channels) +
+                      " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
+                      ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
+  gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
+}
 
-  codec::Fnv1a64 hash;
+std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
+  plexus::Fnv1a64 hash;
   hash.add_field("plexus-ae codec model");
   hash.add_field(spec.to_json().dump());
   std::map<std::string, const Tensor*> weights;  // sorted by name
@@ -324,10 +347,7 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
     hash.add(table.cdf.data(), table.cdf.size() * sizeof(table.cdf[0]));
   }
   if (kind_ == ModelKind::hyperprior) hash_hyperprior(hash, integer_network_, gaussian_);
-  fingerprint_ = hash.value();
-
-  ctx_ = std::make_unique<Context>(device, 0);
-  ctx_->set_training(false);
+  return hash.value();
 }
 
 CodecModel::~CodecModel() = default;
@@ -497,10 +517,10 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   if (!has_entropy_model) return false;
   const CodecGraph graph = split_for_coding(spec);
   const std::int64_t channels = latent_channels(file, graph, spec.source);
-  const layers::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
-  layers::store_coding_tables(tables, layers::coding_tables_prefix(graph.entropy_node), file);
+  const codec::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
+  codec::store_coding_tables(tables, codec::coding_tables_prefix(graph.entropy_node), file);
   file.metadata[kTablesMetadataKey] =
-      nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", layers::kDefaultTailMass}}
+      nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", codec::kDefaultTailMass}}
           .dump();
   if (graph.kind != ModelKind::hyperprior) return true;
 

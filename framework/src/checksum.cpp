@@ -1,8 +1,8 @@
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 
 #include <array>
 
-namespace plexus::codec {
+namespace plexus {
 
 namespace {
 
@@ -41,4 +41,4 @@ void Fnv1a64::add_field(const std::string& text) {
   add(text);
 }
 
-}  // namespace plexus::codec
+}  // namespace plexus

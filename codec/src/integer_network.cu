@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "../codec/integer_network_kernels.h"
+#include "integer_network_kernels.h"
 #include "plexus/cuda/cuda_check.h"
 
 namespace plexus::codec {

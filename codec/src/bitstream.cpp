@@ -1,8 +1,8 @@
-#include "bitstream.h"
+#include "plexus/codec/bitstream.h"
 
 #include <cstdio>
 
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/error.h"
 
 namespace plexus::ae {
@@ -58,7 +58,7 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   }
   put(out, stream.size(), 4);
   out.insert(out.end(), stream.begin(), stream.end());
-  put(out, codec::crc32(out.data(), out.size()), 4);
+  put(out, plexus::crc32(out.data(), out.size()), 4);
   return out;
 }
 
@@ -83,7 +83,7 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("extended: " + std::to_string(size - expected_size) + " unexpected byte(s) after the checksum (the header announces " +
                   std::to_string(expected_size) + " bytes in all)");
   const std::uint32_t stored_crc = static_cast<std::uint32_t>(get(bytes + size - 4, 4));
-  const std::uint32_t actual_crc = codec::crc32(bytes, size - 4);
+  const std::uint32_t actual_crc = plexus::crc32(bytes, size - 4);
   if (stored_crc != actual_crc)
     throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
                   ", stored " + fingerprint_text(stored_crc).substr(8) + ")");

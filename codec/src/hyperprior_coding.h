@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "factorized_entropy_model/coding_tables.h"
+#include "plexus/codec/factorized_tables.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/integer_network.h"
 #include "plexus/codec/integer_network_quantizer.h"
@@ -57,7 +57,7 @@ codec::IntegerNetwork integer_hyper_synthesis(const std::vector<codec::FloatConv
 // `count` hyper-latents [C, side, side] drawn from the factorized coding
 // tables (each element independently, by a fixed-seed mt19937_64, an escape
 // drawing the table's last symbol): calibration inputs when no images are given.
-std::vector<std::vector<std::int32_t>> prior_samples(const layers::FactorizedCodingTables& tables, int count,
+std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count,
                                                      int side, std::uint64_t seed = 1);
 
 }  // namespace plexus::ae

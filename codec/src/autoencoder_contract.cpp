@@ -1,4 +1,4 @@
-#include "autoencoder_contract.h"
+#include "plexus/codec/autoencoder_contract.h"
 
 #include <algorithm>
 #include <set>

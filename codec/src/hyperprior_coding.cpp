@@ -132,7 +132,7 @@ codec::IntegerNetwork integer_hyper_synthesis(const std::vector<codec::FloatConv
   }
 }
 
-std::vector<std::vector<std::int32_t>> prior_samples(const layers::FactorizedCodingTables& tables, int count,
+std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count,
                                                      int side, std::uint64_t seed) {
   std::mt19937_64 random(seed);  // the standard fixes its sequence, so the samples are the same everywhere
   std::vector<std::vector<std::int32_t>> samples;

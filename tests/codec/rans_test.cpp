@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "plexus/codec/checksum.h"
+#include "plexus/checksum.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 

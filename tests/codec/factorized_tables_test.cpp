@@ -1,4 +1,4 @@
-// Coding tables of the FactorizedEntropyModel (coding_tables.h) against an
+// Coding tables of the FactorizedEntropyModel (plexus/codec/factorized_tables.h) against an
 // independent scalar evaluation of the density chain: cumulative_logits,
 // the bisected quantiles and integer medians, the quantised frequencies,
 // a coded size close to the model's own information content, and the
@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "factorized_entropy_model/coding_tables.h"
+#include "plexus/builtin_layers.h"
+#include "factorized_entropy_model/factorized_entropy_model.h"
+#include "plexus/codec/factorized_tables.h"
 #include "plexus/error.h"
 #include "plexus/registry.h"
 
@@ -89,7 +91,7 @@ TEST(CodingTables, CumulativeLogitsMatchTheNaiveChain) {
 TEST(CodingTables, RangesHoldAllButTheTailMassAndAreTight) {
   auto layer = make_layer();
   const double tail = 1e-3;
-  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer), tail);
+  const codec::FactorizedCodingTables tables = codec::build_coding_tables(model_of(*layer), tail);
   ASSERT_EQ(tables.channels(), kChannels);
   std::set<std::int32_t> medians;
   for (std::int64_t c = 0; c < kChannels; ++c) {
@@ -110,7 +112,7 @@ TEST(CodingTables, RangesHoldAllButTheTailMassAndAreTight) {
 
 TEST(CodingTables, DefaultTailMassLeavesAtMostHalfABillionthOnEachSide) {
   auto layer = make_layer();
-  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  const codec::FactorizedCodingTables tables = codec::build_coding_tables(model_of(*layer));
   for (std::int64_t c = 0; c < kChannels; ++c) {
     const std::int64_t lo = tables.medians[c] + tables.tables[c].min, hi = lo + tables.tables[c].count() - 1;
     // On the logit scale: logit(c) <= log(5e-10) (to first order), and the same above.
@@ -122,7 +124,7 @@ TEST(CodingTables, DefaultTailMassLeavesAtMostHalfABillionthOnEachSide) {
 
 TEST(CodingTables, FrequenciesFollowTheDensity) {
   auto layer = make_layer();
-  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  const codec::FactorizedCodingTables tables = codec::build_coding_tables(model_of(*layer));
   for (std::int64_t c = 0; c < kChannels; ++c) {
     const codec::CodingTable& table = tables.tables[c];
     ASSERT_NO_THROW(codec::check_table(table, "channel"));
@@ -138,7 +140,7 @@ TEST(CodingTables, FrequenciesFollowTheDensity) {
 
 TEST(CodingTables, CodedSizeIsWithinHalfAPercentOfTheInformationContent) {
   auto layer = make_layer();
-  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  const codec::FactorizedCodingTables tables = codec::build_coding_tables(model_of(*layer));
   // Sample each channel's rounded latent by inverting the naive cumulative,
   // tabulated at the half-integers of the table's range (outside it lies 1e-9).
   std::vector<std::int64_t> first(kChannels);
@@ -174,14 +176,14 @@ TEST(CodingTables, CodedSizeIsWithinHalfAPercentOfTheInformationContent) {
 
 TEST(CodingTables, StoreAndLoadRoundTripExactly) {
   auto layer = make_layer();
-  const layers::FactorizedCodingTables tables = layers::build_coding_tables(model_of(*layer));
+  const codec::FactorizedCodingTables tables = codec::build_coding_tables(model_of(*layer));
   TensorFile file;
-  const std::string prefix = layers::coding_tables_prefix("entropy_model");
+  const std::string prefix = codec::coding_tables_prefix("entropy_model");
   EXPECT_EQ(prefix, "entropy_model.coding.");
-  EXPECT_FALSE(layers::has_coding_tables(file, prefix));
-  layers::store_coding_tables(tables, prefix, file);
-  EXPECT_TRUE(layers::has_coding_tables(file, prefix));
-  const layers::FactorizedCodingTables loaded = layers::load_coding_tables(file, prefix, kChannels, "model.safetensors");
+  EXPECT_FALSE(codec::has_coding_tables(file, prefix));
+  codec::store_coding_tables(tables, prefix, file);
+  EXPECT_TRUE(codec::has_coding_tables(file, prefix));
+  const codec::FactorizedCodingTables loaded = codec::load_coding_tables(file, prefix, kChannels, "model.safetensors");
   EXPECT_EQ(loaded.medians, tables.medians);
   for (std::int64_t c = 0; c < kChannels; ++c) {
     EXPECT_EQ(loaded.tables[c].min, tables.tables[c].min);
@@ -191,7 +193,7 @@ TEST(CodingTables, StoreAndLoadRoundTripExactly) {
 
 std::string load_error(const TensorFile& file, std::int64_t channels = kChannels) {
   try {
-    layers::load_coding_tables(file, "e.coding.", channels, "m.safetensors");
+    codec::load_coding_tables(file, "e.coding.", channels, "m.safetensors");
   } catch (const IoError& e) {
     return e.what();
   }
@@ -201,7 +203,7 @@ std::string load_error(const TensorFile& file, std::int64_t channels = kChannels
 TEST(CodingTables, LoadRejectsDamagedTablesNamingTheTensor) {
   auto layer = make_layer();
   TensorFile good;
-  layers::store_coding_tables(layers::build_coding_tables(model_of(*layer)), "e.coding.", good);
+  codec::store_coding_tables(codec::build_coding_tables(model_of(*layer)), "e.coding.", good);
   EXPECT_EQ(load_error(good), "no error");
   EXPECT_NE(load_error(good, 5).find("'e.coding.cdf' is [4,"), std::string::npos) << load_error(good, 5);
 

@@ -1,11 +1,11 @@
 #pragma once
-// The two hashes of the compressed-image format (docs/bitstream.md):
-// CRC-32 guards a file against corruption; FNV-1a 64 fingerprints a model.
+// Two hashes: CRC-32 guards a file against corruption (the compressed-image
+// format, docs/bitstream.md); FNV-1a 64 fingerprints a model or a replica's parameters.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace plexus::codec {
+namespace plexus {
 
 // CRC-32 as in zlib, PNG and gzip (reflected polynomial 0xEDB88320, initial
 // and final XOR 0xFFFFFFFF): crc32("123456789") = 0xCBF43926.
@@ -25,4 +25,4 @@ class Fnv1a64 {
   std::uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
-}  // namespace plexus::codec
+}  // namespace plexus

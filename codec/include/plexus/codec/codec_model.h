@@ -7,7 +7,7 @@
 //   synthesis: latent -> "x_hat"
 // compress: pad the image (edge pixels repeated) to a multiple of the
 // stride, run the analysis, code each rounded latent value as the symbol
-// s = y_hat - m_c with its channel's table (coding_tables.h), write the file
+// s = y_hat - m_c with its channel's table (plexus/codec/factorized_tables.h), write the file
 // (bitstream.h). decompress: validate the file, decode the symbols, y_hat =
 // s + m_c, run the synthesis, crop.
 //
@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "bitstream.h"
-#include "factorized_entropy_model/coding_tables.h"
+#include "plexus/codec/bitstream.h"
+#include "plexus/codec/factorized_tables.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/gaussian_tables.h"
 #include "plexus/codec/integer_network.h"
@@ -43,6 +43,8 @@
 #include "plexus/registry.h"
 
 namespace plexus::ae {
+
+struct CodecGraph;  // the model's graph cut at the latent (codec_model.cpp)
 
 class CodecModel {
  public:
@@ -101,7 +103,7 @@ class CodecModel {
   int stride() const { return stride_; }
   std::int64_t channels() const { return latent_channels_; }  // of the coded latent y_hat
   // The factorized tables: of the latent, or of a hyperprior's hyper-latent.
-  const layers::FactorizedCodingTables& tables() const { return tables_; }
+  const codec::FactorizedCodingTables& tables() const { return tables_; }
   // True when the file had no tables (or no integer hyper-synthesis) and
   // they were computed on load.
   bool computed_tables() const { return computed_tables_; }
@@ -116,6 +118,13 @@ class CodecModel {
   void set_max_pixels(std::uint64_t pixels) { max_pixels_ = pixels; }
 
  private:
+  // The steps of the constructor.
+  void probe_hyperprior_stride(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
+  std::int64_t build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
+                                const Registry& registry);
+  void load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file, const Registry& registry,
+                   std::int64_t factorized_channels);
+  std::uint64_t compute_fingerprint(const ModelSpec& spec);
   Tensor synthesize(const Tensor& latent);
   std::string name_;
   Device device_;
@@ -128,7 +137,7 @@ class CodecModel {
   std::unique_ptr<Net> analysis_, synthesis_;
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
   std::unique_ptr<Context> ctx_;
-  layers::FactorizedCodingTables tables_;
+  codec::FactorizedCodingTables tables_;
   std::vector<codec::FloatConvLayer> hyper_layers_;
   codec::IntegerNetwork integer_network_;
   codec::GaussianTables gaussian_;

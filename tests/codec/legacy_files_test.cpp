@@ -1,0 +1,83 @@
+// Files written by an earlier build of plexus-ae decode, bit for bit, to
+// what that build decoded them to, and compressing the same image again
+// writes the same bytes. The files in tests/codec/legacy/ were made once and
+// are never regenerated: crop.png (a 150x100 crop of Kodak image 23),
+// compressed by plexus-ae with the shipped bls2017 model (bls2017.pxae) and
+// the shipped quality-3 scale hyperprior (q3.pxae), and each file
+// decompressed (*.decoded.png), all on the CPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "plexus/builtin_layers.h"
+#include "plexus/codec/codec_model.h"
+#include "plexus/context.h"
+#include "plexus/data/image.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+const std::string kLegacy = std::string(PLEXUS_SOURCE_DIR) + "/tests/codec/legacy/";
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct LegacyCase {
+  const char* model;  // under models/trained/
+  const char* file;   // under tests/codec/legacy/, without .pxae
+};
+
+void PrintTo(const LegacyCase& c, std::ostream* out) { *out << c.file; }
+
+class LegacyFiles : public ::testing::TestWithParam<LegacyCase> {
+ protected:
+  std::unique_ptr<ae::CodecModel> load(Device device) {
+    return ae::CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + GetParam().model,
+                                     registry_, device);
+  }
+  std::vector<std::uint8_t> file() { return read_bytes(kLegacy + GetParam().file + ".pxae"); }
+  Registry registry_ = builtin_registry();
+};
+
+TEST_P(LegacyFiles, DecodeToTheSamePixelsOnTheCpu) {
+  const std::vector<std::uint8_t> bytes = file();
+  ASSERT_GT(bytes.size(), 0u);
+  const data::Image decoded = load(Device::cpu())->decompress(bytes.data(), bytes.size());
+  const data::Image expected = data::read_image(kLegacy + GetParam().file + ".decoded.png");
+  ASSERT_EQ(decoded.width, expected.width);
+  ASSERT_EQ(decoded.height, expected.height);
+  EXPECT_TRUE(decoded.pixels == expected.pixels) << "the reconstruction of " << GetParam().file << ".pxae changed";
+}
+
+TEST_P(LegacyFiles, CompressTheSameImageToTheSameBytes) {
+  const data::Image image = data::read_image(kLegacy + "crop.png");
+  EXPECT_TRUE(load(Device::cpu())->compress(image) == file()) << GetParam().file << ".pxae is no longer what compress writes";
+}
+
+TEST_P(LegacyFiles, DecodeToTheSameLatentsOnCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const std::vector<std::uint8_t> bytes = file();
+  const ae::CodecModel::Latents cpu = load(Device::cpu())->decode_latents(bytes.data(), bytes.size());
+  const ae::CodecModel::Latents cuda = load(Device::cuda(0))->decode_latents(bytes.data(), bytes.size());
+  ASSERT_EQ(cpu.latent.shape(), cuda.latent.shape());
+  EXPECT_EQ(std::memcmp(cpu.latent.raw_data(), cuda.latent.raw_data(), cpu.latent.nbytes()), 0)
+      << "the latent of " << GetParam().file << ".pxae differs between the CPU and CUDA";
+  EXPECT_EQ(cpu.indices, cuda.indices);
+}
+
+INSTANTIATE_TEST_SUITE_P(ShippedModels, LegacyFiles,
+                         ::testing::Values(LegacyCase{"bls2017/model.safetensors", "bls2017"},
+                                           LegacyCase{"hyperprior-q3/model.safetensors", "q3"}),
+                         [](const auto& info) { return std::string(info.param.file); });
+
+}  // namespace
+}  // namespace plexus
