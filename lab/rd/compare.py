@@ -11,7 +11,7 @@ curve; every Plexus curve gets a BD-rate against every codec
 (lab/rd/bjontegaard.py).
 
   python3 lab/rd/compare.py path/to/kodak --out rd \\
-      --plexus bls2017=docs/results/h100-bls2017/model.safetensors
+      --plexus bls2017=models/trained/bls2017/model.safetensors
 
 Models with the same NAME form one curve (one point per model):
   --plexus hyperprior=q1.safetensors --plexus hyperprior=q2.safetensors ...
