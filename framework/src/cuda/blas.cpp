@@ -69,8 +69,8 @@ long long matrix_span(int rows, int columns, int ld) { return static_cast<long l
 // bf16 copies and multiplied by cublasGemmEx with bf16 A and B, f32 C and f32
 // accumulation (CUBLAS_COMPUTE_32F): the BF16 tensor-core products of the
 // policy. CUBLAS_COMPUTE_32F_FAST_16BF on the f32 operands would only allow
-// them: measured on an H100 (cuBLAS 13.0) it ran TF32 or FP32 kernels and
-// never rounded to bf16 (tests/framework/cuda_gemm_test.cpp would fail).
+// them: cuBLAS is then free to run TF32 or FP32 kernels that never round to
+// bf16, and does (tests/framework/cuda_gemm_test.cpp checks the rounding).
 template <typename T>
 void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
           const T* b, int ldb, T beta, T* c, int ldc) {

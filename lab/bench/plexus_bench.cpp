@@ -1,0 +1,386 @@
+// plexus-bench: GPU timings of every built-in layer at the autoencoder's
+// shapes and of whole training steps, one JSON object per line on stdout.
+// The cases come from lab/bench/bench_cases.json, which torch_bench.py
+// reads too, so both sides time the same work. Timing: CUDA events on the
+// context's stream, `--warmup` untimed runs, then the median of `--repeats`.
+//   plexus-bench --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT]
+// Each line also carries the precision and, for convolutions and
+// SoftmaxProjection, the FLOPs of one pass (2*N*Cout*Hout*Wout*Cin*k*k,
+// 2*N*F*V; backward is two passes: input and weight gradients), so
+// compare.py can print achieved TFLOP/s.
+// Each model also gets a "train_step_graph" row: the same step recorded once
+// into a CUDA graph (plexus/step_graph.h) and replayed. `--profile` adds,
+// per model, one row per node (CUDA events around its forward and backward,
+// also NVTX ranges for Nsight Systems) with its FLOP and byte floors, and
+// the measured ceilings those floors use (see docs/performance.md).
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "event_timer.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/cuda/blas.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+#include "plexus/registry.h"
+#include "plexus/step_graph.h"
+
+using namespace plexus;
+using nlohmann::json;
+
+namespace {
+
+using Timer = bench::EventTimer;
+
+Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_64& rng, Device device) {
+  std::uniform_real_distribution<double> dist(low, high);
+  std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
+  for (auto& v : values) v = dist(rng);
+  return Tensor::from_values(values, shape, DType::f32, device);
+}
+
+// FLOPs of one pass of a case (multiply and add counted separately; backward
+// is two passes), or 0 for layers without a matrix product. Conv2d:
+// 2*N*Cout*Hout*Wout*Cin*k*k; a ConvTranspose2d is the Conv2d from its output
+// to its input, so the same formula with the roles swapped. SoftmaxProjection:
+// the projection, 2*N*F*V (backward: df = dz W and dW = dz^T f).
+double pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
+  const std::string type = c["type"];
+  if (type == "SoftmaxProjection")
+    return 2.0 * static_cast<double>(inputs[0][0]) * static_cast<double>(shape_numel(inputs[0]) / inputs[0][0]) *
+           c["params"]["vocab_size"].get<double>();
+  if (type != "Conv2d" && type != "ConvTranspose2d") return 0.0;
+  const double k = c["params"]["kernel"].get<double>();
+  const Shape& x = inputs[0];
+  const Shape& y = outputs[0];
+  const Shape& small = type == "Conv2d" ? y : x;  // the side with one pixel per kernel position
+  const Shape& large = type == "Conv2d" ? x : y;
+  return 2.0 * static_cast<double>(small[0]) * static_cast<double>(small[1]) * static_cast<double>(small[2]) *
+         static_cast<double>(small[3]) * static_cast<double>(large[1]) * k * k;
+}
+
+// Integer class labels in [0, classes), stored as floats (SoftmaxProjection's labels).
+Tensor random_labels(const Shape& shape, std::int64_t classes, std::mt19937_64& rng, Device device) {
+  std::uniform_int_distribution<std::int64_t> pick(0, classes - 1);
+  std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
+  for (auto& v : values) v = static_cast<double>(pick(rng));
+  return Tensor::from_values(values, shape, DType::f32, device);
+}
+
+json time_layer(const Registry& registry, const json& c, Precision precision, int warmup, int repeats) {
+  const Device gpu = Device::cuda(0);
+  std::vector<Shape> input_shapes;
+  for (const auto& s : c["inputs"]) input_shapes.push_back(s.get<Shape>());
+  auto layer = registry.create(c["type"], "bench", c["params"]);
+  auto output_shapes = layer->output_shapes(input_shapes);
+  layer->create_parameters(input_shapes);
+  std::mt19937_64 rng(1);
+  layer->initialize_parameters(DType::f32, gpu, rng);
+  Context ctx(gpu, 1);
+  ctx.set_precision(precision);
+  int positive = c.value("positive_input", -1);
+  int labels = c.value("labels_input", -1);  // integer labels in [0, params.vocab_size)
+  std::vector<Tensor> inputs, outputs, output_grads, input_grads;
+  for (std::size_t i = 0; i < input_shapes.size(); ++i) {
+    const int index = static_cast<int>(i);
+    inputs.push_back(index == labels     ? random_labels(input_shapes[i], c["params"]["vocab_size"], rng, gpu)
+                     : index == positive ? random_tensor(input_shapes[i], 0.01, 1.0, rng, gpu)
+                                         : random_tensor(input_shapes[i], -1.0, 1.0, rng, gpu));
+  }
+  for (const auto& s : output_shapes) {
+    outputs.emplace_back(s, DType::f32, gpu);
+    output_grads.push_back(random_tensor(s, -1.0, 1.0, rng, gpu));
+  }
+  ConstTensors in, out, dout;
+  MutableTensors out_mutable, din;
+  for (auto& t : inputs) in.push_back(&t);
+  for (auto& t : outputs) {
+    out.push_back(&t);
+    out_mutable.push_back(&t);
+  }
+  for (auto& t : output_grads) dout.push_back(&t);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    input_grads.push_back(layer->input_is_differentiable(static_cast<int>(i)) ? Tensor(input_shapes[i], DType::f32, gpu)
+                                                                             : Tensor());
+  for (auto& t : input_grads) din.push_back(t.defined() ? &t : nullptr);
+  Timer timer;
+  double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });
+  layer->forward(ctx, in, out_mutable);
+  double backward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->backward(ctx, in, out, dout, din); });
+  return {{"kind", "layer"},
+          {"name", c["name"]},
+          {"forward_ms", forward_ms},
+          {"backward_ms", backward_ms},
+          {"pass_flops", pass_flops(c, input_shapes, output_shapes)}};
+}
+
+struct ModelCase {
+  std::unique_ptr<Net> net;
+  std::unique_ptr<Context> ctx;
+  Adam adam{1e-4};
+  std::vector<NamedParameter> params;
+  double lambda = 0;
+  void step() {
+    net->zero_grad();
+    net->forward(*ctx);
+    net->backward(*ctx, {{"mse", lambda * 255.0 * 255.0}, {"bpp", 1.0}});
+    adam.step(*ctx, params);
+  }
+};
+
+std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root, Precision precision) {
+  const Device gpu = Device::cuda(0);
+  ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
+  std::int64_t batch = m["batch"], patch = m["patch"];
+  auto owned = std::make_unique<ModelCase>();
+  ModelCase& c = *owned;
+  c.net = std::make_unique<Net>(spec, registry, std::map<std::string, Shape>{{"image", {batch, 3, patch, patch}}},
+                                DType::f32, gpu, 1);
+  c.ctx = std::make_unique<Context>(gpu, 1);
+  c.ctx->set_precision(precision);
+  c.ctx->set_training(true);
+  std::mt19937_64 rng(2);
+  c.net->input("image").copy_from(random_tensor({batch, 3, patch, patch}, 0.0, 1.0, rng, gpu));
+  c.params = c.net->parameters();
+  c.lambda = m["lambda"];
+  return owned;
+}
+
+json time_model(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
+                int repeats) {
+  auto model_case_owned = model_case(registry, m, root, precision);
+  ModelCase& c = *model_case_owned;
+  const double batch = m["batch"];
+  Timer timer;
+  double step_ms = timer.median_ms(*c.ctx, warmup, repeats, [&] { c.step(); });
+  return {{"kind", "train_step"}, {"name", m["name"]}, {"step_ms", step_ms},
+          {"images_per_s", 1000.0 * batch / step_ms}};
+}
+
+// The same step, recorded once into a CUDA graph and replayed; the optimiser's
+// host half runs outside the graph as in plexus-ae train.
+json time_model_graph(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
+                      int repeats) {
+  auto model_case_owned = model_case(registry, m, root, precision);
+  ModelCase& c = *model_case_owned;
+  const double batch = m["batch"];
+  StepGraph graph(true);
+  Timer timer;
+  double step_ms = timer.median_ms(*c.ctx, std::max(warmup, 2), repeats, [&] {
+    c.adam.begin_step(*c.ctx, c.params);
+    graph.run(*c.ctx, c.net->layout_version(), [&] {
+      c.net->zero_grad();
+      c.net->forward(*c.ctx);
+      c.net->backward(*c.ctx, {{"mse", c.lambda * 255.0 * 255.0}, {"bpp", 1.0}});
+      c.adam.apply(*c.ctx, c.params);
+    });
+  });
+  return {{"kind", "train_step_graph"}, {"name", m["name"]}, {"step_ms", step_ms},
+          {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()}};
+}
+
+// The ceilings the floors divide by, measured here: dense GEMM throughput
+// from an 8192^3 f32 cuda::gemm at the run's precision (FP32, TF32 or BF16
+// products), and device-memory bandwidth
+// from a 1 GiB device-to-device copy (read + write counted).
+struct Ceilings {
+  double gemm_flops_per_s = 0;
+  double bytes_per_s = 0;
+};
+
+Ceilings measure_ceilings(Precision precision) {
+  const Device gpu = Device::cuda(0);
+  Context ctx(gpu, 1);
+  ctx.set_precision(precision);
+  Ceilings c;
+  const int n = 8192;
+  Tensor a({n, n}, DType::f32, gpu), b({n, n}, DType::f32, gpu), out({n, n}, DType::f32, gpu);
+  Timer timer;
+  double ms = timer.median_ms(ctx, 2, 5, [&] {
+    cuda::gemm<float>(ctx, false, false, n, n, n, 1.0f, a.data<float>(), b.data<float>(), 0.0f, out.data<float>());
+  });
+  c.gemm_flops_per_s = 2.0 * n * double(n) * n / (ms * 1e-3);
+  const std::int64_t elements = 256ll << 20;  // 1 GiB of f32
+  Tensor from({elements}, DType::f32, gpu), to({elements}, DType::f32, gpu);
+  ms = timer.median_ms(ctx, 2, 5, [&] {
+    cuda::check_cuda(cudaMemcpyAsync(to.raw_data(), from.raw_data(), from.nbytes(), cudaMemcpyDeviceToDevice,
+                                     cuda::stream(ctx)),
+                     "cudaMemcpyAsync", __FILE__, __LINE__);
+  });
+  c.bytes_per_s = 2.0 * double(from.nbytes()) / (ms * 1e-3);
+  return c;
+}
+
+// CUDA events (and NVTX ranges) around every node's forward and backward.
+class NodeTimer : public NodeObserver {
+ public:
+  explicit NodeTimer(Context& ctx) : ctx_(ctx) {}
+  ~NodeTimer() override {
+    for (auto& r : records_) {
+      cudaEventDestroy(r.start);
+      cudaEventDestroy(r.stop);
+    }
+  }
+  void before(const std::string& node, const std::string& type, bool backward) override {
+    nvtxRangePushA((node + (backward ? " backward" : " forward")).c_str());
+    Record r{node, type, backward, nullptr, nullptr};
+    cuda::check_cuda(cudaEventCreate(&r.start), "cudaEventCreate", __FILE__, __LINE__);
+    cuda::check_cuda(cudaEventCreate(&r.stop), "cudaEventCreate", __FILE__, __LINE__);
+    cuda::check_cuda(cudaEventRecord(r.start, cuda::stream(ctx_)), "cudaEventRecord", __FILE__, __LINE__);
+    records_.push_back(r);
+  }
+  void after(const std::string&, const std::string&, bool) override {
+    cuda::check_cuda(cudaEventRecord(records_.back().stop, cuda::stream(ctx_)), "cudaEventRecord", __FILE__,
+                     __LINE__);
+    nvtxRangePop();
+  }
+  struct Record {
+    std::string node, type;
+    bool backward;
+    cudaEvent_t start, stop;
+  };
+  const std::vector<Record>& records() const { return records_; }
+
+ private:
+  Context& ctx_;
+  std::vector<Record> records_;
+};
+
+// FLOPs and device-memory bytes a node's forward (backward: x2 FLOPs for
+// convolutions, dx and dW; bytes as listed) cannot do without. Convolutions:
+// 2 * (output elements) * Cin * k^2 multiply-adds forward (transposed:
+// 2 * (input elements) * Cout * k^2). Everything else counts bytes: each
+// input and output read or written once forward; backward reads the inputs
+// and output gradients and writes the input gradients. GDN's C x C
+// contraction per pixel adds 2 * C * (elements) FLOPs forward, 4x backward.
+struct Floor {
+  double forward_flops = 0, backward_flops = 0, forward_bytes = 0, backward_bytes = 0;
+};
+
+Floor floor_of(const Net& net, const NodeSpec& node) {
+  Floor f;
+  auto numel = [&](const std::string& blob) { return double(shape_numel(net.blob(blob).shape())); };
+  double in = 0, out = 0;
+  for (const auto& b : node.inputs) in += numel(b);
+  for (const auto& b : node.outputs) out += numel(b);
+  f.forward_bytes = 4.0 * (in + out);
+  f.backward_bytes = 4.0 * (in + out + in);
+  const Shape& x = net.blob(node.inputs[0]).shape();
+  const Shape& y = net.blob(node.outputs[0]).shape();
+  if (node.type == "Conv2d" || node.type == "ConvTranspose2d") {
+    const double k = node.params.value("kernel", 1);
+    f.forward_flops = node.type == "Conv2d" ? 2.0 * numel(node.outputs[0]) * double(x[1]) * k * k
+                                            : 2.0 * numel(node.inputs[0]) * double(y[1]) * k * k;
+    f.backward_flops = 2 * f.forward_flops;
+  } else if (node.type == "GDN" || node.type == "IGDN") {
+    f.forward_flops = 2.0 * double(x[1]) * numel(node.inputs[0]);
+    f.backward_flops = 4 * f.forward_flops;
+  }
+  return f;
+}
+
+json profile_model(const Registry& registry, const json& m, const std::string& root, Precision precision, const Ceilings& ceil) {
+  auto model_case_owned = model_case(registry, m, root, precision);
+  ModelCase& c = *model_case_owned;
+  for (int i = 0; i < 3; ++i) c.step();  // warm up: scratch buffers, cuBLAS heuristics
+  c.ctx->synchronize();
+  json rows = json::array();
+  std::map<std::string, std::pair<double, double>> totals;  // node -> forward, backward ms, summed
+  const int repeats = 5;
+  for (int r = 0; r < repeats; ++r) {
+    NodeTimer timer(*c.ctx);
+    c.net->set_observer(&timer);
+    nvtxRangePushA("train step");
+    c.step();
+    nvtxRangePop();
+    c.net->set_observer(nullptr);
+    c.ctx->synchronize();
+    for (const auto& rec : timer.records()) {
+      float ms = 0;
+      cuda::check_cuda(cudaEventElapsedTime(&ms, rec.start, rec.stop), "cudaEventElapsedTime", __FILE__, __LINE__);
+      (rec.backward ? totals[rec.node].second : totals[rec.node].first) += ms / repeats;
+    }
+  }
+  for (const auto& node : c.net->spec().nodes) {
+    const Floor f = floor_of(*c.net, node);
+    const double floor_ms = 1e3 * (std::max(f.forward_flops / ceil.gemm_flops_per_s, f.forward_bytes / ceil.bytes_per_s) +
+                                   std::max(f.backward_flops / ceil.gemm_flops_per_s, f.backward_bytes / ceil.bytes_per_s));
+    const auto& t = totals[node.name];
+    rows.push_back({{"kind", "profile"}, {"model", m["name"]}, {"node", node.name}, {"type", node.type},
+                    {"forward_ms", t.first}, {"backward_ms", t.second}, {"flops", f.forward_flops + f.backward_flops},
+                    {"bytes", f.forward_bytes + f.backward_bytes}, {"floor_ms", floor_ms}});
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
+  std::string cases_path = "lab/bench/bench_cases.json", root = ".", only;
+  bool tf32_alias = false, profile = false;
+  std::string precision = "f32";
+  int warmup = 5, repeats = 20;
+  app.add_option("--cases", cases_path, "benchmark cases file")->capture_default_str();
+  app.add_option("--root", root, "repository root, for model spec paths")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed runs before timing")->capture_default_str();
+  app.add_option("--repeats", repeats, "timed runs; the median is reported")->capture_default_str();
+  app.add_option("--only", only, "run only cases whose name contains this text");
+  app.add_option("--precision", precision,
+                 "f32 (strict), tf32 (f32 storage, TF32 tensor-core products) or bf16 (f32 storage, the "
+                 "convolutions and cuBLAS products on BF16 tensor cores, GDN's tensor-core kernels as tf32); "
+                 "PyTorch's default allows TF32 in cuDNN convolutions")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
+  app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
+  CLI11_PARSE(app, argc, argv);
+  if (tf32_alias) precision = "tf32";
+  try {
+    const Precision policy = parse_precision(precision);
+    if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
+    std::ifstream file(cases_path);
+    if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
+    json cases = json::parse(file);
+    Registry registry = builtin_registry();
+    for (const auto& c : cases["layers"]) {
+      if (!only.empty() && c["name"].get<std::string>().find(only) == std::string::npos) continue;
+      json row = time_layer(registry, c, policy, warmup, repeats);
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
+    }
+    for (const auto& m : cases["models"]) {
+      if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+      json row = time_model(registry, m, root, policy, warmup, std::max(5, repeats / 2));
+      row["precision"] = precision;
+      std::cout << row.dump() << std::endl;
+      json graph_row = time_model_graph(registry, m, root, policy, warmup, std::max(5, repeats / 2));
+      graph_row["precision"] = precision;
+      std::cout << graph_row.dump() << std::endl;
+    }
+    if (profile) {
+      const Ceilings ceilings = measure_ceilings(policy);
+      std::cout << json{{"kind", "ceilings"}, {"precision", precision}, {"gemm_tflops", ceilings.gemm_flops_per_s / 1e12},
+                        {"bandwidth_gb_per_s", ceilings.bytes_per_s / 1e9}}
+                       .dump()
+                << std::endl;
+      for (const auto& m : cases["models"]) {
+        if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+        for (const auto& row : profile_model(registry, m, root, policy, ceilings)) std::cout << row.dump() << std::endl;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "plexus-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Tests of the benchmark tables' rounds (lab/bench/compare.py, and
+lab/bench/run.sh --rounds with stand-ins for plexus-bench and PyTorch).
+Standard library only; run:  python3 lab/bench/test_compare.py
+Expected values are worked out by hand in the comments, not taken from the code."""
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import compare  # noqa: E402
+
+
+def layer(forward_ms, backward_ms):
+    return {"kind": "layer", "name": "Conv2d 5x5/2 128->128 @64", "precision": "bf16", "pass_flops": 1e9,
+            "forward_ms": forward_ms, "backward_ms": backward_ms}
+
+
+def write_lines(folder, name, rows):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write("some text a tool printed\n")  # not a JSON line: skipped
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+class MedianOfRoundsTest(unittest.TestCase):
+    def test_one_round_is_kept_as_it_is(self):
+        row = compare.median_of_rounds([layer(1.5, 3.0)])
+        self.assertEqual((row["forward_ms"], row["backward_ms"], row["rounds"]), (1.5, 3.0, 1))
+
+    def test_each_timing_is_its_own_median(self):
+        # forward 1, 3, 2 -> 2; backward 9, 4, 5 -> 5 (the medians come from different rounds).
+        row = compare.median_of_rounds([layer(1.0, 9.0), layer(3.0, 4.0), layer(2.0, 5.0)])
+        self.assertEqual((row["forward_ms"], row["backward_ms"], row["rounds"]), (2.0, 5.0, 3))
+        self.assertEqual(row["pass_flops"], 1e9)  # not a timing: as in the first round
+
+    def test_an_even_count_averages_the_middle_two(self):
+        # 1, 2, 4, 10 -> (2 + 4) / 2 = 3.
+        row = compare.median_of_rounds([layer(t, 1.0) for t in (10.0, 1.0, 4.0, 2.0)])
+        self.assertEqual(row["forward_ms"], 3.0)
+
+    def test_load_groups_the_rounds_of_each_case(self):
+        with tempfile.TemporaryDirectory() as folder:
+            step = {"kind": "train_step", "name": "bls2017", "step_ms": 4.0, "images_per_s": 4000.0}
+            graph = {"kind": "train_step_graph", "name": "bls2017", "step_ms": 2.0, "images_per_s": 8000.0}
+            path = write_lines(folder, "p.jsonl", [step, graph, dict(step, step_ms=6.0, images_per_s=2667.0),
+                                                   dict(graph, step_ms=3.0, images_per_s=5333.0),
+                                                   dict(step, step_ms=5.0, images_per_s=3200.0),
+                                                   dict(graph, step_ms=2.5, images_per_s=6400.0)])
+            rows = compare.load(path)
+        # The eager and CUDA-graph rows stay apart: eager 4, 6, 5 -> 5; graph 2, 3, 2.5 -> 2.5.
+        self.assertEqual(set(rows), {"bls2017", "bls2017 (CUDA graph)"})
+        self.assertEqual(rows["bls2017"]["step_ms"], 5.0)
+        self.assertEqual(rows["bls2017"]["images_per_s"], 3200.0)
+        self.assertEqual(rows["bls2017 (CUDA graph)"]["step_ms"], 2.5)
+        self.assertEqual(rows["bls2017 (CUDA graph)"]["rounds"], 3)
+
+
+class TableTest(unittest.TestCase):
+    def table(self, plexus_rows, torch_rows):
+        with tempfile.TemporaryDirectory() as folder:
+            argv = [sys.argv[0], write_lines(folder, "plexus.jsonl", plexus_rows),
+                    write_lines(folder, "torch.jsonl", torch_rows)]
+            out, saved = io.StringIO(), sys.argv
+            try:
+                sys.argv = argv
+                with redirect_stdout(out):
+                    compare.main()
+            finally:
+                sys.argv = saved
+        return out.getvalue()
+
+    def test_the_ratio_is_of_the_medians(self):
+        # Plexus forward 1.0, 1.2, 0.8 -> 1.0; PyTorch 0.9, 1.3, 1.1 -> 1.1: 1.10x.
+        # Backward: Plexus 2, 2, 2 -> 2; PyTorch 1, 3, 2 -> 2: 1.00x.
+        # Round by round the forward ratios would be 0.90x, 1.08x, 1.38x.
+        table = self.table([layer(1.0, 2.0), layer(1.2, 2.0), layer(0.8, 2.0)],
+                           [layer(0.9, 1.0), layer(1.3, 3.0), layer(1.1, 2.0)])
+        self.assertIn("| Conv2d 5x5/2 128->128 @64 | 1.000 | 1.100 | 1.10x | 2.000 | 2.000 | 1.00x |", table)
+        self.assertIn("medians over 3 rounds", table)
+
+    def test_a_single_round_says_nothing_about_rounds(self):
+        table = self.table([layer(1.0, 2.0)], [layer(2.0, 2.0)])
+        self.assertIn("| 1.000 | 2.000 | 2.00x |", table)
+        self.assertNotIn("rounds", table)
+
+
+# Stand-ins: plexus-bench and torch_bench.py each print one layer row whose
+# forward time is the number of the call in a shared counter (1, 2, 3...), so
+# the order of the sides is visible in the times.
+FAKE_PLEXUS = """#!/usr/bin/env bash
+n=$(( $(cat "$COUNTER") + 1 )); echo $n > "$COUNTER"
+echo "plexus $n" >> "$ORDER"
+echo '{"kind": "layer", "name": "L", "precision": "tf32", "pass_flops": 0, "forward_ms": '$n', "backward_ms": 1}'
+"""
+FAKE_PYTHON = """#!/usr/bin/env bash
+case "$1" in
+  *torch_bench.py)
+    n=$(( $(cat "$COUNTER") + 1 )); echo $n > "$COUNTER"
+    echo "torch $n" >> "$ORDER"
+    echo '{"kind": "layer", "name": "L", "precision": "tf32", "pass_flops": 0, "forward_ms": '$n', "backward_ms": 1}' ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+class RunRoundsTest(unittest.TestCase):
+    def run_script(self, *options):
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        os.makedirs(os.path.join(folder, "build/bin"))
+        for path, text in ((os.path.join(folder, "build/bin/plexus-bench"), FAKE_PLEXUS),
+                           (os.path.join(folder, "python"), FAKE_PYTHON)):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+        with open(os.path.join(folder, "counter"), "w") as f:
+            f.write("0\n")
+        env = dict(os.environ, BUILD=os.path.join(folder, "build"), PYTHON=os.path.join(folder, "python"),
+                   REAL_PYTHON=sys.executable, OUT=os.path.join(folder, "out"),
+                   COUNTER=os.path.join(folder, "counter"), ORDER=os.path.join(folder, "order"))
+        result = subprocess.run(["bash", os.path.join(HERE, "run.sh"), "--precision", "tf32", *options], env=env,
+                                capture_output=True, text=True)
+        order = []
+        if os.path.exists(env["ORDER"]):
+            with open(env["ORDER"]) as f:
+                order = [line for line in f.read().split("\n") if line]
+        return result, order, folder
+
+    def test_three_rounds_alternate_and_the_table_shows_medians(self):
+        result, order, folder = self.run_script("--rounds", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # Round 1 Plexus first, round 2 PyTorch first, round 3 Plexus first.
+        self.assertEqual(order, ["plexus 1", "torch 2", "torch 3", "plexus 4", "plexus 5", "torch 6"])
+        # Plexus 1, 4, 5 -> 4; PyTorch 2, 3, 6 -> 3: 3 / 4 = 0.75x.
+        self.assertIn("| L | 4.000 | 3.000 | 0.75x |", result.stdout)
+        with open(os.path.join(folder, "out/table.md")) as f:
+            self.assertIn("| L | 4.000 | 3.000 | 0.75x |", f.read())
+
+    def test_a_count_with_a_leading_zero_is_decimal(self):
+        # "08" is 8 rounds (not an octal error): 16 runs in all.
+        result, order, _ = self.run_script("--rounds", "08")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(order), 16)
+
+    def test_a_second_run_into_the_same_folder_starts_afresh(self):
+        result, _, folder = self.run_script()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(folder, "out/plexus.jsonl")) as f:
+            lines = [line for line in f if line.startswith("{")]
+        self.assertEqual(len(lines), 1)
+        self.assertIn("| L | 1.000 | 2.000 | 2.00x |", result.stdout)  # one round: Plexus 1, PyTorch 2
+
+    def test_a_bad_round_count_is_refused_by_name(self):
+        for bad in ("0", "00", "two", "-1", ""):
+            result, order, folder = self.run_script("--rounds", bad)
+            self.assertEqual(result.returncode, 2)
+            self.assertIn(f"--rounds must be a whole number >= 1, got '{bad}'", result.stderr)
+            self.assertEqual(order, [])  # nothing ran
+            self.assertFalse(os.path.exists(os.path.join(folder, "out")))  # and nothing was written
+
+
+if __name__ == "__main__":
+    unittest.main()

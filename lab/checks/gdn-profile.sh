@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Where the TF32 GDN kernels spend their time, on a machine with an NVIDIA GPU
+# and Nsight Compute, from the repository root:
+#   bash lab/checks/gdn-profile.sh
+# Builds gdn-tiling-bench (sm_90 unless CUDA_ARCHITECTURES says otherwise),
+# runs it (byte floors and every tiling at 16x128x128x128), then profiles the
+# layer's forward and backward kernels once each with `ncu --set full`
+# (clocks not locked). Logs go to $OUT (or gdn-check-logs/).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+logs=${OUT:-gdn-check-logs}
+mkdir -p "$logs"
+build=${BUILD:-build-gpu}
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+start=$SECONDS
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" &&
+       cmake --build "$build" --target gdn-tiling-bench -j "$(nproc)"; } > "$logs/build.log" 2>&1; then
+  tail -60 "$logs/build.log"
+  echo "SUMMARY: build FAILED"
+  exit 1
+fi
+echo "built in $((SECONDS - start)) s"
+
+echo "== tilings (16x128x128x128, TF32 kernels alone)"
+"$build/bin/gdn-tiling-bench" | tee "$logs/tilings.jsonl"
+
+for kernel in normalize backward; do
+  echo "== ncu: the layer's gdn_tf32_$kernel"
+  timeout 120 "$ncu" --clock-control none --set full --import-source no -k "regex:gdn_tf32_$kernel" -c 1 \
+    "$build/bin/gdn-tiling-bench" --repeats 1 > "$logs/ncu-$kernel.txt" 2>&1 || echo "ncu rc=$?"
+  grep -E "Duration|Throughput|Pipe|Issue Slots|Bank|Registers|Achieved Occupancy|Stall|Warp Cycles" "$logs/ncu-$kernel.txt" | head -40
+done

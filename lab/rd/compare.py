@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Rate-distortion comparison of Plexus models against JPEG, WebP, JPEG 2000
+and AVIF on a folder of PNG images, from real files.
+
+Every image is encoded with every standard codec at settings spanning about
+0.1 to 1.5 bpp (lab/rd/standard_codecs.py) and with every Plexus model given
+(`plexus-ae compress`, then `plexus-ae decompress`); bpp is 8 x file bytes
+over pixels, PSNR and MS-SSIM are measured on the decoded 8-bit RGB image
+(lab/rd/quality.py). Per codec and setting the means over images make a
+curve; every Plexus curve gets a BD-rate against every codec
+(lab/rd/bjontegaard.py).
+
+  python3 lab/rd/compare.py path/to/kodak --out rd \\
+      --plexus bls2017=models/trained/bls2017/model.safetensors
+
+Models with the same NAME form one curve (one point per model):
+  --plexus hyperprior=q1.safetensors --plexus hyperprior=q2.safetensors ...
+or --plexus-list FILE with one "NAME=MODEL_FILE" per line.
+
+Writes into --out: points.csv (every image at every setting), curves.json
+(the mean curves and the BD-rates), table.md (the Markdown tables, also
+printed), rd-psnr.png, rd-ms-ssim.png, files/ (the compressed files) and
+cache.json. A result is reused while its image, codec setting and encoder
+version (for Plexus: the model file and the plexus-ae binary) are unchanged,
+so adding a model to a finished comparison runs only that model;
+--codecs none leaves the standard codecs out of the run but keeps their
+cached results in the tables.
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import numpy as np
+    from PIL import Image
+except ImportError as missing:
+    sys.exit(f"compare: {missing}; lab/rd/install-deps.sh installs python3-numpy, python3-pil, python3-matplotlib "
+             "(run this script with that Python, e.g. /usr/bin/python3)")
+
+import standard_codecs  # noqa: E402
+import report  # noqa: E402
+from quality import ms_ssim, psnr  # noqa: E402
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_rgb(path):
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def measure(original_png, compressed, decoded, codec, label, setting):
+    """The measurement of one decoded file against its original."""
+    original, restored = load_rgb(original_png), load_rgb(decoded)
+    if restored.shape != original.shape:
+        raise RuntimeError(f"{decoded}: decoded to {restored.shape[1]}x{restored.shape[0]}, "
+                           f"the original is {original.shape[1]}x{original.shape[0]}")
+    size = os.path.getsize(compressed)
+    pixels = original.shape[0] * original.shape[1]
+    return {"codec": codec, "label": label, "setting": setting, "image": pathlib.Path(original_png).name,
+            "bytes": size, "pixels": pixels, "bpp": 8.0 * size / pixels,
+            "psnr": psnr(original, restored), "ms_ssim": ms_ssim(original, restored)}
+
+
+def standard_task(codec_name, setting, original, compressed_dir):
+    """Encodes, decodes and measures one image at one setting (in a worker process)."""
+    codec = standard_codecs.codec_by_name(codec_name)
+    source = original.with_suffix("." + codec.input_format)
+    compressed = compressed_dir / f"{original.stem}.{codec.extension}"
+    with tempfile.TemporaryDirectory() as scratch:
+        decoded = pathlib.Path(scratch) / f"decoded.{codec.decoded_format}"
+        standard_codecs.run(codec.encode(str(source), str(compressed), setting))
+        standard_codecs.run(codec.decode(str(compressed), str(decoded)))
+        return measure(original, compressed, decoded, codec.name, codec.label, setting)
+
+
+class Cache:
+    """Results by key, saved after every batch so an interrupted run keeps its work."""
+
+    def __init__(self, path):
+        self.path = path
+        self.entries = json.loads(path.read_text()) if path.exists() else {}
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value):
+        self.entries[key] = value
+
+    def save(self):
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.entries, indent=0))
+        temporary.replace(self.path)
+
+
+def prepare_originals(folder, work):
+    """Each PNG of the folder as 8-bit RGB PNG and PPM (what the encoders read), with its content hash."""
+    if not pathlib.Path(folder).is_dir():
+        raise SystemExit(f"compare: '{folder}' is not a folder")
+    images = sorted(p for p in pathlib.Path(folder).iterdir() if p.suffix.lower() == ".png")
+    if not images:
+        raise SystemExit(f"compare: no PNG images in '{folder}'")
+    originals = work / "originals"
+    originals.mkdir(parents=True, exist_ok=True)
+    prepared = []
+    for path in images:
+        rgb = load_rgb(path)
+        png = originals / path.name
+        Image.fromarray(rgb).save(png)
+        Image.fromarray(rgb).save(png.with_suffix(".ppm"))
+        prepared.append((png, hashlib.sha256(rgb.tobytes() + str(rgb.shape).encode()).hexdigest()))
+    return prepared
+
+
+def run_standard(codec, originals, work, cache, pool):
+    version = standard_codecs.version_text(codec)
+    if not version:
+        raise SystemExit(f"compare: '{codec.encode('x', 'y', 0)[0]}' is not installed; run lab/rd/install-deps.sh")
+    results = []
+    for setting in codec.settings:
+        compressed_dir = work / "files" / codec.name / str(setting)
+        compressed_dir.mkdir(parents=True, exist_ok=True)
+        pending = {}
+        for original, digest in originals:
+            key = json.dumps([codec.name, codec.options, setting, digest, version])
+            hit = cache.get(key)
+            if hit is not None:
+                results.append(dict(hit, image=original.name))
+            else:
+                pending[key] = pool.submit(standard_task, codec.name, setting, original, compressed_dir)
+        for key, future in pending.items():
+            result = future.result()
+            cache.put(key, result)
+            results.append(result)
+        if pending:
+            cache.save()
+            print(f"  {codec.name} {codec.setting_name} {setting}: {len(pending)} images encoded", file=sys.stderr)
+    return results
+
+
+def cached_standard(codec, originals, cache):
+    """The cached results of a codec not run now: these images, its current
+    options and settings, and its installed version (any, when not installed)."""
+    digests = {d: o.name for o, d in originals}
+    version = standard_codecs.version_text(codec)
+    found = []
+    for key, value in cache.entries.items():
+        parts = json.loads(key)
+        if (len(parts) == 5 and parts[0] == codec.name and parts[1] == codec.options and parts[2] in codec.settings
+                and parts[3] in digests and (not version or parts[4] == version)):
+            found.append(dict(value, image=digests[parts[3]]))
+    return found
+
+
+def parse_models(pairs, list_file):
+    """[(curve name, model path)] from --plexus NAME=FILE and --plexus-list."""
+    entries = list(pairs or [])
+    if list_file:
+        for line in pathlib.Path(list_file).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                entries.append(line)
+    models = []
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SystemExit(f"compare: '{entry}' is not NAME=MODEL_FILE")
+        if not pathlib.Path(path.strip()).is_file():
+            raise SystemExit(f"compare: model file '{path.strip()}' (for '{name.strip()}') does not exist")
+        model = (name.strip(), pathlib.Path(path.strip()))
+        if model not in models:
+            models.append(model)
+    return models
+
+
+def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, cache, pool):
+    """One model: compress every image to a .pxae file, decompress them all, measure."""
+    model_digest = sha256_of(model)
+    codec = f"plexus-{name}"
+    setting = model.parent.name + "/" + model.name if model.parent.name else model.name
+    label = f"Plexus {name}"
+    # Keyed by the model, not the curve's name: a model moved to another curve is not run again.
+    keys = [json.dumps(["plexus", model_digest, binary_digest, digest]) for _, digest in originals]
+    if all(cache.get(k) is not None for k in keys):
+        return [dict(cache.get(k), image=o.name, codec=codec, label=label, setting=setting)
+                for k, (o, _) in zip(keys, originals)]
+    compressed_dir = work / "files" / codec / model_digest[:12]
+    decoded_dir = work / "decoded" / codec / model_digest[:12]
+    for folder in (compressed_dir, decoded_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    images = [str(o) for o, _ in originals]
+    files = [str(compressed_dir / (o.stem + ".pxae")) for o, _ in originals]
+    started = time.time()
+    for argv in ([plexus_ae, "compress", "--model", str(model), "--device", device, *images, "-o", str(compressed_dir) + "/"],
+                 [plexus_ae, "decompress", "--model", str(model), "--device", device, *files, "-o", str(decoded_dir) + "/"]):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"compare: {' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
+    print(f"  {codec} {setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
+          file=sys.stderr)
+    futures = [pool.submit(measure, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
+                           codec, label, setting) for o, _ in originals]
+    results = []
+    for key, future in zip(keys, futures):
+        result = future.result()
+        cache.put(key, result)
+        results.append(result)
+    cache.save()
+    shutil.rmtree(decoded_dir, ignore_errors=True)
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("images", help="folder of PNG images (e.g. the 24 Kodak images)")
+    ap.add_argument("--out", default="rd", help="output and cache folder (default: rd)")
+    ap.add_argument("--plexus", action="append", metavar="NAME=MODEL_FILE", help="a Plexus model (repeatable)")
+    ap.add_argument("--plexus-list", metavar="FILE", help="a file of NAME=MODEL_FILE lines")
+    ap.add_argument("--plexus-ae", default=str(REPOSITORY / "build" / "bin" / "plexus-ae"), help="the plexus-ae binary")
+    ap.add_argument("--device", default="auto", help="plexus-ae --device (cpu, cuda, auto)")
+    ap.add_argument("--codecs", default="jpeg,webp,jpeg2000,avif",
+                    help="standard codecs to run, comma-separated, or 'none' (cached results are still reported)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel encoder processes")
+    ap.add_argument("--bd-fit", choices=["pchip", "cubic"], default="pchip", help="BD-rate fit (default pchip)")
+    ap.add_argument("--title", default=None, help="plot title (default: the image folder's name)")
+    args = ap.parse_args()
+
+    work = pathlib.Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    cache = Cache(work / "cache.json")
+    models = parse_models(args.plexus, args.plexus_list)
+    chosen = [] if args.codecs == "none" else [standard_codecs.codec_by_name(n.strip()) for n in args.codecs.split(",")]
+    if models and not os.access(args.plexus_ae, os.X_OK):
+        raise SystemExit(f"compare: plexus-ae not found at '{args.plexus_ae}' (build it, or pass --plexus-ae)")
+    started = time.time()
+    originals = prepare_originals(args.images, work)
+    print(f"compare: {len(originals)} images from {args.images}", file=sys.stderr)
+
+    measurements, kinds = [], {}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for codec in standard_codecs.CODECS:
+            if codec in chosen:
+                measurements += run_standard(codec, originals, work, cache, pool)
+            else:  # not run now: what the cache holds for these images at today's settings
+                measurements += cached_standard(codec, originals, cache)
+            kinds[codec.name] = "standard"
+        if models:
+            binary_digest = sha256_of(args.plexus_ae)
+            for name, model in models:
+                measurements += run_plexus(name, model, args.plexus_ae, binary_digest, args.device, originals,
+                                           work, cache, pool)
+                kinds[f"plexus-{name}"] = "plexus"
+
+    measurements = [m for m in measurements if m["codec"] in kinds]
+    curves = report.curves_from(measurements, kinds)
+    comparisons = report.bd_rates(curves, args.bd_fit)
+    description = {"images": pathlib.Path(args.images).name, "count": len(originals),
+                   "codecs": {c.name: {"options": c.options, "setting": c.setting_name,
+                                       "version": standard_codecs.version_text(c)} for c in standard_codecs.CODECS
+                              if c.name in curves},
+                   "plexus": [{"name": n, "model": str(m), "sha256": sha256_of(m)} for n, m in models],
+                   "bd_fit": args.bd_fit}
+    report.write_csv(work / "points.csv", measurements)
+    report.write_json(work / "curves.json", description, curves, comparisons)
+    table = report.markdown(curves, comparisons, len(originals), args.bd_fit)
+    (work / "table.md").write_text(table)
+    import plot  # matplotlib only now, after the measurements
+    title = args.title or f"{pathlib.Path(args.images).name}: {len(originals)} images"
+    plot.plot(curves, "psnr", "PSNR (dB, RGB)", title, work / "rd-psnr.png")
+    plot.plot(curves, "ms_ssim_db", "MS-SSIM (dB, RGB): -10 log10(1 - MS-SSIM)", title, work / "rd-ms-ssim.png")
+    print(table)
+    print(f"compare: {len(measurements)} measurements in {time.time() - started:.0f} s; "
+          f"wrote {work}/points.csv, curves.json, table.md, rd-psnr.png, rd-ms-ssim.png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ValueError, RuntimeError, OSError) as error:  # a bad argument, a failed encoder, an unreadable file
+        sys.exit(f"compare: {error}")

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Tests of the numeric parts of the rate-distortion comparison: PSNR,
+MS-SSIM, BD-rate. python3 + numpy only; run: python3 lab/rd/test_rd.py
+Expected values come from the definitions worked by hand, not from the code."""
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import quality  # noqa: E402
+import report  # noqa: E402
+from bjontegaard import bd_rate, pchip_integral, rate_difference_at_quality  # noqa: E402
+
+
+def random_image(seed, size=(200, 200, 3)):
+    return np.random.default_rng(seed).integers(0, 256, size=size, dtype=np.uint8)
+
+
+class PsnrTest(unittest.TestCase):
+    def test_one_pixel_off_by_peak(self):
+        # One channel value differs by 255 among N = 10*10*3 values: MSE = 255^2 / N, PSNR = 10 log10(N).
+        a = np.zeros((10, 10, 3), dtype=np.uint8)
+        b = a.copy()
+        b[3, 4, 1] = 255
+        self.assertAlmostEqual(quality.psnr(a, b), 10 * math.log10(300), places=12)
+
+    def test_uniform_error(self):
+        # Every value off by 1: MSE = 1, PSNR = 20 log10(255) = 48.1308 dB.
+        a = np.full((8, 8, 3), 100, dtype=np.uint8)
+        self.assertAlmostEqual(quality.psnr(a, a + 1), 48.130803608679, places=9)
+
+    def test_identical_is_infinite_and_shapes_must_match(self):
+        a = random_image(1, (16, 16, 3))
+        self.assertEqual(quality.psnr(a, a), math.inf)
+        with self.assertRaises(ValueError):
+            quality.psnr(a, a[:8])
+
+
+class MsSsimTest(unittest.TestCase):
+    def test_window_is_the_normalised_gaussian(self):
+        g = quality.gaussian_window_1d()
+        self.assertEqual(len(g), 11)
+        self.assertAlmostEqual(g.sum(), 1.0, places=15)
+        # g(5 +- 1) / g(5) = exp(-1 / (2 * 1.5^2))
+        self.assertAlmostEqual(g[4] / g[5], math.exp(-1 / 4.5), places=14)
+
+    def test_identical_images_give_one(self):
+        a = random_image(2)
+        self.assertAlmostEqual(quality.ms_ssim(a, a), 1.0, places=12)
+
+    def test_two_constant_images(self):
+        # Constant x = 100, y = 110: every variance and covariance is 0, so cs = C2 / C2 = 1 at
+        # every scale, and the luminance term at the last scale is
+        # (2*100*110 + C1) / (100^2 + 110^2 + C1) with C1 = (0.01 * 255)^2 = 6.5025.
+        # MS-SSIM = that ^ 0.1333.
+        a = np.full((176, 176, 3), 100, dtype=np.uint8)
+        b = np.full((176, 176, 3), 110, dtype=np.uint8)
+        expected = ((22000 + 6.5025) / (22100 + 6.5025)) ** 0.1333
+        self.assertAlmostEqual(quality.ms_ssim(a, b), expected, places=12)
+
+    def test_brightness_offset_changes_only_luminance(self):
+        # y = x + 20 (no clipping: x in 0..200): sigma_y = sigma_x and sigma_xy = sigma_x^2, so
+        # cs = 1 at every scale; only the last scale's luminance term is below 1.
+        x = np.random.default_rng(3).integers(0, 201, size=(192, 192, 3)).astype(np.uint8)
+        y = x + 20
+        value = quality.ms_ssim(x, y)
+        _, contrast_structure = quality.ssim_terms(x[..., 0].astype(float), y[..., 0].astype(float))
+        self.assertAlmostEqual(contrast_structure, 1.0, places=9)
+        self.assertLess(value, 1.0)
+        self.assertGreater(value, 0.99)
+
+    def test_single_window_ssim_against_direct_formula(self):
+        # An 11x11 plane has exactly one window: the terms are the textbook SSIM formulas with
+        # Gaussian-weighted moments, written out here directly.
+        rng = np.random.default_rng(4)
+        x = rng.uniform(0, 255, (11, 11))
+        y = np.clip(x + rng.normal(0, 20, (11, 11)), 0, 255)
+        offsets = np.arange(11) - 5.0
+        w = np.exp(-(offsets[:, None] ** 2 + offsets[None, :] ** 2) / (2 * 1.5 ** 2))
+        w /= w.sum()
+        mx, my = (w * x).sum(), (w * y).sum()
+        vx, vy = (w * (x - mx) ** 2).sum(), (w * (y - my) ** 2).sum()
+        cxy = (w * (x - mx) * (y - my)).sum()
+        c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+        luminance, contrast_structure = quality.ssim_terms(x, y)
+        self.assertAlmostEqual(luminance, (2 * mx * my + c1) / (mx * mx + my * my + c1), places=10)
+        self.assertAlmostEqual(contrast_structure, (2 * cxy + c2) / (vx + vy + c2), places=10)
+
+    def test_more_noise_lowers_it_and_it_is_symmetric(self):
+        x = random_image(5, (192, 192, 3)).astype(np.float64)
+        x = np.clip(np.cumsum(np.cumsum(x - 127.5, axis=0), axis=1) / 50 + 128, 0, 255).astype(np.uint8)  # smooth
+        rng = np.random.default_rng(6)
+        light = np.clip(x + rng.normal(0, 5, x.shape), 0, 255).astype(np.uint8)
+        heavy = np.clip(x + rng.normal(0, 30, x.shape), 0, 255).astype(np.uint8)
+        self.assertGreater(quality.ms_ssim(x, light), quality.ms_ssim(x, heavy))
+        self.assertAlmostEqual(quality.ms_ssim(x, heavy), quality.ms_ssim(heavy, x), places=12)
+
+    def test_too_small_is_an_error(self):
+        a = random_image(7, (175, 300, 3))
+        with self.assertRaisesRegex(ValueError, "at least 176x176"):
+            quality.ms_ssim(a, a)
+
+
+class BdRateTest(unittest.TestCase):
+    anchor = [(0.12, 26.0), (0.25, 28.5), (0.5, 31.0), (0.9, 33.4), (1.5, 35.9)]
+
+    def test_ninety_percent_rate_is_minus_ten_percent(self):
+        test = [(0.9 * r, q) for r, q in self.anchor]
+        for fit in ("pchip", "cubic"):
+            self.assertAlmostEqual(bd_rate(self.anchor, test, fit), -0.10, places=12)
+            self.assertAlmostEqual(bd_rate(test, self.anchor, fit), 1 / 0.9 - 1, places=12)
+
+    def test_log_linear_curves_sampled_differently(self):
+        # log R = 0.2 q - 5 for the anchor (q = 30..38), log R = 0.2 q - 5 + log 0.8 for the
+        # test (other PSNRs, 31..40): shared range 31..38, BD-rate = 0.8 - 1 = -20%.
+        anchor = [(math.exp(0.2 * q - 5), q) for q in (30, 32, 34, 36, 38)]
+        test = [(0.8 * math.exp(0.2 * q - 5), q) for q in (31, 33.5, 35, 37, 40)]
+        for fit in ("pchip", "cubic"):
+            self.assertAlmostEqual(bd_rate(anchor, test, fit), -0.20, places=12)
+
+    def test_difference_growing_with_quality(self):
+        # log R_test - log R_anchor = 0.01 (q - 30), averaged over q in 30..38: 0.04, BD = e^0.04 - 1.
+        qs = (30, 32, 34, 36, 38)
+        anchor = [(math.exp(0.2 * q - 5), q) for q in qs]
+        test = [(math.exp(0.2 * q - 5 + 0.01 * (q - 30)), q) for q in qs]
+        for fit in ("pchip", "cubic"):
+            self.assertAlmostEqual(bd_rate(anchor, test, fit), math.exp(0.04) - 1, places=12)
+
+    def test_pchip_integral_of_a_line_and_a_parabola_segment(self):
+        x = np.array([0.0, 1.0, 3.0])
+        self.assertAlmostEqual(pchip_integral(x, 2 * x + 1, 0.5, 2.5), (2.5 ** 2 + 2.5) - (0.25 + 0.5), places=12)
+
+    def test_pchip_against_scipy_when_installed(self):
+        # An independent implementation of the same interpolant (python3-scipy; not a dependency).
+        try:
+            from scipy.interpolate import PchipInterpolator
+        except ImportError:
+            self.skipTest("scipy is not installed (Debian: python3-scipy)")
+        x = np.array([25.6, 27.2, 28.0, 28.8, 30.1, 31.1, 32.1, 34.7])
+        y = np.log([0.11, 0.19, 0.24, 0.30, 0.41, 0.51, 0.62, 0.99])
+        reference = PchipInterpolator(x, y)
+        for lo, hi in ((25.6, 34.7), (26.0, 29.5), (30.5, 30.9)):
+            self.assertAlmostEqual(pchip_integral(x, y, lo, hi), reference.integrate(lo, hi), places=12)
+
+    def test_errors(self):
+        far = [(r, q + 20) for r, q in self.anchor]
+        with self.assertRaisesRegex(ValueError, "share no PSNR range"):
+            bd_rate(self.anchor, far)
+        with self.assertRaisesRegex(ValueError, "needs 4"):
+            bd_rate(self.anchor, self.anchor[:3], "cubic")
+        with self.assertRaisesRegex(ValueError, "same PSNR"):
+            bd_rate(self.anchor, [(0.1, 30.0), (0.2, 30.0)])
+
+    def test_one_point(self):
+        # On a log-linear anchor the interpolated rate at q is exact: 0.7 x gives -30%.
+        anchor = [(math.exp(0.2 * q - 5), q) for q in (30, 32, 34, 36, 38)]
+        self.assertAlmostEqual(rate_difference_at_quality(anchor, (0.7 * math.exp(0.2 * 33.3 - 5), 33.3)), -0.3,
+                               places=12)
+        self.assertIsNone(rate_difference_at_quality(anchor, (1.0, 45.0)))
+
+
+class ReportTest(unittest.TestCase):
+    @staticmethod
+    def row(codec, setting, image, bpp, psnr, ms_ssim):
+        return {"codec": codec, "label": codec.upper(), "setting": setting, "image": image, "bytes": 0,
+                "pixels": 1, "bpp": bpp, "psnr": psnr, "ms_ssim": ms_ssim}
+
+    def test_means_per_setting_and_one_point_comparison(self):
+        rows = []
+        for setting, q in enumerate((30, 32, 34, 36)):
+            # Two images per setting, rates exp(0.2 q - 5) x 0.9 and x 1.1: mean exp(0.2 q - 5).
+            rows.append(self.row("anchor", setting, "a.png", 0.9 * math.exp(0.2 * q - 5), q - 1, 0.90 + 0.01 * setting))
+            rows.append(self.row("anchor", setting, "b.png", 1.1 * math.exp(0.2 * q - 5), q + 1, 0.96 + 0.01 * setting))
+        rows.append(self.row("plexus-x", "m", "a.png", 0.5 * math.exp(0.2 * 33 - 5), 32.5, 0.95))
+        rows.append(self.row("plexus-x", "m", "b.png", 0.5 * math.exp(0.2 * 33 - 5), 33.5, 0.97))
+        curves = report.curves_from(rows, {"anchor": "standard", "plexus-x": "plexus"})
+        first = curves["anchor"]["points"][0]
+        self.assertAlmostEqual(first["bpp"], math.exp(0.2 * 30 - 5), places=12)
+        self.assertAlmostEqual(first["psnr"], 30.0, places=12)
+        self.assertAlmostEqual(first["ms_ssim"], 0.93, places=12)
+        self.assertAlmostEqual(first["ms_ssim_db"], -10 * math.log10(0.07), places=10)
+        (comparison,) = report.bd_rates(curves, "pchip")
+        self.assertEqual(comparison["psnr_kind"], "at one point")
+        # The anchor's mean curve is not exactly log-linear at q = 33 (pchip), so a loose bound:
+        self.assertAlmostEqual(comparison["psnr"], -0.5, delta=0.01)
+        self.assertIn("| PLEXUS-X | ANCHOR |", report.markdown(curves, [comparison], 2, "pchip"))
+
+
+if __name__ == "__main__":
+    unittest.main()
