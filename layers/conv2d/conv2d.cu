@@ -11,10 +11,10 @@
 // stream.
 #include <algorithm>
 
-#include "conv2d/channel_ops.h"
+#include "convolution/channel_ops.h"
 #include "conv2d/conv2d.h"
-#include "conv2d/implicit_gemm.h"
-#include "conv2d/scratch.h"
+#include "convolution/implicit_gemm.h"
+#include "convolution/scratch.h"
 #include "plexus/cuda/blas.h"
 
 namespace plexus::layers {

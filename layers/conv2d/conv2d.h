@@ -1,6 +1,6 @@
 #pragma once
-#include "conv2d/im2col.h"
-#include "conv2d/implicit_gemm.h"
+#include "convolution/im2col.h"
+#include "convolution/implicit_gemm.h"
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"

@@ -1,6 +1,6 @@
 // CUDA ConvTranspose2d (math in conv_transpose2d.h). This layer is the
 // Conv2d from its output to its input, so when the context allows TF32 the
-// implicit-GEMM tensor-core engine (conv2d/implicit_gemm.h) runs its forward
+// implicit-GEMM tensor-core engine (convolution/implicit_gemm.h) runs its forward
 // as that Conv2d's backward_data, its input gradient as that Conv2d's forward
 // and its weight gradient as that Conv2d's backward_weight, where the engine
 // takes the pass (takes_forward / takes_backward_data; a forward onto <= 4
@@ -13,9 +13,9 @@
 // stream.
 #include <algorithm>
 
-#include "conv2d/channel_ops.h"
-#include "conv2d/implicit_gemm.h"
-#include "conv2d/scratch.h"
+#include "convolution/channel_ops.h"
+#include "convolution/implicit_gemm.h"
+#include "convolution/scratch.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "plexus/cuda/blas.h"
 

@@ -1,6 +1,6 @@
 #pragma once
-#include "conv2d/im2col.h"
-#include "conv2d/implicit_gemm.h"
+#include "convolution/im2col.h"
+#include "convolution/implicit_gemm.h"
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"
@@ -65,7 +65,7 @@ class ConvTranspose2d : public Layer {
   bool has_bias_;
   std::size_t scratch_limit_ = std::size_t(512) << 20;
   Shape weight_shape_;  // set by create_parameters; empty before
-  // CUDA scratch, kept between calls (see conv2d/scratch.h).
+  // CUDA scratch, kept between calls (see convolution/scratch.h).
   Tensor columns_;       // [images per chunk, out*k*k, H*W]
   Tensor weight_grads_;  // [images per chunk, C, out*k*k]: per-image dW, summed into weight.grad
   implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums

@@ -45,7 +45,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "conv2d/scratch.h"
+#include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 
 namespace plexus::layers::gdn_cuda {

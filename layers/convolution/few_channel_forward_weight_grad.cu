@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::few_channel_conv {
 

@@ -27,9 +27,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "conv2d/implicit_gemm.h"
-#include "conv2d/nhwc_layout.h"
-#include "conv2d/scratch.h"
+#include "convolution/implicit_gemm.h"
+#include "convolution/nhwc_layout.h"
+#include "convolution/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 

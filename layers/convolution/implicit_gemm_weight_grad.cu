@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "conv2d/channel_ops.h"
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm_bf16.cuh"
-#include "conv2d/implicit_gemm_common.cuh"
-#include "conv2d/implicit_gemm_wgmma_weight_grad.h"
+#include "convolution/channel_ops.h"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_bf16.cuh"
+#include "convolution/implicit_gemm_common.cuh"
+#include "convolution/implicit_gemm_wgmma_weight_grad.h"
 
 namespace plexus::layers::implicit_gemm {
 

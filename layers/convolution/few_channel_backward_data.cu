@@ -39,9 +39,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/few_channel_tiling.h"
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/few_channel_conv.h"
+#include "convolution/few_channel_tiling.h"
+#include "convolution/implicit_gemm_common.cuh"
 #include "plexus/error.h"
 
 namespace plexus::layers::few_channel_conv {

@@ -6,7 +6,7 @@
 
 #include <cuda_bf16.h>
 
-#include "conv2d/nhwc_layout.h"
+#include "convolution/nhwc_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/error.h"
