@@ -5,7 +5,7 @@
 # Compares tiles (BM, BN, warps along M and N, BK, stages[, blocks per
 # multiprocessor]) of the
 # implicit-GEMM engine's tap-major gather (NhwcGatherTile in
-# layers/conv2d/implicit_gemm_common.cuh): for each candidate it rewrites that line,
+# layers/convolution/implicit_gemm_common.cuh): for each candidate it rewrites that line,
 # rebuilds plexus-bench and times the convolution rows at tf32 and bf16
 # (Plexus only, whole passes: the NHWC copy included), then prints per
 # candidate the summed forward + backward ms of the 128-channel rows.
@@ -22,7 +22,7 @@ keep=0
 candidates=("$@")
 [ ${#candidates[@]} -gt 0 ] || candidates=('Tile<128, 128, 2, 4, 32, 2>' 'Tile<128, 128, 2, 4, 32, 3>'
                                             'Tile<128, 128, 2, 4, 32, 4>' 'Tile<128, 128, 2, 4, 64, 2>')
-source_file=layers/conv2d/implicit_gemm_common.cuh
+source_file=layers/convolution/implicit_gemm_common.cuh
 grep -q '^using NhwcGatherTile = Tile<.*>;$' "$source_file" || { echo "no NhwcGatherTile line in $source_file" >&2; exit 1; }
 backup=$(mktemp)
 cp "$source_file" "$backup"

@@ -2,7 +2,7 @@
 # On a machine with a Hopper GPU (compute capability 9.0), from the repository root:
 #   bash lab/bench/wgmma-variants.sh [STAGES,IN_FLIGHT ...]   (default: 3,0 3,1 4,0 4,1)
 # Tunes the wgmma gather of the implicit-GEMM engine (forward and
-# backward_data, layers/conv2d/implicit_gemm_wgmma.cu): for each ring depth
+# backward_data, layers/convolution/implicit_gemm_wgmma.cu): for each ring depth
 # STAGES and number of wgmma stages left in flight IN_FLIGHT (kStages,
 # kWgmmaInFlight) it rebuilds, runs the tensor-core convolution tests
 # (every pass against f64, TF32 and BF16) and times the 128->128
@@ -17,7 +17,7 @@ out=${OUT:-bench-logs}/wgmma-variants
 mkdir -p "$out"
 build=${BUILD:-build-gpu}
 only=${ONLY:-128->128}
-kernel_file=layers/conv2d/implicit_gemm_wgmma.cu
+kernel_file=layers/convolution/implicit_gemm_wgmma.cu
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(3,0 3,1 4,0 4,1)
 

@@ -2,15 +2,15 @@
 # On a machine with an NVIDIA GPU (sm_90), from the repository root:
 #   bash lab/bench/wgrad-variants.sh [BK,STAGES[,BN,BLOCKS] ...]      (default: 16,3 16,4 32,3 32,4)
 # Tunes the tap-major weight gradient of the implicit-GEMM engine: for each
-# (BK, STAGES) of WeightGradNhwcTile (layers/conv2d/implicit_gemm_common.cuh;
+# (BK, STAGES) of WeightGradNhwcTile (layers/convolution/implicit_gemm_common.cuh;
 # with TILE=WeightGradBf16Tile, the BF16-operand kernel's tile in
-# layers/conv2d/implicit_gemm_weight_grad.cu, which only bf16 products use) it
+# layers/convolution/implicit_gemm_weight_grad.cu, which only bf16 products use) it
 # rebuilds plexus-bench with that tile and times the 128->128 convolution
 # rows (whole backward: NHWC copy, weight gradient and input gradient) at
 # tf32 and bf16, then prints one table of backward milliseconds. With
 # BASELINE_SOURCE=FILE, an implicit_gemm_weight_grad.cu to compare against
 # (e.g. the previous version, `git show
-# HEAD~1:layers/conv2d/implicit_gemm_weight_grad.cu`) gets a row too. The
+# HEAD~1:layers/convolution/implicit_gemm_weight_grad.cu`) gets a row too. The
 # sources are edited in place and restored on exit. Logs go to
 # $OUT/variants (default bench-logs/variants); the build to $BUILD (default build-gpu).
 set -euo pipefail
@@ -20,8 +20,8 @@ mkdir -p "$out"
 build=${BUILD:-build-gpu}
 only=${ONLY:-128->128}
 tile=${TILE:-WeightGradNhwcTile}
-source_file=layers/conv2d/implicit_gemm_common.cuh
-kernel_file=layers/conv2d/implicit_gemm_weight_grad.cu
+source_file=layers/convolution/implicit_gemm_common.cuh
+kernel_file=layers/convolution/implicit_gemm_weight_grad.cu
 case "$tile" in
   WeightGradNhwcTile) ;;
   WeightGradBf16Tile) source_file=$kernel_file ;;

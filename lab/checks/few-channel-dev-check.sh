@@ -3,7 +3,7 @@
 # repository root:
 #   bash lab/checks/few-channel-dev-check.sh
 # The quick loop for the convolution kernels next to RGB images
-# (layers/conv2d/few_channel_conv.h): builds the plexus library, the Conv2d /
+# (layers/convolution/few_channel_conv.h): builds the plexus library, the Conv2d /
 # ConvTranspose2d tests and plexus-bench; runs the convolution tests (every
 # pass at TF32 and BF16 against the f64 CPU reference, including the
 # ConvTranspose2d forwards onto 1-4 channels and Conv2d input gradients onto

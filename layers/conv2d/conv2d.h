@@ -1,8 +1,5 @@
 #pragma once
-#include "conv2d/im2col.h"
-#include "conv2d/implicit_gemm.h"
-#include "plexus/layer.h"
-#include "plexus/layer_config.h"
+#include "convolution/convolution.h"
 #include "plexus/registry.h"
 
 namespace plexus::layers {
@@ -15,18 +12,12 @@ namespace plexus::layers {
 // As matrices, per image, with columns = im2col(x) [C*k*k, Ho*Wo]:
 //   y = W columns + bias,   dW += dy columns^T,   dbias += sum_{a,b} dy,
 //   dx = col2im(W^T dy).
+// In convolution.h's terms X is the input and Y the output.
 // Params: out_channels, kernel (square), stride = 1, padding = 0, bias = true.
-class Conv2d : public Layer {
+class Conv2d : public Convolution {
  public:
   explicit Conv2d(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
-  // batch whose scratch would exceed it runs in chunks of images (default
-  // 512 MiB; tests lower it to exercise the chunking).
-  void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -41,24 +32,6 @@ class Conv2d : public Layer {
  private:
   // The im2col geometry of input `input_shape` [N, C, H, W].
   ConvGeometry geometry(const Shape& input_shape) const;
-  // Images per CUDA chunk: their columns and per-image weight gradients fit
-  // in scratch_limit_. The same in forward and backward, so the cached
-  // scratch keeps its shape.
-  std::int64_t images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const;
-  // The tensor-core engine's description of this layer on `input_shape` (CUDA only).
-  implicit_gemm::ConvProblem conv_problem(const Shape& input_shape) const;
-
-  std::int64_t out_channels_;
-  std::int64_t kernel_;
-  std::int64_t stride_;
-  std::int64_t padding_;
-  bool has_bias_;
-  std::size_t scratch_limit_ = std::size_t(512) << 20;
-  Shape weight_shape_;  // set by create_parameters; empty before
-  // CUDA scratch, kept between calls (see scratch.h).
-  Tensor columns_;       // [images per chunk, C*k*k, Ho*Wo]
-  Tensor weight_grads_;  // [images per chunk, out, C*k*k]: per-image dW, summed into weight.grad
-  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
 };
 
 void register_conv2d(Registry& registry);

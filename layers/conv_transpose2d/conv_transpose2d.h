@@ -1,8 +1,5 @@
 #pragma once
-#include "conv2d/im2col.h"
-#include "conv2d/implicit_gemm.h"
-#include "plexus/layer.h"
-#include "plexus/layer_config.h"
+#include "convolution/convolution.h"
 #include "plexus/registry.h"
 
 namespace plexus::layers {
@@ -19,22 +16,17 @@ namespace plexus::layers {
 // kernel positions), per image, W viewed as [C, out*k*k]:
 //   y = col2im(W^T x) + bias,   dx = W im2col(dy),
 //   dW += x im2col(dy)^T,       dbias += sum_{pixels} dy.
+// In convolution.h's terms X is the output and Y the input: the layer is the
+// Conv2d from its output to its input, run backwards.
 // output_padding only adds rows/columns at the bottom/right (they get the bias
 // and whatever the kernel reaches), choosing among the sizes that a stride-s
 // convolution maps back to H.
 // Params: out_channels, kernel (square), stride = 1, padding = 0,
 // output_padding = 0 (< stride), bias = true.
-class ConvTranspose2d : public Layer {
+class ConvTranspose2d : public Convolution {
  public:
   explicit ConvTranspose2d(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
-  // batch whose scratch would exceed it runs in chunks of images (default
-  // 512 MiB; tests lower it to exercise the chunking).
-  void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -50,25 +42,6 @@ class ConvTranspose2d : public Layer {
   // The im2col geometry of the output for input `input_shape` [N, C, H, W]:
   // image = [out, Ho, Wo], kernel positions = H x W.
   ConvGeometry geometry(const Shape& input_shape) const;
-  // Images per CUDA chunk: their columns and per-image weight gradients fit
-  // in scratch_limit_. The same in forward and backward, so the cached
-  // scratch keeps its shape.
-  std::int64_t images_per_cuda_chunk(const Shape& input_shape, std::size_t element_size) const;
-  // This layer as the Conv2d from its output to its input, for the tensor-core engine (CUDA only).
-  implicit_gemm::ConvProblem conv_problem(const Shape& input_shape) const;
-
-  std::int64_t out_channels_;
-  std::int64_t kernel_;
-  std::int64_t stride_;
-  std::int64_t padding_;
-  std::int64_t output_padding_;
-  bool has_bias_;
-  std::size_t scratch_limit_ = std::size_t(512) << 20;
-  Shape weight_shape_;  // set by create_parameters; empty before
-  // CUDA scratch, kept between calls (see conv2d/scratch.h).
-  Tensor columns_;       // [images per chunk, out*k*k, H*W]
-  Tensor weight_grads_;  // [images per chunk, C, out*k*k]: per-image dW, summed into weight.grad
-  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
 };
 
 void register_conv_transpose2d(Registry& registry);

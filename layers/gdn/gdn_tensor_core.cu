@@ -45,7 +45,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "conv2d/scratch.h"
+#include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 
 namespace plexus::layers::gdn_cuda {
@@ -103,7 +103,7 @@ struct Tiling {
 
 // Forward: C <= 128 on 8 warps and 64-pixel tiles, 2 blocks per SM (C = 128:
 // 97 KiB of shared memory each, 32x32 warp tiles, k loop fully unrolled:
-// 5% faster than unrolled twice at 16x128x128x128). C = 192: gamma alone
+// faster than unrolled twice). C = 192: gamma alone
 // takes 144 KiB, so 32-pixel tiles and one block of 16 warps. C = 256: half
 // of gamma (128 KiB) and a 64-pixel x tile (64 KiB), 16 warps.
 template <int CP>

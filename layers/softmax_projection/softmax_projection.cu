@@ -146,11 +146,9 @@ int padded_vocab(int vocab, const std::string& who) {
 // The weight as the projections read it: W [V, F] itself, or, under bf16
 // products with V not a multiple of 8, a copy zero-padded to [V_pad, F]
 // (kept alive by `padded`), so that the products run over V_pad logit
-// columns. Measured on an H100 at N = 5120, F = 1024, V = 33708
-// (tools/bench/softmax_gemm_bench.cpp, docs/performance.md): cuBLAS's bf16
-// z = f W^T takes 1.75 ms over V columns and 0.83 ms over V_pad, and
-// df = dz W 2.64 ms against 1.72 ms, for a 0.1 ms copy; at f32 and tf32 the
-// padded weight gains nothing, so W is used as it is.
+// columns: cuBLAS's bf16 z = f W^T and df = dz W are faster over V_pad
+// columns by far more than the copy costs (docs/performance.md); at f32 and
+// tf32 the padded weight gains nothing, so W is used as it is.
 template <typename T>
 const T* projection_weight(Context& ctx, const Tensor& weight, int vocab, int stride, int features, Tensor& padded) {
   if (!std::is_same_v<T, float> || !ctx.bf16_products() || stride == vocab) return weight.data<T>();

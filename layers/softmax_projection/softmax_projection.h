@@ -21,9 +21,9 @@ namespace plexus::layers {
 // logits are padded: columns v >= V are never part of m_n, of the sum or of a
 // label (labels stay in [0, V)), and dz is zero there. W and b stay [V, F]
 // and [V] (checkpoints as on the CPU). The products read the first V columns,
-// except under bf16 products, where cuBLAS's bf16 kernels measured twice as
-// fast over V_pad columns: there z = f W^T and df = dz W run over V_pad
-// columns against a zero-padded [V_pad, F] copy of W made for the call.
+// except under bf16 products, where cuBLAS's bf16 kernels are faster over
+// V_pad columns (docs/performance.md): there z = f W^T and df = dz W run over
+// V_pad columns against a zero-padded [V_pad, F] copy of W made for the call.
 // A label that is not an integer in [0, V) is an Error naming its batch index
 // and value. Params: vocab_size (required, >= 1), bias (default true).
 // Parameters: weight [V, F], bias [V]; both ~ U(-1/sqrt(F), 1/sqrt(F)).

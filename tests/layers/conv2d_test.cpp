@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "conv2d/conv2d.h"
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm.h"
-#include "conv2d/nhwc_layout.h"
-#include "conv2d/weight_grad_layout.h"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm.h"
+#include "convolution/nhwc_layout.h"
+#include "convolution/weight_grad_layout.h"
 #include "layers/tensor_core_reference.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"

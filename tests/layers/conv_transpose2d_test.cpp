@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "conv2d/few_channel_tiling.h"
+#include "convolution/few_channel_tiling.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "layers/tensor_core_reference.h"
 #include "plexus/builtin_layers.h"

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "conv2d/channel_ops.h"
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm_bf16.cuh"
-#include "conv2d/implicit_gemm_common.cuh"
-#include "conv2d/implicit_gemm_wgmma_weight_grad.h"
+#include "convolution/channel_ops.h"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_bf16.cuh"
+#include "convolution/implicit_gemm_common.cuh"
+#include "convolution/implicit_gemm_wgmma_weight_grad.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -18,10 +18,9 @@ using namespace detail;
 
 // The BF16-operand weight gradient's tile: 64 pixels per stage (in bf16 the
 // bytes 32 f32 pixels took), 3-deep, two blocks per multiprocessor (2 x 105
-// KiB). On an H100 (tools/bench/wgrad-variants.sh, TILE=WeightGradBf16Tile)
-// the 128->128 rows' backward was within 1% at 64 x 2 and 32 x 4, and 1-2%
-// slower with 128x256 tiles (two taps per block, one block per
-// multiprocessor) at 64 x 3, 64 x 4 and 32 x 4.
+// KiB). On the 128->128 rows' backward 64 x 2 and 32 x 4 were as fast, and
+// 128x256 tiles (two taps per block, one block per multiprocessor) slower at
+// 64 x 3, 64 x 4 and 32 x 4 (docs/performance.md).
 using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
 
 struct WeightGradParams {

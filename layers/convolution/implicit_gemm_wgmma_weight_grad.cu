@@ -39,11 +39,11 @@
 #include <cstdint>
 #include <string>
 
-#include "conv2d/implicit_gemm_bf16.cuh"
-#include "conv2d/implicit_gemm_common.cuh"
-#include "conv2d/implicit_gemm_wgmma_weight_grad.h"
-#include "conv2d/wgmma.cuh"
-#include "conv2d/weight_grad_layout.h"
+#include "convolution/implicit_gemm_bf16.cuh"
+#include "convolution/implicit_gemm_common.cuh"
+#include "convolution/implicit_gemm_wgmma_weight_grad.h"
+#include "convolution/wgmma.cuh"
+#include "convolution/weight_grad_layout.h"
 #include "plexus/error.h"
 
 namespace plexus::layers::implicit_gemm::detail {

@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "conv2d/implicit_gemm_gather.cuh"
-#include "conv2d/wgmma.cuh"
+#include "convolution/implicit_gemm_gather.cuh"
+#include "convolution/wgmma.cuh"
 
 namespace plexus::layers::implicit_gemm {
 

@@ -14,7 +14,7 @@
 // Y with the whole weight (one GEMM row per region pixel), so region_h *
 // region_w is at most the block's GEMM rows (the variant's rows), and the
 // weight's columns Ci*k*k at most its GEMM columns.
-#include "conv2d/few_channel_conv.h"
+#include "convolution/few_channel_conv.h"
 
 namespace plexus::layers::few_channel_conv {
 

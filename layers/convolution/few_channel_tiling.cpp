@@ -1,10 +1,10 @@
 // few_channel_conv's block tiling and takes_backward_data (few_channel_tiling.h).
 // Host logic only, so CPU-only builds link it too.
-#include "conv2d/few_channel_tiling.h"
+#include "convolution/few_channel_tiling.h"
 
 #include <algorithm>
 
-#include "conv2d/few_channel_conv.h"
+#include "convolution/few_channel_conv.h"
 
 namespace plexus::layers::few_channel_conv {
 

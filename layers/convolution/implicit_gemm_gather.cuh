@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::implicit_gemm::detail {
 
@@ -63,8 +63,8 @@ struct GatherParams {
 // of the same 32-byte sectors of dest: with the phases of one N tile run
 // side by side, a sector's pieces meet in L2 before it is written back.
 // With the parts one after another (part in blockIdx.z) each sector left L2
-// half written, and DRAM (ECC) read and rewrote it: on an H100 the BF16
-// 64->128 transpose moved ~0.6 GB for 134 MB of output.
+// half written, and DRAM (ECC) read and rewrote it: the pass moved several
+// times its output's bytes through DRAM (docs/performance.md).
 struct GatherBlock {
   const GatherPart* part;
   int split;
@@ -132,7 +132,7 @@ __device__ inline GatherPixel gather_pixel(const GatherParams& params, const Gat
 // columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4: the C layout of
 // mma.sync m16n8 and, per n8 block, of wgmma m64nN). Written from there, a
 // warp's store would touch 8 rows x 4 columns: 8-16 sectors of 32 bytes for
-// 128 bytes, which made the H100's L2 the bound of the backward_data phases
+// 128 bytes, which made L2 the bound of the backward_data phases
 // (8 bytes used per sector sent). So the tile goes through shared memory
 // first (`staging`: the block's free operand ring, every thread past its last
 // read of it) and each warp then writes whole rows: 32 consecutive columns

@@ -1,7 +1,7 @@
 #pragma once
 // The weight gradient on Hopper: wgmma products from TMA-loaded tiles
 // (implicit_gemm_wgmma_weight_grad.cu). Internal to the engine.
-#include "conv2d/implicit_gemm.h"
+#include "convolution/implicit_gemm.h"
 
 namespace plexus::layers::implicit_gemm::detail {
 

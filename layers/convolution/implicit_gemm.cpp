@@ -2,8 +2,8 @@
 // logic only, so CPU-only builds link it too.
 #include <limits>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm.h"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm.h"
 
 namespace plexus::layers::implicit_gemm {
 

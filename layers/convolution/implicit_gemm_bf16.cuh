@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::implicit_gemm::detail {
 

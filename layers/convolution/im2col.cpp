@@ -1,5 +1,5 @@
 // CPU im2col / col2im (definitions in im2col.h).
-#include "conv2d/im2col.h"
+#include "convolution/im2col.h"
 
 #include <algorithm>
 

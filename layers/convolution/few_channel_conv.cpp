@@ -1,6 +1,6 @@
 // Which convolutions the few-channel kernels take (few_channel_conv.h). Host
 // logic only, so CPU-only builds link it too.
-#include "conv2d/few_channel_conv.h"
+#include "convolution/few_channel_conv.h"
 
 namespace plexus::layers::few_channel_conv {
 

@@ -1,5 +1,5 @@
 // CUDA im2col / col2im (definitions and formulas in im2col.h).
-#include "conv2d/im2col.h"
+#include "convolution/im2col.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 

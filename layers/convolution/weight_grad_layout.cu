@@ -4,7 +4,7 @@
 
 #include <cuda_bf16.h>
 
-#include "conv2d/weight_grad_layout.h"
+#include "convolution/weight_grad_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/error.h"

@@ -21,14 +21,14 @@
 // fixed order.
 // Warps own 16*MT output channels each (4 warps across M, 2 across N): a B
 // fragment read from the strip feeds MT products, which keeps the kernels
-// within shared-memory bandwidth (Nsight Compute: with MT = 1 the forward was
-// bound by the L1/shared pipe at 74% and ran at a third of DRAM bandwidth).
+// within shared-memory bandwidth (with MT = 1 the L1/shared pipe bound the
+// forward, well below DRAM bandwidth).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::few_channel_conv {
 

@@ -27,9 +27,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "conv2d/implicit_gemm.h"
-#include "conv2d/nhwc_layout.h"
-#include "conv2d/scratch.h"
+#include "convolution/implicit_gemm.h"
+#include "convolution/nhwc_layout.h"
+#include "convolution/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -162,11 +162,11 @@ struct Tile {
 // Warp tile 64x32. The gather GEMMs take 32 of K per stage (fewer barriers per
 // product). FlatGatherTile (few source channels, NCHW, one table entry per
 // element) is double-buffered so two blocks fit a multiprocessor with its
-// tables (measured ~3% faster than 16 per stage in a 3-deep ring on an H100).
+// tables (faster than 16 per stage in a 3-deep ring).
 // NhwcGatherTile (tap-major K from the NHWC copy) is 3-deep, two blocks still
-// fit (2 x 111 KiB): on an H100 the conv benchmark's 128-channel rows summed
-// to 10.13 ms with it, 10.47 ms 2-deep, 10.29 / 10.53 ms with 128x256 tiles
-// 3- / 2-deep (tools/conv-tile-sweep.sh). The weight gradient from NCHW
+// fit (2 x 111 KiB): faster on the conv benchmark's 128-channel rows than
+// 2-deep and than 128x256 tiles 3- or 2-deep (docs/performance.md has the
+// sweep). The weight gradient from NCHW
 // keeps 16 per stage (its per-thread column tables would not fit the
 // registers at 32) in a 3-deep ring.
 using FlatGatherTile = Tile<128, 128, 2, 4, 32, 2>;
@@ -176,9 +176,8 @@ using GatherTile = std::conditional_t<tap_major, NhwcGatherTile, FlatGatherTile>
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
 // no column tables, so it takes 32 per stage, 3-deep: the fastest of BK 16/32
-// x 3/4 stages on an H100 (tools/bench/wgrad-variants.sh; 128->128 layers at
-// 64x64 and up 1.05x-1.09x faster backward than 16 x 3; 32 x 4 fits one block
-// per multiprocessor and is slower).
+// x 3/4 stages on the 128->128 layers at 64x64 and up (docs/performance.md);
+// 32 x 4 fits one block per multiprocessor and is slower.
 using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
 static_assert(kTapAlign % FlatGatherTile::BK == 0, "flat tap tables are whole stages");
 static_assert(NhwcGatherTile::BK % kTapAlign == 0, "tap-major K (taps x channel_pad) is a multiple of kTapAlign");

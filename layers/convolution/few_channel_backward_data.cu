@@ -5,8 +5,8 @@
 //                   (only terms where s divides h+p-i and w+p-j).
 // The engine's backward_data (M = Ci rows, N = pixels) would spend 125 of
 // every 128 GEMM rows on zeros here, and im2col + cuBLAS writes and re-reads
-// a column matrix of Ci*k*k rows per pixel (on an H100, batch 16, 128->3
-// 5x5/2 from 128x128: GEMM 115 us + col2im 114 us + bias 20 us at TF32).
+// a column matrix of Ci*k*k rows per pixel (its GEMM and col2im together
+// cost more than this whole kernel; docs/performance.md).
 // This kernel splits the pass the other way round, per block (tiling in
 // few_channel_tiling.h):
 //   1. Z[m, (c,i,j)] = sum_o Y[n, o, pixel m] W[o, c, i, j] for the pixels m
@@ -28,20 +28,18 @@
 //      of additions (deterministic; no atomics).
 // Neighbouring tiles' regions overlap by about k/s rows and columns of Y,
 // which are multiplied again (for 5x5/2 onto 256x256: 12 x 52 tiles, 8 x 32
-// region pixels, 1.6x the products of the pass), and read again from L2:
-// under Nsight Compute DRAM moved one read of Y and one write of X.
-// On an H100 (batch 16, 128->3 5x5/2 from 128x128) the pass takes 158 us
-// at TF32 and 155 us at BF16, where im2col + cuBLAS took about 260 us and
-// 350-420 us in earlier runs. It reaches only ~25% of DRAM bandwidth with
-// neither the tensor cores nor shared memory saturated, so it waits on
-// latency (each block's prologue and epilogue, 16 warps per multiprocessor):
-// see docs/performance.md.
+// region pixels, 1.6x the products of the pass), and read again from L2,
+// so DRAM moves one read of Y and one write of X. The pass is faster than
+// im2col + cuBLAS at TF32 and BF16 but stays well below DRAM bandwidth with
+// neither the tensor cores nor shared memory saturated: it waits on latency
+// (each block's prologue and epilogue, 16 warps per multiprocessor); see
+// docs/performance.md.
 #include <algorithm>
 #include <cstdint>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/few_channel_tiling.h"
-#include "conv2d/implicit_gemm_common.cuh"
+#include "convolution/few_channel_conv.h"
+#include "convolution/few_channel_tiling.h"
+#include "convolution/implicit_gemm_common.cuh"
 #include "plexus/error.h"
 
 namespace plexus::layers::few_channel_conv {
@@ -60,7 +58,8 @@ using implicit_gemm::detail::Tile;
 
 // One Tile per BackwardDataVariant: BM region pixels x BN weight columns,
 // 16 channels per stage in a 4-deep ring (three stages of Y in flight while
-// one is multiplied; 3% faster than 3-deep for 5x5/2 onto RGB on an H100),
+// one is multiplied; faster than 3-deep for 5x5/2 onto RGB, see
+// docs/performance.md),
 // two blocks per multiprocessor (78-90 KiB of shared memory each). Warp
 // tiles of 32x32, 32x80 and 32x64 keep the accumulators at 32-80 registers.
 using VariantTile0 = Tile<256, 32, 8, 1, 16, 4>;

@@ -6,8 +6,8 @@
 
 #include <cuda_bf16.h>
 
-#include "conv2d/few_channel_conv.h"
-#include "conv2d/implicit_gemm_gather.cuh"
+#include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_gather.cuh"
 
 namespace plexus::layers::implicit_gemm {
 

@@ -15,7 +15,7 @@
 // channel side for forward and backward_weight, ...), f32 storage, f32
 // accumulation, products at the Context's precision (TF32, or BF16 operands
 // rounded to nearest even), NCHW tensors.
-#include "conv2d/implicit_gemm.h"
+#include "convolution/implicit_gemm.h"
 
 namespace plexus::layers::few_channel_conv {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "conv2d/channel_ops.h"
+#include "convolution/channel_ops.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 

@@ -1,0 +1,173 @@
+// CUDA passes of Convolution (convolution.h): the implicit-GEMM tensor-core
+// engine (implicit_gemm.h) where it takes the pass, else im2col / col2im
+// kernels plus cuBLAS GEMMs batched over the images of a chunk.
+#include <algorithm>
+
+#include "convolution/channel_ops.h"
+#include "convolution/convolution.h"
+#include "convolution/scratch.h"
+#include "plexus/cuda/blas.h"
+
+namespace plexus::layers {
+
+implicit_gemm::ConvProblem Convolution::conv_problem(const Shape& x, const Shape& y) const {
+  implicit_gemm::ConvProblem problem;
+  problem.batch = x[0];
+  problem.in_channels = x[1];
+  problem.height = x[2];
+  problem.width = x[3];
+  problem.out_channels = y[1];
+  problem.out_height = y[2];
+  problem.out_width = y[3];
+  problem.kernel = kernel_;
+  problem.stride = stride_;
+  problem.padding = padding_;
+  return problem;
+}
+
+std::int64_t Convolution::images_per_cuda_chunk(const ConvGeometry& geometry, std::int64_t out_channels,
+                                                std::int64_t batch, std::size_t element_size) const {
+  const std::int64_t weight_size = out_channels * geometry.column_rows();
+  return images_per_chunk(geometry.column_size() + weight_size, element_size, batch, scratch_limit_);
+}
+
+void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, Tensor& y) {
+  const ConvGeometry g = geometry(x.shape(), y.shape());
+  const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t out_plane = out * patches;  // elements of one image of y
+  if (batch == 0) return;
+  const bool bias = with_bias && has_bias_;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
+  if (implicit_gemm::supports(ctx, x.dtype(), problem) && implicit_gemm::takes_forward(problem)) {
+    implicit_gemm::forward(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
+                           bias ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
+                           tensor_core_scratch_);
+    return;
+  }
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    const T* weight = parameter("weight").value.data<T>();
+    for (std::int64_t first = 0; first < batch; first += chunk) {
+      const std::int64_t count = std::min(chunk, batch - first);
+      im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
+      // y_n[out, P] = W[out, K] columns_n[K, P] for each image n of the chunk (W shared: stride 0).
+      cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out), static_cast<int>(patches),
+                                    static_cast<int>(rows), T(1), weight, 0, columns, rows * patches, T(0),
+                                    y.data<T>() + first * out_plane, out_plane, static_cast<int>(count));
+    }
+    if (bias) add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, out, patches, y.data<T>());
+  });
+}
+
+void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x) {
+  const ConvGeometry g = geometry(x.shape(), y.shape());
+  const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t out_plane = out * patches;
+  if (batch == 0) return;
+  const bool bias = with_bias && has_bias_;
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
+  if (implicit_gemm::supports(ctx, y.dtype(), problem) && implicit_gemm::takes_backward_data(problem)) {
+    implicit_gemm::backward_data(ctx, problem, y.data<float>(), parameter("weight").value.data<float>(),
+                                 bias ? parameter("bias").value.data<float>() : nullptr, x.data<float>(),
+                                 tensor_core_scratch_);
+    return;
+  }
+  dispatch_float(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, y.dtype(), ctx.device()).data<T>();
+    const T* weight = parameter("weight").value.data<T>();
+    for (std::int64_t first = 0; first < batch; first += chunk) {
+      const std::int64_t count = std::min(chunk, batch - first);
+      // columns_n[K, P] = W^T[K, out] y_n[out, P] (W shared: stride 0), then x_n = col2im(columns_n).
+      cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
+                                    static_cast<int>(out), T(1), weight, 0, y.data<T>() + first * out_plane,
+                                    out_plane, T(0), columns, rows * patches, static_cast<int>(count));
+      col2im_cuda(ctx, columns, g, count, x.data<T>() + first * g.image_size());
+    }
+    if (bias)
+      add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, g.channels, g.height * g.width,
+                            x.data<T>());
+  });
+}
+
+void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad,
+                                     Tensor* y_grad) {
+  if (x.dim(0) == 0) return;
+  // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
+  const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
+  const bool engine = implicit_gemm::supports(ctx, x.dtype(), problem);
+  const bool engine_y_grad = y_grad && engine && implicit_gemm::takes_forward(problem);
+  const bool engine_x_grad = x_grad && engine && implicit_gemm::takes_backward_data(problem);
+  Parameter& weight = parameter("weight");
+  if (engine_y_grad)
+    implicit_gemm::forward(ctx, problem, x.data<float>(), weight.value.data<float>(), nullptr,
+                           y_grad->data<float>(), tensor_core_scratch_);
+  if (engine)
+    implicit_gemm::backward_weight(ctx, problem, x.data<float>(), y.data<float>(), weight.grad.data<float>(),
+                                   tensor_core_scratch_);
+  if (engine_x_grad)
+    implicit_gemm::backward_data(ctx, problem, y.data<float>(), weight.value.data<float>(), nullptr,
+                                 x_grad->data<float>(), tensor_core_scratch_);
+  conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
+                            engine_y_grad ? nullptr : y_grad);
+}
+
+void Convolution::conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad,
+                                            Tensor* x_grad, Tensor* y_grad) {
+  if (!weight_grad && !x_grad && !y_grad) return;
+  const ConvGeometry g = geometry(x.shape(), y.shape());
+  const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t out_plane = out * patches;
+  const std::int64_t weight_size = out * rows;
+  Parameter& weight = parameter("weight");
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
+    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    T* weight_grads =
+        weight_grad ? scratch_tensor(weight_grads_, {chunk, out, rows}, x.dtype(), ctx.device()).data<T>()
+                    : nullptr;
+    for (std::int64_t first = 0; first < batch; first += chunk) {
+      const std::int64_t count = std::min(chunk, batch - first);
+      const T* y_chunk = y.data<T>() + first * out_plane;
+      if (weight_grad || y_grad) im2col_cuda(ctx, x.data<T>() + first * g.image_size(), g, count, columns);
+      if (y_grad) {
+        // y_grad_n[out, P] = W[out, K] columns_n[K, P]
+        cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out), static_cast<int>(patches),
+                                      static_cast<int>(rows), T(1), weight.value.data<T>(), 0, columns,
+                                      rows * patches, T(0), y_grad->data<T>() + first * out_plane, out_plane,
+                                      static_cast<int>(count));
+      }
+      if (weight_grad) {
+        // G_n[out, K] = y_n[out, P] columns_n^T, then dW += sum_n G_n.
+        cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(out), static_cast<int>(rows),
+                                      static_cast<int>(patches), T(1), y_chunk, out_plane, columns,
+                                      rows * patches, T(0), weight_grads, weight_size, static_cast<int>(count));
+        accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
+      }
+      if (x_grad) {
+        // columns_n[K, P] = W^T[K, out] y_n[out, P] (overwrites the unfolded x, already used), then
+        // x_grad_n = col2im(columns_n).
+        cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
+                                      static_cast<int>(out), T(1), weight.value.data<T>(), 0, y_chunk, out_plane,
+                                      T(0), columns, rows * patches, static_cast<int>(count));
+        col2im_cuda(ctx, columns, g, count, x_grad->data<T>() + first * g.image_size());
+      }
+    }
+  });
+}
+
+void Convolution::accumulate_bias_grad_cuda(Context& ctx, const Tensor& output_grad) {
+  const std::int64_t batch = output_grad.dim(0);
+  if (!has_bias_ || batch == 0) return;
+  dispatch_float(output_grad.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    accumulate_channel_sums_cuda(ctx, output_grad.data<T>(), batch, output_grad.dim(1),
+                                 output_grad.dim(2) * output_grad.dim(3), parameter("bias").grad.data<T>());
+  });
+}
+
+}  // namespace plexus::layers

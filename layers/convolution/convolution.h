@@ -1,0 +1,113 @@
+#pragma once
+// Convolution: what Conv2d and ConvTranspose2d share, as Caffe's
+// BaseConvolutionLayer: their parameters, shape checks, weight, scratch, and
+// the three passes of a 2-D convolution, written once in Conv2d terms
+// (implicit_gemm.h): X [N, Ci, H, W], the image im2col unfolds (im2col.h),
+// Y [N, Co, Ph, Pw], one pixel per kernel position, and the weight
+// [Co, Ci, k, k] viewed as the matrix W [Co, Ci*k*k]. Per image n:
+//   forward          Y_n = W im2col(X_n)        (+ bias per channel of Y)
+//   backward_data    X_n = col2im(W^T Y_n)      (+ bias per channel of X)
+//   backward_weight  dW += Y_n im2col(X_n)^T
+// A layer is an index mapping onto these. Conv2d's X is its input and Y its
+// output. ConvTranspose2d's X is its output and Y its input, so its forward
+// is backward_data, its input gradient forward, and its weight
+// [C, out, k, k] (PyTorch's layout) is the same [Co, Ci, k, k].
+//
+// On the CPU every pass runs per image with Eigen (images in parallel, sums
+// over images in image order). On CUDA the implicit-GEMM tensor-core engine
+// (implicit_gemm.h) runs the passes it takes, without a column buffer; the
+// rest (f64, strict f32, passes with few product rows, shapes beyond the
+// engine's limits) run im2col / col2im kernels plus cuBLAS GEMMs batched over
+// the images of a chunk. The chunk is the whole batch unless its scratch
+// (columns and per-image weight gradients) would exceed the scratch limit.
+// Scratch buffers are cached in the layer (scratch.h). Every step runs on
+// the context's stream.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "convolution/im2col.h"
+#include "convolution/implicit_gemm.h"
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+
+namespace plexus::layers {
+
+class Convolution : public Layer {
+ public:
+  // Declares weight [Co, Ci, k, k] (Conv2d: [out, C, k, k]; ConvTranspose2d:
+  // [C, out, k, k]) and bias [out], both U(-1/sqrt(Ci*k*k), 1/sqrt(Ci*k*k))
+  // as in PyTorch, whose fan_in is weight.size(1)*k*k for both layers.
+  void create_parameters(const std::vector<Shape>& inputs) override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
+  // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
+  // batch whose scratch would exceed it runs in chunks of images (default
+  // 512 MiB; tests lower it to exercise the chunking).
+  void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
+
+ protected:
+  // Which of the layer's tensors is X, the image im2col unfolds.
+  enum class ImageSide { kInput /* Conv2d */, kOutput /* ConvTranspose2d */ };
+  // Reads out_channels, kernel (square), stride = 1, padding = 0, then, for
+  // ImageSide::kOutput only, output_padding = 0, then bias = true.
+  Convolution(LayerConfig& config, ImageSide image_side);
+
+  // The checks both layers make on their inputs: one input [N, C, H, W] with
+  // C, H, W >= 1, C the weight's input channels, sides within
+  // limits::kMaxTensorElements (so that the geometry's arithmetic cannot
+  // overflow). Returns that input's shape.
+  const Shape& checked_input(const std::vector<Shape>& inputs) const;
+  // Fails unless `geometry`'s column matrix and image fit the tensor limits.
+  void check_column_size(const Shape& input_shape, const ConvGeometry& geometry) const;
+
+  // The passes in Conv2d terms (above): x is X and y is Y, NCHW, batch first.
+  // with_bias adds the bias (when the layer has one) per channel of the
+  // tensor written. conv_backward adds dW += sum_n y_n im2col(x_n)^T and
+  // writes the layer's input gradient where asked: x_grad = col2im(W^T y)
+  // (Conv2d's) or y_grad = W im2col(x) (ConvTranspose2d's, from the same
+  // im2col). accumulate_bias_grad adds the per-channel sums of the layer's
+  // output gradient to bias.grad (when the layer has a bias).
+  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y);
+  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x);
+  void conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
+  void accumulate_bias_grad_cpu(const Tensor& output_grad);
+#if PLEXUS_WITH_CUDA
+  void conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, Tensor& y);
+  void conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x);
+  void conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
+  void accumulate_bias_grad_cuda(Context& ctx, const Tensor& output_grad);
+#endif
+
+  std::int64_t out_channels_;
+  std::int64_t kernel_;
+  std::int64_t stride_;
+  std::int64_t padding_;
+  std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
+  bool has_bias_;
+
+ private:
+  // The im2col geometry of the pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw].
+  ConvGeometry geometry(const Shape& x, const Shape& y) const;
+  // The tensor-core engine's description of that pass (CUDA only).
+  implicit_gemm::ConvProblem conv_problem(const Shape& x, const Shape& y) const;
+  // Images per CUDA chunk: their columns and per-image weight gradients fit
+  // in scratch_limit_. The same in every pass, so the cached scratch keeps
+  // its shape.
+  std::int64_t images_per_cuda_chunk(const ConvGeometry& geometry, std::int64_t out_channels,
+                                     std::int64_t batch, std::size_t element_size) const;
+  // The im2col + cuBLAS part of conv_backward_cuda: the weight gradient
+  // unless the engine ran it, and the input gradient asked for.
+  void conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad, Tensor* x_grad,
+                                 Tensor* y_grad);
+
+  ImageSide image_side_;
+  std::size_t scratch_limit_ = std::size_t(512) << 20;
+  Shape weight_shape_;  // set by create_parameters; empty before
+  // CUDA scratch, kept between calls (see scratch.h).
+  Tensor columns_;       // [images per chunk, Ci*k*k, Ph*Pw]
+  Tensor weight_grads_;  // [images per chunk, Co, Ci*k*k]: per-image dW, summed into weight.grad
+  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
+};
+
+}  // namespace plexus::layers
