@@ -56,7 +56,7 @@ namespace plexus::layers::gdn_cuda {
 // kGradientWarpsM x kGradientWarpsN; kMinBlocks resident blocks per SM
 // (register budget); kBuffers x (and dy) tile buffers in the fused backward;
 // the contractions' k loops unrolled kUnroll times. Other tilings can be
-// timed against these with tools/bench/gdn_tiling_bench.cu.
+// timed against these with lab/bench/gdn_tiling_bench.cu.
 template <int CP, int kRows, int kThreads, int kTile, int kContractWarpsM, int kContractWarpsN, int kGradientWarpsM,
           int kGradientWarpsN, int kMinBlocks, int kBuffers, int kUnroll = 2>
 struct Tiling {
