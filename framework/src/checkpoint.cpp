@@ -205,6 +205,9 @@ TensorFile load_safetensors(const std::string& path) {
   // The keys first, in one linear pass: a header naming a tensor twice is
   // refused as such, and one with absurdly many entries before it is built.
   const HeaderKeys keys = scan_header_keys(text, limits::kMaxCheckpointTensors);
+  if (keys.too_deep)
+    fail(path, "the header nests arrays or objects more than " + std::to_string(kMaxHeaderNesting) +
+                   " levels deep (a safetensors header needs 3)");
   if (!keys.json_error.empty()) fail(path, "the header is not valid JSON: " + keys.json_error);
   if (keys.tensor_entries > limits::kMaxCheckpointTensors)
     fail(path, "the header has " + std::to_string(keys.tensor_entries) + " tensor entries, more than the limit of " +

@@ -22,9 +22,9 @@ class HeaderKeyHandler : public nlohmann::json::json_sax_t {
   bool number_float(number_float_t, const string_t&) override { return true; }
   bool string(string_t&) override { return true; }
   bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool start_object(std::size_t) override { return enter(); }
   bool end_object() override { return --depth_, true; }
-  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool start_array(std::size_t) override { return enter(); }
   bool end_array() override { return --depth_, true; }
 
   bool key(string_t& name) override {
@@ -41,6 +41,12 @@ class HeaderKeyHandler : public nlohmann::json::json_sax_t {
   }
 
  private:
+  bool enter() {
+    if (++depth_ <= kMaxHeaderNesting) return true;
+    result_.too_deep = true;
+    return false;
+  }
+
   HeaderKeys& result_;
   const std::int64_t max_tensor_entries_;
   int depth_ = 0;

@@ -190,6 +190,15 @@ TEST(SafetensorsHeader, ADuplicateAmongManyTensorsIsNamed) {
   EXPECT_TRUE(contains(message, "d.safetensors': the header names tensor 't417' twice")) << message;
 }
 
+TEST(SafetensorsHeader, DeepNestingIsRefusedBeforeItIsBuilt) {
+  ScratchFolder folder("deep");
+  const std::string header = R"({"a":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  testing::write_bytes(folder / "n.safetensors", u64_le(header.size()) + header);
+  const std::string message = error_of<IoError>([&] { load_safetensors(folder / "n.safetensors"); });
+  EXPECT_TRUE(contains(message, "n.safetensors': the header nests arrays or objects more than 64 levels deep"))
+      << message;
+}
+
 TEST(SafetensorsHeader, NumberTooLargeNamesTheFile) {
   ScratchFolder folder("overflow");
   const std::string header = R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})";
