@@ -36,9 +36,10 @@ inline constexpr std::int64_t kDefaultMaxImagePixels = 50'000'000;
 
 // Decodes a PNG (libpng) or JPEG (libjpeg), told apart by their first bytes:
 // any channel count, converted to RGB; 16-bit PNGs are reduced to 8 bits;
-// a JPEG with corrupt data is refused, not patched with grey. Throws
-// IoError naming the file and the reason (including an image larger than
-// `max_pixels`).
+// a JPEG with corrupt data is refused, not patched with grey. A JPEG's EXIF
+// orientation (1-8) is applied, so a phone photo comes out upright (and
+// read_image_size reports the upright size). Throws IoError naming the file
+// and the reason (including an image larger than `max_pixels`).
 Image read_image(const std::string& path, std::int64_t max_pixels = kDefaultMaxImagePixels);
 // As read_image, but returns false with the reason instead of throwing.
 bool try_read_image(const std::string& path, Image& image, std::string& reason,
