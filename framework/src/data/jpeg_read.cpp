@@ -84,7 +84,8 @@ int orientation_of(const jpeg_decompress_struct& info) {
   return 1;
 }
 
-bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image) {
+bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+            ImageConversions& conversions) {
   if (setjmp(d.error.jump)) return false;
   jpeg_create_decompress(&d.info);
   d.created = true;
@@ -104,6 +105,8 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
 
   const bool cmyk = d.info.jpeg_color_space == JCS_CMYK || d.info.jpeg_color_space == JCS_YCCK;
   d.info.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  conversions.cmyk_converted = cmyk;
+  conversions.grey_expanded = d.info.jpeg_color_space == JCS_GRAYSCALE;
   jpeg_start_decompress(&d.info);
   const int expected = cmyk ? 4 : 3;
   if (d.info.output_components != expected || d.info.output_width != d.info.image_width ||
@@ -130,13 +133,14 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
 
 }  // namespace
 
-bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason) {
+bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+               ImageConversions& conversions, std::string& reason) {
   Decoding d;
   d.info.err = jpeg_std_error(&d.error.manager);
   d.error.manager.error_exit = &on_error;
   d.error.manager.emit_message = &on_message;
   d.error.manager.output_message = &on_output;
-  if (decode(d, source, max_pixels, size, image)) {
+  if (decode(d, source, max_pixels, size, image, conversions)) {
     if (image && d.orientation != 1) *image = apply_orientation(*image, d.orientation);
     return true;
   }
