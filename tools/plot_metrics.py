@@ -17,6 +17,7 @@ and from tools/jpeg_baseline.py output (one curve over JPEG qualities):
 """
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -35,6 +36,28 @@ def read_rows(path):
     return rows
 
 
+def pyplot():
+    """matplotlib.pyplot with the file-only Agg backend, or an exit that says
+    how to install matplotlib for the Python running this script (a user's
+    python3, e.g. from pyenv or a virtual environment, may not see the
+    system's packages)."""
+    try:
+        import matplotlib
+    except ImportError:
+        python = sys.executable or "python3"
+        system = "/usr/bin/python3"
+        is_system = os.path.realpath(python) == os.path.realpath(system)
+        sys.exit(f"plot_metrics: matplotlib is not installed for this Python ({python}).\n"
+                 f"Install it for this Python:  {python} -m pip install matplotlib\n"
+                 "or, on Debian/Ubuntu, install the system package"
+                 + (":\n" if is_system else " and run the script with the system Python:\n")
+                 + "  sudo apt-get install python3-matplotlib"
+                 + ("" if is_system else f"\n  {system} tools/plot_metrics.py ..."))
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def moving_average(values, span):
     """Exponential moving average with bias correction: no lag from a
     warm-up window, and the first point is the first value."""
@@ -48,9 +71,7 @@ def moving_average(values, span):
 
 
 def plot_training(metrics, out, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = read_rows(metrics)
     train = [r for r in rows if r.get("kind") == "train"]
@@ -85,9 +106,7 @@ def plot_training(metrics, out, title):
 
 
 def plot_rate_distortion(files, out, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 5))
     for path in files:

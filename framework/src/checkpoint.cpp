@@ -20,6 +20,7 @@
 #include "plexus/half.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
+#include "safetensors_header_keys.h"
 
 namespace plexus {
 
@@ -125,6 +126,10 @@ void save_safetensors(const std::string& path, const TensorFile& file, const std
   };
   std::vector<Chunk> data;
   std::uint64_t offset = 0;
+  if (static_cast<std::int64_t>(file.tensors.size()) > limits::kMaxCheckpointTensors)
+    throw IoError("cannot write checkpoint '" + path + "': " + std::to_string(file.tensors.size()) +
+                  " tensors, more than the limit of " + std::to_string(limits::kMaxCheckpointTensors) +
+                  " that a safetensors file may hold");
   for (const std::string& name : stored_as_f16)
     if (!file.tensors.count(name))
       throw IoError("cannot write checkpoint '" + path + "': no tensor '" + name + "' to store as F16");
@@ -197,23 +202,23 @@ TensorFile load_safetensors(const std::string& path) {
   if (!in) fail(path, "reading the header failed");
 
   if (text.empty() || text[0] != '{') fail(path, "the header must begin with '{' (a JSON object)");
+  // The keys first, in one linear pass: a header naming a tensor twice is
+  // refused as such, and one with absurdly many entries before it is built.
+  const HeaderKeys keys = scan_header_keys(text, limits::kMaxCheckpointTensors);
+  if (keys.too_deep)
+    fail(path, "the header nests arrays or objects more than " + std::to_string(kMaxHeaderNesting) +
+                   " levels deep (a safetensors header needs 3)");
+  if (!keys.json_error.empty()) fail(path, "the header is not valid JSON: " + keys.json_error);
+  if (keys.tensor_entries > limits::kMaxCheckpointTensors)
+    fail(path, "the header has " + std::to_string(keys.tensor_entries) + " tensor entries, more than the limit of " +
+                   std::to_string(limits::kMaxCheckpointTensors));
+  if (!keys.duplicate.empty()) fail(path, "the header names tensor '" + keys.duplicate + "' twice");
   nlohmann::json header;
-  // JSON keeps the last of two equal keys; a header naming a tensor twice
-  // is refused as such (depth 1 is the header object's own keys).
-  std::set<std::string> top_level_keys;
-  std::string duplicate;
-  auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-        !top_level_keys.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
   try {
-    header = nlohmann::json::parse(text, note_keys);
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!duplicate.empty()) fail(path, "the header names tensor '" + duplicate + "' twice");
   if (!header.is_object()) fail(path, "the header must be a JSON object, got " + header.dump().substr(0, 80));
 
   TensorFile result;

@@ -93,6 +93,80 @@ TEST(ImageCodecs, JpegsDecodeCloseToTheirSource) {
     }
 }
 
+// What each seed holds (make_image_seeds.c), and so what reading it as
+// 8-bit RGB has to convert.
+TEST(ImageCodecs, ConversionsToEightBitRgbAreReported) {
+  struct Expected {
+    const char* name;
+    bool sixteen_bits, grey, alpha, cmyk;
+  };
+  const Expected seeds[] = {
+      {"rgb.png", false, false, false, false},        {"rgb-interlaced.png", false, false, false, false},
+      {"rgba.png", false, false, true, false},        {"grey.png", false, true, false, false},
+      {"grey-alpha.png", false, true, true, false},   {"grey-1bit.png", false, true, false, false},
+      {"palette-trns.png", false, false, true, false},  // a palette with transparency
+      {"rgb-16bit.png", true, false, false, false},   {"rgba-16bit-interlaced.png", true, false, true, false},
+      {"baseline.jpg", false, false, false, false},   {"progressive.jpg", false, false, false, false},
+      {"grey.jpg", false, true, false, false},        {"grey-progressive.jpg", false, true, false, false},
+      {"cmyk.jpg", false, false, false, true},
+  };
+  for (const Expected& seed : seeds) {
+    Image image;
+    std::string reason;
+    data::ImageConversions conversions;
+    ASSERT_TRUE(data::try_read_image(kSeeds + seed.name, image, reason, data::kDefaultMaxImagePixels, &conversions))
+        << reason;
+    EXPECT_EQ(conversions.reduced_from_16_bits, seed.sixteen_bits) << seed.name;
+    EXPECT_EQ(conversions.grey_expanded, seed.grey) << seed.name;
+    EXPECT_EQ(conversions.alpha_dropped, seed.alpha) << seed.name;
+    EXPECT_EQ(conversions.cmyk_converted, seed.cmyk) << seed.name;
+  }
+}
+
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+TEST(ImageCodecs, ReadImageWarnsNamingTheFileAndEachConversion) {
+  testing::LogCapture log;
+  data::read_image(kSeeds + "rgba-16bit-interlaced.png");
+  EXPECT_NE(log.text().find("converting image '" + kSeeds +
+                            "rgba-16bit-interlaced.png' to 8-bit RGB: 16-bit samples reduced to 8 bits (the high "
+                            "byte kept); alpha channel (transparency) dropped, transparent pixels keep their stored "
+                            "colour"),
+            std::string::npos)
+      << log.text();
+  data::read_image(kSeeds + "grey.jpg");
+  EXPECT_NE(log.text().find("converting image '" + kSeeds + "grey.jpg' to 8-bit RGB: greyscale copied to R, G and B"),
+            std::string::npos)
+      << log.text();
+  data::read_image(kSeeds + "cmyk.jpg");
+  EXPECT_NE(log.text().find("converting image '" + kSeeds + "cmyk.jpg' to 8-bit RGB: CMYK converted to RGB"),
+            std::string::npos)
+      << log.text();
+  data::read_image(kSeeds + "rgb.png");
+  data::read_image(kSeeds + "baseline.jpg");
+  EXPECT_EQ(count_of(log.text(), "converting image"), 3u) << log.text();
+}
+
+TEST(ImageCodecs, ImageFolderWarnsOncePerConvertedFileHoweverOftenItIsDecoded) {
+  ScratchFolder folder("conversions");
+  for (const char* name : {"rgb.png", "grey.png", "rgba.png", "rgb-16bit.png", "baseline.jpg"})
+    testing::write_bytes(folder / name, testing::read_bytes(kSeeds + name));
+  testing::LogCapture log;
+  data::ImageFolder images(folder.path(), /*cache_bytes=*/0);  // no cache: every load decodes again
+  ASSERT_EQ(images.size(), 5u);
+  for (int round = 0; round < 3; ++round)
+    for (std::size_t i = 0; i < images.size(); ++i) ASSERT_NE(images.load(i), nullptr);
+  const std::string text = log.text();
+  EXPECT_EQ(count_of(text, "converting image"), 3u) << text;
+  EXPECT_EQ(count_of(text, "converting image '" + (folder / "grey.png") + "' to 8-bit RGB: greyscale"), 1u) << text;
+  EXPECT_EQ(count_of(text, "converting image '" + (folder / "rgba.png") + "' to 8-bit RGB: alpha"), 1u) << text;
+  EXPECT_EQ(count_of(text, "converting image '" + (folder / "rgb-16bit.png") + "' to 8-bit RGB: 16-bit"), 1u) << text;
+}
+
 void expect_refused(const std::string& bytes, const std::string& fragment) {
   Image image;
   std::string reason;

@@ -135,6 +135,71 @@ TEST(SafetensorsHeader, DuplicateTensorNamesAreReportedAsSuch) {
   EXPECT_TRUE(contains(message, "d.safetensors': the header names tensor 'a' twice")) << message;
 }
 
+// A safetensors file of `count` one-element F32 tensors "t0", "t1", ...
+std::string many_tensor_file(std::int64_t count) {
+  std::string header = "{";
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (i > 0) header += ",";
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+              std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  header += "}";
+  return u64_le(header.size()) + header + std::string(static_cast<std::size_t>(4 * count), '\0');
+}
+
+TEST(SafetensorsHeader, AbsurdTensorCountsAreRefusedWithTheCountAndTheLimit) {
+  ScratchFolder folder("many");
+  testing::write_bytes(folder / "m.safetensors", many_tensor_file(100000));
+  const std::string message = error_of<IoError>([&] { load_safetensors(folder / "m.safetensors"); });
+  EXPECT_TRUE(contains(message, "m.safetensors': the header has 100000 tensor entries, more than the limit of " +
+                                    std::to_string(limits::kMaxCheckpointTensors)))
+      << message;
+}
+
+TEST(SafetensorsHeader, AHeaderAtTheTensorCountLimitLoads) {
+  ScratchFolder folder("at-limit");
+  testing::write_bytes(folder / "l.safetensors", many_tensor_file(limits::kMaxCheckpointTensors));
+  const TensorFile file = load_safetensors(folder / "l.safetensors");
+  EXPECT_EQ(static_cast<std::int64_t>(file.tensors.size()), limits::kMaxCheckpointTensors);
+  EXPECT_EQ(file.tensors.at("t12345").shape(), Shape{1});
+}
+
+TEST(SafetensorsHeader, WritingMoreTensorsThanTheLimitIsRefused) {
+  ScratchFolder folder("write-many");
+  TensorFile file;
+  const Tensor one(Shape{1});
+  for (std::int64_t i = 0; i <= limits::kMaxCheckpointTensors; ++i) file.tensors["t" + std::to_string(i)] = one;
+  const std::string message = error_of<IoError>([&] { save_safetensors(folder / "w.safetensors", file); });
+  EXPECT_TRUE(contains(message, "w.safetensors': " + std::to_string(limits::kMaxCheckpointTensors + 1) +
+                                    " tensors, more than the limit of " +
+                                    std::to_string(limits::kMaxCheckpointTensors)))
+      << message;
+  EXPECT_FALSE(std::filesystem::exists(folder / "w.safetensors"));
+}
+
+TEST(SafetensorsHeader, ADuplicateAmongManyTensorsIsNamed) {
+  ScratchFolder folder("late-duplicate");
+  std::string bytes = many_tensor_file(1000);
+  const std::string header_end = "}}";
+  const std::size_t close = bytes.find(header_end, 8) + 1;  // after the last entry, before the header's '}'
+  bytes.insert(close, R"(,"t417":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})");
+  // The header grew: rewrite its length.
+  const std::uint64_t header_size = bytes.size() - 8 - 4 * 1000;
+  bytes.replace(0, 8, u64_le(header_size));
+  testing::write_bytes(folder / "d.safetensors", bytes);
+  const std::string message = error_of<IoError>([&] { load_safetensors(folder / "d.safetensors"); });
+  EXPECT_TRUE(contains(message, "d.safetensors': the header names tensor 't417' twice")) << message;
+}
+
+TEST(SafetensorsHeader, DeepNestingIsRefusedBeforeItIsBuilt) {
+  ScratchFolder folder("deep");
+  const std::string header = R"({"a":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  testing::write_bytes(folder / "n.safetensors", u64_le(header.size()) + header);
+  const std::string message = error_of<IoError>([&] { load_safetensors(folder / "n.safetensors"); });
+  EXPECT_TRUE(contains(message, "n.safetensors': the header nests arrays or objects more than 64 levels deep"))
+      << message;
+}
+
 TEST(SafetensorsHeader, NumberTooLargeNamesTheFile) {
   ScratchFolder folder("overflow");
   const std::string header = R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})";

@@ -1,7 +1,8 @@
 // Writes the seed corpus of the image_decoders fuzzer: small PNGs and JPEGs
 // of every layout the decoders handle (PNG: grey, grey+alpha, RGB, RGBA,
 // palette with transparency, 1-bit, 16-bit, interlaced; JPEG: baseline,
-// progressive, grey, CMYK, restart markers). Regenerate with
+// progressive, grey, CMYK, restart markers, EXIF orientation in either byte
+// order). Regenerate with
 //   cc -O1 -o /tmp/make_image_seeds tests/fuzz/make_image_seeds.c -ljpeg -lpng
 //   /tmp/make_image_seeds tests/fuzz/corpus/image_decoders
 #include <stdio.h>
@@ -57,8 +58,21 @@ static void write_png(const char* folder, const char* name, int color_type, int 
   fclose(file);
 }
 
+// An APP1 "Exif" payload whose first image directory holds one entry:
+// orientation (tag 0x0112, SHORT, count 1) = `orientation`.
+static size_t exif_orientation_payload(unsigned char* out, int orientation, int big_endian) {
+  static const unsigned char little[] = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0,
+                                         0x12, 0x01, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  static const unsigned char big[] = {'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
+                                      0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  memcpy(out, big_endian ? big : little, sizeof little);
+  out[big_endian ? 25 : 24] = (unsigned char)orientation;
+  return sizeof little;
+}
+
+// `orientation` 0: no EXIF segment.
 static void write_jpeg(const char* folder, const char* name, J_COLOR_SPACE space, int components, int progressive,
-                       int restart) {
+                       int restart, int orientation, int big_endian) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", folder, name);
   FILE* file = fopen(path, "wb");
@@ -76,6 +90,10 @@ static void write_jpeg(const char* folder, const char* name, J_COLOR_SPACE space
   if (progressive) jpeg_simple_progression(&info);
   info.restart_in_rows = restart;
   jpeg_start_compress(&info, TRUE);
+  if (orientation) {
+    unsigned char exif[64];
+    jpeg_write_marker(&info, JPEG_APP0 + 1, exif, (unsigned)exif_orientation_payload(exif, orientation, big_endian));
+  }
   unsigned char row[W * 4];
   while (info.next_scanline < H) {
     for (int x = 0; x < W; ++x)
@@ -104,11 +122,13 @@ int main(int argc, char** argv) {
   write_png(out, "rgb-16bit.png", PNG_COLOR_TYPE_RGB, 16, PNG_INTERLACE_NONE);
   write_png(out, "rgb-interlaced.png", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_ADAM7);
   write_png(out, "rgba-16bit-interlaced.png", PNG_COLOR_TYPE_RGB_ALPHA, 16, PNG_INTERLACE_ADAM7);
-  write_jpeg(out, "baseline.jpg", JCS_RGB, 3, 0, 0);
-  write_jpeg(out, "progressive.jpg", JCS_RGB, 3, 1, 0);
-  write_jpeg(out, "grey.jpg", JCS_GRAYSCALE, 1, 0, 0);
-  write_jpeg(out, "grey-progressive.jpg", JCS_GRAYSCALE, 1, 1, 0);
-  write_jpeg(out, "cmyk.jpg", JCS_CMYK, 4, 0, 0);
-  write_jpeg(out, "restart.jpg", JCS_RGB, 3, 0, 1);
+  write_jpeg(out, "baseline.jpg", JCS_RGB, 3, 0, 0, 0, 0);
+  write_jpeg(out, "progressive.jpg", JCS_RGB, 3, 1, 0, 0, 0);
+  write_jpeg(out, "grey.jpg", JCS_GRAYSCALE, 1, 0, 0, 0, 0);
+  write_jpeg(out, "grey-progressive.jpg", JCS_GRAYSCALE, 1, 1, 0, 0, 0);
+  write_jpeg(out, "cmyk.jpg", JCS_CMYK, 4, 0, 0, 0, 0);
+  write_jpeg(out, "restart.jpg", JCS_RGB, 3, 0, 1, 0, 0);
+  write_jpeg(out, "exif-orientation-6.jpg", JCS_RGB, 3, 0, 0, 6, 0);
+  write_jpeg(out, "exif-orientation-7-big-endian.jpg", JCS_RGB, 3, 0, 0, 7, 1);
   return 0;
 }

@@ -1,19 +1,11 @@
 #!/usr/bin/env bash
 # tools/plot_metrics.py on a short metrics log with training and validation
-# rows, and on rate-distortion input: each writes a PNG; no arguments and a
-# missing file fail with a message instead of a traceback.
+# rows, and on rate-distortion input: each writes a PNG; no arguments, a
+# missing file and a Python without matplotlib fail with a message instead
+# of a traceback. Skips (77) the plotting when no Python here has matplotlib.
 set -euo pipefail
 source_dir=$1
 script=$source_dir/tools/plot_metrics.py
-# The first Python that has matplotlib (a user's python3 may not be Debian's).
-python=""
-for candidate in python3 /usr/bin/python3; do
-  if "$candidate" -c "import matplotlib" 2>/dev/null; then python=$candidate; break; fi
-done
-if [ -z "$python" ]; then
-  echo "matplotlib is not installed (Debian: python3-matplotlib; tools/install-deps.sh installs it)"
-  exit 77
-fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -23,6 +15,33 @@ cat > "$work/metrics.jsonl" <<'LOG'
 {"kind":"val","step":20,"psnr":18.9,"bpp":1.05,"loss":7.0,"images":3}
 {"kind":"train","step":30,"loss":6.2,"mse":0.011,"bpp":1.0,"psnr":19.6,"lr":0.0001,"images_per_second":5,"elapsed_seconds":6}
 LOG
+
+# A Python without matplotlib (a module of that name that fails to import,
+# as the real one does when it is missing): how to install it, a non-zero
+# exit, no traceback.
+mkdir "$work/no-matplotlib"
+echo 'raise ModuleNotFoundError("No module named matplotlib", name="matplotlib")' > "$work/no-matplotlib/matplotlib.py"
+for arguments in "$work/metrics.jsonl" "--rd $work/metrics.jsonl"; do
+  # shellcheck disable=SC2086 # word splitting of the arguments is intended
+  if PYTHONPATH="$work/no-matplotlib" python3 "$script" $arguments > "$work/without.txt" 2>&1; then
+    echo "plotting without matplotlib must fail"; exit 1
+  fi
+  for hint in "matplotlib is not installed for this Python" "-m pip install matplotlib" \
+              "apt-get install python3-matplotlib"; do
+    grep -qe "$hint" "$work/without.txt" || { echo "no '$hint' in:"; cat "$work/without.txt"; exit 1; }
+  done
+  if grep -q Traceback "$work/without.txt"; then cat "$work/without.txt"; exit 1; fi
+done
+
+# The first Python that has matplotlib (a user's python3 may not be Debian's).
+python=""
+for candidate in python3 /usr/bin/python3; do
+  if "$candidate" -c "import matplotlib" 2>/dev/null; then python=$candidate; break; fi
+done
+if [ -z "$python" ]; then
+  echo "matplotlib is not installed (Debian: python3-matplotlib; tools/install-deps.sh installs it)"
+  exit 77
+fi
 "$python" "$script" "$work/metrics.jsonl"
 test -s "$work/training-curves.png" || { echo "no training-curves.png"; exit 1; }
 # Its first bytes are the PNG signature.

@@ -22,6 +22,10 @@ inline constexpr std::int64_t kMaxConvolutionParameter = 4096;
 // Training steps (a checkpoint's step and optimiser step count, --steps):
 // 2^50, so step arithmetic and step * batch never overflow.
 inline constexpr std::int64_t kMaxSteps = std::int64_t{1} << 50;
+// Tensors in one safetensors file: 2^16. The largest models have a few
+// thousand parameter tensors, three times that with Adam state; a header
+// with more entries is refused before it is parsed into memory.
+inline constexpr std::int64_t kMaxCheckpointTensors = std::int64_t{1} << 16;
 }  // namespace limits
 
 // a + b and a * b, or ShapeError "<what> overflows: a * b" when the exact

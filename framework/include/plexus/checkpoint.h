@@ -18,13 +18,15 @@ struct TensorFile {
 
 // Writes atomically: to "<path>.tmp-<pid>", flushed, then renamed over
 // `path`, so a crash never leaves a half-written checkpoint behind.
+// IoError for more tensors than limits::kMaxCheckpointTensors.
 // Tensors named in `stored_as_f16` are written as dtype "F16", rounded to
 // the nearest f16 (plexus/half.h); IoError when a value does not fit.
 void save_safetensors(const std::string& path, const TensorFile& file,
                       const std::set<std::string>& stored_as_f16 = {});
 // Throws IoError naming the file and what is wrong (missing, truncated,
-// bad header, offsets out of range, unsupported dtype). Reads F32, F64 and
-// F16; an F16 tensor becomes an f32 one, exactly.
+// bad header, a tensor named twice, more tensors than
+// limits::kMaxCheckpointTensors, offsets out of range, unsupported dtype).
+// Reads F32, F64 and F16; an F16 tensor becomes an f32 one, exactly.
 TensorFile load_safetensors(const std::string& path);
 
 }  // namespace plexus

@@ -21,8 +21,11 @@ struct Source {
 };
 
 // `image` null: read the header only. On success `size` holds the image's
-// width and height and, when `image` is given, `image` its RGB pixels.
-bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason);
-bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason);
+// width and height and, when `image` is given, `image` its RGB pixels and
+// `conversions` what was converted to get them.
+bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+              ImageConversions& conversions, std::string& reason);
+bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+               ImageConversions& conversions, std::string& reason);
 
 }  // namespace plexus::data::codecs

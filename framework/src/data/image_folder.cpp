@@ -142,7 +142,8 @@ std::shared_ptr<const Image> ImageFolder::load(std::size_t index) {
   // decode the same file once each, which is harmless.
   auto decoded = std::make_shared<Image>();
   std::string reason;
-  if (!try_read_image(entry.path, *decoded, reason, max_pixels_)) {
+  ImageConversions conversions;
+  if (!try_read_image(entry.path, *decoded, reason, max_pixels_, &conversions)) {
     bool first = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -150,6 +151,14 @@ std::shared_ptr<const Image> ImageFolder::load(std::size_t index) {
     }
     if (first) skip(entry.path, reason);
     return nullptr;
+  }
+  if (conversions.any()) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      first = converted_.insert(index).second;
+    }
+    if (first) warn_about_conversions(entry.path, conversions);
   }
   std::shared_ptr<const Image> image = std::move(decoded);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -2,14 +2,17 @@
 // libjpeg API: baseline and progressive, grey, YCbCr and (Adobe) CMYK,
 // converted to 8-bit RGB. Any libjpeg warning ("Corrupt JPEG data",
 // "Premature end of JPEG file") fails the image: libjpeg would otherwise
-// fill the damaged part with grey and train on it.
+// fill the damaged part with grey and train on it. The EXIF orientation
+// (a phone's rotation) is applied, so the image comes out upright.
 #include <cstdio>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 
 #include <csetjmp>
+#include <cstring>
 #include <vector>
 
+#include "exif_orientation.h"
 #include "image_codecs.h"
 
 namespace plexus::data::codecs {
@@ -58,6 +61,7 @@ struct Decoding {
   jpeg_progress_mgr progress{};
   std::vector<unsigned char> row;
   std::string limit_problem;
+  int orientation = 1;  // EXIF, 1-8
   bool created = false;
   ~Decoding() {
     if (created) jpeg_destroy_decompress(&info);
@@ -72,7 +76,16 @@ void cmyk_to_rgb(const unsigned char* cmyk, unsigned char* rgb, unsigned width) 
   }
 }
 
-bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image) {
+// The orientation in the first APP1 segment that is EXIF, else 1.
+int orientation_of(const jpeg_decompress_struct& info) {
+  for (jpeg_saved_marker_ptr marker = info.marker_list; marker; marker = marker->next)
+    if (marker->marker == JPEG_APP0 + 1 && marker->data_length >= 6 && std::memcmp(marker->data, "Exif\0\0", 6) == 0)
+      return exif_orientation(marker->data, marker->data_length);
+  return 1;
+}
+
+bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+            ImageConversions& conversions) {
   if (setjmp(d.error.jump)) return false;
   jpeg_create_decompress(&d.info);
   d.created = true;
@@ -80,15 +93,20 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
   d.info.progress = &d.progress;
   if (source.file) jpeg_stdio_src(&d.info, source.file);
   else jpeg_mem_src(&d.info, const_cast<unsigned char*>(source.bytes), static_cast<unsigned long>(source.size));
+  jpeg_save_markers(&d.info, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&d.info, TRUE);
   d.limit_problem = pixel_limit_problem(d.info.image_width, d.info.image_height, max_pixels);
   if (!d.limit_problem.empty()) return false;
-  size.width = static_cast<int>(d.info.image_width);
-  size.height = static_cast<int>(d.info.image_height);
+  d.orientation = orientation_of(d.info);
+  const bool swap = orientation_swaps_sides(d.orientation);
+  size.width = static_cast<int>(swap ? d.info.image_height : d.info.image_width);
+  size.height = static_cast<int>(swap ? d.info.image_width : d.info.image_height);
   if (!image) return true;
 
   const bool cmyk = d.info.jpeg_color_space == JCS_CMYK || d.info.jpeg_color_space == JCS_YCCK;
   d.info.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  conversions.cmyk_converted = cmyk;
+  conversions.grey_expanded = d.info.jpeg_color_space == JCS_GRAYSCALE;
   jpeg_start_decompress(&d.info);
   const int expected = cmyk ? 4 : 3;
   if (d.info.output_components != expected || d.info.output_width != d.info.image_width ||
@@ -97,7 +115,7 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
                   d.info.output_components);
     return false;
   }
-  *image = Image(size.width, size.height);
+  *image = Image(static_cast<int>(d.info.output_width), static_cast<int>(d.info.output_height));
   if (cmyk) d.row.resize(static_cast<std::size_t>(d.info.output_width) * 4);
   while (d.info.output_scanline < d.info.output_height) {
     unsigned char* out = &image->pixels[static_cast<std::size_t>(d.info.output_scanline) * d.info.output_width * 3];
@@ -115,13 +133,17 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
 
 }  // namespace
 
-bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason) {
+bool read_jpeg(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+               ImageConversions& conversions, std::string& reason) {
   Decoding d;
   d.info.err = jpeg_std_error(&d.error.manager);
   d.error.manager.error_exit = &on_error;
   d.error.manager.emit_message = &on_message;
   d.error.manager.output_message = &on_output;
-  if (decode(d, source, max_pixels, size, image)) return true;
+  if (decode(d, source, max_pixels, size, image, conversions)) {
+    if (image && d.orientation != 1) *image = apply_orientation(*image, d.orientation);
+    return true;
+  }
   reason = !d.limit_problem.empty() ? d.limit_problem : std::string("corrupt JPEG: ") + d.error.message;
   if (image) *image = Image();
   return false;

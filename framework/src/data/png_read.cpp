@@ -1,6 +1,6 @@
 // PNG decoding through libpng: any bit depth and colour type, reduced to
 // 8-bit RGB (16-bit samples keep their high byte; alpha is dropped; palette
-// and grey are expanded).
+// and grey are expanded), reporting which of these happened.
 #include <png.h>
 
 #include <csetjmp>
@@ -44,7 +44,8 @@ struct Decoding {
 };
 
 // Returns true on success; false with d.error.message or d.limit_problem set.
-bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image) {
+bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+            ImageConversions& conversions) {
   if (setjmp(png_jmpbuf(d.png))) return false;
   if (source.file) {
     png_init_io(d.png, source.file);
@@ -60,6 +61,8 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
   size.height = static_cast<int>(height);
   if (!image) return true;
 
+  conversions.reduced_from_16_bits = png_get_bit_depth(d.png, d.info) == 16;
+  conversions.grey_expanded = (png_get_color_type(d.png, d.info) & PNG_COLOR_MASK_COLOR) == 0;
   png_set_strip_16(d.png);
   png_set_packing(d.png);
   png_set_palette_to_rgb(d.png);
@@ -70,6 +73,7 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
   const int channels = png_get_channels(d.png, d.info);  // 3 (RGB) or 4 (RGB + alpha)
   if ((channels != 3 && channels != 4) || png_get_bit_depth(d.png, d.info) != 8)
     png_error(d.png, "unexpected pixel layout after conversion to 8-bit RGB");
+  conversions.alpha_dropped = channels == 4;  // an alpha channel, or transparency (tRNS) expanded to one
   *image = Image(size.width, size.height);
   d.row.resize(static_cast<std::size_t>(width) * channels);
   // Interlaced images are read once per pass; each pass updates the row in place.
@@ -90,7 +94,8 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
 
 }  // namespace
 
-bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image, std::string& reason) {
+bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Image* image,
+              ImageConversions& conversions, std::string& reason) {
   Decoding d;
   d.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &d.error, &on_error, &on_warning);
   if (d.png) d.info = png_create_info_struct(d.png);
@@ -98,7 +103,7 @@ bool read_png(const Source& source, std::int64_t max_pixels, ImageSize& size, Im
     reason = "out of memory starting the PNG decoder";
     return false;
   }
-  if (decode(d, source, max_pixels, size, image)) return true;
+  if (decode(d, source, max_pixels, size, image, conversions)) return true;
   reason = !d.limit_problem.empty() ? d.limit_problem : std::string("corrupt PNG: ") + d.error.message;
   if (image) *image = Image();
   return false;

@@ -34,18 +34,37 @@ struct ImageSize {
 // so a file claiming more costs no memory.
 inline constexpr std::int64_t kDefaultMaxImagePixels = 50'000'000;
 
-// Decodes a PNG (libpng) or JPEG (libjpeg), told apart by their first bytes:
-// any channel count, converted to RGB; 16-bit PNGs are reduced to 8 bits;
-// a JPEG with corrupt data is refused, not patched with grey. Throws
-// IoError naming the file and the reason (including an image larger than
-// `max_pixels`).
+// What decoding changed to make 8-bit RGB of a file (all false for an
+// 8-bit RGB PNG or a colour JPEG).
+struct ImageConversions {
+  bool reduced_from_16_bits = false;  // 16-bit PNG samples: the high byte is kept
+  bool grey_expanded = false;         // a grey image: its one channel copied to R, G and B
+  bool alpha_dropped = false;         // a PNG alpha channel or transparency: dropped, colours kept as stored
+  bool cmyk_converted = false;        // an (Adobe) CMYK JPEG: R = C * K / 255, and so on
+  bool any() const { return reduced_from_16_bits || grey_expanded || alpha_dropped || cmyk_converted; }
+  // "16-bit samples reduced to 8 bits (the high byte kept); ...", "" for none.
+  std::string description() const;
+};
+
+// Decodes a PNG (libpng) or JPEG (libjpeg), told apart by their first bytes,
+// to 8-bit RGB (see ImageConversions): grey is expanded to RGB, alpha is
+// dropped, 16-bit PNGs are reduced to 8 bits, CMYK JPEGs are converted; a
+// JPEG with corrupt data is refused, not patched with grey. A JPEG's EXIF
+// orientation (1-8) is applied, so a phone photo comes out upright (and
+// read_image_size reports the upright size). Warns (spdlog) once per call,
+// naming the file, when anything was converted. Throws IoError naming the
+// file and the reason (including an image larger than `max_pixels`).
 Image read_image(const std::string& path, std::int64_t max_pixels = kDefaultMaxImagePixels);
-// As read_image, but returns false with the reason instead of throwing.
+// As read_image, but returns false with the reason instead of throwing, and
+// reports the conversions in `conversions` (when given) instead of warning.
 bool try_read_image(const std::string& path, Image& image, std::string& reason,
-                    std::int64_t max_pixels = kDefaultMaxImagePixels);
+                    std::int64_t max_pixels = kDefaultMaxImagePixels, ImageConversions* conversions = nullptr);
 // As try_read_image, from encoded bytes in memory.
 bool decode_image(const unsigned char* bytes, std::size_t size, std::int64_t max_pixels, Image& image,
-                  std::string& reason);
+                  std::string& reason, ImageConversions* conversions = nullptr);
+// spdlog warning "converting image '<path>' to 8-bit RGB: <description>",
+// or nothing when `conversions` holds none.
+void warn_about_conversions(const std::string& path, const ImageConversions& conversions);
 // Reads only the header. Returns false (and the reason) when the file is
 // missing, not a readable PNG/JPEG, or larger than `max_pixels`; never throws.
 bool read_image_size(const std::string& path, ImageSize& size, std::string& reason,

@@ -10,6 +10,9 @@
 // files that fail later, while decoding the pixels (e.g. truncated data),
 // are skipped when first loaded. Either way spdlog warns once naming the
 // file, and skipped() lists it so a caller can report the total at the end.
+// An image converted to 8-bit RGB as it is decoded (16-bit, grey, alpha,
+// CMYK: see ImageConversions) is warned about once, naming the file and
+// the conversions, however often it is decoded again.
 // Decoded images are kept in memory (8-bit) up to a byte budget, so an
 // epoch after the first costs no decoding; the budget bounds memory on large
 // folders. All methods are safe to call from several threads at once.
@@ -72,6 +75,7 @@ class ImageFolder {
   std::map<std::size_t, std::shared_ptr<const Image>> cache_;
   std::size_t cached_bytes_ = 0;
   std::set<std::size_t> undecodable_;
+  std::set<std::size_t> converted_;  // warned about their conversions
   std::vector<std::string> skipped_;
 };
 
