@@ -2,6 +2,8 @@
 // Registry::add() a plugin uses. One line per layer; no static initialisers,
 // so nothing silently disappears when the linker prunes a library.
 #include "abs/abs.h"
+#include "add/add.h"
+#include "concat/concat.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
@@ -11,7 +13,12 @@
 #include "plexus/registry.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
+#include "leaky_relu/leaky_relu.h"
+#include "mul/mul.h"
+#include "pixel_shuffle/pixel_shuffle.h"
 #include "relu/relu.h"
+#include "sigmoid/sigmoid.h"
+#include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
 
@@ -30,6 +37,13 @@ void register_builtin_layers(Registry& registry) {
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);
+  layers::register_add(registry);
+  layers::register_mul(registry);
+  layers::register_concat(registry);
+  layers::register_split(registry);
+  layers::register_sigmoid(registry);
+  layers::register_leaky_relu(registry);
+  layers::register_pixel_shuffle(registry);
 }
 
 }  // namespace plexus
