@@ -4,6 +4,8 @@
 #include "plexus/builtin_layers.h"
 
 #include "abs/abs.h"
+#include "add/add.h"
+#include "concat/concat.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
@@ -12,7 +14,12 @@
 #include "gaussian_conditional/gaussian_conditional.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
+#include "leaky_relu/leaky_relu.h"
+#include "mul/mul.h"
+#include "pixel_shuffle/pixel_shuffle.h"
 #include "relu/relu.h"
+#include "sigmoid/sigmoid.h"
+#include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
 
@@ -31,6 +38,13 @@ void register_builtin_layers(Registry& registry) {
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);
+  layers::register_add(registry);
+  layers::register_mul(registry);
+  layers::register_concat(registry);
+  layers::register_split(registry);
+  layers::register_sigmoid(registry);
+  layers::register_leaky_relu(registry);
+  layers::register_pixel_shuffle(registry);
 }
 
 Registry builtin_registry() {

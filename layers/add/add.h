@@ -1,0 +1,38 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// Add: y = sum_i x_i over two or more inputs of one shape;
+// dL/dx_i = dL/dy for every input. Residual connections: y = x + F(x).
+// No parameters.
+class Add : public Layer {
+ public:
+  explicit Add(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+
+ private:
+  // dL/dx_i = dL/dy for every wanted input, on the context's device.
+  void copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads);
+};
+
+void register_add(Registry& registry);
+
+}  // namespace plexus::layers

@@ -1,0 +1,33 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// Sigmoid: y = 1 / (1 + exp(-x));  dL/dx = dL/dy * y * (1 - y).
+// One input, one output of the same shape; no parameters.
+class Sigmoid : public Layer {
+ public:
+  explicit Sigmoid(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+};
+
+void register_sigmoid(Registry& registry);
+
+}  // namespace plexus::layers

@@ -1,0 +1,40 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// Split: cuts one input along channels (axis 1 of NCHW; any rank >= 2) into
+// consecutive slices y_k = x[:, o_k : o_k + sizes[k]], o_k the sum of the
+// earlier sizes; dL/dx is the slices' gradients joined back (an output that
+// reaches no loss contributes zeros).
+// Param: "sizes" (array of channel counts >= 1, summing to the input's C);
+// one output per entry.
+class Split : public Layer {
+ public:
+  explicit Split(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+
+ private:
+  std::vector<std::int64_t> sizes_;
+};
+
+void register_split(Registry& registry);
+
+}  // namespace plexus::layers

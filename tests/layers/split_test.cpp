@@ -1,0 +1,119 @@
+// Split: forward by hand across a batch, gradient checks (CPU; CUDA in f64 on
+// a GPU), CPU/CUDA parity, shape and parameter errors, and a Net in which
+// one slice reaches no loss.
+#include <gtest/gtest.h>
+
+#include "layers/layer_test_support.h"
+#include "plexus/gradcheck.h"
+#include "plexus/net.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+const Registry registry = builtin_registry();
+
+TEST(Split, ForwardSlicesChannelsOfEachBatchItem) {
+  auto layer = registry.create("Split", "split", {{"sizes", {1, 2}}});
+  Context ctx;
+  Tensor x = Tensor::from_values({1, 2, 3, 4, 5, 6, /* item 1 */ 7, 8, 9, 10, 11, 12}, {2, 3, 2});
+  ASSERT_EQ(layer->output_shapes({x.shape()}), (std::vector<Shape>{{2, 1, 2}, {2, 2, 2}}));
+  Tensor first({2, 1, 2}), rest({2, 2, 2});
+  layer->forward(ctx, {&x}, {&first, &rest});
+  EXPECT_EQ(first.to_values(), (std::vector<double>{1, 2, 7, 8}));
+  EXPECT_EQ(rest.to_values(), (std::vector<double>{3, 4, 5, 6, 9, 10, 11, 12}));
+}
+
+TEST(Split, BackwardJoinsTheSliceGradients) {
+  auto layer = registry.create("Split", "split", {{"sizes", {2, 1}}});
+  Context ctx;
+  Tensor x({2, 3}), first({2, 2}), rest({2, 1});
+  Tensor dfirst = Tensor::from_values({1, 2, 4, 5}, {2, 2}), drest = Tensor::from_values({3, 6}, {2, 1});
+  Tensor dx({2, 3});
+  layer->backward(ctx, {&x}, {&first, &rest}, {&dfirst, &drest}, {&dx});
+  EXPECT_EQ(dx.to_values(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(Split, GradientsCpu) {
+  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Split", {{"sizes", {1, 3, 2}}}, {{2, 6, 3, 3}})));
+  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Split", {{"sizes", nlohmann::json::array({4})}}, {{3, 4}})));
+}
+
+TEST(Split, GradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  EXPECT_TRUE(testing::gradients_match(
+      check_gradients(registry, "Split", {{"sizes", {1, 3, 2}}}, {{2, 6, 3, 3}}, Device::cuda())));
+}
+
+TEST(Split, ParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Split", {{"sizes", {5, 3}}}, {{4, 8, 16, 16}})));
+  ParityOptions f64;
+  f64.dtype = DType::f64;
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Split", {{"sizes", {2, 2, 1}}}, {{3, 5, 7}}, f64)));
+}
+
+TEST(Split, RejectsSizesThatDoNotSumToTheChannels) {
+  auto layer = registry.create("Split", "heads", {{"sizes", {1, 2}}});
+  std::string message = testing::shape_error_of([&] { layer->output_shapes({{2, 4, 8, 8}}); });
+  EXPECT_TRUE(testing::contains(
+      message, "node 'heads' (Split): parameter 'sizes' [1, 2] sums to 3 but the input [2, 4, 8, 8] has 4 channels"))
+      << message;
+}
+
+TEST(Split, RejectsBadShapes) {
+  auto layer = registry.create("Split", "heads", {{"sizes", {1, 1}}});
+  std::string two = testing::shape_error_of([&] { layer->output_shapes({{2, 2}, {2, 2}}); });
+  EXPECT_TRUE(testing::contains(two, "node 'heads' (Split): takes 1 input, got 2")) << two;
+  std::string vector = testing::shape_error_of([&] { layer->output_shapes({{2}}); });
+  EXPECT_TRUE(testing::contains(vector, "input is [2]; Split needs [N, C, ...]")) << vector;
+}
+
+TEST(Split, RejectsBadSizes) {
+  std::string zero = testing::config_error_of([] { registry.create("Split", "heads", {{"sizes", {2, 0}}}); });
+  EXPECT_TRUE(testing::contains(zero, "node 'heads' (Split)")) << zero;
+  EXPECT_TRUE(testing::contains(zero, "must hold channel counts >= 1, got [2, 0]")) << zero;
+  std::string empty =
+      testing::config_error_of([] { registry.create("Split", "heads", {{"sizes", nlohmann::json::array()}}); });
+  EXPECT_TRUE(testing::contains(empty, "must list at least one channel count")) << empty;
+  std::string missing = testing::config_error_of([] { registry.create("Split", "heads", nlohmann::json::object()); });
+  EXPECT_TRUE(testing::contains(missing, "sizes")) << missing;
+}
+
+TEST(Split, SpecMustNameOneOutputPerSize) {
+  ModelSpec spec;
+  spec.add_input("x").add_node({"heads", "Split", {"x"}, {"a"}, {{"sizes", {1, 2}}}});
+  try {
+    Net net(spec, registry, {{"x", {1, 3}}});
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_TRUE(testing::contains(e.what(), "node 'heads' (Split) produces 2 output(s) but the spec names 1"))
+        << e.what();
+  }
+}
+
+// x -> identity (LeakyReLU with slope 1) -> h -> Split [1, 2] -> a, b; only b
+// reaches the loss, so dL/dh is zero on channel 0 and dL/db on channels 1, 2.
+// One batch item, so the loss is a scalar.
+TEST(Split, UnusedSliceGetsZeroGradientInANet) {
+  ModelSpec spec;
+  spec.add_input("x")
+      .add_node({"identity", "LeakyReLU", {"x"}, {"h"}, {{"negative_slope", 1.0}}})
+      .add_node({"heads", "Split", {"h"}, {"a", "b"}, {{"sizes", {1, 2}}}})
+      .add_node({"fc", "FullyConnected", {"b"}, {"out"}, {{"out_features", 1}, {"bias", false}}});
+  Net net(spec, registry, {{"x", {1, 3, 2}}}, DType::f64, Device::cpu(), 5);
+  Context ctx;
+  net.input("x").copy_from(Tensor::from_values({1, 2, 3, 4, 5, 6}, {1, 3, 2}, DType::f64));
+  net.forward(ctx);
+  EXPECT_EQ(net.blob("a").to_values(), (std::vector<double>{1, 2}));
+  EXPECT_EQ(net.blob("b").to_values(), (std::vector<double>{3, 4, 5, 6}));
+  net.zero_grad();
+  net.backward(ctx, {{"out", 1.0}});
+  std::vector<double> db = net.blob_grad("b").to_values();
+  std::vector<double> dh = net.blob_grad("h").to_values();
+  EXPECT_EQ(dh, (std::vector<double>{0, 0, db[0], db[1], db[2], db[3]}));
+  for (double value : db) EXPECT_NE(value, 0.0);
+}
+
+}  // namespace
+}  // namespace plexus
