@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "layers/layer_test_support.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 

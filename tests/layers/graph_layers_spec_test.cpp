@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
 #include "plexus/registry.h"

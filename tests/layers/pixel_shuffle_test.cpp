@@ -6,6 +6,7 @@
 #include <random>
 
 #include "layers/layer_test_support.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
 #include "plexus/testing/gtest_helpers.h"
 
