@@ -1,4 +1,4 @@
-// `plexus-ae eval` in two jobs: evaluate every image (the net's estimate,
+// `plexus-ae eval`: its options, and the command in two jobs: evaluate every image (the net's estimate,
 // the real codec's file, the reconstruction), then report the results (the
 // table's mean line and, with --out, eval.json).
 #include "eval_command.h"
@@ -207,6 +207,17 @@ void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& re
   spdlog::info("reconstructions and eval.json written to '{}'", o.out);
 }
 
+void add_eval_options(CLI::App& eval, EvalOptions& o) {
+  eval.add_option("--model", o.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train (it carries its model spec)")->required()->type_name("FILE");
+  eval.add_option("--data", o.data, "folder of images to evaluate at full size, PNG/JPEG, searched recursively")->required()->type_name("DIR");
+  eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
+  eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
+  eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
+  eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
+  eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+}
+
 void report_skipped(const data::ImageFolder& images) {
   const auto skipped = images.skipped();
   if (skipped.empty()) return;
@@ -216,6 +227,23 @@ void report_skipped(const data::ImageFolder& images) {
 }
 
 }  // namespace
+
+void add_eval_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<EvalOptions>();
+  CLI::App* command = app.add_subcommand("eval", "evaluate a trained model: PSNR and bits per pixel per image");
+  command->option_defaults()->always_capture_default();
+  add_eval_options(*command, *options);
+  command->footer(
+      "Examples:\n"
+      "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample\n"
+      "  plexus-ae eval --model runs/demo/checkpoint.safetensors --data kodak --out recon --device cpu\n"
+      "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
+      "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
+  command->callback([options, &exit_code] {
+    use_cpu_threads(options->cpu_threads);
+    exit_code = run_eval(*options);
+  });
+}
 
 int run_eval(const EvalOptions& o) {
   if (o.model.empty()) throw ConfigError("--model is required: a .safetensors file written by plexus-ae train");
