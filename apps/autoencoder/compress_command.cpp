@@ -16,6 +16,7 @@
 
 #include "autoencoder_contract.h"
 #include "codec_model.h"
+#include "exit_codes.h"
 #include "plexus/checkpoint.h"
 #include "plexus/data/image_folder.h"
 #include "quality_catalog.h"
@@ -24,7 +25,6 @@
 #include "plexus/net.h"
 #include "run_metadata.h"
 #include "session.h"
-#include "train_command.h"
 
 namespace plexus::ae {
 

@@ -17,6 +17,7 @@
 
 #include "autoencoder_contract.h"
 #include "codec_evaluation.h"
+#include "exit_codes.h"
 #include "image_evaluation.h"
 #include "output_folder.h"
 #include "plexus/atomic_file.h"
@@ -28,7 +29,6 @@
 #include "precision_option.h"
 #include "run_metadata.h"
 #include "session.h"
-#include "train_command.h"
 
 namespace plexus::ae {
 

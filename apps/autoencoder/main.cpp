@@ -14,6 +14,7 @@
 #include "compress_command.h"
 #include "console.h"
 #include "eval_command.h"
+#include "exit_codes.h"
 #include "train_command.h"
 
 int main(int argc, char** argv) {

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data_parallel.h"
+#include "exit_codes.h"
 #include "model_catalog.h"
 #include "output_folder.h"
 #include "plexus/error.h"
@@ -21,6 +22,7 @@
 #include "stop_signal.h"
 #include "train_loop.h"
 #include "training_run.h"
+#include "worker_launch.h"
 
 namespace plexus::ae {
 

@@ -9,14 +9,9 @@
 #include <CLI/CLI.hpp>
 
 #include "options.h"
-#include "worker_launch.h"
+#include "worker_environment.h"
 
 namespace plexus::ae {
-
-// Exit codes of plexus-ae.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;        // bad input, I/O error, diverged training
-inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving
 
 // Declares the `train` subcommand and its options on `app`; once parsed, it
 // runs and leaves its exit code in `exit_code`. `arguments`: this command

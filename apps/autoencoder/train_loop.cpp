@@ -9,13 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "autoencoder_contract.h"
+#include "exit_codes.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
 #include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 #include "stop_signal.h"
-#include "train_command.h"
 
 namespace plexus::ae {
 

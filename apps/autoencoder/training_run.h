@@ -21,7 +21,7 @@
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
 #include "train_progress.h"
-#include "worker_launch.h"
+#include "worker_environment.h"
 
 namespace plexus::ae {
 
