@@ -16,6 +16,7 @@
 
 #include "autoencoder_contract.h"
 #include "codec_model.h"
+#include "executable_path.h"
 #include "exit_codes.h"
 #include "plexus/checkpoint.h"
 #include "plexus/data/image_folder.h"
@@ -154,9 +155,8 @@ std::set<std::string> round_parameters_to_f16(TensorFile& file, const ModelSpec&
 std::vector<std::string> shipped_models() {
   std::vector<std::string> models;
   std::error_code error;
-  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const fs::path installed = executable.parent_path().parent_path() / "share/plexus/autoencoder/trained";
+  if (const auto data = installed_data_folder()) {
+    const fs::path installed = *data / "trained";
     for (const auto& entry : fs::directory_iterator(installed, error)) {
       if (entry.path().extension() == ".safetensors") models.push_back(entry.path().string());
       const fs::path nested = entry.path() / "model.safetensors";  // the quality catalog's models
@@ -175,11 +175,9 @@ std::vector<std::string> shipped_models() {
 
 std::string quality_catalog_path() {
   if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
-  std::error_code error;
-  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const fs::path installed =
-        executable.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
+  if (const auto data = installed_data_folder()) {
+    const fs::path installed = *data / "trained/quality-catalog.json";
+    std::error_code error;
     if (fs::is_regular_file(installed, error)) return installed.string();
   }
   return std::string(PLEXUS_AE_SOURCE_RESULTS) + "/quality-catalog.json";

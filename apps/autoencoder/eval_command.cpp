@@ -29,6 +29,7 @@
 #include "precision_option.h"
 #include "run_metadata.h"
 #include "session.h"
+#include "skipped_images.h"
 
 namespace plexus::ae {
 
@@ -218,14 +219,6 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
 }
 
-void report_skipped(const data::ImageFolder& images) {
-  const auto skipped = images.skipped();
-  if (skipped.empty()) return;
-  std::string list;
-  for (const auto& path : skipped) list += "\n  " + path;
-  spdlog::warn("{} image(s) in '{}' were skipped as unreadable:{}", skipped.size(), images.folder(), list);
-}
-
 }  // namespace
 
 void add_eval_command(CLI::App& app, int& exit_code) {
@@ -272,7 +265,7 @@ int run_eval(const EvalOptions& o) {
   compute_means(results, evaluator.codec != nullptr, o.data);
   table.print_means(results);
   if (!o.out.empty()) write_report(o, evaluator.step, results);
-  report_skipped(images);
+  warn_skipped_images(images);
   return kExitOk;
 }
 

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data_parallel.h"
+#include "executable_path.h"
 #include "exit_codes.h"
 #include "model_catalog.h"
 #include "output_folder.h"
@@ -146,7 +147,7 @@ int launch_train_workers(TrainOptions o, const std::vector<std::string>& argumen
   if (o.out.empty()) o.out = default_train_out(o.model);
   create_output_folder(o.out);
   std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  const fs::path self = executable_path(error);
   if (error) throw IoError("cannot find this executable to start the workers (/proc/self/exe): " + error.message());
   std::vector<std::string> command{self.string()};
   command.insert(command.end(), arguments.begin(), arguments.end());

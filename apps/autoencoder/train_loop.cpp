@@ -15,6 +15,7 @@
 #include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
+#include "skipped_images.h"
 #include "stop_signal.h"
 
 namespace plexus::ae {
@@ -62,14 +63,6 @@ bool parameters_finite(Context& ctx, Net& net, std::string* culprit) {
       return false;
     }
   return true;
-}
-
-void report_skipped(const data::ImageFolder& images, const char* role) {
-  const auto skipped = images.skipped();
-  if (skipped.empty()) return;
-  std::string list;
-  for (const auto& path : skipped) list += "\n  " + path;
-  spdlog::warn("{} {} image(s) in '{}' were skipped as unreadable:{}", skipped.size(), role, images.folder(), list);
 }
 
 std::unique_ptr<MetricsLog> open_metrics_log(const TrainingRun& run) {
@@ -135,7 +128,7 @@ bool TrainLoop::take_step() {
   smoothed_.add(now.last_loss, now.last_mse, now.last_bpp);
   stats_.loss = smoothed_.loss;
   stats_.bpp = smoothed_.bpp;
-  stats_.psnr = 10.0 * std::log10(1.0 / std::max(smoothed_.mse, 1e-12));
+  stats_.psnr = psnr_of_mse(smoothed_.mse);
   return true;
 }
 
@@ -166,7 +159,7 @@ bool TrainLoop::log_window() {
   if (!training_.checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
     stats_.loss = window.loss;
     stats_.bpp = window.bpp;
-    stats_.psnr = 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12));
+    stats_.psnr = psnr_of_mse(window.mse);
   }
   if (log_)
     log_->write({{"kind", "train"},
@@ -174,7 +167,7 @@ bool TrainLoop::log_window() {
                  {"loss", window.loss},
                  {"mse", window.mse},
                  {"bpp", window.bpp},
-                 {"psnr", 10.0 * std::log10(1.0 / std::max(window.mse, 1e-12))},
+                 {"psnr", psnr_of_mse(window.mse)},
                  {"lr", run_.adam.learning_rate()},
                  {"images_per_second",
                   window_seconds > 0 ? window.steps * o_.batch * run_.world_size() / window_seconds : 0.0},
@@ -216,7 +209,7 @@ bool TrainLoop::diverged(const std::optional<Divergence>& d) {
       "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
       "Try a lower --lr (now {}) or check the data.",
       std::isnan(d->loss) ? "NaN" : "infinite", d->step, d->mse, d->bpp, last_good_checkpoint_text(), o_.lr);
-  report_skipped(run_.images.train, "training");
+  warn_skipped_images(run_.images.train, "training");
   return true;
 }
 
@@ -257,7 +250,7 @@ int TrainLoop::stop(int signal_number) {
     spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
                  signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", run_.step, o_.steps,
                  run_.settings.checkpoint_path, o_.out, o_.gpus > 0 ? " --gpus N (any N)" : "");
-  report_skipped(run_.images.train, "training");
+  warn_skipped_images(run_.images.train, "training");
   return kExitInterrupted;
 }
 
@@ -272,8 +265,8 @@ int TrainLoop::finish() {
               static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr);
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", run_.settings.model_path.c_str(),
               run_.settings.checkpoint_path.c_str(), log_->path().c_str());
-  report_skipped(run_.images.train, "training");
-  if (run_.images.validation) report_skipped(*run_.images.validation, "validation");
+  warn_skipped_images(run_.images.train, "training");
+  if (run_.images.validation) warn_skipped_images(*run_.images.validation, "validation");
   return kExitOk;
 }
 
