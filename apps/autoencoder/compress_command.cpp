@@ -14,9 +14,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "executable_path.h"
+#include "exit_codes.h"
+#include "plexus/checkpoint.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
-#include "plexus/checkpoint.h"
 #include "plexus/data/image_folder.h"
 #include "quality_catalog.h"
 #include "plexus/error.h"
@@ -24,7 +26,6 @@
 #include "plexus/net.h"
 #include "run_metadata.h"
 #include "session.h"
-#include "train_command.h"
 
 namespace plexus::ae {
 
@@ -154,9 +155,8 @@ std::set<std::string> round_parameters_to_f16(TensorFile& file, const ModelSpec&
 std::vector<std::string> shipped_models() {
   std::vector<std::string> models;
   std::error_code error;
-  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const fs::path installed = executable.parent_path().parent_path() / "share/plexus/autoencoder/trained";
+  if (const auto data = installed_data_folder()) {
+    const fs::path installed = *data / "trained";
     for (const auto& entry : fs::directory_iterator(installed, error)) {
       if (entry.path().extension() == ".safetensors") models.push_back(entry.path().string());
       const fs::path nested = entry.path() / "model.safetensors";  // the quality catalog's models
@@ -175,11 +175,9 @@ std::vector<std::string> shipped_models() {
 
 std::string quality_catalog_path() {
   if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
-  std::error_code error;
-  const fs::path executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const fs::path installed =
-        executable.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
+  if (const auto data = installed_data_folder()) {
+    const fs::path installed = *data / "trained/quality-catalog.json";
+    std::error_code error;
     if (fs::is_regular_file(installed, error)) return installed.string();
   }
   return std::string(PLEXUS_AE_SOURCE_TRAINED) + "/quality-catalog.json";
@@ -312,71 +310,75 @@ int run_export(const ExportOptions& o) {
   return kExitOk;
 }
 
-CodecCommands::CodecCommands(CLI::App& app) {
-  const std::string device_help = "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)";
-  const std::string plugin_help = "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)";
+namespace {
+const char* const kDeviceHelp = "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)";
+const char* const kPluginHelp = "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)";
+}  // namespace
 
-  compress_ = app.add_subcommand("compress", "compress images into .pxae files with a trained model");
-  compress_->option_defaults()->always_capture_default();
-  CompressOptions& c = compress_options_;
-  compress_->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
-  compress_->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
-  compress_->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
-                        "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
-  compress_->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
-  compress_->add_option("--device", c.device, device_help)->type_name("DEVICE");
-  compress_->add_option("--plugin", c.plugins, plugin_help)->type_name("FILE");
-  compress_->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
-  compress_->footer(
+void add_compress_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<CompressOptions>();
+  CLI::App* command = app.add_subcommand("compress", "compress images into .pxae files with a trained model");
+  command->option_defaults()->always_capture_default();
+  CompressOptions& c = *options;
+  command->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
+  command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
+  command->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
+                      "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
+  command->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
+  command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
+  command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
+  command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
+  command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");
+  command->callback([options, &exit_code] { exit_code = run_compress(*options); });
+}
 
-  decompress_ = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
-  decompress_->option_defaults()->always_capture_default();
-  DecompressOptions& d = decompress_options_;
-  decompress_->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
-  decompress_->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
-  decompress_->add_option("-o,--out", d.out, "output PNG (one file) or folder (several); default: each file's path with .png")->type_name("PATH");
-  decompress_->add_option("--device", d.device, device_help)->type_name("DEVICE");
-  decompress_->add_option("--plugin", d.plugins, plugin_help)->type_name("FILE");
-  decompress_->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
-  decompress_->footer(
+void add_decompress_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<DecompressOptions>();
+  CLI::App* command = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
+  command->option_defaults()->always_capture_default();
+  DecompressOptions& d = *options;
+  command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
+  command->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
+  command->add_option("-o,--out", d.out, "output PNG (one file) or folder (several); default: each file's path with .png")->type_name("PATH");
+  command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
+  command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
+  command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
+  command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
+  command->callback([options, &exit_code] { exit_code = run_decompress(*options); });
+}
 
-  export_ = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
-                                         "optionally with f16 weights");
-  export_->option_defaults()->always_capture_default();
-  ExportOptions& e = export_options_;
-  export_->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
-  export_->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
-  export_->add_option("--plugin", e.plugins, plugin_help)->type_name("FILE");
-  export_->add_option("--calibration-images", e.calibration_images,
+void add_export_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<ExportOptions>();
+  CLI::App* command = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
+                                                   "optionally with f16 weights");
+  command->option_defaults()->always_capture_default();
+  ExportOptions& e = *options;
+  command->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
+  command->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
+  command->add_option("--plugin", e.plugins, kPluginHelp)->type_name("FILE");
+  command->add_option("--calibration-images", e.calibration_images,
                       "scale hyperprior: calibrate the integer hyper-synthesis on the images of this folder "
                       "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
       ->type_name("FOLDER");
-  export_->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "
+  command->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "
                       "(ties to even), half the size; loading converts them back to f32 exactly")
       ->check(CLI::IsMember({"f32", "f16"}));
-  export_->footer(
+  command->footer(
       "Examples:\n"
       "  plexus-ae export --model runs/demo/model.safetensors\n"
       "  plexus-ae export --model runs/demo/model.safetensors --out demo-f16.safetensors --storage f16\n"
       "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
       "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
-}
-
-bool CodecCommands::parsed() const { return compress_->parsed() || decompress_->parsed() || export_->parsed(); }
-
-int CodecCommands::run() const {
-  if (compress_->parsed()) return run_compress(compress_options_);
-  if (decompress_->parsed()) return run_decompress(decompress_options_);
-  return run_export(export_options_);
+  command->callback([options, &exit_code] { exit_code = run_export(*options); });
 }
 
 }  // namespace plexus::ae

@@ -37,25 +37,15 @@ struct ExportOptions {
   std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)
 };
 
+// Each declares its subcommand and options on `app`; once parsed, it runs
+// and leaves its exit code in `exit_code`.
+void add_compress_command(CLI::App& app, int& exit_code);
+void add_decompress_command(CLI::App& app, int& exit_code);
+void add_export_command(CLI::App& app, int& exit_code);
+
 int run_compress(const CompressOptions& options);
 int run_decompress(const DecompressOptions& options);
 int run_export(const ExportOptions& options);
-
-// The three subcommands on `app`; run() runs whichever was parsed.
-class CodecCommands {
- public:
-  explicit CodecCommands(CLI::App& app);
-  bool parsed() const;
-  int run() const;
-
- private:
-  CompressOptions compress_options_;
-  DecompressOptions decompress_options_;
-  ExportOptions export_options_;
-  CLI::App* compress_ = nullptr;
-  CLI::App* decompress_ = nullptr;
-  CLI::App* export_ = nullptr;
-};
 
 // The trained models shipped with plexus-ae, tried by decompress without
 // --model: <executable>/../share/plexus/autoencoder/trained/*.safetensors and

@@ -10,7 +10,7 @@
 #include "plexus/distributed/agreement.h"
 #include "plexus/distributed/communicator.h"
 #include "plexus/distributed/in_process_communicator.h"
-#include "worker_launch.h"
+#include "worker_environment.h"
 
 namespace plexus::ae {
 

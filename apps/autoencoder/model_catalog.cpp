@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "executable_path.h"
 #include "plexus/error.h"
 #include "plexus/registry.h"
 
@@ -15,9 +16,7 @@ namespace {
 std::vector<std::string> candidate_folders() {
   std::vector<std::string> folders;
   if (const char* env = std::getenv("PLEXUS_AE_MODELS")) folders.push_back(env);
-  std::error_code error;
-  fs::path executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error) folders.push_back((executable.parent_path().parent_path() / "share/plexus/autoencoder/models").string());
+  if (const auto installed = installed_data_folder()) folders.push_back((*installed / "models").string());
   folders.push_back(PLEXUS_AE_SOURCE_MODELS);
   return folders;
 }

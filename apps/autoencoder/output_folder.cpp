@@ -33,6 +33,12 @@ bool is_inside(const fs::path& inner, const fs::path& outer) {
 
 }  // namespace
 
+void create_output_folder(const std::string& folder) {
+  std::error_code error;
+  fs::create_directories(folder, error);
+  if (error) throw IoError("cannot create the output folder '" + folder + "': " + error.message());
+}
+
 void prepare_train_output(const TrainOptions& o) {
   const fs::path out = o.out;
   std::error_code error;

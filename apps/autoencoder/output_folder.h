@@ -20,6 +20,9 @@ void prepare_train_output(const TrainOptions& options);
 // stale temporary files from --out.
 void prepare_eval_output(const EvalOptions& options);
 
+// Creates `folder` and its parents when missing; IoError saying why not.
+void create_output_folder(const std::string& folder);
+
 // The message of an image skipped for its size: how to raise the limit.
 inline constexpr const char* kPixelLimitHint = "raise the limit with --max-image-pixels";
 

@@ -4,6 +4,7 @@
 
 #include "plexus/builtin_layers.h"
 #include "plexus/context.h"
+#include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 #include "plexus/plugin.h"
 
@@ -31,6 +32,11 @@ Device choose_device(const std::string& text) {
   } catch (const Error& e) {
     throw ConfigError(std::string("--device: ") + e.what());
   }
+}
+
+void use_cpu_threads(int threads) {
+  if (threads < 0) throw ConfigError("--cpu-threads must be >= 0 (0: every core), got " + std::to_string(threads));
+  set_cpu_threads(threads);
 }
 
 }  // namespace plexus::ae

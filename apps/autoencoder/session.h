@@ -1,6 +1,7 @@
 #pragma once
-// What both subcommands set up first: the layer registry (built-in layers,
-// then every --plugin and PLEXUS_PLUGIN_PATH entry) and the device.
+// What the commands set up first: the layer registry (built-in layers,
+// then every --plugin and PLEXUS_PLUGIN_PATH entry), the device and the
+// CPU kernels' threads.
 #include <string>
 #include <vector>
 
@@ -14,5 +15,8 @@ Registry make_registry(const std::vector<std::string>& plugins);
 // ConfigError for anything else and DeviceError for CUDA when this build or
 // machine has none, both starting "--device: ".
 Device choose_device(const std::string& text);
+// --cpu-threads: the threads the CPU kernels use (0: every core). Throws
+// ConfigError when negative.
+void use_cpu_threads(int threads);
 
 }  // namespace plexus::ae

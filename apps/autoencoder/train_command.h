@@ -1,17 +1,22 @@
 #pragma once
+// `plexus-ae train`: its command line, and the run it starts (a single
+// process, the launcher of --gpus N, or one of its workers).
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "options.h"
-#include "worker_launch.h"
+#include "worker_environment.h"
 
 namespace plexus::ae {
 
-// Exit codes of plexus-ae.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;        // bad input, I/O error, diverged training
-inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving
+// Declares the `train` subcommand and its options on `app`; once parsed, it
+// runs and leaves its exit code in `exit_code`. `arguments`: this command
+// line (argv[1..]), which the workers of --gpus N are started with.
+void add_train_command(CLI::App& app, int& exit_code, std::vector<std::string> arguments);
 
 // `plexus-ae train`. `given` holds the long names of the options set on the
 // command line (on --resume, the others come from the checkpoint). With a

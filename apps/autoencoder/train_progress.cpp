@@ -35,6 +35,8 @@ void SmoothedStats::add(double step_loss, double step_mse, double step_bpp) {
   bpp += weight * (step_bpp - bpp);
 }
 
+double psnr_of_mse(double mse) { return 10.0 * std::log10(1.0 / std::max(mse, 1e-12)); }
+
 double remaining_seconds(double seconds_per_step, std::int64_t steps_left, double time_limit, double seconds_so_far) {
   double eta = seconds_per_step * static_cast<double>(std::max<std::int64_t>(steps_left, 0));
   if (time_limit > 0) eta = std::min(eta, std::max(0.0, time_limit - seconds_so_far));

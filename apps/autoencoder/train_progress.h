@@ -32,6 +32,10 @@ struct SmoothedStats {
   void add(double step_loss, double step_mse, double step_bpp);
 };
 
+// PSNR in dB of a mean squared error of values in [0, 1]: 10 log10(1 / mse),
+// the error floored at 1e-12 so that a perfect fit reads 120 dB, not infinity.
+double psnr_of_mse(double mse);
+
 // Seconds left: the steps left at the current pace, capped by what remains
 // of --time-limit (0: none) after `seconds_so_far` of this run.
 double remaining_seconds(double seconds_per_step, std::int64_t steps_left, double time_limit, double seconds_so_far);

@@ -12,26 +12,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "exit_codes.h"
 #include "plexus/error.h"
-#include "train_command.h"
 
 extern char** environ;
 
 namespace plexus::ae {
 
 namespace {
-
-int parse_variable(const char* name, int low, int high) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) throw ConfigError(std::string(name) + " is not set, but " + kRankVariable + " is");
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || value < low || value > high)
-    throw ConfigError(std::string(name) + "='" + text + "' is not an integer in [" + std::to_string(low) + ", " +
-                      std::to_string(high) + "]");
-  return static_cast<int>(value);
-}
 
 // What the first SIGINT or SIGTERM to the supervisor sends every worker.
 constexpr int kPassedOnStop = SIGINT;
@@ -62,34 +50,8 @@ void kill_all(std::vector<Worker>& workers, int signal_number) {
     if (worker.running) kill(worker.pid, signal_number);
 }
 
-}  // namespace
-
-std::optional<WorkerEnvironment> worker_environment() {
-  if (!std::getenv(kRankVariable)) return std::nullopt;
-  WorkerEnvironment environment;
-  environment.world_size = parse_variable(kWorldSizeVariable, 1, kMaxWorkers);
-  environment.rank = parse_variable(kRankVariable, 0, environment.world_size - 1);
-  const char* rendezvous = std::getenv(kRendezvousVariable);
-  if (!rendezvous || !*rendezvous)
-    throw ConfigError(std::string(kRendezvousVariable) + " is not set, but " + kRankVariable +
-                      " is: it names the file through which the workers meet");
-  environment.rendezvous_file = rendezvous;
-  return environment;
-}
-
-int supervise_workers(const std::vector<std::string>& command, int world_size, const std::string& rendezvous_file) {
-  if (command.empty()) throw ConfigError("no worker command to start");
-  if (world_size < 1 || world_size > kMaxWorkers)
-    throw ConfigError("the number of workers must be in [1, " + std::to_string(kMaxWorkers) + "], got " +
-                      std::to_string(world_size));
-  std::error_code ignored;
-  std::filesystem::remove(rendezvous_file, ignored);  // a stale id would make the workers join an old job
-
-  // Everything the children need is built before fork(): a child only execs.
-  std::vector<std::string> arguments = command;
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  argv.push_back(nullptr);
+// This process's environment without the worker variables: what every worker inherits.
+std::vector<std::string> inherited_environment() {
   std::vector<std::string> inherited;
   for (char** entry = environ; *entry; ++entry) {
     const std::string variable = *entry;
@@ -98,15 +60,20 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
       ours = ours || variable.rfind(std::string(name) + "=", 0) == 0;
     if (!ours) inherited.push_back(variable);
   }
+  return inherited;
+}
 
-  struct sigaction action {};
-  action.sa_handler = count_stop_signal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-  stop_signals = 0;
-
+// Forks and execs `command` once per rank, each with the inherited
+// environment and its worker variables. When a fork fails, the workers
+// already started are killed and reaped before the error is thrown.
+std::vector<Worker> start_workers(const std::vector<std::string>& command, int world_size,
+                                  const std::string& rendezvous_file) {
+  // Everything the children need is built before fork(): a child only execs.
+  std::vector<std::string> arguments = command;
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  const std::vector<std::string> inherited = inherited_environment();
   const pid_t supervisor = getpid();
   std::vector<Worker> workers(static_cast<std::size_t>(world_size));
   for (int rank = 0; rank < world_size; ++rank) {
@@ -137,8 +104,13 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
     }
     workers[static_cast<std::size_t>(rank)] = {pid, true};
   }
-  spdlog::info("started {} worker(s), ranks 0-{}", world_size, world_size - 1);
+  return workers;
+}
 
+// Waits for every worker, passing stop requests on; the first worker that
+// fails ends the run (the others are killed). Returns the run's exit code.
+int wait_for_workers(std::vector<Worker>& workers) {
+  const int world_size = static_cast<int>(workers.size());
   int stops_passed_on = 0;
   int running = world_size;
   int result = kExitOk;
@@ -182,6 +154,30 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
     result = kExitError;
     kill_all(workers, SIGKILL);
   }
+  return result;
+}
+
+}  // namespace
+
+int supervise_workers(const std::vector<std::string>& command, int world_size, const std::string& rendezvous_file) {
+  if (command.empty()) throw ConfigError("no worker command to start");
+  if (world_size < 1 || world_size > kMaxWorkers)
+    throw ConfigError("the number of workers must be in [1, " + std::to_string(kMaxWorkers) + "], got " +
+                      std::to_string(world_size));
+  std::error_code ignored;
+  std::filesystem::remove(rendezvous_file, ignored);  // a stale id would make the workers join an old job
+
+  struct sigaction action {};
+  action.sa_handler = count_stop_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  stop_signals = 0;
+
+  std::vector<Worker> workers = start_workers(command, world_size, rendezvous_file);
+  spdlog::info("started {} worker(s), ranks 0-{}", world_size, world_size - 1);
+  const int result = wait_for_workers(workers);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   std::filesystem::remove(rendezvous_file, ignored);

@@ -1,32 +1,14 @@
 #pragma once
 // Data-parallel training runs one worker process per GPU. `plexus-ae train
-// --gpus N` starts N copies of itself and supervises them; another launcher
-// may start the workers itself by setting the same environment variables:
-//   PLEXUS_RANK        this worker's rank, 0 .. N-1 (it trains on cuda:RANK)
-//   PLEXUS_WORLD_SIZE  N
-//   PLEXUS_RENDEZVOUS  a file path every worker sees, not existing yet:
-//                      rank 0 writes NCCL's id there for the others
-#include <optional>
+// --gpus N` starts N copies of itself, each with the environment variables
+// of worker_environment.h, and supervises them; another launcher may start
+// the workers itself by setting the same variables.
 #include <string>
 #include <vector>
 
+#include "worker_environment.h"
+
 namespace plexus::ae {
-
-inline constexpr const char* kRankVariable = "PLEXUS_RANK";
-inline constexpr const char* kWorldSizeVariable = "PLEXUS_WORLD_SIZE";
-inline constexpr const char* kRendezvousVariable = "PLEXUS_RENDEZVOUS";
-// The most workers one launch starts.
-inline constexpr int kMaxWorkers = 64;
-
-struct WorkerEnvironment {
-  int rank = 0;
-  int world_size = 1;
-  std::string rendezvous_file;
-};
-
-// The worker variables of this process: nullopt when PLEXUS_RANK is not
-// set; a ConfigError naming the variable when one is missing or invalid.
-std::optional<WorkerEnvironment> worker_environment();
 
 // Starts `command` (command[0]: the executable) `world_size` times, worker
 // r with the variables above, and waits for all of them:

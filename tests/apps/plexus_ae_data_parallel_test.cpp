@@ -26,7 +26,7 @@
 #include "plexus/context.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/testing/gtest_helpers.h"
-#include "train_command.h"
+#include "exit_codes.h"
 #include "worker_launch.h"
 
 namespace plexus {

@@ -1,0 +1,184 @@
+#include "training_run.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
+#include "model_catalog.h"
+#include "output_folder.h"
+#include "plexus/checked_math.h"
+#include "plexus/checkpoint.h"
+#include "plexus/distributed/replicas.h"
+#include "plexus/error.h"
+#include "precision_option.h"
+#include "run_metadata.h"
+#include "session.h"
+
+namespace plexus::ae {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_values(const TrainOptions& o) {
+  if (o.data.empty()) throw ConfigError("--data is required: a folder of training images (PNG/JPEG)");
+  if (!(o.lambda > 0) || !std::isfinite(o.lambda)) throw ConfigError("--lambda must be > 0, got " + std::to_string(o.lambda));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ConfigError("--lr must be > 0, got " + std::to_string(o.lr));
+  if (o.steps < 1 || o.steps > limits::kMaxSteps)
+    throw ConfigError("--steps must be in [1, " + std::to_string(limits::kMaxSteps) + "], got " + std::to_string(o.steps));
+  if (o.batch < 1 || o.batch > kMaxBatch)
+    throw ConfigError("--batch must be in [1, " + std::to_string(kMaxBatch) + "], got " + std::to_string(o.batch));
+  if (o.patch < 1 || o.patch > kMaxPatch)
+    throw ConfigError("--patch must be in [1, " + std::to_string(kMaxPatch) + "], got " + std::to_string(o.patch));
+  if (o.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
+  if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
+  if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(o.threads));
+  if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
+  if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
+    throw ConfigError("--clip-grad-norm must be >= 0 (0: no clipping), got " + std::to_string(o.clip_grad_norm));
+  if (o.replica_check_every < 0)
+    throw ConfigError("--replica-check-every must be >= 0 (0: only at the end), got " +
+                      std::to_string(o.replica_check_every));
+}
+
+void check_patch(const TrainSettings& s) {
+  const int patch = s.options.patch, stride = s.stride;
+  if (patch % stride != 0)
+    throw ConfigError("--patch " + std::to_string(patch) + " is not a multiple of the model's stride " +
+                      std::to_string(stride) + " (" + s.spec.source + "); try --patch " +
+                      std::to_string(std::max(stride, (patch + stride / 2) / stride * stride)));
+}
+
+// --resume: the checkpoint's settings for every option not in `given`, its
+// model unless --model is given again, and its record of the earlier runs.
+void read_checkpoint_settings(TrainSettings& s, const std::set<std::string>& given) {
+  std::error_code error;
+  if (!fs::exists(s.checkpoint_path, error))
+    throw IoError("--resume: no checkpoint at '" + s.checkpoint_path +
+                  "' (train without --resume first, or check --out)");
+  TensorFile saved = load_safetensors(s.checkpoint_path);
+  apply_saved_settings(s.options, settings_from_checkpoint(saved, s.checkpoint_path), given);
+  s.earlier = progress_from_checkpoint(saved);
+  s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path);
+}
+
+// --init-from: every parameter of `net` named and shaped like a tensor of the file.
+void load_initial_weights(const std::string& path, Net& net, const std::string& model_name) {
+  const MatchingLoad init = load_matching_parameters(path, net);
+  std::string missing;
+  for (const std::string& name : init.missing) missing += (missing.empty() ? "" : ", ") + name;
+  spdlog::info("--init-from '{}': {} tensor(s) loaded{}", path, init.loaded.size(),
+               missing.empty() ? std::string() : "; not in the file, kept as initialised: " + missing);
+  if (init.loaded.empty())
+    throw ConfigError("--init-from '" + path + "' holds no tensor named like a parameter of " + model_name +
+                      "; is it a model of another architecture?");
+}
+
+std::unique_ptr<data::ImageFolder> open_validation_images(const TrainOptions& o) {
+  if (o.val.empty()) return nullptr;
+  return std::make_unique<data::ImageFolder>(o.val, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels,
+                                             kPixelLimitHint);
+}
+
+}  // namespace
+
+std::string TrainSettings::model_name() const { return spec.name.empty() ? spec.source : spec.name; }
+
+TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,
+                                     const Registry& registry, const std::optional<WorkerEnvironment>& worker) {
+  TrainSettings s;
+  s.options = std::move(options);
+  const TrainOptions& o = s.options;
+  s.checkpoint_path = (fs::path(o.out) / "checkpoint.safetensors").string();
+  s.model_path = (fs::path(o.out) / "model.safetensors").string();
+  if (o.resume && !o.init_from.empty())
+    throw ConfigError("--init-from starts a new run from another model's weights; --resume continues this one from "
+                      "its checkpoint: give one of them");
+  std::error_code error;
+  if (o.resume) {
+    read_checkpoint_settings(s, given);
+  } else {
+    if (fs::exists(s.checkpoint_path, error))
+      throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "
+                        "or choose another --out");
+    s.spec = resolve_model(o.model);
+  }
+  check_values(o);
+  check_contract(s.spec);
+  s.stride = derive_stride(s.spec, registry);
+  check_patch(s);
+  s.device = worker ? worker_device(o, *worker) : choose_device(o.device);
+  s.precision = choose_precision(o.tf32 ? "tf32" : o.precision, s.device);
+  return s;
+}
+
+TrainingImages::TrainingImages(const TrainOptions& o)
+    : train(o.data, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels, kPixelLimitHint),
+      validation(open_validation_images(o)) {}
+
+TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry, TrainingImages& images, bool root,
+                         const std::set<std::string>& given, const std::optional<WorkerEnvironment>& worker)
+    : settings(settings),
+      registry(registry),
+      images(images),
+      root(root),
+      ctx(settings.device, settings.options.seed),
+      training_shape{settings.options.batch, 3, settings.options.patch, settings.options.patch},
+      net(settings.spec, registry, {{kImage, training_shape}}, DType::f32, settings.device, settings.options.seed),
+      adam(settings.options.lr),
+      schedule(settings.options),
+      clipper(settings.options.clip_grad_norm > 0 ? std::make_unique<GradientClipper>(settings.options.clip_grad_norm)
+                                                  : nullptr),
+      weight(distortion_weight(settings.options.lambda)),
+      settings_text(train_settings(settings.options, settings.stride).dump()),
+      best_val_psnr(settings.earlier.best_val_psnr) {
+  const TrainOptions& o = settings.options;
+  ctx.set_precision(settings.precision);
+  if (!o.init_from.empty()) load_initial_weights(o.init_from, net, settings.model_name());
+  if (o.resume) {
+    step = load_checkpoint(settings.checkpoint_path, net, &adam);
+    // A new --lr given on --resume restarts the schedule from it.
+    if (!given.count("lr")) schedule.restore(settings.earlier.lr_schedule);
+  }
+  // Data-parallel: join the other ranks and start from rank 0's parameters.
+  if (worker) {
+    parallel = std::make_unique<DataParallelRank>(*worker, settings.device, o.rank_timeout);
+    distributed::broadcast_parameters(ctx, parallel->communicator(), net.parameters());
+  }
+  adam.set_learning_rate(schedule.rate_for_step(step));
+  start = std::chrono::steady_clock::now();
+}
+
+double TrainingRun::elapsed_seconds() const { return settings.earlier.elapsed_seconds + seconds_this_run(start); }
+
+std::map<std::string, std::string> TrainingRun::checkpoint_metadata() const {
+  const TrainProgress progress{schedule.state(), elapsed_seconds(), best_val_psnr};
+  return {{kTrainSettingsKey, settings_text}, {kTrainProgressKey, progress_json(progress).dump()}};
+}
+
+void TrainingRun::log_start() const {
+  const TrainOptions& o = settings.options;
+  const int ranks = world_size();
+  spdlog::info("{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches{}, "
+               "lambda {}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
+               o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
+               ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data,
+               o.batch, o.patch, o.patch,
+               ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(), o.lambda,
+               adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
+               o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
+  if (o.lr_schedule == "plateau" && o.val.empty())
+    spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
+}
+
+void TrainingRun::write_model() {
+  save_checkpoint(settings.model_path, net, nullptr, step, checkpoint_metadata());
+  write_coding_tables(settings.model_path, registry);
+}
+
+}  // namespace plexus::ae

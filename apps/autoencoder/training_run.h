@@ -1,0 +1,93 @@
+#pragma once
+// What `plexus-ae train` sets up before its first step (TrainLoop,
+// train_loop.h, takes the steps): the settings, the images, the net with its
+// optimiser and learning-rate schedule, the data-parallel rank and the clock.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "data_parallel.h"
+#include "lr_schedule.h"
+#include "options.h"
+#include "plexus/context.h"
+#include "plexus/data/image_folder.h"
+#include "plexus/grad_clip.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
+#include "plexus/optimizer.h"
+#include "plexus/registry.h"
+#include "train_progress.h"
+#include "worker_environment.h"
+
+namespace plexus::ae {
+
+// The settings of a run: the command line's or, on --resume, the
+// checkpoint's for every option not given again; checked.
+struct TrainSettings {
+  TrainOptions options;
+  ModelSpec spec;
+  TrainProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
+  int stride = 0;
+  Device device;
+  Precision precision = Precision::f32;
+  std::string checkpoint_path;  // <out>/checkpoint.safetensors
+  std::string model_path;       // <out>/model.safetensors
+  // The spec's name, else where it came from.
+  std::string model_name() const;
+};
+
+// `options.out` must be set. Reads the checkpoint on --resume; throws
+// ConfigError or IoError saying what to change.
+TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,
+                                     const Registry& registry, const std::optional<WorkerEnvironment>& worker);
+
+// The training images and, with --val, the validation images.
+struct TrainingImages {
+  explicit TrainingImages(const TrainOptions& options);
+  data::ImageFolder train;
+  std::unique_ptr<data::ImageFolder> validation;
+};
+
+// The net and everything its steps change, ready for the step `step`: new,
+// started from --init-from, or restored from the checkpoint on --resume; a
+// data-parallel worker has joined the other ranks and holds rank 0's
+// parameters. `root`: rank 0 or a single process, the one that writes the
+// output folder and reports.
+struct TrainingRun {
+  TrainingRun(const TrainSettings& settings, const Registry& registry, TrainingImages& images, bool root,
+              const std::set<std::string>& given, const std::optional<WorkerEnvironment>& worker);
+
+  int world_size() const { return parallel ? parallel->world_size() : 1; }
+  // Training seconds of every run of this --out: the earlier runs' and this one's.
+  double elapsed_seconds() const;
+  // What a checkpoint keeps besides the step and the optimiser: the settings
+  // and the progress (run_metadata.h, train_progress.h).
+  std::map<std::string, std::string> checkpoint_metadata() const;
+  // The "training <model> ..." message that opens the run.
+  void log_start() const;
+  // model.safetensors: the parameters without the optimiser, and the coding tables.
+  void write_model();
+
+  const TrainSettings& settings;
+  const Registry& registry;
+  TrainingImages& images;
+  const bool root;
+  Context ctx;
+  const Shape training_shape;  // {--batch, 3, --patch, --patch}
+  Net net;
+  Adam adam;
+  LrSchedule schedule;
+  std::unique_ptr<GradientClipper> clipper;  // null: --clip-grad-norm 0
+  std::int64_t step = 0;                     // steps taken, by every run of this --out
+  std::unique_ptr<DataParallelRank> parallel;  // null: a single process
+  const double weight;                         // of the distortion in the loss: distortion_weight(--lambda)
+  const std::string settings_text;             // train_settings() as JSON text
+  double best_val_psnr;                        // NaN: no validation yet
+  std::chrono::steady_clock::time_point start;  // of this run's training
+};
+
+}  // namespace plexus::ae
