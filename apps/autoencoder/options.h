@@ -1,6 +1,6 @@
 #pragma once
 // The settings of `plexus-ae train` and `plexus-ae eval`, filled by the
-// command line (main.cpp) and, on --resume, by the checkpoint.
+// command line (add_train_command, add_eval_command) and, on --resume, by the checkpoint.
 #include <cstdint>
 #include <string>
 #include <vector>
