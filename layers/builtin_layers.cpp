@@ -17,6 +17,7 @@
 #include "leaky_relu/leaky_relu.h"
 #include "mul/mul.h"
 #include "pixel_shuffle/pixel_shuffle.h"
+#include "quantize_around_mean/quantize_around_mean.h"
 #include "relu/relu.h"
 #include "sigmoid/sigmoid.h"
 #include "split/split.h"
@@ -34,6 +35,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_uniform_noise(registry);
   layers::register_factorized_entropy_model(registry);
   layers::register_gaussian_conditional(registry);
+  layers::register_quantize_around_mean(registry);
   layers::register_mse_loss(registry);
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);

@@ -14,6 +14,10 @@ namespace plexus::layers {
 //   p = Phi((|v| + 1/2) / s) - Phi((|v| - 1/2) / s)
 //     = Phi((1/2 - |v|) / s) - Phi((-1/2 - |v|) / s)        (by the symmetry of Phi)
 //   output = max(p, likelihood_bound)
+// With means this is CompressAI's GaussianConditional._likelihood(inputs,
+// scales, means): the Gaussian is centred on the mean, so p depends on
+// y_hat - mean alone; the mean-scale hyperprior pairs it with
+// QuantizeAroundMean, which makes y_hat = round(y - mean) + mean in eval.
 // The second form is the one computed, as in CompressAI: both arguments lie on
 // the lower tail, where Phi(x) = erfc(-x / sqrt 2) / 2 is small and keeps its
 // digits; far out (|v| / s large) the first form would be 1 - 1 = 0 in f32.

@@ -117,6 +117,35 @@ TEST(GaussianConditional, MeanGradientIsMinusTheValueGradient) {
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(r.mean_grad[i], -r.y_grad[i]);
 }
 
+// With means, the likelihood is that of y_hat - mu under the zero-mean model
+// (CompressAI's GaussianConditional._likelihood(inputs, scales, means)):
+// Phi((y_hat - mu + 1/2) / s) - Phi((y_hat - mu - 1/2) / s).
+TEST(GaussianConditional, MeansShiftTheGaussian) {
+  // y = mu: the value by hand of p(0 | s = 1), 0.38292492254802624, wherever the mean is.
+  const LayerRun centred = run({1.3, -2.75}, {1.0, 1.0}, {1.3, -2.75}, {1.0, 1.0});
+  for (double p : centred.likelihoods) EXPECT_NEAR(p, 0.38292492254802624, 1e-15);
+  // y = 0.3, mu = -0.2, s = 0.5: v = 1/2, p = Phi(2) - Phi(0) = 0.47724986805182079
+  // (Phi(2) = 0.97724986805182079); dp/dv = (phi(2) - phi(0)) / s
+  // = 2 (0.053990966513188063 - 0.39894228040143268) = -0.68990262777649, so
+  // dp/dmu = +0.68990262777649 and dp/dy = -0.68990262777649.
+  const LayerRun shifted = run({0.3}, {0.5}, {-0.2}, {1.0});
+  EXPECT_NEAR(shifted.likelihoods[0], 0.47724986805182079, 1e-14);
+  EXPECT_NEAR(shifted.mean_grad[0], 0.68990262777649, 1e-13);
+  EXPECT_NEAR(shifted.y_grad[0], -0.68990262777649, 1e-13);
+  // Any y and mu: the same as the layer without means given y - mu, in value and gradient.
+  const std::vector<double> y = {0.3, -1.7, 2.2, 0.05}, scale = {0.4, 1.1, 0.9, 2.5}, mean = {0.9, -1.0, -0.6, 0.05};
+  const std::vector<double> grad = {1.0, -0.5, 2.0, 0.25};
+  std::vector<double> difference(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) difference[i] = y[i] - mean[i];
+  const LayerRun with_mean = run(y, scale, mean, grad), without = run(difference, scale, {}, grad);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(with_mean.likelihoods[i], without.likelihoods[i], 1e-15) << i;
+    EXPECT_NEAR(with_mean.y_grad[i], without.y_grad[i], 1e-14) << i;
+    EXPECT_NEAR(with_mean.scale_grad[i], without.scale_grad[i], 1e-14) << i;
+    EXPECT_NEAR(with_mean.mean_grad[i], -without.y_grad[i], 1e-14) << i;
+  }
+}
+
 TEST(GaussianConditional, ParametersAreRead) {
   // scale_bound 0.5: a scale of 0.2 counts as 0.5.
   const double p = run({0.0}, {0.2}, {}, {1.0}, DType::f64, {{"scale_bound", 0.5}}).likelihoods[0];
