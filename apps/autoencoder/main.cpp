@@ -15,6 +15,7 @@
 #include "console.h"
 #include "eval_command.h"
 #include "exit_codes.h"
+#include "layers_command.h"
 #include "train_command.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
       "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample --out runs/demo/recon\n"
       "  plexus-ae compress --model runs/demo/model.safetensors photo.png        # writes photo.pxae\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
+      "  plexus-ae layers                 # the layer types a model spec can use, with their params\n"
       "Run 'plexus-ae <command> --help' for every option of a command.");
 
   int exit_code = ae::kExitOk;  // the parsed command's
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   ae::add_compress_command(app, exit_code);
   ae::add_decompress_command(app, exit_code);
   ae::add_export_command(app, exit_code);
+  ae::add_layers_command(app, exit_code);
 
   try {
     app.parse(argc, argv);  // and runs the command

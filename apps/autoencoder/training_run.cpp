@@ -174,6 +174,10 @@ void TrainingRun::log_start() const {
                o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
   if (o.lr_schedule == "plateau" && o.val.empty())
     spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
+  // Named before the first step rather than when compress or export refuses the finished model.
+  const std::optional<std::string> reason = root ? why_not_codable(settings.spec, registry) : std::nullopt;
+  if (reason)
+    spdlog::warn("model '{}' trains, but compress/export cannot code it yet: {}", settings.model_name(), *reason);
 }
 
 void TrainingRun::write_model() {

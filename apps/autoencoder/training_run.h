@@ -67,7 +67,8 @@ struct TrainingRun {
   // What a checkpoint keeps besides the step and the optimiser: the settings
   // and the progress (run_metadata.h, train_progress.h).
   std::map<std::string, std::string> checkpoint_metadata() const;
-  // The "training <model> ..." message that opens the run.
+  // The "training <model> ..." message that opens the run, and (rank 0) a
+  // warning when compress and export could not code the trained model.
   void log_start() const;
   // model.safetensors: the parameters without the optimiser, and the coding tables.
   void write_model();

@@ -36,6 +36,18 @@ struct CodecGraph {
 
 namespace {
 
+// A spec the codec cannot code: what() is "<source> cannot be used as a
+// codec: <reason>", and why_not_codable() returns the reason.
+class NotCodable : public ConfigError {
+ public:
+  NotCodable(const std::string& source, const std::string& reason)
+      : ConfigError(source + " cannot be used as a codec: " + reason), reason_(reason) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
 constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 constexpr const char* kGaussianType = "GaussianConditional";
 constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
@@ -59,9 +71,10 @@ std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::st
     if (given.count(blob) || !seen.insert(blob).second) continue;
     auto it = producer.find(blob);
     if (it == producer.end())
-      throw ConfigError(spec.source + " cannot be used as a codec: its " + what + " needs '" + blob + "'" +
-                        (blob == kImage ? ", so \"x_hat\" depends on the image other than through the latent"
-                                        : ", which no node produces"));
+      throw NotCodable(spec.source,
+                       "its " + what + " needs '" + blob + "'" +
+                           (blob == kImage ? ", so \"x_hat\" depends on the image other than through the latent"
+                                           : ", which no node produces"));
     if (chosen.insert(it->second->name).second)
       pending.insert(pending.end(), it->second->inputs.begin(), it->second->inputs.end());
   }
@@ -80,12 +93,12 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
     if (node.type == kGaussianType) gaussian.push_back(&node);
   }
   if (entropy.size() != 1 || entropy[0]->inputs.size() != 1)
-    throw ConfigError(spec.source + " cannot be used as a codec: it needs exactly one " + kEntropyModelType +
-                      " node (with one input, the " + (gaussian.empty() ? "latent" : "hyper-latent") + "), found " +
-                      std::to_string(entropy.size()));
+    throw NotCodable(spec.source, std::string("it needs exactly one ") + kEntropyModelType +
+                                      " node (with one input, the " + (gaussian.empty() ? "latent" : "hyper-latent") +
+                                      "), found " + std::to_string(entropy.size()));
   if (gaussian.size() > 1)
-    throw ConfigError(spec.source + " cannot be used as a codec: it has " + std::to_string(gaussian.size()) + " " +
-                      kGaussianType + " nodes; the scale hyperprior codes one latent");
+    throw NotCodable(spec.source, "it has " + std::to_string(gaussian.size()) + " " + kGaussianType +
+                                      " nodes; the scale hyperprior codes one latent");
   CodecGraph graph;
   graph.entropy_node = entropy[0]->name;
   graph.factorized_latent = entropy[0]->inputs[0];
@@ -94,9 +107,10 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   if (!gaussian.empty()) {
     const NodeSpec& node = *gaussian[0];
     if (node.inputs.size() != 2)
-      throw ConfigError(spec.source + " cannot be used as a codec: its " + kGaussianType + " node '" + node.name +
-                        "' has " + std::to_string(node.inputs.size()) +
-                        " inputs; the codec handles [latent, scales] (a mean input is not supported yet)");
+      throw NotCodable(spec.source,
+                       std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
+                           std::to_string(node.inputs.size()) +
+                           " inputs; the codec handles [latent, scales] (a mean input is not supported yet)");
     graph.kind = ModelKind::hyperprior;
     graph.gaussian_node = node.name;
     graph.latent = node.inputs[0];
@@ -116,6 +130,29 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   graph.density.inputs = {graph.factorized_latent};
   graph.density.nodes = {*entropy[0]};
   return graph;
+}
+
+// A scale hyperprior pads to the hyper-latent's stride, 256 / Z for a
+// 256-pixel square that gives a Z x Z hyper-latent, with Y / Z latent
+// positions per hyper-latent position (Y x Y the latent). Found by shape
+// inference on the analysis alone.
+struct HyperpriorGeometry {
+  int stride = 0;
+  int latent_per_stride = 1;
+};
+
+HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
+  constexpr std::int64_t kProbeSide = 256;
+  Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
+  const Shape& z = probe.blob(graph.hyper_latent).shape();
+  const Shape& y = probe.blob(graph.latent).shape();
+  if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
+      y[2] % z[2] != 0)
+    throw NotCodable(spec.source, "a " + std::to_string(kProbeSide) + "-pixel square image gives a latent '" +
+                                      graph.latent + "' of " + shape_str(y) + " and a hyper-latent '" +
+                                      graph.hyper_latent + "' of " + shape_str(z) +
+                                      "; the hyper-latent's side must divide both the image's and the latent's");
+  return HyperpriorGeometry{static_cast<int>(kProbeSide / z[2]), static_cast<int>(y[2] / z[2])};
 }
 
 // Copies every parameter of `net` from the file's tensor of the same name.
@@ -249,22 +286,10 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   ctx_->set_training(false);
 }
 
-// Pad to the hyper-latent's stride, 256 / Z for a 256-pixel square that
-// gives a Z x Z hyper-latent, with Y / Z latent positions per hyper-latent
-// position (Y x Y the latent).
 void CodecModel::probe_hyperprior_stride(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
-  constexpr std::int64_t kProbeSide = 256;
-  Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
-  const Shape& z = probe.blob(hyper_latent_).shape();
-  const Shape& y = probe.blob(latent_).shape();
-  if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
-      y[2] % z[2] != 0)
-    throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(kProbeSide) +
-                      "-pixel square image gives a latent '" + latent_ + "' of " + shape_str(y) +
-                      " and a hyper-latent '" + hyper_latent_ + "' of " + shape_str(z) +
-                      "; the hyper-latent's side must divide both the image's and the latent's");
-  latent_per_stride_ = static_cast<int>(y[2] / z[2]);
-  stride_ = static_cast<int>(kProbeSide / z[2]);
+  const HyperpriorGeometry geometry = probe_hyperprior_geometry(graph, spec, registry);
+  latent_per_stride_ = geometry.latent_per_stride;
+  stride_ = geometry.stride;
 }
 
 // The analysis and synthesis nets with the file's weights, shaped for one
@@ -551,6 +576,24 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   file.metadata[kIntegerMetadataKey] =
       nlohmann::json{{"calibration", source}, {"weight_bits", 16}, {"activation_bits", 15}}.dump();
   return true;
+}
+
+std::optional<std::string> why_not_codable(const ModelSpec& spec, const Registry& registry) {
+  try {
+    check_contract(spec);
+    derive_stride(spec, registry);
+    const CodecGraph graph = split_for_coding(spec);
+    if (graph.kind != ModelKind::hyperprior) return std::nullopt;
+    probe_hyperprior_geometry(graph, spec, registry);  // in CodecModel's order: the geometry, then h_s
+    if (auto problem = hyper_synthesis_problem(graph.hyper_synthesis)) return problem;
+  } catch (const NotCodable& e) {
+    return e.reason();
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  } catch (const ShapeError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
 }
 
 void write_coding_tables(const std::string& path, const Registry& registry) {

@@ -24,29 +24,42 @@ Shape weight_shape(const codec::FloatConvLayer& l) {
                       : Shape{l.out_channels, l.in_channels, l.kernel, l.kernel};
 }
 
+// The rule h_s breaks, followed by how it breaks it.
+std::string chain_rule_broken(const std::string& problem) {
+  return std::string("the hyper-synthesis (the nodes from the hyper-latent to the scales) must be a chain of ") +
+         kTransposed + " or " + kConvolution + " layers with a ReLU between each two; " + problem;
+}
+
+bool is_convolution(const NodeSpec& node) { return node.type == kTransposed || node.type == kConvolution; }
+
 }  // namespace
 
-std::vector<codec::FloatConvLayer> float_hyper_synthesis(const std::vector<NodeSpec>& nodes, const TensorFile& file,
-                                                         const std::string& who) {
-  auto refuse = [&](const std::string& problem) -> void {
-    throw ConfigError(who + ": the hyper-synthesis (the nodes from the hyper-latent to the scales) must be a chain of " +
-                      kTransposed + " or " + kConvolution + " layers with a ReLU between each two; " + problem);
-  };
-  std::vector<codec::FloatConvLayer> layers;
+std::optional<std::string> hyper_synthesis_problem(const std::vector<NodeSpec>& nodes) {
   std::string previous_output;
   for (std::size_t n = 0; n < nodes.size(); ++n) {
     const NodeSpec& node = nodes[n];
     if (node.inputs.size() != 1 || node.outputs.size() != 1)
-      refuse("node '" + node.name + "' has " + std::to_string(node.inputs.size()) + " inputs and " +
-             std::to_string(node.outputs.size()) + " outputs");
-    if (n > 0 && node.inputs[0] != previous_output) refuse("node '" + node.name + "' does not read the previous node");
+      return chain_rule_broken("node '" + node.name + "' has " + std::to_string(node.inputs.size()) + " inputs and " +
+                               std::to_string(node.outputs.size()) + " outputs");
+    if (n > 0 && node.inputs[0] != previous_output)
+      return chain_rule_broken("node '" + node.name + "' does not read the previous node");
     previous_output = node.outputs[0];
-    const bool conv = node.type == kTransposed || node.type == kConvolution;
+    const bool conv = is_convolution(node);
     const bool expect_conv = n % 2 == 0;
     if (conv != expect_conv || (!conv && node.type != kRelu))
-      refuse("node '" + node.name + "' is a " + node.type + " where a " + (expect_conv ? "convolution" : "ReLU") +
-             " belongs");
-    if (!conv) continue;
+      return chain_rule_broken("node '" + node.name + "' is a " + node.type + " where a " +
+                               (expect_conv ? "convolution" : "ReLU") + " belongs");
+  }
+  if (nodes.empty()) return chain_rule_broken("it has no convolution");
+  return std::nullopt;
+}
+
+std::vector<codec::FloatConvLayer> float_hyper_synthesis(const std::vector<NodeSpec>& nodes, const TensorFile& file,
+                                                         const std::string& who) {
+  if (const auto problem = hyper_synthesis_problem(nodes)) throw ConfigError(who + ": " + *problem);
+  std::vector<codec::FloatConvLayer> layers;
+  for (const NodeSpec& node : nodes) {
+    if (!is_convolution(node)) continue;
     codec::FloatConvLayer layer;
     layer.transposed = node.type == kTransposed;
     const Tensor& weight = tensor(file, node.name + ".weight", who);
@@ -70,10 +83,11 @@ std::vector<codec::FloatConvLayer> float_hyper_synthesis(const std::vector<NodeS
       layer.bias.assign(static_cast<std::size_t>(layer.out_channels), 0.0);
     }
     if (!layers.empty() && layers.back().out_channels != layer.in_channels)
-      refuse("node '" + node.name + "' reads " + std::to_string(layer.in_channels) + " channels");
+      throw ConfigError(who + ": " +
+                        chain_rule_broken("node '" + node.name + "' reads " + std::to_string(layer.in_channels) +
+                                          " channels"));
     layers.push_back(std::move(layer));
   }
-  if (layers.empty()) refuse("it has no convolution");
   return layers;
 }
 

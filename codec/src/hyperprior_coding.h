@@ -19,6 +19,7 @@
 //   <prefix>activation_headroom [1] f64
 // About 2 KB, against the megabytes integer weights would take.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,14 @@
 
 namespace plexus::ae {
 
-// The float layers of h_s: `nodes` (in graph order) computing the scales from
+// Why `nodes` (in graph order, from the hyper-latent to the scales) are not
+// such a chain, naming the node at fault ("the hyper-synthesis (...) must be
+// a chain of ...; node 'h_s1' is a Sigmoid where a ReLU belongs"); nullopt
+// when they are. Judged from the spec alone, without weights.
+std::optional<std::string> hyper_synthesis_problem(const std::vector<NodeSpec>& nodes);
+
+// The float layers of h_s (the chain checked by hyper_synthesis_problem
+// first): `nodes` (in graph order) computing the scales from
 // the hyper-latent, weights "<node>.weight" / "<node>.bias" from `file`.
 // ConfigError when the nodes are not such a chain, IoError for missing or
 // misshapen tensors (messages start with `who`).

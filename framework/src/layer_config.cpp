@@ -19,6 +19,23 @@ LayerConfig::LayerConfig(std::string node_name, std::string type, const nlohmann
                       params_->dump());
 }
 
+LayerConfig LayerConfig::describing(std::string type) {
+  LayerConfig config("(description)", std::move(type), nlohmann::json::object());
+  config.describing_ = true;
+  return config;
+}
+
+bool LayerConfig::is_describing() const { return describing_; }
+const std::vector<ParameterInfo>& LayerConfig::parameters() const { return parameters_; }
+
+void LayerConfig::record(const std::string& key, const char* kind, bool required, const std::string& default_value,
+                         const std::string& range) {
+  find(key);
+  for (const ParameterInfo& known : parameters_)
+    if (known.key == key) return;
+  parameters_.push_back(ParameterInfo{key, kind, required, default_value, range});
+}
+
 LayerConfig::~LayerConfig() = default;
 LayerConfig::LayerConfig(LayerConfig&&) noexcept = default;
 
@@ -41,9 +58,17 @@ bool fits_int64(const nlohmann::json& value) {
   return !value.is_number_unsigned() ||
          value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 }
+
+std::string range_text(std::int64_t min, std::int64_t max) {
+  return "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+}
 }  // namespace
 
 std::int64_t LayerConfig::integer(const std::string& key) {
+  if (describing_) {
+    record(key, "integer", true, "");
+    return 0;
+  }
   const nlohmann::json* value = find(key);
   if (!value) fail_missing(key, "an integer");
   if (!value->is_number_integer()) fail(key, "must be an integer, got " + value->dump());
@@ -52,6 +77,10 @@ std::int64_t LayerConfig::integer(const std::string& key) {
 }
 
 std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t min, std::int64_t max) {
+  if (describing_) {
+    record(key, "integer", true, "", range_text(min, max));
+    return min;
+  }
   const std::int64_t result = integer(key);
   if (result < min || result > max)
     fail(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + std::to_string(result));
@@ -60,10 +89,18 @@ std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t m
 
 std::int64_t LayerConfig::bounded_integer(const std::string& key, std::int64_t fallback, std::int64_t min,
                                           std::int64_t max) {
+  if (describing_) {
+    record(key, "integer", false, std::to_string(fallback), range_text(min, max));
+    return fallback;
+  }
   return has(key) ? bounded_integer(key, min, max) : (find(key), fallback);
 }
 
 double LayerConfig::number(const std::string& key) {
+  if (describing_) {
+    record(key, "number", true, "");
+    return 0.0;
+  }
   const nlohmann::json* value = find(key);
   if (!value) fail_missing(key, "a number");
   if (!value->is_number()) fail(key, "must be a number, got " + value->dump());
@@ -71,6 +108,10 @@ double LayerConfig::number(const std::string& key) {
 }
 
 bool LayerConfig::boolean(const std::string& key) {
+  if (describing_) {
+    record(key, "boolean", true, "");
+    return false;
+  }
   const nlohmann::json* value = find(key);
   if (!value) fail_missing(key, "true or false");
   if (!value->is_boolean()) fail(key, "must be true or false, got " + value->dump());
@@ -78,6 +119,10 @@ bool LayerConfig::boolean(const std::string& key) {
 }
 
 std::string LayerConfig::text(const std::string& key) {
+  if (describing_) {
+    record(key, "string", true, "");
+    return std::string();
+  }
   const nlohmann::json* value = find(key);
   if (!value) fail_missing(key, "a string");
   if (!value->is_string()) fail(key, "must be a string, got " + value->dump());
@@ -106,26 +151,50 @@ std::vector<std::int64_t> LayerConfig::read_integers(const std::string& key, con
 }
 
 std::vector<std::int64_t> LayerConfig::integers(const std::string& key) {
+  if (describing_) {
+    record(key, "integer array", true, "");
+    return std::vector<std::int64_t>{};
+  }
   const nlohmann::json* value = find(key);
   if (!value) fail_missing(key, "an array of integers");
   return read_integers(key, *value);
 }
 
 std::int64_t LayerConfig::integer(const std::string& key, std::int64_t fallback) {
+  if (describing_) {
+    record(key, "integer", false, std::to_string(fallback));
+    return fallback;
+  }
   return has(key) ? integer(key) : (find(key), fallback);
 }
 double LayerConfig::number(const std::string& key, double fallback) {
+  if (describing_) {
+    record(key, "number", false, nlohmann::json(fallback).dump());
+    return fallback;
+  }
   return has(key) ? number(key) : (find(key), fallback);
 }
 bool LayerConfig::boolean(const std::string& key, bool fallback) {
+  if (describing_) {
+    record(key, "boolean", false, fallback ? "true" : "false");
+    return fallback;
+  }
   return has(key) ? boolean(key) : (find(key), fallback);
 }
 std::string LayerConfig::text(const std::string& key, const std::string& fallback) {
+  if (describing_) {
+    record(key, "string", false, nlohmann::json(fallback).dump());
+    return fallback;
+  }
   return has(key) ? text(key) : (find(key), fallback);
 }
 
 std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
                                                 std::vector<std::int64_t> fallback) {
+  if (describing_) {
+    record(key, "integer array", false, nlohmann::json(fallback).dump());
+    return fallback;
+  }
   const nlohmann::json* value = find(key);
   if (!value) return fallback;
   return read_integers(key, *value);

@@ -96,4 +96,15 @@ std::unique_ptr<Layer> Registry::create(const std::string& type, const std::stri
   return layer;
 }
 
+std::vector<ParameterInfo> Registry::parameters(const std::string& type) const {
+  const LayerTypeInfo& entry = info(type);
+  LayerConfig config = LayerConfig::describing(type);
+  try {
+    entry.factory(config);
+  } catch (const ConfigError&) {
+    // A check of a placeholder value: the keys read before it are recorded.
+  }
+  return config.parameters();
+}
+
 }  // namespace plexus

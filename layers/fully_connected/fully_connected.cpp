@@ -68,7 +68,7 @@ void FullyConnected::backward_cpu(Context&, const ConstTensors& inputs, const Co
 void register_fully_connected(Registry& registry) {
   registry.add("FullyConnected",
                [](LayerConfig& config) { return std::make_unique<FullyConnected>(config); },
-               "y = W x + b on the input flattened to [N, F]; params out_features, bias=true");
+               "y = W x + b on the input flattened to [N, F]: weight [out_features, F], bias [out_features]");
 }
 
 }  // namespace plexus::layers

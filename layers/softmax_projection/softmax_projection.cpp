@@ -122,7 +122,7 @@ void SoftmaxProjection::backward_cpu(Context&, const ConstTensors& inputs, const
 void register_softmax_projection(Registry& registry) {
   registry.add("SoftmaxProjection",
                [](LayerConfig& config) { return std::make_unique<SoftmaxProjection>(config); },
-               "mean softmax cross-entropy of z = W f + b against integer labels; params vocab_size, bias=true");
+               "mean softmax cross-entropy of z = W f + b (W [vocab_size, F]) against integer labels, a scalar");
 }
 
 }  // namespace plexus::layers

@@ -1,11 +1,14 @@
 // The scale-hyperprior codec (CodecModel on a spec with a GaussianConditional):
 // round trips that give exactly the eval reconstruction, the version-2
 // header, the stored calibration, integer indices against the float model's
-// scales, corrupt files refused, the real rate against the estimate, and
+// scales, corrupt files refused, specs it cannot code named without weights
+// (why_not_codable) as CodecModel names them, the real rate against the estimate, and
 // (on a GPU) files compressed on CUDA decoding to the same latents on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
@@ -155,6 +158,55 @@ TEST_F(HyperpriorCodec, TheStoredCalibrationIsTheOneComputedOnLoad) {
   broken.tensors["gaussian_conditional.coding.scale_table"] = Tensor::from_values({1, 0.5}, {2}, DType::f64);
   EXPECT_TRUE(contains(error_or_none([&] { CodecModel(tiny_spec(), broken, registry, Device::cpu(), "broken"); }),
                        "increasing"));
+}
+
+// tiny_hyperprior.json with one node changed by `change`.
+ModelSpec changed_tiny_spec(const std::string& node, const std::function<void(NodeSpec&)>& change) {
+  ModelSpec spec = tiny_spec();
+  for (NodeSpec& n : spec.nodes)
+    if (n.name == node) change(n);
+  return spec;
+}
+
+TEST(WhyNotCodable, TheBundledAndTestSpecsCanBeCoded) {
+  EXPECT_EQ(why_not_codable(tiny_spec(), registry), std::nullopt);
+  EXPECT_EQ(why_not_codable(bundled_spec(), registry), std::nullopt);
+  EXPECT_EQ(why_not_codable(ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny.json"), registry),
+            std::nullopt);
+}
+
+TEST(WhyNotCodable, AMeanInputIsNamedWithItsNodeAsCodecModelRefusesIt) {
+  const ModelSpec spec = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior_means.json");
+  const std::optional<std::string> reason = why_not_codable(spec, registry);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, "its GaussianConditional node 'gaussian_conditional' has 3 inputs; the codec handles "
+                     "[latent, scales] (a mean input is not supported yet)");
+  // The weights are those of tiny_hyperprior.json: a mean input adds none.
+  const std::string refused = error_or_none([&] { CodecModel(spec, tiny_weights(3), registry, Device::cpu(), "m"); });
+  EXPECT_EQ(refused, spec.source + " cannot be used as a codec: " + *reason);
+}
+
+TEST(WhyNotCodable, AHyperSynthesisThatIsNoChainNamesTheNode) {
+  const ModelSpec spec = changed_tiny_spec("h_s0_relu", [](NodeSpec& n) { n.type = "Sigmoid"; });
+  const std::optional<std::string> reason = why_not_codable(spec, registry);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_TRUE(contains(*reason, "the hyper-synthesis")) << *reason;
+  EXPECT_TRUE(contains(*reason, "node 'h_s0_relu' is a Sigmoid where a ReLU belongs")) << *reason;
+  const std::string refused = error_or_none([&] { CodecModel(spec, tiny_weights(3), registry, Device::cpu(), "s"); });
+  EXPECT_EQ(refused, "'s': " + *reason);
+}
+
+TEST(WhyNotCodable, ASecondGaussianConditionalIsRefused) {
+  ModelSpec spec = tiny_spec();
+  NodeSpec second = spec.nodes.back();
+  for (const NodeSpec& n : spec.nodes)
+    if (n.name == "gaussian_conditional") second = n;
+  second.name = "gaussian_conditional_2";
+  second.outputs = {"likelihoods_2"};
+  spec.nodes.push_back(second);
+  const std::optional<std::string> reason = why_not_codable(spec, registry);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_TRUE(contains(*reason, "it has 2 GaussianConditional nodes")) << *reason;
 }
 
 // The float model's index: the first table scale >= its f32 "scales" blob.

@@ -1,7 +1,8 @@
 // plexus-ae with the bundled bmshj2018-hyperprior model on the CPU: it trains
 // (stride 64), eval reports the estimated rate of both latents and the real
 // files', compress and decompress code it; export --storage f16 halves the file
-// within f16's rounding error, and a new run starts from the f16 weights.
+// within f16's rounding error, and a new run starts from the f16 weights. A
+// spec the codec cannot code is named when its training starts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,7 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
                       "--out", folder / "run"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, "cannot code it")) << trained.err;  // a spec the codec handles: no warning
   ASSERT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
 
   auto patch = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "48",
@@ -95,6 +97,22 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   auto both = run({"train", "--init-from", folder / "f16.safetensors", "--resume", "--out", folder / "run"});
   EXPECT_EQ(both.exit_code, 1) << both.describe();
   EXPECT_TRUE(contains(both.err, "--init-from starts a new run from another model's weights")) << both.err;
+}
+
+TEST_F(PlexusAeHyperprior, ASpecTheCodecCannotCodeIsNamedBeforeTheFirstStep) {
+  auto trained = run({"train", "--data", folder / "images", "--model",
+                      testing::test_model("tiny_hyperprior_means.json"), "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1",
+                      "--out", folder / "means"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();  // it trains all the same
+  const std::string warning =
+      "warning: model 'tiny-hyperprior-means' trains, but compress/export cannot code it yet: its GaussianConditional "
+      "node 'gaussian_conditional' has 3 inputs";
+  const std::size_t warned = trained.err.find(warning);
+  ASSERT_NE(warned, std::string::npos) << trained.err;
+  EXPECT_EQ(trained.err.find(warning, warned + 1), std::string::npos) << "warned twice:\n" << trained.err;
+  const std::size_t first_step = trained.err.find("\nstep ");
+  ASSERT_NE(first_step, std::string::npos) << trained.err;
+  EXPECT_LT(warned, first_step) << trained.err;
 }
 
 }  // namespace

@@ -96,5 +96,80 @@ TEST(LayerConfig, RequiredIntegers) {
   EXPECT_NE(wrong.find("parameter 'bad' must be an array of integers"), std::string::npos) << wrong;
 }
 
+// What a describing LayerConfig records of one parameter.
+const ParameterInfo* find_parameter(const std::vector<ParameterInfo>& parameters, const std::string& key) {
+  for (const ParameterInfo& parameter : parameters)
+    if (parameter.key == key) return &parameter;
+  return nullptr;
+}
+
+TEST(LayerConfig, DescribingRecordsEveryKeyWithItsDefault) {
+  LayerConfig config = LayerConfig::describing("Made");
+  EXPECT_TRUE(config.is_describing());
+  // Required getters return placeholders instead of failing.
+  EXPECT_EQ(config.integer("count"), 0);
+  EXPECT_EQ(config.bounded_integer("width", 4, 9), 4);
+  EXPECT_EQ(config.integers("sizes"), std::vector<std::int64_t>{});
+  EXPECT_EQ(config.number("rate", 0.25), 0.25);
+  EXPECT_EQ(config.boolean("bias", true), true);
+  EXPECT_EQ(config.text("mode", "fast"), "fast");
+  EXPECT_EQ(config.bounded_integer("stride", 2, 1, 8), 2);
+  EXPECT_EQ(config.integers("filters", {3, 3}), (std::vector<std::int64_t>{3, 3}));
+  config.integer("count");  // read twice, listed once
+  const std::vector<ParameterInfo>& p = config.parameters();
+  ASSERT_EQ(p.size(), 8u);
+  const std::vector<std::string> keys = {"count", "width", "sizes", "rate", "bias", "mode", "stride", "filters"};
+  for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(p[i].key, keys[i]);
+  EXPECT_TRUE(p[0].required);
+  EXPECT_EQ(p[0].kind, "integer");
+  EXPECT_EQ(p[1].range, "[4, 9]");
+  EXPECT_TRUE(p[1].required);
+  EXPECT_EQ(p[2].kind, "integer array");
+  EXPECT_FALSE(p[3].required);
+  EXPECT_EQ(p[3].default_value, "0.25");
+  EXPECT_EQ(p[4].default_value, "true");
+  EXPECT_EQ(p[5].default_value, "\"fast\"");
+  EXPECT_EQ(p[6].default_value, "2");
+  EXPECT_EQ(p[6].range, "[1, 8]");
+  EXPECT_EQ(p[7].default_value, "[3,3]");
+  EXPECT_NO_THROW(config.check_all_used());
+}
+
+TEST(Registry, ParametersOfBuiltInConvolutions) {
+  Registry registry = builtin_registry();
+  const std::vector<ParameterInfo> conv = registry.parameters("Conv2d");
+  for (const char* key : {"out_channels", "kernel", "stride", "padding", "bias"})
+    EXPECT_NE(find_parameter(conv, key), nullptr) << key;
+  EXPECT_EQ(find_parameter(conv, "output_padding"), nullptr);
+  ASSERT_NE(find_parameter(conv, "out_channels"), nullptr);
+  EXPECT_TRUE(find_parameter(conv, "out_channels")->required);
+  ASSERT_NE(find_parameter(conv, "stride"), nullptr);
+  EXPECT_FALSE(find_parameter(conv, "stride")->required);
+  EXPECT_EQ(find_parameter(conv, "stride")->default_value, "1");
+  EXPECT_EQ(find_parameter(conv, "padding")->default_value, "0");
+  EXPECT_EQ(find_parameter(conv, "bias")->default_value, "true");
+  const std::vector<ParameterInfo> transposed = registry.parameters("ConvTranspose2d");
+  ASSERT_NE(find_parameter(transposed, "output_padding"), nullptr);
+  EXPECT_EQ(find_parameter(transposed, "output_padding")->default_value, "0");
+  EXPECT_TRUE(registry.parameters("ReLU").empty());
+  const std::vector<ParameterInfo> leaky = registry.parameters("LeakyReLU");
+  ASSERT_EQ(leaky.size(), 1u);
+  EXPECT_EQ(leaky[0].default_value, "0.01");
+}
+
+TEST(Registry, ParametersOfALayerThatRejectsAPlaceholderStopAtItsCheck) {
+  Registry registry = builtin_registry();
+  const std::vector<ParameterInfo> split = registry.parameters("Split");  // "sizes" must not be empty
+  ASSERT_EQ(split.size(), 1u);
+  EXPECT_EQ(split[0].key, "sizes");
+  EXPECT_TRUE(split[0].required);
+  EXPECT_THROW(registry.parameters("Nope"), ConfigError);
+}
+
+TEST(Registry, EveryBuiltInLayerHasADescription) {
+  Registry registry = builtin_registry();
+  for (const std::string& type : registry.types()) EXPECT_FALSE(registry.info(type).description.empty()) << type;
+}
+
 }  // namespace
 }  // namespace plexus

@@ -3,6 +3,13 @@
 // typed getters. Every key a layer reads is marked; a key left unread is a
 // typo or a parameter the layer does not have, and check_all_used() reports
 // it with the node name and the keys the layer does know.
+//
+// The same reads describe a layer type: a LayerConfig made by describing()
+// records each key asked for, with its kind, its default (or that it is
+// required) and its range, and hands a required getter a placeholder (the
+// range's minimum, 0, false, "" or []) instead of failing. Registry::
+// parameters() builds a layer once from such a config, so the parameter list
+// that `plexus-ae layers` prints is read from the layer's own constructor.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,9 +19,20 @@
 
 namespace plexus {
 
+// One parameter a layer reads, as recorded by a describing LayerConfig.
+struct ParameterInfo {
+  std::string key;
+  std::string kind;           // "integer", "number", "boolean", "string" or "integer array"
+  bool required = false;
+  std::string default_value;  // as JSON ("1", "0.01", "true", "[3,3,3]"); empty when required
+  std::string range;          // "[min, max]" of a bounded integer, else empty
+};
+
 class LayerConfig {
  public:
   LayerConfig(std::string node_name, std::string type, const nlohmann::json& params);
+  // A config with no params that records what `type`'s layer reads (see above).
+  static LayerConfig describing(std::string type);
   ~LayerConfig();
   LayerConfig(LayerConfig&&) noexcept;
 
@@ -44,6 +62,12 @@ class LayerConfig {
   // Throws ConfigError naming every key that no getter read.
   void check_all_used() const;
 
+  // Whether this config only describes (describing()): a layer whose
+  // constructor does more than read parameters can skip that work.
+  bool is_describing() const;
+  // The parameters read so far, in the order first read (describing configs).
+  const std::vector<ParameterInfo>& parameters() const;
+
  private:
   const nlohmann::json* find(const std::string& key);
   // Throws "parameter 'key' is required (<what>)", naming a key of the
@@ -53,7 +77,12 @@ class LayerConfig {
   std::string node_name_;
   std::string type_;
   std::unique_ptr<nlohmann::json> params_;
+  // Describing: records `key` the first time it is asked for.
+  void record(const std::string& key, const char* kind, bool required, const std::string& default_value,
+              const std::string& range = "");
   std::vector<std::string> read_keys_;
+  bool describing_ = false;
+  std::vector<ParameterInfo> parameters_;
 };
 
 }  // namespace plexus

@@ -16,8 +16,9 @@
 
 namespace plexus {
 
-// Bumped whenever Layer, Registry, Tensor or Context change layout or virtuals.
-inline constexpr int kPluginAbiVersion = 3;  // 3: Layer::after_update, buffers
+// Bumped whenever Layer, LayerConfig, Registry, Tensor or Context change
+// layout or virtuals (a plugin may hold a LayerConfig of its own).
+inline constexpr int kPluginAbiVersion = 4;  // 4: LayerConfig's describing mode
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 

@@ -39,6 +39,12 @@ class Registry {
   std::unique_ptr<Layer> create(const std::string& type, const std::string& node_name,
                                 const nlohmann::json& params) const;
 
+  // The parameters a layer of `type` reads, in the order it reads them:
+  // its factory run once on LayerConfig::describing(). A layer that rejects
+  // the placeholder of a required parameter (an empty list, say) stops
+  // there, so the list holds the keys it read up to that check.
+  std::vector<ParameterInfo> parameters(const std::string& type) const;
+
   // Registrations made while an origin is set are attributed to it (the
   // plugin loader sets the plugin path).
   void set_origin(const std::string& origin) { origin_ = origin; }

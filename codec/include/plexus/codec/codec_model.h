@@ -26,6 +26,7 @@
 // device (CPU or CUDA).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,16 @@ class CodecModel {
   std::uint64_t fingerprint_ = 0;
   std::uint64_t max_pixels_ = kMaxImagePixels;
 };
+
+// Why compress and export cannot code a model of `spec`, whatever its
+// weights: the reason CodecModel would give after "<spec> cannot be used as
+// a codec: ", naming the node at fault ("its GaussianConditional node 'gc'
+// has 3 inputs; ..."), from the same checks of the graph (the contract, the
+// stride, the cut at the latent, a hyperprior's hyper-synthesis chain and
+// hyper-latent geometry); nullopt when those checks pass. Weight-dependent
+// problems (a degenerate density, a calibration that cannot be used) only
+// show once a trained model is loaded.
+std::optional<std::string> why_not_codable(const ModelSpec& spec, const Registry& registry);
 
 // Adds coding tables, built from the weights in `file`, to a model file's
 // tensors (replacing any there), and for a scale hyperprior its integer
