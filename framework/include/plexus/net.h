@@ -93,6 +93,11 @@ class Net {
   struct Node;
   void build_order();
   void infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time);
+  // The message for a node whose output_shapes or create_parameters threw
+  // `what`: the node, its inputs' shapes and producers, the net's input shapes.
+  std::string shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
+                            const std::map<std::string, Shape>& input_shapes, bool first_time) const;
+  void warn_about_unread_outputs() const;
   ModelSpec spec_;
   DType dtype_;
   Device device_;
