@@ -178,7 +178,7 @@ int run_train(TrainOptions o, const std::set<std::string>& given, const std::opt
     TensorFile saved = load_safetensors(checkpoint_path);
     apply_saved_settings(o, settings_from_checkpoint(saved, checkpoint_path), given);
     saved_progress = progress_from_checkpoint(saved);
-    spec = given.count("model") ? resolve_model(o.model) : spec_from_checkpoint(saved, checkpoint_path);
+    spec = given.count("model") ? resolve_model(o.model) : spec_from_checkpoint(saved, checkpoint_path, registry);
   } else {
     if (fs::exists(checkpoint_path, error))
       throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "

@@ -82,6 +82,7 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
     auto node = std::make_unique<Node>();
     node->spec = node_spec;
     node->layer = registry.create(node_spec.type, node_spec.name, node_spec.params);
+    layer_type_origins_[node_spec.type] = registry.info(node_spec.type).origin;
     nodes_.push_back(std::move(node));
   }
   build_order();
