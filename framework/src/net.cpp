@@ -171,7 +171,8 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     try {
       out = node->layer->output_shapes(in);
       if (out.size() != node->spec.outputs.size())
-        throw ShapeError("produces " + std::to_string(out.size()) + " output(s) but the spec names " +
+        throw ShapeError("node '" + node->spec.name + "' (" + node->spec.type + ") produces " +
+                         std::to_string(out.size()) + " output(s) but the spec names " +
                          std::to_string(node->spec.outputs.size()));
       if (first_time) node->layer->create_parameters(in);
     } catch (const ShapeError& e) {

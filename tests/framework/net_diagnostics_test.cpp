@@ -72,7 +72,7 @@ TEST(NetShapeErrors, WrongNumberOfOutputsSaysTheNetInputSizes) {
   ModelSpec spec;
   spec.add_input("x").add_node({"r", "ReLU", {"x"}, {"y", "z"}, json::object()});
   const std::string message = error_of<ShapeError>([&] { Net(spec, test::test_registry(), {{"x", {2}}}); });
-  EXPECT_TRUE(contains(message, "node 'r' (ReLU): produces 1 output(s) but the spec names 2")) << message;
+  EXPECT_TRUE(contains(message, "node 'r' (ReLU) produces 1 output(s) but the spec names 2")) << message;
   EXPECT_TRUE(contains(message, "while building for x [2]")) << message;
 }
 
