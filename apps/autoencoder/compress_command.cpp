@@ -271,7 +271,7 @@ int run_export(const ExportOptions& o) {
   std::error_code error;
   if (!fs::exists(o.model, error)) throw IoError("model file '" + o.model + "' does not exist");
   TensorFile file = load_safetensors(o.model);
-  const ModelSpec spec = spec_from_checkpoint(file, o.model);
+  const ModelSpec spec = spec_from_checkpoint(file, o.model, registry);
   const bool has_optimizer_state = file.metadata.count("optimizer") > 0;
   if (o.out.empty() && has_optimizer_state)
     throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "

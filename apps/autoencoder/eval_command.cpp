@@ -244,7 +244,7 @@ int run_eval(const EvalOptions& o) {
   Registry registry = make_registry(o.plugins);
   std::error_code error;
   if (!fs::exists(o.model, error)) throw IoError("model file '" + o.model + "' does not exist");
-  const ModelSpec spec = spec_from_checkpoint(load_safetensors(o.model), o.model);
+  const ModelSpec spec = spec_from_checkpoint(load_safetensors(o.model), o.model, registry);
   check_contract(spec);
   const int stride = derive_stride(spec, registry);
   const Device device = choose_device(o.device);

@@ -56,7 +56,7 @@ void check_patch(const TrainSettings& s) {
 
 // --resume: the checkpoint's settings for every option not in `given`, its
 // model unless --model is given again, and its record of the earlier runs.
-void read_checkpoint_settings(TrainSettings& s, const std::set<std::string>& given) {
+void read_checkpoint_settings(TrainSettings& s, const std::set<std::string>& given, const Registry& registry) {
   std::error_code error;
   if (!fs::exists(s.checkpoint_path, error))
     throw IoError("--resume: no checkpoint at '" + s.checkpoint_path +
@@ -64,7 +64,7 @@ void read_checkpoint_settings(TrainSettings& s, const std::set<std::string>& giv
   TensorFile saved = load_safetensors(s.checkpoint_path);
   apply_saved_settings(s.options, settings_from_checkpoint(saved, s.checkpoint_path), given);
   s.earlier = progress_from_checkpoint(saved);
-  s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path);
+  s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path, registry);
 }
 
 // --init-from: every parameter of `net` named and shaped like a tensor of the file.
@@ -101,7 +101,7 @@ TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::s
                       "its checkpoint: give one of them");
   std::error_code error;
   if (o.resume) {
-    read_checkpoint_settings(s, given);
+    read_checkpoint_settings(s, given, registry);
   } else {
     if (fs::exists(s.checkpoint_path, error))
       throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "

@@ -260,7 +260,7 @@ std::vector<std::int32_t> latent_integers(const Tensor& latent, const char* what
 
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
   const TensorFile file = load_safetensors(path);
-  return std::make_unique<CodecModel>(spec_from_checkpoint(file, path), file, registry, device, path);
+  return std::make_unique<CodecModel>(spec_from_checkpoint(file, path, registry), file, registry, device, path);
 }
 
 CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -20,6 +21,7 @@
 #include "plexus/half.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
+#include "plexus/registry.h"
 #include "safetensors_header_keys.h"
 
 namespace plexus {
@@ -283,7 +285,21 @@ TensorFile load_safetensors(const std::string& path) {
 
 namespace {
 
-const char* const kReservedMetadata[] = {"step", "optimizer", "optimizer_steps", "model_spec"};
+// "plugin_layers": a JSON object, layer type -> the file name of the plugin
+// that registered it, for each plugin type the net uses.
+constexpr const char* kPluginLayersKey = "plugin_layers";
+const char* const kReservedMetadata[] = {"step", "optimizer", "optimizer_steps", "model_spec", kPluginLayersKey};
+
+// The net's plugin layer types -> the plugin's file name (not its path:
+// the checkpoint may be read on another machine).
+nlohmann::json plugin_layers(const Net& net) {
+  const std::string prefix = "plugin ";  // LayerTypeInfo::origin of a plugin's type
+  nlohmann::json result = nlohmann::json::object();
+  for (const auto& [type, origin] : net.layer_type_origins())
+    if (origin.rfind(prefix, 0) == 0)
+      result[type] = std::filesystem::path(origin.substr(prefix.size())).filename().string();
+  return result;
+}
 
 // A step count from the metadata: an integer in [0, limits::kMaxSteps].
 std::int64_t metadata_steps(const std::string& path, const TensorFile& file, const std::string& key) {
@@ -332,6 +348,8 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
   }
   file.metadata["step"] = std::to_string(step);
   file.metadata["model_spec"] = net.spec().to_json().dump();
+  const nlohmann::json plugins = plugin_layers(net);
+  if (!plugins.empty()) file.metadata[kPluginLayersKey] = plugins.dump();
   for (const NamedParameter& named : net.parameters()) file.tensors[named.name] = named.parameter->value;
   if (optimizer) {
     file.metadata["optimizer"] = optimizer->name();
@@ -445,6 +463,60 @@ ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path) 
   } catch (const ConfigError& e) {
     throw IoError(std::string("'") + path + "' carries a model spec that does not parse: " + e.what());
   }
+}
+
+ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path, const Registry& registry) {
+  ModelSpec spec = spec_from_checkpoint(file, path);
+  check_plugin_layers(file, spec, registry, path);
+  return spec;
+}
+
+namespace {
+// The checkpoint's "plugin_layers" (type -> plugin file name); empty when absent.
+std::map<std::string, std::string> recorded_plugin_layers(const TensorFile& file, const std::string& path) {
+  std::map<std::string, std::string> result;
+  auto it = file.metadata.find(kPluginLayersKey);
+  if (it == file.metadata.end()) return result;
+  const nlohmann::json json = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object())
+    throw IoError("checkpoint '" + path + "': metadata \"" + kPluginLayersKey +
+                  "\" is not a JSON object: " + it->second);
+  for (auto entry = json.begin(); entry != json.end(); ++entry) {
+    if (!entry.value().is_string())
+      throw IoError("checkpoint '" + path + "': metadata \"" + kPluginLayersKey + "\" maps '" + entry.key() +
+                    "' to " + entry.value().dump() + ", not a plugin file name");
+    result[entry.key()] = entry.value().get<std::string>();
+  }
+  return result;
+}
+}  // namespace
+
+void check_plugin_layers(const TensorFile& file, const ModelSpec& spec, const Registry& registry,
+                         const std::string& path) {
+  const std::map<std::string, std::string> recorded = recorded_plugin_layers(file, path);
+  std::vector<std::string> problems;  // one per unknown type, at its first node
+  std::set<std::string> reported, plugin_files;
+  bool any_recorded = false;
+  for (const NodeSpec& node : spec.nodes) {
+    if (registry.contains(node.type) || !reported.insert(node.type).second) continue;
+    std::string problem = "node '" + node.name + "' has type '" + node.type + "', unknown here; ";
+    auto plugin = recorded.find(node.type);
+    if (plugin == recorded.end()) {
+      problem += "the checkpoint names no plugin for it";
+    } else {
+      any_recorded = true;
+      plugin_files.insert(plugin->second);
+      problem += "the checkpoint was written with the plugin " + plugin->second;
+    }
+    problems.push_back(problem);
+  }
+  if (!any_recorded) return;  // nothing to add to what Net says about an unknown type
+  std::string message = "'" + path + "' needs layer types this program does not have: ";
+  for (std::size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+  std::string files;
+  for (const auto& name : plugin_files) files += (files.empty() ? "" : " and ") + name;
+  message += ". Pass --plugin with the path to " + files + " (or put its folder on PLEXUS_PLUGIN_PATH)";
+  throw ConfigError(message);
 }
 
 }  // namespace plexus

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 
@@ -18,6 +20,60 @@ struct Net::Node {
   std::vector<Tensor> scratch_grads;
 };
 
+namespace {
+
+// The nodes of one cycle among `pending` (every one of them waits on an
+// input no sorted node produced), in data-flow order from the one listed
+// first in the spec: "'a' -> 'b' -> 'a' (through blobs 'a_out', 'b_out')".
+template <typename NodePtr>
+std::string describe_cycle(const std::vector<NodePtr>& pending, const std::set<std::string>& available,
+                           const std::map<std::string, std::string>& producer) {
+  std::map<std::string, std::size_t> index;  // node name -> position in `pending` (spec order)
+  for (std::size_t i = 0; i < pending.size(); ++i) index[pending[i]->spec.name] = i;
+  // Walk "waits on" edges: each node to the producer of its first missing
+  // input. That producer is pending too, so the walk must revisit a node.
+  std::vector<std::size_t> walk;        // node positions, in the order visited
+  std::vector<std::string> blob_into;   // blob_into[k]: the blob walk[k] waits on
+  std::map<std::size_t, std::size_t> step_of;
+  std::size_t current = 0;
+  while (!step_of.count(current)) {
+    step_of[current] = walk.size();
+    walk.push_back(current);
+    const auto& inputs = pending[current]->spec.inputs;
+    const std::string& missing = *std::find_if(inputs.begin(), inputs.end(),
+                                               [&](const std::string& input) { return !available.count(input); });
+    blob_into.push_back(missing);
+    current = index.at(producer.at(missing));
+  }
+  // walk[step_of[current]..] is the cycle against the data flow; reverse it.
+  std::vector<std::size_t> cycle(walk.begin() + static_cast<std::ptrdiff_t>(step_of[current]), walk.end());
+  std::vector<std::string> blobs(blob_into.begin() + static_cast<std::ptrdiff_t>(step_of[current]), blob_into.end());
+  std::reverse(cycle.begin(), cycle.end());
+  std::reverse(blobs.begin(), blobs.end());
+  // Now cycle[k] produces blobs[k + 1], read by cycle[k + 1]; start at the
+  // node earliest in the spec.
+  const std::size_t start = static_cast<std::size_t>(std::min_element(cycle.begin(), cycle.end()) - cycle.begin());
+  std::rotate(cycle.begin(), cycle.begin() + static_cast<std::ptrdiff_t>(start), cycle.end());
+  std::rotate(blobs.begin(), blobs.begin() + static_cast<std::ptrdiff_t>((start + 1) % blobs.size()), blobs.end());
+  std::string nodes_text, blobs_text;
+  for (std::size_t k = 0; k < cycle.size(); ++k) {
+    nodes_text += "'" + pending[cycle[k]]->spec.name + "' -> ";
+    blobs_text += (k ? ", '" : "'") + blobs[k] + "'";
+  }
+  nodes_text += "'" + pending[cycle[0]]->spec.name + "'";
+  return nodes_text + " (through blobs " + blobs_text + ")";
+}
+
+// "image [1, 3, 64, 64], target [1, 3, 64, 64]", in the spec's input order.
+std::string input_shapes_text(const ModelSpec& spec, const std::map<std::string, Shape>& input_shapes) {
+  std::string text;
+  for (const auto& input : spec.inputs)
+    text += (text.empty() ? "" : ", ") + input + " " + shape_str(input_shapes.at(input));
+  return text;
+}
+
+}  // namespace
+
 Net::Net(const ModelSpec& spec, const Registry& registry,
          const std::map<std::string, Shape>& input_shapes, DType dtype, Device device,
          std::uint64_t seed)
@@ -26,9 +82,11 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
     auto node = std::make_unique<Node>();
     node->spec = node_spec;
     node->layer = registry.create(node_spec.type, node_spec.name, node_spec.params);
+    layer_type_origins_[node_spec.type] = registry.info(node_spec.type).origin;
     nodes_.push_back(std::move(node));
   }
   build_order();
+  warn_about_unread_outputs();
   infer_shapes(input_shapes, /*first_time=*/true);
   // Parameters are drawn in spec order from one generator: equal seeds, equal nets.
   std::mt19937_64 rng(seed);
@@ -83,11 +141,8 @@ void Net::build_order() {
       return std::all_of(node->spec.inputs.begin(), node->spec.inputs.end(),
                          [&](const std::string& input) { return available.count(input) > 0; });
     });
-    if (ready == pending.end()) {
-      std::string names;
-      for (const auto& node : pending) names += (names.empty() ? "'" : ", '") + node->spec.name + "'";
-      throw ConfigError(source + ": the graph has a cycle; these nodes wait on each other: " + names);
-    }
+    if (ready == pending.end())
+      throw ConfigError(source + ": the graph has a cycle: " + describe_cycle(pending, available, producer));
     for (const auto& output : (*ready)->spec.outputs) available.insert(output);
     ordered.push_back(std::move(*ready));
     pending.erase(ready);
@@ -112,13 +167,24 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
   for (auto& node : nodes_) {
     std::vector<Shape> in;
     for (const auto& input : node->spec.inputs) in.push_back(shapes.at(input));
-    std::vector<Shape> out = node->layer->output_shapes(in);
-    if (out.size() != node->spec.outputs.size())
-      throw ShapeError("node '" + node->spec.name + "' (" + node->spec.type + ") produces " +
-                       std::to_string(out.size()) + " output(s) but the spec names " +
-                       std::to_string(node->spec.outputs.size()));
+    std::vector<Shape> out;
+    try {
+      out = node->layer->output_shapes(in);
+      if (out.size() != node->spec.outputs.size())
+        throw ShapeError("node '" + node->spec.name + "' (" + node->spec.type + ") produces " +
+                         std::to_string(out.size()) + " output(s) but the spec names " +
+                         std::to_string(node->spec.outputs.size()));
+      if (first_time) node->layer->create_parameters(in);
+    } catch (const ShapeError& e) {
+      throw ShapeError(shape_failure(*node, e.what(), shapes, input_shapes, first_time));
+    } catch (const ConfigError& e) {
+      throw ConfigError(shape_failure(*node, e.what(), shapes, input_shapes, first_time));
+    } catch (const Error&) {
+      throw;  // device and I/O errors say what they are about
+    } catch (const std::exception& e) {  // a layer's bug (e.g. an out-of-range index): still name the node
+      throw Error(shape_failure(*node, e.what(), shapes, input_shapes, first_time));
+    }
     for (std::size_t i = 0; i < out.size(); ++i) shapes[node->spec.outputs[i]] = out[i];
-    if (first_time) node->layer->create_parameters(in);
   }
   blobs_.clear();
   grads_.clear();
@@ -131,6 +197,43 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     node->scratch_grads.clear();
     for (const auto& input : node->spec.inputs)
       node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes.at(input), dtype_, device_) : Tensor());
+  }
+}
+
+std::string Net::shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
+                               const std::map<std::string, Shape>& input_shapes, bool first_time) const {
+  // Layers' messages start with "node 'x' (T): " (Layer::fail_shape); others get it here.
+  const std::string who = "node '" + node.spec.name + "' (" + node.spec.type + ")";
+  std::string message = spec_.source + ": " + (what.rfind(who, 0) == 0 ? what : who + ": " + what);
+  message += "; its inputs: ";
+  for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
+    const std::string& input = node.spec.inputs[i];
+    message += (i ? ", '" : "'") + input + "' " + shape_str(shapes.at(input));
+    auto producer = std::find_if(nodes_.begin(), nodes_.end(), [&](const std::unique_ptr<Node>& other) {
+      return std::count(other->spec.outputs.begin(), other->spec.outputs.end(), input) > 0;
+    });
+    message += producer == nodes_.end()
+                   ? " (a model input)"
+                   : " (from node '" + (*producer)->spec.name + "' (" + (*producer)->spec.type + "))";
+  }
+  if (node.spec.inputs.empty()) message += "none";
+  message += (first_time ? "; while building for " : "; while reshaping for ") + input_shapes_text(spec_, input_shapes);
+  return message;
+}
+
+void Net::warn_about_unread_outputs() const {
+  // A blob no node reads may be what the caller wants (a loss, a
+  // reconstruction), so a single-output node is never suspect. A node with
+  // several outputs, some read and some not, most likely has a wire missing.
+  for (const auto& node : nodes_) {
+    const auto& outputs = node->spec.outputs;
+    const auto unread = [&](const std::string& blob) { return consumers_.count(blob) == 0; };
+    if (outputs.size() < 2 || std::all_of(outputs.begin(), outputs.end(), unread)) continue;
+    for (const auto& output : outputs)
+      if (unread(output))
+        spdlog::warn("{}: node '{}' ({}) writes '{}', which no node reads; other outputs of the node are read, "
+                     "so a wire may be missing",
+                     spec_.source, node->spec.name, node->spec.type, output);
   }
 }
 

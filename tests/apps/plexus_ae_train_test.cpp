@@ -182,6 +182,22 @@ TEST_F(PlexusAeTrain, NanBeforeTheFirstCheckpointSaysSo) {
   EXPECT_FALSE(std::filesystem::exists(folder / "early/checkpoint.safetensors"));
 }
 
+TEST_F(PlexusAeTrain, EvalWithoutThePluginNamesThePluginTheModelWasTrainedWith) {
+  // Two clean steps: PoisonAfter is an identity for its first 5 calls.
+  auto trained = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny_poisoned.json"),
+                      "--plugin", PLEXUS_TEST_POISON_PLUGIN, "--patch", "16", "--batch", "1", "--steps", "2",
+                      "--device", "cpu", "--out", folder / "with_plugin"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  auto eval = run({"eval", "--model", folder / "with_plugin/model.safetensors", "--data", folder / "images",
+                   "--device", "cpu"});
+  EXPECT_NE(eval.exit_code, 0) << eval.describe();
+  const std::string plugin_file = std::filesystem::path(PLEXUS_TEST_POISON_PLUGIN).filename().string();
+  EXPECT_TRUE(contains(eval.err, "node 'poison' has type 'PoisonAfter', unknown here; the checkpoint was written "
+                                 "with the plugin " + plugin_file))
+      << eval.err;
+  EXPECT_TRUE(contains(eval.err, "--plugin")) << eval.err;
+}
+
 TEST_F(PlexusAeTrain, TimeLimitFinishesEarlyWithAModel) {
   auto result = run(tiny_run("timed", 10000000, {"--time-limit", "1", "--log-every", "1000000"}));
   ASSERT_EQ(result.exit_code, 0) << result.describe();

@@ -358,6 +358,63 @@ TEST_F(CheckpointTest, LoadRefusesMismatchesAndLeavesTheNetUntouched) {
                        "safetensors file '" + path("absent.safetensors") + "': cannot open it"));
 }
 
+// The message of the ConfigError `fn` throws, or a note saying what happened instead.
+template <typename Fn>
+std::string config_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const Error& e) {
+    return std::string("(not a ConfigError) ") + e.what();
+  }
+  return "(no error thrown)";
+}
+
+TEST_F(CheckpointTest, RecordsPluginLayerTypesAndNamesThePluginWhenOneIsMissing) {
+  // What the plugin loader does: registrations made while a plugin's origin is set.
+  Registry with_plugin = builtin_registry();
+  with_plugin.set_origin("plugin /opt/plexus/plugins/libplugin_dense.so");
+  with_plugin.add("PluginDense", with_plugin.info("FullyConnected").factory);
+  with_plugin.set_origin("built-in");
+  ModelSpec spec = two_layer_spec();
+  spec.nodes[1].type = "PluginDense";
+  spec.add_node({"fc3", "PluginDense", {"y"}, {"z"}, {{"out_features", 1}}});
+  Net net(spec, with_plugin, {{"x", {4, 5}}}, DType::f32, Device::cpu(), 1);
+  const std::string file = path("plugin.safetensors");
+  save_checkpoint(file, net, nullptr, 0);
+
+  const TensorFile saved = load_safetensors(file);
+  ASSERT_TRUE(saved.metadata.count("plugin_layers"));
+  EXPECT_EQ(nlohmann::json::parse(saved.metadata.at("plugin_layers")),
+            nlohmann::json({{"PluginDense", "libplugin_dense.so"}}));  // the file name, not the machine's path
+
+  const std::string message = config_error_of([&] { spec_from_checkpoint(saved, file, registry); });
+  EXPECT_TRUE(contains(message, "node 'fc2' has type 'PluginDense', unknown here; the checkpoint was written with "
+                                "the plugin libplugin_dense.so"))
+      << message;
+  EXPECT_TRUE(contains(message, "--plugin")) << message;
+  EXPECT_FALSE(contains(message, "'fc3'")) << "one node per type: " << message;
+  EXPECT_EQ(spec_from_checkpoint(saved, file, with_plugin).nodes.size(), 3u);
+
+  EXPECT_TRUE(contains(error_of([&] { save_checkpoint(file, net, nullptr, 0, {{"plugin_layers", "{}"}}); }),
+                       "metadata key 'plugin_layers' is reserved"));
+}
+
+TEST_F(CheckpointTest, BuiltInNetsRecordNoPluginsAndUnrecordedTypesAreLeftToNet) {
+  Net net(two_layer_spec(), registry, {{"x", {4, 5}}}, DType::f32, Device::cpu(), 1);
+  const std::string file = path("built_in.safetensors");
+  save_checkpoint(file, net, nullptr, 0);
+  TensorFile saved = load_safetensors(file);
+  EXPECT_FALSE(saved.metadata.count("plugin_layers"));
+  ModelSpec renamed = two_layer_spec();
+  renamed.nodes[0].type = "NoSuchLayer";
+  EXPECT_NO_THROW(check_plugin_layers(saved, renamed, registry, file));
+  saved.metadata["plugin_layers"] = "[1, 2]";
+  EXPECT_TRUE(contains(error_of([&] { check_plugin_layers(saved, renamed, registry, file); }),
+                       "metadata \"plugin_layers\" is not a JSON object"));
+}
+
 TEST_F(CheckpointTest, CudaNetRoundTrip) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const std::string file = path("gpu.safetensors");

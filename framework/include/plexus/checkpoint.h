@@ -38,6 +38,7 @@ namespace plexus {
 
 class Net;
 class Optimizer;
+class Registry;
 
 // A training checkpoint: every parameter of `net` under its name
 // ("g_a0.weight"), the optimiser's state under "optimizer/<slot>/<name>",
@@ -50,6 +51,17 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
 // IoError naming `path` when it carries none (not a Plexus checkpoint) or an
 // unparsable one.
 ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path);
+
+// save_checkpoint records, in the metadata key "plugin_layers", each layer
+// type of the net that a plugin registered, with the plugin's file name.
+// check_plugin_layers throws ConfigError when `registry` lacks a type of
+// `spec` that the checkpoint records: the message names each unknown type,
+// a node of that type and the plugin file to load. Unknown types the
+// checkpoint does not record are left to Net, which reports them too.
+void check_plugin_layers(const TensorFile& file, const ModelSpec& spec, const Registry& registry,
+                         const std::string& path);
+// spec_from_checkpoint(file, path), then check_plugin_layers.
+ModelSpec spec_from_checkpoint(const TensorFile& file, const std::string& path, const Registry& registry);
 
 // Restores parameters (and, when `optimizer` is given, its state) from a
 // checkpoint; every parameter must be present with the same shape, else

@@ -83,6 +83,9 @@ class Net {
   const ModelSpec& spec() const { return spec_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
+  // Every layer type the net uses -> where the registry got it ("built-in"
+  // or "plugin <path>", LayerTypeInfo::origin).
+  const std::map<std::string, std::string>& layer_type_origins() const { return layer_type_origins_; }
   // Node names in execution order.
   std::vector<std::string> execution_order() const;
   Layer& layer(const std::string& node_name);
@@ -93,6 +96,11 @@ class Net {
   struct Node;
   void build_order();
   void infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time);
+  // The message for a node whose output_shapes or create_parameters threw
+  // `what`: the node, its inputs' shapes and producers, the net's input shapes.
+  std::string shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
+                            const std::map<std::string, Shape>& input_shapes, bool first_time) const;
+  void warn_about_unread_outputs() const;
   ModelSpec spec_;
   DType dtype_;
   Device device_;
@@ -100,6 +108,7 @@ class Net {
   std::map<std::string, Tensor> blobs_;
   std::map<std::string, Tensor> grads_;
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
+  std::map<std::string, std::string> layer_type_origins_;
   std::uint64_t layout_version_ = 0;
   NodeObserver* observer_ = nullptr;
   GradientsReadyHook gradients_ready_;
