@@ -10,12 +10,12 @@
 #include <memory>
 #include <set>
 
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
 
+#include "codec_outputs.h"
 #include "executable_path.h"
 #include "exit_codes.h"
+#include "plexus/atomic_file.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
@@ -33,61 +33,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kCompressedExtension = ".pxae";
-
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Where each input's output goes: -o names the file for one input, and a
-// folder for several; without -o, next to the input with `extension`.
-std::vector<std::string> output_paths(const std::vector<std::string>& inputs, const std::string& out,
-                                      const std::string& extension) {
-  std::vector<std::string> paths;
-  std::error_code error;
-  const bool folder = !out.empty() && (inputs.size() > 1 || fs::is_directory(out, error));
-  if (folder) {
-    fs::create_directories(out, error);
-    if (error) throw IoError("cannot create the output folder '" + out + "': " + error.message());
-  }
-  for (const std::string& input : inputs) {
-    if (out.empty()) paths.push_back(fs::path(input).replace_extension(extension).string());
-    else if (folder) paths.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension)).string());
-    else paths.push_back(out);
-  }
-  std::map<std::string, std::string> claimed;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    auto [it, fresh] = claimed.emplace(paths[i], inputs[i]);
-    if (!fresh)
-      throw ConfigError("'" + inputs[i] + "' and '" + it->second + "' would both be written to '" + paths[i] +
-                        "'; give them different names or compress them separately");
-  }
-  return paths;
-}
-
-void check_writable(const std::string& input, const std::string& output, bool overwrite) {
-  std::error_code error;
-  if (fs::exists(output, error) && fs::equivalent(input, output, error))
-    throw ConfigError("'" + input + "' would be written over itself; choose another -o");
-  if (!overwrite && fs::exists(output, error))
-    throw ConfigError("'" + output + "' already exists; pass --overwrite to replace it, or choose another -o");
-}
-
-// Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half file.
+// Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half
+// file; the error names the file and the system's reason.
 void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw IoError("cannot write '" + path + "'");
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw IoError("cannot write '" + path + "': renaming '" + temporary + "' over it failed");
-  }
+  create_parent_folders(path);
+  AtomicFile file(path, "compressed image");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 // The whole file, refused unread when longer than `limit` bytes.
@@ -191,8 +147,9 @@ int run_compress(const CompressOptions& options) {
     throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
                       "(a shipped model) is required");
   if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
-  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, kCompressedExtension);
-  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  check_inputs_are_files(o.inputs, CodecOutput::compressed);
+  const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::compressed);
+  check_outputs(o.inputs, outputs, CodecOutput::compressed, o.out.empty(), o.overwrite);
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
   auto model = CodecModel::from_file(o.model, registry, device);
@@ -218,8 +175,9 @@ int run_compress(const CompressOptions& options) {
 
 int run_decompress(const DecompressOptions& o) {
   if (o.inputs.empty()) throw ConfigError("give at least one .pxae file to decompress");
-  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, ".png");
-  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  check_inputs_are_files(o.inputs, CodecOutput::image);
+  const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::image);
+  check_outputs(o.inputs, outputs, CodecOutput::image, o.out.empty(), o.overwrite);
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
 
@@ -253,6 +211,7 @@ int run_decompress(const DecompressOptions& o) {
       const auto start = std::chrono::steady_clock::now();
       const data::Image image = model.decompress(bytes.data(), bytes.size());
       const double ms = milliseconds_since(start);
+      create_parent_folders(outputs[i]);
       data::write_png(outputs[i], image);
       std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
                   size_text(image.width, image.height).c_str(), ms);
@@ -324,7 +283,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
   command->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
                       "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
-  command->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
+  command->add_option("-o,--out", c.out, "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
+                      "default: each image's path with .pxae (photo.png -> photo.pxae)")->type_name("PATH");
   command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
@@ -344,12 +304,14 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   DecompressOptions& d = *options;
   command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
   command->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
-  command->add_option("-o,--out", d.out, "output PNG (one file) or folder (several); default: each file's path with .png")->type_name("PATH");
+  command->add_option("-o,--out", d.out, "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
+                      "default: each file's path with .png appended (photo.pxae -> photo.pxae.png), never the name of the original image")->type_name("PATH");
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
   command->footer(
       "Examples:\n"
+      "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");

@@ -71,12 +71,12 @@ TEST_F(PlexusAeCodec, TrainWritesCodingTablesIntoTheModel) {
 
 TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
   auto compressed = run({"compress", "--model", model, folder / "images/odd.png", folder / "images/tall.png", "-o",
-                         folder / "files", "--device", "cpu"});
+                         folder / "files/", "--device", "cpu"});
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   EXPECT_TRUE(contains(compressed.out, "odd.pxae: 21x13")) << compressed.out;
   EXPECT_FALSE(contains(compressed.err, "no coding tables")) << compressed.err;
   auto decompressed = run({"decompress", "--model", model, folder / "files/odd.pxae", folder / "files/tall.pxae", "-o",
-                           folder / "decoded", "--device", "cpu"});
+                           folder / "decoded/", "--device", "cpu"});
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
   auto evaluated = run({"eval", "--model", model, "--data", folder / "images", "--out", folder / "recon", "--device", "cpu"});
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
@@ -147,7 +147,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
 TEST_F(PlexusAeCodec, OneBadFileAmongSeveralStillDecodesTheOthers) {
   compress_odd("good.pxae");
   write_all(folder / "bad.pxae", {'P', 'X', 'A', 'E', 1, 0});
-  auto result = run({"decompress", "--model", model, folder / "bad.pxae", folder / "good.pxae", "-o", folder / "dec",
+  auto result = run({"decompress", "--model", model, folder / "bad.pxae", folder / "good.pxae", "-o", folder / "dec/",
                      "--device", "cpu"});
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "cannot decompress '" + (folder / "bad.pxae") + "': truncated")) << result.err;
