@@ -1,6 +1,7 @@
 #include "compress_command.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +76,35 @@ bool peek_fingerprint(const std::string& path, std::uint64_t* fingerprint) {
   *fingerprint = 0;
   for (int k = 0; k < 8; ++k) *fingerprint |= static_cast<std::uint64_t>(head[8 + k]) << (8 * k);
   return true;
+}
+
+// " 1-6 (the shipped qualities: 3)": the catalog's range and the qualities
+// whose model is present; "" when the catalog cannot be read.
+std::string quality_choices() {
+  try {
+    const QualityCatalog catalog = load_quality_catalog(quality_catalog_path());
+    if (catalog.entries.empty()) return "";
+    std::string shipped;
+    for (const QualityEntry& entry : catalog.entries) {
+      std::error_code error;
+      if (fs::is_regular_file(entry.path, error)) shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
+    }
+    return " " + std::to_string(catalog.entries.front().quality) + "-" +
+           std::to_string(catalog.entries.back().quality) + " (the shipped qualities: " +
+           (shipped.empty() ? "none" : shipped) + ")";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// The value of --quality: a whole number >= 1, else ConfigError saying which.
+int parse_quality(const std::string& text) {
+  int quality = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, quality);
+  if (error != std::errc() || stop != end || quality < 1)
+    throw ConfigError("--quality takes a whole number" + quality_choices() + ", got '" + text + "'");
+  return quality;
 }
 
 // The names of the parameters of `spec`'s net: what --storage f16 stores as F16.
@@ -281,7 +311,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   CompressOptions& c = *options;
   command->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
-  command->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
+  // Read as text, so that a value that is not a whole number gets a message naming the qualities.
+  auto quality = std::make_shared<std::string>();
+  command->add_option("-q,--quality", *quality, "instead of --model: the shipped model of this quality "
                       "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
   command->add_option("-o,--out", c.out, "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
                       "default: each image's path with .pxae (photo.png -> photo.pxae)")->type_name("PATH");
@@ -294,7 +326,10 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");
-  command->callback([options, &exit_code] { exit_code = run_compress(*options); });
+  command->callback([options, quality, &exit_code] {
+    if (!quality->empty()) options->quality = parse_quality(*quality);
+    exit_code = run_compress(*options);
+  });
 }
 
 void add_decompress_command(CLI::App& app, int& exit_code) {

@@ -218,6 +218,34 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
   EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
 }
 
+// -q is --quality; a value that is not a whole number is refused with the
+// catalog's range and the qualities whose model is present.
+TEST(PlexusAeCompressQuality, QualityHasAShortNameAndTakesAWholeNumber) {
+  ScratchFolder folder{"ae-quality-number"};
+  testing::save_png(folder / "photo.png", testing::position_image(16, 16));
+  std::filesystem::create_directories(folder / "present-q5");
+  std::ofstream(folder / "present-q5/model.safetensors") << "a model file";
+  std::ofstream(folder / "catalog.json")
+      << R"({"qualities": [{"quality": 2, "spec": "bmshj2018-hyperprior", "lambda": 0.0067,)"
+      << R"( "model": "absent-q2/model.safetensors"},)"
+      << R"( {"quality": 5, "spec": "bmshj2018-hyperprior", "lambda": 0.025, "model": "present-q5/model.safetensors"}]})";
+  ::setenv("PLEXUS_AE_QUALITY_CATALOG", (folder / "catalog.json").c_str(), 1);
+  auto short_name = testing::run_plexus_ae({"compress", "-q", "2", folder / "photo.png"}, folder.path());
+  std::vector<testing::CommandResult> not_numbers;
+  for (const std::string text : {"three", "3.5", "0", "-1"})
+    not_numbers.push_back(testing::run_plexus_ae({"compress", "--quality=" + text, folder / "photo.png"}, folder.path()));
+  ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
+  EXPECT_EQ(short_name.exit_code, 1) << short_name.describe();
+  EXPECT_TRUE(contains(short_name.err, "quality 2 (bmshj2018-hyperprior, lambda 0.0067) is not shipped"))
+      << short_name.err;
+  for (const testing::CommandResult& result : not_numbers) {
+    EXPECT_EQ(result.exit_code, 1) << result.describe();
+    EXPECT_TRUE(contains(result.err, "--quality takes a whole number 2-5 (the shipped qualities: 5), got '"))
+        << result.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(folder / "photo.pxae"));
+}
+
 // The quality this tree ships (models/trained/hyperprior-q3, a trained
 // bmshj2018-hyperprior at lambda 0.0067) codes a Kodak image through
 // --quality alone: decompress finds the model from the file, and the decoded
