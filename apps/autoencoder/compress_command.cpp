@@ -25,6 +25,7 @@
 #include "plexus/error.h"
 #include "plexus/half.h"
 #include "plexus/net.h"
+#include "output_folder.h"
 #include "run_metadata.h"
 #include "session.h"
 
@@ -67,15 +68,39 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// The 8-byte fingerprint at offset 8 of a file, when it has the magic.
-bool peek_fingerprint(const std::string& path, std::uint64_t* fingerprint) {
+// What the first 24 bytes of a .pxae file say (docs/bitstream.md; the same
+// in every version): the model's fingerprint and the image size.
+struct FileHead {
+  std::uint64_t fingerprint = 0;
+  std::uint32_t width = 0, height = 0;
+};
+
+// The head of a file, when it has the magic and a fingerprint (the size
+// stays 0 when the file ends before it).
+bool peek_head(const std::string& path, FileHead* head) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char head[16];
-  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) return false;
-  if (head[0] != 'P' || head[1] != 'X' || head[2] != 'A' || head[3] != 'E') return false;
-  *fingerprint = 0;
-  for (int k = 0; k < 8; ++k) *fingerprint |= static_cast<std::uint64_t>(head[8 + k]) << (8 * k);
+  unsigned char bytes[24] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  if (in.gcount() < 16) return false;
+  if (bytes[0] != 'P' || bytes[1] != 'X' || bytes[2] != 'A' || bytes[3] != 'E') return false;
+  auto little_endian = [&](int offset, int size) {
+    std::uint64_t value = 0;
+    for (int k = 0; k < size; ++k) value |= static_cast<std::uint64_t>(bytes[offset + k]) << (8 * k);
+    return value;
+  };
+  head->fingerprint = little_endian(8, 8);
+  head->width = static_cast<std::uint32_t>(little_endian(16, 4));
+  head->height = static_cast<std::uint32_t>(little_endian(20, 4));
   return true;
+}
+
+// Refuses, from its header and before any model or decoding, a file whose
+// image has more than `max_pixels` pixels (--max-image-pixels).
+void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
+  FileHead head;
+  if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
+  const std::string problem = data::pixel_limit_problem(head.width, head.height, max_pixels);
+  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
 }
 
 // " 1-6 (the shipped qualities: 3)": the catalog's range and the qualities
@@ -221,8 +246,9 @@ int run_decompress(const DecompressOptions& o) {
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
-    std::uint64_t wanted = 0;
-    const bool tagged = peek_fingerprint(input, &wanted);
+    FileHead head;
+    const bool tagged = peek_head(input, &head);
+    const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {
       auto& model = models[path];
       if (!model) model = CodecModel::from_file(path, registry, device);
@@ -236,6 +262,7 @@ int run_decompress(const DecompressOptions& o) {
   int failures = 0;
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     try {
+      check_pixel_limit(o.inputs[i], o.max_image_pixels);
       CodecModel& model = model_for(o.inputs[i]);
       const std::vector<std::uint8_t> bytes = read_file(o.inputs[i], model.max_file_bytes());
       const auto start = std::chrono::steady_clock::now();
@@ -344,6 +371,8 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
+  command->add_option("--max-image-pixels", d.max_image_pixels, "refuse files of images of more pixels than this, "
+                      "read from the file's header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"

@@ -191,6 +191,47 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
   EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
 }
 
+// decompress --max-image-pixels: a file whose header describes a larger image
+// is refused before any model is loaded (the model here does not exist), with
+// the file, the image's size, the limit and the option to raise it; the
+// default is train's and eval's, 50,000,000 pixels.
+TEST(PlexusAeDecompressLimit, ALargerImageIsRefusedFromTheHeader) {
+  ScratchFolder folder{"ae-decompress-limit"};
+  // A version-1 header: magic, version 1, flags 0, fingerprint, width, height; the rest zeros.
+  auto header_file = [&](const std::string& name, std::uint32_t width, std::uint32_t height) {
+    std::vector<std::uint8_t> bytes{'P', 'X', 'A', 'E', 1, 0, 0, 0};
+    bytes.resize(64, 0);
+    for (int k = 0; k < 4; ++k) {
+      bytes[16 + k] = static_cast<std::uint8_t>(width >> (8 * k));
+      bytes[20 + k] = static_cast<std::uint8_t>(height >> (8 * k));
+    }
+    write_all(folder / name, bytes);
+    return folder / name;
+  };
+  const std::string large = header_file("large.pxae", 8000, 7000);
+  const std::string small = header_file("small.pxae", 100, 50);
+  const std::string absent_model = folder / "absent.safetensors";
+  auto by_default = testing::run_plexus_ae({"decompress", "--model", absent_model, large, "-o", folder / "large.png",
+                                            "--device", "cpu"}, folder.path());
+  EXPECT_EQ(by_default.exit_code, 1) << by_default.describe();
+  EXPECT_TRUE(contains(by_default.err, "cannot decompress '" + large + "': the image is 8000x7000 = 56000000 pixels, "
+                                       "more than the limit of 50000000 pixels; raise the limit with --max-image-pixels"))
+      << by_default.err;
+  EXPECT_FALSE(contains(by_default.err, "absent.safetensors")) << by_default.err;
+  auto lowered = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
+                                         "--max-image-pixels", "4999", "--device", "cpu"}, folder.path());
+  EXPECT_EQ(lowered.exit_code, 1) << lowered.describe();
+  EXPECT_TRUE(contains(lowered.err, "cannot decompress '" + small + "': the image is 100x50 = 5000 pixels, more than "
+                                    "the limit of 4999 pixels; raise the limit with --max-image-pixels"))
+      << lowered.err;
+  // Within the limit, the file goes on to its model.
+  auto within = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
+                                        "--max-image-pixels", "5000", "--device", "cpu"}, folder.path());
+  EXPECT_EQ(within.exit_code, 1) << within.describe();
+  EXPECT_FALSE(contains(within.err, "pixels")) << within.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "small.png"));
+}
+
 // compress --quality N: a catalog entry whose model is absent is refused with
 // exit code 1, saying it is not shipped and how to train it; --model and
 // --quality exclude each other; one of them is needed.
