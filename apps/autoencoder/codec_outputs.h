@@ -41,6 +41,9 @@ void check_outputs(const std::vector<std::string>& inputs, const std::vector<std
 void check_inputs_are_files(const std::vector<std::string>& inputs, CodecOutput kind);
 
 // Creates the missing parent folders of `output`; IoError saying why not.
+// Called for every output once check_outputs passed (so that a refused
+// command creates nothing, and a folder the system will not create is
+// reported before any work), and again before each write.
 void create_parent_folders(const std::string& output);
 
 }  // namespace plexus::ae

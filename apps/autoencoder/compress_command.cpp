@@ -205,6 +205,7 @@ int run_compress(const CompressOptions& options) {
   check_inputs_are_files(o.inputs, CodecOutput::compressed);
   const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::compressed);
   check_outputs(o.inputs, outputs, CodecOutput::compressed, o.out.empty(), o.overwrite);
+  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
   auto model = CodecModel::from_file(o.model, registry, device);
@@ -233,6 +234,7 @@ int run_decompress(const DecompressOptions& o) {
   check_inputs_are_files(o.inputs, CodecOutput::image);
   const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::image);
   check_outputs(o.inputs, outputs, CodecOutput::image, o.out.empty(), o.overwrite);
+  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
 

@@ -85,6 +85,15 @@ TEST_F(PlexusAeCodecOutputs, AnOutputThatIsAFolderIsRefused) {
   expect_refused(result, "cannot write '" + (folder / "a/x.pxae") + "': it is a folder");
 }
 
+// A folder the system will not create (nothing can be made in /proc) is
+// reported with its reason before the model is loaded, whoever runs it.
+TEST_F(PlexusAeCodecOutputs, AFolderThatCannotBeCreatedIsRefusedBeforeTheWork) {
+  auto result = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", "/proc/plexus-ae-test/x.pxae"});
+  expect_refused(result, "/proc");
+  EXPECT_TRUE(contains(result.err, "cannot ")) << result.err;
+  EXPECT_FALSE(fs::exists("/proc/plexus-ae-test"));
+}
+
 // Root may write anywhere (access(2) says yes), so only a user sees this refusal.
 TEST_F(PlexusAeCodecOutputs, AReadOnlyFolderIsRefusedWithTheReason) {
   if (::geteuid() == 0) GTEST_SKIP() << "root may write into a read-only folder";
