@@ -1,6 +1,7 @@
 #include "compress_command.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,12 +11,12 @@
 #include <memory>
 #include <set>
 
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
 
+#include "codec_outputs.h"
 #include "executable_path.h"
 #include "exit_codes.h"
+#include "plexus/atomic_file.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
@@ -24,6 +25,7 @@
 #include "plexus/error.h"
 #include "plexus/half.h"
 #include "plexus/net.h"
+#include "output_folder.h"
 #include "run_metadata.h"
 #include "session.h"
 
@@ -33,61 +35,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kCompressedExtension = ".pxae";
-
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Where each input's output goes: -o names the file for one input, and a
-// folder for several; without -o, next to the input with `extension`.
-std::vector<std::string> output_paths(const std::vector<std::string>& inputs, const std::string& out,
-                                      const std::string& extension) {
-  std::vector<std::string> paths;
-  std::error_code error;
-  const bool folder = !out.empty() && (inputs.size() > 1 || fs::is_directory(out, error));
-  if (folder) {
-    fs::create_directories(out, error);
-    if (error) throw IoError("cannot create the output folder '" + out + "': " + error.message());
-  }
-  for (const std::string& input : inputs) {
-    if (out.empty()) paths.push_back(fs::path(input).replace_extension(extension).string());
-    else if (folder) paths.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension)).string());
-    else paths.push_back(out);
-  }
-  std::map<std::string, std::string> claimed;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    auto [it, fresh] = claimed.emplace(paths[i], inputs[i]);
-    if (!fresh)
-      throw ConfigError("'" + inputs[i] + "' and '" + it->second + "' would both be written to '" + paths[i] +
-                        "'; give them different names or compress them separately");
-  }
-  return paths;
-}
-
-void check_writable(const std::string& input, const std::string& output, bool overwrite) {
-  std::error_code error;
-  if (fs::exists(output, error) && fs::equivalent(input, output, error))
-    throw ConfigError("'" + input + "' would be written over itself; choose another -o");
-  if (!overwrite && fs::exists(output, error))
-    throw ConfigError("'" + output + "' already exists; pass --overwrite to replace it, or choose another -o");
-}
-
-// Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half file.
+// Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half
+// file; the error names the file and the system's reason.
 void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw IoError("cannot write '" + path + "'");
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw IoError("cannot write '" + path + "': renaming '" + temporary + "' over it failed");
-  }
+  create_parent_folders(path);
+  AtomicFile file(path, "compressed image");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 // The whole file, refused unread when longer than `limit` bytes.
@@ -110,15 +68,68 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// The 8-byte fingerprint at offset 8 of a file, when it has the magic.
-bool peek_fingerprint(const std::string& path, std::uint64_t* fingerprint) {
+// What the first 24 bytes of a .pxae file say (docs/bitstream.md; the same
+// in every version): the model's fingerprint and the image size.
+struct FileHead {
+  std::uint64_t fingerprint = 0;
+  std::uint32_t width = 0, height = 0;
+};
+
+// The head of a file, when it has the magic and a fingerprint (the size
+// stays 0 when the file ends before it).
+bool peek_head(const std::string& path, FileHead* head) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char head[16];
-  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) return false;
-  if (head[0] != 'P' || head[1] != 'X' || head[2] != 'A' || head[3] != 'E') return false;
-  *fingerprint = 0;
-  for (int k = 0; k < 8; ++k) *fingerprint |= static_cast<std::uint64_t>(head[8 + k]) << (8 * k);
+  unsigned char bytes[24] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  if (in.gcount() < 16) return false;
+  if (bytes[0] != 'P' || bytes[1] != 'X' || bytes[2] != 'A' || bytes[3] != 'E') return false;
+  auto little_endian = [&](int offset, int size) {
+    std::uint64_t value = 0;
+    for (int k = 0; k < size; ++k) value |= static_cast<std::uint64_t>(bytes[offset + k]) << (8 * k);
+    return value;
+  };
+  head->fingerprint = little_endian(8, 8);
+  head->width = static_cast<std::uint32_t>(little_endian(16, 4));
+  head->height = static_cast<std::uint32_t>(little_endian(20, 4));
   return true;
+}
+
+// Refuses, from its header and before any model or decoding, a file whose
+// image has more than `max_pixels` pixels (--max-image-pixels).
+void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
+  FileHead head;
+  if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
+  const std::string problem = data::pixel_limit_problem(head.width, head.height, max_pixels);
+  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
+}
+
+// " 1-6 (the shipped qualities: 3)": the catalog's range and the qualities
+// whose model is present; "" when the catalog cannot be read.
+std::string quality_choices() {
+  try {
+    const QualityCatalog catalog = load_quality_catalog(quality_catalog_path());
+    if (catalog.entries.empty()) return "";
+    std::string shipped;
+    for (const QualityEntry& entry : catalog.entries) {
+      std::error_code error;
+      if (fs::is_regular_file(entry.path, error)) shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
+    }
+    return " " + std::to_string(catalog.entries.front().quality) + "-" +
+           std::to_string(catalog.entries.back().quality) + " (the shipped qualities: " +
+           (shipped.empty() ? "none" : shipped) + ")";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// The value of --quality: a whole number >= 1, else ConfigError saying which.
+int parse_quality(const std::string& text) {
+  int quality = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, quality);
+  if (error != std::errc() || stop != end || quality < 1)
+    throw ConfigError("--quality takes a whole number" + quality_choices() + ", got '" + text + "'");
+  return quality;
 }
 
 // The names of the parameters of `spec`'s net: what --storage f16 stores as F16.
@@ -191,8 +202,10 @@ int run_compress(const CompressOptions& options) {
     throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
                       "(a shipped model) is required");
   if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
-  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, kCompressedExtension);
-  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  check_inputs_are_files(o.inputs, CodecOutput::compressed);
+  const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::compressed);
+  check_outputs(o.inputs, outputs, CodecOutput::compressed, o.out.empty(), o.overwrite);
+  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
   auto model = CodecModel::from_file(o.model, registry, device);
@@ -218,8 +231,10 @@ int run_compress(const CompressOptions& options) {
 
 int run_decompress(const DecompressOptions& o) {
   if (o.inputs.empty()) throw ConfigError("give at least one .pxae file to decompress");
-  const std::vector<std::string> outputs = output_paths(o.inputs, o.out, ".png");
-  for (std::size_t i = 0; i < o.inputs.size(); ++i) check_writable(o.inputs[i], outputs[i], o.overwrite);
+  check_inputs_are_files(o.inputs, CodecOutput::image);
+  const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::image);
+  check_outputs(o.inputs, outputs, CodecOutput::image, o.out.empty(), o.overwrite);
+  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
 
@@ -233,8 +248,9 @@ int run_decompress(const DecompressOptions& o) {
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
-    std::uint64_t wanted = 0;
-    const bool tagged = peek_fingerprint(input, &wanted);
+    FileHead head;
+    const bool tagged = peek_head(input, &head);
+    const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {
       auto& model = models[path];
       if (!model) model = CodecModel::from_file(path, registry, device);
@@ -248,11 +264,13 @@ int run_decompress(const DecompressOptions& o) {
   int failures = 0;
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     try {
+      check_pixel_limit(o.inputs[i], o.max_image_pixels);
       CodecModel& model = model_for(o.inputs[i]);
       const std::vector<std::uint8_t> bytes = read_file(o.inputs[i], model.max_file_bytes());
       const auto start = std::chrono::steady_clock::now();
       const data::Image image = model.decompress(bytes.data(), bytes.size());
       const double ms = milliseconds_since(start);
+      create_parent_folders(outputs[i]);
       data::write_png(outputs[i], image);
       std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
                   size_text(image.width, image.height).c_str(), ms);
@@ -322,9 +340,12 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   CompressOptions& c = *options;
   command->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
-  command->add_option("--quality", c.quality, "instead of --model: the shipped model of this quality "
+  // Read as text, so that a value that is not a whole number gets a message naming the qualities.
+  auto quality = std::make_shared<std::string>();
+  command->add_option("-q,--quality", *quality, "instead of --model: the shipped model of this quality "
                       "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
-  command->add_option("-o,--out", c.out, "output file (one image) or folder (several); default: each image's path with .pxae")->type_name("PATH");
+  command->add_option("-o,--out", c.out, "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
+                      "default: each image's path with .pxae (photo.png -> photo.pxae)")->type_name("PATH");
   command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
@@ -334,7 +355,10 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "The file format is described in docs/bitstream.md.");
-  command->callback([options, &exit_code] { exit_code = run_compress(*options); });
+  command->callback([options, quality, &exit_code] {
+    if (!quality->empty()) options->quality = parse_quality(*quality);
+    exit_code = run_compress(*options);
+  });
 }
 
 void add_decompress_command(CLI::App& app, int& exit_code) {
@@ -344,12 +368,16 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   DecompressOptions& d = *options;
   command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
   command->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
-  command->add_option("-o,--out", d.out, "output PNG (one file) or folder (several); default: each file's path with .png")->type_name("PATH");
+  command->add_option("-o,--out", d.out, "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
+                      "default: each file's path with .png appended (photo.pxae -> photo.pxae.png), never the name of the original image")->type_name("PATH");
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
+  command->add_option("--max-image-pixels", d.max_image_pixels, "refuse files of images of more pixels than this, "
+                      "read from the file's header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->footer(
       "Examples:\n"
+      "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");

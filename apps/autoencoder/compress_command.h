@@ -1,6 +1,7 @@
 #pragma once
 // `plexus-ae compress`, `plexus-ae decompress` and `plexus-ae export`: the
 // codec commands (codec_model.h does the work; docs/bitstream.md is the format).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct DecompressOptions {
   std::string device = "auto";
   std::vector<std::string> plugins;
   bool overwrite = false;
+  // Files of larger images are refused from their header (data::kDefaultMaxImagePixels, as train and eval).
+  std::int64_t max_image_pixels = 50'000'000;
 };
 
 struct ExportOptions {

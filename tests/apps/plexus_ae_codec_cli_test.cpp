@@ -71,12 +71,12 @@ TEST_F(PlexusAeCodec, TrainWritesCodingTablesIntoTheModel) {
 
 TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
   auto compressed = run({"compress", "--model", model, folder / "images/odd.png", folder / "images/tall.png", "-o",
-                         folder / "files", "--device", "cpu"});
+                         folder / "files/", "--device", "cpu"});
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   EXPECT_TRUE(contains(compressed.out, "odd.pxae: 21x13")) << compressed.out;
   EXPECT_FALSE(contains(compressed.err, "no coding tables")) << compressed.err;
   auto decompressed = run({"decompress", "--model", model, folder / "files/odd.pxae", folder / "files/tall.pxae", "-o",
-                           folder / "decoded", "--device", "cpu"});
+                           folder / "decoded/", "--device", "cpu"});
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
   auto evaluated = run({"eval", "--model", model, "--data", folder / "images", "--out", folder / "recon", "--device", "cpu"});
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
@@ -147,7 +147,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
 TEST_F(PlexusAeCodec, OneBadFileAmongSeveralStillDecodesTheOthers) {
   compress_odd("good.pxae");
   write_all(folder / "bad.pxae", {'P', 'X', 'A', 'E', 1, 0});
-  auto result = run({"decompress", "--model", model, folder / "bad.pxae", folder / "good.pxae", "-o", folder / "dec",
+  auto result = run({"decompress", "--model", model, folder / "bad.pxae", folder / "good.pxae", "-o", folder / "dec/",
                      "--device", "cpu"});
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "cannot decompress '" + (folder / "bad.pxae") + "': truncated")) << result.err;
@@ -191,6 +191,47 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
   EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
 }
 
+// decompress --max-image-pixels: a file whose header describes a larger image
+// is refused before any model is loaded (the model here does not exist), with
+// the file, the image's size, the limit and the option to raise it; the
+// default is train's and eval's, 50,000,000 pixels.
+TEST(PlexusAeDecompressLimit, ALargerImageIsRefusedFromTheHeader) {
+  ScratchFolder folder{"ae-decompress-limit"};
+  // A version-1 header: magic, version 1, flags 0, fingerprint, width, height; the rest zeros.
+  auto header_file = [&](const std::string& name, std::uint32_t width, std::uint32_t height) {
+    std::vector<std::uint8_t> bytes{'P', 'X', 'A', 'E', 1, 0, 0, 0};
+    bytes.resize(64, 0);
+    for (int k = 0; k < 4; ++k) {
+      bytes[16 + k] = static_cast<std::uint8_t>(width >> (8 * k));
+      bytes[20 + k] = static_cast<std::uint8_t>(height >> (8 * k));
+    }
+    write_all(folder / name, bytes);
+    return folder / name;
+  };
+  const std::string large = header_file("large.pxae", 8000, 7000);
+  const std::string small = header_file("small.pxae", 100, 50);
+  const std::string absent_model = folder / "absent.safetensors";
+  auto by_default = testing::run_plexus_ae({"decompress", "--model", absent_model, large, "-o", folder / "large.png",
+                                            "--device", "cpu"}, folder.path());
+  EXPECT_EQ(by_default.exit_code, 1) << by_default.describe();
+  EXPECT_TRUE(contains(by_default.err, "cannot decompress '" + large + "': the image is 8000x7000 = 56000000 pixels, "
+                                       "more than the limit of 50000000 pixels; raise the limit with --max-image-pixels"))
+      << by_default.err;
+  EXPECT_FALSE(contains(by_default.err, "absent.safetensors")) << by_default.err;
+  auto lowered = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
+                                         "--max-image-pixels", "4999", "--device", "cpu"}, folder.path());
+  EXPECT_EQ(lowered.exit_code, 1) << lowered.describe();
+  EXPECT_TRUE(contains(lowered.err, "cannot decompress '" + small + "': the image is 100x50 = 5000 pixels, more than "
+                                    "the limit of 4999 pixels; raise the limit with --max-image-pixels"))
+      << lowered.err;
+  // Within the limit, the file goes on to its model.
+  auto within = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
+                                        "--max-image-pixels", "5000", "--device", "cpu"}, folder.path());
+  EXPECT_EQ(within.exit_code, 1) << within.describe();
+  EXPECT_FALSE(contains(within.err, "pixels")) << within.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "small.png"));
+}
+
 // compress --quality N: a catalog entry whose model is absent is refused with
 // exit code 1, saying it is not shipped and how to train it; --model and
 // --quality exclude each other; one of them is needed.
@@ -216,6 +257,34 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
   auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
   EXPECT_EQ(neither.exit_code, 1) << neither.describe();
   EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
+}
+
+// -q is --quality; a value that is not a whole number is refused with the
+// catalog's range and the qualities whose model is present.
+TEST(PlexusAeCompressQuality, QualityHasAShortNameAndTakesAWholeNumber) {
+  ScratchFolder folder{"ae-quality-number"};
+  testing::save_png(folder / "photo.png", testing::position_image(16, 16));
+  std::filesystem::create_directories(folder / "present-q5");
+  std::ofstream(folder / "present-q5/model.safetensors") << "a model file";
+  std::ofstream(folder / "catalog.json")
+      << R"({"qualities": [{"quality": 2, "spec": "bmshj2018-hyperprior", "lambda": 0.0067,)"
+      << R"( "model": "absent-q2/model.safetensors"},)"
+      << R"( {"quality": 5, "spec": "bmshj2018-hyperprior", "lambda": 0.025, "model": "present-q5/model.safetensors"}]})";
+  ::setenv("PLEXUS_AE_QUALITY_CATALOG", (folder / "catalog.json").c_str(), 1);
+  auto short_name = testing::run_plexus_ae({"compress", "-q", "2", folder / "photo.png"}, folder.path());
+  std::vector<testing::CommandResult> not_numbers;
+  for (const std::string text : {"three", "3.5", "0", "-1"})
+    not_numbers.push_back(testing::run_plexus_ae({"compress", "--quality=" + text, folder / "photo.png"}, folder.path()));
+  ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
+  EXPECT_EQ(short_name.exit_code, 1) << short_name.describe();
+  EXPECT_TRUE(contains(short_name.err, "quality 2 (bmshj2018-hyperprior, lambda 0.0067) is not shipped"))
+      << short_name.err;
+  for (const testing::CommandResult& result : not_numbers) {
+    EXPECT_EQ(result.exit_code, 1) << result.describe();
+    EXPECT_TRUE(contains(result.err, "--quality takes a whole number 2-5 (the shipped qualities: 5), got '"))
+        << result.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(folder / "photo.pxae"));
 }
 
 // The quality this tree ships (models/trained/hyperprior-q3, a trained
