@@ -94,13 +94,27 @@ TEST_F(PlexusAeCodecOutputs, AFolderThatCannotBeCreatedIsRefusedBeforeTheWork) {
   EXPECT_FALSE(fs::exists("/proc/plexus-ae-test"));
 }
 
-// Root may write anywhere (access(2) says yes), so only a user sees this refusal.
+// Root may write anywhere (access(2) says yes), so under root the command
+// runs as the unprivileged user nobody (util-linux's setpriv), who sees the
+// refusal a user would.
 TEST_F(PlexusAeCodecOutputs, AReadOnlyFolderIsRefusedWithTheReason) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root may write into a read-only folder";
   fs::create_directories(folder / "read-only");
-  fs::permissions(folder / "read-only", fs::perms::owner_read | fs::perms::owner_exec);
-  auto result = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/x.pxae"});
-  auto nested = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/new/"});
+  fs::permissions(folder / "read-only", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                            fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const auto as_nobody = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--reuid=65534", "--regid=65534", "--clear-groups", PLEXUS_AE_EXECUTABLE});
+    return testing::Process("/usr/bin/setpriv", args, folder.path()).wait();
+  };
+  const auto as_user = [&](std::vector<std::string> args) {
+    if (::geteuid() != 0) return run(args);
+    args.insert(args.end(), {"--device", "cpu"});
+    return as_nobody(args);
+  };
+  if (::geteuid() == 0 && (!fs::exists("/usr/bin/setpriv") || as_nobody({"--help"}).exit_code != 0))
+    GTEST_SKIP() << "running as root, and the user nobody cannot run " << PLEXUS_AE_EXECUTABLE
+                 << " through /usr/bin/setpriv (a folder above it closed to others?)";
+  auto result = as_user({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/x.pxae"});
+  auto nested = as_user({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/new/"});
   fs::permissions(folder / "read-only", fs::perms::owner_all);
   expect_refused(result, "cannot write '" + (folder / "read-only/x.pxae") + "': its folder '" +
                              (folder / "read-only") + "': Permission denied");
