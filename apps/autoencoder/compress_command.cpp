@@ -306,7 +306,7 @@ int run_export(const ExportOptions& o) {
   if (o.storage != "f32" && o.storage != "f16")
     throw ConfigError("--storage must be f32 or f16, got '" + o.storage + "'");
   // f16: every parameter rounded to the nearest f16 first, so that the
-  // coding tables and the integer hyper-synthesis below are built from the
+  // coding tables and the integer network below are built from the
   // weights the file will hold.
   const std::set<std::string> stored_as_f16 = o.storage == "f16" ? round_parameters_to_f16(file, spec, registry, o.model)
                                                                  : std::set<std::string>{};
@@ -323,7 +323,7 @@ int run_export(const ExportOptions& o) {
   auto model = CodecModel::from_file(out, registry, Device::cpu());
   std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
               static_cast<long long>(model->tables().channels()),
-              model->kind() == ModelKind::hyperprior ? " and the integer hyper-synthesis's calibration" : "",
+              has_hyper_latent(model->kind()) ? " and the integer network's calibration" : "",
               fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
   return kExitOk;
 }
@@ -394,7 +394,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
   command->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
   command->add_option("--plugin", e.plugins, kPluginHelp)->type_name("FILE");
   command->add_option("--calibration-images", e.calibration_images,
-                      "scale hyperprior: calibrate the integer hyper-synthesis on the images of this folder "
+                      "hyperprior models: calibrate the integer network of the entropy parameters on the images of this folder "
                       "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
       ->type_name("FOLDER");
   command->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "

@@ -34,7 +34,7 @@ struct ExportOptions {
   std::string model;
   std::string out;  // empty: the --model file itself, when it is a model (no optimiser state)
   std::vector<std::string> plugins;
-  // A scale hyperprior's integer hyper-synthesis: calibrated on the images
+  // A hyperprior's integer network (entropy parameters): calibrated on the images
   // of this folder (empty: kept when the file has a calibration, else the prior's samples).
   std::string calibration_images;
   std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)

@@ -30,7 +30,23 @@ std::string shape_text(std::uint32_t channels, std::uint32_t height, std::uint32
 }  // namespace
 
 const char* model_kind_name(ModelKind kind) {
-  return kind == ModelKind::hyperprior ? "scale-hyperprior" : "factorized-prior";
+  switch (kind) {
+    case ModelKind::factorized: return "factorized-prior";
+    case ModelKind::hyperprior: return "scale-hyperprior";
+    case ModelKind::mean_scale_hyperprior: return "mean-scale-hyperprior";
+  }
+  return "unknown";
+}
+
+bool has_hyper_latent(ModelKind kind) { return kind != ModelKind::factorized; }
+
+std::uint16_t format_version(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::factorized: return 1;
+    case ModelKind::hyperprior: return 2;
+    case ModelKind::mean_scale_hyperprior: return 3;
+  }
+  return 0;
 }
 
 std::string fingerprint_text(std::uint64_t fingerprint) {
@@ -40,9 +56,9 @@ std::string fingerprint_text(std::uint64_t fingerprint) {
 }
 
 std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream) {
-  const bool hyperprior = header.kind == ModelKind::hyperprior;
+  const bool hyperprior = has_hyper_latent(header.kind);
   std::vector<std::uint8_t> out(kMagic, kMagic + 4);
-  put(out, hyperprior ? 2 : 1, 2);
+  put(out, format_version(header.kind), 2);
   put(out, 0, 2);
   put(out, header.fingerprint, 8);
   put(out, header.width, 4);
@@ -92,11 +108,14 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
 
   Bitstream result;
   BitstreamHeader& h = result.header;
-  if (version == 2) {
+  if (version >= 2) {
+    // Version 2 holds kind 2, version 3 kind 3: the same layout, different symbols.
     const std::uint64_t kind = get(bytes + 36, 4);
-    if (kind != static_cast<std::uint32_t>(ModelKind::hyperprior))
-      throw IoError("unknown model kind " + std::to_string(kind) + " (this plexus-ae knows kind 2, the scale hyperprior)");
-    h.kind = ModelKind::hyperprior;
+    if (kind != version)
+      throw IoError("model kind " + std::to_string(kind) + " in a format-version-" + std::to_string(version) +
+                    " file (version 2 holds kind 2, the scale hyperprior; version 3 kind 3, the mean-scale "
+                    "hyperprior)");
+    h.kind = static_cast<ModelKind>(kind);
     h.hyper_channels = static_cast<std::uint32_t>(get(bytes + 40, 4));
     h.hyper_height = static_cast<std::uint32_t>(get(bytes + 44, 4));
     h.hyper_width = static_cast<std::uint32_t>(get(bytes + 48, 4));
@@ -129,7 +148,7 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("latent shape " + shape_text(h.channels, h.latent_height, h.latent_width) + " does not fit a " +
                   image + " under this model, which needs " +
                   shape_text(expected.channels, latent_height, latent_width));
-  if (h.kind == ModelKind::hyperprior &&
+  if (has_hyper_latent(h.kind) &&
       (h.hyper_channels != expected.hyper_channels || h.hyper_height != strides_high || h.hyper_width != strides_wide))
     throw IoError("hyper-latent shape " + shape_text(h.hyper_channels, h.hyper_height, h.hyper_width) +
                   " does not fit a " + image + " under this model, which needs " +

@@ -28,10 +28,13 @@ struct CodecGraph {
   ModelSpec density;    // factorized_latent -> the entropy model's likelihoods
   std::string entropy_node;
   std::string factorized_latent;  // what the FactorizedEntropyModel reads: latent, or the hyper-latent
-  // Scale hyperprior only: z_hat, the GaussianConditional, and h_s (z_hat -> scales).
+  // Hyperprior kinds only: z_hat, the GaussianConditional, and where its
+  // entropy parameters (scales, means) come from.
   std::string hyper_latent;
   std::string gaussian_node;
-  std::vector<NodeSpec> hyper_synthesis;
+  EntropyParameterBlobs parameter_blobs;
+  // Mean-scale only: y, which the QuantizeAroundMean giving the latent rounds.
+  std::string unquantized;
 };
 
 namespace {
@@ -50,6 +53,7 @@ class NotCodable : public ConfigError {
 
 constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 constexpr const char* kGaussianType = "GaussianConditional";
+constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
 constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
 constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
 // Calibration without images: this many hyper-latents of side kPriorSide from the prior.
@@ -106,17 +110,31 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   std::vector<std::string> analysed = {graph.latent};
   if (!gaussian.empty()) {
     const NodeSpec& node = *gaussian[0];
-    if (node.inputs.size() != 2)
-      throw NotCodable(spec.source,
-                       std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
-                           std::to_string(node.inputs.size()) +
-                           " inputs; the codec handles [latent, scales] (a mean input is not supported yet)");
-    graph.kind = ModelKind::hyperprior;
+    if (node.inputs.size() != 2 && node.inputs.size() != 3)
+      throw NotCodable(spec.source, std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
+                                        std::to_string(node.inputs.size()) +
+                                        " inputs; the codec handles [latent, scales] and [latent, scales, means]");
+    const bool means = node.inputs.size() == 3;
+    graph.kind = means ? ModelKind::mean_scale_hyperprior : ModelKind::hyperprior;
     graph.gaussian_node = node.name;
     graph.latent = node.inputs[0];
     graph.hyper_latent = graph.factorized_latent;
+    graph.parameter_blobs = {graph.hyper_latent, node.inputs[1], means ? node.inputs[2] : std::string()};
     analysed = {graph.latent, graph.hyper_latent};
-    graph.hyper_synthesis = nodes_for(spec, {node.inputs[1]}, {graph.hyper_latent}, "hyper-synthesis");
+    if (means) {
+      const NodeSpec* quantizer = nullptr;
+      for (const NodeSpec& candidate : spec.nodes)
+        for (const std::string& output : candidate.outputs)
+          if (output == graph.latent) quantizer = &candidate;
+      if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
+          quantizer->inputs[1] != node.inputs[2])
+        throw NotCodable(spec.source, "its latent '" + graph.latent + "' must be the output of a " +
+                                          kMeanQuantizerType + " node reading [y, '" + node.inputs[2] +
+                                          "'] (the means of " + kGaussianType + " '" + node.name +
+                                          "'), so that the codec can quantise around the integer means");
+      graph.unquantized = quantizer->inputs[0];
+      analysed = {graph.unquantized, graph.hyper_latent};
+    }
   }
   graph.analysis.name = spec.name + " analysis";
   graph.analysis.source = spec.source + " (analysis)";
@@ -132,6 +150,11 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   return graph;
 }
 
+// What the analysis gives for the latent: y_hat, or a mean-scale model's y.
+const std::string& analysed_latent(const CodecGraph& graph) {
+  return graph.unquantized.empty() ? graph.latent : graph.unquantized;
+}
+
 // A scale hyperprior pads to the hyper-latent's stride, 256 / Z for a
 // 256-pixel square that gives a Z x Z hyper-latent, with Y / Z latent
 // positions per hyper-latent position (Y x Y the latent). Found by shape
@@ -145,7 +168,7 @@ HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const Mode
   constexpr std::int64_t kProbeSide = 256;
   Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
   const Shape& z = probe.blob(graph.hyper_latent).shape();
-  const Shape& y = probe.blob(graph.latent).shape();
+  const Shape& y = probe.blob(analysed_latent(graph)).shape();
   if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
       y[2] % z[2] != 0)
     throw NotCodable(spec.source, "a " + std::to_string(kProbeSide) + "-pixel square image gives a latent '" +
@@ -202,19 +225,67 @@ void hash_values(plexus::Fnv1a64& hash, const std::vector<T>& values) {
   hash.add(values.data(), values.size() * sizeof(T));
 }
 
-// The scale hyperprior's integer parts: the integer hyper-synthesis, the
-// scale table and every Gaussian table.
+void hash_convolution(plexus::Fnv1a64& hash, const codec::IntegerConvLayer& layer) {
+  const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
+                                   layer.stride, layer.padding, layer.output_padding};
+  hash.add(geometry, sizeof geometry);
+  hash_values(hash, layer.weight);
+  hash_values(hash, layer.bias);
+}
+
+// Whether `network` is the chain of the first scale hyperprior: convolutions
+// with a ReLU rescale between each two, the scales from the last.
+bool is_relu_chain(const codec::IntegerNetwork& network) {
+  const std::size_t count = network.nodes.size();
+  if (network.has_means() || count % 2 == 0 || network.scales != static_cast<std::int32_t>(count)) return false;
+  for (std::size_t n = 0; n < count; ++n) {
+    const codec::IntegerNode& node = network.nodes[n];
+    const bool relu = node.op == codec::IntegerOp::rescale &&
+                      std::all_of(node.negative_multiplier.begin(), node.negative_multiplier.end(),
+                                  [](std::int64_t m) { return m == 0; });
+    if (node.inputs != std::vector<std::int32_t>{static_cast<std::int32_t>(n)} ||
+        (n % 2 == 0 ? node.op != codec::IntegerOp::convolution : !relu))
+      return false;
+  }
+  return true;
+}
+
+// The integer network. A ReLU chain hashes as before general graphs
+// existed (each convolution with the multipliers and shifts of the rescale
+// after it), so the files of those models keep their fingerprints.
+void hash_integer_network(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network) {
+  if (is_relu_chain(network)) {
+    const std::vector<std::int64_t> none64;
+    const std::vector<std::int32_t> none32;
+    for (std::size_t n = 0; n < network.nodes.size(); n += 2) {
+      hash_convolution(hash, network.nodes[n].conv);
+      const bool last = n + 1 == network.nodes.size();
+      hash_values(hash, last ? none64 : network.nodes[n + 1].multiplier);
+      hash_values(hash, last ? none32 : network.nodes[n + 1].shift);
+    }
+    return;
+  }
+  hash.add_field("integer network");
+  for (const codec::IntegerNode& node : network.nodes) {
+    const std::int32_t fields[] = {static_cast<std::int32_t>(node.op), node.begin, node.count};
+    hash.add(fields, sizeof fields);
+    hash_values(hash, node.inputs);
+    if (node.op == codec::IntegerOp::convolution) hash_convolution(hash, node.conv);
+    hash_values(hash, node.multiplier);
+    hash_values(hash, node.negative_multiplier);
+    hash_values(hash, node.shift);
+  }
+  const std::int32_t outputs[] = {network.scales, network.means};
+  hash.add(outputs, sizeof outputs);
+  hash_values(hash, network.mean_multiplier);
+  hash_values(hash, network.mean_shift);
+}
+
+// A hyperprior's integer parts: the integer network, the scale table and
+// every Gaussian table.
 void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
   hash.add_field("scale hyperprior");
-  for (const codec::IntegerConvLayer& layer : network.layers) {
-    const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
-                                     layer.stride, layer.padding, layer.output_padding};
-    hash.add(geometry, sizeof geometry);
-    hash_values(hash, layer.weight);
-    hash_values(hash, layer.bias);
-    hash_values(hash, layer.multiplier);
-    hash_values(hash, layer.shift);
-  }
+  hash_integer_network(hash, network);
   hash_values(hash, network.thresholds);
   hash_values(hash, gaussian.scales);
   for (const codec::CodingTable& table : gaussian.tables) {
@@ -223,37 +294,53 @@ void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network
   }
 }
 
-// The calibration of h_s on `hyper_latents` ([C, height, width] each, sizes given).
-HyperSynthesisCalibration calibrate(const std::vector<codec::FloatConvLayer>& layers,
+// The calibration of the entropy parameters on `hyper_latents` ([C, height, width] each, sizes given).
+IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network,
                                     const std::vector<std::vector<std::int32_t>>& hyper_latents,
                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& sizes) {
-  HyperSynthesisCalibration calibration;
+  IntegerNetworkCalibration calibration;
   for (std::size_t n = 0; n < hyper_latents.size(); ++n)
-    codec::float_forward(layers, hyper_latents[n], sizes[n].first, sizes[n].second, &calibration.ranges);
+    codec::float_forward(network, hyper_latents[n], sizes[n].first, sizes[n].second, &calibration.ranges);
   calibration.scale_table = codec::log_scale_table();
   return calibration;
 }
 
-HyperSynthesisCalibration calibrate_on_prior(const std::vector<codec::FloatConvLayer>& layers,
+IntegerNetworkCalibration calibrate_on_prior(const codec::FloatNetwork& network,
                                              const codec::FactorizedCodingTables& tables) {
-  return calibrate(layers, prior_samples(tables, kPriorSamples, kPriorSide),
+  return calibrate(network, prior_samples(tables, kPriorSamples, kPriorSide),
                    std::vector<std::pair<std::int64_t, std::int64_t>>(kPriorSamples, {kPriorSide, kPriorSide}));
+}
+
+// Refuses a latent with a value that is not finite or of magnitude >= 2^30:
+// 2^30 keeps every symbol (round(v) - m, round(v - mean)) within 32 bits;
+// a finite latent of a real image is far smaller.
+void check_latent_values(const Tensor& latent, const char* what) {
+  const float* values = latent.data<float>();
+  const std::int64_t count = latent.numel(), plane = latent.dim(2) * latent.dim(3);
+  for (std::int64_t n = 0; n < count; ++n)
+    if (!(std::fabs(values[n]) < float(1 << 30)))
+      throw Error(std::string("cannot compress: the ") + what + " holds " + std::to_string(values[n]) +
+                  " at channel " + std::to_string(n / plane) +
+                  " (not a finite value of magnitude < 2^30; is the model trained?)");
 }
 
 // The integers of a latent tensor (rounded values of magnitude < 2^30).
 std::vector<std::int32_t> latent_integers(const Tensor& latent, const char* what) {
+  check_latent_values(latent, what);
   const float* values = latent.data<float>();
-  const std::int64_t count = latent.numel(), plane = latent.dim(2) * latent.dim(3);
-  std::vector<std::int32_t> integers(static_cast<std::size_t>(count));
-  for (std::int64_t n = 0; n < count; ++n) {
-    const float v = values[n];
-    // 2^30 keeps s = round(v) - m within 32 bits; a finite latent of a real image is far smaller.
-    if (!(std::fabs(v) < float(1 << 30)))
-      throw Error(std::string("cannot compress: the ") + what + " holds " + std::to_string(v) + " at channel " +
-                  std::to_string(n / plane) + " (not a finite value of magnitude < 2^30; is the model trained?)");
-    integers[n] = static_cast<std::int32_t>(std::llround(v));
-  }
+  std::vector<std::int32_t> integers(static_cast<std::size_t>(latent.numel()));
+  for (std::size_t n = 0; n < integers.size(); ++n) integers[n] = static_cast<std::int32_t>(std::llround(values[n]));
   return integers;
+}
+
+// A mean in units of 2^-16, as a double (exact).
+double mean_value(std::int64_t mean) { return std::ldexp(static_cast<double>(mean), -codec::kMeanFractionBits); }
+
+// y_hat = symbol + mean: exact in f64 (|symbol| < 2^31, |mean| <= 2^31 in
+// units of 2^-16), then one correctly rounded conversion to f32, so every
+// machine gets the same value.
+float reconstruct(std::int32_t symbol, std::int64_t mean) {
+  return static_cast<float>(static_cast<double>(symbol) + mean_value(mean));
 }
 
 }  // namespace
@@ -271,15 +358,16 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   const CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
   latent_ = graph.latent;
+  analysed_latent_ = analysed_latent(graph);
   hyper_latent_ = graph.hyper_latent;
-  if (kind_ == ModelKind::hyperprior) probe_hyperprior_stride(graph, spec, registry);
+  if (has_hyper_latent(kind_)) probe_hyperprior_stride(graph, spec, registry);
   const std::int64_t factorized_channels = build_transforms(graph, spec, file, registry);
   const auto start = std::chrono::steady_clock::now();
   load_tables(graph, spec, file, registry, factorized_channels);
   if (computed_tables_)
     spdlog::info("'{}' has no coding tables{}; computed them in {:.0f} ms ('plexus-ae export --model {}' stores them "
                  "in the file)",
-                 name_, kind_ == ModelKind::hyperprior ? " or calibrated integer hyper-synthesis" : "",
+                 name_, has_hyper_latent(kind_) ? " or calibrated integer network" : "",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
   fingerprint_ = compute_fingerprint(spec);
   ctx_ = std::make_unique<Context>(device, 0);
@@ -300,7 +388,7 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
   analysis_ = std::make_unique<Net>(graph.analysis, registry, std::map<std::string, Shape>{{kImage, analysis_shape_}},
                                     DType::f32, device_);
   load_weights(*analysis_, file, name_);
-  const Shape& latent_shape = analysis_->blob(latent_).shape();
+  const Shape& latent_shape = analysis_->blob(analysed_latent_).shape();
   if (latent_shape.size() != 4 || latent_shape[2] != latent_per_stride_ || latent_shape[3] != latent_per_stride_)
     throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
                       std::to_string(stride_) + " image gives a latent '" + latent_ + "' of " +
@@ -308,7 +396,7 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
                       std::to_string(latent_per_stride_) + "]");
   latent_channels_ = latent_shape[1];
   std::int64_t factorized_channels = latent_channels_;
-  if (kind_ == ModelKind::hyperprior) {
+  if (has_hyper_latent(kind_)) {
     const Shape& z = analysis_->blob(hyper_latent_).shape();
     if (z.size() != 4 || z[2] != 1 || z[3] != 1)
       throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
@@ -323,9 +411,9 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
   return factorized_channels;
 }
 
-// The factorized tables and, for a scale hyperprior, the integer
-// hyper-synthesis and Gaussian tables: from the file, or computed (and
-// computed_tables_ set) when it has none.
+// The factorized tables and, for a hyperprior, the integer network and
+// Gaussian tables: from the file, or computed (and computed_tables_ set)
+// when it has none.
 void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
                              const Registry& registry, std::int64_t factorized_channels) {
   const std::string prefix = codec::coding_tables_prefix(graph.entropy_node);
@@ -335,22 +423,27 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
     tables_ = build_tables(file, graph, registry, factorized_channels, name_);
     computed_tables_ = true;
   }
-  if (kind_ != ModelKind::hyperprior) return;
-  hyper_layers_ = ae::float_hyper_synthesis(graph.hyper_synthesis, file, "'" + name_ + "'");
+  if (!has_hyper_latent(kind_)) return;
+  float_network_ = ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
   const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
-  HyperSynthesisCalibration calibration;
+  IntegerNetworkCalibration calibration;
   if (has_calibration(file, integer_prefix)) {
-    calibration = load_calibration(file, integer_prefix, hyper_layers_, "'" + name_ + "'");
+    calibration = load_calibration(file, integer_prefix, float_network_, "'" + name_ + "'");
   } else {
-    calibration = calibrate_on_prior(hyper_layers_, tables_);
+    calibration = calibrate_on_prior(float_network_, tables_);
     computed_tables_ = true;
   }
-  integer_network_ = ae::integer_hyper_synthesis(hyper_layers_, calibration, "'" + name_ + "'");
-  const Shape scales = integer_network_.output_shape(1, 1);
-  if (integer_network_.in_channels() != factorized_channels ||
-      scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
-    throw ConfigError(spec.source + " cannot be used as a codec: its hyper-synthesis maps [" +
-                      std::to_string(integer_network_.in_channels()) + ", 1, 1] to " + shape_str(scales) +
+  integer_network_ = ae::integer_entropy_parameters(float_network_, calibration, "'" + name_ + "'");
+  // One hyper-latent position, run through the network, checks every size (the means' too).
+  const Shape scales =
+      integer_network_.in_channels != factorized_channels
+          ? Shape{}
+          : codec::run_network(integer_network_, std::vector<std::int32_t>(static_cast<std::size_t>(factorized_channels)),
+                               1, 1)
+                .shape;
+  if (scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
+    throw ConfigError(spec.source + " cannot be used as a codec: its entropy parameters map [" +
+                      std::to_string(integer_network_.in_channels) + ", 1, 1] to " + shape_str(scales) +
                       ", but the hyper-latent has " + std::to_string(factorized_channels) +
                       " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
                       ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
@@ -371,7 +464,7 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
     hash.add(fields, sizeof fields);
     hash.add(table.cdf.data(), table.cdf.size() * sizeof(table.cdf[0]));
   }
-  if (kind_ == ModelKind::hyperprior) hash_hyperprior(hash, integer_network_, gaussian_);
+  if (has_hyper_latent(kind_)) hash_hyperprior(hash, integer_network_, gaussian_);
   return hash.value();
 }
 
@@ -398,8 +491,8 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
     const Tensor& value = analysis_->blob(blob);
     return device_.is_cpu() ? value.clone() : value.to(Device::cpu());
   };
-  latents.latent = host(latent_);
-  if (kind_ == ModelKind::hyperprior) latents.hyper_latent = host(hyper_latent_);
+  latents.latent = host(analysed_latent_);
+  if (has_hyper_latent(kind_)) latents.hyper_latent = host(hyper_latent_);
   BitstreamHeader& header = latents.header;
   header.kind = kind_;
   header.fingerprint = fingerprint_;
@@ -408,7 +501,7 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
   header.channels = static_cast<std::uint32_t>(latents.latent.dim(1));
   header.latent_height = static_cast<std::uint32_t>(latents.latent.dim(2));
   header.latent_width = static_cast<std::uint32_t>(latents.latent.dim(3));
-  if (kind_ == ModelKind::hyperprior) {
+  if (has_hyper_latent(kind_)) {
     header.hyper_channels = static_cast<std::uint32_t>(latents.hyper_latent.dim(1));
     header.hyper_height = static_cast<std::uint32_t>(latents.hyper_latent.dim(2));
     header.hyper_width = static_cast<std::uint32_t>(latents.hyper_latent.dim(3));
@@ -418,30 +511,45 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
 
 CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   Latents latents = analyse(image);
-  if (kind_ == ModelKind::hyperprior)
-    latents.indices = codec::scale_indices(integer_network_, latent_integers(latents.hyper_latent, "hyper-latent"),
-                                           latents.hyper_latent.dim(2), latents.hyper_latent.dim(3), device_);
+  if (!has_hyper_latent(kind_)) return latents;
+  codec::IntegerOutputs outputs =
+      codec::run_network(integer_network_, latent_integers(latents.hyper_latent, "hyper-latent"),
+                         latents.hyper_latent.dim(2), latents.hyper_latent.dim(3), device_);
+  latents.indices = std::move(outputs.indices);
+  if (kind_ == ModelKind::hyperprior) {
+    latents.symbols = latent_integers(latents.latent, "latent");
+    return latents;
+  }
+  // Mean-scale: the symbol round(y - mean), and y_hat = symbol + mean as the decoder will compute it.
+  latents.means = std::move(outputs.means);
+  check_latent_values(latents.latent, "latent");
+  float* y = latents.latent.data<float>();
+  latents.symbols.resize(latents.means.size());
+  for (std::size_t n = 0; n < latents.means.size(); ++n) {
+    latents.symbols[n] = static_cast<std::int32_t>(std::round(double(y[n]) - mean_value(latents.means[n])));
+    y[n] = reconstruct(latents.symbols[n], latents.means[n]);
+  }
   return latents;
 }
 
-Tensor CodecModel::encode_latent(const data::Image& image) { return analyse(image).latent; }
+Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
 
 std::vector<std::uint8_t> CodecModel::compress(const data::Image& image) {
   const Latents latents = encode_latents(image);
   codec::RansEncoder encoder;
   // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
-  const Tensor& factorized = kind_ == ModelKind::hyperprior ? latents.hyper_latent : latents.latent;
-  const std::vector<std::int32_t> values =
-      latent_integers(factorized, kind_ == ModelKind::hyperprior ? "hyper-latent" : "latent");
+  const bool hyperprior = has_hyper_latent(kind_);
+  const Tensor& factorized = hyperprior ? latents.hyper_latent : latents.latent;
+  const std::vector<std::int32_t> values = latent_integers(factorized, hyperprior ? "hyper-latent" : "latent");
   const std::int64_t plane = factorized.dim(2) * factorized.dim(3);
   for (std::size_t n = 0; n < values.size(); ++n) {
     const std::int64_t c = static_cast<std::int64_t>(n) / plane;
     encoder.put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])), tables_.tables[c]);
   }
-  if (kind_ == ModelKind::hyperprior) {
-    // Then y_hat (mean 0), each element with the Gaussian table of its index.
-    const std::vector<std::int32_t> latent = latent_integers(latents.latent, "latent");
-    for (std::size_t n = 0; n < latent.size(); ++n) encoder.put(latent[n], gaussian_.tables[latents.indices[n]]);
+  if (hyperprior) {
+    // Then the latent's symbols (y_hat, or round(y - mean)), each with the Gaussian table of its index.
+    for (std::size_t n = 0; n < latents.symbols.size(); ++n)
+      encoder.put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
   }
   return write_bitstream(latents.header, encoder.finish());
 }
@@ -454,7 +562,7 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
   expected.channels = static_cast<std::uint32_t>(latent_channels_);
   expected.stride = static_cast<std::uint32_t>(stride_);
   expected.latent_per_stride = static_cast<std::uint32_t>(latent_per_stride_);
-  expected.hyper_channels = kind_ == ModelKind::hyperprior ? static_cast<std::uint32_t>(tables_.channels()) : 0;
+  expected.hyper_channels = has_hyper_latent(kind_) ? static_cast<std::uint32_t>(tables_.channels()) : 0;
   expected.max_pixels = max_pixels_;
   const Bitstream file = parse_bitstream(bytes, size, expected);
   Latents latents;
@@ -462,7 +570,7 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
   const BitstreamHeader& header = file.header;
   codec::RansDecoder decoder(file.stream, file.stream_size);
   // The factorized part: the latent, or the hyper-latent.
-  const bool hyperprior = kind_ == ModelKind::hyperprior;
+  const bool hyperprior = has_hyper_latent(kind_);
   const Shape factorized_shape = hyperprior ? Shape{1, header.hyper_channels, header.hyper_height, header.hyper_width}
                                             : Shape{1, header.channels, header.latent_height, header.latent_width};
   Tensor factorized(factorized_shape);
@@ -485,11 +593,18 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
     return latents;
   }
   latents.hyper_latent = factorized;
-  latents.indices = codec::scale_indices(integer_network_, integers, header.hyper_height, header.hyper_width, device_);
+  codec::IntegerOutputs outputs =
+      codec::run_network(integer_network_, integers, header.hyper_height, header.hyper_width, device_);
+  latents.indices = std::move(outputs.indices);
+  latents.means = std::move(outputs.means);
   Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
   float* y = latent.data<float>();
-  for (std::size_t n = 0; n < latents.indices.size(); ++n)
-    y[n] = static_cast<float>(decoder.get(gaussian_.tables[latents.indices[n]]));
+  latents.symbols.resize(latents.indices.size());
+  for (std::size_t n = 0; n < latents.indices.size(); ++n) {
+    latents.symbols[n] = decoder.get(gaussian_.tables[latents.indices[n]]);
+    y[n] = latents.means.empty() ? static_cast<float>(latents.symbols[n])
+                                 : reconstruct(latents.symbols[n], latents.means[n]);
+  }
   decoder.finish();
   latents.latent = latent;
   return latents;
@@ -505,7 +620,7 @@ std::uint64_t CodecModel::max_file_bytes() const {
   const std::uint64_t stride = static_cast<std::uint64_t>(stride_);
   const std::uint64_t positions = max_pixels_ / (stride * stride) + 2 * kMaxImageSide / stride + 1;
   // An escaped symbol: at most 16 + 3 + 32 bits, so under 8 bytes.
-  if (kind_ == ModelKind::factorized)
+  if (!has_hyper_latent(kind_))
     return kBitstreamOverheadBytes + 8 * static_cast<std::uint64_t>(latent_channels_) * positions;
   const std::uint64_t per_position = static_cast<std::uint64_t>(tables_.channels()) +
                                      static_cast<std::uint64_t>(latent_channels_) * latent_per_stride_ * latent_per_stride_;
@@ -547,15 +662,15 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   file.metadata[kTablesMetadataKey] =
       nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", codec::kDefaultTailMass}}
           .dump();
-  if (graph.kind != ModelKind::hyperprior) return true;
+  if (!has_hyper_latent(graph.kind)) return true;
 
   const std::string prefix = integer_network_prefix(graph.gaussian_node);
   if (calibration_images.empty() && !recalibrate && has_calibration(file, prefix)) return true;
-  const std::vector<codec::FloatConvLayer> layers = float_hyper_synthesis(graph.hyper_synthesis, file, spec.source);
-  HyperSynthesisCalibration calibration;
+  const codec::FloatNetwork network = float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, spec.source);
+  IntegerNetworkCalibration calibration;
   std::string source;
   if (calibration_images.empty()) {
-    calibration = calibrate_on_prior(layers, tables);
+    calibration = calibrate_on_prior(network, tables);
     source = std::to_string(kPriorSamples) + " hyper-latents of " + std::to_string(kPriorSide) + "x" +
              std::to_string(kPriorSide) + " sampled from the prior";
   } else {
@@ -568,10 +683,10 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
       hyper_latents.push_back(latent_integers(z, "hyper-latent"));
       sizes.emplace_back(z.dim(2), z.dim(3));
     }
-    calibration = calibrate(layers, hyper_latents, sizes);
+    calibration = calibrate(network, hyper_latents, sizes);
     source = std::to_string(calibration_images.size()) + " image(s)";
   }
-  integer_hyper_synthesis(layers, calibration, spec.source);  // refuses a calibration that cannot be used
+  integer_entropy_parameters(network, calibration, spec.source);  // refuses a calibration that cannot be used
   store_calibration(calibration, prefix, file);
   file.metadata[kIntegerMetadataKey] =
       nlohmann::json{{"calibration", source}, {"weight_bits", 16}, {"activation_bits", 15}}.dump();
@@ -583,9 +698,9 @@ std::optional<std::string> why_not_codable(const ModelSpec& spec, const Registry
     check_contract(spec);
     derive_stride(spec, registry);
     const CodecGraph graph = split_for_coding(spec);
-    if (graph.kind != ModelKind::hyperprior) return std::nullopt;
-    probe_hyperprior_geometry(graph, spec, registry);  // in CodecModel's order: the geometry, then h_s
-    if (auto problem = hyper_synthesis_problem(graph.hyper_synthesis)) return problem;
+    if (!has_hyper_latent(graph.kind)) return std::nullopt;
+    probe_hyperprior_geometry(graph, spec, registry);  // in CodecModel's order: the geometry, then the parameters
+    if (auto problem = entropy_parameters_problem(spec.nodes, graph.parameter_blobs)) return problem;
   } catch (const NotCodable& e) {
     return e.reason();
   } catch (const ConfigError& e) {

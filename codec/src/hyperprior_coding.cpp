@@ -1,6 +1,9 @@
 #include "hyperprior_coding.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
 #include <random>
 
 #include "plexus/error.h"
@@ -12,6 +15,15 @@ namespace {
 constexpr const char* kTransposed = "ConvTranspose2d";
 constexpr const char* kConvolution = "Conv2d";
 constexpr const char* kRelu = "ReLU";
+constexpr const char* kLeakyRelu = "LeakyReLU";
+constexpr const char* kConcat = "Concat";
+constexpr const char* kSplit = "Split";
+
+// A spec whose entropy parameters have no integer form; what() is the reason.
+class NoIntegerForm : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
 
 const Tensor& tensor(const TensorFile& file, const std::string& name, const std::string& who) {
   auto it = file.tensors.find(name);
@@ -24,71 +36,203 @@ Shape weight_shape(const codec::FloatConvLayer& l) {
                       : Shape{l.out_channels, l.in_channels, l.kernel, l.kernel};
 }
 
-// The rule h_s breaks, followed by how it breaks it.
-std::string chain_rule_broken(const std::string& problem) {
-  return std::string("the hyper-synthesis (the nodes from the hyper-latent to the scales) must be a chain of ") +
-         kTransposed + " or " + kConvolution + " layers with a ReLU between each two; " + problem;
-}
-
 bool is_convolution(const NodeSpec& node) { return node.type == kTransposed || node.type == kConvolution; }
 
-}  // namespace
-
-std::optional<std::string> hyper_synthesis_problem(const std::vector<NodeSpec>& nodes) {
-  std::string previous_output;
-  for (std::size_t n = 0; n < nodes.size(); ++n) {
-    const NodeSpec& node = nodes[n];
-    if (node.inputs.size() != 1 || node.outputs.size() != 1)
-      return chain_rule_broken("node '" + node.name + "' has " + std::to_string(node.inputs.size()) + " inputs and " +
-                               std::to_string(node.outputs.size()) + " outputs");
-    if (n > 0 && node.inputs[0] != previous_output)
-      return chain_rule_broken("node '" + node.name + "' does not read the previous node");
-    previous_output = node.outputs[0];
-    const bool conv = is_convolution(node);
-    const bool expect_conv = n % 2 == 0;
-    if (conv != expect_conv || (!conv && node.type != kRelu))
-      return chain_rule_broken("node '" + node.name + "' is a " + node.type + " where a " +
-                               (expect_conv ? "convolution" : "ReLU") + " belongs");
+// The spec's entropy-parameter nodes as a FloatNetwork, built backwards from
+// the outputs so that it holds only the nodes they need, in an order where
+// every node follows its inputs. Without a file the convolutions get no
+// weights (enough to judge the graph).
+class Translator {
+ public:
+  Translator(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs, const TensorFile* file,
+             std::string who)
+      : blobs_(blobs), file_(file), who_(std::move(who)) {
+    for (const NodeSpec& node : nodes)
+      for (const std::string& output : node.outputs) producer_[output] = &node;
+    known_[blobs.hyper_latent] = Ref{0, false};
+    network_.scales = scale_source(blobs.scales);
+    if (!blobs.means.empty()) network_.means = tensor_for(blobs.means).tensor;
+    if (file_) network_.in_channels = input_channels_;
   }
-  if (nodes.empty()) return chain_rule_broken("it has no convolution");
-  return std::nullopt;
-}
+  codec::FloatNetwork network() const { return network_; }
 
-std::vector<codec::FloatConvLayer> float_hyper_synthesis(const std::vector<NodeSpec>& nodes, const TensorFile& file,
-                                                         const std::string& who) {
-  if (const auto problem = hyper_synthesis_problem(nodes)) throw ConfigError(who + ": " + *problem);
-  std::vector<codec::FloatConvLayer> layers;
-  for (const NodeSpec& node : nodes) {
-    if (!is_convolution(node)) continue;
+ private:
+  struct Ref {
+    std::int32_t tensor = 0;
+    bool accumulator = false;
+  };
+
+  [[noreturn]] void refuse(const std::string& reason) const {
+    throw NoIntegerForm("the entropy parameters (the nodes from the hyper-latent '" + blobs_.hyper_latent +
+                        "' to the scales" + (blobs_.means.empty() ? "" : " and means") +
+                        ") need an exact integer form, built from Conv2d, ConvTranspose2d, ReLU, LeakyReLU, "
+                        "Concat and Split; " + reason);
+  }
+
+  Ref add(codec::FloatNode node, bool accumulator) {
+    network_.nodes.push_back(std::move(node));
+    return Ref{static_cast<std::int32_t>(network_.nodes.size()), accumulator};
+  }
+
+  // An activation tensor for `ref`: an accumulator gets a rescale without activation function.
+  Ref as_activation(Ref ref) {
+    if (!ref.accumulator) return ref;
+    codec::FloatNode node;
+    node.op = codec::IntegerOp::rescale;
+    node.inputs = {ref.tensor};
+    node.negative_slope = 1;
+    return add(std::move(node), false);
+  }
+
+  // The scales: a ReLU over an accumulator is absorbed into the thresholds.
+  std::int32_t scale_source(const std::string& blob) {
+    auto it = producer_.find(blob);
+    if (it != producer_.end() && it->second->type == kRelu && it->second->inputs.size() == 1) {
+      const Ref input = tensor_for(it->second->inputs[0]);
+      if (input.accumulator) return input.tensor;
+    }
+    return tensor_for(blob).tensor;
+  }
+
+  Ref tensor_for(const std::string& blob) {
+    if (auto it = known_.find(blob); it != known_.end()) return it->second;
+    auto it = producer_.find(blob);
+    if (it == producer_.end())
+      refuse("they read '" + blob + "', which the decoder cannot compute from the hyper-latent");
+    const NodeSpec& node = *it->second;
+    const Ref ref = translate(node, blob);
+    known_[blob] = ref;
+    return ref;
+  }
+
+  // Whether the decoder can compute `blob` from the hyper-latent alone.
+  bool decodable(const std::string& blob) {
+    if (blob == blobs_.hyper_latent) return true;
+    if (auto it = decodable_.find(blob); it != decodable_.end()) return it->second;
+    decodable_[blob] = false;  // a cycle reads as not decodable
+    auto it = producer_.find(blob);
+    bool result = it != producer_.end();
+    if (result)
+      for (const std::string& input : it->second->inputs) result = result && decodable(input);
+    return decodable_[blob] = result;
+  }
+
+  Ref translate(const NodeSpec& node, const std::string& blob) {
+    const std::string name = "node '" + node.name + "' (" + node.type + ")";
+    for (const std::string& input : node.inputs)
+      if (!decodable(input))
+        refuse(name + " reads '" + input + "', which the decoder cannot compute from the hyper-latent");
+    if (node.type != kConcat && node.inputs.size() != 1)
+      refuse(name + " has " + std::to_string(node.inputs.size()) + " inputs");
+    codec::FloatNode f;
+    if (is_convolution(node)) {
+      f.op = codec::IntegerOp::convolution;
+      f.inputs = {as_activation(tensor_for(node.inputs[0])).tensor};
+      f.conv = convolution(node);
+      if (f.inputs[0] == 0 && file_) input_channels_ = f.conv.in_channels;
+      return add(std::move(f), true);
+    }
+    if (node.type == kRelu || node.type == kLeakyRelu) {
+      const Ref input = tensor_for(node.inputs[0]);
+      if (!input.accumulator)
+        refuse(name + " does not read a convolution's output (directly or through Concat or Split)");
+      f.op = codec::IntegerOp::rescale;
+      f.inputs = {input.tensor};
+      f.negative_slope = node.type == kRelu ? 0.0 : node.params.value("negative_slope", 0.01);
+      if (!(f.negative_slope >= 0 && f.negative_slope <= 1))
+        refuse(name + " has a negative slope of " + std::to_string(f.negative_slope) + " (0 to 1 is needed)");
+      return add(std::move(f), false);
+    }
+    if (node.type == kConcat) {
+      std::vector<Ref> inputs;
+      bool all_accumulators = true;
+      for (const std::string& input : node.inputs) {
+        inputs.push_back(tensor_for(input));
+        all_accumulators &= inputs.back().accumulator;
+      }
+      f.op = codec::IntegerOp::concat;
+      for (Ref input : inputs) f.inputs.push_back(all_accumulators ? input.tensor : as_activation(input).tensor);
+      return add(std::move(f), all_accumulators);
+    }
+    if (node.type == kSplit) {
+      const Ref input = tensor_for(node.inputs[0]);
+      const std::vector<std::int64_t> sizes = node.params.value("sizes", std::vector<std::int64_t>{});
+      const std::size_t k = static_cast<std::size_t>(
+          std::find(node.outputs.begin(), node.outputs.end(), blob) - node.outputs.begin());
+      if (sizes.size() != node.outputs.size() || k >= sizes.size()) refuse(name + " has no size for '" + blob + "'");
+      const std::int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(k),
+                                                 std::int64_t(0));
+      f.op = codec::IntegerOp::slice;
+      f.inputs = {input.tensor};
+      f.begin = static_cast<std::int32_t>(begin);
+      f.count = static_cast<std::int32_t>(sizes[k]);
+      return add(std::move(f), input.accumulator);
+    }
+    refuse(name + " has no exact integer form");
+  }
+
+  codec::FloatConvLayer convolution(const NodeSpec& node) const {
     codec::FloatConvLayer layer;
     layer.transposed = node.type == kTransposed;
-    const Tensor& weight = tensor(file, node.name + ".weight", who);
-    if (weight.ndim() != 4) throw IoError(who + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()));
     layer.kernel = static_cast<std::int32_t>(node.params.value("kernel", 1));
     layer.stride = static_cast<std::int32_t>(node.params.value("stride", 1));
     layer.padding = static_cast<std::int32_t>(node.params.value("padding", 0));
     layer.output_padding = static_cast<std::int32_t>(node.params.value("output_padding", 0));
     layer.out_channels = static_cast<std::int32_t>(node.params.value("out_channels", 0));
+    if (!file_) return layer;
+    const Tensor& weight = tensor(*file_, node.name + ".weight", who_);
+    if (weight.ndim() != 4) throw IoError(who_ + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()));
     layer.in_channels = static_cast<std::int32_t>(weight.dim(layer.transposed ? 0 : 1));
     if (weight.shape() != weight_shape(layer))
-      throw IoError(who + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()) + ", expected " +
+      throw IoError(who_ + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()) + ", expected " +
                     shape_str(weight_shape(layer)));
     layer.weight = weight.to_values();
     if (node.params.value("bias", true)) {
-      const Tensor& bias = tensor(file, node.name + ".bias", who);
+      const Tensor& bias = tensor(*file_, node.name + ".bias", who_);
       if (bias.shape() != Shape{layer.out_channels})
-        throw IoError(who + ": tensor '" + node.name + ".bias' is " + shape_str(bias.shape()));
+        throw IoError(who_ + ": tensor '" + node.name + ".bias' is " + shape_str(bias.shape()));
       layer.bias = bias.to_values();
     } else {
       layer.bias.assign(static_cast<std::size_t>(layer.out_channels), 0.0);
     }
-    if (!layers.empty() && layers.back().out_channels != layer.in_channels)
-      throw ConfigError(who + ": " +
-                        chain_rule_broken("node '" + node.name + "' reads " + std::to_string(layer.in_channels) +
-                                          " channels"));
-    layers.push_back(std::move(layer));
+    return layer;
   }
-  return layers;
+
+  EntropyParameterBlobs blobs_;
+  const TensorFile* file_;
+  std::string who_;
+  std::map<std::string, const NodeSpec*> producer_;
+  std::map<std::string, Ref> known_;
+  std::map<std::string, bool> decodable_;
+  codec::FloatNetwork network_;
+  std::int32_t input_channels_ = 0;
+};
+
+}  // namespace
+
+std::optional<std::string> entropy_parameters_problem(const std::vector<NodeSpec>& nodes,
+                                                      const EntropyParameterBlobs& blobs) {
+  try {
+    (void)Translator(nodes, blobs, nullptr, "").network();
+  } catch (const NoIntegerForm& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
+                                             const TensorFile& file, const std::string& who) {
+  codec::FloatNetwork network;
+  try {
+    network = Translator(nodes, blobs, &file, who).network();
+  } catch (const NoIntegerForm& e) {
+    throw ConfigError(who + ": " + e.what());
+  }
+  if (network.in_channels < 1)
+    throw ConfigError(who + ": the entropy parameters have no convolution reading the hyper-latent '" +
+                      blobs.hyper_latent + "'");
+  network.channels();  // every convolution reads the channels its input has (ConfigError otherwise)
+  return network;
 }
 
 std::string integer_network_prefix(const std::string& gaussian_node) { return gaussian_node + ".coding."; }
@@ -97,7 +241,7 @@ bool has_calibration(const TensorFile& file, const std::string& prefix) {
   return file.tensors.count(prefix + "scale_table") > 0;
 }
 
-void store_calibration(const HyperSynthesisCalibration& calibration, const std::string& prefix, TensorFile& file) {
+void store_calibration(const IntegerNetworkCalibration& calibration, const std::string& prefix, TensorFile& file) {
   const std::int64_t levels = static_cast<std::int64_t>(calibration.scale_table.size());
   file.tensors[prefix + "scale_table"] = Tensor::from_values(calibration.scale_table, {levels}, DType::f64);
   file.tensors[prefix + "activation_headroom"] = Tensor::from_values({calibration.headroom}, {1}, DType::f64);
@@ -108,9 +252,9 @@ void store_calibration(const HyperSynthesisCalibration& calibration, const std::
   }
 }
 
-HyperSynthesisCalibration load_calibration(const TensorFile& file, const std::string& prefix,
-                                           const std::vector<codec::FloatConvLayer>& layers, const std::string& who) {
-  const std::string context = who + ": integer hyper-synthesis calibration";
+IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::string& prefix,
+                                           const codec::FloatNetwork& network, const std::string& who) {
+  const std::string context = who + ": integer network calibration";
   auto values = [&](const std::string& name, std::int64_t min_count, std::int64_t max_count) {
     const Tensor& t = tensor(file, prefix + name, context);
     if (t.ndim() != 1 || t.dim(0) < min_count || t.dim(0) > max_count)
@@ -124,23 +268,28 @@ HyperSynthesisCalibration load_calibration(const TensorFile& file, const std::st
                       " (finite values >= 0 expected)");
     return v;
   };
-  HyperSynthesisCalibration calibration;
+  IntegerNetworkCalibration calibration;
   calibration.scale_table = values("scale_table", 2, 1024);
   for (std::size_t i = 0; i < calibration.scale_table.size(); ++i)
     if (!(calibration.scale_table[i] > 0) || (i > 0 && !(calibration.scale_table[i] > calibration.scale_table[i - 1])))
       throw IoError(context + ": the scale table must be positive and increasing");
   calibration.headroom = values("activation_headroom", 1, 1)[0];
   if (!(calibration.headroom >= 1)) throw IoError(context + ": the activation headroom must be >= 1");
-  for (std::size_t l = 0; l + 1 < layers.size(); ++l)
-    calibration.ranges.maxima.push_back(
-        values("activation_max" + std::to_string(l), layers[l].out_channels, layers[l].out_channels));
+  const std::vector<std::int32_t> channels = network.channels();
+  std::size_t l = 0;
+  for (const codec::FloatNode& node : network.nodes) {
+    if (node.op != codec::IntegerOp::rescale) continue;
+    const std::int64_t count = channels[static_cast<std::size_t>(node.inputs[0])];
+    calibration.ranges.maxima.push_back(values("activation_max" + std::to_string(l++), count, count));
+  }
   return calibration;
 }
 
-codec::IntegerNetwork integer_hyper_synthesis(const std::vector<codec::FloatConvLayer>& layers,
-                                              const HyperSynthesisCalibration& calibration, const std::string& who) {
+codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
+                                                 const IntegerNetworkCalibration& calibration,
+                                                 const std::string& who) {
   try {
-    return codec::quantize_network(layers, calibration.ranges, calibration.scale_table, calibration.headroom);
+    return codec::quantize_network(network, calibration.ranges, calibration.scale_table, calibration.headroom);
   } catch (const ConfigError& e) {
     throw IoError(who + ": " + e.what());
   }

@@ -1,66 +1,77 @@
 #pragma once
-// The parts of a scale-hyperprior codec model that a factorized one lacks:
-// the hyper-synthesis h_s read from the spec and the weights as float
-// layers, its integer version (plexus/codec/integer_network.h) stored in the
-// model file, and its calibration.
+// The parts of a hyperprior codec model that a factorized one lacks: the
+// entropy-parameter graph (the spec's nodes from the hyper-latent z_hat to
+// the GaussianConditional's scales and, for a mean-scale hyperprior, its
+// means) as a float network with the file's weights, its integer version
+// (plexus/codec/integer_network.h), and its calibration.
 //
-// h_s must be the chain the bundled specs use: ConvTranspose2d or Conv2d
-// layers with a ReLU between each two (and optionally one after the last),
-// from the hyper-latent z_hat to the scales of the GaussianConditional.
+// The graph has an integer form when every node on those paths is a
+// Conv2d, a ConvTranspose2d, a ReLU or LeakyReLU (negative slope 0..1) that
+// reads a convolution's output (directly or through Concat/Split), a Concat
+// or a Split. A convolution that reads another's output directly gets a
+// rescale without activation function; a ReLU that gives the scales is
+// absorbed into the thresholds (they are positive, so acc > T is the same
+// test on max(acc, 0)).
 //
 // The integer network is not stored: it is derived at load from the stored
 // weights and a stored calibration by codec::quantize_network, whose every
-// operation is an IEEE-754 f64 operation with one correctly rounded result
-// (products, quotients, max, nearbyint, floor, frexp, ldexp; no sums, so
-// no FMA contraction or summation order can enter), so every machine derives
-// the same integers. The calibration, with prefix "<GaussianConditional node>.coding.":
+// operation is an IEEE-754 f64 operation with one correctly rounded result,
+// so every machine derives the same integers. The calibration, with prefix
+// "<GaussianConditional node>.coding.":
 //   <prefix>scale_table [L] f64          the scale table (exp() is not exact everywhere)
-//   <prefix>activation_max<l> [O_l] f64  hidden layer l's calibrated ReLU maxima
+//   <prefix>activation_max<l> [C_l] f64  rescale node l's calibrated |output| maxima
 //   <prefix>activation_headroom [1] f64
-// About 2 KB, against the megabytes integer weights would take.
+// A few KB, against the megabytes integer weights would take.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "plexus/codec/factorized_tables.h"
 #include "plexus/checkpoint.h"
+#include "plexus/codec/factorized_tables.h"
 #include "plexus/codec/integer_network.h"
 #include "plexus/codec/integer_network_quantizer.h"
 #include "plexus/model_spec.h"
 
 namespace plexus::ae {
 
-// Why `nodes` (in graph order, from the hyper-latent to the scales) are not
-// such a chain, naming the node at fault ("the hyper-synthesis (...) must be
-// a chain of ...; node 'h_s1' is a Sigmoid where a ReLU belongs"); nullopt
-// when they are. Judged from the spec alone, without weights.
-std::optional<std::string> hyper_synthesis_problem(const std::vector<NodeSpec>& nodes);
+// Where the entropy parameters come from and go to.
+struct EntropyParameterBlobs {
+  std::string hyper_latent;  // z_hat
+  std::string scales;        // the GaussianConditional's second input
+  std::string means;         // its third, or empty
+};
 
-// The float layers of h_s (the chain checked by hyper_synthesis_problem
-// first): `nodes` (in graph order) computing the scales from
-// the hyper-latent, weights "<node>.weight" / "<node>.bias" from `file`.
-// ConfigError when the nodes are not such a chain, IoError for missing or
-// misshapen tensors (messages start with `who`).
-std::vector<codec::FloatConvLayer> float_hyper_synthesis(const std::vector<NodeSpec>& nodes, const TensorFile& file,
-                                                         const std::string& who);
+// Why `nodes` (the spec's nodes computing the scales and means from the
+// hyper-latent) have no integer form, naming the node at fault ("node
+// 'h_s1' is a Sigmoid, which has no exact integer form; ..."); nullopt when
+// they have one. Judged from the spec alone, without weights.
+std::optional<std::string> entropy_parameters_problem(const std::vector<NodeSpec>& nodes,
+                                                      const EntropyParameterBlobs& blobs);
+
+// The float network of those nodes, weights "<node>.weight" / "<node>.bias"
+// from `file`. ConfigError when the graph has no integer form, IoError for
+// missing or misshapen tensors (messages start with `who`).
+codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
+                                             const TensorFile& file, const std::string& who);
 
 std::string integer_network_prefix(const std::string& gaussian_node);  // "<node>.coding."
 
-struct HyperSynthesisCalibration {
+struct IntegerNetworkCalibration {
   codec::ActivationRanges ranges;
   std::vector<double> scale_table;
   double headroom = codec::kDefaultActivationHeadroom;
 };
 bool has_calibration(const TensorFile& file, const std::string& prefix);
-void store_calibration(const HyperSynthesisCalibration& calibration, const std::string& prefix, TensorFile& file);
-// Validates every tensor against `layers` (counts, finite, non-negative,
+void store_calibration(const IntegerNetworkCalibration& calibration, const std::string& prefix, TensorFile& file);
+// Validates every tensor against `network` (counts, finite, non-negative,
 // an increasing positive scale table); IoError starting with `who`.
-HyperSynthesisCalibration load_calibration(const TensorFile& file, const std::string& prefix,
-                                           const std::vector<codec::FloatConvLayer>& layers, const std::string& who);
+IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::string& prefix,
+                                           const codec::FloatNetwork& network, const std::string& who);
 // quantize_network of the calibration (IoError starting with `who` when it fails).
-codec::IntegerNetwork integer_hyper_synthesis(const std::vector<codec::FloatConvLayer>& layers,
-                                              const HyperSynthesisCalibration& calibration, const std::string& who);
+codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
+                                                 const IntegerNetworkCalibration& calibration,
+                                                 const std::string& who);
 
 // `count` hyper-latents [C, side, side] drawn from the factorized coding
 // tables (each element independently, by a fixed-seed mt19937_64, an escape

@@ -1,8 +1,8 @@
-// codec::scale_indices on CUDA (plexus/codec/integer_network.h): the same
-// integer formulas as the CPU path in framework/src/codec/integer_network.cpp,
-// so the indices are bit-identical (integer sums are exact in any order).
+// codec::run_network on CUDA (plexus/codec/integer_network.h): the element
+// formulas are integer_arithmetic.h's, shared with the CPU path, so the
+// outputs are bit-identical (integer sums are exact in any order).
+#include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "integer_network_kernels.h"
@@ -23,18 +23,22 @@ class DeviceBuffer {
   }
   explicit DeviceBuffer(const std::vector<T>& values) : DeviceBuffer(values.size()) {
     if (count_ > 0)
-      check_cuda(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", __FILE__, __LINE__);
+      check_cuda(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy",
+                 __FILE__, __LINE__);
   }
   ~DeviceBuffer() {
     if (data_) cudaFree(data_);  // nothing to report from a destructor
   }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), count_(other.count_) { other.data_ = nullptr; }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return data_; }
+  std::size_t size() const { return count_; }
   std::vector<T> to_host() const {
     std::vector<T> values(count_);
     if (count_ > 0)
-      check_cuda(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy", __FILE__, __LINE__);
+      check_cuda(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy",
+                 __FILE__, __LINE__);
     return values;
   }
 
@@ -43,90 +47,43 @@ class DeviceBuffer {
   std::size_t count_;
 };
 
-struct LayerView {
-  const std::int32_t* weight;
-  const std::int64_t* bias;
-  const std::int64_t* multiplier;  // null for the last layer
-  const std::int32_t* shift;
-  int transposed, in_channels, out_channels, kernel, stride, padding;
-  std::int64_t in_height, in_width, out_height, out_width;
-};
-
-// acc[o, y, x] = B[o] + sum_{c, i, j} V q[c, y(i), x(j)]: the gather of
-// accumulate() in integer_network.cpp, tap for tap.
-__device__ std::int64_t accumulate(const LayerView& l, const std::int32_t* q, std::int64_t o, std::int64_t y,
-                                   std::int64_t x) {
-  const std::int64_t k = l.kernel, s = l.stride, p = l.padding, channels = l.in_channels, outs = l.out_channels;
-  std::int64_t acc = l.bias[o];
-  for (std::int64_t i = 0; i < k; ++i) {
-    std::int64_t a;
-    if (l.transposed) {
-      const std::int64_t t = y + p - i;
-      if (t < 0 || t % s != 0) continue;
-      a = t / s;
-    } else {
-      a = y * s - p + i;
-    }
-    if (a < 0 || a >= l.in_height) continue;
-    for (std::int64_t j = 0; j < k; ++j) {
-      std::int64_t b;
-      if (l.transposed) {
-        const std::int64_t t = x + p - j;
-        if (t < 0 || t % s != 0) continue;
-        b = t / s;
-      } else {
-        b = x * s - p + j;
-      }
-      if (b < 0 || b >= l.in_width) continue;
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const std::int64_t v = l.transposed ? l.weight[((c * outs + o) * k + i) * k + j]
-                                            : l.weight[((o * channels + c) * k + i) * k + j];
-        acc += v * q[(c * l.in_height + a) * l.in_width + b];
-      }
-    }
-  }
-  return acc;
-}
-
-// q[n] = clamp(input[n], -32767, 32767).
-__global__ void clamp_input_kernel(std::int32_t* q, std::int64_t count) {
-  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (n < count) q[n] = max(-kIntegerActivationMax, min(q[n], kIntegerActivationMax));
-}
-
-// Hidden layer: q'[o] = 0 if acc <= 0, else min((acc M + 2^(S-1)) >> S, 32767).
-__global__ void hidden_layer_kernel(LayerView l, const std::int32_t* q, std::int32_t* next) {
-  const std::int64_t plane = l.out_height * l.out_width;
-  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (n >= l.out_channels * plane) return;
-  const std::int64_t o = n / plane, y = n % plane / l.out_width, x = n % l.out_width;
-  const std::int64_t acc = accumulate(l, q, o, y, x);
-  const std::int32_t shift = l.shift[o];
-  const std::int64_t rounding = shift > 0 ? std::int64_t(1) << (shift - 1) : 0;
-  next[n] = acc <= 0 ? 0
-                     : static_cast<std::int32_t>(min((acc * l.multiplier[o] + rounding) >> shift,
-                                                     static_cast<std::int64_t>(kIntegerActivationMax)));
-}
-
-// Last layer: index = #{i < count : acc > T[o, i]}.
-__global__ void index_layer_kernel(LayerView l, const std::int32_t* q, const std::int64_t* thresholds, int count,
-                                   std::int32_t* indices) {
-  const std::int64_t plane = l.out_height * l.out_width;
-  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (n >= l.out_channels * plane) return;
-  const std::int64_t o = n / plane, y = n % plane / l.out_width, x = n % l.out_width;
-  const std::int64_t acc = accumulate(l, q, o, y, x);
-  const std::int64_t* row = thresholds + o * count;
-  std::int32_t index = 0;
-  for (int i = 0; i < count; ++i) index += acc > row[i];
-  indices[n] = index;
-}
-
-// One thread per output element: the network is small and memory-light, and
-// a thread that owns its whole sum keeps the kernel a line-by-line copy of the CPU's.
+// One thread per output element: the network is small and memory-light,
+// and a thread that owns its whole sum keeps the kernel the CPU's formula.
 constexpr int kThreads = 256;
 
 unsigned blocks_for(std::int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
+
+__global__ void convolution_kernel(arithmetic::ConvView view, const std::int64_t* q, std::int64_t out_height,
+                                   std::int64_t out_width, std::int64_t* acc) {
+  const std::int64_t plane = out_height * out_width;
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= view.out_channels * plane) return;
+  acc[n] = arithmetic::accumulate(view, q, n / plane, n % plane / out_width, n % out_width);
+}
+
+__global__ void rescale_kernel(const std::int64_t* acc, const std::int64_t* multiplier,
+                               const std::int64_t* negative_multiplier, const std::int32_t* shift,
+                               std::int64_t plane, std::int64_t count, std::int64_t* q) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  const std::int64_t c = n / plane;
+  q[n] = arithmetic::rescale(acc[n], multiplier[c], negative_multiplier[c], shift[c]);
+}
+
+__global__ void index_kernel(const std::int64_t* scales, const std::int64_t* thresholds, std::int32_t levels_minus_one,
+                             std::int64_t plane, std::int64_t count, std::int32_t* indices) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  indices[n] = arithmetic::table_index(scales[n], thresholds + n / plane * levels_minus_one, levels_minus_one);
+}
+
+__global__ void mean_kernel(const std::int64_t* values, const std::int64_t* multiplier, const std::int32_t* shift,
+                            std::int64_t plane, std::int64_t count, std::int64_t* means) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  const std::int64_t c = n / plane;
+  means[n] = arithmetic::fixed_mean(values[n], multiplier[c], shift[c]);
+}
 
 // Restores the calling thread's current device on scope exit.
 class DeviceScope {
@@ -141,41 +98,92 @@ class DeviceScope {
   int previous_ = 0;
 };
 
+void copy_on_device(std::int64_t* to, const std::int64_t* from, std::size_t count) {
+  if (count > 0)
+    check_cuda(cudaMemcpy(to, from, count * sizeof(std::int64_t), cudaMemcpyDeviceToDevice), "cudaMemcpy", __FILE__,
+               __LINE__);
+}
+
+// Node `node` of the network, writing `out` from the tensors before it.
+void run_node(const IntegerNode& node, const std::vector<DeviceBuffer<std::int64_t>>& tensors,
+              const std::vector<std::pair<std::int64_t, std::int64_t>>& sides, std::int64_t out_height,
+              std::int64_t out_width, DeviceBuffer<std::int64_t>& out) {
+  const std::int64_t plane = out_height * out_width;
+  const DeviceBuffer<std::int64_t>& x = tensors[static_cast<std::size_t>(node.inputs[0])];
+  const std::int64_t count = static_cast<std::int64_t>(out.size());
+  switch (node.op) {
+    case IntegerOp::convolution: {
+      const DeviceBuffer<std::int32_t> weight(node.conv.weight);
+      const DeviceBuffer<std::int64_t> bias(node.conv.bias);
+      const auto [in_height, in_width] = sides[static_cast<std::size_t>(node.inputs[0])];
+      convolution_kernel<<<blocks_for(count), kThreads>>>(
+          conv_view(node.conv, weight.get(), bias.get(), in_height, in_width), x.get(), out_height, out_width,
+          out.get());
+      cuda::check_launch("convolution_kernel", __FILE__, __LINE__);
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);  // before weight is freed
+      break;
+    }
+    case IntegerOp::rescale: {
+      const DeviceBuffer<std::int64_t> multiplier(node.multiplier), negative(node.negative_multiplier);
+      const DeviceBuffer<std::int32_t> shift(node.shift);
+      rescale_kernel<<<blocks_for(count), kThreads>>>(x.get(), multiplier.get(), negative.get(), shift.get(), plane,
+                                                      count, out.get());
+      cuda::check_launch("rescale_kernel", __FILE__, __LINE__);
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+      break;
+    }
+    case IntegerOp::concat: {
+      std::size_t offset = 0;
+      for (std::int32_t input : node.inputs) {
+        const DeviceBuffer<std::int64_t>& part = tensors[static_cast<std::size_t>(input)];
+        copy_on_device(out.get() + offset, part.get(), part.size());
+        offset += part.size();
+      }
+      break;
+    }
+    case IntegerOp::slice:
+      copy_on_device(out.get(), x.get() + node.begin * plane, out.size());
+      break;
+  }
+}
+
 }  // namespace
 
-std::vector<std::int32_t> scale_indices_cuda(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                                             std::int64_t height, std::int64_t width, int device) {
+IntegerOutputs run_network_cuda(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
+                                std::int64_t height, std::int64_t width, int device) {
   DeviceScope scope(device);
-  auto q = std::make_unique<DeviceBuffer<std::int32_t>>(input);
-  clamp_input_kernel<<<blocks_for(static_cast<std::int64_t>(input.size())), kThreads>>>(
-      q->get(), static_cast<std::int64_t>(input.size()));
-  cuda::check_launch("clamp_input_kernel", __FILE__, __LINE__);
-  const DeviceBuffer<std::int64_t> thresholds(network.thresholds);
-  for (std::size_t index = 0; index < network.layers.size(); ++index) {
-    const IntegerConvLayer& layer = network.layers[index];
-    const bool last = index + 1 == network.layers.size();
-    const DeviceBuffer<std::int32_t> weight(layer.weight);
-    const DeviceBuffer<std::int64_t> bias(layer.bias), multiplier(layer.multiplier);
-    const DeviceBuffer<std::int32_t> shift(layer.shift);
-    LayerView view{weight.get(), bias.get(), multiplier.get(), shift.get(),
-                   layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
-                   layer.stride, layer.padding, height, width, layer.output_side(height), layer.output_side(width)};
-    const std::int64_t outputs = view.out_channels * view.out_height * view.out_width;
-    auto next = std::make_unique<DeviceBuffer<std::int32_t>>(static_cast<std::size_t>(outputs));
-    if (last) {
-      index_layer_kernel<<<blocks_for(outputs), kThreads>>>(view, q->get(), thresholds.get(), network.levels - 1,
-                                                            next->get());
-      cuda::check_launch("index_layer_kernel", __FILE__, __LINE__);
-    } else {
-      hidden_layer_kernel<<<blocks_for(outputs), kThreads>>>(view, q->get(), next->get());
-      cuda::check_launch("hidden_layer_kernel", __FILE__, __LINE__);
-    }
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
-    q = std::move(next);
-    height = view.out_height;
-    width = view.out_width;
+  const auto sides = tensor_sides(network, height, width);
+  const std::vector<std::int32_t> channels = network.channels();
+  const std::int32_t last = std::max(network.scales, network.means);
+  std::vector<DeviceBuffer<std::int64_t>> tensors;
+  tensors.emplace_back(clamped_input(input));
+  for (std::int32_t t = 1; t <= last; ++t) {
+    const auto [h, w] = sides[static_cast<std::size_t>(t)];
+    DeviceBuffer<std::int64_t> out(static_cast<std::size_t>(channels[static_cast<std::size_t>(t)] * h * w));
+    run_node(network.nodes[static_cast<std::size_t>(t - 1)], tensors, sides, h, w, out);
+    tensors.push_back(std::move(out));
   }
-  return q->to_host();
+  IntegerOutputs outputs;
+  outputs.shape = network.output_shape(height, width);
+  const std::int64_t plane = outputs.shape[1] * outputs.shape[2];
+  const DeviceBuffer<std::int64_t>& scales = tensors[static_cast<std::size_t>(network.scales)];
+  const std::int64_t count = static_cast<std::int64_t>(scales.size());
+  const DeviceBuffer<std::int64_t> thresholds(network.thresholds);
+  DeviceBuffer<std::int32_t> indices(scales.size());
+  index_kernel<<<blocks_for(count), kThreads>>>(scales.get(), thresholds.get(), network.levels - 1, plane, count,
+                                                indices.get());
+  cuda::check_launch("index_kernel", __FILE__, __LINE__);
+  outputs.indices = indices.to_host();
+  if (network.has_means()) {
+    const DeviceBuffer<std::int64_t> multiplier(network.mean_multiplier);
+    const DeviceBuffer<std::int32_t> shift(network.mean_shift);
+    DeviceBuffer<std::int64_t> means(scales.size());
+    mean_kernel<<<blocks_for(count), kThreads>>>(tensors[static_cast<std::size_t>(network.means)].get(),
+                                                 multiplier.get(), shift.get(), plane, count, means.get());
+    cuda::check_launch("mean_kernel", __FILE__, __LINE__);
+    outputs.means = means.to_host();
+  }
+  return outputs;
 }
 
 }  // namespace plexus::codec

@@ -49,24 +49,62 @@ std::vector<double> float_layer(const FloatConvLayer& layer, const std::vector<d
   return y;
 }
 
-void check_layers(const std::vector<FloatConvLayer>& layers) {
-  if (layers.empty()) throw ConfigError("integer hyper-synthesis: no layers to quantise");
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const FloatConvLayer& layer = layers[l];
-    const std::size_t weights = static_cast<std::size_t>(layer.in_channels) * layer.out_channels * layer.kernel *
-                                layer.kernel;
-    const std::string name = "integer hyper-synthesis: layer " + std::to_string(l);
-    if (layer.in_channels < 1 || layer.out_channels < 1 || layer.kernel < 1 || layer.stride < 1 ||
-        layer.weight.size() != weights || layer.bias.size() != static_cast<std::size_t>(layer.out_channels))
-      throw ConfigError(name + ": " + std::to_string(layer.weight.size()) + " weights and " +
-                        std::to_string(layer.bias.size()) + " biases do not fit its shape");
-    if (l > 0 && layer.in_channels != layers[l - 1].out_channels)
-      throw ConfigError(name + " reads " + std::to_string(layer.in_channels) + " channels, but layer " +
-                        std::to_string(l - 1) + " gives " + std::to_string(layers[l - 1].out_channels));
-    for (const std::vector<double>* values : {&layer.weight, &layer.bias})
-      for (double v : *values)
-        if (!std::isfinite(v)) throw ConfigError(name + " has a weight or bias that is not finite");
+void check_conv(const FloatConvLayer& layer, const std::string& name) {
+  const std::size_t weights = static_cast<std::size_t>(layer.in_channels) * layer.out_channels * layer.kernel *
+                              layer.kernel;
+  if (layer.in_channels < 1 || layer.out_channels < 1 || layer.kernel < 1 || layer.stride < 1 ||
+      layer.weight.size() != weights || layer.bias.size() != static_cast<std::size_t>(layer.out_channels))
+    throw ConfigError(name + ": " + std::to_string(layer.weight.size()) + " weights and " +
+                      std::to_string(layer.bias.size()) + " biases do not fit its shape");
+  for (const std::vector<double>* values : {&layer.weight, &layer.bias})
+    for (double v : *values)
+      if (!std::isfinite(v)) throw ConfigError(name + " has a weight or bias that is not finite");
+}
+
+// The channels of every tensor; ConfigError when the nodes do not fit together.
+std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
+  if (network.nodes.empty() || network.in_channels < 1)
+    throw ConfigError("integer network: no nodes to quantise");
+  std::vector<std::int32_t> channels{network.in_channels};
+  for (std::size_t n = 0; n < network.nodes.size(); ++n) {
+    const FloatNode& node = network.nodes[n];
+    const std::string name = "integer network: node " + std::to_string(n) + " (" + integer_op_name(node.op) + ")";
+    if (node.inputs.empty() || (node.op != IntegerOp::concat && node.inputs.size() != 1))
+      throw ConfigError(name + " has " + std::to_string(node.inputs.size()) + " inputs");
+    for (std::int32_t input : node.inputs)
+      if (input < 0 || input > static_cast<std::int32_t>(n))
+        throw ConfigError(name + " reads tensor " + std::to_string(input) + ", not computed before it");
+    const std::int32_t first = channels[static_cast<std::size_t>(node.inputs[0])];
+    std::int32_t out = first;
+    if (node.op == IntegerOp::convolution) {
+      check_conv(node.conv, name);
+      if (node.conv.in_channels != first)
+        throw ConfigError(name + " reads " + std::to_string(node.conv.in_channels) + " channels, its input has " +
+                          std::to_string(first));
+      out = node.conv.out_channels;
+    } else if (node.op == IntegerOp::rescale) {
+      if (!(node.negative_slope >= 0 && node.negative_slope <= 1))
+        throw ConfigError(name + " has a negative slope of " + std::to_string(node.negative_slope) +
+                          " (0..1 have an integer form)");
+    } else if (node.op == IntegerOp::concat) {
+      out = 0;
+      for (std::int32_t input : node.inputs) out += channels[static_cast<std::size_t>(input)];
+    } else if (node.op == IntegerOp::slice) {
+      if (node.begin < 0 || node.count < 1 || node.begin + node.count > first)
+        throw ConfigError(name + " takes channels outside its input's " + std::to_string(first));
+      out = node.count;
+    } else {
+      throw ConfigError(name + " has an unknown operation");
+    }
+    channels.push_back(out);
   }
+  const std::int32_t tensors = static_cast<std::int32_t>(channels.size());
+  if (network.scales < 0 || network.scales >= tensors || network.means < -1 || network.means >= tensors)
+    throw ConfigError("integer network: the scales or the means are read from a tensor it does not have");
+  if (network.means >= 0 && channels[static_cast<std::size_t>(network.means)] !=
+                                channels[static_cast<std::size_t>(network.scales)])
+    throw ConfigError("integer network: the means and the scales have different channels");
+  return channels;
 }
 
 // The calibrated steps a_l[c] of the input of hidden layer l + 1.
@@ -90,117 +128,192 @@ void rescale_for(double ratio, std::int64_t& multiplier, std::int32_t& shift) {
   multiplier = static_cast<std::int64_t>(std::clamp(m, 1.0, static_cast<double>(kIntegerMultiplierLimit - 1)));
 }
 
-}  // namespace
-
-std::vector<double> float_forward(const std::vector<FloatConvLayer>& layers, const std::vector<std::int32_t>& input,
-                                  std::int64_t height, std::int64_t width, ActivationRanges* ranges) {
-  check_layers(layers);
-  if (static_cast<std::int64_t>(input.size()) != layers.front().in_channels * height * width)
-    throw ShapeError("float hyper-synthesis: " + std::to_string(input.size()) + " input values for [" +
-                     std::to_string(layers.front().in_channels) + ", " + std::to_string(height) + ", " +
-                     std::to_string(width) + "]");
-  if (ranges && ranges->maxima.empty())
-    for (std::size_t l = 0; l + 1 < layers.size(); ++l) ranges->maxima.emplace_back(layers[l].out_channels, 0.0);
-  std::vector<double> x(input.begin(), input.end());
-  for (double& v : x) v = std::clamp(v, -double(kIntegerActivationMax), double(kIntegerActivationMax));
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const std::int64_t out_height = output_side(layers[l], height), out_width = output_side(layers[l], width);
-    x = float_layer(layers[l], x, height, width, out_height, out_width);
-    height = out_height;
-    width = out_width;
-    if (l + 1 == layers.size()) break;
-    const std::int64_t plane = height * width;
-    for (std::size_t n = 0; n < x.size(); ++n) {
-      x[n] = std::max(x[n], 0.0);
-      if (ranges) {
-        double& seen = ranges->maxima[l][n / plane];
-        seen = std::max(seen, x[n]);
-      }
-    }
+// A convolution reading inputs of steps `in_steps`; `out_steps` receives w[o].
+IntegerConvLayer quantize_conv(const FloatConvLayer& f, const std::vector<double>& in_steps,
+                               std::vector<double>& out_steps) {
+  IntegerConvLayer layer;
+  layer.transposed = f.transposed;
+  layer.in_channels = f.in_channels;
+  layer.out_channels = f.out_channels;
+  layer.kernel = f.kernel;
+  layer.stride = f.stride;
+  layer.padding = f.padding;
+  layer.output_padding = f.output_padding;
+  const std::int64_t k2 = std::int64_t(f.kernel) * f.kernel;
+  // The input channel and the output of weight element n (layout-dependent).
+  auto channel_of = [&](std::size_t n) {
+    return f.transposed ? static_cast<std::int64_t>(n) / (f.out_channels * k2)
+                        : static_cast<std::int64_t>(n) / k2 % f.in_channels;
+  };
+  auto output_of = [&](std::size_t n) {
+    return f.transposed ? static_cast<std::int64_t>(n) / k2 % f.out_channels
+                        : static_cast<std::int64_t>(n) / (f.in_channels * k2);
+  };
+  std::vector<double> largest(static_cast<std::size_t>(f.out_channels), 0.0);
+  for (std::size_t n = 0; n < f.weight.size(); ++n) {
+    double& m = largest[output_of(n)];
+    m = std::max(m, std::abs(f.weight[n] * in_steps[channel_of(n)]));
   }
-  if (ranges) ++ranges->samples;
-  return x;
+  out_steps.assign(static_cast<std::size_t>(f.out_channels), 1.0);
+  for (std::int64_t o = 0; o < f.out_channels; ++o) {
+    const double step = std::max(largest[o] / kIntegerWeightMax, std::abs(f.bias[o]) / std::ldexp(1.0, 45));
+    out_steps[o] = step > 0 ? step : 1.0;
+    layer.bias.push_back(static_cast<std::int64_t>(std::nearbyint(f.bias[o] / out_steps[o])));
+  }
+  layer.weight.resize(f.weight.size());
+  for (std::size_t n = 0; n < f.weight.size(); ++n)
+    layer.weight[n] = static_cast<std::int32_t>(
+        std::clamp(std::nearbyint(f.weight[n] * in_steps[channel_of(n)] / out_steps[output_of(n)]),
+                   -double(kIntegerWeightMax), double(kIntegerWeightMax)));
+  return layer;
 }
 
-IntegerNetwork quantize_network(const std::vector<FloatConvLayer>& layers, const ActivationRanges& ranges,
+}  // namespace
+
+std::int32_t FloatNetwork::rescales() const {
+  return static_cast<std::int32_t>(
+      std::count_if(nodes.begin(), nodes.end(), [](const FloatNode& n) { return n.op == IntegerOp::rescale; }));
+}
+
+std::vector<std::int32_t> FloatNetwork::channels() const { return tensor_channels(*this); }
+
+FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                           std::int64_t width, ActivationRanges* ranges) {
+  const std::vector<std::int32_t> channels = tensor_channels(network);
+  if (height < 1 || width < 1 || static_cast<std::int64_t>(input.size()) != network.in_channels * height * width)
+    throw ShapeError("float network: " + std::to_string(input.size()) + " input values for [" +
+                     std::to_string(network.in_channels) + ", " + std::to_string(height) + ", " +
+                     std::to_string(width) + "]");
+  if (ranges && ranges->maxima.empty())
+    for (const FloatNode& node : network.nodes)
+      if (node.op == IntegerOp::rescale)
+        ranges->maxima.emplace_back(channels[static_cast<std::size_t>(node.inputs[0])], 0.0);
+  if (ranges && static_cast<std::int32_t>(ranges->maxima.size()) != network.rescales())
+    throw ConfigError("float network: activation ranges for " + std::to_string(ranges->maxima.size()) +
+                      " rescale nodes, the network has " + std::to_string(network.rescales()));
+  std::vector<std::vector<double>> values{std::vector<double>(input.begin(), input.end())};
+  for (double& v : values[0]) v = std::clamp(v, -double(kIntegerActivationMax), double(kIntegerActivationMax));
+  std::vector<std::pair<std::int64_t, std::int64_t>> sides{{height, width}};
+  std::size_t rescale = 0;
+  for (const FloatNode& node : network.nodes) {
+    const std::vector<double>& x = values[static_cast<std::size_t>(node.inputs[0])];
+    auto [h, w] = sides[static_cast<std::size_t>(node.inputs[0])];
+    std::vector<double> y;
+    if (node.op == IntegerOp::convolution) {
+      const std::int64_t out_height = output_side(node.conv, h), out_width = output_side(node.conv, w);
+      y = float_layer(node.conv, x, h, w, out_height, out_width);
+      h = out_height;
+      w = out_width;
+    } else if (node.op == IntegerOp::rescale) {
+      y = x;
+      std::vector<double>* seen = ranges ? &ranges->maxima[rescale++] : nullptr;
+      for (std::size_t n = 0; n < y.size(); ++n) {
+        if (y[n] <= 0) y[n] *= node.negative_slope;
+        if (seen) {
+          double& m = (*seen)[n / static_cast<std::size_t>(h * w)];
+          m = std::max(m, std::abs(y[n]));
+        }
+      }
+    } else if (node.op == IntegerOp::concat) {
+      for (std::int32_t input_tensor : node.inputs) {
+        if (sides[static_cast<std::size_t>(input_tensor)] != std::make_pair(h, w))
+          throw ShapeError("float network: a concat of tensors of different sizes");
+        const std::vector<double>& part = values[static_cast<std::size_t>(input_tensor)];
+        y.insert(y.end(), part.begin(), part.end());
+      }
+    } else {
+      y.assign(x.begin() + node.begin * h * w, x.begin() + (node.begin + node.count) * h * w);
+    }
+    values.push_back(std::move(y));
+    sides.emplace_back(h, w);
+  }
+  if (ranges) ++ranges->samples;
+  FloatOutputs out;
+  out.scales = values[static_cast<std::size_t>(network.scales)];
+  if (network.means >= 0) out.means = values[static_cast<std::size_t>(network.means)];
+  return out;
+}
+
+IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
                                 const std::vector<double>& scale_table, double headroom,
-                                std::vector<double>* output_step) {
-  check_layers(layers);
-  if (ranges.maxima.size() + 1 != layers.size())
-    throw ConfigError("integer hyper-synthesis: activation ranges for " + std::to_string(ranges.maxima.size()) +
-                      " hidden layers, but the network has " + std::to_string(layers.size() - 1));
-  for (std::size_t l = 0; l < ranges.maxima.size(); ++l)
-    if (ranges.maxima[l].size() != static_cast<std::size_t>(layers[l].out_channels))
-      throw ConfigError("integer hyper-synthesis: activation ranges of hidden layer " + std::to_string(l) +
-                        " have " + std::to_string(ranges.maxima[l].size()) + " channels, the layer has " +
-                        std::to_string(layers[l].out_channels));
+                                std::vector<std::vector<double>>* steps_out) {
+  const std::vector<std::int32_t> channels = tensor_channels(network);
+  if (static_cast<std::int32_t>(ranges.maxima.size()) != network.rescales())
+    throw ConfigError("integer network: activation ranges for " + std::to_string(ranges.maxima.size()) +
+                      " rescale nodes, but the network has " + std::to_string(network.rescales()));
   if (!(headroom >= 1) || !std::isfinite(headroom))
-    throw ConfigError("integer hyper-synthesis: the activation headroom must be a finite value >= 1");
+    throw ConfigError("integer network: the activation headroom must be a finite value >= 1");
   if (scale_table.size() < 2 || scale_table.size() > 1024)
-    throw ConfigError("integer hyper-synthesis: a scale table of " + std::to_string(scale_table.size()) +
+    throw ConfigError("integer network: a scale table of " + std::to_string(scale_table.size()) +
                       " levels (2..1024 expected)");
   for (std::size_t i = 0; i < scale_table.size(); ++i)
     if (!(scale_table[i] > 0) || !std::isfinite(scale_table[i]) || (i > 0 && !(scale_table[i] > scale_table[i - 1])))
-      throw ConfigError("integer hyper-synthesis: the scale table must be positive and increasing");
+      throw ConfigError("integer network: the scale table must be positive and increasing");
 
-  IntegerNetwork network;
-  network.levels = static_cast<std::int32_t>(scale_table.size());
-  std::vector<double> input_steps(static_cast<std::size_t>(layers.front().in_channels), 1.0);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const FloatConvLayer& f = layers[l];
-    const bool last = l + 1 == layers.size();
-    IntegerConvLayer layer;
-    layer.transposed = f.transposed;
-    layer.in_channels = f.in_channels;
-    layer.out_channels = f.out_channels;
-    layer.kernel = f.kernel;
-    layer.stride = f.stride;
-    layer.padding = f.padding;
-    layer.output_padding = f.output_padding;
-    const std::int64_t k2 = std::int64_t(f.kernel) * f.kernel;
-    // The step of input channel c of weight element n (layout-dependent).
-    auto channel_of = [&](std::size_t n) {
-      return f.transposed ? static_cast<std::int64_t>(n) / (f.out_channels * k2)
-                          : static_cast<std::int64_t>(n) / k2 % f.in_channels;
-    };
-    auto output_of = [&](std::size_t n) {
-      return f.transposed ? static_cast<std::int64_t>(n) / k2 % f.out_channels
-                          : static_cast<std::int64_t>(n) / (f.in_channels * k2);
-    };
-    std::vector<double> largest(static_cast<std::size_t>(f.out_channels), 0.0);
-    for (std::size_t n = 0; n < f.weight.size(); ++n) {
-      double& m = largest[output_of(n)];
-      m = std::max(m, std::abs(f.weight[n] * input_steps[channel_of(n)]));
-    }
-    std::vector<double> steps(static_cast<std::size_t>(f.out_channels));
-    for (std::int64_t o = 0; o < f.out_channels; ++o) {
-      const double step = std::max(largest[o] / kIntegerWeightMax, std::abs(f.bias[o]) / std::ldexp(1.0, 45));
-      steps[o] = step > 0 ? step : 1.0;
-      layer.bias.push_back(static_cast<std::int64_t>(std::nearbyint(f.bias[o] / steps[o])));
-    }
-    layer.weight.resize(f.weight.size());
-    for (std::size_t n = 0; n < f.weight.size(); ++n)
-      layer.weight[n] = static_cast<std::int32_t>(std::clamp(
-          std::nearbyint(f.weight[n] * input_steps[channel_of(n)] / steps[output_of(n)]),
-          -double(kIntegerWeightMax), double(kIntegerWeightMax)));
-    if (!last) {
-      const std::vector<double> next_steps = activation_steps(ranges.maxima[l], headroom);
-      layer.multiplier.resize(steps.size());
-      layer.shift.resize(steps.size());
-      for (std::size_t o = 0; o < steps.size(); ++o) rescale_for(steps[o] / next_steps[o], layer.multiplier[o], layer.shift[o]);
-      input_steps = next_steps;
+  IntegerNetwork result;
+  result.in_channels = network.in_channels;
+  result.levels = static_cast<std::int32_t>(scale_table.size());
+  result.scales = network.scales;
+  result.means = network.means;
+  std::vector<std::vector<double>> steps{std::vector<double>(static_cast<std::size_t>(network.in_channels), 1.0)};
+  std::size_t rescale = 0;
+  for (const FloatNode& f : network.nodes) {
+    IntegerNode node;
+    node.op = f.op;
+    node.inputs = f.inputs;
+    const std::vector<double>& in_steps = steps[static_cast<std::size_t>(f.inputs[0])];
+    std::vector<double> out_steps;
+    if (f.op == IntegerOp::convolution) {
+      node.conv = quantize_conv(f.conv, in_steps, out_steps);
+    } else if (f.op == IntegerOp::rescale) {
+      const std::vector<double>& maxima = ranges.maxima[rescale++];
+      if (maxima.size() != in_steps.size())
+        throw ConfigError("integer network: activation ranges of rescale node " + std::to_string(rescale - 1) +
+                          " have " + std::to_string(maxima.size()) + " channels, the node has " +
+                          std::to_string(in_steps.size()));
+      out_steps = activation_steps(maxima, headroom);
+      node.multiplier.resize(out_steps.size());
+      node.negative_multiplier.resize(out_steps.size());
+      node.shift.resize(out_steps.size());
+      for (std::size_t c = 0; c < out_steps.size(); ++c) {
+        const double ratio = in_steps[c] / out_steps[c];
+        rescale_for(ratio, node.multiplier[c], node.shift[c]);
+        node.negative_multiplier[c] =
+            f.negative_slope == 1 ? node.multiplier[c]
+                                  : static_cast<std::int64_t>(std::clamp(
+                                        std::nearbyint(std::ldexp(f.negative_slope * ratio, node.shift[c])), 0.0,
+                                        static_cast<double>(kIntegerMultiplierLimit - 1)));
+      }
+    } else if (f.op == IntegerOp::concat) {
+      for (std::int32_t input : f.inputs) {
+        const std::vector<double>& part = steps[static_cast<std::size_t>(input)];
+        out_steps.insert(out_steps.end(), part.begin(), part.end());
+      }
     } else {
-      const double limit = std::ldexp(1.0, 62);
-      for (std::size_t o = 0; o < steps.size(); ++o)
-        for (std::size_t i = 0; i + 1 < scale_table.size(); ++i)
-          network.thresholds.push_back(
-              static_cast<std::int64_t>(std::clamp(std::floor(scale_table[i] / steps[o]), -limit, limit)));
-      if (output_step) *output_step = steps;
+      node.begin = f.begin;
+      node.count = f.count;
+      out_steps.assign(in_steps.begin() + f.begin, in_steps.begin() + f.begin + f.count);
     }
-    network.layers.push_back(std::move(layer));
+    result.nodes.push_back(std::move(node));
+    steps.push_back(std::move(out_steps));
   }
-  check_network(network, "quantize_network");
-  return network;
+  const double limit = std::ldexp(1.0, 62);
+  for (double u : steps[static_cast<std::size_t>(network.scales)])
+    for (std::size_t i = 0; i + 1 < scale_table.size(); ++i)
+      result.thresholds.push_back(static_cast<std::int64_t>(std::clamp(std::floor(scale_table[i] / u), -limit, limit)));
+  if (network.means >= 0)
+    for (double u : steps[static_cast<std::size_t>(network.means)]) {
+      const double ratio = std::ldexp(u, kMeanFractionBits);
+      if (!(ratio < 0.5 * static_cast<double>(kIntegerMultiplierLimit)))
+        throw ConfigError("integer network: a mean step of " + std::to_string(u) +
+                          " is too coarse for means in units of 2^-16");
+      result.mean_multiplier.emplace_back();
+      result.mean_shift.emplace_back();
+      rescale_for(ratio, result.mean_multiplier.back(), result.mean_shift.back());
+    }
+  if (steps_out) *steps_out = steps;
+  check_network(result, "quantize_network");
+  return result;
 }
 
 }  // namespace plexus::codec

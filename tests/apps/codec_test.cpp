@@ -198,9 +198,9 @@ TEST_F(Codec, FileOfAnotherModelNamesBothFingerprints) {
 TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   std::vector<std::uint8_t> bytes = compressed();
   std::vector<std::uint8_t> newer = bytes;
-  newer[4] = 3;
+  newer[4] = 4;
   reseal(newer);
-  EXPECT_TRUE(contains(decode_error(newer), "format version 3, but this plexus-ae reads only versions 1 to 2"))
+  EXPECT_TRUE(contains(decode_error(newer), "format version 4, but this plexus-ae reads only versions 1 to 3"))
       << decode_error(newer);
   // Version 2 is the scale hyperprior's layout: kind and hyper-latent shape
   // after the latent's. Such a file is of a kind this model is not; a kind
@@ -214,7 +214,17 @@ TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
       << decode_error(hyperprior);
   hyperprior[36] = 5;
   reseal(hyperprior);
-  EXPECT_TRUE(contains(decode_error(hyperprior), "unknown model kind 5")) << decode_error(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-2 file")) << decode_error(hyperprior);
+  // Version 3 (the mean-scale hyperprior) has version 2's layout with kind 3.
+  hyperprior[4] = 3;
+  reseal(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-3 file")) << decode_error(hyperprior);
+  hyperprior[36] = 3;
+  reseal(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "a mean-scale-hyperprior file (format version 3), but "
+                                                 "'tiny.safetensors' is a factorized-prior model"))
+      << decode_error(hyperprior);
+  hyperprior[4] = 2;
   std::vector<std::uint8_t> short_header(bytes.begin(), bytes.begin() + 50);
   short_header[4] = 2;
   EXPECT_TRUE(contains(decode_error(short_header), "shorter than the 60-byte header and checksum of format version 2"))

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "apps/bitstream_test_support.h"
+#include "apps/codec_model_test_support.h"
 #include "apps/cli_runner.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/codec/autoencoder_contract.h"
@@ -33,28 +34,15 @@ ModelSpec bundled_spec() {
   return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-hyperprior.json");
 }
 
-// Untrained weights of `spec`; `scaled` weights multiplied by their factor
-// so the latents span many integers (and the scales many table entries).
 TensorFile weights(const ModelSpec& spec, std::uint64_t seed, const std::map<std::string, double>& scaled) {
-  Net net(spec, registry, {{kImage, Shape{1, 3, 64, 64}}}, DType::f32, Device::cpu(), seed);
-  TensorFile file;
-  for (const NamedParameter& named : net.parameters()) {
-    Tensor value = named.parameter->value.clone();
-    auto it = scaled.find(named.name);
-    if (it != scaled.end()) {
-      std::vector<double> values = value.to_values();
-      for (double& v : values) v *= it->second;
-      value = Tensor::from_values(values, value.shape());
-    }
-    file.tensors[named.name] = value;
-  }
-  return file;
+  return testing::untrained_weights(spec, registry, seed, scaled);
 }
 
 TensorFile tiny_weights(std::uint64_t seed) {
   return weights(tiny_spec(), seed, {{"g_a1.weight", 30}, {"h_a1.weight", 4}, {"h_s1.weight", 6}});
 }
 
+using testing::code_bits;
 using testing::contains;
 using testing::error_or_none;
 using testing::get32;
@@ -175,25 +163,59 @@ TEST(WhyNotCodable, TheBundledAndTestSpecsCanBeCoded) {
             std::nullopt);
 }
 
-TEST(WhyNotCodable, AMeanInputIsNamedWithItsNodeAsCodecModelRefusesIt) {
+TEST(WhyNotCodable, MeansWithoutAQuantizerAroundThemAreNamedAsCodecModelRefusesThem) {
   const ModelSpec spec = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior_means.json");
   const std::optional<std::string> reason = why_not_codable(spec, registry);
   ASSERT_TRUE(reason.has_value());
-  EXPECT_EQ(*reason, "its GaussianConditional node 'gaussian_conditional' has 3 inputs; the codec handles "
-                     "[latent, scales] (a mean input is not supported yet)");
+  EXPECT_EQ(*reason, "its latent 'y_hat' must be the output of a QuantizeAroundMean node reading [y, 'scales'] (the "
+                     "means of GaussianConditional 'gaussian_conditional'), so that the codec can quantise around "
+                     "the integer means");
   // The weights are those of tiny_hyperprior.json: a mean input adds none.
   const std::string refused = error_or_none([&] { CodecModel(spec, tiny_weights(3), registry, Device::cpu(), "m"); });
   EXPECT_EQ(refused, spec.source + " cannot be used as a codec: " + *reason);
 }
 
-TEST(WhyNotCodable, AHyperSynthesisThatIsNoChainNamesTheNode) {
+TEST(WhyNotCodable, AnEntropyParameterNodeWithoutIntegerFormIsNamed) {
   const ModelSpec spec = changed_tiny_spec("h_s0_relu", [](NodeSpec& n) { n.type = "Sigmoid"; });
   const std::optional<std::string> reason = why_not_codable(spec, registry);
   ASSERT_TRUE(reason.has_value());
-  EXPECT_TRUE(contains(*reason, "the hyper-synthesis")) << *reason;
-  EXPECT_TRUE(contains(*reason, "node 'h_s0_relu' is a Sigmoid where a ReLU belongs")) << *reason;
+  EXPECT_TRUE(contains(*reason, "the entropy parameters (the nodes from the hyper-latent 'z_hat' to the scales)"))
+      << *reason;
+  EXPECT_TRUE(contains(*reason, "node 'h_s0_relu' (Sigmoid) has no exact integer form")) << *reason;
   const std::string refused = error_or_none([&] { CodecModel(spec, tiny_weights(3), registry, Device::cpu(), "s"); });
   EXPECT_EQ(refused, "'s': " + *reason);
+}
+
+TEST(WhyNotCodable, EntropyParametersThatBreakTheIntegerRulesNameTheNode) {
+  // A node reading what the decoder does not have.
+  const ModelSpec reads_y = changed_tiny_spec("h_s1", [](NodeSpec& n) { n.inputs = {"y"}; });
+  EXPECT_TRUE(contains(why_not_codable(reads_y, registry).value_or(""),
+                       "node 'h_s1' (ConvTranspose2d) reads 'y', which the decoder cannot compute from the "
+                       "hyper-latent"))
+      << why_not_codable(reads_y, registry).value_or("codable");
+  // An activation function that does not follow a convolution.
+  ModelSpec twice = changed_tiny_spec("h_s1", [](NodeSpec& n) { n.inputs = {"h_s0_act2"}; });
+  NodeSpec second;
+  second.name = "h_s0_relu2";
+  second.type = "ReLU";
+  second.inputs = {"h_s0_act"};
+  second.outputs = {"h_s0_act2"};
+  twice.nodes.insert(twice.nodes.begin() + 11, second);
+  EXPECT_TRUE(contains(why_not_codable(twice, registry).value_or(""),
+                       "node 'h_s0_relu2' (ReLU) does not read a convolution's output"))
+      << why_not_codable(twice, registry).value_or("codable");
+  // A LeakyReLU whose slope has no integer form here.
+  const ModelSpec slope = changed_tiny_spec("h_s0_relu", [](NodeSpec& n) {
+    n.type = "LeakyReLU";
+    n.params["negative_slope"] = -0.5;
+  });
+  EXPECT_TRUE(contains(why_not_codable(slope, registry).value_or(""),
+                       "node 'h_s0_relu' (LeakyReLU) has a negative slope of -0.500000 (0 to 1 is needed)"))
+      << why_not_codable(slope, registry).value_or("codable");
+  // LeakyReLU with a slope in [0, 1] is codable.
+  const ModelSpec leaky = changed_tiny_spec("h_s0_relu", [](NodeSpec& n) { n.type = "LeakyReLU"; });
+  EXPECT_EQ(why_not_codable(leaky, registry), std::nullopt);
+  EXPECT_NO_THROW(CodecModel(leaky, tiny_weights(3), registry, Device::cpu(), "leaky"));
 }
 
 TEST(WhyNotCodable, ASecondGaussianConditionalIsRefused) {
@@ -259,7 +281,7 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   changed = bytes;
   put32(changed, 36, 1);
   reseal(changed);
-  EXPECT_TRUE(contains(decode_error(changed), "unknown model kind 1")) << decode_error(changed);
+  EXPECT_TRUE(contains(decode_error(changed), "model kind 1 in a format-version-2 file")) << decode_error(changed);
 
   // A factorized model's file given to this model, and this file to a factorized model.
   const ModelSpec factorized = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny.json");
@@ -299,17 +321,6 @@ TEST_F(HyperpriorCodec, LatentsOutsideEveryTableStillRoundTrip) {
   for (double v : encoded.latent.to_values()) largest = std::max(largest, std::abs(v));
   EXPECT_GT(largest, 100) << "the latent should reach far beyond its tables";
   for (std::int32_t index : encoded.indices) ASSERT_EQ(index, 0);
-}
-
-// Bits of `value` under `table`: -log2 of its frequency, or the escape's plus
-// the bypass bits (3 + 4 per nibble of zigzag(value)).
-double code_bits(std::int32_t value, const codec::CodingTable& table) {
-  const std::int64_t i = static_cast<std::int64_t>(value) - table.min;
-  if (i >= 0 && i < table.count()) return -std::log2((table.cdf[i + 1] - table.cdf[i]) / 65536.0);
-  const std::uint32_t zigzag = (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
-  int nibbles = 1;
-  while (nibbles < 8 && (zigzag >> (4 * nibbles)) != 0) ++nibbles;
-  return -std::log2((table.cdf[table.count() + 1] - table.cdf[table.count()]) / 65536.0) + 3 + 4 * nibbles;
 }
 
 // The real files against eval's estimate (both latents' -log2 likelihoods)
@@ -358,40 +369,8 @@ TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   EXPECT_LT(integer_bits, 1.005 * float_bits);
 }
 
-// Compress on CUDA; decode on the CPU and on CUDA: the same hyper-latent,
-// indices and latent exactly, reconstructions equal within float rounding.
 void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const std::vector<data::Image>& images) {
-  CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
-  CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
-  ASSERT_EQ(on_cuda.fingerprint(), on_cpu.fingerprint());
-  for (std::size_t n = 0; n < images.size(); ++n) {
-    const data::Image& image = images[n];
-    const std::vector<std::uint8_t> bytes = on_cuda.compress(image);
-    EXPECT_EQ(on_cuda.compress(image), bytes) << "image " << n << ": compressing twice on CUDA";
-    const CodecModel::Latents encoded = on_cuda.encode_latents(image);
-    const CodecModel::Latents from_cpu = on_cpu.decode_latents(bytes.data(), bytes.size());
-    const CodecModel::Latents from_cuda = on_cuda.decode_latents(bytes.data(), bytes.size());
-    EXPECT_EQ(from_cpu.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << "image " << n;
-    EXPECT_EQ(from_cpu.indices, encoded.indices) << "image " << n;
-    EXPECT_EQ(from_cpu.latent.to_values(), encoded.latent.to_values()) << "image " << n;
-    EXPECT_EQ(from_cuda.indices, from_cpu.indices) << "image " << n;
-    EXPECT_EQ(from_cuda.latent.to_values(), from_cpu.latent.to_values()) << "image " << n;
-    // The integer network on either device for the CPU's own hyper-latent.
-    const CodecModel::Latents cpu_encoded = on_cpu.encode_latents(image);
-    const std::vector<std::uint8_t> cpu_bytes = on_cpu.compress(image);
-    EXPECT_EQ(on_cuda.decode_latents(cpu_bytes.data(), cpu_bytes.size()).indices, cpu_encoded.indices) << "image " << n;
-
-    const data::Image decoded_on_cpu = on_cpu.decompress(bytes.data(), bytes.size());
-    const data::Image decoded_on_cuda = on_cuda.decompress(bytes.data(), bytes.size());
-    const data::Image cpu_round_trip = on_cpu.decompress(cpu_bytes.data(), cpu_bytes.size());
-    ASSERT_EQ(decoded_on_cpu.pixels.size(), decoded_on_cuda.pixels.size());
-    int largest = 0;
-    for (std::size_t i = 0; i < decoded_on_cpu.pixels.size(); ++i)
-      largest = std::max(largest, std::abs(int(decoded_on_cpu.pixels[i]) - int(decoded_on_cuda.pixels[i])));
-    EXPECT_LE(largest, 1) << "image " << n;
-    // The CPU's own file differs at most where y or z is within float error of a half-integer.
-    EXPECT_GT(data::psnr(cpu_round_trip, decoded_on_cpu), 40.0) << "image " << n;
-  }
+  testing::expect_cross_device(spec, file, registry, images);
 }
 
 TEST(HyperpriorCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {

@@ -60,7 +60,7 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   auto exported = run({"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors",
                        "--storage", "f16"});
   ASSERT_EQ(exported.exit_code, 0) << exported.describe();
-  EXPECT_TRUE(contains(exported.out, "128 channels of coding tables and the integer hyper-synthesis's calibration, "
+  EXPECT_TRUE(contains(exported.out, "128 channels of coding tables and the integer network's calibration, "
                                      "model fingerprint")) << exported.out;
   EXPECT_TRUE(contains(exported.out, "parameters stored as f16")) << exported.out;
   const TensorFile full = load_safetensors(folder / "run/model.safetensors");
@@ -77,7 +77,7 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
       ASSERT_LE(std::abs(a[i] - b[i]), std::ldexp(std::abs(a[i]), -11) + std::ldexp(1.0, -25)) << name << " " << i;
   }
 
-  // The integer hyper-synthesis calibrated on images instead of the prior's samples.
+  // The integer network calibrated on images instead of the prior's samples.
   auto calibrated = run({"export", "--model", folder / "f16.safetensors", "--out", folder / "calibrated.safetensors",
                          "--calibration-images", folder / "images"});
   ASSERT_EQ(calibrated.exit_code, 0) << calibrated.describe();
@@ -105,8 +105,8 @@ TEST_F(PlexusAeHyperprior, ASpecTheCodecCannotCodeIsNamedBeforeTheFirstStep) {
                       "--out", folder / "means"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();  // it trains all the same
   const std::string warning =
-      "warning: model 'tiny-hyperprior-means' trains, but compress/export cannot code it yet: its GaussianConditional "
-      "node 'gaussian_conditional' has 3 inputs";
+      "warning: model 'tiny-hyperprior-means' trains, but compress/export cannot code it yet: its latent 'y_hat' must "
+      "be the output of a QuantizeAroundMean node";
   const std::size_t warned = trained.err.find(warning);
   ASSERT_NE(warned, std::string::npos) << trained.err;
   EXPECT_EQ(trained.err.find(warning, warned + 1), std::string::npos) << "warned twice:\n" << trained.err;

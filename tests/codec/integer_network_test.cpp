@@ -1,8 +1,9 @@
-// The integer hyper-synthesis (plexus/codec/integer_network.h and
+// The integer network (plexus/codec/integer_network.h and
 // integer_network_quantizer.h): against an independent f64 reference of the
 // float network (the layers' scatter formulas, written here), the table
-// index against the float path's index, calibration, validation of stored
-// parameters, and bit-identical indices on the CPU and CUDA.
+// index against the float path's index, the fixed-point means against the
+// float means, calibration, validation of stored parameters and graphs, and
+// bit-identical indices and means on the CPU and CUDA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,10 +69,12 @@ Sized reference_conv(const FloatConvLayer& l, const Sized& x) {
   return y;
 }
 
-// The float network (ReLU after every hidden layer); `maxima` collects each
-// hidden layer's per-channel maximum.
+// The float chain (an activation after every hidden layer: x for x > 0,
+// slope * x otherwise); `maxima` collects each hidden layer's per-channel
+// largest |output|.
 Sized reference_network(const std::vector<FloatConvLayer>& layers, const std::vector<std::int32_t>& z,
-                        std::int64_t height, std::int64_t width, std::vector<std::vector<double>>* maxima = nullptr) {
+                        std::int64_t height, std::int64_t width, std::vector<std::vector<double>>* maxima = nullptr,
+                        double slope = 0) {
   Sized x{std::vector<double>(z.begin(), z.end()), layers.front().in_channels, height, width};
   if (maxima && maxima->empty())
     for (std::size_t l = 0; l + 1 < layers.size(); ++l) maxima->emplace_back(layers[l].out_channels, 0.0);
@@ -79,14 +82,54 @@ Sized reference_network(const std::vector<FloatConvLayer>& layers, const std::ve
     x = layers[l].transposed ? reference_transposed(layers[l], x) : reference_conv(layers[l], x);
     if (l + 1 == layers.size()) break;
     for (std::size_t n = 0; n < x.values.size(); ++n) {
-      x.values[n] = std::max(0.0, x.values[n]);
+      if (x.values[n] < 0) x.values[n] *= slope;
       if (maxima) {
         double& m = (*maxima)[l][n / (x.height * x.width)];
-        m = std::max(m, x.values[n]);
+        m = std::max(m, std::abs(x.values[n]));
       }
     }
   }
   return x;
+}
+
+// The chain as a FloatNetwork: each convolution but the last followed by a
+// rescale of `slope`, the scales read from the last convolution.
+FloatNetwork chain(const std::vector<FloatConvLayer>& layers, double slope = 0) {
+  FloatNetwork network;
+  network.in_channels = layers.front().in_channels;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    FloatNode conv;
+    conv.op = IntegerOp::convolution;
+    conv.inputs = {static_cast<std::int32_t>(network.nodes.size())};
+    conv.conv = layers[l];
+    network.nodes.push_back(conv);
+    if (l + 1 == layers.size()) break;
+    FloatNode act;
+    act.op = IntegerOp::rescale;
+    act.inputs = {static_cast<std::int32_t>(network.nodes.size())};
+    act.negative_slope = slope;
+    network.nodes.push_back(act);
+  }
+  network.scales = static_cast<std::int32_t>(network.nodes.size());
+  return network;
+}
+
+// A mean-scale chain: the last layer's 2C outputs split into scales (first
+// C) and means (last C), as mbt2018-mean's hyper-synthesis.
+FloatNetwork mean_scale(const std::vector<FloatConvLayer>& layers, double slope) {
+  FloatNetwork network = chain(layers, slope);
+  const std::int32_t last = network.scales, half = layers.back().out_channels / 2;
+  for (std::int32_t k = 0; k < 2; ++k) {
+    FloatNode slice;
+    slice.op = IntegerOp::slice;
+    slice.inputs = {last};
+    slice.begin = k * half;
+    slice.count = half;
+    network.nodes.push_back(slice);
+  }
+  network.scales = last + 1;
+  network.means = last + 2;
+  return network;
 }
 
 FloatConvLayer random_layer(std::mt19937& rng, bool transposed, int in, int out, int kernel, int stride, int padding,
@@ -129,34 +172,43 @@ std::int32_t float_index(double scale, const std::vector<double>& table) {
 
 struct Calibrated {
   IntegerNetwork network;
-  std::vector<double> output_step;
+  std::vector<std::vector<double>> steps;  // every tensor's
 };
 
-Calibrated calibrate(const std::vector<FloatConvLayer>& layers, std::uint32_t seed, int samples = 4) {
+Calibrated calibrate(const FloatNetwork& network, std::uint32_t seed, int samples = 4) {
   std::mt19937 rng(seed);
   ActivationRanges ranges;
-  for (int n = 0; n < samples; ++n) float_forward(layers, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
+  for (int n = 0; n < samples; ++n) float_forward(network, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
   Calibrated result;
-  result.network = quantize_network(layers, ranges, log_scale_table(), kDefaultActivationHeadroom, &result.output_step);
+  result.network = quantize_network(network, ranges, log_scale_table(), kDefaultActivationHeadroom, &result.steps);
   return result;
 }
 
-TEST(IntegerNetwork, CalibrationRecordsTheLargestReluOutputOfEveryHiddenChannel) {
-  const auto layers = hyper_synthesis(1);
-  std::mt19937 rng(7);
-  ActivationRanges ranges;
-  std::vector<std::vector<double>> expected;
-  for (int n = 0; n < 3; ++n) {
-    const auto z = random_latent(rng, 4 * 3 * 4, 6);
-    float_forward(layers, z, 3, 4, &ranges);
-    reference_network(layers, z, 3, 4, &expected);
-  }
-  EXPECT_EQ(ranges.samples, 3);
-  ASSERT_EQ(ranges.maxima.size(), 2u);
-  for (std::size_t l = 0; l < 2; ++l) {
-    ASSERT_EQ(ranges.maxima[l].size(), expected[l].size());
-    for (std::size_t c = 0; c < expected[l].size(); ++c)
-      EXPECT_NEAR(ranges.maxima[l][c], expected[l][c], 1e-12 * (1 + expected[l][c])) << "layer " << l << " channel " << c;
+double largest_magnitude(const std::vector<double>& values) {
+  double largest = 0;
+  for (double v : values) largest = std::max(largest, std::abs(v));
+  return largest;
+}
+
+TEST(IntegerNetwork, CalibrationRecordsTheLargestOutputOfEveryRescaledChannel) {
+  for (double slope : {0.0, 0.01, 0.2}) {
+    const auto layers = hyper_synthesis(1);
+    std::mt19937 rng(7);
+    ActivationRanges ranges;
+    std::vector<std::vector<double>> expected;
+    for (int n = 0; n < 3; ++n) {
+      const auto z = random_latent(rng, 4 * 3 * 4, 6);
+      float_forward(chain(layers, slope), z, 3, 4, &ranges);
+      reference_network(layers, z, 3, 4, &expected, slope);
+    }
+    EXPECT_EQ(ranges.samples, 3);
+    ASSERT_EQ(ranges.maxima.size(), 2u);
+    for (std::size_t l = 0; l < 2; ++l) {
+      ASSERT_EQ(ranges.maxima[l].size(), expected[l].size());
+      for (std::size_t c = 0; c < expected[l].size(); ++c)
+        EXPECT_NEAR(ranges.maxima[l][c], expected[l][c], 1e-12 * (1 + expected[l][c]))
+            << "slope " << slope << " layer " << l << " channel " << c;
+    }
   }
 }
 
@@ -164,38 +216,42 @@ TEST(IntegerNetwork, FloatForwardMatchesTheReference) {
   const auto layers = hyper_synthesis(2);
   std::mt19937 rng(3);
   const auto z = random_latent(rng, 4 * 3 * 4, 6);
-  const std::vector<double> got = float_forward(layers, z, 3, 4);
-  const Sized want = reference_network(layers, z, 3, 4);
-  ASSERT_EQ(got.size(), want.values.size());
-  EXPECT_EQ(want.height, 12);
-  EXPECT_EQ(want.width, 16);
-  for (std::size_t n = 0; n < got.size(); ++n) EXPECT_NEAR(got[n], want.values[n], 1e-10);
+  for (double slope : {0.0, 0.1}) {
+    const std::vector<double> got = float_forward(chain(layers, slope), z, 3, 4).scales;
+    const Sized want = reference_network(layers, z, 3, 4, nullptr, slope);
+    ASSERT_EQ(got.size(), want.values.size());
+    EXPECT_EQ(want.height, 12);
+    EXPECT_EQ(want.width, 16);
+    for (std::size_t n = 0; n < got.size(); ++n) EXPECT_NEAR(got[n], want.values[n], 1e-10);
+  }
 }
 
 TEST(IntegerNetwork, AccumulatorsFollowTheFloatNetworkWithinTheQuantisationError) {
-  const auto layers = hyper_synthesis(4);
-  const Calibrated c = calibrate(layers, 5);
-  std::mt19937 rng(6);
-  const auto z = random_latent(rng, 4 * 3 * 4, 6);
-  const Sized want = reference_network(layers, z, 3, 4);
-  const std::vector<std::int64_t> acc = last_accumulators(c.network, z, 3, 4);
-  ASSERT_EQ(acc.size(), want.values.size());
-  const std::int64_t plane = want.height * want.width;
-  double largest = 0, worst = 0;
-  for (double v : want.values) largest = std::max(largest, std::abs(v));
-  for (std::size_t n = 0; n < acc.size(); ++n)
-    worst = std::max(worst, std::abs(static_cast<double>(acc[n]) * c.output_step[n / plane] - want.values[n]));
-  // 15-bit activations and 16-bit weights: errors of order 2^-14 of the range, far below 1e-3.
-  EXPECT_LT(worst, 1e-3 * largest) << "largest output " << largest;
-  EXPECT_GT(largest, 0.5);
+  for (double slope : {0.0, 0.01, 0.3}) {
+    const auto layers = hyper_synthesis(4);
+    const Calibrated c = calibrate(chain(layers, slope), 5);
+    std::mt19937 rng(6);
+    const auto z = random_latent(rng, 4 * 3 * 4, 6);
+    const Sized want = reference_network(layers, z, 3, 4, nullptr, slope);
+    const std::vector<std::int64_t> acc = tensor_values(c.network, z, 3, 4, c.network.scales);
+    ASSERT_EQ(acc.size(), want.values.size());
+    const std::vector<double>& step = c.steps[static_cast<std::size_t>(c.network.scales)];
+    const std::int64_t plane = want.height * want.width;
+    const double largest = largest_magnitude(want.values);
+    double worst = 0;
+    for (std::size_t n = 0; n < acc.size(); ++n)
+      worst = std::max(worst, std::abs(static_cast<double>(acc[n]) * step[n / plane] - want.values[n]));
+    // 15-bit activations and 16-bit weights: errors of order 2^-14 of the range, far below 1e-3.
+    EXPECT_LT(worst, 1e-3 * largest) << "slope " << slope << ", largest output " << largest;
+    EXPECT_GT(largest, 0.5);
+  }
 }
 
 TEST(IntegerNetwork, IndicesAgreeWithTheFloatPathOnNearlyEveryElement) {
   // Outputs spread over the whole scale table: a wider last layer.
-  std::mt19937 layer_rng(8);
   auto layers = hyper_synthesis(8, 8, 16);
   for (double& w : layers.back().weight) w *= 25;
-  const Calibrated c = calibrate(layers, 9, 6);
+  const Calibrated c = calibrate(chain(layers), 9, 6);
   const std::vector<double> table = log_scale_table();
   std::mt19937 rng(10);
   std::int64_t agree = 0, total = 0, off_by_more = 0;
@@ -203,13 +259,15 @@ TEST(IntegerNetwork, IndicesAgreeWithTheFloatPathOnNearlyEveryElement) {
   for (int sample = 0; sample < 6; ++sample) {
     const auto z = random_latent(rng, 4 * 3 * 4, 6);
     const Sized want = reference_network(layers, z, 3, 4);
-    const std::vector<std::int32_t> got = scale_indices(c.network, z, 3, 4);
-    ASSERT_EQ(got.size(), want.values.size());
-    for (std::size_t n = 0; n < got.size(); ++n) {
+    const IntegerOutputs got = run_network(c.network, z, 3, 4);
+    EXPECT_EQ(got.shape, (Shape{16, 12, 16}));
+    EXPECT_TRUE(got.means.empty());
+    ASSERT_EQ(got.indices.size(), want.values.size());
+    for (std::size_t n = 0; n < got.indices.size(); ++n) {
       const std::int32_t expected = float_index(want.values[n], table);
-      agree += got[n] == expected;
-      off_by_more += std::abs(got[n] - expected) > 1;
-      ++used[got[n]];
+      agree += got.indices[n] == expected;
+      off_by_more += std::abs(got.indices[n] - expected) > 1;
+      ++used[got.indices[n]];
       ++total;
     }
   }
@@ -225,87 +283,261 @@ TEST(IntegerNetwork, Conv2dLayersFollowTheReferenceToo) {
   std::mt19937 rng(11);
   const std::vector<FloatConvLayer> layers = {random_layer(rng, false, 4, 6, 3, 1, 1, 0, 0.4),
                                               random_layer(rng, false, 6, 5, 3, 2, 1, 0, 0.4)};
-  const Calibrated c = calibrate(layers, 12);
+  const Calibrated c = calibrate(chain(layers), 12);
   const auto z = random_latent(rng, 4 * 3 * 4, 6);
   const Sized want = reference_network(layers, z, 3, 4);
-  const std::vector<std::int64_t> acc = last_accumulators(c.network, z, 3, 4);
+  const std::vector<std::int64_t> acc = tensor_values(c.network, z, 3, 4, c.network.scales);
   ASSERT_EQ(acc.size(), want.values.size());
   EXPECT_EQ(c.network.output_shape(3, 4), (Shape{5, 2, 2}));
-  double largest = 0;
-  for (double v : want.values) largest = std::max(largest, std::abs(v));
+  const double largest = largest_magnitude(want.values);
+  const std::vector<double>& step = c.steps[static_cast<std::size_t>(c.network.scales)];
   const std::int64_t plane = want.height * want.width;
   for (std::size_t n = 0; n < acc.size(); ++n)
-    EXPECT_NEAR(static_cast<double>(acc[n]) * c.output_step[n / plane], want.values[n], 1e-3 * largest);
+    EXPECT_NEAR(static_cast<double>(acc[n]) * step[n / plane], want.values[n], 1e-3 * largest);
+}
+
+TEST(IntegerNetwork, MeansFollowTheFloatMeansInFixedPoint) {
+  // mbt2018-mean's shape: LeakyReLU between the layers, the last layer's
+  // outputs split into scales and means.
+  auto layers = hyper_synthesis(21, 8, 12);
+  for (double& w : layers.back().weight) w *= 10;
+  const FloatNetwork network = mean_scale(layers, 0.01);
+  const Calibrated c = calibrate(network, 22, 6);
+  ASSERT_TRUE(c.network.has_means());
+  std::mt19937 rng(23);
+  const auto z = random_latent(rng, 4 * 3 * 4, 6);
+  const Sized want = reference_network(layers, z, 3, 4, nullptr, 0.01);
+  const IntegerOutputs got = run_network(c.network, z, 3, 4);
+  ASSERT_EQ(got.shape, (Shape{6, 12, 16}));
+  const std::size_t half = got.indices.size();
+  ASSERT_EQ(got.means.size(), half);
+  ASSERT_EQ(want.values.size(), 2 * half);
+  const std::vector<double> float_means(want.values.begin() + static_cast<std::ptrdiff_t>(half), want.values.end());
+  const double largest = largest_magnitude(float_means);
+  EXPECT_GT(largest, 1.0);
+  double worst = 0;
+  for (std::size_t n = 0; n < half; ++n)
+    worst = std::max(worst, std::abs(std::ldexp(static_cast<double>(got.means[n]), -kMeanFractionBits) -
+                                     float_means[n]));
+  EXPECT_LT(worst, 1e-3 * largest) << "largest mean " << largest;
+  // The scales are the first half, indexed as the float path does.
+  const std::vector<double> table = log_scale_table();
+  std::size_t agree = 0;
+  for (std::size_t n = 0; n < half; ++n) agree += got.indices[n] == float_index(want.values[n], table);
+  EXPECT_GE(static_cast<double>(agree) / half, 0.99);
+  // float_forward splits the same way.
+  const FloatOutputs f = float_forward(network, z, 3, 4);
+  ASSERT_EQ(f.means.size(), half);
+  for (std::size_t n = 0; n < half; ++n) EXPECT_NEAR(f.means[n], float_means[n], 1e-10);
+}
+
+TEST(IntegerNetwork, MeansAreOddInTheirInput) {
+  // Rounding halves away from zero: a mean and its negation differ only in sign.
+  IntegerNetwork network;
+  network.in_channels = 1;
+  IntegerNode conv;
+  conv.op = IntegerOp::convolution;
+  conv.inputs = {0};
+  conv.conv.in_channels = conv.conv.out_channels = 1;
+  conv.conv.transposed = false;
+  conv.conv.weight = {1};
+  conv.conv.bias = {0};
+  network.nodes = {conv};
+  network.scales = network.means = 1;
+  network.levels = 2;
+  network.thresholds = {0};
+  network.mean_multiplier = {3};
+  network.mean_shift = {1};  // mean = 1.5 v, in units of 2^-16
+  check_network(network, "test");
+  const IntegerOutputs out = run_network(network, {1, -1, 3, -3, 0}, 1, 5);
+  EXPECT_EQ(out.means, (std::vector<std::int64_t>{2, -2, 5, -5, 0}));
+  EXPECT_EQ(out.indices, (std::vector<std::int32_t>{1, 0, 1, 0, 0}));
+}
+
+// z -> two convolutions whose accumulators are concatenated, a LeakyReLU,
+// a convolution, and a slice for the scales: every node kind at once.
+FloatNetwork branched(std::uint32_t seed, bool with_means) {
+  std::mt19937 rng(seed);
+  FloatNetwork network;
+  network.in_channels = 4;
+  auto conv = [](std::int32_t input, FloatConvLayer layer) {
+    FloatNode node;
+    node.op = IntegerOp::convolution;
+    node.inputs = {input};
+    node.conv = std::move(layer);
+    return node;
+  };
+  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 5, 5, 2, 2, 1, 0.4)));   // tensor 1
+  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 3, 3, 2, 1, 1, 0.4)));   // tensor 2
+  FloatNode concat;
+  concat.op = IntegerOp::concat;
+  concat.inputs = {1, 2};
+  network.nodes.push_back(concat);  // tensor 3: 8 channels
+  FloatNode act;
+  act.op = IntegerOp::rescale;
+  act.inputs = {3};
+  act.negative_slope = 0.05;
+  network.nodes.push_back(act);  // tensor 4
+  FloatConvLayer last = random_layer(rng, false, 8, 10, 3, 1, 1, 0, 0.4);
+  for (double& w : last.weight) w *= 10;
+  network.nodes.push_back(conv(4, last));  // tensor 5
+  FloatNode slice;
+  slice.op = IntegerOp::slice;
+  slice.inputs = {5};
+  slice.begin = 0;
+  slice.count = 5;
+  network.nodes.push_back(slice);  // tensor 6
+  network.scales = 6;
+  if (with_means) {
+    slice.begin = 5;
+    network.nodes.push_back(slice);  // tensor 7
+    network.means = 7;
+  }
+  return network;
+}
+
+TEST(IntegerNetwork, ConcatAndSliceGraphsFollowTheReference) {
+  const FloatNetwork network = branched(24, true);
+  const Calibrated c = calibrate(network, 25, 6);
+  std::mt19937 rng(26);
+  const auto z = random_latent(rng, 4 * 3 * 4, 6);
+  // The reference, by hand: both branches, joined, LeakyReLU, the last convolution.
+  const Sized x{std::vector<double>(z.begin(), z.end()), 4, 3, 4};
+  const Sized a = reference_transposed(network.nodes[0].conv, x), b = reference_transposed(network.nodes[1].conv, x);
+  Sized joined{a.values, 8, a.height, a.width};
+  joined.values.insert(joined.values.end(), b.values.begin(), b.values.end());
+  for (double& v : joined.values)
+    if (v < 0) v *= 0.05;
+  const Sized out = reference_conv(network.nodes[4].conv, joined);
+  const IntegerOutputs got = run_network(c.network, z, 3, 4);
+  ASSERT_EQ(got.shape, (Shape{5, 6, 8}));
+  const std::size_t half = got.indices.size();
+  const std::vector<double> table = log_scale_table();
+  const std::vector<double> float_means(out.values.begin() + static_cast<std::ptrdiff_t>(half), out.values.end());
+  const double largest = largest_magnitude(float_means);
+  std::size_t agree = 0;
+  for (std::size_t n = 0; n < half; ++n) {
+    agree += got.indices[n] == float_index(out.values[n], table);
+    EXPECT_NEAR(std::ldexp(static_cast<double>(got.means[n]), -kMeanFractionBits), float_means[n], 1e-3 * largest);
+  }
+  EXPECT_GE(static_cast<double>(agree) / half, 0.97);
 }
 
 TEST(IntegerNetwork, HugeInputsAreClampedNotOverflowed) {
-  const Calibrated c = calibrate(hyper_synthesis(13), 14);
-  std::vector<std::int32_t> z(4 * 3 * 4);
-  for (std::size_t n = 0; n < z.size(); ++n)
-    z[n] = n % 3 == 0 ? 2147483647 : n % 3 == 1 ? -2147483647 - 1 : static_cast<std::int32_t>(n) * 100000;
-  std::vector<std::int32_t> clamped = z;
-  for (auto& v : clamped) v = std::clamp(v, -32767, 32767);
-  const auto indices = scale_indices(c.network, z, 3, 4);
-  EXPECT_EQ(indices, scale_indices(c.network, clamped, 3, 4));
-  for (std::int32_t i : indices) {
-    EXPECT_GE(i, 0);
-    EXPECT_LT(i, kScaleTableLevels);
+  for (const FloatNetwork& network : {chain(hyper_synthesis(13)), mean_scale(hyper_synthesis(13, 6, 10), 0.01)}) {
+    const Calibrated c = calibrate(network, 14);
+    std::vector<std::int32_t> z(4 * 3 * 4);
+    for (std::size_t n = 0; n < z.size(); ++n)
+      z[n] = n % 3 == 0 ? 2147483647 : n % 3 == 1 ? -2147483647 - 1 : static_cast<std::int32_t>(n) * 100000;
+    std::vector<std::int32_t> clamped = z;
+    for (auto& v : clamped) v = std::clamp(v, -32767, 32767);
+    const IntegerOutputs out = run_network(c.network, z, 3, 4);
+    const IntegerOutputs same = run_network(c.network, clamped, 3, 4);
+    EXPECT_EQ(out.indices, same.indices);
+    EXPECT_EQ(out.means, same.means);
+    for (std::int32_t i : out.indices) {
+      EXPECT_GE(i, 0);
+      EXPECT_LT(i, kScaleTableLevels);
+    }
   }
 }
 
-TEST(IntegerNetwork, StoredParametersOutOfRangeAreRefused) {
-  const IntegerNetwork good = calibrate(hyper_synthesis(15), 16).network;
-  EXPECT_NO_THROW(check_network(good, "model.safetensors"));
-  auto refused = [](const IntegerNetwork& network, const std::string& fragment) {
-    try {
-      check_network(network, "model.safetensors");
-    } catch (const IoError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("model.safetensors"), std::string::npos) << what;
-      EXPECT_NE(what.find(fragment), std::string::npos) << what;
-      return;
-    }
-    ADD_FAILURE() << "accepted a network with " << fragment;
-  };
-  IntegerNetwork bad = good;
-  bad.layers[1].weight[3] = 40000;
-  refused(bad, "weight 40000");
-  bad = good;
-  bad.layers[0].multiplier[2] = std::int64_t(1) << 16;
-  refused(bad, "multiplier");
-  bad = good;
-  bad.layers[0].shift[0] = 63;
-  refused(bad, "shift");
-  bad = good;
-  bad.layers[2].bias[0] = std::int64_t(1) << 50;
-  refused(bad, "bias");
-  bad = good;
-  bad.thresholds.pop_back();
-  refused(bad, "thresholds");
-  bad = good;
-  std::swap(bad.thresholds[0], bad.thresholds[5]);
-  refused(bad, "decrease");
-  bad = good;
-  bad.layers[1].in_channels = 5;
-  refused(bad, "weights");
-  bad = good;
-  bad.layers[0].output_padding = 2;
-  refused(bad, "geometry");
+void expect_refused(const IntegerNetwork& network, const std::string& fragment) {
+  try {
+    check_network(network, "model.safetensors");
+  } catch (const IoError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.safetensors"), std::string::npos) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+    return;
+  }
+  ADD_FAILURE() << "accepted a network with " << fragment;
 }
 
-TEST(IntegerNetwork, IndicesAreBitIdenticalOnCpuAndCuda) {
+TEST(IntegerNetwork, StoredParametersOutOfRangeAreRefused) {
+  const IntegerNetwork good = calibrate(chain(hyper_synthesis(15)), 16).network;
+  EXPECT_NO_THROW(check_network(good, "model.safetensors"));
+  // Nodes: conv 0, rescale 1, conv 2, rescale 3, conv 4.
+  IntegerNetwork bad = good;
+  bad.nodes[2].conv.weight[3] = 40000;
+  expect_refused(bad, "weight 40000");
+  bad = good;
+  bad.nodes[1].multiplier[2] = std::int64_t(1) << 16;
+  expect_refused(bad, "multiplier");
+  bad = good;
+  bad.nodes[1].negative_multiplier[2] = -1;
+  expect_refused(bad, "multiplier -1");
+  bad = good;
+  bad.nodes[1].shift[0] = 63;
+  expect_refused(bad, "shift");
+  bad = good;
+  bad.nodes[4].conv.bias[0] = std::int64_t(1) << 50;
+  expect_refused(bad, "bias");
+  bad = good;
+  bad.thresholds.pop_back();
+  expect_refused(bad, "thresholds");
+  bad = good;
+  std::swap(bad.thresholds[0], bad.thresholds[5]);
+  expect_refused(bad, "decrease");
+  bad = good;
+  bad.nodes[2].conv.in_channels = 5;
+  expect_refused(bad, "weights");
+  bad = good;
+  bad.nodes[0].conv.output_padding = 2;
+  expect_refused(bad, "geometry");
+}
+
+TEST(IntegerNetwork, GraphsThatBreakTheRulesAreRefused) {
+  const IntegerNetwork good = calibrate(branched(27, true), 28).network;
+  EXPECT_NO_THROW(check_network(good, "model.safetensors"));
+  // Nodes: conv 0, conv 1, concat 2, rescale 3, conv 4, slice 5, slice 6 (tensor n + 1 each).
+  IntegerNetwork bad = good;
+  bad.nodes[4].inputs = {3};  // the concat's accumulators
+  bad.nodes[4].conv.in_channels = 8;
+  expect_refused(bad, "reads an accumulator");
+  bad = good;
+  bad.nodes[3].inputs = {0};
+  expect_refused(bad, "reads activations");
+  bad = good;
+  bad.nodes[2].inputs = {1, 0};
+  expect_refused(bad, "joins activations and accumulators");
+  bad = good;
+  bad.nodes[5].count = 11;
+  expect_refused(bad, "takes channels [0, 11) of 10");
+  bad = good;
+  bad.nodes[0].inputs = {2};
+  expect_refused(bad, "not computed before it");
+  bad = good;
+  bad.means = 5;  // 10 channels against the scales' 5
+  expect_refused(bad, "the means have 10 channels");
+  bad = good;
+  bad.mean_shift.pop_back();
+  expect_refused(bad, "the means");
+  bad = good;
+  bad.scales = 99;
+  expect_refused(bad, "tensor 99");
+  bad = good;
+  bad.nodes[1].op = static_cast<IntegerOp>(9);
+  expect_refused(bad, "unknown operation 9");
+}
+
+TEST(IntegerNetwork, IndicesAndMeansAreBitIdenticalOnCpuAndCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937 rng(17);
   for (std::uint32_t seed : {18u, 19u, 20u}) {
     auto layers = hyper_synthesis(seed, 16, 24);
     for (double& w : layers.back().weight) w *= 20;
-    const Calibrated c = calibrate(layers, seed + 100);
-    for (const auto& [height, width] : std::vector<std::pair<int, int>>{{3, 4}, {1, 1}, {7, 5}}) {
-      std::vector<std::int32_t> z = random_latent(rng, 4 * height * width, 40);
-      z[0] = 2147483647;  // clamped alike on both
-      const auto cpu = scale_indices(c.network, z, height, width, Device::cpu());
-      const auto cuda = scale_indices(c.network, z, height, width, Device::cuda());
-      EXPECT_EQ(cpu, cuda) << "seed " << seed << ", " << height << "x" << width;
+    for (const FloatNetwork& network : {chain(layers), mean_scale(layers, 0.01), branched(seed, true)}) {
+      const Calibrated c = calibrate(network, seed + 100);
+      for (const auto& [height, width] : std::vector<std::pair<int, int>>{{3, 4}, {1, 1}, {7, 5}}) {
+        std::vector<std::int32_t> z = random_latent(rng, 4 * height * width, 40);
+        z[0] = 2147483647;  // clamped alike on both
+        const IntegerOutputs cpu = run_network(c.network, z, height, width, Device::cpu());
+        const IntegerOutputs cuda = run_network(c.network, z, height, width, Device::cuda());
+        EXPECT_EQ(cpu.shape, cuda.shape);
+        EXPECT_EQ(cpu.indices, cuda.indices) << "seed " << seed << ", " << height << "x" << width;
+        EXPECT_EQ(cpu.means, cuda.means) << "seed " << seed << ", " << height << "x" << width;
+      }
     }
   }
 }

@@ -2,18 +2,22 @@
 // CodecModel::decompress must either decode or throw plexus::Error; a crash,
 // a sanitizer report, a hang, a huge allocation or any other exception is a bug.
 //
-// Two small models are built here (no files), images up to 64x64 pixels:
+// Three small models are built here (no files), images up to 64x64 pixels:
 //   factorized (version-1 files): Conv2d 3x3/2 to 4 channels, the rounding
 //     quantiser, the FactorizedEntropyModel, ConvTranspose2d back;
 //   scale hyperprior (version-2 files): the same y, a hyper-analysis Conv2d
 //     3x3/2 to 3 channels = z, its FactorizedEntropyModel, a hyper-synthesis
 //     ConvTranspose2d 3x3/2 + ReLU = the scales of a GaussianConditional
-//     (so the integer hyper-synthesis and the Gaussian tables are decoded too).
+//     (so the integer network and the Gaussian tables are decoded too);
+//   mean-scale hyperprior (version-3 files): the same y and z, ConvTranspose2d
+//     3x3/2 + LeakyReLU + Conv2d 1x1 to 8 channels, split into the scales and
+//     the means; y_hat = QuantizeAroundMean(y, means) (the integer means too).
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
 //   bit 1: recompute the trailing CRC-32
-//   bit 2: decode with the scale-hyperprior model (else the factorized one)
+//   bit 2: decode with the scale-hyperprior model
+//   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
 // files for both models (the committed corpus/bitstream_fuzzer/).
 #include <cstdint>
@@ -67,13 +71,36 @@ ModelSpec fuzz_hyperprior_spec() {
   return spec;
 }
 
+ModelSpec fuzz_mean_scale_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-mean-scale";
+  spec.add_input("image");
+  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
+  spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
+  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+                 {{"out_channels", 6}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"h_s_act", "LeakyReLU", {"h_s_out"}, {"h_s_leaky"}});
+  spec.add_node({"h_s1", "Conv2d", {"h_s_leaky"}, {"gaussian_params"}, {{"out_channels", 8}, {"kernel", 1}}});
+  spec.add_node({"split", "Split", {"gaussian_params"}, {"scales", "means"}, {{"sizes", {4, 4}}}});
+  spec.add_node({"quantizer", "QuantizeAroundMean", {"y", "means"}, {"y_hat"}});
+  spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales", "means"}, {"likelihoods"}});
+  spec.add_node({"g_s", "ConvTranspose2d", {"y_hat"}, {"x_hat"},
+                 {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
+  spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});
+  return spec;
+}
+
 std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
   Net net(spec, registry, {{"image", Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
-    if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight")
+    if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight" ||
+        named.name == "h_s1.weight")
       for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
@@ -82,22 +109,24 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   return model;
 }
 
-ae::CodecModel& model(bool hyperprior = false) {
+// The model of input mode `mode` (bits 2 and 3).
+ae::CodecModel& model(std::uint8_t mode) {
   static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
   static std::unique_ptr<ae::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
-  return hyperprior ? *scale_hyperprior : *factorized;
+  static std::unique_ptr<ae::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
+  return (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
 }
 
 void write_seeds(const std::string& folder) {
   int index = 0;
-  for (bool hyperprior : {false, true})
+  for (std::uint8_t kind : {0, 4, 8})
     for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
       data::Image image(width, height);
       for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
-      const std::vector<std::uint8_t> bytes = model(hyperprior).compress(image);
+      const std::vector<std::uint8_t> bytes = model(kind).compress(image);
       for (std::uint8_t mode : {0, 3}) {
         std::ofstream out(folder + "/seed-" + std::to_string(index++), std::ios::binary);
-        out.put(static_cast<char>(mode | (hyperprior ? 4 : 0)));
+        out.put(static_cast<char>(mode | kind));
         out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       }
     }
@@ -109,8 +138,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  model(false);
-  model(true);
+  for (std::uint8_t kind : {0, 4, 8}) model(kind);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
@@ -118,7 +146,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
-  ae::CodecModel& decoder = model((mode & 4) != 0);
+  ae::CodecModel& decoder = model(mode);
   std::vector<std::uint8_t> bytes(data + 1, data + size);
   if ((mode & 1) && bytes.size() >= 16) {
     const std::uint64_t fingerprint = decoder.fingerprint();

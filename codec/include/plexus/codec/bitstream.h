@@ -23,8 +23,11 @@
 //   52      4     S
 //   56      S     the rANS stream: the hyper-latent's symbols, then the latent's
 //   56 + S  4     CRC-32 of bytes [0, 56 + S)
+// Version 3 is version 2's layout for a mean-scale hyperprior (model kind 3):
+// the latent's symbols are round(y - mean), each mean from the integer
+// network, so the decoder reconstructs y_hat = symbol + mean.
 // plexus-ae writes version 1 for factorized-prior models (the same bytes as
-// before version 2 existed) and version 2 for scale-hyperprior models.
+// before version 2 existed), 2 for scale-hyperprior and 3 for mean-scale models.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,18 +35,21 @@
 
 namespace plexus::ae {
 
-inline constexpr std::uint16_t kBitstreamVersion = 2;  // the newest version this plexus-ae reads
+inline constexpr std::uint16_t kBitstreamVersion = 3;  // the newest version this plexus-ae reads
 inline constexpr std::size_t kBitstreamHeaderBytes = 40;  // version 1
 inline constexpr std::size_t kBitstreamOverheadBytes = kBitstreamHeaderBytes + 4;
-inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // version 2
+inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // versions 2 and 3
 inline constexpr std::size_t kHyperpriorOverheadBytes = kHyperpriorHeaderBytes + 4;
 
 // What kind of model wrote a file, so what its stream holds.
 enum class ModelKind : std::uint32_t {
   factorized = 1,  // one latent, per-channel factorized tables (version 1)
   hyperprior = 2,  // hyper-latent z (factorized tables), then y (Gaussian tables by scale index)
+  mean_scale_hyperprior = 3,  // as 2, y coded as round(y - mean) (version 3)
 };
-const char* model_kind_name(ModelKind kind);  // "factorized-prior", "scale-hyperprior"
+const char* model_kind_name(ModelKind kind);  // "factorized-prior", "scale-hyperprior", "mean-scale-hyperprior"
+bool has_hyper_latent(ModelKind kind);         // the hyperprior kinds
+std::uint16_t format_version(ModelKind kind);  // the version written for it
 // The largest image a file may describe: each side and the pixel count.
 inline constexpr std::uint32_t kMaxImageSide = 32768;
 inline constexpr std::uint64_t kMaxImagePixels = std::uint64_t(1) << 26;
@@ -53,7 +59,7 @@ struct BitstreamHeader {
   std::uint64_t fingerprint = 0;
   std::uint32_t width = 0, height = 0;
   std::uint32_t channels = 0, latent_height = 0, latent_width = 0;
-  // The hyper-latent (scale hyperprior only; 0 otherwise).
+  // The hyper-latent (hyperprior kinds only; 0 otherwise).
   std::uint32_t hyper_channels = 0, hyper_height = 0, hyper_width = 0;
 };
 

@@ -15,14 +15,21 @@
 // reading [y_hat, scales]): the analysis gives y_hat and the hyper-latent
 // z_hat (read by the FactorizedEntropyModel). compress codes z_hat with the
 // factorized tables, turns z_hat into one Gaussian-table index per element
-// of y_hat with the integer hyper-synthesis (plexus/codec/integer_network.h,
-// stored in the model file), and codes y_hat with those tables
+// of y_hat with the integer network built from the spec's entropy-parameter
+// nodes (plexus/codec/integer_network.h; its calibration is stored in the
+// model file), and codes y_hat with those tables
 // (plexus/codec/gaussian_tables.h). decompress decodes z_hat, computes the
 // same indices, decodes y_hat and runs the synthesis. The image is padded to
-// a multiple of the hyper-latent's stride (64 for the bundled spec).
+// a multiple of the hyper-latent's stride (64 for the bundled specs).
 //
-// Either way the symbols and tables depend only on rounded latents and
-// integers, so a file decodes to the same latents on every machine and
+// Mean-scale hyperprior (mbt2018-mean; a GaussianConditional reading
+// [y_hat, scales, means], y_hat from a QuantizeAroundMean of [y, means]): as
+// the scale hyperprior, but the analysis stops at y, the integer network
+// also gives each element's mean as a fixed-point integer (units of 2^-16),
+// the symbol coded is round(y - mean) and y_hat = symbol + mean.
+//
+// Every way, the symbols, tables and means depend only on rounded latents
+// and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).
 #include <cstdint>
 #include <memory>
@@ -56,7 +63,7 @@ class CodecModel {
   // and integer hyper-synthesis when present). `name` names the model in
   // messages. Throws ConfigError when the spec cannot be coded (no single
   // FactorizedEntropyModel, or an "x_hat" that needs more than its latent,
-  // or a hyper-synthesis that is not a chain of convolutions and ReLUs) and
+  // or entropy parameters without an exact integer form) and
   // IoError for missing or malformed tensors.
   CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
              std::string name);
@@ -67,33 +74,37 @@ class CodecModel {
   // for this model (the caller adds the file name).
   data::Image decompress(const std::uint8_t* bytes, std::size_t size);
 
-  // The rounded latent of an image, [1, C, h, w] f32 on the CPU.
+  // The latent y_hat compress codes for an image, [1, C, h, w] f32 on the CPU.
   Tensor encode_latent(const data::Image& image);
   // The latent a file decodes to (validated as decompress does), and its header.
   Tensor decode_latent(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header = nullptr);
 
-  // Everything a file codes: the latent, and for a scale hyperprior the
-  // hyper-latent and the scale-table index of every latent element.
+  // Everything a file codes: the latent, and for a hyperprior the
+  // hyper-latent, the scale-table index of every latent element, the
+  // symbols coded for the latent and (mean-scale) the means.
   struct Latents {
     BitstreamHeader header;
-    Tensor latent;        // [1, C, h, w] f32 on the CPU, integers
-    Tensor hyper_latent;  // [1, Cz, hz, wz] (hyperprior only)
-    std::vector<std::int32_t> indices;  // [C, h, w] (hyperprior only)
+    Tensor latent;        // y_hat, [1, C, h, w] f32 on the CPU (integers but for a mean-scale model)
+    Tensor hyper_latent;  // [1, Cz, hz, wz] (hyperprior kinds only)
+    std::vector<std::int32_t> indices;  // [C, h, w] (hyperprior kinds only)
+    std::vector<std::int32_t> symbols;  // [C, h, w] (hyperprior kinds only): y_hat, or round(y - mean)
+    std::vector<std::int64_t> means;    // [C, h, w] in units of 2^-16 (mean-scale only)
   };
-  // The analysis of `image`: the latent and hyper-latent, no indices.
+  // The analysis of `image`: the latent (for a mean-scale model y, not yet
+  // quantised) and the hyper-latent; no indices.
   Latents analyse(const data::Image& image);
-  // What compress codes for `image` (the indices from the integer
-  // hyper-synthesis on this model's device).
+  // What compress codes for `image` (indices and means from the integer
+  // network on this model's device).
   Latents encode_latents(const data::Image& image);
   // What a file decodes to, validated as decompress does.
   Latents decode_latents(const std::uint8_t* bytes, std::size_t size);
 
   ModelKind kind() const { return kind_; }
-  // The scale hyperprior's integer hyper-synthesis and its scale table.
-  const codec::IntegerNetwork& integer_hyper_synthesis() const { return integer_network_; }
+  // A hyperprior's integer network (z_hat -> indices, means) and its scale table.
+  const codec::IntegerNetwork& integer_network() const { return integer_network_; }
   const std::vector<double>& scale_table() const { return gaussian_.scales; }
-  // The float hyper-synthesis (f64 weights of the file), for calibration and reports.
-  const std::vector<codec::FloatConvLayer>& float_hyper_synthesis() const { return hyper_layers_; }
+  // The float network it comes from (f64 weights of the file), for calibration and reports.
+  const codec::FloatNetwork& float_network() const { return float_network_; }
 
   // FNV-1a 64 over the spec JSON, every weight (name, shape, f32 bytes)
   // and the coding tables: a file names the exact model that can decode it.
@@ -105,7 +116,7 @@ class CodecModel {
   std::int64_t channels() const { return latent_channels_; }  // of the coded latent y_hat
   // The factorized tables: of the latent, or of a hyperprior's hyper-latent.
   const codec::FactorizedCodingTables& tables() const { return tables_; }
-  // True when the file had no tables (or no integer hyper-synthesis) and
+  // True when the file had no tables (or no integer-network calibration) and
   // they were computed on load.
   bool computed_tables() const { return computed_tables_; }
   Device device() const { return device_; }
@@ -133,13 +144,14 @@ class CodecModel {
   int stride_ = 0;
   int latent_per_stride_ = 1;
   std::int64_t latent_channels_ = 0;
-  std::string latent_;        // the latent blob's name
-  std::string hyper_latent_;  // the hyper-latent's (hyperprior only)
+  std::string latent_;           // the latent blob's name (y_hat)
+  std::string analysed_latent_;  // what the analysis gives for it: y_hat, or y for a mean-scale model
+  std::string hyper_latent_;     // the hyper-latent's (hyperprior kinds only)
   std::unique_ptr<Net> analysis_, synthesis_;
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
   std::unique_ptr<Context> ctx_;
   codec::FactorizedCodingTables tables_;
-  std::vector<codec::FloatConvLayer> hyper_layers_;
+  codec::FloatNetwork float_network_;
   codec::IntegerNetwork integer_network_;
   codec::GaussianTables gaussian_;
   bool computed_tables_ = false;
@@ -151,15 +163,15 @@ class CodecModel {
 // weights: the reason CodecModel would give after "<spec> cannot be used as
 // a codec: ", naming the node at fault ("its GaussianConditional node 'gc'
 // has 3 inputs; ..."), from the same checks of the graph (the contract, the
-// stride, the cut at the latent, a hyperprior's hyper-synthesis chain and
-// hyper-latent geometry); nullopt when those checks pass. Weight-dependent
+// stride, the cut at the latent, a hyperprior's hyper-latent geometry and
+// the integer form of its entropy parameters); nullopt when those checks pass. Weight-dependent
 // problems (a degenerate density, a calibration that cannot be used) only
 // show once a trained model is loaded.
 std::optional<std::string> why_not_codable(const ModelSpec& spec, const Registry& registry);
 
 // Adds coding tables, built from the weights in `file`, to a model file's
-// tensors (replacing any there), and for a scale hyperprior its integer
-// hyper-synthesis: calibrated on the hyper-latents of `calibration_images`
+// tensors (replacing any there), and for a hyperprior the calibration of
+// its integer network: calibrated on the hyper-latents of `calibration_images`
 // when given, else on samples of the hyper-latent's prior (kept when the
 // file already has one and `recalibrate` is false). Returns false, changing
 // nothing, when the spec has no FactorizedEntropyModel. Throws ConfigError

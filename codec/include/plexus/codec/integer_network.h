@@ -1,29 +1,44 @@
 #pragma once
 // An integer network (Ballé, Johnston, Minnen, "Integer networks for data
-// compression", ICLR 2019): a chain of (transposed) convolutions evaluated
-// in integer arithmetic only, so that the encoder and the decoder compute
-// bit-identical outputs on any CPU or GPU. The scale hyperprior uses one to
-// turn the hyper-latent z_hat into the index, per element of y, of the
-// Gaussian coding table (plexus/codec/gaussian_tables.h) that codes it.
+// compression", ICLR 2019): a small graph of convolutions, activations and
+// channel concatenations and slices evaluated in integer arithmetic only, so
+// that the encoder and the decoder compute bit-identical outputs on any CPU
+// or GPU. A hyperprior codec runs one to turn the hyper-latent z_hat into,
+// per element of the latent y, the index of the Gaussian coding table
+// (plexus/codec/gaussian_tables.h) that codes it and, for a mean-scale
+// hyperprior, its mean as a fixed-point integer.
 //
-// Every value is an integer; q_l[c] stands for the real activation
-// q_l[c] * a_l[c] of the float network (a_l[c] the calibrated step of
-// channel c of layer l's input; a_0 = 1, the input is z_hat itself).
-// Layer l, with weights V [int16] and bias B [int64] in the accumulator's
-// scale w_l[o] (the float weight W = V * w_l[o] / a_l[c], bias b = B * w_l[o]):
-//   acc[o, Y, X] = B[o] + sum_{c, i, j} V[.., i, j] q_l[c, y(i), x(j)]   (int64, exact)
-// with the taps of Conv2d or ConvTranspose2d (PyTorch geometry, below). A
-// hidden layer's ReLU, rescale to the next step and clamp, in integers:
-//   q_{l+1}[o] = 0                                               if acc <= 0
-//              = min((acc * M[o] + 2^(S[o]-1)) >> S[o], 32767)    otherwise
-// (M[o] / 2^S[o] ~ w_l[o] / a_{l+1}[o]; for S[o] = 0 no rounding term). The
-// last layer's accumulator maps to a table index by integer thresholds:
-//   index[o, Y, X] = #{ i < levels - 1 : acc[o, Y, X] > T[o, i] },
-//   T[o, i] = floor(scale_table[i] / w_last[o]),
-// i.e. the first table scale >= the predicted scale max(acc * w_last, 0),
-// as CompressAI's GaussianConditional.build_indexes does in floating point.
-// The input is clamped to [-32767, 32767] first. check() bounds every
-// parameter so that no sum or product leaves int64 (|acc| < 2^47, M < 2^16).
+// Tensors are numbered: 0 is the input, n + 1 the output of node n; a node
+// reads only lower-numbered tensors. Each is [C, H, W] row-major, of one of
+// two kinds:
+//  - activations q, |q| <= 32767, standing for q[c] * a[c] of the float
+//    network (a[c] the calibrated step of channel c; the input is z_hat
+//    itself, a = 1, clamped to +-32767 first);
+//  - accumulators acc, standing for acc[c] * w[c].
+// The nodes:
+//  convolution (activation -> accumulator), weights V and bias B in the
+//  accumulator's scale (the float weight W = V * w[o] / a[c], bias b = B * w[o]):
+//    acc[o, Y, X] = B[o] + sum_{c, i, j} V[.., i, j] q[c, y(i), x(j)]   (int64, exact)
+//  with the taps of Conv2d or ConvTranspose2d (PyTorch geometry, below);
+//  rescale (accumulator -> activation): the activation function (ReLU,
+//  LeakyReLU or none) and the move to the next step, in integers:
+//    q[o] =  min((acc * M[o] + r) >> S[o], 32767)      if acc > 0
+//         = -min((-acc * N[o] + r) >> S[o], 32767)     otherwise
+//  (r = 2^(S-1), 0 for S = 0; M / 2^S ~ w[o] / a'[o], N / 2^S ~ slope * w[o] / a'[o]:
+//  N = 0 for ReLU, N = M with no activation function);
+//  concat (inputs of one kind and one size, channels in input order) and
+//  slice (channels [begin, begin + count)) move values without changing them.
+// The outputs, read from any tensor (values v, step u[c]):
+//  scales: index[c, Y, X] = #{ i < levels - 1 : v > T[c, i] },
+//    T[c, i] = floor(scale_table[i] / u[c]),
+//  the first table scale >= the predicted scale max(v * u, 0), as CompressAI's
+//  GaussianConditional.build_indexes does in floating point;
+//  means (a mean-scale hyperprior; same shape as the scales):
+//    mean[c, Y, X] = sign(v) min((|v| K[c] + r) >> R[c], 2^31)   in units of 2^-16
+//  (K / 2^R ~ u[c] * 2^16; r as above), so the decoded latent
+//  y_hat = symbol + mean * 2^-16 is the same number everywhere.
+// check_network bounds every parameter so that no sum or product leaves
+// int64 (|acc| < 2^47, multipliers < 2^16).
 //
 // Taps: ConvTranspose2d (weight [C, O, k, k]) adds V[c, o, i, j] x[c, a, b] to
 // output (a*s - p + i, b*s - p + j); output side (H - 1)s - 2p + k + output_padding.
@@ -38,46 +53,74 @@
 namespace plexus::codec {
 
 inline constexpr std::int32_t kIntegerWeightMax = 32767;      // |V| <= 2^15 - 1
-inline constexpr std::int32_t kIntegerActivationMax = 32767;  // 0 <= q <= 2^15 - 1; inputs in +-this
-inline constexpr std::int64_t kIntegerMultiplierLimit = std::int64_t(1) << 16;  // 0 < M < 2^16
+inline constexpr std::int32_t kIntegerActivationMax = 32767;  // |q| <= 2^15 - 1; inputs clamped to it
+inline constexpr std::int64_t kIntegerMultiplierLimit = std::int64_t(1) << 16;  // 0 <= M, N, K < 2^16
 inline constexpr std::int64_t kIntegerBiasLimit = std::int64_t(1) << 46;        // |B| < 2^46
 inline constexpr std::int64_t kIntegerTapLimit = std::int64_t(1) << 16;         // C * k * k
+inline constexpr int kMeanFractionBits = 16;                                    // means in units of 2^-16
+
+enum class IntegerOp : std::int32_t { convolution = 1, rescale = 2, concat = 3, slice = 4 };
+const char* integer_op_name(IntegerOp op);
 
 struct IntegerConvLayer {
   bool transposed = true;
   std::int32_t in_channels = 0, out_channels = 0;
   std::int32_t kernel = 1, stride = 1, padding = 0, output_padding = 0;
-  std::vector<std::int32_t> weight;      // V, [C, O, k, k] transposed, [O, C, k, k] otherwise
-  std::vector<std::int64_t> bias;        // B, [O]
-  std::vector<std::int64_t> multiplier;  // M, [O]; hidden layers only (empty for the last)
-  std::vector<std::int32_t> shift;       // S, [O] in [0, 62]; hidden layers only
+  std::vector<std::int32_t> weight;  // V, [C, O, k, k] transposed, [O, C, k, k] otherwise
+  std::vector<std::int64_t> bias;    // B, [O]
 
   // The output side for an input side (throws ShapeError when not positive).
   std::int64_t output_side(std::int64_t input_side) const;
 };
 
-struct IntegerNetwork {
-  std::vector<IntegerConvLayer> layers;
-  std::int32_t levels = 0;               // entries of the scale table
-  std::vector<std::int64_t> thresholds;  // T, [O_last, levels - 1], each row non-decreasing
+struct IntegerNode {
+  IntegerOp op = IntegerOp::convolution;
+  std::vector<std::int32_t> inputs;  // tensor numbers; one, except for concat
+  IntegerConvLayer conv;             // convolution
+  // rescale, per channel: M, N and S
+  std::vector<std::int64_t> multiplier, negative_multiplier;
+  std::vector<std::int32_t> shift;
+  std::int32_t begin = 0, count = 0;  // slice
+};
 
-  std::int32_t in_channels() const { return layers.empty() ? 0 : layers.front().in_channels; }
-  std::int32_t out_channels() const { return layers.empty() ? 0 : layers.back().out_channels; }
-  // [O_last, H', W'] for an input [C, height, width].
+struct IntegerNetwork {
+  std::int32_t in_channels = 0;
+  std::vector<IntegerNode> nodes;
+  std::int32_t scales = 0;               // the tensor the table indices come from
+  std::int32_t levels = 0;               // entries of the scale table
+  std::vector<std::int64_t> thresholds;  // T, [C_scales, levels - 1], each row non-decreasing
+  std::int32_t means = -1;               // the tensor of the means, or -1 without
+  std::vector<std::int64_t> mean_multiplier;  // K, [C_scales]
+  std::vector<std::int32_t> mean_shift;       // R, [C_scales]
+
+  bool has_means() const { return means >= 0; }
+  std::int32_t tensors() const { return static_cast<std::int32_t>(nodes.size()) + 1; }
+  // The channels of every tensor (the network must pass check_network).
+  std::vector<std::int32_t> channels() const;
+  std::int32_t out_channels() const { return channels()[static_cast<std::size_t>(scales)]; }
+  // [C_scales, H', W'] for an input [C, height, width] (ShapeError when the
+  // sizes do not work out: a side below 1, a concat of unequal sizes).
   Shape output_shape(std::int64_t height, std::int64_t width) const;
 };
 
-// Throws IoError starting with `who` when any rule above is broken (layer
-// chaining, sizes, value ranges, multipliers, shifts, thresholds).
+// Throws IoError starting with `who` when any rule above is broken (node
+// order, kinds, channels, value ranges, multipliers, shifts, thresholds).
 void check_network(const IntegerNetwork& network, const std::string& who);
 
-// The table index of every element of the output, [O_last, H', W'] row-major,
-// for an integer input [C, height, width] (row-major). The result is the same
-// on every device. CUDA throws DeviceError in a build without it.
-std::vector<std::int32_t> scale_indices(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                                        std::int64_t height, std::int64_t width, Device device = Device::cpu());
-// The last layer's accumulators, [O_last, H', W'] (CPU; tests and calibration reports).
-std::vector<std::int64_t> last_accumulators(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                                            std::int64_t height, std::int64_t width);
+// What the network gives for an input: per element of the scales tensor,
+// [C, H', W'] row-major, the table index and (with means) the mean.
+struct IntegerOutputs {
+  Shape shape;                        // [C, H', W']
+  std::vector<std::int32_t> indices;
+  std::vector<std::int64_t> means;    // units of 2^-16; empty without means
+};
+
+// For an integer input [C, height, width] (row-major). The result is the
+// same on every device. CUDA throws DeviceError in a build without it.
+IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
+                           std::int64_t height, std::int64_t width, Device device = Device::cpu());
+// The values of one tensor, [C, H', W'] row-major (CPU; tests and calibration reports).
+std::vector<std::int64_t> tensor_values(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
+                                        std::int64_t height, std::int64_t width, std::int32_t tensor);
 
 }  // namespace plexus::codec

@@ -2,18 +2,24 @@
 // From a trained float network to an IntegerNetwork (integer_network.h):
 // post-training quantisation with calibrated activation steps.
 //
-// Calibration: the float network is evaluated in f64 on a few inputs (the
-// hyper-latents z_hat of some images) and the largest ReLU output of every
-// hidden channel is kept (ActivationRanges). Quantisation, per layer l:
-//   a_0[c] = 1 (the input is integer); a_l[c] = headroom * R_l[c] / 32767,
-//     R_l[c] the calibrated maximum (a channel never seen active takes its
-//     layer's largest R; a layer never active takes 1), so activations up to
-//     headroom times the largest seen are represented, larger ones clamp;
-//   w_l[o] = max(max_{c, taps} |W a_l[c]| / 32767, |b[o]| / 2^45), or 1 when
-//     both are 0: V = round(W a_l[c] / w_l[o]), B = round(b[o] / w_l[o]);
-//   hidden layers: M[o] / 2^S[o] = w_l[o] / a_{l+1}[o] with M in [2^15, 2^16)
-//     (S clamped to [0, 62]; M then rounded into [1, 2^16));
-//   last layer: T[o, i] = floor(scale_table[i] / w_last[o]).
+// The float network has the integer network's graph (FloatNode mirrors
+// IntegerNode; a rescale node is the activation function: ReLU, LeakyReLU
+// or none). Calibration: it is evaluated in f64 on a few inputs (the
+// hyper-latents z_hat of some images) and the largest |output| of every
+// channel of every rescale node is kept (ActivationRanges). Quantisation,
+// tensor by tensor (steps as in integer_network.h):
+//   the input: a[c] = 1 (it is integer);
+//   a rescale's output: a[c] = headroom * R[c] / 32767, R[c] the calibrated
+//     maximum (a channel never seen active takes its node's largest R; a
+//     node never active takes 1), so activations up to headroom times the
+//     largest seen are represented, larger ones clamp; M / 2^S = w[c] / a[c]
+//     with M in [2^15, 2^16) (S clamped to [0, 62]; M then rounded into
+//     [1, 2^16)), N = nearbyint(slope * M-ratio * 2^S) (N = M for no activation);
+//   a convolution's output: w[o] = max(max_{c, taps} |W a[c]| / 32767, |b[o]| / 2^45),
+//     or 1 when both are 0: V = round(W a[c] / w[o]), B = round(b[o] / w[o]);
+//   concat and slice: the steps of their inputs' channels;
+//   the scales (step u): T[c, i] = floor(scale_table[i] / u[c]);
+//   the means: K / 2^R = u[c] * 2^16, chosen as M above.
 // quantize_network is exact in this sense: every step is one IEEE-754 f64
 // operation with a correctly rounded result (products, quotients, max,
 // nearbyint, floor, frexp, ldexp; no sums, so neither summation order nor FMA
@@ -30,7 +36,7 @@ namespace plexus::codec {
 
 inline constexpr double kDefaultActivationHeadroom = 2.0;
 
-// One float layer, in the same layouts as IntegerConvLayer.
+// One float convolution, in the same layouts as IntegerConvLayer.
 struct FloatConvLayer {
   bool transposed = true;
   std::int32_t in_channels = 0, out_channels = 0;
@@ -38,25 +44,47 @@ struct FloatConvLayer {
   std::vector<double> weight, bias;
 };
 
+struct FloatNode {
+  IntegerOp op = IntegerOp::convolution;
+  std::vector<std::int32_t> inputs;   // tensor numbers, as IntegerNode's
+  FloatConvLayer conv;                // convolution
+  double negative_slope = 0;          // rescale: y = x for x > 0, slope * x otherwise (ReLU 0, none 1)
+  std::int32_t begin = 0, count = 0;  // slice
+};
+
+struct FloatNetwork {
+  std::int32_t in_channels = 0;
+  std::vector<FloatNode> nodes;
+  std::int32_t scales = 0;
+  std::int32_t means = -1;  // -1: no means
+  std::int32_t rescales() const;  // rescale nodes, each with its ActivationRanges entry
+  // The channels of every tensor (ConfigError when the nodes do not fit together).
+  std::vector<std::int32_t> channels() const;
+};
+
 struct ActivationRanges {
-  std::vector<std::vector<double>> maxima;  // [hidden layer][its output channel]
+  std::vector<std::vector<double>> maxima;  // [rescale node, in order][channel]: the largest |output|
   std::int64_t samples = 0;                 // inputs observed
 };
 
-// The float network (every hidden layer followed by ReLU) on an integer
-// input [C, height, width], in f64: the last layer's output (before any
-// ReLU), [O_last, H', W']. `ranges`, when given, is raised to cover every
-// hidden ReLU output seen (and sized on first use).
-std::vector<double> float_forward(const std::vector<FloatConvLayer>& layers, const std::vector<std::int32_t>& input,
-                                  std::int64_t height, std::int64_t width, ActivationRanges* ranges = nullptr);
+struct FloatOutputs {
+  std::vector<double> scales, means;  // [C, H', W'] each; means empty without
+};
 
-// Throws ConfigError when the layers do not chain, ranges do not fit them,
-// a value is not finite, or the scale table is not positive and increasing.
-// `output_step`, when given, receives w_last[o]: the last accumulator times
-// it is the float network's last output.
-IntegerNetwork quantize_network(const std::vector<FloatConvLayer>& layers, const ActivationRanges& ranges,
+// The float network on an integer input [C, height, width] (clamped to
+// +-32767 as the integer network's), in f64. `ranges`, when given, is
+// raised to cover every rescale output seen (and sized on first use).
+// ConfigError when the nodes do not fit together.
+FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                           std::int64_t width, ActivationRanges* ranges = nullptr);
+
+// Throws ConfigError when the nodes do not fit together, ranges do not fit
+// them, a value is not finite, or the scale table is not positive and
+// increasing. `steps`, when given, receives every tensor's per-channel step
+// (the scales' u: an output value times it is the float network's).
+IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
                                 const std::vector<double>& scale_table,
                                 double headroom = kDefaultActivationHeadroom,
-                                std::vector<double>* output_step = nullptr);
+                                std::vector<std::vector<double>>* steps = nullptr);
 
 }  // namespace plexus::codec

@@ -1,0 +1,94 @@
+#pragma once
+// Helpers of the CodecModel tests: untrained weights with chosen tensors
+// scaled, the bits a value costs under a coding table, and the cross-device
+// check (files compressed on CUDA decode to the same latents on the CPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plexus/codec/codec_model.h"
+#include "plexus/codec/rans.h"
+#include "plexus/data/image.h"
+#include "plexus/net.h"
+
+namespace plexus::testing {
+
+// Untrained weights of `spec`; `scaled` weights multiplied by their factor
+// so the latents span many integers (and the scales many table entries).
+inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& registry, std::uint64_t seed,
+                                    const std::map<std::string, double>& scaled) {
+  Net net(spec, registry, {{"image", Shape{1, 3, 64, 64}}}, DType::f32, Device::cpu(), seed);
+  TensorFile file;
+  for (const NamedParameter& named : net.parameters()) {
+    Tensor value = named.parameter->value.clone();
+    auto it = scaled.find(named.name);
+    if (it != scaled.end()) {
+      std::vector<double> values = value.to_values();
+      for (double& v : values) v *= it->second;
+      value = Tensor::from_values(values, value.shape());
+    }
+    file.tensors[named.name] = value;
+  }
+  return file;
+}
+
+// Bits of `value` under `table`: -log2 of its frequency, or the escape's plus
+// the bypass bits (3 + 4 per nibble of zigzag(value)).
+inline double code_bits(std::int32_t value, const codec::CodingTable& table) {
+  const std::int64_t i = static_cast<std::int64_t>(value) - table.min;
+  if (i >= 0 && i < table.count()) return -std::log2((table.cdf[i + 1] - table.cdf[i]) / 65536.0);
+  const std::uint32_t zigzag = (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
+  int nibbles = 1;
+  while (nibbles < 8 && (zigzag >> (4 * nibbles)) != 0) ++nibbles;
+  return -std::log2((table.cdf[table.count() + 1] - table.cdf[table.count()]) / 65536.0) + 3 + 4 * nibbles;
+}
+
+// Compress on CUDA; decode on the CPU and on CUDA: the same hyper-latent,
+// indices, symbols, means and latent exactly, reconstructions equal within
+// float rounding.
+inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const Registry& registry,
+                                const std::vector<data::Image>& images) {
+  ae::CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
+  ae::CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
+  ASSERT_EQ(on_cuda.fingerprint(), on_cpu.fingerprint());
+  for (std::size_t n = 0; n < images.size(); ++n) {
+    const data::Image& image = images[n];
+    const std::vector<std::uint8_t> bytes = on_cuda.compress(image);
+    EXPECT_EQ(on_cuda.compress(image), bytes) << "image " << n << ": compressing twice on CUDA";
+    const ae::CodecModel::Latents encoded = on_cuda.encode_latents(image);
+    for (ae::CodecModel* decoder : {&on_cpu, &on_cuda}) {
+      const ae::CodecModel::Latents decoded = decoder->decode_latents(bytes.data(), bytes.size());
+      const std::string where = "image " + std::to_string(n) + ", decoded on " + decoder->device().str();
+      EXPECT_EQ(decoded.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << where;
+      EXPECT_EQ(decoded.indices, encoded.indices) << where;
+      EXPECT_EQ(decoded.symbols, encoded.symbols) << where;
+      EXPECT_EQ(decoded.means, encoded.means) << where;
+      EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << where;
+    }
+    // The integer network on either device for the CPU's own hyper-latent.
+    const ae::CodecModel::Latents cpu_encoded = on_cpu.encode_latents(image);
+    const std::vector<std::uint8_t> cpu_bytes = on_cpu.compress(image);
+    const ae::CodecModel::Latents cpu_on_cuda = on_cuda.decode_latents(cpu_bytes.data(), cpu_bytes.size());
+    EXPECT_EQ(cpu_on_cuda.indices, cpu_encoded.indices) << "image " << n;
+    EXPECT_EQ(cpu_on_cuda.means, cpu_encoded.means) << "image " << n;
+
+    const data::Image decoded_on_cpu = on_cpu.decompress(bytes.data(), bytes.size());
+    const data::Image decoded_on_cuda = on_cuda.decompress(bytes.data(), bytes.size());
+    const data::Image cpu_round_trip = on_cpu.decompress(cpu_bytes.data(), cpu_bytes.size());
+    ASSERT_EQ(decoded_on_cpu.pixels.size(), decoded_on_cuda.pixels.size());
+    int largest = 0;
+    for (std::size_t i = 0; i < decoded_on_cpu.pixels.size(); ++i)
+      largest = std::max(largest, std::abs(int(decoded_on_cpu.pixels[i]) - int(decoded_on_cuda.pixels[i])));
+    EXPECT_LE(largest, 1) << "image " << n;
+    // The CPU's own file differs at most where y or z is within float error of a half-integer.
+    EXPECT_GT(data::psnr(cpu_round_trip, decoded_on_cpu), 40.0) << "image " << n;
+  }
+}
+
+}  // namespace plexus::testing
