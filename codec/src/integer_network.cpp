@@ -149,7 +149,9 @@ std::vector<std::vector<std::int64_t>> evaluate(const IntegerNetwork& network, c
   std::vector<std::vector<std::int64_t>> values{clamped_input(input)};
   for (std::int32_t t = 1; t <= last; ++t) {
     const IntegerNode& node = network.nodes[static_cast<std::size_t>(t - 1)];
-    const auto [out_height, out_width] = sides[static_cast<std::size_t>(t)];
+    // Plain copies: a lambda below reads them (C++17 lambdas cannot capture structured bindings).
+    const std::int64_t out_height = sides[static_cast<std::size_t>(t)].first;
+    const std::int64_t out_width = sides[static_cast<std::size_t>(t)].second;
     const std::int64_t plane = out_height * out_width;
     const std::vector<std::int64_t>& x = values[static_cast<std::size_t>(node.inputs[0])];
     std::vector<std::int64_t> y;
