@@ -43,7 +43,7 @@ gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 train() {  # model gpu
   CUDA_VISIBLE_DEVICES=$2 "$PLEXUS_AE" train --data "$train_dir" --model "$1" --lambda 0.0067 \
     --batch "${BATCH:-8}" --patch "${PATCH:-256}" --lr "${LR:-1e-4}" --lr-schedule final --steps 10000000 \
-    --time-limit "${TRAIN_SECONDS:-600}" --threads 8 --seed 1 --device cuda --log-every 500 \
+    --time-limit "${TRAIN_SECONDS:-600}" --threads 16 --seed 1 --device cuda --log-every 500 \
     --checkpoint-every 5000 --out "$runs/$1" > "$runs/$1.log" 2>&1
   echo $? > "$runs/$1.exit"
 }
