@@ -35,6 +35,9 @@ struct CodecGraph {
   EntropyParameterBlobs parameter_blobs;
   // Mean-scale only: y, which the QuantizeAroundMean giving the latent rounds.
   std::string unquantized;
+  // What the synthesis reads: the latent, or the rounded second output of a
+  // QuantizeAroundMean with "synthesis": "straight_through" (in eval mode the same values).
+  std::string synthesis_input;
 };
 
 namespace {
@@ -134,6 +137,7 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
                                           "'), so that the codec can quantise around the integer means");
       graph.unquantized = quantizer->inputs[0];
       analysed = {graph.unquantized, graph.hyper_latent};
+      if (quantizer->outputs.size() == 2) graph.synthesis_input = quantizer->outputs[1];
     }
   }
   graph.analysis.name = spec.name + " analysis";
@@ -142,8 +146,9 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   graph.analysis.nodes = nodes_for(spec, analysed, {kImage}, "analysis");
   graph.synthesis.name = spec.name + " synthesis";
   graph.synthesis.source = spec.source + " (synthesis)";
-  graph.synthesis.inputs = {graph.latent};
-  graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.latent}, "synthesis");
+  if (graph.synthesis_input.empty()) graph.synthesis_input = graph.latent;
+  graph.synthesis.inputs = {graph.synthesis_input};
+  graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.synthesis_input}, "synthesis");
   graph.density.source = spec.source + " (entropy model)";
   graph.density.inputs = {graph.factorized_latent};
   graph.density.nodes = {*entropy[0]};
@@ -358,6 +363,7 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   const CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
   latent_ = graph.latent;
+  synthesis_input_ = graph.synthesis_input;
   analysed_latent_ = analysed_latent(graph);
   hyper_latent_ = graph.hyper_latent;
   if (has_hyper_latent(kind_)) probe_hyperprior_stride(graph, spec, registry);
@@ -405,7 +411,8 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
     factorized_channels = z[1];
   }
   synthesis_shape_ = latent_shape;
-  synthesis_ = std::make_unique<Net>(graph.synthesis, registry, std::map<std::string, Shape>{{latent_, latent_shape}},
+  synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
+                                     std::map<std::string, Shape>{{synthesis_input_, latent_shape}},
                                      DType::f32, device_);
   load_weights(*synthesis_, file, name_);
   return factorized_channels;
@@ -629,10 +636,10 @@ std::uint64_t CodecModel::max_file_bytes() const {
 
 Tensor CodecModel::synthesize(const Tensor& latent) {
   if (latent.shape() != synthesis_shape_) {
-    synthesis_->reshape({{latent_, latent.shape()}});
+    synthesis_->reshape({{synthesis_input_, latent.shape()}});
     synthesis_shape_ = latent.shape();
   }
-  synthesis_->input(latent_).copy_from(latent);
+  synthesis_->input(synthesis_input_).copy_from(latent);
   synthesis_->forward(*ctx_);
   return synthesis_->blob(kReconstruction);
 }

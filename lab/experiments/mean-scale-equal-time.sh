@@ -79,11 +79,12 @@ done
 # 48 training photos calibrate each integer network (the whole set takes minutes, no better).
 calibration=$runs/calibration
 mkdir -p "$calibration"
-find "$train_dir" -maxdepth 1 -type f | sort | head -48 | xargs -I{} cp {} "$calibration/"
+mapfile -t photos < <(find "$train_dir" -maxdepth 1 -type f | sort)
+cp "${photos[@]:0:48}" "$calibration/"
 for model in "${models[@]}"; do
   m=$runs/$model/model.safetensors
   "$PLEXUS_AE" export --model "$m" --calibration-images "$calibration" > "$out/$model-export.txt"
-  tail -3 "$runs/$model.log" > "$out/$model-train-tail.txt"
+  grep "^trained" "$runs/$model.log" > "$out/$model-train.txt"
   cp "$runs/$model/metrics.jsonl" "$out/$model-metrics.jsonl"
   # Real files on CUDA (eval compresses and decompresses every image), strict f32 like compress.
   "$PLEXUS_AE" eval --model "$m" --data "$kodak_dir" --device cuda --precision f32 > "$out/$model-kodak.txt" \
@@ -98,7 +99,7 @@ for model in "${models[@]}"; do
   "$PLEXUS_AE" export --model "$m" --storage f16 --out "$out/$model-f16.safetensors" > /dev/null
 done
 for model in "${models[@]}"; do
-  echo "== $model: $(tail -1 "$out/$model-train-tail.txt")"
+  echo "== $model: $(cat "$out/$model-train.txt")"
   tail -1 "$out/$model-kodak.txt"
   tail -1 "$out/$model-cross-device.txt"
 done | tee "$out/summary.txt"

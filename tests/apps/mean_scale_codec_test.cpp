@@ -188,6 +188,27 @@ TEST_F(MeanScaleCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   EXPECT_GT(flips.rejected, flips.total * 8 / 10) << flips.rejected << " of " << flips.total;
 }
 
+TEST(MeanScaleCodecStraightThrough, TheSynthesisReadingTheRoundedOutputIsCoded) {
+  // "synthesis": "straight_through": the synthesis reads the quantiser's second
+  // output, which in eval mode holds the same values as y_hat.
+  ModelSpec spec = tiny_spec();
+  for (NodeSpec& node : spec.nodes) {
+    if (node.name == "quantizer") {
+      node.outputs = {"y_hat", "y_rounded"};
+      node.params["synthesis"] = "straight_through";
+    }
+    if (node.name == "g_s0") node.inputs = {"y_rounded"};
+  }
+  EXPECT_EQ(why_not_codable(spec, registry), std::nullopt);
+  const TensorFile file = tiny_weights(5);
+  CodecModel model(spec, file, registry, Device::cpu(), "st");
+  const data::Image image = testing::position_image(37, 29);
+  const std::vector<std::uint8_t> bytes = model.compress(image);
+  EXPECT_EQ(model.decode_latents(bytes.data(), bytes.size()).symbols, model.encode_latents(image).symbols);
+  const ImageEvaluation eval = evaluate(spec, file, image, model.stride());
+  EXPECT_GT(data::psnr(model.decompress(bytes.data(), bytes.size()), eval.reconstruction), 40.0);
+}
+
 // The real files against eval's estimate on the bundled Kodak crops, with
 // the tiny model trained for 150 steps on the bundled training images.
 TEST(MeanScaleCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {

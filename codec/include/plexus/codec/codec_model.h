@@ -146,6 +146,7 @@ class CodecModel {
   std::int64_t latent_channels_ = 0;
   std::string latent_;           // the latent blob's name (y_hat)
   std::string analysed_latent_;  // what the analysis gives for it: y_hat, or y for a mean-scale model
+  std::string synthesis_input_;  // what the synthesis reads it as (y_hat, or a straight-through quantiser's rounded output)
   std::string hyper_latent_;     // the hyper-latent's (hyperprior kinds only)
   std::unique_ptr<Net> analysis_, synthesis_;
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
