@@ -1,7 +1,11 @@
 // plexus-ae trains the bundled mbt2018-mean model (a mean-scale hyperprior)
 // on the CPU: two steps of one 64x64 crop, at the hyper-latent's stride 64,
-// and evaluates the trained model.
+// evaluates the trained model, and compresses and decompresses with it
+// (format version 3). The bundled cheng2020-attn-mean (residual blocks and
+// attention in graph layers, the same hyperprior) trains and codes too.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "apps/cli_runner.h"
 
@@ -28,6 +32,40 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.out, "a.png")) << evaluated.out;
   EXPECT_TRUE(contains(evaluated.err, "mbt2018-mean")) << evaluated.err;
+
+  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", folder / "images/b.png",
+                                            "-o", folder / "b.pxae", "--device", "cpu"},
+                                           folder.path());
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  std::ifstream file(folder / "b.pxae", std::ios::binary);
+  char header[6] = {};
+  ASSERT_TRUE(file.read(header, sizeof header));
+  EXPECT_EQ(header[4], 3) << "format version 3, the mean-scale hyperprior";
+  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
+                                              folder / "b.pxae", "-o", folder / "b-decoded.png", "--device", "cpu"},
+                                             folder.path());
+  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+  EXPECT_TRUE(contains(decompressed.out, "70x64")) << decompressed.out;
+}
+
+TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu) {
+  ScratchFolder folder{"ae-cheng2020"};
+  testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
+  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "cheng2020-attn-mean",
+                                         "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu",
+                                         "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+                                        folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
+  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors",
+                                            folder / "images/a.png", "-o", folder / "a.pxae", "--device", "cpu"},
+                                           folder.path());
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
+                                              folder / "a.pxae", "-o", folder / "a-decoded.png", "--device", "cpu"},
+                                             folder.path());
+  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
 }
 
 }  // namespace
