@@ -15,7 +15,9 @@
 #
 # PHASE=train starts the two trainings in the background and returns;
 # PHASE=evaluate waits for them and measures; PHASE=all (default) does both.
-# Environment: TRAIN_SECONDS (600), BATCH (8), PATCH (256), LR (1e-4),
+# Environment: MODELS (the bundled models compared, default
+# "bmshj2018-hyperprior mbt2018-mean"; two train at once on two GPUs, more
+# take turns on GPU 0), TRAIN_SECONDS (600), BATCH (8), PATCH (256), LR (1e-4),
 # PLEXUS_AE (a built plexus-ae; default: build one in build-gpu),
 # RUNS (run folders, default runs/equal-time), OUT (results, default
 # equal-time-out).
@@ -37,7 +39,7 @@ if [ -z "${PLEXUS_AE:-}" ]; then
   cmake --build build-gpu --target plexus-ae -j "$(nproc)" > "$out/build.log"
   PLEXUS_AE=$(realpath build-gpu/bin/plexus-ae)
 fi
-models=(bmshj2018-hyperprior mbt2018-mean)
+read -r -a models <<< "${MODELS:-bmshj2018-hyperprior mbt2018-mean}"
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 
 train() {  # model gpu
@@ -58,10 +60,12 @@ if [ "$phase" = train ] || [ "$phase" = all ]; then
   rm -rf "${runs:?}"/*
   # setsid keeps the runs going after this script returns (PHASE=train).
   one() { echo "PHASE=train-one MODEL=$1 GPU=$2 PLEXUS_AE='$PLEXUS_AE' RUNS='$runs' OUT='$out' '$script' '$train_dir' '$kodak_dir'"; }
-  if [ "$gpus" -ge 2 ]; then
+  if [ "$gpus" -ge 2 ] && [ "${#models[@]}" -eq 2 ]; then
     for k in 0 1; do setsid bash -c "$(one "${models[$k]}" "$k")" < /dev/null > /dev/null 2>&1 & done
   else
-    setsid bash -c "$(one "${models[0]}" 0); $(one "${models[1]}" 0)" < /dev/null > /dev/null 2>&1 &
+    sequence=""
+    for model in "${models[@]}"; do sequence+="$(one "$model" 0); "; done
+    setsid bash -c "$sequence" < /dev/null > /dev/null 2>&1 &
   fi
   echo "training ${models[*]} for ${TRAIN_SECONDS:-600} s each (logs in $runs)"
 fi
