@@ -212,9 +212,20 @@ int run_compress(const CompressOptions& options) {
   int failures = 0;
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     try {
-      const data::Image image = data::read_image(o.inputs[i]);
+      data::Image image;
+      std::string reason;
+      data::ImageConversions conversions;
+      if (!data::try_read_image(o.inputs[i], image, reason, data::kDefaultMaxImagePixels, &conversions))
+        throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
+      // Grey is no loss here: the file says so and decompress writes grey again.
+      data::ImageConversions lossy = conversions;
+      lossy.grey_expanded = false;
+      data::warn_about_conversions(o.inputs[i], lossy);
+      if (conversions.grey_expanded)
+        spdlog::info("'{}' is grey: coded as RGB, decompressed to grey again", o.inputs[i]);
       const auto start = std::chrono::steady_clock::now();
-      const std::vector<std::uint8_t> bytes = model->compress(image);
+      // A grey image is coded as RGB and comes back grey (the file's grey flag).
+      const std::vector<std::uint8_t> bytes = model->compress(image, conversions.grey_expanded);
       const double ms = milliseconds_since(start);
       write_file(outputs[i], bytes);
       std::printf("%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
@@ -268,10 +279,11 @@ int run_decompress(const DecompressOptions& o) {
       CodecModel& model = model_for(o.inputs[i]);
       const std::vector<std::uint8_t> bytes = read_file(o.inputs[i], model.max_file_bytes());
       const auto start = std::chrono::steady_clock::now();
-      const data::Image image = model.decompress(bytes.data(), bytes.size());
+      BitstreamHeader header;
+      const data::Image image = model.decompress(bytes.data(), bytes.size(), &header);
       const double ms = milliseconds_since(start);
       create_parent_folders(outputs[i]);
-      data::write_png(outputs[i], image);
+      data::write_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
       std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
                   size_text(image.width, image.height).c_str(), ms);
       std::fflush(stdout);

@@ -59,7 +59,7 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   const bool hyperprior = has_hyper_latent(header.kind);
   std::vector<std::uint8_t> out(kMagic, kMagic + 4);
   put(out, format_version(header.kind), 2);
-  put(out, 0, 2);
+  put(out, header.grey ? kFlagGrey : 0, 2);
   put(out, header.fingerprint, 8);
   put(out, header.width, 4);
   put(out, header.height, 4);
@@ -104,10 +104,12 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
                   ", stored " + fingerprint_text(stored_crc).substr(8) + ")");
   const auto flags = get(bytes + 6, 2);
-  if (flags != 0) throw IoError("unknown flags " + std::to_string(flags) + " (this plexus-ae writes 0)");
+  if ((flags & ~std::uint64_t(kFlagGrey)) != 0)
+    throw IoError("unknown flags " + std::to_string(flags) + " (this plexus-ae knows only bit 0, a grey image)");
 
   Bitstream result;
   BitstreamHeader& h = result.header;
+  h.grey = (flags & kFlagGrey) != 0;
   if (version >= 2) {
     // Version 2 holds kind 2, version 3 kind 3: the same layout, different symbols.
     const std::uint64_t kind = get(bytes + 36, 4);

@@ -541,8 +541,9 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
 
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
 
-std::vector<std::uint8_t> CodecModel::compress(const data::Image& image) {
-  const Latents latents = encode_latents(image);
+std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool grey) {
+  Latents latents = encode_latents(image);
+  latents.header.grey = grey;
   codec::RansEncoder encoder;
   // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
   const bool hyperprior = has_hyper_latent(kind_);
@@ -644,9 +645,10 @@ Tensor CodecModel::synthesize(const Tensor& latent) {
   return synthesis_->blob(kReconstruction);
 }
 
-data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size) {
+data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header_out) {
   BitstreamHeader header;
   const Tensor latent = decode_latent(bytes, size, &header);
+  if (header_out) *header_out = header;
   const Tensor& reconstruction = synthesize(latent);
   const Shape& shape = reconstruction.shape();
   if (shape.size() != 4 || shape[1] != 3 || shape[2] < static_cast<std::int64_t>(header.height) ||

@@ -232,9 +232,19 @@ TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   newer[4] = 0;
   EXPECT_TRUE(contains(decode_error(newer), "format version 0")) << decode_error(newer);
   std::vector<std::uint8_t> flagged = bytes;
-  flagged[6] = 1;
+  flagged[6] = 1;  // the grey flag: decodes as before, the header says grey
   reseal(flagged);
-  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 1")) << decode_error(flagged);
+  EXPECT_EQ(decode_error(flagged), "no error");
+  BitstreamHeader header;
+  model.decompress(flagged.data(), flagged.size(), &header);
+  EXPECT_TRUE(header.grey);
+  flagged[6] = 2;
+  reseal(flagged);
+  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 2")) << decode_error(flagged);
+  flagged[6] = 0;
+  flagged[7] = 0x80;
+  reseal(flagged);
+  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 32768")) << decode_error(flagged);
   std::vector<std::uint8_t> magic = bytes;
   magic[0] = 'J';
   EXPECT_TRUE(contains(decode_error(magic), "not a plexus-ae compressed image")) << decode_error(magic);

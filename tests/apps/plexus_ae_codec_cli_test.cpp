@@ -100,6 +100,40 @@ TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
   }
 }
 
+TEST_F(PlexusAeCodec, AGreyImageComesBackGrey) {
+  data::Image source = testing::position_image(21, 13);
+  for (std::size_t i = 0; i < source.pixels.size(); i += 3) source.pixels[i + 1] = source.pixels[i + 2] = source.pixels[i];
+  data::write_png(folder / "images/grey.png", source, data::PngColour::grey);
+  auto compressed = run({"compress", "--model", model, folder / "images/grey.png", "-o", folder / "grey.pxae",
+                         "--device", "cpu"});
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  EXPECT_TRUE(contains(compressed.err, "is grey: coded as RGB, decompressed to grey again")) << compressed.err;
+  EXPECT_FALSE(contains(compressed.err, "converting image")) << compressed.err;
+  const std::vector<std::uint8_t> bytes = read_all(folder / "grey.pxae");
+  EXPECT_EQ(bytes[6] | bytes[7] << 8, 1) << "the grey flag";
+  auto decompressed = run({"decompress", "--model", model, folder / "grey.pxae", "-o", folder / "grey-out.png",
+                           "--device", "cpu"});
+  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+  const std::vector<std::uint8_t> png = read_all(folder / "grey-out.png");
+  ASSERT_GT(png.size(), 26u);
+  EXPECT_EQ(png[25], 0) << "PNG colour type 0, grey";
+  data::Image decoded;
+  std::string reason;
+  data::ImageConversions conversions;
+  ASSERT_TRUE(data::try_read_image(folder / "grey-out.png", decoded, reason, data::kDefaultMaxImagePixels,
+                                   &conversions))
+      << reason;
+  EXPECT_TRUE(conversions.grey_expanded);
+  EXPECT_EQ(decoded.width, 21);
+  EXPECT_EQ(decoded.height, 13);
+  // An RGB image stays RGB.
+  compress_odd("rgb.pxae");
+  const std::vector<std::uint8_t> rgb = read_all(folder / "rgb.pxae");
+  EXPECT_EQ(rgb[6] | rgb[7] << 8, 0);
+  ASSERT_EQ(decompress(folder / "rgb.pxae").exit_code, 0);
+  EXPECT_EQ(read_all(folder / "out.png")[25], 2) << "PNG colour type 2, RGB";
+}
+
 TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) {
   EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae"));
 }

@@ -6,11 +6,16 @@
 #   arguments; a GPU listed: no such line, no -DPLEXUS_CUDA=OFF;
 # - the training settings it passes do not contradict each other: the real
 #   plexus-ae, given them for one step, prints no note that one of them is
-#   without effect.
-# Usage: quickstart_test.sh SOURCE_DIR PLEXUS_AE
+#   without effect;
+# - with "numbers": the real plexus-ae runs the quickstart's whole training
+#   and evaluation on the CPU, and the mean PSNR and bpp it ends with are the
+#   ones the README states ("end around X dB at Y bpp"), within 0.3 dB and
+#   0.03 bpp (a few minutes on 2 cores).
+# Usage: quickstart_test.sh SOURCE_DIR PLEXUS_AE [numbers]
 set -euo pipefail
 source_dir=$1
 plexus_ae=$2
+mode=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -88,5 +93,37 @@ done
 test -s "$work/run/model.safetensors" || fail "one step wrote no model" "$work/train.out"
 if grep -q "acts on validations\|without --val" "$work/train.out"; then
   fail "the quickstart's settings contradict each other:" "$work/train.out"
+fi
+
+if [ "$mode" = numbers ]; then
+  # The whole run, on the CPU (the README's numbers are the CPU's).
+  mapfile -t train < "$work/gpu/plexus-ae-train.args"
+  mapfile -t evaluate < "$work/gpu/plexus-ae-eval.args"
+  for ((i = 1; i < ${#train[@]}; ++i)); do
+    case ${train[i - 1]} in
+      --out) train[i]=$work/full ;;
+      --device) train[i]=cpu ;;
+    esac
+  done
+  for ((i = 1; i < ${#evaluate[@]}; ++i)); do
+    case ${evaluate[i - 1]} in
+      --model) evaluate[i]=$work/full/model.safetensors ;;
+      --out) evaluate[i]=$work/reconstructions ;;
+      --device) evaluate[i]=cpu ;;
+    esac
+  done
+  (cd "$repo" && "$plexus_ae" "${train[@]}") > "$work/full-train.out" 2>&1 ||
+    fail "plexus-ae ${train[*]} failed" "$work/full-train.out"
+  (cd "$repo" && "$plexus_ae" "${evaluate[@]}") > "$work/eval.out" 2> "$work/eval.err" ||
+    fail "plexus-ae ${evaluate[*]} failed" "$work/eval.out" "$work/eval.err"
+  # The mean row: "mean  n=3  PSNR  bpp  ..."
+  read -r psnr bpp < <(awk '$1 == "mean" { print $3, $4 }' "$work/eval.out")
+  stated=$(grep -oE "end around [0-9.]+ dB at [0-9.]+ bpp" "$source_dir/README.md" | head -1)
+  [ -n "$stated" ] || fail "the README states no quickstart numbers ('end around X dB at Y bpp')"
+  read -r stated_psnr stated_bpp < <(awk '{ print $3, $6 }' <<< "$stated")
+  echo "quickstart: ${psnr} dB at ${bpp} bpp; the README says ${stated_psnr} dB at ${stated_bpp} bpp"
+  awk -v a="$psnr" -v b="$stated_psnr" -v c="$bpp" -v d="$stated_bpp" \
+    'BEGIN { exit !(a - b <= 0.3 && b - a <= 0.3 && c - d <= 0.03 && d - c <= 0.03) }' ||
+    fail "the README's quickstart numbers are not what the quickstart gives" "$work/eval.out"
 fi
 echo "quickstart_test: passed"

@@ -3,7 +3,9 @@
 #include <png.h>
 
 #include <csetjmp>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "plexus/atomic_file.h"
 #include "plexus/data/image.h"
@@ -32,28 +34,40 @@ struct Encoding {
   ~Encoding() { png_destroy_write_struct(&png, info ? &info : nullptr); }
 };
 
-bool encode(Encoding& e, AtomicFile& file, const Image& image) {
+// The grey row of RGB pixels: round((R + G + B) / 3) each.
+void grey_row(const std::uint8_t* rgb, int width, std::vector<std::uint8_t>& row) {
+  for (int x = 0; x < width; ++x)
+    row[static_cast<std::size_t>(x)] = static_cast<std::uint8_t>((rgb[3 * x] + rgb[3 * x + 1] + rgb[3 * x + 2] + 1) / 3);
+}
+
+bool encode(Encoding& e, AtomicFile& file, const Image& image, PngColour colour, std::vector<std::uint8_t>& row) {
   if (setjmp(png_jmpbuf(e.png))) return false;
+  const bool grey = colour == PngColour::grey;
   png_set_write_fn(e.png, &file, &write_to_file, &flush_nothing);
   png_set_IHDR(e.png, e.info, static_cast<png_uint_32>(image.width), static_cast<png_uint_32>(image.height), 8,
-               PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+               grey ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
   png_write_info(e.png, e.info);
-  for (int y = 0; y < image.height; ++y)
-    png_write_row(e.png, &image.pixels[static_cast<std::size_t>(y) * image.width * 3]);
+  for (int y = 0; y < image.height; ++y) {
+    const std::uint8_t* rgb = &image.pixels[static_cast<std::size_t>(y) * image.width * 3];
+    if (grey) grey_row(rgb, image.width, row);
+    png_write_row(e.png, grey ? row.data() : rgb);
+  }
   png_write_end(e.png, nullptr);
   return true;
 }
 
 }  // namespace
 
-void write_png(const std::string& path, const Image& image) {
+void write_png(const std::string& path, const Image& image, PngColour colour) {
   if (image.width < 1 || image.height < 1) throw IoError("cannot write PNG '" + path + "': the image is empty");
   AtomicFile file(path, "PNG");
   Encoding e;
   e.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &e.error, &on_error, &on_warning);
   if (e.png) e.info = png_create_info_struct(e.png);
   if (!e.png || !e.info) throw IoError("cannot write PNG '" + path + "': out of memory starting the PNG encoder");
-  if (!encode(e, file, image)) {
+  std::vector<std::uint8_t> row(static_cast<std::size_t>(image.width));  // outside encode(): it calls setjmp
+  if (!encode(e, file, image, colour, row)) {
     file.check_writes();  // the system's reason (a full disk), when that was the cause
     throw IoError("cannot write PNG '" + path + "': " + e.error.message);
   }

@@ -4,7 +4,7 @@
 //   offset  size  field
 //   0       4     magic "PXAE"
 //   4       2     format version (1)
-//   6       2     flags, 0 (reserved)
+//   6       2     flags: bit 0 (kFlagGrey) the image was grey; other bits 0 (reserved)
 //   8       8     model fingerprint (CodecModel::fingerprint)
 //   16      4     image width  (pixels)
 //   20      4     image height (pixels)
@@ -54,8 +54,13 @@ std::uint16_t format_version(ModelKind kind);  // the version written for it
 inline constexpr std::uint32_t kMaxImageSide = 32768;
 inline constexpr std::uint64_t kMaxImagePixels = std::uint64_t(1) << 26;
 
+// Flags: the source image was grey (its one channel copied to R, G and B):
+// decompress writes a grey PNG. Any version may set it.
+inline constexpr std::uint16_t kFlagGrey = 1;
+
 struct BitstreamHeader {
   ModelKind kind = ModelKind::factorized;
+  bool grey = false;  // kFlagGrey
   std::uint64_t fingerprint = 0;
   std::uint32_t width = 0, height = 0;
   std::uint32_t channels = 0, latent_height = 0, latent_width = 0;

@@ -69,10 +69,13 @@ class CodecModel {
              std::string name);
   ~CodecModel();
 
-  std::vector<std::uint8_t> compress(const data::Image& image);
+  // `grey`: the image was grey before it was read as RGB; the file says so
+  // (kFlagGrey) and decompress gives a grey image back.
+  std::vector<std::uint8_t> compress(const data::Image& image, bool grey = false);
   // A whole file; IoError saying what is wrong when it is not a valid file
   // for this model (the caller adds the file name).
-  data::Image decompress(const std::uint8_t* bytes, std::size_t size);
+  // `header`, when given, receives the file's header (its grey flag among others).
+  data::Image decompress(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header = nullptr);
 
   // The latent y_hat compress codes for an image, [1, C, h, w] f32 on the CPU.
   Tensor encode_latent(const data::Image& image);

@@ -72,9 +72,12 @@ bool read_image_size(const std::string& path, ImageSize& size, std::string& reas
 // "" when a width x height image is within `max_pixels`, else a sentence
 // saying it is not (or that it is empty).
 std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels);
-// Writes a PNG (libpng) atomically (see plexus/atomic_file.h). Throws
-// IoError naming the file and the system's reason when it cannot be written.
-void write_png(const std::string& path, const Image& image);
+// Writes a PNG (libpng) atomically (see plexus/atomic_file.h): RGB, or grey
+// (one channel, round((R + G + B) / 3), for an image that was grey before it
+// was expanded to RGB). Throws IoError naming the file and the system's
+// reason when it cannot be written.
+enum class PngColour { rgb, grey };
+void write_png(const std::string& path, const Image& image, PngColour colour = PngColour::rgb);
 
 // [1, 3, H, W] f32 on the CPU, values v / 255.
 Tensor image_to_tensor(const Image& image);
