@@ -4,8 +4,9 @@
 # evaluates it on the bundled Kodak images (data/eval-sample), printing a
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
-# The run itself (training + evaluation, not the build) takes under 5
-# minutes on a 2-core CPU (measured: 169 s, ending near 22 dB at 1 bpp).
+# On an idle 2-core machine without a GPU the CPU-only build takes about 3
+# minutes and the run itself about 4, ending near 22.7 dB at 1.04 bpp (the
+# README's numbers, which tests/tools/quickstart_test.sh checks).
 # 2500 steps on six images teach the model only the coarse structure of a
 # photograph: expect a blurry reconstruction; real training takes 100k+
 # steps on hundreds of images (see the README's "Training the autoencoder").
