@@ -20,6 +20,7 @@
 #include "quantize_around_mean/quantize_around_mean.h"
 #include "relu/relu.h"
 #include "sigmoid/sigmoid.h"
+#include "tanh/tanh.h"
 #include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
@@ -45,6 +46,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_concat(registry);
   layers::register_split(registry);
   layers::register_sigmoid(registry);
+  layers::register_tanh(registry);
   layers::register_leaky_relu(registry);
   layers::register_pixel_shuffle(registry);
 }

@@ -1,0 +1,38 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "plexus/layer.h"
+#include "plexus/layer_config.h"
+#include "plexus/registry.h"
+
+namespace plexus::layers {
+
+// Tanh: y = scale * tanh(x);  dL/dx = dL/dy * (scale - y^2 / scale) = dL/dy * scale * (1 - tanh(x)^2).
+// One input, one output of the same shape; no parameters.
+// Param: "scale" (number, default 1, not 0): Minnen & Singh's latent residual
+// prediction adds 0.5 * tanh of a small network's output to the latent.
+class Tanh : public Layer {
+ public:
+  explicit Tanh(LayerConfig& config);
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  bool cuda_graph_capturable() const override { return true; }
+
+ protected:
+  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
+
+ private:
+  double scale_;
+};
+
+void register_tanh(Registry& registry);
+
+}  // namespace plexus::layers
