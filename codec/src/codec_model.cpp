@@ -129,6 +129,11 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
       for (const NodeSpec& candidate : spec.nodes)
         for (const std::string& output : candidate.outputs)
           if (output == graph.latent) quantizer = &candidate;
+      if (quantizer && quantizer->type == "Concat")
+        throw NotCodable(spec.source, "its latent '" + graph.latent + "' joins " +
+                                          std::to_string(quantizer->inputs.size()) +
+                                          " slices, each quantised around its own means (a channel-conditional "
+                                          "model); the codec codes one latent quantised at once, not slice by slice");
       if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
           quantizer->inputs[1] != node.inputs[2])
         throw NotCodable(spec.source, "its latent '" + graph.latent + "' must be the output of a " +

@@ -2,7 +2,8 @@
 // on the CPU: two steps of one 64x64 crop, at the hyper-latent's stride 64,
 // evaluates the trained model, and compresses and decompresses with it
 // (format version 3). The bundled cheng2020-attn-mean (residual blocks and
-// attention in graph layers, the same hyperprior) trains and codes too.
+// attention in graph layers, the same hyperprior) trains and codes too; the
+// bundled minnen2020-channel trains, with a warning that it cannot be coded.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -66,6 +67,21 @@ TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu
                                               folder / "a.pxae", "-o", folder / "a-decoded.png", "--device", "cpu"},
                                              folder.path());
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+}
+
+TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndSaysItCannotBeCodedYet) {
+  ScratchFolder folder{"ae-minnen2020"};
+  testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
+  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "minnen2020-channel",
+                                         "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu",
+                                         "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+                                        folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
+  EXPECT_TRUE(contains(trained.err, "cannot code it yet: its latent 'y_hat' joins 10 slices, each quantised around "
+                                    "its own means (a channel-conditional model)"))
+      << trained.err;
+  EXPECT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
 }
 
 }  // namespace
