@@ -11,182 +11,22 @@
 
 #include "plexus/codec/autoencoder_contract.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
+#include "codec_graph.h"
 #include "hyperprior_coding.h"
+#include "model_fingerprint.h"
 #include "plexus/checksum.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 
 namespace plexus::ae {
 
-// The model's graph cut at the latent: three sub-specs that run the parts
-// of the model a codec needs, with the parameter names of the whole.
-struct CodecGraph {
-  ModelKind kind = ModelKind::factorized;
-  std::string latent;   // the coded latent, y_hat
-  ModelSpec analysis;   // "image" -> latent (and the hyper-latent)
-  ModelSpec synthesis;  // latent -> "x_hat"
-  ModelSpec density;    // factorized_latent -> the entropy model's likelihoods
-  std::string entropy_node;
-  std::string factorized_latent;  // what the FactorizedEntropyModel reads: latent, or the hyper-latent
-  // Hyperprior kinds only: z_hat, the GaussianConditional, and where its
-  // entropy parameters (scales, means) come from.
-  std::string hyper_latent;
-  std::string gaussian_node;
-  EntropyParameterBlobs parameter_blobs;
-  // Mean-scale only: y, which the QuantizeAroundMean giving the latent rounds.
-  std::string unquantized;
-  // What the synthesis reads: the latent, or the rounded second output of a
-  // QuantizeAroundMean with "synthesis": "straight_through" (in eval mode the same values).
-  std::string synthesis_input;
-};
-
 namespace {
 
-// A spec the codec cannot code: what() is "<source> cannot be used as a
-// codec: <reason>", and why_not_codable() returns the reason.
-class NotCodable : public ConfigError {
- public:
-  NotCodable(const std::string& source, const std::string& reason)
-      : ConfigError(source + " cannot be used as a codec: " + reason), reason_(reason) {}
-  const std::string& reason() const { return reason_; }
-
- private:
-  std::string reason_;
-};
-
-constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
-constexpr const char* kGaussianType = "GaussianConditional";
-constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
 constexpr const char* kTablesMetadataKey = "plexus_ae.coding_tables";
 constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
 // Calibration without images: this many hyper-latents of side kPriorSide from the prior.
 constexpr int kPriorSamples = 8;
 constexpr int kPriorSide = 6;
-
-
-// The nodes of `spec` (in spec order) that compute `targets` from the blobs in `given`.
-std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::string>& targets,
-                                const std::set<std::string>& given, const std::string& what) {
-  std::map<std::string, const NodeSpec*> producer;
-  for (const NodeSpec& node : spec.nodes)
-    for (const std::string& output : node.outputs) producer[output] = &node;
-  std::set<std::string> chosen, seen;
-  std::vector<std::string> pending = targets;
-  while (!pending.empty()) {
-    const std::string blob = pending.back();
-    pending.pop_back();
-    if (given.count(blob) || !seen.insert(blob).second) continue;
-    auto it = producer.find(blob);
-    if (it == producer.end())
-      throw NotCodable(spec.source,
-                       "its " + what + " needs '" + blob + "'" +
-                           (blob == kImage ? ", so \"x_hat\" depends on the image other than through the latent"
-                                           : ", which no node produces"));
-    if (chosen.insert(it->second->name).second)
-      pending.insert(pending.end(), it->second->inputs.begin(), it->second->inputs.end());
-  }
-  std::vector<NodeSpec> nodes;
-  for (const NodeSpec& node : spec.nodes)
-    if (chosen.count(node.name)) nodes.push_back(node);
-  return nodes;
-}
-
-// Throws ConfigError when `spec` has no single FactorizedEntropyModel, more
-// than one GaussianConditional, or a reconstruction that needs more than the latent.
-CodecGraph split_for_coding(const ModelSpec& spec) {
-  std::vector<const NodeSpec*> entropy, gaussian;
-  for (const NodeSpec& node : spec.nodes) {
-    if (node.type == kEntropyModelType) entropy.push_back(&node);
-    if (node.type == kGaussianType) gaussian.push_back(&node);
-  }
-  if (entropy.size() != 1 || entropy[0]->inputs.size() != 1)
-    throw NotCodable(spec.source, std::string("it needs exactly one ") + kEntropyModelType +
-                                      " node (with one input, the " + (gaussian.empty() ? "latent" : "hyper-latent") +
-                                      "), found " + std::to_string(entropy.size()));
-  if (gaussian.size() > 1)
-    throw NotCodable(spec.source, "it has " + std::to_string(gaussian.size()) + " " + kGaussianType +
-                                      " nodes; the scale hyperprior codes one latent");
-  CodecGraph graph;
-  graph.entropy_node = entropy[0]->name;
-  graph.factorized_latent = entropy[0]->inputs[0];
-  graph.latent = graph.factorized_latent;
-  std::vector<std::string> analysed = {graph.latent};
-  if (!gaussian.empty()) {
-    const NodeSpec& node = *gaussian[0];
-    if (node.inputs.size() != 2 && node.inputs.size() != 3)
-      throw NotCodable(spec.source, std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
-                                        std::to_string(node.inputs.size()) +
-                                        " inputs; the codec handles [latent, scales] and [latent, scales, means]");
-    const bool means = node.inputs.size() == 3;
-    graph.kind = means ? ModelKind::mean_scale_hyperprior : ModelKind::hyperprior;
-    graph.gaussian_node = node.name;
-    graph.latent = node.inputs[0];
-    graph.hyper_latent = graph.factorized_latent;
-    graph.parameter_blobs = {graph.hyper_latent, node.inputs[1], means ? node.inputs[2] : std::string()};
-    analysed = {graph.latent, graph.hyper_latent};
-    if (means) {
-      const NodeSpec* quantizer = nullptr;
-      for (const NodeSpec& candidate : spec.nodes)
-        for (const std::string& output : candidate.outputs)
-          if (output == graph.latent) quantizer = &candidate;
-      if (quantizer && quantizer->type == "Concat")
-        throw NotCodable(spec.source, "its latent '" + graph.latent + "' joins " +
-                                          std::to_string(quantizer->inputs.size()) +
-                                          " slices, each quantised around its own means (a channel-conditional "
-                                          "model); the codec codes one latent quantised at once, not slice by slice");
-      if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
-          quantizer->inputs[1] != node.inputs[2])
-        throw NotCodable(spec.source, "its latent '" + graph.latent + "' must be the output of a " +
-                                          kMeanQuantizerType + " node reading [y, '" + node.inputs[2] +
-                                          "'] (the means of " + kGaussianType + " '" + node.name +
-                                          "'), so that the codec can quantise around the integer means");
-      graph.unquantized = quantizer->inputs[0];
-      analysed = {graph.unquantized, graph.hyper_latent};
-      if (quantizer->outputs.size() == 2) graph.synthesis_input = quantizer->outputs[1];
-    }
-  }
-  graph.analysis.name = spec.name + " analysis";
-  graph.analysis.source = spec.source + " (analysis)";
-  graph.analysis.inputs = {kImage};
-  graph.analysis.nodes = nodes_for(spec, analysed, {kImage}, "analysis");
-  graph.synthesis.name = spec.name + " synthesis";
-  graph.synthesis.source = spec.source + " (synthesis)";
-  if (graph.synthesis_input.empty()) graph.synthesis_input = graph.latent;
-  graph.synthesis.inputs = {graph.synthesis_input};
-  graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.synthesis_input}, "synthesis");
-  graph.density.source = spec.source + " (entropy model)";
-  graph.density.inputs = {graph.factorized_latent};
-  graph.density.nodes = {*entropy[0]};
-  return graph;
-}
-
-// What the analysis gives for the latent: y_hat, or a mean-scale model's y.
-const std::string& analysed_latent(const CodecGraph& graph) {
-  return graph.unquantized.empty() ? graph.latent : graph.unquantized;
-}
-
-// A scale hyperprior pads to the hyper-latent's stride, 256 / Z for a
-// 256-pixel square that gives a Z x Z hyper-latent, with Y / Z latent
-// positions per hyper-latent position (Y x Y the latent). Found by shape
-// inference on the analysis alone.
-struct HyperpriorGeometry {
-  int stride = 0;
-  int latent_per_stride = 1;
-};
-
-HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
-  constexpr std::int64_t kProbeSide = 256;
-  Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
-  const Shape& z = probe.blob(graph.hyper_latent).shape();
-  const Shape& y = probe.blob(analysed_latent(graph)).shape();
-  if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
-      y[2] % z[2] != 0)
-    throw NotCodable(spec.source, "a " + std::to_string(kProbeSide) + "-pixel square image gives a latent '" +
-                                      graph.latent + "' of " + shape_str(y) + " and a hyper-latent '" +
-                                      graph.hyper_latent + "' of " + shape_str(z) +
-                                      "; the hyper-latent's side must divide both the image's and the latent's");
-  return HyperpriorGeometry{static_cast<int>(kProbeSide / z[2]), static_cast<int>(y[2] / z[2])};
-}
 
 // Copies every parameter of `net` from the file's tensor of the same name.
 void load_weights(Net& net, const TensorFile& file, const std::string& who) {
@@ -221,88 +61,6 @@ codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGr
   return codec::build_coding_tables(*model);
 }
 
-void hash_tensor(plexus::Fnv1a64& hash, const std::string& name, const Tensor& tensor) {
-  hash.add_field(name);
-  for (std::int64_t dim : tensor.shape()) hash.add(&dim, sizeof dim);
-  const Tensor values = tensor.to(Device::cpu()).to(DType::f32);
-  hash.add(values.raw_data(), values.nbytes());
-}
-
-template <typename T>
-void hash_values(plexus::Fnv1a64& hash, const std::vector<T>& values) {
-  const std::uint64_t count = values.size();
-  hash.add(&count, sizeof count);
-  hash.add(values.data(), values.size() * sizeof(T));
-}
-
-void hash_convolution(plexus::Fnv1a64& hash, const codec::IntegerConvLayer& layer) {
-  const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
-                                   layer.stride, layer.padding, layer.output_padding};
-  hash.add(geometry, sizeof geometry);
-  hash_values(hash, layer.weight);
-  hash_values(hash, layer.bias);
-}
-
-// Whether `network` is the chain of the first scale hyperprior: convolutions
-// with a ReLU rescale between each two, the scales from the last.
-bool is_relu_chain(const codec::IntegerNetwork& network) {
-  const std::size_t count = network.nodes.size();
-  if (network.has_means() || count % 2 == 0 || network.scales != static_cast<std::int32_t>(count)) return false;
-  for (std::size_t n = 0; n < count; ++n) {
-    const codec::IntegerNode& node = network.nodes[n];
-    const bool relu = node.op == codec::IntegerOp::rescale &&
-                      std::all_of(node.negative_multiplier.begin(), node.negative_multiplier.end(),
-                                  [](std::int64_t m) { return m == 0; });
-    if (node.inputs != std::vector<std::int32_t>{static_cast<std::int32_t>(n)} ||
-        (n % 2 == 0 ? node.op != codec::IntegerOp::convolution : !relu))
-      return false;
-  }
-  return true;
-}
-
-// The integer network. A ReLU chain hashes as before general graphs
-// existed (each convolution with the multipliers and shifts of the rescale
-// after it), so the files of those models keep their fingerprints.
-void hash_integer_network(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network) {
-  if (is_relu_chain(network)) {
-    const std::vector<std::int64_t> none64;
-    const std::vector<std::int32_t> none32;
-    for (std::size_t n = 0; n < network.nodes.size(); n += 2) {
-      hash_convolution(hash, network.nodes[n].conv);
-      const bool last = n + 1 == network.nodes.size();
-      hash_values(hash, last ? none64 : network.nodes[n + 1].multiplier);
-      hash_values(hash, last ? none32 : network.nodes[n + 1].shift);
-    }
-    return;
-  }
-  hash.add_field("integer network");
-  for (const codec::IntegerNode& node : network.nodes) {
-    const std::int32_t fields[] = {static_cast<std::int32_t>(node.op), node.begin, node.count};
-    hash.add(fields, sizeof fields);
-    hash_values(hash, node.inputs);
-    if (node.op == codec::IntegerOp::convolution) hash_convolution(hash, node.conv);
-    hash_values(hash, node.multiplier);
-    hash_values(hash, node.negative_multiplier);
-    hash_values(hash, node.shift);
-  }
-  const std::int32_t outputs[] = {network.scales, network.means};
-  hash.add(outputs, sizeof outputs);
-  hash_values(hash, network.mean_multiplier);
-  hash_values(hash, network.mean_shift);
-}
-
-// A hyperprior's integer parts: the integer network, the scale table and
-// every Gaussian table.
-void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
-  hash.add_field("scale hyperprior");
-  hash_integer_network(hash, network);
-  hash_values(hash, network.thresholds);
-  hash_values(hash, gaussian.scales);
-  for (const codec::CodingTable& table : gaussian.tables) {
-    hash.add(&table.min, sizeof table.min);
-    hash_values(hash, table.cdf);
-  }
-}
 
 // The calibration of the entropy parameters on `hyper_latents` ([C, height, width] each, sizes given).
 IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network,

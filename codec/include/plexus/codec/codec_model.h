@@ -52,7 +52,7 @@
 
 namespace plexus::ae {
 
-struct CodecGraph;  // the model's graph cut at the latent (codec_model.cpp)
+struct CodecGraph;  // the model's graph cut at the latent (src/codec_graph.h)
 
 class CodecModel {
  public:
