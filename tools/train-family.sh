@@ -17,7 +17,7 @@
 #   VAL         folder of validation images (e.g. the Kodak PhotoCD set,
 #               r0k.us/graphics/kodak), scored at the end of each run [none]
 #   CALIBRATION folder of a few photos (say 20 of the training set) on which
-#               export calibrates each model's integer hyper-synthesis [none:
+#               export calibrates each model's integer network [none:
 #               samples of the hyper-latent's prior]
 #   BATCH, PATCH, LR   [16, 256, 1e-4]
 #   LR_SCHEDULE [final: the learning rate drops by LR_DECAY (0.1) for the last

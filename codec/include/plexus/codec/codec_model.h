@@ -60,7 +60,7 @@ class CodecModel {
   // file without coding tables gets them computed, with one log line.
   static std::unique_ptr<CodecModel> from_file(const std::string& path, const Registry& registry, Device device);
   // From a spec and a file's tensors (the weights, and the coding tables
-  // and integer hyper-synthesis when present). `name` names the model in
+  // and integer-network calibration when present). `name` names the model in
   // messages. Throws ConfigError when the spec cannot be coded (no single
   // FactorizedEntropyModel, or an "x_hat" that needs more than its latent,
   // or entropy parameters without an exact integer form) and
