@@ -26,7 +26,7 @@ struct TensorInfo {
   bool accumulator = false;
 };
 
-void check_conv(const IntegerConvLayer& layer, const std::string& name, const std::string& who) {
+void check_conv(const IntegerConvLayer& layer, bool check_values, const std::string& name, const std::string& who) {
   if (layer.in_channels < 1 || layer.out_channels < 1 || layer.out_channels > kMaxChannels || layer.kernel < 1 ||
       layer.stride < 1 || layer.padding < 0 || layer.output_padding < 0 || layer.kernel > 64 || layer.stride > 64 ||
       layer.padding > 64 || (layer.transposed ? layer.output_padding >= layer.stride : layer.output_padding != 0))
@@ -43,6 +43,7 @@ void check_conv(const IntegerConvLayer& layer, const std::string& name, const st
     fail(who, name + " has " + std::to_string(layer.weight.size()) + " weights and " +
                   std::to_string(layer.bias.size()) + " biases, expected " + std::to_string(weights) + " and " +
                   std::to_string(layer.out_channels));
+  if (!check_values) return;
   for (std::int32_t v : layer.weight)
     if (v < -kIntegerWeightMax || v > kIntegerWeightMax)
       fail(who, name + " has a weight " + std::to_string(v) + " outside +-" + std::to_string(kIntegerWeightMax));
@@ -67,8 +68,9 @@ void check_multipliers(const std::vector<std::int64_t>& multiplier, std::int64_t
   }
 }
 
-// The channels and kind of every tensor, checking every node on the way.
-std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::string& who) {
+// The channels and kind of every tensor, checking every node on the way
+// (with `check_values`, every weight, bias, multiplier and shift too).
+std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::string& who, bool check_values = true) {
   if (network.in_channels < 1 || network.in_channels > kMaxChannels)
     fail(who, "an input of " + std::to_string(network.in_channels) + " channels");
   if (network.nodes.empty() || network.nodes.size() > kMaxNodes)
@@ -86,7 +88,7 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
     TensorInfo out;
     switch (node.op) {
       case IntegerOp::convolution:
-        check_conv(node.conv, name, who);
+        check_conv(node.conv, check_values, name, who);
         if (first.accumulator) fail(who, name + " reads an accumulator; a convolution reads activations");
         if (node.conv.in_channels != first.channels)
           fail(who, name + " expects " + std::to_string(node.conv.in_channels) + " input channels, its input has " +
@@ -95,9 +97,11 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
         break;
       case IntegerOp::rescale:
         if (!first.accumulator) fail(who, name + " reads activations; a rescale reads an accumulator");
-        check_multipliers(node.multiplier, 1, node.shift, static_cast<std::size_t>(first.channels), name, who);
-        check_multipliers(node.negative_multiplier, 0, node.shift, static_cast<std::size_t>(first.channels), name,
-                          who);
+        if (check_values) {
+          check_multipliers(node.multiplier, 1, node.shift, static_cast<std::size_t>(first.channels), name, who);
+          check_multipliers(node.negative_multiplier, 0, node.shift, static_cast<std::size_t>(first.channels), name,
+                            who);
+        }
         out = {first.channels, false};
         break;
       case IntegerOp::concat: {
@@ -222,7 +226,8 @@ std::int64_t IntegerConvLayer::output_side(std::int64_t input_side) const {
 
 std::vector<std::int32_t> IntegerNetwork::channels() const {
   std::vector<std::int32_t> result;
-  for (const TensorInfo& t : describe(*this, "IntegerNetwork::channels")) result.push_back(t.channels);
+  // The structure only: the values were checked once, by check_network.
+  for (const TensorInfo& t : describe(*this, "IntegerNetwork::channels", false)) result.push_back(t.channels);
   return result;
 }
 

@@ -115,8 +115,9 @@ struct IntegerOutputs {
   std::vector<std::int64_t> means;    // units of 2^-16; empty without means
 };
 
-// For an integer input [C, height, width] (row-major). The result is the
-// same on every device. CUDA throws DeviceError in a build without it.
+// For an integer input [C, height, width] (row-major), of a network that
+// passed check_network (quantize_network's do). The result is the same on
+// every device. CUDA throws DeviceError in a build without it.
 IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
                            std::int64_t height, std::int64_t width, Device device = Device::cpu());
 // The values of one tensor, [C, H', W'] row-major (CPU; tests and calibration reports).
