@@ -83,8 +83,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 // The forward passes cut each image into blocks of whole rows, the items of
 // parallel_for with the images, so that one image spreads over every thread
-// and a block's column matrix stays small (a few MB, where a whole photo's
-// would take gigabytes). A block holds at least kBlockPatches patches
+// and a block's column matrix grows with the image's width, not its area
+// (the whole matrix of a 12-megapixel photo takes gigabytes). A block holds at least kBlockPatches patches
 // (columns of the product): enough that the product runs at full speed and
 // the weight, packed again for each block, costs little beside it; few
 // enough that a small latent still makes several blocks. The block sizes
@@ -93,8 +93,9 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // keep every output bit the same for any number of threads.
 constexpr std::int64_t kBlockPatches = 256;
 // In the transposed pass a block of image rows also computes the columns of
-// the k - 1 rows of patches it shares with its neighbours (its halo); blocks
-// of at least kHaloShare * (k - 1) image rows keep that extra work below
+// the patch rows whose kernels reach its neighbours' rows too (its halo,
+// about (k - 1) / s patch rows, computed by both blocks); blocks of at least
+// kHaloShare * (k - 1) image rows keep that extra work below about
 // 1 / kHaloShare of the product.
 constexpr std::int64_t kHaloShare = 8;
 
