@@ -361,6 +361,7 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
+  command->add_option("--cpu-threads", c.cpu_threads, "threads the CPU kernels use (0: every core); the file is the same for any count");
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
@@ -369,6 +370,7 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "The file format is described in docs/bitstream.md.");
   command->callback([options, quality, &exit_code] {
     if (!quality->empty()) options->quality = parse_quality(*quality);
+    use_cpu_threads(options->cpu_threads);
     exit_code = run_compress(*options);
   });
 }
@@ -385,6 +387,7 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
+  command->add_option("--cpu-threads", d.cpu_threads, "threads the CPU kernels use (0: every core); the image is the same for any count");
   command->add_option("--max-image-pixels", d.max_image_pixels, "refuse files of images of more pixels than this, "
                       "read from the file's header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->footer(
@@ -393,7 +396,10 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
-  command->callback([options, &exit_code] { exit_code = run_decompress(*options); });
+  command->callback([options, &exit_code] {
+    use_cpu_threads(options->cpu_threads);
+    exit_code = run_decompress(*options);
+  });
 }
 
 void add_export_command(CLI::App& app, int& exit_code) {

@@ -17,6 +17,7 @@ struct CompressOptions {
   std::string device = "auto";
   std::vector<std::string> plugins;
   bool overwrite = false;
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
 };
 
 struct DecompressOptions {
@@ -28,6 +29,7 @@ struct DecompressOptions {
   bool overwrite = false;
   // Files of larger images are refused from their header (data::kDefaultMaxImagePixels, as train and eval).
   std::int64_t max_image_pixels = 50'000'000;
+  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
 };
 
 struct ExportOptions {

@@ -34,7 +34,7 @@ void parallel_for(std::int64_t count, const std::function<void(std::int64_t)>& b
 #ifdef _OPENMP
   std::exception_ptr first_error;
   std::mutex error_mutex;
-  // Static schedule: items are whole images or channels of similar cost.
+  // Static schedule: items (images, channels, blocks of an image) are of similar cost.
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (std::int64_t i = 0; i < count; ++i) {
     try {

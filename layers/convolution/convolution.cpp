@@ -1,5 +1,7 @@
 #include "convolution/convolution.h"
 
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include "plexus/checked_math.h"
@@ -71,48 +73,108 @@ template <typename T>
 using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename T>
 using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-
-// image[c, q] += bias[c] for an image [channels, pixels].
+// A block of columns of a row-major matrix: rows of `stride` elements apart.
 template <typename T>
-void add_bias(const T* bias, std::int64_t channels, std::int64_t pixels, T* image) {
-  Eigen::Map<RowMajorMatrix<T>>(image, channels, pixels).colwise() += Eigen::Map<const Vector<T>>(bias, channels);
+using ColumnBlock = Eigen::Map<RowMajorMatrix<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstColumnBlock = Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStride<>>;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The forward passes cut each image into blocks of whole rows, the items of
+// parallel_for with the images, so that one image spreads over every thread
+// and a block's column matrix grows with the image's width, not its area
+// (the whole matrix of a 12-megapixel photo takes gigabytes). A block holds at least kBlockPatches patches
+// (columns of the product): enough that the product runs at full speed and
+// the weight, packed again for each block, costs little beside it; few
+// enough that a small latent still makes several blocks. The block sizes
+// depend only on the layer and the image's shape, never on the thread count:
+// Eigen may sum a product of another shape in another order, so fixed blocks
+// keep every output bit the same for any number of threads.
+constexpr std::int64_t kBlockPatches = 256;
+// In the transposed pass a block of image rows also computes the columns of
+// the patch rows whose kernels reach its neighbours' rows too (its halo,
+// about (k - 1) / s patch rows, computed by both blocks); blocks of at least
+// kHaloShare * (k - 1) image rows keep that extra work below about
+// 1 / kHaloShare of the product.
+constexpr std::int64_t kHaloShare = 8;
+
+// Patch rows (rows of y) per block of conv_forward_cpu.
+std::int64_t patch_rows_per_block(const ConvGeometry& g) {
+  return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
+}
+
+// Image rows (rows of x) per block of conv_backward_data_cpu: a multiple of
+// the stride, covering kBlockPatches patches and kHaloShare * (k - 1) rows.
+std::int64_t image_rows_per_block(const ConvGeometry& g) {
+  const std::int64_t patch_rows =
+      std::max(patch_rows_per_block(g), ceil_div(kHaloShare * (g.kernel - 1), g.stride));
+  return patch_rows * g.stride;
 }
 
 }  // namespace
 
-// Per image n: columns = im2col(x_n); y_n = W columns (+ bias per row).
+// Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
+// those rows; y_n[:, a0*Pw : a1*Pw] = W columns (+ bias per row).
 void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t block_rows = patch_rows_per_block(g);
+  const std::int64_t blocks = ceil_div(g.patches_high, block_rows);
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Eigen::Map<const RowMajorMatrix<T>> weight(parameter("weight").value.data<T>(), out, rows);
     const T* bias = with_bias && has_bias_ ? parameter("bias").value.data<T>() : nullptr;
-    parallel_for(batch, [&](std::int64_t n) {  // images are independent
-      RowMajorMatrix<T> columns(rows, patches);
-      im2col_cpu(x.data<T>() + n * g.image_size(), g, columns.data());
-      T* y_n = y.data<T>() + n * out * patches;
-      Eigen::Map<RowMajorMatrix<T>>(y_n, out, patches).noalias() = weight * columns;
-      if (bias) add_bias(bias, out, patches, y_n);
+    parallel_for(batch * blocks, [&](std::int64_t item) {  // each block writes its own columns of y_n
+      const std::int64_t n = item / blocks, first = item % blocks * block_rows;
+      const std::int64_t end = std::min(first + block_rows, g.patches_high);
+      const std::int64_t block_patches = (end - first) * g.patches_wide;
+      RowMajorMatrix<T> columns(rows, block_patches);
+      im2col_rows_cpu(x.data<T>() + n * g.image_size(), g, first, end, columns.data());
+      ColumnBlock<T> y_block(y.data<T>() + n * out * patches + first * g.patches_wide, out, block_patches,
+                             Eigen::OuterStride<>(patches));
+      y_block.noalias() = weight * columns;
+      if (bias) y_block.colwise() += Eigen::Map<const Vector<T>>(bias, out);
     });
   });
 }
 
-// Per image n: columns = W^T y_n; x_n = col2im(columns) (+ bias per channel).
+// Per image n and block of image rows [h0, h1): the patch rows [a0, a1)
+// whose kernels reach those rows give columns = W^T y_n[:, a0*Pw : a1*Pw];
+// x_n[:, h0:h1, :] = the rows [h0, h1) of col2im(columns) (+ bias per
+// channel). Each block gathers everything its rows receive, so blocks write
+// disjoint rows and every pixel sums its terms in col2im's order.
 void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
+  const std::int64_t block_rows = image_rows_per_block(g);
+  const std::int64_t blocks = ceil_div(g.height, block_rows);
+  const std::int64_t plane = g.height * g.width;
   dispatch_float(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Eigen::Map<const RowMajorMatrix<T>> weight(parameter("weight").value.data<T>(), out, rows);
     const T* bias = with_bias && has_bias_ ? parameter("bias").value.data<T>() : nullptr;
-    parallel_for(batch, [&](std::int64_t n) {  // images are independent
-      Eigen::Map<const RowMajorMatrix<T>> y_n(y.data<T>() + n * out * patches, out, patches);
-      RowMajorMatrix<T> columns(rows, patches);
-      columns.noalias() = weight.transpose() * y_n;
+    parallel_for(batch * blocks, [&](std::int64_t item) {  // each block writes its own rows of x_n
+      const std::int64_t n = item / blocks, h0 = item % blocks * block_rows;
+      const std::int64_t h1 = std::min(h0 + block_rows, g.height);
+      // Patch row a reaches image rows a*s - p .. a*s - p + k - 1.
+      const std::int64_t lowest = h0 + g.padding - (g.kernel - 1);
+      const std::int64_t a0 = lowest <= 0 ? 0 : ceil_div(lowest, g.stride);
+      const std::int64_t a1 = std::min(g.patches_high, (h1 - 1 + g.padding) / g.stride + 1);
       T* x_n = x.data<T>() + n * g.image_size();
-      col2im_cpu(columns.data(), g, x_n);
-      if (bias) add_bias(bias, g.channels, g.height * g.width, x_n);
+      for (std::int64_t c = 0; c < g.channels; ++c)
+        std::fill(x_n + c * plane + h0 * g.width, x_n + c * plane + h1 * g.width, T(0));
+      if (a0 < a1) {
+        const std::int64_t block_patches = (a1 - a0) * g.patches_wide;
+        ConstColumnBlock<T> y_block(y.data<T>() + n * out * patches + a0 * g.patches_wide, out, block_patches,
+                                    Eigen::OuterStride<>(patches));
+        RowMajorMatrix<T> columns(rows, block_patches);
+        columns.noalias() = weight.transpose() * y_block;
+        col2im_rows_cpu(columns.data(), g, a0, a1, h0, h1, x_n);
+      }
+      if (bias)
+        ColumnBlock<T>(x_n + h0 * g.width, g.channels, (h1 - h0) * g.width, Eigen::OuterStride<>(plane)).colwise() +=
+            Eigen::Map<const Vector<T>>(bias, g.channels);
     });
   });
 }

@@ -13,8 +13,11 @@
 // is backward_data, its input gradient forward, and its weight
 // [C, out, k, k] (PyTorch's layout) is the same [Co, Ci, k, k].
 //
-// On the CPU every pass runs per image with Eigen (images in parallel, sums
-// over images in image order). On CUDA the implicit-GEMM tensor-core engine
+// On the CPU the passes run with Eigen. forward and backward_data run on
+// blocks of rows of each image (convolution.cpp says how large), the blocks
+// of all images in parallel, so that one image uses every thread and its
+// column matrix is never built whole; conv_backward runs per image (images
+// in parallel, sums over images in image order). On CUDA the implicit-GEMM tensor-core engine
 // (implicit_gemm.h) runs the passes it takes, without a column buffer; the
 // rest (f64, strict f32, passes with few product rows, shapes beyond the
 // engine's limits) run im2col / col2im kernels plus cuBLAS GEMMs batched over

@@ -50,6 +50,23 @@ void im2col_cpu(const T* image, const ConvGeometry& geometry, T* columns);
 template <typename T>
 void col2im_cpu(const T* columns, const ConvGeometry& geometry, T* image);
 
+// The same on a band of rows, so that a part of one image can be computed on
+// its own (convolution.cpp's blocks).
+// im2col_rows_cpu writes the columns of the patch rows [first_patch_row,
+// end_patch_row): columns [K, (end - first) * Pw], entry (r, (a - first)*Pw + b)
+// as im2col's (r, a*Pw + b).
+template <typename T>
+void im2col_rows_cpu(const T* image, const ConvGeometry& geometry, std::int64_t first_patch_row,
+                     std::int64_t end_patch_row, T* columns);
+// col2im_rows_cpu ADDS to the image rows [first_image_row, end_image_row) the
+// entries of `columns` (laid out as im2col_rows_cpu's, for the patch rows
+// [first_patch_row, end_patch_row)) that col2im sums onto them, in col2im's
+// order for each pixel: rising (c, i, j). Other rows are not touched.
+template <typename T>
+void col2im_rows_cpu(const T* columns, const ConvGeometry& geometry, std::int64_t first_patch_row,
+                     std::int64_t end_patch_row, std::int64_t first_image_row, std::int64_t end_image_row,
+                     T* image);
+
 // CUDA, `count` consecutive images ([count, C, H, W] <-> [count, K, P]) on
 // the context's stream; same semantics as the CPU versions.
 template <typename T>

@@ -138,6 +138,32 @@ TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) {
   EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae"));
 }
 
+// --cpu-threads: the same file and the same decoded image for 1 and 2
+// threads, on an image large enough that every layer spreads it over blocks.
+TEST_F(PlexusAeCodec, CpuThreadCountsGiveTheSameFileAndImage) {
+  testing::save_png(folder / "large.png", testing::position_image(203, 157));
+  auto compress = [&](const std::string& threads) {
+    const std::string file = folder / ("large-" + threads + ".pxae");
+    auto result = run({"compress", "--model", model, folder / "large.png", "-o", file, "--device", "cpu",
+                       "--cpu-threads", threads});
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    return read_all(file);
+  };
+  auto decompress = [&](const std::string& threads) {
+    const std::string image = folder / ("large-" + threads + ".png");
+    auto result = run({"decompress", "--model", model, folder / "large-1.pxae", "-o", image, "--device", "cpu",
+                       "--cpu-threads", threads});
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    return read_all(image);
+  };
+  const std::vector<std::uint8_t> file = compress("1");
+  ASSERT_FALSE(file.empty());
+  EXPECT_TRUE(file == compress("2")) << "compress --cpu-threads 1 and 2 wrote different files";
+  const std::vector<std::uint8_t> image = decompress("1");
+  ASSERT_FALSE(image.empty());
+  EXPECT_TRUE(image == decompress("2")) << "decompress --cpu-threads 1 and 2 wrote different images";
+}
+
 TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   const std::vector<std::uint8_t> good = compress_odd("good.pxae");
   auto check = [&](const std::string& name, const std::vector<std::uint8_t>& bytes, const std::string& reason) {

@@ -1,6 +1,7 @@
 #pragma once
 // Parallelism of the CPU kernels: independent items (images of a batch,
-// channels) spread over a pool of threads.
+// channels, fixed-size blocks of rows or pixels of an image) spread over a
+// pool of threads.
 //
 // Determinism: every item is computed by exactly one thread with the same
 // arithmetic whatever the thread count, and sums over items (parameter
