@@ -187,17 +187,10 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     for (std::size_t i = 0; i < out.size(); ++i) shapes[node->spec.outputs[i]] = out[i];
   }
   blobs_.clear();
-  grads_.clear();
+  grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
-  for (const auto& entry : shapes) {
-    blobs_[entry.first] = Tensor(entry.second, dtype_, device_);
-    grads_[entry.first] = Tensor(entry.second, dtype_, device_);
-  }
-  for (auto& node : nodes_) {
-    node->scratch_grads.clear();
-    for (const auto& input : node->spec.inputs)
-      node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes.at(input), dtype_, device_) : Tensor());
-  }
+  for (const auto& entry : shapes) blobs_[entry.first] = Tensor(entry.second, dtype_, device_);
+  for (auto& node : nodes_) node->scratch_grads.clear();
 }
 
 std::string Net::shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
@@ -266,6 +259,8 @@ const Tensor& Net::blob(const std::string& name) const {
 
 const Tensor& Net::blob_grad(const std::string& name) const {
   blob(name);
+  if (grads_.empty())
+    throw ConfigError(spec_.source + ": blob gradients exist only after backward(); '" + name + "' has none yet");
   return grads_.at(name);
 }
 
@@ -289,6 +284,17 @@ void Net::forward(Context& ctx) {
 }
 
 void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weights) {
+  // The gradients of every blob, at the first backward of this layout (a
+  // training step graph records only after an eager warm-up step, so this
+  // never happens inside a capture). Inference nets (eval, compress) never
+  // get here, and their memory is the activations alone.
+  if (grads_.empty()) {
+    for (const auto& entry : blobs_) grads_[entry.first] = Tensor(entry.second.shape(), dtype_, device_);
+    for (auto& node : nodes_)
+      for (const auto& input : node->spec.inputs)
+        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(blobs_.at(input).shape(), dtype_, device_)
+                                                            : Tensor());
+  }
   std::set<std::string> has_grad;
   for (const auto& entry : loss_weights) {
     blob(entry.first);  // names the loss when it does not exist

@@ -1,8 +1,9 @@
 #pragma once
 // Net: a graph of layers built from a ModelSpec. Shapes are inferred at
-// build time (errors name the node and the shapes), activations and their
-// gradients are allocated once, forward runs in topological order and
-// backward in reverse.
+// build time (errors name the node and the shapes), activations are
+// allocated once per layout and their gradients at the first backward (so a
+// net that only runs forward holds no gradients), forward runs in
+// topological order and backward in reverse.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -50,7 +51,7 @@ class Net {
 
   Tensor& input(const std::string& name);
   const Tensor& blob(const std::string& name) const;  // any input or node output
-  const Tensor& blob_grad(const std::string& name) const;
+  const Tensor& blob_grad(const std::string& name) const;  // after backward()
   bool has_blob(const std::string& name) const;
   // A scalar blob's value copied to the host.
   double scalar(const std::string& name) const;
