@@ -1,7 +1,8 @@
 #pragma once
 // Helpers of the CodecModel tests: untrained weights with chosen tensors
-// scaled, the bits a value costs under a coding table, and the cross-device
-// check (files compressed on CUDA decode to the same latents on the CPU).
+// scaled, the whole model run as eval runs it, the bits a value costs under a
+// coding table, and the cross-device check (files compressed on CUDA decode
+// to the same latents on the CPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "image_evaluation.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/codec/rans.h"
 #include "plexus/data/image.h"
@@ -36,6 +38,20 @@ inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& regis
     file.tensors[named.name] = value;
   }
   return file;
+}
+
+// The whole model as eval runs it (rounded latents), with the file's
+// weights; each entry of `blobs`, when given, receives that blob's value.
+inline ae::ImageEvaluation evaluate_with_weights(const ModelSpec& spec, const Registry& registry,
+                                                 const TensorFile& file, const data::Image& image, int stride,
+                                                 std::map<std::string, Tensor>* blobs = nullptr) {
+  Net net(spec, registry, {{"image", Shape{1, 3, stride, stride}}});
+  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
+  Context ctx;
+  ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride);
+  if (blobs)
+    for (auto& [name, value] : *blobs) value = net.blob(name).clone();
+  return result;
 }
 
 // Bits of `value` under `table`: -log2 of its frequency, or the escape's plus

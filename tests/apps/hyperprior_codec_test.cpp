@@ -52,11 +52,9 @@ using testing::reseal;
 // The whole model as eval runs it (rounded latents), with the file's weights.
 ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
                          Tensor* scales = nullptr) {
-  Net net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}});
-  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
-  Context ctx;
-  ImageEvaluation result = evaluate_image(net, ctx, image, stride);
-  if (scales) *scales = net.blob("scales").clone();
+  std::map<std::string, Tensor> blobs{{"scales", Tensor()}};
+  ImageEvaluation result = testing::evaluate_with_weights(spec, registry, file, image, stride, &blobs);
+  if (scales) *scales = blobs["scales"];
   return result;
 }
 

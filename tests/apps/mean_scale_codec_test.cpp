@@ -45,16 +45,9 @@ TensorFile tiny_weights(std::uint64_t seed) {
                                     {{"g_a1.weight", 30}, {"h_a1.weight", 4}, {"h_s1.weight", 6}});
 }
 
-// The whole model as eval runs it, with the file's weights; `blobs` receives named blobs.
 ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
                          std::map<std::string, Tensor>* blobs = nullptr) {
-  Net net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}});
-  for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
-  Context ctx;
-  ImageEvaluation result = evaluate_image(net, ctx, image, stride);
-  if (blobs)
-    for (auto& [name, value] : *blobs) value = net.blob(name).clone();
-  return result;
+  return testing::evaluate_with_weights(spec, registry, file, image, stride, blobs);
 }
 
 class MeanScaleCodec : public ::testing::Test {
