@@ -14,50 +14,42 @@ namespace plexus::codec::arithmetic {
 
 constexpr std::int64_t kActivationMax = 32767;
 constexpr std::int64_t kMeanMagnitudeMax = std::int64_t(1) << 31;
+constexpr std::int64_t kFixedPointMax = std::int64_t(1) << 31;
 
-// A convolution node as the kernels read it.
-struct ConvView {
-  const std::int32_t* weight;  // [C, O, k, k] transposed, [O, C, k, k] otherwise
-  const std::int64_t* bias;    // [O]
-  int transposed, in_channels, out_channels, kernel, stride, padding;
-  std::int64_t in_height, in_width;
+// A convolution's geometry as the im2col kernels read it.
+struct ConvGeometry {
+  int transposed, in_channels, kernel, stride, padding;
+  std::int64_t in_height, in_width, out_width;
 };
 
-// acc[o, y, x] = B[o] + sum_{c, i, j} V q[c, y(i), x(j)], a gather over the
-// taps that reach (y, x). Exact in int64 under check_network's bounds, so
-// the order of the sum does not matter.
-PLEXUS_INTEGER_FUNCTION std::int64_t accumulate(const ConvView& l, const std::int64_t* q, std::int64_t o,
+// The input element (c, a, b) that tap (i, j) of output position (y, x)
+// reads, as the index (c * in_height + a) * in_width + b, or -1 where it
+// reads none (padding, or a transposed convolution's stride gap):
+//   Conv2d          a = y s - p + i,  b = x s - p + j;
+//   ConvTranspose2d a = (y + p - i) / s, b = (x + p - j) / s, where divisible.
+PLEXUS_INTEGER_FUNCTION std::int64_t tap_source(const ConvGeometry& g, std::int64_t c, std::int64_t i, std::int64_t j,
                                                 std::int64_t y, std::int64_t x) {
-  const std::int64_t k = l.kernel, s = l.stride, p = l.padding, channels = l.in_channels, outs = l.out_channels;
-  std::int64_t acc = l.bias[o];
-  for (std::int64_t i = 0; i < k; ++i) {
-    std::int64_t a;
-    if (l.transposed) {
-      const std::int64_t t = y + p - i;
-      if (t < 0 || t % s != 0) continue;
-      a = t / s;
-    } else {
-      a = y * s - p + i;
-    }
-    if (a < 0 || a >= l.in_height) continue;
-    for (std::int64_t j = 0; j < k; ++j) {
-      std::int64_t b;
-      if (l.transposed) {
-        const std::int64_t t = x + p - j;
-        if (t < 0 || t % s != 0) continue;
-        b = t / s;
-      } else {
-        b = x * s - p + j;
-      }
-      if (b < 0 || b >= l.in_width) continue;
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const std::int64_t v = l.transposed ? l.weight[((c * outs + o) * k + i) * k + j]
-                                            : l.weight[((o * channels + c) * k + i) * k + j];
-        acc += v * q[(c * l.in_height + a) * l.in_width + b];
-      }
-    }
+  std::int64_t a, b;
+  if (g.transposed) {
+    const std::int64_t ty = y + g.padding - i, tx = x + g.padding - j;
+    if (ty < 0 || tx < 0 || ty % g.stride != 0 || tx % g.stride != 0) return -1;
+    a = ty / g.stride;
+    b = tx / g.stride;
+  } else {
+    a = y * g.stride - g.padding + i;
+    b = x * g.stride - g.padding + j;
   }
-  return acc;
+  if (a < 0 || a >= g.in_height || b < 0 || b >= g.in_width) return -1;
+  return (c * g.in_height + a) * g.in_width + b;
+}
+
+// Column `p` (output position p = y * out_width + x) of the im2col matrix,
+// row r = (c * k + i) * k + j: the input value that tap reads, or 0.
+PLEXUS_INTEGER_FUNCTION double im2col_value(const ConvGeometry& g, const std::int64_t* q, std::int64_t r,
+                                            std::int64_t p) {
+  const std::int64_t k = g.kernel;
+  const std::int64_t source = tap_source(g, r / (k * k), r / k % k, r % k, p / g.out_width, p % g.out_width);
+  return source < 0 ? 0.0 : static_cast<double>(q[source]);
 }
 
 // (m * multiplier + 2^(shift-1)) >> shift for m >= 0 (no rounding term for
@@ -89,6 +81,19 @@ PLEXUS_INTEGER_FUNCTION std::int32_t table_index(std::int64_t v, const std::int6
 PLEXUS_INTEGER_FUNCTION std::int64_t fixed_mean(std::int64_t v, std::int64_t multiplier, std::int32_t shift) {
   return v >= 0 ? scaled_magnitude(v, multiplier, shift, kMeanMagnitudeMax)
                 : -scaled_magnitude(-v, multiplier, shift, kMeanMagnitudeMax);
+}
+
+// A fixed-point value clamped to +-2^31.
+PLEXUS_INTEGER_FUNCTION std::int64_t clamp_fixed(std::int64_t v) {
+  return v > kFixedPointMax ? kFixedPointMax : (v < -kFixedPointMax ? -kFixedPointMax : v);
+}
+
+// The tanh node: sign(acc) T[min((|acc| M + r) >> S, L - 1)].
+PLEXUS_INTEGER_FUNCTION std::int64_t table_tanh(std::int64_t acc, std::int64_t multiplier, std::int32_t shift,
+                                                const std::int64_t* table, std::int32_t entries) {
+  const std::int64_t magnitude = acc >= 0 ? acc : -acc;
+  const std::int64_t value = table[scaled_magnitude(magnitude, multiplier, shift, entries - 1)];
+  return acc >= 0 ? value : -value;
 }
 
 }  // namespace plexus::codec::arithmetic

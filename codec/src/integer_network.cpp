@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
-#include "integer_network_kernels.h"
-#include "plexus/cpu_parallel.h"
+#include "integer_arithmetic.h"
+#include "integer_network_backend.h"
+#include "network_structure.h"
 #include "plexus/error.h"
 
 namespace plexus::codec {
@@ -21,9 +22,15 @@ std::string node_name(std::size_t index, IntegerOp op) {
   return "node " + std::to_string(index) + " (" + integer_op_name(op) + ")";
 }
 
+enum class Kind { activation, accumulator, fixed_point };
+const char* kind_name(Kind kind) {
+  return kind == Kind::activation ? "activations" : kind == Kind::accumulator ? "an accumulator" : "fixed-point values";
+}
+
 struct TensorInfo {
   std::int32_t channels = 0;
-  bool accumulator = false;
+  Kind kind = Kind::activation;
+  bool accumulator() const { return kind != Kind::activation; }
 };
 
 void check_conv(const IntegerConvLayer& layer, bool check_values, const std::string& name, const std::string& who) {
@@ -75,44 +82,47 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
     fail(who, "an input of " + std::to_string(network.in_channels) + " channels");
   if (network.nodes.empty() || network.nodes.size() > kMaxNodes)
     fail(who, std::to_string(network.nodes.size()) + " nodes (1.." + std::to_string(kMaxNodes) + " expected)");
-  std::vector<TensorInfo> tensors{{network.in_channels, false}};
+  std::vector<TensorInfo> tensors{{network.in_channels, Kind::activation}};
   for (std::size_t n = 0; n < network.nodes.size(); ++n) {
     const IntegerNode& node = network.nodes[n];
     const std::string name = node_name(n, node.op);
-    if (node.inputs.empty() || (node.op != IntegerOp::concat && node.inputs.size() != 1))
+    const std::size_t inputs = node.op == IntegerOp::input ? 0 : node.op == IntegerOp::add ? 2 : 1;
+    if (node.op == IntegerOp::concat ? node.inputs.empty() : node.inputs.size() != inputs)
       fail(who, name + " has " + std::to_string(node.inputs.size()) + " inputs");
     for (std::int32_t input : node.inputs)
       if (input < 0 || input > static_cast<std::int32_t>(n))
         fail(who, name + " reads tensor " + std::to_string(input) + ", which is not computed before it");
-    const TensorInfo& first = tensors[static_cast<std::size_t>(node.inputs[0])];
+    const TensorInfo first = node.inputs.empty() ? TensorInfo{} : tensors[static_cast<std::size_t>(node.inputs[0])];
     TensorInfo out;
     switch (node.op) {
       case IntegerOp::convolution:
         check_conv(node.conv, check_values, name, who);
-        if (first.accumulator) fail(who, name + " reads an accumulator; a convolution reads activations");
+        if (first.accumulator()) fail(who, name + " reads " + kind_name(first.kind) + "; a convolution reads activations");
         if (node.conv.in_channels != first.channels)
           fail(who, name + " expects " + std::to_string(node.conv.in_channels) + " input channels, its input has " +
                         std::to_string(first.channels));
-        out = {node.conv.out_channels, true};
+        out = {node.conv.out_channels, Kind::accumulator};
         break;
       case IntegerOp::rescale:
-        if (!first.accumulator) fail(who, name + " reads activations; a rescale reads an accumulator");
+        if (!first.accumulator()) fail(who, name + " reads activations; a rescale reads an accumulator");
         if (check_values) {
           check_multipliers(node.multiplier, 1, node.shift, static_cast<std::size_t>(first.channels), name, who);
           check_multipliers(node.negative_multiplier, 0, node.shift, static_cast<std::size_t>(first.channels), name,
                             who);
         }
-        out = {first.channels, false};
+        out = {first.channels, Kind::activation};
         break;
       case IntegerOp::concat: {
         std::int64_t channels = 0;
+        Kind kind = first.kind;
         for (std::int32_t input : node.inputs) {
           const TensorInfo& t = tensors[static_cast<std::size_t>(input)];
-          if (t.accumulator != first.accumulator) fail(who, name + " joins activations and accumulators");
+          if (t.accumulator() != first.accumulator()) fail(who, name + " joins activations and accumulators");
+          if (t.kind != kind) kind = Kind::accumulator;
           channels += t.channels;
         }
         if (channels > kMaxChannels) fail(who, name + " gives " + std::to_string(channels) + " channels");
-        out = {static_cast<std::int32_t>(channels), first.accumulator};
+        out = {static_cast<std::int32_t>(channels), kind};
         break;
       }
       case IntegerOp::slice:
@@ -120,8 +130,35 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
           fail(who, name + " takes channels [" + std::to_string(node.begin) + ", " +
                         std::to_string(std::int64_t(node.begin) + node.count) + ") of " +
                         std::to_string(first.channels));
-        out = {node.count, first.accumulator};
+        out = {node.count, first.kind};
         break;
+      case IntegerOp::input:
+        if (node.count < 1 || node.count > kMaxChannels)
+          fail(who, name + " has " + std::to_string(node.count) + " channels");
+        out = {node.count, Kind::fixed_point};
+        break;
+      case IntegerOp::tanh:
+        if (!first.accumulator()) fail(who, name + " reads activations; a tanh reads an accumulator");
+        if (check_values) {
+          check_multipliers(node.multiplier, 1, node.shift, static_cast<std::size_t>(first.channels), name, who);
+          if (node.table.size() < 2 || node.table.size() > static_cast<std::size_t>(kMaxTanhTable))
+            fail(who, name + " has a table of " + std::to_string(node.table.size()) + " entries (2.." +
+                          std::to_string(kMaxTanhTable) + " expected)");
+          for (std::int64_t v : node.table)
+            if (v < -kFixedPointMax || v > kFixedPointMax)
+              fail(who, name + " has a table entry " + std::to_string(v) + " outside +-2^31");
+        }
+        out = {first.channels, Kind::fixed_point};
+        break;
+      case IntegerOp::add: {
+        const TensorInfo& second = tensors[static_cast<std::size_t>(node.inputs[1])];
+        if (first.kind != Kind::fixed_point || second.kind != Kind::fixed_point || first.channels != second.channels)
+          fail(who, name + " adds " + kind_name(first.kind) + " to " + kind_name(second.kind) + " (" +
+                        std::to_string(first.channels) + " and " + std::to_string(second.channels) +
+                        " channels); it adds fixed-point values of equal channels");
+        out = {first.channels, Kind::fixed_point};
+        break;
+      }
       default:
         fail(who, "node " + std::to_string(n) + " has the unknown operation " +
                       std::to_string(static_cast<std::int32_t>(node.op)));
@@ -129,78 +166,6 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
     tensors.push_back(out);
   }
   return tensors;
-}
-
-// The scale indices and means of the evaluated scales and means tensors.
-void read_outputs(const IntegerNetwork& network, const std::vector<std::int64_t>& scales,
-                  const std::vector<std::int64_t>* means, std::int64_t plane, IntegerOutputs& out) {
-  const std::int32_t count = network.levels - 1;
-  out.indices.resize(scales.size());
-  for (std::size_t n = 0; n < scales.size(); ++n)
-    out.indices[n] = arithmetic::table_index(scales[n], network.thresholds.data() + (n / plane) * count, count);
-  if (!means) return;
-  out.means.resize(means->size());
-  for (std::size_t n = 0; n < means->size(); ++n) {
-    const std::size_t c = n / static_cast<std::size_t>(plane);
-    out.means[n] = arithmetic::fixed_mean((*means)[n], network.mean_multiplier[c], network.mean_shift[c]);
-  }
-}
-
-// Every tensor up to and including `last`, on the CPU.
-std::vector<std::vector<std::int64_t>> evaluate(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                                                std::int64_t height, std::int64_t width, std::int32_t last) {
-  const auto sides = tensor_sides(network, height, width);
-  std::vector<std::vector<std::int64_t>> values{clamped_input(input)};
-  for (std::int32_t t = 1; t <= last; ++t) {
-    const IntegerNode& node = network.nodes[static_cast<std::size_t>(t - 1)];
-    // Plain copies: a lambda below reads them (C++17 lambdas cannot capture structured bindings).
-    const std::int64_t out_height = sides[static_cast<std::size_t>(t)].first;
-    const std::int64_t out_width = sides[static_cast<std::size_t>(t)].second;
-    const std::int64_t plane = out_height * out_width;
-    const std::vector<std::int64_t>& x = values[static_cast<std::size_t>(node.inputs[0])];
-    std::vector<std::int64_t> y;
-    switch (node.op) {
-      case IntegerOp::convolution: {
-        const auto [in_height, in_width] = sides[static_cast<std::size_t>(node.inputs[0])];
-        const arithmetic::ConvView view =
-            conv_view(node.conv, node.conv.weight.data(), node.conv.bias.data(), in_height, in_width);
-        y.resize(static_cast<std::size_t>(node.conv.out_channels * plane));
-        parallel_for(node.conv.out_channels, [&](std::int64_t o) {
-          for (std::int64_t i = 0; i < out_height; ++i)
-            for (std::int64_t j = 0; j < out_width; ++j)
-              y[(o * out_height + i) * out_width + j] = arithmetic::accumulate(view, x.data(), o, i, j);
-        });
-        break;
-      }
-      case IntegerOp::rescale:
-        y.resize(x.size());
-        for (std::size_t n = 0; n < x.size(); ++n) {
-          const std::size_t c = n / static_cast<std::size_t>(plane);
-          y[n] = arithmetic::rescale(x[n], node.multiplier[c], node.negative_multiplier[c], node.shift[c]);
-        }
-        break;
-      case IntegerOp::concat:
-        for (std::int32_t in : node.inputs) {
-          const std::vector<std::int64_t>& part = values[static_cast<std::size_t>(in)];
-          y.insert(y.end(), part.begin(), part.end());
-        }
-        break;
-      case IntegerOp::slice:
-        y.assign(x.begin() + node.begin * plane, x.begin() + (node.begin + node.count) * plane);
-        break;
-    }
-    values.push_back(std::move(y));
-  }
-  return values;
-}
-
-void check_input(const IntegerNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
-                 std::int64_t width) {
-  if (network.nodes.empty()) throw ConfigError("integer network: the network has no nodes");
-  if (height < 1 || width < 1 || static_cast<std::int64_t>(input.size()) != network.in_channels * height * width)
-    throw ShapeError("integer network: an input of " + std::to_string(input.size()) + " values for [" +
-                     std::to_string(network.in_channels) + ", " + std::to_string(height) + ", " +
-                     std::to_string(width) + "]");
 }
 
 }  // namespace
@@ -211,17 +176,15 @@ const char* integer_op_name(IntegerOp op) {
     case IntegerOp::rescale: return "rescale";
     case IntegerOp::concat: return "concat";
     case IntegerOp::slice: return "slice";
+    case IntegerOp::input: return "input";
+    case IntegerOp::tanh: return "tanh";
+    case IntegerOp::add: return "add";
   }
   return "unknown";
 }
 
 std::int64_t IntegerConvLayer::output_side(std::int64_t input_side) const {
-  const std::int64_t side = transposed ? (input_side - 1) * stride - 2 * padding + kernel + output_padding
-                                       : (input_side + 2 * padding - kernel) / stride + 1;
-  if (input_side < 1 || side < 1)
-    throw ShapeError("integer network: a side of " + std::to_string(input_side) + " gives an output side of " +
-                     std::to_string(side));
-  return side;
+  return conv_output_side(*this, input_side);
 }
 
 std::vector<std::int32_t> IntegerNetwork::channels() const {
@@ -231,32 +194,33 @@ std::vector<std::int32_t> IntegerNetwork::channels() const {
   return result;
 }
 
+std::vector<std::int32_t> IntegerNetwork::groups() const {
+  std::vector<std::int32_t> result;
+  for (const IntegerNode& node : nodes)
+    if (node.op == IntegerOp::input) result.push_back(node.count);
+  if (result.empty()) result.push_back(out_channels());
+  return result;
+}
+
 Shape IntegerNetwork::output_shape(std::int64_t height, std::int64_t width) const {
   const auto [h, w] = tensor_sides(*this, height, width)[static_cast<std::size_t>(scales)];
   return {out_channels(), h, w};
 }
 
-std::vector<std::pair<std::int64_t, std::int64_t>> tensor_sides(const IntegerNetwork& network, std::int64_t height,
-                                                                 std::int64_t width) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> sides{{height, width}};
-  for (std::size_t n = 0; n < network.nodes.size(); ++n) {
-    const IntegerNode& node = network.nodes[n];
-    auto side = sides[static_cast<std::size_t>(node.inputs[0])];
-    if (node.op == IntegerOp::convolution) side = {node.conv.output_side(side.first), node.conv.output_side(side.second)};
-    if (node.op == IntegerOp::concat)
-      for (std::int32_t input : node.inputs)
-        if (sides[static_cast<std::size_t>(input)] != side)
-          throw ShapeError("integer network: " + node_name(n, node.op) + " joins tensors of different sizes");
-    sides.push_back(side);
-  }
-  return sides;
+std::vector<Side> tensor_sides(const IntegerNetwork& network, std::int64_t height, std::int64_t width) {
+  return network_sides(network, height, width);
 }
 
-std::vector<std::int64_t> clamped_input(const std::vector<std::int32_t>& input) {
-  std::vector<std::int64_t> q(input.size());
-  for (std::size_t n = 0; n < input.size(); ++n)
-    q[n] = std::clamp<std::int64_t>(input[n], -kIntegerActivationMax, kIntegerActivationMax);
-  return q;
+std::vector<double> weight_matrix(const IntegerConvLayer& layer) {
+  const std::int64_t k2 = std::int64_t(layer.kernel) * layer.kernel, rows = layer.in_channels * k2;
+  std::vector<double> matrix(static_cast<std::size_t>(layer.out_channels * rows));
+  for (std::int64_t o = 0; o < layer.out_channels; ++o)
+    for (std::int64_t c = 0; c < layer.in_channels; ++c)
+      for (std::int64_t t = 0; t < k2; ++t)
+        matrix[static_cast<std::size_t>(o * rows + c * k2 + t)] = static_cast<double>(
+            layer.weight[static_cast<std::size_t>(layer.transposed ? (c * layer.out_channels + o) * k2 + t
+                                                                   : (o * layer.in_channels + c) * k2 + t)]);
+  return matrix;
 }
 
 void check_network(const IntegerNetwork& network, const std::string& who) {
@@ -273,6 +237,22 @@ void check_network(const IntegerNetwork& network, const std::string& who) {
   for (std::size_t n = 0; n < expected; ++n)
     if (n % (network.levels - 1) != 0 && network.thresholds[n] < network.thresholds[n - 1])
       fail(who, "the thresholds of scale channel " + std::to_string(n / (network.levels - 1)) + " decrease");
+  std::int64_t grouped = 0, inputs = 0;
+  for (const IntegerNode& node : network.nodes)
+    if (node.op == IntegerOp::input) grouped += node.count, ++inputs;
+  if (inputs > 0) {
+    if (grouped != channels)
+      fail(who, "its input nodes take " + std::to_string(grouped) + " latent channels, the scales have " +
+                    std::to_string(channels));
+    if (network.decoded < 0 || network.decoded >= count ||
+        tensors[static_cast<std::size_t>(network.decoded)].kind != Kind::fixed_point ||
+        tensors[static_cast<std::size_t>(network.decoded)].channels != channels)
+      fail(who, "the decoded latent must be a tensor of fixed-point values with the scales' " +
+                    std::to_string(channels) + " channels");
+    if (!network.has_means()) fail(who, "latent groups (input nodes) need means");
+  } else if (network.decoded != -1) {
+    fail(who, "a decoded latent without input nodes");
+  }
   if (network.means < 0) {
     if (network.means != -1 || !network.mean_multiplier.empty() || !network.mean_shift.empty())
       fail(who, "mean parameters without a means tensor");
@@ -287,29 +267,123 @@ void check_network(const IntegerNetwork& network, const std::string& who) {
                     who);
 }
 
+IntegerNetworkRunner::IntegerNetworkRunner(IntegerNetwork network, Device device) : network_(std::move(network)) {
+  if (network_.nodes.empty()) throw ConfigError("integer network: the network has no nodes");
+  groups_ = network_.groups();
+  backend_ = device.is_cuda() ? make_cuda_backend(network_, device.index) : make_cpu_backend(network_);
+}
+
+struct IntegerNetworkRunner::State {
+  std::vector<Side> sides;
+  std::vector<std::int32_t> channels;
+  std::vector<bool> ready;
+  std::vector<std::int32_t> input_tensors;  // of group k
+};
+
+IntegerNetworkRunner::~IntegerNetworkRunner() = default;
+
+void IntegerNetworkRunner::start(const std::vector<std::int32_t>& input, std::int64_t height, std::int64_t width) {
+  if (height < 1 || width < 1 || static_cast<std::int64_t>(input.size()) != network_.in_channels * height * width)
+    throw ShapeError("integer network: an input of " + std::to_string(input.size()) + " values for [" +
+                     std::to_string(network_.in_channels) + ", " + std::to_string(height) + ", " +
+                     std::to_string(width) + "]");
+  state_ = std::make_unique<State>();
+  state_->sides = tensor_sides(network_, height, width);
+  if (network_.has_means() &&
+      state_->sides[static_cast<std::size_t>(network_.means)] != state_->sides[static_cast<std::size_t>(network_.scales)])
+    throw ShapeError("integer network: the means and the scales have different sizes");
+  state_->channels = network_.channels();
+  state_->ready.assign(state_->sides.size(), false);
+  state_->input_tensors = input_tensors(network_);
+  backend_->reset(state_->sides);
+  std::vector<std::int64_t> q(input.size());
+  for (std::size_t n = 0; n < input.size(); ++n)
+    q[n] = std::clamp<std::int64_t>(input[n], -kIntegerActivationMax, kIntegerActivationMax);
+  backend_->set(0, q);
+  state_->ready[0] = true;
+}
+
+void IntegerNetworkRunner::set_input(std::int32_t group, const std::vector<std::int64_t>& values) {
+  if (!state_) throw ConfigError("integer network: set_input before start");
+  if (group < 0 || static_cast<std::size_t>(group) >= state_->input_tensors.size())
+    throw ConfigError("integer network: no input for latent group " + std::to_string(group));
+  const std::int32_t tensor = state_->input_tensors[static_cast<std::size_t>(group)];
+  const Side side = state_->sides[static_cast<std::size_t>(tensor)];
+  const std::int64_t expected = std::int64_t(groups_[static_cast<std::size_t>(group)]) * side.first * side.second;
+  if (static_cast<std::int64_t>(values.size()) != expected)
+    throw ShapeError("integer network: latent group " + std::to_string(group) + " given " +
+                     std::to_string(values.size()) + " values, expected " + std::to_string(expected));
+  std::vector<std::int64_t> clamped(values.size());
+  for (std::size_t n = 0; n < values.size(); ++n) clamped[n] = arithmetic::clamp_fixed(values[n]);
+  backend_->set(tensor, clamped);
+  state_->ready[static_cast<std::size_t>(tensor)] = true;
+}
+
+void IntegerNetworkRunner::compute(std::int32_t tensor) {
+  if (state_->ready[static_cast<std::size_t>(tensor)]) return;
+  const IntegerNode& node = network_.nodes[static_cast<std::size_t>(tensor - 1)];
+  if (node.op == IntegerOp::input) {
+    const auto k = std::find(state_->input_tensors.begin(), state_->input_tensors.end(), tensor) -
+                   state_->input_tensors.begin();
+    throw ConfigError("integer network: tensor " + std::to_string(tensor) + " needs latent group " +
+                      std::to_string(k) + ", which is not decoded yet");
+  }
+  for (std::int32_t input : node.inputs) compute(input);
+  backend_->compute(tensor);
+  state_->ready[static_cast<std::size_t>(tensor)] = true;
+}
+
+IntegerOutputs IntegerNetworkRunner::outputs(std::int32_t group) {
+  if (!state_) throw ConfigError("integer network: outputs before start");
+  if (group < 0 || static_cast<std::size_t>(group) >= groups_.size())
+    throw ConfigError("integer network: no latent group " + std::to_string(group));
+  std::int32_t begin = 0;
+  for (std::int32_t k = 0; k < group; ++k) begin += groups_[static_cast<std::size_t>(k)];
+  const std::int32_t count = groups_[static_cast<std::size_t>(group)];
+  const Side side = state_->sides[static_cast<std::size_t>(network_.scales)];
+  const std::int64_t plane = side.first * side.second;
+  const ChannelRange scales = resolve_range(network_, state_->channels, state_->ready, {network_.scales, begin, count});
+  compute(scales.tensor);
+  ChannelRange means{-1, 0, 0};
+  if (network_.has_means()) {
+    means = resolve_range(network_, state_->channels, state_->ready, {network_.means, begin, count});
+    compute(means.tensor);
+  }
+  IntegerOutputs out = backend_->outputs(scales.tensor, scales.begin * plane, means.tensor, means.begin * plane,
+                                         count * plane, begin, plane);
+  out.shape = {count, side.first, side.second};
+  return out;
+}
+
+std::vector<std::int64_t> IntegerNetworkRunner::values(std::int32_t tensor, std::int32_t begin, std::int32_t count) {
+  if (!state_) throw ConfigError("integer network: values before start");
+  if (tensor < 0 || tensor >= network_.tensors() || begin < 0 || count < 0 ||
+      begin + count > state_->channels[static_cast<std::size_t>(tensor)])
+    throw ConfigError("integer network: no channels [" + std::to_string(begin) + ", " +
+                      std::to_string(begin + count) + ") of tensor " + std::to_string(tensor));
+  const Side side = state_->sides[static_cast<std::size_t>(tensor)];
+  const std::int64_t plane = side.first * side.second;
+  const ChannelRange range = resolve_range(network_, state_->channels, state_->ready, {tensor, begin, count});
+  compute(range.tensor);
+  return backend_->read(range.tensor, range.begin * plane, count * plane);
+}
+
 IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
                            std::int64_t height, std::int64_t width, Device device) {
-  check_input(network, input, height, width);
-  const auto sides = tensor_sides(network, height, width);
-  if (network.has_means() &&
-      sides[static_cast<std::size_t>(network.means)] != sides[static_cast<std::size_t>(network.scales)])
-    throw ShapeError("integer network: the means and the scales have different sizes");
-  if (device.is_cuda()) return run_network_cuda(network, input, height, width, device.index);
-  IntegerOutputs out;
-  out.shape = network.output_shape(height, width);
-  const auto values = evaluate(network, input, height, width, std::max(network.scales, network.means));
-  read_outputs(network, values[static_cast<std::size_t>(network.scales)],
-               network.has_means() ? &values[static_cast<std::size_t>(network.means)] : nullptr,
-               out.shape[1] * out.shape[2], out);
-  return out;
+  IntegerNetworkRunner runner(network, device);
+  if (runner.groups().size() != 1 || network.decoded >= 0)
+    throw ConfigError("integer network: run_network needs a network without latent groups");
+  runner.start(input, height, width);
+  return runner.outputs(0);
 }
 
 std::vector<std::int64_t> tensor_values(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
                                         std::int64_t height, std::int64_t width, std::int32_t tensor) {
-  check_input(network, input, height, width);
+  IntegerNetworkRunner runner(network, Device::cpu());
+  runner.start(input, height, width);
   if (tensor < 0 || tensor >= network.tensors())
     throw ConfigError("integer network: no tensor " + std::to_string(tensor));
-  return evaluate(network, input, height, width, tensor)[static_cast<std::size_t>(tensor)];
+  return runner.values(tensor, 0, network.channels()[static_cast<std::size_t>(tensor)]);
 }
 
 }  // namespace plexus::codec

@@ -1,23 +1,28 @@
-// codec::run_network on CUDA (plexus/codec/integer_network.h): the element
-// formulas are integer_arithmetic.h's, shared with the CPU path, so the
-// outputs are bit-identical (integer sums are exact in any order).
+// The integer network's CUDA backend (integer_network_backend.h): the
+// element formulas are integer_arithmetic.h's, shared with the CPU backend,
+// and the convolutions are f64 GEMMs of integers (cuBLAS, pedantic math: no
+// reduced-precision or emulated paths), exact in any order, so the outputs
+// are bit-identical to the CPU's.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "integer_network_kernels.h"
+#include "integer_arithmetic.h"
+#include "integer_network_backend.h"
 #include "plexus/cuda/cuda_check.h"
 
 namespace plexus::codec {
 
 namespace {
 
+using cuda::check_cublas;
 using cuda::check_cuda;
 
 // Device memory for `count` values of T, freed on scope exit.
 template <typename T>
 class DeviceBuffer {
  public:
+  DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t count) : count_(count) {
     if (count_ > 0) check_cuda(cudaMalloc(&data_, count_ * sizeof(T)), "cudaMalloc", __FILE__, __LINE__);
   }
@@ -29,36 +34,56 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (data_) cudaFree(data_);  // nothing to report from a destructor
   }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), count_(other.count_) { other.data_ = nullptr; }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), count_(other.count_) {
+    other.data_ = nullptr;
+    other.count_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return data_; }
   std::size_t size() const { return count_; }
-  std::vector<T> to_host() const {
-    std::vector<T> values(count_);
-    if (count_ > 0)
-      check_cuda(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy",
+  // At least `count` values; the contents are lost when it grows.
+  void reserve(std::size_t count) {
+    if (count > count_) *this = DeviceBuffer(count);
+  }
+  std::vector<T> to_host(std::size_t offset, std::size_t count) const {
+    std::vector<T> values(count);
+    if (count > 0)
+      check_cuda(cudaMemcpy(values.data(), data_ + offset, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy",
                  __FILE__, __LINE__);
     return values;
   }
 
  private:
   T* data_ = nullptr;
-  std::size_t count_;
+  std::size_t count_ = 0;
 };
 
-// One thread per output element: the network is small and memory-light,
-// and a thread that owns its whole sum keeps the kernel the CPU's formula.
 constexpr int kThreads = 256;
+// The im2col block of one GEMM holds at most this many values (256 MB).
+constexpr std::int64_t kColumnBlockValues = std::int64_t(1) << 25;
 
 unsigned blocks_for(std::int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
-__global__ void convolution_kernel(arithmetic::ConvView view, const std::int64_t* q, std::int64_t out_height,
-                                   std::int64_t out_width, std::int64_t* acc) {
-  const std::int64_t plane = out_height * out_width;
+// cols[r, p] (row-major [rows, count]) for output positions first .. first + count.
+__global__ void im2col_kernel(arithmetic::ConvGeometry geometry, const std::int64_t* q, std::int64_t rows,
+                              std::int64_t first, std::int64_t count, double* cols) {
   const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (n >= view.out_channels * plane) return;
-  acc[n] = arithmetic::accumulate(view, q, n / plane, n % plane / out_width, n % out_width);
+  if (n >= rows * count) return;
+  cols[n] = arithmetic::im2col_value(geometry, q, n / count, first + n % count);
+}
+
+// acc[o, p] = B[o] + product[o, p]: the product is an exact integer.
+__global__ void bias_kernel(const double* product, const std::int64_t* bias, std::int64_t plane, std::int64_t count,
+                            std::int64_t* acc) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  acc[n] = bias[n / plane] + static_cast<std::int64_t>(product[n]);
 }
 
 __global__ void rescale_kernel(const std::int64_t* acc, const std::int64_t* multiplier,
@@ -68,6 +93,21 @@ __global__ void rescale_kernel(const std::int64_t* acc, const std::int64_t* mult
   if (n >= count) return;
   const std::int64_t c = n / plane;
   q[n] = arithmetic::rescale(acc[n], multiplier[c], negative_multiplier[c], shift[c]);
+}
+
+__global__ void tanh_kernel(const std::int64_t* acc, const std::int64_t* multiplier, const std::int32_t* shift,
+                            const std::int64_t* table, std::int32_t entries, std::int64_t plane, std::int64_t count,
+                            std::int64_t* v) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  const std::int64_t c = n / plane;
+  v[n] = arithmetic::table_tanh(acc[n], multiplier[c], shift[c], table, entries);
+}
+
+__global__ void add_kernel(const std::int64_t* a, const std::int64_t* b, std::int64_t count, std::int64_t* sum) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  sum[n] = arithmetic::clamp_fixed(a[n] + b[n]);
 }
 
 __global__ void index_kernel(const std::int64_t* scales, const std::int64_t* thresholds, std::int32_t levels_minus_one,
@@ -104,86 +144,169 @@ void copy_on_device(std::int64_t* to, const std::int64_t* from, std::size_t coun
                __LINE__);
 }
 
-// Node `node` of the network, writing `out` from the tensors before it.
-void run_node(const IntegerNode& node, const std::vector<DeviceBuffer<std::int64_t>>& tensors,
-              const std::vector<std::pair<std::int64_t, std::int64_t>>& sides, std::int64_t out_height,
-              std::int64_t out_width, DeviceBuffer<std::int64_t>& out) {
-  const std::int64_t plane = out_height * out_width;
-  const DeviceBuffer<std::int64_t>& x = tensors[static_cast<std::size_t>(node.inputs[0])];
-  const std::int64_t count = static_cast<std::int64_t>(out.size());
-  switch (node.op) {
-    case IntegerOp::convolution: {
-      const DeviceBuffer<std::int32_t> weight(node.conv.weight);
-      const DeviceBuffer<std::int64_t> bias(node.conv.bias);
-      const auto [in_height, in_width] = sides[static_cast<std::size_t>(node.inputs[0])];
-      convolution_kernel<<<blocks_for(count), kThreads>>>(
-          conv_view(node.conv, weight.get(), bias.get(), in_height, in_width), x.get(), out_height, out_width,
-          out.get());
-      cuda::check_launch("convolution_kernel", __FILE__, __LINE__);
-      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);  // before weight is freed
-      break;
-    }
-    case IntegerOp::rescale: {
-      const DeviceBuffer<std::int64_t> multiplier(node.multiplier), negative(node.negative_multiplier);
-      const DeviceBuffer<std::int32_t> shift(node.shift);
-      rescale_kernel<<<blocks_for(count), kThreads>>>(x.get(), multiplier.get(), negative.get(), shift.get(), plane,
-                                                      count, out.get());
-      cuda::check_launch("rescale_kernel", __FILE__, __LINE__);
-      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
-      break;
-    }
-    case IntegerOp::concat: {
-      std::size_t offset = 0;
-      for (std::int32_t input : node.inputs) {
-        const DeviceBuffer<std::int64_t>& part = tensors[static_cast<std::size_t>(input)];
-        copy_on_device(out.get() + offset, part.get(), part.size());
-        offset += part.size();
+// A node's parameters on the device.
+struct DeviceNode {
+  DeviceBuffer<double> weight;  // the [O, C k k] weight matrix
+  DeviceBuffer<std::int64_t> bias, multiplier, negative_multiplier, table;
+  DeviceBuffer<std::int32_t> shift;
+};
+
+class CudaBackend final : public IntegerNetworkRunner::Backend {
+ public:
+  CudaBackend(const IntegerNetwork& network, int device) : network_(network), device_(device) {
+    DeviceScope scope(device_);
+    check_cublas(cublasCreate(&blas_), "cublasCreate", __FILE__, __LINE__);
+    check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode", __FILE__, __LINE__);
+    for (const IntegerNode& node : network.nodes) {
+      DeviceNode& d = nodes_.emplace_back();
+      if (node.op == IntegerOp::convolution) {
+        d.weight = DeviceBuffer<double>(weight_matrix(node.conv));
+        d.bias = DeviceBuffer<std::int64_t>(node.conv.bias);
       }
-      break;
+      d.multiplier = DeviceBuffer<std::int64_t>(node.multiplier);
+      d.negative_multiplier = DeviceBuffer<std::int64_t>(node.negative_multiplier);
+      d.shift = DeviceBuffer<std::int32_t>(node.shift);
+      d.table = DeviceBuffer<std::int64_t>(node.table);
     }
-    case IntegerOp::slice:
-      copy_on_device(out.get(), x.get() + node.begin * plane, out.size());
-      break;
+    thresholds_ = DeviceBuffer<std::int64_t>(network.thresholds);
+    mean_multiplier_ = DeviceBuffer<std::int64_t>(network.mean_multiplier);
+    mean_shift_ = DeviceBuffer<std::int32_t>(network.mean_shift);
   }
-}
+  ~CudaBackend() override {
+    if (blas_) cublasDestroy(blas_);
+  }
+
+  void reset(const std::vector<Side>& sides) override {
+    sides_ = sides;
+    channels_ = network_.channels();
+    tensors_.clear();
+    tensors_.resize(sides.size());
+  }
+
+  void set(std::int32_t tensor, const std::vector<std::int64_t>& values) override {
+    DeviceScope scope(device_);
+    tensors_[static_cast<std::size_t>(tensor)] = DeviceBuffer<std::int64_t>(values);
+  }
+
+  void compute(std::int32_t tensor) override {
+    DeviceScope scope(device_);
+    const std::size_t t = static_cast<std::size_t>(tensor);
+    const IntegerNode& node = network_.nodes[t - 1];
+    const DeviceNode& d = nodes_[t - 1];
+    const std::int64_t plane = sides_[t].first * sides_[t].second;
+    DeviceBuffer<std::int64_t> out(static_cast<std::size_t>(channels_[t] * plane));
+    const std::int64_t count = static_cast<std::int64_t>(out.size());
+    auto input = [&](std::size_t k) -> const DeviceBuffer<std::int64_t>& {
+      return tensors_[static_cast<std::size_t>(node.inputs[k])];
+    };
+    switch (node.op) {
+      case IntegerOp::convolution:
+        convolution(node.conv, d, input(0), sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t], out);
+        break;
+      case IntegerOp::rescale:
+        rescale_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(),
+                                                        d.negative_multiplier.get(), d.shift.get(), plane, count,
+                                                        out.get());
+        cuda::check_launch("rescale_kernel", __FILE__, __LINE__);
+        break;
+      case IntegerOp::tanh:
+        tanh_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(), d.shift.get(),
+                                                     d.table.get(), static_cast<std::int32_t>(d.table.size()), plane,
+                                                     count, out.get());
+        cuda::check_launch("tanh_kernel", __FILE__, __LINE__);
+        break;
+      case IntegerOp::add:
+        add_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), input(1).get(), count, out.get());
+        cuda::check_launch("add_kernel", __FILE__, __LINE__);
+        break;
+      case IntegerOp::concat: {
+        std::size_t offset = 0;
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+          copy_on_device(out.get() + offset, input(k).get(), input(k).size());
+          offset += input(k).size();
+        }
+        break;
+      }
+      case IntegerOp::slice:
+        copy_on_device(out.get(), input(0).get() + node.begin * plane, out.size());
+        break;
+      case IntegerOp::input:
+        throw ConfigError("integer network: tensor " + std::to_string(tensor) + " is an input, set, not computed");
+    }
+    tensors_[t] = std::move(out);
+  }
+
+  std::vector<std::int64_t> read(std::int32_t tensor, std::int64_t offset, std::int64_t count) override {
+    DeviceScope scope(device_);
+    return tensors_[static_cast<std::size_t>(tensor)].to_host(static_cast<std::size_t>(offset),
+                                                              static_cast<std::size_t>(count));
+  }
+
+  IntegerOutputs outputs(std::int32_t scales_tensor, std::int64_t offset, std::int32_t means_tensor,
+                         std::int64_t means_offset, std::int64_t count, std::int32_t channel,
+                         std::int64_t plane) override {
+    DeviceScope scope(device_);
+    IntegerOutputs out;
+    const std::int32_t levels = network_.levels - 1;
+    DeviceBuffer<std::int32_t> indices(static_cast<std::size_t>(count));
+    index_kernel<<<blocks_for(count), kThreads>>>(tensors_[static_cast<std::size_t>(scales_tensor)].get() + offset,
+                                                  thresholds_.get() + std::int64_t(channel) * levels, levels, plane,
+                                                  count, indices.get());
+    cuda::check_launch("index_kernel", __FILE__, __LINE__);
+    out.indices = indices.to_host(0, indices.size());
+    if (means_tensor < 0) return out;
+    DeviceBuffer<std::int64_t> means(static_cast<std::size_t>(count));
+    mean_kernel<<<blocks_for(count), kThreads>>>(tensors_[static_cast<std::size_t>(means_tensor)].get() + means_offset,
+                                                 mean_multiplier_.get() + channel, mean_shift_.get() + channel, plane,
+                                                 count, means.get());
+    cuda::check_launch("mean_kernel", __FILE__, __LINE__);
+    out.means = means.to_host(0, means.size());
+    return out;
+  }
+
+ private:
+  // acc = B + W cols, block by block of output positions (see the CPU backend).
+  void convolution(const IntegerConvLayer& layer, const DeviceNode& d, const DeviceBuffer<std::int64_t>& q, Side in,
+                   Side out, DeviceBuffer<std::int64_t>& acc) {
+    const std::int64_t rows = std::int64_t(layer.in_channels) * layer.kernel * layer.kernel;
+    const std::int64_t positions = out.first * out.second;
+    const std::int64_t block = std::max<std::int64_t>(1, std::min(positions, kColumnBlockValues / rows));
+    const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
+                                            layer.padding, in.first, in.second, out.second};
+    columns_.reserve(static_cast<std::size_t>(rows * block));
+    product_.reserve(static_cast<std::size_t>(layer.out_channels * positions));
+    const double one = 1, zero = 0;
+    for (std::int64_t first = 0; first < positions; first += block) {
+      const std::int64_t count = std::min(block, positions - first);
+      im2col_kernel<<<blocks_for(rows * count), kThreads>>>(geometry, q.get(), rows, first, count, columns_.get());
+      cuda::check_launch("im2col_kernel", __FILE__, __LINE__);
+      // Column-major: product^T [positions, O] (rows first..) = cols^T [count, rows] x W^T [rows, O].
+      check_cublas(cublasDgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(count), layer.out_channels,
+                               static_cast<int>(rows), &one, columns_.get(), static_cast<int>(count), d.weight.get(),
+                               static_cast<int>(rows), &zero, product_.get() + first, static_cast<int>(positions)),
+                   "cublasDgemm", __FILE__, __LINE__);
+    }
+    const std::int64_t total = layer.out_channels * positions;
+    bias_kernel<<<blocks_for(total), kThreads>>>(product_.get(), d.bias.get(), positions, total, acc.get());
+    cuda::check_launch("bias_kernel", __FILE__, __LINE__);
+  }
+
+  const IntegerNetwork& network_;
+  int device_;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<DeviceNode> nodes_;
+  DeviceBuffer<std::int64_t> thresholds_, mean_multiplier_;
+  DeviceBuffer<std::int32_t> mean_shift_;
+  std::vector<Side> sides_;
+  std::vector<std::int32_t> channels_;
+  std::vector<DeviceBuffer<std::int64_t>> tensors_;
+  DeviceBuffer<double> columns_, product_;  // the GEMMs' workspace, kept between nodes and images
+};
 
 }  // namespace
 
-IntegerOutputs run_network_cuda(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                                std::int64_t height, std::int64_t width, int device) {
-  DeviceScope scope(device);
-  const auto sides = tensor_sides(network, height, width);
-  const std::vector<std::int32_t> channels = network.channels();
-  const std::int32_t last = std::max(network.scales, network.means);
-  std::vector<DeviceBuffer<std::int64_t>> tensors;
-  tensors.emplace_back(clamped_input(input));
-  for (std::int32_t t = 1; t <= last; ++t) {
-    const auto [h, w] = sides[static_cast<std::size_t>(t)];
-    DeviceBuffer<std::int64_t> out(static_cast<std::size_t>(channels[static_cast<std::size_t>(t)] * h * w));
-    run_node(network.nodes[static_cast<std::size_t>(t - 1)], tensors, sides, h, w, out);
-    tensors.push_back(std::move(out));
-  }
-  IntegerOutputs outputs;
-  outputs.shape = network.output_shape(height, width);
-  const std::int64_t plane = outputs.shape[1] * outputs.shape[2];
-  const DeviceBuffer<std::int64_t>& scales = tensors[static_cast<std::size_t>(network.scales)];
-  const std::int64_t count = static_cast<std::int64_t>(scales.size());
-  const DeviceBuffer<std::int64_t> thresholds(network.thresholds);
-  DeviceBuffer<std::int32_t> indices(scales.size());
-  index_kernel<<<blocks_for(count), kThreads>>>(scales.get(), thresholds.get(), network.levels - 1, plane, count,
-                                                indices.get());
-  cuda::check_launch("index_kernel", __FILE__, __LINE__);
-  outputs.indices = indices.to_host();
-  if (network.has_means()) {
-    const DeviceBuffer<std::int64_t> multiplier(network.mean_multiplier);
-    const DeviceBuffer<std::int32_t> shift(network.mean_shift);
-    DeviceBuffer<std::int64_t> means(scales.size());
-    mean_kernel<<<blocks_for(count), kThreads>>>(tensors[static_cast<std::size_t>(network.means)].get(),
-                                                 multiplier.get(), shift.get(), plane, count, means.get());
-    cuda::check_launch("mean_kernel", __FILE__, __LINE__);
-    outputs.means = means.to_host();
-  }
-  return outputs;
+std::unique_ptr<IntegerNetworkRunner::Backend> make_cuda_backend(const IntegerNetwork& network, int device) {
+  return std::make_unique<CudaBackend>(network, device);
 }
 
 }  // namespace plexus::codec

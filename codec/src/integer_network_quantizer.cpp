@@ -3,20 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "network_structure.h"
 #include "plexus/error.h"
 
 namespace plexus::codec {
 
 namespace {
-
-std::int64_t output_side(const FloatConvLayer& layer, std::int64_t side) {
-  const std::int64_t out = layer.transposed
-                               ? (side - 1) * layer.stride - 2 * layer.padding + layer.kernel + layer.output_padding
-                               : (side + 2 * layer.padding - layer.kernel) / layer.stride + 1;
-  if (out < 1) throw ShapeError("float hyper-synthesis: a side of " + std::to_string(side) + " gives " +
-                                std::to_string(out));
-  return out;
-}
 
 // y[o, Y, X] = b[o] + sum_{c, i, j} W x (the taps of integer_network.h), in f64.
 std::vector<double> float_layer(const FloatConvLayer& layer, const std::vector<double>& x, std::int64_t height,
@@ -69,12 +61,13 @@ std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
   for (std::size_t n = 0; n < network.nodes.size(); ++n) {
     const FloatNode& node = network.nodes[n];
     const std::string name = "integer network: node " + std::to_string(n) + " (" + integer_op_name(node.op) + ")";
-    if (node.inputs.empty() || (node.op != IntegerOp::concat && node.inputs.size() != 1))
+    const std::size_t inputs = node.op == IntegerOp::input ? 0 : node.op == IntegerOp::add ? 2 : 1;
+    if (node.op == IntegerOp::concat ? node.inputs.empty() : node.inputs.size() != inputs)
       throw ConfigError(name + " has " + std::to_string(node.inputs.size()) + " inputs");
     for (std::int32_t input : node.inputs)
       if (input < 0 || input > static_cast<std::int32_t>(n))
         throw ConfigError(name + " reads tensor " + std::to_string(input) + ", not computed before it");
-    const std::int32_t first = channels[static_cast<std::size_t>(node.inputs[0])];
+    const std::int32_t first = node.inputs.empty() ? node.count : channels[static_cast<std::size_t>(node.inputs[0])];
     std::int32_t out = first;
     if (node.op == IntegerOp::convolution) {
       check_conv(node.conv, name);
@@ -93,6 +86,13 @@ std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
       if (node.begin < 0 || node.count < 1 || node.begin + node.count > first)
         throw ConfigError(name + " takes channels outside its input's " + std::to_string(first));
       out = node.count;
+    } else if (node.op == IntegerOp::input) {
+      if (node.count < 1) throw ConfigError(name + " has no channels");
+    } else if (node.op == IntegerOp::tanh) {
+      if (!std::isfinite(node.scale)) throw ConfigError(name + " has a scale that is not finite");
+    } else if (node.op == IntegerOp::add) {
+      if (channels[static_cast<std::size_t>(node.inputs[1])] != first)
+        throw ConfigError(name + " adds tensors of different channels");
     } else {
       throw ConfigError(name + " has an unknown operation");
     }
@@ -105,6 +105,24 @@ std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
                                 channels[static_cast<std::size_t>(network.scales)])
     throw ConfigError("integer network: the means and the scales have different channels");
   return channels;
+}
+
+const double kFixedPointStep = std::ldexp(1.0, -kMeanFractionBits);
+
+// T[i] = nearbyint(2^16 scale t[i]) of the stored t[i] = tanh(i / 2^10):
+// two correctly rounded operations, the same integers everywhere.
+std::vector<std::int64_t> tanh_table(const std::vector<double>& unit, double scale) {
+  if (unit.size() < 2 || unit.size() > static_cast<std::size_t>(kMaxTanhTable))
+    throw ConfigError("integer network: a tanh node needs a stored tanh table of 2.." + std::to_string(kMaxTanhTable) +
+                      " entries, there are " + std::to_string(unit.size()));
+  std::vector<std::int64_t> table;
+  for (double t : unit) {
+    const double v = std::nearbyint(std::ldexp(scale * t, kMeanFractionBits));
+    if (!(std::abs(v) <= double(kFixedPointMax)))
+      throw ConfigError("integer network: a tanh scale of " + std::to_string(scale) + " leaves +-2^15");
+    table.push_back(static_cast<std::int64_t>(v));
+  }
+  return table;
 }
 
 // The calibrated steps a_l[c] of the input of hidden layer l + 1.
@@ -177,61 +195,137 @@ std::int32_t FloatNetwork::rescales() const {
 
 std::vector<std::int32_t> FloatNetwork::channels() const { return tensor_channels(*this); }
 
-FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
-                           std::int64_t width, ActivationRanges* ranges) {
-  const std::vector<std::int32_t> channels = tensor_channels(network);
+std::vector<std::int32_t> FloatNetwork::groups() const {
+  std::vector<std::int32_t> result;
+  for (const FloatNode& node : nodes)
+    if (node.op == IntegerOp::input) result.push_back(node.count);
+  if (result.empty()) result.push_back(channels()[static_cast<std::size_t>(scales)]);
+  return result;
+}
+
+FloatEvaluation::FloatEvaluation(const FloatNetwork& network, const std::vector<std::int32_t>& input,
+                                 std::int64_t height, std::int64_t width, ActivationRanges* ranges)
+    : network_(network), ranges_(ranges) {
+  channels_ = tensor_channels(network);
+  groups_ = network.groups();
+  inputs_ = input_tensors(network);
   if (height < 1 || width < 1 || static_cast<std::int64_t>(input.size()) != network.in_channels * height * width)
     throw ShapeError("float network: " + std::to_string(input.size()) + " input values for [" +
                      std::to_string(network.in_channels) + ", " + std::to_string(height) + ", " +
                      std::to_string(width) + "]");
+  sides_ = network_sides(network, height, width);
   if (ranges && ranges->maxima.empty())
     for (const FloatNode& node : network.nodes)
-      if (node.op == IntegerOp::rescale)
-        ranges->maxima.emplace_back(channels[static_cast<std::size_t>(node.inputs[0])], 0.0);
+      if (node.op == IntegerOp::rescale) ranges->maxima.emplace_back(channels_[static_cast<std::size_t>(node.inputs[0])], 0.0);
   if (ranges && static_cast<std::int32_t>(ranges->maxima.size()) != network.rescales())
     throw ConfigError("float network: activation ranges for " + std::to_string(ranges->maxima.size()) +
                       " rescale nodes, the network has " + std::to_string(network.rescales()));
-  std::vector<std::vector<double>> values{std::vector<double>(input.begin(), input.end())};
-  for (double& v : values[0]) v = std::clamp(v, -double(kIntegerActivationMax), double(kIntegerActivationMax));
-  std::vector<std::pair<std::int64_t, std::int64_t>> sides{{height, width}};
-  std::size_t rescale = 0;
-  for (const FloatNode& node : network.nodes) {
-    const std::vector<double>& x = values[static_cast<std::size_t>(node.inputs[0])];
-    auto [h, w] = sides[static_cast<std::size_t>(node.inputs[0])];
-    std::vector<double> y;
-    if (node.op == IntegerOp::convolution) {
-      const std::int64_t out_height = output_side(node.conv, h), out_width = output_side(node.conv, w);
-      y = float_layer(node.conv, x, h, w, out_height, out_width);
-      h = out_height;
-      w = out_width;
-    } else if (node.op == IntegerOp::rescale) {
-      y = x;
-      std::vector<double>* seen = ranges ? &ranges->maxima[rescale++] : nullptr;
+  std::int32_t rescales = 0;
+  for (const FloatNode& node : network.nodes) rescale_number_.push_back(node.op == IntegerOp::rescale ? rescales++ : -1);
+  values_.resize(sides_.size());
+  ready_.assign(sides_.size(), false);
+  values_[0].assign(input.begin(), input.end());
+  for (double& v : values_[0]) v = std::clamp(v, -double(kIntegerActivationMax), double(kIntegerActivationMax));
+  ready_[0] = true;
+  if (ranges) ++ranges->samples;
+}
+
+FloatEvaluation::~FloatEvaluation() = default;
+
+void FloatEvaluation::set_input(std::int32_t group, std::vector<double> values) {
+  if (group < 0 || static_cast<std::size_t>(group) >= inputs_.size())
+    throw ConfigError("float network: no input for latent group " + std::to_string(group));
+  const std::size_t t = static_cast<std::size_t>(inputs_[static_cast<std::size_t>(group)]);
+  if (static_cast<std::int64_t>(values.size()) != channels_[t] * sides_[t].first * sides_[t].second)
+    throw ShapeError("float network: latent group " + std::to_string(group) + " given " +
+                     std::to_string(values.size()) + " values");
+  const double limit = std::ldexp(double(kFixedPointMax), -kMeanFractionBits);
+  for (double& v : values) v = std::clamp(v, -limit, limit);
+  values_[t] = std::move(values);
+  ready_[t] = true;
+}
+
+const std::vector<double>& FloatEvaluation::compute(std::int32_t tensor) {
+  const std::size_t t = static_cast<std::size_t>(tensor);
+  if (ready_[t]) return values_[t];
+  const FloatNode& node = network_.nodes[t - 1];
+  if (node.op == IntegerOp::input)
+    throw ConfigError("float network: tensor " + std::to_string(tensor) + " needs a latent group not given yet");
+  for (std::int32_t input : node.inputs) compute(input);
+  const std::int64_t plane = sides_[t].first * sides_[t].second;
+  auto input = [&](std::size_t k) -> const std::vector<double>& {
+    return values_[static_cast<std::size_t>(node.inputs[k])];
+  };
+  std::vector<double> y;
+  switch (node.op) {
+    case IntegerOp::convolution: {
+      const auto [h, w] = sides_[static_cast<std::size_t>(node.inputs[0])];
+      y = float_layer(node.conv, input(0), h, w, sides_[t].first, sides_[t].second);
+      break;
+    }
+    case IntegerOp::rescale: {
+      y = input(0);
+      std::vector<double>* seen = ranges_ ? &ranges_->maxima[static_cast<std::size_t>(rescale_number_[t - 1])] : nullptr;
       for (std::size_t n = 0; n < y.size(); ++n) {
         if (y[n] <= 0) y[n] *= node.negative_slope;
         if (seen) {
-          double& m = (*seen)[n / static_cast<std::size_t>(h * w)];
+          double& m = (*seen)[n / static_cast<std::size_t>(plane)];
           m = std::max(m, std::abs(y[n]));
         }
       }
-    } else if (node.op == IntegerOp::concat) {
-      for (std::int32_t input_tensor : node.inputs) {
-        if (sides[static_cast<std::size_t>(input_tensor)] != std::make_pair(h, w))
-          throw ShapeError("float network: a concat of tensors of different sizes");
-        const std::vector<double>& part = values[static_cast<std::size_t>(input_tensor)];
-        y.insert(y.end(), part.begin(), part.end());
-      }
-    } else {
-      y.assign(x.begin() + node.begin * h * w, x.begin() + (node.begin + node.count) * h * w);
+      break;
     }
-    values.push_back(std::move(y));
-    sides.emplace_back(h, w);
+    case IntegerOp::tanh:
+      y = input(0);
+      for (double& v : y) v = node.scale * std::tanh(v);
+      break;
+    case IntegerOp::add:
+      y = input(0);
+      for (std::size_t n = 0; n < y.size(); ++n) y[n] += input(1)[n];
+      break;
+    case IntegerOp::concat:
+      for (std::size_t k = 0; k < node.inputs.size(); ++k) y.insert(y.end(), input(k).begin(), input(k).end());
+      break;
+    case IntegerOp::slice:
+      y.assign(input(0).begin() + node.begin * plane, input(0).begin() + (node.begin + node.count) * plane);
+      break;
+    case IntegerOp::input:
+      break;
   }
-  if (ranges) ++ranges->samples;
+  values_[t] = std::move(y);
+  ready_[t] = true;
+  return values_[t];
+}
+
+std::vector<double> FloatEvaluation::values(std::int32_t tensor, std::int32_t begin, std::int32_t count) {
+  if (tensor < 0 || static_cast<std::size_t>(tensor) >= sides_.size() || begin < 0 || count < 0 ||
+      begin + count > channels_[static_cast<std::size_t>(tensor)])
+    throw ConfigError("float network: no channels [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                      ") of tensor " + std::to_string(tensor));
+  const ChannelRange range = resolve_range(network_, channels_, ready_, {tensor, begin, count});
+  const std::vector<double>& all = compute(range.tensor);
+  const std::int64_t plane = sides_[static_cast<std::size_t>(tensor)].first * sides_[static_cast<std::size_t>(tensor)].second;
+  return {all.begin() + range.begin * plane, all.begin() + (range.begin + count) * plane};
+}
+
+FloatOutputs FloatEvaluation::outputs(std::int32_t group) {
+  if (group < 0 || static_cast<std::size_t>(group) >= groups_.size())
+    throw ConfigError("float network: no latent group " + std::to_string(group));
+  std::int32_t begin = 0;
+  for (std::int32_t k = 0; k < group; ++k) begin += groups_[static_cast<std::size_t>(k)];
+  const std::int32_t count = groups_[static_cast<std::size_t>(group)];
   FloatOutputs out;
-  out.scales = values[static_cast<std::size_t>(network.scales)];
-  if (network.means >= 0) out.means = values[static_cast<std::size_t>(network.means)];
+  out.scales = values(network_.scales, begin, count);
+  if (network_.means >= 0) out.means = values(network_.means, begin, count);
   return out;
+}
+
+FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                           std::int64_t width, ActivationRanges* ranges) {
+  FloatEvaluation evaluation(network, input, height, width, ranges);
+  if (evaluation.groups().size() != 1 || network.decoded >= 0)
+    throw ConfigError("float network: float_forward needs a network without latent groups");
+  return evaluation.outputs(0);
 }
 
 IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
@@ -255,6 +349,7 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
   result.levels = static_cast<std::int32_t>(scale_table.size());
   result.scales = network.scales;
   result.means = network.means;
+  result.decoded = network.decoded;
   std::vector<std::vector<double>> steps{std::vector<double>(static_cast<std::size_t>(network.in_channels), 1.0)};
   std::size_t rescale = 0;
   for (const FloatNode& f : network.nodes) {
@@ -289,10 +384,26 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
         const std::vector<double>& part = steps[static_cast<std::size_t>(input)];
         out_steps.insert(out_steps.end(), part.begin(), part.end());
       }
-    } else {
+    } else if (f.op == IntegerOp::slice) {
       node.begin = f.begin;
       node.count = f.count;
       out_steps.assign(in_steps.begin() + f.begin, in_steps.begin() + f.begin + f.count);
+    } else if (f.op == IntegerOp::input) {
+      node.count = f.count;
+      out_steps.assign(static_cast<std::size_t>(f.count), kFixedPointStep);
+    } else if (f.op == IntegerOp::tanh) {
+      node.table = tanh_table(network.tanh_table, f.scale);
+      node.multiplier.resize(in_steps.size());
+      node.shift.resize(in_steps.size());
+      for (std::size_t c = 0; c < in_steps.size(); ++c)
+        rescale_for(std::ldexp(in_steps[c], kTanhTableBits), node.multiplier[c], node.shift[c]);
+      out_steps.assign(in_steps.size(), kFixedPointStep);
+    } else {  // add
+      for (std::int32_t input : f.inputs)
+        for (double step : steps[static_cast<std::size_t>(input)])
+          if (step != kFixedPointStep)
+            throw ConfigError("integer network: an add node reads a tensor that is not fixed point (step 2^-16)");
+      out_steps.assign(in_steps.size(), kFixedPointStep);
     }
     result.nodes.push_back(std::move(node));
     steps.push_back(std::move(out_steps));

@@ -18,6 +18,9 @@
 //   a convolution's output: w[o] = max(max_{c, taps} |W a[c]| / 32767, |b[o]| / 2^45),
 //     or 1 when both are 0: V = round(W a[c] / w[o]), B = round(b[o] / w[o]);
 //   concat and slice: the steps of their inputs' channels;
+//   input, tanh and add: 2^-16 (fixed point); a tanh's table index
+//     M / 2^S = w[c] 2^10, its table T[i] = nearbyint(2^16 scale t[i]) from
+//     the stored t[i] = tanh(i / 2^10) (FloatNetwork::tanh_table);
 //   the scales (step u): T[c, i] = floor(scale_table[i] / u[c]);
 //   the means: K / 2^R = u[c] * 2^16, chosen as M above.
 // quantize_network is exact in this sense: every step is one IEEE-754 f64
@@ -26,7 +29,7 @@
 // contraction can enter; the file is compiled with -ffp-contract=off), so
 // the same weights, ranges and scale table give the same integers on every
 // machine. The calibration (float_forward's sums) is not: it runs once, and
-// its ranges are stored with the model.
+// its ranges are stored with the model, as is the tanh table.
 #include <cstdint>
 #include <vector>
 
@@ -49,17 +52,22 @@ struct FloatNode {
   std::vector<std::int32_t> inputs;   // tensor numbers, as IntegerNode's
   FloatConvLayer conv;                // convolution
   double negative_slope = 0;          // rescale: y = x for x > 0, slope * x otherwise (ReLU 0, none 1)
-  std::int32_t begin = 0, count = 0;  // slice
+  double scale = 1;                   // tanh: y = scale tanh(x)
+  std::int32_t begin = 0, count = 0;  // slice; count: an input's channels
 };
 
 struct FloatNetwork {
   std::int32_t in_channels = 0;
   std::vector<FloatNode> nodes;
   std::int32_t scales = 0;
-  std::int32_t means = -1;  // -1: no means
+  std::int32_t means = -1;    // -1: no means
+  std::int32_t decoded = -1;  // the decoded latent, with input nodes
+  std::vector<double> tanh_table;  // tanh(i / 2^10), i = 0, 1, ...: needed with tanh nodes
   std::int32_t rescales() const;  // rescale nodes, each with its ActivationRanges entry
   // The channels of every tensor (ConfigError when the nodes do not fit together).
   std::vector<std::int32_t> channels() const;
+  // As IntegerNetwork::groups.
+  std::vector<std::int32_t> groups() const;
 };
 
 struct ActivationRanges {
@@ -72,9 +80,34 @@ struct FloatOutputs {
 };
 
 // The float network on an integer input [C, height, width] (clamped to
-// +-32767 as the integer network's), in f64. `ranges`, when given, is
-// raised to cover every rescale output seen (and sized on first use).
-// ConfigError when the nodes do not fit together.
+// +-32767 as the integer network's), in f64, evaluated as
+// IntegerNetworkRunner evaluates the integer one: group by group, each
+// tensor when first needed. `ranges`, when given, is raised to cover every
+// rescale output computed (and sized on first use). ConfigError when the
+// nodes do not fit together.
+class FloatEvaluation {
+ public:
+  FloatEvaluation(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                  std::int64_t width, ActivationRanges* ranges = nullptr);
+  ~FloatEvaluation();
+  const std::vector<std::int32_t>& groups() const { return groups_; }
+  // The scales and means of group k, [C_k, H', W'].
+  FloatOutputs outputs(std::int32_t group);
+  // Group k's rounded latent (the float network's values, clamped to +-2^15).
+  void set_input(std::int32_t group, std::vector<double> values);
+  std::vector<double> values(std::int32_t tensor, std::int32_t begin, std::int32_t count);
+
+ private:
+  const std::vector<double>& compute(std::int32_t tensor);
+  const FloatNetwork& network_;
+  ActivationRanges* ranges_;
+  std::vector<std::int32_t> groups_, channels_, inputs_, rescale_number_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> sides_;
+  std::vector<std::vector<double>> values_;
+  std::vector<bool> ready_;
+};
+
+// Every scale and mean at once, of a network without input nodes.
 FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
                            std::int64_t width, ActivationRanges* ranges = nullptr);
 

@@ -1,0 +1,149 @@
+// The integer network's CPU backend (integer_network_backend.h).
+#include <Eigen/Core>
+
+#include <algorithm>
+
+#include "integer_arithmetic.h"
+#include "integer_network_backend.h"
+#include "plexus/cpu_parallel.h"
+
+namespace plexus::codec {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The im2col block of one GEMM holds about this many values (32 MB), so
+// memory stays bounded whatever the image.
+constexpr std::int64_t kColumnBlockValues = std::int64_t(1) << 22;
+
+// acc[o, p] = B[o] + sum_r W[o, r] cols[r, p] over blocks of output
+// positions p, one thread a block. Exact: see integer_network.h.
+std::vector<std::int64_t> convolution(const IntegerConvLayer& layer, const RowMatrix& weight,
+                                      const std::vector<std::int64_t>& q, Side in, Side out) {
+  const std::int64_t rows = weight.cols(), positions = out.first * out.second;
+  const std::int64_t block = std::max<std::int64_t>(1, std::min(positions, kColumnBlockValues / rows));
+  const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
+                                          layer.padding, in.first, in.second, out.second};
+  std::vector<std::int64_t> acc(static_cast<std::size_t>(layer.out_channels * positions));
+  parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
+    const std::int64_t first = b * block, count = std::min(block, positions - first);
+    RowMatrix cols(rows, count);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t p = 0; p < count; ++p) cols(r, p) = arithmetic::im2col_value(geometry, q.data(), r, first + p);
+    const RowMatrix product = weight * cols;
+    for (std::int64_t o = 0; o < layer.out_channels; ++o)
+      for (std::int64_t p = 0; p < count; ++p)
+        acc[static_cast<std::size_t>(o * positions + first + p)] =
+            layer.bias[static_cast<std::size_t>(o)] + static_cast<std::int64_t>(product(o, p));
+  });
+  return acc;
+}
+
+class CpuBackend final : public IntegerNetworkRunner::Backend {
+ public:
+  explicit CpuBackend(const IntegerNetwork& network) : network_(network), weights_(network.nodes.size()) {
+    for (std::size_t n = 0; n < network.nodes.size(); ++n) {
+      const IntegerNode& node = network.nodes[n];
+      if (node.op != IntegerOp::convolution) continue;
+      const std::vector<double> matrix = weight_matrix(node.conv);
+      weights_[n] = Eigen::Map<const RowMatrix>(matrix.data(), node.conv.out_channels,
+                                                static_cast<std::int64_t>(matrix.size()) / node.conv.out_channels);
+    }
+  }
+
+  void reset(const std::vector<Side>& sides) override {
+    sides_ = sides;
+    tensors_.assign(sides.size(), {});
+  }
+
+  void set(std::int32_t tensor, const std::vector<std::int64_t>& values) override {
+    tensors_[static_cast<std::size_t>(tensor)] = values;
+  }
+
+  void compute(std::int32_t tensor) override {
+    const std::size_t t = static_cast<std::size_t>(tensor);
+    const IntegerNode& node = network_.nodes[t - 1];
+    const std::int64_t plane = sides_[t].first * sides_[t].second;
+    auto input = [&](std::size_t k) -> const std::vector<std::int64_t>& {
+      return tensors_[static_cast<std::size_t>(node.inputs[k])];
+    };
+    std::vector<std::int64_t> y;
+    switch (node.op) {
+      case IntegerOp::convolution:
+        y = convolution(node.conv, weights_[t - 1], input(0), sides_[static_cast<std::size_t>(node.inputs[0])],
+                        sides_[t]);
+        break;
+      case IntegerOp::rescale:
+        y = input(0);
+        for (std::size_t n = 0; n < y.size(); ++n) {
+          const std::size_t c = n / static_cast<std::size_t>(plane);
+          y[n] = arithmetic::rescale(y[n], node.multiplier[c], node.negative_multiplier[c], node.shift[c]);
+        }
+        break;
+      case IntegerOp::tanh:
+        y = input(0);
+        for (std::size_t n = 0; n < y.size(); ++n) {
+          const std::size_t c = n / static_cast<std::size_t>(plane);
+          y[n] = arithmetic::table_tanh(y[n], node.multiplier[c], node.shift[c], node.table.data(),
+                                        static_cast<std::int32_t>(node.table.size()));
+        }
+        break;
+      case IntegerOp::add:
+        y = input(0);
+        for (std::size_t n = 0; n < y.size(); ++n) y[n] = arithmetic::clamp_fixed(y[n] + input(1)[n]);
+        break;
+      case IntegerOp::concat:
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) y.insert(y.end(), input(k).begin(), input(k).end());
+        break;
+      case IntegerOp::slice:
+        y.assign(input(0).begin() + node.begin * plane, input(0).begin() + (node.begin + node.count) * plane);
+        break;
+      case IntegerOp::input:
+        throw ConfigError("integer network: tensor " + std::to_string(tensor) + " is an input, set, not computed");
+    }
+    tensors_[t] = std::move(y);
+  }
+
+  std::vector<std::int64_t> read(std::int32_t tensor, std::int64_t offset, std::int64_t count) override {
+    const std::vector<std::int64_t>& values = tensors_[static_cast<std::size_t>(tensor)];
+    return {values.begin() + offset, values.begin() + offset + count};
+  }
+
+  IntegerOutputs outputs(std::int32_t scales_tensor, std::int64_t offset, std::int32_t means_tensor,
+                         std::int64_t means_offset, std::int64_t count, std::int32_t channel,
+                         std::int64_t plane) override {
+    IntegerOutputs out;
+    const std::int32_t levels = network_.levels - 1;
+    const std::int64_t* scales = tensors_[static_cast<std::size_t>(scales_tensor)].data() + offset;
+    out.indices.resize(static_cast<std::size_t>(count));
+    for (std::int64_t n = 0; n < count; ++n) {
+      const std::int64_t c = channel + n / plane;
+      out.indices[static_cast<std::size_t>(n)] =
+          arithmetic::table_index(scales[n], network_.thresholds.data() + c * levels, levels);
+    }
+    if (means_tensor < 0) return out;
+    const std::int64_t* means = tensors_[static_cast<std::size_t>(means_tensor)].data() + means_offset;
+    out.means.resize(static_cast<std::size_t>(count));
+    for (std::int64_t n = 0; n < count; ++n) {
+      const std::size_t c = static_cast<std::size_t>(channel + n / plane);
+      out.means[static_cast<std::size_t>(n)] =
+          arithmetic::fixed_mean(means[n], network_.mean_multiplier[c], network_.mean_shift[c]);
+    }
+    return out;
+  }
+
+ private:
+  const IntegerNetwork& network_;
+  std::vector<RowMatrix> weights_;  // per node; empty but for convolutions
+  std::vector<Side> sides_;
+  std::vector<std::vector<std::int64_t>> tensors_;
+};
+
+}  // namespace
+
+std::unique_ptr<IntegerNetworkRunner::Backend> make_cpu_backend(const IntegerNetwork& network) {
+  return std::make_unique<CpuBackend>(network);
+}
+
+}  // namespace plexus::codec

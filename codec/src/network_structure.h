@@ -1,0 +1,106 @@
+#pragma once
+// What the integer network and the float network it is quantised from
+// (IntegerNetwork, FloatNetwork: nodes with op, inputs, conv, begin, count)
+// share about their graph: the side of every tensor, and where a channel
+// range of a tensor is computed.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plexus/codec/integer_network.h"
+#include "plexus/error.h"
+
+namespace plexus::codec {
+
+using Side = std::pair<std::int64_t, std::int64_t>;  // height, width
+
+// A convolution's output side for an input side (ShapeError when below 1).
+template <typename Conv>
+std::int64_t conv_output_side(const Conv& layer, std::int64_t side) {
+  const std::int64_t out = layer.transposed
+                               ? (side - 1) * layer.stride - 2 * layer.padding + layer.kernel + layer.output_padding
+                               : (side + 2 * layer.padding - layer.kernel) / layer.stride + 1;
+  if (side < 1 || out < 1)
+    throw ShapeError("integer network: a side of " + std::to_string(side) + " gives an output side of " +
+                     std::to_string(out));
+  return out;
+}
+
+// The sides of every tensor for an input of height x width. Input nodes
+// take the side of the tensor `scales`: found by a first pass in which their
+// side is unknown ({0, 0}) and a node joining tensors takes a known side.
+template <typename Network>
+std::vector<Side> network_sides(const Network& network, std::int64_t height, std::int64_t width) {
+  constexpr Side kUnknown{0, 0};
+  Side input_side = kUnknown;
+  std::vector<Side> sides;
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool final = pass == 1;
+    sides = {{height, width}};
+    for (std::size_t n = 0; n < network.nodes.size(); ++n) {
+      const auto& node = network.nodes[n];
+      Side side = node.op == IntegerOp::input ? input_side : sides[static_cast<std::size_t>(node.inputs[0])];
+      if (node.op == IntegerOp::convolution && side != kUnknown)
+        side = {conv_output_side(node.conv, side.first), conv_output_side(node.conv, side.second)};
+      else
+        for (std::int32_t input : node.inputs) {
+          const Side other = sides[static_cast<std::size_t>(input)];
+          if (side == kUnknown) side = other;
+          if (other != side && (final || other != kUnknown))
+            throw ShapeError("integer network: node " + std::to_string(n) + " (" + integer_op_name(node.op) +
+                             ") joins tensors of different sizes");
+        }
+      sides.push_back(side);
+    }
+    input_side = sides[static_cast<std::size_t>(network.scales)];
+    if (input_side == kUnknown)
+      throw ShapeError("integer network: the size of the scales does not follow from the hyper-latent's");
+  }
+  return sides;
+}
+
+// A channel range [begin, begin + count) of a tensor.
+struct ChannelRange {
+  std::int32_t tensor, begin, count;
+};
+
+// Where `range` is computed: followed through slices, and through concats
+// whose one input holds it all, to the first tensor that is `ready` or
+// computes it, so that one latent group's scales need only that group's nodes.
+template <typename Network>
+ChannelRange resolve_range(const Network& network, const std::vector<std::int32_t>& channels,
+                           const std::vector<bool>& ready, ChannelRange range) {
+  while (range.tensor > 0 && !ready[static_cast<std::size_t>(range.tensor)]) {
+    const auto& node = network.nodes[static_cast<std::size_t>(range.tensor - 1)];
+    if (node.op == IntegerOp::slice) {
+      range = {node.inputs[0], range.begin + node.begin, range.count};
+      continue;
+    }
+    if (node.op != IntegerOp::concat) break;
+    std::int32_t offset = 0;
+    bool inside = false;
+    for (std::int32_t input : node.inputs) {
+      const std::int32_t size = channels[static_cast<std::size_t>(input)];
+      if (range.begin >= offset && range.begin + range.count <= offset + size) {
+        range = {input, range.begin - offset, range.count};
+        inside = true;
+        break;
+      }
+      offset += size;
+    }
+    if (!inside) break;
+  }
+  return range;
+}
+
+// The tensors of the input nodes, in node order (latent group k's is the k-th).
+template <typename Network>
+std::vector<std::int32_t> input_tensors(const Network& network) {
+  std::vector<std::int32_t> tensors;
+  for (std::size_t n = 0; n < network.nodes.size(); ++n)
+    if (network.nodes[n].op == IntegerOp::input) tensors.push_back(static_cast<std::int32_t>(n + 1));
+  return tensors;
+}
+
+}  // namespace plexus::codec
