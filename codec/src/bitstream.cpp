@@ -34,6 +34,7 @@ const char* model_kind_name(ModelKind kind) {
     case ModelKind::factorized: return "factorized-prior";
     case ModelKind::hyperprior: return "scale-hyperprior";
     case ModelKind::mean_scale_hyperprior: return "mean-scale-hyperprior";
+    case ModelKind::channel_conditional: return "channel-conditional";
   }
   return "unknown";
 }
@@ -45,6 +46,7 @@ std::uint16_t format_version(ModelKind kind) {
     case ModelKind::factorized: return 1;
     case ModelKind::hyperprior: return 2;
     case ModelKind::mean_scale_hyperprior: return 3;
+    case ModelKind::channel_conditional: return 4;
   }
   return 0;
 }
@@ -111,12 +113,12 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   BitstreamHeader& h = result.header;
   h.grey = (flags & kFlagGrey) != 0;
   if (version >= 2) {
-    // Version 2 holds kind 2, version 3 kind 3: the same layout, different symbols.
+    // Version 2 holds kind 2, version 3 kind 3, version 4 kind 4: the same layout, different symbols.
     const std::uint64_t kind = get(bytes + 36, 4);
     if (kind != version)
       throw IoError("model kind " + std::to_string(kind) + " in a format-version-" + std::to_string(version) +
                     " file (version 2 holds kind 2, the scale hyperprior; version 3 kind 3, the mean-scale "
-                    "hyperprior)");
+                    "hyperprior; version 4 kind 4, the channel-conditional model)");
     h.kind = static_cast<ModelKind>(kind);
     h.hyper_channels = static_cast<std::uint32_t>(get(bytes + 40, 4));
     h.hyper_height = static_cast<std::uint32_t>(get(bytes + 44, 4));

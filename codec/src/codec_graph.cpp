@@ -1,5 +1,6 @@
 #include "codec_graph.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -37,6 +38,87 @@ std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::st
   return nodes;
 }
 
+std::map<std::string, const NodeSpec*> producers(const ModelSpec& spec) {
+  std::map<std::string, const NodeSpec*> producer;
+  for (const NodeSpec& node : spec.nodes)
+    for (const std::string& output : node.outputs) producer[output] = &node;
+  return producer;
+}
+
+const NodeSpec* producer_of(const std::map<std::string, const NodeSpec*>& producer, const std::string& blob) {
+  auto it = producer.find(blob);
+  return it == producer.end() ? nullptr : it->second;
+}
+
+// The largest k of the rounded slices `rounded` that `blob` depends on
+// (-1: none), walking the producers back (memoised in `seen`).
+int latest_slice(const std::map<std::string, const NodeSpec*>& producer, const std::vector<std::string>& rounded,
+                 const std::string& blob, std::map<std::string, int>& seen) {
+  if (auto it = seen.find(blob); it != seen.end()) return it->second;
+  seen[blob] = -1;  // a cycle adds nothing
+  for (std::size_t k = 0; k < rounded.size(); ++k)
+    if (rounded[k] == blob) return seen[blob] = static_cast<int>(k);
+  int latest = -1;
+  if (const NodeSpec* node = producer_of(producer, blob))
+    for (const std::string& input : node->inputs) latest = std::max(latest, latest_slice(producer, rounded, input, seen));
+  return seen[blob] = latest;
+}
+
+// The channel-conditional structure (see split_for_coding), with `joined`
+// the Concat giving the GaussianConditional's latent.
+void split_channel_conditional(const ModelSpec& spec, const NodeSpec& gaussian, const NodeSpec& joined,
+                               CodecGraph& graph) {
+  const auto producer = producers(spec);
+  auto refuse = [&](const std::string& reason) {
+    throw NotCodable(spec.source, "its latent '" + graph.latent + "' joins " + std::to_string(joined.inputs.size()) +
+                                      " slices (a channel-conditional model), and " + reason);
+  };
+  const std::size_t slices = joined.inputs.size();
+  std::vector<std::string> means;
+  for (std::size_t k = 0; k < slices; ++k) {
+    const NodeSpec* q = producer_of(producer, joined.inputs[k]);
+    if (!q || q->type != kMeanQuantizerType || q->inputs.size() != 2 || q->outputs.size() != 2 ||
+        q->outputs[0] != joined.inputs[k])
+      refuse("slice " + std::to_string(k) + " ('" + joined.inputs[k] + "') must be the first output of a " +
+             kMeanQuantizerType + " node reading [y, means] whose second output, the rounded slice, the decoder reads");
+    graph.analysed.push_back(q->inputs[0]);
+    means.push_back(q->inputs[1]);
+    graph.parameter_blobs.rounded.push_back(q->outputs[1]);
+  }
+  const NodeSpec* means_join = producer_of(producer, gaussian.inputs[2]);
+  if (!means_join || means_join->type != "Concat" || means_join->inputs != means)
+    refuse("the means '" + gaussian.inputs[2] + "' must be a Concat of the slices' means, in slice order");
+  const NodeSpec* scales_join = producer_of(producer, gaussian.inputs[1]);
+  if (!scales_join || scales_join->type != "Concat" || scales_join->inputs.size() != slices)
+    refuse("the scales '" + gaussian.inputs[1] + "' must be a Concat of " + std::to_string(slices) +
+           " blobs, slice by slice");
+  std::map<std::string, int> seen;
+  for (std::size_t k = 0; k < slices; ++k)
+    for (const std::string& blob : {scales_join->inputs[k], means[k]}) {
+      const int latest = latest_slice(producer, graph.parameter_blobs.rounded, blob, seen);
+      if (latest >= static_cast<int>(k))
+        refuse("slice " + std::to_string(k) + "'s '" + blob + "' reads slice " + std::to_string(latest) +
+               ", which the decoder has not decoded yet (slice k's scales and means may read only slices before k)");
+    }
+  // The decoded latent: a Concat of, slice by slice, the rounded slice or an Add of it and another value.
+  for (const NodeSpec& node : spec.nodes) {
+    if (node.type != "Concat" || node.inputs.size() != slices || node.outputs.size() != 1) continue;
+    bool decoded = true;
+    for (std::size_t k = 0; k < slices && decoded; ++k) {
+      const std::string& rounded = graph.parameter_blobs.rounded[k];
+      const NodeSpec* add = producer_of(producer, node.inputs[k]);
+      decoded = node.inputs[k] == rounded || (add && add->type == "Add" && add->inputs.size() == 2 &&
+                                              (add->inputs[0] == rounded || add->inputs[1] == rounded));
+    }
+    if (decoded) graph.synthesis_input = node.outputs[0];
+  }
+  if (graph.synthesis_input.empty())
+    refuse("no Concat joins the decoded slices (each its rounded slice, or an Add of it and the latent residual "
+           "prediction) for the synthesis to read");
+  graph.parameter_blobs.decoded = graph.synthesis_input;
+  graph.kind = ModelKind::channel_conditional;
+}
+
 }  // namespace
 
 CodecGraph split_for_coding(const ModelSpec& spec) {
@@ -56,7 +138,7 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   graph.entropy_node = entropy[0]->name;
   graph.factorized_latent = entropy[0]->inputs[0];
   graph.latent = graph.factorized_latent;
-  std::vector<std::string> analysed = {graph.latent};
+  graph.analysed = {graph.latent};
   if (!gaussian.empty()) {
     const NodeSpec& node = *gaussian[0];
     if (node.inputs.size() != 2 && node.inputs.size() != 3)
@@ -69,28 +151,29 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
     graph.latent = node.inputs[0];
     graph.hyper_latent = graph.factorized_latent;
     graph.parameter_blobs = {graph.hyper_latent, node.inputs[1], means ? node.inputs[2] : std::string()};
-    analysed = {graph.latent, graph.hyper_latent};
+    graph.analysed = {graph.latent};
     if (means) {
       const NodeSpec* quantizer = nullptr;
       for (const NodeSpec& candidate : spec.nodes)
         for (const std::string& output : candidate.outputs)
           if (output == graph.latent) quantizer = &candidate;
-      if (quantizer && quantizer->type == "Concat")
-        throw NotCodable(spec.source, "its latent '" + graph.latent + "' joins " +
-                                          std::to_string(quantizer->inputs.size()) +
-                                          " slices, each quantised around its own means (a channel-conditional "
-                                          "model); the codec codes one latent quantised at once, not slice by slice");
-      if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
-          quantizer->inputs[1] != node.inputs[2])
+      if (quantizer && quantizer->type == "Concat") {
+        graph.analysed.clear();
+        split_channel_conditional(spec, node, *quantizer, graph);
+      } else if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
+                 quantizer->inputs[1] != node.inputs[2]) {
         throw NotCodable(spec.source, "its latent '" + graph.latent + "' must be the output of a " +
                                           kMeanQuantizerType + " node reading [y, '" + node.inputs[2] +
                                           "'] (the means of " + kGaussianType + " '" + node.name +
                                           "'), so that the codec can quantise around the integer means");
-      graph.unquantized = quantizer->inputs[0];
-      analysed = {graph.unquantized, graph.hyper_latent};
-      if (quantizer->outputs.size() == 2) graph.synthesis_input = quantizer->outputs[1];
+      } else {
+        graph.analysed = {quantizer->inputs[0]};
+        if (quantizer->outputs.size() == 2) graph.synthesis_input = quantizer->outputs[1];
+      }
     }
   }
+  std::vector<std::string> analysed = graph.analysed;
+  if (!graph.hyper_latent.empty()) analysed.push_back(graph.hyper_latent);
   graph.analysis.name = spec.name + " analysis";
   graph.analysis.source = spec.source + " (analysis)";
   graph.analysis.inputs = {kImage};
@@ -106,22 +189,26 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   return graph;
 }
 
-const std::string& analysed_latent(const CodecGraph& graph) {
-  return graph.unquantized.empty() ? graph.latent : graph.unquantized;
-}
-
 HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
   constexpr std::int64_t kProbeSide = 256;
   Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
   const Shape& z = probe.blob(graph.hyper_latent).shape();
-  const Shape& y = probe.blob(analysed_latent(graph)).shape();
+  const Shape& y = probe.blob(graph.analysed[0]).shape();
   if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
       y[2] % z[2] != 0)
     throw NotCodable(spec.source, "a " + std::to_string(kProbeSide) + "-pixel square image gives a latent '" +
                                       graph.latent + "' of " + shape_str(y) + " and a hyper-latent '" +
                                       graph.hyper_latent + "' of " + shape_str(z) +
                                       "; the hyper-latent's side must divide both the image's and the latent's");
-  return HyperpriorGeometry{static_cast<int>(kProbeSide / z[2]), static_cast<int>(y[2] / z[2])};
+  HyperpriorGeometry geometry{static_cast<int>(kProbeSide / z[2]), static_cast<int>(y[2] / z[2]), {}};
+  for (const std::string& blob : graph.analysed) {
+    const Shape& slice = probe.blob(blob).shape();
+    if (slice.size() != 4 || slice[2] != y[2] || slice[3] != y[3])
+      throw NotCodable(spec.source, "its latent slices differ in size ('" + blob + "' is " + shape_str(slice) +
+                                        ", '" + graph.analysed[0] + "' " + shape_str(y) + ")");
+    geometry.analysed_channels.push_back(static_cast<std::int32_t>(slice[1]));
+  }
+  return geometry;
 }
 
 }  // namespace plexus::ae

@@ -34,10 +34,14 @@ struct CodecGraph {
   std::string hyper_latent;
   std::string gaussian_node;
   EntropyParameterBlobs parameter_blobs;
-  // Mean-scale only: y, which the QuantizeAroundMean giving the latent rounds.
-  std::string unquantized;
-  // What the synthesis reads: the latent, or the rounded second output of a
-  // QuantizeAroundMean with "synthesis": "straight_through" (in eval mode the same values).
+  // What the analysis gives for the latent, in channel order: y_hat; y,
+  // which a mean-scale model's QuantizeAroundMean rounds; or a
+  // channel-conditional model's slices y_k, each rounded by its own.
+  std::vector<std::string> analysed;
+  // What the synthesis reads: the latent, the rounded second output of a
+  // QuantizeAroundMean with "synthesis": "straight_through" (in eval mode the
+  // same values), or a channel-conditional model's decoded latent (the
+  // integer network's `decoded`).
   std::string synthesis_input;
 };
 
@@ -56,18 +60,26 @@ class NotCodable : public ConfigError {
 // Throws NotCodable when `spec` has no single FactorizedEntropyModel, more
 // than one GaussianConditional, a latent the codec cannot quantise, or a
 // reconstruction that needs more than the latent.
+//
+// A channel-conditional model: the GaussianConditional reads [y_hat,
+// scales, means] with y_hat a Concat of slices, slice k the first output of
+// a QuantizeAroundMean reading [y_k, mean_k] whose second output is the
+// rounded slice; means a Concat of the mean_k, scales a Concat of as many
+// scale blobs, slice k's scales and means computed without slice k or a
+// later one; the synthesis reads a Concat of the slices' decoded values,
+// each the rounded slice or an Add of it and another value (the latent
+// residual prediction).
 CodecGraph split_for_coding(const ModelSpec& spec);
-
-// What the analysis gives for the latent: y_hat, or a mean-scale model's y.
-const std::string& analysed_latent(const CodecGraph& graph);
 
 // A hyperprior pads to the hyper-latent's stride, 256 / Z for a 256-pixel
 // square that gives a Z x Z hyper-latent, with Y / Z latent positions per
 // hyper-latent position (Y x Y the latent). Found by shape inference on the
-// analysis alone; NotCodable when the sides do not divide.
+// analysis alone; NotCodable when the sides do not divide. Also the channels
+// of each analysed blob (a channel-conditional model's slices).
 struct HyperpriorGeometry {
   int stride = 0;
   int latent_per_stride = 1;
+  std::vector<std::int32_t> analysed_channels;
 };
 HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
 

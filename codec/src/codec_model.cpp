@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -27,6 +28,8 @@ constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
 // Calibration without images: this many hyper-latents of side kPriorSide from the prior.
 constexpr int kPriorSamples = 8;
 constexpr int kPriorSide = 6;
+constexpr int kGroupedPriorSamples = 4;
+constexpr int kGroupedPriorSide = 3;
 
 // Copies every parameter of `net` from the file's tensor of the same name.
 void load_weights(Net& net, const TensorFile& file, const std::string& who) {
@@ -62,21 +65,59 @@ codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGr
 }
 
 
-// The calibration of the entropy parameters on `hyper_latents` ([C, height, width] each, sizes given).
-IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network,
-                                    const std::vector<std::vector<std::int32_t>>& hyper_latents,
-                                    const std::vector<std::pair<std::int64_t, std::int64_t>>& sizes) {
+// One calibration input: a hyper-latent [C, height, width] and, for a
+// channel-conditional model, the latent y of the same image ([C_y, ...], or
+// empty: each slice is then drawn from the model's own Gaussians).
+struct CalibrationSample {
+  std::vector<std::int32_t> hyper_latent;
+  std::int64_t height = 0, width = 0;
+  std::vector<float> latent;
+};
+
+// The calibration of the entropy parameters on `samples`: the float network
+// evaluated group by group as the codec does, each group's rounded latent
+// round(y - mean) + mean (or mean + round(scale * N(0, 1))) fed back.
+IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const std::vector<CalibrationSample>& samples) {
   IntegerNetworkCalibration calibration;
-  for (std::size_t n = 0; n < hyper_latents.size(); ++n)
-    codec::float_forward(network, hyper_latents[n], sizes[n].first, sizes[n].second, &calibration.ranges);
+  std::mt19937_64 random(1);
+  std::normal_distribution<double> normal;
+  const bool grouped = network.decoded >= 0;
+  for (const CalibrationSample& sample : samples) {
+    codec::FloatEvaluation evaluation(network, sample.hyper_latent, sample.height, sample.width, &calibration.ranges);
+    std::size_t offset = 0;
+    for (std::size_t k = 0; k < evaluation.groups().size(); ++k) {
+      const codec::FloatOutputs outputs = evaluation.outputs(static_cast<std::int32_t>(k));
+      if (!grouped) continue;
+      std::vector<double> rounded(outputs.means.size());
+      for (std::size_t n = 0; n < rounded.size(); ++n) {
+        const double mean = outputs.means[n];
+        rounded[n] = mean + (sample.latent.empty() ? std::round(std::max(outputs.scales[n], 0.11) * normal(random))
+                                                   : std::round(sample.latent[offset + n] - mean));
+      }
+      offset += rounded.size();
+      evaluation.set_input(static_cast<std::int32_t>(k), std::move(rounded));
+    }
+    if (grouped) evaluation.values(network.decoded, 0, network.channels()[static_cast<std::size_t>(network.decoded)]);
+  }
   calibration.scale_table = codec::log_scale_table();
+  const bool tanh = std::any_of(network.nodes.begin(), network.nodes.end(),
+                                [](const codec::FloatNode& node) { return node.op == codec::IntegerOp::tanh; });
+  if (tanh) calibration.tanh_table = unit_tanh_table();
   return calibration;
 }
 
-IntegerNetworkCalibration calibrate_on_prior(const codec::FloatNetwork& network,
-                                             const codec::FactorizedCodingTables& tables) {
-  return calibrate(network, prior_samples(tables, kPriorSamples, kPriorSide),
-                   std::vector<std::pair<std::int64_t, std::int64_t>>(kPriorSamples, {kPriorSide, kPriorSide}));
+// Hyper-latents drawn from the prior: kPriorSamples of kPriorSide, or for a
+// channel-conditional model (whose slice transforms cost far more per
+// position) kGroupedPriorSamples of kGroupedPriorSide.
+std::string calibrate_on_prior(const codec::FloatNetwork& network, const codec::FactorizedCodingTables& tables,
+                               IntegerNetworkCalibration& calibration) {
+  const bool grouped = network.decoded >= 0;
+  const int count = grouped ? kGroupedPriorSamples : kPriorSamples, side = grouped ? kGroupedPriorSide : kPriorSide;
+  std::vector<CalibrationSample> samples;
+  for (std::vector<std::int32_t>& z : prior_samples(tables, count, side)) samples.push_back({std::move(z), side, side, {}});
+  calibration = calibrate(network, samples);
+  return std::to_string(count) + " hyper-latents of " + std::to_string(side) + "x" + std::to_string(side) +
+         " sampled from the prior" + (grouped ? ", the latent drawn from its Gaussians" : "");
 }
 
 // Refuses a latent with a value that is not finite or of magnitude >= 2^30:
@@ -101,6 +142,19 @@ std::vector<std::int32_t> latent_integers(const Tensor& latent, const char* what
   return integers;
 }
 
+// [1, C_0 + C_1 + ..., h, w] from [1, C_k, h, w] tensors (f32, CPU).
+Tensor concat_channels(const std::vector<Tensor>& parts) {
+  std::int64_t channels = 0;
+  for (const Tensor& part : parts) channels += part.dim(1);
+  Tensor joined({1, channels, parts[0].dim(2), parts[0].dim(3)});
+  float* out = joined.data<float>();
+  for (const Tensor& part : parts) {
+    const float* values = part.data<float>();
+    out = std::copy(values, values + part.numel(), out);
+  }
+  return joined;
+}
+
 // A mean in units of 2^-16, as a double (exact).
 double mean_value(std::int64_t mean) { return std::ldexp(static_cast<double>(mean), -codec::kMeanFractionBits); }
 
@@ -123,11 +177,11 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
   stride_ = derive_stride(spec, registry);
-  const CodecGraph graph = split_for_coding(spec);
+  CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
   latent_ = graph.latent;
   synthesis_input_ = graph.synthesis_input;
-  analysed_latent_ = analysed_latent(graph);
+  analysed_ = graph.analysed;
   hyper_latent_ = graph.hyper_latent;
   if (has_hyper_latent(kind_)) probe_hyperprior_stride(graph, spec, registry);
   const std::int64_t factorized_channels = build_transforms(graph, spec, file, registry);
@@ -143,10 +197,11 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   ctx_->set_training(false);
 }
 
-void CodecModel::probe_hyperprior_stride(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
+void CodecModel::probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
   const HyperpriorGeometry geometry = probe_hyperprior_geometry(graph, spec, registry);
   latent_per_stride_ = geometry.latent_per_stride;
   stride_ = geometry.stride;
+  if (graph.kind == ModelKind::channel_conditional) graph.parameter_blobs.rounded_channels = geometry.analysed_channels;
 }
 
 // The analysis and synthesis nets with the file's weights, shaped for one
@@ -157,12 +212,16 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
   analysis_ = std::make_unique<Net>(graph.analysis, registry, std::map<std::string, Shape>{{kImage, analysis_shape_}},
                                     DType::f32, device_);
   load_weights(*analysis_, file, name_);
-  const Shape& latent_shape = analysis_->blob(analysed_latent_).shape();
-  if (latent_shape.size() != 4 || latent_shape[2] != latent_per_stride_ || latent_shape[3] != latent_per_stride_)
-    throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
-                      std::to_string(stride_) + " image gives a latent '" + latent_ + "' of " +
-                      shape_str(latent_shape) + ", not [1, C, " + std::to_string(latent_per_stride_) + ", " +
-                      std::to_string(latent_per_stride_) + "]");
+  Shape latent_shape{1, 0, latent_per_stride_, latent_per_stride_};
+  for (const std::string& blob : analysed_) {
+    const Shape& shape = analysis_->blob(blob).shape();
+    if (shape.size() != 4 || shape[2] != latent_per_stride_ || shape[3] != latent_per_stride_)
+      throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
+                        std::to_string(stride_) + " image gives a latent '" + blob + "' of " + shape_str(shape) +
+                        ", not [1, C, " + std::to_string(latent_per_stride_) + ", " +
+                        std::to_string(latent_per_stride_) + "]");
+    latent_shape[1] += shape[1];
+  }
   latent_channels_ = latent_shape[1];
   std::int64_t factorized_channels = latent_channels_;
   if (has_hyper_latent(kind_)) {
@@ -200,17 +259,13 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
   if (has_calibration(file, integer_prefix)) {
     calibration = load_calibration(file, integer_prefix, float_network_, "'" + name_ + "'");
   } else {
-    calibration = calibrate_on_prior(float_network_, tables_);
+    calibrate_on_prior(float_network_, tables_, calibration);
     computed_tables_ = true;
   }
   integer_network_ = ae::integer_entropy_parameters(float_network_, calibration, "'" + name_ + "'");
-  // One hyper-latent position, run through the network, checks every size (the means' too).
-  const Shape scales =
-      integer_network_.in_channels != factorized_channels
-          ? Shape{}
-          : codec::run_network(integer_network_, std::vector<std::int32_t>(static_cast<std::size_t>(factorized_channels)),
-                               1, 1)
-                .shape;
+  // The sizes for one hyper-latent position (ShapeError when they do not work out).
+  const Shape scales = integer_network_.in_channels != factorized_channels ? Shape{}
+                                                                             : integer_network_.output_shape(1, 1);
   if (scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
     throw ConfigError(spec.source + " cannot be used as a codec: its entropy parameters map [" +
                       std::to_string(integer_network_.in_channels) + ", 1, 1] to " + shape_str(scales) +
@@ -218,6 +273,7 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
                       " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
                       ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
   gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
+  runner_ = std::make_unique<codec::IntegerNetworkRunner>(integer_network_, device_);
 }
 
 std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
@@ -261,7 +317,13 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
     const Tensor& value = analysis_->blob(blob);
     return device_.is_cpu() ? value.clone() : value.to(Device::cpu());
   };
-  latents.latent = host(analysed_latent_);
+  if (analysed_.size() == 1) {
+    latents.latent = host(analysed_[0]);
+  } else {  // a channel-conditional model's slices, joined
+    std::vector<Tensor> slices;
+    for (const std::string& blob : analysed_) slices.push_back(host(blob));
+    latents.latent = concat_channels(slices);
+  }
   if (has_hyper_latent(kind_)) latents.hyper_latent = host(hyper_latent_);
   BitstreamHeader& header = latents.header;
   header.kind = kind_;
@@ -282,24 +344,58 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
 CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   Latents latents = analyse(image);
   if (!has_hyper_latent(kind_)) return latents;
-  codec::IntegerOutputs outputs =
-      codec::run_network(integer_network_, latent_integers(latents.hyper_latent, "hyper-latent"),
-                         latents.hyper_latent.dim(2), latents.hyper_latent.dim(3), device_);
-  latents.indices = std::move(outputs.indices);
-  if (kind_ == ModelKind::hyperprior) {
-    latents.symbols = latent_integers(latents.latent, "latent");
-    return latents;
-  }
-  // Mean-scale: the symbol round(y - mean), and y_hat = symbol + mean as the decoder will compute it.
-  latents.means = std::move(outputs.means);
+  const std::vector<std::int32_t> z = latent_integers(latents.hyper_latent, "hyper-latent");
   check_latent_values(latents.latent, "latent");
-  float* y = latents.latent.data<float>();
-  latents.symbols.resize(latents.means.size());
-  for (std::size_t n = 0; n < latents.means.size(); ++n) {
-    latents.symbols[n] = static_cast<std::int32_t>(std::round(double(y[n]) - mean_value(latents.means[n])));
-    y[n] = reconstruct(latents.symbols[n], latents.means[n]);
-  }
+  const Tensor y = latents.latent.clone();
+  const float* values = y.data<float>();
+  code_groups(z, latents, [&](std::size_t first, const codec::IntegerOutputs& outputs) {
+    std::vector<std::int32_t> symbols(outputs.indices.size());
+    for (std::size_t n = 0; n < symbols.size(); ++n) {
+      const double v = values[first + n];
+      symbols[n] = static_cast<std::int32_t>(outputs.means.empty() ? std::llround(v)
+                                                                   : std::llround(std::round(v - mean_value(outputs.means[n]))));
+    }
+    return symbols;
+  });
   return latents;
+}
+
+void CodecModel::code_groups(
+    const std::vector<std::int32_t>& z, Latents& latents,
+    const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of) {
+  const BitstreamHeader& header = latents.header;
+  runner_->start(z, header.hyper_height, header.hyper_width);
+  latents.indices.clear();
+  latents.symbols.clear();
+  latents.means.clear();
+  const std::size_t groups = runner_->groups().size();
+  for (std::size_t k = 0; k < groups; ++k) {
+    const codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
+    const std::vector<std::int32_t> symbols = symbols_of(latents.symbols.size(), outputs);
+    if (kind_ == ModelKind::channel_conditional) {
+      // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
+      std::vector<std::int64_t> rounded(symbols.size());
+      for (std::size_t n = 0; n < symbols.size(); ++n)
+        rounded[n] = (static_cast<std::int64_t>(symbols[n]) << codec::kMeanFractionBits) + outputs.means[n];
+      runner_->set_input(static_cast<std::int32_t>(k), rounded);
+    }
+    latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
+    latents.means.insert(latents.means.end(), outputs.means.begin(), outputs.means.end());
+    latents.symbols.insert(latents.symbols.end(), symbols.begin(), symbols.end());
+  }
+  Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
+  float* y = latent.data<float>();
+  if (kind_ == ModelKind::channel_conditional) {
+    // The decoded latent, fixed point: exact in f64, then one rounding to f32.
+    const std::vector<std::int64_t> decoded =
+        runner_->values(integer_network_.decoded, 0, static_cast<std::int32_t>(header.channels));
+    for (std::size_t n = 0; n < decoded.size(); ++n) y[n] = static_cast<float>(mean_value(decoded[n]));
+  } else {
+    for (std::size_t n = 0; n < latents.symbols.size(); ++n)
+      y[n] = latents.means.empty() ? static_cast<float>(latents.symbols[n])
+                                   : reconstruct(latents.symbols[n], latents.means[n]);
+  }
+  latents.latent = latent;
 }
 
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
@@ -364,20 +460,12 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
     return latents;
   }
   latents.hyper_latent = factorized;
-  codec::IntegerOutputs outputs =
-      codec::run_network(integer_network_, integers, header.hyper_height, header.hyper_width, device_);
-  latents.indices = std::move(outputs.indices);
-  latents.means = std::move(outputs.means);
-  Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
-  float* y = latent.data<float>();
-  latents.symbols.resize(latents.indices.size());
-  for (std::size_t n = 0; n < latents.indices.size(); ++n) {
-    latents.symbols[n] = decoder.get(gaussian_.tables[latents.indices[n]]);
-    y[n] = latents.means.empty() ? static_cast<float>(latents.symbols[n])
-                                 : reconstruct(latents.symbols[n], latents.means[n]);
-  }
+  code_groups(integers, latents, [&](std::size_t, const codec::IntegerOutputs& outputs) {
+    std::vector<std::int32_t> symbols(outputs.indices.size());
+    for (std::size_t n = 0; n < symbols.size(); ++n) symbols[n] = decoder.get(gaussian_.tables[outputs.indices[n]]);
+    return symbols;
+  });
   decoder.finish();
-  latents.latent = latent;
   return latents;
 }
 
@@ -427,7 +515,7 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   bool has_entropy_model = false;
   for (const NodeSpec& node : spec.nodes) has_entropy_model |= node.type == kEntropyModelType;
   if (!has_entropy_model) return false;
-  const CodecGraph graph = split_for_coding(spec);
+  CodecGraph graph = split_for_coding(spec);
   const std::int64_t channels = latent_channels(file, graph, spec.source);
   const codec::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
   codec::store_coding_tables(tables, codec::coding_tables_prefix(graph.entropy_node), file);
@@ -435,27 +523,28 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
       nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", codec::kDefaultTailMass}}
           .dump();
   if (!has_hyper_latent(graph.kind)) return true;
-
   const std::string prefix = integer_network_prefix(graph.gaussian_node);
   if (calibration_images.empty() && !recalibrate && has_calibration(file, prefix)) return true;
+  if (graph.kind == ModelKind::channel_conditional)
+    graph.parameter_blobs.rounded_channels = probe_hyperprior_geometry(graph, spec, registry).analysed_channels;
   const codec::FloatNetwork network = float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, spec.source);
   IntegerNetworkCalibration calibration;
   std::string source;
   if (calibration_images.empty()) {
-    calibration = calibrate_on_prior(network, tables);
-    source = std::to_string(kPriorSamples) + " hyper-latents of " + std::to_string(kPriorSide) + "x" +
-             std::to_string(kPriorSide) + " sampled from the prior";
+    source = calibrate_on_prior(network, tables, calibration);
   } else {
-    // The hyper-latents of the images, from the model's own analysis on the CPU.
+    // The hyper-latents (and latents) of the images, from the model's own analysis on the CPU.
     CodecModel model(spec, file, registry, Device::cpu(), spec.source);
-    std::vector<std::vector<std::int32_t>> hyper_latents;
-    std::vector<std::pair<std::int64_t, std::int64_t>> sizes;
+    std::vector<CalibrationSample> samples;
     for (const data::Image& image : calibration_images) {
-      const Tensor z = model.analyse(image).hyper_latent;
-      hyper_latents.push_back(latent_integers(z, "hyper-latent"));
-      sizes.emplace_back(z.dim(2), z.dim(3));
+      const CodecModel::Latents latents = model.analyse(image);
+      const Tensor& z = latents.hyper_latent;
+      CalibrationSample sample{latent_integers(z, "hyper-latent"), z.dim(2), z.dim(3), {}};
+      if (graph.kind == ModelKind::channel_conditional)
+        sample.latent.assign(latents.latent.data<float>(), latents.latent.data<float>() + latents.latent.numel());
+      samples.push_back(std::move(sample));
     }
-    calibration = calibrate(network, hyper_latents, sizes);
+    calibration = calibrate(network, samples);
     source = std::to_string(calibration_images.size()) + " image(s)";
   }
   integer_entropy_parameters(network, calibration, spec.source);  // refuses a calibration that cannot be used

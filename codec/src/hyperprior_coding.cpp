@@ -18,6 +18,8 @@ constexpr const char* kRelu = "ReLU";
 constexpr const char* kLeakyRelu = "LeakyReLU";
 constexpr const char* kConcat = "Concat";
 constexpr const char* kSplit = "Split";
+constexpr const char* kTanh = "Tanh";
+constexpr const char* kAdd = "Add";
 
 // A spec whose entropy parameters have no integer form; what() is the reason.
 class NoIntegerForm : public ConfigError {
@@ -49,39 +51,55 @@ class Translator {
       : blobs_(blobs), file_(file), who_(std::move(who)) {
     for (const NodeSpec& node : nodes)
       for (const std::string& output : node.outputs) producer_[output] = &node;
-    known_[blobs.hyper_latent] = Ref{0, false};
+    known_[blobs.hyper_latent] = Ref{0, Kind::activation};
+    for (std::size_t k = 0; k < blobs.rounded.size(); ++k) {
+      codec::FloatNode input;
+      input.op = codec::IntegerOp::input;
+      input.count = k < blobs.rounded_channels.size() ? blobs.rounded_channels[k] : 0;
+      known_[blobs.rounded[k]] = add(std::move(input), Kind::fixed_point);
+    }
     network_.scales = scale_source(blobs.scales);
     if (!blobs.means.empty()) network_.means = tensor_for(blobs.means).tensor;
+    if (!blobs.rounded.empty()) {
+      const Ref decoded = tensor_for(blobs.decoded);
+      if (decoded.kind != Kind::fixed_point)
+        refuse("the decoded latent '" + blobs.decoded + "' must be a slice's rounded latent plus Tanh outputs "
+               "(Add, Concat); it is not");
+      network_.decoded = decoded.tensor;
+    }
     if (file_) network_.in_channels = input_channels_;
   }
   codec::FloatNetwork network() const { return network_; }
 
  private:
+  enum class Kind { activation, accumulator, fixed_point };
   struct Ref {
     std::int32_t tensor = 0;
-    bool accumulator = false;
+    Kind kind = Kind::activation;
+    bool accumulator() const { return kind != Kind::activation; }
   };
 
   [[noreturn]] void refuse(const std::string& reason) const {
     throw NoIntegerForm("the entropy parameters (the nodes from the hyper-latent '" + blobs_.hyper_latent +
-                        "' to the scales" + (blobs_.means.empty() ? "" : " and means") +
+                        (blobs_.rounded.empty() ? "" : "' and the decoded slices") + "' to the scales" +
+                        (blobs_.means.empty() ? "" : " and means") +
                         ") need an exact integer form, built from Conv2d, ConvTranspose2d, ReLU, LeakyReLU, "
-                        "Concat and Split; " + reason);
+                        "Concat and Split" + (blobs_.rounded.empty() ? "" : ", Tanh and Add") + "; " + reason);
   }
 
-  Ref add(codec::FloatNode node, bool accumulator) {
+  Ref add(codec::FloatNode node, Kind kind) {
     network_.nodes.push_back(std::move(node));
-    return Ref{static_cast<std::int32_t>(network_.nodes.size()), accumulator};
+    return Ref{static_cast<std::int32_t>(network_.nodes.size()), kind};
   }
 
   // An activation tensor for `ref`: an accumulator gets a rescale without activation function.
   Ref as_activation(Ref ref) {
-    if (!ref.accumulator) return ref;
+    if (!ref.accumulator()) return ref;
     codec::FloatNode node;
     node.op = codec::IntegerOp::rescale;
     node.inputs = {ref.tensor};
     node.negative_slope = 1;
-    return add(std::move(node), false);
+    return add(std::move(node), Kind::activation);
   }
 
   // The scales: a ReLU over an accumulator is absorbed into the thresholds.
@@ -89,7 +107,7 @@ class Translator {
     auto it = producer_.find(blob);
     if (it != producer_.end() && it->second->type == kRelu && it->second->inputs.size() == 1) {
       const Ref input = tensor_for(it->second->inputs[0]);
-      if (input.accumulator) return input.tensor;
+      if (input.accumulator()) return input.tensor;
     }
     return tensor_for(blob).tensor;
   }
@@ -105,9 +123,9 @@ class Translator {
     return ref;
   }
 
-  // Whether the decoder can compute `blob` from the hyper-latent alone.
+  // Whether the decoder can compute `blob` from the hyper-latent (and the decoded slices).
   bool decodable(const std::string& blob) {
-    if (blob == blobs_.hyper_latent) return true;
+    if (blob == blobs_.hyper_latent || known_.count(blob)) return true;
     if (auto it = decodable_.find(blob); it != decodable_.end()) return it->second;
     decodable_[blob] = false;  // a cycle reads as not decodable
     auto it = producer_.find(blob);
@@ -122,7 +140,7 @@ class Translator {
     for (const std::string& input : node.inputs)
       if (!decodable(input))
         refuse(name + " reads '" + input + "', which the decoder cannot compute from the hyper-latent");
-    if (node.type != kConcat && node.inputs.size() != 1)
+    if (node.inputs.size() != (node.type == kAdd ? 2u : 1u) && node.type != kConcat)
       refuse(name + " has " + std::to_string(node.inputs.size()) + " inputs");
     codec::FloatNode f;
     if (is_convolution(node)) {
@@ -130,29 +148,49 @@ class Translator {
       f.inputs = {as_activation(tensor_for(node.inputs[0])).tensor};
       f.conv = convolution(node);
       if (f.inputs[0] == 0 && file_) input_channels_ = f.conv.in_channels;
-      return add(std::move(f), true);
+      return add(std::move(f), Kind::accumulator);
     }
     if (node.type == kRelu || node.type == kLeakyRelu) {
       const Ref input = tensor_for(node.inputs[0]);
-      if (!input.accumulator)
+      if (!input.accumulator())
         refuse(name + " does not read a convolution's output (directly or through Concat or Split)");
       f.op = codec::IntegerOp::rescale;
       f.inputs = {input.tensor};
       f.negative_slope = node.type == kRelu ? 0.0 : node.params.value("negative_slope", 0.01);
       if (!(f.negative_slope >= 0 && f.negative_slope <= 1))
         refuse(name + " has a negative slope of " + std::to_string(f.negative_slope) + " (0 to 1 is needed)");
-      return add(std::move(f), false);
+      return add(std::move(f), Kind::activation);
+    }
+    if (node.type == kTanh && !blobs_.rounded.empty()) {
+      const Ref input = tensor_for(node.inputs[0]);
+      if (input.kind != Kind::accumulator)
+        refuse(name + " does not read a convolution's output (directly or through Concat or Split)");
+      f.op = codec::IntegerOp::tanh;
+      f.inputs = {input.tensor};
+      f.scale = node.params.value("scale", 1.0);
+      if (!(std::abs(f.scale) <= 16)) refuse(name + " has a scale of " + std::to_string(f.scale) + " (|scale| <= 16 is needed)");
+      return add(std::move(f), Kind::fixed_point);
+    }
+    if (node.type == kAdd && !blobs_.rounded.empty()) {
+      const Ref a = tensor_for(node.inputs[0]), b = tensor_for(node.inputs[1]);
+      if (a.kind != Kind::fixed_point || b.kind != Kind::fixed_point)
+        refuse(name + " adds '" + node.inputs[0] + "' and '" + node.inputs[1] +
+               "'; only rounded latents, Tanh outputs and their sums can be added");
+      f.op = codec::IntegerOp::add;
+      f.inputs = {a.tensor, b.tensor};
+      return add(std::move(f), Kind::fixed_point);
     }
     if (node.type == kConcat) {
       std::vector<Ref> inputs;
-      bool all_accumulators = true;
+      bool all_accumulators = true, all_fixed = true;
       for (const std::string& input : node.inputs) {
         inputs.push_back(tensor_for(input));
-        all_accumulators &= inputs.back().accumulator;
+        all_accumulators &= inputs.back().accumulator();
+        all_fixed &= inputs.back().kind == Kind::fixed_point;
       }
       f.op = codec::IntegerOp::concat;
       for (Ref input : inputs) f.inputs.push_back(all_accumulators ? input.tensor : as_activation(input).tensor);
-      return add(std::move(f), all_accumulators);
+      return add(std::move(f), all_fixed ? Kind::fixed_point : all_accumulators ? Kind::accumulator : Kind::activation);
     }
     if (node.type == kSplit) {
       const Ref input = tensor_for(node.inputs[0]);
@@ -166,7 +204,7 @@ class Translator {
       f.inputs = {input.tensor};
       f.begin = static_cast<std::int32_t>(begin);
       f.count = static_cast<std::int32_t>(sizes[k]);
-      return add(std::move(f), input.accumulator);
+      return add(std::move(f), input.kind);
     }
     refuse(name + " has no exact integer form");
   }
@@ -250,6 +288,16 @@ void store_calibration(const IntegerNetworkCalibration& calibration, const std::
     file.tensors[prefix + "activation_max" + std::to_string(l)] =
         Tensor::from_values(maxima, {static_cast<std::int64_t>(maxima.size())}, DType::f64);
   }
+  if (!calibration.tanh_table.empty())
+    file.tensors[prefix + "tanh_table"] = Tensor::from_values(
+        calibration.tanh_table, {static_cast<std::int64_t>(calibration.tanh_table.size())}, DType::f64);
+}
+
+std::vector<double> unit_tanh_table() {
+  std::vector<double> table(std::size_t(1) << 13);
+  for (std::size_t i = 0; i < table.size(); ++i)
+    table[i] = std::tanh(std::ldexp(static_cast<double>(i), -codec::kTanhTableBits));
+  return table;
 }
 
 IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::string& prefix,
@@ -282,6 +330,14 @@ IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::st
     const std::int64_t count = channels[static_cast<std::size_t>(node.inputs[0])];
     calibration.ranges.maxima.push_back(values("activation_max" + std::to_string(l++), count, count));
   }
+  const bool tanh = std::any_of(network.nodes.begin(), network.nodes.end(),
+                                [](const codec::FloatNode& node) { return node.op == codec::IntegerOp::tanh; });
+  if (tanh) {
+    calibration.tanh_table = values("tanh_table", 2, codec::kMaxTanhTable);
+    for (std::size_t i = 0; i < calibration.tanh_table.size(); ++i)
+      if (calibration.tanh_table[i] > 1 || (i > 0 && calibration.tanh_table[i] < calibration.tanh_table[i - 1]))
+        throw IoError(context + ": the tanh table must rise from 0 to at most 1");
+  }
   return calibration;
 }
 
@@ -289,7 +345,9 @@ codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& netw
                                                  const IntegerNetworkCalibration& calibration,
                                                  const std::string& who) {
   try {
-    return codec::quantize_network(network, calibration.ranges, calibration.scale_table, calibration.headroom);
+    codec::FloatNetwork with_table = network;
+    with_table.tanh_table = calibration.tanh_table;
+    return codec::quantize_network(with_table, calibration.ranges, calibration.scale_table, calibration.headroom);
   } catch (const ConfigError& e) {
     throw IoError(who + ": " + e.what());
   }

@@ -8,7 +8,11 @@
 // The graph has an integer form when every node on those paths is a
 // Conv2d, a ConvTranspose2d, a ReLU or LeakyReLU (negative slope 0..1) that
 // reads a convolution's output (directly or through Concat/Split), a Concat
-// or a Split. A convolution that reads another's output directly gets a
+// or a Split. A channel-conditional model's graph also reads the slices'
+// rounded latents and gives the decoded latent: there a Tanh may read a
+// convolution's output (latent residual prediction) and an Add may add two
+// of the fixed-point values (a rounded latent, a Tanh's output, their sums),
+// and slice k's scales and means must not read slice k or a later one. A convolution that reads another's output directly gets a
 // rescale without activation function; a ReLU that gives the scales is
 // absorbed into the thresholds (they are positive, so acc > T is the same
 // test on max(acc, 0)).
@@ -21,6 +25,7 @@
 //   <prefix>scale_table [L] f64          the scale table (exp() is not exact everywhere)
 //   <prefix>activation_max<l> [C_l] f64  rescale node l's calibrated |output| maxima
 //   <prefix>activation_headroom [1] f64
+//   <prefix>tanh_table [L] f64            tanh(i / 2^10) (models with Tanh nodes)
 // A few KB, against the megabytes integer weights would take.
 #include <cstdint>
 #include <optional>
@@ -40,6 +45,12 @@ struct EntropyParameterBlobs {
   std::string hyper_latent;  // z_hat
   std::string scales;        // the GaussianConditional's second input
   std::string means;         // its third, or empty
+  // A channel-conditional model: each slice's rounded latent (the second
+  // output of its QuantizeAroundMean), in coding order, with its channels,
+  // and the decoded latent the synthesis reads.
+  std::vector<std::string> rounded;
+  std::vector<std::int32_t> rounded_channels;
+  std::string decoded;
 };
 
 // Why `nodes` (the spec's nodes computing the scales and means from the
@@ -61,7 +72,10 @@ struct IntegerNetworkCalibration {
   codec::ActivationRanges ranges;
   std::vector<double> scale_table;
   double headroom = codec::kDefaultActivationHeadroom;
+  std::vector<double> tanh_table;  // empty without Tanh nodes
 };
+// tanh(i / 2^10) for i = 0 .. 2^13 - 1 (tanh(8) is 1 within 2^-22).
+std::vector<double> unit_tanh_table();
 bool has_calibration(const TensorFile& file, const std::string& prefix);
 void store_calibration(const IntegerNetworkCalibration& calibration, const std::string& prefix, TensorFile& file);
 // Validates every tensor against `network` (counts, finite, non-negative,

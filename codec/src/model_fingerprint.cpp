@@ -55,11 +55,13 @@ void hash_integer_network(plexus::Fnv1a64& hash, const codec::IntegerNetwork& ne
     hash_values(hash, node.multiplier);
     hash_values(hash, node.negative_multiplier);
     hash_values(hash, node.shift);
+    if (node.op == codec::IntegerOp::tanh) hash_values(hash, node.table);
   }
   const std::int32_t outputs[] = {network.scales, network.means};
   hash.add(outputs, sizeof outputs);
   hash_values(hash, network.mean_multiplier);
   hash_values(hash, network.mean_shift);
+  if (network.decoded >= 0) hash.add(&network.decoded, sizeof network.decoded);
 }
 
 }  // namespace

@@ -198,9 +198,9 @@ TEST_F(Codec, FileOfAnotherModelNamesBothFingerprints) {
 TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   std::vector<std::uint8_t> bytes = compressed();
   std::vector<std::uint8_t> newer = bytes;
-  newer[4] = 4;
+  newer[4] = 5;
   reseal(newer);
-  EXPECT_TRUE(contains(decode_error(newer), "format version 4, but this plexus-ae reads only versions 1 to 3"))
+  EXPECT_TRUE(contains(decode_error(newer), "format version 5, but this plexus-ae reads only versions 1 to 4"))
       << decode_error(newer);
   // Version 2 is the scale hyperprior's layout: kind and hyper-latent shape
   // after the latent's. Such a file is of a kind this model is not; a kind

@@ -184,7 +184,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   newer[4] = 7;
   const std::uint32_t crc = plexus::crc32(newer.data(), newer.size() - 4);
   for (int k = 0; k < 4; ++k) newer[newer.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
-  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 3");
+  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 4");
   check("text.pxae", {'h', 'e', 'l', 'l', 'o', '\n'}, "not a plexus-ae compressed image");
 
   // A file of another model: trained with another seed.

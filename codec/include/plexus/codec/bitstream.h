@@ -26,8 +26,14 @@
 // Version 3 is version 2's layout for a mean-scale hyperprior (model kind 3):
 // the latent's symbols are round(y - mean), each mean from the integer
 // network, so the decoder reconstructs y_hat = symbol + mean.
+// Version 4 is version 2's layout for a channel-conditional model (model
+// kind 4): the latent is coded in slices of channels, each slice's symbols
+// round(y - mean) with means and scales computed by the integer network from
+// the hyper-latent and the slices decoded before it; the stream's order
+// (channel by channel) is the same.
 // plexus-ae writes version 1 for factorized-prior models (the same bytes as
-// before version 2 existed), 2 for scale-hyperprior and 3 for mean-scale models.
+// before version 2 existed), 2 for scale-hyperprior, 3 for mean-scale and 4
+// for channel-conditional models.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,10 +41,10 @@
 
 namespace plexus::ae {
 
-inline constexpr std::uint16_t kBitstreamVersion = 3;  // the newest version this plexus-ae reads
+inline constexpr std::uint16_t kBitstreamVersion = 4;  // the newest version this plexus-ae reads
 inline constexpr std::size_t kBitstreamHeaderBytes = 40;  // version 1
 inline constexpr std::size_t kBitstreamOverheadBytes = kBitstreamHeaderBytes + 4;
-inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // versions 2 and 3
+inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // versions 2, 3 and 4
 inline constexpr std::size_t kHyperpriorOverheadBytes = kHyperpriorHeaderBytes + 4;
 
 // What kind of model wrote a file, so what its stream holds.
@@ -46,8 +52,10 @@ enum class ModelKind : std::uint32_t {
   factorized = 1,  // one latent, per-channel factorized tables (version 1)
   hyperprior = 2,  // hyper-latent z (factorized tables), then y (Gaussian tables by scale index)
   mean_scale_hyperprior = 3,  // as 2, y coded as round(y - mean) (version 3)
+  channel_conditional = 4,    // as 3, slice by slice, each slice conditioned on those before (version 4)
 };
-const char* model_kind_name(ModelKind kind);  // "factorized-prior", "scale-hyperprior", "mean-scale-hyperprior"
+// "factorized-prior", "scale-hyperprior", "mean-scale-hyperprior", "channel-conditional"
+const char* model_kind_name(ModelKind kind);
 bool has_hyper_latent(ModelKind kind);         // the hyperprior kinds
 std::uint16_t format_version(ModelKind kind);  // the version written for it
 // The largest image a file may describe: each side and the pixel count.

@@ -28,10 +28,20 @@
 // also gives each element's mean as a fixed-point integer (units of 2^-16),
 // the symbol coded is round(y - mean) and y_hat = symbol + mean.
 //
+// Channel-conditional (Minnen & Singh 2020; the GaussianConditional's latent a
+// Concat of slices, each from its own QuantizeAroundMean): as the
+// mean-scale hyperprior, slice by slice: the integer network gives slice
+// k's indices and means from the hyper-latent and the slices decoded before
+// it, the symbols are round(y_k - mean), and slice k's rounded latent
+// symbol + mean goes back into the network, which also gives the decoded
+// latent the synthesis reads (the rounded slices plus their latent residual
+// predictions, in fixed point).
+//
 // Every way, the symbols, tables and means depend only on rounded latents
 // and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,14 +97,14 @@ class CodecModel {
   // symbols coded for the latent and (mean-scale) the means.
   struct Latents {
     BitstreamHeader header;
-    Tensor latent;        // y_hat, [1, C, h, w] f32 on the CPU (integers but for a mean-scale model)
+    Tensor latent;        // y_hat, [1, C, h, w] f32 on the CPU (integers for the first two kinds); the decoded latent
     Tensor hyper_latent;  // [1, Cz, hz, wz] (hyperprior kinds only)
     std::vector<std::int32_t> indices;  // [C, h, w] (hyperprior kinds only)
     std::vector<std::int32_t> symbols;  // [C, h, w] (hyperprior kinds only): y_hat, or round(y - mean)
     std::vector<std::int64_t> means;    // [C, h, w] in units of 2^-16 (mean-scale only)
   };
-  // The analysis of `image`: the latent (for a mean-scale model y, not yet
-  // quantised) and the hyper-latent; no indices.
+  // The analysis of `image`: the latent (for a mean-scale or
+  // channel-conditional model y, not yet quantised) and the hyper-latent; no indices.
   Latents analyse(const data::Image& image);
   // What compress codes for `image` (indices and means from the integer
   // network on this model's device).
@@ -134,13 +144,20 @@ class CodecModel {
 
  private:
   // The steps of the constructor.
-  void probe_hyperprior_stride(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
+  void probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
   std::int64_t build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
                                 const Registry& registry);
   void load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file, const Registry& registry,
                    std::int64_t factorized_channels);
   std::uint64_t compute_fingerprint(const ModelSpec& spec);
   Tensor synthesize(const Tensor& latent);
+  // The latent's groups (one, or a channel-conditional model's slices) run
+  // through the integer network from the hyper-latent z: for each group its
+  // indices and means, then `symbols_of(group's first value, outputs)` gives
+  // its symbols (the encoder's from y, the decoder's from the stream).
+  // Fills latents.indices, symbols, means and latent (y_hat).
+  void code_groups(const std::vector<std::int32_t>& z, Latents& latents,
+                   const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of);
   std::string name_;
   Device device_;
   ModelKind kind_ = ModelKind::factorized;
@@ -148,7 +165,7 @@ class CodecModel {
   int latent_per_stride_ = 1;
   std::int64_t latent_channels_ = 0;
   std::string latent_;           // the latent blob's name (y_hat)
-  std::string analysed_latent_;  // what the analysis gives for it: y_hat, or y for a mean-scale model
+  std::vector<std::string> analysed_;  // what the analysis gives for it, in channel order (CodecGraph::analysed)
   std::string synthesis_input_;  // what the synthesis reads it as (y_hat, or a straight-through quantiser's rounded output)
   std::string hyper_latent_;     // the hyper-latent's (hyperprior kinds only)
   std::unique_ptr<Net> analysis_, synthesis_;
@@ -157,6 +174,7 @@ class CodecModel {
   codec::FactorizedCodingTables tables_;
   codec::FloatNetwork float_network_;
   codec::IntegerNetwork integer_network_;
+  std::unique_ptr<codec::IntegerNetworkRunner> runner_;  // integer_network_ on the device
   codec::GaussianTables gaussian_;
   bool computed_tables_ = false;
   std::uint64_t fingerprint_ = 0;
