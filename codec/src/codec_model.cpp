@@ -28,8 +28,8 @@ constexpr const char* kIntegerMetadataKey = "plexus_ae.integer_hyper_synthesis";
 // Calibration without images: this many hyper-latents of side kPriorSide from the prior.
 constexpr int kPriorSamples = 8;
 constexpr int kPriorSide = 6;
-constexpr int kGroupedPriorSamples = 4;
-constexpr int kGroupedPriorSide = 3;
+constexpr int kGroupedPriorSamples = 8;
+constexpr int kGroupedPriorSide = 4;
 
 // Copies every parameter of `net` from the file's tensor of the same name.
 void load_weights(Net& net, const TensorFile& file, const std::string& who) {

@@ -365,7 +365,8 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
     IntegerNode node;
     node.op = f.op;
     node.inputs = f.inputs;
-    const std::vector<double>& in_steps = steps[static_cast<std::size_t>(f.inputs[0])];
+    static const std::vector<double> kNone;
+    const std::vector<double>& in_steps = f.inputs.empty() ? kNone : steps[static_cast<std::size_t>(f.inputs[0])];
     std::vector<double> out_steps;
     if (f.op == IntegerOp::convolution) {
       node.conv = quantize_conv(f.conv, in_steps, out_steps);
