@@ -9,7 +9,10 @@
 # example plugins (examples/plugins/*) against an installed Plexus, and
 # prints a summary.
 # Logs go to $OUT (default gpu-check-logs/); BUILD names the build folder
-# (default build-gpu).
+# (default build-gpu). KODAK names the folder of the 24 full-size Kodak
+# images (kodim01.png .. kodim24.png, r0k.us/graphics/kodak): the
+# channel-conditional codec's cross-device test runs over every one of them,
+# and skips (failing this check) without it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
@@ -27,6 +30,7 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_A
 fi
 
 echo "== ctest"
+[ -n "${KODAK:-}" ] && export PLEXUS_KODAK_DIR=$(realpath "$KODAK")
 (cd "$build" && ctest -j 8 --output-on-failure --timeout 900) > "$logs/ctest.log" 2>&1
 ctest_rc=$?
 tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)

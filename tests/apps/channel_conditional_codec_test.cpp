@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <random>
 
 #include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
@@ -270,6 +272,48 @@ TEST(ChannelConditionalCodecCrossDevice, TheBundledMinnen2020ChannelCompressedOn
   const ModelSpec spec = bundled_spec();
   const TensorFile file = testing::untrained_weights(spec, registry, 13, {{"g_a3.weight", 20}, {"h_a2.weight", 3}});
   testing::expect_cross_device(spec, file, registry, {testing::position_image(200, 130)});
+}
+
+// Every full-size Kodak image (the folder PLEXUS_KODAK_DIR names; tools/gpu-check.sh
+// passes its KODAK) and random-noise images through the bundled
+// minnen2020-channel: compressed on CUDA, decoded on the CPU and on CUDA to
+// the same hyper-latent, indices, means, symbols and decoded latent.
+TEST(ChannelConditionalCodecCrossDevice, EveryFullSizeKodakImageDecodesToTheSameLatentsOnCpuAndCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const char* kodak = std::getenv("PLEXUS_KODAK_DIR");
+  if (!kodak) GTEST_SKIP() << "set PLEXUS_KODAK_DIR to the folder of the 24 Kodak images (kodim01.png ..)";
+  std::vector<std::pair<std::string, data::Image>> images;
+  for (int k = 1; k <= 24; ++k) {
+    const std::string name = (k < 10 ? "kodim0" : "kodim") + std::to_string(k) + ".png";
+    images.emplace_back(name, data::read_image(std::string(kodak) + "/" + name));
+  }
+  std::mt19937 random(7);
+  for (int k = 0; k < 2; ++k) {
+    data::Image noise;
+    noise.width = 320 + 64 * k + 7;
+    noise.height = 200 + 3 * k;
+    noise.pixels.resize(static_cast<std::size_t>(noise.width) * noise.height * 3);
+    for (std::uint8_t& v : noise.pixels) v = static_cast<std::uint8_t>(random() & 255);
+    images.emplace_back("noise " + std::to_string(k), noise);
+  }
+  const ModelSpec spec = bundled_spec();
+  const TensorFile file = testing::untrained_weights(spec, registry, 13, {{"g_a3.weight", 20}, {"h_a2.weight", 3}});
+  CodecModel on_cuda(spec, file, registry, Device::cuda(), "minnen2020-channel");
+  CodecModel on_cpu(spec, file, registry, Device::cpu(), "minnen2020-channel");
+  ASSERT_EQ(on_cuda.fingerprint(), on_cpu.fingerprint());
+  for (const auto& [name, image] : images) {
+    const std::vector<std::uint8_t> bytes = on_cuda.compress(image);
+    const CodecModel::Latents encoded = on_cuda.encode_latents(image);
+    for (CodecModel* decoder : {&on_cpu, &on_cuda}) {
+      const CodecModel::Latents decoded = decoder->decode_latents(bytes.data(), bytes.size());
+      const std::string where = name + ", decoded on " + decoder->device().str();
+      EXPECT_EQ(decoded.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << where;
+      EXPECT_EQ(decoded.indices, encoded.indices) << where;
+      EXPECT_EQ(decoded.means, encoded.means) << where;
+      EXPECT_EQ(decoded.symbols, encoded.symbols) << where;
+      EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << where;
+    }
+  }
 }
 
 }  // namespace

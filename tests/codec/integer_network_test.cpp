@@ -521,6 +521,192 @@ TEST(IntegerNetwork, GraphsThatBreakTheRulesAreRefused) {
   expect_refused(bad, "unknown operation 9");
 }
 
+// Two latent groups of 2 channels, as a channel-conditional model: group 0's
+// scales and means from the hyper-latent; group 1's also from group 0's
+// rounded latent; the decoded latent = rounded + 0.5 tanh(conv(...)).
+FloatNetwork grouped(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  FloatNetwork network;
+  network.in_channels = 4;
+  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) {
+    FloatNode n;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    network.nodes.push_back(n);
+    return static_cast<std::int32_t>(network.nodes.size());
+  };
+  auto conv = [&](std::int32_t input, FloatConvLayer layer) {
+    const std::int32_t t = node(IntegerOp::convolution, {input});
+    network.nodes.back().conv = std::move(layer);
+    return t;
+  };
+  auto rescale = [&](std::int32_t input, double slope) {
+    const std::int32_t t = node(IntegerOp::rescale, {input});
+    network.nodes.back().negative_slope = slope;
+    return t;
+  };
+  auto slice = [&](std::int32_t input, std::int32_t begin, std::int32_t count) {
+    const std::int32_t t = node(IntegerOp::slice, {input});
+    network.nodes.back().begin = begin;
+    network.nodes.back().count = count;
+    return t;
+  };
+  std::vector<std::int32_t> rounded;
+  for (int k = 0; k < 2; ++k) {
+    rounded.push_back(node(IntegerOp::input, {}));
+    network.nodes.back().count = 2;
+  }
+  const std::int32_t hyper = rescale(conv(0, random_layer(rng, true, 4, 6, 5, 2, 2, 1, 0.4)), 0.01);
+  FloatConvLayer params0 = random_layer(rng, false, 6, 4, 3, 1, 1, 0, 0.4);
+  for (double& w : params0.weight) w *= 10;
+  const std::int32_t group0 = conv(hyper, params0);  // scales 0..1, means 2..3
+  const std::int32_t support = node(IntegerOp::concat, {hyper, rescale(rounded[0], 1)});
+  FloatConvLayer params1 = random_layer(rng, false, 8, 4, 3, 1, 1, 0, 0.4);
+  for (double& w : params1.weight) w *= 10;
+  const std::int32_t group1 = conv(support, params1);
+  const std::int32_t scales = node(IntegerOp::concat, {slice(group0, 0, 2), slice(group1, 0, 2)});
+  const std::int32_t means = node(IntegerOp::concat, {slice(group0, 2, 2), slice(group1, 2, 2)});
+  std::vector<std::int32_t> decoded;
+  for (int k = 0; k < 2; ++k) {
+    const std::int32_t lrp_input = node(IntegerOp::concat, {hyper, rescale(rounded[static_cast<std::size_t>(k)], 1)});
+    const std::int32_t lrp = node(IntegerOp::tanh, {conv(lrp_input, random_layer(rng, false, 8, 2, 3, 1, 1, 0, 0.6))});
+    network.nodes.back().scale = 0.5;
+    decoded.push_back(node(IntegerOp::add, {rounded[static_cast<std::size_t>(k)], lrp}));
+  }
+  network.scales = scales;
+  network.means = means;
+  network.decoded = node(IntegerOp::concat, decoded);
+  network.tanh_table.resize(8192);
+  for (std::size_t i = 0; i < network.tanh_table.size(); ++i) network.tanh_table[i] = std::tanh(i / 1024.0);
+  return network;
+}
+
+// Group by group: the integer runner (on `device`) and the float network,
+// both fed the integer path's rounded latents round(y - mean) + mean of a
+// random y, so that they differ by the quantisation of the network only.
+struct GroupedRun {
+  std::vector<IntegerOutputs> outputs;
+  std::vector<std::int64_t> decoded;
+  std::vector<double> float_means, float_decoded;
+};
+
+GroupedRun run_grouped(const IntegerNetwork& network, const FloatNetwork& float_network,
+                       const std::vector<std::int32_t>& z, std::int64_t height, std::int64_t width,
+                       const std::vector<double>& y, Device device) {
+  IntegerNetworkRunner runner(network, device);
+  FloatEvaluation evaluation(float_network, z, height, width);
+  runner.start(z, height, width);
+  GroupedRun run;
+  std::size_t offset = 0;
+  for (std::int32_t k = 0; k < 2; ++k) {
+    run.outputs.push_back(runner.outputs(k));
+    const IntegerOutputs& out = run.outputs.back();
+    std::vector<std::int64_t> rounded(out.means.size());
+    for (std::size_t n = 0; n < rounded.size(); ++n) {
+      const double mean = std::ldexp(double(out.means[n]), -16);
+      rounded[n] = (static_cast<std::int64_t>(std::round(y[offset + n] - mean)) << 16) + out.means[n];
+    }
+    runner.set_input(k, rounded);
+    const FloatOutputs f = evaluation.outputs(k);
+    std::vector<double> float_rounded(f.means.size());
+    for (std::size_t n = 0; n < f.means.size(); ++n) float_rounded[n] = std::ldexp(double(rounded[n]), -16);
+    run.float_means.insert(run.float_means.end(), f.means.begin(), f.means.end());
+    evaluation.set_input(k, float_rounded);
+    offset += rounded.size();
+  }
+  run.decoded = runner.values(network.decoded, 0, 4);
+  run.float_decoded = evaluation.values(float_network.decoded, 0, 4);
+  return run;
+}
+
+TEST(IntegerNetwork, LatentGroupsWithTanhAndAddFollowTheFloatNetwork) {
+  const FloatNetwork network = grouped(31);
+  std::mt19937 rng(32);
+  ActivationRanges ranges;
+  std::vector<double> y0(static_cast<std::size_t>(4 * 6 * 8));
+  std::uniform_real_distribution<double> u(-8, 8);
+  for (double& v : y0) v = u(rng);
+  for (int n = 0; n < 4; ++n) {
+    FloatEvaluation evaluation(network, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
+    for (std::int32_t k = 0; k < 2; ++k) {
+      evaluation.outputs(k);
+      evaluation.set_input(k, std::vector<double>(y0.begin() + k * 96, y0.begin() + (k + 1) * 96));
+    }
+    evaluation.values(network.decoded, 0, 4);
+  }
+  const IntegerNetwork integer = quantize_network(network, ranges, log_scale_table());
+  EXPECT_EQ(integer.groups(), (std::vector<std::int32_t>{2, 2}));
+  const std::vector<std::int32_t> z = random_latent(rng, 4 * 3 * 4, 6);
+  std::vector<double> y(y0.size());
+  for (double& v : y) v = u(rng);
+  const GroupedRun run = run_grouped(integer, network, z, 3, 4, y, Device::cpu());
+  double largest_mean = 0, mean_error = 0, decoded_error = 0, lrp = 0;
+  for (std::size_t n = 0; n < run.float_means.size(); ++n) {
+    const std::size_t k = n / 96, i = n % 96;  // 2 channels of 6x8 a group
+    const double mean = std::ldexp(double(run.outputs[k].means[i]), -16);
+    largest_mean = std::max(largest_mean, std::abs(run.float_means[n]));
+    mean_error = std::max(mean_error, std::abs(mean - run.float_means[n]));
+    const double decoded = std::ldexp(double(run.decoded[n]), -16);
+    const double rounded = std::round(y[n] - mean) + mean;
+    lrp = std::max(lrp, std::abs(decoded - rounded));
+    EXPECT_LE(std::abs(decoded - rounded), 0.5) << n;
+    decoded_error = std::max(decoded_error, std::abs(decoded - run.float_decoded[n]));
+  }
+  EXPECT_GT(largest_mean, 1.0);
+  EXPECT_LT(mean_error, 5e-3 * largest_mean);
+  EXPECT_GT(lrp, 0.1) << "a residual prediction that matters";
+  EXPECT_LT(decoded_error, 0.01);
+}
+
+TEST(IntegerNetwork, TanhTablesComeFromTheStoredTableExactly) {
+  FloatNetwork network = grouped(33);
+  ActivationRanges ranges;
+  std::mt19937 rng(34);
+  FloatEvaluation evaluation(network, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
+  for (std::int32_t k = 0; k < 2; ++k) {
+    evaluation.outputs(k);
+    evaluation.set_input(k, std::vector<double>(96, 1.0));
+  }
+  evaluation.values(network.decoded, 0, 4);
+  const IntegerNetwork integer = quantize_network(network, ranges, log_scale_table());
+  for (const IntegerNode& node : integer.nodes) {
+    if (node.op != IntegerOp::tanh) continue;
+    ASSERT_EQ(node.table.size(), 8192u);
+    for (std::size_t i = 0; i < node.table.size(); i += 97)
+      EXPECT_EQ(node.table[i], std::llround(0.5 * 65536 * network.tanh_table[i])) << i;
+    EXPECT_EQ(node.table.back(), 32768) << "0.5 tanh(8) is 0.5 in units of 2^-16";
+  }
+  network.tanh_table.clear();
+  EXPECT_THROW(quantize_network(network, ranges, log_scale_table()), ConfigError);
+}
+
+TEST(IntegerNetwork, LatentGroupsAreBitIdenticalOnCpuAndCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const FloatNetwork network = grouped(35);
+  std::mt19937 rng(36);
+  ActivationRanges ranges;
+  FloatEvaluation calibration(network, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
+  for (std::int32_t k = 0; k < 2; ++k) {
+    calibration.outputs(k);
+    calibration.set_input(k, std::vector<double>(96, 2.0));
+  }
+  calibration.values(network.decoded, 0, 4);
+  const IntegerNetwork integer = quantize_network(network, ranges, log_scale_table());
+  for (const auto& [height, width] : std::vector<std::pair<int, int>>{{3, 4}, {1, 1}, {9, 5}}) {
+    const std::vector<std::int32_t> z = random_latent(rng, 4 * height * width, 40);
+    std::vector<double> y(static_cast<std::size_t>(4 * 2 * height * 2 * width));
+    std::uniform_real_distribution<double> u(-30, 30);
+    for (double& v : y) v = u(rng);
+    const GroupedRun cpu = run_grouped(integer, network, z, height, width, y, Device::cpu());
+    const GroupedRun cuda = run_grouped(integer, network, z, height, width, y, Device::cuda());
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(cpu.outputs[k].indices, cuda.outputs[k].indices) << height << "x" << width << " group " << k;
+      EXPECT_EQ(cpu.outputs[k].means, cuda.outputs[k].means) << height << "x" << width << " group " << k;
+    }
+    EXPECT_EQ(cpu.decoded, cuda.decoded) << height << "x" << width;
+  }
+}
+
 TEST(IntegerNetwork, IndicesAndMeansAreBitIdenticalOnCpuAndCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937 rng(17);
