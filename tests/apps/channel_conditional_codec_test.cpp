@@ -278,7 +278,7 @@ TEST(ChannelConditionalCodecCrossDevice, TheBundledMinnen2020ChannelCompressedOn
 // passes its KODAK) and random-noise images through the bundled
 // minnen2020-channel: compressed on CUDA, decoded on the CPU and on CUDA to
 // the same hyper-latent, indices, means, symbols and decoded latent.
-TEST(ChannelConditionalCodecCrossDevice, EveryFullSizeKodakImageDecodesToTheSameLatentsOnCpuAndCuda) {
+TEST(ChannelConditionalCodecCrossDevice, EveryFullSizeKodakImageDecodesToTheSameLatentsOnBothDevices) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const char* kodak = std::getenv("PLEXUS_KODAK_DIR");
   if (!kodak) GTEST_SKIP() << "set PLEXUS_KODAK_DIR to the folder of the 24 Kodak images (kodim01.png ..)";
