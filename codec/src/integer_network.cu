@@ -176,16 +176,21 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
     if (blas_) cublasDestroy(blas_);
   }
 
+  // The tensors' buffers are kept between images (allocating and freeing
+  // them for each would cost more than the network): a buffer is replaced
+  // only when an image needs another size.
   void reset(const std::vector<Side>& sides) override {
     sides_ = sides;
-    channels_ = network_.channels();
-    tensors_.clear();
+    if (channels_.empty()) channels_ = network_.channels();
     tensors_.resize(sides.size());
   }
 
   void set(std::int32_t tensor, const std::vector<std::int64_t>& values) override {
     DeviceScope scope(device_);
-    tensors_[static_cast<std::size_t>(tensor)] = DeviceBuffer<std::int64_t>(values);
+    DeviceBuffer<std::int64_t>& buffer = sized(tensor);
+    if (!values.empty())
+      check_cuda(cudaMemcpy(buffer.get(), values.data(), values.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice),
+                 "cudaMemcpy", __FILE__, __LINE__);
   }
 
   void compute(std::int32_t tensor) override {
@@ -194,7 +199,7 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
     const IntegerNode& node = network_.nodes[t - 1];
     const DeviceNode& d = nodes_[t - 1];
     const std::int64_t plane = sides_[t].first * sides_[t].second;
-    DeviceBuffer<std::int64_t> out(static_cast<std::size_t>(channels_[t] * plane));
+    DeviceBuffer<std::int64_t>& out = sized(tensor);
     const std::int64_t count = static_cast<std::int64_t>(out.size());
     auto input = [&](std::size_t k) -> const DeviceBuffer<std::int64_t>& {
       return tensors_[static_cast<std::size_t>(node.inputs[k])];
@@ -233,7 +238,6 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
       case IntegerOp::input:
         throw ConfigError("integer network: tensor " + std::to_string(tensor) + " is an input, set, not computed");
     }
-    tensors_[t] = std::move(out);
   }
 
   std::vector<std::int64_t> read(std::int32_t tensor, std::int64_t offset, std::int64_t count) override {
@@ -248,23 +252,31 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
     DeviceScope scope(device_);
     IntegerOutputs out;
     const std::int32_t levels = network_.levels - 1;
-    DeviceBuffer<std::int32_t> indices(static_cast<std::size_t>(count));
+    indices_.reserve(static_cast<std::size_t>(count));
     index_kernel<<<blocks_for(count), kThreads>>>(tensors_[static_cast<std::size_t>(scales_tensor)].get() + offset,
                                                   thresholds_.get() + std::int64_t(channel) * levels, levels, plane,
-                                                  count, indices.get());
+                                                  count, indices_.get());
     cuda::check_launch("index_kernel", __FILE__, __LINE__);
-    out.indices = indices.to_host(0, indices.size());
+    out.indices = indices_.to_host(0, static_cast<std::size_t>(count));
     if (means_tensor < 0) return out;
-    DeviceBuffer<std::int64_t> means(static_cast<std::size_t>(count));
+    means_.reserve(static_cast<std::size_t>(count));
     mean_kernel<<<blocks_for(count), kThreads>>>(tensors_[static_cast<std::size_t>(means_tensor)].get() + means_offset,
                                                  mean_multiplier_.get() + channel, mean_shift_.get() + channel, plane,
-                                                 count, means.get());
+                                                 count, means_.get());
     cuda::check_launch("mean_kernel", __FILE__, __LINE__);
-    out.means = means.to_host(0, means.size());
+    out.means = means_.to_host(0, static_cast<std::size_t>(count));
     return out;
   }
 
  private:
+  // Tensor `tensor`'s buffer, of its size for the current image.
+  DeviceBuffer<std::int64_t>& sized(std::int32_t tensor) {
+    const std::size_t t = static_cast<std::size_t>(tensor);
+    const std::size_t count = static_cast<std::size_t>(channels_[t] * sides_[t].first * sides_[t].second);
+    if (tensors_[t].size() != count) tensors_[t] = DeviceBuffer<std::int64_t>(count);
+    return tensors_[t];
+  }
+
   // acc = B + W cols, block by block of output positions (see the CPU backend).
   void convolution(const IntegerConvLayer& layer, const DeviceNode& d, const DeviceBuffer<std::int64_t>& q, Side in,
                    Side out, DeviceBuffer<std::int64_t>& acc) {
@@ -301,6 +313,8 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
   std::vector<std::int32_t> channels_;
   std::vector<DeviceBuffer<std::int64_t>> tensors_;
   DeviceBuffer<double> columns_, product_;  // the GEMMs' workspace, kept between nodes and images
+  DeviceBuffer<std::int32_t> indices_;
+  DeviceBuffer<std::int64_t> means_;
 };
 
 }  // namespace

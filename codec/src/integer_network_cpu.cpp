@@ -13,16 +13,12 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// The im2col block of one GEMM holds about this many values (32 MB), so
-// memory stays bounded whatever the image.
-constexpr std::int64_t kColumnBlockValues = std::int64_t(1) << 22;
-
 // acc[o, p] = B[o] + sum_r W[o, r] cols[r, p] over blocks of output
 // positions p, one thread a block. Exact: see integer_network.h.
 std::vector<std::int64_t> convolution(const IntegerConvLayer& layer, const RowMatrix& weight,
                                       const std::vector<std::int64_t>& q, Side in, Side out) {
   const std::int64_t rows = weight.cols(), positions = out.first * out.second;
-  const std::int64_t block = std::max<std::int64_t>(1, std::min(positions, kColumnBlockValues / rows));
+  const std::int64_t block = cpu_block_positions(positions, rows);
   const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
                                           layer.padding, in.first, in.second, out.second};
   std::vector<std::int64_t> acc(static_cast<std::size_t>(layer.out_channels * positions));

@@ -29,7 +29,7 @@ std::vector<double> float_layer(const FloatConvLayer& layer, const std::vector<d
             layer.transposed ? (c * outs + o) * k2 + t : (o * layer.in_channels + c) * k2 + t)];
   const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
                                           layer.padding, height, width, out_width};
-  const std::int64_t block = std::max<std::int64_t>(1, std::min(positions, (std::int64_t(1) << 22) / rows));
+  const std::int64_t block = cpu_block_positions(positions, rows);
   std::vector<double> y(static_cast<std::size_t>(outs * positions));
   parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
     const std::int64_t first = b * block, count = std::min(block, positions - first);

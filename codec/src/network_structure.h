@@ -3,6 +3,7 @@
 // (IntegerNetwork, FloatNetwork: nodes with op, inputs, conv, begin, count)
 // share about their graph: the side of every tensor, and where a channel
 // range of a tensor is computed.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -58,6 +59,17 @@ std::vector<Side> network_sides(const Network& network, std::int64_t height, std
       throw ShapeError("integer network: the size of the scales does not follow from the hyper-latent's");
   }
   return sides;
+}
+
+// The output positions of one im2col block of a CPU convolution (the
+// integer network's and the float network's): at most 2^22 values (32 MB)
+// so memory stays bounded whatever the image; about 64 blocks, at least 64
+// positions each, so that many cores share an image. It depends on the
+// sizes only, never on the thread count.
+inline std::int64_t cpu_block_positions(std::int64_t positions, std::int64_t rows) {
+  const std::int64_t largest = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / rows);
+  const std::int64_t wanted = std::max<std::int64_t>((positions + 63) / 64, 64);
+  return std::max<std::int64_t>(1, std::min({wanted, largest, positions}));
 }
 
 // A channel range [begin, begin + count) of a tensor.
