@@ -376,7 +376,7 @@ void CodecModel::code_groups(
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
       for (std::size_t n = 0; n < symbols.size(); ++n)
-        rounded[n] = (static_cast<std::int64_t>(symbols[n]) << codec::kMeanFractionBits) + outputs.means[n];
+        rounded[n] = static_cast<std::int64_t>(symbols[n]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[n];
       runner_->set_input(static_cast<std::int32_t>(k), rounded);
     }
     latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());

@@ -604,7 +604,7 @@ GroupedRun run_grouped(const IntegerNetwork& network, const FloatNetwork& float_
     std::vector<std::int64_t> rounded(out.means.size());
     for (std::size_t n = 0; n < rounded.size(); ++n) {
       const double mean = std::ldexp(double(out.means[n]), -16);
-      rounded[n] = (static_cast<std::int64_t>(std::round(y[offset + n] - mean)) << 16) + out.means[n];
+      rounded[n] = static_cast<std::int64_t>(std::round(y[offset + n] - mean)) * 65536 + out.means[n];
     }
     runner.set_input(k, rounded);
     const FloatOutputs f = evaluation.outputs(k);

@@ -11,13 +11,17 @@
 //     (so the integer network and the Gaussian tables are decoded too);
 //   mean-scale hyperprior (version-3 files): the same y and z, ConvTranspose2d
 //     3x3/2 + LeakyReLU + Conv2d 1x1 to 8 channels, split into the scales and
-//     the means; y_hat = QuantizeAroundMean(y, means) (the integer means too).
+//     the means; y_hat = QuantizeAroundMean(y, means) (the integer means too);
+//   channel-conditional (version-4 files): the same y in slices of 1 and 3
+//     channels, slice 1's means and scales also reading slice 0's decoded
+//     values, each slice with a latent residual prediction (Tanh, Add).
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
 //   bit 1: recompute the trailing CRC-32
 //   bit 2: decode with the scale-hyperprior model
 //   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
+//   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
 // files for both models (the committed corpus/bitstream_fuzzer/).
 #include <cstdint>
@@ -93,6 +97,54 @@ ModelSpec fuzz_mean_scale_spec() {
   return spec;
 }
 
+ModelSpec fuzz_channel_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-channel";
+  spec.add_input("image");
+  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"y_split", "Split", {"y"}, {"y0", "y1"}, {{"sizes", {1, 3}}}});
+  spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
+  spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
+  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+                 {{"out_channels", 6}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"h_s_act", "LeakyReLU", {"h_s_out"}, {"hyper"}});
+  const std::vector<int> sizes{1, 3};
+  std::vector<std::string> noisy, scales, means, decoded;
+  for (int k = 0; k < 2; ++k) {
+    const std::string n = std::to_string(k), c = "slice" + n;
+    std::vector<std::string> support{"hyper"};
+    if (k == 1) support.push_back("y_decoded0");
+    std::string input = "hyper";
+    if (k == 1) {
+      spec.add_node({c + "_support", "Concat", support, {c + "_support_out"}});
+      input = c + "_support_out";
+    }
+    spec.add_node({c + "_mean", "Conv2d", {input}, {"mean" + n}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
+    spec.add_node({c + "_scale", "Conv2d", {input}, {"scale" + n}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
+    spec.add_node({c + "_quantizer", "QuantizeAroundMean", {"y" + n, "mean" + n}, {"y_hat" + n, "y_rounded" + n},
+                   {{"synthesis", "straight_through"}}});
+    spec.add_node({c + "_lrp_support", "Concat", {input, "y_rounded" + n}, {c + "_lrp_in"}});
+    spec.add_node({c + "_lrp", "Conv2d", {c + "_lrp_in"}, {c + "_lrp_out"}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
+    spec.add_node({c + "_lrp_tanh", "Tanh", {c + "_lrp_out"}, {c + "_lrp_value"}, {{"scale", 0.5}}});
+    spec.add_node({c + "_add", "Add", {"y_rounded" + n, c + "_lrp_value"}, {"y_decoded" + n}});
+    noisy.push_back("y_hat" + n);
+    scales.push_back("scale" + n);
+    means.push_back("mean" + n);
+    decoded.push_back("y_decoded" + n);
+  }
+  spec.add_node({"y_hat_join", "Concat", noisy, {"y_hat"}});
+  spec.add_node({"scales_join", "Concat", scales, {"scales"}});
+  spec.add_node({"means_join", "Concat", means, {"means"}});
+  spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales", "means"}, {"likelihoods"}});
+  spec.add_node({"decoded_join", "Concat", decoded, {"y_decoded"}});
+  spec.add_node({"g_s", "ConvTranspose2d", {"y_decoded"}, {"x_hat"},
+                 {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
+  spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
+  spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});
+  return spec;
+}
+
 std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
   Net net(spec, registry, {{"image", Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
@@ -100,7 +152,7 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
     if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight" ||
-        named.name == "h_s1.weight")
+        named.name == "h_s1.weight" || named.name == "slice0_mean.weight" || named.name == "slice1_mean.weight")
       for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
@@ -109,17 +161,18 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   return model;
 }
 
-// The model of input mode `mode` (bits 2 and 3).
+// The model of input mode `mode` (bits 2, 3 and 4).
 ae::CodecModel& model(std::uint8_t mode) {
   static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
   static std::unique_ptr<ae::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
   static std::unique_ptr<ae::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
-  return (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
+  static std::unique_ptr<ae::CodecModel> channel = make_model(fuzz_channel_spec());
+  return (mode & 16) ? *channel : (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
 }
 
 void write_seeds(const std::string& folder) {
   int index = 0;
-  for (std::uint8_t kind : {0, 4, 8})
+  for (std::uint8_t kind : {0, 4, 8, 16})
     for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
       data::Image image(width, height);
       for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
@@ -138,7 +191,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8}) model(kind);
+  for (std::uint8_t kind : {0, 4, 8, 16}) model(kind);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
