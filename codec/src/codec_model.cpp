@@ -253,27 +253,28 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
     computed_tables_ = true;
   }
   if (!has_hyper_latent(kind_)) return;
-  float_network_ = ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
+  // The float network (f64 weights) is needed only to derive the integer one.
+  const codec::FloatNetwork float_network =
+      ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
   const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
   IntegerNetworkCalibration calibration;
   if (has_calibration(file, integer_prefix)) {
-    calibration = load_calibration(file, integer_prefix, float_network_, "'" + name_ + "'");
+    calibration = load_calibration(file, integer_prefix, float_network, "'" + name_ + "'");
   } else {
-    calibrate_on_prior(float_network_, tables_, calibration);
+    calibrate_on_prior(float_network, tables_, calibration);
     computed_tables_ = true;
   }
-  integer_network_ = ae::integer_entropy_parameters(float_network_, calibration, "'" + name_ + "'");
+  codec::IntegerNetwork network = ae::integer_entropy_parameters(float_network, calibration, "'" + name_ + "'");
   // The sizes for one hyper-latent position (ShapeError when they do not work out).
-  const Shape scales = integer_network_.in_channels != factorized_channels ? Shape{}
-                                                                             : integer_network_.output_shape(1, 1);
+  const Shape scales = network.in_channels != factorized_channels ? Shape{} : network.output_shape(1, 1);
   if (scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})
     throw ConfigError(spec.source + " cannot be used as a codec: its entropy parameters map [" +
-                      std::to_string(integer_network_.in_channels) + ", 1, 1] to " + shape_str(scales) +
+                      std::to_string(network.in_channels) + ", 1, 1] to " + shape_str(scales) +
                       ", but the hyper-latent has " + std::to_string(factorized_channels) +
                       " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
                       ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
   gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
-  runner_ = std::make_unique<codec::IntegerNetworkRunner>(integer_network_, device_);
+  runner_ = std::make_unique<codec::IntegerNetworkRunner>(std::move(network), device_);
 }
 
 std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
@@ -290,11 +291,16 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
     hash.add(fields, sizeof fields);
     hash.add(table.cdf.data(), table.cdf.size() * sizeof(table.cdf[0]));
   }
-  if (has_hyper_latent(kind_)) hash_hyperprior(hash, integer_network_, gaussian_);
+  if (has_hyper_latent(kind_)) hash_hyperprior(hash, runner_->network(), gaussian_);
   return hash.value();
 }
 
 CodecModel::~CodecModel() = default;
+
+const codec::IntegerNetwork& CodecModel::integer_network() const {
+  static const codec::IntegerNetwork kNone;
+  return runner_ ? runner_->network() : kNone;
+}
 
 CodecModel::Latents CodecModel::analyse(const data::Image& image) {
   if (image.width < 1 || image.height < 1 || static_cast<std::uint32_t>(image.width) > kMaxImageSide ||
@@ -388,7 +394,7 @@ void CodecModel::code_groups(
   if (kind_ == ModelKind::channel_conditional) {
     // The decoded latent, fixed point: exact in f64, then one rounding to f32.
     const std::vector<std::int64_t> decoded =
-        runner_->values(integer_network_.decoded, 0, static_cast<std::int32_t>(header.channels));
+        runner_->values(runner_->network().decoded, 0, static_cast<std::int32_t>(header.channels));
     for (std::size_t n = 0; n < decoded.size(); ++n) y[n] = static_cast<float>(mean_value(decoded[n]));
   } else {
     for (std::size_t n = 0; n < latents.symbols.size(); ++n)

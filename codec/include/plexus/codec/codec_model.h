@@ -114,10 +114,9 @@ class CodecModel {
 
   ModelKind kind() const { return kind_; }
   // A hyperprior's integer network (z_hat -> indices, means) and its scale table.
-  const codec::IntegerNetwork& integer_network() const { return integer_network_; }
+  // (empty for a factorized model)
+  const codec::IntegerNetwork& integer_network() const;
   const std::vector<double>& scale_table() const { return gaussian_.scales; }
-  // The float network it comes from (f64 weights of the file), for calibration and reports.
-  const codec::FloatNetwork& float_network() const { return float_network_; }
 
   // FNV-1a 64 over the spec JSON, every weight (name, shape, f32 bytes)
   // and the coding tables: a file names the exact model that can decode it.
@@ -172,9 +171,7 @@ class CodecModel {
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
   std::unique_ptr<Context> ctx_;
   codec::FactorizedCodingTables tables_;
-  codec::FloatNetwork float_network_;
-  codec::IntegerNetwork integer_network_;
-  std::unique_ptr<codec::IntegerNetworkRunner> runner_;  // integer_network_ on the device
+  std::unique_ptr<codec::IntegerNetworkRunner> runner_;  // a hyperprior's integer network, on the device
   codec::GaussianTables gaussian_;
   bool computed_tables_ = false;
   std::uint64_t fingerprint_ = 0;
