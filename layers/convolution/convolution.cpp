@@ -99,6 +99,40 @@ constexpr std::int64_t kBlockPatches = 256;
 // 1 / kHaloShare of the product.
 constexpr std::int64_t kHaloShare = 8;
 
+// The transposed pass's columns of one block ([K, patches of about
+// (kHaloShare + 1) * (k - 1) / s patch rows]) take hundreds of megabytes on a
+// wide image of many channels (a 12-megapixel photo: [3200, 18144] floats,
+// 232 MB, for each block in flight), so the block's product is computed in
+// chunks of at most cpu_chunk_bytes_ (default 16 MiB) of columns, each folded into the image before
+// the next. The chunks are contiguous ranges of the block's patches, each
+// starting a multiple of kChunkAlignment patches after the block's first,
+// the last range first (col2im_patches_cpu). Every value is the same as with
+// the whole block's product: Eigen sums each entry of a product over the
+// depth (here y's channels) in one fixed order unless the entry is among the
+// last (rows mod its register block) rows of the product, the patches here;
+// a chunk starting at a multiple of every register block (3 packets of 4, 8
+// or 16 floats, or of 2, 4 or 8 doubles: 48 covers them all) puts the same
+// patches in those last rows as the whole block does, as long as Eigen's
+// cache blocking of the patches is a multiple of the register block or the
+// whole product: true for at least kChunkMinRows rows of columns and at most
+// kChunkMaxDepth channels of y (GeneralBlockPanelKernel.h's heuristic), so
+// other products are never chunked. A last chunk is never shorter than
+// kChunkAlignment (nor a single patch, which Eigen would run as a
+// matrix-vector product).
+constexpr std::int64_t kChunkAlignment = 48;
+constexpr std::int64_t kChunkMinRows = 64;
+constexpr std::int64_t kChunkMaxDepth = 1024;
+
+// Patches per chunk of a transposed block of `count` patches whose columns
+// have `rows` rows, from y of `depth` channels, within `max_bytes` of
+// columns when it can be: `count` when not chunked.
+std::int64_t chunk_patches(std::int64_t count, std::int64_t rows, std::int64_t depth, std::size_t element_size,
+                           std::size_t max_bytes) {
+  if (rows < kChunkMinRows || depth > kChunkMaxDepth) return count;
+  const std::int64_t fit = static_cast<std::int64_t>(max_bytes / element_size) / rows;
+  return std::min(count, std::max<std::int64_t>(kChunkAlignment, fit / kChunkAlignment * kChunkAlignment));
+}
+
 // Patch rows (rows of y) per block of conv_forward_cpu.
 std::int64_t patch_rows_per_block(const ConvGeometry& g) {
   return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
@@ -165,12 +199,19 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor
       for (std::int64_t c = 0; c < g.channels; ++c)
         std::fill(x_n + c * plane + h0 * g.width, x_n + c * plane + h1 * g.width, T(0));
       if (a0 < a1) {
-        const std::int64_t block_patches = (a1 - a0) * g.patches_wide;
-        ConstColumnBlock<T> y_block(y.data<T>() + n * out * patches + a0 * g.patches_wide, out, block_patches,
-                                    Eigen::OuterStride<>(patches));
-        RowMajorMatrix<T> columns(rows, block_patches);
-        columns.noalias() = weight.transpose() * y_block;
-        col2im_rows_cpu(columns.data(), g, a0, a1, h0, h1, x_n);
+        const std::int64_t first = a0 * g.patches_wide, count = (a1 - a0) * g.patches_wide;
+        const std::int64_t chunk = chunk_patches(count, rows, out, sizeof(T), cpu_chunk_bytes_);
+        // Chunk starts: first + m * chunk; the last chunk also takes a remainder shorter than kChunkAlignment.
+        std::int64_t last_start = (count - 1) / chunk * chunk;
+        if (last_start > 0 && count - last_start < kChunkAlignment) last_start -= chunk;
+        RowMajorMatrix<T> columns(rows, last_start > 0 ? std::max(chunk, count - last_start) : count);
+        for (std::int64_t start = last_start, end = count; start >= 0; end = start, start -= chunk) {
+          ConstColumnBlock<T> y_chunk(y.data<T>() + n * out * patches + first + start, out, end - start,
+                                      Eigen::OuterStride<>(patches));
+          Eigen::Map<RowMajorMatrix<T>> chunk_columns(columns.data(), rows, end - start);
+          chunk_columns.noalias() = weight.transpose() * y_chunk;
+          col2im_patches_cpu(chunk_columns.data(), g, first + start, first + end, h0, h1, x_n);
+        }
       }
       if (bias)
         ColumnBlock<T>(x_n + h0 * g.width, g.channels, (h1 - h0) * g.width, Eigen::OuterStride<>(plane)).colwise() +=

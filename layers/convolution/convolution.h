@@ -16,7 +16,8 @@
 // On the CPU the passes run with Eigen. forward and backward_data run on
 // blocks of rows of each image (convolution.cpp says how large), the blocks
 // of all images in parallel, so that one image uses every thread and its
-// column matrix is never built whole; conv_backward runs per image (images
+// column matrix is never built whole (the transposed pass's block, in chunks
+// of patches when it is large); conv_backward runs per image (images
 // in parallel, sums over images in image order). On CUDA the implicit-GEMM tensor-core engine
 // (implicit_gemm.h) runs the passes it takes, without a column buffer; the
 // rest (f64, strict f32, passes with few product rows, shapes beyond the
@@ -48,6 +49,11 @@ class Convolution : public Layer {
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).
   void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
+  // Caps the columns of one block of the CPU transposed pass (backward_data:
+  // ConvTranspose2d's forward), computed in chunks of patches when larger,
+  // with the same values (convolution.cpp says why). Default 16 MiB; tests
+  // lower it to exercise the chunks.
+  void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -106,6 +112,7 @@ class Convolution : public Layer {
 
   ImageSide image_side_;
   std::size_t scratch_limit_ = std::size_t(512) << 20;
+  std::size_t cpu_chunk_bytes_ = std::size_t(16) << 20;
   Shape weight_shape_;  // set by create_parameters; empty before
   // CUDA scratch, kept between calls (see scratch.h).
   Tensor columns_;       // [images per chunk, Ci*k*k, Ph*Pw]
