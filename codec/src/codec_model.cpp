@@ -173,15 +173,15 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
                         shape_str(z) + ", not [1, Cz, 1, 1]");
     factorized_channels = z[1];
   }
-  // Only ever run forward: each holds just what the codec reads, not every activation.
-  std::vector<std::string> kept{analysed_latent_};
-  if (has_hyper_latent(kind_)) kept.push_back(hyper_latent_);
-  analysis_->set_inference_only(kept);
   synthesis_shape_ = latent_shape;
   synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
                                      std::map<std::string, Shape>{{synthesis_input_, latent_shape}},
                                      DType::f32, device_);
   load_weights(*synthesis_, file, name_);
+  // Only ever run forward: each holds just what the codec reads, not every activation.
+  std::vector<std::string> kept{analysed_latent_};
+  if (has_hyper_latent(kind_)) kept.push_back(hyper_latent_);
+  analysis_->set_inference_only(kept);
   synthesis_->set_inference_only({kReconstruction});
   return factorized_channels;
 }

@@ -194,8 +194,9 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
   grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
   shapes_ = shapes;
+  // An inference-only net allocates each blob when its producer runs (input(): a model input).
   for (const auto& entry : shapes)
-    blobs_[entry.first] = !inference_only_ || kept_.count(entry.first) ? Tensor(entry.second, dtype_, device_) : Tensor();
+    blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, dtype_, device_);
   for (auto& node : nodes_) node->scratch_grads.clear();
 }
 
@@ -254,14 +255,13 @@ void Net::set_inference_only(const std::vector<std::string>& kept) {
   kept_ = std::set<std::string>(kept.begin(), kept.end());
   grads_.clear();
   for (auto& node : nodes_) node->scratch_grads.clear();
-  for (auto& entry : blobs_)
-    if (!kept_.count(entry.first)) entry.second = Tensor();
+  for (auto& entry : blobs_) entry.second = Tensor();  // allocated again by the passes
 }
 
 bool Net::holds_between_passes(const std::string& blob) const { return kept_.count(blob) > 0; }
 
-// A fresh (zeroed) tensor for each output not held, as a net that keeps
-// everything has from reshape; output 0 takes over input 0's storage when
+// A fresh (zeroed) tensor for each output not held (a kept blob is held
+// from the first pass at a layout), as a net that keeps everything has from reshape; output 0 takes over input 0's storage when
 // the layer allows it and no later node and no caller reads that input.
 void Net::allocate_outputs(std::size_t index) {
   Node& node = *nodes_[index];
@@ -310,7 +310,9 @@ const Tensor& Net::blob(const std::string& name) const {
   auto it = blobs_.find(name);
   if (it == blobs_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
   if (!it->second.defined())
-    throw ConfigError(spec_.source + ": blob '" + name + "' is not kept by this inference-only net (set_inference_only)");
+    throw ConfigError(spec_.source + ": blob '" + name +
+                      "' is not held by this inference-only net, which holds only the blobs passed to "
+                      "set_inference_only, from the pass that computes them");
   return it->second;
 }
 

@@ -73,6 +73,7 @@ TEST(NetInferenceOnly, HoldsOnlyWhatItKeeps) {
   Net net(shipped_spec("bls2017"), registry, {{"image", {1, 3, 32, 32}}});
   net.set_inference_only({"x_hat"});
   EXPECT_EQ(net.blob_shape("g_a0_out"), (Shape{1, 128, 8, 8}));
+  EXPECT_THROW(net.blob("x_hat"), ConfigError);  // kept from the pass that computes it
   Context ctx;
   ctx.set_training(false);
   net.input("image").copy_from(random_image({1, 3, 32, 32}, 5));
@@ -86,6 +87,11 @@ TEST(NetInferenceOnly, HoldsOnlyWhatItKeeps) {
   net.input("image").copy_from(random_image({1, 3, 32, 32}, 6));
   net.forward(ctx);
   EXPECT_THROW(net.backward(ctx, {{"mse", 1.0}}), ConfigError);
+  net.reshape({{"image", {1, 3, 16, 48}}});
+  EXPECT_THROW(net.blob("x_hat"), ConfigError);
+  net.input("image").copy_from(random_image({1, 3, 16, 48}, 7));
+  net.forward(ctx);
+  EXPECT_EQ(net.blob("x_hat").shape(), (Shape{1, 3, 16, 48}));
 }
 
 TEST(NetInferenceOnly, RefusesUnknownBlob) {

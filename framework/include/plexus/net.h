@@ -46,13 +46,14 @@ class Net {
 
   // For a net that only ever runs forward (compress, decompress): from now on
   // it holds only the blobs in `kept` between passes. forward() allocates
-  // every other blob just before the node that writes it and frees it after
-  // the last node that reads it, lets a node whose layer allows it
-  // (Layer::forward_in_place) write its output over an input read by nobody
-  // later, and frees the model inputs too, so that a pass holds at most the
-  // blobs alive at one node. Each forward() needs its inputs filled again
-  // through input(); blob() of a blob not kept throws, and so does
-  // backward(). The values computed are exactly those of a net that keeps
+  // each blob just before the node that writes it and frees it after the
+  // last node that reads it unless it is kept, lets a node whose layer allows
+  // it (Layer::forward_in_place) write its output over an input read by
+  // nobody later, and frees the model inputs too, so that a pass holds at
+  // most the blobs alive at one node. Each forward() needs its inputs filled
+  // again through input(); blob() of a blob not kept (or not yet computed at
+  // this layout) throws, and so does backward(); blob_shape() answers for
+  // every blob. The values computed are exactly those of a net that keeps
   // everything. Throws ConfigError for a name that is no blob.
   void set_inference_only(const std::vector<std::string>& kept);
   bool inference_only() const { return inference_only_; }
