@@ -277,6 +277,19 @@ void Net::allocate_outputs(std::size_t index) {
   }
 }
 
+// Whether node `index` is the last reader of its input 0, which it reads
+// once and which none of its outputs shares (in place).
+bool Net::input_expires(std::size_t index) const {
+  const Node& node = *nodes_[index];
+  const auto& inputs = node.spec.inputs;
+  if (inputs.empty() || holds_between_passes(inputs[0]) || last_reader_.at(inputs[0]) != index ||
+      std::count(inputs.begin(), inputs.end(), inputs[0]) != 1)
+    return false;
+  const void* storage = blobs_.at(inputs[0]).raw_data();
+  return std::none_of(node.spec.outputs.begin(), node.spec.outputs.end(),
+                      [&](const std::string& output) { return blobs_.at(output).raw_data() == storage; });
+}
+
 // Frees the inputs node `index` was the last to read and the outputs no
 // node reads, unless kept.
 void Net::release_after(std::size_t index) {
@@ -349,10 +362,14 @@ void Net::forward(Context& ctx) {
     MutableTensors out;
     for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
+    if (inference_only_) node.layer->set_discard_input(input_expires(index));
     if (observer_) observer_->before(node.spec.name, node.spec.type, false);
     node.layer->forward(ctx, in, out);
     if (observer_) observer_->after(node.spec.name, node.spec.type, false);
-    if (inference_only_) release_after(index);
+    if (inference_only_) {
+      node.layer->set_discard_input(false);
+      release_after(index);
+    }
   }
 }
 

@@ -54,6 +54,8 @@ class Convolution : public Layer {
   // with the same values (convolution.cpp says why). Default 16 MiB; tests
   // lower it to exercise the chunks.
   void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
+  // The CPU forward gives its input's rows back as it finishes with them.
+  void set_discard_input(bool discard) override { discard_input_ = discard; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -77,8 +79,10 @@ class Convolution : public Layer {
   // (Conv2d's) or y_grad = W im2col(x) (ConvTranspose2d's, from the same
   // im2col). accumulate_bias_grad adds the per-channel sums of the layer's
   // output gradient to bias.grad (when the layer has a bias).
-  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y);
-  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x);
+  // discard_x / discard_y: the pass reads x / y for the last time and gives
+  // its rows back to the system as it finishes with them (run_blocks).
+  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x);
+  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y);
   void conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
   void accumulate_bias_grad_cpu(const Tensor& output_grad);
 #if PLEXUS_WITH_CUDA
@@ -94,6 +98,7 @@ class Convolution : public Layer {
   std::int64_t padding_;
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
   bool has_bias_;
+  bool discard_input_ = false;  // set_discard_input; for the next forward only
 
  private:
   // The im2col geometry of the pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw].

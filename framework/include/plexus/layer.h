@@ -81,6 +81,13 @@ class Layer {
     return false;
   }
 
+  // Told by a Net that runs forward only (Net::set_inference_only) before
+  // each forward: whether nothing reads input 0 after it. A CPU forward may
+  // then give the memory of the parts of input 0 it has finished reading
+  // back to the system as it goes (host_memory::discard), which leaves their
+  // values undefined. Default: ignored.
+  virtual void set_discard_input(bool discard) { (void)discard; }
+
   // Called by the trainer after every optimiser update, with the number of
   // updates taken so far (1 after the first; a resumed run continues the
   // count), outside any recorded CUDA graph, so it may synchronise and

@@ -49,8 +49,10 @@ class Net {
   // each blob just before the node that writes it and frees it after the
   // last node that reads it unless it is kept, lets a node whose layer allows
   // it (Layer::forward_in_place) write its output over an input read by
-  // nobody later, and frees the model inputs too, so that a pass holds at
-  // most the blobs alive at one node. Each forward() needs its inputs filled
+  // nobody later, tells a node that is the last reader of its input so
+  // (Layer::set_discard_input: a convolution gives the input's memory back
+  // as it goes), and frees the model inputs too, so that a pass holds little
+  // more than the blobs alive at one node. Each forward() needs its inputs filled
   // again through input(); blob() of a blob not kept (or not yet computed at
   // this layout) throws, and so does backward(); blob_shape() answers for
   // every blob. The values computed are exactly those of a net that keeps
@@ -124,6 +126,7 @@ class Net {
   bool holds_between_passes(const std::string& blob) const;
   void allocate_outputs(std::size_t index);
   void release_after(std::size_t index);
+  bool input_expires(std::size_t index) const;
   ModelSpec spec_;
   DType dtype_;
   Device device_;
