@@ -261,8 +261,9 @@ void Net::set_inference_only(const std::vector<std::string>& kept) {
 bool Net::holds_between_passes(const std::string& blob) const { return kept_.count(blob) > 0; }
 
 // A fresh (zeroed) tensor for each output not held (a kept blob is held
-// from the first pass at a layout), as a net that keeps everything has from reshape; output 0 takes over input 0's storage when
-// the layer allows it and no later node and no caller reads that input.
+// from the first pass at a layout), as a net that keeps everything has from
+// reshape; output 0 takes over input 0's storage when the layer allows it
+// and no later node and no caller reads that input.
 void Net::allocate_outputs(std::size_t index) {
   Node& node = *nodes_[index];
   const auto& inputs = node.spec.inputs;
@@ -362,14 +363,23 @@ void Net::forward(Context& ctx) {
     MutableTensors out;
     for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
-    if (inference_only_) node.layer->set_discard_input(input_expires(index));
     if (observer_) observer_->before(node.spec.name, node.spec.type, false);
-    node.layer->forward(ctx, in, out);
-    if (observer_) observer_->after(node.spec.name, node.spec.type, false);
-    if (inference_only_) {
+    if (!inference_only_) {
+      node.layer->forward(ctx, in, out);
+    } else {
+      node.layer->set_discard_input(input_expires(index));
+      try {
+        node.layer->forward(ctx, in, out);
+      } catch (...) {
+        // The inputs may be partly given back: the next pass must have them filled again.
+        node.layer->set_discard_input(false);
+        for (const auto& input : spec_.inputs) blobs_[input] = Tensor();
+        throw;
+      }
       node.layer->set_discard_input(false);
       release_after(index);
     }
+    if (observer_) observer_->after(node.spec.name, node.spec.type, false);
   }
 }
 

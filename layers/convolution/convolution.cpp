@@ -105,8 +105,8 @@ constexpr std::int64_t kHaloShare = 8;
 // (kHaloShare + 1) * (k - 1) / s patch rows]) take hundreds of megabytes on a
 // wide image of many channels (a 12-megapixel photo: [3200, 18144] floats,
 // 232 MB, for each block in flight), so the block's product is computed in
-// chunks of at most cpu_chunk_bytes_ (default 16 MiB) of columns, each folded into the image before
-// the next. The chunks are contiguous ranges of the block's patches, each
+// chunks of at most cpu_chunk_bytes_ (default 16 MiB) of columns, each
+// folded into the image before the next. The chunks are contiguous ranges of the block's patches, each
 // starting a multiple of kChunkAlignment patches after the block's first,
 // the last range first (col2im_patches_cpu). Every value is the same as with
 // the whole block's product: Eigen sums each entry of a product over the
@@ -163,6 +163,11 @@ void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<
   }
   const std::int64_t stripes = std::max<std::int64_t>(1, std::min<std::int64_t>(cpu_threads(), count));
   const std::int64_t per_stripe = ceil_div(count, stripes);
+  // Rows a block reads, within the image (a kernel may reach only padding).
+  const auto rows_read = [&](std::int64_t item) {
+    const RowRange read = reads(item);
+    return RowRange{std::clamp<std::int64_t>(read.first, 0, height), std::clamp<std::int64_t>(read.end, 0, height)};
+  };
   parallel_for(stripes, [&](std::int64_t stripe) {
     const std::int64_t first = stripe * per_stripe, end = std::min(count, first + per_stripe);
     std::int64_t image = -1, given_back = 0;  // rows of `image` below given_back: given back, or another stripe's
@@ -180,17 +185,17 @@ void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<
       if (item / per_image != image) {
         image = item / per_image;
         continued = false;
-        given_back = item > 0 && (item - 1) / per_image == image ? reads(item - 1).end : 0;
+        given_back = item > 0 && (item - 1) / per_image == image ? rows_read(item - 1).end : 0;
       }
       body(item);
       const std::int64_t next = item + 1;
       const bool next_in_image = next < count && next / per_image == image;
       if (next < end && next_in_image) {
-        const std::int64_t keep_from = reads(next).first;
+        const std::int64_t keep_from = rows_read(next).first;
         if (static_cast<std::size_t>((keep_from - given_back) * width) * sizeof(T) >= kDiscardBandBytes)
           give_back(keep_from);
       } else {
-        give_back(next_in_image ? reads(next).first : height);
+        give_back(next_in_image ? rows_read(next).first : height);
       }
     }
   });
