@@ -141,8 +141,10 @@ struct RowRange {
 };
 
 // A pass that may discard its input (Layer::set_discard_input) gives its
-// rows back in bands of at least this many bytes of each channel plane.
-constexpr std::size_t kDiscardBandBytes = std::size_t(256) << 10;
+// rows back in bands of at least this many bytes of each channel plane: a
+// thread holds at most one band per plane it has finished reading (8 MiB
+// for 128 channels), and gives each band back in one call per plane.
+constexpr std::size_t kDiscardBandBytes = std::size_t(64) << 10;
 
 // Runs body(item) for the blocks [0, count), `per_image` per image. With
 // `discard`, each thread takes a contiguous stripe of blocks, as
