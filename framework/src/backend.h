@@ -1,6 +1,6 @@
 #pragma once
 // The device backend: raw memory and the CUDA resources of a Context. CPU
-// memory is aligned host memory; CUDA memory comes from the stream-ordered
+// memory is zeroed host memory (plexus/host_memory.h); CUDA memory comes from the stream-ordered
 // pool (cudaMallocAsync). Two implementations: backend_cuda.cpp when built
 // with CUDA, backend_cpu_only.cpp otherwise (which refuses any CUDA request
 // with a message saying so).

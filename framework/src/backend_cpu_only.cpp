@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend.h"
+#include "plexus/host_memory.h"
 
 namespace plexus::device_memory {
 
@@ -15,19 +16,21 @@ namespace {
 
 void* allocate(std::size_t bytes, Device device) {
   if (device.is_cuda()) no_cuda(device);
-  void* pointer = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  if (!pointer) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
-  return pointer;
+  try {
+    return host_memory::allocate_zeroed(bytes);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  }
 }
 
-void release(void* pointer, Device) noexcept { std::free(pointer); }
+void release(void* pointer, Device) noexcept { host_memory::release(pointer); }
 
 void* allocate_host_staging(std::size_t bytes, Device destination) {
   if (destination.is_cuda()) no_cuda(destination);
   return allocate(bytes, destination);
 }
 
-void release_host_staging(void* pointer, Device) noexcept { std::free(pointer); }
+void release_host_staging(void* pointer, Device) noexcept { host_memory::release(pointer); }
 
 void copy(void* destination, Device destination_device, const void* source,
           Device source_device, std::size_t bytes) {

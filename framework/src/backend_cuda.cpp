@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend.h"
+#include "plexus/host_memory.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -28,9 +29,11 @@ void set_capture_stream(void* stream) { capture_stream = static_cast<cudaStream_
 // no kernel can see memory before its allocation or after its release.
 void* allocate(std::size_t bytes, Device device) {
   if (device.is_cpu()) {
-    void* pointer = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    if (!pointer) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
-    return pointer;
+    try {
+      return host_memory::allocate_zeroed(bytes);
+    } catch (const std::bad_alloc&) {
+      throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    }
   }
   if (device.index >= cuda_device_count())
     throw DeviceError("device " + device.str() + " requested, but " +
@@ -44,7 +47,7 @@ void* allocate(std::size_t bytes, Device device) {
 
 void release(void* pointer, Device device) noexcept {
   if (device.is_cpu()) {
-    std::free(pointer);
+    host_memory::release(pointer);
     return;
   }
   cudaSetDevice(device.index);

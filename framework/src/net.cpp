@@ -149,8 +149,12 @@ void Net::build_order() {
   }
   nodes_ = std::move(ordered);
   consumers_.clear();
-  for (const auto& node : nodes_)
-    for (const auto& input : node->spec.inputs) consumers_[input]++;
+  last_reader_.clear();
+  for (std::size_t index = 0; index < nodes_.size(); ++index)
+    for (const auto& input : nodes_[index]->spec.inputs) {
+      consumers_[input]++;
+      last_reader_[input] = index;
+    }
 }
 
 void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time) {
@@ -189,7 +193,10 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
   blobs_.clear();
   grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
-  for (const auto& entry : shapes) blobs_[entry.first] = Tensor(entry.second, dtype_, device_);
+  shapes_ = shapes;
+  // An inference-only net allocates each blob when its producer runs (input(): a model input).
+  for (const auto& entry : shapes)
+    blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, dtype_, device_);
   for (auto& node : nodes_) node->scratch_grads.clear();
 }
 
@@ -234,10 +241,72 @@ void Net::reshape(const std::map<std::string, Shape>& input_shapes) {
   infer_shapes(input_shapes, /*first_time=*/false);
 }
 
+void Net::set_inference_only(const std::vector<std::string>& kept) {
+  std::vector<std::string> blob_names;
+  for (const auto& entry : shapes_) blob_names.push_back(entry.first);
+  for (const auto& name : kept)
+    if (!shapes_.count(name)) {
+      std::string message = spec_.source + ": cannot keep '" + name + "': the model has no blob of that name";
+      auto close = close_matches(name, blob_names);
+      if (!close.empty()) message += "; did you mean '" + close[0] + "'?";
+      throw ConfigError(message);
+    }
+  inference_only_ = true;
+  kept_ = std::set<std::string>(kept.begin(), kept.end());
+  grads_.clear();
+  for (auto& node : nodes_) node->scratch_grads.clear();
+  for (auto& entry : blobs_) entry.second = Tensor();  // allocated again by the passes
+}
+
+bool Net::holds_between_passes(const std::string& blob) const { return kept_.count(blob) > 0; }
+
+// A fresh (zeroed) tensor for each output not held (a kept blob is held
+// from the first pass at a layout), as a net that keeps everything has from
+// reshape; output 0 takes over input 0's storage when the layer allows it
+// and no later node and no caller reads that input.
+void Net::allocate_outputs(std::size_t index) {
+  Node& node = *nodes_[index];
+  const auto& inputs = node.spec.inputs;
+  for (std::size_t k = 0; k < node.spec.outputs.size(); ++k) {
+    const std::string& output = node.spec.outputs[k];
+    if (blobs_.at(output).defined()) continue;
+    const bool in_place = k == 0 && !inputs.empty() && node.layer->forward_in_place(device_) &&
+                          !holds_between_passes(inputs[0]) && last_reader_.at(inputs[0]) == index &&
+                          std::count(inputs.begin(), inputs.end(), inputs[0]) == 1 &&
+                          shapes_.at(inputs[0]) == shapes_.at(output);
+    blobs_[output] = in_place ? blobs_.at(inputs[0]) : Tensor(shapes_.at(output), dtype_, device_);
+  }
+}
+
+// Whether node `index` is the last reader of its input 0, which it reads
+// once and which none of its outputs shares (in place).
+bool Net::input_expires(std::size_t index) const {
+  const Node& node = *nodes_[index];
+  const auto& inputs = node.spec.inputs;
+  if (inputs.empty() || holds_between_passes(inputs[0]) || last_reader_.at(inputs[0]) != index ||
+      std::count(inputs.begin(), inputs.end(), inputs[0]) != 1)
+    return false;
+  const void* storage = blobs_.at(inputs[0]).raw_data();
+  return std::none_of(node.spec.outputs.begin(), node.spec.outputs.end(),
+                      [&](const std::string& output) { return blobs_.at(output).raw_data() == storage; });
+}
+
+// Frees the inputs node `index` was the last to read and the outputs no
+// node reads, unless kept.
+void Net::release_after(std::size_t index) {
+  const Node& node = *nodes_[index];
+  for (const auto& input : node.spec.inputs)
+    if (last_reader_.at(input) == index && !holds_between_passes(input)) blobs_[input] = Tensor();
+  for (const auto& output : node.spec.outputs)
+    if (!consumers_.count(output) && !holds_between_passes(output)) blobs_[output] = Tensor();
+}
+
 Tensor& Net::input(const std::string& name) {
   if (std::find(spec_.inputs.begin(), spec_.inputs.end(), name) == spec_.inputs.end())
     throw ConfigError(spec_.source + ": '" + name + "' is not a model input");
-  return blobs_.at(name);
+  Tensor& value = blobs_.at(name);
+  if (!value.defined()) value = Tensor(shapes_.at(name), dtype_, device_);  // freed by the last inference-only pass
+  return value;
 }
 
 bool Net::cuda_graph_capturable(std::string* culprit) const {
@@ -254,6 +323,16 @@ bool Net::has_blob(const std::string& name) const { return blobs_.count(name) > 
 const Tensor& Net::blob(const std::string& name) const {
   auto it = blobs_.find(name);
   if (it == blobs_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
+  if (!it->second.defined())
+    throw ConfigError(spec_.source + ": blob '" + name +
+                      "' is not held by this inference-only net, which holds only the blobs passed to "
+                      "set_inference_only, from the pass that computes them");
+  return it->second;
+}
+
+const Shape& Net::blob_shape(const std::string& name) const {
+  auto it = shapes_.find(name);
+  if (it == shapes_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
   return it->second;
 }
 
@@ -272,14 +351,35 @@ double Net::scalar(const std::string& name) const {
 }
 
 void Net::forward(Context& ctx) {
-  for (auto& node : nodes_) {
+  if (inference_only_)
+    for (const auto& input : spec_.inputs)
+      if (!blobs_.at(input).defined())
+        throw ConfigError(spec_.source + ": model input '" + input +
+                          "' was freed by the last pass of this inference-only net; fill it through input() first");
+  for (std::size_t index = 0; index < nodes_.size(); ++index) {
+    Node& node = *nodes_[index];
+    if (inference_only_) allocate_outputs(index);
     ConstTensors in;
     MutableTensors out;
-    for (const auto& input : node->spec.inputs) in.push_back(&blobs_.at(input));
-    for (const auto& output : node->spec.outputs) out.push_back(&blobs_.at(output));
-    if (observer_) observer_->before(node->spec.name, node->spec.type, false);
-    node->layer->forward(ctx, in, out);
-    if (observer_) observer_->after(node->spec.name, node->spec.type, false);
+    for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
+    for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
+    if (observer_) observer_->before(node.spec.name, node.spec.type, false);
+    if (!inference_only_) {
+      node.layer->forward(ctx, in, out);
+    } else {
+      node.layer->set_discard_input(input_expires(index));
+      try {
+        node.layer->forward(ctx, in, out);
+      } catch (...) {
+        // The inputs may be partly given back: the next pass must have them filled again.
+        node.layer->set_discard_input(false);
+        for (const auto& input : spec_.inputs) blobs_[input] = Tensor();
+        throw;
+      }
+      node.layer->set_discard_input(false);
+      release_after(index);
+    }
+    if (observer_) observer_->after(node.spec.name, node.spec.type, false);
   }
 }
 
@@ -288,12 +388,13 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   // training step graph records only after an eager warm-up step, so this
   // never happens inside a capture). Inference nets (eval, compress) never
   // get here, and their memory is the activations alone.
+  if (inference_only_)
+    throw ConfigError(spec_.source + ": backward() on an inference-only net, which keeps no activations");
   if (grads_.empty()) {
-    for (const auto& entry : blobs_) grads_[entry.first] = Tensor(entry.second.shape(), dtype_, device_);
+    for (const auto& entry : shapes_) grads_[entry.first] = Tensor(entry.second, dtype_, device_);
     for (auto& node : nodes_)
       for (const auto& input : node->spec.inputs)
-        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(blobs_.at(input).shape(), dtype_, device_)
-                                                            : Tensor());
+        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), dtype_, device_) : Tensor());
   }
   std::set<std::string> has_grad;
   for (const auto& entry : loss_weights) {
@@ -400,7 +501,7 @@ std::string Net::summary() const {
     for (Parameter* p : node->layer->parameters())
       if (p->trainable) count += shape_numel(p->shape);
     out << std::setw(14) << node->spec.name << std::setw(24) << node->spec.type << std::setw(26)
-        << shape_str(blobs_.at(node->spec.outputs[0]).shape()) << count << "\n";
+        << shape_str(shapes_.at(node->spec.outputs[0])) << count << "\n";
   }
   out << "total parameters: " << parameter_count() << "\n";
   return out.str();

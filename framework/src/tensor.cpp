@@ -90,7 +90,8 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
     throw Error("out of memory allocating a tensor of shape " + shape_str(shape_) + " (" + std::to_string(bytes) +
                 " bytes) on " + device_.str());
   }
-  device_memory::fill_zero(storage_->pointer, nbytes(), device_);
+  // Host memory comes zeroed, and a large tensor's pages only when written (plexus/host_memory.h).
+  if (!device_.is_cpu()) device_memory::fill_zero(storage_->pointer, nbytes(), device_);
 }
 
 Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType dtype,

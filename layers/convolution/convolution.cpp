@@ -1,11 +1,13 @@
 #include "convolution/convolution.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <Eigen/Core>
 
 #include "plexus/checked_math.h"
 #include "plexus/cpu_parallel.h"
+#include "plexus/host_memory.h"
 
 namespace plexus::layers {
 
@@ -99,6 +101,108 @@ constexpr std::int64_t kBlockPatches = 256;
 // 1 / kHaloShare of the product.
 constexpr std::int64_t kHaloShare = 8;
 
+// The transposed pass's columns of one block ([K, patches of about
+// (kHaloShare + 1) * (k - 1) / s patch rows]) take hundreds of megabytes on a
+// wide image of many channels (a 12-megapixel photo: [3200, 18144] floats,
+// 232 MB, for each block in flight), so the block's product is computed in
+// chunks of at most cpu_chunk_bytes_ (default 16 MiB) of columns, each
+// folded into the image before the next. The chunks are contiguous ranges of the block's patches, each
+// starting a multiple of kChunkAlignment patches after the block's first,
+// the last range first (col2im_patches_cpu). Every value is the same as with
+// the whole block's product: Eigen sums each entry of a product over the
+// depth (here y's channels) in one fixed order unless the entry is among the
+// last (rows mod its register block) rows of the product, the patches here;
+// a chunk starting at a multiple of every register block (3 packets of 4, 8
+// or 16 floats, or of 2, 4 or 8 doubles: 48 covers them all) puts the same
+// patches in those last rows as the whole block does, as long as Eigen's
+// cache blocking of the patches is a multiple of the register block or the
+// whole product: true for at least kChunkMinRows rows of columns and at most
+// kChunkMaxDepth channels of y (GeneralBlockPanelKernel.h's heuristic), so
+// other products are never chunked. A last chunk is never shorter than
+// kChunkAlignment (nor a single patch, which Eigen would run as a
+// matrix-vector product).
+constexpr std::int64_t kChunkAlignment = 48;
+constexpr std::int64_t kChunkMinRows = 64;
+constexpr std::int64_t kChunkMaxDepth = 1024;
+
+// Patches per chunk of a transposed block of `count` patches whose columns
+// have `rows` rows, from y of `depth` channels, within `max_bytes` of
+// columns when it can be: `count` when not chunked.
+std::int64_t chunk_patches(std::int64_t count, std::int64_t rows, std::int64_t depth, std::size_t element_size,
+                           std::size_t max_bytes) {
+  if (rows < kChunkMinRows || depth > kChunkMaxDepth) return count;
+  const std::int64_t fit = static_cast<std::int64_t>(max_bytes / element_size) / rows;
+  return std::min(count, std::max<std::int64_t>(kChunkAlignment, fit / kChunkAlignment * kChunkAlignment));
+}
+
+// Rows [first, end) of one image of a pass's input: what one block reads.
+struct RowRange {
+  std::int64_t first, end;
+};
+
+// A pass that may discard its input (Layer::set_discard_input) gives its
+// rows back in bands of at least this many bytes of each channel plane: a
+// thread holds at most one band per plane it has finished reading (8 MiB
+// for 128 channels), and gives each band back in one call per plane.
+constexpr std::size_t kDiscardBandBytes = std::size_t(64) << 10;
+
+// Runs body(item) for the blocks [0, count), `per_image` per image. With
+// `discard`, each thread takes a contiguous stripe of blocks, as
+// parallel_for's static split would, runs them in order and gives back the
+// rows of the input (`channels` planes of height x width per image at
+// `input`) that no block left to run reads: after a block, those below the
+// rows its next block reads (reads(item), rising with the item within an
+// image) and above those the stripe before it reads; when it leaves an
+// image, the rest of it below what the stripe after it reads. The blocks
+// compute the same either way.
+template <typename T>
+void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<void(std::int64_t)>& body,
+                bool discard, const T* input, std::int64_t channels, std::int64_t height, std::int64_t width,
+                const std::function<RowRange(std::int64_t)>& reads) {
+  if (!discard) {
+    parallel_for(count, body);
+    return;
+  }
+  const std::int64_t stripes = std::max<std::int64_t>(1, std::min<std::int64_t>(cpu_threads(), count));
+  const std::int64_t per_stripe = ceil_div(count, stripes);
+  // Rows a block reads, within the image (a kernel may reach only padding).
+  const auto rows_read = [&](std::int64_t item) {
+    const RowRange read = reads(item);
+    return RowRange{std::clamp<std::int64_t>(read.first, 0, height), std::clamp<std::int64_t>(read.end, 0, height)};
+  };
+  parallel_for(stripes, [&](std::int64_t stripe) {
+    const std::int64_t first = stripe * per_stripe, end = std::min(count, first + per_stripe);
+    std::int64_t image = -1, given_back = 0;  // rows of `image` below given_back: given back, or another stripe's
+    bool continued = false;                   // whether this stripe gave back rows just below given_back
+    const auto give_back = [&](std::int64_t to) {
+      if (to <= given_back) return;
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const T* plane = input + (image * channels + c) * height * width;
+        host_memory::discard(plane + given_back * width, plane + to * width, continued);
+      }
+      given_back = to;
+      continued = true;
+    };
+    for (std::int64_t item = first; item < end; ++item) {
+      if (item / per_image != image) {
+        image = item / per_image;
+        continued = false;
+        given_back = item > 0 && (item - 1) / per_image == image ? rows_read(item - 1).end : 0;
+      }
+      body(item);
+      const std::int64_t next = item + 1;
+      const bool next_in_image = next < count && next / per_image == image;
+      if (next < end && next_in_image) {
+        const std::int64_t keep_from = rows_read(next).first;
+        if (static_cast<std::size_t>((keep_from - given_back) * width) * sizeof(T) >= kDiscardBandBytes)
+          give_back(keep_from);
+      } else {
+        give_back(next_in_image ? rows_read(next).first : height);
+      }
+    }
+  });
+}
+
 // Patch rows (rows of y) per block of conv_forward_cpu.
 std::int64_t patch_rows_per_block(const ConvGeometry& g) {
   return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
@@ -116,7 +220,7 @@ std::int64_t image_rows_per_block(const ConvGeometry& g) {
 
 // Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
 // those rows; y_n[:, a0*Pw : a1*Pw] = W columns (+ bias per row).
-void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y) {
+void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = patch_rows_per_block(g);
@@ -125,7 +229,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y) {
     using T = decltype(zero);
     Eigen::Map<const RowMajorMatrix<T>> weight(parameter("weight").value.data<T>(), out, rows);
     const T* bias = with_bias && has_bias_ ? parameter("bias").value.data<T>() : nullptr;
-    parallel_for(batch * blocks, [&](std::int64_t item) {  // each block writes its own columns of y_n
+    const auto block = [&](std::int64_t item) {  // each block writes its own columns of y_n
       const std::int64_t n = item / blocks, first = item % blocks * block_rows;
       const std::int64_t end = std::min(first + block_rows, g.patches_high);
       const std::int64_t block_patches = (end - first) * g.patches_wide;
@@ -135,7 +239,14 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y) {
                              Eigen::OuterStride<>(patches));
       y_block.noalias() = weight * columns;
       if (bias) y_block.colwise() += Eigen::Map<const Vector<T>>(bias, out);
-    });
+    };
+    // Patch rows [a0, a1) read the image rows a0*s - p .. (a1 - 1)*s - p + k - 1.
+    const auto reads = [&](std::int64_t item) {
+      const std::int64_t first = item % blocks * block_rows, end = std::min(first + block_rows, g.patches_high);
+      return RowRange{std::max<std::int64_t>(0, first * g.stride - g.padding),
+                      std::min(g.height, (end - 1) * g.stride - g.padding + g.kernel)};
+    };
+    run_blocks<T>(batch * blocks, blocks, block, discard_x, x.data<T>(), g.channels, g.height, g.width, reads);
   });
 }
 
@@ -144,7 +255,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y) {
 // x_n[:, h0:h1, :] = the rows [h0, h1) of col2im(columns) (+ bias per
 // channel). Each block gathers everything its rows receive, so blocks write
 // disjoint rows and every pixel sums its terms in col2im's order.
-void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x) {
+void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = image_rows_per_block(g);
@@ -154,28 +265,42 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor
     using T = decltype(zero);
     Eigen::Map<const RowMajorMatrix<T>> weight(parameter("weight").value.data<T>(), out, rows);
     const T* bias = with_bias && has_bias_ ? parameter("bias").value.data<T>() : nullptr;
-    parallel_for(batch * blocks, [&](std::int64_t item) {  // each block writes its own rows of x_n
-      const std::int64_t n = item / blocks, h0 = item % blocks * block_rows;
-      const std::int64_t h1 = std::min(h0 + block_rows, g.height);
-      // Patch row a reaches image rows a*s - p .. a*s - p + k - 1.
+    // Patch row a reaches image rows a*s - p .. a*s - p + k - 1: the block of image rows
+    // [h0, h1) reads the patch rows (rows of y) [a0, a1).
+    const auto reads = [&](std::int64_t item) {
+      const std::int64_t h0 = item % blocks * block_rows, h1 = std::min(h0 + block_rows, g.height);
       const std::int64_t lowest = h0 + g.padding - (g.kernel - 1);
       const std::int64_t a0 = lowest <= 0 ? 0 : ceil_div(lowest, g.stride);
-      const std::int64_t a1 = std::min(g.patches_high, (h1 - 1 + g.padding) / g.stride + 1);
+      return RowRange{std::min(a0, g.patches_high), std::min(g.patches_high, (h1 - 1 + g.padding) / g.stride + 1)};
+    };
+    const auto block = [&](std::int64_t item) {  // each block writes its own rows of x_n
+      const std::int64_t n = item / blocks, h0 = item % blocks * block_rows;
+      const std::int64_t h1 = std::min(h0 + block_rows, g.height);
+      const RowRange read = reads(item);
+      const std::int64_t a0 = read.first, a1 = read.end;
       T* x_n = x.data<T>() + n * g.image_size();
       for (std::int64_t c = 0; c < g.channels; ++c)
         std::fill(x_n + c * plane + h0 * g.width, x_n + c * plane + h1 * g.width, T(0));
       if (a0 < a1) {
-        const std::int64_t block_patches = (a1 - a0) * g.patches_wide;
-        ConstColumnBlock<T> y_block(y.data<T>() + n * out * patches + a0 * g.patches_wide, out, block_patches,
-                                    Eigen::OuterStride<>(patches));
-        RowMajorMatrix<T> columns(rows, block_patches);
-        columns.noalias() = weight.transpose() * y_block;
-        col2im_rows_cpu(columns.data(), g, a0, a1, h0, h1, x_n);
+        const std::int64_t first = a0 * g.patches_wide, count = (a1 - a0) * g.patches_wide;
+        const std::int64_t chunk = chunk_patches(count, rows, out, sizeof(T), cpu_chunk_bytes_);
+        // Chunk starts: first + m * chunk; the last chunk also takes a remainder shorter than kChunkAlignment.
+        std::int64_t last_start = (count - 1) / chunk * chunk;
+        if (last_start > 0 && count - last_start < kChunkAlignment) last_start -= chunk;
+        RowMajorMatrix<T> columns(rows, last_start > 0 ? std::max(chunk, count - last_start) : count);
+        for (std::int64_t start = last_start, end = count; start >= 0; end = start, start -= chunk) {
+          ConstColumnBlock<T> y_chunk(y.data<T>() + n * out * patches + first + start, out, end - start,
+                                      Eigen::OuterStride<>(patches));
+          Eigen::Map<RowMajorMatrix<T>> chunk_columns(columns.data(), rows, end - start);
+          chunk_columns.noalias() = weight.transpose() * y_chunk;
+          col2im_patches_cpu(chunk_columns.data(), g, first + start, first + end, h0, h1, x_n);
+        }
       }
       if (bias)
         ColumnBlock<T>(x_n + h0 * g.width, g.channels, (h1 - h0) * g.width, Eigen::OuterStride<>(plane)).colwise() +=
             Eigen::Map<const Vector<T>>(bias, g.channels);
-    });
+    };
+    run_blocks<T>(batch * blocks, blocks, block, discard_y, y.data<T>(), out, g.patches_high, g.patches_wide, reads);
   });
 }
 

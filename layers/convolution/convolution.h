@@ -16,7 +16,8 @@
 // On the CPU the passes run with Eigen. forward and backward_data run on
 // blocks of rows of each image (convolution.cpp says how large), the blocks
 // of all images in parallel, so that one image uses every thread and its
-// column matrix is never built whole; conv_backward runs per image (images
+// column matrix is never built whole (the transposed pass's block, in chunks
+// of patches when it is large); conv_backward runs per image (images
 // in parallel, sums over images in image order). On CUDA the implicit-GEMM tensor-core engine
 // (implicit_gemm.h) runs the passes it takes, without a column buffer; the
 // rest (f64, strict f32, passes with few product rows, shapes beyond the
@@ -48,6 +49,13 @@ class Convolution : public Layer {
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).
   void set_scratch_limit(std::size_t bytes) { scratch_limit_ = bytes; }
+  // Caps the columns of one block of the CPU transposed pass (backward_data:
+  // ConvTranspose2d's forward), computed in chunks of patches when larger,
+  // with the same values (convolution.cpp says why). Default 16 MiB; tests
+  // lower it to exercise the chunks.
+  void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
+  // The CPU forward gives its input's rows back as it finishes with them.
+  void set_discard_input(bool discard) override { discard_input_ = discard; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -71,8 +79,10 @@ class Convolution : public Layer {
   // (Conv2d's) or y_grad = W im2col(x) (ConvTranspose2d's, from the same
   // im2col). accumulate_bias_grad adds the per-channel sums of the layer's
   // output gradient to bias.grad (when the layer has a bias).
-  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y);
-  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x);
+  // discard_x / discard_y: the pass reads x / y for the last time and gives
+  // its rows back to the system as it finishes with them (run_blocks).
+  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x);
+  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y);
   void conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
   void accumulate_bias_grad_cpu(const Tensor& output_grad);
 #if PLEXUS_WITH_CUDA
@@ -88,6 +98,7 @@ class Convolution : public Layer {
   std::int64_t padding_;
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
   bool has_bias_;
+  bool discard_input_ = false;  // set_discard_input; for the next forward only
 
  private:
   // The im2col geometry of the pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw].
@@ -106,6 +117,7 @@ class Convolution : public Layer {
 
   ImageSide image_side_;
   std::size_t scratch_limit_ = std::size_t(512) << 20;
+  std::size_t cpu_chunk_bytes_ = std::size_t(16) << 20;
   Shape weight_shape_;  // set by create_parameters; empty before
   // CUDA scratch, kept between calls (see scratch.h).
   Tensor columns_;       // [images per chunk, Ci*k*k, Ph*Pw]

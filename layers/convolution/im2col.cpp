@@ -92,6 +92,31 @@ void col2im_rows_cpu(const T* columns, const ConvGeometry& g, std::int64_t first
   }
 }
 
+template <typename T>
+void col2im_patches_cpu(const T* columns, const ConvGeometry& g, std::int64_t first_patch, std::int64_t end_patch,
+                        std::int64_t first_image_row, std::int64_t end_image_row, T* image) {
+  const std::int64_t patches = end_patch - first_patch;
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    T* plane = image + c * g.height * g.width;
+    for (std::int64_t i = 0; i < g.kernel; ++i) {
+      for (std::int64_t j = 0; j < g.kernel; ++j) {
+        const T* row = columns + ((c * g.kernel + i) * g.kernel + j) * patches - first_patch;
+        for (std::int64_t q = first_patch; q < end_patch;) {
+          const std::int64_t a = q / g.patches_wide, row_end = std::min(end_patch, (a + 1) * g.patches_wide);
+          const std::int64_t y = a * g.stride - g.padding + i;
+          if (y >= first_image_row && y < end_image_row) {
+            for (std::int64_t b = q - a * g.patches_wide; q < row_end; ++q, ++b) {
+              const std::int64_t x = b * g.stride - g.padding + j;
+              if (x >= 0 && x < g.width) plane[y * g.width + x] += row[q];
+            }
+          }
+          q = row_end;
+        }
+      }
+    }
+  }
+}
+
 // image[c, y, x] = sum of columns[(c*k + i)*k + j, a*Pw + b] over all (i, j, a, b)
 // with a*s - p + i == y and b*s - p + j == x (the adjoint of im2col).
 template <typename T>
@@ -106,6 +131,10 @@ template void col2im_cpu<float>(const float*, const ConvGeometry&, float*);
 template void col2im_cpu<double>(const double*, const ConvGeometry&, double*);
 template void im2col_rows_cpu<float>(const float*, const ConvGeometry&, std::int64_t, std::int64_t, float*);
 template void im2col_rows_cpu<double>(const double*, const ConvGeometry&, std::int64_t, std::int64_t, double*);
+template void col2im_patches_cpu<float>(const float*, const ConvGeometry&, std::int64_t, std::int64_t, std::int64_t,
+                                        std::int64_t, float*);
+template void col2im_patches_cpu<double>(const double*, const ConvGeometry&, std::int64_t, std::int64_t, std::int64_t,
+                                         std::int64_t, double*);
 template void col2im_rows_cpu<float>(const float*, const ConvGeometry&, std::int64_t, std::int64_t, std::int64_t,
                                      std::int64_t, float*);
 template void col2im_rows_cpu<double>(const double*, const ConvGeometry&, std::int64_t, std::int64_t, std::int64_t,

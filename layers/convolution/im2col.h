@@ -66,6 +66,15 @@ template <typename T>
 void col2im_rows_cpu(const T* columns, const ConvGeometry& geometry, std::int64_t first_patch_row,
                      std::int64_t end_patch_row, std::int64_t first_image_row, std::int64_t end_image_row,
                      T* image);
+// The same for the patches [first_patch, end_patch) in im2col's numbering
+// (a*Pw + b; whole patch rows or not): columns [K, end - first], entry
+// (r, q - first) as im2col's (r, q). Each pixel still gets its terms in
+// rising (c, i, j), which for one pixel is falling q: so calls on adjacent
+// ranges of patches, the last range first, sum every pixel in exactly
+// col2im's order.
+template <typename T>
+void col2im_patches_cpu(const T* columns, const ConvGeometry& geometry, std::int64_t first_patch,
+                        std::int64_t end_patch, std::int64_t first_image_row, std::int64_t end_image_row, T* image);
 
 // CUDA, `count` consecutive images ([count, C, H, W] <-> [count, K, P]) on
 // the context's stream; same semantics as the CPU versions.

@@ -47,6 +47,8 @@ class GDN : public Layer {
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // The CPU kernel computes a block's norms from x before it writes y.
+  bool forward_in_place(Device device) const override { return device.is_cpu(); }
 
   bool inverse() const { return inverse_; }
 

@@ -13,6 +13,8 @@ class ReLU : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // Element-wise: the CPU kernel reads x[i] and then writes y[i].
+  bool forward_in_place(Device device) const override { return device.is_cpu(); }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <random>
@@ -311,6 +312,60 @@ TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
   expect_near_all(expected.input_grad, actual.input_grad, 1e-12, "input gradient");
   for (const auto& [name, grad] : expected.parameter_grads)
     expect_near_all(grad, actual.parameter_grads.at(name), 1e-12, name + " gradient");
+}
+
+// The CPU forward of a large block computes its columns in chunks of
+// patches (convolution.cpp): with chunks of 48, 96 and 144 patches (the
+// smallest a cap can give, and the remainder merged into the last) the
+// output must be bit-identical to the one unchunked product per block that
+// the default cap gives on these small images, in f32 and f64, for widths
+// that are no multiple of 48, strides 1, 2 and 4, one and two images; and
+// near the naive scatter, so that both are right, not only equal.
+TEST(ConvTranspose2d, CpuChunksMatchWholeBlocks) {
+  const std::vector<Case> cases = {
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 16, 21, 37}},
+      {{{"out_channels", 8}, {"kernel", 3}, {"stride", 1}, {"padding", 1}}, {2, 5, 19, 29}},
+      {{{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {1, 12, 13, 50}},
+      {{{"out_channels", 24}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}, {"bias", false}},
+       {1, 7, 17, 61}},
+  };
+  std::mt19937_64 rng(21);
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const std::size_t element = dtype == DType::f32 ? sizeof(float) : sizeof(double);
+    for (const Case& c : cases) {
+      const std::int64_t rows = c.params["out_channels"].get<std::int64_t>() * c.params["kernel"].get<std::int64_t>() *
+                                c.params["kernel"].get<std::int64_t>();
+      auto whole = make_layer(c.params, c.input, dtype, Device::cpu());
+      const std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(c.input)), rng);
+      const Shape y_shape = whole->output_shapes({c.input})[0];
+      Context ctx;
+      const Tensor input = Tensor::from_values(x, c.input, dtype);
+      Tensor expected(y_shape, dtype);
+      whole->forward(ctx, {&input}, {&expected});
+      std::vector<double> w, bias;
+      w = whole->parameter("weight").value.to_values();
+      if (c.params.value("bias", true)) bias = whole->parameter("bias").value.to_values();
+      Shape naive_shape;
+      const std::vector<double> naive =
+          naive_conv_transpose2d(x, c.input, w, bias, c.params["out_channels"], c.params["kernel"],
+                                 c.params["stride"], c.params.value("padding", 0), c.params.value("output_padding", 0),
+                                 naive_shape);
+      ASSERT_EQ(naive_shape, y_shape);
+      expect_near_all(naive, expected.to_values(), dtype == DType::f32 ? 1e-5 : 1e-12, "whole blocks");
+      for (const std::int64_t chunk : {48, 96, 144}) {
+        auto chunked = make_layer(c.params, c.input, dtype, Device::cpu());
+        for (Parameter* p : whole->parameters()) chunked->parameter(p->name).value.copy_from(p->value);
+        auto* transposed = dynamic_cast<layers::ConvTranspose2d*>(chunked.get());
+        ASSERT_NE(transposed, nullptr);
+        transposed->set_cpu_chunk_bytes(static_cast<std::size_t>(rows * chunk + rows / 2) * element);
+        Tensor actual(y_shape, dtype);
+        chunked->forward(ctx, {&input}, {&actual});
+        ASSERT_EQ(std::memcmp(expected.raw_data(), actual.raw_data(), expected.nbytes()), 0)
+            << shape_str(c.input) << " " << c.params.dump() << " chunks of " << chunk << " patches, "
+            << (dtype == DType::f32 ? "f32" : "f64");
+      }
+    }
+  }
 }
 
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels

@@ -69,6 +69,25 @@ class Layer {
   // eagerly.
   virtual bool cuda_graph_capturable() const { return false; }
 
+  // Whether forward on `device` may be given one tensor as both input 0 and
+  // output 0 (same shape), which a Net that runs forward only does when
+  // nothing else reads that input afterwards (Net::set_inference_only). True
+  // only when every element of output 0 is written after the last read of
+  // the input elements it depends on, and those are its own pixel's (an
+  // element-wise or per-pixel layer whose kernel reads a pixel before it
+  // writes it). The default, false, is always safe.
+  virtual bool forward_in_place(Device device) const {
+    (void)device;
+    return false;
+  }
+
+  // Told by a Net that runs forward only (Net::set_inference_only) before
+  // each forward: whether nothing reads input 0 after it. A CPU forward may
+  // then give the memory of the parts of input 0 it has finished reading
+  // back to the system as it goes (host_memory::discard), which leaves their
+  // values undefined. Default: ignored.
+  virtual void set_discard_input(bool discard) { (void)discard; }
+
   // Called by the trainer after every optimiser update, with the number of
   // updates taken so far (1 after the first; a resumed run continues the
   // count), outside any recorded CUDA graph, so it may synchronise and

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,22 @@ class Net {
 
   // New input shapes (e.g. another image size); parameters are kept.
   void reshape(const std::map<std::string, Shape>& input_shapes);
+
+  // For a net that only ever runs forward (compress, decompress): from now on
+  // it holds only the blobs in `kept` between passes. forward() allocates
+  // each blob just before the node that writes it and frees it after the
+  // last node that reads it unless it is kept, lets a node whose layer allows
+  // it (Layer::forward_in_place) write its output over an input read by
+  // nobody later, tells a node that is the last reader of its input so
+  // (Layer::set_discard_input: a convolution gives the input's memory back
+  // as it goes), and frees the model inputs too, so that a pass holds little
+  // more than the blobs alive at one node. Each forward() needs its inputs filled
+  // again through input(); blob() of a blob not kept (or not yet computed at
+  // this layout) throws, and so does backward(); blob_shape() answers for
+  // every blob. The values computed are exactly those of a net that keeps
+  // everything. Throws ConfigError for a name that is no blob.
+  void set_inference_only(const std::vector<std::string>& kept);
+  bool inference_only() const { return inference_only_; }
   // Changes whenever blobs are reallocated (construction, reshape): a CUDA
   // graph recorded at one layout must not be replayed at another.
   std::uint64_t layout_version() const { return layout_version_; }
@@ -51,6 +68,7 @@ class Net {
 
   Tensor& input(const std::string& name);
   const Tensor& blob(const std::string& name) const;  // any input or node output
+  const Shape& blob_shape(const std::string& name) const;  // also of a blob an inference-only net does not hold
   const Tensor& blob_grad(const std::string& name) const;  // after backward()
   bool has_blob(const std::string& name) const;
   // A scalar blob's value copied to the host.
@@ -102,13 +120,24 @@ class Net {
   std::string shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
                             const std::map<std::string, Shape>& input_shapes, bool first_time) const;
   void warn_about_unread_outputs() const;
+  // Inference-only nets: whether a pass keeps `blob` (a model input until
+  // forward starts, or a kept blob), the allocation of node `index`'s
+  // outputs before it runs, and the release of what it was the last to read.
+  bool holds_between_passes(const std::string& blob) const;
+  void allocate_outputs(std::size_t index);
+  void release_after(std::size_t index);
+  bool input_expires(std::size_t index) const;
   ModelSpec spec_;
   DType dtype_;
   Device device_;
   std::vector<std::unique_ptr<Node>> nodes_;  // in execution order
-  std::map<std::string, Tensor> blobs_;
+  std::map<std::string, Tensor> blobs_;  // an inference-only net: undefined while not held
+  std::map<std::string, Shape> shapes_;  // every blob's shape at the current layout
   std::map<std::string, Tensor> grads_;
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
+  std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
+  bool inference_only_ = false;
+  std::set<std::string> kept_;  // what an inference-only net holds between passes
   std::map<std::string, std::string> layer_type_origins_;
   std::uint64_t layout_version_ = 0;
   NodeObserver* observer_ = nullptr;
