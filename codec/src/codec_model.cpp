@@ -238,7 +238,7 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
                                      DType::f32, device_);
   load_weights(*synthesis_, file, name_);
   // Only ever run forward: each holds just what the codec reads, not every activation.
-  std::vector<std::string> kept{analysed_latent_};
+  std::vector<std::string> kept = analysed_;
   if (has_hyper_latent(kind_)) kept.push_back(hyper_latent_);
   analysis_->set_inference_only(kept);
   synthesis_->set_inference_only({kReconstruction});
