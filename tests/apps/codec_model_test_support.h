@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/cli_runner.h"
 #include "image_evaluation.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/codec/rans.h"
@@ -104,6 +105,43 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
     EXPECT_LE(largest, 1) << "image " << n;
     // The CPU's own file differs at most where y or z is within float error of a half-integer.
     EXPECT_GT(data::psnr(cpu_round_trip, decoded_on_cpu), 40.0) << "image " << n;
+  }
+}
+
+// A test spec of tests/apps/models/ trained by plexus-ae train for 150 steps
+// on the bundled training images, in `folder`; returns the model file (with
+// the tables and calibration train stores).
+inline std::string train_for_rate_test(const std::string& spec_file, const std::string& folder) {
+  const std::string source = PLEXUS_SOURCE_DIR;
+  auto trained = run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
+                                std::string(PLEXUS_TEST_MODELS) + "/" + spec_file, "--lambda", "0.01", "--patch", "32",
+                                "--batch", "4", "--steps", "150", "--lr", "0.01", "--device", "cpu", "--out",
+                                folder + "/run"},
+                               folder);
+  EXPECT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_EQ(trained.err.find("cannot code"), std::string::npos) << trained.err;
+  return folder + "/run/model.safetensors";
+}
+
+// Three bundled Kodak crops compressed with the model file `path` of `spec`:
+// each file within `rate_tolerance` (relative) of eval's estimate and its
+// decoded PSNR within `psnr_tolerance` dB of eval's.
+inline void expect_files_near_the_estimate(const ModelSpec& spec, const Registry& registry, const std::string& path,
+                                           double rate_tolerance, double psnr_tolerance) {
+  auto model = ae::CodecModel::from_file(path, registry, Device::cpu());
+  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
+  const TensorFile file = load_safetensors(path);
+  const std::string source = PLEXUS_SOURCE_DIR;
+  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
+    const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
+    const std::vector<std::uint8_t> bytes = model->compress(image);
+    const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
+    const ae::ImageEvaluation eval = evaluate_with_weights(spec, registry, file, image, model->stride());
+    std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%)\n", name, file_bpp, eval.bpp,
+                100 * (file_bpp / eval.bpp - 1));
+    EXPECT_NEAR(file_bpp, eval.bpp, rate_tolerance * eval.bpp) << name;
+    const data::Image decoded = model->decompress(bytes.data(), bytes.size());
+    EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, psnr_tolerance) << name;
   }
 }
 

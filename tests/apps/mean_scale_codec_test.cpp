@@ -206,29 +206,8 @@ TEST(MeanScaleCodecStraightThrough, TheSynthesisReadingTheRoundedOutputIsCoded) 
 // the tiny model trained for 150 steps on the bundled training images.
 TEST(MeanScaleCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"mean-scale-rate"};
-  const std::string source = PLEXUS_SOURCE_DIR;
-  auto trained = testing::run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
-                                         std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json", "--lambda",
-                                         "0.01", "--patch", "32", "--batch", "4", "--steps", "150", "--lr", "0.01",
-                                         "--device", "cpu", "--out", folder / "run"},
-                                        folder.path());
-  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
-  EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
-  const std::string path = folder / "run/model.safetensors";
-  auto model = CodecModel::from_file(path, registry, Device::cpu());
-  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
-  const TensorFile file = load_safetensors(path);
-  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
-    const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
-    const std::vector<std::uint8_t> bytes = model->compress(image);
-    const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
-    const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model->stride());
-    std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%)\n", name, file_bpp, eval.bpp,
-                100 * (file_bpp / eval.bpp - 1));
-    EXPECT_NEAR(file_bpp, eval.bpp, 0.05 * eval.bpp) << name;
-    const data::Image decoded = model->decompress(bytes.data(), bytes.size());
-    EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, 0.05) << name;
-  }
+  testing::expect_files_near_the_estimate(
+      tiny_spec(), registry, testing::train_for_rate_test("tiny_mean_scale.json", folder.path()), 0.05, 0.05);
 }
 
 TEST(MeanScaleCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
