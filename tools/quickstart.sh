@@ -4,8 +4,8 @@
 # evaluates it on the bundled Kodak images (data/eval-sample), printing a
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
-# On an idle 2-core machine without a GPU the CPU-only build takes about 2.5
-# minutes and the run itself about 4.5, ending near 22.7 dB at 1.04 bpp (the
+# On an idle 2-core machine without a GPU the CPU-only build takes about 2.7
+# minutes and the run itself about 4.9, ending near 22.7 dB at 1.04 bpp (the
 # README's numbers, which tests/tools/quickstart_test.sh checks).
 # 2500 steps on six images teach the model only the coarse structure of a
 # photograph: expect a blurry reconstruction; real training takes 100k+
