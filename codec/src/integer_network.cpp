@@ -211,18 +211,6 @@ std::vector<Side> tensor_sides(const IntegerNetwork& network, std::int64_t heigh
   return network_sides(network, height, width);
 }
 
-std::vector<double> weight_matrix(const IntegerConvLayer& layer) {
-  const std::int64_t k2 = std::int64_t(layer.kernel) * layer.kernel, rows = layer.in_channels * k2;
-  std::vector<double> matrix(static_cast<std::size_t>(layer.out_channels * rows));
-  for (std::int64_t o = 0; o < layer.out_channels; ++o)
-    for (std::int64_t c = 0; c < layer.in_channels; ++c)
-      for (std::int64_t t = 0; t < k2; ++t)
-        matrix[static_cast<std::size_t>(o * rows + c * k2 + t)] = static_cast<double>(
-            layer.weight[static_cast<std::size_t>(layer.transposed ? (c * layer.out_channels + o) * k2 + t
-                                                                   : (o * layer.in_channels + c) * k2 + t)]);
-  return matrix;
-}
-
 void check_network(const IntegerNetwork& network, const std::string& who) {
   const std::vector<TensorInfo> tensors = describe(network, who);
   const std::int32_t count = static_cast<std::int32_t>(tensors.size());

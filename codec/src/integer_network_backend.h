@@ -19,11 +19,6 @@ namespace plexus::codec {
 // nodes are of the scales' size (ShapeError when sizes do not work out).
 std::vector<Side> tensor_sides(const IntegerNetwork& network, std::int64_t height, std::int64_t width);
 
-// The weights of a convolution as the f64 matrix [O, C k k] of the GEMM
-// out = W cols, row (o), column (c * k + i) * k + j: V[o, c, i, j], or
-// V[c, o, i, j] for a transposed convolution.
-std::vector<double> weight_matrix(const IntegerConvLayer& layer);
-
 class IntegerNetworkRunner::Backend {
  public:
   virtual ~Backend() = default;

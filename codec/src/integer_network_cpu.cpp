@@ -1,51 +1,17 @@
 // The integer network's CPU backend (integer_network_backend.h).
-#include <Eigen/Core>
-
-#include <algorithm>
-
+#include "cpu_convolution.h"
 #include "integer_arithmetic.h"
 #include "integer_network_backend.h"
-#include "plexus/cpu_parallel.h"
 
 namespace plexus::codec {
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// acc[o, p] = B[o] + sum_r W[o, r] cols[r, p] over blocks of output
-// positions p, one thread a block. Exact: see integer_network.h.
-std::vector<std::int64_t> convolution(const IntegerConvLayer& layer, const RowMatrix& weight,
-                                      const std::vector<std::int64_t>& q, Side in, Side out) {
-  const std::int64_t rows = weight.cols(), positions = out.first * out.second;
-  const std::int64_t block = cpu_block_positions(positions, rows);
-  const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
-                                          layer.padding, in.first, in.second, out.second};
-  std::vector<std::int64_t> acc(static_cast<std::size_t>(layer.out_channels * positions));
-  parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
-    const std::int64_t first = b * block, count = std::min(block, positions - first);
-    RowMatrix cols(rows, count);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t p = 0; p < count; ++p) cols(r, p) = arithmetic::im2col_value(geometry, q.data(), r, first + p);
-    const RowMatrix product = weight * cols;
-    for (std::int64_t o = 0; o < layer.out_channels; ++o)
-      for (std::int64_t p = 0; p < count; ++p)
-        acc[static_cast<std::size_t>(o * positions + first + p)] =
-            layer.bias[static_cast<std::size_t>(o)] + static_cast<std::int64_t>(product(o, p));
-  });
-  return acc;
-}
-
 class CpuBackend final : public IntegerNetworkRunner::Backend {
  public:
   explicit CpuBackend(const IntegerNetwork& network) : network_(network), weights_(network.nodes.size()) {
-    for (std::size_t n = 0; n < network.nodes.size(); ++n) {
-      const IntegerNode& node = network.nodes[n];
-      if (node.op != IntegerOp::convolution) continue;
-      const std::vector<double> matrix = weight_matrix(node.conv);
-      weights_[n] = Eigen::Map<const RowMatrix>(matrix.data(), node.conv.out_channels,
-                                                static_cast<std::int64_t>(matrix.size()) / node.conv.out_channels);
-    }
+    for (std::size_t n = 0; n < network.nodes.size(); ++n)
+      if (network.nodes[n].op == IntegerOp::convolution) weights_[n] = weight_rows(network.nodes[n].conv);
   }
 
   void reset(const std::vector<Side>& sides) override {
@@ -67,8 +33,8 @@ class CpuBackend final : public IntegerNetworkRunner::Backend {
     std::vector<std::int64_t> y;
     switch (node.op) {
       case IntegerOp::convolution:
-        y = convolution(node.conv, weights_[t - 1], input(0), sides_[static_cast<std::size_t>(node.inputs[0])],
-                        sides_[t]);
+        y = cpu_convolution<std::int64_t>(node.conv, weights_[t - 1], input(0),
+                                          sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t]);
         break;
       case IntegerOp::rescale:
         y = input(0);

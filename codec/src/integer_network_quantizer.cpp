@@ -3,52 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include <Eigen/Core>
-
-#include "integer_arithmetic.h"
+#include "cpu_convolution.h"
 #include "network_structure.h"
-#include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 
 namespace plexus::codec {
 
 namespace {
-
-// y[o, Y, X] = b[o] + sum_{c, i, j} W x (the taps of integer_network.h), in
-// f64: im2col and one GEMM per block of output positions.
-std::vector<double> float_layer(const FloatConvLayer& layer, const std::vector<double>& x, std::int64_t height,
-                                std::int64_t width, std::int64_t out_height, std::int64_t out_width) {
-  using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const std::int64_t k2 = std::int64_t(layer.kernel) * layer.kernel, rows = layer.in_channels * k2;
-  const std::int64_t outs = layer.out_channels, positions = out_height * out_width;
-  RowMatrix weight(outs, rows);
-  for (std::int64_t o = 0; o < outs; ++o)
-    for (std::int64_t c = 0; c < layer.in_channels; ++c)
-      for (std::int64_t t = 0; t < k2; ++t)
-        weight(o, c * k2 + t) = layer.weight[static_cast<std::size_t>(
-            layer.transposed ? (c * outs + o) * k2 + t : (o * layer.in_channels + c) * k2 + t)];
-  const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
-                                          layer.padding, height, width, out_width};
-  const std::int64_t block = cpu_block_positions(positions, rows);
-  std::vector<double> y(static_cast<std::size_t>(outs * positions));
-  parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
-    const std::int64_t first = b * block, count = std::min(block, positions - first);
-    RowMatrix cols(rows, count);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t p = 0; p < count; ++p) {
-        const std::int64_t q = first + p;
-        const std::int64_t source =
-            arithmetic::tap_source(geometry, r / k2, r / layer.kernel % layer.kernel, r % layer.kernel,
-                                   q / out_width, q % out_width);
-        cols(r, p) = source < 0 ? 0.0 : x[static_cast<std::size_t>(source)];
-      }
-    const RowMatrix product = weight * cols;
-    for (std::int64_t o = 0; o < outs; ++o)
-      for (std::int64_t p = 0; p < count; ++p)
-        y[static_cast<std::size_t>(o * positions + first + p)] = layer.bias[static_cast<std::size_t>(o)] + product(o, p);
-  });
-  return y;
-}
 
 void check_conv(const FloatConvLayer& layer, const std::string& name) {
   const std::size_t weights = static_cast<std::size_t>(layer.in_channels) * layer.out_channels * layer.kernel *
@@ -269,7 +230,8 @@ const std::vector<double>& FloatEvaluation::compute(std::int32_t tensor) {
   switch (node.op) {
     case IntegerOp::convolution: {
       const auto [h, w] = sides_[static_cast<std::size_t>(node.inputs[0])];
-      y = float_layer(node.conv, input(0), h, w, sides_[t].first, sides_[t].second);
+      // In f64, as the integer network's convolutions (calibration only: not exact).
+      y = cpu_convolution<double>(node.conv, weight_rows(node.conv), input(0), {h, w}, sides_[t]);
       break;
     }
     case IntegerOp::rescale: {

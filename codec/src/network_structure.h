@@ -72,6 +72,23 @@ inline std::int64_t cpu_block_positions(std::int64_t positions, std::int64_t row
   return std::max<std::int64_t>(1, std::min({wanted, largest, positions}));
 }
 
+// The weights of a convolution (IntegerConvLayer or FloatConvLayer) as the
+// f64 matrix [O, C k k] of the GEMM out = W cols: row o, column
+// (c * k + i) * k + j holds V[o, c, i, j], or V[c, o, i, j] for a
+// transposed convolution.
+template <typename Conv>
+std::vector<double> weight_matrix(const Conv& layer) {
+  const std::int64_t k2 = std::int64_t(layer.kernel) * layer.kernel, rows = layer.in_channels * k2;
+  std::vector<double> matrix(static_cast<std::size_t>(layer.out_channels * rows));
+  for (std::int64_t o = 0; o < layer.out_channels; ++o)
+    for (std::int64_t c = 0; c < layer.in_channels; ++c)
+      for (std::int64_t t = 0; t < k2; ++t)
+        matrix[static_cast<std::size_t>(o * rows + c * k2 + t)] = static_cast<double>(
+            layer.weight[static_cast<std::size_t>(layer.transposed ? (c * layer.out_channels + o) * k2 + t
+                                                                   : (o * layer.in_channels + c) * k2 + t)]);
+  return matrix;
+}
+
 // A channel range [begin, begin + count) of a tensor.
 struct ChannelRange {
   std::int32_t tensor, begin, count;
