@@ -357,7 +357,7 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   if (!has_hyper_latent(kind_)) return latents;
   const std::vector<std::int32_t> z = latent_integers(latents.hyper_latent, "hyper-latent");
   check_latent_values(latents.latent, "latent");
-  const Tensor y = latents.latent.clone();
+  const Tensor y = std::move(latents.latent);  // code_groups replaces it with y_hat
   const float* values = y.data<float>();
   code_groups(z, latents, [&](std::size_t first, const codec::IntegerOutputs& outputs) {
     std::vector<std::int32_t> symbols(outputs.indices.size());

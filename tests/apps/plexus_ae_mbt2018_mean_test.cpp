@@ -16,6 +16,24 @@ namespace {
 using testing::contains;
 using testing::ScratchFolder;
 
+// compress `image` with the trained folder/run/model.safetensors on the CPU:
+// a file of format `version`, which decompress decodes to a `size` image.
+void expect_round_trip(const ScratchFolder& folder, const std::string& image, int version, const std::string& size) {
+  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", image, "-o",
+                                            folder / "b.pxae", "--device", "cpu"},
+                                           folder.path());
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  std::ifstream file(folder / "b.pxae", std::ios::binary);
+  char header[6] = {};
+  ASSERT_TRUE(file.read(header, sizeof header));
+  EXPECT_EQ(header[4], version) << "format version";
+  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
+                                              folder / "b.pxae", "-o", folder / "b-decoded.png", "--device", "cpu"},
+                                             folder.path());
+  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+  EXPECT_TRUE(contains(decompressed.out, size)) << decompressed.out;
+}
+
 TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ScratchFolder folder{"ae-mbt2018-mean"};
   testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
@@ -33,20 +51,7 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.out, "a.png")) << evaluated.out;
   EXPECT_TRUE(contains(evaluated.err, "mbt2018-mean")) << evaluated.err;
-
-  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", folder / "images/b.png",
-                                            "-o", folder / "b.pxae", "--device", "cpu"},
-                                           folder.path());
-  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
-  std::ifstream file(folder / "b.pxae", std::ios::binary);
-  char header[6] = {};
-  ASSERT_TRUE(file.read(header, sizeof header));
-  EXPECT_EQ(header[4], 3) << "format version 3, the mean-scale hyperprior";
-  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
-                                              folder / "b.pxae", "-o", folder / "b-decoded.png", "--device", "cpu"},
-                                             folder.path());
-  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
-  EXPECT_TRUE(contains(decompressed.out, "70x64")) << decompressed.out;
+  expect_round_trip(folder, folder / "images/b.png", 3, "70x64");  // version 3: the mean-scale hyperprior
 }
 
 TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu) {
@@ -59,14 +64,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
-  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors",
-                                            folder / "images/a.png", "-o", folder / "a.pxae", "--device", "cpu"},
-                                           folder.path());
-  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
-  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
-                                              folder / "a.pxae", "-o", folder / "a-decoded.png", "--device", "cpu"},
-                                             folder.path());
-  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
+  expect_round_trip(folder, folder / "images/a.png", 3, "64x64");
 }
 
 TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCpu) {
@@ -80,19 +78,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCp
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
   testing::save_png(folder / "b.png", testing::position_image(70, 50));
-  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", folder / "b.png",
-                                            "-o", folder / "b.pxae", "--device", "cpu"},
-                                           folder.path());
-  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
-  std::ifstream file(folder / "b.pxae", std::ios::binary);
-  char header[6] = {};
-  ASSERT_TRUE(file.read(header, sizeof header));
-  EXPECT_EQ(header[4], 4) << "format version 4, the channel-conditional model";
-  auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
-                                              folder / "b.pxae", "-o", folder / "b-decoded.png", "--device", "cpu"},
-                                             folder.path());
-  ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
-  EXPECT_TRUE(contains(decompressed.out, "70x50")) << decompressed.out;
+  expect_round_trip(folder, folder / "b.png", 4, "70x50");  // version 4: the channel-conditional model
 }
 
 }  // namespace
