@@ -123,19 +123,37 @@ std::string quality_choices() {
 }
 
 // The value of --quality: a whole number >= 1, else ConfigError saying which.
-int parse_quality(const std::string& text) {
-  int quality = 0;
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, quality);
-  if (error != std::errc() || stop != end || quality < 1)
-    throw ConfigError("--quality takes a whole number" + quality_choices() + ", got '" + text + "'");
+double parse_quality(const std::string& text) {
+  double quality = 0;
+  std::size_t stop = 0;
+  try {
+    quality = std::stod(text, &stop);
+  } catch (const std::exception&) {
+    stop = 0;
+  }
+  if (text.empty() || stop != text.size() || !(quality >= 1) || quality > 99)
+    throw ConfigError("--quality takes a number" + quality_choices() +
+                      " (fractional between the qualities of a variable-rate model), got '" + text + "'");
   return quality;
+}
+
+double parse_level(const std::string& text) {
+  double level = 0;
+  std::size_t stop = 0;
+  try {
+    level = std::stod(text, &stop);
+  } catch (const std::exception&) {
+    stop = 0;
+  }
+  if (text.empty() || stop != text.size() || !(level >= 0) || level > 1000)
+    throw ConfigError("--level takes a rate level, a number from 0 (the lowest rate) to K-1, got '" + text + "'");
+  return level;
 }
 
 // The names of the parameters of `spec`'s net: what --storage f16 stores as F16.
 std::vector<std::string> parameter_names(const ModelSpec& spec, const Registry& registry) {
   const int stride = derive_stride(spec, registry);
-  Net net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}});
+  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}));
   std::vector<std::string> names;
   for (const NamedParameter& named : net.parameters()) names.push_back(named.name);
   return names;
@@ -197,7 +215,12 @@ std::string quality_catalog_path() {
 int run_compress(const CompressOptions& options) {
   CompressOptions o = options;
   if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
-  if (o.quality != 0) o.model = model_for_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+  if (o.quality != 0) {
+    if (o.level) throw ConfigError("give --level with --model; --quality chooses the level itself");
+    const QualityChoice choice = choose_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+    o.model = choice.path;
+    o.level = choice.level;
+  }
   if (o.model.empty())
     throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
                       "(a shipped model) is required");
@@ -209,6 +232,11 @@ int run_compress(const CompressOptions& options) {
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
   auto model = CodecModel::from_file(o.model, registry, device);
+  if (model->rate_levels() > 0 && !o.level)
+    throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(model->rate_levels()) +
+                      " rate levels: give --level, 0 (the lowest rate) to " + std::to_string(model->rate_levels() - 1) +
+                      " (fractional levels interpolate), or --quality");
+  if (o.level) model->set_rate_level(*o.level);
   int failures = 0;
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     try {
@@ -358,6 +386,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
                       "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
   command->add_option("-o,--out", c.out, "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
                       "default: each image's path with .pxae (photo.png -> photo.pxae)")->type_name("PATH");
+  auto level = std::make_shared<std::string>();
+  command->add_option("--level", *level, "with a variable-rate --model: the rate level, 0 (lowest rate) to K-1; "
+                      "fractional levels interpolate; the file records it")->type_name("L");
   command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
@@ -367,9 +398,11 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
+      "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
       "The file format is described in docs/bitstream.md.");
-  command->callback([options, quality, &exit_code] {
+  command->callback([options, quality, level, &exit_code] {
     if (!quality->empty()) options->quality = parse_quality(*quality);
+    if (!level->empty()) options->level = parse_level(*level);
     use_cpu_threads(options->cpu_threads);
     exit_code = run_compress(*options);
   });

@@ -2,6 +2,7 @@
 // `plexus-ae compress`, `plexus-ae decompress` and `plexus-ae export`: the
 // codec commands (codec_model.h does the work; docs/bitstream.md is the format).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,8 @@ namespace plexus::ae {
 
 struct CompressOptions {
   std::string model;
-  int quality = 0;  // 0: none; else the catalog's model (quality_catalog.h), instead of --model
+  double quality = 0;  // 0: none; else the catalog's model (quality_catalog.h), instead of --model
+  std::optional<double> level;  // a variable-rate model's rate level (--level, or the quality's)
   std::vector<std::string> inputs;
   std::string out;
   std::string device = "auto";

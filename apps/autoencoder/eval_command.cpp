@@ -58,20 +58,23 @@ struct EvalResults {
 struct Evaluator {
   Evaluator(const EvalOptions& o, const ModelSpec& spec, const Registry& registry, int stride, Device device,
             Precision precision)
-      : net(spec, registry, {{kImage, Shape{1, 3, stride, stride}}}, DType::f32, device),
+      : net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device),
         step(load_checkpoint(o.model, net, nullptr)),
         ctx(device, 0),
         codec(codec_for_eval(o.model, registry, device)),
-        stride(stride) {
+        stride(stride),
+        level(std::max(0.0, o.level)) {
     ctx.set_training(false);
     ctx.set_precision(precision);
     if (codec) codec->set_precision(precision);
+    if (codec && codec->rate_levels() > 0) codec->set_rate_level(level);
   }
   Net net;
   const std::int64_t step;  // of the --model file
   Context ctx;
   std::unique_ptr<CodecModel> codec;
   const int stride;
+  const double level;  // a variable-rate model's rate level
 };
 
 // Where each reconstruction goes: <out>/<relative path>.png, or <out>/<relative
@@ -171,7 +174,7 @@ EvalResults evaluate_images(Evaluator& evaluator, data::ImageFolder& images, con
     result.name = images.relative_path(i);
     result.width = image->width;
     result.height = image->height;
-    ImageEvaluation e = evaluate_image(evaluator.net, evaluator.ctx, *image, evaluator.stride);
+    ImageEvaluation e = evaluate_image(evaluator.net, evaluator.ctx, *image, evaluator.stride, evaluator.level);
     result.psnr = e.psnr;
     result.bpp = e.bpp;
     if (evaluator.codec) result.file = evaluate_codec(*evaluator.codec, *image);
@@ -217,6 +220,8 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
   eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
+  eval.add_option("--level", o.level, "a variable-rate model's rate level, 0 (the lowest rate) to K-1 (required for one; "
+                  "fractional levels interpolate)")->type_name("L")->check(CLI::Range(0.0, 1000.0));
 }
 
 }  // namespace
@@ -247,6 +252,13 @@ int run_eval(const EvalOptions& o) {
   const ModelSpec spec = spec_from_checkpoint(load_safetensors(o.model), o.model, registry);
   check_contract(spec);
   const int stride = derive_stride(spec, registry);
+  const int levels = rate_levels(spec);
+  if (levels > 0 && !(o.level >= 0 && o.level <= levels - 1))
+    throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(levels) + " rate levels: give " +
+                      "--level, 0 (the lowest rate) to " + std::to_string(levels - 1) +
+                      (o.level >= 0 ? " (got " + std::to_string(o.level) + ")" : std::string()));
+  if (levels == 0 && o.level >= 0)
+    throw ConfigError("--level is for a variable-rate model; '" + o.model + "' has one rate");
   const Device device = choose_device(o.device);
   const Precision precision = choose_precision(o.precision, device);
   if (!o.out.empty() && fs::exists(o.out, error) && fs::equivalent(o.out, o.data, error))
@@ -257,8 +269,9 @@ int run_eval(const EvalOptions& o) {
   if (!o.out.empty()) create_output_folder(o.out);
 
   Evaluator evaluator(o, spec, registry, stride, device, precision);
-  spdlog::info("evaluating '{}' ({}, step {}, stride {}) on {} image(s) of '{}' on {}", o.model,
-               spec.name.empty() ? spec.source : spec.name, evaluator.step, stride, images.size(), o.data,
+  spdlog::info("evaluating '{}' ({}, step {}, stride {}{}) on {} image(s) of '{}' on {}", o.model,
+               spec.name.empty() ? spec.source : spec.name, evaluator.step, stride,
+               levels > 0 ? fmt::format(", rate level {}", o.level) : std::string(), images.size(), o.data,
                device.str());
   ResultTable table(images, evaluator.codec != nullptr);
   EvalResults results = evaluate_images(evaluator, images, o.out, [&](const ImageResult& r) { table.print_row(r); });

@@ -6,12 +6,13 @@
 
 namespace plexus::ae {
 
-ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride) {
+ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride, double level) {
   const int padded_width = (image.width + stride - 1) / stride * stride;
   const int padded_height = (image.height + stride - 1) / stride * stride;
   const data::Image padded = data::pad_replicate(image, padded_width, padded_height);
-  net.reshape({{kImage, Shape{1, 3, padded_height, padded_width}}});
+  net.reshape(model_input_shapes(net.spec(), Shape{1, 3, padded_height, padded_width}));
   net.input(kImage).copy_from(data::image_to_tensor(padded));
+  set_rate_level(ctx, net, level);
   const bool was_training = ctx.training();
   ctx.set_training(false);
   net.forward(ctx);

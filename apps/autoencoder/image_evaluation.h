@@ -19,6 +19,7 @@ struct ImageEvaluation {
 // Reshapes `net` to the padded image. The rate counts every bit of the
 // padded latent (a real codec would code them too) over the original
 // pixels: bpp = bpp(padded) * (padded pixels) / (original pixels).
-ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride);
+// `level`: a variable-rate model's rate level (ignored by a model of one rate).
+ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride, double level = 0);
 
 }  // namespace plexus::ae

@@ -18,6 +18,8 @@ struct TrainOptions {
   std::string model = "bls2017";
   std::string out;  // default: runs/<model name>
   double lambda = 0.01;
+  // A variable-rate model's trade-offs, one per rate level, increasing (--lambdas).
+  std::vector<double> lambdas;
   std::int64_t steps = 100000;
   int batch = 8;
   int patch = 256;
@@ -60,6 +62,7 @@ struct EvalOptions {
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32 (kEvalPrecisionHelp)
   std::int64_t max_image_pixels = 50'000'000;
+  double level = -1;  // a variable-rate model's rate level (--level); < 0: not given
 };
 
 }  // namespace plexus::ae

@@ -72,6 +72,11 @@ QualityCatalog load_quality_catalog(const std::string& path) {
       bad("\"model\" must be a .safetensors path relative to the catalog, without \"..\"");
     entry.model = item["model"].get<std::string>();
     entry.path = (fs::path(path).parent_path() / entry.model).string();
+    if (item.contains("level")) {
+      if (!item["level"].is_number() || !(item["level"].get<double>() >= 0) || item["level"].get<double>() > 1000)
+        bad("\"level\" must be a number in [0, 1000] (a variable-rate model's rate level)");
+      entry.level = item["level"].get<double>();
+    }
     catalog.entries.push_back(std::move(entry));
   }
   std::sort(catalog.entries.begin(), catalog.entries.end(),
@@ -79,9 +84,18 @@ QualityCatalog load_quality_catalog(const std::string& path) {
   return catalog;
 }
 
-std::string training_commands(const QualityEntry& entry) {
+std::string training_commands(const QualityCatalog& catalog, const QualityEntry& entry) {
   const std::string run = "runs/" + fs::path(entry.model).parent_path().filename().string();
-  return "  plexus-ae train --data BSDS500/train --model " + entry.spec + " --lambda " + lambda_text(entry.lambda) +
+  std::string trade_off = " --lambda " + lambda_text(entry.lambda);
+  if (entry.level) {  // every rate level of the model, in level order
+    std::vector<const QualityEntry*> levels;
+    for (const QualityEntry& other : catalog.entries)
+      if (other.path == entry.path && other.level) levels.push_back(&other);
+    std::sort(levels.begin(), levels.end(), [](auto* a, auto* b) { return *a->level < *b->level; });
+    trade_off = " --lambdas ";
+    for (std::size_t k = 0; k < levels.size(); ++k) trade_off += (k ? "," : "") + lambda_text(levels[k]->lambda);
+  }
+  return "  plexus-ae train --data BSDS500/train --model " + entry.spec + trade_off +
          " --batch 16 --patch 256 --steps 1000000 --time-limit 1200 --device cuda --out " + run +
          "\n  plexus-ae export --model " + run + "/model.safetensors --storage f16 --out " + entry.path +
          "\n(BSDS500/train: the 400 training images of BSDS500, the Berkeley segmentation data set; "
@@ -95,7 +109,7 @@ std::string model_for_quality(const QualityCatalog& catalog, int quality) {
     if (fs::is_regular_file(entry.path, error)) return entry.path;
     throw ConfigError("quality " + std::to_string(quality) + " (" + entry.spec + ", lambda " +
                       lambda_text(entry.lambda) + ") is not shipped with this plexus-ae: '" + entry.path +
-                      "' is absent. Train it with:\n" + training_commands(entry));
+                      "' is absent. Train it with:\n" + training_commands(catalog, entry));
   }
   std::string listed, shipped;
   for (const QualityEntry& entry : catalog.entries) {
@@ -105,6 +119,30 @@ std::string model_for_quality(const QualityCatalog& catalog, int quality) {
   }
   throw ConfigError("no quality " + std::to_string(quality) + " in '" + catalog.path + "'; it lists " +
                     (listed.empty() ? "none" : listed) + " (shipped: " + (shipped.empty() ? "none" : shipped) + ")");
+}
+
+QualityChoice choose_quality(const QualityCatalog& catalog, double quality) {
+  const double whole = std::floor(quality);
+  if (quality == whole) {
+    QualityChoice choice{model_for_quality(catalog, static_cast<int>(whole)), std::nullopt};
+    for (const QualityEntry& entry : catalog.entries)
+      if (entry.quality == static_cast<int>(whole)) choice.level = entry.level;
+    return choice;
+  }
+  const QualityEntry *below = nullptr, *above = nullptr;
+  for (const QualityEntry& entry : catalog.entries) {
+    if (entry.quality == static_cast<int>(whole)) below = &entry;
+    if (entry.quality == static_cast<int>(whole) + 1) above = &entry;
+  }
+  std::ostringstream text;
+  text << quality;
+  if (!below || !above || below->path != above->path || !below->level || !above->level)
+    throw ConfigError("quality " + text.str() + " lies between qualities " + std::to_string(int(whole)) + " and " +
+                      std::to_string(int(whole) + 1) + ", which are not rate levels of one variable-rate model in '" +
+                      catalog.path + "'; give a whole quality");
+  QualityChoice choice{model_for_quality(catalog, below->quality), std::nullopt};
+  choice.level = *below->level + (quality - whole) * (*above->level - *below->level);
+  return choice;
 }
 
 }  // namespace plexus::ae

@@ -6,6 +6,11 @@
 // Model paths are relative to the catalog file. An entry whose model file is
 // absent is a quality this copy does not ship: asking for it is an error
 // that prints the commands which train and export it.
+//
+// Entries with a "level" name a rate level of a variable-rate model: several
+// qualities share one model file, and a fractional quality between two of
+// them takes the level in between (linearly).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,7 @@ struct QualityEntry {
   double lambda = 0;  // its rate-distortion trade-off
   std::string model;  // as written in the catalog (relative)
   std::string path;   // the model file: the catalog's folder / model
+  std::optional<double> level;  // a variable-rate model's rate level (>= 0)
 };
 
 struct QualityCatalog {
@@ -35,7 +41,18 @@ QualityCatalog load_quality_catalog(const std::string& path);
 // with training_commands()).
 std::string model_for_quality(const QualityCatalog& catalog, int quality);
 
-// The commands that train the entry's model and export it where the catalog expects it.
-std::string training_commands(const QualityEntry& entry);
+// What `compress --quality Q` uses: the model file and, for a variable-rate
+// model, the rate level. A whole Q is model_for_quality's entry; a
+// fractional one must lie between two consecutive qualities of one
+// variable-rate model (ConfigError otherwise, naming them).
+struct QualityChoice {
+  std::string path;
+  std::optional<double> level;
+};
+QualityChoice choose_quality(const QualityCatalog& catalog, double quality);
+
+// The commands that train the entry's model and export it where the catalog
+// expects it (a variable-rate model: with --lambdas of every entry it serves).
+std::string training_commands(const QualityCatalog& catalog, const QualityEntry& entry);
 
 }  // namespace plexus::ae

@@ -21,7 +21,7 @@ nlohmann::json train_settings(const TrainOptions& o, int stride) {
           {"clip_grad_norm", o.clip_grad_norm}, {"lr_schedule", o.lr_schedule},
           {"lr_decay", o.lr_decay}, {"lr_step_every", o.lr_step_every},
           {"lr_patience", o.lr_patience}, {"lr_final_fraction", o.lr_final_fraction},
-          {"min_lr", o.min_lr}};
+          {"min_lr", o.min_lr},     {"lambdas", o.lambdas}};
 }
 
 namespace {
@@ -65,6 +65,14 @@ void check_saved_settings(const nlohmann::json& saved, const std::string& source
   check_integer(saved, "log_every", 1, limits::kMaxSteps, source);
   check_integer(saved, "val_every", 1, limits::kMaxSteps, source);
   check_integer(saved, "val_images", 0, std::numeric_limits<int>::max(), source);
+  if (saved.contains("lambdas")) {
+    const nlohmann::json& lambdas = saved.at("lambdas");
+    bool valid = lambdas.is_array() && lambdas.size() <= 1000;
+    for (std::size_t i = 0; valid && i < lambdas.size(); ++i)
+      valid = lambdas[i].is_number() && lambdas[i].get<double>() > 0 && std::isfinite(lambdas[i].get<double>());
+    if (!valid)
+      throw IoError(source + ": at /lambdas: must be a list of at most 1000 finite numbers > 0, got " + lambdas.dump());
+  }
 }
 
 namespace {
@@ -87,6 +95,7 @@ void apply_saved_settings(TrainOptions& o, const nlohmann::json& saved, const st
   restore(o.val, saved, "val", given, false);
   restore(o.model, saved, "model", given, true);
   restore(o.lambda, saved, "lambda", given, true);
+  restore(o.lambdas, saved, "lambdas", given, true);
   restore(o.steps, saved, "steps", given, false);
   restore(o.batch, saved, "batch", given, true);
   restore(o.patch, saved, "patch", given, true);

@@ -47,6 +47,12 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--val", o.val, "folder of validation images, evaluated at full size every --val-every steps and at the end")->type_name("DIR");
   train.add_option("--model", o.model, "a bundled model (" + bundled_names_text() + ") or a JSON model spec file")->type_name("NAME|FILE");
   train.add_option("--lambda", o.lambda, "rate-distortion trade-off: loss = lambda * 255^2 * MSE + bpp");
+  train.add_option("--lambdas", o.lambdas,
+                   "a variable-rate model's trade-offs, one per rate level, increasing (e.g. "
+                   "0.0018,0.0035,0.0067,0.013,0.025,0.0483): each patch trains at a level drawn at random, with "
+                   "its lambda")
+      ->delimiter(',')
+      ->type_name("L0,L1,...");
   train.add_option("--steps", o.steps, "total optimisation steps (a resumed run continues up to this)");
   train.add_option("--batch", o.batch, "patches per step");
   train.add_option("--patch", o.patch, "patch side in pixels; a multiple of the model's stride (16 for the bundled models)");

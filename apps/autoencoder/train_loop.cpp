@@ -35,20 +35,20 @@ struct Validation {
 // Mean PSNR and bpp over (up to `limit`) validation images in eval mode;
 // the net is put back to the training shape afterwards.
 Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, int stride, int limit, double weight,
-                           const Shape& training_shape) {
+                           const Shape& training_shape, double level) {
   Validation v;
   double mse = 0;
   const std::size_t count = limit > 0 ? std::min<std::size_t>(images.size(), limit) : images.size();
   for (std::size_t i = 0; i < count; ++i) {
     auto image = images.load(i);
     if (!image) continue;
-    ImageEvaluation e = evaluate_image(net, ctx, *image, stride);
+    ImageEvaluation e = evaluate_image(net, ctx, *image, stride, level);
     v.psnr += e.psnr;
     v.bpp += e.bpp;
     mse += e.mse;
     ++v.images;
   }
-  net.reshape({{kImage, training_shape}});
+  net.reshape(model_input_shapes(net.spec(), training_shape));
   if (v.images == 0) throw IoError("no validation image in '" + images.folder() + "' could be decoded");
   v.psnr /= v.images;
   v.bpp /= v.images;
@@ -93,6 +93,7 @@ TrainLoop::TrainLoop(TrainingRun& run)
       last_step_(o_.steps),
       window_start_(std::chrono::steady_clock::now()) {
   training_.set_gradient_clipper(run.clipper.get());
+  if (run.settings.rate_levels > 0) training_.set_rate_lambdas(o_.lambdas);
   stats_.total = o_.steps;
 }
 
@@ -181,7 +182,7 @@ bool TrainLoop::log_window() {
 bool TrainLoop::validate() {
   if (diverged(training_.divergence())) return false;
   const Validation v = validate_images(run_.net, run_.ctx, *run_.images.validation, run_.settings.stride,
-                                       o_.val_images, run_.weight, run_.training_shape);
+                                       o_.val_images, run_.weight, run_.training_shape, run_.validation_level());
   if (run_.root) bar_.finish();
   spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", run_.step, v.psnr, v.bpp,
                v.images, o_.val);

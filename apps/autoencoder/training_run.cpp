@@ -46,6 +46,30 @@ void check_values(const TrainOptions& o) {
                       std::to_string(o.replica_check_every));
 }
 
+// --lambdas for a variable-rate model (as many as its rate levels, increasing), --lambda otherwise.
+void check_lambdas(const TrainSettings& s) {
+  const std::vector<double>& lambdas = s.options.lambdas;
+  const int levels = s.rate_levels;
+  if (levels == 0) {
+    if (!lambdas.empty())
+      throw ConfigError("--lambdas is for a variable-rate model (one with GainUnit nodes and a \"level\" input); " +
+                        s.spec.source + " has one rate: give --lambda");
+    return;
+  }
+  if (static_cast<int>(lambdas.size()) != levels)
+    throw ConfigError(s.spec.source + " is a variable-rate model of " + std::to_string(levels) +
+                      " rate levels: give --lambdas with " + std::to_string(levels) + " values, one per level, "
+                      "increasing (got " + std::to_string(lambdas.size()) + ")");
+  for (std::size_t k = 0; k < lambdas.size(); ++k) {
+    if (!(lambdas[k] > 0) || !std::isfinite(lambdas[k]))
+      throw ConfigError("--lambdas: value " + std::to_string(k + 1) + " must be > 0, got " + std::to_string(lambdas[k]));
+    if (k > 0 && !(lambdas[k] > lambdas[k - 1]))
+      throw ConfigError("--lambdas must increase with the level (level 0 the lowest rate): value " +
+                        std::to_string(k + 1) + " (" + std::to_string(lambdas[k]) + ") is not above value " +
+                        std::to_string(k) + " (" + std::to_string(lambdas[k - 1]) + ")");
+  }
+}
+
 void check_patch(const TrainSettings& s) {
   const int patch = s.options.patch, stride = s.stride;
   if (patch % stride != 0)
@@ -89,6 +113,13 @@ std::unique_ptr<data::ImageFolder> open_validation_images(const TrainOptions& o)
 
 std::string TrainSettings::model_name() const { return spec.name.empty() ? spec.source : spec.name; }
 
+double TrainSettings::loss_lambda() const {
+  if (rate_levels == 0) return options.lambda;
+  double mean = 0;
+  for (double lambda : options.lambdas) mean += lambda / static_cast<double>(options.lambdas.size());
+  return mean;
+}
+
 TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,
                                      const Registry& registry, const std::optional<WorkerEnvironment>& worker) {
   TrainSettings s;
@@ -110,6 +141,8 @@ TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::s
   }
   check_values(o);
   check_contract(s.spec);
+  s.rate_levels = rate_levels(s.spec);
+  check_lambdas(s);
   s.stride = derive_stride(s.spec, registry);
   check_patch(s);
   s.device = worker ? worker_device(o, *worker) : choose_device(o.device);
@@ -129,12 +162,13 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry
       root(root),
       ctx(settings.device, settings.options.seed),
       training_shape{settings.options.batch, 3, settings.options.patch, settings.options.patch},
-      net(settings.spec, registry, {{kImage, training_shape}}, DType::f32, settings.device, settings.options.seed),
+      net(settings.spec, registry, model_input_shapes(settings.spec, training_shape), DType::f32, settings.device,
+          settings.options.seed),
       adam(settings.options.lr),
       schedule(settings.options),
       clipper(settings.options.clip_grad_norm > 0 ? std::make_unique<GradientClipper>(settings.options.clip_grad_norm)
                                                   : nullptr),
-      weight(distortion_weight(settings.options.lambda)),
+      weight(distortion_weight(settings.loss_lambda())),
       settings_text(train_settings(settings.options, settings.stride).dump()),
       best_val_psnr(settings.earlier.best_val_psnr) {
   const TrainOptions& o = settings.options;
@@ -169,7 +203,10 @@ void TrainingRun::log_start() const {
                o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
                ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data,
                o.batch, o.patch, o.patch,
-               ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(), o.lambda,
+               ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(),
+               settings.rate_levels > 0 ? nlohmann::json(o.lambdas).dump() + " (one per rate level; \"mse\" in the "
+                                          "log is weighted lambda_level / their mean)"
+                                        : fmt::format("{}", o.lambda),
                adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
                o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
   if (o.lr_schedule == "plateau" && o.val.empty())

@@ -32,12 +32,15 @@ struct TrainSettings {
   ModelSpec spec;
   TrainProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
   int stride = 0;
+  int rate_levels = 0;  // a variable-rate model's (rate_levels()); 0: a model of one rate
   Device device;
   Precision precision = Precision::f32;
   std::string checkpoint_path;  // <out>/checkpoint.safetensors
   std::string model_path;       // <out>/model.safetensors
   // The spec's name, else where it came from.
   std::string model_name() const;
+  // The trade-off weighting "mse" in the loss: --lambda, or the mean of --lambdas.
+  double loss_lambda() const;
 };
 
 // `options.out` must be set. Reads the checkpoint on --resume; throws
@@ -72,6 +75,8 @@ struct TrainingRun {
   void log_start() const;
   // model.safetensors: the parameters without the optimiser, and the coding tables.
   void write_model();
+  // The rate level validation measures a variable-rate model at: the middle one.
+  double validation_level() const { return settings.rate_levels > 0 ? (settings.rate_levels - 1) / 2.0 : 0.0; }
 
   const TrainSettings& settings;
   const Registry& registry;
@@ -85,7 +90,7 @@ struct TrainingRun {
   std::unique_ptr<GradientClipper> clipper;  // null: --clip-grad-norm 0
   std::int64_t step = 0;                     // steps taken, by every run of this --out
   std::unique_ptr<DataParallelRank> parallel;  // null: a single process
-  const double weight;                         // of the distortion in the loss: distortion_weight(--lambda)
+  const double weight;                         // of the distortion in the loss: distortion_weight(loss_lambda())
   const std::string settings_text;             // train_settings() as JSON text
   double best_val_psnr;                        // NaN: no validation yet
   std::chrono::steady_clock::time_point start;  // of this run's training

@@ -1,5 +1,6 @@
 #include "training_step.h"
 
+#include <random>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@ namespace {
 
 constexpr std::uint64_t kNoiseStream = 1;
 constexpr std::uint64_t kRankNoiseStream = 2;  // mixed with the step's noise seed for ranks > 0
+constexpr std::uint64_t kRateLevelStream = 3;  // the patches' rate levels, from the step's noise seed
 
 // Whether the step can be recorded into a CUDA graph; logs once why not.
 bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer,
@@ -67,8 +69,25 @@ void TrainingStep::wait_for_reductions() {
   if (communicator_) communicator_->synchronize();
 }
 
+void TrainingStep::set_rate_lambdas(std::vector<double> lambdas) { lambdas_ = std::move(lambdas); }
+
+void TrainingStep::draw_rate_levels(std::int64_t step) {
+  double mean = 0;
+  for (double lambda : lambdas_) mean += lambda / static_cast<double>(lambdas_.size());
+  std::mt19937_64 generator(data::mix_seed(noise_seed(step), 0, kRateLevelStream));
+  const auto patches = static_cast<std::size_t>(net_.input(kImage).dim(0));
+  std::vector<double> levels(patches), weights(patches);
+  for (std::size_t n = 0; n < patches; ++n) {
+    const std::size_t k = static_cast<std::size_t>(generator() % lambdas_.size());
+    levels[n] = static_cast<double>(k);
+    weights[n] = lambdas_[k] / mean;
+  }
+  set_rate_inputs(ctx_, net_, levels, weights);  // enqueued before the step, outside its graph
+}
+
 void TrainingStep::run(std::int64_t step) {
   input_.next_into(ctx_, net_.input(kImage));
+  if (!lambdas_.empty()) draw_rate_levels(step);
   ctx_.reseed(noise_seed(step));
   optimizer_.begin_step(ctx_, parameters_);
   graph_.run(ctx_, net_.layout_version(), [&] {

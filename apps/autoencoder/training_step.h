@@ -73,11 +73,17 @@ class TrainingStep {
   // Clips the gradient norm between backward and the update (null: none).
   // On CUDA it runs on the device and is recorded into the graph with the step.
   void set_gradient_clipper(GradientClipper* clipper) { clipper_ = clipper; }
+  // A variable-rate model: each step draws every patch's rate level k
+  // uniformly from the stream mix_seed(noise seed, 0, 3) and weights its MSE
+  // lambdas[k] / mean(lambdas) (the loss weight of "mse" being
+  // mean(lambdas) * 255^2). Empty: a model of one rate.
+  void set_rate_lambdas(std::vector<double> lambdas);
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
   std::uint64_t noise_seed(std::int64_t step) const;
   void wait_for_reductions();
+  void draw_rate_levels(std::int64_t step);
   Net& net_;
   Optimizer& optimizer_;
   Context& ctx_;
@@ -90,6 +96,7 @@ class TrainingStep {
   GradientClipper* clipper_ = nullptr;
   distributed::Communicator* communicator_ = nullptr;
   std::unique_ptr<distributed::GradientBuckets> buckets_;
+  std::vector<double> lambdas_;  // a variable-rate model's, else empty
 };
 
 }  // namespace plexus::ae

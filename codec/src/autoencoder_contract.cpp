@@ -5,6 +5,7 @@
 
 #include "plexus/error.h"
 #include "plexus/net.h"
+#include "plexus/tensor_ops.h"
 
 namespace plexus::ae {
 
@@ -13,10 +14,14 @@ double distortion_weight(double lambda) { return lambda * 255.0 * 255.0; }
 void check_contract(const ModelSpec& spec) {
   std::string problems;
   auto add = [&](const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; };
-  if (spec.inputs.size() != 1 || spec.inputs[0] != kImage) {
+  const std::vector<std::string> variable_rate{kImage, kRateLevel, kMseWeight};
+  if (spec.inputs != std::vector<std::string>{kImage} && spec.inputs != variable_rate) {
     std::string given;
     for (const auto& input : spec.inputs) given += (given.empty() ? "" : ", ") + ("'" + input + "'");
-    add("its inputs must be exactly [\"image\"], got [" + given + "]");
+    add("its inputs must be exactly [\"image\"], or [\"image\", \"level\", \"mse_weight\"] for a variable-rate "
+        "model, got [" + given + "]");
+  } else if (spec.inputs == variable_rate && rate_levels(spec) == 0) {
+    add("it reads \"level\" but has no GainUnit node to apply it");
   }
   std::set<std::string> produced;
   for (const auto& node : spec.nodes) produced.insert(node.outputs.begin(), node.outputs.end());
@@ -30,6 +35,54 @@ void check_contract(const ModelSpec& spec) {
                       "\"likelihoods\", \"mse\" and \"bpp\" (see apps/autoencoder/README.md)");
 }
 
+int rate_levels(const ModelSpec& spec) {
+  int levels = 0;
+  std::string first;
+  for (const NodeSpec& node : spec.nodes) {
+    if (node.type != kGainUnitType) continue;
+    const auto it = node.params.find("levels");
+    if (it == node.params.end() || !it->is_number_integer() || it->get<long long>() < 2 || it->get<long long>() > 1000)
+      throw ConfigError(spec.source + ": GainUnit node '" + node.name + "' needs \"levels\", an integer in [2, 1000]");
+    const int k = static_cast<int>(it->get<long long>());
+    if (levels != 0 && k != levels)
+      throw ConfigError(spec.source + ": GainUnit nodes '" + first + "' and '" + node.name + "' have " +
+                        std::to_string(levels) + " and " + std::to_string(k) +
+                        " levels; one variable-rate model has one set of rate levels");
+    if (levels == 0) first = node.name;
+    levels = k;
+  }
+  return levels;
+}
+
+std::map<std::string, Shape> model_input_shapes(const ModelSpec& spec, const std::string& main, const Shape& shape) {
+  std::map<std::string, Shape> shapes;
+  for (const std::string& input : spec.inputs) shapes[input] = input == main ? shape : Shape{shape.at(0)};
+  return shapes;
+}
+
+std::map<std::string, Shape> model_input_shapes(const ModelSpec& spec, const Shape& image) {
+  return model_input_shapes(spec, kImage, image);
+}
+
+void set_rate_inputs(Context& ctx, Net& net, const std::vector<double>& levels, const std::vector<double>& mse_weights) {
+  for (const auto& [name, values] : {std::pair{kRateLevel, &levels}, std::pair{kMseWeight, &mse_weights}}) {
+    if (!net.has_input(name)) continue;
+    Tensor& input = net.input(name);
+    if (input.numel() != static_cast<std::int64_t>(values->size()))
+      throw ShapeError(std::string("\"") + name + "\" holds " + std::to_string(input.numel()) + " value(s), given " +
+                       std::to_string(values->size()));
+    if (values->size() <= kMaxSetValues)
+      set_values(ctx, input, *values);
+    else
+      input.copy_from(Tensor::from_values(*values, input.shape()));
+  }
+}
+
+void set_rate_level(Context& ctx, Net& net, double level) {
+  const std::size_t images = net.has_input(kRateLevel) ? static_cast<std::size_t>(net.input(kRateLevel).numel()) : 0;
+  set_rate_inputs(ctx, net, std::vector<double>(images, level), std::vector<double>(images, 1.0));
+}
+
 namespace {
 struct ProbeResult {
   Shape reconstruction;
@@ -40,7 +93,7 @@ struct ProbeResult {
 };
 
 ProbeResult probe(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
-  Net net(spec, registry, {{kImage, Shape{1, 3, side, side}}});
+  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}));
   ProbeResult result{net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape(), side};
   for (const NodeSpec& node : spec.nodes)
     for (const std::string& output : node.outputs) {

@@ -61,7 +61,7 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   const bool hyperprior = has_hyper_latent(header.kind);
   std::vector<std::uint8_t> out(kMagic, kMagic + 4);
   put(out, format_version(header.kind), 2);
-  put(out, header.grey ? kFlagGrey : 0, 2);
+  put(out, (header.grey ? kFlagGrey : 0) | (header.variable_rate ? kFlagRateLevel : 0), 2);
   put(out, header.fingerprint, 8);
   put(out, header.width, 4);
   put(out, header.height, 4);
@@ -74,6 +74,7 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
     put(out, header.hyper_height, 4);
     put(out, header.hyper_width, 4);
   }
+  if (header.variable_rate) put(out, header.rate_level, 4);
   put(out, stream.size(), 4);
   out.insert(out.end(), stream.begin(), stream.end());
   put(out, plexus::crc32(out.data(), out.size()), 4);
@@ -87,7 +88,9 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   if (version < 1 || version > kBitstreamVersion)
     throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only versions 1 to " +
                   std::to_string(kBitstreamVersion) + (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
-  const std::size_t header_bytes = version == 1 ? kBitstreamHeaderBytes : kHyperpriorHeaderBytes;
+  const auto flags = size >= 8 ? get(bytes + 6, 2) : 0;
+  const bool variable_rate = (flags & kFlagRateLevel) != 0;
+  const std::size_t header_bytes = (version == 1 ? kBitstreamHeaderBytes : kHyperpriorHeaderBytes) + (variable_rate ? 4 : 0);
   const std::size_t overhead = header_bytes + 4;
   if (size < overhead)
     throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(overhead) +
@@ -105,13 +108,15 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   if (stored_crc != actual_crc)
     throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
                   ", stored " + fingerprint_text(stored_crc).substr(8) + ")");
-  const auto flags = get(bytes + 6, 2);
-  if ((flags & ~std::uint64_t(kFlagGrey)) != 0)
-    throw IoError("unknown flags " + std::to_string(flags) + " (this plexus-ae knows only bit 0, a grey image)");
+  if ((flags & ~std::uint64_t(kFlagGrey | kFlagRateLevel)) != 0)
+    throw IoError("unknown flags " + std::to_string(flags) +
+                  " (this plexus-ae knows only bit 0, a grey image, and bit 1, a rate level)");
 
   Bitstream result;
   BitstreamHeader& h = result.header;
   h.grey = (flags & kFlagGrey) != 0;
+  h.variable_rate = variable_rate;
+  if (variable_rate) h.rate_level = static_cast<std::uint32_t>(get(bytes + header_bytes - 8, 4));
   if (version >= 2) {
     // Version 2 holds kind 2, version 3 kind 3, version 4 kind 4: the same layout, different symbols.
     const std::uint64_t kind = get(bytes + 36, 4);
@@ -128,6 +133,16 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError(std::string("a ") + model_kind_name(h.kind) + " file (format version " + std::to_string(version) +
                   "), but '" + expected.model + "' is a " + model_kind_name(expected.kind) +
                   " model; decompress it with --model set to the model that compressed it");
+  if (variable_rate != (expected.rate_levels > 0))
+    throw IoError(variable_rate ? "it holds a rate level, but '" + expected.model +
+                                      "' is a model of one rate; decompress it with --model set to the "
+                                      "variable-rate model that compressed it"
+                                : "it holds no rate level, but '" + expected.model +
+                                      "' is a variable-rate model; decompress it with --model set to the model "
+                                      "that compressed it");
+  if (variable_rate && std::uint64_t(h.rate_level) > std::uint64_t(expected.rate_levels - 1) * kRateLevelOne)
+    throw IoError("rate level " + std::to_string(h.rate_level / double(kRateLevelOne)) + " is out of range: '" +
+                  expected.model + "' has levels 0 to " + std::to_string(expected.rate_levels - 1));
   h.fingerprint = get(bytes + 8, 8);
   h.width = static_cast<std::uint32_t>(get(bytes + 16, 4));
   h.height = static_cast<std::uint32_t>(get(bytes + 20, 4));

@@ -38,6 +38,15 @@ std::vector<NodeSpec> nodes_for(const ModelSpec& spec, const std::vector<std::st
   return nodes;
 }
 
+// A variable-rate model's parts read "level" where their gain units are.
+void add_rate_level_input(ModelSpec& part) {
+  for (const NodeSpec& node : part.nodes)
+    if (std::find(node.inputs.begin(), node.inputs.end(), kRateLevel) != node.inputs.end()) {
+      part.inputs.push_back(kRateLevel);
+      return;
+    }
+}
+
 std::map<std::string, const NodeSpec*> producers(const ModelSpec& spec) {
   std::map<std::string, const NodeSpec*> producer;
   for (const NodeSpec& node : spec.nodes)
@@ -177,12 +186,14 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   graph.analysis.name = spec.name + " analysis";
   graph.analysis.source = spec.source + " (analysis)";
   graph.analysis.inputs = {kImage};
-  graph.analysis.nodes = nodes_for(spec, analysed, {kImage}, "analysis");
+  graph.analysis.nodes = nodes_for(spec, analysed, {kImage, kRateLevel}, "analysis");
+  add_rate_level_input(graph.analysis);
   graph.synthesis.name = spec.name + " synthesis";
   graph.synthesis.source = spec.source + " (synthesis)";
   if (graph.synthesis_input.empty()) graph.synthesis_input = graph.latent;
   graph.synthesis.inputs = {graph.synthesis_input};
-  graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.synthesis_input}, "synthesis");
+  graph.synthesis.nodes = nodes_for(spec, {kReconstruction}, {graph.synthesis_input, kRateLevel}, "synthesis");
+  add_rate_level_input(graph.synthesis);
   graph.density.source = spec.source + " (entropy model)";
   graph.density.inputs = {graph.factorized_latent};
   graph.density.nodes = {*entropy[0]};
@@ -191,7 +202,7 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
 
 HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
   constexpr std::int64_t kProbeSide = 256;
-  Net probe(graph.analysis, registry, {{kImage, Shape{1, 3, kProbeSide, kProbeSide}}});
+  Net probe(graph.analysis, registry, model_input_shapes(graph.analysis, Shape{1, 3, kProbeSide, kProbeSide}));
   const Shape& z = probe.blob(graph.hyper_latent).shape();
   const Shape& y = probe.blob(graph.analysed[0]).shape();
   if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||

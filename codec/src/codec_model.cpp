@@ -176,6 +176,7 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
                        std::string name)
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
+  rate_levels_ = ae::rate_levels(spec);
   stride_ = derive_stride(spec, registry);
   CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
@@ -209,7 +210,7 @@ void CodecModel::probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spe
 std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
                                           const Registry& registry) {
   analysis_shape_ = {1, 3, stride_, stride_};
-  analysis_ = std::make_unique<Net>(graph.analysis, registry, std::map<std::string, Shape>{{kImage, analysis_shape_}},
+  analysis_ = std::make_unique<Net>(graph.analysis, registry, model_input_shapes(graph.analysis, analysis_shape_),
                                     DType::f32, device_);
   load_weights(*analysis_, file, name_);
   Shape latent_shape{1, 0, latent_per_stride_, latent_per_stride_};
@@ -234,8 +235,8 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
   }
   synthesis_shape_ = latent_shape;
   synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
-                                     std::map<std::string, Shape>{{synthesis_input_, latent_shape}},
-                                     DType::f32, device_);
+                                     model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32,
+                                     device_);
   load_weights(*synthesis_, file, name_);
   // Only ever run forward: each holds just what the codec reads, not every activation.
   std::vector<std::string> kept = analysed_;
@@ -302,6 +303,15 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
 
 CodecModel::~CodecModel() = default;
 
+void CodecModel::set_rate_level(double level) {
+  if (rate_levels_ == 0)
+    throw ConfigError("'" + name_ + "' is a model of one rate; a rate level applies only to a variable-rate model");
+  if (!(level >= 0 && level <= rate_levels_ - 1))
+    throw ConfigError("rate level " + std::to_string(level) + " is out of range: '" + name_ + "' has levels 0 to " +
+                      std::to_string(rate_levels_ - 1) + " (fractional levels interpolate)");
+  rate_level_ = static_cast<std::uint32_t>(std::llround(level * kRateLevelOne));
+}
+
 const codec::IntegerNetwork& CodecModel::integer_network() const {
   static const codec::IntegerNetwork kNone;
   return runner_ ? runner_->network() : kNone;
@@ -318,10 +328,11 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
   const int padded_height = (image.height + stride_ - 1) / stride_ * stride_;
   const Shape shape{1, 3, padded_height, padded_width};
   if (shape != analysis_shape_) {
-    analysis_->reshape({{kImage, shape}});
+    analysis_->reshape(model_input_shapes(analysis_->spec(), shape));
     analysis_shape_ = shape;
   }
   analysis_->input(kImage).copy_from(data::image_to_tensor(data::pad_replicate(image, padded_width, padded_height)));
+  ae::set_rate_level(*ctx_, *analysis_, rate_level());
   analysis_->forward(*ctx_);
   Latents latents;
   auto host = [&](const std::string& blob) {
@@ -349,6 +360,8 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
     header.hyper_height = static_cast<std::uint32_t>(latents.hyper_latent.dim(2));
     header.hyper_width = static_cast<std::uint32_t>(latents.hyper_latent.dim(3));
   }
+  header.variable_rate = rate_levels_ > 0;
+  header.rate_level = rate_level_;
   return latents;
 }
 
@@ -441,6 +454,7 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
   expected.stride = static_cast<std::uint32_t>(stride_);
   expected.latent_per_stride = static_cast<std::uint32_t>(latent_per_stride_);
   expected.hyper_channels = has_hyper_latent(kind_) ? static_cast<std::uint32_t>(tables_.channels()) : 0;
+  expected.rate_levels = static_cast<std::uint32_t>(rate_levels_);
   expected.max_pixels = max_pixels_;
   const Bitstream file = parse_bitstream(bytes, size, expected);
   Latents latents;
@@ -497,12 +511,13 @@ std::uint64_t CodecModel::max_file_bytes() const {
   return kHyperpriorOverheadBytes + 8 * per_position * positions;
 }
 
-Tensor CodecModel::synthesize(const Tensor& latent) {
+Tensor CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_level) {
   if (latent.shape() != synthesis_shape_) {
-    synthesis_->reshape({{synthesis_input_, latent.shape()}});
+    synthesis_->reshape(model_input_shapes(synthesis_->spec(), synthesis_input_, latent.shape()));
     synthesis_shape_ = latent.shape();
   }
   synthesis_->input(synthesis_input_).copy_from(latent);
+  ae::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
   synthesis_->forward(*ctx_);
   return synthesis_->blob(kReconstruction);
 }
@@ -511,7 +526,7 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, 
   BitstreamHeader header;
   const Tensor latent = decode_latent(bytes, size, &header);
   if (header_out) *header_out = header;
-  const Tensor& reconstruction = synthesize(latent);
+  const Tensor& reconstruction = synthesize(latent, header.rate_level);
   const Shape& shape = reconstruction.shape();
   if (shape.size() != 4 || shape[1] != 3 || shape[2] < static_cast<std::int64_t>(header.height) ||
       shape[3] < static_cast<std::int64_t>(header.width))
@@ -547,16 +562,21 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
     // The hyper-latents (and latents) of the images, from the model's own analysis on the CPU.
     CodecModel model(spec, file, registry, Device::cpu(), spec.source);
     std::vector<CalibrationSample> samples;
-    for (const data::Image& image : calibration_images) {
-      const CodecModel::Latents latents = model.analyse(image);
-      const Tensor& z = latents.hyper_latent;
-      CalibrationSample sample{latent_integers(z, "hyper-latent"), z.dim(2), z.dim(3), {}};
-      if (graph.kind == ModelKind::channel_conditional)
-        sample.latent.assign(latents.latent.data<float>(), latents.latent.data<float>() + latents.latent.numel());
-      samples.push_back(std::move(sample));
-    }
+    // A variable-rate model's hyper-latents differ by level: each image at every whole level.
+    const int levels = std::max(1, model.rate_levels());
+    for (const data::Image& image : calibration_images)
+      for (int level = 0; level < levels; ++level) {
+        if (model.rate_levels() > 0) model.set_rate_level(level);
+        const CodecModel::Latents latents = model.analyse(image);
+        const Tensor& z = latents.hyper_latent;
+        CalibrationSample sample{latent_integers(z, "hyper-latent"), z.dim(2), z.dim(3), {}};
+        if (graph.kind == ModelKind::channel_conditional)
+          sample.latent.assign(latents.latent.data<float>(), latents.latent.data<float>() + latents.latent.numel());
+        samples.push_back(std::move(sample));
+      }
     calibration = calibrate(network, samples);
-    source = std::to_string(calibration_images.size()) + " image(s)";
+    source = std::to_string(calibration_images.size()) + " image(s)" +
+             (levels > 1 ? " at each of " + std::to_string(levels) + " rate levels" : "");
   }
   integer_entropy_parameters(network, calibration, spec.source);  // refuses a calibration that cannot be used
   store_calibration(calibration, prefix, file);

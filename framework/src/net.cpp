@@ -301,6 +301,10 @@ void Net::release_after(std::size_t index) {
     if (!consumers_.count(output) && !holds_between_passes(output)) blobs_[output] = Tensor();
 }
 
+bool Net::has_input(const std::string& name) const {
+  return std::find(spec_.inputs.begin(), spec_.inputs.end(), name) != spec_.inputs.end();
+}
+
 Tensor& Net::input(const std::string& name) {
   if (std::find(spec_.inputs.begin(), spec_.inputs.end(), name) == spec_.inputs.end())
     throw ConfigError(spec_.source + ": '" + name + "' is not a model input");

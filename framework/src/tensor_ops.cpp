@@ -21,6 +21,18 @@ void fill(Context& ctx, Tensor& tensor, double value) {
   });
 }
 
+void set_values(Context& ctx, Tensor& tensor, const std::vector<double>& values) {
+  if (static_cast<std::int64_t>(values.size()) != tensor.numel() || values.size() > kMaxSetValues)
+    throw ShapeError("set_values: " + std::to_string(values.size()) + " value(s) for " + tensor.describe() +
+                     " (at most " + std::to_string(kMaxSetValues) + ")");
+  if (tensor.device().is_cuda()) return cuda::set_values(ctx, tensor, values);
+  dispatch_float(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* data = tensor.data<T>();
+    for (std::size_t i = 0; i < values.size(); ++i) data[i] = static_cast<T>(values[i]);
+  });
+}
+
 void add_into(Context& ctx, Tensor& destination, const Tensor& source) {
   check_same(destination, source, "add_into");
   if (destination.device().is_cuda()) return cuda::add_into(ctx, destination, source);

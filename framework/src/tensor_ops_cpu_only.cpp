@@ -4,6 +4,9 @@
 
 namespace plexus::cuda {
 void fill(Context&, Tensor& tensor, double) { throw DeviceError("no CUDA in this build for " + tensor.describe()); }
+void set_values(Context&, Tensor& tensor, const std::vector<double>&) {
+  throw DeviceError("no CUDA in this build for " + tensor.describe());
+}
 void add_into(Context&, Tensor& destination, const Tensor&) {
   throw DeviceError("no CUDA in this build for " + destination.describe());
 }

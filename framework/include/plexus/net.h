@@ -67,6 +67,7 @@ class Net {
   bool cuda_graph_capturable(std::string* culprit) const;
 
   Tensor& input(const std::string& name);
+  bool has_input(const std::string& name) const;  // whether the spec lists it among its inputs
   const Tensor& blob(const std::string& name) const;  // any input or node output
   const Shape& blob_shape(const std::string& name) const;  // also of a blob an inference-only net does not hold
   const Tensor& blob_grad(const std::string& name) const;  // after backward()

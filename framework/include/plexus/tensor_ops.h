@@ -5,10 +5,18 @@
 #include "plexus/tensor.h"
 #include "plexus/layer.h"
 
+#include <vector>
+
 namespace plexus {
 
 // Every element of `tensor` set to `value`.
 void fill(Context& ctx, Tensor& tensor, double value);
+// The elements of a small `tensor` set to `values` (as many as it has, at
+// most kMaxSetValues). On CUDA the values travel as a kernel argument
+// enqueued on the context's stream: no host-to-device copy, no wait, so a
+// training step sets per-step inputs without stalling the GPU.
+inline constexpr std::size_t kMaxSetValues = 256;
+void set_values(Context& ctx, Tensor& tensor, const std::vector<double>& values);
 // destination += source (same shape, dtype and device).
 void add_into(Context& ctx, Tensor& destination, const Tensor& source);
 // True when every element is finite (no NaN or Inf).
@@ -22,6 +30,7 @@ void copy_elements(Context& ctx, Tensor& destination, std::int64_t destination_o
 namespace cuda {
 // CUDA halves of the above, in framework/src/cuda/tensor_ops.cu.
 void fill(Context& ctx, Tensor& tensor, double value);
+void set_values(Context& ctx, Tensor& tensor, const std::vector<double>& values);
 void add_into(Context& ctx, Tensor& destination, const Tensor& source);
 bool all_finite(Context& ctx, const Tensor& tensor);
 void copy_bytes(Context& ctx, void* destination, const void* source, std::size_t bytes);

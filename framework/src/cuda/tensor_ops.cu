@@ -14,6 +14,16 @@ __global__ void fill_kernel(T* data, long long n, T value) {
     data[i] = value;
 }
 
+struct SmallValues {
+  double values[kMaxSetValues];
+};
+
+template <typename T>
+__global__ void set_values_kernel(T* data, int n, SmallValues small) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] = static_cast<T>(small.values[i]);
+}
+
 template <typename T>
 __global__ void add_into_kernel(T* destination, const T* source, long long n) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -38,6 +48,18 @@ void fill(Context& ctx, Tensor& tensor, double value) {
     using T = decltype(zero);
     fill_kernel<T><<<blocks_for(n), 256, 0, stream(ctx)>>>(tensor.data<T>(), n, static_cast<T>(value));
     check_launch("fill_kernel", __FILE__, __LINE__);
+  });
+}
+
+void set_values(Context& ctx, Tensor& tensor, const std::vector<double>& values) {
+  const int n = static_cast<int>(values.size());
+  if (n == 0) return;
+  SmallValues small{};
+  for (int i = 0; i < n; ++i) small.values[i] = values[static_cast<std::size_t>(i)];
+  dispatch_float(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    set_values_kernel<T><<<1, static_cast<unsigned>(kMaxSetValues), 0, stream(ctx)>>>(tensor.data<T>(), n, small);
+    check_launch("set_values_kernel", __FILE__, __LINE__);
   });
 }
 

@@ -9,9 +9,23 @@
 //           "bpp"          scalar rate in bits per pixel of "image"
 // The training loss is lambda * 255^2 * mse + bpp. In eval mode
 // (Context::set_training(false)) the quantiser rounds instead of adding noise.
+//
+// A variable-rate model (one model for several rate-distortion trade-offs,
+// through GainUnit nodes: Cui et al. 2021) has two more inputs:
+//   "level"      [N]  each image's rate level in [0, K-1], K the "levels" of
+//                     its GainUnit nodes; fractional levels interpolate
+//   "mse_weight" [N]  each image's weight in "mse", the third input of its
+//                     MSELoss: mse = mean over images of weight_n * mse_n
+// Training draws a level k for every image and weights it lambda_k /
+// mean(lambdas), the loss weight of "mse" being mean(lambdas) * 255^2; eval,
+// compress and decompress give every image weight 1, so "mse" is the MSE.
+#include <map>
 #include <string>
+#include <vector>
 
+#include "plexus/context.h"
 #include "plexus/model_spec.h"
+#include "plexus/net.h"
 #include "plexus/registry.h"
 
 namespace plexus::ae {
@@ -21,12 +35,36 @@ inline constexpr const char* kReconstruction = "x_hat";
 inline constexpr const char* kLikelihoods = "likelihoods";
 inline constexpr const char* kDistortion = "mse";
 inline constexpr const char* kRate = "bpp";
+inline constexpr const char* kRateLevel = "level";
+inline constexpr const char* kMseWeight = "mse_weight";
+inline constexpr const char* kGainUnitType = "GainUnit";
 
 // lambda * 255^2: the weight of "mse" in the loss (the rate's weight is 1).
 double distortion_weight(double lambda);
 
 // Throws ConfigError naming the spec and every missing input or output.
 void check_contract(const ModelSpec& spec);
+
+// K, the rate levels of a variable-rate model (the "levels" of its GainUnit
+// nodes, which must agree); 0 for a model of one rate. Throws ConfigError
+// naming the spec when "level" is read but no GainUnit says how many levels,
+// or when two GainUnit nodes disagree.
+int rate_levels(const ModelSpec& spec);
+
+// The shapes of every input of `spec` (a whole model or a part of one) for
+// images of `image` [N, 3, H, W]: "image", and "level" and "mse_weight" [N]
+// where the spec reads them.
+std::map<std::string, Shape> model_input_shapes(const ModelSpec& spec, const Shape& image);
+// The same for a part of a model that reads `main` (of `shape` [N, ...]) instead of "image".
+std::map<std::string, Shape> model_input_shapes(const ModelSpec& spec, const std::string& main, const Shape& shape);
+
+// Sets a variable-rate net's "level" of every image to `level` and its
+// "mse_weight" to 1 (both only where the net has them; nothing for a model of
+// one rate).
+// On CUDA enqueued on ctx's stream without waiting.
+void set_rate_level(Context& ctx, Net& net, double level);
+// Per image: `levels` and `mse_weights` (each of the batch's size).
+void set_rate_inputs(Context& ctx, Net& net, const std::vector<double>& levels, const std::vector<double>& mse_weights);
 
 // The model's total stride: image sides that are multiples of it come back
 // at the same size, and the deepest latent is that many times smaller (16

@@ -31,6 +31,11 @@
 // round(y - mean) with means and scales computed by the integer network from
 // the hyper-latent and the slices decoded before it; the stream's order
 // (channel by channel) is the same.
+// Flag bit 1 (kFlagRateLevel): a variable-rate model wrote the file, and a
+// 4-byte field, the rate level in units of 2^-16, comes right before S (at
+// offset 36 in version 1, 52 in versions 2 to 4), moving S, the stream and
+// the checksum 4 bytes on. Models of one rate never set it, so their files
+// are unchanged.
 // plexus-ae writes version 1 for factorized-prior models (the same bytes as
 // before version 2 existed), 2 for scale-hyperprior, 3 for mean-scale and 4
 // for channel-conditional models.
@@ -65,6 +70,9 @@ inline constexpr std::uint64_t kMaxImagePixels = std::uint64_t(1) << 26;
 // Flags: the source image was grey (its one channel copied to R, G and B):
 // decompress writes a grey PNG. Any version may set it.
 inline constexpr std::uint16_t kFlagGrey = 1;
+// The file holds a rate level (a variable-rate model's). Any version may set it.
+inline constexpr std::uint16_t kFlagRateLevel = 2;
+inline constexpr std::uint32_t kRateLevelOne = 1u << 16;  // the rate level's fixed point
 
 struct BitstreamHeader {
   ModelKind kind = ModelKind::factorized;
@@ -74,6 +82,9 @@ struct BitstreamHeader {
   std::uint32_t channels = 0, latent_height = 0, latent_width = 0;
   // The hyper-latent (hyperprior kinds only; 0 otherwise).
   std::uint32_t hyper_channels = 0, hyper_height = 0, hyper_width = 0;
+  // A variable-rate model's rate level, in units of 2^-16 (kFlagRateLevel).
+  bool variable_rate = false;
+  std::uint32_t rate_level = 0;
 };
 
 std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream);
@@ -97,6 +108,9 @@ struct BitstreamExpectation {
   std::uint32_t stride = 1;
   std::uint32_t latent_per_stride = 1;
   std::uint32_t hyper_channels = 0;
+  // A variable-rate model's levels K (0: a model of one rate): its files
+  // carry a rate level in [0, K-1] (units of 2^-16).
+  std::uint32_t rate_levels = 0;
   std::uint64_t max_pixels = kMaxImagePixels;
 };
 

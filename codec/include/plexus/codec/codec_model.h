@@ -113,6 +113,13 @@ class CodecModel {
   Latents decode_latents(const std::uint8_t* bytes, std::size_t size);
 
   ModelKind kind() const { return kind_; }
+  // A variable-rate model's levels K (GainUnit nodes; 0: a model of one
+  // rate). compress codes at the level set here (default 0), rounded to
+  // units of 2^-16 and written to the file; decompress uses the file's.
+  int rate_levels() const { return rate_levels_; }
+  // ConfigError unless this model is variable-rate and 0 <= level <= K-1.
+  void set_rate_level(double level);
+  double rate_level() const { return rate_level_ / double(kRateLevelOne); }
   // A hyperprior's integer network (z_hat -> indices, means) and its scale table.
   // (empty for a factorized model)
   const codec::IntegerNetwork& integer_network() const;
@@ -149,7 +156,7 @@ class CodecModel {
   void load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file, const Registry& registry,
                    std::int64_t factorized_channels);
   std::uint64_t compute_fingerprint(const ModelSpec& spec);
-  Tensor synthesize(const Tensor& latent);
+  Tensor synthesize(const Tensor& latent, std::uint32_t rate_level);
   // The latent's groups (one, or a channel-conditional model's slices) run
   // through the integer network from the hyper-latent z: for each group its
   // indices and means, then `symbols_of(group's first value, outputs)` gives
@@ -162,6 +169,8 @@ class CodecModel {
   ModelKind kind_ = ModelKind::factorized;
   int stride_ = 0;
   int latent_per_stride_ = 1;
+  int rate_levels_ = 0;
+  std::uint32_t rate_level_ = 0;  // units of 2^-16
   std::int64_t latent_channels_ = 0;
   std::string latent_;           // the latent blob's name (y_hat)
   std::vector<std::string> analysed_;  // what the analysis gives for it, in channel order (CodecGraph::analysed)
