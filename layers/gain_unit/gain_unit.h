@@ -36,6 +36,9 @@ class GainUnit : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool input_is_differentiable(int input_index) const override { return input_index == 0; }
+  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  // The CUDA backward's scratch tensor is allocated only when the shape changes.
+  bool cuda_graph_capturable() const override { return true; }
 
   std::int64_t levels() const { return levels_; }
 
@@ -43,6 +46,11 @@ class GainUnit : public Layer {
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
   void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#if PLEXUS_WITH_CUDA
+  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
+  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
+#endif
 
  private:
   std::int64_t levels_;
@@ -50,6 +58,7 @@ class GainUnit : public Layer {
   // C the parameter was created for (0 before create_parameters); a later
   // input with another C is refused in output_shapes.
   std::int64_t channels_ = 0;
+  Tensor scaled_sums_;  // [N, C] scratch of the CUDA backward: exp(s) S
 };
 
 void register_gain_unit(Registry& registry);
