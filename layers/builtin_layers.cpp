@@ -11,6 +11,7 @@
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
+#include "gain_unit/gain_unit.h"
 #include "gaussian_conditional/gaussian_conditional.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
@@ -49,6 +50,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_tanh(registry);
   layers::register_leaky_relu(registry);
   layers::register_pixel_shuffle(registry);
+  layers::register_gain_unit(registry);
 }
 
 Registry builtin_registry() {

@@ -200,6 +200,22 @@ std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
   return read_integers(key, *value);
 }
 
+std::vector<double> LayerConfig::numbers(const std::string& key, std::vector<double> fallback) {
+  if (describing_) {
+    record(key, "number array", false, nlohmann::json(fallback).dump());
+    return fallback;
+  }
+  const nlohmann::json* value = find(key);
+  if (!value) return fallback;
+  if (!value->is_array()) fail(key, "must be an array of numbers, got " + value->dump());
+  std::vector<double> result;
+  for (const auto& item : *value) {
+    if (!item.is_number()) fail(key, "must be an array of numbers, got " + value->dump());
+    result.push_back(item.get<double>());
+  }
+  return result;
+}
+
 void LayerConfig::check_all_used() const {
   std::vector<std::string> unknown;
   for (auto it = params_->begin(); it != params_->end(); ++it)

@@ -87,6 +87,21 @@ TEST(LayerConfig, AMissingRequiredKeyNamesTheMisspeltKeyWritten) {
       << message;
 }
 
+TEST(LayerConfig, OptionalNumbers) {
+  LayerConfig config("n", "T", {{"init", {-1, 0.5, 2}}, {"bad", {1, "x"}}, {"scalar", 3.0}});
+  EXPECT_EQ(config.numbers("init", {}), (std::vector<double>{-1.0, 0.5, 2.0}));
+  EXPECT_EQ(config.numbers("absent", {0.25}), (std::vector<double>{0.25}));
+  std::string wrong = error_of<ConfigError>([&] { config.numbers("bad", {}); });
+  EXPECT_NE(wrong.find("parameter 'bad' must be an array of numbers, got [1,\"x\"]"), std::string::npos) << wrong;
+  std::string scalar = error_of<ConfigError>([&] { config.numbers("scalar", {}); });
+  EXPECT_NE(scalar.find("parameter 'scalar' must be an array of numbers, got 3.0"), std::string::npos) << scalar;
+  LayerConfig describing = LayerConfig::describing("T");
+  EXPECT_EQ(describing.numbers("init", {1.5}), (std::vector<double>{1.5}));
+  ASSERT_EQ(describing.parameters().size(), 1u);
+  EXPECT_EQ(describing.parameters()[0].kind, "number array");
+  EXPECT_EQ(describing.parameters()[0].default_value, "[1.5]");
+}
+
 TEST(LayerConfig, RequiredIntegers) {
   LayerConfig config("n", "T", {{"dims", {3, 4}}, {"bad", {1, "x"}}});
   EXPECT_EQ(config.integers("dims"), (std::vector<std::int64_t>{3, 4}));

@@ -22,7 +22,7 @@ namespace plexus {
 // One parameter a layer reads, as recorded by a describing LayerConfig.
 struct ParameterInfo {
   std::string key;
-  std::string kind;           // "integer", "number", "boolean", "string" or "integer array"
+  std::string kind;           // "integer", "number", "boolean", "string", "integer array" or "number array"
   bool required = false;
   std::string default_value;  // as JSON ("1", "0.01", "true", "[3,3,3]"); empty when required
   std::string range;          // "[min, max]" of a bounded integer, else empty
@@ -52,6 +52,7 @@ class LayerConfig {
   bool boolean(const std::string& key, bool fallback);
   std::string text(const std::string& key, const std::string& fallback);
   std::vector<std::int64_t> integers(const std::string& key, std::vector<std::int64_t> fallback);
+  std::vector<double> numbers(const std::string& key, std::vector<double> fallback);
   // Integers that must lie in [min, max]: a value outside is a ConfigError
   // naming the key, the range and the value as written.
   std::int64_t bounded_integer(const std::string& key, std::int64_t min, std::int64_t max);
