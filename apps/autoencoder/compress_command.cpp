@@ -23,9 +23,9 @@
 #include "plexus/data/image_folder.h"
 #include "quality_catalog.h"
 #include "plexus/error.h"
-#include "plexus/half.h"
 #include "plexus/net.h"
 #include "output_folder.h"
+#include "parameter_storage.h"
 #include "run_metadata.h"
 #include "session.h"
 
@@ -148,35 +148,6 @@ double parse_level(const std::string& text) {
   if (text.empty() || stop != text.size() || !(level >= 0) || level > 1000)
     throw ConfigError("--level takes a rate level, a number from 0 (the lowest rate) to K-1, got '" + text + "'");
   return level;
-}
-
-// The names of the parameters of `spec`'s net: what --storage f16 stores as F16.
-std::vector<std::string> parameter_names(const ModelSpec& spec, const Registry& registry) {
-  const int stride = derive_stride(spec, registry);
-  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}));
-  std::vector<std::string> names;
-  for (const NamedParameter& named : net.parameters()) names.push_back(named.name);
-  return names;
-}
-
-// Rounds every parameter of `file` to the nearest f16 (exactly representable
-// in f32, so the tensors stay f32) and returns their names.
-std::set<std::string> round_parameters_to_f16(TensorFile& file, const ModelSpec& spec, const Registry& registry,
-                                              const std::string& who) {
-  std::set<std::string> names;
-  for (const std::string& name : parameter_names(spec, registry)) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) throw IoError("'" + who + "' has no tensor '" + name + "'");
-    try {
-      it->second = round_to_f16(it->second, name);
-    } catch (const IoError&) {
-      throw;
-    } catch (const Error& e) {
-      throw IoError("'" + who + "' cannot be stored as f16: " + e.what());
-    }
-    names.insert(name);
-  }
-  return names;
 }
 
 }  // namespace
@@ -334,8 +305,8 @@ int run_export(const ExportOptions& o) {
   if (o.out.empty() && has_optimizer_state)
     throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "
                       "model file, e.g. --out " + (fs::path(o.model).parent_path() / "model.safetensors").string());
-  if (o.storage == "f16" && (o.out.empty() || fs::weakly_canonical(o.out) == fs::weakly_canonical(o.model)))
-    throw ConfigError("--storage f16 rounds the weights; give an --out other than '" + o.model +
+  if (o.storage != "f32" && (o.out.empty() || fs::weakly_canonical(o.out) == fs::weakly_canonical(o.model)))
+    throw ConfigError("--storage " + o.storage + " rounds the weights; give an --out other than '" + o.model +
                       "' so that the full-precision model is kept");
   const std::string out = o.out.empty() ? o.model : o.out;
   // A model file: the weights and metadata, without the optimiser's state.
@@ -343,13 +314,10 @@ int run_export(const ExportOptions& o) {
     it = it->first.rfind("optimizer/", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   file.metadata.erase("optimizer");
   file.metadata.erase("optimizer_steps");
-  if (o.storage != "f32" && o.storage != "f16")
-    throw ConfigError("--storage must be f32 or f16, got '" + o.storage + "'");
-  // f16: every parameter rounded to the nearest f16 first, so that the
-  // coding tables and the integer network below are built from the
-  // weights the file will hold.
-  const std::set<std::string> stored_as_f16 = o.storage == "f16" ? round_parameters_to_f16(file, spec, registry, o.model)
-                                                                 : std::set<std::string>{};
+  // f16 and int8: the parameters replaced by the values the file will load
+  // first, so that the coding tables and the integer network below are
+  // built from the weights the file holds.
+  const CompactStorage storage = store_parameters_as(o.storage, file, spec, registry, o.model);
   std::vector<data::Image> calibration_images;
   if (!o.calibration_images.empty()) {
     data::ImageFolder folder(o.calibration_images);
@@ -358,7 +326,7 @@ int run_export(const ExportOptions& o) {
   }
   if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
-  save_safetensors(out, file, stored_as_f16);
+  save_safetensors(out, file, storage);
   // Loading it back checks the tables and gives the fingerprint files will carry.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
   std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
@@ -438,7 +406,7 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
 void add_export_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<ExportOptions>();
   CLI::App* command = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
-                                                   "optionally with f16 weights");
+                                                   "optionally with f16 or int8 weights");
   command->option_defaults()->always_capture_default();
   ExportOptions& e = *options;
   command->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
@@ -448,13 +416,16 @@ void add_export_command(CLI::App& app, int& exit_code) {
                       "hyperprior models: calibrate the integer network of the entropy parameters on the images of this folder "
                       "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
       ->type_name("FOLDER");
-  command->add_option("--storage", e.storage, "f32, or f16: the parameters stored as F16, rounded to the nearest "
-                      "(ties to even), half the size; loading converts them back to f32 exactly")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  command->add_option("--storage", e.storage, "f32; f16: the parameters stored as F16, rounded to the nearest "
+                      "(ties to even), half the size; int8: the weights of the convolutions and fully-connected "
+                      "layers stored as I8 with an f32 scale per output channel (a quarter of the size), the other "
+                      "parameters as F16. Loading converts them to f32, exactly as defined in docs/architecture.md")
+      ->check(CLI::IsMember({"f32", "f16", "int8"}));
   command->footer(
       "Examples:\n"
       "  plexus-ae export --model runs/demo/model.safetensors\n"
       "  plexus-ae export --model runs/demo/model.safetensors --out demo-f16.safetensors --storage f16\n"
+      "  plexus-ae export --model runs/demo/model.safetensors --out demo-int8.safetensors --storage int8\n"
       "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
       "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
   command->callback([options, &exit_code] { exit_code = run_export(*options); });

@@ -41,7 +41,7 @@ struct ExportOptions {
   // A hyperprior's integer network (entropy parameters): calibrated on the images
   // of this folder (empty: kept when the file has a calibration, else the prior's samples).
   std::string calibration_images;
-  std::string storage = "f32";  // f32, or f16: parameters stored as F16 (rounded to nearest even)
+  std::string storage = "f32";  // f32, f16 or int8 (parameter_storage.h)
 };
 
 // Each declares its subcommand and options on `app`; once parsed, it runs

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "plexus/checked_math.h"
 #include "plexus/error.h"
 #include "plexus/half.h"
+#include "plexus/int8.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
@@ -67,8 +69,8 @@ std::string offsets_str(std::uint64_t begin, std::uint64_t end) {
 // One tensor entry of a header, validated.
 struct Entry {
   std::string name;
-  DType dtype;      // in memory
-  bool f16 = false;  // stored as F16 (2 bytes per element), read into f32
+  std::string stored;  // the dtype in the file: F32, F64, F16 or I8
+  DType dtype;         // in memory: F16 and I8 are read into f32
   Shape shape;
   std::uint64_t begin, end;
 };
@@ -82,11 +84,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
       fail(path, who + " has an unknown field '" + it.key() + "'");
   if (!value.contains("dtype") || !value["dtype"].is_string()) fail(path, who + " has no \"dtype\" string");
-  std::string dtype = value["dtype"].get<std::string>();
-  if (dtype == "F32") entry.dtype = DType::f32;
-  else if (dtype == "F64") entry.dtype = DType::f64;
-  else if (dtype == "F16") entry.dtype = DType::f32, entry.f16 = true;
-  else fail(path, who + " has unsupported dtype '" + dtype + "' (Plexus reads F32, F64 and F16)");
+  const std::string dtype = value["dtype"].get<std::string>();
+  std::uint64_t element_bytes = 0;
+  if (dtype == "F32") entry.dtype = DType::f32, element_bytes = 4;
+  else if (dtype == "F64") entry.dtype = DType::f64, element_bytes = 8;
+  else if (dtype == "F16") entry.dtype = DType::f32, element_bytes = 2;
+  else if (dtype == "I8") entry.dtype = DType::f32, element_bytes = 1;
+  else fail(path, who + " has unsupported dtype '" + dtype + "' (Plexus reads F32, F64, F16 and I8)");
+  entry.stored = dtype;
 
   if (!value.contains("shape") || !value["shape"].is_array()) fail(path, who + " has no \"shape\" array");
   std::uint64_t numel = 1;
@@ -108,7 +113,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   entry.end = offsets[1].get<std::uint64_t>();
   if (entry.begin > entry.end)
     fail(path, who + " has data_offsets " + offsets_str(entry.begin, entry.end) + " that end before they begin");
-  std::uint64_t expected = numel * (entry.f16 ? sizeof(std::uint16_t) : dtype_size(entry.dtype));
+  if (numel > std::numeric_limits<std::uint64_t>::max() / element_bytes)
+    fail(path, who + " has a shape too large to address: " + value["shape"].dump());
+  std::uint64_t expected = numel * element_bytes;
   if (entry.end - entry.begin != expected)
     fail(path, who + " is " + dtype + shape_str(entry.shape) + ", which needs " + std::to_string(expected) +
                    " bytes, but its data_offsets " + offsets_str(entry.begin, entry.end) + " span " +
@@ -118,46 +125,103 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
 
 }  // namespace
 
+namespace {
+
+// Each tensor as written: its host copy, or its bytes in a compact dtype.
+struct Chunk {
+  Tensor host;
+  std::vector<unsigned char> bytes;
+  std::uint64_t size() const { return host.defined() ? static_cast<std::uint64_t>(host.nbytes()) : bytes.size(); }
+  const void* data() const { return host.defined() ? host.raw_data() : bytes.data(); }
+};
+
+Chunk f16_chunk(const std::string& path, const Tensor& tensor, const std::string& name) {
+  Tensor rounded;
+  try {
+    rounded = round_to_f16(tensor, name);
+  } catch (const Error& e) {
+    throw IoError("cannot write checkpoint '" + path + "' with F16 weights: " + e.what());
+  }
+  Chunk chunk;
+  chunk.bytes.resize(static_cast<std::size_t>(rounded.numel()) * sizeof(std::uint16_t));
+  const float* values = rounded.data<float>();
+  for (std::int64_t i = 0; i < rounded.numel(); ++i) {
+    const std::uint16_t half = f16_bits_from_f32(values[i]);
+    std::memcpy(chunk.bytes.data() + i * sizeof half, &half, sizeof half);
+  }
+  return chunk;
+}
+
+// The I8 bytes of `stored`, after checking that `tensor` holds what they load as.
+Chunk int8_chunk(const std::string& path, const Tensor& tensor, const std::string& name, const Int8Tensor& stored) {
+  const auto problem = [&](const std::string& what) {
+    return IoError("cannot write checkpoint '" + path + "' with int8 weights: tensor '" + name + "' " + what);
+  };
+  if (stored.shape != tensor.shape() || stored.values.size() != static_cast<std::size_t>(tensor.numel()))
+    throw problem("is " + shape_str(tensor.shape()) + " but its int8 form is " + shape_str(stored.shape));
+  if (!stored.scale.defined() || stored.scale.dtype() != DType::f32 || stored.scale.shape().size() != stored.shape.size())
+    throw problem("has no f32 scale of its rank");
+  for (std::size_t d = 0; d < stored.shape.size(); ++d)
+    if (stored.scale.shape()[d] != 1 && stored.scale.shape()[d] != stored.shape[d])
+      throw problem("has a scale " + shape_str(stored.scale.shape()) + " that does not broadcast to it");
+  const Tensor loaded = dequantize_int8(stored);
+  const Tensor host = tensor.to(Device::cpu());
+  if (host.dtype() != DType::f32 || std::memcmp(host.raw_data(), loaded.raw_data(), loaded.nbytes()) != 0)
+    throw problem("does not hold the f32 values its int8 form loads as (store dequantize_int8 of it first)");
+  Chunk chunk;
+  chunk.bytes.resize(stored.values.size());
+  std::memcpy(chunk.bytes.data(), stored.values.data(), stored.values.size());
+  return chunk;
+}
+
+}  // namespace
+
 void save_safetensors(const std::string& path, const TensorFile& file, const std::set<std::string>& stored_as_f16) {
+  CompactStorage storage;
+  storage.f16 = stored_as_f16;
+  save_safetensors(path, file, storage);
+}
+
+void save_safetensors(const std::string& path, const TensorFile& file, const CompactStorage& storage) {
   require_little_endian(path);
   nlohmann::json header = nlohmann::json::object();
-  // Each tensor as written: its host copy, or its F16 bytes.
-  struct Chunk {
-    Tensor host;
-    std::vector<std::uint16_t> halves;
-  };
   std::vector<Chunk> data;
   std::uint64_t offset = 0;
-  if (static_cast<std::int64_t>(file.tensors.size()) > limits::kMaxCheckpointTensors)
-    throw IoError("cannot write checkpoint '" + path + "': " + std::to_string(file.tensors.size()) +
-                  " tensors, more than the limit of " + std::to_string(limits::kMaxCheckpointTensors) +
-                  " that a safetensors file may hold");
-  for (const std::string& name : stored_as_f16)
-    if (!file.tensors.count(name))
-      throw IoError("cannot write checkpoint '" + path + "': no tensor '" + name + "' to store as F16");
-  for (const auto& [name, tensor] : file.tensors) {
-    if (name == kMetadataKey) throw IoError("cannot write checkpoint '" + path + "': a tensor is named '__metadata__'");
-    if (!tensor.defined()) throw IoError("cannot write checkpoint '" + path + "': tensor '" + name + "' is undefined");
-    const bool f16 = stored_as_f16.count(name) > 0;
-    Chunk chunk;
-    if (f16) {
-      Tensor rounded;
-      try {
-        rounded = round_to_f16(tensor, name);
-      } catch (const Error& e) {
-        throw IoError("cannot write checkpoint '" + path + "' with F16 weights: " + e.what());
-      }
-      const float* values = rounded.data<float>();
-      for (std::int64_t i = 0; i < rounded.numel(); ++i) chunk.halves.push_back(f16_bits_from_f32(values[i]));
-    } else {
-      chunk.host = tensor.to(Device::cpu());
-    }
-    const std::uint64_t end =
-        offset + (f16 ? chunk.halves.size() * sizeof(std::uint16_t) : static_cast<std::uint64_t>(tensor.nbytes()));
-    header[name] = {{"dtype", f16 ? "F16" : safetensors_dtype(tensor.dtype())}, {"shape", tensor.shape()},
-                    {"data_offsets", {offset, end}}};
+  const auto add = [&](const std::string& name, const char* dtype, const Shape& shape, Chunk chunk) {
+    const std::uint64_t end = offset + chunk.size();
+    header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, end}}};
     offset = end;
     data.push_back(std::move(chunk));
+  };
+  const std::size_t entries = file.tensors.size() + storage.int8.size();  // a scale per int8 tensor
+  if (static_cast<std::int64_t>(entries) > limits::kMaxCheckpointTensors)
+    throw IoError("cannot write checkpoint '" + path + "': " + std::to_string(entries) +
+                  " tensors, more than the limit of " + std::to_string(limits::kMaxCheckpointTensors) +
+                  " that a safetensors file may hold");
+  for (const std::string& name : storage.f16)
+    if (!file.tensors.count(name))
+      throw IoError("cannot write checkpoint '" + path + "': no tensor '" + name + "' to store as F16");
+  for (const auto& [name, stored] : storage.int8) {
+    if (!file.tensors.count(name))
+      throw IoError("cannot write checkpoint '" + path + "': no tensor '" + name + "' to store as I8");
+    if (storage.f16.count(name))
+      throw IoError("cannot write checkpoint '" + path + "': tensor '" + name + "' is to be stored as both F16 and I8");
+  }
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name == kMetadataKey) throw IoError("cannot write checkpoint '" + path + "': a tensor is named '__metadata__'");
+    if (is_int8_scale_name(name))
+      throw IoError("cannot write checkpoint '" + path + "': tensor '" + name +
+                    "' has a name ending in '.int8_scale', which is kept for the scales of I8 tensors");
+    if (!tensor.defined()) throw IoError("cannot write checkpoint '" + path + "': tensor '" + name + "' is undefined");
+    auto int8 = storage.int8.find(name);
+    if (int8 != storage.int8.end()) {
+      add(name, "I8", tensor.shape(), int8_chunk(path, tensor, name, int8->second));
+      add(int8_scale_name(name), "F32", int8->second.scale.shape(), Chunk{int8->second.scale, {}});
+    } else if (storage.f16.count(name)) {
+      add(name, "F16", tensor.shape(), f16_chunk(path, tensor, name));
+    } else {
+      add(name, safetensors_dtype(tensor.dtype()), tensor.shape(), Chunk{tensor.to(Device::cpu()), {}});
+    }
   }
   if (!file.metadata.empty()) header[kMetadataKey] = file.metadata;
   std::string text;
@@ -173,12 +237,41 @@ void save_safetensors(const std::string& path, const TensorFile& file, const std
   AtomicFile out(path, "checkpoint");
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
-  for (const Chunk& chunk : data) {
-    if (chunk.host.defined()) out.write(chunk.host.raw_data(), chunk.host.nbytes());
-    else out.write(chunk.halves.data(), chunk.halves.size() * sizeof(std::uint16_t));
-  }
+  for (const Chunk& chunk : data) out.write(chunk.data(), chunk.size());
   out.commit();
 }
+
+namespace {
+
+// The f32 tensor of the I8 tensor `name` (values q): float(q) * scale, with
+// the scale tensor of `file` checked first (stored as F32 per `stored_f32`).
+Tensor int8_tensor(const std::string& path, const std::string& name, const std::vector<std::int8_t>& q,
+                   const TensorFile& file, const std::set<std::string>& stored_f32) {
+  const std::string scale_name = int8_scale_name(name);
+  const Shape& shape = file.tensors.at(name).shape();
+  const std::string who = "I8 tensor '" + name + "' " + shape_str(shape);
+  auto it = file.tensors.find(scale_name);
+  if (it == file.tensors.end()) fail(path, who + " has no scale tensor '" + scale_name + "'");
+  if (!stored_f32.count(scale_name)) fail(path, "the scale tensor '" + scale_name + "' of " + who + " must be F32");
+  const Tensor& scale = it->second;
+  bool broadcasts = scale.shape().size() == shape.size();
+  for (std::size_t d = 0; broadcasts && d < shape.size(); ++d)
+    broadcasts = scale.shape()[d] == 1 || scale.shape()[d] == shape[d];
+  if (!broadcasts)
+    fail(path, "the scale tensor '" + scale_name + "' is " + shape_str(scale.shape()) + ", which does not fit " + who +
+                   " (it needs the same rank, each dimension 1 or the tensor's)");
+  const float* scales = scale.data<float>();
+  for (std::int64_t i = 0; i < scale.numel(); ++i)
+    if (!(scales[i] >= 0.0f) || static_cast<double>(scales[i]) * 127.0 > std::numeric_limits<float>::max())
+      fail(path, "the scale tensor '" + scale_name + "' holds " + std::to_string(scales[i]) + " at element " +
+                     std::to_string(i) + "; a scale must be >= 0 with 127 * scale a finite f32");
+  for (std::size_t i = 0; i < q.size(); ++i)
+    if (q[i] == -128)
+      fail(path, who + " holds -128 at element " + std::to_string(i) + ", outside the symmetric range [-127, 127]");
+  return dequantize_int8(q.data(), shape, scales, scale.shape());
+}
+
+}  // namespace
 
 TensorFile load_safetensors(const std::string& path) {
   require_little_endian(path);
@@ -264,19 +357,33 @@ TensorFile load_safetensors(const std::string& path) {
                    std::to_string(expected_begin));
 
   // Packed and sorted: each tensor's bytes follow the previous one's.
+  std::map<std::string, std::vector<std::int8_t>> int8_values;  // I8 tensors, until their scales are read
+  std::set<std::string> stored_f32;
   for (const Entry& e : entries) {
+    const std::streamsize bytes = static_cast<std::streamsize>(e.end - e.begin);
     Tensor tensor(e.shape, e.dtype, Device::cpu());
-    if (e.f16) {
+    if (e.stored == "F16") {
       std::vector<std::uint16_t> halves(static_cast<std::size_t>(tensor.numel()));
-      in.read(reinterpret_cast<char*>(halves.data()), static_cast<std::streamsize>(e.end - e.begin));
+      in.read(reinterpret_cast<char*>(halves.data()), bytes);
       float* values = tensor.data<float>();
       for (std::size_t i = 0; i < halves.size(); ++i) values[i] = f32_from_f16_bits(halves[i]);
+    } else if (e.stored == "I8") {
+      std::vector<std::int8_t>& q = int8_values[e.name];
+      q.resize(static_cast<std::size_t>(tensor.numel()));
+      in.read(reinterpret_cast<char*>(q.data()), bytes);
     } else {
-      in.read(static_cast<char*>(tensor.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+      in.read(static_cast<char*>(tensor.raw_data()), bytes);
+      if (e.stored == "F32") stored_f32.insert(e.name);
     }
     if (!in) fail(path, "reading the data of tensor '" + e.name + "' failed");
     result.tensors[e.name] = tensor;
   }
+  for (const auto& [name, q] : int8_values) result.tensors[name] = int8_tensor(path, name, q, result, stored_f32);
+  for (const auto& [name, q] : int8_values) result.tensors.erase(int8_scale_name(name));
+  for (const auto& [name, tensor] : result.tensors)
+    if (is_int8_scale_name(name))
+      fail(path, "tensor '" + name + "' is named as the scale of an I8 tensor '" +
+                     name.substr(0, name.size() - int8_scale_name("").size()) + "', which the file does not hold");
   return result;
 }
 

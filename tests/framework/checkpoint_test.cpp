@@ -171,7 +171,7 @@ TEST_F(CheckpointTest, CorruptFilesNameTheFileAndTheProblem) {
       {"bad_json", raw_file("{\"a\": {\"dtype\": ", 0), "the header is not valid JSON"},
       {"not_object", raw_file("[1, 2]", 0), "the header must begin with '{' (a JSON object)"},
       {"bf16", raw_file(R"({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4),
-       "tensor 'a' has unsupported dtype 'BF16' (Plexus reads F32, F64 and F16)"},
+       "tensor 'a' has unsupported dtype 'BF16' (Plexus reads F32, F64, F16 and I8)"},
       {"out_of_range", raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}})", 4),
        "tensor 'a' has data_offsets [0, 8] beyond the data section of 4 bytes"},
       {"overlap",

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "plexus/int8.h"
 #include "plexus/model_spec.h"
 #include "plexus/tensor.h"
 
@@ -16,17 +17,36 @@ struct TensorFile {
   std::map<std::string, std::string> metadata;  // the "__metadata__" strings
 };
 
+// How save_safetensors stores tensors of a TensorFile in fewer bytes than
+// their own dtype. A tensor is named in one of them at most.
+struct CompactStorage {
+  // Written as dtype "F16", rounded to the nearest f16 (plexus/half.h).
+  std::set<std::string> f16;
+  // Written as dtype "I8" (q) plus an F32 tensor "<name>.int8_scale"
+  // (plexus/int8.h). The file's tensor of that name must already hold
+  // dequantize_int8 of it, bit for bit, so that what a program computes
+  // with after writing is what the file loads.
+  std::map<std::string, Int8Tensor> int8;
+};
+
 // Writes atomically: to "<path>.tmp-<pid>", flushed, then renamed over
 // `path`, so a crash never leaves a half-written checkpoint behind.
-// IoError for more tensors than limits::kMaxCheckpointTensors.
-// Tensors named in `stored_as_f16` are written as dtype "F16", rounded to
-// the nearest f16 (plexus/half.h); IoError when a value does not fit.
+// IoError for more tensors than limits::kMaxCheckpointTensors, for an F16
+// value that does not fit in f16, and for an int8 tensor that is not in the
+// file, does not match it or whose scale name is taken.
+void save_safetensors(const std::string& path, const TensorFile& file, const CompactStorage& storage);
+// Tensors named in `stored_as_f16` are written as dtype "F16".
 void save_safetensors(const std::string& path, const TensorFile& file,
                       const std::set<std::string>& stored_as_f16 = {});
 // Throws IoError naming the file and what is wrong (missing, truncated,
 // bad header, a tensor named twice, more tensors than
 // limits::kMaxCheckpointTensors, offsets out of range, unsupported dtype).
-// Reads F32, F64 and F16; an F16 tensor becomes an f32 one, exactly.
+// Reads F32, F64, F16 and I8; an F16 tensor becomes an f32 one, exactly.
+// An I8 tensor "<name>" needs an F32 tensor "<name>.int8_scale" of its rank,
+// each dimension 1 or the I8 tensor's, every scale finite, >= 0 and with
+// 127 * scale a finite f32; q = -128 is refused. It becomes the f32 tensor
+// float(q) * scale (broadcast), and its scale tensor is not returned. A
+// tensor named "*.int8_scale" without its I8 tensor is refused too.
 TensorFile load_safetensors(const std::string& path);
 
 }  // namespace plexus
