@@ -17,6 +17,10 @@ Models with the same NAME form one curve (one point per model):
   --plexus hyperprior=q1.safetensors --plexus hyperprior=q2.safetensors ...
 or --plexus-list FILE with one "NAME=MODEL_FILE" per line.
 
+Published curves (PSNR only) join the PSNR plot and the BD-rate table with
+--published lab/rd/kodak-768-published-rd.tsv (for the 24 Kodak images at
+768x512; --published-codecs picks its curves).
+
 Writes into --out: points.csv (every image at every setting), curves.json
 (the mean curves and the BD-rates), table.md (the Markdown tables, also
 printed), rd-psnr.png, rd-ms-ssim.png, files/ (the compressed files) and
@@ -48,6 +52,7 @@ except ImportError as missing:
              "(run this script with that Python, e.g. /usr/bin/python3)")
 
 import standard_codecs  # noqa: E402
+import published  # noqa: E402
 import report  # noqa: E402
 from quality import ms_ssim, psnr  # noqa: E402
 
@@ -229,6 +234,14 @@ def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, c
     return results
 
 
+def read_published_curves(path, names):
+    """The --published curves named by --published-codecs, read before any encoding so a bad file fails fast."""
+    if not path:
+        return {}
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    return published.select(published.read_published(path), chosen, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("images", help="folder of PNG images (e.g. the 24 Kodak images)")
@@ -242,12 +255,18 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel encoder processes")
     ap.add_argument("--bd-fit", choices=["pchip", "cubic"], default="pchip", help="BD-rate fit (default pchip)")
     ap.add_argument("--title", default=None, help="plot title (default: the image folder's name)")
+    ap.add_argument("--published", metavar="FILE.tsv",
+                    help="published curves to draw and compare against on PSNR (codec, bpp, psnr_rgb_db; "
+                         "e.g. lab/rd/kodak-768-published-rd.tsv, for the 24 Kodak images at 768x512)")
+    ap.add_argument("--published-codecs", default=",".join(published.DEFAULT_CODECS), metavar="NAMES",
+                    help="the curves of --published to use, comma-separated (default: %(default)s)")
     args = ap.parse_args()
 
     work = pathlib.Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     cache = Cache(work / "cache.json")
     models = parse_models(args.plexus, args.plexus_list)
+    published_curves = read_published_curves(args.published, args.published_codecs)
     chosen = [] if args.codecs == "none" else [standard_codecs.codec_by_name(n.strip()) for n in args.codecs.split(",")]
     if models and not os.access(args.plexus_ae, os.X_OK):
         raise SystemExit(f"compare: plexus-ae not found at '{args.plexus_ae}' (build it, or pass --plexus-ae)")
@@ -272,12 +291,15 @@ def main():
 
     measurements = [m for m in measurements if m["codec"] in kinds]
     curves = report.curves_from(measurements, kinds)
+    curves.update(published.as_report_curves(published_curves))
     comparisons = report.bd_rates(curves, args.bd_fit)
     description = {"images": pathlib.Path(args.images).name, "count": len(originals),
                    "codecs": {c.name: {"options": c.options, "setting": c.setting_name,
                                        "version": standard_codecs.version_text(c)} for c in standard_codecs.CODECS
                               if c.name in curves},
                    "plexus": [{"name": n, "model": str(m), "sha256": sha256_of(m)} for n, m in models],
+                   "published": ({"file": str(args.published), "codecs": list(published_curves)}
+                                 if args.published else None),
                    "bd_fit": args.bd_fit}
     report.write_csv(work / "points.csv", measurements)
     report.write_json(work / "curves.json", description, curves, comparisons)
