@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Tests of the numeric parts of the rate-distortion comparison: PSNR,
-MS-SSIM, BD-rate, the published-curves file. python3 + numpy only; run:
+MS-SSIM, BD-rate, the published-curves file, the Plexus points of the
+command line. python3 + numpy only; run:
 python3 lab/rd/test_rd.py
 Expected values come from the definitions worked by hand, not from the code."""
+import json
 import math
 import os
+import pathlib
 import sys
 import tempfile
 import unittest
@@ -13,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import plexus_points  # noqa: E402
 import published  # noqa: E402
 import quality  # noqa: E402
 import report  # noqa: E402
@@ -278,6 +282,81 @@ class PublishedFileTest(unittest.TestCase):
         table = report.markdown(curves, [row], 1, "cubic")
         self.assertIn("| Plexus y | paper x (published) | -20.4% | n/a |", table)
         self.assertIn("| paper x (published) | 1 | 0.247 | 28.00 | n/a | n/a |", table)
+
+
+class PlexusPointsTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+        # A model path with a ':' in a folder's name: the levels follow the last ':'.
+        os.mkdir(os.path.join(self.folder.name, "run:2"))
+        self.model = write_text_file(os.path.join(self.folder.name, "run:2"), "model.safetensors", "weights")
+
+    def test_one_point_per_level_with_the_level_in_compress_and_the_cache_key(self):
+        points = plexus_points.level_points([f"gain={self.model}:0, 1.5,3"])
+        self.assertEqual([p.level for p in points], [0.0, 1.5, 3.0])
+        self.assertEqual({p.curve for p in points}, {"gain"})
+        self.assertEqual(points[1].compress_args, ("--model", self.model, "--level", "1.5"))
+        self.assertEqual(points[1].decompress_args, ("--model", self.model))  # the level is in the file
+        self.assertEqual(points[1].setting, "run:2/model.safetensors level 1.5")
+        identities = [p.identity("d" * 64) for p in points]
+        self.assertEqual(len({str(i) for i in identities}), 3)
+        self.assertEqual(identities[2], ["d" * 64, "level", 3.0])
+        self.assertNotEqual(points[0].folder_name("d" * 64), points[1].folder_name("d" * 64))
+
+    def test_a_plain_model_keeps_the_key_of_the_model_alone(self):
+        (point,) = plexus_points.model_points([f"bls={self.model}"])
+        self.assertEqual(point.identity("d" * 64), ["d" * 64])
+        self.assertEqual(point.compress_args, ("--model", self.model))
+        self.assertIsNone(point.level)
+
+    def test_bad_levels(self):
+        for entry, message in ((f"gain={self.model}", "no levels after the last ':'"),
+                               (f"gain={self.model}:", "no levels"),
+                               (f"gain={self.model}:1,x", "level 'x' is not a number"),
+                               (f"gain={self.model}:-1", "level '-1' must be a finite number >= 0"),
+                               (f"gain={self.model}:inf", "must be a finite number"),
+                               (f"gain={self.model}x:1", "does not exist"),
+                               (f"{self.model}:1", "is not NAME=MODEL_FILE")):
+            with self.subTest(entry=entry):
+                with self.assertRaisesRegex(ValueError, message):
+                    plexus_points.level_points([entry])
+
+    def catalog(self):
+        os.mkdir(os.path.join(self.folder.name, "q2"))
+        write_text_file(os.path.join(self.folder.name, "q2"), "model.safetensors", "weights")
+        return write_text_file(self.folder.name, "quality-catalog.json", json.dumps({"qualities": [
+            {"quality": 1, "spec": "s", "lambda": 0.001, "model": "q1/model.safetensors"},
+            {"quality": 2, "spec": "s", "lambda": 0.002, "model": "q2/model.safetensors"}]}))
+
+    def test_quality_points_run_compress_with_the_quality_and_the_catalog_read_here(self):
+        catalog = self.catalog()
+        (point,) = plexus_points.quality_points(["shipped=2"], catalog)
+        self.assertEqual(point.compress_args, ("--quality", "2"))
+        self.assertEqual(point.model, pathlib.Path(self.folder.name) / "q2" / "model.safetensors")
+        self.assertEqual(point.decompress_args, ("--model", str(point.model)))
+        self.assertEqual(plexus_points.environment_for(point, {})["PLEXUS_AE_QUALITY_CATALOG"],
+                         str(pathlib.Path(catalog).resolve()))
+        # The shipped model of a quality is that model file: the same results as --plexus of it.
+        self.assertEqual(point.identity("d" * 64), ["d" * 64])
+
+    def test_bad_qualities(self):
+        catalog = self.catalog()
+        for entry, message in (("shipped=1", "quality 1's model .* is not in this copy"),
+                               ("shipped=3", "has no quality 3 \\(it has 1, 2\\)"),
+                               ("shipped=0", "quality '0' is not a whole number >= 1"),
+                               ("shipped=2.5", "quality '2.5' is not a whole number")):
+            with self.subTest(entry=entry):
+                with self.assertRaisesRegex(ValueError, message):
+                    plexus_points.quality_points([entry], catalog)
+        with self.assertRaisesRegex(ValueError, "cannot read the quality catalog"):
+            plexus_points.quality_points(["shipped=1"], os.path.join(self.folder.name, "missing.json"))
+
+    def test_repeats_are_run_once(self):
+        points = plexus_points.level_points([f"gain={self.model}:1,1,2"]) + plexus_points.model_points(
+            [f"bls={self.model}", f"bls={self.model}"])
+        self.assertEqual([(p.curve, p.level) for p in plexus_points.unique(points)],
+                         [("gain", 1.0), ("gain", 2.0), ("bls", None)])
 
 
 if __name__ == "__main__":
