@@ -15,7 +15,15 @@ curve; every Plexus curve gets a BD-rate against every codec
 
 Models with the same NAME form one curve (one point per model):
   --plexus hyperprior=q1.safetensors --plexus hyperprior=q2.safetensors ...
-or --plexus-list FILE with one "NAME=MODEL_FILE" per line.
+or --plexus-list FILE with one "NAME=MODEL_FILE" per line. A variable-rate
+model gives one curve with one point per level:
+  --plexus-levels gain=runs/gain/model.safetensors:0,1,2.5,4
+and the shipped models one curve with one point per quality:
+  --plexus-quality shipped=1,2,3,4,5,6
+
+Published curves (PSNR only) join the PSNR plot and the BD-rate table with
+--published lab/rd/kodak-768-published-rd.tsv (for the 24 Kodak images at
+768x512; --published-codecs picks its curves).
 
 Writes into --out: points.csv (every image at every setting), curves.json
 (the mean curves and the BD-rates), table.md (the Markdown tables, also
@@ -48,6 +56,8 @@ except ImportError as missing:
              "(run this script with that Python, e.g. /usr/bin/python3)")
 
 import standard_codecs  # noqa: E402
+import plexus_points  # noqa: E402
+import published  # noqa: E402
 import report  # noqa: E402
 from quality import ms_ssim, psnr  # noqa: E402
 
@@ -170,55 +180,36 @@ def cached_standard(codec, originals, cache):
     return found
 
 
-def parse_models(pairs, list_file):
-    """[(curve name, model path)] from --plexus NAME=FILE and --plexus-list."""
-    entries = list(pairs or [])
-    if list_file:
-        for line in pathlib.Path(list_file).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                entries.append(line)
-    models = []
-    for entry in entries:
-        name, sep, path = entry.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise SystemExit(f"compare: '{entry}' is not NAME=MODEL_FILE")
-        if not pathlib.Path(path.strip()).is_file():
-            raise SystemExit(f"compare: model file '{path.strip()}' (for '{name.strip()}') does not exist")
-        model = (name.strip(), pathlib.Path(path.strip()))
-        if model not in models:
-            models.append(model)
-    return models
-
-
-def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, cache, pool):
-    """One model: compress every image to a .pxae file, decompress them all, measure."""
-    model_digest = sha256_of(model)
-    codec = f"plexus-{name}"
-    setting = model.parent.name + "/" + model.name if model.parent.name else model.name
-    label = f"Plexus {name}"
-    # Keyed by the model, not the curve's name: a model moved to another curve is not run again.
-    keys = [json.dumps(["plexus", model_digest, binary_digest, digest]) for _, digest in originals]
+def run_plexus(point, plexus_ae, binary_digest, device, originals, work, cache, pool):
+    """One point: compress every image to a .pxae file, decompress them all, measure."""
+    model_digest = sha256_of(point.model)
+    codec = f"plexus-{point.curve}"
+    label = f"Plexus {point.curve}"
+    # Keyed by the model (and level), not the curve's name: a model moved to another curve is not run again.
+    keys = [json.dumps(["plexus", *point.identity(model_digest), binary_digest, digest]) for _, digest in originals]
     if all(cache.get(k) is not None for k in keys):
-        return [dict(cache.get(k), image=o.name, codec=codec, label=label, setting=setting)
+        return [dict(cache.get(k), image=o.name, codec=codec, label=label, setting=point.setting)
                 for k, (o, _) in zip(keys, originals)]
-    compressed_dir = work / "files" / codec / model_digest[:12]
-    decoded_dir = work / "decoded" / codec / model_digest[:12]
+    compressed_dir = work / "files" / codec / point.folder_name(model_digest)
+    decoded_dir = work / "decoded" / codec / point.folder_name(model_digest)
     for folder in (compressed_dir, decoded_dir):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     images = [str(o) for o, _ in originals]
     files = [str(compressed_dir / (o.stem + ".pxae")) for o, _ in originals]
     started = time.time()
-    for argv in ([plexus_ae, "compress", "--model", str(model), "--device", device, *images, "-o", str(compressed_dir) + "/"],
-                 [plexus_ae, "decompress", "--model", str(model), "--device", device, *files, "-o", str(decoded_dir) + "/"]):
-        done = subprocess.run(argv, capture_output=True, text=True)
+    for argv in ([plexus_ae, "compress", *point.compress_args, "--device", device, *images,
+                  "-o", str(compressed_dir) + "/"],
+                 [plexus_ae, "decompress", *point.decompress_args, "--device", device, *files,
+                  "-o", str(decoded_dir) + "/"]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=plexus_points.environment_for(point))
         if done.returncode != 0:
-            raise SystemExit(f"compare: {' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
-    print(f"  {codec} {setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
+            shown = " ".join(argv[:argv.index("--device")])
+            raise SystemExit(f"compare: {shown} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
+    print(f"  {codec} {point.setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
           file=sys.stderr)
     futures = [pool.submit(measure, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
-                           codec, label, setting) for o, _ in originals]
+                           codec, label, point.setting) for o, _ in originals]
     results = []
     for key, future in zip(keys, futures):
         result = future.result()
@@ -229,12 +220,29 @@ def run_plexus(name, model, plexus_ae, binary_digest, device, originals, work, c
     return results
 
 
+def read_published_curves(path, names):
+    """The --published curves named by --published-codecs, read before any encoding so a bad file fails fast."""
+    if not path:
+        return {}
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    return published.select(published.read_published(path), chosen, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("images", help="folder of PNG images (e.g. the 24 Kodak images)")
     ap.add_argument("--out", default="rd", help="output and cache folder (default: rd)")
     ap.add_argument("--plexus", action="append", metavar="NAME=MODEL_FILE", help="a Plexus model (repeatable)")
     ap.add_argument("--plexus-list", metavar="FILE", help="a file of NAME=MODEL_FILE lines")
+    ap.add_argument("--plexus-levels", action="append", metavar="NAME=MODEL_FILE:L1,L2,...",
+                    help="a variable-rate Plexus model: one point of curve NAME per level (compress --level L; "
+                         "repeatable)")
+    ap.add_argument("--plexus-quality", action="append", metavar="NAME=Q1,Q2,...",
+                    help="the shipped Plexus models: one point of curve NAME per quality (compress --quality Q; "
+                         "repeatable)")
+    ap.add_argument("--quality-catalog", default=plexus_points.default_quality_catalog(REPOSITORY), metavar="FILE",
+                    help="the quality catalog of --plexus-quality, given to plexus-ae too (default: "
+                         "$PLEXUS_AE_QUALITY_CATALOG, else models/trained/quality-catalog.json)")
     ap.add_argument("--plexus-ae", default=str(REPOSITORY / "build" / "bin" / "plexus-ae"), help="the plexus-ae binary")
     ap.add_argument("--device", default="auto", help="plexus-ae --device (cpu, cuda, auto)")
     ap.add_argument("--codecs", default="jpeg,webp,jpeg2000,avif",
@@ -242,14 +250,22 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel encoder processes")
     ap.add_argument("--bd-fit", choices=["pchip", "cubic"], default="pchip", help="BD-rate fit (default pchip)")
     ap.add_argument("--title", default=None, help="plot title (default: the image folder's name)")
+    ap.add_argument("--published", metavar="FILE.tsv",
+                    help="published curves to draw and compare against on PSNR (codec, bpp, psnr_rgb_db; "
+                         "e.g. lab/rd/kodak-768-published-rd.tsv, for the 24 Kodak images at 768x512)")
+    ap.add_argument("--published-codecs", default=",".join(published.DEFAULT_CODECS), metavar="NAMES",
+                    help="the curves of --published to use, comma-separated (default: %(default)s)")
     args = ap.parse_args()
 
     work = pathlib.Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     cache = Cache(work / "cache.json")
-    models = parse_models(args.plexus, args.plexus_list)
+    points = plexus_points.unique(plexus_points.model_points(args.plexus, args.plexus_list)
+                                  + plexus_points.level_points(args.plexus_levels)
+                                  + plexus_points.quality_points(args.plexus_quality, args.quality_catalog))
+    published_curves = read_published_curves(args.published, args.published_codecs)
     chosen = [] if args.codecs == "none" else [standard_codecs.codec_by_name(n.strip()) for n in args.codecs.split(",")]
-    if models and not os.access(args.plexus_ae, os.X_OK):
+    if points and not os.access(args.plexus_ae, os.X_OK):
         raise SystemExit(f"compare: plexus-ae not found at '{args.plexus_ae}' (build it, or pass --plexus-ae)")
     started = time.time()
     originals = prepare_originals(args.images, work)
@@ -263,21 +279,24 @@ def main():
             else:  # not run now: what the cache holds for these images at today's settings
                 measurements += cached_standard(codec, originals, cache)
             kinds[codec.name] = "standard"
-        if models:
+        if points:
             binary_digest = sha256_of(args.plexus_ae)
-            for name, model in models:
-                measurements += run_plexus(name, model, args.plexus_ae, binary_digest, args.device, originals,
+            for point in points:
+                measurements += run_plexus(point, args.plexus_ae, binary_digest, args.device, originals,
                                            work, cache, pool)
-                kinds[f"plexus-{name}"] = "plexus"
+                kinds[f"plexus-{point.curve}"] = "plexus"
 
     measurements = [m for m in measurements if m["codec"] in kinds]
     curves = report.curves_from(measurements, kinds)
+    curves.update(published.as_report_curves(published_curves))
     comparisons = report.bd_rates(curves, args.bd_fit)
     description = {"images": pathlib.Path(args.images).name, "count": len(originals),
                    "codecs": {c.name: {"options": c.options, "setting": c.setting_name,
                                        "version": standard_codecs.version_text(c)} for c in standard_codecs.CODECS
                               if c.name in curves},
-                   "plexus": [{"name": n, "model": str(m), "sha256": sha256_of(m)} for n, m in models],
+                   "plexus": [plexus_points.describe(p, sha256_of(p.model)) for p in points],
+                   "published": ({"file": str(args.published), "codecs": list(published_curves)}
+                                 if args.published else None),
                    "bd_fit": args.bd_fit}
     report.write_csv(work / "points.csv", measurements)
     report.write_json(work / "curves.json", description, curves, comparisons)

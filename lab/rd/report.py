@@ -59,16 +59,20 @@ def _versus(anchor_points, test_points, quality, fit):
 
 
 def bd_rates(curves, fit):
-    """[{plexus, codec, psnr, psnr_kind, ms_ssim, ms_ssim_kind}] for every Plexus curve against every standard codec."""
+    """[{plexus, codec, psnr, psnr_kind, ms_ssim, ms_ssim_kind}] for every Plexus curve against every
+    standard codec and every published curve (those on PSNR only: they have no MS-SSIM)."""
     rows = []
     for name, test in curves.items():
         if test["kind"] != "plexus":
             continue
         for codec, anchor in curves.items():
-            if anchor["kind"] != "standard":
+            if anchor["kind"] not in ("standard", "published"):
                 continue
             psnr, psnr_kind = _versus(anchor["points"], test["points"], "psnr", fit)
-            ssim, ssim_kind = _versus(anchor["points"], test["points"], "ms_ssim_db", fit)
+            if anchor["kind"] == "published":
+                ssim, ssim_kind = None, "no published MS-SSIM"
+            else:
+                ssim, ssim_kind = _versus(anchor["points"], test["points"], "ms_ssim_db", fit)
             rows.append({"plexus": name, "plexus_label": test["label"], "codec": codec, "codec_label": anchor["label"],
                          "psnr": psnr, "psnr_kind": psnr_kind, "ms_ssim": ssim, "ms_ssim_kind": ssim_kind})
     return rows
@@ -94,21 +98,25 @@ def _percent(value):
 def markdown(curves, comparisons, image_count, fit):
     """Two Markdown tables: every point of every curve, and the BD-rates."""
     lines = [f"Mean over {image_count} images at each setting; bpp from file sizes; PSNR on 8-bit RGB; "
-             "MS-SSIM on RGB (mean of the three channels).", "",
+             "MS-SSIM on RGB (mean of the three channels)."
+             + (" Published curves: their source's numbers (PSNR only), not measured here."
+                if any(c["kind"] == "published" for c in curves.values()) else ""), "",
              "| codec | setting | bpp | PSNR (dB) | MS-SSIM | MS-SSIM (dB) |",
              "|---|---|---:|---:|---:|---:|"]
     for curve in curves.values():
         for p in curve["points"]:
-            lines.append(f"| {curve['label']} | {p['setting']} | {p['bpp']:.3f} | {p['psnr']:.2f} | "
-                         f"{p['ms_ssim']:.4f} | {p['ms_ssim_db']:.2f} |")
+            ms_ssim = "n/a | n/a" if p["ms_ssim"] is None else f"{p['ms_ssim']:.4f} | {p['ms_ssim_db']:.2f}"
+            lines.append(f"| {curve['label']} | {p['setting']} | {p['bpp']:.3f} | {p['psnr']:.2f} | {ms_ssim} |")
     if comparisons:
-        lines += ["", f"Rate of each Plexus curve against each codec at equal quality (negative: Plexus needs fewer bits). "
+        lines += ["", f"Rate of each Plexus curve against each codec and published curve at equal quality "
+                  "(negative: Plexus needs fewer bits; published curves have PSNR only). "
                   f"BD-rate ({fit} fit in log-rate over the shared quality range); for a one-model curve, "
                   "its rate over the codec's rate interpolated at the same quality.", "",
                   "| Plexus | against | rate at equal PSNR | rate at equal MS-SSIM |", "|---|---|---:|---:|"]
         for row in comparisons:
             single = row["psnr_kind"] == "at one point"
             note = " (one point)" if single else ""
+            ms_note = note if row["ms_ssim"] is not None else ""
             lines.append(f"| {row['plexus_label']} | {row['codec_label']} | {_percent(row['psnr'])}{note} | "
-                         f"{_percent(row['ms_ssim'])}{note} |")
+                         f"{_percent(row['ms_ssim'])}{ms_note} |")
     return "\n".join(lines) + "\n"

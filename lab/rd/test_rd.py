@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Tests of the numeric parts of the rate-distortion comparison: PSNR,
-MS-SSIM, BD-rate. python3 + numpy only; run: python3 lab/rd/test_rd.py
+MS-SSIM, BD-rate, the published-curves file, the Plexus points of the
+command line. python3 + numpy only; run:
+python3 lab/rd/test_rd.py
 Expected values come from the definitions worked by hand, not from the code."""
+import json
 import math
 import os
+import pathlib
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import plexus_points  # noqa: E402
+import published  # noqa: E402
 import quality  # noqa: E402
 import report  # noqa: E402
 from bjontegaard import bd_rate, pchip_integral, rate_difference_at_quality  # noqa: E402
@@ -188,6 +195,168 @@ class ReportTest(unittest.TestCase):
         # The anchor's mean curve is not exactly log-linear at q = 33 (pchip), so a loose bound:
         self.assertAlmostEqual(comparison["psnr"], -0.5, delta=0.01)
         self.assertIn("| PLEXUS-X | ANCHOR |", report.markdown(curves, [comparison], 2, "pchip"))
+
+
+def write_text_file(folder, name, text):
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+class PublishedFileTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+
+    def read(self, text):
+        return published.read_published(write_text_file(self.folder.name, "curves.tsv", text))
+
+    def test_comments_blank_lines_and_curves_in_file_order(self):
+        curves = self.read("# source: somewhere\n"
+                           "\n"
+                           "codec\tbpp\tpsnr_rgb_db\n"
+                           "vtm\t0.25\t31.2\n"
+                           "  # an indented comment\n"
+                           "av1\t0.11\t27.5\n"
+                           "vtm\t0.125\t28.5\n"
+                           "compressai mbt2018-mean\t1.5\t40.0\r\n")
+        self.assertEqual(list(curves), ["vtm", "av1", "compressai mbt2018-mean"])
+        self.assertEqual(curves["vtm"], [(0.25, 31.2), (0.125, 28.5)])
+        self.assertEqual(curves["compressai mbt2018-mean"], [(1.5, 40.0)])
+        # As report curves: sorted by rate, labelled as published, without MS-SSIM.
+        (key, curve), = published.as_report_curves({"vtm": curves["vtm"]}).items()
+        self.assertEqual(curve["label"], "vtm (published)")
+        self.assertEqual(curve["kind"], "published")
+        self.assertEqual([p["bpp"] for p in curve["points"]], [0.125, 0.25])
+        self.assertIsNone(curve["points"][0]["ms_ssim"])
+        self.assertNotEqual(key, "vtm")  # never the key of a measured codec
+
+    def test_bad_lines_name_the_file_and_the_line(self):
+        header = "# comment\ncodec\tbpp\tpsnr_rgb_db\n"
+        cases = [
+            (header + "vtm\t0.2\t30\nvtm 0.4 33\n", r"line 4: expected 3 tab-separated fields"),
+            (header + "vtm\t0.2\t30\t1\n", r"line 3: expected 3 tab-separated fields"),
+            (header + "vtm\tabc\t30\n", r"line 3: bpp 'abc' is not a number"),
+            (header + "vtm\t-0.2\t30\n", r"line 3: bpp '-0.2' must be positive"),
+            (header + "vtm\t0.2\tnan\n", r"line 3: PSNR 'nan' must be finite"),
+            (header + "\t0.2\t30\n", r"line 3: the codec name is empty"),
+            ("# comment\ncodec,bpp,psnr_rgb_db\n", r"line 2: expected the header"),
+        ]
+        for text, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaisesRegex(ValueError, r"curves\.tsv, " + message):
+                    self.read(text)
+        with self.assertRaisesRegex(ValueError, r"curves\.tsv: no header"):
+            self.read("# only a comment\n")
+
+    def test_select_keeps_the_order_asked_and_names_what_is_missing(self):
+        curves = self.read("codec\tbpp\tpsnr_rgb_db\na\t0.1\t25\nb\t0.1\t26\nc\t0.1\t27\n")
+        self.assertEqual(list(published.select(curves, ["c", "a"], "f.tsv")), ["c", "a"])
+        with self.assertRaisesRegex(ValueError, r"f\.tsv has no curve 'd' \(it has: a, b, c\)"):
+            published.select(curves, ["a", "d"], "f.tsv")
+
+    def test_the_repository_file_has_the_default_curves(self):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kodak-768-published-rd.tsv")
+        curves = published.select(published.read_published(path), published.DEFAULT_CODECS, path)
+        self.assertEqual([len(points) for points in curves.values()], [8, 8, 12, 8])
+        self.assertEqual(curves["vtm"][0], (0.0482, 26.145))  # the file's first VTM row
+
+    def test_bd_rate_of_a_plexus_curve_against_a_published_curve(self):
+        # Published: log R = 0.2 q - 7 at q = 28..36 (a line in log-rate, so both fits are exact).
+        # Plexus: log R = 0.2 q - 7 + log 0.75 + 0.02 (q - 30) at q = 30, 31.5, 33, 34.5, 37.
+        # Shared range 30..36; the mean of log R_plexus - log R_published over it is
+        # log 0.75 + 0.02 * (33 - 30) = log 0.75 + 0.06, so BD-rate = 0.75 e^0.06 - 1 = -20.36%.
+        rows = "".join(f"paper x\t{math.exp(0.2 * q - 7)!r}\t{q}\n" for q in (28, 30, 32, 34, 36))
+        curves = report.curves_from(
+            [{"codec": "plexus-y", "label": "Plexus y", "setting": str(q), "image": "a.png", "bytes": 0, "pixels": 1,
+              "bpp": 0.75 * math.exp(0.2 * q - 7 + 0.02 * (q - 30)), "psnr": q, "ms_ssim": 0.9 + 0.001 * q}
+             for q in (30, 31.5, 33, 34.5, 37)], {"plexus-y": "plexus"})
+        curves.update(published.as_report_curves(self.read("codec\tbpp\tpsnr_rgb_db\n" + rows)))
+        for fit in ("pchip", "cubic"):
+            (row,) = report.bd_rates(curves, fit)
+            self.assertEqual(row["codec_label"], "paper x (published)")
+            self.assertEqual(row["psnr_kind"], "BD-rate")
+            self.assertAlmostEqual(row["psnr"], 0.75 * math.exp(0.06) - 1, places=12)
+            self.assertIsNone(row["ms_ssim"])
+        table = report.markdown(curves, [row], 1, "cubic")
+        self.assertIn("| Plexus y | paper x (published) | -20.4% | n/a |", table)
+        self.assertIn("| paper x (published) | 1 | 0.247 | 28.00 | n/a | n/a |", table)
+
+
+class PlexusPointsTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+        # A model path with a ':' in a folder's name: the levels follow the last ':'.
+        os.mkdir(os.path.join(self.folder.name, "run:2"))
+        self.model = write_text_file(os.path.join(self.folder.name, "run:2"), "model.safetensors", "weights")
+
+    def test_one_point_per_level_with_the_level_in_compress_and_the_cache_key(self):
+        points = plexus_points.level_points([f"gain={self.model}:0, 1.5,3"])
+        self.assertEqual([p.level for p in points], [0.0, 1.5, 3.0])
+        self.assertEqual({p.curve for p in points}, {"gain"})
+        self.assertEqual(points[1].compress_args, ("--model", self.model, "--level", "1.5"))
+        self.assertEqual(points[1].decompress_args, ("--model", self.model))  # the level is in the file
+        self.assertEqual(points[1].setting, "run:2/model.safetensors level 1.5")
+        identities = [p.identity("d" * 64) for p in points]
+        self.assertEqual(len({str(i) for i in identities}), 3)
+        self.assertEqual(identities[2], ["d" * 64, "level", 3.0])
+        self.assertNotEqual(points[0].folder_name("d" * 64), points[1].folder_name("d" * 64))
+
+    def test_a_plain_model_keeps_the_key_of_the_model_alone(self):
+        (point,) = plexus_points.model_points([f"bls={self.model}"])
+        self.assertEqual(point.identity("d" * 64), ["d" * 64])
+        self.assertEqual(point.compress_args, ("--model", self.model))
+        self.assertIsNone(point.level)
+
+    def test_bad_levels(self):
+        for entry, message in ((f"gain={self.model}", "no levels after the last ':'"),
+                               (f"gain={self.model}:", "no levels"),
+                               (f"gain={self.model}:1,x", "level 'x' is not a number"),
+                               (f"gain={self.model}:-1", "level '-1' must be a finite number >= 0"),
+                               (f"gain={self.model}:inf", "must be a finite number"),
+                               (f"gain={self.model}x:1", "does not exist"),
+                               (f"{self.model}:1", "is not NAME=MODEL_FILE")):
+            with self.subTest(entry=entry):
+                with self.assertRaisesRegex(ValueError, message):
+                    plexus_points.level_points([entry])
+
+    def catalog(self):
+        os.mkdir(os.path.join(self.folder.name, "q2"))
+        write_text_file(os.path.join(self.folder.name, "q2"), "model.safetensors", "weights")
+        return write_text_file(self.folder.name, "quality-catalog.json", json.dumps({"qualities": [
+            {"quality": 1, "spec": "s", "lambda": 0.001, "model": "q1/model.safetensors"},
+            {"quality": 2, "spec": "s", "lambda": 0.002, "model": "q2/model.safetensors"}]}))
+
+    def test_quality_points_run_compress_with_the_quality_and_the_catalog_read_here(self):
+        catalog = self.catalog()
+        (point,) = plexus_points.quality_points(["shipped=2"], catalog)
+        self.assertEqual(point.compress_args, ("--quality", "2"))
+        self.assertEqual(point.model, pathlib.Path(self.folder.name) / "q2" / "model.safetensors")
+        self.assertEqual(point.decompress_args, ("--model", str(point.model)))
+        self.assertEqual(plexus_points.environment_for(point, {})["PLEXUS_AE_QUALITY_CATALOG"],
+                         str(pathlib.Path(catalog).resolve()))
+        # The shipped model of a quality is that model file: the same results as --plexus of it.
+        self.assertEqual(point.identity("d" * 64), ["d" * 64])
+
+    def test_bad_qualities(self):
+        catalog = self.catalog()
+        for entry, message in (("shipped=1", "quality 1's model .* is not in this copy"),
+                               ("shipped=3", "has no quality 3 \\(it has 1, 2\\)"),
+                               ("shipped=0", "quality '0' is not a whole number >= 1"),
+                               ("shipped=2.5", "quality '2.5' is not a whole number")):
+            with self.subTest(entry=entry):
+                with self.assertRaisesRegex(ValueError, message):
+                    plexus_points.quality_points([entry], catalog)
+        with self.assertRaisesRegex(ValueError, "cannot read the quality catalog"):
+            plexus_points.quality_points(["shipped=1"], os.path.join(self.folder.name, "missing.json"))
+
+    def test_repeats_are_run_once(self):
+        points = plexus_points.level_points([f"gain={self.model}:1,1,2"]) + plexus_points.model_points(
+            [f"bls={self.model}", f"bls={self.model}"])
+        self.assertEqual([(p.curve, p.level) for p in plexus_points.unique(points)],
+                         [("gain", 1.0), ("gain", 2.0), ("bls", None)])
 
 
 if __name__ == "__main__":
