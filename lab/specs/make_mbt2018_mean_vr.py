@@ -15,7 +15,9 @@ The gains start at sqrt(lambda_k / geometric mean of the lambdas) (a
 quantisation step in y proportional to 1 / sqrt(lambda), what a
 high-rate approximation gives), the inverse gains at their reciprocal.
 
-usage: lab/specs/make_mbt2018_mean_vr.py [--lambdas 0.0018,...] [--wide] > models/specs/mbt2018-mean-vr.json
+usage: lab/specs/make_mbt2018_mean_vr.py [--lambdas 0.0018,...] > models/specs/mbt2018-mean-vr.json
+The tests' tiny one: lab/specs/make_mbt2018_mean_vr.py --base tests/apps/models/tiny_mean_scale.json \
+    --name tiny-mean-scale-vr --lambdas 0.005,0.01,0.02 > tests/apps/models/tiny_mean_scale_vr.json
 """
 import argparse
 import json
@@ -31,6 +33,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lambdas", default=",".join(map(str, DEFAULT_LAMBDAS)),
                         help="the rate levels' trade-offs, increasing (they set the initial gains)")
+    parser.add_argument("--base", default="models/specs/mbt2018-mean.json",
+                        help="the mean-scale spec to add the gain units to (node names as mbt2018-mean's)")
+    parser.add_argument("--name", default="mbt2018-mean-vr")
     args = parser.parse_args()
     lambdas = [float(v) for v in args.lambdas.split(",")]
     if len(lambdas) < 2 or any(b <= a for a, b in zip(lambdas, lambdas[1:])):
@@ -38,10 +43,11 @@ def main():
     geometric_mean = math.exp(sum(math.log(v) for v in lambdas) / len(lambdas))
     log_gains = [round(0.5 * math.log(v / geometric_mean), 6) for v in lambdas]
 
-    spec = json.loads((ROOT / "models/specs/mbt2018-mean.json").read_text())
-    spec["name"] = "mbt2018-mean-vr"
+    spec = json.loads((ROOT / args.base).read_text())
+    base_name = spec["name"] + (" (N=128, M=192)" if spec["name"] == "mbt2018-mean" else "")
+    spec["name"] = args.name
     spec["description"] = (
-        "mbt2018-mean (N=128, M=192) as one variable-rate model: gain units (Cui et al., Asymmetric gained deep "
+        f"{base_name} as one variable-rate model: gain units (Cui et al., Asymmetric gained deep "
         "image compression with continuous rate adaptation, CVPR 2021) scale the latent y channel by channel by the "
         "gain of each image's rate level before the hyper-analysis and the quantiser (y_g = y * exp(s_level)), and "
         "an inverse gain unit scales y_hat back before the synthesis; fractional levels interpolate the log-gains. "

@@ -15,6 +15,7 @@
 
 #include "apps/cli_runner.h"
 #include "image_evaluation.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/codec/rans.h"
 #include "plexus/data/image.h"
@@ -26,7 +27,7 @@ namespace plexus::testing {
 // so the latents span many integers (and the scales many table entries).
 inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& registry, std::uint64_t seed,
                                     const std::map<std::string, double>& scaled) {
-  Net net(spec, registry, {{"image", Shape{1, 3, 64, 64}}}, DType::f32, Device::cpu(), seed);
+  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 64, 64}), DType::f32, Device::cpu(), seed);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     Tensor value = named.parameter->value.clone();
@@ -43,13 +44,14 @@ inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& regis
 
 // The whole model as eval runs it (rounded latents), with the file's
 // weights; each entry of `blobs`, when given, receives that blob's value.
+// `level`: a variable-rate model's rate level.
 inline ae::ImageEvaluation evaluate_with_weights(const ModelSpec& spec, const Registry& registry,
                                                  const TensorFile& file, const data::Image& image, int stride,
-                                                 std::map<std::string, Tensor>* blobs = nullptr) {
-  Net net(spec, registry, {{"image", Shape{1, 3, stride, stride}}});
+                                                 std::map<std::string, Tensor>* blobs = nullptr, double level = 0) {
+  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, stride, stride}));
   for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
   Context ctx;
-  ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride);
+  ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride, level);
   if (blobs)
     for (auto& [name, value] : *blobs) value = net.blob(name).clone();
   return result;
