@@ -71,10 +71,15 @@ inline double code_bits(std::int32_t value, const codec::CodingTable& table) {
 // Compress on CUDA; decode on the CPU and on CUDA: the same hyper-latent,
 // indices, symbols, means and latent exactly, reconstructions equal within
 // float rounding.
+// `level`: a variable-rate model's rate level, the same on both.
 inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const Registry& registry,
-                                const std::vector<data::Image>& images) {
+                                const std::vector<data::Image>& images, double level = -1) {
   ae::CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
   ae::CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
+  if (level >= 0) {
+    on_cuda.set_rate_level(level);
+    on_cpu.set_rate_level(level);
+  }
   ASSERT_EQ(on_cuda.fingerprint(), on_cpu.fingerprint());
   for (std::size_t n = 0; n < images.size(); ++n) {
     const data::Image& image = images[n];

@@ -140,6 +140,20 @@ TEST_F(VariableRateCodec, FilesWithAndWithoutALevelNeedTheirKindOfModel) {
   EXPECT_TRUE(contains(message, "truncated")) << message;
 }
 
+// Files compressed on CUDA at a fractional level decode to the same latents
+// on the CPU, for the tiny spec and for the shipped model.
+TEST_F(VariableRateCodec, FilesFromCudaDecodeToTheSameLatentsOnTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::vector<data::Image> images{testing::position_image(40, 24), testing::position_image(17, 33)};
+  testing::expect_cross_device(tiny_spec(), file, registry, images, 1.5);
+  const std::string shipped = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/mbt2018-mean-vr/model.safetensors";
+  if (!std::filesystem::exists(shipped)) GTEST_SKIP() << "no shipped variable-rate model in this tree";
+  const TensorFile weights = load_safetensors(shipped);
+  const data::Image kodim = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
+  for (double level : {0.0, 2.5, 5.0})
+    testing::expect_cross_device(spec_from_checkpoint(weights, shipped, registry), weights, registry, {kodim}, level);
+}
+
 TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
   ScratchFolder folder{"ae-variable-rate"};
   testing::save_png(folder / "images/a.png", testing::position_image(48, 40));

@@ -14,7 +14,10 @@
 //     the means; y_hat = QuantizeAroundMean(y, means) (the integer means too);
 //   channel-conditional (version-4 files): the same y in slices of 1 and 3
 //     channels, slice 1's means and scales also reading slice 0's decoded
-//     values, each slice with a latent residual prediction (Tanh, Add).
+//     values, each slice with a latent residual prediction (Tanh, Add);
+//   variable-rate mean-scale (version-3 files with a rate level, flag bit 1):
+//     the mean-scale model with GainUnit nodes of 3 levels on y and before
+//     the synthesis; its seeds are coded at level 1.5.
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
@@ -22,6 +25,7 @@
 //   bit 2: decode with the scale-hyperprior model
 //   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
+//   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
 // files for both models (the committed corpus/bitstream_fuzzer/).
 #include <cstdint>
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/checksum.h"
 #include "plexus/cpu_parallel.h"
@@ -97,6 +102,27 @@ ModelSpec fuzz_mean_scale_spec() {
   return spec;
 }
 
+// The mean-scale model with gain units: a variable-rate model of 3 levels.
+ModelSpec fuzz_variable_rate_spec() {
+  ModelSpec mean_scale = fuzz_mean_scale_spec();
+  ModelSpec spec;
+  spec.name = "fuzz-variable-rate";
+  for (const char* input : {"image", "level", "mse_weight"}) spec.add_input(input);
+  const nlohmann::json gains{{"levels", 3}, {"init", {-0.5, 0.0, 0.5}}};
+  const nlohmann::json inverse_gains{{"levels", 3}, {"init", {0.5, 0.0, -0.5}}};
+  for (NodeSpec node : mean_scale.nodes) {
+    if (node.name == "h_a") spec.add_node({"gain", "GainUnit", {"y", "level"}, {"y_gained"}, gains});
+    if (node.name == "g_s") spec.add_node({"inverse_gain", "GainUnit", {"y_hat", "level"}, {"y_hat_ungained"}, inverse_gains});
+    for (std::string& input : node.inputs) {
+      if (input == "y" && (node.name == "h_a" || node.name == "quantizer")) input = "y_gained";
+      if (input == "y_hat" && node.name == "g_s") input = "y_hat_ungained";
+    }
+    if (node.type == "MSELoss") node.inputs.push_back("mse_weight");
+    spec.add_node(node);
+  }
+  return spec;
+}
+
 ModelSpec fuzz_channel_spec() {
   ModelSpec spec;
   spec.name = "fuzz-channel";
@@ -147,7 +173,7 @@ ModelSpec fuzz_channel_spec() {
 
 std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
-  Net net(spec, registry, {{"image", Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
+  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 4, 4}), DType::f32, Device::cpu(), 1);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
@@ -158,11 +184,14 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   }
   auto model = std::make_unique<ae::CodecModel>(spec, file, registry, Device::cpu(), spec.name + " model");
   model->set_max_pixels(64 * 64);
+  if (model->rate_levels() > 0) model->set_rate_level(1.5);
   return model;
 }
 
-// The model of input mode `mode` (bits 2, 3 and 4).
+// The model of input mode `mode` (bits 2 to 5).
 ae::CodecModel& model(std::uint8_t mode) {
+  static std::unique_ptr<ae::CodecModel> variable_rate = make_model(fuzz_variable_rate_spec());
+  if (mode & 32) return *variable_rate;
   static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
   static std::unique_ptr<ae::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
   static std::unique_ptr<ae::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
@@ -172,7 +201,7 @@ ae::CodecModel& model(std::uint8_t mode) {
 
 void write_seeds(const std::string& folder) {
   int index = 0;
-  for (std::uint8_t kind : {0, 4, 8, 16})
+  for (std::uint8_t kind : {0, 4, 8, 16, 32})
     for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
       data::Image image(width, height);
       for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
@@ -191,7 +220,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16}) model(kind);
+  for (std::uint8_t kind : {0, 4, 8, 16, 32}) model(kind);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
