@@ -89,8 +89,17 @@ TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
 TEST(QualityCatalogRepository, TheCatalogInTheRepositoryIsValid) {
   const QualityCatalog catalog =
       load_quality_catalog(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/quality-catalog.json");
-  EXPECT_GE(catalog.entries.size(), 4u);
-  for (const QualityEntry& entry : catalog.entries) EXPECT_EQ(entry.spec, "bmshj2018-hyperprior");
+  // Qualities 1 to 6: the levels 0 to 5 of one shipped variable-rate model, lambdas increasing.
+  ASSERT_EQ(catalog.entries.size(), 6u);
+  for (std::size_t k = 0; k < catalog.entries.size(); ++k) {
+    const QualityEntry& entry = catalog.entries[k];
+    EXPECT_EQ(entry.quality, static_cast<int>(k + 1));
+    EXPECT_EQ(entry.spec, "mbt2018-mean-vr");
+    EXPECT_EQ(entry.level, static_cast<double>(k));
+    EXPECT_EQ(entry.path, catalog.entries[0].path);
+    if (k > 0) EXPECT_GT(entry.lambda, catalog.entries[k - 1].lambda);
+  }
+  EXPECT_TRUE(std::filesystem::is_regular_file(catalog.entries[0].path)) << catalog.entries[0].path;
 }
 
 }  // namespace
