@@ -105,12 +105,14 @@ def level_points(entries):
 
 
 def read_quality_catalog(path):
-    """{quality: model path} of a quality catalog (models/trained/quality-catalog.json): each
-    entry's "model" is relative to the catalog's folder."""
+    """{quality: (model path, rate level or None)} of a quality catalog
+    (models/trained/quality-catalog.json): each entry's "model" is relative to the catalog's
+    folder; a variable-rate model's qualities share its file and differ in "level"."""
     try:
         catalog = json.loads(pathlib.Path(path).read_text())
         entries = catalog["qualities"]
-        return {int(e["quality"]): pathlib.Path(path).parent / e["model"] for e in entries}
+        return {int(e["quality"]): (pathlib.Path(path).parent / e["model"],
+                                    float(e["level"]) if "level" in e else None) for e in entries}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"cannot read the quality catalog '{path}': {error}") from None
 
@@ -140,12 +142,14 @@ def quality_points(entries, catalog_path):
             if quality not in catalog:
                 raise ValueError(f"'{entry}': the quality catalog '{catalog_path}' has no quality {quality} "
                                  f"(it has {', '.join(str(q) for q in sorted(catalog))})")
-            model = catalog[quality]
+            model, level = catalog[quality]
             if not model.is_file():
                 raise ValueError(f"'{entry}': quality {quality}'s model '{model}' is not in this copy "
                                  f"(plexus-ae compress --quality {quality} prints the command that trains it)")
+            # The level keys the cache too: the qualities of a variable-rate model share its file.
             points.append(PlexusPoint(name, model, f"quality {quality}", ("--quality", str(quality)),
-                                      ("--model", str(model)), quality=quality, environment=environment))
+                                      ("--model", str(model)), level=level, quality=quality,
+                                      environment=environment))
     return points
 
 

@@ -340,6 +340,18 @@ class PlexusPointsTest(unittest.TestCase):
         # The shipped model of a quality is that model file: the same results as --plexus of it.
         self.assertEqual(point.identity("d" * 64), ["d" * 64])
 
+    def test_the_qualities_of_a_variable_rate_model_are_its_levels(self):
+        os.mkdir(os.path.join(self.folder.name, "vr"))
+        write_text_file(os.path.join(self.folder.name, "vr"), "model.safetensors", "weights")
+        catalog = write_text_file(self.folder.name, "quality-catalog.json", json.dumps({"qualities": [
+            {"quality": q, "spec": "s", "lambda": 0.001 * q, "level": q - 1, "model": "vr/model.safetensors"}
+            for q in (1, 2, 3)]}))
+        points = plexus_points.quality_points(["shipped=1,3"], catalog)
+        self.assertEqual([p.level for p in points], [0.0, 2.0])
+        # One model file, two cache keys and folders: the levels keep their results apart.
+        self.assertEqual(points[1].identity("d" * 64), ["d" * 64, "level", 2.0])
+        self.assertNotEqual(points[0].folder_name("d" * 64), points[1].folder_name("d" * 64))
+
     def test_bad_qualities(self):
         catalog = self.catalog()
         for entry, message in (("shipped=1", "quality 1's model .* is not in this copy"),
