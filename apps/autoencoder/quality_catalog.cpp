@@ -97,7 +97,8 @@ std::string training_commands(const QualityCatalog& catalog, const QualityEntry&
   }
   return "  plexus-ae train --data BSDS500/train --model " + entry.spec + trade_off +
          " --batch 16 --patch 256 --steps 1000000 --time-limit 1200 --device cuda --out " + run +
-         "\n  plexus-ae export --model " + run + "/model.safetensors --storage f16 --out " + entry.path +
+         "\n  plexus-ae export --model " + run + "/model.safetensors --storage int8 --out " +
+         entry.path +
          "\n(BSDS500/train: the 400 training images of BSDS500, the Berkeley segmentation data set; "
          "--time-limit 1200 is 20 minutes of training on one GPU)";
 }

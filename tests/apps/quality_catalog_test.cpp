@@ -58,7 +58,7 @@ TEST_F(QualityCatalogTest, AQualityNotShippedSaysSoAndHowToTrainIt) {
             std::string::npos) << message;
   EXPECT_NE(message.find("plexus-ae train --data BSDS500/train --model bmshj2018-hyperprior --lambda 0.025"),
             std::string::npos) << message;
-  EXPECT_NE(message.find("plexus-ae export --model runs/q5/model.safetensors --storage f16 --out " +
+  EXPECT_NE(message.find("plexus-ae export --model runs/q5/model.safetensors --storage int8 --out " +
                          (folder / "q5" / "model.safetensors").string()),
             std::string::npos) << message;
   const std::string unknown = error_of(kTwo, 4);
