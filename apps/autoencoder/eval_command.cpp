@@ -204,6 +204,7 @@ void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& re
   nlohmann::json report{{"model", o.model},   {"step", step},                     {"data", o.data},
                         {"images", rows},     {"mean_psnr", results.mean_psnr}, {"mean_bpp", results.mean_bpp}};
   if (results.mean_file) report["mean_file"] = file_json(*results.mean_file, false);
+  if (o.level >= 0) report["level"] = o.level;
   // File names need not be UTF-8: replace what JSON cannot hold rather than fail.
   write_file_atomically((fs::path(o.out) / "eval.json").string(),
                         report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + '\n',

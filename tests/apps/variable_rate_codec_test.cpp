@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
@@ -160,10 +161,12 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
   testing::save_png(folder / "images/b.png", testing::position_image(40, 32));
   auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", kTinySpec, "--lambdas",
                                          "0.005,0.01,0.02", "--patch", "16", "--batch", "3", "--steps", "4",
-                                         "--device", "cpu", "--threads", "1", "--out", folder / "run"},
+                                         "--device", "cpu", "--threads", "1", "--val", folder / "images",
+                                         "--val-every", "2", "--out", folder / "run"},
                                         folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "one per rate level")) << trained.err;
+  EXPECT_TRUE(contains(trained.err, "validation at step 2")) << trained.err;  // at the middle level
   const std::string model = folder / "run/model.safetensors";
   auto missing = testing::run_plexus_ae({"compress", "--model", model, folder / "images/a.png", "-o",
                                          folder / "a.pxae", "--device", "cpu"},
@@ -187,14 +190,31 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
   EXPECT_NE(bad_level.exit_code, 0);
   EXPECT_TRUE(contains(bad_level.err, "has levels 0 to 2")) << bad_level.err;
   auto evaluated = testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--level", "1",
-                                           "--device", "cpu"},
+                                           "--device", "cpu", "--out", folder / "eval"},
                                           folder.path());
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.err, "rate level 1")) << evaluated.err;
+  std::ifstream report(folder / "eval/eval.json");
+  const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "\"level\": 1.0")) << text;
   auto no_level = testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--device", "cpu"},
                                          folder.path());
   EXPECT_NE(no_level.exit_code, 0);
   EXPECT_TRUE(contains(no_level.err, "give --level")) << no_level.err;
+}
+
+// The data-parallel path (--gpus 1 on the CPU: a worker process that reads
+// the options again) draws the levels too.
+TEST(VariableRateCli, TrainsThroughTheDataParallelPath) {
+  ScratchFolder folder{"ae-variable-rate-parallel"};
+  testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
+  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", kTinySpec, "--lambdas",
+                                         "0.005,0.01,0.02", "--patch", "16", "--batch", "2", "--steps", "3",
+                                         "--gpus", "1", "--device", "cpu", "--threads", "1", "--out", folder / "run"},
+                                        folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "one per rate level")) << trained.err;
+  EXPECT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
 }
 
 TEST(VariableRateCli, LambdasMustFitTheModel) {
