@@ -238,9 +238,13 @@ TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   BitstreamHeader header;
   model.decompress(flagged.data(), flagged.size(), &header);
   EXPECT_TRUE(header.grey);
-  flagged[6] = 2;
+  flagged[6] = 2;  // a rate level: this model has one rate, and the header has no level field
   reseal(flagged);
-  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 2")) << decode_error(flagged);
+  EXPECT_NE(decode_error(flagged), "no error");
+  flagged[6] = 4;
+  reseal(flagged);
+  EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 4 (this plexus-ae knows only bit 0, a grey image, and "
+                                              "bit 1, a rate level)")) << decode_error(flagged);
   flagged[6] = 0;
   flagged[7] = 0x80;
   reseal(flagged);
