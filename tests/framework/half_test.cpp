@@ -7,35 +7,21 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "data/data_test_support.h"
 #include "plexus/checkpoint.h"
 #include "plexus/error.h"
 #include "plexus/half.h"
-#include <unistd.h>
-
-#include <filesystem>
 
 namespace plexus {
 namespace {
 
-// A folder under the temporary directory, removed with everything in it.
-struct ScratchFolder {
-  explicit ScratchFolder(const std::string& tag)
-      : path(std::filesystem::temp_directory_path() / ("plexus-" + tag + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::filesystem::path path;
-};
+using testing::ScratchFolder;
 
 // The value of f16 bit pattern `bits`, from the IEEE 754 binary16 layout, in
 // f64: (-1)^s 2^(e - 15) (1 + m / 1024), or 2^-14 (m / 1024) when e = 0.

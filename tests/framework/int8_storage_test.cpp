@@ -5,7 +5,6 @@
 // inconsistent file is refused naming the file and the tensor, and sizes too
 // large to hold are refused before anything is allocated.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -16,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/data_test_support.h"
 #include "framework/error_of.h"
 #include "plexus/checkpoint.h"
 #include "plexus/error.h"
@@ -25,21 +25,7 @@ namespace plexus {
 namespace {
 
 using test::error_of;
-
-// A folder under the temporary directory, removed with everything in it.
-struct ScratchFolder {
-  explicit ScratchFolder(const std::string& tag)
-      : path(std::filesystem::temp_directory_path() / ("plexus-" + tag + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::filesystem::path path;
-};
+using testing::ScratchFolder;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
