@@ -122,32 +122,30 @@ std::string quality_choices() {
   }
 }
 
-// The value of --quality: a whole number >= 1, else ConfigError saying which.
-double parse_quality(const std::string& text) {
-  double quality = 0;
+// `text` as a number in [min, max]; nullopt when it is not all one number or outside.
+std::optional<double> number_in(const std::string& text, double min, double max) {
   std::size_t stop = 0;
+  double value = 0;
   try {
-    quality = std::stod(text, &stop);
+    value = std::stod(text, &stop);
   } catch (const std::exception&) {
-    stop = 0;
+    return std::nullopt;
   }
-  if (text.empty() || stop != text.size() || !(quality >= 1) || quality > 99)
-    throw ConfigError("--quality takes a number" + quality_choices() +
-                      " (fractional between the qualities of a variable-rate model), got '" + text + "'");
-  return quality;
+  if (stop != text.size() || !(value >= min) || !(value <= max)) return std::nullopt;
+  return value;
 }
 
+// The value of --quality: a number in [1, 99], else ConfigError naming the catalog's qualities.
+double parse_quality(const std::string& text) {
+  if (const std::optional<double> quality = number_in(text, 1, 99)) return *quality;
+  throw ConfigError("--quality takes a number" + quality_choices() +
+                    " (fractional between the qualities of a variable-rate model), got '" + text + "'");
+}
+
+// The value of --level: a number in [0, 1000] (the model checks its own K).
 double parse_level(const std::string& text) {
-  double level = 0;
-  std::size_t stop = 0;
-  try {
-    level = std::stod(text, &stop);
-  } catch (const std::exception&) {
-    stop = 0;
-  }
-  if (text.empty() || stop != text.size() || !(level >= 0) || level > 1000)
-    throw ConfigError("--level takes a rate level, a number from 0 (the lowest rate) to K-1, got '" + text + "'");
-  return level;
+  if (const std::optional<double> level = number_in(text, 0, 1000)) return *level;
+  throw ConfigError("--level takes a rate level, a number from 0 (the lowest rate) to K-1, got '" + text + "'");
 }
 
 }  // namespace
