@@ -114,10 +114,7 @@ std::unique_ptr<data::ImageFolder> open_validation_images(const TrainOptions& o)
 std::string TrainSettings::model_name() const { return spec.name.empty() ? spec.source : spec.name; }
 
 double TrainSettings::loss_lambda() const {
-  if (rate_levels == 0) return options.lambda;
-  double mean = 0;
-  for (double lambda : options.lambdas) mean += lambda / static_cast<double>(options.lambdas.size());
-  return mean;
+  return rate_levels == 0 ? options.lambda : variable_rate_lambda(options.lambdas);
 }
 
 TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,

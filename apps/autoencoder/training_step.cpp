@@ -69,25 +69,26 @@ void TrainingStep::wait_for_reductions() {
   if (communicator_) communicator_->synchronize();
 }
 
-void TrainingStep::set_rate_lambdas(std::vector<double> lambdas) { lambdas_ = std::move(lambdas); }
+void TrainingStep::set_rate_lambdas(const std::vector<double>& lambdas) {
+  mse_weights_.clear();
+  for (double lambda : lambdas) mse_weights_.push_back(lambda / variable_rate_lambda(lambdas));
+}
 
 void TrainingStep::draw_rate_levels(std::int64_t step) {
-  double mean = 0;
-  for (double lambda : lambdas_) mean += lambda / static_cast<double>(lambdas_.size());
   std::mt19937_64 generator(data::mix_seed(noise_seed(step), 0, kRateLevelStream));
   const auto patches = static_cast<std::size_t>(net_.input(kImage).dim(0));
   std::vector<double> levels(patches), weights(patches);
   for (std::size_t n = 0; n < patches; ++n) {
-    const std::size_t k = static_cast<std::size_t>(generator() % lambdas_.size());
+    const std::size_t k = static_cast<std::size_t>(generator() % mse_weights_.size());
     levels[n] = static_cast<double>(k);
-    weights[n] = lambdas_[k] / mean;
+    weights[n] = mse_weights_[k];
   }
   set_rate_inputs(ctx_, net_, levels, weights);  // enqueued before the step, outside its graph
 }
 
 void TrainingStep::run(std::int64_t step) {
   input_.next_into(ctx_, net_.input(kImage));
-  if (!lambdas_.empty()) draw_rate_levels(step);
+  if (!mse_weights_.empty()) draw_rate_levels(step);
   ctx_.reseed(noise_seed(step));
   optimizer_.begin_step(ctx_, parameters_);
   graph_.run(ctx_, net_.layout_version(), [&] {

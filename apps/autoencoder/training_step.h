@@ -77,7 +77,7 @@ class TrainingStep {
   // uniformly from the stream mix_seed(noise seed, 0, 3) and weights its MSE
   // lambdas[k] / mean(lambdas) (the loss weight of "mse" being
   // mean(lambdas) * 255^2). Empty: a model of one rate.
-  void set_rate_lambdas(std::vector<double> lambdas);
+  void set_rate_lambdas(const std::vector<double>& lambdas);
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
@@ -96,7 +96,7 @@ class TrainingStep {
   GradientClipper* clipper_ = nullptr;
   distributed::Communicator* communicator_ = nullptr;
   std::unique_ptr<distributed::GradientBuckets> buckets_;
-  std::vector<double> lambdas_;  // a variable-rate model's, else empty
+  std::vector<double> mse_weights_;  // per level, lambdas[k] / mean(lambdas); empty: one rate
 };
 
 }  // namespace plexus::ae

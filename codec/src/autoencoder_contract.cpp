@@ -11,6 +11,12 @@ namespace plexus::ae {
 
 double distortion_weight(double lambda) { return lambda * 255.0 * 255.0; }
 
+double variable_rate_lambda(const std::vector<double>& lambdas) {
+  double mean = 0;
+  for (double lambda : lambdas) mean += lambda / static_cast<double>(lambdas.size());
+  return mean;
+}
+
 void check_contract(const ModelSpec& spec) {
   std::string problems;
   auto add = [&](const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; };

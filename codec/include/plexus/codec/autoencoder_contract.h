@@ -41,6 +41,9 @@ inline constexpr const char* kGainUnitType = "GainUnit";
 
 // lambda * 255^2: the weight of "mse" in the loss (the rate's weight is 1).
 double distortion_weight(double lambda);
+// A variable-rate model's loss lambda: the mean of its levels' lambdas (the
+// level k image's "mse_weight" is lambdas[k] / this).
+double variable_rate_lambda(const std::vector<double>& lambdas);
 
 // Throws ConfigError naming the spec and every missing input or output.
 void check_contract(const ModelSpec& spec);
