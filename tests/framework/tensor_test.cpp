@@ -4,6 +4,7 @@
 #include "plexus/context.h"
 #include "plexus/tensor.h"
 #include "plexus/tensor_ops.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
@@ -56,6 +57,32 @@ TEST(TensorOps, FillAddAndFiniteness) {
   EXPECT_TRUE(all_finite(ctx, a));
   a.data<double>()[1] = std::nan("");
   EXPECT_FALSE(all_finite(ctx, a));
+}
+
+TEST(TensorOps, SetValuesWritesEachElement) {
+  Context ctx;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor t({3}, dtype);
+    set_values(ctx, t, {0.25, -2.0, 5.5});
+    EXPECT_EQ(t.to_values(), (std::vector<double>{0.25, -2.0, 5.5}));
+  }
+  Tensor t({3}, DType::f32);
+  EXPECT_THROW(set_values(ctx, t, {1.0, 2.0}), ShapeError);  // one value too few
+  Tensor large({static_cast<std::int64_t>(kMaxSetValues) + 1}, DType::f32);
+  EXPECT_THROW(set_values(ctx, large, std::vector<double>(kMaxSetValues + 1, 1.0)), ShapeError);
+}
+
+// On CUDA the values travel as a kernel argument, ordered on the context's stream.
+TEST(TensorOps, SetValuesOnCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  std::vector<double> values(kMaxSetValues);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 7;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor t({static_cast<std::int64_t>(values.size())}, dtype, Device::cuda());
+    set_values(ctx, t, values);
+    EXPECT_EQ(t.to(Device::cpu()).to_values(), values);
+  }
 }
 
 TEST(Device, ParsesNames) {
