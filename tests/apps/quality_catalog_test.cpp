@@ -79,6 +79,10 @@ TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
   refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "../a.safetensors"})", "\"model\"");
   refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "/abs/a.safetensors"})", "\"model\"");
   refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "a.json"})", "\"model\"");
+  refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "level": -1, "model": "a.safetensors"})",
+          "\"level\" must be a number in [0, 1000]");
+  refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "level": "2", "model": "a.safetensors"})",
+          "\"level\" must be a number in [0, 1000]");
   const std::string twice = error_of(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "a.safetensors"},
                                         {"quality": 1, "spec": "s", "lambda": 0.2, "model": "b.safetensors"})");
   EXPECT_NE(twice.find("quality 1 is listed twice"), std::string::npos) << twice;

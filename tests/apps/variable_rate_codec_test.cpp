@@ -201,6 +201,42 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
                                          folder.path());
   EXPECT_NE(no_level.exit_code, 0);
   EXPECT_TRUE(contains(no_level.err, "give --level")) << no_level.err;
+  auto not_a_level = testing::run_plexus_ae({"compress", "--model", model, "--level", "two", folder / "images/a.png",
+                                             "-o", folder / "d.pxae", "--device", "cpu"},
+                                            folder.path());
+  EXPECT_NE(not_a_level.exit_code, 0);
+  EXPECT_TRUE(contains(not_a_level.err, "--level takes a rate level, a number from 0 (the lowest rate) to K-1, got "
+                                        "'two'")) << not_a_level.err;
+  auto with_quality = testing::run_plexus_ae({"compress", "--quality", "2", "--level", "1", folder / "images/a.png",
+                                              "-o", folder / "e.pxae", "--device", "cpu"},
+                                             folder.path());
+  EXPECT_NE(with_quality.exit_code, 0);
+  EXPECT_TRUE(contains(with_quality.err, "give --level with --model; --quality chooses the level itself"))
+      << with_quality.err;
+}
+
+// --level on a model of one rate is refused by compress and eval.
+TEST(VariableRateCli, ALevelNeedsAVariableRateModel) {
+  ScratchFolder folder{"ae-variable-rate-fixed"};
+  testing::save_png(folder / "images/a.png", testing::position_image(32, 32));
+  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model",
+                                         std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json", "--patch", "16",
+                                         "--steps", "1", "--device", "cpu", "--out", folder / "run"},
+                                        folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  const std::string model = folder / "run/model.safetensors";
+  auto compressed = testing::run_plexus_ae({"compress", "--model", model, "--level", "1", folder / "images/a.png",
+                                            "-o", folder / "a.pxae", "--device", "cpu"},
+                                           folder.path());
+  EXPECT_NE(compressed.exit_code, 0);
+  EXPECT_TRUE(contains(compressed.err, "is a model of one rate; a rate level applies only to a variable-rate model"))
+      << compressed.err;
+  auto evaluated = testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--level", "1",
+                                           "--device", "cpu"},
+                                          folder.path());
+  EXPECT_NE(evaluated.exit_code, 0);
+  EXPECT_TRUE(contains(evaluated.err, "--level is for a variable-rate model; '" + model + "' has one rate"))
+      << evaluated.err;
 }
 
 // The data-parallel path (--gpus 1 on the CPU: a worker process that reads
