@@ -145,6 +145,9 @@ TEST_F(PlexusAeHardening, SavedSettingsOutOfRangeAreRefusedOnResume) {
   with_settings([](nlohmann::json& s) { s["lambda"] = "high"; });
   expect_failure({"train", "--out", folder / "run", "--resume", "--steps", "8", "--device", "cpu"},
                  "at /lambda: must be a finite number > 0, got \"high\"");
+  with_settings([](nlohmann::json& s) { s["lambdas"] = {0.01, -1}; });
+  expect_failure({"train", "--out", folder / "run", "--resume", "--steps", "8", "--device", "cpu"},
+                 "at /lambdas: must be a list of at most 1000 finite numbers > 0, got [0.01,-1]");
   TensorFile file = original;
   file.metadata["step"] = "-5";
   save_safetensors(checkpoint, file);
