@@ -17,14 +17,8 @@ constexpr std::uint64_t kRankNoiseStream = 2;  // mixed with the step's noise se
 constexpr std::uint64_t kRateLevelStream = 3;  // the patches' rate levels, from the step's noise seed
 
 // Whether the step can be recorded into a CUDA graph; logs once why not.
-bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer,
-                  bool data_parallel) {
+bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer) {
   if (!requested || !ctx.device().is_cuda()) return false;
-  if (data_parallel) {
-    spdlog::info("CUDA graph off: data-parallel steps launch eagerly (the gradient all-reduces, overlapped with "
-                 "backward on their own stream, are not recorded into the graph)");
-    return false;
-  }
   std::string culprit;
   if (!net.cuda_graph_capturable(&culprit)) {
     spdlog::info("CUDA graph off: {} does not declare itself capturable; launching each step eagerly", culprit);
@@ -34,6 +28,7 @@ bool graph_usable(bool requested, const Context& ctx, const Net& net, const Opti
     spdlog::info("CUDA graph off: the {} optimiser is not capturable; launching each step eagerly", optimizer.name());
     return false;
   }
+  spdlog::info("CUDA graph on: the training step is recorded once and replayed");
   return true;
 }
 
@@ -54,7 +49,7 @@ TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::B
       distortion_weight_(distortion_weight),
       input_(loader, ctx.device(), net.input(kImage).shape()),
       metrics_(ctx.device(), {distortion_weight, 1.0}, steps_before),
-      graph_(graph_usable(cuda_graph, ctx, net, optimizer, communicator != nullptr)),
+      graph_(graph_usable(cuda_graph, ctx, net, optimizer)),
       communicator_(communicator) {
   if (communicator_) buckets_ = std::make_unique<distributed::GradientBuckets>(net_, *communicator_);
 }
@@ -95,14 +90,18 @@ void TrainingStep::run(std::int64_t step) {
     net_.zero_grad();
     net_.forward(ctx_);
     metrics_.record(ctx_, {&net_.blob(kDistortion), &net_.blob(kRate)});
-    // The previous step's reductions, waited for (with the timeout) while
-    // this step's forward is already queued, so the GPU does not idle.
-    wait_for_reductions();
+    // Eager steps: the previous step's reductions, waited for (with the
+    // timeout) while this step's forward is already queued, so the GPU does
+    // not idle. A graph's steps are paced by mark_step below instead.
+    if (!graph_.enabled()) wait_for_reductions();
     net_.backward(ctx_, {{kDistortion, distortion_weight_}, {kRate, 1.0}});
-    if (buckets_) buckets_->finish(ctx_);  // the mean gradient of all ranks, before clipping
+    // The mean gradient of all ranks, before clipping. In a graph the
+    // all-reduces are recorded with the step, still overlapped with backward.
+    if (buckets_) buckets_->finish(ctx_);
     if (clipper_) clipper_->clip(ctx_, parameters_);
     optimizer_.apply(ctx_, parameters_);
   });
+  if (communicator_ && graph_.enabled()) communicator_->mark_step(ctx_);
   net_.after_update(ctx_, step + 1);  // outside the graph: layers may decide on the host
 }
 

@@ -10,10 +10,12 @@
 //
 // Data-parallel (with a communicator): the gradients are averaged over the
 // ranks by GradientBuckets, overlapped with backward, before clipping and
-// the update; the step then runs eagerly (no CUDA graph). Each step, once
-// its forward is queued, waits with the communicator's timeout for the
-// previous step's reductions, so a rank that died stops the others within
-// the timeout instead of letting them queue work forever. Rank 0 draws the noise of a
+// the update; with a CUDA graph the all-reduces are recorded into it with
+// the rest of the step. So that a rank that died stops the others within
+// the communicator's timeout instead of letting them queue work forever, an
+// eager step, once its forward is queued, waits for the previous step's
+// reductions; a replayed step is followed by Communicator::mark_step, which
+// waits for the step before last. Rank 0 draws the noise of a
 // single-process run; rank r > 0 a stream of its own.
 #include <cstdint>
 #include <memory>

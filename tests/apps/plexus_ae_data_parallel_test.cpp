@@ -45,6 +45,12 @@ class PlexusAeDataParallel : public ::testing::Test {
     return testing::tiny_train_args(folder / "images", folder / out, steps, std::move(extra));
   }
   testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  // tiny_run on the GPU.
+  testing::CommandResult gpu_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra) {
+    auto args = tiny_run(out, steps, std::move(extra));
+    args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
+    return run(args);
+  }
   ScratchFolder folder{"ae-data-parallel"};
 };
 
@@ -64,26 +70,52 @@ TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
     EXPECT_EQ(entry.path().filename().string().rfind(".rendezvous", 0), std::string::npos) << entry.path();
 }
 
-// On a GPU, through NCCL: one worker (eager steps, gradients reduced in
-// buckets on NCCL's stream) against one process (CUDA graph). Averaging over
-// one rank changes nothing: tolerance 1e-6 absolute, expected 0.
+// On a GPU, through NCCL: one worker (gradients reduced in buckets on
+// NCCL's stream, the all-reduces recorded into the step's CUDA graph), and
+// the same worker launching each step eagerly, against one process (CUDA
+// graph). Averaging over one rank changes nothing: tolerance 1e-6
+// absolute, expected 0.
 TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
-  auto gpu_run = [&](const std::string& out, std::vector<std::string> extra) {
-    auto args = tiny_run(out, 23, extra);
-    args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
-    return run(args);
-  };
-  auto single = gpu_run("gpu-single", {});
+  auto single = gpu_run("gpu-single", 23, {});
   ASSERT_EQ(single.exit_code, 0) << single.describe();
-  auto worker = gpu_run("gpu-worker", {"--gpus", "1", "--replica-check-every", "5"});
-  ASSERT_EQ(worker.exit_code, 0) << worker.describe();
-  EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << worker.err;
-  EXPECT_TRUE(contains(worker.err, "CUDA graph off: data-parallel steps launch eagerly")) << worker.err;
+  EXPECT_TRUE(contains(single.err, "CUDA graph on")) << single.err;
+  for (const std::string graph : {"on", "off"}) {
+    const std::string out = "gpu-worker-graph-" + graph;
+    auto worker = gpu_run(out, 23, {"--gpus", "1", "--replica-check-every", "5", "--cuda-graph", graph});
+    ASSERT_EQ(worker.exit_code, 0) << worker.describe();
+    EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << worker.err;
+    EXPECT_EQ(contains(worker.err, "CUDA graph on"), graph == "on") << worker.err;
+    const double largest =
+        testing::largest_difference(folder / "gpu-single/checkpoint.safetensors", folder / (out + "/checkpoint.safetensors"));
+    std::printf("--gpus 1 (CUDA graph %s) against one process on the GPU: largest checkpoint difference %g\n",
+                graph.c_str(), largest);
+    EXPECT_LE(largest, 1e-6) << "CUDA graph " << graph;
+  }
+}
+
+// Two GPUs: the steps replayed from a CUDA graph (the bucket all-reduces
+// recorded with them) train what eager steps train, across agreement points
+// and replica checks. Tolerance 1e-6 absolute, expected 0: the same kernels
+// and collectives in the same order. Skipped without two GPUs and NCCL.
+TEST_F(PlexusAeDataParallel, TwoGpuWorkersTrainAlikeWithAndWithoutTheCudaGraph) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  const std::vector<std::string> two_gpus{"--gpus", "2", "--replica-check-every", "5"};
+  auto graph = gpu_run("two-graph", 23, two_gpus);
+  if (graph.exit_code != 0 && contains(graph.err, "GPU(s) are visible")) GTEST_SKIP() << "fewer than 2 GPUs here";
+  ASSERT_EQ(graph.exit_code, 0) << graph.describe();
+  EXPECT_TRUE(contains(graph.err, "started 2 worker(s)")) << graph.err;
+  EXPECT_TRUE(contains(graph.err, "CUDA graph on")) << graph.err;
+  auto args = two_gpus;
+  args.insert(args.end(), {"--cuda-graph", "off"});
+  auto eager = gpu_run("two-eager", 23, args);
+  ASSERT_EQ(eager.exit_code, 0) << eager.describe();
+  EXPECT_FALSE(contains(eager.err, "CUDA graph on")) << eager.err;
   const double largest =
-      testing::largest_difference(folder / "gpu-single/checkpoint.safetensors", folder / "gpu-worker/checkpoint.safetensors");
-  std::printf("--gpus 1 against one process on the GPU: largest checkpoint difference %g\n", largest);
+      testing::largest_difference(folder / "two-graph/checkpoint.safetensors", folder / "two-eager/checkpoint.safetensors");
+  std::printf("--gpus 2, CUDA graph on against off: largest checkpoint difference %g\n", largest);
   EXPECT_LE(largest, 1e-6);
 }
 

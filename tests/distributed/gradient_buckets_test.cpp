@@ -102,6 +102,7 @@ class RecordingCommunicator : public Communicator {
   void join(Context& ctx) override { inner_.join(ctx); }
   void synchronize() override { inner_.synchronize(); }
   void barrier() override { inner_.barrier(); }
+  void mark_step(Context& ctx) override { inner_.mark_step(ctx); }
 
  private:
   Communicator& inner_;

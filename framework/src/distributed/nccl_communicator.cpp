@@ -2,7 +2,9 @@
 
 #include <nccl.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <cstdio>
 #include <filesystem>
@@ -52,6 +54,9 @@ class NcclCommunicator : public Communicator {
                      __FILE__, __LINE__);
     cuda::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
                      __LINE__);
+    for (cudaEvent_t& mark : step_marks_)
+      cuda::check_cuda(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
+                       __LINE__);
     barrier_buffer_ = Tensor({1}, DType::f32, Device::cuda(setup.device));
     // The buffer was zeroed on the legacy stream, which the communicator's
     // non-blocking stream does not wait for.
@@ -79,6 +84,8 @@ class NcclCommunicator : public Communicator {
       }
     }
     if (comm_) ncclCommAbort(comm_);
+    for (cudaEvent_t mark : step_marks_)
+      if (mark) cudaEventDestroy(mark);
     if (done_) cudaEventDestroy(done_);
     if (enqueued_) cudaEventDestroy(enqueued_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -116,12 +123,21 @@ class NcclCommunicator : public Communicator {
   }
 
   void synchronize() override {
-    wait_until("the collectives to finish", [&] {
-      const cudaError_t status = cudaEventQuery(done_);
-      if (status == cudaErrorNotReady) return false;
-      cuda::check_cuda(status, "cudaEventQuery", __FILE__, __LINE__);
-      return true;
-    });
+    wait_until("the collectives to finish", [&] { return event_passed(done_); });
+  }
+
+  void mark_step(Context& ctx) override {
+    check_context(ctx);
+    // The mark to reuse is the one of two steps ago: wait for it first.
+    cudaEvent_t mark = step_marks_[steps_marked_ % step_marks_.size()];
+    if (steps_marked_ >= static_cast<std::int64_t>(step_marks_.size()))
+      wait_until("the training step before last to finish", [&] { return event_passed(mark); });
+    const cudaStream_t stream = cuda::stream(ctx);
+    cuda::check_cuda(cudaEventRecord(mark, stream), "cudaEventRecord", __FILE__, __LINE__);
+    // done_ may last have been recorded inside a graph capture, where it
+    // marks nothing that can be waited for: from now on it marks this step.
+    cuda::check_cuda(cudaEventRecord(done_, stream), "cudaEventRecord", __FILE__, __LINE__);
+    ++steps_marked_;
   }
 
   void barrier() override {
@@ -188,10 +204,21 @@ class NcclCommunicator : public Communicator {
     });
   }
 
-  void after_context_work(Context& ctx) {
+  static bool event_passed(cudaEvent_t event) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;
+    cuda::check_cuda(status, "cudaEventQuery", __FILE__, __LINE__);
+    return true;
+  }
+
+  void check_context(const Context& ctx) const {
     if (ctx.device() != Device::cuda(setup_.device))
-      throw ConfigError("NCCL, " + who() + ": a collective on a context of " + ctx.device().str() +
+      throw ConfigError("NCCL, " + who() + ": a context of " + ctx.device().str() +
                         ", but the communicator is on cuda:" + std::to_string(setup_.device));
+  }
+
+  void after_context_work(Context& ctx) {
+    check_context(ctx);
     cuda::check_cuda(cudaEventRecord(enqueued_, cuda::stream(ctx)), "cudaEventRecord", __FILE__, __LINE__);
     cuda::check_cuda(cudaStreamWaitEvent(stream_, enqueued_, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
   }
@@ -226,7 +253,9 @@ class NcclCommunicator : public Communicator {
   bool failed_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t enqueued_ = nullptr;  // recorded on the caller's stream before each collective
-  cudaEvent_t done_ = nullptr;      // recorded on stream_ after each collective
+  cudaEvent_t done_ = nullptr;      // recorded on stream_ after each collective (and by mark_step)
+  std::array<cudaEvent_t, 2> step_marks_{};  // mark_step's, used in turn
+  std::int64_t steps_marked_ = 0;
   Tensor barrier_buffer_;
 };
 

@@ -40,6 +40,15 @@ class Communicator {
   virtual void synchronize() = 0;
   // Returns once every rank has called it (with the same timeout).
   virtual void barrier() = 0;
+  // After each training step enqueued on ctx: marks the step's end on ctx's
+  // stream, then blocks the host until the step marked two calls earlier
+  // has finished, with synchronize()'s timeout and error checks. For steps
+  // replayed from a CUDA graph, whose recorded collectives synchronize()
+  // does not see otherwise: the host stays at most two steps ahead of the
+  // device (the next step's launch is queued while this one runs), a dead
+  // peer is noticed within the timeout, and synchronize() from now on also
+  // waits for everything enqueued on ctx up to the mark. CPU: nothing.
+  virtual void mark_step(Context& ctx) = 0;
 };
 
 // The checks every implementation makes on a collective's buffer.
