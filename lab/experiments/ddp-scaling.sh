@@ -2,11 +2,15 @@
 # Scaling of data-parallel training. On a machine with several NVIDIA GPUs
 # and NCCL, from the repository root:
 #   lab/experiments/ddp-scaling.sh BSDS500_TRAIN_DIR [STEPS]
-# For bmshj2018-factorized and bls2017 at 16 patches of 256x256 per GPU,
-# trains STEPS steps (default 600) as one process (--gpus 0, the CUDA-graph
-# step) and with --gpus 1, 2, 4 and 8 (as many as are visible), reads
-# images/s (all GPUs together) from metrics.jsonl, the mean of the windows
-# after the first, and prints efficiency = img/s(N) / (N * img/s(--gpus 1)).
+# For each of MODELS (default bmshj2018-factorized, bmshj2018-hyperprior and
+# bls2017) at 16 patches of 256x256 per GPU, trains STEPS steps (default
+# 600) as one process (--gpus 0, the CUDA-graph step) and with --gpus 1, 2,
+# 4 and 8 (as many as are visible), reads images/s (all GPUs together) from
+# metrics.jsonl, the mean of the windows after the first, and prints two
+# ratios: efficiency = img/s(N) / (N * img/s(--gpus 1)), and
+# vs_one_process = img/s(N) / (N * img/s(--gpus 0)), the speed of N GPUs
+# against N times the best single GPU. CUDA_GRAPH=off launches the
+# data-parallel steps eagerly (the one process keeps its graph).
 # Rows go to $OUT/scaling.jsonl (default ddp-scaling-logs/). BUILD names a
 # build folder holding bin/plexus-ae (default build). NVLink multicast stays
 # off (NCCL_NVLS_ENABLE=0) unless the environment says otherwise.
@@ -19,7 +23,8 @@ build=${BUILD:-build}
 device=${DEVICE:-cuda}        # DEVICE=cpu checks this script on the CPU (--gpus 1 only)
 patch=${PATCH:-256}
 batch=${BATCH:-16}
-models=${MODELS:-bmshj2018-factorized bls2017}
+models=${MODELS:-bmshj2018-factorized bmshj2018-hyperprior bls2017}
+cuda_graph=${CUDA_GRAPH:-on}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 mkdir -p "$logs"
 : > "$logs/scaling.jsonl"
@@ -35,22 +40,32 @@ mean_images_per_second() {
   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x['images_per_second'] for x in r if x['kind']=='train'][1:]; print(sum(r)/len(r) if r else 0)" "$1"
 }
 
+# ratio N IPS BASE: IPS / (N * BASE), or null for N = 0 or no base.
+ratio() {
+  python3 -c "import sys; n,ips,base=int(sys.argv[1]),float(sys.argv[2]),float(sys.argv[3]); print(f'{ips/(n*base):.3f}' if n>0 and base>0 else 'null')" "$1" "$2" "$3"
+}
+
 for model in $models; do
-  base=0
+  base=0 single=0
   for n in "${counts[@]}"; do
     out="$scratch/$model-$n"
+    graph=$cuda_graph
+    [ "$n" = 0 ] && graph=on
     if ! "$build/bin/plexus-ae" train --data "$data" --model "$model" --steps "$steps" --batch "$batch" \
          --patch "$patch" --log-every "$log_every" --checkpoint-every 0 --device "$device" --gpus "$n" \
-         --out "$out" > "$logs/$model-gpus$n.log" 2>&1; then
+         --cuda-graph "$graph" --out "$out" > "$logs/$model-gpus$n.log" 2>&1; then
       tail -20 "$logs/$model-gpus$n.log"
       echo "FAILED: $model --gpus $n"
       continue
     fi
     ips=$(mean_images_per_second "$out/metrics.jsonl")
+    [ "$n" = 0 ] && single=$ips
     [ "$n" = 1 ] && base=$ips
-    efficiency=$(python3 -c "import sys; n,ips,base=int(sys.argv[1]),float(sys.argv[2]),float(sys.argv[3]); print(f'{ips/(n*base):.3f}' if n>0 and base>0 else 'null')" "$n" "$ips" "$base")
-    printf '%-22s --gpus %s  %8.0f img/s  efficiency %s\n' "$model" "$n" "$ips" "$efficiency"
-    printf '{"model": "%s", "gpus": %s, "batch_per_gpu": %s, "patch": %s, "steps": %s, "images_per_second": %s, "efficiency": %s}\n' \
-      "$model" "$n" "$batch" "$patch" "$steps" "$ips" "$efficiency" >> "$logs/scaling.jsonl"
+    efficiency=$(ratio "$n" "$ips" "$base")
+    vs_one_process=$(ratio "$n" "$ips" "$single")
+    printf '%-22s --gpus %s  %8.0f img/s  efficiency %s  vs one process %s\n' "$model" "$n" "$ips" "$efficiency" \
+      "$vs_one_process"
+    printf '{"model": "%s", "gpus": %s, "cuda_graph": "%s", "batch_per_gpu": %s, "patch": %s, "steps": %s, "images_per_second": %s, "efficiency": %s, "vs_one_process": %s}\n' \
+      "$model" "$n" "$graph" "$batch" "$patch" "$steps" "$ips" "$efficiency" "$vs_one_process" >> "$logs/scaling.jsonl"
   done
 done
