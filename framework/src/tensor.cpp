@@ -137,11 +137,11 @@ std::string Tensor::describe() const {
 
 void* Tensor::raw_data() {
   if (!defined()) throw Error("access to the data of an undefined tensor");
-  return storage_->pointer;
+  return static_cast<char*>(storage_->pointer) + byte_offset_;
 }
 const void* Tensor::raw_data() const {
   if (!defined()) throw Error("access to the data of an undefined tensor");
-  return storage_->pointer;
+  return static_cast<const char*>(storage_->pointer) + byte_offset_;
 }
 
 void Tensor::check_type(DType requested) const {
@@ -173,6 +173,19 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.shape_ != shape_ || src.dtype_ != dtype_)
     throw ShapeError("copy_from: cannot copy " + src.describe() + " into " + describe());
   device_memory::copy(raw_data(), device_, src.raw_data(), src.device_, nbytes());
+}
+
+Tensor Tensor::elements_view(std::int64_t first, Shape shape) const {
+  for (auto d : shape)
+    if (d < 0) throw ShapeError("elements_view: negative shape " + shape_str(shape));
+  const std::int64_t count = shape_numel(shape);
+  if (!defined() || first < 0 || first > numel() || count > numel() - first)
+    throw ShapeError("elements_view: elements [" + std::to_string(first) + ", " + std::to_string(first) + " + " +
+                     std::to_string(count) + ") are not within " + describe());
+  Tensor view = *this;
+  view.byte_offset_ = byte_offset_ + static_cast<std::size_t>(first) * dtype_size(dtype_);
+  view.shape_ = std::move(shape);
+  return view;
 }
 
 Tensor Tensor::reshaped(Shape shape) const {

@@ -4,6 +4,7 @@
 // communicator).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "distributed/rank_threads.h"
@@ -137,6 +138,56 @@ TEST(GradientBuckets, ReducesEachBucketOncePerStepAsSoonAsItsGradientsAreFinal) 
   });
   std::string error;
   EXPECT_TRUE(all_succeeded(errors, &error)) << error;
+}
+
+// The buckets take over the gradients: each becomes a view into its
+// bucket's buffer, in packing order, with its values kept.
+TEST(GradientBuckets, TheGradientsLiveInTheirBucketsBuffersWithTheirValues) {
+  auto net = make_net();
+  fill_inputs(*net, 0);
+  Context ctx;
+  net->zero_grad();
+  net->forward(ctx);
+  net->backward(ctx, {{"loss", 1.0}});
+  std::map<std::string, std::vector<double>> before;
+  for (const auto& p : net->trainable_parameters()) before[p.name] = p.parameter->grad.to_values();
+  auto errors = run_ranks(1, [&](int, Communicator& comm) {
+    GradientBuckets buckets(*net, comm, 100);
+    for (const auto& bucket : buckets.buckets()) {
+      const auto* start = static_cast<const char*>(bucket.parameters.front().parameter->grad.raw_data());
+      std::size_t offset = 0;
+      for (const auto& p : bucket.parameters) {
+        EXPECT_EQ(static_cast<const char*>(p.parameter->grad.raw_data()), start + offset) << p.name;
+        offset += p.parameter->grad.nbytes();
+        EXPECT_EQ(p.parameter->grad.to_values(), before.at(p.name)) << p.name;
+      }
+    }
+  });
+  std::string error;
+  EXPECT_TRUE(all_succeeded(errors, &error)) << error;
+}
+
+// A gradient tensor replaced after the buckets were built would silently
+// miss the reduction: reducing its bucket is an error that names it.
+TEST(GradientBuckets, AGradientReallocatedAfterwardsIsAnErrorNamingIt) {
+  auto net = make_net();
+  fill_inputs(*net, 0);
+  auto errors = run_ranks(1, [&](int, Communicator& comm) {
+    GradientBuckets buckets(*net, comm, 100);
+    net->layer("fc1").parameter("bias").grad = Tensor({kHidden});
+    Context ctx;
+    net->zero_grad();
+    net->forward(ctx);
+    try {
+      net->backward(ctx, {{"loss", 1.0}});
+      buckets.finish(ctx);
+      ADD_FAILURE() << "a reallocated gradient was reduced";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the gradient of fc1.bias was reallocated"), std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_TRUE(all_succeeded(errors));
 }
 
 // Without a backward pass the hook never fires: finish() still reduces every

@@ -48,6 +48,38 @@ TEST(Tensor, ReshapeChecksCount) {
   EXPECT_THROW(t.copy_from(Tensor({12})), ShapeError);
 }
 
+// A view sees elements [first, first + count) of the tensor it was taken
+// from, shares writes both ways, composes with reshaped() and with another
+// view, and keeps the storage alive after the original is gone.
+TEST(Tensor, ElementsViewSharesASliceOfTheStorage) {
+  Tensor view;
+  {
+    Tensor t = Tensor::from_values({0, 1, 2, 3, 4, 5, 6, 7}, {8}, DType::f64);
+    view = t.elements_view(2, {2, 2});
+    EXPECT_EQ(view.shape(), (Shape{2, 2}));
+    EXPECT_EQ(view.to_values(), (std::vector<double>{2, 3, 4, 5}));
+    view.copy_from(Tensor::from_values({20, 30, 40, 50}, {2, 2}, DType::f64));
+    EXPECT_EQ(t.to_values(), (std::vector<double>{0, 1, 20, 30, 40, 50, 6, 7}));
+    t.data<double>()[5] = -5;
+    EXPECT_EQ(view.to_values(), (std::vector<double>{20, 30, 40, -5}));
+    EXPECT_EQ(view.reshaped({4}).to_values(), (std::vector<double>{20, 30, 40, -5}));
+    EXPECT_EQ(view.elements_view(1, {2}).to_values(), (std::vector<double>{30, 40}));
+    EXPECT_EQ(t.elements_view(8, {0}).numel(), 0);
+    EXPECT_EQ(view.clone().to_values(), (std::vector<double>{20, 30, 40, -5}));
+  }
+  EXPECT_EQ(view.to_values(), (std::vector<double>{20, 30, 40, -5}));
+}
+
+TEST(Tensor, ElementsViewOutsideTheTensorIsAShapeError) {
+  Tensor t({8});
+  EXPECT_THROW(t.elements_view(-1, {2}), ShapeError);
+  EXPECT_THROW(t.elements_view(5, {4}), ShapeError);
+  EXPECT_THROW(t.elements_view(9, {0}), ShapeError);
+  EXPECT_THROW(t.elements_view(0, {-1}), ShapeError);
+  EXPECT_THROW(t.elements_view(2, {2}).elements_view(1, {2}), ShapeError);  // within t, not within the view
+  EXPECT_THROW(Tensor().elements_view(0, {0}), ShapeError);
+}
+
 TEST(TensorOps, FillAddAndFiniteness) {
   Context ctx;
   Tensor a({3}, DType::f64), b = Tensor::from_values({1, 2, 3}, {3}, DType::f64);

@@ -96,11 +96,16 @@ class Tensor {
   void copy_from(const Tensor& src);
   // The same storage seen with another shape of equal element count.
   Tensor reshaped(Shape shape) const;
+  // A tensor of `shape` over elements [first, first + numel(shape)) of this
+  // one, sharing its storage (writes through either are seen by both; the
+  // storage lives while either does). ShapeError when they do not fit.
+  Tensor elements_view(std::int64_t first, Shape shape) const;
 
  private:
   void check_type(DType requested) const;
   struct Storage;
   std::shared_ptr<Storage> storage_;
+  std::size_t byte_offset_ = 0;  // where this tensor's elements start in the storage
   Shape shape_;
   DType dtype_ = DType::f32;
   Device device_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "plexus/error.h"
-#include "plexus/tensor_ops.h"
 
 namespace plexus::distributed {
 
@@ -30,8 +29,18 @@ GradientBuckets::GradientBuckets(Net& net, Communicator& communicator, std::size
       node_buckets_[node].push_back(static_cast<int>(buckets_.size()) - 1);
     }
   }
+  // Each gradient becomes a view into its bucket's buffer (its values kept),
+  // so a bucket is reduced in place, with no packing or unpacking.
   for (const Bucket& bucket : buckets_) {
-    flat_.emplace_back(Shape{bucket.elements}, DType::f32, net.device());
+    Tensor& flat = flat_.emplace_back(Shape{bucket.elements}, DType::f32, net.device());
+    std::int64_t offset = 0;
+    for (const NamedParameter& named : bucket.parameters) {
+      Tensor& grad = named.parameter->grad;
+      Tensor view = flat.elements_view(offset, grad.shape());
+      view.copy_from(grad);
+      grad = view;
+      offset += grad.numel();
+    }
     pending_.push_back(static_cast<int>(bucket.parameters.size()));
   }
   net_.set_gradients_ready_hook([this](Context& ctx, const std::string& node) { on_node_ready(ctx, node); });
@@ -54,7 +63,9 @@ void GradientBuckets::issue(Context& ctx, int bucket) {
   std::int64_t offset = 0;
   for (const NamedParameter& named : buckets_[bucket].parameters) {
     const Tensor& grad = named.parameter->grad;
-    copy_elements(ctx, flat, offset, grad, 0, grad.numel());
+    if (grad.raw_data() != flat.elements_view(offset, grad.shape()).raw_data())
+      throw Error("the gradient of " + named.name + " was reallocated after the gradient buckets were built, so "
+                  "reducing its bucket would miss it; build the buckets after the parameters are final");
     offset += grad.numel();
   }
   communicator_.all_reduce(ctx, flat, Reduction::average);
@@ -64,16 +75,8 @@ void GradientBuckets::issue(Context& ctx, int bucket) {
 
 void GradientBuckets::finish(Context& ctx) {
   while (next_ < static_cast<int>(buckets_.size())) issue(ctx, next_++);
-  communicator_.join(ctx);
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    std::int64_t offset = 0;
-    for (const NamedParameter& named : buckets_[b].parameters) {
-      Tensor& grad = named.parameter->grad;
-      copy_elements(ctx, grad, 0, flat_[b], offset, grad.numel());
-      offset += grad.numel();
-    }
-    pending_[b] = static_cast<int>(buckets_[b].parameters.size());
-  }
+  communicator_.join(ctx);  // the gradients, averaged in place, are read after this
+  for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].parameters.size());
   next_ = 0;
   last_pass_order_ = std::move(pass_order_);
   pass_order_.clear();

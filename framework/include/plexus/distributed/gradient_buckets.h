@@ -4,14 +4,15 @@
 //
 // The trainable parameters are grouped into buckets of about `bucket_bytes`
 // in reverse execution order, the order in which backward finishes their
-// gradients. When the last gradient of a bucket is final (Net's
-// gradients-ready hook, called after each node's backward), the bucket's
-// gradients are packed into one flat buffer and all-reduced (averaged) by the
+// gradients. Each bucket owns one flat buffer, and its parameters' gradient
+// tensors become views into it (Tensor::elements_view), so backward writes
+// the gradients straight into the buffer. When the last gradient of a
+// bucket is final (Net's gradients-ready hook, called after each node's
+// backward), the buffer is all-reduced (averaged) in place by the
 // communicator, on its own stream on CUDA, while backward goes on with the
-// earlier layers. finish() issues whatever is left, makes the context wait
-// for the reductions, and unpacks the averaged gradients into the
-// parameters. Buckets are issued strictly in index order, so every rank
-// issues the same collectives in the same order.
+// earlier layers. finish() issues whatever is left and makes the context
+// wait for the reductions. Buckets are issued strictly in index order, so
+// every rank issues the same collectives in the same order.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -33,16 +34,19 @@ class GradientBuckets {
   };
 
   // Installs itself as net's gradients-ready hook (the destructor removes
-  // it). ConfigError for a net that is not f32 or a bucket_bytes of 0.
+  // it) and moves every trainable gradient into its bucket's buffer (the
+  // gradients stay there after the destructor). ConfigError for a net that
+  // is not f32 or a bucket_bytes of 0. A gradient reallocated later is an
+  // Error naming it when its bucket is reduced.
   GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes = kDefaultBucketBytes);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // After backward: reduces the buckets not issued yet, makes ctx's later
-  // work wait for every reduction and writes the averaged gradients back
-  // (on ctx's stream). The next backward starts a new pass.
+  // After backward: reduces the buckets not issued yet and makes ctx's later
+  // work wait for every reduction, after which the parameters' gradients
+  // are the means over the ranks. The next backward starts a new pass.
   void finish(Context& ctx);
   // All-reduces issued since construction, and the bucket order of the last
   // finished pass, with how many of them backward's hook issued (the rest
@@ -57,7 +61,7 @@ class GradientBuckets {
   Net& net_;
   Communicator& communicator_;
   std::vector<Bucket> buckets_;
-  std::vector<Tensor> flat_;                             // one buffer per bucket
+  std::vector<Tensor> flat_;                             // one buffer per bucket, holding its gradients
   std::map<std::string, std::vector<int>> node_buckets_;  // node -> the bucket of each of its parameters
   std::vector<int> pending_;  // gradients of each bucket not final yet in this pass
   int next_ = 0;              // the next bucket to issue
