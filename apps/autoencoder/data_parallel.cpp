@@ -14,6 +14,9 @@ void check_gpus_option(const TrainOptions& o) {
                       "parallelism), got " + std::to_string(o.gpus));
   if (o.gpus == 0) return;
   if (!(o.rank_timeout > 0)) throw ConfigError("--rank-timeout must be > 0 seconds, got " + std::to_string(o.rank_timeout));
+  if (!(o.gradient_bucket_mb >= kMinGradientBucketMb && o.gradient_bucket_mb <= kMaxGradientBucketMb))
+    throw ConfigError(fmt::format("--gradient-bucket-mb must be in [{}, {}] MiB, got {}", kMinGradientBucketMb,
+                                  kMaxGradientBucketMb, o.gradient_bucket_mb));
   const std::string n = std::to_string(o.gpus);
   if (o.device == "cpu") {
     if (o.gpus > 1)

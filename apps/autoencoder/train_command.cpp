@@ -90,6 +90,8 @@ void add_train_options(CLI::App& train, TrainOptions& o) {
   train.add_option("--precision", o.precision, kTrainPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   train.add_option("--gpus", o.gpus, "data-parallel training on N GPUs (cuda:0 to cuda:N-1; NCCL): N worker processes, each with --batch patches of every step, so a step sees N * --batch patches, the same ones as --batch N*B on one GPU; 0: this process alone. --gpus 1 --device cpu runs the data-parallel path on the CPU");
   train.add_option("--rank-timeout", o.rank_timeout, "with --gpus: seconds a worker waits for the others (joining, gradient all-reduce) before it fails, so a worker that died stops the run instead of hanging it");
+  train.add_option("--gradient-bucket-mb", o.gradient_bucket_mb, "with --gpus: MiB of gradients per all-reduce; each bucket is reduced while backward computes the earlier layers' gradients, so smaller buckets overlap more of the communication, at the cost of more, smaller reductions")
+      ->capture_default_str();
   train.add_option("--replica-check-every", o.replica_check_every, "with --gpus: compare a fingerprint of the parameters across workers every this many steps and stop if they differ (0: only at the end)");
   train.add_flag("--tf32", o.tf32, "deprecated: the same as --precision tf32");
 }

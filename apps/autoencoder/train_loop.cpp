@@ -87,7 +87,7 @@ TrainLoop::TrainLoop(TrainingRun& run)
               run.settings.device),
       bar_(stderr_is_terminal(), o_.log_every),
       training_(run.net, run.adam, run.ctx, loader_, o_.seed, run.weight, o_.cuda_graph, run.step,
-                run.parallel ? &run.parallel->communicator() : nullptr),
+                run.parallel ? &run.parallel->communicator() : nullptr, gradient_bucket_bytes(o_.gradient_bucket_mb)),
       last_good_checkpoint_(o_.resume ? run.step : -1),
       first_step_(run.step),
       last_step_(o_.steps),

@@ -40,7 +40,7 @@ Divergence divergence_of(const StepMetrics::Window& w) {
 
 TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader,
                            std::uint64_t seed, double distortion_weight, bool cuda_graph, std::int64_t steps_before,
-                           distributed::Communicator* communicator)
+                           distributed::Communicator* communicator, std::size_t gradient_bucket_bytes)
     : net_(net),
       optimizer_(optimizer),
       ctx_(ctx),
@@ -51,7 +51,11 @@ TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::B
       metrics_(ctx.device(), {distortion_weight, 1.0}, steps_before),
       graph_(graph_usable(cuda_graph, ctx, net, optimizer)),
       communicator_(communicator) {
-  if (communicator_) buckets_ = std::make_unique<distributed::GradientBuckets>(net_, *communicator_);
+  if (communicator_) {
+    buckets_ = std::make_unique<distributed::GradientBuckets>(net_, *communicator_, gradient_bucket_bytes);
+    spdlog::info("gradient all-reduce: {} bucket(s) of up to {:.3g} MiB", buckets_->buckets().size(),
+                 static_cast<double>(gradient_bucket_bytes) / (1 << 20));
+  }
 }
 
 std::uint64_t TrainingStep::noise_seed(std::int64_t step) const {

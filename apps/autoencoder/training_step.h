@@ -53,10 +53,11 @@ class TrainingStep {
   // `cuda_graph` on a CUDA context, says in the log once when the graph
   // cannot be used and why.
   // `communicator`: null for one process; else this rank's, which must
-  // outlive the TrainingStep.
+  // outlive the TrainingStep, with gradient buckets of `gradient_bucket_bytes`.
   TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader, std::uint64_t seed,
                double distortion_weight, bool cuda_graph, std::int64_t steps_before,
-               distributed::Communicator* communicator = nullptr);
+               distributed::Communicator* communicator = nullptr,
+               std::size_t gradient_bucket_bytes = distributed::GradientBuckets::kDefaultBucketBytes);
 
   // Enqueues step `step` (0-based).
   void run(std::int64_t step);

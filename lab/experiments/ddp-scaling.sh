@@ -10,7 +10,9 @@
 # ratios: efficiency = img/s(N) / (N * img/s(--gpus 1)), and
 # vs_one_process = img/s(N) / (N * img/s(--gpus 0)), the speed of N GPUs
 # against N times the best single GPU. CUDA_GRAPH=off launches the
-# data-parallel steps eagerly (the one process keeps its graph).
+# data-parallel steps eagerly (the one process keeps its graph);
+# GRADIENT_BUCKET_MB sets plexus-ae's --gradient-bucket-mb; COUNTS (e.g.
+# "0 4") picks the --gpus values.
 # Rows go to $OUT/scaling.jsonl (default ddp-scaling-logs/). BUILD names a
 # build folder holding bin/plexus-ae (default build). NVLink multicast stays
 # off (NCCL_NVLS_ENABLE=0) unless the environment says otherwise.
@@ -25,6 +27,8 @@ patch=${PATCH:-256}
 batch=${BATCH:-16}
 models=${MODELS:-bmshj2018-factorized bmshj2018-hyperprior bls2017}
 cuda_graph=${CUDA_GRAPH:-on}
+bucket=()
+[ -n "${GRADIENT_BUCKET_MB:-}" ] && bucket=(--gradient-bucket-mb "$GRADIENT_BUCKET_MB")
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 mkdir -p "$logs"
 : > "$logs/scaling.jsonl"
@@ -32,6 +36,7 @@ if [ "$device" = cpu ]; then visible=1; else visible=$(nvidia-smi --list-gpus | 
 counts=(0)
 for n in 1 2 4 8; do [ "$n" -le "$visible" ] && counts+=("$n"); done
 [ "$device" = cpu ] && counts=(0 1)
+[ -n "${COUNTS:-}" ] && read -r -a counts <<< "$COUNTS"
 log_every=$((steps / 4))
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -49,11 +54,11 @@ for model in $models; do
   base=0 single=0
   for n in "${counts[@]}"; do
     out="$scratch/$model-$n"
-    graph=$cuda_graph
-    [ "$n" = 0 ] && graph=on
+    graph=$cuda_graph extra=("${bucket[@]}")
+    [ "$n" = 0 ] && graph=on extra=()
     if ! "$build/bin/plexus-ae" train --data "$data" --model "$model" --steps "$steps" --batch "$batch" \
          --patch "$patch" --log-every "$log_every" --checkpoint-every 0 --device "$device" --gpus "$n" \
-         --cuda-graph "$graph" --out "$out" > "$logs/$model-gpus$n.log" 2>&1; then
+         --cuda-graph "$graph" ${extra[@]+"${extra[@]}"} --out "$out" > "$logs/$model-gpus$n.log" 2>&1; then
       tail -20 "$logs/$model-gpus$n.log"
       echo "FAILED: $model --gpus $n"
       continue
@@ -65,7 +70,7 @@ for model in $models; do
     vs_one_process=$(ratio "$n" "$ips" "$single")
     printf '%-22s --gpus %s  %8.0f img/s  efficiency %s  vs one process %s\n' "$model" "$n" "$ips" "$efficiency" \
       "$vs_one_process"
-    printf '{"model": "%s", "gpus": %s, "cuda_graph": "%s", "batch_per_gpu": %s, "patch": %s, "steps": %s, "images_per_second": %s, "efficiency": %s, "vs_one_process": %s}\n' \
-      "$model" "$n" "$graph" "$batch" "$patch" "$steps" "$ips" "$efficiency" "$vs_one_process" >> "$logs/scaling.jsonl"
+    printf '{"model": "%s", "gpus": %s, "cuda_graph": "%s", "gradient_bucket_mb": "%s", "batch_per_gpu": %s, "patch": %s, "steps": %s, "images_per_second": %s, "efficiency": %s, "vs_one_process": %s}\n' \
+      "$model" "$n" "$graph" "${GRADIENT_BUCKET_MB:-default}" "$batch" "$patch" "$steps" "$ips" "$efficiency" "$vs_one_process" >> "$logs/scaling.jsonl"
   done
 done

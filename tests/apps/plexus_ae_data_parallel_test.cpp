@@ -59,7 +59,8 @@ class PlexusAeDataParallel : public ::testing::Test {
 TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
   auto single = run(tiny_run("single", 23));
   ASSERT_EQ(single.exit_code, 0) << single.describe();
-  auto worker = run(tiny_run("worker", 23, {"--gpus", "1", "--replica-check-every", "5"}));
+  // Buckets of 1 KiB: the tiny model's gradients are reduced in several.
+  auto worker = run(tiny_run("worker", 23, {"--gpus", "1", "--replica-check-every", "5", "--gradient-bucket-mb", "0.001"}));
   ASSERT_EQ(worker.exit_code, 0) << worker.describe();
   EXPECT_TRUE(contains(worker.err, "started 1 worker(s)")) << worker.err;
   EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cpu (in-process)")) << worker.err;
@@ -168,6 +169,12 @@ TEST_F(PlexusAeDataParallel, RefusesWorkerCountsItCannotRun) {
   auto no_timeout = run(tiny_run("no-timeout", 5, {"--gpus", "1", "--rank-timeout", "0"}));
   EXPECT_EQ(no_timeout.exit_code, 1) << no_timeout.describe();
   EXPECT_TRUE(contains(no_timeout.err, "--rank-timeout must be > 0 seconds, got 0")) << no_timeout.err;
+  for (const std::string bucket : {"0", "-1", "2048", "nan"}) {
+    auto bad_bucket = run(tiny_run("bucket", 5, {"--gpus", "1", "--gradient-bucket-mb", bucket}));
+    EXPECT_EQ(bad_bucket.exit_code, 1) << bad_bucket.describe();
+    EXPECT_TRUE(contains(bad_bucket.err, "--gradient-bucket-mb must be in [0.0009765625, 1024] MiB, got"))
+        << bad_bucket.err;
+  }
   auto negative = run(tiny_run("negative", 5, {"--gpus", "-1"}));
   EXPECT_EQ(negative.exit_code, 1) << negative.describe();
   EXPECT_TRUE(contains(negative.err, "--gpus must be in [0, 64]")) << negative.err;
