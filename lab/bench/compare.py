@@ -160,7 +160,9 @@ def main():
     if ceiling:
         print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
               f"{ceiling['tflops']:.1f} TFLOP/s\n")
-    note = rounds_note(plexus, torch)
+    # The model table says itself how it uses the rounds.
+    note = rounds_note(*({k: r for k, r in rows.items() if not r["kind"].startswith("train_step")}
+                         for rows in (plexus, torch)))
     if note:
         print(note)
     layers = [(name, p) for name, p in plexus.items() if p["kind"] == "layer" and name in torch]

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Tests that spec_torch.py translates every bundled model spec
+(models/specs/*.json) into a PyTorch module with exactly Plexus's parameters
+(names and shapes) and, with the same weights, the same forward: "mse" and
+"bpp" in eval mode (the quantisers round, so both sides are deterministic).
+Plexus's side comes from plexus-spec-probe (lab/bench/spec_probe.cpp) on the
+CPU: $PLEXUS_SPEC_PROBE, else build/bin/plexus-spec-probe under the
+repository root. Skipped when torch or the probe is missing. Run:
+  python3 -m pytest lab/bench/test_torch_translation.py   (or python3 lab/bench/test_torch_translation.py)"""
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+SPECS = sorted(glob.glob(os.path.join(ROOT, "models", "specs", "*.json")))
+PROBE = os.environ.get("PLEXUS_SPEC_PROBE", os.path.join(ROOT, "build", "bin", "plexus-spec-probe"))
+BATCH, PATCH = 2, 64  # 64: a multiple of every bundled model's stride
+
+
+def read_safetensors(path):
+    """{name: float32 tensor} of a safetensors file (8-byte header length, JSON header, raw data)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+        data = f.read()
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] != "F32":
+            raise ValueError(f"{name}: dtype {entry['dtype']}, expected F32")
+        begin, end = entry["data_offsets"]
+        tensors[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32).reshape(entry["shape"])
+    return tensors
+
+
+def pattern_image():
+    """The probe's image: element i (row-major) is (i mod 251) / 250."""
+    n = BATCH * 3 * PATCH * PATCH
+    values = (torch.arange(n, dtype=torch.float64) % 251) / 250
+    return values.to(torch.float32).reshape(BATCH, 3, PATCH, PATCH)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipUnless(os.access(PROBE, os.X_OK), f"no plexus-spec-probe at {PROBE} (set PLEXUS_SPEC_PROBE)")
+class TranslationTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import spec_torch
+        cls.spec_torch = spec_torch
+        cls.folder = tempfile.mkdtemp()
+        cls.probes = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.folder, ignore_errors=True)
+
+    def probe(self, spec_path):
+        """Plexus's parameters, mse and bpp for a spec, and the weights it wrote."""
+        if spec_path not in self.probes:
+            weights = os.path.join(self.folder, os.path.basename(spec_path) + ".safetensors")
+            out = subprocess.run([PROBE, "--spec", spec_path, "--weights", weights, "--batch", str(BATCH),
+                                  "--patch", str(PATCH)], capture_output=True, text=True, check=True)
+            self.probes[spec_path] = (json.loads(out.stdout), weights)
+        return self.probes[spec_path]
+
+    def translated(self, spec_path):
+        spec = self.spec_torch.load_spec(spec_path)
+        return spec, self.spec_torch.SpecModel(spec)
+
+    def test_every_spec_has_plexus_parameters(self):
+        self.assertEqual(len(SPECS), 7)
+        for spec_path in SPECS:
+            with self.subTest(spec=os.path.basename(spec_path)):
+                plexus, _ = self.probe(spec_path)
+                _, model = self.translated(spec_path)
+                names = {name: list(p.shape) for name, p in model.named_plexus_parameters()}
+                self.assertEqual(names, plexus["parameters"])
+
+    def test_every_spec_computes_plexus_losses_from_the_same_weights(self):
+        for spec_path in SPECS:
+            with self.subTest(spec=os.path.basename(spec_path)):
+                plexus, weights = self.probe(spec_path)
+                spec, model = self.translated(spec_path)
+                state = {"layers." + name: value for name, value in read_safetensors(weights).items()}
+                model.load_state_dict(state, strict=True)
+                model.eval()
+                inputs = {"image": pattern_image()}
+                levels = self.spec_torch.rate_levels(spec)
+                if levels:  # as the probe: image n at level n mod K, MSE weight 1
+                    inputs["level"] = torch.tensor([float(n % levels) for n in range(BATCH)])
+                    inputs["mse_weight"] = torch.ones(BATCH)
+                with torch.no_grad():
+                    blobs = model(**inputs)
+                self.assertAlmostEqual(blobs["mse"].item() / plexus["mse"], 1.0, delta=1e-4)
+                self.assertAlmostEqual(blobs["bpp"].item() / plexus["bpp"], 1.0, delta=1e-3)
+
+    def test_the_losses_are_not_trivially_equal(self):
+        # A guard on the check above: other weights give other losses.
+        spec_path = os.path.join(ROOT, "models", "specs", "bmshj2018-factorized.json")
+        plexus, _ = self.probe(spec_path)
+        _, model = self.translated(spec_path)
+        model.eval()
+        with torch.no_grad():
+            blobs = model(image=pattern_image())
+        self.assertGreater(abs(blobs["bpp"].item() / plexus["bpp"] - 1.0), 1e-3)
+
+
+if __name__ == "__main__":
+    unittest.main()
