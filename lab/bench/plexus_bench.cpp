@@ -184,9 +184,11 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
 // reset before the case is built, so the number counts its parameters,
 // gradients, Adam state, inputs, activations and scratch, what
 // torch.cuda.max_memory_allocated counts on the PyTorch side. Not counted:
-// the CUDA context and the fixed per-context buffers made with cudaMalloc
-// (cuBLAS workspace, random seed). The two marks may peak at different
-// moments, so their sum is an upper bound when a graph is used.
+// the CUDA context and what is made with plain cudaMalloc, outside the pool:
+// each Context's fixed cuBLAS workspace (32 MiB, backend_cuda.cpp) and
+// random seed, and Adam's few-byte tables of parameter slices. The two marks
+// may peak at different moments, so their sum is an upper bound when a
+// graph is used.
 class PeakMemory {
  public:
   PeakMemory() {
