@@ -10,6 +10,7 @@ repository root. Skipped when torch or the probe is missing. Run:
   python3 -m pytest lab/bench/test_torch_translation.py   (or python3 lab/bench/test_torch_translation.py)"""
 import glob
 import json
+import math
 import os
 import struct
 import subprocess
@@ -150,6 +151,83 @@ class TranslationTest(unittest.TestCase):
         self.assertGreater(abs(mse / plexus["mse"] - 1.0), TOLERANCE)
         _, bpp = self.losses_with_weights(spec_path, nudge_entropy_model)
         self.assertGreater(abs(bpp / plexus["bpp"] - 1.0), TOLERANCE)
+
+
+def small_case(name, **fields):
+    """A bench_cases.json model entry, at batch 2 of 64x64 for the CPU."""
+    return dict({"name": name, "spec": os.path.join(ROOT, "models", "specs", name + ".json"), "batch": BATCH,
+                 "patch": PATCH, "lambda": 0.01}, **fields)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class BenchStepTest(unittest.TestCase):
+    """torch_bench's training steps, eager on the CPU: each returns a finite
+    loss and moves the parameters."""
+
+    def check_steps(self, step, parameters):
+        before = [p.detach().clone() for p in parameters]
+        losses = [step().item() for _ in range(2)]
+        for loss in losses:
+            self.assertTrue(math.isfinite(loss), losses)
+        self.assertTrue(any(not torch.equal(b, p) for b, p in zip(before, parameters)))
+
+    def test_the_spec_step_of_each_kind_of_model(self):
+        import torch_bench
+        cases = (small_case("bmshj2018-factorized"), small_case("minnen2020-channel"),
+                 small_case("mbt2018-mean-vr", lambdas=[0.0018, 0.0035, 0.0067, 0.013, 0.025, 0.0483]))
+        for m in cases:
+            with self.subTest(model=m["name"]):
+                torch.manual_seed(0)
+                step = torch_bench.spec_step(m, "f32", "eager", torch.device("cpu"))
+                params = [p for group in self.optimiser_of(step).param_groups for p in group["params"]]
+                self.check_steps(step, params)
+
+    def test_a_variable_rate_case_weighs_mse_by_the_mean_lambda(self):
+        import torch_bench
+        # mean(0.001, 0.003) = 0.002, as plexus-bench's variable_rate_lambda.
+        self.assertAlmostEqual(torch_bench.case_lambda({"lambdas": [0.001, 0.003]}), 0.002)
+        self.assertEqual(torch_bench.case_lambda({"lambda": 0.01}), 0.01)
+
+    def test_the_compressai_steps(self):
+        import torch_bench
+        try:
+            import compressai.models as models
+        except ImportError as e:
+            self.skipTest(f"compressai is not importable: {e}")
+        for name in torch_bench.COMPRESSAI_TWINS:
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                step = torch_bench.compressai_step(models, small_case(name), "f32", False, torch.device("cpu"))
+                params = [p for group in self.optimiser_of(step).param_groups for p in group["params"]]
+                self.check_steps(step, params)
+
+    def test_the_compressai_twins_differ_from_the_specs_only_in_the_entropy_bottleneck(self):
+        # CompressAI's EntropyBottleneck has filters (3, 3, 3, 3), the specs'
+        # FactorizedEntropyModel (3, 3, 3): per channel, matrices 3+9+9+9+3 = 33
+        # against 3+9+9+3 = 24, biases 3+3+3+3+1 = 13 against 10, factors 12
+        # against 9, so 58 - 43 = 15 parameters more per channel of the
+        # bottleneck: 15 * 192 (M) for the factorized prior, 15 * 128 (N) for
+        # the hyperpriors. Everything else has the same count.
+        import spec_torch
+        import torch_bench
+        try:
+            import compressai.models as models
+        except ImportError as e:
+            self.skipTest(f"compressai is not importable: {e}")
+        extra = {"bmshj2018-factorized": 2880, "bmshj2018-hyperprior": 1920, "mbt2018-mean": 1920}
+        self.assertEqual(set(extra), set(torch_bench.COMPRESSAI_TWINS))
+        for name, (cls, n, latent) in torch_bench.COMPRESSAI_TWINS.items():
+            with self.subTest(model=name):
+                twin = getattr(models, cls)(n, latent)
+                count = sum(p.numel() for k, p in twin.named_parameters() if not k.endswith(".quantiles"))
+                spec = spec_torch.SpecModel(spec_torch.load_spec(small_case(name)["spec"]))
+                self.assertEqual(count - sum(p.numel() for p in spec.parameters()), extra[name])
+
+    @staticmethod
+    def optimiser_of(step):
+        """The main Adam optimiser a step function closes over."""
+        cells = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))
+        return cells["opt"]
 
 
 if __name__ == "__main__":

@@ -199,13 +199,18 @@ def model_row(m, setting, framework, ms):
             "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
-def time_model(m, warmup, repeats, precision, setting):
-    """One training step of the spec translated to PyTorch, in one setting."""
+def autocast_on(device, precision):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def spec_step(m, precision, setting, dev):
+    """One training step of the spec translated to PyTorch, in one setting:
+    a function that takes it and returns the loss."""
     compiled, bf16 = SETTINGS[setting]
     step_precision = "bf16" if bf16 else precision
     fmt = memory_format(step_precision)
-    dev = torch.device("cuda")
-    reset_memory()
     spec = spec_torch.load_spec(m["spec"])
     model = spec_torch.SpecModel(spec).to(dev, memory_format=fmt).train()
     loss_fn = RateDistortionStep(model, case_lambda(m) * 255 ** 2)
@@ -215,18 +220,27 @@ def time_model(m, warmup, repeats, precision, setting):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with autocast(step_precision):
+        with autocast_on(dev, step_precision):
             loss = run(**inputs)
         loss.backward()
         opt.step()
+        return loss
 
+    return step
+
+
+def time_model(m, warmup, repeats, precision, setting):
+    reset_memory()
+    step = spec_step(m, precision, setting, torch.device("cuda"))
     # torch.compile traces and tunes during the first calls: warm up longer.
-    ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
+    ms = median_ms(step, warmup + (10 if SETTINGS[setting][0] else 0), repeats)
     return model_row(m, setting, "pytorch", ms)
 
 
 # CompressAI's own implementations of bundled specs, the same channel counts
-# (N, M). bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's variable
+# (N, M), as CompressAI builds them: its entropy bottleneck has filters
+# (3, 3, 3, 3) where the specs have (3, 3, 3), 15 parameters more per
+# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's variable
 # rate models scale the quantisation step instead of gain units),
 # cheng2020-attn-mean (CompressAI's Cheng2020Attention is autoregressive with a
 # Gaussian mixture) and minnen2020-channel have no exact twin there.
@@ -247,17 +261,16 @@ def compressai_models():
     return compressai.models
 
 
-def time_compressai(models, m, warmup, repeats, precision, compiled):
+def compressai_step(models, m, precision, compiled, dev):
     """A CompressAI training step as its examples/train.py takes one: the
     rate-distortion loss lambda * 255^2 * MSE + bpp (its RateDistortionLoss),
     backward, Adam on every parameter but the entropy bottlenecks'
     quantiles, then the aux loss's backward and its own Adam step on the
     quantiles. train.py's default gradient clipping (norm 1) is left out,
-    as Plexus's step does not clip."""
+    as Plexus's step does not clip. Returns a function that takes one step
+    and returns the loss."""
     cls, n, latent = COMPRESSAI_TWINS[m["name"]]
     fmt = memory_format(precision)
-    dev = torch.device("cuda")
-    reset_memory()
     net = getattr(models, cls)(n, latent).to(dev, memory_format=fmt).train()
     main = [p for name, p in net.named_parameters() if not name.endswith(".quantiles")]
     aux = [p for name, p in net.named_parameters() if name.endswith(".quantiles")]
@@ -276,13 +289,20 @@ def time_compressai(models, m, warmup, repeats, precision, compiled):
     def step():
         opt.zero_grad(set_to_none=False)
         aux_opt.zero_grad(set_to_none=False)
-        with autocast(precision):
+        with autocast_on(dev, precision):
             loss = run(x)
         loss.backward()
         opt.step()
         net.aux_loss().backward()
         aux_opt.step()
+        return loss
 
+    return step
+
+
+def time_compressai(models, m, warmup, repeats, precision, compiled):
+    reset_memory()
+    step = compressai_step(models, m, precision, compiled, torch.device("cuda"))
     ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
     return model_row(m, "compile" if compiled else "eager", "compressai", ms)
 
