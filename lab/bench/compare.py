@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """Joins plexus-bench and torch_bench.py JSON lines into markdown tables:
-Plexus, PyTorch eager (and torch.compile for training steps), and speed
-ratios (PyTorch time / Plexus time, so > 1 means Plexus is faster). For
+Plexus, PyTorch eager, and speed ratios (PyTorch time / Plexus time, so > 1
+means Plexus is faster). For
 convolutions and SoftmaxProjection it also prints the achieved TFLOP/s of
 both sides (forward is one pass of 2*N*Cout*Hout*Wout*Cin*k*k FLOPs, or
 2*N*F*V for the projection; backward two: input and weight gradients) next
 to the matmul ceiling torch_bench measured in the same run.
 A file may hold several rounds of the same cases (run.sh --rounds N appends
-them, alternating the two sides): every timing is then the median over the
-rounds, taken per field.
+them, alternating the two sides): every layer timing is then the median over
+the rounds, taken per field.
+The training steps get one row per model: Plexus's CUDA-graph and eager
+steps (images/s, median over the rounds), each PyTorch setting of the
+spec-translated model and CompressAI's own model where timed (images/s of
+the fastest round: the reference at its best), each with its peak device
+memory, and Plexus's CUDA-graph median over the fastest PyTorch round of any
+setting, and over CompressAI's fastest (> 1: Plexus is faster).
 Usage: compare.py plexus.jsonl torch.jsonl"""
 import json
 import statistics
@@ -30,17 +36,92 @@ def median_of_rounds(rounds):
     return row
 
 
-def load(path):
+def row_key(row):
+    """A case's name, told apart where one name has several rows: plexus-bench's
+    eager and CUDA-graph steps, torch_bench's settings and frameworks."""
+    key = row["name"]
+    if row["kind"] == "train_step_graph":
+        key += " (CUDA graph)"
+    if "setting" in row:
+        key += f" [{row.get('framework', 'pytorch')} {row['setting']}]"
+    return key
+
+
+def load_rounds(path):
+    """Every row of a JSON-lines file, grouped by row_key, in file order."""
     rounds = {}
     with open(path) as lines:
         for line in lines:
             line = line.strip()
             if line.startswith("{"):
                 row = json.loads(line)
-                # plexus-bench times each model twice under one name: keep both rows.
-                key = row["name"] + (" (CUDA graph)" if row["kind"] == "train_step_graph" else "")
-                rounds.setdefault(key, []).append(row)
-    return {key: median_of_rounds(rows) for key, rows in rounds.items()}
+                rounds.setdefault(row_key(row), []).append(row)
+    return rounds
+
+
+def load(path):
+    return {key: median_of_rounds(rows) for key, rows in load_rounds(path).items()}
+
+
+SETTINGS = (("pytorch", "eager"), ("pytorch", "compile"), ("pytorch", "compile-bf16"),
+            ("compressai", "eager"), ("compressai", "compile"))
+
+
+def fastest_round(rows):
+    """The round of the most images per second, and the largest peak memory of any round."""
+    best = dict(max(rows, key=lambda r: r["images_per_s"]))
+    peaks = [r["peak_bytes"] for r in rows if "peak_bytes" in r]
+    if peaks:
+        best["peak_bytes"] = max(peaks)
+    return best
+
+
+def speed_cell(row):
+    """'img/s (peak MiB)', or '-' for a setting not timed."""
+    if row is None:
+        return "-"
+    if "peak_bytes" not in row:
+        return f"{row['images_per_s']:.1f}"
+    return f"{row['images_per_s']:.1f} ({row['peak_bytes'] / 2 ** 20:.0f} MiB)"
+
+
+def ratio_cell(plexus, rows):
+    """Plexus images/s over the fastest of `rows` (those present), or '-'."""
+    rows = [r for r in rows if r is not None]
+    if plexus is None or not rows:
+        return "-"
+    return f"{plexus['images_per_s'] / max(r['images_per_s'] for r in rows):.2f}x"
+
+
+def print_model_table(plexus_rounds, torch_rounds, precision):
+    names = []
+    for rows in list(plexus_rounds.values()) + list(torch_rounds.values()):
+        if rows[0]["kind"] in ("train_step", "train_step_graph") and rows[0]["name"] not in names:
+            names.append(rows[0]["name"])
+    if not names:
+        return
+    print()
+    print(f"| model (batch 16, 256x256, Adam, {precision}) | Plexus CUDA graph | Plexus eager "
+          + "".join(f"| {'PyTorch' if f == 'pytorch' else 'CompressAI'} {s} " for f, s in SETTINGS)
+          + "| vs fastest PyTorch | vs fastest CompressAI |")
+    print("|---|" + "---:|" * (4 + len(SETTINGS)))
+    for name in names:
+        graph = plexus_rounds.get(name + " (CUDA graph)")
+        eager = plexus_rounds.get(name)
+        graph = median_of_rounds(graph) if graph else None
+        eager = median_of_rounds(eager) if eager else None
+        ref = {}
+        for framework, setting in SETTINGS:
+            rows = torch_rounds.get(f"{name} [{framework} {setting}]")
+            ref[framework, setting] = fastest_round(rows) if rows else None
+        pytorch = [ref[k] for k in SETTINGS if k[0] == "pytorch"]
+        compressai = [ref[k] for k in SETTINGS if k[0] == "compressai"]
+        print(f"| {name} | {speed_cell(graph)} | {speed_cell(eager)} | "
+              + " | ".join(speed_cell(ref[k]) for k in SETTINGS)
+              + f" | {ratio_cell(graph, pytorch)} | {ratio_cell(graph, compressai)} |")
+    print("\nimages/s (peak device memory). Plexus: median over the rounds; PyTorch and CompressAI: the fastest "
+          "round of each setting. The ratios are Plexus's CUDA-graph images/s over the fastest PyTorch (or "
+          "CompressAI) setting's.")
 
 
 def rounds_note(*tables):
@@ -55,22 +136,11 @@ def tflops(flops, ms):
     return flops / ms / 1e9
 
 
-def main():
-    plexus, torch = load(sys.argv[1]), load(sys.argv[2])
-    precision = next((r.get("precision") for r in plexus.values() if "precision" in r), "f32")
-    ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
-    if ceiling:
-        print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
-              f"{ceiling['tflops']:.1f} TFLOP/s\n")
-    note = rounds_note(plexus, torch)
-    if note:
-        print(note)
+def print_layer_table(layers, torch, precision):
     print(f"| layer (batch 16 unless named, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, p in plexus.items():
-        if p["kind"] != "layer" or name not in torch:
-            continue
+    for name, p in layers:
         t = torch[name]
         both = (t["forward_ms"] + t["backward_ms"]) / (p["forward_ms"] + p["backward_ms"])
         flops = p.get("pass_flops", 0.0)
@@ -81,23 +151,28 @@ def main():
         print(f"| {name} | {p['forward_ms']:.3f} | {t['forward_ms']:.3f} | {t['forward_ms'] / p['forward_ms']:.2f}x "
               f"| {p['backward_ms']:.3f} | {t['backward_ms']:.3f} | {t['backward_ms'] / p['backward_ms']:.2f}x "
               f"| {both:.2f}x | {rates[0]} | {rates[1]} |")
-    steps = [(n, p) for n, p in plexus.items()
-             if p["kind"] in ("train_step", "train_step_graph") and p["name"] in torch]
-    if steps:
-        print()
-        print(f"| training step (batch 16, 256x256, Adam, {precision}) | Plexus ms | PyTorch eager ms "
-              "| torch.compile ms | Plexus img/s | eager img/s | compile img/s | vs eager | vs compile |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for name, p in steps:
-            t = torch[p["name"]]
-            c = torch.get(p["name"] + " (torch.compile)")
-            c_ms = f"{c['step_ms']:.2f}" if c else "-"
-            c_ips = f"{c['images_per_s']:.1f}" if c else "-"
-            c_ratio = f"{c['step_ms'] / p['step_ms']:.2f}x" if c else "-"
-            print(f"| {name} | {p['step_ms']:.2f} | {t['step_ms']:.2f} | {c_ms} | {p['images_per_s']:.1f} "
-                  f"| {t['images_per_s']:.1f} | {c_ips} | {t['step_ms'] / p['step_ms']:.2f}x | {c_ratio} |")
-    torch_only = [n for n, r in torch.items() if r["kind"] != "ceiling" and not n.endswith("(torch.compile)")]
-    missing = [n for n, p in plexus.items() if p["name"] not in torch] + [n for n in torch_only if n not in plexus]
+
+
+def main():
+    plexus, torch = load(sys.argv[1]), load(sys.argv[2])
+    precision = next((r.get("precision") for r in plexus.values() if "precision" in r), "f32")
+    ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
+    if ceiling:
+        print(f"Matmul ceiling at {precision} (PyTorch {ceiling['name']}, same run): "
+              f"{ceiling['tflops']:.1f} TFLOP/s\n")
+    # The model table says itself how it uses the rounds.
+    note = rounds_note(*({k: r for k, r in rows.items() if not r["kind"].startswith("train_step")}
+                         for rows in (plexus, torch)))
+    if note:
+        print(note)
+    layers = [(name, p) for name, p in plexus.items() if p["kind"] == "layer" and name in torch]
+    if layers:
+        print_layer_table(layers, torch, precision)
+    print_model_table(load_rounds(sys.argv[1]), load_rounds(sys.argv[2]), precision)
+    torch_names = {r["name"] for r in torch.values()}
+    plexus_names = {p["name"] for p in plexus.values()}
+    missing = [n for n, p in plexus.items() if p["name"] not in torch_names]
+    missing += [n for n, r in torch.items() if r["kind"] != "ceiling" and r["name"] not in plexus_names]
     if missing:
         print("\nrows present on one side only: " + ", ".join(missing))
 

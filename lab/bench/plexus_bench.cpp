@@ -3,12 +3,13 @@
 // The cases come from lab/bench/bench_cases.json, which torch_bench.py
 // reads too, so both sides time the same work. Timing: CUDA events on the
 // context's stream, `--warmup` untimed runs, then the median of `--repeats`.
-//   plexus-bench --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT]
+//   plexus-bench --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT] [--models]
 // Each line also carries the precision and, for convolutions and
 // SoftmaxProjection, the FLOPs of one pass (2*N*Cout*Hout*Wout*Cin*k*k,
 // 2*N*F*V; backward is two passes: input and weight gradients), so
 // compare.py can print achieved TFLOP/s.
-// Each model also gets a "train_step_graph" row: the same step recorded once
+// Every model row also carries "peak_bytes", the step's peak device memory
+// (see PeakMemory). Each model also gets a "train_step_graph" row: the same step recorded once
 // into a CUDA graph (plexus/step_graph.h) and replayed. `--profile` adds,
 // per model, one row per node (CUDA events around its forward and backward,
 // also NVTX ranges for Nsight Systems) with its FLOP and byte floors, and
@@ -26,6 +27,7 @@
 
 #include "event_timer.h"
 #include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -128,48 +130,107 @@ struct ModelCase {
   std::unique_ptr<Context> ctx;
   Adam adam{1e-4};
   std::vector<NamedParameter> params;
-  double lambda = 0;
+  double distortion_weight = 0;  // lambda * 255^2; the rate's weight is 1, as in plexus-ae train
+  std::map<std::string, double> loss_weights() const {
+    return {{ae::kDistortion, distortion_weight}, {ae::kRate, 1.0}};
+  }
   void step() {
     net->zero_grad();
     net->forward(*ctx);
-    net->backward(*ctx, {{"mse", lambda * 255.0 * 255.0}, {"bpp", 1.0}});
+    net->backward(*ctx, loss_weights());
     adam.step(*ctx, params);
   }
 };
 
+// The loss lambda of a case: "lambda", or for a variable-rate model the mean
+// of its "lambdas" (what plexus-ae train weights "mse" by).
+double case_lambda(const json& m) {
+  if (m.contains("lambdas")) return ae::variable_rate_lambda(m["lambdas"].get<std::vector<double>>());
+  return m["lambda"].get<double>();
+}
+
+// A training step of a model spec, built through the autoencoder contract as
+// plexus-ae train builds it: inputs from model_input_shapes, and for a
+// variable-rate model each patch n at level n mod K (every level trained)
+// with MSE weight 1.
 std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root, Precision precision) {
   const Device gpu = Device::cuda(0);
   ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
+  ae::check_contract(spec);
   std::int64_t batch = m["batch"], patch = m["patch"];
+  const Shape image{batch, 3, patch, patch};
   auto owned = std::make_unique<ModelCase>();
   ModelCase& c = *owned;
-  c.net = std::make_unique<Net>(spec, registry, std::map<std::string, Shape>{{"image", {batch, 3, patch, patch}}},
-                                DType::f32, gpu, 1);
+  c.net = std::make_unique<Net>(spec, registry, ae::model_input_shapes(spec, image), DType::f32, gpu, 1);
   c.ctx = std::make_unique<Context>(gpu, 1);
   c.ctx->set_precision(precision);
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
-  c.net->input("image").copy_from(random_tensor({batch, 3, patch, patch}, 0.0, 1.0, rng, gpu));
-  c.params = c.net->parameters();
-  c.lambda = m["lambda"];
+  c.net->input(ae::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));
+  if (const int levels = ae::rate_levels(spec); levels > 0) {
+    std::vector<double> level(static_cast<std::size_t>(batch)), weight(static_cast<std::size_t>(batch), 1.0);
+    for (std::size_t n = 0; n < level.size(); ++n) level[n] = static_cast<double>(n % static_cast<std::size_t>(levels));
+    ae::set_rate_inputs(*c.ctx, *c.net, level, weight);
+  }
+  c.params = c.net->trainable_parameters();
+  c.distortion_weight = ae::distortion_weight(case_lambda(m));
   return owned;
 }
 
+// Peak device memory of a case, in bytes: the high-water mark of the memory
+// in use from the stream-ordered pool that every Plexus tensor comes from
+// (cudaMallocAsync's default pool, cudaMemPoolAttrUsedMemHigh), plus that of
+// the allocations a CUDA graph makes (cudaGraphMemAttrUsedMemHigh). Both are
+// reset before the case is built, so the number counts its parameters,
+// gradients, Adam state, inputs, activations and scratch, what
+// torch.cuda.max_memory_allocated counts on the PyTorch side. Not counted:
+// the CUDA context and what is made with plain cudaMalloc, outside the pool:
+// each Context's fixed cuBLAS workspace (32 MiB, backend_cuda.cpp) and
+// random seed, and Adam's few-byte tables of parameter slices. The two marks
+// may peak at different moments, so their sum is an upper bound when a
+// graph is used.
+class PeakMemory {
+ public:
+  PeakMemory() {
+    cuda::check_cuda(cudaDeviceGetDefaultMemPool(&pool_, 0), "cudaDeviceGetDefaultMemPool", __FILE__, __LINE__);
+    cuda::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    std::uint64_t zero = 0;  // the attributes are cuuint64_t, a std::uint64_t
+    cuda::check_cuda(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute",
+                     __FILE__, __LINE__);
+    cuda::check_cuda(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero),
+                     "cudaDeviceSetGraphMemAttribute", __FILE__, __LINE__);
+  }
+  double bytes() const {
+    cuda::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    std::uint64_t pool = 0, graph = 0;
+    cuda::check_cuda(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &pool), "cudaMemPoolGetAttribute",
+                     __FILE__, __LINE__);
+    cuda::check_cuda(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph),
+                     "cudaDeviceGetGraphMemAttribute", __FILE__, __LINE__);
+    return static_cast<double>(pool) + static_cast<double>(graph);
+  }
+
+ private:
+  cudaMemPool_t pool_ = nullptr;
+};
+
 json time_model(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                 int repeats) {
+  PeakMemory peak;
   auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   const double batch = m["batch"];
   Timer timer;
   double step_ms = timer.median_ms(*c.ctx, warmup, repeats, [&] { c.step(); });
   return {{"kind", "train_step"}, {"name", m["name"]}, {"step_ms", step_ms},
-          {"images_per_s", 1000.0 * batch / step_ms}};
+          {"images_per_s", 1000.0 * batch / step_ms}, {"peak_bytes", peak.bytes()}};
 }
 
 // The same step, recorded once into a CUDA graph and replayed; the optimiser's
 // host half runs outside the graph as in plexus-ae train.
 json time_model_graph(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                       int repeats) {
+  PeakMemory peak;
   auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   const double batch = m["batch"];
@@ -180,12 +241,13 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
     graph.run(*c.ctx, c.net->layout_version(), [&] {
       c.net->zero_grad();
       c.net->forward(*c.ctx);
-      c.net->backward(*c.ctx, {{"mse", c.lambda * 255.0 * 255.0}, {"bpp", 1.0}});
+      c.net->backward(*c.ctx, c.loss_weights());
       c.adam.apply(*c.ctx, c.params);
     });
   });
   return {{"kind", "train_step_graph"}, {"name", m["name"]}, {"step_ms", step_ms},
-          {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()}};
+          {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()},
+          {"peak_bytes", peak.bytes()}};
 }
 
 // The ceilings the floors divide by, measured here: dense GEMM throughput
@@ -327,7 +389,7 @@ json profile_model(const Registry& registry, const json& m, const std::string& r
 int main(int argc, char** argv) {
   CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
   std::string cases_path = "lab/bench/bench_cases.json", root = ".", only;
-  bool tf32_alias = false, profile = false;
+  bool tf32_alias = false, profile = false, models_only = false;
   std::string precision = "f32";
   int warmup = 5, repeats = 20;
   app.add_option("--cases", cases_path, "benchmark cases file")->capture_default_str();
@@ -341,6 +403,7 @@ int main(int argc, char** argv) {
                  "PyTorch's default allows TF32 in cuDNN convolutions")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
+  app.add_flag("--models", models_only, "time only the models' training steps, not the layers");
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
   app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
   CLI11_PARSE(app, argc, argv);
@@ -352,7 +415,7 @@ int main(int argc, char** argv) {
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
     json cases = json::parse(file);
     Registry registry = builtin_registry();
-    for (const auto& c : cases["layers"]) {
+    for (const auto& c : models_only ? json::array() : cases["layers"]) {
       if (!only.empty() && c["name"].get<std::string>().find(only) == std::string::npos) continue;
       json row = time_layer(registry, c, policy, warmup, repeats);
       row["precision"] = precision;

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after a build in build-gpu/
 # (tools/gpu-check.sh makes one):
-#   bash lab/bench/run.sh [--precision f32|tf32|bf16] [--only TEXT] [--no-compile] [--rounds N]
+#   bash lab/bench/run.sh [--precision f32|tf32|bf16] [--only TEXT] [--models] [--no-compile] [--rounds N]
 #   bash lab/bench/run.sh --precision tf32,bf16 --only Conv --no-compile --rounds 3
+#   bash lab/bench/run.sh --precision bf16 --models --rounds 3
 # Runs plexus-bench and the PyTorch reference (eager, plus torch.compile for
 # the training steps unless --no-compile) back to back on the same GPU at the
 # same precision and prints one table (lab/bench/compare.py). --only keeps
 # the cases whose name contains TEXT (e.g. --only Conv: the convolution rows).
+# --models times only the training steps of every model in bench_cases.json
+# (PyTorch: eager, torch.compile and torch.compile with bf16, plus
+# CompressAI's own models where installed), not the layers.
 # Raw JSON lines and the table go to $OUT (default bench-logs/).
 # --rounds N (default 1) measures both sides N times, alternating which goes
 # first, and the tables show each time's median over the rounds: a GPU's
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
       fi
       rounds=$((10#$rounds)) ;;  # "08" is 8, not a bad octal number
     --only) common+=("$1" "$2"); shift 2 ;;
+    --models) common+=("$1"); shift ;;
     --tf32) precisions=tf32; shift ;;  # deprecated alias
     --no-compile) torch_only+=("$1"); shift ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;

@@ -96,12 +96,51 @@ class TableTest(unittest.TestCase):
         self.assertNotIn("rounds", table)
 
 
+MIB = 2 ** 20
+
+
+def step(name, kind, images_per_s, peak_mib, **fields):
+    return dict({"kind": kind, "name": name, "precision": "bf16", "images_per_s": images_per_s,
+                 "step_ms": 16000.0 / images_per_s, "peak_bytes": peak_mib * MIB}, **fields)
+
+
+def torch_step(name, framework, setting, images_per_s, peak_mib):
+    return step(name, "train_step", images_per_s, peak_mib, framework=framework, setting=setting)
+
+
+class ModelTableTest(TableTest):
+    def test_plexus_medians_against_the_fastest_round_of_each_setting(self):
+        plexus = [step("mbt2018-mean", "train_step_graph", v, 1024) for v in (100.0, 120.0, 110.0)]
+        plexus += [step("mbt2018-mean", "train_step", v, 2048) for v in (80.0, 90.0, 70.0)]
+        plexus += [step("bls2017", "train_step_graph", 200.0, 512)]
+        reference = []
+        for framework, setting, speeds, peaks in (
+                ("pytorch", "eager", (50.0, 60.0, 55.0), (3000, 3072, 3050)),
+                ("pytorch", "compile", (70.0, 65.0, 75.0), (2048, 2048, 2048)),
+                ("pytorch", "compile-bf16", (100.0, 88.0, 95.0), (1536, 1536, 1536)),
+                ("compressai", "eager", (40.0, 45.0, 42.0), (2560, 2560, 2560)),
+                ("compressai", "compile", (55.0, 50.0, 52.0), (2000, 2000, 2000))):
+            reference += [torch_step("mbt2018-mean", framework, setting, v, m) for v, m in zip(speeds, peaks)]
+        reference += [torch_step("bls2017", "pytorch", "eager", 250.0, 700)]
+        table = self.table(plexus, reference)
+        # Plexus graph 100, 120, 110 -> median 110; eager 80, 90, 70 -> 80. The reference's fastest rounds:
+        # eager 60 (peak the largest of 3000, 3072, 3050 MiB: 3072), compile 75, compile-bf16 100,
+        # CompressAI eager 45 and compiled 55. Ratios: 110 / 100 = 1.10x, 110 / 55 = 2.00x.
+        self.assertIn("| mbt2018-mean | 110.0 (1024 MiB) | 80.0 (2048 MiB) | 60.0 (3072 MiB) | 75.0 (2048 MiB) "
+                      "| 100.0 (1536 MiB) | 45.0 (2560 MiB) | 55.0 (2000 MiB) | 1.10x | 2.00x |", table)
+        # bls2017: only PyTorch eager, 200 / 250 = 0.80x; no eager Plexus row and no CompressAI: dashes.
+        self.assertIn("| bls2017 | 200.0 (512 MiB) | - | 250.0 (700 MiB) | - | - | - | - | 0.80x | - |", table)
+        self.assertNotIn("| layer", table)  # no layer rows, no layer table
+        self.assertNotIn("one side only", table)
+
+
 # Stand-ins: plexus-bench and torch_bench.py each print one layer row whose
 # forward time is the number of the call in a shared counter (1, 2, 3...), so
 # the order of the sides is visible in the times.
 FAKE_PLEXUS = """#!/usr/bin/env bash
 n=$(( $(cat "$COUNTER") + 1 )); echo $n > "$COUNTER"
 echo "plexus $n" >> "$ORDER"
+echo "plexus $*" >> "$ARGS"
 echo '{"kind": "layer", "name": "L", "precision": "tf32", "pass_flops": 0, "forward_ms": '$n', "backward_ms": 1}'
 """
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -109,6 +148,7 @@ case "$1" in
   *torch_bench.py)
     n=$(( $(cat "$COUNTER") + 1 )); echo $n > "$COUNTER"
     echo "torch $n" >> "$ORDER"
+    echo "torch $*" >> "$ARGS"
     echo '{"kind": "layer", "name": "L", "precision": "tf32", "pass_flops": 0, "forward_ms": '$n', "backward_ms": 1}' ;;
   *) exec "$REAL_PYTHON" "$@" ;;
 esac
@@ -129,7 +169,8 @@ class RunRoundsTest(unittest.TestCase):
             f.write("0\n")
         env = dict(os.environ, BUILD=os.path.join(folder, "build"), PYTHON=os.path.join(folder, "python"),
                    REAL_PYTHON=sys.executable, OUT=os.path.join(folder, "out"),
-                   COUNTER=os.path.join(folder, "counter"), ORDER=os.path.join(folder, "order"))
+                   COUNTER=os.path.join(folder, "counter"), ORDER=os.path.join(folder, "order"),
+                   ARGS=os.path.join(folder, "args"))
         result = subprocess.run(["bash", os.path.join(HERE, "run.sh"), "--precision", "tf32", *options], env=env,
                                 capture_output=True, text=True)
         order = []
@@ -161,6 +202,15 @@ class RunRoundsTest(unittest.TestCase):
             lines = [line for line in f if line.startswith("{")]
         self.assertEqual(len(lines), 1)
         self.assertIn("| L | 1.000 | 2.000 | 2.00x |", result.stdout)  # one round: Plexus 1, PyTorch 2
+
+    def test_models_goes_to_both_sides(self):
+        result, _, folder = self.run_script("--models")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(folder, "args")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 2)
+        self.assertTrue(calls[0].startswith("plexus ") and calls[0].endswith(" --models"), calls[0])
+        self.assertTrue(calls[1].startswith("torch ") and calls[1].endswith(" --models"), calls[1])
 
     def test_a_bad_round_count_is_refused_by_name(self):
         for bad in ("0", "00", "two", "-1", ""):

@@ -1,86 +1,53 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference for plexus-bench: the same cases (bench_cases.json),
+"""PyTorch reference for plexus-bench: the same cases (bench_cases.json),
 the same timing method (CUDA events, warm-up, median), JSON lines on stdout.
 
-GDN is written the way it is usually written in PyTorch: a 1x1 convolution of
-x^2 with gamma, plus beta, then rsqrt and a multiply (autograd for backward),
-with the same reparametrisation (lower bound, square, minus pedestal).
-
-  python3 lab/bench/torch_bench.py --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16]
+  python3 lab/bench/torch_bench.py --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--models]
 
 Precision, as Plexus's --precision: f32 = no TF32 anywhere; tf32 = TF32 in
 cuDNN convolutions and cuBLAS matmuls; bf16 = autocast to bfloat16 with
 channels_last tensors.
 
-SoftmaxProjection is nn.Linear followed by F.cross_entropy against integer
-labels (the case's labels_input). The training steps are also timed under torch.compile
-(rows "<model> (torch.compile)"; --no-compile skips them). A first line times
-an 8192^3 matmul at the chosen precision: the ceiling (tensor cores for tf32
-and bf16) that compare.py sets the convolutions' TFLOP/s against.
-
+Layers: GDN as it is usually written in PyTorch (a 1x1 convolution of x^2
+with gamma, plus beta, then rsqrt and a multiply; autograd for backward),
+with the same reparametrisation; SoftmaxProjection is nn.Linear followed by
+F.cross_entropy against integer labels (the case's labels_input).
 --compile-layers times the layers under torch.compile instead of eagerly
 (compiled during the warm-up runs, so the median excludes compilation).
+
+Models: one training step (forward, loss lambda * 255^2 * mse + bpp,
+backward, Adam) of a PyTorch module translated from the same model spec
+file plexus-bench reads (spec_torch.py), so the architecture is the same by
+construction. Each model is timed in three settings, "setting" in its rows:
+  eager          at the run's precision
+  compile        torch.compile, at the run's precision
+  compile-bf16   torch.compile with bf16 autocast and channels_last, the
+                 fastest PyTorch usually gets (not repeated in a bf16 run,
+                 where "compile" is that already)
+and, where CompressAI (imported only then) has the same model, its own
+implementation eager and compiled ("framework": "compressai"). Every model
+row carries "peak_bytes", torch.cuda.max_memory_allocated over building the
+case and its steps. --no-compile skips the compiled settings; --models skips
+the layers.
+
+A first line times an 8192^3 matmul at the chosen precision: the ceiling
+(tensor cores for tf32 and bf16) that compare.py sets the convolutions'
+TFLOP/s against.
 """
-import contextlib
 import argparse
+import contextlib
+import gc
 import json
 import math
 import statistics
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PEDESTAL = (2.0 ** -18) ** 2
-
-
-class GDN(nn.Module):
-    def __init__(self, channels, inverse=False, beta_min=1e-6, gamma_init=0.1):
-        super().__init__()
-        self.inverse = inverse
-        self.beta_bound = math.sqrt(beta_min + PEDESTAL)
-        self.gamma_bound = 2.0 ** -18
-        self.beta = nn.Parameter(torch.sqrt(torch.ones(channels) + PEDESTAL))
-        self.gamma = nn.Parameter(torch.sqrt(gamma_init * torch.eye(channels) + PEDESTAL))
-
-    def forward(self, x):
-        c = x.shape[1]
-        beta = torch.clamp_min(self.beta, self.beta_bound) ** 2 - PEDESTAL
-        gamma = torch.clamp_min(self.gamma, self.gamma_bound) ** 2 - PEDESTAL
-        norm = F.conv2d(x * x, gamma.view(c, c, 1, 1), beta)
-        return x * torch.sqrt(norm) if self.inverse else x * torch.rsqrt(norm)
-
-
-class FactorizedEntropyModel(nn.Module):
-    """Per-channel cumulative density, filters (3,3,3), Balle et al. 2018 appendix 6.1."""
-
-    def __init__(self, channels, filters=(3, 3, 3), init_scale=10.0):
-        super().__init__()
-        dims = (1,) + tuple(filters) + (1,)
-        scale = init_scale ** (1.0 / (len(filters) + 1))
-        self.matrices, self.biases, self.factors = nn.ParameterList(), nn.ParameterList(), nn.ParameterList()
-        for k in range(len(filters) + 1):
-            init = math.log(math.expm1(1.0 / scale / dims[k + 1]))
-            self.matrices.append(nn.Parameter(torch.full((channels, dims[k + 1], dims[k]), init)))
-            self.biases.append(nn.Parameter(torch.rand(channels, dims[k + 1], 1) - 0.5))
-            if k < len(filters):
-                self.factors.append(nn.Parameter(torch.zeros(channels, dims[k + 1], 1)))
-
-    def logits(self, v):  # v: [C, 1, L]
-        for k in range(len(self.matrices)):
-            v = torch.matmul(F.softplus(self.matrices[k]), v) + self.biases[k]
-            if k < len(self.factors):
-                v = v + torch.tanh(self.factors[k]) * torch.tanh(v)
-        return v
-
-    def forward(self, y):
-        n, c, h, w = y.shape
-        v = y.permute(1, 0, 2, 3).reshape(c, 1, -1)
-        lower, upper = self.logits(v - 0.5), self.logits(v + 0.5)
-        sign = -torch.sign(lower + upper).detach()
-        likelihood = torch.abs(torch.sigmoid(sign * upper) - torch.sigmoid(sign * lower))
-        likelihood = torch.clamp_min(likelihood, 1e-9)
-        return likelihood.reshape(c, n, h, w).permute(1, 0, 2, 3)
+import spec_torch
+from spec_torch import GDN, FactorizedEntropyModel
 
 
 class SoftmaxProjection(nn.Module):
@@ -95,47 +62,6 @@ class SoftmaxProjection(nn.Module):
         return F.cross_entropy(self.linear(f.flatten(1)), labels)
 
 
-class UniformNoise(nn.Module):
-    def forward(self, x):
-        return x + torch.empty_like(x).uniform_(-0.5, 0.5)
-
-
-def conv(cin, cout, k, s):
-    return nn.Conv2d(cin, cout, k, s, k // 2)
-
-
-def deconv(cin, cout, k, s):
-    return nn.ConvTranspose2d(cin, cout, k, s, k // 2, output_padding=s - 1)
-
-
-class Autoencoder(nn.Module):
-    def __init__(self, name):
-        super().__init__()
-        if name == "bls2017":
-            n = m = 128
-            self.g_a = nn.Sequential(conv(3, n, 9, 4), GDN(n), conv(n, n, 5, 2), GDN(n), conv(n, m, 5, 2))
-            self.g_s = nn.Sequential(deconv(m, n, 5, 2), GDN(n, True), deconv(n, n, 5, 2), GDN(n, True),
-                                     deconv(n, 3, 9, 4))
-        else:  # bmshj2018-factorized
-            n, m = 128, 192
-            self.g_a = nn.Sequential(conv(3, n, 5, 2), GDN(n), conv(n, n, 5, 2), GDN(n), conv(n, n, 5, 2),
-                                     GDN(n), conv(n, m, 5, 2))
-            self.g_s = nn.Sequential(deconv(m, n, 5, 2), GDN(n, True), deconv(n, n, 5, 2), GDN(n, True),
-                                     deconv(n, n, 5, 2), GDN(n, True), deconv(n, 3, 5, 2))
-        self.noise = UniformNoise()
-        self.entropy = FactorizedEntropyModel(m)
-
-    def forward(self, x, lam):
-        y = self.g_a(x)
-        y_hat = self.noise(y)
-        likelihoods = self.entropy(y_hat)
-        x_hat = self.g_s(y_hat)
-        n, _, h, w = x.shape
-        bpp = -torch.log2(likelihoods).sum() / (n * h * w)
-        mse = F.mse_loss(x_hat, x)
-        return lam * 255 ** 2 * mse + bpp
-
-
 def make_layer(case):
     t, p, shape = case["type"], case["params"], case["inputs"][0]
     if t == "Conv2d":
@@ -148,7 +74,7 @@ def make_layer(case):
     if t == "SoftmaxProjection":
         return SoftmaxProjection(math.prod(shape[1:]), p["vocab_size"])
     if t == "UniformNoise":
-        return UniformNoise()
+        return lambda x: x + torch.empty_like(x).uniform_(-0.5, 0.5)
     if t == "FactorizedEntropyModel":
         return FactorizedEntropyModel(shape[1])
     if t == "MSELoss":
@@ -215,25 +141,170 @@ def time_layer(case, warmup, repeats, precision, compile_layer=False):
     return {"kind": "layer", "name": case["name"], "forward_ms": forward_ms, "backward_ms": backward_ms}
 
 
-def time_model(m, warmup, repeats, precision, compiled):
-    dev = torch.device("cuda")
-    model = Autoencoder(m["name"]).to(dev, memory_format=memory_format(precision))
+SETTINGS = {  # setting -> (torch.compile, bf16 autocast + channels_last regardless of the run's precision)
+    "eager": (False, False),
+    "compile": (True, False),
+    "compile-bf16": (True, True),
+}
+
+
+def settings_for(precision, compile_models):
+    """The settings to time: every one, less the compiled ones under
+    --no-compile, and less compile-bf16 in a bf16 run (where compile is it)."""
+    names = [s for s, (compiled, _) in SETTINGS.items() if compile_models or not compiled]
+    return [s for s in names if not (precision == "bf16" and s == "compile-bf16")]
+
+
+class RateDistortionStep(nn.Module):
+    """The loss of a translated spec, distortion_weight * mse + bpp: only the
+    scalar leaves forward, so torch.compile may fuse every intermediate."""
+
+    def __init__(self, model, distortion_weight):
+        super().__init__()
+        self.model = model
+        self.distortion_weight = distortion_weight
+
+    def forward(self, **inputs):
+        blobs = self.model(**inputs)
+        return self.distortion_weight * blobs["mse"] + blobs["bpp"]
+
+
+def case_lambda(m):
+    """"lambda", or for a variable-rate model the mean of its "lambdas" (as plexus-bench)."""
+    return statistics.fmean(m["lambdas"]) if "lambdas" in m else m["lambda"]
+
+
+def spec_inputs(spec, m, dev, fmt):
+    """image [N, 3, P, P] in [0, 1); a variable-rate spec also gets levels n mod K and MSE weights 1."""
+    n = m["batch"]
+    inputs = {"image": torch.rand(n, 3, m["patch"], m["patch"], device=dev).contiguous(memory_format=fmt)}
+    levels = spec_torch.rate_levels(spec)
+    if levels:
+        inputs["level"] = torch.tensor(spec_torch.spread_levels(n, levels), device=dev)
+        inputs["mse_weight"] = torch.ones(n, device=dev)
+    return inputs
+
+
+def reset_memory():
+    """Drops what earlier cases left (compiled graphs, cached blocks) and restarts the peak count."""
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def model_row(m, setting, framework, ms):
+    return {"kind": "train_step", "name": m["name"], "framework": framework, "setting": setting, "step_ms": ms,
+            "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated()}
+
+
+def autocast_on(device, precision):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def spec_step(m, precision, setting, dev):
+    """One training step of the spec translated to PyTorch, in one setting:
+    a function that takes it and returns the loss."""
+    compiled, bf16 = SETTINGS[setting]
+    step_precision = "bf16" if bf16 else precision
+    fmt = memory_format(step_precision)
+    spec = spec_torch.load_spec(m["spec"])
+    model = spec_torch.SpecModel(spec).to(dev, memory_format=fmt).train()
+    loss_fn = RateDistortionStep(model, case_lambda(m) * 255 ** 2)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.rand(m["batch"], 3, m["patch"], m["patch"], device=dev)
-    x = x.contiguous(memory_format=memory_format(precision))
-    run = torch.compile(model) if compiled else model
+    inputs = spec_inputs(spec, m, dev, fmt)
+    run = torch.compile(loss_fn) if compiled else loss_fn
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with autocast(precision):
-            loss = run(x, m["lambda"])
+        with autocast_on(dev, step_precision):
+            loss = run(**inputs)
         loss.backward()
         opt.step()
+        return loss
 
+    return step
+
+
+def time_model(m, warmup, repeats, precision, setting):
+    reset_memory()
+    step = spec_step(m, precision, setting, torch.device("cuda"))
     # torch.compile traces and tunes during the first calls: warm up longer.
+    ms = median_ms(step, warmup + (10 if SETTINGS[setting][0] else 0), repeats)
+    return model_row(m, setting, "pytorch", ms)
+
+
+# CompressAI's own implementations of bundled specs, the same channel counts
+# (N, M), as CompressAI builds them: its entropy bottleneck has filters
+# (3, 3, 3, 3) where the specs have (3, 3, 3), 15 parameters more per
+# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's variable
+# rate models scale the quantisation step instead of gain units),
+# cheng2020-attn-mean (CompressAI's Cheng2020Attention is autoregressive with a
+# Gaussian mixture) and minnen2020-channel have no exact twin there.
+COMPRESSAI_TWINS = {
+    "bmshj2018-factorized": ("FactorizedPrior", 128, 192),
+    "bmshj2018-hyperprior": ("ScaleHyperprior", 128, 192),
+    "mbt2018-mean": ("MeanScaleHyperprior", 128, 192),
+}
+
+
+def compressai_models():
+    """compressai.models, or None (with a note on stderr) when it is not installed."""
+    try:
+        import compressai.models
+    except ImportError as e:
+        print(f"torch_bench: CompressAI rows skipped: cannot import compressai ({e})", file=sys.stderr)
+        return None
+    return compressai.models
+
+
+def compressai_step(models, m, precision, compiled, dev):
+    """A CompressAI training step as its examples/train.py takes one: the
+    rate-distortion loss lambda * 255^2 * MSE + bpp (its RateDistortionLoss),
+    backward, Adam on every parameter but the entropy bottlenecks'
+    quantiles, then the aux loss's backward and its own Adam step on the
+    quantiles. train.py's default gradient clipping (norm 1) is left out,
+    as Plexus's step does not clip. Returns a function that takes one step
+    and returns the loss."""
+    cls, n, latent = COMPRESSAI_TWINS[m["name"]]
+    fmt = memory_format(precision)
+    net = getattr(models, cls)(n, latent).to(dev, memory_format=fmt).train()
+    main = [p for name, p in net.named_parameters() if not name.endswith(".quantiles")]
+    aux = [p for name, p in net.named_parameters() if name.endswith(".quantiles")]
+    opt, aux_opt = torch.optim.Adam(main, lr=1e-4), torch.optim.Adam(aux, lr=1e-3)
+    x = torch.rand(m["batch"], 3, m["patch"], m["patch"], device=dev).contiguous(memory_format=fmt)
+    weight = case_lambda(m) * 255 ** 2
+    pixels = m["batch"] * m["patch"] ** 2
+
+    def loss_of(x):
+        out = net(x)
+        bpp = sum(torch.log(lik).sum() / (-math.log(2) * pixels) for lik in out["likelihoods"].values())
+        return weight * F.mse_loss(out["x_hat"], x) + bpp
+
+    run = torch.compile(loss_of) if compiled else loss_of
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        aux_opt.zero_grad(set_to_none=False)
+        with autocast_on(dev, precision):
+            loss = run(x)
+        loss.backward()
+        opt.step()
+        net.aux_loss().backward()
+        aux_opt.step()
+        return loss
+
+    return step
+
+
+def time_compressai(models, m, warmup, repeats, precision, compiled):
+    reset_memory()
+    step = compressai_step(models, m, precision, compiled, torch.device("cuda"))
     ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
-    name = m["name"] + (" (torch.compile)" if compiled else "")
-    return {"kind": "train_step", "name": name, "step_ms": ms, "images_per_s": 1000.0 * m["batch"] / ms}
+    return model_row(m, "compile" if compiled else "eager", "compressai", ms)
 
 
 def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
@@ -254,6 +325,7 @@ def main():
     ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32")
     ap.add_argument("--tf32", action="store_true", help="deprecated: same as --precision tf32")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile training-step rows")
+    ap.add_argument("--models", action="store_true", help="time only the models' training steps, not the layers")
     ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
     args = ap.parse_args()
     precision = "tf32" if args.tf32 else args.precision
@@ -263,15 +335,21 @@ def main():
     torch.manual_seed(0)
     cases = json.load(open(args.cases))
     print(json.dumps(dict(time_matmul_ceiling(precision), precision=precision)), flush=True)
-    for c in cases["layers"]:
+    for c in [] if args.models else cases["layers"]:
         if args.only in c["name"]:
             row = time_layer(c, args.warmup, args.repeats, precision, compile_layer=args.compile_layers)
             print(json.dumps(dict(row, precision=precision, compiled=args.compile_layers)), flush=True)
-    for m in cases["models"]:
-        if args.only in m["name"]:
-            for compiled in ([False] if args.no_compile else [False, True]):
-                row = time_model(m, args.warmup, max(5, args.repeats // 2), precision, compiled)
-                print(json.dumps(dict(row, precision=precision)), flush=True)
+    model_cases = [m for m in cases["models"] if args.only in m["name"]]
+    for setting in settings_for(precision, not args.no_compile):
+        for m in model_cases:
+            row = time_model(m, args.warmup, max(5, args.repeats // 2), precision, setting)
+            print(json.dumps(dict(row, precision=precision)), flush=True)
+    twins = [m for m in model_cases if m["name"] in COMPRESSAI_TWINS]
+    models = compressai_models() if twins else None
+    for compiled in ([False] if args.no_compile or models is None else [False, True]):
+        for m in twins if models else []:
+            row = time_compressai(models, m, args.warmup, max(5, args.repeats // 2), precision, compiled)
+            print(json.dumps(dict(row, precision=precision)), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,24 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_bench import Autoencoder  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import spec_torch  # noqa: E402
+
+
+def transforms(model_name):
+    """The analysis and synthesis (nodes g_a*, g_s*) of a bundled spec whose
+    transforms are chains of layers with parameters (convolutions and GDN:
+    bls2017, bmshj2018-factorized), each as an nn.Sequential."""
+    model = spec_torch.SpecModel(spec_torch.load_spec(HERE.parent.parent / "models" / "specs" / f"{model_name}.json"))
+
+    def chain(prefix):
+        nodes = [n for n in model.order if n["name"].startswith(prefix)]
+        if any(n["name"] not in model.layers for n in nodes):
+            raise SystemExit(f"torch_codec_bench: {model_name}'s {prefix} is not a chain of layers with parameters")
+        return torch.nn.Sequential(*[model.layers[n["name"]] for n in nodes])
+
+    return chain("g_a"), chain("g_s")
 
 
 def median_ms(fn, warmup, repeats):
@@ -48,13 +64,13 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    model = Autoencoder(args.model).cuda().eval()
+    analysis_net, synthesis_net = (t.cuda().eval() for t in transforms(args.model))
     image = torch.rand(1, 3, args.side, args.side)
     with torch.no_grad():
-        latent = torch.round(model.g_a(image.cuda())).cpu()
+        latent = torch.round(analysis_net(image.cuda())).cpu()
         for mode in ("eager", "compile"):
-            g_a = model.g_a if mode == "eager" else torch.compile(model.g_a)
-            g_s = model.g_s if mode == "eager" else torch.compile(model.g_s)
+            g_a = analysis_net if mode == "eager" else torch.compile(analysis_net)
+            g_s = synthesis_net if mode == "eager" else torch.compile(synthesis_net)
 
             def analysis():
                 return torch.round(g_a(image.cuda())).cpu()
