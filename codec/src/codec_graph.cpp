@@ -159,7 +159,10 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
     graph.gaussian_node = node.name;
     graph.latent = node.inputs[0];
     graph.hyper_latent = graph.factorized_latent;
-    graph.parameter_blobs = {graph.hyper_latent, node.inputs[1], means ? node.inputs[2] : std::string()};
+    graph.parameter_blobs = EntropyParameterBlobs{};
+    graph.parameter_blobs.hyper_latent = graph.hyper_latent;
+    graph.parameter_blobs.scales = node.inputs[1];
+    if (means) graph.parameter_blobs.means = node.inputs[2];
     graph.analysed = {graph.latent};
     if (means) {
       const NodeSpec* quantizer = nullptr;

@@ -342,14 +342,27 @@ def main():
     model_cases = [m for m in cases["models"] if args.only in m["name"]]
     for setting in settings_for(precision, not args.no_compile):
         for m in model_cases:
-            row = time_model(m, args.warmup, max(5, args.repeats // 2), precision, setting)
-            print(json.dumps(dict(row, precision=precision)), flush=True)
+            print_row_or_failure(f"{m['name']} ({setting})", precision,
+                                 lambda: time_model(m, args.warmup, max(5, args.repeats // 2), precision, setting))
     twins = [m for m in model_cases if m["name"] in COMPRESSAI_TWINS]
     models = compressai_models() if twins else None
     for compiled in ([False] if args.no_compile or models is None else [False, True]):
         for m in twins if models else []:
-            row = time_compressai(models, m, args.warmup, max(5, args.repeats // 2), precision, compiled)
-            print(json.dumps(dict(row, precision=precision)), flush=True)
+            print_row_or_failure(f"CompressAI {m['name']} (compiled {compiled})", precision,
+                                 lambda: time_compressai(models, m, args.warmup, max(5, args.repeats // 2), precision,
+                                                         compiled))
+
+
+def print_row_or_failure(what, precision, time_case):
+    """Prints the case's row; a case that fails (e.g. torch.compile on one
+    model) is reported on stderr and the run goes on with the others."""
+    try:
+        row = time_case()
+    except Exception as e:  # noqa: BLE001 - any failure of one case
+        print(f"torch_bench: {what} failed, no row: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        torch.cuda.empty_cache()
+        return
+    print(json.dumps(dict(row, precision=precision)), flush=True)
 
 
 if __name__ == "__main__":
