@@ -23,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-bench-logs}  # made by run_one, so refused options leave no folder behind
 build=${BUILD:-build-gpu}
+cases=${CASES:-lab/bench/bench_cases.json}  # another cases file, e.g. a subset of the models
 python=${PYTHON:-python3}
 common=() torch_only=() precisions=f32 rounds=1
 while [ $# -gt 0 ]; do
@@ -45,11 +46,11 @@ while [ $# -gt 0 ]; do
 done
 # ${a[@]+"${a[@]}"}: an empty array expands to nothing, also under set -u in older bash.
 plexus_side() {
-  "$build/bin/plexus-bench" --cases lab/bench/bench_cases.json --precision "$1" \
+  "$build/bin/plexus-bench" --cases "$cases" --precision "$1" \
     ${common[@]+"${common[@]}"} | tee -a "$2/plexus.jsonl"
 }
 torch_side() {
-  "$python" lab/bench/torch_bench.py --cases lab/bench/bench_cases.json --precision "$1" \
+  "$python" lab/bench/torch_bench.py --cases "$cases" --precision "$1" \
     ${common[@]+"${common[@]}"} ${torch_only[@]+"${torch_only[@]}"} | tee -a "$2/torch.jsonl"
 }
 # One precision: the rounds of plexus-bench and PyTorch (odd rounds Plexus
