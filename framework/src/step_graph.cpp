@@ -56,11 +56,12 @@ void StepGraph::run(Context& ctx, std::uint64_t layout, const std::function<void
     step();
     return;
   }
-  if (!have_layout_ || layout != layout_) {
+  if (!have_layout_ || layout != layout_ || ctx.memory_generation() != memory_generation_) {
     recorded_.reset();
     have_layout_ = true;
     layout_ = layout;
-    step();  // the warm-up run at this layout
+    step();  // the warm-up run at this layout, after which shared scratch has its size
+    memory_generation_ = ctx.memory_generation();
     return;
   }
   const cudaStream_t stream = cuda::stream(ctx);
@@ -70,6 +71,9 @@ void StepGraph::run(Context& ctx, std::uint64_t layout, const std::function<void
     cudaGraph_t graph = nullptr;
     try {
       graph = record(stream, step);
+      if (ctx.memory_generation() != memory_generation_)
+        throw DeviceError("shared scratch memory grew while the step was recorded, so the graph would hold memory "
+                          "that is replaced later");
       cuda::check_cuda(cudaGraphInstantiate(&recorded->executable, graph, 0), "cudaGraphInstantiate", __FILE__,
                        __LINE__);
     } catch (const Error& e) {

@@ -10,6 +10,17 @@
 
 namespace plexus::layers {
 
+namespace {
+
+// One engine scratch and one column scratch per context, used by every
+// convolution in turn.
+implicit_gemm::Scratch& engine_scratch(Context& ctx) {
+  return ctx.shared_state<implicit_gemm::Scratch>("convolution.tensor_core_scratch");
+}
+ColumnScratch& column_scratch(Context& ctx) { return ctx.shared_state<ColumnScratch>("convolution.column_scratch"); }
+
+}  // namespace
+
 implicit_gemm::ConvProblem Convolution::conv_problem(const Shape& x, const Shape& y) const {
   implicit_gemm::ConvProblem problem;
   problem.batch = x[0];
@@ -41,13 +52,13 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
   if (implicit_gemm::supports(ctx, x.dtype(), problem) && implicit_gemm::takes_forward(problem)) {
     implicit_gemm::forward(ctx, problem, x.data<float>(), parameter("weight").value.data<float>(),
                            bias ? parameter("bias").value.data<float>() : nullptr, y.data<float>(),
-                           tensor_core_scratch_);
+                           engine_scratch(ctx));
     return;
   }
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    T* columns = grown_scratch(ctx, column_scratch(ctx).columns, {chunk, rows, patches}, x.dtype()).data<T>();
     const T* weight = parameter("weight").value.data<T>();
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
@@ -71,13 +82,13 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
   if (implicit_gemm::supports(ctx, y.dtype(), problem) && implicit_gemm::takes_backward_data(problem)) {
     implicit_gemm::backward_data(ctx, problem, y.data<float>(), parameter("weight").value.data<float>(),
                                  bias ? parameter("bias").value.data<float>() : nullptr, x.data<float>(),
-                                 tensor_core_scratch_);
+                                 engine_scratch(ctx));
     return;
   }
   dispatch_float(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, y.dtype(), ctx.device()).data<T>();
+    T* columns = grown_scratch(ctx, column_scratch(ctx).columns, {chunk, rows, patches}, y.dtype()).data<T>();
     const T* weight = parameter("weight").value.data<T>();
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
@@ -104,13 +115,13 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   Parameter& weight = parameter("weight");
   if (engine_y_grad)
     implicit_gemm::forward(ctx, problem, x.data<float>(), weight.value.data<float>(), nullptr,
-                           y_grad->data<float>(), tensor_core_scratch_);
+                           y_grad->data<float>(), engine_scratch(ctx));
   if (engine)
     implicit_gemm::backward_weight(ctx, problem, x.data<float>(), y.data<float>(), weight.grad.data<float>(),
-                                   tensor_core_scratch_);
+                                   engine_scratch(ctx));
   if (engine_x_grad)
     implicit_gemm::backward_data(ctx, problem, y.data<float>(), weight.value.data<float>(), nullptr,
-                                 x_grad->data<float>(), tensor_core_scratch_);
+                                 x_grad->data<float>(), engine_scratch(ctx));
   conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
                             engine_y_grad ? nullptr : y_grad);
 }
@@ -126,10 +137,10 @@ void Convolution::conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t chunk = images_per_cuda_chunk(g, out, batch, sizeof(T));
-    T* columns = scratch_tensor(columns_, {chunk, rows, patches}, x.dtype(), ctx.device()).data<T>();
+    ColumnScratch& scratch = column_scratch(ctx);
+    T* columns = grown_scratch(ctx, scratch.columns, {chunk, rows, patches}, x.dtype()).data<T>();
     T* weight_grads =
-        weight_grad ? scratch_tensor(weight_grads_, {chunk, out, rows}, x.dtype(), ctx.device()).data<T>()
-                    : nullptr;
+        weight_grad ? grown_scratch(ctx, scratch.weight_grads, {chunk, out, rows}, x.dtype()).data<T>() : nullptr;
     for (std::int64_t first = 0; first < batch; first += chunk) {
       const std::int64_t count = std::min(chunk, batch - first);
       const T* y_chunk = y.data<T>() + first * out_plane;

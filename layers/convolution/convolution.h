@@ -119,10 +119,14 @@ class Convolution : public Layer {
   std::size_t scratch_limit_ = std::size_t(512) << 20;
   std::size_t cpu_chunk_bytes_ = std::size_t(16) << 20;
   Shape weight_shape_;  // set by create_parameters; empty before
-  // CUDA scratch, kept between calls (see scratch.h).
-  Tensor columns_;       // [images per chunk, Ci*k*k, Ph*Pw]
-  Tensor weight_grads_;  // [images per chunk, Co, Ci*k*k]: per-image dW, summed into weight.grad
-  implicit_gemm::Scratch tensor_core_scratch_;  // the engine's packed weights, NHWC copies, partial sums
+};
+
+// The CUDA scratch of the im2col + cuBLAS passes, shared by every
+// convolution of a context (Context::shared_state, grown_scratch in
+// scratch.h): each pass fills it before reading it.
+struct ColumnScratch {
+  Tensor columns;       // [images per chunk, Ci*k*k, Ph*Pw]
+  Tensor weight_grads;  // [images per chunk, Co, Ci*k*k]: per-image dW, summed into weight.grad
 };
 
 }  // namespace plexus::layers

@@ -447,7 +447,7 @@ void run_weight_grad(const Context& ctx, const StripParams& p, const float* dy, 
       static_cast<long long>(p.tiles));
   const long long tile_sums = static_cast<long long>(kRows) * p.taps_pad;
   float* partial =
-      scratch_tensor(partial_sums, {splits * m_tiles, tile_sums}, DType::f32, ctx.device()).data<float>();
+      grown_scratch(ctx, partial_sums, {splits * m_tiles, tile_sums}, DType::f32).data<float>();
   cudaStream_t stream = cuda::stream(ctx);
   kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles)), kThreads, bytes, stream>>>(p, dy,
                                                                                                          partial);

@@ -90,8 +90,10 @@ struct ConvProblem {
 
 // Buffers the engine keeps between calls (packed weights, NHWC copies of
 // the gathered source and of the weight gradient's input, split-K partial
-// sums); allocated on first use, reused while shapes stay the same. One
-// buffer per pass, so a layer alternating passes never reallocates.
+// sums): one set per context, shared by every convolution on it
+// (Context::shared_state), each buffer grown to the largest use and filled
+// by each pass before it is read (grown_scratch in scratch.h). One buffer
+// per kind of use, so the passes of one layer never overwrite each other's.
 struct Scratch {
   Tensor forward_weight;        // the weight packed for forward
   Tensor forward_source;        // forward's NHWC copy of X (tap-major K only)

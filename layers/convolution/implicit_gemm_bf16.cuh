@@ -92,8 +92,8 @@ __device__ inline void multiply_stage_bf16(const std::uint16_t* a_tile, const st
 
 // A scratch buffer of `count` bf16 patterns (kept in an f32 tensor of half
 // as many elements: the Tensor type has no 16-bit dtype).
-inline std::uint16_t* bf16_scratch(Tensor& buffer, long long count, Device device) {
-  return reinterpret_cast<std::uint16_t*>(scratch_tensor(buffer, {(count + 1) / 2}, DType::f32, device).data<float>());
+inline std::uint16_t* bf16_scratch(const Context& ctx, Tensor& buffer, long long count) {
+  return reinterpret_cast<std::uint16_t*>(grown_scratch(ctx, buffer, {(count + 1) / 2}, DType::f32).data<float>());
 }
 
 // nhwc_source with every value rounded to bf16 (nearest even), in `buffer`.
@@ -102,7 +102,7 @@ inline const std::uint16_t* nhwc_source_bf16(const Context& ctx, const float* so
                                              Tensor& buffer) {
   constexpr long long kImagesPerCopy = 65535;  // nchw_to_nhwc_bf16_cuda's limit per call
   const long long plane = height * width;
-  std::uint16_t* nhwc = bf16_scratch(buffer, batch * plane * channel_pad, ctx.device());
+  std::uint16_t* nhwc = bf16_scratch(ctx, buffer, batch * plane * channel_pad);
   for (long long first = 0; first < batch; first += kImagesPerCopy)
     nchw_to_nhwc_bf16_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
                            plane, channel_pad, nhwc + first * plane * channel_pad);

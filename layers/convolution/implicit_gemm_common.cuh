@@ -330,7 +330,7 @@ inline long long k_splits(const Context& ctx, int blocks_per_multiprocessor, lon
 inline const float* nhwc_source(const Context& ctx, const float* source, long long batch, long long channels,
                                 long long height, long long width, int channel_pad, Tensor& buffer) {
   constexpr long long kImagesPerCopy = 65535;
-  float* nhwc = scratch_tensor(buffer, {batch, height, width, channel_pad}, DType::f32, ctx.device()).data<float>();
+  float* nhwc = grown_scratch(ctx, buffer, {batch, height, width, channel_pad}, DType::f32).data<float>();
   const long long plane = height * width;
   for (long long first = 0; first < batch; first += kImagesPerCopy)
     nchw_to_nhwc_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,

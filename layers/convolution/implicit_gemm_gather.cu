@@ -234,7 +234,7 @@ const void* pack_weight(const Context& ctx, const PackParams& pack, int part_cou
   PackParams filled = pack;
   // bf16: two patterns per f32 element of the buffer.
   const long long floats = bf16 ? ceil_div(total, 2) : total;
-  filled.packed = scratch_tensor(buffer, {floats}, DType::f32, ctx.device()).data<float>();
+  filled.packed = grown_scratch(ctx, buffer, {floats}, DType::f32).data<float>();
   long long largest = 0;
   for (int p = 0; p < part_count; ++p)
     largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
@@ -294,7 +294,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
   params.partial = nullptr;
   if (params.splits > 1)
     params.partial =
-        scratch_tensor(partial_sums, {params.splits, params.dest_size}, DType::f32, ctx.device()).data<float>();
+        grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
   const dim3 grid(static_cast<unsigned>(max_n_tiles * params.part_count),
                   static_cast<unsigned>(ceil_div(params.m_size, kTileM)), static_cast<unsigned>(params.splits));
   if (wgmma) {
@@ -350,7 +350,7 @@ const void* gather_source(const Context& ctx, const GatherChoice& choice, const 
   constexpr long long kImagesPerCopy = 65535;  // nchw_to_nhwc_bf16_cuda's limit per call
   const long long plane = height * width;
   auto* nhwc = reinterpret_cast<std::uint16_t*>(
-      scratch_tensor(buffer, {batch, height, width, choice.channel_pad / 2}, DType::f32, ctx.device()).data<float>());
+      grown_scratch(ctx, buffer, {batch, height, width, choice.channel_pad / 2}, DType::f32).data<float>());
   for (long long first = 0; first < batch; first += kImagesPerCopy)
     nchw_to_nhwc_bf16_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
                            plane, choice.channel_pad, nhwc + first * plane * choice.channel_pad);

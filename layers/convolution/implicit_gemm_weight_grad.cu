@@ -400,7 +400,7 @@ void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams&
   const long long used_splits = ceil_div(k_size, k_per_split);
 
   float* partial =
-      scratch_tensor(partial_sums, {used_splits, m_size * n_size}, DType::f32, ctx.device()).data<float>();
+      grown_scratch(ctx, partial_sums, {used_splits, m_size * n_size}, DType::f32).data<float>();
   params.partial = partial;
   params.k_size = k_size;
   params.k_per_split = k_per_split;
@@ -459,7 +459,7 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
     using T = WeightGradBf16Tile;
     static_assert(kChannelGroup == WeightGradNhwcTile::BN, "the same Ci take the tap-major path at both precisions");
     params.y_row_stride = round_up(p.batch * p.out_height * p.out_width, T::BK);
-    std::uint16_t* rows = bf16_scratch(scratch.weight_rows_bf16, p.out_channels * params.y_row_stride, ctx.device());
+    std::uint16_t* rows = bf16_scratch(ctx, scratch.weight_rows_bf16, p.out_channels * params.y_row_stride);
     nchw_to_channel_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height * p.out_width, params.y_row_stride,
                                    rows);
     params.y_rows_bf16 = rows;

@@ -367,16 +367,16 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   void* phases = nullptr;
   void* shifted = nullptr;
   if (bf16) {
-    std::uint16_t* x_copy = bf16_scratch(scratch.weight_phases, phase_elements, ctx.device());
-    std::uint16_t* y_copy = bf16_scratch(scratch.weight_shifted, shifted_elements, ctx.device());
+    std::uint16_t* x_copy = bf16_scratch(ctx, scratch.weight_phases, phase_elements);
+    std::uint16_t* y_copy = bf16_scratch(ctx, scratch.weight_shifted, shifted_elements);
     nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
     shifted_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
                            y_copy);
     phases = x_copy;
     shifted = y_copy;
   } else {
-    float* x_copy = scratch_tensor(scratch.weight_phases, {phase_elements}, DType::f32, ctx.device()).data<float>();
-    float* y_copy = scratch_tensor(scratch.weight_shifted, {shifted_elements}, DType::f32, ctx.device()).data<float>();
+    float* x_copy = grown_scratch(ctx, scratch.weight_phases, {phase_elements}, DType::f32).data<float>();
+    float* y_copy = grown_scratch(ctx, scratch.weight_shifted, {shifted_elements}, DType::f32).data<float>();
     nchw_to_phases_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
     shifted_rows_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns, y_copy);
     phases = x_copy;
@@ -417,7 +417,7 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   const long long used_splits = ceil_div(params.k_tiles, params.tiles_per_split);
   const long long grad_size = p.out_channels * p.in_channels * taps;
   params.partial =
-      scratch_tensor(scratch.weight_sums, {used_splits, grad_size}, DType::f32, ctx.device()).data<float>();
+      grown_scratch(ctx, scratch.weight_sums, {used_splits, grad_size}, DType::f32).data<float>();
 
   const dim3 grid(static_cast<unsigned>(taps * params.channel_tiles),
                   static_cast<unsigned>(ceil_div(p.out_channels, kTileRows)), static_cast<unsigned>(used_splits));

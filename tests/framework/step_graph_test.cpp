@@ -117,6 +117,42 @@ TEST(StepGraph, CudaReplayedTrainingStepsEqualEagerOnes) {
   }
 }
 
+// Two nets on one context share the convolutions' scratch buffers
+// (Context::shared_state). A larger net stepping between the replays of a
+// smaller one's graph grows that scratch, replacing memory the graph
+// recorded: the graph is recorded again, and the smaller net trains what it
+// trains alone (same tolerance as above).
+TEST(StepGraph, CudaGraphIsRecordedAgainWhenAnotherNetOutgrewTheSharedScratch) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Registry registry = builtin_registry();
+  const Shape small{2, 3, 32, 32}, large{2, 3, 64, 64};
+  Net alone(bls2017(), registry, {{"image", small}}, DType::f32, Device::cuda(), 5);
+  Net replayed(bls2017(), registry, {{"image", small}}, DType::f32, Device::cuda(), 5);
+  Net other(bls2017(), registry, {{"image", large}}, DType::f32, Device::cuda(), 6);
+  Context alone_ctx(Device::cuda()), ctx(Device::cuda());
+  for (Context* c : {&alone_ctx, &ctx}) c->set_precision(Precision::bf16);  // the tensor-core engine's scratch
+  Adam alone_adam(1e-4), replay_adam(1e-4), other_adam(1e-4);
+  StepGraph off(false), on(true), other_off(false);
+  train(alone, alone_adam, alone_ctx, off, 3, small);
+  train(replayed, replay_adam, ctx, on, 3, small);  // warm-up, recording, replay
+  EXPECT_EQ(on.recordings(), 1);
+  const std::uint64_t generation = ctx.memory_generation();
+  train(other, other_adam, ctx, other_off, 1, large);
+  EXPECT_GT(ctx.memory_generation(), generation) << "the larger net did not grow the shared scratch";
+  train(alone, alone_adam, alone_ctx, off, 3, small);
+  train(replayed, replay_adam, ctx, on, 3, small);  // warm-up again, recording, replay
+  EXPECT_EQ(on.recordings(), 2);
+  auto a = alone.parameters(), b = replayed.parameters();
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    std::vector<double> x = a[k].parameter->value.to_values(), y = b[k].parameter->value.to_values();
+    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  }
+  std::printf("[ info ] largest difference from the net trained alone: %.3g\n", worst);
+  EXPECT_LE(worst, 1e-6);
+}
+
 // A net that only adds noise: the replayed graph's output after reseed(s)
 // is the eager output after reseed(s), and differs between seeds.
 TEST(StepGraph, CudaReplaysDrawTheNoiseOfTheCurrentSeed) {

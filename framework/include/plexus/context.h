@@ -4,6 +4,7 @@
 // cuBLAS/cuRAND handles (see plexus/cuda/cuda_context.h). One Context is
 // passed to every forward and backward.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -77,6 +78,24 @@ class Context {
 
   cuda::CudaResources* cuda_resources() const { return cuda_.get(); }
 
+  // State shared by the layers that run on this context, one object per
+  // key, default-constructed on first use and kept as long as the context:
+  // e.g. the convolution engine's scratch buffers, which every convolution
+  // uses in turn. Layers on one context run one after another on its
+  // stream, so a buffer one layer's pass used may be reused by the next
+  // pass that is enqueued after it. A key must always name the same type.
+  template <class T>
+  T& shared_state(const std::string& key) {
+    std::shared_ptr<void>& state = shared_state_[key];
+    if (!state) state = std::make_shared<T>();
+    return *static_cast<T*>(state.get());
+  }
+  // Counts the times memory that a recorded CUDA graph may have captured
+  // was replaced on this context (a shared scratch buffer that grew:
+  // note_memory_replaced). StepGraph records its step again when it changed.
+  std::uint64_t memory_generation() const { return memory_generation_; }
+  void note_memory_replaced() const { ++memory_generation_; }
+
  private:
   Device device_;
   bool training_ = true;
@@ -84,6 +103,8 @@ class Context {
   std::uint64_t seed_ = 0;
   std::mt19937_64 random_;
   std::unique_ptr<cuda::CudaResources, void (*)(cuda::CudaResources*)> cuda_{nullptr, nullptr};
+  std::map<std::string, std::shared_ptr<void>> shared_state_;
+  mutable std::uint64_t memory_generation_ = 0;
 };
 
 // True when this build has CUDA and at least one GPU is visible.

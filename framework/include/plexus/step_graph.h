@@ -15,7 +15,9 @@
 // The first run at a layout calls `step` eagerly (lazily allocated scratch
 // buffers settle at their final addresses); the second records it on the
 // context's stream and launches the graph; later runs only launch it. A new
-// layout (Net::layout_version) drops the graph and starts over. Whatever
+// layout (Net::layout_version) drops the graph and starts over, and so does
+// memory shared between layers that was replaced since the recording
+// (Context::memory_generation: scratch another net or shape outgrew). Whatever
 // changes between steps must therefore live in device memory written
 // outside `step`: the input batch, the random seed, the hyperparameters.
 // Tensors allocated and freed inside `step` become graph memory nodes.
@@ -51,6 +53,7 @@ class StepGraph {
   bool replayed_last_ = false;
   bool have_layout_ = false;
   std::uint64_t layout_ = 0;
+  std::uint64_t memory_generation_ = 0;  // the context's at the last warm-up
   std::unique_ptr<Recorded> recorded_;
 };
 
