@@ -82,9 +82,11 @@ TEST(ConvolutionSharedScratch, CudaMatchesTheCpuAndStaysTheSameAfterALargerNetUs
   cpu.input("image").copy_from(random_image(small, 1, Device::cpu()));
   Context cpu_ctx;
   const auto expected = gradients(cpu, cpu_ctx);
-  // Products on TF32 or BF16 tensor cores round the operands (bf16 keeps 8
-  // significant bits): the tolerance against the exact CPU is per precision.
-  for (auto [precision, tolerance] : {std::pair{Precision::f32, 1e-4}, std::pair{Precision::tf32, 1e-2},
+  // Products on TF32 or BF16 tensor cores round the operands (11 and 8
+  // significant bits), through five layers whose ReLU gates the rounding
+  // may flip: against the exact CPU, 5% of each tensor's largest gradient
+  // for both (strict f32: 1e-4).
+  for (auto [precision, tolerance] : {std::pair{Precision::f32, 1e-4}, std::pair{Precision::tf32, 5e-2},
                                       std::pair{Precision::bf16, 5e-2}}) {
     Context ctx(Device::cuda(0));
     ctx.set_precision(precision);
