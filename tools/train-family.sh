@@ -29,17 +29,9 @@
 # A run whose folder holds a checkpoint is resumed (--resume): call again to
 # train longer. Logs: OUT/lambda-<L>/train.log; metrics: metrics.jsonl.
 set -euo pipefail
-if [ $# -ne 2 ]; then
-  echo "usage: $0 BSDS500_TRAIN_DIR SECONDS" >&2
-  exit 2
-fi
-data=$1
-seconds=$2
-[ -d "$data" ] || { echo "$0: training folder '$data' does not exist" >&2; exit 2; }
-case $seconds in '' | *[!0-9.]*) echo "$0: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;; esac
-root=$(cd "$(dirname "$0")/.." && pwd)
-plexus_ae=${PLEXUS_AE:-$root/build/bin/plexus-ae}
-[ -x "$plexus_ae" ] || { echo "$0: '$plexus_ae' is not built (cmake --build build --target plexus-ae)" >&2; exit 2; }
+# shellcheck source=tools/training-arguments.sh
+. "$(dirname "$0")/training-arguments.sh"
+training_arguments "$0" "$@"
 read -r -a lambdas <<< "${LAMBDAS:-0.0035 0.0067 0.013 0.025}"
 out=${OUT:-runs/hyperprior-family}
 cores=${CORES:-$(nproc)}
