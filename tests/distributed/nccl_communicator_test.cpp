@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 
 #include "data/data_test_support.h"
 #include "plexus/builtin_layers.h"
@@ -99,6 +102,23 @@ std::map<std::string, std::vector<double>> train(int steps, Communicator* commun
   return values;
 }
 
+// Every parameter of `got` within 1e-6 absolute of `expected` (a failure
+// names the parameter, the element and `label`); returns the largest
+// difference.
+double expect_same_parameters(const std::map<std::string, std::vector<double>>& expected,
+                              const std::map<std::string, std::vector<double>>& got, const std::string& label) {
+  double largest = 0;
+  for (const auto& [name, values] : expected) {
+    const auto& other = got.at(name);
+    EXPECT_EQ(other.size(), values.size()) << name << ", " << label;
+    for (std::size_t i = 0; i < std::min(other.size(), values.size()); ++i) {
+      largest = std::max(largest, std::abs(other[i] - values[i]));
+      EXPECT_NEAR(other[i], values[i], 1e-6) << name << "[" << i << "], " << label;
+    }
+  }
+  return largest;
+}
+
 TEST(NcclCommunicator, CollectivesAtWorldSizeOne) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   ScratchFolder folder("nccl-collectives");
@@ -136,15 +156,8 @@ TEST(NcclCommunicator, WorldSizeOneTrainsThePlainPathsParameters) {
   for (std::size_t bucket_bytes : {std::size_t{1024}, GradientBuckets::kDefaultBucketBytes}) {
     auto comm = make_nccl_communicator(world_of_one(folder));
     const auto through_nccl = train(steps, comm.get(), bucket_bytes);
-    double largest = 0;
-    for (const auto& [name, expected] : plain) {
-      const auto& got = through_nccl.at(name);
-      ASSERT_EQ(got.size(), expected.size());
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        largest = std::max(largest, std::abs(got[i] - expected[i]));
-        EXPECT_NEAR(got[i], expected[i], 1e-6) << name << "[" << i << "], buckets of " << bucket_bytes << " B";
-      }
-    }
+    const double largest =
+        expect_same_parameters(plain, through_nccl, "buckets of " + std::to_string(bucket_bytes) + " B");
     std::printf("buckets of %zu B: largest parameter difference after %d steps: %g\n", bucket_bytes, steps, largest);
   }
 }
@@ -160,15 +173,7 @@ TEST(NcclCommunicator, AStepGraphWithTheAllReducesTrainsThePlainPathsParameters)
   auto comm = make_nccl_communicator(world_of_one(folder));
   const auto replayed = train(steps, comm.get(), 1024, /*cuda_graph=*/true);
   comm->synchronize();  // waits for the last mark: the replayed steps are done
-  double largest = 0;
-  for (const auto& [name, expected] : plain) {
-    const auto& got = replayed.at(name);
-    ASSERT_EQ(got.size(), expected.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      largest = std::max(largest, std::abs(got[i] - expected[i]));
-      EXPECT_NEAR(got[i], expected[i], 1e-6) << name << "[" << i << "]";
-    }
-  }
+  const double largest = expect_same_parameters(plain, replayed, "replayed steps");
   std::printf("replayed steps: largest parameter difference after %d steps: %g\n", steps, largest);
   // An eager collective after the replayed steps still works on the same communicator.
   Context ctx(Device::cuda(0));

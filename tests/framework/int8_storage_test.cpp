@@ -25,17 +25,9 @@ namespace plexus {
 namespace {
 
 using test::error_of;
+using testing::read_bytes;
 using testing::ScratchFolder;
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::write_bytes;
 
 // A safetensors file: the 8-byte header length, the header, the data.
 std::string raw_file(const std::string& header, const std::string& data) {
