@@ -141,6 +141,13 @@ void destroy_resources(CudaResources* resources) noexcept {
   cudaSetDevice(resources->device);
   if (resources->curand) curandDestroyGenerator(resources->curand);
   if (resources->cublas) cublasDestroy(resources->cublas);
+  if (resources->branch_open) resources->stream = resources->main_stream;
+  if (resources->branch_stream) {
+    cudaStreamSynchronize(resources->branch_stream);
+    cudaStreamDestroy(resources->branch_stream);
+  }
+  if (resources->branch_fork) cudaEventDestroy(resources->branch_fork);
+  if (resources->branch_join) cudaEventDestroy(resources->branch_join);
   if (resources->stream) {
     cudaStreamSynchronize(resources->stream);  // nothing may still use the buffers freed below
     cudaStreamDestroy(resources->stream);
@@ -181,5 +188,18 @@ CudaResources& resources(const Context& ctx) {
     throw DeviceError("a CUDA kernel was called with a " + ctx.device().str() + " context");
   return *ctx.cuda_resources();
 }
+
+namespace {
+CudaResources& outside_branch(const Context& ctx, const char* library) {
+  CudaResources& r = resources(ctx);
+  if (r.branch_open)
+    throw DeviceError(std::string(library) + " was called inside cuda::Branch::run: its handle is bound to the "
+                      "context's own stream, so run it outside the branch");
+  return r;
+}
+}  // namespace
+
+cublasHandle_t cublas(const Context& ctx) { return outside_branch(ctx, "cuBLAS").cublas; }
+curandGenerator_t curand(const Context& ctx) { return outside_branch(ctx, "cuRAND").curand; }
 
 }  // namespace plexus::cuda

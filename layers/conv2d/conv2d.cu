@@ -13,8 +13,8 @@ void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutabl
 
 void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
                            const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  conv_backward_cuda(ctx, *inputs[0], *output_grads[0], /*x_grad=*/input_grads[0], /*y_grad=*/nullptr);
-  accumulate_bias_grad_cuda(ctx, *output_grads[0]);
+  conv_backward_cuda(ctx, *inputs[0], *output_grads[0], /*x_grad=*/input_grads[0], /*y_grad=*/nullptr,
+                     *output_grads[0]);
 }
 
 }  // namespace plexus::layers

@@ -16,8 +16,8 @@ void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, con
 
 void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
                                     const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  conv_backward_cuda(ctx, *output_grads[0], *inputs[0], /*x_grad=*/nullptr, /*y_grad=*/input_grads[0]);
-  accumulate_bias_grad_cuda(ctx, *output_grads[0]);
+  conv_backward_cuda(ctx, *output_grads[0], *inputs[0], /*x_grad=*/nullptr, /*y_grad=*/input_grads[0],
+                     *output_grads[0]);
 }
 
 }  // namespace plexus::layers

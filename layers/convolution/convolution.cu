@@ -2,11 +2,15 @@
 // engine (implicit_gemm.h) where it takes the pass, else im2col / col2im
 // kernels plus cuBLAS GEMMs batched over the images of a chunk.
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "convolution/channel_ops.h"
 #include "convolution/convolution.h"
 #include "convolution/scratch.h"
 #include "plexus/cuda/blas.h"
+#include "plexus/cuda/branch.h"
 
 namespace plexus::layers {
 
@@ -18,6 +22,16 @@ implicit_gemm::Scratch& engine_scratch(Context& ctx) {
   return ctx.shared_state<implicit_gemm::Scratch>("convolution.tensor_core_scratch");
 }
 ColumnScratch& column_scratch(Context& ctx) { return ctx.shared_state<ColumnScratch>("convolution.column_scratch"); }
+
+// Whether the backward pass runs the parameter gradients on a cuda::Branch:
+// unless the environment variable PLEXUS_CONV_BRANCH is "0" (to compare).
+bool parameter_gradients_beside() {
+  static const bool beside = [] {
+    const char* setting = std::getenv("PLEXUS_CONV_BRANCH");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return beside;
+}
 
 }  // namespace
 
@@ -105,7 +119,7 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
 }
 
 void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad,
-                                     Tensor* y_grad) {
+                                     Tensor* y_grad, const Tensor& output_grad) {
   if (x.dim(0) == 0) return;
   // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
@@ -113,17 +127,32 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   const bool engine_y_grad = y_grad && engine && implicit_gemm::takes_forward(problem);
   const bool engine_x_grad = x_grad && engine && implicit_gemm::takes_backward_data(problem);
   Parameter& weight = parameter("weight");
+  const auto parameter_gradients = [&] {
+    if (engine)
+      implicit_gemm::backward_weight(ctx, problem, x.data<float>(), y.data<float>(), weight.grad.data<float>(),
+                                     engine_scratch(ctx));
+    accumulate_bias_grad_cuda(ctx, output_grad);
+  };
+  // Nothing in the backward pass reads the parameter gradients, so the
+  // engine's weight gradient and the bias gradient run on a branch of the
+  // stream, beside the input gradient (the two use different scratch
+  // buffers), unless PLEXUS_CONV_BRANCH is "0".
+  std::optional<cuda::Branch> branch;
+  if (parameter_gradients_beside()) {
+    branch.emplace(ctx);
+    branch->run(parameter_gradients);
+  } else {
+    parameter_gradients();
+  }
   if (engine_y_grad)
     implicit_gemm::forward(ctx, problem, x.data<float>(), weight.value.data<float>(), nullptr,
                            y_grad->data<float>(), engine_scratch(ctx));
-  if (engine)
-    implicit_gemm::backward_weight(ctx, problem, x.data<float>(), y.data<float>(), weight.grad.data<float>(),
-                                   engine_scratch(ctx));
   if (engine_x_grad)
     implicit_gemm::backward_data(ctx, problem, y.data<float>(), weight.value.data<float>(), nullptr,
                                  x_grad->data<float>(), engine_scratch(ctx));
   conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
                             engine_y_grad ? nullptr : y_grad);
+  if (branch) branch->join();
 }
 
 void Convolution::conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad,

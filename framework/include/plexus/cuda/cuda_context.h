@@ -21,6 +21,13 @@ struct CudaResources {
   // stream) and how many draws were handed out since the last reseed.
   std::uint64_t* random_seed = nullptr;
   std::uint64_t random_draws = 0;
+  // The stream of cuda::Branch (plexus/cuda/branch.h), made on first use,
+  // and its fork and join events; branch_open while a Branch runs work.
+  cudaStream_t branch_stream = nullptr;
+  cudaEvent_t branch_fork = nullptr;
+  cudaEvent_t branch_join = nullptr;
+  cudaStream_t main_stream = nullptr;  // the context's own stream while branch_open
+  bool branch_open = false;
 };
 
 // Counter-based random numbers whose seed is read on the device, so a
@@ -37,9 +44,13 @@ DeviceRandom device_random(const Context& ctx, std::uint64_t count);
 
 // Throws DeviceError when ctx is not a CUDA context.
 CudaResources& resources(const Context& ctx);
+// The stream that work of ctx is enqueued on: the context's own, or the
+// branch stream inside Branch::run.
 inline cudaStream_t stream(const Context& ctx) { return resources(ctx).stream; }
-inline cublasHandle_t cublas(const Context& ctx) { return resources(ctx).cublas; }
-inline curandGenerator_t curand(const Context& ctx) { return resources(ctx).curand; }
+// The library handles stay bound to the context's own stream (and cuBLAS to
+// its one workspace), so they refuse to be used inside Branch::run.
+cublasHandle_t cublas(const Context& ctx);
+curandGenerator_t curand(const Context& ctx);
 
 // Blocks of 256 threads covering n elements (capped; kernels grid-stride).
 inline unsigned int blocks_for(long long n, unsigned int threads = 256) {

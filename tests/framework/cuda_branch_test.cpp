@@ -1,0 +1,160 @@
+// cuda::Branch: the branch runs after everything enqueued on the context's
+// stream before it, the context's stream waits at join() for everything the
+// branch ran, also when an exception skips join(), and a CUDA graph captured
+// across a branch holds both paths. Each ordering test holds one side back
+// with a sleeping host function, so a missing wait reads the old value
+// instead of the new one. CUDA only; skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "plexus/context.h"
+#include "plexus/testing/gtest_helpers.h"
+#if PLEXUS_WITH_CUDA
+#include "plexus/cuda/branch.h"
+#include "plexus/cuda/cuda_check.h"
+#include "plexus/cuda/cuda_context.h"
+#endif
+
+namespace plexus {
+namespace {
+
+#if PLEXUS_WITH_CUDA
+constexpr std::int64_t kCount = 1 << 20;
+constexpr int kOld = 0x11, kNew = 0x5a;  // byte patterns of the buffers
+
+void check(cudaError_t status, const char* call) { cuda::check_cuda(status, call, __FILE__, __LINE__); }
+
+// Enqueues a 200 ms pause of `stream` (a host function that sleeps).
+void hold_back(cudaStream_t stream) {
+  check(cudaLaunchHostFunc(
+            stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr),
+        "cudaLaunchHostFunc");
+}
+
+struct DeviceBytes {
+  explicit DeviceBytes(int pattern) {
+    check(cudaMalloc(&data, kCount), "cudaMalloc");
+    check(cudaMemset(data, pattern, kCount), "cudaMemset");
+  }
+  ~DeviceBytes() { cudaFree(data); }
+  // Whether every byte is `pattern` (after the device is idle).
+  bool all(int pattern) const {
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<unsigned char> host(kCount);
+    check(cudaMemcpy(host.data(), data, kCount, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (unsigned char byte : host)
+      if (byte != pattern) return false;
+    return true;
+  }
+  void* data = nullptr;
+};
+
+TEST(CudaBranch, TheBranchRunsAfterTheWorkEnqueuedBeforeIt) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  DeviceBytes source(kOld), copy(kOld);
+  hold_back(cuda::stream(ctx));
+  check(cudaMemsetAsync(source.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+  cuda::Branch branch(ctx);
+  branch.run([&] {
+    check(cudaMemcpyAsync(copy.data, source.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+          "cudaMemcpyAsync");
+  });
+  branch.join();
+  ctx.synchronize();
+  EXPECT_TRUE(copy.all(kNew)) << "the branch copied the source before the context's stream wrote it";
+}
+
+TEST(CudaBranch, WorkAfterJoinWaitsForTheBranch) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  DeviceBytes written(kOld), copy(kOld);
+  cuda::Branch branch(ctx);
+  branch.run([&] {
+    hold_back(cuda::stream(ctx));
+    check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+  });
+  branch.join();
+  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+        "cudaMemcpyAsync");
+  ctx.synchronize();
+  EXPECT_TRUE(copy.all(kNew)) << "the context's stream read the buffer before the branch wrote it";
+}
+
+TEST(CudaBranch, AnExceptionLeavesTheBranchJoinedAndTheStreamRestored) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  const cudaStream_t own = cuda::stream(ctx);
+  DeviceBytes written(kOld), copy(kOld);
+  try {
+    cuda::Branch branch(ctx);
+    branch.run([&] {
+      hold_back(cuda::stream(ctx));
+      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+      throw std::runtime_error("a failing pass");
+    });
+    FAIL() << "run() did not pass the exception on";
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(cuda::stream(ctx), own);
+  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+        "cudaMemcpyAsync");
+  ctx.synchronize();
+  EXPECT_TRUE(copy.all(kNew)) << "the branch was not joined when the exception left its scope";
+}
+
+TEST(CudaBranch, InsideRunKernelsGoToTheBranchAndTheLibraryHandlesRefuse) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  const cudaStream_t own = cuda::stream(ctx);
+  cuda::Branch branch(ctx);
+  branch.run([&] {
+    EXPECT_NE(cuda::stream(ctx), own);
+    EXPECT_THROW(cuda::cublas(ctx), DeviceError);
+    EXPECT_THROW(cuda::curand(ctx), DeviceError);
+    EXPECT_THROW(cuda::Branch{ctx}, DeviceError);  // one branch at a time
+  });
+  EXPECT_EQ(cuda::stream(ctx), own);
+  EXPECT_NE(cuda::cublas(ctx), nullptr);
+  branch.join();
+}
+
+TEST(CudaBranch, ACapturedGraphHoldsBothPaths) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  DeviceBytes source(kOld), copy(kOld), beside(kOld);
+  const cudaStream_t own = cuda::stream(ctx);
+  check(cudaStreamBeginCapture(own, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  check(cudaMemsetAsync(source.data, kNew, kCount, own), "cudaMemsetAsync");
+  cuda::Branch branch(ctx);
+  branch.run([&] {
+    check(cudaMemcpyAsync(copy.data, source.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+          "cudaMemcpyAsync");
+  });
+  check(cudaMemsetAsync(beside.data, kNew, kCount, own), "cudaMemsetAsync");
+  branch.join();
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(own, &graph), "cudaStreamEndCapture (fails when the branch is not joined)");
+  std::size_t nodes = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+  EXPECT_GE(nodes, 3u);
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  EXPECT_TRUE(copy.all(kOld)) << "capturing ran the work";
+  check(cudaGraphLaunch(exec, own), "cudaGraphLaunch");
+  ctx.synchronize();
+  EXPECT_TRUE(copy.all(kNew));
+  EXPECT_TRUE(beside.all(kNew));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+#else
+TEST(CudaBranch, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+}  // namespace
+}  // namespace plexus
