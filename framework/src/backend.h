@@ -37,6 +37,9 @@ void destroy_resources(CudaResources* resources) noexcept;
 void reseed(CudaResources& resources, std::uint64_t seed);
 void set_tf32(CudaResources& resources, bool allow);
 void synchronize(CudaResources& resources);
+// Context::DeferredJoins and Context::join_branches (plexus/cuda/branch.h).
+void set_deferred_joins(CudaResources& resources, bool deferred);
+void join_branches(CudaResources& resources);
 // *seed_on_device = seed, enqueued on `stream` (a cudaStream_t; framework/src/cuda/random.cu).
 void write_seed(void* stream, std::uint64_t* seed_on_device, std::uint64_t seed);
 }  // namespace plexus::cuda

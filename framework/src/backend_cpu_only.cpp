@@ -60,4 +60,6 @@ void destroy_resources(CudaResources*) noexcept {}
 void reseed(CudaResources&, std::uint64_t) {}
 void set_tf32(CudaResources&, bool) {}
 void synchronize(CudaResources&) {}
+void set_deferred_joins(CudaResources&, bool) {}
+void join_branches(CudaResources&) {}
 }  // namespace plexus::cuda

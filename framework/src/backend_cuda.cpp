@@ -173,7 +173,18 @@ void set_tf32(CudaResources& resources, bool allow) {
 }
 
 void synchronize(CudaResources& resources) {
+  join_branches(resources);
   check_cuda(cudaStreamSynchronize(resources.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
+void set_deferred_joins(CudaResources& resources, bool deferred) { resources.defer_joins = deferred; }
+
+void join_branches(CudaResources& resources) {
+  if (!resources.branch_pending) return;
+  resources.branch_pending = false;
+  check_cuda(cudaEventRecord(resources.branch_join, resources.branch_stream), "cudaEventRecord", __FILE__, __LINE__);
+  check_cuda(cudaStreamWaitEvent(resources.stream, resources.branch_join, 0), "cudaStreamWaitEvent", __FILE__,
+             __LINE__);
 }
 
 DeviceRandom device_random(const Context& ctx, std::uint64_t count) {

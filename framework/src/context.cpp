@@ -48,6 +48,24 @@ void Context::synchronize() {
   if (cuda_) cuda::synchronize(*cuda_);
 }
 
+void Context::join_branches() {
+  if (cuda_) cuda::join_branches(*cuda_);
+}
+
+Context::DeferredJoins::DeferredJoins(Context& ctx) : ctx_(ctx) {
+  if (ctx.cuda_) cuda::set_deferred_joins(*ctx.cuda_, true);
+}
+
+Context::DeferredJoins::~DeferredJoins() {
+  if (!ctx_.cuda_) return;
+  cuda::set_deferred_joins(*ctx_.cuda_, false);
+  try {
+    cuda::join_branches(*ctx_.cuda_);
+  } catch (...) {
+    // Unwinding or a failed stream: the next checked call on it reports the error.
+  }
+}
+
 bool cuda_available() { return device_memory::cuda_device_count() > 0; }
 bool built_with_cuda() { return device_memory::built_with_cuda(); }
 

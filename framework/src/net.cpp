@@ -410,12 +410,22 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     has_grad.insert(entry.first);
   }
   std::set<std::string> model_inputs(spec_.inputs.begin(), spec_.inputs.end());
+  // A layer's branch (e.g. a convolution's parameter gradients) runs on
+  // beside the next nodes' backward: nothing here reads a parameter
+  // gradient. The hook and the observer see a node's work complete, and the
+  // caller the whole backward (joined when `deferred` ends).
+  Context::DeferredJoins deferred(ctx);
+  const auto gradients_ready = [&](const std::string& node_name) {
+    if (!gradients_ready_) return;
+    ctx.join_branches();
+    gradients_ready_(ctx, node_name);
+  };
   for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
     Node& node = **it;
     bool any = false;
     for (const auto& output : node.spec.outputs) any = any || has_grad.count(output);
     if (!any) {  // nothing downstream of this node reaches a loss
-      if (gradients_ready_) gradients_ready_(ctx, node.spec.name);
+      gradients_ready(node.spec.name);
       continue;
     }
     for (const auto& output : node.spec.outputs)
@@ -436,7 +446,10 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     }
     if (observer_) observer_->before(node.spec.name, node.spec.type, true);
     node.layer->backward(ctx, in, out, dout, din);
-    if (observer_) observer_->after(node.spec.name, node.spec.type, true);
+    if (observer_) {
+      ctx.join_branches();
+      observer_->after(node.spec.name, node.spec.type, true);
+    }
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       if (!din[i]) continue;
       const std::string& input = node.spec.inputs[i];
@@ -446,7 +459,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
       }
       has_grad.insert(input);
     }
-    if (gradients_ready_) gradients_ready_(ctx, node.spec.name);
+    gradients_ready(node.spec.name);
   }
 }
 

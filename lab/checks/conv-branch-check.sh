@@ -2,7 +2,7 @@
 # The convolutions' parameter gradients on a stream branch (cuda::Branch),
 # on a machine with an NVIDIA GPU, from the repository root:
 #   bash lab/checks/conv-branch-check.sh [ROUNDS]     # default 3
-# Builds plexus-bench and the tests that cover the branch (cuda_branch_test,
+# Builds plexus-bench and the tests that cover the branch (cuda_branch_test, net_branch_test,
 # the convolution layers' CUDA tests, the step-graph tests), runs them, then
 # times every bundled model's bf16 training step (CUDA graph) with the
 # branch off (PLEXUS_CONV_BRANCH=0) and on, ROUNDS times, alternating which
@@ -15,7 +15,7 @@ logs=${OUT:-conv-branch-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
 mkdir -p "$logs"
-tests=(cuda_branch_test conv2d_test conv_transpose2d_test step_graph_test convolution_shared_scratch_test)
+tests=(cuda_branch_test net_branch_test conv2d_test conv_transpose2d_test step_graph_test convolution_shared_scratch_test)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} &&
        cmake --build "$build" -j "$(nproc)" --target plexus-bench "${tests[@]}"; } > "$logs/build.log" 2>&1; then

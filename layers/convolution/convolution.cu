@@ -136,7 +136,8 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   // Nothing in the backward pass reads the parameter gradients, so the
   // engine's weight gradient and the bias gradient run on a branch of the
   // stream, beside the input gradient (the two use different scratch
-  // buffers), unless PLEXUS_CONV_BRANCH is "0".
+  // buffers) and, inside Net::backward, beside the next layers' backward
+  // too (Context::DeferredJoins), unless PLEXUS_CONV_BRANCH is "0".
   std::optional<cuda::Branch> branch;
   if (parameter_gradients_beside()) {
     branch.emplace(ctx);

@@ -90,7 +90,8 @@ class Convolution : public Layer {
   void conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x);
   // conv_backward_cuda also adds the bias gradient from output_grad (the
   // layer's output gradient: y for Conv2d, x for ConvTranspose2d); the
-  // parameter gradients run beside the input gradient (cuda::Branch).
+  // parameter gradients run beside the input gradient (cuda::Branch; inside
+  // Net::backward also beside the next layers' backward).
   void conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad,
                           const Tensor& output_grad);
   void accumulate_bias_grad_cuda(Context& ctx, const Tensor& output_grad);

@@ -1,7 +1,8 @@
 // cuda::Branch: the branch runs after everything enqueued on the context's
 // stream before it, the context's stream waits at join() for everything the
 // branch ran, also when an exception skips join(), and a CUDA graph captured
-// across a branch holds both paths. Each ordering test holds one side back
+// across a branch holds both paths. Inside a Context::DeferredJoins, join()
+// leaves the branch running until join_branches() or the scope's end. Each ordering test holds one side back
 // with a sleeping host function, so a missing wait reads the old value
 // instead of the new one. CUDA only; skips without a GPU.
 #include <gtest/gtest.h>
@@ -28,10 +29,10 @@ constexpr int kOld = 0x11, kNew = 0x5a;  // byte patterns of the buffers
 
 void check(cudaError_t status, const char* call) { cuda::check_cuda(status, call, __FILE__, __LINE__); }
 
-// Enqueues a 200 ms pause of `stream` (a host function that sleeps).
+// Enqueues a 500 ms pause of `stream` (a host function that sleeps).
 void hold_back(cudaStream_t stream) {
   check(cudaLaunchHostFunc(
-            stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr),
+            stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(500)); }, nullptr),
         "cudaLaunchHostFunc");
 }
 
@@ -83,6 +84,50 @@ TEST(CudaBranch, WorkAfterJoinWaitsForTheBranch) {
         "cudaMemcpyAsync");
   ctx.synchronize();
   EXPECT_TRUE(copy.all(kNew)) << "the context's stream read the buffer before the branch wrote it";
+}
+
+TEST(CudaBranch, DeferredJoinsWaitForJoinBranches) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  DeviceBytes written(kOld), before_join(kOld), after_join(kOld);
+  {
+    Context::DeferredJoins deferred(ctx);
+    cuda::Branch branch(ctx);
+    branch.run([&] {
+      hold_back(cuda::stream(ctx));
+      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+    });
+    branch.join();  // deferred: the copy below does not wait for the held-back branch
+    check(cudaMemcpyAsync(before_join.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+          "cudaMemcpyAsync");
+    // The context's own stream alone (ctx.synchronize() would join the branch first).
+    check(cudaStreamSynchronize(cuda::stream(ctx)), "cudaStreamSynchronize");
+    ctx.join_branches();
+    check(cudaMemcpyAsync(after_join.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+          "cudaMemcpyAsync");
+  }
+  ctx.synchronize();
+  EXPECT_TRUE(before_join.all(kOld)) << "the context's stream waited for a deferred join";
+  EXPECT_TRUE(after_join.all(kNew)) << "join_branches() did not make the context's stream wait";
+}
+
+TEST(CudaBranch, TheEndOfDeferredJoinsJoins) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context ctx(Device::cuda());
+  DeviceBytes written(kOld), copy(kOld);
+  {
+    Context::DeferredJoins deferred(ctx);
+    cuda::Branch branch(ctx);
+    branch.run([&] {
+      hold_back(cuda::stream(ctx));
+      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+    });
+    branch.join();
+  }
+  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+        "cudaMemcpyAsync");
+  ctx.synchronize();
+  EXPECT_TRUE(copy.all(kNew)) << "the branch was not joined when DeferredJoins ended";
 }
 
 TEST(CudaBranch, AnExceptionLeavesTheBranchJoinedAndTheStreamRestored) {

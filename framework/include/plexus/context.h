@@ -73,8 +73,27 @@ class Context {
   bool bf16_products() const { return precision_ == Precision::bf16; }
   void set_allow_tf32(bool allow) { set_precision(allow ? Precision::tf32 : Precision::f32); }
 
-  // Waits for queued device work; a no-op on the CPU.
+  // Waits for queued device work, branches included; a no-op on the CPU.
   void synchronize();
+
+  // A layer may run part of a CUDA pass on a branch beside the context's
+  // stream (cuda::Branch, e.g. a convolution's weight gradient) and joins
+  // it before the pass returns. While a DeferredJoins lives, those joins
+  // wait instead until join_branches() or the DeferredJoins' end, so the
+  // branch also runs beside the passes that follow: Net::backward defers
+  // them, joining before each gradients-ready hook and observer call and
+  // at its end. No-ops on the CPU.
+  void join_branches();
+  class DeferredJoins {
+   public:
+    explicit DeferredJoins(Context& ctx);
+    ~DeferredJoins();  // joins
+    DeferredJoins(const DeferredJoins&) = delete;
+    DeferredJoins& operator=(const DeferredJoins&) = delete;
+
+   private:
+    Context& ctx_;
+  };
 
   cuda::CudaResources* cuda_resources() const { return cuda_.get(); }
 

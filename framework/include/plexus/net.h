@@ -77,7 +77,11 @@ class Net {
 
   void forward(Context& ctx);
   // Backpropagates sum_k weight_k * blob_k over the given scalar blobs.
-  // Parameter gradients are accumulated: call zero_grad() first.
+  // Parameter gradients are accumulated: call zero_grad() first. On CUDA a
+  // layer's branch (cuda::Branch) may run beside the next nodes' backward
+  // (Context::DeferredJoins); all of it is joined on the context's stream
+  // when backward returns, and a node's before the hook and the observer's
+  // after() below see that node.
   void backward(Context& ctx, const std::map<std::string, double>& loss_weights);
   void zero_grad();
 

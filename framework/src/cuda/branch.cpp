@@ -2,6 +2,7 @@
 
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
+#include "../backend.h"
 
 namespace plexus::cuda {
 
@@ -37,6 +38,10 @@ Branch::~Branch() {
   // capture needs the branch joined before it ends). Errors cannot be thrown
   // from here; the next checked call on the stream reports them.
   CudaResources& r = *ctx_.cuda_resources();
+  if (r.defer_joins) {
+    r.branch_pending = true;
+    return;
+  }
   cudaEventRecord(r.branch_join, r.branch_stream);
   cudaStreamWaitEvent(r.stream, r.branch_join, 0);
 }
@@ -62,8 +67,8 @@ void Branch::join() {
   if (joined_) return;
   joined_ = true;
   CudaResources& r = resources(ctx_);
-  check_cuda(cudaEventRecord(r.branch_join, r.branch_stream), "cudaEventRecord", __FILE__, __LINE__);
-  check_cuda(cudaStreamWaitEvent(r.stream, r.branch_join, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
+  r.branch_pending = true;
+  if (!r.defer_joins) join_branches(r);
 }
 
 }  // namespace plexus::cuda

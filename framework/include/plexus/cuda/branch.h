@@ -15,8 +15,11 @@
 // stream and throw if called inside run(). While a CUDA graph is captured
 // on the context's stream the branch becomes a parallel path of the graph.
 // The destructor joins a branch not yet joined (when an exception unwinds).
-// One branch per context at a time; the branch stream is made on first use
-// and kept by the context.
+// Inside a Context::DeferredJoins, join() leaves the branch running beside
+// the passes that follow until Context::join_branches() (plexus/context.h).
+// One branch per context at a time (branches of successive passes queue on
+// the one branch stream); the stream is made on first use and kept by the
+// context.
 #include <functional>
 
 #include "plexus/context.h"

@@ -28,6 +28,8 @@ struct CudaResources {
   cudaEvent_t branch_join = nullptr;
   cudaStream_t main_stream = nullptr;  // the context's own stream while branch_open
   bool branch_open = false;
+  bool defer_joins = false;     // inside a Context::DeferredJoins
+  bool branch_pending = false;  // branch work the context's stream has not waited for yet
 };
 
 // Counter-based random numbers whose seed is read on the device, so a
