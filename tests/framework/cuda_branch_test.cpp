@@ -54,17 +54,26 @@ struct DeviceBytes {
   void* data = nullptr;
 };
 
+// On the context's stream of the moment (the branch's inside run()): a
+// 500 ms pause, then every byte of `bytes` set to kNew.
+void write_late(const Context& ctx, DeviceBytes& bytes) {
+  hold_back(cuda::stream(ctx));
+  check(cudaMemsetAsync(bytes.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+}
+
+// On the context's stream of the moment: destination = source.
+void copy_on_stream(const Context& ctx, DeviceBytes& destination, const DeviceBytes& source) {
+  check(cudaMemcpyAsync(destination.data, source.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+        "cudaMemcpyAsync");
+}
+
 TEST(CudaBranch, TheBranchRunsAfterTheWorkEnqueuedBeforeIt) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   DeviceBytes source(kOld), copy(kOld);
-  hold_back(cuda::stream(ctx));
-  check(cudaMemsetAsync(source.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+  write_late(ctx, source);
   cuda::Branch branch(ctx);
-  branch.run([&] {
-    check(cudaMemcpyAsync(copy.data, source.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-          "cudaMemcpyAsync");
-  });
+  branch.run([&] { copy_on_stream(ctx, copy, source); });
   branch.join();
   ctx.synchronize();
   EXPECT_TRUE(copy.all(kNew)) << "the branch copied the source before the context's stream wrote it";
@@ -75,13 +84,9 @@ TEST(CudaBranch, WorkAfterJoinWaitsForTheBranch) {
   Context ctx(Device::cuda());
   DeviceBytes written(kOld), copy(kOld);
   cuda::Branch branch(ctx);
-  branch.run([&] {
-    hold_back(cuda::stream(ctx));
-    check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
-  });
+  branch.run([&] { write_late(ctx, written); });
   branch.join();
-  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-        "cudaMemcpyAsync");
+  copy_on_stream(ctx, copy, written);
   ctx.synchronize();
   EXPECT_TRUE(copy.all(kNew)) << "the context's stream read the buffer before the branch wrote it";
 }
@@ -93,18 +98,13 @@ TEST(CudaBranch, DeferredJoinsWaitForJoinBranches) {
   {
     Context::DeferredJoins deferred(ctx);
     cuda::Branch branch(ctx);
-    branch.run([&] {
-      hold_back(cuda::stream(ctx));
-      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
-    });
+    branch.run([&] { write_late(ctx, written); });
     branch.join();  // deferred: the copy below does not wait for the held-back branch
-    check(cudaMemcpyAsync(before_join.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-          "cudaMemcpyAsync");
+    copy_on_stream(ctx, before_join, written);
     // The context's own stream alone (ctx.synchronize() would join the branch first).
     check(cudaStreamSynchronize(cuda::stream(ctx)), "cudaStreamSynchronize");
     ctx.join_branches();
-    check(cudaMemcpyAsync(after_join.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-          "cudaMemcpyAsync");
+    copy_on_stream(ctx, after_join, written);
   }
   ctx.synchronize();
   EXPECT_TRUE(before_join.all(kOld)) << "the context's stream waited for a deferred join";
@@ -118,14 +118,10 @@ TEST(CudaBranch, TheEndOfDeferredJoinsJoins) {
   {
     Context::DeferredJoins deferred(ctx);
     cuda::Branch branch(ctx);
-    branch.run([&] {
-      hold_back(cuda::stream(ctx));
-      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
-    });
+    branch.run([&] { write_late(ctx, written); });
     branch.join();
   }
-  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-        "cudaMemcpyAsync");
+  copy_on_stream(ctx, copy, written);
   ctx.synchronize();
   EXPECT_TRUE(copy.all(kNew)) << "the branch was not joined when DeferredJoins ended";
 }
@@ -138,16 +134,14 @@ TEST(CudaBranch, AnExceptionLeavesTheBranchJoinedAndTheStreamRestored) {
   try {
     cuda::Branch branch(ctx);
     branch.run([&] {
-      hold_back(cuda::stream(ctx));
-      check(cudaMemsetAsync(written.data, kNew, kCount, cuda::stream(ctx)), "cudaMemsetAsync");
+      write_late(ctx, written);
       throw std::runtime_error("a failing pass");
     });
     FAIL() << "run() did not pass the exception on";
   } catch (const std::runtime_error&) {
   }
   EXPECT_EQ(cuda::stream(ctx), own);
-  check(cudaMemcpyAsync(copy.data, written.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-        "cudaMemcpyAsync");
+  copy_on_stream(ctx, copy, written);
   ctx.synchronize();
   EXPECT_TRUE(copy.all(kNew)) << "the branch was not joined when the exception left its scope";
 }
@@ -177,8 +171,7 @@ TEST(CudaBranch, ACapturedGraphHoldsBothPaths) {
   check(cudaMemsetAsync(source.data, kNew, kCount, own), "cudaMemsetAsync");
   cuda::Branch branch(ctx);
   branch.run([&] {
-    check(cudaMemcpyAsync(copy.data, source.data, kCount, cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
-          "cudaMemcpyAsync");
+    copy_on_stream(ctx, copy, source);
   });
   check(cudaMemsetAsync(beside.data, kNew, kCount, own), "cudaMemsetAsync");
   branch.join();
