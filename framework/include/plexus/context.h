@@ -102,7 +102,10 @@ class Context {
   // e.g. the convolution engine's scratch buffers, which every convolution
   // uses in turn. Layers on one context run one after another on its
   // stream, so a buffer one layer's pass used may be reused by the next
-  // pass that is enqueued after it. A key must always name the same type.
+  // pass that is enqueued after it. Work a layer puts on a stream branch
+  // (plexus/cuda/branch.h) may still be running then, so it keeps to
+  // buffers that passes on the context's own stream never use. A key must
+  // always name the same type.
   template <class T>
   T& shared_state(const std::string& key) {
     std::shared_ptr<void>& state = shared_state_[key];
