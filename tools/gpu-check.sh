@@ -12,7 +12,9 @@
 # (default build-gpu). KODAK names the folder of the 24 full-size Kodak
 # images (kodim01.png .. kodim24.png, r0k.us/graphics/kodak): the
 # channel-conditional codec's cross-device test runs over every one of them,
-# and skips (failing this check) without it.
+# and skips (failing this check) without it. Tools.KodakCrops needs
+# ImageMagick (convert, identify; Debian: imagemagick) and likewise skips,
+# failing this check, without it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
