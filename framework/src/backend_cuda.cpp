@@ -141,7 +141,6 @@ void destroy_resources(CudaResources* resources) noexcept {
   cudaSetDevice(resources->device);
   if (resources->curand) curandDestroyGenerator(resources->curand);
   if (resources->cublas) cublasDestroy(resources->cublas);
-  if (resources->branch_open) resources->stream = resources->main_stream;
   if (resources->branch_stream) {
     cudaStreamSynchronize(resources->branch_stream);
     cudaStreamDestroy(resources->branch_stream);
@@ -203,7 +202,7 @@ CudaResources& resources(const Context& ctx) {
 namespace {
 CudaResources& outside_branch(const Context& ctx, const char* library) {
   CudaResources& r = resources(ctx);
-  if (r.branch_open)
+  if (in_branch(r))
     throw DeviceError(std::string(library) + " was called inside cuda::Branch::run: its handle is bound to the "
                       "context's own stream, so run it outside the branch");
   return r;

@@ -25,42 +25,33 @@ void make_branch(CudaResources& r) {
 
 Branch::Branch(const Context& ctx) : ctx_(ctx) {
   CudaResources& r = resources(ctx);
-  if (r.branch_open || r.stream == r.branch_stream)
-    throw DeviceError("cuda::Branch: a branch of this context is already open");
+  if (in_branch(r)) throw DeviceError("cuda::Branch: a branch of this context is already open");
   make_branch(r);
   check_cuda(cudaEventRecord(r.branch_fork, r.stream), "cudaEventRecord", __FILE__, __LINE__);
   check_cuda(cudaStreamWaitEvent(r.branch_stream, r.branch_fork, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
 }
 
 Branch::~Branch() {
-  if (joined_) return;
   // Unwinding: the context's stream must still wait for the branch (and a
   // capture needs the branch joined before it ends). Errors cannot be thrown
   // from here; the next checked call on the stream reports them.
-  CudaResources& r = *ctx_.cuda_resources();
-  if (r.defer_joins) {
-    r.branch_pending = true;
-    return;
+  try {
+    join();
+  } catch (...) {
   }
-  cudaEventRecord(r.branch_join, r.branch_stream);
-  cudaStreamWaitEvent(r.stream, r.branch_join, 0);
 }
 
 void Branch::run(const std::function<void()>& enqueue) {
   if (joined_) throw DeviceError("cuda::Branch::run after join()");
   CudaResources& r = resources(ctx_);
-  r.main_stream = r.stream;
+  // The context's own stream again when run() returns or throws.
+  struct Restore {
+    CudaResources& resources;
+    cudaStream_t own;
+    ~Restore() { resources.stream = own; }
+  } restore{r, r.stream};
   r.stream = r.branch_stream;
-  r.branch_open = true;
-  try {
-    enqueue();
-  } catch (...) {
-    r.stream = r.main_stream;
-    r.branch_open = false;
-    throw;
-  }
-  r.stream = r.main_stream;
-  r.branch_open = false;
+  enqueue();
 }
 
 void Branch::join() {

@@ -22,12 +22,11 @@ struct CudaResources {
   std::uint64_t* random_seed = nullptr;
   std::uint64_t random_draws = 0;
   // The stream of cuda::Branch (plexus/cuda/branch.h), made on first use,
-  // and its fork and join events; branch_open while a Branch runs work.
+  // and its fork and join events. While a Branch runs work, `stream` is
+  // branch_stream.
   cudaStream_t branch_stream = nullptr;
   cudaEvent_t branch_fork = nullptr;
   cudaEvent_t branch_join = nullptr;
-  cudaStream_t main_stream = nullptr;  // the context's own stream while branch_open
-  bool branch_open = false;
   bool defer_joins = false;     // inside a Context::DeferredJoins
   bool branch_pending = false;  // branch work the context's stream has not waited for yet
 };
@@ -46,6 +45,10 @@ DeviceRandom device_random(const Context& ctx, std::uint64_t count);
 
 // Throws DeviceError when ctx is not a CUDA context.
 CudaResources& resources(const Context& ctx);
+// Whether a cuda::Branch is running work on `resources` (inside Branch::run).
+inline bool in_branch(const CudaResources& resources) {
+  return resources.branch_stream && resources.stream == resources.branch_stream;
+}
 // The stream that work of ctx is enqueued on: the context's own, or the
 // branch stream inside Branch::run.
 inline cudaStream_t stream(const Context& ctx) { return resources(ctx).stream; }
