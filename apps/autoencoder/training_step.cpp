@@ -70,7 +70,8 @@ void TrainingStep::wait_for_reductions() {
 
 void TrainingStep::set_rate_lambdas(const std::vector<double>& lambdas) {
   mse_weights_.clear();
-  for (double lambda : lambdas) mse_weights_.push_back(lambda / variable_rate_lambda(lambdas));
+  const double mean = variable_rate_lambda(lambdas);
+  for (double lambda : lambdas) mse_weights_.push_back(lambda / mean);
 }
 
 void TrainingStep::draw_rate_levels(std::int64_t step) {
