@@ -10,6 +10,7 @@
 # build folder (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-bench-models-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
@@ -18,12 +19,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gp
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$logs/gpu.txt"
 python3 -c "import compressai; print('compressai', compressai.__version__)" 2>&1 | tail -1 | tee -a "$logs/gpu.txt"
 echo "== configure + build"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} &&
-       cmake --build "$build" -j "$(nproc)" --target plexus-bench; } > "$logs/build.log" 2>&1; then
-  tail -40 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" plexus-bench
 echo "== training steps, $rounds rounds"
 OUT=$logs/steps BUILD=$build bash lab/bench/run.sh --precision bf16 --models --rounds "$rounds" 2> "$logs/steps.err"
 status=$?

@@ -11,18 +11,14 @@
 # Logs go to $OUT (default conv-branch-logs/); BUILD names the build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-conv-branch-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
 mkdir -p "$logs"
 tests=(cuda_branch_test net_branch_test conv2d_test conv_transpose2d_test step_graph_test convolution_shared_scratch_test)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} &&
-       cmake --build "$build" -j "$(nproc)" --target plexus-bench "${tests[@]}"; } > "$logs/build.log" 2>&1; then
-  tail -40 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" plexus-bench "${tests[@]}"
 status=0
 for t in "${tests[@]}"; do
   # The CUDA cases (the CPU-only ones do not reach the branch).

@@ -11,17 +11,13 @@
 # Logs go to $OUT (default step-kernels-logs/); BUILD names the build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-step-kernels-logs}
 build=${BUILD:-build-gpu}
 mkdir -p "$logs"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} &&
-       cmake --build "$build" -j "$(nproc)" --target plexus-bench; } > "$logs/build.log" 2>&1; then
-  tail -40 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" plexus-bench
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(bmshj2018-factorized bmshj2018-hyperprior)
 status=0
