@@ -8,10 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "framework/error_of.h"
 #include "plexus/context.h"
 #include "plexus/testing/gtest_helpers.h"
 #if PLEXUS_WITH_CUDA
@@ -146,20 +149,27 @@ TEST(CudaBranch, AnExceptionLeavesTheBranchJoinedAndTheStreamRestored) {
   EXPECT_TRUE(copy.all(kNew)) << "the branch was not joined when the exception left its scope";
 }
 
-TEST(CudaBranch, InsideRunKernelsGoToTheBranchAndTheLibraryHandlesRefuse) {
+// The DeviceError `call` throws names `expected`.
+void expect_refused(const std::function<void()>& call, const std::string& expected) {
+  const std::string message = test::error_of<DeviceError>(call);
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+}
+
+TEST(CudaBranch, InsideRunKernelsGoToTheBranchAndTheLibraryHandlesRefuseNamingWhy) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   const cudaStream_t own = cuda::stream(ctx);
   cuda::Branch branch(ctx);
   branch.run([&] {
     EXPECT_NE(cuda::stream(ctx), own);
-    EXPECT_THROW(cuda::cublas(ctx), DeviceError);
-    EXPECT_THROW(cuda::curand(ctx), DeviceError);
-    EXPECT_THROW(cuda::Branch{ctx}, DeviceError);  // one branch at a time
+    expect_refused([&] { cuda::cublas(ctx); }, "cuBLAS was called inside cuda::Branch::run");
+    expect_refused([&] { cuda::curand(ctx); }, "cuRAND was called inside cuda::Branch::run");
+    expect_refused([&] { cuda::Branch{ctx}; }, "a branch of this context is already open");  // one at a time
   });
   EXPECT_EQ(cuda::stream(ctx), own);
   EXPECT_NE(cuda::cublas(ctx), nullptr);
   branch.join();
+  expect_refused([&] { branch.run([] {}); }, "cuda::Branch::run after join()");
 }
 
 TEST(CudaBranch, ACapturedGraphHoldsBothPaths) {
