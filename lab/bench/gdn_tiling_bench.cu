@@ -1,6 +1,6 @@
-// gdn-tiling-bench: A/B timings of the TF32 tensor-core GDN kernels
-// (layers/gdn/gdn_tensor_core.cu) under other warp tilings than the ones the
-// layer uses, at one shape (default 16x128x128x128, C = 128), one JSON line
+// gdn-tiling-bench: A/B timings of the tensor-core GDN kernels
+// (layers/gdn/gdn_tensor_core.cu) with their TF32 and BF16 products and under
+// other warp tilings than the ones the layer uses, at one shape (default 16x128x128x128, C = 128), one JSON line
 // per variant on stdout, after two byte-floor rows (a streaming kernel that
 // reads and writes the bytes of each pass and nothing else):
 //   gdn-tiling-bench [--batch N] [--size S] [--repeats R]
@@ -10,7 +10,8 @@
 // allocation), 5 untimed launches, then the median of `repeats`. Inputs are
 // fixed pseudo-random values; the numbers are what the layer computes, only
 // the work split differs, so the variants are checked against each other
-// (max relative difference of dx and of the dgamma partial sums over blocks).
+// (max relative difference of dx and of the dgamma partial sums over blocks,
+// against the first TF32 row: BF16 rows differ by their rounding, ~1e-2).
 #include "gdn/gdn_tensor_core.cu"
 
 #include <algorithm>
@@ -113,21 +114,21 @@ double max_relative_difference(const std::vector<A>& a, const std::vector<B>& b)
 
 const gc::Reparametrization<float> kReparametrization{0.0f, 0.0f, 0.0f};  // value = max(stored, 0)^2
 
-template <class L>
+template <class L, class Product = plexus::cuda::Tf32Product>
 void time_backward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_dx,
                    std::vector<double>& reference_sums) {
   const long long tiles = (b.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = gc::persistent_blocks<gc::gdn_tf32_backward<L, false>>(L::threads, L::backward_bytes, tiles);
+  const int blocks = gc::persistent_blocks<gc::gdn_tensor_core_backward<L, Product, false>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) {
     std::printf("{\"pass\":\"backward\",\"variant\":\"%s\",\"error\":\"does not fit\"}\n", variant);
     return;
   }
   const bool vector_io = b.pixels % 4 == 0;
   auto launch = [&] {
-    gc::gdn_tf32_backward<L, false><<<blocks, L::threads, L::backward_bytes>>>(
+    gc::gdn_tensor_core_backward<L, Product, false><<<blocks, L::threads, L::backward_bytes>>>(
         b.x, b.dy, b.dx, b.beta, b.gamma, b.channels, b.pixels, b.total_pixels, kReparametrization, vector_io,
         b.partials);
-    plexus::cuda::check_launch("gdn_tf32_backward", __FILE__, __LINE__);
+    plexus::cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   };
   const double ms = median_ms(repeats, launch);
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
@@ -145,11 +146,11 @@ void time_backward(const Buffers& b, const char* variant, int repeats, std::vect
   std::fflush(stdout);
 }
 
-template <class L>
+template <class L, class Product = plexus::cuda::Tf32Product>
 void time_forward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_y) {
   const long long tiles = (b.total_pixels + L::tile - 1) / L::tile;
   const int blocks = gc::blocks_per_half(
-      gc::resident_blocks<gc::gdn_tf32_normalize<L, false, false>>(L::threads, L::normalize_bytes), L::halves,
+      gc::resident_blocks<gc::gdn_tensor_core_normalize<L, Product, false, false>>(L::threads, L::normalize_bytes), L::halves,
       tiles);
   if (blocks == 0) {
     std::printf("{\"pass\":\"forward\",\"variant\":\"%s\",\"error\":\"does not fit\"}\n", variant);
@@ -157,10 +158,10 @@ void time_forward(const Buffers& b, const char* variant, int repeats, std::vecto
   }
   const bool vector_io = b.pixels % 4 == 0;
   auto launch = [&] {
-    gc::gdn_tf32_normalize<L, false, false><<<dim3(blocks, L::halves), L::threads, L::normalize_bytes>>>(
+    gc::gdn_tensor_core_normalize<L, Product, false, false><<<dim3(blocks, L::halves), L::threads, L::normalize_bytes>>>(
         b.x, nullptr, b.y, nullptr, b.beta, b.gamma, b.channels, b.pixels, b.total_pixels, kReparametrization,
         vector_io, nullptr);
-    plexus::cuda::check_launch("gdn_tf32_normalize", __FILE__, __LINE__);
+    plexus::cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   };
   const double ms = median_ms(repeats, launch);
   const std::vector<float> y = copy_out(b.y, b.count);
@@ -233,7 +234,11 @@ int main(int argc, char** argv) {
   // Tiling<CP, rows, threads, tile, contraction warps M x N, dgamma warps M x N, min blocks, buffers, k unroll>
   using gc::Tiling;
   std::vector<float> reference_y;
+  using plexus::cuda::Bf16Product;
   time_forward<gc::ForwardTiling<128>>(b, "layer's tiling", repeats, reference_y);
+  time_forward<gc::ForwardTiling<128>, Bf16Product>(b, "layer's tiling, BF16 product", repeats, reference_y);
+  time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 4>, Bf16Product>(b, "BF16 product, unroll 4 (2 k steps)",
+                                                                             repeats, reference_y);
   time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 2>>(b, "8 warps 32x32, 2 blocks/SM, unroll 2 (before)", repeats,
                                                                reference_y);
   time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 4>>(b, "8 warps 32x32, 2 blocks/SM, unroll 4", repeats,
@@ -244,6 +249,12 @@ int main(int argc, char** argv) {
   std::vector<float> reference_dx;
   std::vector<double> reference_sums;
   time_backward<gc::BackwardTiling<128>>(b, "layer's tiling", repeats, reference_dx, reference_sums);
+  time_backward<gc::BackwardTiling<128>, Bf16Product>(b, "layer's tiling, BF16 product", repeats, reference_dx,
+                                                      reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 16>, Bf16Product>(
+      b, "BF16 product, unroll 16 (8 k steps: full)", repeats, reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 4>, Bf16Product>(b, "BF16 product, unroll 4 (2 k steps)",
+                                                                             repeats, reference_dx, reference_sums);
   time_backward<Tiling<128, 128, 512, 64, 4, 4, 4, 4, 1, 2, 2>>(b, "16 warps, 32x16 / dgamma 32x32, unroll 2 (before)",
                                                                 repeats, reference_dx, reference_sums);
   time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 2>>(b, "8 warps, 32x32 / dgamma 64x32, unroll 2", repeats,

@@ -12,6 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source lab/checks/build-targets.sh
+source lab/checks/step-ab.sh
 logs=${OUT:-conv-branch-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
@@ -31,30 +32,6 @@ for t in "${tests[@]}"; do
   fi
 done
 grep -h "SKIPPED" "$logs"/*_test.log | head -5
-only=()
-[ -n "${MODELS:-}" ] && only=(--only "$MODELS")
-for round in $(seq 1 "$rounds"); do
-  order=(0 1)
-  [ $((round % 2)) -eq 0 ] && order=(1 0)
-  for branch in "${order[@]}"; do
-    PLEXUS_CONV_BRANCH=$branch "$build/bin/plexus-bench" --precision bf16 --models "${only[@]}" \
-      > "$logs/steps-branch$branch-round$round.jsonl" 2>> "$logs/steps.err" || status=1
-  done
-done
-python3 - "$logs" "$rounds" << 'EOF'
-import json, statistics, sys
-logs, rounds = sys.argv[1], int(sys.argv[2])
-rates = {}
-for branch in (0, 1):
-    for r in range(1, rounds + 1):
-        for line in open(f"{logs}/steps-branch{branch}-round{r}.jsonl"):
-            row = json.loads(line)
-            if row.get("kind") == "train_step_graph":
-                rates.setdefault(row["name"], {}).setdefault(branch, []).append(row["images_per_s"])
-print(f"{'model':24} {'branch off img/s':>17} {'branch on img/s':>16} {'on/off':>7}   (medians of {rounds} rounds)")
-for name, by in rates.items():
-    off, on = statistics.median(by.get(0, [0])), statistics.median(by.get(1, [0]))
-    print(f"{name:24} {off:17,.0f} {on:16,.0f} {on / off if off else 0:7.3f}")
-EOF
+step_ab "$logs" "$build" "$rounds" PLEXUS_CONV_BRANCH "branch off" "branch on" || status=1
 [ $status -eq 0 ] && echo "SUMMARY: conv-branch-check passed" || echo "SUMMARY: conv-branch-check FAILED"
 exit $status

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the TF32 GDN kernels spend their time, on a machine with an NVIDIA GPU
+# Where the tensor-core GDN kernels spend their time, on a machine with an NVIDIA GPU
 # and Nsight Compute, from the repository root:
 #   bash lab/checks/gdn-profile.sh
 # Builds gdn-tiling-bench (sm_90 unless CUDA_ARCHITECTURES says otherwise),
@@ -24,12 +24,12 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 fi
 echo "built in $((SECONDS - start)) s"
 
-echo "== tilings (16x128x128x128, TF32 kernels alone)"
+echo "== tilings and products (16x128x128x128, the kernels alone)"
 "$build/bin/gdn-tiling-bench" | tee "$logs/tilings.jsonl"
 
 for kernel in normalize backward; do
-  echo "== ncu: the layer's gdn_tf32_$kernel"
-  timeout 120 "$ncu" --clock-control none --set full --import-source no -k "regex:gdn_tf32_$kernel" -c 1 \
+  echo "== ncu: the layer's gdn_tensor_core_$kernel"
+  timeout 120 "$ncu" --clock-control none --set full --import-source no -k "regex:gdn_tensor_core_$kernel" -c 1 \
     "$build/bin/gdn-tiling-bench" --repeats 1 > "$logs/ncu-$kernel.txt" 2>&1 || echo "ncu rc=$?"
   grep -E "Duration|Throughput|Pipe|Issue Slots|Bank|Registers|Achieved Occupancy|Stall|Warp Cycles" "$logs/ncu-$kernel.txt" | head -40
 done

@@ -22,7 +22,8 @@
 // Which kernels run:
 //   f32, TF32 allowed (Context::allow_tf32), C <= 256, compute capability
 //       >= 8.0: the tensor-core kernels of gdn_tensor_core.cu (same layout,
-//       the contractions as TF32 MMAs; at C = 256 gamma split in two halves);
+//       the contractions as TF32 MMAs, or BF16 MMAs when the precision is
+//       bf16; at C = 256 gamma split in two halves);
 //   f32 otherwise, C <= 128, and f64, C <= 64: the fused kernels below, on
 //       FP32 (FP64) FMA units (gamma 66 KiB at C = 128: 2 blocks per SM
 //       forward, 1 backward on an H100); C is padded up to 32, 64 or 128 with
@@ -33,7 +34,7 @@
 //       gets dgamma as their product from cuBLAS (a TF32 GEMM when allowed).
 // Why not larger C here: the FMA backward keeps (C/16)^2 dgamma sums per
 // thread (144 registers at C = 192), and at C = 256 gamma alone (256 KiB)
-// exceeds an H100's shared memory (the TF32 kernels split it).
+// exceeds an H100's shared memory (the tensor-core kernels split it).
 #include <cstdint>
 #include <type_traits>
 

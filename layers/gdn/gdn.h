@@ -73,7 +73,7 @@ class GDN : public Layer {
   double beta_min_;
   double gamma_init_;
   double reparam_offset_;
-  // CUDA scratch, kept between calls (see convolution/scratch.h): the TF32
+  // CUDA scratch, kept between calls (see convolution/scratch.h): the tensor-core
   // backward's per-block dgamma/dbeta partial sums [blocks, C*C + C].
   Tensor partials_;
 };

@@ -1,5 +1,5 @@
 // Pieces shared by the CUDA kernels of GDN / IGDN: the FP32/f64 kernels in
-// gdn.cu and the TF32 tensor-core kernels in gdn_tensor_core.cu (math and
+// gdn.cu and the tensor-core kernels in gdn_tensor_core.cu (math and
 // notation in gdn.h). Include from those two .cu files only.
 #pragma once
 #include <atomic>
@@ -188,8 +188,9 @@ int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-// TF32 tensor-core kernels (gdn_tensor_core.cu), f32 tensors only, C <= 256,
-// compute capability >= 8.0.
+// Tensor-core kernels (gdn_tensor_core.cu), f32 tensors only, C <= 256,
+// compute capability >= 8.0: TF32 products, BF16 when ctx.bf16_products()
+// (unless PLEXUS_GDN_BF16=0, to compare).
 // y = GDN(x) (IGDN when `inverse`); false when it cannot run here (then nothing was launched).
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);

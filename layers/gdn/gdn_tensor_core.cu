@@ -1,19 +1,23 @@
 // GDN / IGDN on tensor cores: the fused kernels of gdn.cu with every per-tile
-// contraction as TF32 mma.sync.m16n8k8 (f32 storage, f32 accumulation), for
-// f32 tensors when the context allows TF32. Math and notation in gdn.h.
+// contraction on mma.sync (f32 storage, f32 accumulation), for f32 tensors
+// when the context allows TF32: TF32 m16n8k8 products (cuda::Tf32Product), or
+// BF16 m16n8k16 (cuda::Bf16Product) when its precision is bf16, both built
+// from the same fragments of the same f32 tiles. Math and notation in gdn.h.
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (a tile
 // may span two images) and keeps in shared memory:
 //   gamma [R, CP]   its R rows of the effective gamma (R = CP up to C = 192),
-//                   rounded to TF32, loaded once per block;
-//   x     [CP, T]   the tile's inputs as they are: x^2 is formed (and rounded
-//                   to TF32) while MMA fragments are built, and the epilogues
-//                   read x from here, so x and dy come from global memory once
+//                   rounded to TF32 for the TF32 product, loaded once per block;
+//   x     [CP, T]   the tile's inputs as they are: x^2 is formed (and rounded)
+//                   while MMA fragments are built, and the epilogues read x
+//                   from here, so x and dy come from global memory once
 //                   (up to C = 192);
-//   q     [CP, T]   (backward) dL/dn of the tile, as TF32 MMA operands
-//                   (tf32_operand: rounded once the tensor cores drop the low bits).
+//   q     [CP, T]   (backward) dL/dn of the tile (for the TF32 product as
+//                   tf32_operand: rounded once the tensor cores drop the low
+//                   bits; the BF16 product rounds operands as it packs them).
 // C is padded to CP (32, 64, 128, 192 or 256) with zero gamma and beta 1. The
-// per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments:
+// per-tile contractions, each a warp-tiled GEMM on m16n8k8 fragments (the
+// BF16 product takes two fragment sets, k and k + 8, per m16n8k16 mma):
 //   n        = beta + gamma x^2   [R x T],   K = C
 //   g        = gamma^T q          [R x T],   K = C   (backward, for dx)
 //   dgamma  += q (x^2)^T          [CP x R],  K = T   (backward)
@@ -33,20 +37,23 @@
 //
 // C = 256 (gamma alone is 256 KiB, more than an SM's shared memory): gamma is
 // split into two halves of R = 128 rows (blockIdx.y picks one), still f32
-// rounded to TF32 (the precision of the other sizes; bf16 or fp16 halves
-// would lose mantissa bits or range that TF32 keeps). The forward: each half
-// computes its 128 output channels from the whole x tile (the second read of
-// x comes mostly from L2: both halves walk the tiles in step). The backward
-// takes two kernels: gdn_tf32_normalize writes q (TF32, into a temporary) and
-// dy f (into dx) for its half's channels and sums dbeta; gdn_tf32_input_gradient
+// (bf16 or fp16 halves would lose the mantissa bits or range that the TF32
+// product keeps). The forward: each half computes its 128 output channels
+// from the whole x tile (the second read of x comes mostly from L2: both
+// halves walk the tiles in step). The backward takes two kernels:
+// gdn_tensor_core_normalize writes q (into a temporary) and dy f (into dx)
+// for its half's channels and sums dbeta; gdn_tensor_core_input_gradient
 // then holds the gamma columns of its half [C x 128], reads the whole q tile
 // and its half of x, adds 2 x gamma^T q to dx and accumulates dgamma's
 // columns of its half. Both write into the same per-block partials.
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
+#include "plexus/cuda/tensor_core_product.h"
 
 namespace plexus::layers::gdn_cuda {
 
@@ -185,26 +192,38 @@ __device__ __forceinline__ std::uint32_t bits(float v) { return __float_as_uint(
 // (finite values), where cvt.rna costs several instructions.
 __device__ __forceinline__ std::uint32_t tf32_operand(float v) { return __float_as_uint(v) + 0x1000u; }
 
-// d += a b for one m16n8k8 tile: a [16 x 8] row-major fragment, b [8 x 8]
-// column fragment, d [16 x 8] (PTX ISA, "mma.m16n8k8 .tf32" fragment layouts:
-// lane = 4 g + t holds a (g, t), (g+8, t), (g, t+4), (g+8, t+4); b (t, g),
-// (t+4, g); d (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  __trap();  // the host only picks these kernels on compute capability >= 8.0
-#endif
+// A value as the Product's operand: TF32 rounded to nearest here
+// (tf32_operand); BF16 as f32 bits, rounded when the product packs them.
+template <class Product>
+__device__ __forceinline__ std::uint32_t operand(float v) {
+  if constexpr (Product::kGroups == 1) return tf32_operand(v);
+  return bits(v);
 }
 
+// A value kept in memory for later use as an operand (gamma, q): rounded to
+// TF32 for the TF32 product (so the fragments load its bits as they are),
+// left as is for the BF16 product.
+template <class Product>
+__device__ __forceinline__ float stored_operand(float v) {
+  if constexpr (Product::kGroups == 1) return round_tf32(v);
+  return v;
+}
+
+// How far a contraction's k loop steps: 8 per fragment set.
+template <class Product>
+constexpr int k_step = 8 * Product::kGroups;
+
+// A contraction's reduction length: channels rounded up to whole k steps
+// (at most CP: CP is a multiple of 32; padded channels hold zeros).
+template <class Product>
+__device__ __forceinline__ int reduce_end_of(int channels) {
+  return (channels + k_step<Product> - 1) / k_step<Product> * k_step<Product>;
+}
 
 // Effective gamma rows [row_begin, row_begin + kRowCount) x columns
 // [column_begin, column_begin + kColumnCount) into gamma_s [kRowCount x
-// kColumnCount] (TF32, swizzled, 0 outside the C channels).
-template <class L, int kRowCount, int kColumnCount>
+// kColumnCount] (stored_operand, swizzled, 0 outside the C channels).
+template <class L, class Product, int kRowCount, int kColumnCount>
 __device__ void load_gamma(const float* stored_gamma, int channels, Reparametrization<float> rp, int row_begin,
                            int column_begin, float* gamma_s) {
   for (int e = threadIdx.x; e < kRowCount * kColumnCount; e += L::threads) {
@@ -213,7 +232,7 @@ __device__ void load_gamma(const float* stored_gamma, int channels, Reparametriz
     const float value =
         i < channels && j < channels ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
                                      : 0.0f;
-    gamma_s[swizzled(r, c, kColumnCount)] = round_tf32(value);
+    gamma_s[swizzled(r, c, kColumnCount)] = stored_operand<Product>(value);
   }
 }
 
@@ -360,72 +379,84 @@ __device__ __forceinline__ void copy_tile_async(const float* source, int row_beg
   commit_async_copies();
 }
 
+// The three contractions below walk k in steps of k_step<Product>: per
+// step, Product::kGroups m16n8k8 fragment sets (set s at k0 + 8 s) of every
+// m and n tile, then one Product::multiply per (m tile, n tile).
+
 // acc[mt][nt] += gamma x^2 on the warp's rows m_base + 16 mt + [0, 16) of
 // gamma_s [R x CP] and pixels n_base + 8 nt + [0, 8), reduced over channels
 // [0, reduce_end). A (m = i, k = j) = gamma_ij, B (k = j, n = p) = x_j(p)^2.
-template <class L>
+template <class L, class Product>
 __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const float* x_s, int reduce_end,
                                                   float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                   int m_base, int n_base) {
-  constexpr int CP = L::channels;
+  constexpr int CP = L::channels, G = Product::kGroups, kUnroll = L::contract_unroll / G;
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll L::contract_unroll
-  for (int k0 = 0; k0 < reduce_end; k0 += 8) {
-    std::uint32_t a[L::contract_m_tiles][4];
-    std::uint32_t b[L::contract_n_tiles][2];
+#pragma unroll kUnroll
+  for (int k0 = 0; k0 < reduce_end; k0 += k_step<Product>) {
+    std::uint32_t a[L::contract_m_tiles][G][4];
+    std::uint32_t b[L::contract_n_tiles][G][2];
 #pragma unroll
-    for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
-      const int r = m_base + 16 * mt + g;
-      a[mt][0] = bits(gamma_s[swizzled_rows_by_g(r, k0, 0, CP)]);
-      a[mt][1] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 0, CP)]);
-      a[mt][2] = bits(gamma_s[swizzled_rows_by_g(r, k0, 1, CP)]);
-      a[mt][3] = bits(gamma_s[swizzled_rows_by_g(r + 8, k0, 1, CP)]);
-    }
+    for (int s = 0; s < G; ++s) {
+      const int k = k0 + 8 * s;
 #pragma unroll
-    for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
-      const int p8 = n_base + 8 * nt;
-      const float v0 = x_s[swizzled_rows_by_t(k0, 0, p8, L::tile)];
-      const float v1 = x_s[swizzled_rows_by_t(k0, 1, p8, L::tile)];
-      b[nt][0] = tf32_operand(v0 * v0);
-      b[nt][1] = tf32_operand(v1 * v1);
+      for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
+        const int r = m_base + 16 * mt + g;
+        a[mt][s][0] = bits(gamma_s[swizzled_rows_by_g(r, k, 0, CP)]);
+        a[mt][s][1] = bits(gamma_s[swizzled_rows_by_g(r + 8, k, 0, CP)]);
+        a[mt][s][2] = bits(gamma_s[swizzled_rows_by_g(r, k, 1, CP)]);
+        a[mt][s][3] = bits(gamma_s[swizzled_rows_by_g(r + 8, k, 1, CP)]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
+        const int p8 = n_base + 8 * nt;
+        const float v0 = x_s[swizzled_rows_by_t(k, 0, p8, L::tile)];
+        const float v1 = x_s[swizzled_rows_by_t(k, 1, p8, L::tile)];
+        b[nt][s][0] = operand<Product>(v0 * v0);
+        b[nt][s][1] = operand<Product>(v1 * v1);
+      }
     }
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < L::contract_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
   }
 }
 
 // acc[mt][nt] += gamma^T q on the warp's rows (channels k, columns of
 // gamma_s [CP x R]) and pixels, reduced over i in [0, reduce_end).
 // A (m = k, k = i) = gamma_ik, B (k = i, n = p) = q_i(p).
-template <class L>
+template <class L, class Product>
 __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s, const float* q_s, int reduce_end,
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
-  constexpr int R = L::rows;
-#pragma unroll L::contract_unroll
-  for (int k0 = 0; k0 < reduce_end; k0 += 8) {
-    std::uint32_t a[L::contract_m_tiles][4];
-    std::uint32_t b[L::contract_n_tiles][2];
+  constexpr int R = L::rows, G = Product::kGroups, kUnroll = L::contract_unroll / G;
+#pragma unroll kUnroll
+  for (int k0 = 0; k0 < reduce_end; k0 += k_step<Product>) {
+    std::uint32_t a[L::contract_m_tiles][G][4];
+    std::uint32_t b[L::contract_n_tiles][G][2];
 #pragma unroll
-    for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
-      const int r8 = m_base + 16 * mt;
-      a[mt][0] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8, R)]);
-      a[mt][1] = bits(gamma_s[swizzled_rows_by_t(k0, 0, r8 + 8, R)]);
-      a[mt][2] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8, R)]);
-      a[mt][3] = bits(gamma_s[swizzled_rows_by_t(k0, 1, r8 + 8, R)]);
-    }
+    for (int s = 0; s < G; ++s) {
+      const int k = k0 + 8 * s;
 #pragma unroll
-    for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
-      const int p8 = n_base + 8 * nt;
-      b[nt][0] = bits(q_s[swizzled_rows_by_t(k0, 0, p8, L::tile)]);
-      b[nt][1] = bits(q_s[swizzled_rows_by_t(k0, 1, p8, L::tile)]);
+      for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
+        const int r8 = m_base + 16 * mt;
+        a[mt][s][0] = bits(gamma_s[swizzled_rows_by_t(k, 0, r8, R)]);
+        a[mt][s][1] = bits(gamma_s[swizzled_rows_by_t(k, 0, r8 + 8, R)]);
+        a[mt][s][2] = bits(gamma_s[swizzled_rows_by_t(k, 1, r8, R)]);
+        a[mt][s][3] = bits(gamma_s[swizzled_rows_by_t(k, 1, r8 + 8, R)]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
+        const int p8 = n_base + 8 * nt;
+        b[nt][s][0] = bits(q_s[swizzled_rows_by_t(k, 0, p8, L::tile)]);
+        b[nt][s][1] = bits(q_s[swizzled_rows_by_t(k, 1, p8, L::tile)]);
+      }
     }
 #pragma unroll
     for (int mt = 0; mt < L::contract_m_tiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < L::contract_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+      for (int nt = 0; nt < L::contract_n_tiles; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
   }
 }
 
@@ -433,35 +464,40 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
 // i = m_base + 16 mt + [0, 16) (rows of q_s [CP x T]) and columns
 // k = n_base + 8 nt + [0, 8) (rows of x_s [R x T]).
 // A (m = i, k = p) = q_i(p), B (k = p, n = k) = x_k(p)^2.
-template <class L>
+template <class L, class Product>
 __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
                                                 float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
                                                 int m_base, int n_base) {
+  constexpr int G = Product::kGroups, kUnroll = L::contract_unroll / G;
   const int g = (threadIdx.x % 32) / 4;
-#pragma unroll L::contract_unroll
-  for (int p0 = 0; p0 < L::tile; p0 += 8) {
-    std::uint32_t a[L::gradient_m_tiles][4];
-    std::uint32_t b[L::gradient_n_tiles][2];
+#pragma unroll kUnroll
+  for (int p0 = 0; p0 < L::tile; p0 += k_step<Product>) {
+    std::uint32_t a[L::gradient_m_tiles][G][4];
+    std::uint32_t b[L::gradient_n_tiles][G][2];
 #pragma unroll
-    for (int mt = 0; mt < L::gradient_m_tiles; ++mt) {
-      const int r = m_base + 16 * mt + g;
-      a[mt][0] = bits(q_s[swizzled_rows_by_g(r, p0, 0, L::tile)]);
-      a[mt][1] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 0, L::tile)]);
-      a[mt][2] = bits(q_s[swizzled_rows_by_g(r, p0, 1, L::tile)]);
-      a[mt][3] = bits(q_s[swizzled_rows_by_g(r + 8, p0, 1, L::tile)]);
-    }
+    for (int s = 0; s < G; ++s) {
+      const int p = p0 + 8 * s;
 #pragma unroll
-    for (int nt = 0; nt < L::gradient_n_tiles; ++nt) {
-      const int k = n_base + 8 * nt + g;
-      const float v0 = x_s[swizzled_rows_by_g(k, p0, 0, L::tile)];
-      const float v1 = x_s[swizzled_rows_by_g(k, p0, 1, L::tile)];
-      b[nt][0] = tf32_operand(v0 * v0);
-      b[nt][1] = tf32_operand(v1 * v1);
+      for (int mt = 0; mt < L::gradient_m_tiles; ++mt) {
+        const int r = m_base + 16 * mt + g;
+        a[mt][s][0] = bits(q_s[swizzled_rows_by_g(r, p, 0, L::tile)]);
+        a[mt][s][1] = bits(q_s[swizzled_rows_by_g(r + 8, p, 0, L::tile)]);
+        a[mt][s][2] = bits(q_s[swizzled_rows_by_g(r, p, 1, L::tile)]);
+        a[mt][s][3] = bits(q_s[swizzled_rows_by_g(r + 8, p, 1, L::tile)]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < L::gradient_n_tiles; ++nt) {
+        const int k = n_base + 8 * nt + g;
+        const float v0 = x_s[swizzled_rows_by_g(k, p, 0, L::tile)];
+        const float v1 = x_s[swizzled_rows_by_g(k, p, 1, L::tile)];
+        b[nt][s][0] = operand<Product>(v0 * v0);
+        b[nt][s][1] = operand<Product>(v1 * v1);
+      }
     }
 #pragma unroll
     for (int mt = 0; mt < L::gradient_m_tiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < L::gradient_n_tiles; ++nt) mma_tf32(acc[mt][nt], a[mt], b[nt]);
+      for (int nt = 0; nt < L::gradient_n_tiles; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
   }
 }
 
@@ -544,16 +580,16 @@ __device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
 }
 
 // Forward (kGradient false): per pixel n_i = beta_i + sum_j gamma_ij x_j^2
-// (TF32 products, f32 sums), GDN y_i = x_i n_i^-1/2, IGDN y_i = x_i n_i^1/2,
-// into `out`. With kGradient (the first backward kernel at C = 256):
-// q_i = dL/dn_i (norm_gradient) rounded to TF32 into q, dy_i f_i into `out`
+// (Product's products, f32 sums), GDN y_i = x_i n_i^-1/2, IGDN
+// y_i = x_i n_i^1/2, into `out`. With kGradient (the first backward kernel at
+// C = 256): q_i = dL/dn_i (norm_gradient, as stored_operand) into q, dy_i f_i into `out`
 // (when not null), and the block's dbeta into its partial [C*C + C].
 // Launch: persistent blocks grid-striding over T-pixel tiles; blockIdx.y
 // picks the block's R rows of gamma (all of them up to C = 192), which stay
 // in shared memory for all its tiles.
-template <class L, bool kInverse, bool kGradient>
+template <class L, class Product, bool kInverse, bool kGradient>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tf32_normalize(const float* x, const float* dy, float* out, float* q, const float* stored_beta,
+    gdn_tensor_core_normalize(const float* x, const float* dy, float* out, float* q, const float* stored_beta,
                        const float* stored_gamma, int channels, long long pixels, long long total_pixels,
                        Reparametrization<float> rp, bool vector_io, float* partials) {
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
@@ -562,13 +598,13 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   float* beta_s = gamma_s + L::rows * CP;
   float* x_buffers = beta_s + L::rows;
   const int row_begin = blockIdx.y * L::rows;
-  load_gamma<L, L::rows, CP>(stored_gamma, channels, rp, row_begin, 0, gamma_s);
+  load_gamma<L, Product, L::rows, CP>(stored_gamma, channels, rp, row_begin, 0, gamma_s);
   load_beta<L>(stored_beta, channels, rp, row_begin, beta_s);
 
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int m_base = (warp / L::contract_warps_n) * MT * 16;
   const int n_base = (warp % L::contract_warps_n) * NT * 8;
-  const int reduce_end = (channels + 7) / 8 * 8;
+  const int reduce_end = reduce_end_of<Product>(channels);
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   float beta_grad[MT][2] = {};
   float next[L::loads(CP)][4];
@@ -599,7 +635,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
-    contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+    contract_gamma_x2<L, Product>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
     if (!kGradient) pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
 
 #pragma unroll
@@ -617,7 +653,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
             float* d = dyv[mt][nt] + 2 * half;
             const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
             beta_grad[mt][half] += qv[0] + qv[1];
-            const float rounded[2] = {round_tf32(qv[0]), round_tf32(qv[1])};
+            const float rounded[2] = {stored_operand<Product>(qv[0]), stored_operand<Product>(qv[1])};
             store_run<2>(q, runs[nt], channel_offset, rounded);
             if (out) store_run<2>(out, runs[nt], channel_offset, d);
           } else {
@@ -647,9 +683,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // passes two barriers (the first one also frees q_s and the other buffers:
 // every warp has finished the previous tile). One buffer (C = 192): the next
 // tile's x waits in registers, dy is loaded into registers, three barriers.
-template <class L, bool kInverse>
+template <class L, class Product, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tf32_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
+    gdn_tensor_core_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
                       int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
                       bool vector_io, float* partials) {
   static_assert(L::rows == L::channels, "all of gamma in one block");
@@ -663,7 +699,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   float* x_buffers = beta_s + CP;                           // [buffers][CP x T]
   float* dy_buffers = x_buffers + L::buffers * kTileFloats;  // [2][CP x T], with two buffers
   float* q_s = kAsync ? dy_buffers + 2 * kTileFloats : dy_buffers;
-  load_gamma<L, CP, CP>(stored_gamma, channels, rp, 0, 0, gamma_s);
+  load_gamma<L, Product, CP, CP>(stored_gamma, channels, rp, 0, 0, gamma_s);
   load_beta<L>(stored_beta, channels, rp, 0, beta_s);
 
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
@@ -671,7 +707,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const int n_base = (warp % L::contract_warps_n) * NT * 8;
   const int gradient_m_base = (warp / L::gradient_warps_n) * GMT * 16;
   const int gradient_n_base = (warp % L::gradient_warps_n) * GNT * 8;
-  const int reduce_end = (channels + 7) / 8 * 8;
+  const int reduce_end = reduce_end_of<Product>(channels);
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
 
   float gamma_grad[GMT][GNT][4] = {};
@@ -722,9 +758,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
-    contract_gamma_x2<L>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
+    contract_gamma_x2<L, Product>(gamma_s, x_s, reduce_end, acc, m_base, n_base);
 
-    // q into q_s (TF32; 0 for padded channels and pixels, where x = dy = 0);
+    // q into q_s (as operand<Product>; 0 for padded channels and pixels, where x = dy = 0);
     // dyv becomes dy f, kept for dx.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -745,7 +781,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           const float qv[2] = {norm_gradient<kInverse>(n[0], xv.x, d[0]), norm_gradient<kInverse>(n[1], xv.y, d[1])};
           beta_grad[mt][half] += qv[0] + qv[1];
           *reinterpret_cast<float2*>(q_s + swizzled(row, column, L::tile)) =
-              make_float2(__uint_as_float(tf32_operand(qv[0])), __uint_as_float(tf32_operand(qv[1])));
+              make_float2(__uint_as_float(operand<Product>(qv[0])), __uint_as_float(operand<Product>(qv[1])));
         }
       }
     __syncthreads();
@@ -757,7 +793,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-      contract_gamma_transposed_q<L>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
+      contract_gamma_transposed_q<L, Product>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -775,7 +811,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           }
         }
     }
-    accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    accumulate_q_x2<L, Product>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
     if (kAsync) buffer ^= 1;
   }
 
@@ -794,7 +830,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 }
 
 // Second backward kernel at C = 256, for the channels k of its half
-// (blockIdx.y), after gdn_tf32_normalize<..., true> wrote q and dy f:
+// (blockIdx.y), after gdn_tensor_core_normalize<..., true> wrote q and dy f:
 //   dx_k = (dy f)_k + 2 x_k sum_i gamma_ik q_i    (dx holds dy f; skipped when null)
 //   dgamma_ik += sum over the tile of q_i x_k^2   (all i)
 // then dgamma's columns of its half into the block's partial.
@@ -802,9 +838,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // half as the first kernel (they fill the same partials). The next tile's q
 // and x are copied into a second pair of buffers with cp.async while this
 // one is computed: one barrier per tile.
-template <class L>
+template <class L, class Product>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tf32_input_gradient(const float* x, const float* q, float* dx, const float* stored_gamma, int channels,
+    gdn_tensor_core_input_gradient(const float* x, const float* q, float* dx, const float* stored_gamma, int channels,
                             long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io,
                             float* partials) {
   constexpr int CP = L::channels, R = L::rows, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
@@ -815,14 +851,14 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   float* q_buffers = gamma_s + CP * R;                        // [2][CP x T]
   float* x_buffers = q_buffers + 2 * CP * L::tile;            // [2][R x T]: channels row_begin + [0, R)
   const int row_begin = blockIdx.y * R;
-  load_gamma<L, CP, R>(stored_gamma, channels, rp, 0, row_begin, gamma_s);
+  load_gamma<L, Product, CP, R>(stored_gamma, channels, rp, 0, row_begin, gamma_s);
 
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int m_base = (warp / L::contract_warps_n) * MT * 16;
   const int n_base = (warp % L::contract_warps_n) * NT * 8;
   const int gradient_m_base = (warp / L::gradient_warps_n) * GMT * 16;
   const int gradient_n_base = (warp % L::gradient_warps_n) * GNT * 8;
-  const int reduce_end = (channels + 7) / 8 * 8;
+  const int reduce_end = reduce_end_of<Product>(channels);
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
 
   float gamma_grad[GMT][GNT][4] = {};
@@ -851,7 +887,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 
     if (dx) {
       float acc[MT][NT][4] = {};
-      contract_gamma_transposed_q<L>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
+      contract_gamma_transposed_q<L, Product>(gamma_s, q_s, reduce_end, acc, m_base, n_base);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -869,7 +905,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           }
         }
     }
-    accumulate_q_x2<L>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    accumulate_q_x2<L, Product>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
     buffer ^= 1;
   }
 
@@ -896,10 +932,10 @@ int padded_channels(int channels) {
   return 0;
 }
 
-// mma.sync with TF32 operands needs compute capability 8.0. Queried once
+// mma.sync with TF32 or BF16 operands needs compute capability 8.0. Queried once
 // per device, so that later calls (a CUDA graph capture among them) only ask
 // for the current device.
-bool device_has_tf32_mma() {
+bool device_has_mma_sync() {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // 0: not yet known, 1: no, 2: yes
   int device = 0;
@@ -921,56 +957,58 @@ int blocks_per_half(int resident, int halves, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-template <int CP, bool kInverse>
+template <int CP, bool kInverse, class Product>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   using L = ForwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = blocks_per_half(
-      resident_blocks<gdn_tf32_normalize<L, kInverse, false>>(L::threads, L::normalize_bytes), L::halves, tiles);
+      resident_blocks<gdn_tensor_core_normalize<L, Product, kInverse, false>>(L::threads, L::normalize_bytes), L::halves,
+      tiles);
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(y.data<float>());
-  gdn_tf32_normalize<L, kInverse, false><<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
+  gdn_tensor_core_normalize<L, Product, kInverse, false>
+      <<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
       x.data<float>(), nullptr, y.data<float>(), nullptr, beta.data<float>(), gamma.data<float>(), problem.channels,
       problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
-  cuda::check_launch("gdn_tf32_normalize", __FILE__, __LINE__);
+  cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   return true;
 }
 
-template <int CP, bool kInverse>
+template <int CP, bool kInverse, class Product>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
                        Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<gdn_tf32_backward<L, kInverse>>(L::threads, L::backward_bytes, tiles);
+  const int blocks = persistent_blocks<gdn_tensor_core_backward<L, Product, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor& partials = scratch_tensor(
       partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          (!dx || aligned16(dx->data<float>()));
-  gdn_tf32_backward<L, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+  gdn_tensor_core_backward<L, Product, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
-  cuda::check_launch("gdn_tf32_backward", __FILE__, __LINE__);
+  cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   return partials;
 }
 
-// C = 256: gdn_tf32_normalize writes q (a temporary) and dy f (into dx) and
-// dbeta; gdn_tf32_input_gradient finishes dx and adds dgamma, into the same
+// C = 256: gdn_tensor_core_normalize writes q (a temporary) and dy f (into dx) and
+// dbeta; gdn_tensor_core_input_gradient finishes dx and adds dgamma, into the same
 // partials (both kernels on the same number of blocks per half).
-template <bool kInverse>
+template <bool kInverse, class Product>
 Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                              const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
                              Tensor& partials_cache) {
   using First = ForwardTiling<256>;
   using Second = InputGradientTiling256;
   const long long first_tiles = (problem.total_pixels + First::tile - 1) / First::tile;
-  const int first_resident = resident_blocks<gdn_tf32_normalize<First, kInverse, true>>(First::threads,
-                                                                                         First::normalize_bytes);
-  const int second_resident =
-      resident_blocks<gdn_tf32_input_gradient<Second>>(Second::threads, Second::input_gradient_bytes);
+  const int first_resident =
+      resident_blocks<gdn_tensor_core_normalize<First, Product, kInverse, true>>(First::threads, First::normalize_bytes);
+  const int second_resident = resident_blocks<gdn_tensor_core_input_gradient<Second, Product>>(
+      Second::threads, Second::input_gradient_bytes);
   const int blocks = blocks_per_half(first_resident < second_resident ? first_resident : second_resident,
                                      First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
   if (blocks == 0) return Tensor();
@@ -981,43 +1019,68 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   float* dx_data = dx ? dx->data<float>() : nullptr;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          aligned16(q.data<float>()) && (!dx || aligned16(dx_data));
-  gdn_tf32_normalize<First, kInverse, true>
+  gdn_tensor_core_normalize<First, Product, kInverse, true>
       <<<dim3(blocks, First::halves), First::threads, First::normalize_bytes, cuda::stream(ctx)>>>(
           x.data<float>(), dy.data<float>(), dx_data, q.data<float>(), beta.data<float>(), gamma.data<float>(),
           problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
-  cuda::check_launch("gdn_tf32_normalize (backward)", __FILE__, __LINE__);
-  gdn_tf32_input_gradient<Second>
+  cuda::check_launch("gdn_tensor_core_normalize (backward)", __FILE__, __LINE__);
+  gdn_tensor_core_input_gradient<Second, Product>
       <<<dim3(blocks, Second::halves), Second::threads, Second::input_gradient_bytes, cuda::stream(ctx)>>>(
           x.data<float>(), q.data<float>(), dx_data, gamma.data<float>(), problem.channels, problem.pixels,
           problem.total_pixels, rp, vector_io, partials.data<float>());
-  cuda::check_launch("gdn_tf32_input_gradient", __FILE__, __LINE__);
+  cuda::check_launch("gdn_tensor_core_input_gradient", __FILE__, __LINE__);
   return partials;
 }
 
-template <bool kInverse>
+template <bool kInverse, class Product>
 bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_forward<32, kInverse>(ctx, x, y, beta, gamma, problem, rp);
-    case 64: return launch_forward<64, kInverse>(ctx, x, y, beta, gamma, problem, rp);
-    case 128: return launch_forward<128, kInverse>(ctx, x, y, beta, gamma, problem, rp);
-    case 192: return launch_forward<192, kInverse>(ctx, x, y, beta, gamma, problem, rp);
-    case 256: return launch_forward<256, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 32: return launch_forward<32, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
+    case 64: return launch_forward<64, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
+    case 128: return launch_forward<128, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
+    case 192: return launch_forward<192, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
+    case 256: return launch_forward<256, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
     default: return false;
   }
 }
 
-template <bool kInverse>
+template <bool kInverse, class Product>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 64: return launch_backward<64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 128: return launch_backward<128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 192: return launch_backward<192, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 256: return launch_split_backward<kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 32: return launch_backward<32, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64: return launch_backward<64, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128: return launch_backward<128, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192: return launch_backward<192, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 256: return launch_split_backward<kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
     default: return Tensor();
   }
+}
+
+template <class Product>
+bool forward_with(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
+                  const Problem& problem, Reparametrization<float> rp, bool inverse) {
+  return inverse ? forward_padded<true, Product>(ctx, x, y, beta, gamma, problem, rp)
+                 : forward_padded<false, Product>(ctx, x, y, beta, gamma, problem, rp);
+}
+
+template <class Product>
+Tensor backward_with(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
+                     const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
+                     Tensor& partials) {
+  return inverse ? backward_padded<true, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials)
+                 : backward_padded<false, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+}
+
+// Whether the contractions run as BF16 products: at bf16 precision, unless
+// the environment variable PLEXUS_GDN_BF16 is "0" (TF32 products, to compare).
+bool bf16_products(const Context& ctx) {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("PLEXUS_GDN_BF16");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return allowed && ctx.bf16_products();
 }
 
 }  // namespace
@@ -1025,17 +1088,20 @@ Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                          bool inverse) {
-  if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return false;
-  return inverse ? forward_padded<true>(ctx, x, y, stored_beta, stored_gamma, problem, rp)
-                 : forward_padded<false>(ctx, x, y, stored_beta, stored_gamma, problem, rp);
+  if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return false;
+  return bf16_products(ctx)
+             ? forward_with<cuda::Bf16Product>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse)
+             : forward_with<cuda::Tf32Product>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse);
 }
 
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                             bool inverse, Tensor& partials_cache) {
-  if (padded_channels(problem.channels) == 0 || !device_has_tf32_mma()) return Tensor();
-  return inverse ? backward_padded<true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)
-                 : backward_padded<false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache);
+  if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return Tensor();
+  return bf16_products(ctx) ? backward_with<cuda::Bf16Product>(ctx, x, dy, dx, stored_beta, stored_gamma, problem,
+                                                                rp, inverse, partials_cache)
+                             : backward_with<cuda::Tf32Product>(ctx, x, dy, dx, stored_beta, stored_gamma, problem,
+                                                                rp, inverse, partials_cache);
 }
 
 }  // namespace plexus::layers::gdn_cuda

@@ -247,7 +247,7 @@ struct Pass {
   std::vector<double> y, dx, beta_grad, gamma_grad;
 };
 
-Pass run_pass(const std::string& type, const Shape& shape, Device device, DType dtype, bool tf32,
+Pass run_pass(const std::string& type, const Shape& shape, Device device, DType dtype, Precision precision,
               const std::vector<double>& beta, const std::vector<double>& gamma, const std::vector<double>& x,
               const std::vector<double>& dy, bool input_grad = true) {
   const std::int64_t channels = shape[1];
@@ -259,7 +259,7 @@ Pass run_pass(const std::string& type, const Shape& shape, Device device, DType 
   layer->parameter("beta").value = Tensor::from_values(beta, {channels}, dtype, device);
   layer->parameter("gamma").value = Tensor::from_values(gamma, {channels, channels}, dtype, device);
   Context ctx(device);
-  ctx.set_allow_tf32(tf32);
+  ctx.set_precision(precision);
   const std::vector<double> poison(x.size(), std::numeric_limits<double>::quiet_NaN());
   Tensor input = Tensor::from_values(x, shape, dtype, device);
   Tensor output = Tensor::from_values(poison, shape, dtype, device);
@@ -282,12 +282,16 @@ double relative_error(const std::vector<double>& expected, const std::vector<dou
   return std::sqrt(difference / norm);
 }
 
-// f32 with TF32 allowed (tensor-core kernels; C = 256 on the two-half
-// kernels) against the f64 CPU layer: output, input gradient and both
-// parameter gradients within 2e-3 relative (TF32 keeps 10 mantissa bits:
-// ~5e-4 per rounded operand). The forward must also differ from f64 by more
-// than f32 rounding alone would (1e-6), which shows the tensor-core path ran.
-TEST(GDN, Tf32MatchesF64ReferenceCuda) {
+// f32 at tf32 and at bf16 precision (the tensor-core kernels with TF32 and
+// with BF16 products; C = 256 on the two-half kernels) against the f64 CPU
+// layer: output, input gradient and both parameter gradients within 2e-3
+// relative at TF32 (10 mantissa bits: ~5e-4 per rounded operand) and 1e-2 at
+// BF16 (7 bits, 8x coarser: ~2e-3 RMS per product; the sums over channels
+// and pixels keep that size, see tensor_core_reference.h). The TF32 forward
+// must also differ from f64 by more than f32 rounding alone would (1e-6),
+// and the BF16 forward by more than twice the TF32 one: each shows that its
+// product ran.
+TEST(GDN, TensorCoreKernelsMatchF64ReferenceCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(31);
   for (const std::string type : {"GDN", "IGDN"})
@@ -301,37 +305,49 @@ TEST(GDN, Tf32MatchesF64ReferenceCuda) {
         const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
         const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
         const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-        const Pass reference = run_pass(type, shape, Device::cpu(), DType::f64, false, beta, gamma, x, dy);
-        const Pass tf32 = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
-        const double y_error = relative_error(reference.y, tf32.y);
-        EXPECT_LE(y_error, 2e-3);
-        EXPECT_LE(relative_error(reference.dx, tf32.dx), 2e-3);
-        EXPECT_LE(relative_error(reference.beta_grad, tf32.beta_grad), 2e-3);
-        EXPECT_LE(relative_error(reference.gamma_grad, tf32.gamma_grad), 2e-3);
-        EXPECT_GT(y_error, 1e-6);
-        std::cout << "[ TF32     ] " << type << " " << shape_str(shape) << ": y " << y_error << ", dx "
-                  << relative_error(reference.dx, tf32.dx) << ", dbeta "
-                  << relative_error(reference.beta_grad, tf32.beta_grad) << ", dgamma "
-                  << relative_error(reference.gamma_grad, tf32.gamma_grad) << "\n";
+        const Pass reference = run_pass(type, shape, Device::cpu(), DType::f64, Precision::f32, beta, gamma, x, dy);
+        double tf32_y_error = 0.0;
+        for (const Precision precision : {Precision::tf32, Precision::bf16}) {
+          SCOPED_TRACE(precision_name(precision));
+          const double tolerance = precision == Precision::bf16 ? 1e-2 : 2e-3;
+          const Pass pass = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+          const double y_error = relative_error(reference.y, pass.y);
+          EXPECT_LE(y_error, tolerance);
+          EXPECT_LE(relative_error(reference.dx, pass.dx), tolerance);
+          EXPECT_LE(relative_error(reference.beta_grad, pass.beta_grad), tolerance);
+          EXPECT_LE(relative_error(reference.gamma_grad, pass.gamma_grad), tolerance);
+          if (precision == Precision::tf32) {
+            EXPECT_GT(y_error, 1e-6);
+            tf32_y_error = y_error;
+          } else {
+            EXPECT_GT(y_error, 2.0 * tf32_y_error);
+          }
+          std::cout << "[ " << precision_name(precision) << "     ] " << type << " " << shape_str(shape) << ": y "
+                    << y_error << ", dx " << relative_error(reference.dx, pass.dx) << ", dbeta "
+                    << relative_error(reference.beta_grad, pass.beta_grad) << ", dgamma "
+                    << relative_error(reference.gamma_grad, pass.gamma_grad) << "\n";
+        }
       }
 }
 
 // The parameter gradients are per-block partial sums added in a fixed order:
 // two identical backward passes give identical bits (C = 128: one fused
-// kernel; C = 256: two kernels filling the same partials).
-TEST(GDN, Tf32ParameterGradientsAreDeterministicCuda) {
+// kernel; C = 256: two kernels filling the same partials), with TF32 and
+// with BF16 products.
+TEST(GDN, TensorCoreParameterGradientsAreDeterministicCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(32);
+  for (const Precision precision : {Precision::tf32, Precision::bf16})
   for (std::int64_t channels : {128, 256}) {
-    SCOPED_TRACE(channels);
+    SCOPED_TRACE(std::string(precision_name(precision)) + " " + std::to_string(channels));
     const Shape shape{4, channels, 32, 32};
     const auto c = static_cast<std::size_t>(channels);
     const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
     const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
     const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
     const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-    const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
-    const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+    const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+    const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
     EXPECT_EQ(first.beta_grad, second.beta_grad);
     EXPECT_EQ(first.gamma_grad, second.gamma_grad);
     EXPECT_EQ(first.dx, second.dx);
@@ -365,7 +381,7 @@ TEST(GDN, Tf32BackwardReusesItsScratchAcrossShapesCuda) {
       SCOPED_TRACE(shape_str(shape));
       const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
       const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-      const Pass fresh = run_pass("GDN", shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
+      const Pass fresh = run_pass("GDN", shape, Device::cuda(), DType::f32, Precision::tf32, beta, gamma, x, dy);
       layer->parameter("beta").grad.fill_zero();
       layer->parameter("gamma").grad.fill_zero();
       Tensor input = Tensor::from_values(x, shape, DType::f32, Device::cuda());
@@ -381,22 +397,24 @@ TEST(GDN, Tf32BackwardReusesItsScratchAcrossShapesCuda) {
   }
 }
 
-// Without an input gradient the TF32 kernels skip dx (at C = 256 the second
-// kernel's gamma^T q too) and give the same parameter gradients, bit for bit.
-TEST(GDN, Tf32ParameterGradientsWithoutInputGradientCuda) {
+// Without an input gradient the tensor-core kernels skip dx (at C = 256 the
+// second kernel's gamma^T q too) and give the same parameter gradients, bit
+// for bit, with TF32 and with BF16 products.
+TEST(GDN, TensorCoreParameterGradientsWithoutInputGradientCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(33);
+  for (const Precision precision : {Precision::tf32, Precision::bf16})
   for (const std::string type : {"GDN", "IGDN"})
     for (std::int64_t channels : {128, 256}) {
-      SCOPED_TRACE(type + " " + std::to_string(channels));
+      SCOPED_TRACE(std::string(precision_name(precision)) + " " + type + " " + std::to_string(channels));
       const Shape shape{2, channels, 9, 11};
       const auto c = static_cast<std::size_t>(channels);
       const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
       const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
       const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
       const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-      const Pass with = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy);
-      const Pass without = run_pass(type, shape, Device::cuda(), DType::f32, true, beta, gamma, x, dy, false);
+      const Pass with = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+      const Pass without = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy, false);
       EXPECT_EQ(with.beta_grad, without.beta_grad);
       EXPECT_EQ(with.gamma_grad, without.gamma_grad);
     }
