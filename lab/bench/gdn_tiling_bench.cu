@@ -114,22 +114,21 @@ double max_relative_difference(const std::vector<A>& a, const std::vector<B>& b)
 
 const gc::Reparametrization<float> kReparametrization{0.0f, 0.0f, 0.0f};  // value = max(stored, 0)^2
 
-// One backward kernel (kKernel, `shared_bytes` of shared memory) at tiling L.
-template <class L, auto kKernel>
-void time_backward_kernel(const Buffers& b, const char* variant, int repeats, std::size_t shared_bytes,
-                          std::vector<float>& reference_dx, std::vector<double>& reference_sums) {
+template <class L, class Product = plexus::cuda::Tf32Product>
+void time_backward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_dx,
+                   std::vector<double>& reference_sums) {
   const long long tiles = (b.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = gc::persistent_blocks<kKernel>(L::threads, shared_bytes, tiles);
+  const int blocks = gc::persistent_blocks<gc::gdn_tensor_core_backward<L, Product, false>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) {
     std::printf("{\"pass\":\"backward\",\"variant\":\"%s\",\"error\":\"does not fit\"}\n", variant);
     return;
   }
   const bool vector_io = b.pixels % 4 == 0;
   auto launch = [&] {
-    kKernel<<<blocks, L::threads, shared_bytes>>>(
+    gc::gdn_tensor_core_backward<L, Product, false><<<blocks, L::threads, L::backward_bytes>>>(
         b.x, b.dy, b.dx, b.beta, b.gamma, b.channels, b.pixels, b.total_pixels, kReparametrization, vector_io,
         b.partials);
-    plexus::cuda::check_launch(variant, __FILE__, __LINE__);
+    plexus::cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   };
   const double ms = median_ms(repeats, launch);
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
@@ -142,16 +141,9 @@ void time_backward_kernel(const Buffers& b, const char* variant, int repeats, st
   std::printf(
       "{\"pass\":\"backward\",\"variant\":\"%s\",\"ms\":%.5f,\"blocks\":%d,\"threads\":%d,\"shared_bytes\":%zu,"
       "\"dx_vs_first\":%.3g,\"dgamma_dbeta_vs_first\":%.3g}\n",
-      variant, ms, blocks, L::threads, shared_bytes, max_relative_difference(reference_dx, dx),
+      variant, ms, blocks, L::threads, L::backward_bytes, max_relative_difference(reference_dx, dx),
       max_relative_difference(reference_sums, sums));
   std::fflush(stdout);
-}
-
-template <class L, class Product = plexus::cuda::Tf32Product>
-void time_backward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_dx,
-                   std::vector<double>& reference_sums) {
-  time_backward_kernel<L, gc::gdn_tensor_core_backward<L, Product, false>>(b, variant, repeats, L::backward_bytes,
-                                                                           reference_dx, reference_sums);
 }
 
 template <class L, class Product = plexus::cuda::Tf32Product>
@@ -257,11 +249,8 @@ int main(int argc, char** argv) {
   std::vector<float> reference_dx;
   std::vector<double> reference_sums;
   time_backward<gc::BackwardTiling<128>>(b, "layer's tiling", repeats, reference_dx, reference_sums);
-  time_backward<gc::BackwardTiling<128>, Bf16Product>(b, "layer's tiling, BF16 product on f32 tiles", repeats,
-                                                      reference_dx, reference_sums);
-  time_backward_kernel<gc::BackwardTiling<128>, gc::gdn_packed_bf16_backward<gc::BackwardTiling<128>, false>>(
-      b, "layer's tiling, BF16 product on packed operands (the layer's kernel at bf16)", repeats,
-      gc::PackedBackward<gc::BackwardTiling<128>>::bytes, reference_dx, reference_sums);
+  time_backward<gc::BackwardTiling<128>, Bf16Product>(b, "layer's tiling, BF16 product", repeats, reference_dx,
+                                                      reference_sums);
   time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 16>, Bf16Product>(
       b, "BF16 product, unroll 16 (8 k steps: full)", repeats, reference_dx, reference_sums);
   time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 2, 4>, Bf16Product>(b, "BF16 product, unroll 4 (2 k steps)",

@@ -50,7 +50,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
@@ -830,273 +829,6 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
       }
 }
 
-// Fused backward with BF16 products on packed operands (C <= 128, bf16
-// precision). The kernel above forms every BF16 fragment from f32 tiles: two
-// 4-byte shared loads and a conversion per operand register. Here each
-// operand of each contraction has its own copy in shared memory as bf16
-// pairs in the register layout of m16n8k16, so a fragment register is one
-// 4-byte load and the inner loops hold nothing but loads and MMAs:
-//   gamma_by_i [CP x SA]     A of n = beta + gamma x^2 (m = i, k = j)
-//   gamma_by_k [CP x SA]     A of gamma^T q (m = k, k = i): gamma transposed
-//   x2_by_c    [CP/2 x SB]   B of gamma x^2 (k = channel, n = pixel)
-//   q_by_c     [CP/2 x SB]   B of gamma^T q
-//   q_by_p     [CP x SP]     A of dgamma = q (x^2)^T (m = i, k = pixel)
-//   x2_by_p    [CP x SP]     B of dgamma (k = pixel, n = channel)
-// plus beta and two f32 x tiles (cp.async, the epilogues read x from them);
-// dy goes to registers in the accumulator layout, loaded before the first
-// contraction. Pairs along channels hold channels (16b + u, 16b + u + 8) of a
-// 16-channel block b as pair u = 0..7 (row 8b + u of a by_c matrix, column
-// 8b + u of a by_i/by_k row): the mma's k = 2t, 2t+1 then mean the block's
-// channels t, t + 8 and k = 2t+8, 2t+9 mean t + 4, t + 12, in A and in B
-// alike (a sum over k does not depend on the order of its terms), and the
-// epilogue thread that holds q of rows g and g + 8 writes one pair. Pairs
-// along pixels hold pixels (2v, 2v + 1) as pair v: the mma's own k order.
-// Row strides (in words) of CP/2 + 4, T + 8 and T/2 + 4 put the 32 loads
-// of a fragment in 32 different banks.
-template <class L>
-struct PackedBackward {
-  static constexpr int CP = L::channels, T = L::tile;
-  static constexpr int SA = CP / 2 + 4, SB = T + 8, SP = T / 2 + 4;
-  static constexpr int words = 2 * CP * SA + 2 * (CP / 2) * SB + 2 * CP * SP;
-  static constexpr std::size_t bytes = sizeof(float) * (words + CP + 2 * CP * T);
-  static_assert(L::rows == L::channels && L::buffers == 2 && CP <= 128, "fused, double-buffered x, C <= 128");
-};
-
-__device__ __forceinline__ std::uint32_t pack(float low, float high) { return cuda::pack_bf16x2(bits(low), bits(high)); }
-
-// Channel pair u of 16-channel block b: its first channel.
-__device__ __forceinline__ int pair_channel(int pair) { return 16 * (pair / 8) + pair % 8; }
-
-template <class L>
-__device__ void load_packed_gamma(const float* stored_gamma, int channels, Reparametrization<float> rp,
-                                  std::uint32_t* gamma_by_i, std::uint32_t* gamma_by_k) {
-  using P = PackedBackward<L>;
-  auto value = [&](int i, int j) {
-    return i < channels && j < channels ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
-                                        : 0.0f;
-  };
-  for (int e = threadIdx.x; e < P::CP * (P::CP / 2); e += L::threads) {
-    const int row = e / (P::CP / 2), pair = e % (P::CP / 2), c = pair_channel(pair);
-    gamma_by_i[row * P::SA + pair] = pack(value(row, c), value(row, c + 8));
-    gamma_by_k[row * P::SA + pair] = pack(value(c, row), value(c + 8, row));
-  }
-}
-
-// x^2 of the f32 tile x_s into x2_by_c and x2_by_p.
-template <class L>
-__device__ void pack_x2(const float* x_s, std::uint32_t* x2_by_c, std::uint32_t* x2_by_p) {
-  using P = PackedBackward<L>;
-  for (int e = threadIdx.x; e < (P::CP / 2) * P::T; e += L::threads) {
-    const int pair = e / P::T, p = e % P::T, c = pair_channel(pair);
-    const float low = x_s[swizzled(c, p, P::T)], high = x_s[swizzled(c + 8, p, P::T)];
-    x2_by_c[pair * P::SB + p] = pack(low * low, high * high);
-  }
-  for (int e = threadIdx.x; e < P::CP * (P::T / 2); e += L::threads) {
-    const int row = e / (P::T / 2), v = e % (P::T / 2);
-    const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, 2 * v, P::T));
-    x2_by_p[row * P::SP + v] = pack(xv.x * xv.x, xv.y * xv.y);
-  }
-}
-
-// acc[mt][nt] += A B over channels [0, reduce_end) (a multiple of 16), A a
-// by_i/by_k matrix (rows m_base + 16 mt + g, + 8), B a by_c matrix (pixels
-// n_base + 8 nt + g).
-template <class L>
-__device__ __forceinline__ void contract_packed_channels(const std::uint32_t* a_s, const std::uint32_t* b_s,
-                                                         int reduce_end,
-                                                         float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
-                                                         int m_base, int n_base) {
-  using P = PackedBackward<L>;
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-#pragma unroll 4
-  for (int k0 = 0; k0 < reduce_end; k0 += 16) {
-    const int pair = k0 / 2 + t;  // 8 b + t
-    std::uint32_t a[L::contract_m_tiles][4];
-    std::uint32_t b[L::contract_n_tiles][2];
-#pragma unroll
-    for (int mt = 0; mt < L::contract_m_tiles; ++mt) {
-      const std::uint32_t* row = a_s + (m_base + 16 * mt + g) * P::SA + pair;
-      a[mt][0] = row[0];
-      a[mt][1] = row[8 * P::SA];
-      a[mt][2] = row[4];
-      a[mt][3] = row[8 * P::SA + 4];
-    }
-#pragma unroll
-    for (int nt = 0; nt < L::contract_n_tiles; ++nt) {
-      const std::uint32_t* column = b_s + pair * P::SB + n_base + 8 * nt + g;
-      b[nt][0] = column[0];
-      b[nt][1] = column[4 * P::SB];
-    }
-#pragma unroll
-    for (int mt = 0; mt < L::contract_m_tiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < L::contract_n_tiles; ++nt) cuda::mma_bf16(acc[mt][nt], a[mt], b[nt]);
-  }
-}
-
-// acc[mt][nt] += q (x^2)^T over the tile's pixels: rows i = m_base + 16 mt
-// + g (+ 8) of q_by_p, columns j = n_base + 8 nt + g of x2_by_p's rows.
-template <class L>
-__device__ __forceinline__ void accumulate_packed_q_x2(const std::uint32_t* q_by_p, const std::uint32_t* x2_by_p,
-                                                       float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
-                                                       int m_base, int n_base) {
-  using P = PackedBackward<L>;
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-#pragma unroll
-  for (int p0 = 0; p0 < P::T; p0 += 16) {
-    const int v = p0 / 2 + t;
-    std::uint32_t a[L::gradient_m_tiles][4];
-    std::uint32_t b[L::gradient_n_tiles][2];
-#pragma unroll
-    for (int mt = 0; mt < L::gradient_m_tiles; ++mt) {
-      const std::uint32_t* row = q_by_p + (m_base + 16 * mt + g) * P::SP + v;
-      a[mt][0] = row[0];
-      a[mt][1] = row[8 * P::SP];
-      a[mt][2] = row[4];
-      a[mt][3] = row[8 * P::SP + 4];
-    }
-#pragma unroll
-    for (int nt = 0; nt < L::gradient_n_tiles; ++nt) {
-      const std::uint32_t* row = x2_by_p + (n_base + 8 * nt + g) * P::SP + v;
-      b[nt][0] = row[0];
-      b[nt][1] = row[4];
-    }
-#pragma unroll
-    for (int mt = 0; mt < L::gradient_m_tiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < L::gradient_n_tiles; ++nt) cuda::mma_bf16(acc[mt][nt], a[mt], b[nt]);
-  }
-}
-
-// The fused backward of gdn_tensor_core_backward (same math, same partials)
-// on packed operands. Per tile: wait for x, start the next tile's copy, pack
-// x^2, then the three contractions with the q epilogue between them; three
-// barriers.
-template <class L, bool kInverse>
-__global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_packed_bf16_backward(const float* x, const float* dy, float* dx, const float* stored_beta,
-                             const float* stored_gamma, int channels, long long pixels, long long total_pixels,
-                             Reparametrization<float> rp, bool vector_io, float* partials) {
-  using P = PackedBackward<L>;
-  constexpr int CP = L::channels, T = L::tile, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
-  constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  float* x_buffers = reinterpret_cast<float*>(shared_bytes);  // [2][CP x T], 16-byte aligned for cp.async
-  auto* gamma_by_i = reinterpret_cast<std::uint32_t*>(x_buffers + 2 * CP * T);
-  std::uint32_t* gamma_by_k = gamma_by_i + CP * P::SA;
-  std::uint32_t* x2_by_c = gamma_by_k + CP * P::SA;
-  std::uint32_t* q_by_c = x2_by_c + (CP / 2) * P::SB;
-  std::uint32_t* q_by_p = q_by_c + (CP / 2) * P::SB;
-  std::uint32_t* x2_by_p = q_by_p + CP * P::SP;
-  float* beta_s = reinterpret_cast<float*>(x2_by_p + CP * P::SP);
-  load_packed_gamma<L>(stored_gamma, channels, rp, gamma_by_i, gamma_by_k);
-  load_beta<L>(stored_beta, channels, rp, 0, beta_s);
-
-  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const int m_base = (warp / L::contract_warps_n) * MT * 16;
-  const int n_base = (warp % L::contract_warps_n) * NT * 8;
-  const int gradient_m_base = (warp / L::gradient_warps_n) * GMT * 16;
-  const int gradient_n_base = (warp % L::gradient_warps_n) * GNT * 8;
-  const int reduce_end = (channels + 15) / 16 * 16;
-  const long long tiles = (total_pixels + T - 1) / T;
-
-  float gamma_grad[GMT][GNT][4] = {};
-  float beta_grad[MT][2] = {};
-  if (blockIdx.x < tiles)
-    copy_tile_async<L, CP>(x, 0, blockIdx.x * static_cast<long long>(T), total_pixels, pixels, channels, vector_io,
-                           x_buffers);
-  int buffer = 0;
-  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const long long tile_begin = tile * T;
-    const float* x_s = x_buffers + buffer * CP * T;
-    PixelRun<2> runs[NT];
-    pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
-    float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
-    load_rows<L>(dy, runs, 0, m_base, channels, pixels, dyv);
-    wait_async_copies();
-    __syncthreads();  // this tile's x has landed; the previous tile is done everywhere
-    if (tile + gridDim.x < tiles)
-      copy_tile_async<L, CP>(x, 0, (tile + gridDim.x) * T, total_pixels, pixels, channels, vector_io,
-                             x_buffers + (buffer ^ 1) * CP * T);
-    pack_x2<L>(x_s, x2_by_c, x2_by_p);
-    __syncthreads();
-
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = beta_s[m_base + 16 * mt + g + 8 * (e / 2)];
-    contract_packed_channels<L>(gamma_by_i, x2_by_c, reduce_end, acc, m_base, n_base);
-
-    // q (0 for padded channels and pixels, where x = dy = 0) into q_by_c and
-    // q_by_p; dyv becomes dy f.
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int column = n_base + 8 * nt + 2 * t;
-        float q[2][2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = m_base + 16 * mt + g + 8 * half;
-          const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, column, T));
-          const float* n = acc[mt][nt] + 2 * half;
-          float* d = dyv[mt][nt] + 2 * half;
-          q[half][0] = norm_gradient<kInverse>(n[0], xv.x, d[0]);
-          q[half][1] = norm_gradient<kInverse>(n[1], xv.y, d[1]);
-          beta_grad[mt][half] += q[half][0] + q[half][1];
-          q_by_p[row * P::SP + column / 2] = pack(q[half][0], q[half][1]);
-        }
-        const int pair = (m_base + 16 * mt) / 2 + g;  // channels m_base + 16 mt + g and + 8
-        q_by_c[pair * P::SB + column] = pack(q[0][0], q[1][0]);
-        q_by_c[pair * P::SB + column + 1] = pack(q[0][1], q[1][1]);
-      }
-    __syncthreads();
-
-    if (dx) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-      contract_packed_channels<L>(gamma_by_k, q_by_c, reduce_end, acc, m_base, n_base);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = m_base + 16 * mt + g + 8 * half;
-          if (row >= channels) continue;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, T));
-            const float* back = acc[mt][nt] + 2 * half;
-            const float* scaled = dyv[mt][nt] + 2 * half;
-            const float out[2] = {scaled[0] + 2.0f * xv.x * back[0], scaled[1] + 2.0f * xv.y * back[1]};
-            store_run<2>(dx, runs[nt], static_cast<long long>(row) * pixels, out);
-          }
-        }
-    }
-    accumulate_packed_q_x2<L>(q_by_p, x2_by_p, gamma_grad, gradient_m_base, gradient_n_base);
-    buffer ^= 1;
-  }
-
-  float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-  write_beta_partial<L>(beta_grad, m_base, 0, channels, reinterpret_cast<float*>(x2_by_c), partial);
-#pragma unroll
-  for (int mt = 0; mt < GMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < GNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = gradient_m_base + 16 * mt + g + 8 * (e / 2);
-        const int k = gradient_n_base + 8 * nt + 2 * t + e % 2;
-        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
-      }
-}
-
 // Second backward kernel at C = 256, for the channels k of its half
 // (blockIdx.y), after gdn_tensor_core_normalize<..., true> wrote q and dy f:
 //   dx_k = (dy f)_k + 2 x_k sum_i gamma_ik q_i    (dx holds dy f; skipped when null)
@@ -1243,49 +975,23 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
   return true;
 }
 
-// The fused backward: on packed BF16 operands (gdn_packed_bf16_backward) for
-// the BF16 product up to C = 128, else gdn_tensor_core_backward.
-template <int CP, class Product>
-constexpr bool kPackedBackward = std::is_same_v<Product, cuda::Bf16Product> && CP <= 128;
-
-template <int CP, bool kInverse, class Product>
-constexpr auto backward_kernel() {
-  if constexpr (kPackedBackward<CP, Product>) {
-    return gdn_packed_bf16_backward<BackwardTiling<CP>, kInverse>;
-  } else {
-    return gdn_tensor_core_backward<BackwardTiling<CP>, Product, kInverse>;
-  }
-}
-
-template <int CP, class Product>
-constexpr std::size_t backward_shared_bytes() {
-  if constexpr (kPackedBackward<CP, Product>) {
-    return PackedBackward<BackwardTiling<CP>>::bytes;
-  } else {
-    return BackwardTiling<CP>::backward_bytes;
-  }
-}
-
 template <int CP, bool kInverse, class Product>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
                        Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
-  constexpr auto kernel = backward_kernel<CP, kInverse, Product>();
-  constexpr std::size_t shared_bytes = backward_shared_bytes<CP, Product>();
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<kernel>(L::threads, shared_bytes, tiles);
+  const int blocks = persistent_blocks<gdn_tensor_core_backward<L, Product, kInverse>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor& partials = scratch_tensor(
       partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          (!dx || aligned16(dx->data<float>()));
-  kernel<<<blocks, L::threads, shared_bytes, cuda::stream(ctx)>>>(
+  gdn_tensor_core_backward<L, Product, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
-  cuda::check_launch(kPackedBackward<CP, Product> ? "gdn_packed_bf16_backward" : "gdn_tensor_core_backward",
-                     __FILE__, __LINE__);
+  cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   return partials;
 }
 
