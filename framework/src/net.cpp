@@ -412,13 +412,12 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   std::set<std::string> model_inputs(spec_.inputs.begin(), spec_.inputs.end());
   // A layer's branch (e.g. a convolution's parameter gradients) runs on
   // beside the next nodes' backward: nothing here reads a parameter
-  // gradient. The hook and the observer see a node's work complete, and the
-  // caller the whole backward (joined when `deferred` ends).
+  // gradient. The observer sees a node's work complete, and the caller the
+  // whole backward (joined when `deferred` ends); the gradients-ready hook
+  // joins only when it reads gradients (most of its calls just count nodes).
   Context::DeferredJoins deferred(ctx);
   const auto gradients_ready = [&](const std::string& node_name) {
-    if (!gradients_ready_) return;
-    ctx.join_branches();
-    gradients_ready_(ctx, node_name);
+    if (gradients_ready_) gradients_ready_(ctx, node_name);
   };
   for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
     Node& node = **it;

@@ -91,7 +91,11 @@ class Net {
   // Called by backward() once per node, in reverse execution order, right
   // after the node's backward (also for a node that backward skips because
   // no loss depends on it): from then on in this pass the node's parameter
-  // gradients are final. Data-parallel training starts reducing them there
+  // gradients are final once the context's stream branches are joined. A
+  // layer may still be computing them on a branch (cuda::Branch), so a hook
+  // that reads them, or hands them to other work, first calls
+  // ctx.join_branches(); one that only notes the node leaves the branches
+  // running. Data-parallel training starts reducing them there
   // (plexus/distributed/gradient_buckets.h). An empty function: no hook.
   using GradientsReadyHook = std::function<void(Context& ctx, const std::string& node)>;
   void set_gradients_ready_hook(GradientsReadyHook hook) { gradients_ready_ = std::move(hook); }

@@ -68,6 +68,9 @@ void GradientBuckets::issue(Context& ctx, int bucket) {
                   "reducing its bucket would miss it; build the buckets after the parameters are final");
     offset += grad.numel();
   }
+  // The bucket's last gradients may still be summed on a stream branch
+  // (Net::GradientsReadyHook): the all-reduce starts after them.
+  ctx.join_branches();
   communicator_.all_reduce(ctx, flat, Reduction::average);
   ++reductions_issued_;
   pass_order_.push_back(bucket);
