@@ -54,7 +54,10 @@ void require_little_endian(const std::string& path) {
     throw IoError("'" + path + "': safetensors data is little-endian and this host is not; not supported");
 }
 
-const char* safetensors_dtype(DType dtype) { return dtype == DType::f64 ? "F64" : "F32"; }
+const char* safetensors_dtype(DType dtype) {
+  if (dtype == DType::bf16) throw ConfigError("checkpoints hold f32 or f64 tensors, not bf16");
+  return dtype == DType::f64 ? "F64" : "F32";
+}
 
 std::string errno_text() { return std::strerror(errno); }
 

@@ -78,6 +78,8 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
          const std::map<std::string, Shape>& input_shapes, DType dtype, Device device,
          std::uint64_t seed)
     : spec_(spec), dtype_(dtype), device_(device) {
+  if (dtype != DType::f32 && dtype != DType::f64)
+    throw ConfigError("model '" + spec_.name + "': a net computes in f32 or f64, not " + dtype_name(dtype));
   for (const auto& node_spec : spec_.nodes) {
     auto node = std::make_unique<Node>();
     node->spec = node_spec;

@@ -6,12 +6,28 @@
 #include <sstream>
 
 #include "backend.h"
+#include "plexus/bfloat16.h"
 #include "plexus/checked_math.h"
 
 namespace plexus {
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::f64 ? 8 : 4; }
-const char* dtype_name(DType dtype) { return dtype == DType::f64 ? "f64" : "f32"; }
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+  }
+  throw Error("dtype_size: not a DType (" + std::to_string(static_cast<int>(dtype)) + ")");
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+  }
+  throw Error("dtype_name: not a DType (" + std::to_string(static_cast<int>(dtype)) + ")");
+}
 
 std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
@@ -102,6 +118,12 @@ Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType
   Tensor host(shape, dtype, Device::cpu());
   if (dtype == DType::f64) {
     std::copy(values.begin(), values.end(), host.data<double>());
+  } else if (dtype == DType::bf16) {
+    // Through f32: a double rounded to f32, then to bf16, can differ from
+    // the double rounded to bf16 directly only when the first rounding lands
+    // exactly on a bf16 tie.
+    BFloat16* out = host.data<BFloat16>();
+    for (std::size_t i = 0; i < values.size(); ++i) out[i].bits = bf16_bits_from_f32(static_cast<float>(values[i]));
   } else {
     float* out = host.data<float>();
     for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
@@ -115,6 +137,9 @@ std::vector<double> Tensor::to_values() const {
   std::vector<double> values(static_cast<std::size_t>(numel()));
   if (dtype_ == DType::f64) {
     std::copy(host.data<double>(), host.data<double>() + numel(), values.begin());
+  } else if (dtype_ == DType::bf16) {
+    const BFloat16* in = host.data<BFloat16>();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = f32_from_bf16_bits(in[i].bits);
   } else {
     const float* in = host.data<float>();
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = in[i];

@@ -127,8 +127,11 @@ class Layer {
 
 // Runs `fn` with a value of the C++ type matching `dtype`:
 //   dispatch_float(t.dtype(), [&](auto zero) { using T = decltype(zero); ... });
+// ConfigError for bf16, a storage type that no kernel computes in.
 template <typename Fn>
 decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16)
+    throw ConfigError("bf16 tensors store values; this computation takes f32 or f64 tensors");
   if (dtype == DType::f64) return fn(double{0});
   return fn(float{0});
 }

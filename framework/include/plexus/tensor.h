@@ -1,6 +1,8 @@
 #pragma once
-// Tensor: a contiguous, row-major N-D array (NCHW for images) of f32 or f64
-// on one device. Copies of a Tensor share storage; clone() deep-copies.
+// Tensor: a contiguous, row-major N-D array (NCHW for images) of f32, f64 or
+// bf16 on one device. Copies of a Tensor share storage; clone() deep-copies.
+// bf16 is a storage type (plexus/bfloat16.h): kernels compute in f32 or f64,
+// and layers, nets and checkpoints take f32 or f64 tensors.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,7 +13,13 @@
 
 namespace plexus {
 
-enum class DType { f32, f64 };
+enum class DType { f32, f64, bf16 };
+
+// The element of a DType::bf16 tensor: the upper 16 bits of an f32
+// (plexus/bfloat16.h converts).
+struct BFloat16 {
+  std::uint16_t bits;
+};
 
 std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
@@ -22,6 +30,8 @@ template <>
 constexpr DType dtype_of<float>() { return DType::f32; }
 template <>
 constexpr DType dtype_of<double>() { return DType::f64; }
+template <>
+constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
 
 struct Device {
   enum class Kind { cpu, cuda };
