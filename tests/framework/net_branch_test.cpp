@@ -33,17 +33,22 @@ ModelSpec bls2017() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR)
 
 const Shape kImage = {8, 3, 256, 256};
 
-// bls2017's forward and backward on one image batch; `hook` as the net's
-// gradients-ready hook. Returns every parameter gradient's values.
-std::vector<std::vector<double>> backward(Context& ctx, Net& net, const Net::GradientsReadyHook& hook) {
+// bls2017's forward and backward on one fixed image batch.
+void forward_backward(Context& ctx, Net& net) {
   std::vector<double> values(static_cast<std::size_t>(shape_numel(kImage)));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 + 0.5 * std::sin(0.013 * i);
   net.input("image").copy_from(Tensor::from_values(values, kImage, DType::f32));
-  net.set_gradients_ready_hook(hook);
   ctx.reseed(7);
   net.zero_grad();
   net.forward(ctx);
   net.backward(ctx, {{"mse", 0.01 * 255 * 255}, {"bpp", 1.0}});
+}
+
+// forward_backward with `hook` as the net's gradients-ready hook. Returns
+// every parameter gradient's values.
+std::vector<std::vector<double>> backward(Context& ctx, Net& net, const Net::GradientsReadyHook& hook) {
+  net.set_gradients_ready_hook(hook);
+  forward_backward(ctx, net);
   ctx.synchronize();
   std::vector<std::vector<double>> result;
   for (const NamedParameter& named : net.parameters()) result.push_back(named.parameter->grad.to_values());
@@ -121,13 +126,7 @@ TEST(NetBranch, TheGradientBucketsReduceTheConvolutionsWeightGradientCompleteCud
     SnapshotCommunicator communicator;
     distributed::GradientBuckets buckets(net, communicator, std::size_t{1} << 30);
     ASSERT_EQ(buckets.buckets().size(), 1u);
-    std::vector<double> values(static_cast<std::size_t>(shape_numel(kImage)));
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 + 0.5 * std::sin(0.013 * i);
-    net.input("image").copy_from(Tensor::from_values(values, kImage, DType::f32));
-    ctx.reseed(7);
-    net.zero_grad();
-    net.forward(ctx);
-    net.backward(ctx, {{"mse", 0.01 * 255 * 255}, {"bpp", 1.0}});
+    forward_backward(ctx, net);
     buckets.finish(ctx);
     ctx.synchronize();
     ASSERT_EQ(buckets.last_pass_issued_during_backward(), 1);
