@@ -12,4 +12,5 @@ void add_into(Context&, Tensor& destination, const Tensor&) {
 }
 bool all_finite(Context&, const Tensor& tensor) { throw DeviceError("no CUDA in this build for " + tensor.describe()); }
 void copy_bytes(Context&, void*, const void*, std::size_t) { throw DeviceError("no CUDA in this build"); }
+void convert(Context&, Tensor&, const Tensor&) { throw DeviceError("no CUDA in this build"); }
 }  // namespace plexus::cuda

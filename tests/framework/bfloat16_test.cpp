@@ -14,6 +14,7 @@
 #include "plexus/layer.h"
 #include "plexus/net.h"
 #include "plexus/tensor.h"
+#include "plexus/tensor_ops.h"
 #include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
@@ -151,6 +152,70 @@ TEST(BFloat16, TensorsKeepTheirBitsOnTheGpuCuda) {
   zeros.copy_from(device);
   zeros.fill_zero();
   EXPECT_EQ(zeros.to_values(), (std::vector<double>(5, 0.0)));
+}
+
+// Random finite f32 (every binade, the largest ones included, so some
+// round to infinity), a quarter of them bf16 ties.
+std::vector<double> random_f32_values(std::size_t count) {
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::vector<double> values;
+  while (values.size() < count) {
+    std::uint32_t bits = any(rng);
+    if ((bits & 0x7f800000u) == 0x7f800000u) continue;
+    if (values.size() % 4 == 0) bits = (bits & 0xffff0000u) | 0x8000u;
+    values.push_back(from_bits(bits));
+  }
+  return values;
+}
+
+std::vector<std::uint16_t> bf16_bits_of(const Tensor& tensor) {
+  const Tensor host = tensor.to(Device::cpu());
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(host.numel()));
+  std::memcpy(bits.data(), host.raw_data(), host.nbytes());
+  return bits;
+}
+
+TEST(BFloat16, ConvertNarrowsAndWidensLikeTheScalarConversions) {
+  Context ctx;
+  const std::vector<double> values = random_f32_values(4096);
+  const Shape shape{64, 64};
+  const Tensor f32 = Tensor::from_values(values, shape, DType::f32);
+  Tensor bf16(shape, DType::bf16), back(shape, DType::f32), f64(shape, DType::f64), f64_back(shape, DType::f32);
+  convert(ctx, bf16, f32);
+  const std::vector<std::uint16_t> bits = bf16_bits_of(bf16);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(bits[i], bf16_bits_from_f32(static_cast<float>(values[i]))) << "element " << i;
+  convert(ctx, back, bf16);
+  const std::vector<double> widened = back.to_values();
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(widened[i], f32_from_bf16_bits(bits[i])) << i;
+  convert(ctx, f64, f32);
+  EXPECT_EQ(f64.to_values(), values);  // f32 values are exact in f64
+  convert(ctx, f64_back, f64);
+  EXPECT_EQ(f64_back.to_values(), values);
+  Tensor wrong({4096}, DType::bf16);
+  EXPECT_THROW(convert(ctx, wrong, f32), ShapeError);
+}
+
+TEST(BFloat16, ConvertOnTheGpuGivesTheCpuBitsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Context cpu, gpu(Device::cuda());
+  const std::vector<double> values = random_f32_values(1 << 16);
+  const Shape shape{256, 256};
+  for (const DType source_dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(source_dtype));
+    const Tensor source = Tensor::from_values(values, shape, source_dtype);
+    Tensor on_cpu(shape, DType::bf16), on_gpu(shape, DType::bf16, Device::cuda());
+    convert(cpu, on_cpu, source);
+    convert(gpu, on_gpu, source.to(Device::cuda()));
+    gpu.synchronize();
+    EXPECT_EQ(bf16_bits_of(on_gpu), bf16_bits_of(on_cpu));
+    Tensor widened_gpu(shape, source_dtype, Device::cuda()), widened_cpu(shape, source_dtype);
+    convert(gpu, widened_gpu, on_gpu);
+    convert(cpu, widened_cpu, on_cpu);
+    gpu.synchronize();
+    EXPECT_EQ(widened_gpu.to_values(), widened_cpu.to_values());
+  }
 }
 
 }  // namespace

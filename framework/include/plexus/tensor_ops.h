@@ -26,6 +26,12 @@ bool all_finite(Context& ctx, const Tensor& tensor);
 // ShapeError). On CUDA, enqueued on the context's stream.
 void copy_elements(Context& ctx, Tensor& destination, std::int64_t destination_offset, const Tensor& source,
                    std::int64_t source_offset, std::int64_t count);
+// destination = source in destination's dtype (f32, f64 or bf16 either way;
+// same shape and device, else ShapeError): widening is exact, narrowing
+// rounds to nearest even (f64 to bf16 through f32: the two roundings can
+// differ from one only where the first lands exactly halfway between two
+// bf16 values). A NaN stays a NaN. On CUDA, enqueued on the context's stream.
+void convert(Context& ctx, Tensor& destination, const Tensor& source);
 
 namespace cuda {
 // CUDA halves of the above, in framework/src/cuda/tensor_ops.cu.
@@ -34,6 +40,7 @@ void set_values(Context& ctx, Tensor& tensor, const std::vector<double>& values)
 void add_into(Context& ctx, Tensor& destination, const Tensor& source);
 bool all_finite(Context& ctx, const Tensor& tensor);
 void copy_bytes(Context& ctx, void* destination, const void* source, std::size_t bytes);
+void convert(Context& ctx, Tensor& destination, const Tensor& source);
 }  // namespace cuda
 
 }  // namespace plexus

@@ -1,4 +1,6 @@
 // CUDA halves of plexus/tensor_ops.h. Element-wise, grid-stride loops.
+#include <cuda_bf16.h>
+
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/tensor_ops.h"
@@ -39,7 +41,51 @@ __global__ void non_finite_kernel(const T* data, long long n, int* flag) {
     if (!isfinite(data[i])) *flag = 1;
 }
 
+// Element conversions: f32 and bf16 widen to float, f64 to double; narrowing
+// rounds to nearest even (__float2bfloat16_rn for bf16; f64 to bf16 through
+// f32, as on the CPU).
+__device__ float widened(float value) { return value; }
+__device__ double widened(double value) { return value; }
+__device__ float widened(BFloat16 value) { return __uint_as_float(static_cast<unsigned>(value.bits) << 16); }
+
+template <typename Wide>
+__device__ void narrow_into(float& out, Wide value) { out = static_cast<float>(value); }
+template <typename Wide>
+__device__ void narrow_into(double& out, Wide value) { out = static_cast<double>(value); }
+template <typename Wide>
+__device__ void narrow_into(BFloat16& out, Wide value) {
+  out.bits = __bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(value)));
+}
+
+template <typename Out, typename In>
+__global__ void convert_kernel(Out* out, const In* in, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    narrow_into(out[i], widened(in[i]));
+}
+
+// Runs `fn` with a value of the element type of `dtype`, bf16 included.
+template <typename Fn>
+void dispatch_element(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) return fn(BFloat16{});
+  dispatch_float(dtype, fn);
+}
+
 }  // namespace
+
+void convert(Context& ctx, Tensor& destination, const Tensor& source) {
+  const long long n = destination.numel();
+  if (n == 0) return;
+  dispatch_element(destination.dtype(), [&](auto out_zero) {
+    using Out = decltype(out_zero);
+    dispatch_element(source.dtype(), [&](auto in_zero) {
+      using In = decltype(in_zero);
+      convert_kernel<Out, In>
+          <<<blocks_for(n), 256, 0, stream(ctx)>>>(destination.data<Out>(), source.data<In>(), n);
+      check_launch("convert_kernel", __FILE__, __LINE__);
+    });
+  });
+}
 
 void fill(Context& ctx, Tensor& tensor, double value) {
   long long n = tensor.numel();
