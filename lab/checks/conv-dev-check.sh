@@ -17,6 +17,7 @@
 # plexus-bench's convolution rows with them (into $OUT/mma-sync-*.jsonl).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-conv-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -26,14 +27,7 @@ precision=tf32,bf16
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build (plexus, conv tests, bf16 training test, plexus-bench)"
 start=$(date +%s)
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-       cmake --build "$build" -j "$(nproc)" --target conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test \
-         plexus-bench; } \
-     > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" conv2d_test conv_transpose2d_test plexus_ae_bf16_train_test plexus-bench
 echo "built in $(( $(date +%s) - start )) s"
 
 echo "== convolution tests"

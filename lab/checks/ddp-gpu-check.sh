@@ -14,6 +14,7 @@
 # Logs go to $OUT (default ddp-gpu-check-logs/); BUILD names the build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-ddp-gpu-check-logs}
 build=${BUILD:-build-ddp-gpu}
 data=${1:-data/train-sample}
@@ -22,13 +23,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== configure + build"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} &&
-       cmake --build "$build" -j "$(nproc)" --target nccl_communicator_test plexus_ae_data_parallel_test plexus-ae; } \
-     > "$logs/build.log" 2>&1; then
-  tail -40 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" nccl_communicator_test plexus_ae_data_parallel_test plexus-ae
 nccl_line=$(grep -E "NCCL" "$logs/build.log" | head -1)
 echo "$nccl_line"
 

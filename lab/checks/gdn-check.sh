@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GDN / IGDN on a machine with an NVIDIA GPU, from the repository root:
 #   bash lab/checks/gdn-check.sh
-# Builds only libplexus, gdn_test, plexus-bench and gdn-tiling-bench (sm_90
-# unless CUDA_ARCHITECTURES says otherwise), runs the GDN tests with CUDA (fails
+# Builds only libplexus, gdn_test, plexus-bench and gdn-tiling-bench (for the
+# local GPU unless CUDA_ARCH names architectures), runs the GDN tests with CUDA (fails
 # if any is skipped) and the TF32 accuracy test under compute-sanitizer
 # memcheck, times the TF32 kernels under other warp tilings and against a
 # streaming kernel over the same bytes (gdn-tiling-bench), then the GDN and
@@ -12,6 +12,7 @@
 # Logs and JSON lines go to $OUT (or gdn-check-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-gdn-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -20,13 +21,7 @@ python=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== configure + build (plexus, gdn_test, plexus-bench, gdn-tiling-bench)"
 start=$SECONDS
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" &&
-       cmake --build "$build" --target plexus gdn_test plexus-bench gdn-tiling-bench -j "$(nproc)"; } > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" plexus gdn_test plexus-bench gdn-tiling-bench
 echo "built in $((SECONDS - start)) s"
 
 echo "== gdn_test"

@@ -2,12 +2,13 @@
 # Where the tensor-core GDN kernels spend their time, on a machine with an NVIDIA GPU
 # and Nsight Compute, from the repository root:
 #   bash lab/checks/gdn-profile.sh
-# Builds gdn-tiling-bench (sm_90 unless CUDA_ARCHITECTURES says otherwise),
+# Builds gdn-tiling-bench (for the local GPU unless CUDA_ARCH names architectures),
 # runs it (byte floors and every tiling at 16x128x128x128), then profiles the
 # layer's forward and backward kernels once each with `ncu --set full`
 # (clocks not locked). Logs go to $OUT (or gdn-check-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-gdn-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -15,13 +16,7 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 start=$SECONDS
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" &&
-       cmake --build "$build" --target gdn-tiling-bench -j "$(nproc)"; } > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" gdn-tiling-bench
 echo "built in $((SECONDS - start)) s"
 
 echo "== tilings and products (16x128x128x128, the kernels alone)"

@@ -22,6 +22,7 @@ data=${1:?usage: lab/checks/input-pipeline-check.sh IMAGE_FOLDER [SECONDS]}
 data=$(realpath "$data")
 seconds=${2:-15}
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-input-pipeline-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -31,13 +32,7 @@ default_threads=$(( cores > 1 ? cores - 1 : 1 )); (( default_threads > 8 )) && d
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
 echo "== build"
 start=$SECONDS
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-       cmake --build "$build" -j "$cores" --target plexus-ae plexus-bench plexus-loader-bench device_input_test grad_clip_test; } \
-       > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" plexus-ae plexus-bench plexus-loader-bench device_input_test grad_clip_test
 echo "built in $((SECONDS - start)) s"
 
 echo "== tests"

@@ -15,6 +15,7 @@
 # softmax_projection_test" for a quicker loop).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source lab/checks/build-targets.sh
 logs=${OUT:-softmax-check-logs}
 mkdir -p "$logs"
 build=${BUILD:-build-gpu}
@@ -25,13 +26,7 @@ start=$(date +%s)
 tests=${TESTS:-cuda_gemm_test softmax_projection_test fully_connected_test conv2d_test conv_transpose2d_test \
 plexus_ae_bf16_train_test}
 # shellcheck disable=SC2086  # $tests is a list of target names
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-       cmake --build "$build" -j "$(nproc)" --target $tests plexus-bench softmax-gemm-bench; } \
-     > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+build_targets "$logs" "$build" $tests plexus-bench softmax-gemm-bench
 echo "built in $(( $(date +%s) - start )) s"
 
 echo "== tests"
