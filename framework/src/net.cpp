@@ -192,14 +192,48 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     }
     for (std::size_t i = 0; i < out.size(); ++i) shapes[node->spec.outputs[i]] = out[i];
   }
+  shapes_ = shapes;
+  allocate_blobs();
+}
+
+void Net::allocate_blobs() {
+  plan_blob_dtypes();
   blobs_.clear();
   grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
-  shapes_ = shapes;
   // An inference-only net allocates each blob when its producer runs (input(): a model input).
-  for (const auto& entry : shapes)
-    blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, dtype_, device_);
+  for (const auto& entry : shapes_)
+    blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, blob_dtype(entry.first), device_);
   for (auto& node : nodes_) node->scratch_grads.clear();
+}
+
+void Net::plan_blob_dtypes() {
+  bf16_blobs_.clear();
+  if (activation_storage_ != DType::bf16) return;
+  std::map<std::string, const Layer*> producer, reader;
+  for (const auto& node : nodes_) {
+    for (const auto& output : node->spec.outputs) producer[output] = node->layer.get();
+    for (const auto& input : node->spec.inputs) reader[input] = node->layer.get();
+  }
+  for (const auto& [blob, layer] : producer) {
+    const auto readers = consumers_.find(blob);
+    if (readers == consumers_.end() || readers->second != 1) continue;  // none, or several (their sum is f32)
+    if (layer->stores_bf16(device_) && reader.at(blob)->stores_bf16(device_)) bf16_blobs_.insert(blob);
+  }
+}
+
+void Net::set_activation_storage(DType storage) {
+  if (storage != DType::f32 && storage != DType::bf16)
+    throw ConfigError(spec_.source + ": activation storage must be f32 or bf16, not " + dtype_name(storage));
+  if (storage == DType::bf16 && dtype_ != DType::f32)
+    throw ConfigError(spec_.source + ": bf16 activation storage needs an f32 net, not " + dtype_name(dtype_));
+  activation_storage_ = storage;
+  allocate_blobs();
+}
+
+DType Net::blob_dtype(const std::string& name) const {
+  if (!shapes_.count(name)) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
+  return bf16_blobs_.count(name) ? DType::bf16 : dtype_;
 }
 
 std::string Net::shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
@@ -275,8 +309,9 @@ void Net::allocate_outputs(std::size_t index) {
     const bool in_place = k == 0 && !inputs.empty() && node.layer->forward_in_place(device_) &&
                           !holds_between_passes(inputs[0]) && last_reader_.at(inputs[0]) == index &&
                           std::count(inputs.begin(), inputs.end(), inputs[0]) == 1 &&
-                          shapes_.at(inputs[0]) == shapes_.at(output);
-    blobs_[output] = in_place ? blobs_.at(inputs[0]) : Tensor(shapes_.at(output), dtype_, device_);
+                          shapes_.at(inputs[0]) == shapes_.at(output) &&
+                          blob_dtype(inputs[0]) == blob_dtype(output);
+    blobs_[output] = in_place ? blobs_.at(inputs[0]) : Tensor(shapes_.at(output), blob_dtype(output), device_);
   }
 }
 
@@ -397,10 +432,11 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   if (inference_only_)
     throw ConfigError(spec_.source + ": backward() on an inference-only net, which keeps no activations");
   if (grads_.empty()) {
-    for (const auto& entry : shapes_) grads_[entry.first] = Tensor(entry.second, dtype_, device_);
+    for (const auto& entry : shapes_) grads_[entry.first] = Tensor(entry.second, blob_dtype(entry.first), device_);
     for (auto& node : nodes_)
       for (const auto& input : node->spec.inputs)
-        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), dtype_, device_) : Tensor());
+        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
+                                                          : Tensor());
   }
   std::set<std::string> has_grad;
   for (const auto& entry : loss_weights) {

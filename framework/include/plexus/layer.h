@@ -81,6 +81,17 @@ class Layer {
     return false;
   }
 
+  // Whether this layer's kernels on `device` take bf16 tensors (DType::bf16,
+  // a storage type) for its inputs and outputs and their gradients, each
+  // tensor in its own dtype (f32 or bf16), computing in f32. A Net whose
+  // activation storage is bf16 (Net::set_activation_storage) stores a blob
+  // in bf16 only when its producer and its one reader both say so. The
+  // default, false: every tensor the layer sees has the net's dtype.
+  virtual bool stores_bf16(Device device) const {
+    (void)device;
+    return false;
+  }
+
   // Told by a Net that runs forward only (Net::set_inference_only) before
   // each forward: whether nothing reads input 0 after it. A CPU forward may
   // then give the memory of the parts of input 0 it has finished reading

@@ -59,6 +59,16 @@ class Net {
   // everything. Throws ConfigError for a name that is no blob.
   void set_inference_only(const std::vector<std::string>& kept);
   bool inference_only() const { return inference_only_; }
+  // How blobs are stored. DType::f32 (the default): every blob and its
+  // gradient in the net's dtype. DType::bf16 (an f32 net only, else
+  // ConfigError): a blob that is no model input, whose producer and whose
+  // one reader both store bf16 (Layer::stores_bf16 on the net's device), is
+  // stored in bf16, its gradient too; every other blob stays f32. Parameters
+  // and their gradients stay f32. Reallocates the blobs, as reshape() does.
+  void set_activation_storage(DType storage);
+  DType activation_storage() const { return activation_storage_; }
+  // The dtype blob `name` is stored in (its gradient's too).
+  DType blob_dtype(const std::string& name) const;
   // Changes whenever blobs are reallocated (construction, reshape): a CUDA
   // graph recorded at one layout must not be replayed at another.
   std::uint64_t layout_version() const { return layout_version_; }
@@ -136,6 +146,11 @@ class Net {
   void allocate_outputs(std::size_t index);
   void release_after(std::size_t index);
   bool input_expires(std::size_t index) const;
+  // The blobs stored in bf16 under the current activation storage.
+  void plan_blob_dtypes();
+  // Plans the blobs' dtypes and allocates the blobs at the current shapes
+  // (none for an inference-only net); gradients wait for backward().
+  void allocate_blobs();
   ModelSpec spec_;
   DType dtype_;
   Device device_;
@@ -146,6 +161,8 @@ class Net {
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
   std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
   bool inference_only_ = false;
+  DType activation_storage_ = DType::f32;
+  std::set<std::string> bf16_blobs_;
   std::set<std::string> kept_;  // what an inference-only net holds between passes
   std::map<std::string, std::string> layer_type_origins_;
   std::uint64_t layout_version_ = 0;
