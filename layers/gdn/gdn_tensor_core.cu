@@ -213,6 +213,11 @@ __device__ __forceinline__ float stored_operand(float v) {
 template <class Product>
 constexpr int k_step = 8 * Product::kGroups;
 
+// How many of a contraction's k steps the compiler unrolls: the tiling's
+// count of m16n8k8 steps (Tiling::contract_unroll) in the Product's steps.
+template <class L, class Product>
+constexpr int unrolled_steps = L::contract_unroll / Product::kGroups > 0 ? L::contract_unroll / Product::kGroups : 1;
+
 // A contraction's reduction length: channels rounded up to whole k steps
 // (at most CP: CP is a multiple of 32; padded channels hold zeros).
 template <class Product>
@@ -390,7 +395,7 @@ template <class L, class Product>
 __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const float* x_s, int reduce_end,
                                                   float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                   int m_base, int n_base) {
-  constexpr int CP = L::channels, G = Product::kGroups, kUnroll = L::contract_unroll / G;
+  constexpr int CP = L::channels, G = Product::kGroups, kUnroll = unrolled_steps<L, Product>;
   const int g = (threadIdx.x % 32) / 4;
 #pragma unroll kUnroll
   for (int k0 = 0; k0 < reduce_end; k0 += k_step<Product>) {
@@ -430,7 +435,7 @@ template <class L, class Product>
 __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s, const float* q_s, int reduce_end,
                                                             float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
                                                             int m_base, int n_base) {
-  constexpr int R = L::rows, G = Product::kGroups, kUnroll = L::contract_unroll / G;
+  constexpr int R = L::rows, G = Product::kGroups, kUnroll = unrolled_steps<L, Product>;
 #pragma unroll kUnroll
   for (int k0 = 0; k0 < reduce_end; k0 += k_step<Product>) {
     std::uint32_t a[L::contract_m_tiles][G][4];
@@ -468,7 +473,7 @@ template <class L, class Product>
 __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
                                                 float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
                                                 int m_base, int n_base) {
-  constexpr int G = Product::kGroups, kUnroll = L::contract_unroll / G;
+  constexpr int G = Product::kGroups, kUnroll = unrolled_steps<L, Product>;
   const int g = (threadIdx.x % 32) / 4;
 #pragma unroll kUnroll
   for (int p0 = 0; p0 < L::tile; p0 += k_step<Product>) {
