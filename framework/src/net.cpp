@@ -79,7 +79,8 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
          std::uint64_t seed)
     : spec_(spec), dtype_(dtype), device_(device) {
   if (dtype != DType::f32 && dtype != DType::f64)
-    throw ConfigError("model '" + spec_.name + "': a net computes in f32 or f64, not " + dtype_name(dtype));
+    throw ConfigError(spec_.source + ": model '" + spec_.name + "': a net computes in f32 or f64, not " +
+                      dtype_name(dtype));
   for (const auto& node_spec : spec_.nodes) {
     auto node = std::make_unique<Node>();
     node->spec = node_spec;
