@@ -2,15 +2,14 @@
 // engine (implicit_gemm.h) where it takes the pass, else im2col / col2im
 // kernels plus cuBLAS GEMMs batched over the images of a chunk.
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
-#include <string>
 
 #include "convolution/channel_ops.h"
 #include "convolution/convolution.h"
 #include "convolution/scratch.h"
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/branch.h"
+#include "plexus/environment_switch.h"
 
 namespace plexus::layers {
 
@@ -26,10 +25,7 @@ ColumnScratch& column_scratch(Context& ctx) { return ctx.shared_state<ColumnScra
 // Whether the backward pass runs the parameter gradients on a cuda::Branch:
 // unless the environment variable PLEXUS_CONV_BRANCH is "0" (to compare).
 bool parameter_gradients_beside() {
-  static const bool beside = [] {
-    const char* setting = std::getenv("PLEXUS_CONV_BRANCH");
-    return !(setting && std::string(setting) == "0");
-  }();
+  static const bool beside = !switched_off_by_environment("PLEXUS_CONV_BRANCH");
   return beside;
 }
 

@@ -11,10 +11,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "convolution/implicit_gemm_gather.cuh"
 #include "convolution/wgmma.cuh"
+#include "plexus/environment_switch.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -179,13 +179,12 @@ bool uses_wgmma(const Context& ctx) {
   static std::atomic<int> decided[kDevices];
   const int device = cuda::resources(ctx).device;
   if (device >= 0 && device < kDevices && decided[device].load() != 0) return decided[device].load() == 2;
-  const char* setting = std::getenv("PLEXUS_CONV_WGMMA");
   int major = 0, minor = 0;
   cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
   cuda::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
-  const bool wgmma = major == 9 && minor == 0 && !(setting && std::strcmp(setting, "0") == 0);
+  const bool wgmma = major == 9 && minor == 0 && !switched_off_by_environment("PLEXUS_CONV_WGMMA");
   if (device >= 0 && device < kDevices) decided[device].store(wgmma ? 2 : 1);
   return wgmma;
 #else

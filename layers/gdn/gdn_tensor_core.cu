@@ -48,12 +48,11 @@
 // columns of its half. Both write into the same per-block partials.
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/tensor_core_product.h"
+#include "plexus/environment_switch.h"
 
 namespace plexus::layers::gdn_cuda {
 
@@ -1081,10 +1080,7 @@ Tensor backward_with(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx
 // Whether the contractions run as BF16 products: at bf16 precision, unless
 // the environment variable PLEXUS_GDN_BF16 is "0" (TF32 products, to compare).
 bool bf16_products(const Context& ctx) {
-  static const bool allowed = [] {
-    const char* setting = std::getenv("PLEXUS_GDN_BF16");
-    return !(setting && std::string(setting) == "0");
-  }();
+  static const bool allowed = !switched_off_by_environment("PLEXUS_GDN_BF16");
   return allowed && ctx.bf16_products();
 }
 
