@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "backend.h"
-#include "plexus/bfloat16.h"
+#include "element_values.h"
 #include "plexus/checked_math.h"
 
 namespace plexus {
@@ -116,18 +116,10 @@ Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType
     throw ShapeError("from_values: " + std::to_string(values.size()) +
                      " values do not fill shape " + shape_str(shape));
   Tensor host(shape, dtype, Device::cpu());
-  if (dtype == DType::f64) {
-    std::copy(values.begin(), values.end(), host.data<double>());
-  } else if (dtype == DType::bf16) {
-    // Through f32: a double rounded to f32, then to bf16, can differ from
-    // the double rounded to bf16 directly only when the first rounding lands
-    // exactly on a bf16 tie.
-    BFloat16* out = host.data<BFloat16>();
-    for (std::size_t i = 0; i < values.size(); ++i) out[i].bits = bf16_bits_from_f32(static_cast<float>(values[i]));
-  } else {
-    float* out = host.data<float>();
-    for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
-  }
+  dispatch_element(dtype, [&](auto zero) {
+    auto* out = host.data<decltype(zero)>();
+    for (std::size_t i = 0; i < values.size(); ++i) store_element(out[i], values[i]);
+  });
   return host.to(device);
 }
 
@@ -135,15 +127,10 @@ std::vector<double> Tensor::to_values() const {
   if (!defined()) return {};
   Tensor host = to(Device::cpu());
   std::vector<double> values(static_cast<std::size_t>(numel()));
-  if (dtype_ == DType::f64) {
-    std::copy(host.data<double>(), host.data<double>() + numel(), values.begin());
-  } else if (dtype_ == DType::bf16) {
-    const BFloat16* in = host.data<BFloat16>();
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = f32_from_bf16_bits(in[i].bits);
-  } else {
-    const float* in = host.data<float>();
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = in[i];
-  }
+  dispatch_element(dtype_, [&](auto zero) {
+    const auto* in = host.data<decltype(zero)>();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = element_value(in[i]);
+  });
   return values;
 }
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "plexus/bfloat16.h"
+#include "element_values.h"
 
 namespace plexus {
 
@@ -12,21 +12,6 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.device() != b.device())
     throw ShapeError(std::string(op) + ": " + a.describe() + " and " + b.describe() + " differ");
 }
-
-// Runs `fn` with a value of the element type of `dtype`, bf16 included.
-template <typename Fn>
-void dispatch_element(DType dtype, Fn&& fn) {
-  if (dtype == DType::bf16) return fn(BFloat16{});
-  dispatch_float(dtype, fn);
-}
-
-double widened(float value) { return value; }
-double widened(double value) { return value; }
-double widened(BFloat16 value) { return f32_from_bf16_bits(value.bits); }
-
-void narrow_into(float& out, double value) { out = static_cast<float>(value); }
-void narrow_into(double& out, double value) { out = value; }
-void narrow_into(BFloat16& out, double value) { out.bits = bf16_bits_from_f32(static_cast<float>(value)); }
 }  // namespace
 
 void fill(Context& ctx, Tensor& tensor, double value) {
@@ -84,7 +69,7 @@ void convert(Context& ctx, Tensor& destination, const Tensor& source) {
       const In* in = source.data<In>();
       // Through double: exact for every f32 and bf16 value, so an f32 or a
       // bf16 source is rounded once.
-      for (std::int64_t i = 0; i < destination.numel(); ++i) narrow_into(out[i], widened(in[i]));
+      for (std::int64_t i = 0; i < destination.numel(); ++i) store_element(out[i], element_value(in[i]));
     });
   });
 }

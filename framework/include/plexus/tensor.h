@@ -33,6 +33,16 @@ constexpr DType dtype_of<double>() { return DType::f64; }
 template <>
 constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
 
+// Runs `fn` with a value of the element type of `dtype` (float, double or
+// BFloat16): dispatch_element(t.dtype(), [&](auto zero) { using T = decltype(zero); ... }).
+// Kernels that compute take dispatch_float (plexus/layer.h), which refuses bf16.
+template <typename Fn>
+decltype(auto) dispatch_element(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) return fn(BFloat16{});
+  if (dtype == DType::f64) return fn(double{0});
+  return fn(float{0});
+}
+
 struct Device {
   enum class Kind { cpu, cuda };
   Kind kind = Kind::cpu;

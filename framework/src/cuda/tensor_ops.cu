@@ -64,13 +64,6 @@ __global__ void convert_kernel(Out* out, const In* in, long long n) {
     narrow_into(out[i], widened(in[i]));
 }
 
-// Runs `fn` with a value of the element type of `dtype`, bf16 included.
-template <typename Fn>
-void dispatch_element(DType dtype, Fn&& fn) {
-  if (dtype == DType::bf16) return fn(BFloat16{});
-  dispatch_float(dtype, fn);
-}
-
 }  // namespace
 
 void convert(Context& ctx, Tensor& destination, const Tensor& source) {
