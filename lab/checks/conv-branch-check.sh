@@ -21,16 +21,8 @@ tests=(cuda_branch_test net_branch_test conv2d_test conv_transpose2d_test step_g
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 build_targets "$logs" "$build" plexus-bench "${tests[@]}"
 status=0
-for t in "${tests[@]}"; do
-  # The CUDA cases (the CPU-only ones do not reach the branch).
-  if "$build/tests/$t" --gtest_brief=1 --gtest_filter="*Cuda*:*TensorCore*:*FewChannel*" > "$logs/$t.log" 2>&1; then
-    echo "$t: $(grep -E '^\[  PASSED' "$logs/$t.log")"
-  else
-    status=1
-    echo "$t: FAILED"
-    grep -E "FAILED|Failure|error" "$logs/$t.log" | head -20
-  fi
-done
+# The CUDA cases (the CPU-only ones do not reach the branch).
+for t in "${tests[@]}"; do run_gtest "$logs" "$build" "$t" "*Cuda*:*TensorCore*:*FewChannel*" || status=1; done
 grep -h "SKIPPED" "$logs"/*_test.log | head -5
 step_ab "$logs" "$build" "$rounds" PLEXUS_CONV_BRANCH "branch off" "branch on" || status=1
 [ $status -eq 0 ] && echo "SUMMARY: conv-branch-check passed" || echo "SUMMARY: conv-branch-check FAILED"

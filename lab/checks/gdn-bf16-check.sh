@@ -19,25 +19,18 @@ logs=${OUT:-gdn-bf16-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
 mkdir -p "$logs"
-tests=(gdn_test conv2d_test conv_transpose2d_test)
-[ "${QUALITY:-0}" = 1 ] && tests+=(plexus_ae_bf16_train_test plexus-ae)
+quality=()
+[ "${QUALITY:-0}" = 1 ] && quality=(plexus_ae_bf16_train_test plexus-ae)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
-build_targets "$logs" "$build" plexus-bench gdn-tiling-bench "${tests[@]}"
+build_targets "$logs" "$build" plexus-bench gdn-tiling-bench gdn_test conv2d_test conv_transpose2d_test "${quality[@]}"
 status=0
-for t in "${tests[@]}"; do
-  [ "$t" = plexus-ae ] && continue
-  filter="*"
-  case $t in conv*) filter="*Cuda*:*TensorCore*:*FewChannel*" ;; esac
-  if "$build/tests/$t" --gtest_filter="$filter" > "$logs/$t.log" 2>&1; then
-    echo "$t: $(grep -E '^\[  PASSED' "$logs/$t.log")"
-  else
-    status=1
-    echo "$t: FAILED"
-    grep -E "FAILED|Failure|error" "$logs/$t.log" | head -20
-  fi
+run_gtest "$logs" "$build" gdn_test || status=1
+for t in conv2d_test conv_transpose2d_test; do
+  run_gtest "$logs" "$build" "$t" "*Cuda*:*TensorCore*:*FewChannel*" || status=1
 done
+if [ "${QUALITY:-0}" = 1 ]; then run_gtest "$logs" "$build" plexus_ae_bf16_train_test || status=1; fi
 grep -h "SKIPPED" "$logs"/*_test.log | head -5
-grep -h "^\[ bf16\|^\[ tf32" "$logs/gdn_test.log" | sort | awk '{print}' | head -40 > "$logs/gdn-errors.txt"
+grep -h "^\[ bf16\|^\[ tf32" "$logs/gdn_test.log" | sort | head -40 > "$logs/gdn-errors.txt"
 grep -h "mean settled" "$logs"/plexus_ae_bf16_train_test.log 2>/dev/null
 echo "== gdn-tiling-bench (16x128x128x128)"
 "$build/bin/gdn-tiling-bench" | tee "$logs/tilings.jsonl" || status=1
