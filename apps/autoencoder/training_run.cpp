@@ -170,6 +170,7 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry
       best_val_psnr(settings.earlier.best_val_psnr) {
   const TrainOptions& o = settings.options;
   ctx.set_precision(settings.precision);
+  net.set_activation_storage(activation_storage_for(settings.precision, settings.device));
   if (!o.init_from.empty()) load_initial_weights(o.init_from, net, settings.model_name());
   if (o.resume) {
     step = load_checkpoint(settings.checkpoint_path, net, &adam);

@@ -18,8 +18,20 @@ void Layer::check_device(const Context& ctx, const ConstTensors& tensors, const 
   }
 }
 
+template <class Tensors>
+void Layer::check_storage(const Context& ctx, const Tensors& tensors, const char* role) const {
+  if (stores_bf16(ctx.device())) return;
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i] && tensors[i]->defined() && tensors[i]->dtype() == DType::bf16)
+      throw ConfigError(who() + ": " + role + " " + std::to_string(i) + " is " + tensors[i]->describe() +
+                        ", but this layer takes no bf16 tensors on " + ctx.device().str() +
+                        " (Layer::stores_bf16)");
+}
+
 void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   check_device(ctx, inputs, "input");
+  check_storage(ctx, inputs, "input");
+  check_storage(ctx, outputs, "output");
   if (ctx.device().is_cuda()) {
     if (!has_cuda()) throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
     forward_cuda(ctx, inputs, outputs);
@@ -31,6 +43,9 @@ void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTenso
 void Layer::backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
                      const ConstTensors& output_grads, const MutableTensors& input_grads) {
   check_device(ctx, output_grads, "output gradient");
+  check_storage(ctx, inputs, "input");
+  check_storage(ctx, output_grads, "output gradient");
+  check_storage(ctx, input_grads, "input gradient");
   if (ctx.device().is_cuda()) {
     if (!has_cuda()) throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
     backward_cuda(ctx, inputs, outputs, output_grads, input_grads);

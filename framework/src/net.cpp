@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "plexus/environment_switch.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 
@@ -230,6 +231,11 @@ void Net::set_activation_storage(DType storage) {
     throw ConfigError(spec_.source + ": bf16 activation storage needs an f32 net, not " + dtype_name(dtype_));
   activation_storage_ = storage;
   allocate_blobs();
+}
+
+DType activation_storage_for(Precision precision, Device device) {
+  static const bool allowed = !switched_off_by_environment("PLEXUS_BF16_STORAGE");
+  return precision == Precision::bf16 && device.is_cuda() && allowed ? DType::bf16 : DType::f32;
 }
 
 DType Net::blob_dtype(const std::string& name) const {

@@ -41,6 +41,7 @@
 #include "gdn/gdn.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/blas.h"
+#include "plexus/f32_stand_ins.h"
 
 namespace plexus::layers {
 
@@ -622,10 +623,57 @@ void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const P
 
 }  // namespace
 
+// bf16 storage: the tensor-core kernels read and write bf16 themselves when
+// every activation tensor of the call is bf16 (BF16 products, C <= 192);
+// any other call with a bf16 tensor runs the f32 kernels on f32 stand-ins.
 void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   check_channels(*inputs[0]);
   const Tensor& x = *inputs[0];
   Tensor& y = *outputs[0];
+  if (x.dtype() != DType::bf16 && y.dtype() != DType::bf16) return forward_cuda_float(ctx, x, y);
+  const Problem problem = problem_of(x);
+  if (problem.count == 0) return;
+  const Reparametrization<float> rp{static_cast<float>(pedestal()), static_cast<float>(beta_bound()),
+                                    static_cast<float>(gamma_bound())};
+  if (ctx.allow_tf32() &&
+      tensor_core_forward(ctx, x, y, parameter("beta").value, parameter("gamma").value, problem, rp, inverse_))
+    return;
+  F32StandIns stand_ins(stand_ins_);
+  forward_cuda_float(ctx, stand_ins.read(ctx, x), stand_ins.write(ctx, y));
+  stand_ins.finish(ctx);
+}
+
+void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
+                        const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  check_channels(*inputs[0]);
+  const Tensor& x = *inputs[0];
+  const Tensor& dy = *output_grads[0];
+  Tensor* dx = input_grads[0];
+  const bool any_bf16 =
+      x.dtype() == DType::bf16 || dy.dtype() == DType::bf16 || (dx && dx->dtype() == DType::bf16);
+  if (!any_bf16) return backward_cuda_float(ctx, x, dy, dx);
+  const Problem problem = problem_of(x);
+  if (problem.count == 0) return;
+  Parameter& beta = parameter("beta");
+  Parameter& gamma = parameter("gamma");
+  const Reparametrization<float> rp{static_cast<float>(pedestal()), static_cast<float>(beta_bound()),
+                                    static_cast<float>(gamma_bound())};
+  if (ctx.allow_tf32()) {
+    const Tensor partials =
+        tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
+    if (partials.defined()) {
+      sum_parameter_gradients<float>(ctx, partials, beta, gamma, problem.channels, rp);
+      return;
+    }
+  }
+  F32StandIns stand_ins(stand_ins_);
+  const Tensor& x_f32 = stand_ins.read(ctx, x);
+  const Tensor& dy_f32 = stand_ins.read(ctx, dy);
+  backward_cuda_float(ctx, x_f32, dy_f32, dx ? &stand_ins.write(ctx, *dx) : nullptr);
+  stand_ins.finish(ctx);
+}
+
+void GDN::forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y) {
   const Problem problem = problem_of(x);
   if (problem.count == 0) return;
   const Tensor& beta = parameter("beta").value;
@@ -649,12 +697,7 @@ void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   });
 }
 
-void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                        const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  check_channels(*inputs[0]);
-  const Tensor& x = *inputs[0];
-  const Tensor& dy = *output_grads[0];
-  Tensor* dx = input_grads[0];
+void GDN::backward_cuda_float(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx) {
   const Problem problem = problem_of(x);
   if (problem.count == 0) return;
   Parameter& beta = parameter("beta");

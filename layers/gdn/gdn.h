@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <deque>
 
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
@@ -49,6 +50,9 @@ class GDN : public Layer {
   bool cuda_graph_capturable() const override { return true; }
   // The CPU kernel computes a block's norms from x before it writes y.
   bool forward_in_place(Device device) const override { return device.is_cpu(); }
+  // On CUDA x, y and their gradients may each be f32 or bf16 (gdn.cu says
+  // which calls read and write bf16 themselves); the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
   bool inverse() const { return inverse_; }
 
@@ -76,6 +80,13 @@ class GDN : public Layer {
   // CUDA scratch, kept between calls (see convolution/scratch.h): the tensor-core
   // backward's per-block dgamma/dbeta partial sums [blocks, C*C + C].
   Tensor partials_;
+  // f32 stand-ins of bf16 tensors for the calls without a bf16 kernel (plexus/f32_stand_ins.h).
+  std::deque<Tensor> stand_ins_;
+#if PLEXUS_WITH_CUDA
+  // The CUDA passes on f32 or f64 tensors.
+  void forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y);
+  void backward_cuda_float(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx);
+#endif
 };
 
 // Registers "GDN" and "IGDN".

@@ -4,6 +4,9 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
 
 #include "gdn/gdn.h"
 #include "plexus/cuda/cuda_check.h"
@@ -68,6 +71,48 @@ __device__ __forceinline__ void store2(double* destination, const double* in) {
   *reinterpret_cast<double2*>(destination) = make_double2(in[0], in[1]);
 }
 
+// bf16 storage (the tensor-core kernels' Element = __nv_bfloat16): 4 or 2
+// consecutive bf16 values, 8 or 4 bytes, either kept as they are (held in
+// registers until stored to shared memory) or widened to f32 (exact); f32
+// values stored to bf16 round to nearest even.
+__device__ __forceinline__ void load4(const __nv_bfloat16* source, __nv_bfloat16* out) {
+  *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(source);
+}
+__device__ __forceinline__ void load4(const __nv_bfloat16* source, float* out) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(source);
+  const float2 low = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 high = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  out[0] = low.x;
+  out[1] = low.y;
+  out[2] = high.x;
+  out[3] = high.y;
+}
+__device__ __forceinline__ void load2(const __nv_bfloat16* source, float* out) {
+  const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(source));
+  out[0] = v.x;
+  out[1] = v.y;
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* destination, const float* in) {
+  *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(in[0], in[1]);
+}
+
+// One element of storage type E as the value type T, and back (the same
+// type: as is; bf16: widened exactly, or rounded to nearest even).
+template <typename T, typename E>
+__device__ __forceinline__ T element_value(E value) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>)
+    return static_cast<T>(__bfloat162float(value));
+  else
+    return value;
+}
+template <typename E, typename T>
+__device__ __forceinline__ E stored_value(T value) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(static_cast<float>(value));
+  else
+    return value;
+}
+
 // N consecutive pixels (first, first + 1, ...) of the whole batch: element
 // (channel i, pixel c) lies at offset[c] + i * pixels. `contiguous`: all N in
 // bounds, in one image and aligned to N elements, so one vector access serves
@@ -98,9 +143,10 @@ __device__ __forceinline__ PixelRun<N> pixel_run(long long first, long long tota
   return run;
 }
 
-// The run's N values of one channel (0 outside the batch).
-template <int N, typename T>
-__device__ __forceinline__ void load_run(const T* base, const PixelRun<N>& run, long long channel_offset, T* out) {
+// The run's N values of one channel (0 outside the batch), from storage of
+// element type E into values of type T (element_value).
+template <int N, typename E, typename T>
+__device__ __forceinline__ void load_run(const E* base, const PixelRun<N>& run, long long channel_offset, T* out) {
   if (run.contiguous) {
     if constexpr (N == 4)
       load4(base + run.offset[0] + channel_offset, out);
@@ -108,12 +154,13 @@ __device__ __forceinline__ void load_run(const T* base, const PixelRun<N>& run, 
       load2(base + run.offset[0] + channel_offset, out);
   } else {
 #pragma unroll
-    for (int c = 0; c < N; ++c) out[c] = (run.valid_mask >> c) & 1 ? base[run.offset[c] + channel_offset] : T(0);
+    for (int c = 0; c < N; ++c)
+      out[c] = (run.valid_mask >> c) & 1 ? element_value<T>(base[run.offset[c] + channel_offset]) : T(0.0f);
   }
 }
 
-template <int N, typename T>
-__device__ __forceinline__ void store_run(T* base, const PixelRun<N>& run, long long channel_offset, const T* in) {
+template <int N, typename E, typename T>
+__device__ __forceinline__ void store_run(E* base, const PixelRun<N>& run, long long channel_offset, const T* in) {
   if (run.contiguous) {
     if constexpr (N == 4)
       store4(base + run.offset[0] + channel_offset, in);
@@ -122,7 +169,7 @@ __device__ __forceinline__ void store_run(T* base, const PixelRun<N>& run, long 
   } else {
 #pragma unroll
     for (int c = 0; c < N; ++c)
-      if ((run.valid_mask >> c) & 1) base[run.offset[c] + channel_offset] = in[c];
+      if ((run.valid_mask >> c) & 1) base[run.offset[c] + channel_offset] = stored_value<E>(in[c]);
   }
 }
 
@@ -188,9 +235,11 @@ int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-// Tensor-core kernels (gdn_tensor_core.cu), f32 tensors only, C <= 256,
-// compute capability >= 8.0: TF32 products, BF16 when ctx.bf16_products()
-// (unless PLEXUS_GDN_BF16=0, to compare).
+// Tensor-core kernels (gdn_tensor_core.cu), C <= 256, compute capability
+// >= 8.0: TF32 products, BF16 when ctx.bf16_products() (unless
+// PLEXUS_GDN_BF16=0, to compare). f32 tensors, or every activation tensor
+// of the call bf16 (then only with BF16 products and C <= 192; otherwise
+// they return as below, having launched nothing).
 // y = GDN(x) (IGDN when `inverse`); false when it cannot run here (then nothing was launched).
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);

@@ -3,6 +3,10 @@
 // when the context allows TF32: TF32 m16n8k8 products (cuda::Tf32Product), or
 // BF16 m16n8k16 (cuda::Bf16Product) when its precision is bf16, both built
 // from the same fragments of the same f32 tiles. Math and notation in gdn.h.
+// Under bf16 activation storage (x, y, dy and dx all bf16, BF16 products,
+// C <= 192) the same kernels read bf16 (widened exactly into the same f32
+// tiles) and write bf16 (rounded to nearest even): the same f32 results,
+// then rounded, for half the bytes.
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (a tile
 // may span two images) and keeps in shared memory:
@@ -48,6 +52,7 @@
 // columns of its half. Both write into the same per-block partials.
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
@@ -295,11 +300,13 @@ __device__ __forceinline__ PixelRun<N> tile_run(const TileOrigin& origin, int co
 // Rows [row_begin, row_begin + kRowCount) of the tile [tile_begin,
 // tile_begin + T) of `source` into registers: thread t reads pixels
 // 4 (t % (T/4)) + 0..3 of rows t / (T/4) + k * load_row_step (coalesced
-// float4 runs along pixels); 0 outside the batch and the channels.
-template <class L, int kRowCount>
-__device__ __forceinline__ void fetch_tile(const float* source, int row_begin, long long tile_begin,
+// runs of 4 along pixels: 16 bytes of f32, 8 of bf16); 0 outside the batch
+// and the channels. The values stay in the storage's element type
+// (store_tile widens them), so a bf16 tile waits in half the registers.
+template <class L, int kRowCount, class Element>
+__device__ __forceinline__ void fetch_tile(const Element* source, int row_begin, long long tile_begin,
                                            long long total_pixels, long long pixels, int channels, bool vector_io,
-                                           float (&values)[L::loads(kRowCount)][4]) {
+                                           Element (&values)[L::loads(kRowCount)][4]) {
   const PixelRun<4> run = tile_run<4, L::tile>(tile_origin(tile_begin, pixels), 4 * (threadIdx.x % L::runs_per_row),
                                                total_pixels, pixels, channels, vector_io);
 #pragma unroll
@@ -309,17 +316,21 @@ __device__ __forceinline__ void fetch_tile(const float* source, int row_begin, l
       load_run<4>(source, run, static_cast<long long>(row) * pixels, values[l]);
     } else {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) values[l][c] = 0.0f;
+      for (int c = 0; c < 4; ++c) values[l][c] = Element(0.0f);
     }
   }
 }
 
-template <class L, int kRowCount>
-__device__ __forceinline__ void store_tile(const float (&values)[L::loads(kRowCount)][4], float* tile_s) {
+// fetch_tile's values into tile_s as f32.
+template <class L, int kRowCount, class Element>
+__device__ __forceinline__ void store_tile(const Element (&values)[L::loads(kRowCount)][4], float* tile_s) {
 #pragma unroll
   for (int l = 0; l < L::loads(kRowCount); ++l) {
     const int row = threadIdx.x / L::runs_per_row + l * L::load_row_step;
-    store4(tile_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), values[l]);
+    float widened[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) widened[c] = element_value<float>(values[l][c]);
+    store4(tile_s + swizzled(row, 4 * (threadIdx.x % L::runs_per_row), L::tile), widened);
   }
 }
 
@@ -519,8 +530,8 @@ __device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, lo
 
 // values = channels row_begin + m_base + 16 mt + g + 8 half of `source` at
 // the pixels of runs[nt], in the accumulator layout (0 beyond the C channels).
-template <class L>
-__device__ __forceinline__ void load_rows(const float* source, const PixelRun<2> (&runs)[L::contract_n_tiles],
+template <class L, class Element>
+__device__ __forceinline__ void load_rows(const Element* source, const PixelRun<2> (&runs)[L::contract_n_tiles],
                                           int row_begin, int m_base, int channels, long long pixels,
                                           float (&values)[L::contract_m_tiles][L::contract_n_tiles][4]) {
   const int g = (threadIdx.x % 32) / 4;
@@ -590,12 +601,15 @@ __device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
 // (when not null), and the block's dbeta into its partial [C*C + C].
 // Launch: persistent blocks grid-striding over T-pixel tiles; blockIdx.y
 // picks the block's R rows of gamma (all of them up to C = 192), which stay
-// in shared memory for all its tiles.
-template <class L, class Product, bool kInverse, bool kGradient>
+// in shared memory for all its tiles. Element: how x and out are stored
+// (float, or __nv_bfloat16 for bf16 storage: read widened, written rounded
+// to nearest even; the forward only).
+template <class L, class Product, bool kInverse, bool kGradient, class Element = float>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tensor_core_normalize(const float* x, const float* dy, float* out, float* q, const float* stored_beta,
+    gdn_tensor_core_normalize(const Element* x, const float* dy, Element* out, float* q, const float* stored_beta,
                        const float* stored_gamma, int channels, long long pixels, long long total_pixels,
                        Reparametrization<float> rp, bool vector_io, float* partials) {
+  static_assert(!kGradient || std::is_same_v<Element, float>, "the split backward stores f32");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
@@ -611,7 +625,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const int reduce_end = reduce_end_of<Product>(channels);
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   float beta_grad[MT][2] = {};
-  float next[L::loads(CP)][4];
+  Element next[L::loads(CP)][4];
   if (blockIdx.x < tiles)
     fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
   int buffer = 0;
@@ -687,15 +701,21 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // passes two barriers (the first one also frees q_s and the other buffers:
 // every warp has finished the previous tile). One buffer (C = 192): the next
 // tile's x waits in registers, dy is loaded into registers, three barriers.
-template <class L, class Product, bool kInverse>
+// Element: how x, dy and dx are stored (float, or __nv_bfloat16: read
+// widened, dx rounded to nearest even). cp.async copies bits, so with two
+// buffers bf16 tiles come through registers instead: loaded after the first
+// barrier, held (in bf16) while this tile is computed, and stored widened
+// into the other buffers at its end.
+template <class L, class Product, bool kInverse, class Element = float>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tensor_core_backward(const float* x, const float* dy, float* dx, const float* stored_beta, const float* stored_gamma,
-                      int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
-                      bool vector_io, float* partials) {
+    gdn_tensor_core_backward(const Element* x, const Element* dy, Element* dx, const float* stored_beta,
+                      const float* stored_gamma, int channels, long long pixels, long long total_pixels,
+                      Reparametrization<float> rp, bool vector_io, float* partials) {
   static_assert(L::rows == L::channels, "all of gamma in one block");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   constexpr bool kAsync = L::buffers == 2;
+  constexpr bool kCopyAsync = kAsync && std::is_same_v<Element, float>;
   constexpr int kTileFloats = CP * L::tile;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
@@ -716,12 +736,18 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 
   float gamma_grad[GMT][GNT][4] = {};
   float beta_grad[MT][2] = {};
-  float next[kAsync ? 1 : L::loads(CP)][4];
+  Element next[kCopyAsync ? 1 : L::loads(CP)][4];                   // x of the next tile
+  Element next_dy[kAsync && !kCopyAsync ? L::loads(CP) : 1][4];    // dy of the next tile (bf16, two buffers)
   if (blockIdx.x < tiles) {
     const long long first = blockIdx.x * L::tile;
-    if constexpr (kAsync) {
+    if constexpr (kCopyAsync) {
       copy_tile_async<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, x_buffers);
       copy_tile_async<L, CP>(dy, 0, first, total_pixels, pixels, channels, vector_io, dy_buffers);
+    } else if constexpr (kAsync) {
+      fetch_tile<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, next);
+      fetch_tile<L, CP>(dy, 0, first, total_pixels, pixels, channels, vector_io, next_dy);
+      store_tile<L, CP>(next, x_buffers);
+      store_tile<L, CP>(next_dy, dy_buffers);
     } else {
       fetch_tile<L, CP>(x, 0, first, total_pixels, pixels, channels, vector_io, next);
     }
@@ -736,13 +762,19 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
     if constexpr (kAsync) {
       pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
-      wait_async_copies();
+      if constexpr (kCopyAsync) wait_async_copies();
       __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
       if (has_next) {
         const long long next_begin = (tile + gridDim.x) * L::tile;
-        copy_tile_async<L, CP>(x, 0, next_begin, total_pixels, pixels, channels, vector_io, x_buffers + (buffer ^ 1) * kTileFloats);
-        copy_tile_async<L, CP>(dy, 0, next_begin, total_pixels, pixels, channels, vector_io,
-                           dy_buffers + (buffer ^ 1) * kTileFloats);
+        if constexpr (kCopyAsync) {
+          copy_tile_async<L, CP>(x, 0, next_begin, total_pixels, pixels, channels, vector_io,
+                                 x_buffers + (buffer ^ 1) * kTileFloats);
+          copy_tile_async<L, CP>(dy, 0, next_begin, total_pixels, pixels, channels, vector_io,
+                                 dy_buffers + (buffer ^ 1) * kTileFloats);
+        } else {
+          fetch_tile<L, CP>(x, 0, next_begin, total_pixels, pixels, channels, vector_io, next);
+          fetch_tile<L, CP>(dy, 0, next_begin, total_pixels, pixels, channels, vector_io, next_dy);
+        }
       }
     } else {
       __syncthreads();  // the previous tile's x_s and q_s are no longer read
@@ -816,6 +848,14 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
         }
     }
     accumulate_q_x2<L, Product>(q_s, x_s, gamma_grad, gradient_m_base, gradient_n_base);
+    if constexpr (kAsync && !kCopyAsync) {
+      // The other buffers were last read in the previous tile, which every
+      // warp finished before this tile's first barrier.
+      if (has_next) {
+        store_tile<L, CP>(next, x_buffers + (buffer ^ 1) * kTileFloats);
+        store_tile<L, CP>(next_dy, dy_buffers + (buffer ^ 1) * kTileFloats);
+      }
+    }
     if (kAsync) buffer ^= 1;
   }
 
@@ -961,40 +1001,50 @@ int blocks_per_half(int resident, int halves, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-template <int CP, bool kInverse, class Product>
+// A tensor's elements as the kernels' Element (float, or __nv_bfloat16 for a bf16 tensor).
+template <class Element>
+const Element* elements(const Tensor& tensor) {
+  return static_cast<const Element*>(tensor.raw_data());
+}
+template <class Element>
+Element* elements(Tensor& tensor) {
+  return static_cast<Element*>(tensor.raw_data());
+}
+
+template <int CP, bool kInverse, class Product, class Element>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   using L = ForwardTiling<CP>;
+  constexpr auto kernel = gdn_tensor_core_normalize<L, Product, kInverse, false, Element>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = blocks_per_half(
-      resident_blocks<gdn_tensor_core_normalize<L, Product, kInverse, false>>(L::threads, L::normalize_bytes), L::halves,
-      tiles);
+  const int blocks = blocks_per_half(resident_blocks<kernel>(L::threads, L::normalize_bytes), L::halves, tiles);
   if (blocks == 0) return false;
-  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(y.data<float>());
-  gdn_tensor_core_normalize<L, Product, kInverse, false>
-      <<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
-      x.data<float>(), nullptr, y.data<float>(), nullptr, beta.data<float>(), gamma.data<float>(), problem.channels,
-      problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
+  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(y.raw_data());
+  kernel<<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
+      elements<Element>(x), nullptr, elements<Element>(y), nullptr, beta.data<float>(), gamma.data<float>(),
+      problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
   cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   return true;
 }
 
-template <int CP, bool kInverse, class Product>
+template <int CP, bool kInverse, class Product, class Element>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
                        Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
+  constexpr auto kernel = gdn_tensor_core_backward<L, Product, kInverse, Element>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = persistent_blocks<gdn_tensor_core_backward<L, Product, kInverse>>(L::threads, L::backward_bytes, tiles);
+  const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor& partials = scratch_tensor(
-      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
-  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
-                         (!dx || aligned16(dx->data<float>()));
-  gdn_tensor_core_backward<L, Product, kInverse><<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
-      x.data<float>(), dy.data<float>(), dx ? dx->data<float>() : nullptr, beta.data<float>(), gamma.data<float>(),
-      problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<float>());
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
+  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(dy.raw_data()) &&
+                         (!dx || aligned16(dx->raw_data()));
+  kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+      elements<Element>(x), elements<Element>(dy), dx ? elements<Element>(*dx) : nullptr, beta.data<float>(),
+      gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_io,
+      partials.data<float>());
   cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   return partials;
 }
@@ -1018,8 +1068,8 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor& partials = scratch_tensor(
-      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
-  Tensor q(x.shape(), x.dtype(), x.device());
+      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
+  Tensor q(x.shape(), DType::f32, x.device());
   float* dx_data = dx ? dx->data<float>() : nullptr;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
                          aligned16(q.data<float>()) && (!dx || aligned16(dx_data));
@@ -1036,45 +1086,61 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   return partials;
 }
 
-template <bool kInverse, class Product>
+// Element: float, or __nv_bfloat16 (bf16 storage, BF16 products, C <= 192:
+// the C = 256 backward stores dy f in dx between its two kernels, which
+// bf16 would round).
+template <bool kInverse, class Product, class Element>
 bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_forward<32, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
-    case 64: return launch_forward<64, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
-    case 128: return launch_forward<128, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
-    case 192: return launch_forward<192, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
-    case 256: return launch_forward<256, kInverse, Product>(ctx, x, y, beta, gamma, problem, rp);
+    case 32: return launch_forward<32, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+    case 64: return launch_forward<64, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+    case 128: return launch_forward<128, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+    case 192: return launch_forward<192, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+    case 256:
+      if constexpr (std::is_same_v<Element, float>)
+        return launch_forward<256, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+      return false;
     default: return false;
   }
 }
 
-template <bool kInverse, class Product>
+template <bool kInverse, class Product, class Element>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 64: return launch_backward<64, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 128: return launch_backward<128, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 192: return launch_backward<192, kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 256: return launch_split_backward<kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 32: return launch_backward<32, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64: return launch_backward<64, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128:
+      return launch_backward<128, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192:
+      return launch_backward<192, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 256:
+      if constexpr (std::is_same_v<Element, float>)
+        return launch_split_backward<kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+      return Tensor();
     default: return Tensor();
   }
 }
 
-template <class Product>
+template <class Product, class Element>
 bool forward_with(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                   const Problem& problem, Reparametrization<float> rp, bool inverse) {
-  return inverse ? forward_padded<true, Product>(ctx, x, y, beta, gamma, problem, rp)
-                 : forward_padded<false, Product>(ctx, x, y, beta, gamma, problem, rp);
+  return inverse ? forward_padded<true, Product, Element>(ctx, x, y, beta, gamma, problem, rp)
+                 : forward_padded<false, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
 }
 
-template <class Product>
+template <class Product, class Element>
 Tensor backward_with(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                      const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
                      Tensor& partials) {
-  return inverse ? backward_padded<true, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials)
-                 : backward_padded<false, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+  return inverse ? backward_padded<true, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials)
+                 : backward_padded<false, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+}
+
+// Whether every activation tensor of a call is bf16 (mixed calls run on f32 stand-ins instead).
+bool bf16_storage(const Tensor& x, const Tensor& other, const Tensor* dx) {
+  return x.dtype() == DType::bf16 && other.dtype() == DType::bf16 && (!dx || dx->dtype() == DType::bf16);
 }
 
 // Whether the contractions run as BF16 products: at bf16 precision, unless
@@ -1090,19 +1156,30 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                          bool inverse) {
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return false;
+  if (!bf16_storage(x, y, nullptr) && (x.dtype() != DType::f32 || y.dtype() != DType::f32)) return false;
+  if (bf16_storage(x, y, nullptr))
+    return bf16_products(ctx) && forward_with<cuda::Bf16Product, __nv_bfloat16>(ctx, x, y, stored_beta, stored_gamma,
+                                                                                 problem, rp, inverse);
   return bf16_products(ctx)
-             ? forward_with<cuda::Bf16Product>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse)
-             : forward_with<cuda::Tf32Product>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse);
+             ? forward_with<cuda::Bf16Product, float>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse)
+             : forward_with<cuda::Tf32Product, float>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse);
 }
 
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                             bool inverse, Tensor& partials_cache) {
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return Tensor();
-  return bf16_products(ctx) ? backward_with<cuda::Bf16Product>(ctx, x, dy, dx, stored_beta, stored_gamma, problem,
-                                                                rp, inverse, partials_cache)
-                             : backward_with<cuda::Tf32Product>(ctx, x, dy, dx, stored_beta, stored_gamma, problem,
-                                                                rp, inverse, partials_cache);
+  const bool all_f32 = x.dtype() == DType::f32 && dy.dtype() == DType::f32 && (!dx || dx->dtype() == DType::f32);
+  if (!all_f32 && !bf16_storage(x, dy, dx)) return Tensor();
+  if (bf16_storage(x, dy, dx)) {
+    if (!bf16_products(ctx)) return Tensor();
+    return backward_with<cuda::Bf16Product, __nv_bfloat16>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
+                                                           inverse, partials_cache);
+  }
+  return bf16_products(ctx) ? backward_with<cuda::Bf16Product, float>(ctx, x, dy, dx, stored_beta, stored_gamma,
+                                                                       problem, rp, inverse, partials_cache)
+                             : backward_with<cuda::Tf32Product, float>(ctx, x, dy, dx, stored_beta, stored_gamma,
+                                                                       problem, rp, inverse, partials_cache);
 }
 
 }  // namespace plexus::layers::gdn_cuda

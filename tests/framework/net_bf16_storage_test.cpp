@@ -170,5 +170,14 @@ TEST(NetBf16Storage, RefusesWhatItCannotStore) {
   EXPECT_EQ(f32.activation_storage(), DType::f32);
 }
 
+// What the trainer stores activations in: bf16 only for bf16 precision on CUDA.
+TEST(NetBf16Storage, StorageFollowsPrecisionAndDevice) {
+  EXPECT_EQ(activation_storage_for(Precision::bf16, Device::cuda()), DType::bf16);
+  for (const Precision precision : {Precision::f32, Precision::tf32})
+    EXPECT_EQ(activation_storage_for(precision, Device::cuda()), DType::f32) << precision_name(precision);
+  for (const Precision precision : {Precision::f32, Precision::tf32, Precision::bf16})
+    EXPECT_EQ(activation_storage_for(precision, Device::cpu()), DType::f32) << precision_name(precision);
+}
+
 }  // namespace
 }  // namespace plexus

@@ -131,6 +131,9 @@ class Layer {
 
  private:
   void check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const;
+  // ConfigError naming the tensor when one is bf16 and the layer does not store bf16 on ctx's device.
+  template <class Tensors>
+  void check_storage(const Context& ctx, const Tensors& tensors, const char* role) const;
   std::string type_;
   std::string name_;
   std::vector<std::unique_ptr<Parameter>> parameters_;

@@ -170,4 +170,9 @@ class Net {
   GradientsReadyHook gradients_ready_;
 };
 
+// The activation storage a training precision implies: bf16 under
+// Precision::bf16 on CUDA (unless the environment variable
+// PLEXUS_BF16_STORAGE is "0", to compare), else f32. For Net::set_activation_storage.
+DType activation_storage_for(Precision precision, Device device);
+
 }  // namespace plexus

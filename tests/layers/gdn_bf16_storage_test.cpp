@@ -1,0 +1,155 @@
+// GDN and IGDN with bf16 activation storage (Layer::stores_bf16): storing in
+// bf16 changes nothing but the rounding of the stored tensors. With inputs
+// whose values are bf16 numbers, a pass on bf16 tensors must give exactly
+// the f32 pass's output and input gradient rounded to bf16 (nearest even),
+// and bit for bit its parameter gradients (f32): on CUDA the same kernels
+// run on the same f32 values, whether they read bf16 themselves (tensor-core
+// kernels, BF16 products, C <= 192) or through f32 stand-ins (the rest).
+// On the CPU a bf16 tensor is refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "plexus/bfloat16.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/error.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+const Registry registry = builtin_registry();
+
+// Uniform values in [low, high) rounded to bf16, so that f32 and bf16 tensors hold the same numbers.
+std::vector<double> bf16_values(std::size_t n, double low, double high, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(low, high);
+  std::vector<double> values(n);
+  for (double& v : values) v = f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(uniform(rng))));
+  return values;
+}
+
+// The nearest bf16 of an f32 value, written here with the library's scalar conversion.
+double rounded_to_bf16(double value) {
+  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
+}
+
+struct Pass {
+  std::vector<double> y, dx, beta_grad, gamma_grad;
+};
+
+// One forward and backward on CUDA with f32 parameters; x and dx stored in
+// input_dtype, y and dy in output_dtype (f32 or bf16). y and dx start as NaN.
+Pass run_pass(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,
+              DType output_dtype, const std::vector<double>& beta, const std::vector<double>& gamma,
+              const std::vector<double>& x, const std::vector<double>& dy) {
+  const Device device = Device::cuda();
+  const std::int64_t channels = shape[1];
+  auto layer = registry.create(type, "g", {});
+  layer->output_shapes({shape});
+  layer->create_parameters({shape});
+  std::mt19937_64 unused(0);
+  layer->initialize_parameters(DType::f32, device, unused);
+  layer->parameter("beta").value = Tensor::from_values(beta, {channels}, DType::f32, device);
+  layer->parameter("gamma").value = Tensor::from_values(gamma, {channels, channels}, DType::f32, device);
+  Context ctx(device);
+  ctx.set_precision(precision);
+  const std::vector<double> poison(x.size(), std::nan(""));
+  Tensor input = Tensor::from_values(x, shape, input_dtype, device);
+  Tensor output = Tensor::from_values(poison, shape, output_dtype, device);
+  Tensor output_grad = Tensor::from_values(dy, shape, output_dtype, device);
+  Tensor input_grad = Tensor::from_values(poison, shape, input_dtype, device);
+  layer->forward(ctx, {&input}, {&output});
+  layer->backward(ctx, {&input}, {&output}, {&output_grad}, {&input_grad});
+  return {output.to_values(), input_grad.to_values(), layer->parameter("beta").grad.to_values(),
+          layer->parameter("gamma").grad.to_values()};
+}
+
+// Every element of `stored` is `reference` rounded to bf16 (where `rounded`), or equal to it.
+void expect_stored(const std::vector<double>& reference, const std::vector<double>& stored, bool rounded,
+                   const char* what) {
+  ASSERT_EQ(reference.size(), stored.size()) << what;
+  std::size_t mismatches = 0, first = 0;
+  for (std::size_t e = 0; e < reference.size(); ++e) {
+    const double expected = rounded ? rounded_to_bf16(reference[e]) : reference[e];
+    if (!(stored[e] == expected)) {
+      if (mismatches++ == 0) first = e;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << ", " << stored[first] << " instead of "
+                            << (rounded ? rounded_to_bf16(reference[first]) : reference[first]);
+}
+
+void check_storage(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,
+                   DType output_dtype, std::mt19937_64& rng) {
+  SCOPED_TRACE(type + " " + shape_str(shape) + " " + precision_name(precision) + ", x " + dtype_name(input_dtype) +
+               ", y " + dtype_name(output_dtype));
+  const auto c = static_cast<std::size_t>(shape[1]);
+  const std::vector<double> beta = bf16_values(c, 0.7, 1.3, rng);
+  const std::vector<double> gamma = bf16_values(c * c, 0.1, 0.6, rng);
+  const std::vector<double> x = bf16_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+  const std::vector<double> dy = bf16_values(x.size(), -1.0, 1.0, rng);
+  const Pass reference = run_pass(type, shape, precision, DType::f32, DType::f32, beta, gamma, x, dy);
+  const Pass stored = run_pass(type, shape, precision, input_dtype, output_dtype, beta, gamma, x, dy);
+  expect_stored(reference.y, stored.y, output_dtype == DType::bf16, "y");
+  expect_stored(reference.dx, stored.dx, input_dtype == DType::bf16, "dx");
+  expect_stored(reference.beta_grad, stored.beta_grad, false, "dbeta");
+  expect_stored(reference.gamma_grad, stored.gamma_grad, false, "dgamma");
+}
+
+// BF16 products: the tensor-core kernels read and write bf16 (C padded to
+// 32, 64, 128, 192), stand-ins at C = 256 and for mixed storage. 96 pixels
+// per image (vector access) and 99 (scalar access, tiles straddle images).
+TEST(GDNBf16Storage, Bf16ProductsGiveTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(71);
+  for (const std::string type : {"GDN", "IGDN"})
+    for (std::int64_t channels : {3, 64, 128, 192, 256})
+      for (const Shape& shape : {Shape{3, channels, 8, 12}, Shape{2, channels, 9, 11}})
+        check_storage(type, shape, Precision::bf16, DType::bf16, DType::bf16, rng);
+}
+
+TEST(GDNBf16Storage, MixedStorageGivesTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(72);
+  for (const std::string type : {"GDN", "IGDN"}) {
+    check_storage(type, {2, 128, 8, 12}, Precision::bf16, DType::bf16, DType::f32, rng);
+    check_storage(type, {2, 128, 8, 12}, Precision::bf16, DType::f32, DType::bf16, rng);
+  }
+}
+
+// TF32 products and strict f32 have no bf16 kernels: f32 stand-ins, the same guarantee.
+TEST(GDNBf16Storage, OtherPrecisionsGiveTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(73);
+  for (const Precision precision : {Precision::tf32, Precision::f32})
+    for (std::int64_t channels : {64, 256})
+      check_storage("GDN", {2, channels, 8, 12}, precision, DType::bf16, DType::bf16, rng);
+}
+
+TEST(GDNBf16Storage, RefusedOnTheCpuByName) {
+  auto layer = registry.create("GDN", "g", {});
+  const Shape shape{1, 4, 2, 2};
+  layer->output_shapes({shape});
+  layer->create_parameters({shape});
+  std::mt19937_64 rng(0);
+  layer->initialize_parameters(DType::f32, Device::cpu(), rng);
+  EXPECT_FALSE(layer->stores_bf16(Device::cpu()));
+  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  Context ctx(Device::cpu());
+  Tensor input(shape, DType::bf16, Device::cpu());
+  input.fill_zero();
+  Tensor output(shape, DType::f32, Device::cpu());
+  try {
+    layer->forward(ctx, {&input}, {&output});
+    FAIL() << "a bf16 input was accepted on the CPU";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'g'"), std::string::npos) << message;
+    EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+    EXPECT_NE(message.find("input 0"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace plexus
