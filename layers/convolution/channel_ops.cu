@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "convolution/activation_elements.cuh"
 #include "convolution/channel_ops.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -52,25 +53,44 @@ __global__ void add_channel_bias_kernel(const T* bias, long long planes, long lo
 // grid.x = channel c, grid.y = slices of the plane: each block sums its slice
 // of channel c in every image (coalesced), reduces over the block, and adds
 // its partial with one atomicAdd (double atomics need sm_60+; we build sm_90).
-template <typename T>
-__global__ void channel_sums_kernel(const T* dy, long long batch, long long channels, long long plane_size,
+// A bf16 dy (Source = BFloat16) is widened to the f32 sum exactly.
+__device__ inline double load_element(const double* element) { return *element; }
+template <typename Source>
+__device__ inline float load_element(const Source* element) {
+  return load_f32(element);
+}
+
+template <typename T, typename Source>
+__global__ void channel_sums_kernel(const Source* dy, long long batch, long long channels, long long plane_size,
                                     T* bias_grad) {
   const long long c = blockIdx.x;
   T sum = T(0);
   for (long long n = 0; n < batch; ++n) {
-    const T* row = dy + (n * channels + c) * plane_size;
+    const Source* row = dy + (n * channels + c) * plane_size;
     for (long long q = blockIdx.y * (long long)blockDim.x + threadIdx.x; q < plane_size;
          q += (long long)gridDim.y * blockDim.x)
-      sum += row[q];
+      sum += load_element(row + q);
   }
   sum = block_sum(sum);
   if (threadIdx.x == 0) atomicAdd(bias_grad + c, sum);
 }
 
-// The same for f32 planes of whole float4s (then every plane starts 16-byte
-// aligned): one 16-byte load per thread and image, four images' loads in
-// flight per thread, so the pass runs near the memory bandwidth.
-__global__ void channel_sums_vec4_kernel(const float4* dy, long long batch, long long channels, long long plane4,
+// Four consecutive elements of a plane of whole groups of four: one 16-byte
+// load of f32, or one 8-byte load of bf16 widened exactly.
+__device__ inline float4 load_four(const float* four) { return *reinterpret_cast<const float4*>(four); }
+__device__ inline float4 load_four(const BFloat16* four) {
+  const uint2 pairs = *reinterpret_cast<const uint2*>(four);
+  return make_float4(__uint_as_float(pairs.x << 16), __uint_as_float(pairs.x & 0xffff0000u),
+                     __uint_as_float(pairs.y << 16), __uint_as_float(pairs.y & 0xffff0000u));
+}
+
+// The same for f32 sums over planes of whole groups of four (then every
+// plane starts aligned to a group): one 16-byte (f32) or 8-byte (bf16)
+// load per thread and image, four images' loads in flight per thread, so
+// the pass runs near the memory bandwidth. f32 and bf16 elements of the
+// same values give the same sums: the same additions in the same order.
+template <typename Source>
+__global__ void channel_sums_vec4_kernel(const Source* dy, long long batch, long long channels, long long plane4,
                                          float* bias_grad) {
   const long long c = blockIdx.x;
   float sum = 0.f;
@@ -78,7 +98,7 @@ __global__ void channel_sums_vec4_kernel(const float4* dy, long long batch, long
        q += (long long)gridDim.y * blockDim.x) {
 #pragma unroll 4
     for (long long n = 0; n < batch; ++n) {
-      const float4 v = dy[(n * channels + c) * plane4 + q];
+      const float4 v = load_four(dy + ((n * channels + c) * plane4 + q) * 4);
       sum += (v.x + v.y) + (v.z + v.w);
     }
   }
@@ -112,24 +132,26 @@ void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch
   cuda::check_launch("add_channel_bias_kernel", __FILE__, __LINE__);
 }
 
-template <typename T>
-void accumulate_channel_sums_cuda(const Context& ctx, const T* dy, std::int64_t batch, std::int64_t channels,
+template <typename T, typename Source>
+void accumulate_channel_sums_cuda(const Context& ctx, const Source* dy, std::int64_t batch, std::int64_t channels,
                                   std::int64_t plane_size, T* bias_grad) {
   if (batch == 0 || channels == 0 || plane_size == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (plane_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(dy) % 16 == 0) {
+    // Groups of four aligned to a group in every plane: the same choice for
+    // an f32 dy and a bf16 dy at the same element offset.
+    if (plane_size % 4 == 0 && reinterpret_cast<std::uintptr_t>(dy) % (4 * sizeof(Source)) == 0) {
       const long long plane4 = plane_size / 4;
       const dim3 grid(static_cast<unsigned>(channels),
                       static_cast<unsigned>(std::min(ceil_div(plane4, kThreads), 256LL)));
-      channel_sums_vec4_kernel<<<grid, kThreads, 0, cuda::stream(ctx)>>>(reinterpret_cast<const float4*>(dy), batch,
-                                                                         channels, plane4, bias_grad);
+      channel_sums_vec4_kernel<Source>
+          <<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane4, bias_grad);
       cuda::check_launch("channel_sums_vec4_kernel", __FILE__, __LINE__);
       return;
     }
   }
   const dim3 grid(static_cast<unsigned>(channels),
                   static_cast<unsigned>(std::min(ceil_div(plane_size, kThreads), 256LL)));
-  channel_sums_kernel<T>
+  channel_sums_kernel<T, Source>
       <<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane_size, bias_grad);
   cuda::check_launch("channel_sums_kernel", __FILE__, __LINE__);
 }
@@ -147,10 +169,12 @@ template void add_channel_bias_cuda<float>(const Context&, const float*, std::in
                                            std::int64_t, float*);
 template void add_channel_bias_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t,
                                             std::int64_t, double*);
-template void accumulate_channel_sums_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
-                                                  std::int64_t, float*);
-template void accumulate_channel_sums_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t,
-                                                   std::int64_t, double*);
+template void accumulate_channel_sums_cuda<float, float>(const Context&, const float*, std::int64_t, std::int64_t,
+                                                         std::int64_t, float*);
+template void accumulate_channel_sums_cuda<float, BFloat16>(const Context&, const BFloat16*, std::int64_t,
+                                                            std::int64_t, std::int64_t, float*);
+template void accumulate_channel_sums_cuda<double, double>(const Context&, const double*, std::int64_t,
+                                                           std::int64_t, std::int64_t, double*);
 template void accumulate_batch_sum_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
                                                float*);
 template void accumulate_batch_sum_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t,

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "plexus/context.h"
+#include "plexus/tensor.h"
 
 namespace plexus::layers {
 
@@ -14,8 +15,11 @@ void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch
                            std::int64_t plane_size, T* y);
 
 // bias_grad[c] += sum over n, q of dy[n, c, q]
-template <typename T>
-void accumulate_channel_sums_cuda(const Context& ctx, const T* dy, std::int64_t batch, std::int64_t channels,
+// Source is dy's element: T, or BFloat16 for an f32 bias whose dy is stored
+// in bf16 (read natively, widened exactly, summed in f32 in the same order
+// as from f32 elements of the same values, so the sums are the same bits).
+template <typename T, typename Source>
+void accumulate_channel_sums_cuda(const Context& ctx, const Source* dy, std::int64_t batch, std::int64_t channels,
                                   std::int64_t plane_size, T* bias_grad);
 
 // destination[i] += sum over n < count of source[n*size + i]

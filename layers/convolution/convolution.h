@@ -26,8 +26,18 @@
 // (columns and per-image weight gradients) would exceed the scratch limit.
 // Scratch buffers are cached in the layer (scratch.h). Every step runs on
 // the context's stream.
+//
+// On CUDA the layers store activations in bf16 (stores_bf16): with f32
+// parameters each of X, Y and their gradients may be f32 or bf16,
+// independently, and every pass computes in f32 as with f32 tensors of the
+// same values. The engine reads and writes bf16 natively in its tap-major
+// copies, its gather epilogue and its weight gradient's copies, and through
+// f32 stand-ins elsewhere (implicit_gemm.h); the bias gradient reads a bf16
+// output gradient natively; the im2col + cuBLAS passes run on f32 stand-ins
+// (activation_storage.h). The CPU passes take f32 or f64 tensors only.
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "convolution/im2col.h"
@@ -45,6 +55,8 @@ class Convolution : public Layer {
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // On CUDA every activation tensor may be f32 or bf16 (above).
+  bool stores_bf16(Device device) const override { return PLEXUS_WITH_CUDA && device.is_cuda(); }
   // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).
@@ -71,6 +83,10 @@ class Convolution : public Layer {
   const Shape& checked_input(const std::vector<Shape>& inputs) const;
   // Fails unless `geometry`'s column matrix and image fit the tensor limits.
   void check_column_size(const Shape& input_shape, const ConvGeometry& geometry) const;
+  // Fails, naming the layer, unless every tensor given (null ones skipped)
+  // has the parameters' dtype or, on CUDA with f32 parameters, is bf16: no
+  // CPU kernel reads bf16.
+  void check_activation_dtypes(Device device, std::initializer_list<const Tensor*> tensors);
 
   // The passes in Conv2d terms (above): x is X and y is Y, NCHW, batch first.
   // with_bias adds the bias (when the layer has one) per channel of the
@@ -132,6 +148,12 @@ class Convolution : public Layer {
 struct ColumnScratch {
   Tensor columns;       // [images per chunk, Ci*k*k, Ph*Pw]
   Tensor weight_grads;  // [images per chunk, Co, Ci*k*k]: per-image dW, summed into weight.grad
+  // f32 stand-ins (activation_storage.h) of bf16 activations: X and Y read,
+  // and X or its gradient, Y or its gradient, written.
+  Tensor x_f32;
+  Tensor y_f32;
+  Tensor x_out_f32;
+  Tensor y_out_f32;
 };
 
 }  // namespace plexus::layers

@@ -12,9 +12,10 @@
 // large tensor.
 //
 // Same conventions as the engine: Conv2d terms (X [N, Ci, H, W] the few-
-// channel side for forward and backward_weight, ...), f32 storage, f32
-// accumulation, products at the Context's precision (TF32, or BF16 operands
-// rounded to nearest even), NCHW tensors.
+// channel side for forward and backward_weight, ...), f32 accumulation,
+// products at the Context's precision (TF32, or BF16 operands rounded to
+// nearest even), NCHW tensors, f32 only: the engine hands these kernels f32
+// stand-ins of activations stored in bf16 (implicit_gemm.h).
 #include "convolution/implicit_gemm.h"
 
 namespace plexus::layers::few_channel_conv {

@@ -1,6 +1,7 @@
 #pragma once
-// Implicit-GEMM 2-D convolution on tensor cores (f32 storage, f32
-// accumulation; TF32 mma.sync m16n8k8 or BF16 m16n8k16, see below). One engine, three index mappings, in the terms
+// Implicit-GEMM 2-D convolution on tensor cores (f32 or bf16 activations, f32
+// parameters, f32 accumulation; TF32 mma.sync m16n8k8 or BF16 m16n8k16, see
+// below). One engine, three index mappings, in the terms
 // of a Conv2d with input X [N, Ci, H, W], weight W [Co, Ci, k, k] and output
 // Y [N, Co, Ho, Wo], Ho = (H + 2p - k)/s + 1:
 //   forward          Y[n, o, a, b]  = bias[o] + sum_{c,i,j} W[o,c,i,j] X[n, c, a*s-p+i, b*s-p+j]
@@ -41,6 +42,24 @@
 // and Y (channel rows), and stages bf16 tiles: twice the pixels per byte,
 // fragments by ldmatrix with no conversion in the inner loop.
 // Strict f32 never comes here.
+//
+// Activations stored in bf16 (Layer::stores_bf16): each of X and Y may be f32
+// or bf16, independently; the weight, bias, weight gradient and every
+// partial sum stay f32. Read natively, at 2 bytes per element and widened
+// exactly: the tap-major NHWC copies (forward's X, backward_data's Y,
+// backward_weight's X), the bf16 channel rows of backward_weight's Y, and
+// the Hopper weight gradient's phase and shifted-row copies. Written
+// natively: forward's Y and backward_data's X, by the gather epilogue and the
+// split-K reduction, each f32 sum (plus bias) rounded to nearest even. Read
+// through f32 stand-ins (activation_storage.h: widened into an f32 scratch
+// first): the flat-K gather's NCHW source, the few-channel kernels' inputs,
+// and the x and y the NCHW weight gradient kernels read element by element
+// (Ci not a multiple of 128, and the tap-major TF32 weight gradient's y);
+// the few-channel kernels write an f32 scratch then rounded into a bf16
+// output. Either way a pass computes on the same f32 values as with f32
+// tensors of those values (the products round them to TF32 or bf16, which
+// a bf16 value survives unchanged), so a bf16 result is the f32 result
+// rounded to nearest even, and the weight gradient is the same bits.
 //
 // Layers with at most 4 channels on X's side (the first layer of an
 // analysis transform reading an RGB image, or a synthesis transform's last
@@ -94,25 +113,34 @@ struct ConvProblem {
 // (Context::shared_state), each buffer grown to the largest use and filled
 // by each pass before it is read (grown_scratch in scratch.h). One buffer
 // per kind of use, so the passes of one layer never overwrite each other's.
+// backward_weight runs beside the input gradient and the next layers'
+// backward (Convolution::conv_backward_cuda), so no buffer it uses is also
+// used by forward or backward_data.
 struct Scratch {
-  Tensor forward_weight;        // the weight packed for forward
-  Tensor forward_source;        // forward's NHWC copy of X (tap-major K only)
-  Tensor forward_sums;          // forward's split-K partial sums
-  Tensor backward_data_weight;  // the weight re-packed per phase for backward_data
-  Tensor backward_data_source;  // backward_data's NHWC copy of Y (tap-major K only)
-  Tensor backward_data_sums;    // backward_data's split-K partial sums
-  Tensor weight_sums;           // backward_weight's split-K partial sums
-  Tensor weight_source;         // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
-  Tensor weight_source_bf16;    // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
-  Tensor weight_rows_bf16;      // backward_weight's bf16 channel rows of Y (same cases)
-  Tensor weight_phases;         // backward_weight on Hopper: X split by stride phase (weight_grad_layout.h)
-  Tensor weight_shifted;        // backward_weight on Hopper: Y with rows shifted per tap column offset
+  Tensor forward_weight;            // the weight packed for forward
+  Tensor forward_source;            // forward's NHWC copy of X (tap-major K only)
+  Tensor forward_source_f32;        // forward's f32 stand-in of a bf16 X (flat K, few channels)
+  Tensor forward_dest_f32;          // forward's f32 stand-in of a bf16 Y (few channels)
+  Tensor forward_sums;              // forward's split-K partial sums
+  Tensor backward_data_weight;      // the weight re-packed per phase for backward_data
+  Tensor backward_data_source;      // backward_data's NHWC copy of Y (tap-major K only)
+  Tensor backward_data_source_f32;  // backward_data's f32 stand-in of a bf16 Y (flat K, few channels)
+  Tensor backward_data_dest_f32;    // backward_data's f32 stand-in of a bf16 X (few channels)
+  Tensor backward_data_sums;        // backward_data's split-K partial sums
+  Tensor weight_sums;               // backward_weight's split-K partial sums
+  Tensor weight_source;             // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
+  Tensor weight_source_bf16;        // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
+  Tensor weight_rows_bf16;          // backward_weight's bf16 channel rows of Y (same cases)
+  Tensor weight_phases;             // backward_weight on Hopper: X split by stride phase (weight_grad_layout.h)
+  Tensor weight_shifted;            // backward_weight on Hopper: Y with rows shifted per tap column offset
+  Tensor weight_x_f32;              // backward_weight's f32 stand-in of a bf16 X (NCHW kernels)
+  Tensor weight_y_f32;              // backward_weight's f32 stand-in of a bf16 Y (NCHW kernels)
 };
 
-// True when the engine takes this problem: f32, a CUDA context whose
-// precision is tf32 or bf16 (Context::allow_tf32),
-// stride <= 4, every per-image tensor and the kernel-tap tables within the
-// engine's 32-bit index and shared-memory limits. Otherwise callers use the
+// True when the engine takes this problem: f32 (the parameters' dtype; the
+// activations may be stored in bf16), a CUDA context whose precision is tf32
+// or bf16 (Context::allow_tf32), stride <= 4, every per-image tensor and the
+// kernel-tap tables within the engine's 32-bit index and shared-memory limits. Otherwise callers use the
 // im2col + cuBLAS path. Defined in implicit_gemm.cpp, so CPU-only builds
 // link it too (there it is always false: no CUDA context exists).
 bool supports(const Context& ctx, DType dtype, const ConvProblem& problem);
@@ -137,14 +165,16 @@ bool takes_backward_data(const ConvProblem& problem);  // implicit_gemm.cpp
 // process and device. Only in CUDA builds.
 bool uses_wgmma(const Context& ctx);
 
+// The passes. x [N, Ci, H, W] and y [N, Co, Ho, Wo] on ctx's device, each
+// f32 or bf16 (above); weight, bias and weight_grad f32.
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
-void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,
-             const float* bias, float* y, Scratch& scratch);
+void forward(Context& ctx, const ConvProblem& problem, const Tensor& x, const float* weight, const float* bias,
+             Tensor& y, Scratch& scratch);
 // X = conv^T(Y, W) (+ bias[c] when bias is not null); overwrites every element of x.
-void backward_data(const Context& ctx, const ConvProblem& problem, const float* y, const float* weight,
-                   const float* bias, float* x, Scratch& scratch);
+void backward_data(Context& ctx, const ConvProblem& problem, const Tensor& y, const float* weight,
+                   const float* bias, Tensor& x, Scratch& scratch);
 // weight_grad += correlation of Y with X (shape [Co, Ci, k, k]).
-void backward_weight(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+void backward_weight(Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,
                      float* weight_grad, Scratch& scratch);
 
 }  // namespace plexus::layers::implicit_gemm

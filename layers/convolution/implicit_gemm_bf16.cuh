@@ -97,9 +97,9 @@ inline std::uint16_t* bf16_scratch(const Context& ctx, Tensor& buffer, long long
 }
 
 // nhwc_source with every value rounded to bf16 (nearest even), in `buffer`.
-inline const std::uint16_t* nhwc_source_bf16(const Context& ctx, const float* source, long long batch,
-                                             long long channels, long long height, long long width, int channel_pad,
-                                             Tensor& buffer) {
+template <class Source>
+const std::uint16_t* nhwc_source_bf16(const Context& ctx, const Source* source, long long batch, long long channels,
+                                      long long height, long long width, int channel_pad, Tensor& buffer) {
   constexpr long long kImagesPerCopy = 65535;  // nchw_to_nhwc_bf16_cuda's limit per call
   const long long plane = height * width;
   std::uint16_t* nhwc = bf16_scratch(ctx, buffer, batch * plane * channel_pad);

@@ -278,10 +278,12 @@ inline long long k_splits(const Context& ctx, int blocks_per_multiprocessor, lon
 }
 
 // The tap-major gathers' source: an NHWC copy of the NCHW `source` [batch,
-// channels, height, width] with channel_pad channels (zeros past `channels`),
-// in `buffer`. nchw_to_nhwc_cuda takes at most 65535 images per call.
-inline const float* nhwc_source(const Context& ctx, const float* source, long long batch, long long channels,
-                                long long height, long long width, int channel_pad, Tensor& buffer) {
+// channels, height, width] (Source: float, or BFloat16 for a tensor stored
+// in bf16) with channel_pad channels (zeros past `channels`), in `buffer`.
+// nchw_to_nhwc_cuda takes at most 65535 images per call.
+template <class Source>
+const float* nhwc_source(const Context& ctx, const Source* source, long long batch, long long channels,
+                         long long height, long long width, int channel_pad, Tensor& buffer) {
   constexpr long long kImagesPerCopy = 65535;
   float* nhwc = grown_scratch(ctx, buffer, {batch, height, width, channel_pad}, DType::f32).data<float>();
   const long long plane = height * width;

@@ -6,7 +6,9 @@
 
 #include <cuda_bf16.h>
 
+#include "convolution/activation_storage.h"
 #include "convolution/few_channel_conv.h"
+#include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_gather.cuh"
 
 namespace plexus::layers::implicit_gemm {
@@ -141,15 +143,17 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
   store_gather_tile<T>(params, block, warp_m0, warp_n0, lane, acc, shared);
 }
 
-// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q];
+// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q],
+// summed in f32 and stored as Dest (f32, or BFloat16 rounded to nearest even);
 // grid-stride, consecutive threads on consecutive q (coalesced).
+template <class Dest>
 __global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
-                                     const float* bias, float* dest) {
+                                     const float* bias, Dest* dest) {
   for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
     for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
-    dest[index] = sum;
+    store_f32(dest + index, sum);
   }
 }
 
@@ -315,9 +319,16 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
   if (params.splits > 1) {
-    reduce_splits_kernel<<<cuda::blocks_for(params.dest_size), 256, 0, cuda::stream(ctx)>>>(
-        params.partial, params.splits, params.dest_size, params.m_size, params.dest_h * params.dest_w, params.bias,
-        params.dest);
+    const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
+    const int plane = params.dest_h * params.dest_w;
+    if (params.dest_bf16)
+      reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+          static_cast<BFloat16*>(params.dest));
+    else
+      reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+          static_cast<float*>(params.dest));
     cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
   }
 }
@@ -340,30 +351,32 @@ GatherChoice choose_gather(const Context& ctx, long long source_channels) {
   return choice;
 }
 
-// The tap-major gathers' NHWC copy of the NCHW `source` (nhwc_source), as
-// bf16 bit patterns when the wgmma BF16 kernel reads it.
-const void* gather_source(const Context& ctx, const GatherChoice& choice, const float* source, long long batch,
-                          long long channels, long long height, long long width, Tensor& buffer) {
-  if (!choice.tap_major) return source;
-  if (!choice.bf16) return nhwc_source(ctx, source, batch, channels, height, width, choice.channel_pad, buffer);
-  // Two bf16 patterns per f32 element of the buffer (channel_pad is even).
-  constexpr long long kImagesPerCopy = 65535;  // nchw_to_nhwc_bf16_cuda's limit per call
-  const long long plane = height * width;
-  auto* nhwc = reinterpret_cast<std::uint16_t*>(
-      grown_scratch(ctx, buffer, {batch, height, width, choice.channel_pad / 2}, DType::f32).data<float>());
-  for (long long first = 0; first < batch; first += kImagesPerCopy)
-    nchw_to_nhwc_bf16_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
-                           plane, choice.channel_pad, nhwc + first * plane * choice.channel_pad);
-  return nhwc;
+// What the gather reads for the NCHW `source` [batch, channels, height,
+// width]: tap-major, its NHWC copy in `nhwc_buffer` (nhwc_source; bf16 bit
+// patterns when the wgmma BF16 kernel reads it), copied from an f32 or a bf16
+// source alike; flat, the NCHW tensor in f32 (an f32 stand-in in
+// `stand_in_buffer` for a bf16 source).
+const void* gather_source(Context& ctx, const GatherChoice& choice, const Tensor& source, Tensor& nhwc_buffer,
+                          Tensor& stand_in_buffer) {
+  if (!choice.tap_major) return f32_stand_in(ctx, source, stand_in_buffer).data<float>();
+  const long long batch = source.dim(0), channels = source.dim(1), height = source.dim(2), width = source.dim(3);
+  const int pad = choice.channel_pad;
+  return dispatch_activation(source, [&](const auto* elements) -> const void* {
+    if (!choice.bf16) return nhwc_source(ctx, elements, batch, channels, height, width, pad, nhwc_buffer);
+    return nhwc_source_bf16(ctx, elements, batch, channels, height, width, pad, nhwc_buffer);
+  });
 }
 
 }  // namespace
 
-void forward(const Context& ctx, const ConvProblem& p, const float* x, const float* weight, const float* bias,
-             float* y, Scratch& scratch) {
+void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const float* bias, Tensor& y,
+             Scratch& scratch) {
   if (p.batch == 0) return;
   if (few_channel_conv::takes_forward(p)) {
-    few_channel_conv::forward(ctx, p, x, weight, bias, y);
+    const Tensor x_f32 = f32_stand_in(ctx, x, scratch.forward_source_f32);
+    F32Output y_f32(ctx, y, scratch.forward_dest_f32);
+    few_channel_conv::forward(ctx, p, x_f32.data<float>(), weight, bias, y_f32.f32().data<float>());
+    y_f32.store(ctx);
     return;
   }
   const GatherChoice choice = choose_gather(ctx, p.in_channels);
@@ -392,9 +405,10 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
 
   GatherParams params{};
   params.a = a;
-  params.source = gather_source(ctx, choice, x, p.batch, p.in_channels, p.height, p.width, scratch.forward_source);
+  params.source = gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
   params.bias = bias;
-  params.dest = y;
+  params.dest = y.raw_data();
+  params.dest_bf16 = y.dtype() == DType::bf16;
   params.m_size = static_cast<int>(p.out_channels);
   params.batch = static_cast<int>(p.batch);
   params.source_channels = static_cast<int>(p.in_channels);
@@ -419,12 +433,15 @@ void forward(const Context& ctx, const ConvProblem& p, const float* x, const flo
   run_gather(ctx, params, scratch.forward_sums, choice.wgmma);
 }
 
-void backward_data(const Context& ctx, const ConvProblem& p, const float* y, const float* weight,
-                   const float* bias, float* x, Scratch& scratch) {
+void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const float* weight, const float* bias,
+                   Tensor& x, Scratch& scratch) {
   if (p.batch == 0) return;
   // <= 4 channels on X (onto an RGB image): its own kernel, with no rows of zeros.
   if (few_channel_conv::takes_backward_data(p)) {
-    few_channel_conv::backward_data(ctx, p, y, weight, bias, x);
+    const Tensor y_f32 = f32_stand_in(ctx, y, scratch.backward_data_source_f32);
+    F32Output x_f32(ctx, x, scratch.backward_data_dest_f32);
+    few_channel_conv::backward_data(ctx, p, y_f32.data<float>(), weight, bias, x_f32.f32().data<float>());
+    x_f32.store(ctx);
     return;
   }
   const int s = static_cast<int>(p.stride), k = static_cast<int>(p.kernel), pad = static_cast<int>(p.padding);
@@ -446,7 +463,8 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
 
   GatherParams params{};
   params.bias = bias;
-  params.dest = x;
+  params.dest = x.raw_data();
+  params.dest_bf16 = x.dtype() == DType::bf16;
   params.m_size = static_cast<int>(p.in_channels);
   params.batch = static_cast<int>(p.batch);
   params.source_channels = static_cast<int>(p.out_channels);
@@ -493,8 +511,7 @@ void backward_data(const Context& ctx, const ConvProblem& p, const float* y, con
   params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, choice.bf16,
                          scratch.backward_data_weight);
   params.part_count = part_count;
-  params.source = gather_source(ctx, choice, y, p.batch, p.out_channels, p.out_height, p.out_width,
-                                scratch.backward_data_source);
+  params.source = gather_source(ctx, choice, y, scratch.backward_data_source, scratch.backward_data_source_f32);
   run_gather(ctx, params, scratch.backward_data_sums, choice.wgmma);
 }
 

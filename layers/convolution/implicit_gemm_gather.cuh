@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "convolution/activation_elements.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::implicit_gemm::detail {
@@ -43,7 +44,8 @@ struct GatherParams {
   const void* a;       // packed weight: f32, or bf16 bit patterns (wgmma BF16)
   const void* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad] (f32 or bf16); flat: NCHW f32
   const float* bias;   // [m_size] or null
-  float* dest;         // [batch, m_size, dest_h, dest_w]
+  void* dest;          // [batch, m_size, dest_h, dest_w]: f32, or BFloat16 when dest_bf16
+  bool dest_bf16;      // dest is stored in bf16: each f32 sum (plus bias) is rounded to nearest even
   int m_size;
   int batch;
   int source_channels, source_h, source_w;
@@ -126,8 +128,10 @@ __device__ inline GatherPixel gather_pixel(const GatherParams& params, const Gat
   return pixel;
 }
 
-// Epilogue: the block's tile of C -> dest, plus bias; or, when K is split,
-// this split's partial sums (bias and sum come in reduce_splits). Each warp
+// Epilogue: the block's tile of C -> dest, plus bias (rounded to bf16 when
+// dest is stored in bf16: the f32 value an f32 dest would hold, rounded); or,
+// when K is split, this split's f32 partial sums (bias, sum and rounding
+// come in reduce_splits). Each warp
 // holds MT x NT m16n8 accumulator tiles (rows warp_m0 + 16 mt + g [+8],
 // columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4: the C layout of
 // mma.sync m16n8 and, per n8 block, of wgmma m64nN). Written from there, a
@@ -168,7 +172,9 @@ __device__ inline void store_gather_tile(const GatherParams& params, const Gathe
   const GatherPart& part = *block.part;
   const int dest_plane = params.dest_h * params.dest_w;
   const bool whole = params.splits == 1;
-  float* dest = whole ? params.dest : params.partial + block.split * params.dest_size;
+  const bool bf16 = whole && params.dest_bf16;
+  float* dest = whole ? static_cast<float*>(params.dest) : params.partial + block.split * params.dest_size;
+  BFloat16* dest_bf16 = static_cast<BFloat16*>(params.dest);
   // Column n = n0 + lane + 32 j of the tile: its offset in dest (image and
   // pixel), or -1 past the part's columns.
   long long column[kColumnsPerLane];
@@ -190,10 +196,16 @@ __device__ inline void store_gather_tile(const GatherParams& params, const Gathe
     const int m = block.m0 + row;
     if (m >= params.m_size) break;
     const float bias = whole && params.bias ? params.bias[m] : 0.0f;
-    float* dest_row = dest + static_cast<long long>(m) * dest_plane;
+    const long long row_offset = static_cast<long long>(m) * dest_plane;
 #pragma unroll
-    for (int j = 0; j < kColumnsPerLane; ++j)
-      if (column[j] >= 0) dest_row[column[j]] = staging[row * kPitch + lane + 32 * j] + bias;
+    for (int j = 0; j < kColumnsPerLane; ++j) {
+      if (column[j] < 0) continue;
+      const float value = staging[row * kPitch + lane + 32 * j] + bias;
+      if (bf16)
+        store_f32(dest_bf16 + row_offset + column[j], value);
+      else
+        dest[row_offset + column[j]] = value;
+    }
   }
 }
 

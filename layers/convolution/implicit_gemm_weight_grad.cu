@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "convolution/activation_storage.h"
 #include "convolution/channel_ops.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_bf16.cuh"
@@ -426,11 +427,16 @@ void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradPar
 
 }  // namespace
 
-void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
-                     float* weight_grad, Scratch& scratch) {
+void backward_weight(Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y, float* weight_grad,
+                     Scratch& scratch) {
   if (p.batch * p.out_height * p.out_width == 0) return;
+  // The kernels that read NCHW x or y element by element take f32 stand-ins
+  // of bf16 ones; the copies into tap-major layouts read bf16 natively.
   if (few_channel_conv::takes_backward_weight(p)) {
-    few_channel_conv::backward_weight(ctx, p, x, y, weight_grad, scratch.weight_sums);
+    const Tensor x_f32 = f32_stand_in(ctx, x, scratch.weight_x_f32);
+    const Tensor y_f32 = f32_stand_in(ctx, y, scratch.weight_y_f32);
+    few_channel_conv::backward_weight(ctx, p, x_f32.data<float>(), y_f32.data<float>(), weight_grad,
+                                      scratch.weight_sums);
     return;
   }
   if (uses_wgmma(ctx) && wgmma_weight_grad_fits(p, ctx.bf16_products())) {
@@ -438,8 +444,6 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
     return;
   }
   WeightGradParams params{};
-  params.x = x;
-  params.y = y;
   params.in_channels = static_cast<int>(p.in_channels);
   params.height = static_cast<int>(p.height);
   params.width = static_cast<int>(p.width);
@@ -450,6 +454,8 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
   params.stride = static_cast<int>(p.stride);
   params.padding = static_cast<int>(p.padding);
   if (p.in_channels % WeightGradNhwcTile::BN != 0) {
+    params.x = f32_stand_in(ctx, x, scratch.weight_x_f32).data<float>();
+    params.y = f32_stand_in(ctx, y, scratch.weight_y_f32).data<float>();
     run_weight_grad_f32<WeightGradTile, false>(ctx, p, params, weight_grad, scratch.weight_sums);
     return;
   }
@@ -460,18 +466,26 @@ void backward_weight(const Context& ctx, const ConvProblem& p, const float* x, c
     static_assert(kChannelGroup == WeightGradNhwcTile::BN, "the same Ci take the tap-major path at both precisions");
     params.y_row_stride = round_up(p.batch * p.out_height * p.out_width, T::BK);
     std::uint16_t* rows = bf16_scratch(ctx, scratch.weight_rows_bf16, p.out_channels * params.y_row_stride);
-    nchw_to_channel_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height * p.out_width, params.y_row_stride,
-                                   rows);
+    dispatch_activation(y, [&](const auto* elements) {
+      nchw_to_channel_rows_bf16_cuda(ctx, elements, p.batch, p.out_channels, p.out_height * p.out_width,
+                                     params.y_row_stride, rows);
+    });
     params.y_rows_bf16 = rows;
-    params.x_nhwc_bf16 = nhwc_source_bf16(ctx, x, p.batch, p.in_channels, p.height, p.width,
-                                          static_cast<int>(p.in_channels), scratch.weight_source_bf16);
+    params.x_nhwc_bf16 = dispatch_activation(x, [&](const auto* elements) {
+      return nhwc_source_bf16(ctx, elements, p.batch, p.in_channels, p.height, p.width,
+                              static_cast<int>(p.in_channels), scratch.weight_source_bf16);
+    });
     run_weight_grad<T>(ctx, p, params, weight_grad, scratch.weight_sums,
                        [&](dim3 grid) { launch_weight_grad_bf16<T>(ctx, params, grid); });
     return;
   }
-  // Tap-major: B from an NHWC copy of x, made here on every call (x may differ between calls).
-  params.x_nhwc = nhwc_source(ctx, x, p.batch, p.in_channels, p.height, p.width, static_cast<int>(p.in_channels),
-                              scratch.weight_source);
+  // Tap-major: B from an NHWC copy of x, made here on every call (x may
+  // differ between calls); A read from y in NCHW.
+  params.x_nhwc = dispatch_activation(x, [&](const auto* elements) {
+    return nhwc_source(ctx, elements, p.batch, p.in_channels, p.height, p.width, static_cast<int>(p.in_channels),
+                       scratch.weight_source);
+  });
+  params.y = f32_stand_in(ctx, y, scratch.weight_y_f32).data<float>();
   run_weight_grad_f32<WeightGradNhwcTile, true>(ctx, p, params, weight_grad, scratch.weight_sums);
 }
 

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <string>
 
+#include "convolution/activation_storage.h"
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
@@ -346,7 +347,7 @@ bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
   return tap_shifts(p).count() <= 4 && p.batch * p.out_height * (p.out_width / row_pixels(p, bf16) + 1) < (1LL << 31);
 }
 
-void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x, const float* y,
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
                        float* weight_grad, Scratch& scratch) {
   const bool bf16 = ctx.bf16_products();
   const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, bf16);
@@ -369,16 +370,25 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const float* x,
   if (bf16) {
     std::uint16_t* x_copy = bf16_scratch(ctx, scratch.weight_phases, phase_elements);
     std::uint16_t* y_copy = bf16_scratch(ctx, scratch.weight_shifted, shifted_elements);
-    nchw_to_phases_bf16_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
-    shifted_rows_bf16_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
-                           y_copy);
+    dispatch_activation(x, [&](const auto* elements) {
+      nchw_to_phases_bf16_cuda(ctx, elements, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    });
+    dispatch_activation(y, [&](const auto* elements) {
+      shifted_rows_bf16_cuda(ctx, elements, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts,
+                             columns, y_copy);
+    });
     phases = x_copy;
     shifted = y_copy;
   } else {
     float* x_copy = grown_scratch(ctx, scratch.weight_phases, {phase_elements}, DType::f32).data<float>();
     float* y_copy = grown_scratch(ctx, scratch.weight_shifted, {shifted_elements}, DType::f32).data<float>();
-    nchw_to_phases_cuda(ctx, x, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
-    shifted_rows_cuda(ctx, y, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns, y_copy);
+    dispatch_activation(x, [&](const auto* elements) {
+      nchw_to_phases_cuda(ctx, elements, p.batch, p.in_channels, p.height, p.width, s, row_pitch, x_copy);
+    });
+    dispatch_activation(y, [&](const auto* elements) {
+      shifted_rows_cuda(ctx, elements, p.batch, p.out_channels, p.out_height, p.out_width, shift_min, shifts, columns,
+                        y_copy);
+    });
     phases = x_copy;
     shifted = y_copy;
   }

@@ -12,8 +12,9 @@ namespace plexus::layers::implicit_gemm::detail {
 // The caller also checks uses_wgmma().
 bool wgmma_weight_grad_fits(const ConvProblem& problem, bool bf16);
 
-// weight_grad += correlation of Y with X, as backward_weight.
-void wgmma_weight_grad(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+// weight_grad += correlation of Y with X, as backward_weight. x and y f32 or
+// bf16 each: the phase and shifted-row copies read either natively.
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,
                        float* weight_grad, Scratch& scratch);
 
 }  // namespace plexus::layers::implicit_gemm::detail

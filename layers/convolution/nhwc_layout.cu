@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "convolution/activation_elements.cuh"
 #include "convolution/nhwc_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -27,19 +28,19 @@ __device__ inline void store(std::uint16_t* destination, float value) {
   *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-template <class Out>
-__global__ void nchw_to_nhwc_kernel(const float* source, int channels, long long plane, int channel_stride,
+template <class Source, class Out>
+__global__ void nchw_to_nhwc_kernel(const Source* source, int channels, long long plane, int channel_stride,
                                     Out* destination) {
   __shared__ float tile[kTile][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
   const int c0 = blockIdx.y * kTile;
-  const float* image_source = source + image * channels * plane;
+  const Source* image_source = source + image * channels * plane;
   Out* image_destination = destination + image * plane * channel_stride;
   for (int row = threadIdx.y; row < kTile; row += kRowStep) {
     const int c = c0 + row;
     const long long q = q0 + threadIdx.x;
-    tile[row][threadIdx.x] = c < channels && q < plane ? image_source[c * plane + q] : 0.0f;
+    tile[row][threadIdx.x] = c < channels && q < plane ? load_f32(image_source + c * plane + q) : 0.0f;
   }
   __syncthreads();
   for (int row = threadIdx.y; row < kTile; row += kRowStep) {
@@ -57,19 +58,20 @@ __global__ void nchw_to_nhwc_kernel(const float* source, int channels, long long
 // grid = (plane tiles, channel_stride / 64 tiles, batch).
 constexpr int kPairTileChannels = 64;
 
-__global__ void nchw_to_nhwc_bf16_pairs_kernel(const float* source, int channels, long long plane,
+template <class Source>
+__global__ void nchw_to_nhwc_bf16_pairs_kernel(const Source* source, int channels, long long plane,
                                                int channel_stride, std::uint32_t* destination) {
   __shared__ float tile[kPairTileChannels][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
   const int c0 = blockIdx.y * kPairTileChannels;
-  const float* image_source = source + image * channels * plane;
+  const Source* image_source = source + image * channels * plane;
   std::uint32_t* image_destination = destination + image * plane * (channel_stride / 2);
 #pragma unroll
   for (int row = threadIdx.y; row < kPairTileChannels; row += kRowStep) {
     const int c = c0 + row;
     const long long q = q0 + threadIdx.x;
-    tile[row][threadIdx.x] = c < channels && q < plane ? image_source[c * plane + q] : 0.0f;
+    tile[row][threadIdx.x] = c < channels && q < plane ? load_f32(image_source + c * plane + q) : 0.0f;
   }
   __syncthreads();
   const int c = c0 + 2 * threadIdx.x;  // this thread's channel pair
@@ -81,8 +83,8 @@ __global__ void nchw_to_nhwc_bf16_pairs_kernel(const float* source, int channels
   }
 }
 
-template <class Out>
-void copy_to_nhwc(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source, class Out>
+void copy_to_nhwc(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                   std::int64_t plane, std::int64_t channel_stride, Out* destination) {
   if (channel_stride < channels || channel_stride > (1 << 30) || batch > 65535)
     throw Error("nchw_to_nhwc: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
@@ -93,7 +95,7 @@ void copy_to_nhwc(const Context& ctx, const float* source, std::int64_t batch, s
       const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
                       static_cast<unsigned>((channel_stride + kPairTileChannels - 1) / kPairTileChannels),
                       static_cast<unsigned>(batch));
-      nchw_to_nhwc_bf16_pairs_kernel<<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
+      nchw_to_nhwc_bf16_pairs_kernel<Source><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
           source, static_cast<int>(channels), plane, static_cast<int>(channel_stride),
           reinterpret_cast<std::uint32_t*>(destination));
       cuda::check_launch("nchw_to_nhwc_bf16_pairs_kernel", __FILE__, __LINE__);
@@ -102,7 +104,7 @@ void copy_to_nhwc(const Context& ctx, const float* source, std::int64_t batch, s
   }
   const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
                   static_cast<unsigned>((channel_stride + kTile - 1) / kTile), static_cast<unsigned>(batch));
-  nchw_to_nhwc_kernel<Out><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
+  nchw_to_nhwc_kernel<Source, Out><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
   cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
 }
@@ -117,20 +119,21 @@ constexpr int kRowThreads = 256;
 constexpr int kRowPixelsPerThread = 4;
 constexpr long long kMaxGridYZ = 65535;
 
-__global__ void nchw_to_channel_rows_bf16_kernel(const float* source, long long batch, long long channels,
+template <class Source>
+__global__ void nchw_to_channel_rows_bf16_kernel(const Source* source, long long batch, long long channels,
                                                  long long plane, long long row_stride,
                                                  std::uint16_t* destination) {
   const long long q0 = static_cast<long long>(blockIdx.x) * kRowThreads * kRowPixelsPerThread + threadIdx.x;
   for (long long c = blockIdx.y; c < channels; c += gridDim.y) {
     std::uint16_t* row = destination + c * row_stride;
     for (long long n = blockIdx.z; n < batch; n += gridDim.z) {
-      const float* image_source = source + (n * channels + c) * plane;
+      const Source* image_source = source + (n * channels + c) * plane;
       std::uint16_t* image_row = row + n * plane;
       float values[kRowPixelsPerThread];
 #pragma unroll
       for (int e = 0; e < kRowPixelsPerThread; ++e) {
         const long long q = q0 + e * kRowThreads;
-        values[e] = q < plane ? image_source[q] : 0.0f;
+        values[e] = q < plane ? load_f32(image_source + q) : 0.0f;
       }
 #pragma unroll
       for (int e = 0; e < kRowPixelsPerThread; ++e) {
@@ -145,7 +148,8 @@ __global__ void nchw_to_channel_rows_bf16_kernel(const float* source, long long 
 
 }  // namespace
 
-void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch,
+template <class Source>
+void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch,
                                     std::int64_t channels, std::int64_t plane, std::int64_t row_stride,
                                     std::uint16_t* destination) {
   if (batch < 0 || channels < 0 || plane < 0 || row_stride < batch * plane)
@@ -157,19 +161,35 @@ void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const float* source, std
   const long long plane_blocks = std::max<long long>((plane + kBlockPixels - 1) / kBlockPixels, 1);
   const dim3 grid(static_cast<unsigned>(plane_blocks), static_cast<unsigned>(std::min<long long>(channels, kMaxGridYZ)),
                   static_cast<unsigned>(std::clamp<long long>(batch, 1, kMaxGridYZ)));
-  nchw_to_channel_rows_bf16_kernel<<<grid, kRowThreads, 0, cuda::stream(ctx)>>>(source, batch, channels, plane,
-                                                                               row_stride, destination);
+  nchw_to_channel_rows_bf16_kernel<Source>
+      <<<grid, kRowThreads, 0, cuda::stream(ctx)>>>(source, batch, channels, plane, row_stride, destination);
   cuda::check_launch("nchw_to_channel_rows_bf16_kernel", __FILE__, __LINE__);
 }
 
-void nchw_to_nhwc_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void nchw_to_nhwc_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t plane, std::int64_t channel_stride, float* destination) {
   copy_to_nhwc(ctx, source, batch, channels, plane, channel_stride, destination);
 }
 
-void nchw_to_nhwc_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void nchw_to_nhwc_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                             std::int64_t plane, std::int64_t channel_stride, std::uint16_t* destination) {
   copy_to_nhwc(ctx, source, batch, channels, plane, channel_stride, destination);
 }
+
+// The two source elements: f32 and bf16 activations.
+template void nchw_to_nhwc_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                       std::int64_t, float*);
+template void nchw_to_nhwc_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                          std::int64_t, std::int64_t, float*);
+template void nchw_to_nhwc_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                            std::int64_t, std::uint16_t*);
+template void nchw_to_nhwc_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint16_t*);
+template void nchw_to_channel_rows_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
+                                                    std::int64_t, std::int64_t, std::uint16_t*);
+template void nchw_to_channel_rows_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                                       std::int64_t, std::int64_t, std::uint16_t*);
 
 }  // namespace plexus::layers

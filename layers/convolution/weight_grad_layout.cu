@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 
+#include "convolution/activation_elements.cuh"
 #include "convolution/weight_grad_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -33,8 +34,8 @@ dim3 copy_grid(long long groups, long long row_pitch) {
 
 // Row group (a, plane, h') with plane = n * channels + c: source row
 // h = S*h' + a, destination rows (a*S + b, plane, h') for b < S.
-template <int S, class Out>
-__global__ void phases_kernel(const float* __restrict__ source, int planes, int height, int width, int phase_height,
+template <int S, class Source, class Out>
+__global__ void phases_kernel(const Source* __restrict__ source, int planes, int height, int width, int phase_height,
                               int row_pitch, int groups, Out* __restrict__ destination) {
   const int w_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (w_first >= row_pitch) return;
@@ -43,7 +44,7 @@ __global__ void phases_kernel(const float* __restrict__ source, int planes, int 
     const int h_phase = group % phase_height, rest = group / phase_height;
     const int plane = rest % planes, a = rest / planes;
     const int h = S * h_phase + a;
-    const float* source_row = source + (static_cast<long long>(plane) * height + h) * width;
+    const Source* source_row = source + (static_cast<long long>(plane) * height + h) * width;
     Out* destination_row = destination + static_cast<long long>(a) * S * phase_size +
                            (static_cast<long long>(plane) * phase_height + h_phase) * row_pitch + w_first;
     float values[S][kPerThread];
@@ -52,7 +53,7 @@ __global__ void phases_kernel(const float* __restrict__ source, int planes, int 
 #pragma unroll
       for (int b = 0; b < S; ++b) {
         const int w = S * (w_first + j) + b;
-        values[b][j] = h < height && w < width ? source_row[w] : 0.0f;
+        values[b][j] = h < height && w < width ? load_f32(source_row + w) : 0.0f;
       }
 #pragma unroll
     for (int b = 0; b < S; ++b)
@@ -63,21 +64,21 @@ __global__ void phases_kernel(const float* __restrict__ source, int planes, int 
 }
 
 // Row group = a row of Y; destination rows (copy, that row) for copy < copies.
-template <class Out>
-__global__ void shifted_rows_kernel(const float* __restrict__ source, int rows, int width, int first_shift,
+template <class Source, class Out>
+__global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows, int width, int first_shift,
                                     int copies, int row_pitch, Out* __restrict__ destination) {
   const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (u_first >= row_pitch) return;
   const long long copy_size = static_cast<long long>(rows) * row_pitch;
   for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
-    const float* source_row = source + static_cast<long long>(row) * width;
+    const Source* source_row = source + static_cast<long long>(row) * width;
     Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u_first;
     for (int copy = 0; copy < copies; ++copy) {
       float values[kPerThread];
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) {
         const int w = u_first + j - first_shift - copy;
-        values[j] = w >= 0 && w < width ? source_row[w] : 0.0f;
+        values[j] = w >= 0 && w < width ? load_f32(source_row + w) : 0.0f;
       }
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j)
@@ -86,10 +87,10 @@ __global__ void shifted_rows_kernel(const float* __restrict__ source, int rows, 
   }
 }
 
-template <int S, class Out>
-void launch_phases(const Context& ctx, const float* source, long long groups, int planes, int height, int width,
+template <int S, class Source, class Out>
+void launch_phases(const Context& ctx, const Source* source, long long groups, int planes, int height, int width,
                    int phase_height, int row_pitch, Out* destination) {
-  phases_kernel<S, Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+  phases_kernel<S, Source, Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, planes, height, width, phase_height, row_pitch, static_cast<int>(groups), destination);
 }
 
@@ -97,8 +98,8 @@ void launch_phases(const Context& ctx, const float* source, long long groups, in
   throw Error(std::string(copy) + ": unsupported sizes (" + sizes + ")");
 }
 
-template <class Out>
-void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source, class Out>
+void copy_to_phases(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                     std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch, Out* destination) {
   const auto sizes = [&] {
     return "batch " + std::to_string(batch) + ", channels " + std::to_string(channels) + ", height " +
@@ -123,8 +124,8 @@ void copy_to_phases(const Context& ctx, const float* source, std::int64_t batch,
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 
-template <class Out>
-void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source, class Out>
+void copy_shifted_rows(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t height, std::int64_t width, int first_shift, int copies, std::int64_t row_pitch,
                        Out* destination) {
   const auto sizes = [&] {
@@ -139,7 +140,7 @@ void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t bat
   const long long rows = batch * channels * height;
   if (rows * copies >= (1LL << 31)) unsupported_sizes("shifted_rows", sizes());
   if (rows == 0 || row_pitch == 0) return;
-  shifted_rows_kernel<Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+  shifted_rows_kernel<Source, Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
       destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
@@ -147,28 +148,50 @@ void copy_shifted_rows(const Context& ctx, const float* source, std::int64_t bat
 
 }  // namespace
 
-void nchw_to_phases_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void nchw_to_phases_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                          std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch,
                          float* destination) {
   copy_to_phases(ctx, source, batch, channels, height, width, stride, row_pitch, destination);
 }
 
-void nchw_to_phases_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void nchw_to_phases_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                               std::int64_t height, std::int64_t width, int stride, std::int64_t row_pitch,
                               std::uint16_t* destination) {
   copy_to_phases(ctx, source, batch, channels, height, width, stride, row_pitch, destination);
 }
 
-void shifted_rows_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void shifted_rows_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                        std::int64_t height, std::int64_t width, int first_shift, int copies, std::int64_t row_pitch,
                        float* destination) {
   copy_shifted_rows(ctx, source, batch, channels, height, width, first_shift, copies, row_pitch, destination);
 }
 
-void shifted_rows_bf16_cuda(const Context& ctx, const float* source, std::int64_t batch, std::int64_t channels,
+template <class Source>
+void shifted_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                             std::int64_t height, std::int64_t width, int first_shift, int copies,
                             std::int64_t row_pitch, std::uint16_t* destination) {
   copy_shifted_rows(ctx, source, batch, channels, height, width, first_shift, copies, row_pitch, destination);
 }
+
+// The two source elements: f32 and bf16 activations.
+template void nchw_to_phases_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                         std::int64_t, int, std::int64_t, float*);
+template void nchw_to_phases_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                            std::int64_t, std::int64_t, int, std::int64_t, float*);
+template void nchw_to_phases_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, int, std::int64_t, std::uint16_t*);
+template void nchw_to_phases_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                                 std::int64_t, std::int64_t, int, std::int64_t, std::uint16_t*);
+template void shifted_rows_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                       std::int64_t, int, int, std::int64_t, float*);
+template void shifted_rows_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                          std::int64_t, std::int64_t, int, int, std::int64_t, float*);
+template void shifted_rows_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                            std::int64_t, int, int, std::int64_t, std::uint16_t*);
+template void shifted_rows_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, int, int, std::int64_t, std::uint16_t*);
 
 }  // namespace plexus::layers

@@ -465,6 +465,10 @@ std::vector<double> bf16_values(const std::vector<std::uint16_t>& halves) {
   return values;
 }
 
+// The source of the size checks below, which fail before reading it (the
+// copies take f32 or bf16 sources, so a plain nullptr would not say which).
+const float* const no_source = nullptr;
+
 // Expects call() to throw plexus::Error whose message contains every one of
 // `parts` (the function and the sizes that are out of its range).
 template <class Call>
@@ -535,7 +539,7 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": rows " << rows << ", width " << s.width << ", shift "
                           << s.first_shift << " x " << s.copies << ", pitch " << s.pitch;
     }
-  expect_error_naming([&] { layers::shifted_rows_cuda(ctx, nullptr, 1, 1, 1, 4, 0, 0, 8, nullptr); },
+  expect_error_naming([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
                       {"shifted_rows", "copies 0"});
 }
 
@@ -584,9 +588,9 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
                           << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
     }
-  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 2, 4, nullptr); },
+  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
                       {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
-  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, nullptr, 1, 1, 4, 9, 5, 8, nullptr); },
+  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
                       {"nchw_to_phases", "stride 5"});
 }
 
@@ -625,9 +629,9 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
       EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
                           << ", plane " << s.plane << ", channel_stride " << s.channel_stride;
     }
-  expect_error_naming([&] { layers::nchw_to_nhwc_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr); },
+  expect_error_naming([&] { layers::nchw_to_nhwc_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
                       {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
-  expect_error_naming([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, nullptr, 1, 8, 4, 4, nullptr); },
+  expect_error_naming([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
                       {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
 }
 
@@ -668,7 +672,7 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
     EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
                         << ", row_stride " << s.row_stride;
   }
-  expect_error_naming([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, nullptr, 2, 3, 4, 7, nullptr); },
+  expect_error_naming([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, no_source, 2, 3, 4, 7, nullptr); },
                       {"nchw_to_channel_rows_bf16", "plane 4", "row_stride 7"});
 }
 #endif

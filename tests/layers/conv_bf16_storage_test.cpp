@@ -1,0 +1,242 @@
+// Conv2d and ConvTranspose2d storing activations in bf16 (Layer::stores_bf16).
+// The contract: storing a tensor in bf16 changes nothing but its rounding.
+// With inputs whose values are bf16 values (so the bf16 and the f32 tensors
+// hold the same numbers), every output stored in bf16 is the f32 path's
+// output rounded to bf16 (nearest even), every output stored in f32 is the
+// f32 path's, and the parameter gradients (f32) are the same bits, for each
+// mix of f32 and bf16 tensors, on problems that reach every path of the
+// convolution engine (convolution/implicit_gemm.h), the im2col + cuBLAS
+// passes and the few-channel kernels, at each precision. On the CPU a bf16
+// tensor is refused with an error naming the layer.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "layers/layer_test_support.h"
+#include "plexus/bfloat16.h"
+#include "plexus/builtin_layers.h"
+#include "plexus/testing/gtest_helpers.h"
+
+namespace plexus {
+namespace {
+
+using nlohmann::json;
+
+const Registry registry = builtin_registry();
+
+// The value `value` stores as in bf16: nearest even.
+double rounded_to_bf16(double value) {
+  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
+}
+
+// Uniform in [-1, 1), each rounded to a bf16 value (exactly representable in
+// bf16, so a bf16 tensor of them holds the same values as an f32 one).
+std::vector<double> bf16_representable_values(std::size_t count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> values(count);
+  for (double& value : values) value = rounded_to_bf16(uniform(rng));
+  return values;
+}
+
+std::unique_ptr<Layer> make_layer(const std::string& type, const json& params, const Shape& input, Device device) {
+  auto layer = registry.create(type, "c", params);
+  layer->output_shapes({input});
+  layer->create_parameters({input});
+  std::mt19937_64 rng(7);
+  layer->initialize_parameters(DType::f32, device, rng);
+  return layer;
+}
+
+// A layer and input shape, and which part of the engine it exercises.
+struct Problem {
+  std::string type;
+  json params;
+  Shape input;
+  std::string path;
+};
+
+// In the engine's Conv2d terms (implicit_gemm.h) a ConvTranspose2d's X is
+// its output and Y its input. Output planes stay within 1024 pixels, so the
+// bias gradient sums each channel in one block (one atomicAdd: the same
+// order in every run).
+std::vector<Problem> problems() {
+  return {
+      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 64, 16, 16},
+       "tap-major gathers (NHWC copies), NCHW weight gradient"},
+      {"Conv2d", {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}}, {2, 8, 12, 12},
+       "flat-K forward gather; input gradient by im2col + cuBLAS"},
+      {"Conv2d", {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}}, {2, 32, 10, 10},
+       "forward by im2col + cuBLAS (Co <= 16); flat-K input gradient"},
+      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 3, 32, 32},
+       "few-channel forward, input gradient and weight gradient"},
+      {"Conv2d", {{"out_channels", 64}, {"kernel", 1}}, {2, 64, 8, 8}, "1x1 kernel"},
+      {"Conv2d", {{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {2, 64, 8, 8}, "3x3 kernel, stride 1"},
+      {"Conv2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {2, 128, 4, 4},
+       "split K (4x4 images, 128 channels)"},
+      {"Conv2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {1, 128, 32, 32},
+       "tap-major weight gradient (Ci a multiple of 128; on Hopper the wgmma one)"},
+      {"ConvTranspose2d",
+       {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+       {2, 64, 8, 8},
+       "tap-major backward_data phases and forward gather"},
+      {"ConvTranspose2d", {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}}, {2, 8, 12, 12},
+       "flat-K backward_data gather; input gradient by im2col + cuBLAS"},
+      {"ConvTranspose2d", {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}}, {2, 32, 10, 10},
+       "forward by im2col + cuBLAS; flat-K input gradient"},
+      {"ConvTranspose2d",
+       {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+       {2, 64, 16, 16},
+       "few-channel forward (onto an RGB image), input gradient and weight gradient"},
+      {"ConvTranspose2d", {{"out_channels", 64}, {"kernel", 1}}, {2, 64, 8, 8}, "1x1 kernel"},
+      {"ConvTranspose2d", {{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {2, 64, 8, 8},
+       "3x3 kernel, stride 1"},
+      {"ConvTranspose2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {2, 128, 4, 4},
+       "split K (4x4 images, 128 channels)"},
+      {"ConvTranspose2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {1, 128, 32, 32},
+       "tap-major weight gradient (on Hopper the wgmma one)"},
+  };
+}
+
+// The dtypes of the layer's input (and its gradient) and of its output (and
+// its gradient), as a Net stores a blob and its gradient alike.
+struct Storage {
+  DType input;
+  DType output;
+};
+
+std::string describe(const Storage& storage) {
+  return std::string("input ") + dtype_name(storage.input) + ", output " + dtype_name(storage.output);
+}
+
+struct Pass {
+  std::vector<double> output, input_grad;
+  std::map<std::string, std::vector<double>> parameter_grads;
+};
+
+// One forward and one backward on CUDA at `precision`, with the given storage.
+Pass run_pass(Layer& layer, Precision precision, const Shape& input_shape, const Storage& storage,
+              const std::vector<double>& x_values, const std::vector<double>& dy_values) {
+  Context ctx(Device::cuda());
+  ctx.set_precision(precision);
+  const Shape output_shape = layer.output_shapes({input_shape})[0];
+  const Tensor x = Tensor::from_values(x_values, input_shape, storage.input, Device::cuda());
+  Tensor y(output_shape, storage.output, Device::cuda());
+  const Tensor dy = Tensor::from_values(dy_values, output_shape, storage.output, Device::cuda());
+  Tensor dx(input_shape, storage.input, Device::cuda());
+  for (Parameter* p : layer.parameters()) p->grad.fill_zero();
+  layer.forward(ctx, {&x}, {&y});
+  layer.backward(ctx, {&x}, {&y}, {&dy}, {&dx});
+  ctx.synchronize();
+  Pass pass{y.to_values(), dx.to_values(), {}};
+  for (Parameter* p : layer.parameters()) pass.parameter_grads[p->name] = p->grad.to_values();
+  return pass;
+}
+
+// Expects `actual`, stored in `dtype`, to be `reference` (the all-f32 pass's)
+// exactly, rounded to bf16 when dtype is bf16.
+void expect_stored(const std::vector<double>& reference, const std::vector<double>& actual, DType dtype,
+                   const std::string& what) {
+  ASSERT_EQ(reference.size(), actual.size()) << what;
+  std::size_t wrong = 0, first_wrong = 0;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const double expected = dtype == DType::bf16 ? rounded_to_bf16(reference[i]) : reference[i];
+    if (actual[i] != expected && wrong++ == 0) first_wrong = i;
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size() << " elements differ; first ["
+                       << first_wrong << "] " << actual[first_wrong] << " instead of "
+                       << (dtype == DType::bf16 ? rounded_to_bf16(reference[first_wrong]) : reference[first_wrong]);
+}
+
+TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const Storage all_f32{DType::f32, DType::f32};
+  const std::vector<Storage> storages = {
+      {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::bf16}};
+  std::mt19937_64 rng(2024);
+  for (const Problem& problem : problems()) {
+    auto layer = make_layer(problem.type, problem.params, problem.input, Device::cuda());
+    ASSERT_TRUE(layer->stores_bf16(Device::cuda())) << problem.type;
+    const Shape output_shape = layer->output_shapes({problem.input})[0];
+    const std::vector<double> x = bf16_representable_values(static_cast<std::size_t>(shape_numel(problem.input)), rng);
+    const std::vector<double> dy = bf16_representable_values(static_cast<std::size_t>(shape_numel(output_shape)), rng);
+    for (const Precision precision : {Precision::bf16, Precision::tf32, Precision::f32}) {
+      const Pass reference = run_pass(*layer, precision, problem.input, all_f32, x, dy);
+      for (const Storage& storage : storages) {
+        const std::string what = problem.type + " " + problem.params.dump() + " on " + shape_str(problem.input) +
+                                 " (" + problem.path + ") at " + precision_name(precision) + ", " + describe(storage);
+        const Pass pass = run_pass(*layer, precision, problem.input, storage, x, dy);
+        expect_stored(reference.output, pass.output, storage.output, what + ": output");
+        expect_stored(reference.input_grad, pass.input_grad, storage.input, what + ": input gradient");
+        for (const auto& [name, grad] : reference.parameter_grads)
+          expect_stored(grad, pass.parameter_grads.at(name), DType::f32, what + ": " + name + " gradient");
+      }
+    }
+  }
+}
+
+// bf16 activations go with f32 parameters only.
+TEST(ConvBf16Storage, RefusesBf16TensorsWithF64ParametersCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  auto layer = registry.create("Conv2d", "c", json{{"out_channels", 4}, {"kernel", 3}});
+  const Shape input{1, 2, 5, 5};
+  layer->output_shapes({input});
+  layer->create_parameters({input});
+  std::mt19937_64 rng(3);
+  layer->initialize_parameters(DType::f64, Device::cuda(), rng);
+  Context ctx(Device::cuda());
+  const Tensor x(input, DType::bf16, Device::cuda());
+  Tensor y(layer->output_shapes({input})[0], DType::f64, Device::cuda());
+  const std::string message = testing::config_error_of([&] { layer->forward(ctx, {&x}, {&y}); });
+  EXPECT_TRUE(testing::contains(message, "node 'c' (Conv2d)")) << message;
+  EXPECT_TRUE(testing::contains(message, "f64 parameters")) << message;
+}
+
+TEST(ConvBf16Storage, StoresBf16OnlyOnCuda) {
+  for (const std::string type : {"Conv2d", "ConvTranspose2d"}) {
+    auto layer = registry.create(type, "c", json{{"out_channels", 4}, {"kernel", 3}});
+    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << type;
+    EXPECT_EQ(layer->stores_bf16(Device::cuda()), static_cast<bool>(PLEXUS_WITH_CUDA)) << type;
+  }
+}
+
+// The CPU kernels take f32 or f64 tensors: a bf16 input, output or gradient
+// is refused before any element is read, naming the layer and the tensor.
+TEST(ConvBf16Storage, CpuRefusesBf16TensorsNamingTheLayer) {
+  for (const std::string type : {"Conv2d", "ConvTranspose2d"}) {
+    const Shape input{1, 4, 6, 6};
+    auto layer = make_layer(type, json{{"out_channels", 4}, {"kernel", 3}}, input, Device::cpu());
+    const Shape output = layer->output_shapes({input})[0];
+    Context ctx;
+    const Tensor x_f32(input, DType::f32), x_bf16(input, DType::bf16);
+    Tensor y_f32(output, DType::f32), y_bf16(output, DType::bf16);
+    Tensor dx_f32(input, DType::f32), dx_bf16(input, DType::bf16);
+    const Tensor dy_f32(output, DType::f32), dy_bf16(output, DType::bf16);
+    const std::string who = "node 'c' (" + type + ")";
+    const auto expect_refused = [&](const std::string& message, const std::string& tensor) {
+      EXPECT_TRUE(testing::contains(message, who)) << message;
+      EXPECT_TRUE(testing::contains(message, "bf16")) << message;
+      EXPECT_TRUE(testing::contains(message, tensor)) << message;
+    };
+    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_bf16}, {&y_f32}); }),
+                   x_bf16.describe());
+    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_f32}, {&y_bf16}); }),
+                   y_bf16.describe());
+    expect_refused(
+        testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_bf16}, {&dx_f32}); }),
+        dy_bf16.describe());
+    expect_refused(
+        testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_f32}, {&dx_bf16}); }),
+        dx_bf16.describe());
+    // The same layer still runs on f32 tensors.
+    EXPECT_NO_THROW(layer->forward(ctx, {&x_f32}, {&y_f32}));
+    EXPECT_NO_THROW(layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_f32}, {&dx_f32}));
+  }
+}
+
+}  // namespace
+}  // namespace plexus
