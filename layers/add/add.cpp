@@ -31,8 +31,14 @@ void Add::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
 }
 
 void Add::copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  for (Tensor* input_grad : input_grads)
-    if (input_grad) copy_elements(ctx, *input_grad, 0, *output_grads[0], 0, output_grads[0]->numel());
+  const Tensor& output_grad = *output_grads[0];
+  for (Tensor* input_grad : input_grads) {
+    if (!input_grad) continue;
+    if (input_grad->dtype() == output_grad.dtype())
+      copy_elements(ctx, *input_grad, 0, output_grad, 0, output_grad.numel());
+    else
+      convert(ctx, *input_grad, output_grad);
+  }
 }
 
 void Add::backward_cpu(Context& ctx, const ConstTensors&, const ConstTensors&, const ConstTensors& output_grads,

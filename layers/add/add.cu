@@ -1,6 +1,8 @@
 // CUDA kernels of Add (math in add.h). Element-wise: one thread per element,
-// grid-stride so any size fits the capped grid. The backward is a copy of
-// dL/dy into each input gradient (copy_elements, on the context's stream).
+// grid-stride so any size fits the capped grid. Each tensor f32 or bf16
+// (activation_elements.cuh), or all f64. The backward is a copy of dL/dy
+// into each input gradient (copy_output_grad, on the context's stream).
+#include "activation_elements.cuh"
 #include "add/add.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -10,24 +12,35 @@ namespace plexus::layers {
 namespace {
 
 // y = a + b  (y may alias a: more inputs are added as y = y + x_i)
-template <typename T>
-__global__ void add_forward(const T* a, const T* b, T* y, long long n) {
+template <typename Elements>
+__global__ void add_forward(Elements a, Elements b, Elements y, long long n) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
-    y[i] = a[i] + b[i];
+    y.store(i, a.load(i) + b.load(i));
 }
 
 }  // namespace
 
+// Summed left to right, as the CPU does: partial sums x_0 + ... + x_i go to
+// y itself, or, when y is bf16, to an f32 buffer, so that y is rounded once
+// and holds the f32 sum rounded to bf16.
 void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   long long n = outputs[0]->numel();
   if (n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    T* y = outputs[0]->data<T>();
+  Tensor* y = outputs[0];
+  Tensor* partial_sum = y;
+  if (y->dtype() == DType::bf16 && inputs.size() > 2) {
+    if (!partial_sum_.defined() || partial_sum_.shape() != y->shape() || partial_sum_.device() != y->device())
+      partial_sum_ = Tensor(y->shape(), DType::f32, y->device());
+    partial_sum = &partial_sum_;
+  }
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
     for (std::size_t i = 1; i < inputs.size(); ++i) {
-      const T* sum_so_far = i == 1 ? inputs[0]->data<T>() : y;
-      add_forward<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(sum_so_far, inputs[i]->data<T>(), y, n);
+      const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
+      Tensor* sum = i + 1 == inputs.size() ? y : partial_sum;
+      add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(sum_so_far),
+                                                                      Elements::of(inputs[i]), Elements::of(sum), n);
       cuda::check_launch("add_forward", __FILE__, __LINE__);
     }
   });

@@ -17,6 +17,8 @@ class Add : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // On CUDA each input, y and their gradients may be f32 or bf16; the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -29,8 +31,14 @@ class Add : public Layer {
 #endif
 
  private:
-  // dL/dx_i = dL/dy for every wanted input, on the context's device.
+  // dL/dx_i = dL/dy for every wanted input, on the context's device, each
+  // in its own dtype (a bf16 gradient from an f32 dL/dy rounded to nearest even).
   void copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads);
+
+  // On CUDA, the partial sums of more than two inputs when y is bf16 (f32,
+  // y's shape; allocated again only when that changes, so a recorded CUDA
+  // graph stays valid).
+  Tensor partial_sum_;
 };
 
 void register_add(Registry& registry);

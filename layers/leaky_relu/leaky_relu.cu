@@ -1,5 +1,7 @@
 // CUDA kernels of LeakyReLU (math in leaky_relu.h). Element-wise: one thread
-// per element, grid-stride so any size fits the capped grid.
+// per element, grid-stride so any size fits the capped grid. Each tensor f32
+// or bf16 (activation_elements.cuh), or all f64.
+#include "activation_elements.cuh"
 #include "leaky_relu/leaky_relu.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -9,19 +11,26 @@ namespace plexus::layers {
 namespace {
 
 // y = x for x > 0, slope * x otherwise
-template <typename T>
-__global__ void leaky_relu_forward(const T* x, T* y, T slope, long long n) {
+template <typename Elements>
+__global__ void leaky_relu_forward(Elements x, Elements y, typename Elements::Value slope, long long n) {
+  using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
-    y[i] = x[i] > T(0) ? x[i] : slope * x[i];
+       i += (long long)gridDim.x * blockDim.x) {
+    const T v = x.load(i);
+    y.store(i, v > T(0) ? v : slope * v);
+  }
 }
 
 // dx = dy for x > 0, slope * dy otherwise
-template <typename T>
-__global__ void leaky_relu_backward(const T* x, const T* dy, T* dx, T slope, long long n) {
+template <typename Elements>
+__global__ void leaky_relu_backward(Elements x, Elements dy, Elements dx, typename Elements::Value slope,
+                                    long long n) {
+  using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
-    dx[i] = x[i] > T(0) ? dy[i] : slope * dy[i];
+       i += (long long)gridDim.x * blockDim.x) {
+    const T g = dy.load(i);
+    dx.store(i, x.load(i) > T(0) ? g : slope * g);
+  }
 }
 
 }  // namespace
@@ -29,10 +38,11 @@ __global__ void leaky_relu_backward(const T* x, const T* dy, T* dx, T slope, lon
 void LeakyReLU::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   long long n = inputs[0]->numel();
   if (n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    leaky_relu_forward<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), outputs[0]->data<T>(), T(negative_slope_), n);
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    using T = typename Elements::Value;
+    leaky_relu_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(outputs[0]), T(negative_slope_), n);
     cuda::check_launch("leaky_relu_forward", __FILE__, __LINE__);
   });
 }
@@ -41,10 +51,11 @@ void LeakyReLU::backward_cuda(Context& ctx, const ConstTensors& inputs, const Co
                               const ConstTensors& output_grads, const MutableTensors& input_grads) {
   long long n = inputs[0]->numel();
   if (!input_grads[0] || n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    leaky_relu_backward<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), output_grads[0]->data<T>(), input_grads[0]->data<T>(), T(negative_slope_), n);
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    using T = typename Elements::Value;
+    leaky_relu_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), T(negative_slope_), n);
     cuda::check_launch("leaky_relu_backward", __FILE__, __LINE__);
   });
 }

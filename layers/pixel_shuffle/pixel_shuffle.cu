@@ -1,6 +1,8 @@
 // CUDA kernels of PixelShuffle (math in pixel_shuffle.h). Both directions are
 // gathers with one thread per element written (grid-stride), so writes are
-// coalesced and no two threads touch one element.
+// coalesced and no two threads touch one element. Each tensor f32 or bf16
+// (activation_elements.cuh), or all f64.
+#include "activation_elements.cuh"
 #include "pixel_shuffle/pixel_shuffle.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -15,25 +17,25 @@ struct ShuffleGeometry {
 };
 
 // y[n, c, h*r + i, w*r + j] = x[n, c*r*r + i*r + j, h, w]; one thread per y element.
-template <typename T>
-__global__ void pixel_shuffle_forward(const T* x, T* y, ShuffleGeometry g, long long total) {
+template <typename Elements>
+__global__ void pixel_shuffle_forward(Elements x, Elements y, ShuffleGeometry g, long long total) {
   const long long out_width = g.width * g.r, out_height = g.height * g.r;
   for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < total;
        o += (long long)gridDim.x * blockDim.x) {
     long long ox = o % out_width, oy = (o / out_width) % out_height, nc = o / (out_width * out_height);
     long long h = oy / g.r, i = oy % g.r, w = ox / g.r, j = ox % g.r;
-    y[o] = x[((nc * g.r + i) * g.r + j) * g.height * g.width + h * g.width + w];
+    y.store(o, x.load(((nc * g.r + i) * g.r + j) * g.height * g.width + h * g.width + w));
   }
 }
 
 // dx[n, c*r*r + i*r + j, h, w] = dy[n, c, h*r + i, w*r + j]; one thread per dx element.
-template <typename T>
-__global__ void pixel_shuffle_backward(const T* dy, T* dx, ShuffleGeometry g, long long total) {
+template <typename Elements>
+__global__ void pixel_shuffle_backward(Elements dy, Elements dx, ShuffleGeometry g, long long total) {
   for (long long d = blockIdx.x * (long long)blockDim.x + threadIdx.x; d < total;
        d += (long long)gridDim.x * blockDim.x) {
     long long w = d % g.width, h = (d / g.width) % g.height, depth = d / (g.width * g.height);
     long long j = depth % g.r, i = (depth / g.r) % g.r, nc = depth / (g.r * g.r);
-    dx[d] = dy[(nc * g.height * g.r + h * g.r + i) * g.width * g.r + w * g.r + j];
+    dx.store(d, dy.load((nc * g.height * g.r + h * g.r + i) * g.width * g.r + w * g.r + j));
   }
 }
 
@@ -46,10 +48,10 @@ ShuffleGeometry geometry_of(const Shape& input, long long r) {
 void PixelShuffle::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   long long total = outputs[0]->numel();
   if (total == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    pixel_shuffle_forward<T><<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), outputs[0]->data<T>(), geometry_of(inputs[0]->shape(), upscale_factor_), total);
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    pixel_shuffle_forward<<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(outputs[0]), geometry_of(inputs[0]->shape(), upscale_factor_), total);
     cuda::check_launch("pixel_shuffle_forward", __FILE__, __LINE__);
   });
 }
@@ -58,10 +60,10 @@ void PixelShuffle::backward_cuda(Context& ctx, const ConstTensors& inputs, const
                                  const ConstTensors& output_grads, const MutableTensors& input_grads) {
   long long total = inputs[0]->numel();
   if (!input_grads[0] || total == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    pixel_shuffle_backward<T><<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
-        output_grads[0]->data<T>(), input_grads[0]->data<T>(), geometry_of(inputs[0]->shape(), upscale_factor_),
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    pixel_shuffle_backward<<<cuda::blocks_for(total), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(output_grads[0]), Elements::of(input_grads[0]), geometry_of(inputs[0]->shape(), upscale_factor_),
         total);
     cuda::check_launch("pixel_shuffle_backward", __FILE__, __LINE__);
   });

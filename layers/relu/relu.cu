@@ -1,5 +1,7 @@
 // CUDA kernels of ReLU (math in relu.h). Element-wise: one thread per element,
-// grid-stride so any size fits the capped grid.
+// grid-stride so any size fits the capped grid. Each tensor f32 or bf16
+// (activation_elements.cuh), or all f64.
+#include "activation_elements.cuh"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "relu/relu.h"
@@ -9,19 +11,23 @@ namespace plexus::layers {
 namespace {
 
 // y = max(x, 0)
-template <typename T>
-__global__ void relu_forward(const T* x, T* y, long long n) {
+template <typename Elements>
+__global__ void relu_forward(Elements x, Elements y, long long n) {
+  using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
-    y[i] = x[i] > T(0) ? x[i] : T(0);
+       i += (long long)gridDim.x * blockDim.x) {
+    const T v = x.load(i);
+    y.store(i, v > T(0) ? v : T(0));
+  }
 }
 
 // dx = dy * [x > 0]
-template <typename T>
-__global__ void relu_backward(const T* x, const T* dy, T* dx, long long n) {
+template <typename Elements>
+__global__ void relu_backward(Elements x, Elements dy, Elements dx, long long n) {
+  using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
-    dx[i] = x[i] > T(0) ? dy[i] : T(0);
+    dx.store(i, x.load(i) > T(0) ? dy.load(i) : T(0));
 }
 
 }  // namespace
@@ -29,10 +35,10 @@ __global__ void relu_backward(const T* x, const T* dy, T* dx, long long n) {
 void ReLU::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   long long n = inputs[0]->numel();
   if (n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    relu_forward<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(inputs[0]->data<T>(),
-                                                                       outputs[0]->data<T>(), n);
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    relu_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
+                                                                     Elements::of(outputs[0]), n);
     cuda::check_launch("relu_forward", __FILE__, __LINE__);
   });
 }
@@ -41,10 +47,10 @@ void ReLU::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTe
                          const ConstTensors& output_grads, const MutableTensors& input_grads) {
   long long n = inputs[0]->numel();
   if (!input_grads[0] || n == 0) return;
-  dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    relu_backward<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), output_grads[0]->data<T>(), input_grads[0]->data<T>(), n);
+  dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+    using Elements = decltype(kind);
+    relu_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
     cuda::check_launch("relu_backward", __FILE__, __LINE__);
   });
 }

@@ -15,6 +15,8 @@ class ReLU : public Layer {
   bool cuda_graph_capturable() const override { return true; }
   // Element-wise: the CPU kernel reads x[i] and then writes y[i].
   bool forward_in_place(Device device) const override { return device.is_cpu(); }
+  // On CUDA x, y and their gradients may each be f32 or bf16; the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
