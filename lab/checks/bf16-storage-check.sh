@@ -19,7 +19,7 @@ logs=${OUT:-bf16-storage-logs}
 build=${BUILD:-build-gpu}
 rounds=${1:-3}
 mkdir -p "$logs"
-storage_tests=(bfloat16_test net_bf16_storage_test gdn_bf16_storage_test conv_bf16_storage_test)
+storage_tests=(bfloat16_test net_bf16_storage_test gdn_bf16_storage_test conv_bf16_storage_test elementwise_bf16_storage_test)
 layer_tests=(gdn_test conv2d_test conv_transpose2d_test)
 quality=()
 [ "${QUALITY:-0}" = 1 ] && quality=(plexus_ae_bf16_train_test plexus-ae)
@@ -29,7 +29,7 @@ status=0
 for t in "${storage_tests[@]}" "${layer_tests[@]}"; do run_gtest "$logs" "$build" "$t" || status=1; done
 grep -h "SKIPPED" "$logs"/*_test.log | head -5
 sanitizer=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
-for t in gdn_bf16_storage_test conv_bf16_storage_test; do
+for t in gdn_bf16_storage_test conv_bf16_storage_test elementwise_bf16_storage_test net_bf16_storage_test; do
   if "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/$t" --gtest_brief=1 --gtest_filter='*Cuda*' \
        > "$logs/$t-memcheck.log" 2>&1; then
     echo "$t memcheck: $(grep -E 'ERROR SUMMARY' "$logs/$t-memcheck.log")"
