@@ -623,9 +623,9 @@ void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const P
 
 }  // namespace
 
-// bf16 storage: the tensor-core kernels read and write bf16 themselves when
-// every activation tensor of the call is bf16 (BF16 products, C <= 192);
-// any other call with a bf16 tensor runs the f32 kernels on f32 stand-ins.
+// bf16 storage: the tensor-core kernels read and write bf16 themselves
+// under BF16 products up to C = 192 (gdn_cuda.cuh says which dtypes); any
+// other call with a bf16 tensor runs the f32 kernels on f32 stand-ins.
 void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   check_channels(*inputs[0]);
   const Tensor& x = *inputs[0];

@@ -237,9 +237,9 @@ int persistent_blocks(int threads, std::size_t shared_bytes, long long tiles) {
 
 // Tensor-core kernels (gdn_tensor_core.cu), C <= 256, compute capability
 // >= 8.0: TF32 products, BF16 when ctx.bf16_products() (unless
-// PLEXUS_GDN_BF16=0, to compare). f32 tensors, or every activation tensor
-// of the call bf16 (then only with BF16 products and C <= 192; otherwise
-// they return as below, having launched nothing).
+// PLEXUS_GDN_BF16=0, to compare). f32 tensors; with BF16 products and
+// C <= 192 also bf16 ones: x and dx in one dtype, y and dy in one dtype,
+// each f32 or bf16. Otherwise they return as below, having launched nothing.
 // y = GDN(x) (IGDN when `inverse`); false when it cannot run here (then nothing was launched).
 bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta,
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse);

@@ -3,10 +3,11 @@
 // when the context allows TF32: TF32 m16n8k8 products (cuda::Tf32Product), or
 // BF16 m16n8k16 (cuda::Bf16Product) when its precision is bf16, both built
 // from the same fragments of the same f32 tiles. Math and notation in gdn.h.
-// Under bf16 activation storage (x, y, dy and dx all bf16, BF16 products,
-// C <= 192) the same kernels read bf16 (widened exactly into the same f32
-// tiles) and write bf16 (rounded to nearest even): the same f32 results,
-// then rounded, for half the bytes.
+// Under bf16 activation storage (BF16 products, C <= 192; x and dx in one
+// dtype, y and dy in one dtype, each side f32 or bf16: Storage below) the
+// same kernels read bf16 (widened exactly into the same f32 tiles) and
+// write bf16 (rounded to nearest even): the same f32 results, then rounded,
+// for half the bytes of each bf16 tensor.
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (a tile
 // may span two images) and keeps in shared memory:
@@ -60,6 +61,16 @@
 #include "plexus/environment_switch.h"
 
 namespace plexus::layers::gdn_cuda {
+
+// How a call's activations are stored: In for x and dx, Out for y and dy;
+// float, or __nv_bfloat16 (bf16 storage: read widened into the same f32
+// tiles, written rounded to nearest even).
+template <class InElement, class OutElement>
+struct Storage {
+  using In = InElement;
+  using Out = OutElement;
+  static constexpr bool kF32 = std::is_same_v<In, float> && std::is_same_v<Out, float>;
+};
 
 // Warp tiling of one padded channel count CP and R = kRows gamma rows per
 // block: kThreads threads, tiles of kTile pixels; the [R x T] contractions on
@@ -601,15 +612,14 @@ __device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
 // (when not null), and the block's dbeta into its partial [C*C + C].
 // Launch: persistent blocks grid-striding over T-pixel tiles; blockIdx.y
 // picks the block's R rows of gamma (all of them up to C = 192), which stay
-// in shared memory for all its tiles. Element: how x and out are stored
-// (float, or __nv_bfloat16 for bf16 storage: read widened, written rounded
-// to nearest even; the forward only).
-template <class L, class Product, bool kInverse, bool kGradient, class Element = float>
+// in shared memory for all its tiles. S (Storage): how x and out are
+// stored (the forward only; the split backward's are f32).
+template <class L, class Product, bool kInverse, bool kGradient, class S = Storage<float, float>>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tensor_core_normalize(const Element* x, const float* dy, Element* out, float* q, const float* stored_beta,
-                       const float* stored_gamma, int channels, long long pixels, long long total_pixels,
-                       Reparametrization<float> rp, bool vector_io, float* partials) {
-  static_assert(!kGradient || std::is_same_v<Element, float>, "the split backward stores f32");
+    gdn_tensor_core_normalize(const typename S::In* x, const float* dy, typename S::Out* out, float* q,
+                       const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
+                       long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
+  static_assert(!kGradient || S::kF32, "the split backward stores f32");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
@@ -625,7 +635,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   const int reduce_end = reduce_end_of<Product>(channels);
   const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   float beta_grad[MT][2] = {};
-  Element next[L::loads(CP)][4];
+  typename S::In next[L::loads(CP)][4];
   if (blockIdx.x < tiles)
     fetch_tile<L, CP>(x, 0, blockIdx.x * L::tile, total_pixels, pixels, channels, vector_io, next);
   int buffer = 0;
@@ -701,21 +711,20 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // passes two barriers (the first one also frees q_s and the other buffers:
 // every warp has finished the previous tile). One buffer (C = 192): the next
 // tile's x waits in registers, dy is loaded into registers, three barriers.
-// Element: how x, dy and dx are stored (float, or __nv_bfloat16: read
-// widened, dx rounded to nearest even). cp.async copies bits, so with two
-// buffers bf16 tiles come through registers instead: loaded after the first
-// barrier, held (in bf16) while this tile is computed, and stored widened
-// into the other buffers at its end.
-template <class L, class Product, bool kInverse, class Element = float>
+// S (Storage): how x and dx (S::In) and dy (S::Out) are stored. cp.async
+// copies bits, so with two buffers and any bf16 tile, the tiles come through
+// registers instead: loaded after the first barrier, held (as stored) while
+// this tile is computed, and stored widened into the other buffers at its end.
+template <class L, class Product, bool kInverse, class S = Storage<float, float>>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_tensor_core_backward(const Element* x, const Element* dy, Element* dx, const float* stored_beta,
-                      const float* stored_gamma, int channels, long long pixels, long long total_pixels,
-                      Reparametrization<float> rp, bool vector_io, float* partials) {
+    gdn_tensor_core_backward(const typename S::In* x, const typename S::Out* dy, typename S::In* dx,
+                      const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
+                      long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
   static_assert(L::rows == L::channels, "all of gamma in one block");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   constexpr bool kAsync = L::buffers == 2;
-  constexpr bool kCopyAsync = kAsync && std::is_same_v<Element, float>;
+  constexpr bool kCopyAsync = kAsync && S::kF32;
   constexpr int kTileFloats = CP * L::tile;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
@@ -736,8 +745,8 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 
   float gamma_grad[GMT][GNT][4] = {};
   float beta_grad[MT][2] = {};
-  Element next[kCopyAsync ? 1 : L::loads(CP)][4];                   // x of the next tile
-  Element next_dy[kAsync && !kCopyAsync ? L::loads(CP) : 1][4];    // dy of the next tile (bf16, two buffers)
+  typename S::In next[kCopyAsync ? 1 : L::loads(CP)][4];                 // x of the next tile
+  typename S::Out next_dy[kAsync && !kCopyAsync ? L::loads(CP) : 1][4];  // dy of the next tile (bf16, two buffers)
   if (blockIdx.x < tiles) {
     const long long first = blockIdx.x * L::tile;
     if constexpr (kCopyAsync) {
@@ -1001,7 +1010,7 @@ int blocks_per_half(int resident, int halves, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-// A tensor's elements as the kernels' Element (float, or __nv_bfloat16 for a bf16 tensor).
+// A tensor's elements as a kernel's element type (float, or __nv_bfloat16 for a bf16 tensor).
 template <class Element>
 const Element* elements(const Tensor& tensor) {
   return static_cast<const Element*>(tensor.raw_data());
@@ -1011,28 +1020,29 @@ Element* elements(Tensor& tensor) {
   return static_cast<Element*>(tensor.raw_data());
 }
 
-template <int CP, bool kInverse, class Product, class Element>
+template <int CP, bool kInverse, class Product, class S>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   using L = ForwardTiling<CP>;
-  constexpr auto kernel = gdn_tensor_core_normalize<L, Product, kInverse, false, Element>;
+  constexpr auto kernel = gdn_tensor_core_normalize<L, Product, kInverse, false, S>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = blocks_per_half(resident_blocks<kernel>(L::threads, L::normalize_bytes), L::halves, tiles);
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(y.raw_data());
   kernel<<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
-      elements<Element>(x), nullptr, elements<Element>(y), nullptr, beta.data<float>(), gamma.data<float>(),
+      elements<typename S::In>(x), nullptr, elements<typename S::Out>(y), nullptr, beta.data<float>(),
+      gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
   cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   return true;
 }
 
-template <int CP, bool kInverse, class Product, class Element>
+template <int CP, bool kInverse, class Product, class S>
 Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp,
                        Tensor& partials_cache) {
   using L = BackwardTiling<CP>;
-  constexpr auto kernel = gdn_tensor_core_backward<L, Product, kInverse, Element>;
+  constexpr auto kernel = gdn_tensor_core_backward<L, Product, kInverse, S>;
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
@@ -1042,7 +1052,8 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(dy.raw_data()) &&
                          (!dx || aligned16(dx->raw_data()));
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
-      elements<Element>(x), elements<Element>(dy), dx ? elements<Element>(*dx) : nullptr, beta.data<float>(),
+      elements<typename S::In>(x), elements<typename S::Out>(dy), dx ? elements<typename S::In>(*dx) : nullptr,
+      beta.data<float>(),
       gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_io,
       partials.data<float>());
   cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
@@ -1086,61 +1097,53 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   return partials;
 }
 
-// Element: float, or __nv_bfloat16 (bf16 storage, BF16 products, C <= 192:
+// S: f32 storage, or bf16 storage on either side (BF16 products, C <= 192:
 // the C = 256 backward stores dy f in dx between its two kernels, which
 // bf16 would round).
-template <bool kInverse, class Product, class Element>
+template <bool kInverse, class Product, class S>
 bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_forward<32, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
-    case 64: return launch_forward<64, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
-    case 128: return launch_forward<128, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
-    case 192: return launch_forward<192, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+    case 32: return launch_forward<32, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 64: return launch_forward<64, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 128: return launch_forward<128, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 192: return launch_forward<192, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
     case 256:
-      if constexpr (std::is_same_v<Element, float>)
-        return launch_forward<256, kInverse, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
+      if constexpr (S::kF32) return launch_forward<256, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
       return false;
     default: return false;
   }
 }
 
-template <bool kInverse, class Product, class Element>
+template <bool kInverse, class Product, class S>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 64: return launch_backward<64, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 128:
-      return launch_backward<128, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 192:
-      return launch_backward<192, kInverse, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 32: return launch_backward<32, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64: return launch_backward<64, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128: return launch_backward<128, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192: return launch_backward<192, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
     case 256:
-      if constexpr (std::is_same_v<Element, float>)
+      if constexpr (S::kF32)
         return launch_split_backward<kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
       return Tensor();
     default: return Tensor();
   }
 }
 
-template <class Product, class Element>
-bool forward_with(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
-                  const Problem& problem, Reparametrization<float> rp, bool inverse) {
-  return inverse ? forward_padded<true, Product, Element>(ctx, x, y, beta, gamma, problem, rp)
-                 : forward_padded<false, Product, Element>(ctx, x, y, beta, gamma, problem, rp);
-}
-
-template <class Product, class Element>
-Tensor backward_with(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
-                     const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
-                     Tensor& partials) {
-  return inverse ? backward_padded<true, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials)
-                 : backward_padded<false, Product, Element>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-}
-
-// Whether every activation tensor of a call is bf16 (mixed calls run on f32 stand-ins instead).
-bool bf16_storage(const Tensor& x, const Tensor& other, const Tensor* dx) {
-  return x.dtype() == DType::bf16 && other.dtype() == DType::bf16 && (!dx || dx->dtype() == DType::bf16);
+// Calls fn(Storage<In, Out>{}) for the dtypes of a call's input side (x,
+// dx) and output side (y, dy): f32 alone for TF32 products; f32 or bf16 on
+// each side for BF16 products. Returns fallback for any other combination
+// (then the f32 kernels run on stand-ins).
+template <class Result, class Fn>
+Result with_storage(bool bf16_products, DType in, DType out, Result fallback, Fn&& fn) {
+  const auto supported = [](DType dtype) { return dtype == DType::f32 || dtype == DType::bf16; };
+  if (!supported(in) || !supported(out)) return fallback;
+  if (in == DType::f32 && out == DType::f32) return fn(Storage<float, float>{});
+  if (!bf16_products) return fallback;
+  if (in == DType::bf16 && out == DType::bf16) return fn(Storage<__nv_bfloat16, __nv_bfloat16>{});
+  if (in == DType::bf16) return fn(Storage<__nv_bfloat16, float>{});
+  return fn(Storage<float, __nv_bfloat16>{});
 }
 
 // Whether the contractions run as BF16 products: at bf16 precision, unless
@@ -1156,30 +1159,41 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                          bool inverse) {
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return false;
-  if (!bf16_storage(x, y, nullptr) && (x.dtype() != DType::f32 || y.dtype() != DType::f32)) return false;
-  if (bf16_storage(x, y, nullptr))
-    return bf16_products(ctx) && forward_with<cuda::Bf16Product, __nv_bfloat16>(ctx, x, y, stored_beta, stored_gamma,
-                                                                                 problem, rp, inverse);
-  return bf16_products(ctx)
-             ? forward_with<cuda::Bf16Product, float>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse)
-             : forward_with<cuda::Tf32Product, float>(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse);
+  const bool bf16 = bf16_products(ctx);
+  return with_storage(bf16, x.dtype(), y.dtype(), false, [&](auto storage) {
+    using S = decltype(storage);
+    const auto run = [&](auto product) {
+      using Product = decltype(product);
+      return inverse ? forward_padded<true, Product, S>(ctx, x, y, stored_beta, stored_gamma, problem, rp)
+                     : forward_padded<false, Product, S>(ctx, x, y, stored_beta, stored_gamma, problem, rp);
+    };
+    if constexpr (S::kF32) {
+      if (!bf16) return run(cuda::Tf32Product{});
+    }
+    return run(cuda::Bf16Product{});
+  });
 }
 
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                             bool inverse, Tensor& partials_cache) {
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return Tensor();
-  const bool all_f32 = x.dtype() == DType::f32 && dy.dtype() == DType::f32 && (!dx || dx->dtype() == DType::f32);
-  if (!all_f32 && !bf16_storage(x, dy, dx)) return Tensor();
-  if (bf16_storage(x, dy, dx)) {
-    if (!bf16_products(ctx)) return Tensor();
-    return backward_with<cuda::Bf16Product, __nv_bfloat16>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
-                                                           inverse, partials_cache);
-  }
-  return bf16_products(ctx) ? backward_with<cuda::Bf16Product, float>(ctx, x, dy, dx, stored_beta, stored_gamma,
-                                                                       problem, rp, inverse, partials_cache)
-                             : backward_with<cuda::Tf32Product, float>(ctx, x, dy, dx, stored_beta, stored_gamma,
-                                                                       problem, rp, inverse, partials_cache);
+  if (dx && dx->dtype() != x.dtype()) return Tensor();  // x and dx share the input side's storage
+  const bool bf16 = bf16_products(ctx);
+  return with_storage(bf16, x.dtype(), dy.dtype(), Tensor(), [&](auto storage) {
+    using S = decltype(storage);
+    const auto run = [&](auto product) {
+      using Product = decltype(product);
+      return inverse ? backward_padded<true, Product, S>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
+                                                         partials_cache)
+                     : backward_padded<false, Product, S>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
+                                                          partials_cache);
+    };
+    if constexpr (S::kF32) {
+      if (!bf16) return run(cuda::Tf32Product{});
+    }
+    return run(cuda::Bf16Product{});
+  });
 }
 
 }  // namespace plexus::layers::gdn_cuda

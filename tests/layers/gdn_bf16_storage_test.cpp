@@ -4,7 +4,8 @@
 // the f32 pass's output and input gradient rounded to bf16 (nearest even),
 // and bit for bit its parameter gradients (f32): on CUDA the same kernels
 // run on the same f32 values, whether they read bf16 themselves (tensor-core
-// kernels, BF16 products, C <= 192) or through f32 stand-ins (the rest).
+// kernels, BF16 products, C <= 192, each side's dtype on its own) or
+// through f32 stand-ins (the rest).
 // On the CPU a bf16 tensor is refused by name.
 #include <gtest/gtest.h>
 
@@ -98,7 +99,7 @@ void check_storage(const std::string& type, const Shape& shape, Precision precis
 }
 
 // BF16 products: the tensor-core kernels read and write bf16 (C padded to
-// 32, 64, 128, 192), stand-ins at C = 256 and for mixed storage. 96 pixels
+// 32, 64, 128, 192), stand-ins at C = 256. 96 pixels
 // per image (vector access) and 99 (scalar access, tiles straddle images).
 TEST(GDNBf16Storage, Bf16ProductsGiveTheF32ResultsRoundedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
@@ -112,10 +113,12 @@ TEST(GDNBf16Storage, Bf16ProductsGiveTheF32ResultsRoundedCuda) {
 TEST(GDNBf16Storage, MixedStorageGivesTheF32ResultsRoundedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(72);
-  for (const std::string type : {"GDN", "IGDN"}) {
-    check_storage(type, {2, 128, 8, 12}, Precision::bf16, DType::bf16, DType::f32, rng);
-    check_storage(type, {2, 128, 8, 12}, Precision::bf16, DType::f32, DType::bf16, rng);
-  }
+  // The tensor-core kernels with one side bf16 (C = 64: two buffers; C = 192: one), and stand-ins at C = 256.
+  for (const std::string type : {"GDN", "IGDN"})
+    for (std::int64_t channels : {64, 192, 256}) {
+      check_storage(type, {2, channels, 8, 12}, Precision::bf16, DType::bf16, DType::f32, rng);
+      check_storage(type, {2, channels, 9, 11}, Precision::bf16, DType::f32, DType::bf16, rng);
+    }
 }
 
 // TF32 products and strict f32 have no bf16 kernels: f32 stand-ins, the same guarantee.
