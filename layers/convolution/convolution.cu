@@ -147,9 +147,11 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   // Nothing in the backward pass reads the parameter gradients, so the
   // engine's weight gradient and the bias gradient run on a branch of the
   // stream, beside the input gradient (the two use different scratch
-  // buffers, f32 stand-ins included) and, inside Net::backward, beside the
-  // next layers' backward too (Context::DeferredJoins), unless
-  // PLEXUS_CONV_BRANCH is "0".
+  // buffers) and, inside Net::backward, beside the next layers' backward
+  // too (Context::DeferredJoins), unless PLEXUS_CONV_BRANCH is "0". So a
+  // bf16 tensor that both sides read through f32 stand-ins is widened once
+  // on each: one stand-in made for both could be overwritten by the next
+  // layers' passes while the branch still reads it.
   std::optional<cuda::Branch> branch;
   if (parameter_gradients_beside()) {
     branch.emplace(ctx);

@@ -25,9 +25,9 @@ using namespace detail;
 using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
 
 struct WeightGradParams {
-  const float* x;       // [batch, Ci, H, W]
+  const float* x;       // [batch, Ci, H, W] (f32: a bf16 X's stand-in)
   const float* x_nhwc;  // the same, [batch, H*W, Ci] (tap_major only)
-  const float* y;       // [batch, Co, Ho, Wo]
+  const float* y;       // [batch, Co, Ho, Wo] (f32: a bf16 Y's stand-in)
   // BF16 operands (weight_grad_bf16_kernel only): X as NHWC bf16 [batch, H*W, Ci]
   // and Y as bf16 channel rows [Co][y_row_stride] (pixels of the batch in order, then zeros).
   const std::uint16_t* x_nhwc_bf16;

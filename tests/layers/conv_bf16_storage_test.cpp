@@ -22,6 +22,12 @@
 #include "plexus/builtin_layers.h"
 #include "plexus/testing/gtest_helpers.h"
 
+#if PLEXUS_WITH_CUDA
+#include "convolution/channel_ops.h"
+#include "convolution/nhwc_layout.h"
+#include "convolution/weight_grad_layout.h"
+#endif
+
 namespace plexus {
 namespace {
 
@@ -178,6 +184,84 @@ TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
     }
   }
 }
+
+#if PLEXUS_WITH_CUDA
+// Runs copy(ctx, source, f32 destination, bf16 destination) once from an f32
+// source and once from a bf16 source of the same values (shape
+// source_shape), into a destination of `count` elements in `out`, and
+// expects the same values: the copies widen a bf16 source exactly.
+template <class Copy>
+void expect_bf16_source_gives_the_same(const std::string& what, const Shape& source_shape, std::int64_t count,
+                                       DType out, Copy&& copy) {
+  Context ctx(Device::cuda());
+  std::mt19937_64 rng(11);
+  const std::vector<double> values =
+      bf16_representable_values(static_cast<std::size_t>(shape_numel(source_shape)), rng);
+  const Tensor f32_source = Tensor::from_values(values, source_shape, DType::f32, Device::cuda());
+  const Tensor bf16_source = Tensor::from_values(values, source_shape, DType::bf16, Device::cuda());
+  std::vector<double> results[2];
+  for (int run = 0; run < 2; ++run) {
+    Tensor destination({count}, out, Device::cuda());
+    float* f32 = out == DType::f32 ? destination.data<float>() : nullptr;
+    auto* bf16 = out == DType::bf16 ? reinterpret_cast<std::uint16_t*>(destination.data<BFloat16>()) : nullptr;
+    if (run == 0)
+      copy(ctx, f32_source.data<float>(), f32, bf16);
+    else
+      copy(ctx, bf16_source.data<BFloat16>(), f32, bf16);
+    ctx.synchronize();
+    results[run] = destination.to_values();
+  }
+  EXPECT_EQ(results[0], results[1]) << what;
+}
+
+// The copies the engine makes before its tap-major passes, and the bias
+// gradient's channel sums, read a bf16 activation as its f32 values.
+TEST(ConvBf16Storage, CopiesAndChannelSumsReadBf16SourcesAsTheirValuesCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  // NHWC: 2 images of 5 channels x 21 pixels; channel strides 8 (the bf16
+  // pair kernel) and 7 (one element per store).
+  for (const std::int64_t stride : {8, 7}) {
+    expect_bf16_source_gives_the_same("nchw_to_nhwc", {2, 5, 3, 7}, 2 * 21 * stride, DType::f32,
+                                      [&](Context& ctx, const auto* source, float* f32, std::uint16_t*) {
+                                        layers::nchw_to_nhwc_cuda(ctx, source, 2, 5, 21, stride, f32);
+                                      });
+    expect_bf16_source_gives_the_same("nchw_to_nhwc_bf16", {2, 5, 3, 7}, 2 * 21 * stride, DType::bf16,
+                                      [&](Context& ctx, const auto* source, float*, std::uint16_t* bf16) {
+                                        layers::nchw_to_nhwc_bf16_cuda(ctx, source, 2, 5, 21, stride, bf16);
+                                      });
+  }
+  expect_bf16_source_gives_the_same("nchw_to_channel_rows_bf16", {2, 3, 5, 7}, 3 * 80, DType::bf16,
+                                    [](Context& ctx, const auto* source, float*, std::uint16_t* bf16) {
+                                      layers::nchw_to_channel_rows_bf16_cuda(ctx, source, 2, 3, 35, 80, bf16);
+                                    });
+  // Phases of 9x10 images at stride 2 (5 x 5 each, rows padded to 8).
+  const std::int64_t phase_elements = 4 * 2 * 3 * 5 * 8;
+  expect_bf16_source_gives_the_same("nchw_to_phases", {2, 3, 9, 10}, phase_elements, DType::f32,
+                                    [](Context& ctx, const auto* source, float* f32, std::uint16_t*) {
+                                      layers::nchw_to_phases_cuda(ctx, source, 2, 3, 9, 10, 2, 8, f32);
+                                    });
+  expect_bf16_source_gives_the_same("nchw_to_phases_bf16", {2, 3, 9, 10}, phase_elements, DType::bf16,
+                                    [](Context& ctx, const auto* source, float*, std::uint16_t* bf16) {
+                                      layers::nchw_to_phases_bf16_cuda(ctx, source, 2, 3, 9, 10, 2, 8, bf16);
+                                    });
+  // Rows of 9 shifted by -1, 0, 1 into rows of 12.
+  const std::int64_t shifted_elements = 3 * 2 * 3 * 4 * 12;
+  expect_bf16_source_gives_the_same("shifted_rows", {2, 3, 4, 9}, shifted_elements, DType::f32,
+                                    [](Context& ctx, const auto* source, float* f32, std::uint16_t*) {
+                                      layers::shifted_rows_cuda(ctx, source, 2, 3, 4, 9, -1, 3, 12, f32);
+                                    });
+  expect_bf16_source_gives_the_same("shifted_rows_bf16", {2, 3, 4, 9}, shifted_elements, DType::bf16,
+                                    [](Context& ctx, const auto* source, float*, std::uint16_t* bf16) {
+                                      layers::shifted_rows_bf16_cuda(ctx, source, 2, 3, 4, 9, -1, 3, 12, bf16);
+                                    });
+  // Channel sums over planes of whole groups of four (16 pixels) and not (25).
+  for (const std::int64_t side : {4, 5})
+    expect_bf16_source_gives_the_same("accumulate_channel_sums", {2, 3, side, side}, 3, DType::f32,
+                                      [&](Context& ctx, const auto* source, float* f32, std::uint16_t*) {
+                                        layers::accumulate_channel_sums_cuda(ctx, source, 2, 3, side * side, f32);
+                                      });
+}
+#endif
 
 // bf16 activations go with f32 parameters only.
 TEST(ConvBf16Storage, RefusesBf16TensorsWithF64ParametersCuda) {
