@@ -20,12 +20,12 @@ void Layer::check_device(const Context& ctx, const ConstTensors& tensors, const 
 
 template <class Tensors>
 void Layer::check_storage(const Context& ctx, const Tensors& tensors, const char* role) const {
-  if (stores_bf16(ctx.device())) return;
+  if (accepts_bf16(ctx.device())) return;
   for (std::size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i] && tensors[i]->defined() && tensors[i]->dtype() == DType::bf16)
       throw ConfigError(who() + ": " + role + " " + std::to_string(i) + " is " + tensors[i]->describe() +
                         ", but this layer takes no bf16 tensors on " + ctx.device().str() +
-                        " (Layer::stores_bf16)");
+                        " (Layer::accepts_bf16)");
 }
 
 void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {

@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "convolution/few_channel_conv.h"
 #include "plexus/checked_math.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/host_memory.h"
@@ -57,6 +58,11 @@ void Convolution::check_activation_dtypes(Device device, std::initializer_list<c
       throw ConfigError(who() + ": got a bf16 tensor (" + tensor->describe() + ") with " + dtype_name(parameters) +
                         " parameters; bf16 activations go with f32 parameters only");
   }
+}
+
+bool Convolution::stores_bf16(Device device) const {
+  if (!accepts_bf16(device)) return false;
+  return weight_shape_.empty() || weight_shape_[1] > few_channel_conv::kMaxChannels;  // [1]: X's channels, Ci
 }
 
 void Convolution::create_parameters(const std::vector<Shape>& inputs) {

@@ -55,8 +55,13 @@ class Convolution : public Layer {
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
-  // On CUDA every activation tensor may be f32 or bf16 (above).
-  bool stores_bf16(Device device) const override { return PLEXUS_WITH_CUDA && device.is_cuda(); }
+  // On CUDA every activation tensor may be f32 or bf16 (above). The Net
+  // stores bf16 around every convolution but those with at most
+  // few_channel_conv::kMaxChannels channels on X's side (next to an RGB
+  // image): their few-channel kernels would read and write it through f32
+  // stand-ins, which cost more than f32 storage.
+  bool accepts_bf16(Device device) const override { return PLEXUS_WITH_CUDA && device.is_cuda(); }
+  bool stores_bf16(Device device) const override;
   // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).

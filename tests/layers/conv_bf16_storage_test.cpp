@@ -166,7 +166,7 @@ TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
   std::mt19937_64 rng(2024);
   for (const Problem& problem : problems()) {
     auto layer = make_layer(problem.type, problem.params, problem.input, Device::cuda());
-    ASSERT_TRUE(layer->stores_bf16(Device::cuda())) << problem.type;
+    ASSERT_TRUE(layer->accepts_bf16(Device::cuda())) << problem.type;
     const Shape output_shape = layer->output_shapes({problem.input})[0];
     const std::vector<double> x = bf16_representable_values(static_cast<std::size_t>(shape_numel(problem.input)), rng);
     const std::vector<double> dy = bf16_representable_values(static_cast<std::size_t>(shape_numel(output_shape)), rng);
@@ -285,6 +285,29 @@ TEST(ConvBf16Storage, StoresBf16OnlyOnCuda) {
     auto layer = registry.create(type, "c", json{{"out_channels", 4}, {"kernel", 3}});
     EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << type;
     EXPECT_EQ(layer->stores_bf16(Device::cuda()), static_cast<bool>(PLEXUS_WITH_CUDA)) << type;
+  }
+}
+
+// The layers next to an RGB image (<= 4 channels on X's side: a Conv2d's
+// input, a ConvTranspose2d's output) take bf16 on CUDA but ask the Net for
+// f32 (their kernels would convert); every other convolution asks for bf16.
+TEST(ConvBf16Storage, FewChannelLayersAskForF32Storage) {
+  const Device cuda = Device::cuda();
+  const bool with_cuda = PLEXUS_WITH_CUDA;
+  struct Case {
+    std::string type;
+    std::int64_t in_channels, out_channels;
+    bool stores;
+  };
+  for (const Case& c : {Case{"Conv2d", 3, 64, false}, Case{"Conv2d", 4, 64, false}, Case{"Conv2d", 5, 64, true},
+                        Case{"Conv2d", 64, 3, true}, Case{"ConvTranspose2d", 64, 3, false},
+                        Case{"ConvTranspose2d", 3, 64, true}}) {
+    const Shape input{1, c.in_channels, 8, 8};
+    auto layer = make_layer(c.type, json{{"out_channels", c.out_channels}, {"kernel", 3}}, input, Device::cpu());
+    const std::string what = c.type + " " + std::to_string(c.in_channels) + "->" + std::to_string(c.out_channels);
+    EXPECT_EQ(layer->stores_bf16(cuda), with_cuda && c.stores) << what;
+    EXPECT_EQ(layer->accepts_bf16(cuda), with_cuda) << what;
+    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << what;
   }
 }
 

@@ -83,14 +83,19 @@ class Layer {
 
   // Whether this layer's kernels on `device` take bf16 tensors (DType::bf16,
   // a storage type) for its inputs and outputs and their gradients, each
-  // tensor in its own dtype (f32 or bf16), computing in f32. A Net whose
-  // activation storage is bf16 (Net::set_activation_storage) stores a blob
-  // in bf16 only when its producer and its one reader both say so. The
-  // default, false: every tensor the layer sees has the net's dtype.
+  // tensor in its own dtype (f32 or bf16), computing in f32, and gain by it.
+  // A Net whose activation storage is bf16 (Net::set_activation_storage)
+  // stores a blob in bf16 only when its producer and its one reader both say
+  // so. The default, false: every tensor the layer sees has the net's dtype.
   virtual bool stores_bf16(Device device) const {
     (void)device;
     return false;
   }
+  // Whether the kernels on `device` take bf16 tensors at all, as above, even
+  // where that costs more than f32 would (the Net then keeps f32):
+  // stores_bf16 unless a layer says otherwise. Layer::forward and backward
+  // refuse a bf16 tensor, naming it, when this is false.
+  virtual bool accepts_bf16(Device device) const { return stores_bf16(device); }
 
   // Told by a Net that runs forward only (Net::set_inference_only) before
   // each forward: whether nothing reads input 0 after it. A CPU forward may
@@ -131,7 +136,7 @@ class Layer {
 
  private:
   void check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const;
-  // ConfigError naming the tensor when one is bf16 and the layer does not store bf16 on ctx's device.
+  // ConfigError naming the tensor when one is bf16 and the layer does not accept bf16 on ctx's device.
   template <class Tensors>
   void check_storage(const Context& ctx, const Tensors& tensors, const char* role) const;
   std::string type_;
