@@ -1,4 +1,9 @@
 #pragma once
+// Activation elements in CUDA kernels: f32, or bf16 where a tensor is
+// stored in bf16 (plexus/bfloat16.h). Loading widens exactly (a bf16 value
+// is the upper half of an f32); storing rounds to the nearest bf16, ties to
+// even, as convert() does.
+//
 // Activation tensors as an element-wise CUDA kernel sees them. With bf16
 // activation storage (Layer::stores_bf16) each input, output and gradient
 // of a layer is f32 or bf16, each in its own dtype. A kernel takes every
@@ -20,6 +25,21 @@
 #include "plexus/tensor.h"
 
 namespace plexus::layers {
+
+// One element of a known type as f32, and an f32 value stored as one: the
+// kernels that take the element type as a template argument (the
+// convolutions' copies, GDN) read a bf16 tensor at its own width.
+__device__ inline float load_f32(const float* element) { return *element; }
+__device__ inline float load_f32(const BFloat16* element) {
+  return __uint_as_float(static_cast<unsigned>(element->bits) << 16);
+}
+__device__ inline float load_f32(const __nv_bfloat16* element) { return __bfloat162float(*element); }
+
+__device__ inline void store_f32(float* element, float value) { *element = value; }
+__device__ inline void store_f32(BFloat16* element, float value) {
+  element->bits = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+__device__ inline void store_f32(__nv_bfloat16* element, float value) { *element = __float2bfloat16_rn(value); }
 
 // The elements of an f32 or a bf16 tensor, computed on in f32.
 struct F32OrBf16Elements {

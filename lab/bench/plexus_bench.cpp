@@ -332,11 +332,13 @@ struct Floor {
 Floor floor_of(const Net& net, const NodeSpec& node) {
   Floor f;
   auto numel = [&](const std::string& blob) { return double(shape_numel(net.blob(blob).shape())); };
+  // Bytes of a blob as stored (f32, or bf16 under bf16 activation storage); its gradient has its dtype.
+  auto bytes = [&](const std::string& blob) { return numel(blob) * double(dtype_size(net.blob_dtype(blob))); };
   double in = 0, out = 0;
-  for (const auto& b : node.inputs) in += numel(b);
-  for (const auto& b : node.outputs) out += numel(b);
-  f.forward_bytes = 4.0 * (in + out);
-  f.backward_bytes = 4.0 * (in + out + in);
+  for (const auto& b : node.inputs) in += bytes(b);
+  for (const auto& b : node.outputs) out += bytes(b);
+  f.forward_bytes = in + out;
+  f.backward_bytes = in + out + in;
   const Shape& x = net.blob(node.inputs[0]).shape();
   const Shape& y = net.blob(node.outputs[0]).shape();
   if (node.type == "Conv2d" || node.type == "ConvTranspose2d") {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "convolution/activation_elements.cuh"
+#include "activation_elements.cuh"
 #include "convolution/channel_ops.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"

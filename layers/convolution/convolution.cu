@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "convolution/activation_storage.h"
+#include "activation_storage.h"
 #include "convolution/channel_ops.h"
 #include "convolution/convolution.h"
 #include "convolution/scratch.h"

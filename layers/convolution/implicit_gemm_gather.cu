@@ -6,7 +6,7 @@
 
 #include <cuda_bf16.h>
 
-#include "convolution/activation_storage.h"
+#include "activation_storage.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_gather.cuh"

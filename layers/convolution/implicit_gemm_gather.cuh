@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "convolution/activation_elements.cuh"
+#include "activation_elements.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 
 namespace plexus::layers::implicit_gemm::detail {

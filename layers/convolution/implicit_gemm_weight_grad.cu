@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "convolution/activation_storage.h"
+#include "activation_storage.h"
 #include "convolution/channel_ops.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_bf16.cuh"

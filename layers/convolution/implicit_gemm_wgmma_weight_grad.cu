@@ -39,7 +39,7 @@
 #include <cstdint>
 #include <string>
 
-#include "convolution/activation_storage.h"
+#include "activation_storage.h"
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"

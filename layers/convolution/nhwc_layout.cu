@@ -6,7 +6,7 @@
 
 #include <cuda_bf16.h>
 
-#include "convolution/activation_elements.cuh"
+#include "activation_elements.cuh"
 #include "convolution/nhwc_layout.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"

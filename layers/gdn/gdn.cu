@@ -38,10 +38,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "activation_storage.h"
 #include "gdn/gdn.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/blas.h"
-#include "plexus/f32_stand_ins.h"
 
 namespace plexus::layers {
 
@@ -638,9 +638,9 @@ void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (ctx.allow_tf32() &&
       tensor_core_forward(ctx, x, y, parameter("beta").value, parameter("gamma").value, problem, rp, inverse_))
     return;
-  F32StandIns stand_ins(stand_ins_);
-  forward_cuda_float(ctx, stand_ins.read(ctx, x), stand_ins.write(ctx, y));
-  stand_ins.finish(ctx);
+  F32Output y_f32(ctx, y, stand_ins_.output);
+  forward_cuda_float(ctx, f32_stand_in(ctx, x, stand_ins_.input), y_f32.f32());
+  y_f32.store(ctx);
 }
 
 void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
@@ -666,11 +666,12 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
       return;
     }
   }
-  F32StandIns stand_ins(stand_ins_);
-  const Tensor& x_f32 = stand_ins.read(ctx, x);
-  const Tensor& dy_f32 = stand_ins.read(ctx, dy);
-  backward_cuda_float(ctx, x_f32, dy_f32, dx ? &stand_ins.write(ctx, *dx) : nullptr);
-  stand_ins.finish(ctx);
+  const Tensor x_f32 = f32_stand_in(ctx, x, stand_ins_.input);
+  const Tensor dy_f32 = f32_stand_in(ctx, dy, stand_ins_.output_grad);
+  if (!dx) return backward_cuda_float(ctx, x_f32, dy_f32, nullptr);
+  F32Output dx_f32(ctx, *dx, stand_ins_.input_grad);
+  backward_cuda_float(ctx, x_f32, dy_f32, &dx_f32.f32());
+  dx_f32.store(ctx);
 }
 
 void GDN::forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y) {

@@ -1,6 +1,5 @@
 #pragma once
 #include <cstdint>
-#include <deque>
 
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
@@ -80,8 +79,10 @@ class GDN : public Layer {
   // CUDA scratch, kept between calls (see convolution/scratch.h): the tensor-core
   // backward's per-block dgamma/dbeta partial sums [blocks, C*C + C].
   Tensor partials_;
-  // f32 stand-ins of bf16 tensors for the calls without a bf16 kernel (plexus/f32_stand_ins.h).
-  std::deque<Tensor> stand_ins_;
+  // f32 stand-ins of bf16 tensors for the calls without a bf16 kernel (activation_storage.h).
+  struct StandIns {
+    Tensor input, output, output_grad, input_grad;
+  } stand_ins_;
 #if PLEXUS_WITH_CUDA
   // The CUDA passes on f32 or f64 tensors.
   void forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y);

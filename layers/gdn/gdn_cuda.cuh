@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 
+#include "activation_elements.cuh"
 #include "gdn/gdn.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -97,20 +98,24 @@ __device__ __forceinline__ void store2(__nv_bfloat16* destination, const float* 
 }
 
 // One element of storage type E as the value type T, and back (the same
-// type: as is; bf16: widened exactly, or rounded to nearest even).
+// type: as is; bf16: widened exactly, or rounded to nearest even, by
+// activation_elements.cuh).
 template <typename T, typename E>
 __device__ __forceinline__ T element_value(E value) {
   if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>)
-    return static_cast<T>(__bfloat162float(value));
+    return static_cast<T>(load_f32(&value));
   else
     return value;
 }
 template <typename E, typename T>
 __device__ __forceinline__ E stored_value(T value) {
-  if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(static_cast<float>(value));
-  else
+  if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>) {
+    E stored;
+    store_f32(&stored, static_cast<float>(value));
+    return stored;
+  } else {
     return value;
+  }
 }
 
 // N consecutive pixels (first, first + 1, ...) of the whole batch: element

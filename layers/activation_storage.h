@@ -1,15 +1,16 @@
 #pragma once
-// Activations stored in bf16 (Layer::stores_bf16) in the convolution passes.
-// On CUDA each activation tensor of a pass (its image, its output, their
+// f32 stand-ins for activations stored in bf16 (Layer::stores_bf16). On
+// CUDA each activation tensor of a pass (its image, its output, their
 // gradients) may be f32 or bf16, independently; parameters, their
 // gradients and every sum stay f32. The kernels that move the most bytes
-// read and write bf16 natively (implicit_gemm.h says which); every other
-// pass computes on f32 stand-ins made here: a bf16 tensor it reads is
+// read and write bf16 natively (implicit_gemm.h and gdn_cuda.cuh say
+// which); every other pass computes on f32 stand-ins made here: a bf16 tensor it reads is
 // widened (exactly) into an f32 scratch first, and a bf16 tensor it writes
 // is written in f32 to a scratch, then rounded to nearest even into the
 // tensor. Either way the pass computes on the same f32 values as with f32
-// tensors, so a bf16 result is the f32 result rounded. The scratch buffers
-// are shared per context (grown_scratch): steady state allocates nothing.
+// tensors, so a bf16 result is the f32 result rounded. The buffers are the
+// caller's (shared per context, as the convolutions keep them, or a layer's
+// own, as GDN's), grown as grown_scratch does: steady state allocates nothing.
 #include "convolution/scratch.h"
 #include "plexus/context.h"
 #include "plexus/tensor.h"
