@@ -621,6 +621,12 @@ void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const P
                   x_squared + b * image_size, b == 0 ? T(0) : T(1), gamma_sums);
 }
 
+// The layer's reparametrisation constants in the kernels' type T.
+template <typename T>
+Reparametrization<T> reparametrization(double pedestal, double beta_bound, double gamma_bound) {
+  return {static_cast<T>(pedestal), static_cast<T>(beta_bound), static_cast<T>(gamma_bound)};
+}
+
 }  // namespace
 
 // bf16 storage: the tensor-core kernels read and write bf16 themselves
@@ -633,8 +639,7 @@ void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (x.dtype() != DType::bf16 && y.dtype() != DType::bf16) return forward_cuda_float(ctx, x, y);
   const Problem problem = problem_of(x);
   if (problem.count == 0) return;
-  const Reparametrization<float> rp{static_cast<float>(pedestal()), static_cast<float>(beta_bound()),
-                                    static_cast<float>(gamma_bound())};
+  const auto rp = reparametrization<float>(pedestal(), beta_bound(), gamma_bound());
   if (ctx.allow_tf32() &&
       tensor_core_forward(ctx, x, y, parameter("beta").value, parameter("gamma").value, problem, rp, inverse_))
     return;
@@ -656,8 +661,7 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
   if (problem.count == 0) return;
   Parameter& beta = parameter("beta");
   Parameter& gamma = parameter("gamma");
-  const Reparametrization<float> rp{static_cast<float>(pedestal()), static_cast<float>(beta_bound()),
-                                    static_cast<float>(gamma_bound())};
+  const auto rp = reparametrization<float>(pedestal(), beta_bound(), gamma_bound());
   if (ctx.allow_tf32()) {
     const Tensor partials =
         tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
@@ -681,8 +685,7 @@ void GDN::forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y) {
   const Tensor& gamma = parameter("gamma").value;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const Reparametrization<T> rp{static_cast<T>(pedestal()), static_cast<T>(beta_bound()),
-                                  static_cast<T>(gamma_bound())};
+    const auto rp = reparametrization<T>(pedestal(), beta_bound(), gamma_bound());
     if constexpr (std::is_same_v<T, float>) {
       if (ctx.allow_tf32() && tensor_core_forward(ctx, x, y, beta, gamma, problem, rp, inverse_)) return;
     }
@@ -705,8 +708,7 @@ void GDN::backward_cuda_float(Context& ctx, const Tensor& x, const Tensor& dy, T
   Parameter& gamma = parameter("gamma");
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const Reparametrization<T> rp{static_cast<T>(pedestal()), static_cast<T>(beta_bound()),
-                                  static_cast<T>(gamma_bound())};
+    const auto rp = reparametrization<T>(pedestal(), beta_bound(), gamma_bound());
     if constexpr (std::is_same_v<T, float>) {
       if (ctx.allow_tf32()) {
         const Tensor partials =

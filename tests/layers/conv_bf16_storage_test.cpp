@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "layers/bf16_storage_test_support.h"
 #include "layers/layer_test_support.h"
-#include "plexus/bfloat16.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -33,21 +33,10 @@ namespace {
 
 using nlohmann::json;
 
+using testing::bf16_values;
+using testing::expect_stored;
+
 const Registry registry = builtin_registry();
-
-// The value `value` stores as in bf16: nearest even.
-double rounded_to_bf16(double value) {
-  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
-}
-
-// Uniform in [-1, 1), each rounded to a bf16 value (exactly representable in
-// bf16, so a bf16 tensor of them holds the same values as an f32 one).
-std::vector<double> bf16_representable_values(std::size_t count, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<double> values(count);
-  for (double& value : values) value = rounded_to_bf16(uniform(rng));
-  return values;
-}
 
 std::unique_ptr<Layer> make_layer(const std::string& type, const json& params, const Shape& input, Device device) {
   auto layer = registry.create(type, "c", params);
@@ -143,21 +132,6 @@ Pass run_pass(Layer& layer, Precision precision, const Shape& input_shape, const
   return pass;
 }
 
-// Expects `actual`, stored in `dtype`, to be `reference` (the all-f32 pass's)
-// exactly, rounded to bf16 when dtype is bf16.
-void expect_stored(const std::vector<double>& reference, const std::vector<double>& actual, DType dtype,
-                   const std::string& what) {
-  ASSERT_EQ(reference.size(), actual.size()) << what;
-  std::size_t wrong = 0, first_wrong = 0;
-  for (std::size_t i = 0; i < reference.size(); ++i) {
-    const double expected = dtype == DType::bf16 ? rounded_to_bf16(reference[i]) : reference[i];
-    if (actual[i] != expected && wrong++ == 0) first_wrong = i;
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size() << " elements differ; first ["
-                       << first_wrong << "] " << actual[first_wrong] << " instead of "
-                       << (dtype == DType::bf16 ? rounded_to_bf16(reference[first_wrong]) : reference[first_wrong]);
-}
-
 TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const Storage all_f32{DType::f32, DType::f32};
@@ -168,8 +142,8 @@ TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
     auto layer = make_layer(problem.type, problem.params, problem.input, Device::cuda());
     ASSERT_TRUE(layer->accepts_bf16(Device::cuda())) << problem.type;
     const Shape output_shape = layer->output_shapes({problem.input})[0];
-    const std::vector<double> x = bf16_representable_values(static_cast<std::size_t>(shape_numel(problem.input)), rng);
-    const std::vector<double> dy = bf16_representable_values(static_cast<std::size_t>(shape_numel(output_shape)), rng);
+    const std::vector<double> x = bf16_values(static_cast<std::size_t>(shape_numel(problem.input)), -1.0, 1.0, rng);
+    const std::vector<double> dy = bf16_values(static_cast<std::size_t>(shape_numel(output_shape)), -1.0, 1.0, rng);
     for (const Precision precision : {Precision::bf16, Precision::tf32, Precision::f32}) {
       const Pass reference = run_pass(*layer, precision, problem.input, all_f32, x, dy);
       for (const Storage& storage : storages) {
@@ -196,7 +170,7 @@ void expect_bf16_source_gives_the_same(const std::string& what, const Shape& sou
   Context ctx(Device::cuda());
   std::mt19937_64 rng(11);
   const std::vector<double> values =
-      bf16_representable_values(static_cast<std::size_t>(shape_numel(source_shape)), rng);
+      bf16_values(static_cast<std::size_t>(shape_numel(source_shape)), -1.0, 1.0, rng);
   const Tensor f32_source = Tensor::from_values(values, source_shape, DType::f32, Device::cuda());
   const Tensor bf16_source = Tensor::from_values(values, source_shape, DType::bf16, Device::cuda());
   std::vector<double> results[2];

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <random>
 
-#include "plexus/bfloat16.h"
+#include "layers/bf16_storage_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -22,20 +22,10 @@
 namespace plexus {
 namespace {
 
+using testing::bf16_values;
+using testing::expect_stored;
+
 const Registry registry = builtin_registry();
-
-// Uniform values in [low, high) rounded to bf16, so that f32 and bf16 tensors hold the same numbers.
-std::vector<double> bf16_values(std::size_t n, double low, double high, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> uniform(low, high);
-  std::vector<double> values(n);
-  for (double& v : values) v = f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(uniform(rng))));
-  return values;
-}
-
-// The nearest bf16 of an f32 value, written here with the library's scalar conversion.
-double rounded_to_bf16(double value) {
-  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
-}
 
 // A layer type, its params and its input shapes.
 struct LayerCase {
@@ -126,21 +116,6 @@ std::vector<std::vector<double>> run_backward(const LayerCase& layer_case, const
   return result;
 }
 
-// Every element of `stored` is `reference` rounded to bf16 (where `rounded`), or equal to it.
-void expect_stored(const std::vector<double>& reference, const std::vector<double>& stored, bool rounded,
-                   const std::string& what) {
-  ASSERT_EQ(reference.size(), stored.size()) << what;
-  std::size_t mismatches = 0, first = 0;
-  for (std::size_t e = 0; e < reference.size(); ++e) {
-    const double expected = rounded ? rounded_to_bf16(reference[e]) : reference[e];
-    if (!(stored[e] == expected)) {
-      if (mismatches++ == 0) first = e;
-    }
-  }
-  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << ", " << stored[first] << " instead of "
-                            << (rounded ? rounded_to_bf16(reference[first]) : reference[first]);
-}
-
 void check_storage(const LayerCase& layer_case, const Storage& storage, std::mt19937_64& rng) {
   SCOPED_TRACE(layer_case.type + " " + layer_case.params.dump() + " with " +
                std::to_string(layer_case.input_shapes.size()) + " inputs, " + storage_str(storage));
@@ -154,12 +129,12 @@ void check_storage(const LayerCase& layer_case, const Storage& storage, std::mt1
 
   const std::vector<double> reference_y = run_forward(layer_case, reference_storage, xs);
   const std::vector<double> y = run_forward(layer_case, storage, xs);
-  expect_stored(reference_y, y, storage.output == DType::bf16, "y");
+  expect_stored(reference_y, y, storage.output, "y");
 
   const auto reference_dx = run_backward(layer_case, reference_storage, xs, y, dy);
   const auto dx = run_backward(layer_case, storage, xs, y, dy);
   for (std::size_t k = 0; k < xs.size(); ++k)
-    expect_stored(reference_dx[k], dx[k], storage.inputs[k] == DType::bf16, "dx" + std::to_string(k));
+    expect_stored(reference_dx[k], dx[k], storage.inputs[k], "dx" + std::to_string(k));
 }
 
 TEST(ElementwiseBf16Storage, OneInputLayersGiveTheF32ResultsRoundedCuda) {

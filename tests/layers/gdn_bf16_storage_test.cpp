@@ -12,7 +12,7 @@
 #include <cmath>
 #include <random>
 
-#include "plexus/bfloat16.h"
+#include "layers/bf16_storage_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
@@ -20,20 +20,10 @@
 namespace plexus {
 namespace {
 
+using testing::bf16_values;
+using testing::expect_stored;
+
 const Registry registry = builtin_registry();
-
-// Uniform values in [low, high) rounded to bf16, so that f32 and bf16 tensors hold the same numbers.
-std::vector<double> bf16_values(std::size_t n, double low, double high, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> uniform(low, high);
-  std::vector<double> values(n);
-  for (double& v : values) v = f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(uniform(rng))));
-  return values;
-}
-
-// The nearest bf16 of an f32 value, written here with the library's scalar conversion.
-double rounded_to_bf16(double value) {
-  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
-}
 
 struct Pass {
   std::vector<double> y, dx, beta_grad, gamma_grad;
@@ -66,21 +56,6 @@ Pass run_pass(const std::string& type, const Shape& shape, Precision precision, 
           layer->parameter("gamma").grad.to_values()};
 }
 
-// Every element of `stored` is `reference` rounded to bf16 (where `rounded`), or equal to it.
-void expect_stored(const std::vector<double>& reference, const std::vector<double>& stored, bool rounded,
-                   const char* what) {
-  ASSERT_EQ(reference.size(), stored.size()) << what;
-  std::size_t mismatches = 0, first = 0;
-  for (std::size_t e = 0; e < reference.size(); ++e) {
-    const double expected = rounded ? rounded_to_bf16(reference[e]) : reference[e];
-    if (!(stored[e] == expected)) {
-      if (mismatches++ == 0) first = e;
-    }
-  }
-  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << ", " << stored[first] << " instead of "
-                            << (rounded ? rounded_to_bf16(reference[first]) : reference[first]);
-}
-
 void check_storage(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,
                    DType output_dtype, std::mt19937_64& rng) {
   SCOPED_TRACE(type + " " + shape_str(shape) + " " + precision_name(precision) + ", x " + dtype_name(input_dtype) +
@@ -92,10 +67,10 @@ void check_storage(const std::string& type, const Shape& shape, Precision precis
   const std::vector<double> dy = bf16_values(x.size(), -1.0, 1.0, rng);
   const Pass reference = run_pass(type, shape, precision, DType::f32, DType::f32, beta, gamma, x, dy);
   const Pass stored = run_pass(type, shape, precision, input_dtype, output_dtype, beta, gamma, x, dy);
-  expect_stored(reference.y, stored.y, output_dtype == DType::bf16, "y");
-  expect_stored(reference.dx, stored.dx, input_dtype == DType::bf16, "dx");
-  expect_stored(reference.beta_grad, stored.beta_grad, false, "dbeta");
-  expect_stored(reference.gamma_grad, stored.gamma_grad, false, "dgamma");
+  expect_stored(reference.y, stored.y, output_dtype, "y");
+  expect_stored(reference.dx, stored.dx, input_dtype, "dx");
+  expect_stored(reference.beta_grad, stored.beta_grad, DType::f32, "dbeta");
+  expect_stored(reference.gamma_grad, stored.gamma_grad, DType::f32, "dgamma");
 }
 
 // BF16 products: the tensor-core kernels read and write bf16 (C padded to

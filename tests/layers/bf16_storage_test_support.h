@@ -1,0 +1,46 @@
+#pragma once
+// What the bf16 storage tests share (tests/layers/*_bf16_storage_test.cpp):
+// inputs whose values are bf16 numbers, so that f32 and bf16 tensors hold
+// the same values, and the check that a stored result is the f32 pass's,
+// rounded to bf16 (nearest even) where it is stored in bf16.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "plexus/bfloat16.h"
+#include "plexus/tensor.h"
+
+namespace plexus::testing {
+
+// The nearest bf16 of `value` as an f32, by the library's scalar conversion.
+inline double rounded_to_bf16(double value) {
+  return f32_from_bf16_bits(bf16_bits_from_f32(static_cast<float>(value)));
+}
+
+// `count` values uniform in [low, high), each rounded to bf16.
+inline std::vector<double> bf16_values(std::size_t count, double low, double high, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(low, high);
+  std::vector<double> values(count);
+  for (double& value : values) value = rounded_to_bf16(uniform(rng));
+  return values;
+}
+
+// Expects `actual`, stored in `dtype`, to be `reference` (the all-f32
+// pass's) exactly, rounded to bf16 when dtype is bf16.
+inline void expect_stored(const std::vector<double>& reference, const std::vector<double>& actual, DType dtype,
+                          const std::string& what) {
+  ASSERT_EQ(reference.size(), actual.size()) << what;
+  const auto expected = [&](std::size_t i) {
+    return dtype == DType::bf16 ? rounded_to_bf16(reference[i]) : reference[i];
+  };
+  std::size_t wrong = 0, first_wrong = 0;
+  for (std::size_t i = 0; i < reference.size(); ++i)
+    if (!(actual[i] == expected(i)) && wrong++ == 0) first_wrong = i;
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size() << " elements differ; first ["
+                       << first_wrong << "] " << actual[first_wrong] << " instead of " << expected(first_wrong);
+}
+
+}  // namespace plexus::testing
