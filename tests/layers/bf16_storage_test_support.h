@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "plexus/bfloat16.h"
+#include "plexus/error.h"
+#include "plexus/layer.h"
 #include "plexus/tensor.h"
 
 namespace plexus::testing {
@@ -41,6 +43,26 @@ inline void expect_stored(const std::vector<double>& reference, const std::vecto
     if (!(actual[i] == expected(i)) && wrong++ == 0) first_wrong = i;
   EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size() << " elements differ; first ["
                        << first_wrong << "] " << actual[first_wrong] << " instead of " << expected(first_wrong);
+}
+
+// Expects `layer` (node `name`, shapes and parameters made for `shape`) to
+// refuse a bf16 input on the CPU, whose kernels take f32 or f64 only, with a
+// ConfigError that names the node, bf16 and the input.
+inline void expect_cpu_refuses_bf16_input(Layer& layer, const std::string& name, const Shape& shape) {
+  EXPECT_FALSE(layer.accepts_bf16(Device::cpu()));
+  Context ctx(Device::cpu());
+  Tensor input(shape, DType::bf16, Device::cpu());
+  input.fill_zero();
+  Tensor output(layer.output_shapes({shape})[0], DType::f32, Device::cpu());
+  try {
+    layer.forward(ctx, {&input}, {&output});
+    ADD_FAILURE() << "a bf16 input was accepted on the CPU";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'" + name + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+    EXPECT_NE(message.find("input 0"), std::string::npos) << message;
+  }
 }
 
 }  // namespace plexus::testing

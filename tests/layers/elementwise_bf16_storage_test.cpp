@@ -184,20 +184,7 @@ TEST(ElementwiseBf16Storage, StoredOnlyOnCuda) {
 
 TEST(ElementwiseBf16Storage, RefusedOnTheCpuByName) {
   auto layer = registry.create("ReLU", "r", nlohmann::json::object());
-  const Shape shape{1, 2, 3, 3};
-  layer->output_shapes({shape});
-  Context ctx(Device::cpu());
-  Tensor input(shape, DType::bf16, Device::cpu());
-  Tensor output(shape, DType::f32, Device::cpu());
-  try {
-    layer->forward(ctx, {&input}, {&output});
-    FAIL() << "a bf16 input was accepted on the CPU";
-  } catch (const ConfigError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("'r'"), std::string::npos) << message;
-    EXPECT_NE(message.find("bf16"), std::string::npos) << message;
-    EXPECT_NE(message.find("input 0"), std::string::npos) << message;
-  }
+  testing::expect_cpu_refuses_bf16_input(*layer, "r", {1, 2, 3, 3});
 }
 
 }  // namespace

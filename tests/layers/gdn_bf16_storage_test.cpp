@@ -114,19 +114,7 @@ TEST(GDNBf16Storage, RefusedOnTheCpuByName) {
   layer->initialize_parameters(DType::f32, Device::cpu(), rng);
   EXPECT_FALSE(layer->stores_bf16(Device::cpu()));
   EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
-  Context ctx(Device::cpu());
-  Tensor input(shape, DType::bf16, Device::cpu());
-  input.fill_zero();
-  Tensor output(shape, DType::f32, Device::cpu());
-  try {
-    layer->forward(ctx, {&input}, {&output});
-    FAIL() << "a bf16 input was accepted on the CPU";
-  } catch (const ConfigError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("'g'"), std::string::npos) << message;
-    EXPECT_NE(message.find("bf16"), std::string::npos) << message;
-    EXPECT_NE(message.find("input 0"), std::string::npos) << message;
-  }
+  testing::expect_cpu_refuses_bf16_input(*layer, "g", shape);
 }
 
 }  // namespace
