@@ -207,6 +207,9 @@ void TrainingRun::log_start() const {
                                         : fmt::format("{}", o.lambda),
                adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
                o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
+  if (net.activation_storage() == DType::bf16)
+    spdlog::info("activations: {} of {} blobs stored in bf16, the rest in f32 (PLEXUS_BF16_STORAGE=0 keeps all f32)",
+                 net.bf16_blob_count(), net.blob_count());
   if (o.lr_schedule == "plateau" && o.val.empty())
     spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
   // Named before the first step rather than when compress or export refuses the finished model.

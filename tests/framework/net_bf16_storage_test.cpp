@@ -100,12 +100,15 @@ TEST(NetBf16Storage, StoresInBf16OnlyBlobsMadeAndReadOnceByLayersThatStoreIt) {
   Net net(chain(), registry, {{"x", kShape}, {"target", kShape}});
   EXPECT_EQ(net.activation_storage(), DType::f32);
   for (const char* blob : {"x", "a", "b", "c", "loss"}) EXPECT_EQ(net.blob_dtype(blob), DType::f32) << blob;
+  EXPECT_EQ(net.bf16_blob_count(), 0u);
   const auto version = net.layout_version();
   net.set_activation_storage(DType::bf16);
   EXPECT_NE(net.layout_version(), version);  // the blobs were allocated again
   EXPECT_EQ(net.blob_dtype("a"), DType::bf16);
   for (const char* blob : {"x", "target", "b", "c", "loss"}) EXPECT_EQ(net.blob_dtype(blob), DType::f32) << blob;
   EXPECT_EQ(net.blob("a").dtype(), DType::bf16);
+  EXPECT_EQ(net.bf16_blob_count(), 1u);
+  EXPECT_EQ(net.blob_count(), 6u);  // x, target, a, b, c, loss
   EXPECT_THROW(net.blob_dtype("nothing"), ConfigError);
 }
 

@@ -4,6 +4,7 @@
 // allocated once per layout and their gradients at the first backward (so a
 // net that only runs forward holds no gradients), forward runs in
 // topological order and backward in reverse.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,6 +70,9 @@ class Net {
   DType activation_storage() const { return activation_storage_; }
   // The dtype blob `name` is stored in (its gradient's too).
   DType blob_dtype(const std::string& name) const;
+  // How many blobs the net has, and how many of them are stored in bf16.
+  std::size_t blob_count() const { return shapes_.size(); }
+  std::size_t bf16_blob_count() const { return bf16_blobs_.size(); }
   // Changes whenever blobs are reallocated (construction, reshape): a CUDA
   // graph recorded at one layout must not be replayed at another.
   std::uint64_t layout_version() const { return layout_version_; }
