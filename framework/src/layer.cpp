@@ -20,12 +20,17 @@ void Layer::check_device(const Context& ctx, const ConstTensors& tensors, const 
 
 template <class Tensors>
 void Layer::check_storage(const Context& ctx, const Tensors& tensors, const char* role) const {
-  if (accepts_bf16(ctx.device())) return;
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i] && tensors[i]->defined() && tensors[i]->dtype() == DType::bf16)
-      throw ConfigError(who() + ": " + role + " " + std::to_string(i) + " is " + tensors[i]->describe() +
-                        ", but this layer takes no bf16 tensors on " + ctx.device().str() +
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i] || !tensors[i]->defined() || tensors[i]->dtype() != DType::bf16) continue;
+    const std::string tensor = std::string(role) + " " + std::to_string(i) + " is " + tensors[i]->describe();
+    if (!accepts_bf16(ctx.device()))
+      throw ConfigError(who() + ": " + tensor + ", but this layer takes no bf16 tensors on " + ctx.device().str() +
                         " (Layer::accepts_bf16)");
+    for (const auto& p : parameters_)
+      if (p->value.defined() && p->value.dtype() != DType::f32)
+        throw ConfigError(who() + ": " + tensor + " with " + dtype_name(p->value.dtype()) +
+                          " parameters; bf16 activations go with f32 parameters only");
+  }
 }
 
 void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {

@@ -46,20 +46,6 @@ void Convolution::check_column_size(const Shape& input_shape, const ConvGeometry
   if (!problem.empty()) fail_shape("input " + shape_str(input_shape) + " is too large: " + problem);
 }
 
-void Convolution::check_activation_dtypes(Device device, std::initializer_list<const Tensor*> tensors) {
-  const DType parameters = parameter("weight").value.dtype();
-  for (const Tensor* tensor : tensors) {
-    if (!tensor || tensor->dtype() != DType::bf16) continue;
-    if (!device.is_cuda())
-      throw ConfigError(who() + ": got a bf16 tensor (" + tensor->describe() +
-                        ") on the CPU, whose convolution kernels take f32 or f64 tensors only; bf16 activations "
-                        "are stored on CUDA (stores_bf16)");
-    if (parameters != DType::f32)
-      throw ConfigError(who() + ": got a bf16 tensor (" + tensor->describe() + ") with " + dtype_name(parameters) +
-                        " parameters; bf16 activations go with f32 parameters only");
-  }
-}
-
 bool Convolution::stores_bf16(Device device) const {
   if (!accepts_bf16(device)) return false;
   return weight_shape_.empty() || weight_shape_[1] > few_channel_conv::kMaxChannels;  // [1]: X's channels, Ci
@@ -241,7 +227,6 @@ std::int64_t image_rows_per_block(const ConvGeometry& g) {
 // Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
 // those rows; y_n[:, a0*Pw : a1*Pw] = W columns (+ bias per row).
 void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x) {
-  check_activation_dtypes(Device::cpu(), {&x, &y});
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = patch_rows_per_block(g);
@@ -277,7 +262,6 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, b
 // channel). Each block gathers everything its rows receive, so blocks write
 // disjoint rows and every pixel sums its terms in col2im's order.
 void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y) {
-  check_activation_dtypes(Device::cpu(), {&y, &x});
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = image_rows_per_block(g);
@@ -329,7 +313,6 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor
 // Per image n: columns = im2col(x_n); y_grad_n = W columns; dW += y_n
 // columns^T; x_grad_n = col2im(W^T y_n).
 void Convolution::conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad) {
-  check_activation_dtypes(Device::cpu(), {&x, &y, x_grad, y_grad});
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   dispatch_float(x.dtype(), [&](auto zero) {
@@ -360,7 +343,6 @@ void Convolution::conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_
 // dbias[c] += sum over pixels of output_grad_n[c], each image's sums in its
 // own slot, added in image order.
 void Convolution::accumulate_bias_grad_cpu(const Tensor& output_grad) {
-  check_activation_dtypes(Device::cpu(), {&output_grad});
   if (!has_bias_) return;
   const std::int64_t batch = output_grad.dim(0), channels = output_grad.dim(1);
   const std::int64_t pixels = output_grad.dim(2) * output_grad.dim(3);

@@ -55,7 +55,6 @@ std::int64_t Convolution::images_per_cuda_chunk(const ConvGeometry& geometry, st
 }
 
 void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, Tensor& y) {
-  check_activation_dtypes(ctx.device(), {&x, &y});
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;  // elements of one image of y
@@ -92,7 +91,6 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
 }
 
 void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x) {
-  check_activation_dtypes(ctx.device(), {&y, &x});
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;
@@ -131,7 +129,6 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
 
 void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad,
                                      Tensor* y_grad, const Tensor& output_grad) {
-  check_activation_dtypes(ctx.device(), {&x, &y, x_grad, y_grad, &output_grad});
   if (x.dim(0) == 0) return;
   // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
@@ -228,7 +225,7 @@ void Convolution::accumulate_bias_grad_cuda(Context& ctx, const Tensor& output_g
   if (!has_bias_ || batch == 0) return;
   Tensor& bias_grad = parameter("bias").grad;
   const std::int64_t channels = output_grad.dim(1), plane = output_grad.dim(2) * output_grad.dim(3);
-  if (output_grad.dtype() == DType::bf16) {  // read natively, summed in f32 (check_activation_dtypes)
+  if (output_grad.dtype() == DType::bf16) {  // read natively, summed in f32 (Layer::backward checked f32 parameters)
     accumulate_channel_sums_cuda(ctx, output_grad.data<BFloat16>(), batch, channels, plane, bias_grad.data<float>());
     return;
   }

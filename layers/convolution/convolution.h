@@ -37,7 +37,6 @@
 // (activation_storage.h). The CPU passes take f32 or f64 tensors only.
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "convolution/im2col.h"
@@ -88,10 +87,6 @@ class Convolution : public Layer {
   const Shape& checked_input(const std::vector<Shape>& inputs) const;
   // Fails unless `geometry`'s column matrix and image fit the tensor limits.
   void check_column_size(const Shape& input_shape, const ConvGeometry& geometry) const;
-  // Fails, naming the layer, unless every tensor given (null ones skipped)
-  // has the parameters' dtype or, on CUDA with f32 parameters, is bf16: no
-  // CPU kernel reads bf16.
-  void check_activation_dtypes(Device device, std::initializer_list<const Tensor*> tensors);
 
   // The passes in Conv2d terms (above): x is X and y is Y, NCHW, batch first.
   // with_bias adds the bias (when the layer has one) per channel of the

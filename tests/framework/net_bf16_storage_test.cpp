@@ -175,6 +175,38 @@ TEST(NetBf16Storage, RefusesWhatItCannotStore) {
   EXPECT_EQ(f32.activation_storage(), DType::f32);
 }
 
+// Layer::forward and backward take bf16 tensors only into a layer that
+// accepts them and has f32 parameters (the master weights of bf16 storage):
+// with f64 parameters a bf16 tensor is refused, naming the node, the tensor
+// and the parameters' dtype; with f32 parameters it passes.
+TEST(NetBf16Storage, Bf16TensorsNeedF32Parameters) {
+  const Registry registry = registry_with_bf16_scale();
+  const Shape shape{2, 3};
+  for (const DType parameters : {DType::f64, DType::f32}) {
+    auto layer = registry.create("Bf16Scale", "s", {});
+    layer->output_shapes({shape});
+    layer->create_parameters({shape});
+    std::mt19937_64 rng(0);
+    layer->initialize_parameters(parameters, Device::cpu(), rng);
+    Context ctx;
+    const Tensor x = Tensor::from_values({1, 2, 3, 4, 5, 6}, shape, DType::bf16);
+    Tensor y(shape, DType::bf16);
+    if (parameters == DType::f32) {
+      EXPECT_NO_THROW(layer->forward(ctx, {&x}, {&y}));
+      continue;
+    }
+    try {
+      layer->forward(ctx, {&x}, {&y});
+      FAIL() << "bf16 tensors were accepted with f64 parameters";
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("node 's' (Bf16Scale)"), std::string::npos) << message;
+      EXPECT_NE(message.find("input 0 is bf16"), std::string::npos) << message;
+      EXPECT_NE(message.find("f64 parameters"), std::string::npos) << message;
+    }
+  }
+}
+
 // A small analysis/synthesis pair as the bundled codecs build them, on CUDA:
 // x -> conv -> GDN -> conv -> IGDN -> conv^T -> conv^T -> MSE(., x). With
 // bf16 storage the blobs between the inner convolutions and GDN are bf16

@@ -94,7 +94,8 @@ class Layer {
   // Whether the kernels on `device` take bf16 tensors at all, as above, even
   // where that costs more than f32 would (the Net then keeps f32):
   // stores_bf16 unless a layer says otherwise. Layer::forward and backward
-  // refuse a bf16 tensor, naming it, when this is false.
+  // refuse a bf16 tensor, naming it, when this is false or the layer's
+  // parameters are not f32.
   virtual bool accepts_bf16(Device device) const { return stores_bf16(device); }
 
   // Told by a Net that runs forward only (Net::set_inference_only) before
@@ -136,7 +137,8 @@ class Layer {
 
  private:
   void check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const;
-  // ConfigError naming the tensor when one is bf16 and the layer does not accept bf16 on ctx's device.
+  // ConfigError naming the tensor when one is bf16 and the layer does not
+  // accept bf16 on ctx's device, or its parameters are not f32.
   template <class Tensors>
   void check_storage(const Context& ctx, const Tensors& tensors, const char* role) const;
   std::string type_;
