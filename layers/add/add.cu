@@ -4,6 +4,7 @@
 // into each input gradient (copy_output_grad, on the context's stream).
 #include "activation_elements.cuh"
 #include "add/add.h"
+#include "convolution/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -29,11 +30,8 @@ void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (n == 0) return;
   Tensor* y = outputs[0];
   Tensor* partial_sum = y;
-  if (y->dtype() == DType::bf16 && inputs.size() > 2) {
-    if (!partial_sum_.defined() || partial_sum_.shape() != y->shape() || partial_sum_.device() != y->device())
-      partial_sum_ = Tensor(y->shape(), DType::f32, y->device());
-    partial_sum = &partial_sum_;
-  }
+  if (y->dtype() == DType::bf16 && inputs.size() > 2)
+    partial_sum = &scratch_tensor(partial_sum_, y->shape(), DType::f32, y->device());
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
     for (std::size_t i = 1; i < inputs.size(); ++i) {

@@ -621,6 +621,20 @@ void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const P
                   x_squared + b * image_size, b == 0 ? T(0) : T(1), gamma_sums);
 }
 
+// The tensor-core backward (when the context allows TF32 or BF16 products)
+// and the parameter gradients from its partial sums; false when it cannot
+// run here, having launched nothing.
+bool try_tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Parameter& beta,
+                              Parameter& gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
+                              Tensor& partials_cache) {
+  if (!ctx.allow_tf32()) return false;
+  const Tensor partials =
+      tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse, partials_cache);
+  if (!partials.defined()) return false;
+  sum_parameter_gradients<float>(ctx, partials, beta, gamma, problem.channels, rp);
+  return true;
+}
+
 // The layer's reparametrisation constants in the kernels' type T.
 template <typename T>
 Reparametrization<T> reparametrization(double pedestal, double beta_bound, double gamma_bound) {
@@ -659,17 +673,10 @@ void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
   if (!any_bf16) return backward_cuda_float(ctx, x, dy, dx);
   const Problem problem = problem_of(x);
   if (problem.count == 0) return;
-  Parameter& beta = parameter("beta");
-  Parameter& gamma = parameter("gamma");
   const auto rp = reparametrization<float>(pedestal(), beta_bound(), gamma_bound());
-  if (ctx.allow_tf32()) {
-    const Tensor partials =
-        tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
-    if (partials.defined()) {
-      sum_parameter_gradients<float>(ctx, partials, beta, gamma, problem.channels, rp);
-      return;
-    }
-  }
+  if (try_tensor_core_backward(ctx, x, dy, dx, parameter("beta"), parameter("gamma"), problem, rp, inverse_,
+                               partials_))
+    return;
   const Tensor x_f32 = f32_stand_in(ctx, x, stand_ins_.input);
   const Tensor dy_f32 = f32_stand_in(ctx, dy, stand_ins_.output_grad);
   if (!dx) return backward_cuda_float(ctx, x_f32, dy_f32, nullptr);
@@ -710,14 +717,7 @@ void GDN::backward_cuda_float(Context& ctx, const Tensor& x, const Tensor& dy, T
     using T = decltype(zero);
     const auto rp = reparametrization<T>(pedestal(), beta_bound(), gamma_bound());
     if constexpr (std::is_same_v<T, float>) {
-      if (ctx.allow_tf32()) {
-        const Tensor partials =
-            tensor_core_backward(ctx, x, dy, dx, beta.value, gamma.value, problem, rp, inverse_, partials_);
-        if (partials.defined()) {
-          sum_parameter_gradients<T>(ctx, partials, beta, gamma, problem.channels, rp);
-          return;
-        }
-      }
+      if (try_tensor_core_backward(ctx, x, dy, dx, beta, gamma, problem, rp, inverse_, partials_)) return;
     }
     const bool fused = inverse_ ? try_fused_backward<T, true>(ctx, x, dy, dx, beta, gamma, problem, rp)
                                 : try_fused_backward<T, false>(ctx, x, dy, dx, beta, gamma, problem, rp);
