@@ -20,6 +20,8 @@
 //
 // of() takes a null tensor (a gradient not wanted) as one whose wanted() is
 // false. It takes inputs and outputs alike: a kernel only loads its inputs.
+#include <cstdint>
+
 #include <cuda_bf16.h>
 
 #include "plexus/tensor.h"
@@ -40,6 +42,10 @@ __device__ inline void store_f32(BFloat16* element, float value) {
   element->bits = __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 __device__ inline void store_f32(__nv_bfloat16* element, float value) { *element = __float2bfloat16_rn(value); }
+// A bf16 value as its 16-bit pattern (the convolution engine's bf16 operand copies).
+__device__ inline void store_f32(std::uint16_t* element, float value) {
+  *element = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
 
 // The elements of an f32 or a bf16 tensor, computed on in f32.
 struct F32OrBf16Elements {

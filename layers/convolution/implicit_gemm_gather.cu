@@ -179,11 +179,6 @@ struct PackParams {
   PackPart parts[kMaxPhases];
 };
 
-__device__ inline void store_packed(float* packed, long long index, float value) { packed[index] = value; }
-__device__ inline void store_packed(std::uint16_t* packed, long long index, float value) {
-  packed[index] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-}
-
 template <class Packed>
 __global__ void pack_weight_kernel(const PackParams params) {
   const PackPart& part = params.parts[blockIdx.y];
@@ -214,7 +209,7 @@ __global__ void pack_weight_kernel(const PackParams params) {
                               j];
       }
     }
-    store_packed(packed, part.offset + index, value);
+    store_f32(packed + part.offset + index, value);
   }
 }
 

@@ -23,11 +23,6 @@ constexpr int kRowStep = 8;   // 32 x 8 threads: each moves 4 elements of the ti
 // through a shared tile, so reads (along q) and writes (along c) are both
 // coalesced; the +1 column keeps the transposed reads free of bank conflicts.
 // grid = (plane tiles, channel_stride tiles, batch).
-__device__ inline void store(float* destination, float value) { *destination = value; }
-__device__ inline void store(std::uint16_t* destination, float value) {
-  *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-}
-
 template <class Source, class Out>
 __global__ void nchw_to_nhwc_kernel(const Source* source, int channels, long long plane, int channel_stride,
                                     Out* destination) {
@@ -46,7 +41,7 @@ __global__ void nchw_to_nhwc_kernel(const Source* source, int channels, long lon
   for (int row = threadIdx.y; row < kTile; row += kRowStep) {
     const long long q = q0 + row;
     const int c = c0 + threadIdx.x;
-    if (q < plane && c < channel_stride) store(image_destination + q * channel_stride + c, tile[threadIdx.x][row]);
+    if (q < plane && c < channel_stride) store_f32(image_destination + q * channel_stride + c, tile[threadIdx.x][row]);
   }
 }
 
@@ -138,7 +133,7 @@ __global__ void nchw_to_channel_rows_bf16_kernel(const Source* source, long long
 #pragma unroll
       for (int e = 0; e < kRowPixelsPerThread; ++e) {
         const long long q = q0 + e * kRowThreads;
-        if (q < plane) store(image_row + q, values[e]);
+        if (q < plane) store_f32(image_row + q, values[e]);
       }
     }
     if (blockIdx.x == 0 && blockIdx.z == 0)

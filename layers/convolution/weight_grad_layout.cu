@@ -14,11 +14,6 @@ namespace plexus::layers {
 
 namespace {
 
-__device__ inline void store(float* destination, float value) { *destination = value; }
-__device__ inline void store(std::uint16_t* destination, float value) {
-  *destination = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-}
-
 // Blocks of 32 x 8 threads: a thread takes kPerThread consecutive columns
 // of one row group (more loads in flight per thread), a warp 32 x that many,
 // grid-stride over the groups (grid.y is at most 65535). Each thread reads
@@ -59,7 +54,7 @@ __global__ void phases_kernel(const Source* __restrict__ source, int planes, int
     for (int b = 0; b < S; ++b)
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j)
-        if (w_first + j < row_pitch) store(destination_row + b * phase_size + j, values[b][j]);
+        if (w_first + j < row_pitch) store_f32(destination_row + b * phase_size + j, values[b][j]);
   }
 }
 
@@ -82,7 +77,7 @@ __global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows,
       }
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j)
-        if (u_first + j < row_pitch) store(destination_row + copy * copy_size + j, values[j]);
+        if (u_first + j < row_pitch) store_f32(destination_row + copy * copy_size + j, values[j]);
     }
   }
 }
