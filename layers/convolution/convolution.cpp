@@ -5,7 +5,6 @@
 
 #include <Eigen/Core>
 
-#include "convolution/few_channel_conv.h"
 #include "plexus/checked_math.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/host_memory.h"
@@ -44,11 +43,6 @@ const Shape& Convolution::checked_input(const std::vector<Shape>& inputs) const 
 void Convolution::check_column_size(const Shape& input_shape, const ConvGeometry& geometry) const {
   const std::string problem = column_size_problem(geometry);
   if (!problem.empty()) fail_shape("input " + shape_str(input_shape) + " is too large: " + problem);
-}
-
-bool Convolution::stores_bf16(Device device) const {
-  if (!accepts_bf16(device)) return false;
-  return weight_shape_.empty() || weight_shape_[1] > few_channel_conv::kMaxChannels;  // [1]: X's channels, Ci
 }
 
 void Convolution::create_parameters(const std::vector<Shape>& inputs) {

@@ -31,7 +31,8 @@
 // parameters each of X, Y and their gradients may be f32 or bf16,
 // independently, and every pass computes in f32 as with f32 tensors of the
 // same values. The engine reads and writes bf16 natively in its tap-major
-// copies, its gather epilogue and its weight gradient's copies, and through
+// copies, its gather epilogue, its weight gradient's copies and the
+// few-channel kernels' many-channel side, and through
 // f32 stand-ins elsewhere (implicit_gemm.h); the bias gradient reads a bf16
 // output gradient natively; the im2col + cuBLAS passes run on f32 stand-ins
 // (activation_storage.h). The CPU passes take f32 or f64 tensors only.
@@ -54,13 +55,13 @@ class Convolution : public Layer {
   void create_parameters(const std::vector<Shape>& inputs) override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
-  // On CUDA every activation tensor may be f32 or bf16 (above). The Net
-  // stores bf16 around every convolution but those with at most
-  // few_channel_conv::kMaxChannels channels on X's side (next to an RGB
-  // image): their few-channel kernels would read and write it through f32
-  // stand-ins, which cost more than f32 storage.
+  // On CUDA every activation tensor may be f32 or bf16 (above), and the Net
+  // may store bf16 around every convolution: next to an RGB image too, where
+  // the few-channel kernels read and write the many-channel side natively
+  // (the image side, an input or a loss's operand, stays f32 in the bundled
+  // models).
   bool accepts_bf16(Device device) const override { return PLEXUS_WITH_CUDA && device.is_cuda(); }
-  bool stores_bf16(Device device) const override;
+  bool stores_bf16(Device device) const override { return accepts_bf16(device); }
   // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).

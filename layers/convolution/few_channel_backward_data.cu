@@ -34,9 +34,15 @@
 // neither the tensor cores nor shared memory saturated: it waits on latency
 // (each block's prologue and epilogue, 16 warps per multiprocessor); see
 // docs/performance.md.
+// Y is f32 or bf16 (Element): a bf16 Y is staged in bf16 (half the bytes of
+// the ring's region planes) and widened exactly as the A fragments are read.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include <cuda_bf16.h>
+
+#include "activation_elements.cuh"
 #include "convolution/few_channel_conv.h"
 #include "convolution/few_channel_tiling.h"
 #include "convolution/implicit_gemm_common.cuh"
@@ -50,6 +56,7 @@ using implicit_gemm::detail::allow_shared_bytes;
 using implicit_gemm::detail::Bf16Product;
 using implicit_gemm::detail::copy16_async_zfill;
 using implicit_gemm::detail::copy4_async;
+using implicit_gemm::detail::copy8_async_zfill;
 using implicit_gemm::detail::kColumnPad;
 using implicit_gemm::detail::kThreads;
 using implicit_gemm::detail::run_k_pipeline;
@@ -73,7 +80,7 @@ static_assert(VariantTile0::BM == kBackwardDataVariants[0].rows && VariantTile0:
               "one tile per variant of few_channel_tiling.h");
 
 struct BackwardDataParams {
-  const float* y;       // [images, out_channels, y_h, y_w]
+  const void* y;        // [images, out_channels, y_h, y_w], float or __nv_bfloat16 elements
   const float* weight;  // [out_channels, channels, kernel, kernel] = [out_channels][columns]
   const float* bias;    // [channels] or null
   float* x;             // [images, channels, x_h, x_w]
@@ -83,32 +90,36 @@ struct BackwardDataParams {
   int tile_h, tile_w, region_h, region_w, row_shift, col_shift, col_align, tiles_w;
 };
 
-// Shared memory layout of a Tile (floats): the ring's stages (region planes
-// [BK][BM + pad], weight rows [BK][BN + pad]: the pad of 8 words puts the
-// fragment reads of a warp, rows t and columns g, in 32 different banks),
-// and Z [BM][BN + 1] over them after the K loop.
-template <class T>
+// Shared memory layout of a Tile, Y's elements of type Element: the ring's
+// region planes (STAGES x [BK][BM + pad] elements), then its weight rows
+// (STAGES x [BK][BN + pad] floats); the pad of 8 elements puts the fragment
+// reads of a warp, rows t and columns g, in 32 different banks (f32: rows
+// 8 words apart; bf16: 4 words apart, a row's 8 columns in 4 words). Z
+// [BM][BN + 1] floats lies over them after the K loop.
+template <class T, class Element>
 struct Layout {
   static constexpr int YStride = T::BM + kColumnPad, WStride = T::BN + kColumnPad, ZStride = T::BN + 1;
-  static constexpr int YStage = T::BK * YStride, WStage = T::BK * WStride;
-  static constexpr int Ring = T::STAGES * (YStage + WStage), Z = T::BM * ZStride;
-  static constexpr std::size_t Bytes = sizeof(float) * (Ring > Z ? Ring : Z);
+  static constexpr int YStage = T::BK * YStride, WStage = T::BK * WStride;  // elements, floats
+  static constexpr std::size_t YRingBytes = sizeof(Element) * T::STAGES * YStage;
+  static constexpr std::size_t RingBytes = YRingBytes + sizeof(float) * T::STAGES * WStage;
+  static constexpr std::size_t ZBytes = sizeof(float) * T::BM * ZStride;
+  static constexpr std::size_t Bytes = RingBytes > ZBytes ? RingBytes : ZBytes;
   // Region loads: thread tid copies pixels 4q .. 4q+3 (q = tid % ChunkThreads)
   // of channels tid / ChunkThreads + ChannelStep * r, r < ChunksPerThread.
   static constexpr int ChunkThreads = T::BM / 4, ChannelStep = kThreads / ChunkThreads;
   static constexpr int ChunksPerThread = T::BK / ChannelStep;
   static_assert(kThreads % ChunkThreads == 0 && T::BK % ChannelStep == 0, "whole chunks per thread");
-  static_assert(YStride % 4 == 0, "16-byte aligned chunks");
+  static_assert(YStride % 4 == 0 && YRingBytes % 16 == 0, "aligned chunks and weight rows");
 };
 
 // acc += Z-tile products of one stage: A = region planes [k][m] (pixels
 // contiguous), B = weight rows [k][n]. m16n8k8 fragments (g = lane/4,
 // t = lane%4): a = A(m=g, k=t), A(g+8, t), A(g, t+4), A(g+8, t+4);
 // b = B(k=t, n=g), B(k=t+4, n=g); Product::kGroups sets per step.
-template <class Product, class T>
-__device__ inline void multiply_stage(const float* y_tile, const float* w_tile, int warp_m0, int warp_n0, int lane,
+template <class Product, class T, class Element>
+__device__ inline void multiply_stage(const Element* y_tile, const float* w_tile, int warp_m0, int warp_n0, int lane,
                                       float (&acc)[T::MT][T::NT][4]) {
-  using L = Layout<T>;
+  using L = Layout<T, Element>;
   constexpr int kGroups = Product::kGroups;
   static_assert(T::BK % (8 * kGroups) == 0, "a stage is whole product steps");
   const int g = lane >> 2, t = lane & 3;
@@ -119,11 +130,11 @@ __device__ inline void multiply_stage(const float* y_tile, const float* w_tile, 
     for (int group = 0; group < kGroups; ++group)
 #pragma unroll
       for (int mt = 0; mt < T::MT; ++mt) {
-        const float* p = y_tile + (k_step + 8 * group + t) * L::YStride + warp_m0 + mt * 16 + g;
-        a[mt][group][0] = __float_as_uint(p[0]);
-        a[mt][group][1] = __float_as_uint(p[8]);
-        a[mt][group][2] = __float_as_uint(p[4 * L::YStride]);
-        a[mt][group][3] = __float_as_uint(p[4 * L::YStride + 8]);
+        const Element* p = y_tile + (k_step + 8 * group + t) * L::YStride + warp_m0 + mt * 16 + g;
+        a[mt][group][0] = __float_as_uint(load_f32(p));
+        a[mt][group][1] = __float_as_uint(load_f32(p + 8));
+        a[mt][group][2] = __float_as_uint(load_f32(p + 4 * L::YStride));
+        a[mt][group][3] = __float_as_uint(load_f32(p + 4 * L::YStride + 8));
       }
 #pragma unroll
     for (int nt = 0; nt < T::NT; ++nt) {
@@ -142,15 +153,17 @@ __device__ inline void multiply_stage(const float* y_tile, const float* w_tile, 
 
 // grid = (tiles of one image, images): one block per tile of X, so a block
 // needs no split K and no reduction; 8 warps share its region x weight GEMM.
-// chunks: the region's rows are whole aligned 16-byte chunks of Y
-// (col_align 4, Y 16-byte aligned), copied 16 bytes at a time.
-template <class Product, class T, bool chunks>
+// chunks: the region's rows are whole aligned chunks of 4 elements of Y
+// (col_align 4, Y aligned to 4 elements), copied 16 (f32) or 8 (bf16)
+// bytes at a time. Without chunks a bf16 Y is copied element by element
+// through registers (cp.async copies at least 4 bytes).
+template <class Product, class T, bool chunks, class Element>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(const BackwardDataParams params) {
-  using L = Layout<T>;
-  extern __shared__ __align__(16) float shared[];
-  float* y_tiles = shared;                          // STAGES x [BK][YStride]
-  float* w_tiles = shared + T::STAGES * L::YStage;  // STAGES x [BK][WStride]
-  float* z = shared;                                // after the K loop: [BM][ZStride]
+  using L = Layout<T, Element>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  Element* y_tiles = reinterpret_cast<Element*>(shared);               // STAGES x [BK][YStride]
+  float* w_tiles = reinterpret_cast<float*>(shared + L::YRingBytes);  // STAGES x [BK][WStride]
+  float* z = reinterpret_cast<float*>(shared);                         // after the K loop: [BM][ZStride]
 
   const int tid = threadIdx.x, s = params.stride;
   const int tile_row = blockIdx.x / params.tiles_w, tile_col = blockIdx.x - tile_row * params.tiles_w;
@@ -173,24 +186,31 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(cons
   }
 
   const long long plane = static_cast<long long>(params.y_h) * params.y_w;
-  const float* y_channels = params.y + (static_cast<long long>(blockIdx.y) * params.out_channels + channel0) * plane;
+  const Element* y = static_cast<const Element*>(params.y);
+  const Element* y_channels = y + (static_cast<long long>(blockIdx.y) * params.out_channels + channel0) * plane;
   auto load_stage = [&](int stage, int k_tile) {
     const int c0 = k_tile * T::BK;
-    float* y_tile = y_tiles + stage * L::YStage + channel0 * L::YStride + 4 * q;
+    Element* y_tile = y_tiles + stage * L::YStage + channel0 * L::YStride + 4 * q;
 #pragma unroll
     for (int r = 0; r < L::ChunksPerThread; ++r) {
       const int channel = c0 + r * L::ChannelStep;  // relative to channel0
       const bool channel_valid = channel0 + channel < params.out_channels;
-      const float* source = y_channels + channel * plane;
-      float* destination = y_tile + r * L::ChannelStep * L::YStride;
+      const Element* source = y_channels + channel * plane;
+      Element* destination = y_tile + r * L::ChannelStep * L::YStride;
       if constexpr (chunks) {
         const bool valid = channel_valid && offsets[0] >= 0;
-        copy16_async_zfill(destination, valid ? source + offsets[0] : params.y, valid);
+        if constexpr (std::is_same_v<Element, float>)
+          copy16_async_zfill(destination, valid ? source + offsets[0] : y, valid);
+        else
+          copy8_async_zfill(destination, valid ? source + offsets[0] : y, valid);
       } else {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const bool valid = channel_valid && offsets[u] >= 0;
-          copy4_async(destination + u, valid ? source + offsets[u] : params.y, valid);
+          if constexpr (std::is_same_v<Element, float>)
+            copy4_async(destination + u, valid ? source + offsets[u] : y, valid);
+          else
+            destination[u] = valid ? source[offsets[u]] : Element(0.0f);
         }
       }
     }
@@ -209,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(cons
   float acc[T::MT][T::NT][4];
   const int k_tiles = (params.out_channels + T::BK - 1) / T::BK;
   run_k_pipeline<T>(k_tiles, acc, load_stage, [&](int stage, float(&sums)[T::MT][T::NT][4]) {
-    multiply_stage<Product, T>(y_tiles + stage * L::YStage, w_tiles + stage * L::WStage, warp_m0, warp_n0, lane,
-                               sums);
+    multiply_stage<Product, T, Element>(y_tiles + stage * L::YStage, w_tiles + stage * L::WStage, warp_m0, warp_n0,
+                                        lane, sums);
   });
 
   __syncthreads();  // every warp is done with the ring that Z replaces
@@ -259,34 +279,44 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(cons
 
 // Launches the kernel of tile T at the Context's precision (opting it into
 // its shared memory on first use).
-template <class Product, class T, bool chunks>
+template <class Product, class T, bool chunks, class Element>
 void launch_kernel(const Context& ctx, const BackwardDataParams& params, dim3 grid) {
-  static const bool opted_in = (allow_shared_bytes(backward_data_kernel<Product, T, chunks>, Layout<T>::Bytes,
-                                                   "cudaFuncSetAttribute(few_channel backward_data_kernel)"),
-                                true);
+  constexpr auto kernel = backward_data_kernel<Product, T, chunks, Element>;
+  constexpr std::size_t bytes = Layout<T, Element>::Bytes;
+  static const bool opted_in =
+      (allow_shared_bytes(kernel, bytes, "cudaFuncSetAttribute(few_channel backward_data_kernel)"), true);
   (void)opted_in;
-  backward_data_kernel<Product, T, chunks><<<grid, kThreads, Layout<T>::Bytes, cuda::stream(ctx)>>>(params);
+  kernel<<<grid, kThreads, bytes, cuda::stream(ctx)>>>(params);
   cuda::check_launch("few_channel_conv backward_data_kernel", __FILE__, __LINE__);
 }
 
-template <class T>
+template <class T, class Element>
 void launch(const Context& ctx, const BackwardDataParams& params, dim3 grid, bool chunks) {
   if (ctx.bf16_products()) {
     if (chunks)
-      launch_kernel<Bf16Product, T, true>(ctx, params, grid);
+      launch_kernel<Bf16Product, T, true, Element>(ctx, params, grid);
     else
-      launch_kernel<Bf16Product, T, false>(ctx, params, grid);
+      launch_kernel<Bf16Product, T, false, Element>(ctx, params, grid);
   } else {
     if (chunks)
-      launch_kernel<Tf32Product, T, true>(ctx, params, grid);
+      launch_kernel<Tf32Product, T, true, Element>(ctx, params, grid);
     else
-      launch_kernel<Tf32Product, T, false>(ctx, params, grid);
+      launch_kernel<Tf32Product, T, false, Element>(ctx, params, grid);
+  }
+}
+
+template <class Element>
+void launch_variant(const Context& ctx, int variant, const BackwardDataParams& params, dim3 grid, bool chunks) {
+  switch (variant) {
+    case 0: return launch<VariantTile0, Element>(ctx, params, grid, chunks);
+    case 1: return launch<VariantTile1, Element>(ctx, params, grid, chunks);
+    default: return launch<VariantTile2, Element>(ctx, params, grid, chunks);
   }
 }
 
 }  // namespace
 
-void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* y,
+void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y,
                    const float* weight, const float* bias, float* x) {
   if (problem.batch == 0) return;
   const BackwardDataTiling tiling = backward_data_tiling(problem);
@@ -318,19 +348,21 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
   constexpr long long kImagesPerLaunch = 65535;
   const long long y_image = problem.out_channels * problem.out_height * problem.out_width;
   const long long x_image = problem.in_channels * problem.height * problem.width;
+  const bool bf16 = y.dtype() == DType::bf16;
+  const std::size_t element_size = bf16 ? 2 : 4;
+  const auto* y_bytes = static_cast<const unsigned char*>(y.raw_data());
+  // Chunks of 4 elements need Y's rows aligned to them: width a multiple of 4 (col_align 4) and y aligned.
+  const bool chunks = tiling.col_align == 4 && reinterpret_cast<std::uintptr_t>(y_bytes) % (4 * element_size) == 0;
   for (long long first = 0; first < problem.batch; first += kImagesPerLaunch) {
     const long long images = std::min(kImagesPerLaunch, problem.batch - first);
-    params.y = y + first * y_image;
+    params.y = y_bytes + first * y_image * static_cast<long long>(element_size);
     params.x = x + first * x_image;
     const dim3 grid(static_cast<unsigned>(static_cast<long long>(tiles_h) * params.tiles_w),
                     static_cast<unsigned>(images));
-    // 16-byte chunks need Y's rows 16-byte aligned: width a multiple of 4 (col_align 4) and y aligned.
-    const bool chunks = tiling.col_align == 4 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
-    switch (tiling.variant) {
-      case 0: launch<VariantTile0>(ctx, params, grid, chunks); break;
-      case 1: launch<VariantTile1>(ctx, params, grid, chunks); break;
-      default: launch<VariantTile2>(ctx, params, grid, chunks); break;
-    }
+    if (bf16)
+      launch_variant<__nv_bfloat16>(ctx, tiling.variant, params, grid, chunks);
+    else
+      launch_variant<float>(ctx, tiling.variant, params, grid, chunks);
   }
 }
 

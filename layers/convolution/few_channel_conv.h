@@ -12,11 +12,16 @@
 // large tensor.
 //
 // Same conventions as the engine: Conv2d terms (X [N, Ci, H, W] the few-
-// channel side for forward and backward_weight, ...), f32 accumulation,
+// channel side, Y [N, Co, Ho, Wo] the many-channel side), f32 accumulation,
 // products at the Context's precision (TF32, or BF16 operands rounded to
-// nearest even), NCHW tensors, f32 only: the engine hands these kernels f32
-// stand-ins of activations stored in bf16 (implicit_gemm.h).
+// nearest even), NCHW tensors, f32 parameters. Y (or dY) is f32 or bf16,
+// read and written natively: it is the large tensor each pass is bound by,
+// and a bf16 Y halves those bytes (read widened exactly into the same f32
+// operands; written as the f32 result rounded to nearest even). X is f32:
+// the engine hands these kernels an f32 stand-in of a bf16 X (implicit_gemm.h),
+// a small tensor at <= kMaxChannels channels.
 #include "convolution/implicit_gemm.h"
+#include "plexus/tensor.h"
 
 namespace plexus::layers::few_channel_conv {
 
@@ -30,12 +35,12 @@ inline constexpr int kMaxTaps = 256;
 // runs here; the caller has already checked implicit_gemm::supports().
 bool takes_forward(const implicit_gemm::ConvProblem& problem);
 void forward(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x, const float* weight,
-             const float* bias, float* y);
+             const float* bias, Tensor& y);
 
 // Whether backward_data (X = conv^T(Y, W) + bias, X with <= kMaxChannels
 // channels: a ConvTranspose2d's forward onto an image) runs here.
 bool takes_backward_data(const implicit_gemm::ConvProblem& problem);
-void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* y,
+void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y,
                    const float* weight, const float* bias, float* x);
 
 // Whether backward_weight (dW += correlation of Y with X, X with <=
@@ -43,6 +48,6 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
 // sums of the pixel sum (reused while shapes stay the same).
 bool takes_backward_weight(const implicit_gemm::ConvProblem& problem);
 void backward_weight(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x,
-                     const float* y, float* weight_grad, Tensor& partial_sums);
+                     const Tensor& y, float* weight_grad, Tensor& partial_sums);
 
 }  // namespace plexus::layers::few_channel_conv

@@ -23,10 +23,18 @@
 // fragment read from the strip feeds MT products, which keeps the kernels
 // within shared-memory bandwidth (with MT = 1 the L1/shared pipe bound the
 // forward, well below DRAM bandwidth).
+// Y (forward's output, the weight gradient's dY) is f32 or bf16 (Element):
+// forward rounds its f32 sums into a bf16 Y; the weight gradient widens a
+// bf16 dY into the same f32 rows in shared memory, through registers (the
+// next tile's rows are loaded before the current tile's products and stored
+// after them), since cp.async copies bytes and cannot widen.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+
+#include "activation_elements.cuh"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_common.cuh"
 
@@ -145,13 +153,62 @@ std::size_t forward_shared_bytes(const StripParams& p) {
          sizeof(int) * p.taps_pad;
 }
 
+// Stores a warp's sums (plus bias) into a bf16 Y whose rows are whole
+// 16-byte chunks (Wo % 8 == 0, Y 16-byte aligned): acc[mt][nt] holds rows
+// g, g+8 of m16 tile mt and pixels 2t, 2t+1 of n8 tile nt (a bf16 pair, one
+// 32-bit word). Stored as pairs, a quad's row would be 16 scattered bytes
+// per n8 tile, half of each 32-byte sector; instead the quad transposes its
+// 4 x 4 words with shuffles, so that lane t holds n8 tile t's 8 pixels, and
+// each lane stores 16 bytes (a quad 64 contiguous bytes of a row).
+// row0: the warp's first output channel; b0: its first pixel.
+template <int kMt, int kNt>
+__device__ inline void store_bf16_rows(const float (&acc)[kMt][kNt][4], const float (&bias_rows)[kMt][2],
+                                       __nv_bfloat16* y, const StripParams& p, const Tile& tile, int row0, int b0) {
+  static_assert(kNt == 4, "a quad's 4 lanes take one n8 tile each");
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const auto pack = [](float v0, float v1) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v0, v1);
+    return *reinterpret_cast<const unsigned*>(&pair);
+  };
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      unsigned words[kNt], mine[kNt] = {};
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+        words[nt] = pack(acc[mt][nt][2 * half] + bias_rows[mt][half], acc[mt][nt][2 * half + 1] + bias_rows[mt][half]);
+      // Round k: lane s sends its word of tile (s + k) & 3; lane t receives from lane (t - k) & 3 its word of tile t.
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int send = (t + k) & 3, from = (t - k) & 3;
+        const unsigned word = send == 0 ? words[0] : send == 1 ? words[1] : send == 2 ? words[2] : words[3];
+        const unsigned received = __shfl_sync(0xffffffffu, word, (lane & ~3) | from);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (j == from) mine[j] = received;
+      }
+      const int o = row0 + 16 * mt + g + 8 * half, b = b0 + 8 * t;
+      if (o < p.out_channels && b < p.out_width) {  // Wo % 8 == 0: the whole chunk lies in the row
+        __nv_bfloat16* row =
+            y + ((static_cast<long long>(tile.image) * p.out_channels + o) * p.out_height + tile.row) * p.out_width;
+        *reinterpret_cast<uint4*>(row + b) = make_uint4(mine[0], mine[1], mine[2], mine[3]);
+      }
+    }
+}
+
 // grid = (blocks looping over pixel tiles, Co / 128): each block loads its
 // weight rows once and keeps them for every tile it takes. Warp w computes
 // output channels 32*(w%4).. of the block and pixels 32*(w/4).. of the tile.
 // S: the stride (p.stride), a constant so fragment reads take immediate offsets.
-template <class Product, int S>
-__global__ void __launch_bounds__(kThreads) few_channel_forward_kernel(const StripParams p, const float* weight,
-                                                                         const float* bias, float* y) {
+// Element: Y's elements, float or __nv_bfloat16; rows16: a bf16 Y's rows
+// are whole 16-byte chunks (store_bf16_rows). Three blocks per
+// multiprocessor fit the shared memory of a 5x5 kernel on 3 channels; the
+// bound keeps the registers within them too (80 a thread: unbounded, the
+// bf16 output's variant took 96, and two blocks ran 15% slower).
+template <class Product, int S, class Element>
+__global__ void __launch_bounds__(kThreads, 3) few_channel_forward_kernel(const StripParams p, const float* weight,
+                                                                         const float* bias, Element* y, bool rows16) {
   constexpr int kMt = kForwardMt, kRows = block_rows(kMt), kGroups = Product::kGroups;
   constexpr int kNt = 4;  // n8 tiles: the warp's 32 pixels
   extern __shared__ __align__(16) float shared[];
@@ -176,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) few_channel_forward_kernel(const Str
       const int o = o0 + warp_m0 + 16 * mt + g + 8 * half;
       bias_rows[mt][half] = bias && o < p.out_channels ? bias[o] : 0.f;
     }
-  const bool pairs = p.out_width % 2 == 0;  // rows of Y start 8-byte aligned: store float2
+  const bool pairs = p.out_width % 2 == 0;  // rows of Y start at even elements: store pairs
 
   stage_strip(p, tile_at(p, blockIdx.x), strips);  // the grid has at most one block per tile
   commit_async();
@@ -211,24 +268,34 @@ __global__ void __launch_bounds__(kThreads) few_channel_forward_kernel(const Str
         for (int nt = 0; nt < kNt; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
     }
     // acc[mt][nt] holds rows g, g+8 of m16 tile mt and pixels 2t, 2t+1 of n8 tile nt.
+    if constexpr (!std::is_same_v<Element, float>) {
+      if (rows16) {
+        store_bf16_rows<kMt, kNt>(acc, bias_rows, y, p, tile, o0 + warp_m0, tile.b0 + warp_n0);
+        __syncthreads();  // every fragment of this strip is read before the next pass refills it
+        continue;
+      }
+    }
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int o = o0 + warp_m0 + 16 * mt + g + 8 * half;
         if (o >= p.out_channels) continue;
-        float* row = y + ((static_cast<long long>(tile.image) * p.out_channels + o) * p.out_height + tile.row) *
-                             p.out_width;
+        Element* row = y + ((static_cast<long long>(tile.image) * p.out_channels + o) * p.out_height + tile.row) *
+                               p.out_width;
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
           const int b = tile.b0 + warp_n0 + nt * 8 + 2 * t;
           const float v0 = acc[mt][nt][2 * half] + bias_rows[mt][half];
           const float v1 = acc[mt][nt][2 * half + 1] + bias_rows[mt][half];
           if (pairs && b + 1 < p.out_width) {
-            *reinterpret_cast<float2*>(row + b) = make_float2(v0, v1);
+            if constexpr (std::is_same_v<Element, float>)
+              *reinterpret_cast<float2*>(row + b) = make_float2(v0, v1);
+            else
+              *reinterpret_cast<__nv_bfloat162*>(row + b) = __floats2bfloat162_rn(v0, v1);
           } else {
-            if (b < p.out_width) row[b] = v0;
-            if (b + 1 < p.out_width) row[b + 1] = v1;
+            if (b < p.out_width) store_f32(row + b, v0);
+            if (b + 1 < p.out_width) store_f32(row + b + 1, v1);
           }
         }
       }
@@ -244,36 +311,83 @@ std::size_t weight_grad_shared_bytes(const StripParams& p, int rows) {
   return sizeof(float) * 2 * (rows * kDyStride + strip_buffer_size(p)) + sizeof(int) * p.taps_pad;
 }
 
-// Queues dY rows o0.., pixels b0..b0+63 of output row a (zeros past Wo or Co):
-// 16-byte copies when rows are whole 16-byte chunks (Wo % 4 == 0), else 4-byte.
-template <int kRows>
-__device__ inline void stage_dy_rows(const StripParams& p, const Tile& t, const float* dy, int o0, float* tile) {
-  const long long row_base = static_cast<long long>(t.image) * p.out_channels;
-  if (p.out_width % 4 == 0) {
-    for (int e = threadIdx.x; e < kRows * kPixels / 4; e += kThreads) {
-      const int r = e / (kPixels / 4), q = 4 * (e - r * (kPixels / 4)), o = o0 + r, b = t.b0 + q;
-      const bool real = o < p.out_channels && b < p.out_width;
-      copy16_async_zfill(tile + r * kDyStride + q,
-                         real ? dy + ((row_base + o) * p.out_height + t.row) * p.out_width + b : dy, real);
-    }
-  } else {
-    for (int e = threadIdx.x; e < kRows * kPixels; e += kThreads) {
-      const int r = e / kPixels, q = e - r * kPixels, o = o0 + r, b = t.b0 + q;
-      const bool real = o < p.out_channels && b < p.out_width;
-      copy4_async(tile + r * kDyStride + q, real ? dy + ((row_base + o) * p.out_height + t.row) * p.out_width + b : dy,
-                  real);
+// The dY rows of a tile in shared memory: rows o0.., pixels b0..b0+63 of
+// output row a, f32, [kRows][kDyStride] (zeros past Wo or Co). load() fills
+// them for f32 dY (as cp.async copies: 16-byte when `vector`, i.e. rows are
+// whole 16-byte chunks, else 4-byte) and for bf16 dY without `vector`
+// (element by element, widened); for bf16 dY with `vector` (Wo % 8 == 0,
+// dY 16-byte aligned) it loads each of this thread's 16-byte chunks (8
+// pixels) into registers, and store() widens them into the rows.
+template <int kRows, class Element>
+struct DyRows {
+  static constexpr int kChunks = kRows * kPixels / (8 * kThreads);  // bf16 chunks per thread
+  static_assert(kRows * kPixels % (8 * kThreads) == 0, "whole bf16 chunks per thread");
+  uint4 chunks[kChunks];
+
+  __device__ void load(const StripParams& p, const Tile& t, const Element* dy, int o0, float* rows, bool vector) {
+    const long long row_base = static_cast<long long>(t.image) * p.out_channels;
+    const auto at = [&](int o, int b) { return dy + ((row_base + o) * p.out_height + t.row) * p.out_width + b; };
+    if constexpr (std::is_same_v<Element, float>) {
+      if (vector) {
+        for (int e = threadIdx.x; e < kRows * kPixels / 4; e += kThreads) {
+          const int r = e / (kPixels / 4), q = 4 * (e - r * (kPixels / 4)), o = o0 + r, b = t.b0 + q;
+          const bool real = o < p.out_channels && b < p.out_width;
+          copy16_async_zfill(rows + r * kDyStride + q, real ? at(o, b) : dy, real);
+        }
+      } else {
+        for (int e = threadIdx.x; e < kRows * kPixels; e += kThreads) {
+          const int r = e / kPixels, q = e - r * kPixels, o = o0 + r, b = t.b0 + q;
+          const bool real = o < p.out_channels && b < p.out_width;
+          copy4_async(rows + r * kDyStride + q, real ? at(o, b) : dy, real);
+        }
+      }
+    } else if (vector) {
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const int e = threadIdx.x + u * kThreads;
+        const int r = e / (kPixels / 8), o = o0 + r, b = t.b0 + 8 * (e - r * (kPixels / 8));
+        chunks[u] = o < p.out_channels && b < p.out_width ? *reinterpret_cast<const uint4*>(at(o, b))
+                                                          : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+      for (int e = threadIdx.x; e < kRows * kPixels; e += kThreads) {
+        const int r = e / kPixels, q = e - r * kPixels, o = o0 + r, b = t.b0 + q;
+        rows[r * kDyStride + q] = o < p.out_channels && b < p.out_width ? load_f32(at(o, b)) : 0.f;
+      }
     }
   }
-}
+
+  __device__ void store(float* rows, bool vector) const {
+    if constexpr (!std::is_same_v<Element, float>) {
+      if (!vector) return;
+      // A bf16 value is the upper half of its f32; the lower half of a word is the first element.
+      const auto first = [](unsigned w) { return __uint_as_float(w << 16); };
+      const auto second = [](unsigned w) { return __uint_as_float(w & 0xffff0000u); };
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const int e = threadIdx.x + u * kThreads;
+        const int r = e / (kPixels / 8), q = 8 * (e - r * (kPixels / 8));
+        float4* row = reinterpret_cast<float4*>(rows + r * kDyStride + q);
+        const uint4 c = chunks[u];
+        row[0] = make_float4(first(c.x), second(c.x), first(c.y), second(c.y));
+        row[1] = make_float4(first(c.z), second(c.z), first(c.w), second(c.w));
+      }
+    }
+  }
+};
 
 // grid = (splits, Co / (64*MT)): block (split, m) sums tiles split, split +
 // splits, ... of the pixel sum for output channels 64*MT*m.. and writes its
 // partial sums [64*MT][taps_pad] to partial + (split * Co_tiles + m) *
 // 64*MT * taps_pad. Warp w computes channels 16*MT*(w%4).. and the columns
-// (c, i, j) of its half: NT n8 tiles from NT*8*(w/4).
-template <class Product, int MT, int NT, int S>
-__global__ void __launch_bounds__(kThreads) few_channel_weight_grad_kernel(const StripParams p, const float* dy,
-                                                                             float* partial) {
+// (c, i, j) of its half: NT n8 tiles from NT*8*(w/4). Element: dY's
+// elements (float or __nv_bfloat16); vector: see DyRows. Two blocks per
+// multiprocessor fit the shared memory up to a 9x9 kernel on 3 channels; the
+// bound keeps the registers within them (128 a thread: a bf16 dY's chunks in
+// registers took the 9x9 variant to 134, one block).
+template <class Product, int MT, int NT, int S, class Element>
+__global__ void __launch_bounds__(kThreads, 2) few_channel_weight_grad_kernel(const StripParams p, const Element* dy,
+                                                                             bool vector, float* partial) {
   constexpr int kRows = block_rows(MT), kGroups = Product::kGroups;
   extern __shared__ __align__(16) float shared[];
   float* dy_tiles = shared;                       // two dY buffers (current and next tile)
@@ -294,16 +408,19 @@ __global__ void __launch_bounds__(kThreads) few_channel_weight_grad_kernel(const
     column_offsets[nt] = (column < p.taps_pad ? tap_offsets[column] : strip_size(p)) + t * S;
   }
   float acc[MT][NT][4] = {};
+  DyRows<kRows, Element> dy_rows;
   const auto stage = [&](int index, int buffer) {
     const Tile tile = tile_at(p, index);
     stage_strip(p, tile, strips + buffer * strip_buffer_size(p));
-    stage_dy_rows<kRows>(p, tile, dy, o0, dy_tiles + buffer * kRows * kDyStride);
+    dy_rows.load(p, tile, dy, o0, dy_tiles + buffer * kRows * kDyStride, vector);
   };
   stage(blockIdx.x, 0);  // the grid has at most one block per tile
+  dy_rows.store(dy_tiles, vector);
   commit_async();
   int parity = 0;
   for (int index = blockIdx.x; index < p.tiles; index += gridDim.x, parity ^= 1) {
-    if (index + gridDim.x < p.tiles) stage(index + gridDim.x, parity ^ 1);
+    const bool next = index + gridDim.x < p.tiles;
+    if (next) stage(index + gridDim.x, parity ^ 1);  // the other buffer: read last in the previous pass
     commit_async();
     wait_async<1>();  // this thread's copies of the current tile have landed
     __syncthreads();  // and everyone's
@@ -328,6 +445,7 @@ __global__ void __launch_bounds__(kThreads) few_channel_weight_grad_kernel(const
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) Product::multiply(acc[mt][nt], a[mt], b[nt]);
     }
+    if (next) dy_rows.store(dy_tiles + (parity ^ 1) * kRows * kDyStride, vector);
     __syncthreads();  // every fragment of this buffer is read before the next pass refills it
   }
   // acc[mt][nt]: rows g, g+8 of m16 tile mt, columns 2t, 2t+1 of n8 tile nt.
@@ -418,16 +536,17 @@ void with_product_and_stride(const Context& ctx, int stride, F&& f) {
     with_stride(Tf32Product{});
 }
 
-template <class Product, int S>
-void launch_forward(const Context& ctx, const StripParams& p, const float* weight, const float* bias, float* y) {
-  const auto kernel = few_channel_forward_kernel<Product, S>;
+template <class Product, int S, class Element>
+void launch_forward(const Context& ctx, const StripParams& p, const float* weight, const float* bias, Element* y) {
+  const auto kernel = few_channel_forward_kernel<Product, S, Element>;
   const std::size_t bytes = forward_shared_bytes(p);
   const long long m_tiles = ceil_div(p.out_channels, block_rows(kForwardMt));
   // One wave of blocks, each looping over tiles with its weight rows loaded once.
   const long long blocks = std::clamp(resident_blocks(ctx, kernel, bytes, "few_channel_forward_kernel") / m_tiles,
                                       1LL, static_cast<long long>(p.tiles));
+  const bool rows16 = p.out_width % 8 == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
   kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(m_tiles)), kThreads, bytes,
-           cuda::stream(ctx)>>>(p, weight, bias, y);
+           cuda::stream(ctx)>>>(p, weight, bias, y, rows16);
   cuda::check_launch("few_channel_forward_kernel", __FILE__, __LINE__);
 }
 
@@ -435,10 +554,10 @@ void launch_forward(const Context& ctx, const StripParams& p, const float* weigh
 // wave of blocks splits the pixel sum (block `split` takes tiles split,
 // split + splits, ..., so neighbouring tiles, which share strip rows in L2,
 // run at the same time), then their partial sums are added in order.
-template <class Product, int MT, int NT, int S>
-void run_weight_grad(const Context& ctx, const StripParams& p, const float* dy, float* weight_grad,
+template <class Product, int MT, int NT, int S, class Element>
+void run_weight_grad(const Context& ctx, const StripParams& p, const Element* dy, float* weight_grad,
                      Tensor& partial_sums) {
-  const auto kernel = few_channel_weight_grad_kernel<Product, MT, NT, S>;
+  const auto kernel = few_channel_weight_grad_kernel<Product, MT, NT, S, Element>;
   constexpr int kRows = block_rows(MT);
   const std::size_t bytes = weight_grad_shared_bytes(p, kRows);
   const int m_tiles = static_cast<int>(ceil_div(p.out_channels, kRows));
@@ -449,45 +568,56 @@ void run_weight_grad(const Context& ctx, const StripParams& p, const float* dy, 
   float* partial =
       grown_scratch(ctx, partial_sums, {splits * m_tiles, tile_sums}, DType::f32).data<float>();
   cudaStream_t stream = cuda::stream(ctx);
-  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles)), kThreads, bytes, stream>>>(p, dy,
-                                                                                                         partial);
+  // Rows of whole 16-byte chunks: 4 f32 or 8 bf16 pixels; bf16 chunks are loaded as uint4, so dY aligned too.
+  const bool vector = std::is_same_v<Element, float>
+                          ? p.out_width % 4 == 0
+                          : p.out_width % 8 == 0 && reinterpret_cast<std::uintptr_t>(dy) % 16 == 0;
+  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles)), kThreads, bytes, stream>>>(
+      p, dy, vector, partial);
   cuda::check_launch("few_channel_weight_grad_kernel", __FILE__, __LINE__);
   sum_partials_kernel<<<static_cast<unsigned>(ceil_div(m_tiles * tile_sums, 32)), kThreads, 0, stream>>>(
       partial, static_cast<int>(splits), m_tiles, kRows, p.out_channels, p.taps, p.taps_pad, weight_grad);
   cuda::check_launch("sum_partials_kernel", __FILE__, __LINE__);
 }
 
-template <class Product, int S>
-void run_weight_grad(const Context& ctx, const StripParams& p, const float* dy, float* weight_grad,
+template <class Product, int S, class Element>
+void run_weight_grad(const Context& ctx, const StripParams& p, const Element* dy, float* weight_grad,
                      Tensor& partial_sums) {
   // n8 tiles per warp: two warps cover taps_pad columns (27 taps: 2; 75: 5;
   // up to 256: 16, then one m16 tile per warp keeps the accumulators in registers).
   const long long needed = ceil_div(p.taps_pad, 16);
   if (needed <= 2)
-    run_weight_grad<Product, 2, 2, S>(ctx, p, dy, weight_grad, partial_sums);
+    run_weight_grad<Product, 2, 2, S, Element>(ctx, p, dy, weight_grad, partial_sums);
   else if (needed <= 5)
-    run_weight_grad<Product, 2, 5, S>(ctx, p, dy, weight_grad, partial_sums);
+    run_weight_grad<Product, 2, 5, S, Element>(ctx, p, dy, weight_grad, partial_sums);
   else
-    run_weight_grad<Product, 1, kMaxTilesPerWarp, S>(ctx, p, dy, weight_grad, partial_sums);
+    run_weight_grad<Product, 1, kMaxTilesPerWarp, S, Element>(ctx, p, dy, weight_grad, partial_sums);
 }
 
 }  // namespace
 
 void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight, const float* bias,
-             float* y) {
+             Tensor& y) {
   const StripParams p = strip_params(problem, x);
   if (p.tiles == 0) return;
   with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
-    launch_forward<decltype(product), stride>(ctx, p, weight, bias, y);
+    if (y.dtype() == DType::bf16)
+      launch_forward<decltype(product), stride>(ctx, p, weight, bias, static_cast<__nv_bfloat16*>(y.raw_data()));
+    else
+      launch_forward<decltype(product), stride>(ctx, p, weight, bias, y.data<float>());
   });
 }
 
-void backward_weight(const Context& ctx, const ConvProblem& problem, const float* x, const float* y,
+void backward_weight(const Context& ctx, const ConvProblem& problem, const float* x, const Tensor& y,
                      float* weight_grad, Tensor& partial_sums) {
   const StripParams p = strip_params(problem, x);
   if (p.tiles == 0) return;
   with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
-    run_weight_grad<decltype(product), stride>(ctx, p, y, weight_grad, partial_sums);
+    if (y.dtype() == DType::bf16)
+      run_weight_grad<decltype(product), stride>(ctx, p, static_cast<const __nv_bfloat16*>(y.raw_data()),
+                                                 weight_grad, partial_sums);
+    else
+      run_weight_grad<decltype(product), stride>(ctx, p, y.data<float>(), weight_grad, partial_sums);
   });
 }
 

@@ -47,16 +47,17 @@
 // or bf16, independently; the weight, bias, weight gradient and every
 // partial sum stay f32. Read natively, at 2 bytes per element and widened
 // exactly: the tap-major NHWC copies (forward's X, backward_data's Y,
-// backward_weight's X), the bf16 channel rows of backward_weight's Y, and
-// the Hopper weight gradient's phase and shifted-row copies. Written
-// natively: forward's Y and backward_data's X, by the gather epilogue and the
-// split-K reduction, each f32 sum (plus bias) rounded to nearest even. Read
-// through f32 stand-ins (activation_storage.h: widened into an f32 scratch
-// first): the flat-K gather's NCHW source, the few-channel kernels' inputs,
-// and the x and y the NCHW weight gradient kernels read element by element
-// (Ci not a multiple of 128, and the tap-major TF32 weight gradient's y);
-// the few-channel kernels write an f32 scratch then rounded into a bf16
-// output. Either way a pass computes on the same f32 values as with f32
+// backward_weight's X), the bf16 channel rows of backward_weight's Y, the
+// Hopper weight gradient's phase and shifted-row copies, and the
+// few-channel kernels' many-channel side Y. Written natively: forward's Y
+// and backward_data's X, by the gather epilogue and the split-K reduction,
+// and the few-channel forward's Y, each f32 sum (plus bias) rounded to
+// nearest even. Read through f32 stand-ins (activation_storage.h: widened
+// into an f32 scratch first): the flat-K gather's NCHW source, the
+// few-channel side X, and the x and y the NCHW weight gradient kernels read
+// element by element (Ci not a multiple of 128, and the tap-major TF32
+// weight gradient's y); the few-channel backward_data writes an f32 scratch
+// then rounded into a bf16 X. Either way a pass computes on the same f32 values as with f32
 // tensors of those values (the products round them to TF32 or bf16, which
 // a bf16 value survives unchanged), so a bf16 result is the f32 result
 // rounded to nearest even, and the weight gradient is the same bits.
@@ -120,11 +121,10 @@ struct Scratch {
   Tensor forward_weight;            // the weight packed for forward
   Tensor forward_source;            // forward's NHWC copy of X (tap-major K only)
   Tensor forward_source_f32;        // forward's f32 stand-in of a bf16 X (flat K, few channels)
-  Tensor forward_dest_f32;          // forward's f32 stand-in of a bf16 Y (few channels)
   Tensor forward_sums;              // forward's split-K partial sums
   Tensor backward_data_weight;      // the weight re-packed per phase for backward_data
   Tensor backward_data_source;      // backward_data's NHWC copy of Y (tap-major K only)
-  Tensor backward_data_source_f32;  // backward_data's f32 stand-in of a bf16 Y (flat K, few channels)
+  Tensor backward_data_source_f32;  // backward_data's f32 stand-in of a bf16 Y (flat K)
   Tensor backward_data_dest_f32;    // backward_data's f32 stand-in of a bf16 X (few channels)
   Tensor backward_data_sums;        // backward_data's split-K partial sums
   Tensor weight_sums;               // backward_weight's split-K partial sums
@@ -133,7 +133,7 @@ struct Scratch {
   Tensor weight_rows_bf16;          // backward_weight's bf16 channel rows of Y (same cases)
   Tensor weight_phases;             // backward_weight on Hopper: X split by stride phase (weight_grad_layout.h)
   Tensor weight_shifted;            // backward_weight on Hopper: Y with rows shifted per tap column offset
-  Tensor weight_x_f32;              // backward_weight's f32 stand-in of a bf16 X (NCHW kernels)
+  Tensor weight_x_f32;              // backward_weight's f32 stand-in of a bf16 X (NCHW kernels, few channels)
   Tensor weight_y_f32;              // backward_weight's f32 stand-in of a bf16 Y (NCHW kernels)
 };
 

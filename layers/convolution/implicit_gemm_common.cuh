@@ -59,6 +59,13 @@ __device__ inline void copy4_async(float* destination, const float* source, bool
                "l"(source), "r"(valid ? 4 : 0));
 }
 
+// 8-byte asynchronous copy (both addresses 8-byte aligned); when !valid it
+// writes zeros and reads nothing.
+__device__ inline void copy8_async_zfill(void* destination, const void* source, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(destination)), "l"(source),
+               "r"(valid ? 8 : 0));
+}
+
 // 16-byte asynchronous copy (both addresses 16-byte aligned), bypassing L1.
 __device__ inline void copy16_async(float* destination, const float* source) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(destination)), "l"(source));

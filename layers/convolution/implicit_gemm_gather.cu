@@ -367,11 +367,9 @@ const void* gather_source(Context& ctx, const GatherChoice& choice, const Tensor
 void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const float* bias, Tensor& y,
              Scratch& scratch) {
   if (p.batch == 0) return;
-  if (few_channel_conv::takes_forward(p)) {
+  if (few_channel_conv::takes_forward(p)) {  // writes y in its own dtype; reads an f32 x
     const Tensor x_f32 = f32_stand_in(ctx, x, scratch.forward_source_f32);
-    F32Output y_f32(ctx, y, scratch.forward_dest_f32);
-    few_channel_conv::forward(ctx, p, x_f32.data<float>(), weight, bias, y_f32.f32().data<float>());
-    y_f32.store(ctx);
+    few_channel_conv::forward(ctx, p, x_f32.data<float>(), weight, bias, y);
     return;
   }
   const GatherChoice choice = choose_gather(ctx, p.in_channels);
@@ -432,10 +430,9 @@ void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const fl
                    Tensor& x, Scratch& scratch) {
   if (p.batch == 0) return;
   // <= 4 channels on X (onto an RGB image): its own kernel, with no rows of zeros.
-  if (few_channel_conv::takes_backward_data(p)) {
-    const Tensor y_f32 = f32_stand_in(ctx, y, scratch.backward_data_source_f32);
+  if (few_channel_conv::takes_backward_data(p)) {  // reads y in its own dtype; writes an f32 x
     F32Output x_f32(ctx, x, scratch.backward_data_dest_f32);
-    few_channel_conv::backward_data(ctx, p, y_f32.data<float>(), weight, bias, x_f32.f32().data<float>());
+    few_channel_conv::backward_data(ctx, p, y, weight, bias, x_f32.f32().data<float>());
     x_f32.store(ctx);
     return;
   }

@@ -432,11 +432,9 @@ void backward_weight(Context& ctx, const ConvProblem& p, const Tensor& x, const 
   if (p.batch * p.out_height * p.out_width == 0) return;
   // The kernels that read NCHW x or y element by element take f32 stand-ins
   // of bf16 ones; the copies into tap-major layouts read bf16 natively.
-  if (few_channel_conv::takes_backward_weight(p)) {
+  if (few_channel_conv::takes_backward_weight(p)) {  // reads y in its own dtype
     const Tensor x_f32 = f32_stand_in(ctx, x, scratch.weight_x_f32);
-    const Tensor y_f32 = f32_stand_in(ctx, y, scratch.weight_y_f32);
-    few_channel_conv::backward_weight(ctx, p, x_f32.data<float>(), y_f32.data<float>(), weight_grad,
-                                      scratch.weight_sums);
+    few_channel_conv::backward_weight(ctx, p, x_f32.data<float>(), y, weight_grad, scratch.weight_sums);
     return;
   }
   if (uses_wgmma(ctx) && wgmma_weight_grad_fits(p, ctx.bf16_products())) {

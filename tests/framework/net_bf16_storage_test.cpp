@@ -209,10 +209,10 @@ TEST(NetBf16Storage, Bf16TensorsNeedF32Parameters) {
 
 // A small analysis/synthesis pair as the bundled codecs build them, on CUDA:
 // x -> conv -> GDN -> conv -> IGDN -> conv^T -> conv^T -> MSE(., x). With
-// bf16 storage the blobs between the inner convolutions and GDN are bf16
-// (made and read once by layers that store bf16); the image, the
-// reconstruction and the blobs of the layers next to them (few-channel
-// convolutions, which ask for f32) stay f32; one forward
+// bf16 storage every blob between the first and the last convolution is
+// bf16 (made and read once by layers that store bf16, the few-channel
+// convolutions next to the image included); the image and the
+// reconstruction (a loss's operand) stay f32; one forward
 // and backward then gives the loss and every parameter gradient of the f32
 // net within the rounding of those blobs (8 significant bits: 1e-2
 // relative), and not bit for bit the same (so the storage did change).
@@ -242,8 +242,8 @@ CodecStep codec_step(DType storage) {
   const Shape image{2, 3, 32, 32};
   Net net(small_codec(), registry, {{"x", image}}, DType::f32, Device::cuda(), 7);
   net.set_activation_storage(storage);
-  for (const char* blob : {"h1", "y", "h2"}) EXPECT_EQ(net.blob_dtype(blob), storage) << blob;
-  for (const char* blob : {"x", "h0", "h3", "x_hat", "loss"}) EXPECT_EQ(net.blob_dtype(blob), DType::f32) << blob;
+  for (const char* blob : {"h0", "h1", "y", "h2", "h3"}) EXPECT_EQ(net.blob_dtype(blob), storage) << blob;
+  for (const char* blob : {"x", "x_hat", "loss"}) EXPECT_EQ(net.blob_dtype(blob), DType::f32) << blob;
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> pixel(0.0, 1.0);
   std::vector<double> x(static_cast<std::size_t>(shape_numel(image)));
