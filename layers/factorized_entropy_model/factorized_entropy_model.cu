@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kBackwardBlocks = 2;  // f32 backward blocks per multiprocessor (registers)
 
 // One channel's parameters packed into 43 values, as the chain uses them:
 // H^(k) = softplus(matrix_k) row-major [out_k, in_k], then b^(k), then
@@ -231,8 +232,13 @@ __global__ void __launch_bounds__(kThreads)
 // the chain rule through the reparametrisation and one atomicAdd:
 //   dL/dmatrix = dL/dH sigmoid(matrix),  dL/dfactor = dL/da (1 - a^2).
 // y_grad may be null (no input gradient wanted). Layout: see the top.
+// The per-thread sums, both chains' traces and their gradients keep many
+// values live: unbounded, ptxas gave the f32 kernel 149 registers, one block
+// of 8 warps per multiprocessor, too few to hide the latency of its
+// dependent chains; bounded to two blocks (128 registers) it keeps about 30
+// values in local memory (L1).
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? kBackwardBlocks : 1)
     factorized_density_backward(const T* y, const T* output_grad, T* y_grad, DensityParameters<T> parameters,
                                 DensityGradients<T> gradients, long long batch, int channels, long long inner,
                                 T bound) {
