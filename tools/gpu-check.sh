@@ -15,110 +15,181 @@
 # and skips (failing this check) without it. Tools.KodakCrops needs
 # ImageMagick (convert, identify; Debian: imagemagick) and likewise skips,
 # failing this check, without it.
+# PHASES picks the parts to run, in this order (default all of them):
+#   PHASES="build ctest mma-sync memcheck plugins"
+# e.g. PHASES="memcheck" after a fix, on a build folder an earlier run made.
+# The check passes only when every phase passes; with some phases left out
+# the summary says which ran. MEMCHECK_JOBS (default 4) test binaries run
+# under memcheck at once, on the one GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
 logs=${OUT:-gpu-check-logs}
 mkdir -p "$logs"
+logs=$(cd "$logs" && pwd)
 build=${BUILD:-build-gpu}
 jobs=$(nproc)
+all_phases="build ctest mma-sync memcheck plugins"
+phases=${PHASES:-$all_phases}
+for phase in $phases; do
+  [[ " $all_phases " == *" $phase "* ]] || { echo "gpu-check: unknown phase '$phase' (phases: $all_phases)" >&2; exit 2; }
+done
+runs() { [[ " $phases " == *" $1 "* ]]; }
+summary=()  # the SUMMARY lines, in phase order
+failed=0
 
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
-echo "== configure + build"
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native && cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
-  tail -60 "$logs/build.log"
-  echo "SUMMARY: build FAILED"
-  exit 1
-fi
+run_build() {
+  echo "== configure + build"
+  if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native &&
+         cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
+    tail -60 "$logs/build.log"
+    echo "SUMMARY: build FAILED"
+    exit 1
+  fi
+  # Data-parallel training through NCCL needs CMake to find it (ctest below).
+  grep -E "^-- NCCL" "$logs/build.log" | head -1 > "$logs/nccl.txt"
+}
 
-echo "== ctest"
-[ -n "${KODAK:-}" ] && export PLEXUS_KODAK_DIR=$(realpath "$KODAK")
-(cd "$build" && ctest -j 8 --output-on-failure --timeout 900) > "$logs/ctest.log" 2>&1
-ctest_rc=$?
-tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)
-# Tests named TwoGpu* need two GPUs: on a machine with one they may skip.
-gpus=$(nvidia-smi --list-gpus | wc -l)
-skipped=$(grep -E "\(Skipped\)" "$logs/ctest.log" | { if [ "$gpus" -lt 2 ]; then grep -v "\.TwoGpu"; else cat; fi; } | wc -l)
-grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "$logs/ctest.log" | head -40
-
-# Data-parallel training through NCCL at world size 1 (tests/distributed/
-# nccl_communicator_test.cpp and the --gpus tests of plexus-ae); they skip,
-# and so fail this check, when CMake did not find NCCL.
-nccl_found=$(grep -E "^-- NCCL" "$logs/build.log" | head -1)
-nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
-nccl_total=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Test +#")
+run_ctest() {
+  echo "== ctest"
+  [ -n "${KODAK:-}" ] && export PLEXUS_KODAK_DIR=$(realpath "$KODAK")
+  (cd "$build" && ctest -j 8 --output-on-failure --timeout 900) > "$logs/ctest.log" 2>&1
+  local rc=$?
+  local tests_line
+  tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)
+  # Tests named TwoGpu* need two GPUs: on a machine with one they may skip.
+  local gpus skipped
+  gpus=$(nvidia-smi --list-gpus | wc -l)
+  skipped=$(grep -E "\(Skipped\)" "$logs/ctest.log" | { if [ "$gpus" -lt 2 ]; then grep -v "\.TwoGpu"; else cat; fi; } | wc -l)
+  grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "$logs/ctest.log" | head -40
+  summary+=("ctest: ${tests_line:-no result} (rc=$rc); skipped: $skipped$([ "$gpus" -lt 2 ] && echo " (the two-GPU tests not counted: one GPU visible)")")
+  # Data-parallel training through NCCL at world size 1 (tests/distributed/
+  # nccl_communicator_test.cpp and the --gpus tests of plexus-ae); they skip,
+  # and so fail this check, when CMake did not find NCCL.
+  local nccl_tests nccl_total
+  nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
+  nccl_total=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Test +#")
+  summary+=("data-parallel (NCCL): $nccl_tests of $nccl_total passed; $(cat "$logs/nccl.txt" 2>/dev/null || echo "NCCL not reported by CMake")")
+  if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then failed=1; fi
+}
 
 # On a Hopper the convolutions' tap-major passes run wgmma kernels; every
 # other GPU runs the mma.sync ones. Their tensor-core tests again, with the
 # mma.sync kernels forced, so both paths are checked on this GPU.
-echo "== convolution tensor-core tests with the mma.sync kernels (PLEXUS_CONV_WGMMA=0)"
-mma_sync_ok=1
-for t in conv2d_test conv_transpose2d_test; do
-  PLEXUS_CONV_WGMMA=0 timeout 600 "$build/tests/$t" --gtest_brief=1 --gtest_filter='*TensorCore*' \
-    > "$logs/$t-mma-sync.log" 2>&1 || mma_sync_ok=0
-  grep -E "^\[  (PASSED|FAILED) " "$logs/$t-mma-sync.log"
-done
+run_mma_sync() {
+  echo "== convolution tensor-core tests with the mma.sync kernels (PLEXUS_CONV_WGMMA=0)"
+  local ok=1 t
+  for t in conv2d_test conv_transpose2d_test; do
+    PLEXUS_CONV_WGMMA=0 timeout 600 "$build/tests/$t" --gtest_brief=1 --gtest_filter='*TensorCore*' \
+      > "$logs/$t-mma-sync.log" 2>&1 || ok=0
+    grep -E "^\[  (PASSED|FAILED) " "$logs/$t-mma-sync.log"
+  done
+  summary+=("convolution tensor-core tests with the mma.sync kernels: $([ $ok = 1 ] && echo passed || echo FAILED)")
+  [ $ok = 1 ] || failed=1
+}
 
-echo "== compute-sanitizer memcheck over the CUDA tests"
-memcheck_errors=0
+# memcheck over the given test binaries' *Cuda* tests, MEMCHECK_JOBS at a
+# time; prints one line per binary (LABEL names its group) in the order
+# given, appends every report to memcheck.log, and adds the counts to
+# memcheck_runs and memcheck_errors.
 memcheck_runs=0
-: > "$logs/memcheck.log"
-for binary in "$build"/tests/*_test; do
-  list=$("$binary" --gtest_list_tests --gtest_filter='*Cuda*' 2>/dev/null | grep -c '^  ')
-  [ "$list" -gt 0 ] || continue
-  memcheck_runs=$((memcheck_runs + 1))
-  out=$(compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" --gtest_filter='*Cuda*' 2>&1)
-  rc=$?
-  echo "$out" >> "$logs/memcheck.log"
-  summary=$(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)
-  echo "$(basename "$binary"): rc=$rc ${summary}"
-  if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
-done
+memcheck_errors=0
+memcheck_binaries() {
+  local label=$1
+  shift
+  local dir=$logs/memcheck
+  mkdir -p "$dir"
+  printf '%s\n' "$@" | xargs -P "${MEMCHECK_JOBS:-4}" -I{} bash -c \
+    'out="$1/$(basename "$2")"; compute-sanitizer --tool memcheck --error-exitcode 99 "$2" --gtest_filter="*Cuda*" > "$out.log" 2>&1; echo $? > "$out.rc"' \
+    _ "$dir" {}
+  local binary name rc
+  for binary in "$@"; do
+    name=$(basename "$binary")
+    rc=$(cat "$dir/$name.rc" 2>/dev/null || echo 1)
+    cat "$dir/$name.log" >> "$logs/memcheck.log"
+    echo "$name$label: rc=$rc $(grep -E "ERROR SUMMARY" "$dir/$name.log" | tail -1)"
+    memcheck_runs=$((memcheck_runs + 1))
+    if [ "$rc" -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
+  done
+}
 
-# The out-of-tree example plugins, each built against an installed Plexus.
-plugin_lines=()
-prefix=$PWD/$build/install
-installed=0
-for plugin in simplified_gdn sparse_conv; do
-  [ -f examples/plugins/$plugin/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ] || continue
-  if [ $installed -eq 0 ]; then
-    cmake --install "$build" --prefix "$prefix" > "$logs/plugin-install.log" 2>&1 && installed=1
-  fi
-  log=$logs/plugin-$plugin.log
-  if [ $installed -eq 1 ] &&
-     cmake -S examples/plugins/$plugin -B "$build/plugin-$plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-       -DCMAKE_CUDA_ARCHITECTURES=native > "$log" 2>&1 &&
-     cmake --build "$build/plugin-$plugin" -j "$jobs" >> "$log" 2>&1 &&
-     (cd "$build/plugin-$plugin" && ctest --output-on-failure) >> "$log" 2>&1; then
-    plugin_tests=$(grep -E "tests passed" "$log" | tail -1)
-    plugin_skipped=$(grep -cE "\(Skipped\)" "$log")
-    plugin_lines+=("plugin $plugin: $plugin_tests; skipped: $plugin_skipped")
-    skipped=$((skipped + plugin_skipped))
-    for binary in "$build/plugin-$plugin"/*_test; do
-      [ -x "$binary" ] || continue
-      out=$(compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" --gtest_filter='*Cuda*' 2>&1)
-      rc=$?
-      echo "$out" >> "$logs/memcheck.log"
-      echo "$(basename "$binary") ($plugin): rc=$rc $(echo "$out" | grep -E "ERROR SUMMARY" | tail -1)"
-      memcheck_runs=$((memcheck_runs + 1))
-      if [ $rc -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
-    done
-  else
-    tail -40 "$log" 2>/dev/null || tail -40 "$logs/plugin-install.log"
-    plugin_lines+=("plugin $plugin: FAILED (see $(basename "$log"))")
-    ctest_rc=1
-  fi
-done
-[ ${#plugin_lines[@]} -gt 0 ] || plugin_lines=("example plugins: not present")
+# The test binaries in a folder that have *Cuda* tests.
+cuda_test_binaries() {
+  local binary
+  for binary in "$1"/*_test; do
+    [ -x "$binary" ] || continue
+    [ "$("$binary" --gtest_list_tests --gtest_filter='*Cuda*' 2>/dev/null | grep -c '^  ')" -gt 0 ] && echo "$binary"
+  done
+}
+
+run_memcheck() {
+  echo "== compute-sanitizer memcheck over the CUDA tests"
+  : > "$logs/memcheck.log"
+  local binaries
+  mapfile -t binaries < <(cuda_test_binaries "$build/tests")
+  [ ${#binaries[@]} -eq 0 ] || memcheck_binaries "" "${binaries[@]}"
+}
+
+# The out-of-tree example plugins, each built against an installed Plexus
+# (their CUDA tests under memcheck too, when that phase runs).
+run_plugins() {
+  echo "== example plugins"
+  local prefix=$PWD/$build/install installed=0 plugin log any=0
+  for plugin in simplified_gdn sparse_conv; do
+    [ -f examples/plugins/$plugin/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ] || continue
+    any=1
+    if [ $installed -eq 0 ]; then
+      cmake --install "$build" --prefix "$prefix" > "$logs/plugin-install.log" 2>&1 && installed=1
+    fi
+    log=$logs/plugin-$plugin.log
+    if [ $installed -eq 1 ] &&
+       cmake -S examples/plugins/$plugin -B "$build/plugin-$plugin" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+         -DCMAKE_CUDA_ARCHITECTURES=native > "$log" 2>&1 &&
+       cmake --build "$build/plugin-$plugin" -j "$jobs" >> "$log" 2>&1 &&
+       (cd "$build/plugin-$plugin" && ctest --output-on-failure) >> "$log" 2>&1; then
+      local plugin_skipped
+      plugin_skipped=$(grep -cE "\(Skipped\)" "$log")
+      summary+=("plugin $plugin: $(grep -E "tests passed" "$log" | tail -1); skipped: $plugin_skipped")
+      [ "$plugin_skipped" -eq 0 ] || failed=1
+      if runs memcheck; then
+        local binaries
+        mapfile -t binaries < <(cuda_test_binaries "$build/plugin-$plugin")
+        [ ${#binaries[@]} -eq 0 ] || memcheck_binaries " ($plugin)" "${binaries[@]}"
+      fi
+    else
+      tail -40 "$log" 2>/dev/null || tail -40 "$logs/plugin-install.log"
+      summary+=("plugin $plugin: FAILED (see $(basename "$log"))")
+      failed=1
+    fi
+  done
+  [ $any -eq 1 ] || summary+=("example plugins: not present")
+}
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+if runs build; then
+  run_build
+elif [ ! -d "$build/tests" ]; then
+  echo "gpu-check: no build in $build (run the build phase first)" >&2
+  exit 2
+fi
+runs ctest && run_ctest
+runs mma-sync && run_mma_sync
+runs memcheck && run_memcheck
+runs plugins && run_plugins
+if runs memcheck; then
+  summary+=("memcheck: $memcheck_runs binaries, $memcheck_errors with errors")
+  [ $memcheck_errors -eq 0 ] || failed=1
+fi
 
 echo
-echo "SUMMARY: ctest: ${tests_line:-no result} (rc=$ctest_rc); skipped: $skipped$([ "$gpus" -lt 2 ] && echo " (the two-GPU tests not counted: one GPU visible)")"
-for line in "${plugin_lines[@]}"; do echo "SUMMARY: $line"; done
-echo "SUMMARY: data-parallel (NCCL): $nccl_tests of $nccl_total passed; ${nccl_found:-NCCL not reported by CMake}"
-echo "SUMMARY: memcheck: $memcheck_runs binaries, $memcheck_errors with errors"
-echo "SUMMARY: convolution tensor-core tests with the mma.sync kernels: $([ $mma_sync_ok = 1 ] && echo passed || echo FAILED)"
-if [ $ctest_rc -ne 0 ] || [ "$skipped" -ne 0 ] || [ $memcheck_errors -ne 0 ] || [ $mma_sync_ok -ne 1 ]; then
-  echo "SUMMARY: gpu-check FAILED"
+for line in "${summary[@]}"; do echo "SUMMARY: $line"; done
+ran=""
+if [ "$phases" != "$all_phases" ]; then
+  not_run=$(for p in $all_phases; do runs "$p" || echo "$p"; done | paste -sd ' ')
+  ran=" (phases run: $phases; not run: ${not_run:-none})"
+fi
+if [ $failed -ne 0 ]; then
+  echo "SUMMARY: gpu-check FAILED$ran"
   exit 1
 fi
-echo "SUMMARY: gpu-check PASSED"
+echo "SUMMARY: gpu-check PASSED$ran"
