@@ -22,7 +22,7 @@
 # the summary says which ran. MEMCHECK_JOBS (default 4) test binaries run
 # under memcheck at once, on the one GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
 logs=${OUT:-gpu-check-logs}
 mkdir -p "$logs"
@@ -52,7 +52,10 @@ run_build() {
 
 run_ctest() {
   echo "== ctest"
-  [ -n "${KODAK:-}" ] && export PLEXUS_KODAK_DIR=$(realpath "$KODAK")
+  if [ -n "${KODAK:-}" ]; then
+    PLEXUS_KODAK_DIR=$(realpath "$KODAK")
+    export PLEXUS_KODAK_DIR
+  fi
   (cd "$build" && ctest -j 8 --output-on-failure --timeout 900) > "$logs/ctest.log" 2>&1
   local rc=$?
   local tests_line

@@ -11,7 +11,7 @@
 # ratio and each side's peak memory. MODELS (plexus-bench --only texts,
 # separated by spaces, e.g. "bmshj2018 bls2017") narrows the models. Rows go to $OUT (default tree-ab-logs/).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source lab/checks/build-targets.sh
 base=${1:?usage: tree-ab.sh BASE_TREE [ROUNDS]}
 rounds=${2:-3}
