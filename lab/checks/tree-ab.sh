@@ -9,7 +9,10 @@
 # (plexus-bench --models, CUDA graph) with each binary, ROUNDS times,
 # alternating which goes first, and prints the median images/s of each, their
 # ratio and each side's peak memory. MODELS (plexus-bench --only texts,
-# separated by spaces, e.g. "bmshj2018 bls2017") narrows the models. Rows go to $OUT (default tree-ab-logs/).
+# separated by spaces, e.g. "bmshj2018 bls2017") narrows the models.
+# PROFILE (model names, e.g. "bmshj2018-factorized") adds each named
+# model's per-node times, eager, both trees side by side
+# (plexus-bench --profile, lab/bench/profile_table.py). Rows go to $OUT (default tree-ab-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 source lab/checks/build-targets.sh
@@ -59,5 +62,15 @@ for name, by in rates.items():
     print(f"{name:24} {b:12,.0f} {t:12,.0f} {t / b if b else 0:7.3f} {pk.get('base', 0):9.0f} {pk.get('this', 0):9.0f}"
           f"   {each}")
 PY
+for model in ${PROFILE:-}; do
+  for side in base this; do
+    binary=$build/bin/plexus-bench
+    [ "$side" = base ] && binary=$base_build/bin/plexus-bench
+    "$binary" --precision bf16 --models --only "$model" --profile > "$logs/profile-$side-$model.jsonl" \
+      2>> "$logs/steps.err" || status=1
+  done
+  echo
+  python3 lab/bench/profile_table.py "$logs/profile-base-$model.jsonl" "$logs/profile-this-$model.jsonl" || status=1
+done
 [ $status -eq 0 ] && echo "SUMMARY: tree-ab done" || echo "SUMMARY: tree-ab FAILED (see steps.err)"
 exit $status
