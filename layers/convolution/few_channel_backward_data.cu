@@ -349,7 +349,7 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
   const long long y_image = problem.out_channels * problem.out_height * problem.out_width;
   const long long x_image = problem.in_channels * problem.height * problem.width;
   const bool bf16 = y.dtype() == DType::bf16;
-  const std::size_t element_size = bf16 ? 2 : 4;
+  const std::size_t element_size = dtype_size(y.dtype());
   const auto* y_bytes = static_cast<const unsigned char*>(y.raw_data());
   // Chunks of 4 elements need Y's rows aligned to them: width a multiple of 4 (col_align 4) and y aligned.
   const bool chunks = tiling.col_align == 4 && reinterpret_cast<std::uintptr_t>(y_bytes) % (4 * element_size) == 0;
