@@ -25,6 +25,8 @@ mkdir -p "$logs/base"
 logs=$(cd "$logs" && pwd)
 build_targets "$logs" "$build" plexus-bench
 (cd "$base" && build_targets "$logs/base" "$base_build" plexus-bench)
+# The plexus-bench of side "base" or "this".
+bench_of() { if [ "$1" = base ]; then echo "$base_build/bin/plexus-bench"; else echo "$build/bin/plexus-bench"; fi; }
 read -r -a texts <<< "${MODELS:-}"
 [ ${#texts[@]} -gt 0 ] || texts=("")
 status=0
@@ -32,8 +34,7 @@ for round in $(seq 1 "$rounds"); do
   order=(base this)
   [ $((round % 2)) -eq 0 ] && order=(this base)
   for side in "${order[@]}"; do
-    binary=$build/bin/plexus-bench
-    [ "$side" = base ] && binary=$base_build/bin/plexus-bench
+    binary=$(bench_of "$side")
     : > "$logs/steps-$side-round$round.jsonl"
     for text in "${texts[@]}"; do
       "$binary" --precision bf16 --models --only "$text" >> "$logs/steps-$side-round$round.jsonl" \
@@ -64,9 +65,7 @@ for name, by in rates.items():
 PY
 for model in ${PROFILE:-}; do
   for side in base this; do
-    binary=$build/bin/plexus-bench
-    [ "$side" = base ] && binary=$base_build/bin/plexus-bench
-    "$binary" --precision bf16 --models --only "$model" --profile > "$logs/profile-$side-$model.jsonl" \
+    "$(bench_of "$side")" --precision bf16 --models --only "$model" --profile > "$logs/profile-$side-$model.jsonl" \
       2>> "$logs/steps.err" || status=1
   done
   echo
