@@ -178,6 +178,23 @@ __device__ __forceinline__ void store_run(E* base, const PixelRun<N>& run, long 
   }
 }
 
+// q = dL/dn and the output-gradient factor from n, x and dy (one element):
+//   GDN  q = -1/2 dy x n^-3/2, f = n^-1/2     IGDN q = 1/2 dy x n^-1/2, f = n^1/2
+// returns q; dy becomes dy f.
+template <bool kInverse>
+__device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
+  const float root = rsqrtf(n);  // n^-1/2
+  float q;
+  if (kInverse) {
+    q = 0.5f * dy * x * root;
+    dy = dy * sqrtf(n);
+  } else {
+    q = -0.5f * dy * x * root * root * root;
+    dy = dy * root;
+  }
+  return q;
+}
+
 // ---------------------------------------------------------------- host side
 
 struct Problem {
@@ -255,5 +272,17 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
 Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                             const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                             bool inverse, Tensor& partials_cache);
+
+// The tensor-core kernels on bf16 tiles (gdn_bf16_tiles.cu), called by the
+// two above first: x, y (dy, dx) all bf16, BF16 products, C <= 192, pixels
+// per image a multiple of 8, 16-byte aligned tensors, unless
+// PLEXUS_GDN_BF16_TILES=0. Same results as the two above up to the order of
+// f32 sums; false / an undefined tensor when they do not take the call.
+bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta, const Tensor& stored_gamma,
+                       const Problem& problem, Reparametrization<float> rp, bool inverse);
+Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
+                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
+                          bool inverse, Tensor& partials_cache);
+
 
 }  // namespace plexus::layers::gdn_cuda

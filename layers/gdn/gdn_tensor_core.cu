@@ -588,23 +588,6 @@ __device__ void write_beta_partial(const float (&beta_grad)[L::contract_m_tiles]
   }
 }
 
-// q = dL/dn and the output-gradient factor from n, x and dy (one element):
-//   GDN  q = -1/2 dy x n^-3/2, f = n^-1/2     IGDN q = 1/2 dy x n^-1/2, f = n^1/2
-// returns q; dy becomes dy f.
-template <bool kInverse>
-__device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
-  const float root = rsqrtf(n);  // n^-1/2
-  float q;
-  if (kInverse) {
-    q = 0.5f * dy * x * root;
-    dy = dy * sqrtf(n);
-  } else {
-    q = -0.5f * dy * x * root * root * root;
-    dy = dy * root;
-  }
-  return q;
-}
-
 // Forward (kGradient false): per pixel n_i = beta_i + sum_j gamma_ij x_j^2
 // (Product's products, f32 sums), GDN y_i = x_i n_i^-1/2, IGDN
 // y_i = x_i n_i^1/2, into `out`. With kGradient (the first backward kernel at
@@ -1160,6 +1143,7 @@ bool tensor_core_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor&
                          bool inverse) {
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return false;
   const bool bf16 = bf16_products(ctx);
+  if (bf16 && bf16_tile_forward(ctx, x, y, stored_beta, stored_gamma, problem, rp, inverse)) return true;
   return with_storage(bf16, x.dtype(), y.dtype(), false, [&](auto storage) {
     using S = decltype(storage);
     const auto run = [&](auto product) {
@@ -1180,6 +1164,11 @@ Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Ten
   if (padded_channels(problem.channels) == 0 || !device_has_mma_sync()) return Tensor();
   if (dx && dx->dtype() != x.dtype()) return Tensor();  // x and dx share the input side's storage
   const bool bf16 = bf16_products(ctx);
+  if (bf16) {
+    Tensor partials =
+        bf16_tile_backward(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, inverse, partials_cache);
+    if (partials.defined()) return partials;
+  }
   return with_storage(bf16, x.dtype(), dy.dtype(), Tensor(), [&](auto storage) {
     using S = decltype(storage);
     const auto run = [&](auto product) {
