@@ -46,7 +46,6 @@
 #include "plexus/environment_switch.h"
 
 namespace plexus::layers::gdn_cuda {
-namespace {
 
 using bf16 = __nv_bfloat16;
 
@@ -117,6 +116,8 @@ struct BackwardShape<128> : TileShape<128, 512, 4, 4, 4, 4, 1> {};
 template <>
 struct BackwardShape<192> : TileShape<192, 512, 4, 4, 4, 4, 1> {};
 
+namespace {
+
 __device__ __forceinline__ unsigned bits_of(__nv_bfloat162 v) { return *reinterpret_cast<unsigned*>(&v); }
 
 // Two bf16 values squared, each rounded to nearest even.
@@ -170,17 +171,35 @@ __device__ __forceinline__ void load_b_pair_transposed(unsigned (&b0)[2], unsign
   b1[1] = r[3];
 }
 
-// Effective gamma (rounded to bf16, 0 beyond the C channels) and beta (1 beyond them).
+// Effective gamma (rounded to bf16, 0 beyond the C channels) and beta (1
+// beyond them). With whole 16-byte rows of stored gamma (vector_gamma: C a
+// multiple of 4, aligned), 4 values a load, several loads in flight: this
+// is most of a block's fixed cost, which dominates small images.
 template <class L>
 __device__ void load_parameters(const float* stored_gamma, const float* stored_beta, int channels,
-                                Reparametrization<float> rp, bf16* gamma_s, float* beta_s) {
+                                Reparametrization<float> rp, bool vector_gamma, bf16* gamma_s, float* beta_s) {
   constexpr int CP = L::channels;
-  for (int e = threadIdx.x; e < CP * CP; e += L::threads) {
-    const int i = e / CP, j = e % CP;
-    const float value = i < channels && j < channels
-                            ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
-                            : 0.0f;
-    gamma_s[i * L::gamma_stride + j] = __float2bfloat16_rn(value);
+  const auto effective_gamma = [&](float stored) { return effective_value(stored, rp.gamma_bound, rp.pedestal); };
+  if (vector_gamma) {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < CP * CP / 4; e += L::threads) {
+      const int i = e / (CP / 4), j = 4 * (e % (CP / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < channels && j < channels) {  // then j + 3 < channels too
+        const float4 stored = *reinterpret_cast<const float4*>(stored_gamma + i * channels + j);
+        v = make_float4(effective_gamma(stored.x), effective_gamma(stored.y), effective_gamma(stored.z),
+                        effective_gamma(stored.w));
+      }
+      __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(gamma_s + i * L::gamma_stride + j);
+      row[0] = __floats2bfloat162_rn(v.x, v.y);
+      row[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+  } else {
+    for (int e = threadIdx.x; e < CP * CP; e += L::threads) {
+      const int i = e / CP, j = e % CP;
+      const float value = i < channels && j < channels ? effective_gamma(stored_gamma[i * channels + j]) : 0.0f;
+      gamma_s[i * L::gamma_stride + j] = __float2bfloat16_rn(value);
+    }
   }
   for (int i = threadIdx.x; i < CP; i += L::threads)
     beta_s[i] = i < channels ? effective_value(stored_beta[i], rp.beta_bound, rp.pedestal) : 1.0f;
@@ -349,7 +368,7 @@ __device__ __forceinline__ void accumulate_q_x2(const bf16* q_s, const bf16* x_s
 template <class L, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_bf16_tile_forward(const bf16* x, bf16* y, const float* stored_beta, const float* stored_gamma, int channels,
-                          long long pixels, long long total_pixels, Reparametrization<float> rp) {
+                          long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_gamma) {
   constexpr int MT = L::m_tiles, NT = L::n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* gamma_s = reinterpret_cast<bf16*>(shared_bytes);
@@ -358,7 +377,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   float* beta_s = reinterpret_cast<float*>(y_s + L::tile_elements);
   const long long tiles = (total_pixels + kTile - 1) / kTile;
   if (blockIdx.x < tiles) copy_tile_in<L>(x, blockIdx.x * kTile, pixels, total_pixels, channels, x_buffers);
-  load_parameters<L>(stored_gamma, stored_beta, channels, rp, gamma_s, beta_s);
+  load_parameters<L>(stored_gamma, stored_beta, channels, rp, vector_gamma, gamma_s, beta_s);
 
   const WarpTile<L> w;
   const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
@@ -402,7 +421,7 @@ template <class L, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_bf16_tile_backward(const bf16* x, const bf16* dy, bf16* dx, const float* stored_beta,
                            const float* stored_gamma, int channels, long long pixels, long long total_pixels,
-                           Reparametrization<float> rp, float* partials) {
+                           Reparametrization<float> rp, bool vector_gamma, float* partials) {
   constexpr int MT = L::m_tiles, NT = L::n_tiles, GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* gamma_s = reinterpret_cast<bf16*>(shared_bytes);
@@ -415,7 +434,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     copy_tile_in<L>(x, blockIdx.x * kTile, pixels, total_pixels, channels, x_buffers);
     copy_tile_in<L>(dy, blockIdx.x * kTile, pixels, total_pixels, channels, dy_buffers);
   }
-  load_parameters<L>(stored_gamma, stored_beta, channels, rp, gamma_s, beta_s);
+  load_parameters<L>(stored_gamma, stored_beta, channels, rp, vector_gamma, gamma_s, beta_s);
 
   const WarpTile<L> w;
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
@@ -529,6 +548,10 @@ bool takes(const Problem& problem, std::initializer_list<const Tensor*> tensors)
   return true;
 }
 
+bool vector_gamma(const Problem& problem, const Tensor& stored_gamma) {
+  return problem.channels % 4 == 0 && aligned16(stored_gamma.raw_data());
+}
+
 const bf16* elements(const Tensor& tensor) { return static_cast<const bf16*>(tensor.raw_data()); }
 bf16* elements(Tensor& tensor) { return static_cast<bf16*>(tensor.raw_data()); }
 
@@ -542,7 +565,7 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
   if (blocks == 0) return false;
   kernel<<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
       elements(x), elements(y), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
-      problem.total_pixels, rp);
+      problem.total_pixels, rp, vector_gamma(problem, gamma));
   cuda::check_launch("gdn_bf16_tile_forward", __FILE__, __LINE__);
   return true;
 }
@@ -561,7 +584,7 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
       partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       elements(x), elements(dy), dx ? elements(*dx) : nullptr, beta.data<float>(), gamma.data<float>(),
-      problem.channels, problem.pixels, problem.total_pixels, rp, partials.data<float>());
+      problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma), partials.data<float>());
   cuda::check_launch("gdn_bf16_tile_backward", __FILE__, __LINE__);
   return partials;
 }

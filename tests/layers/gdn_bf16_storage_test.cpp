@@ -2,13 +2,16 @@
 // bf16 changes nothing but the rounding of the stored tensors. With inputs
 // whose values are bf16 numbers, a pass on bf16 tensors must give exactly
 // the f32 pass's output and input gradient rounded to bf16 (nearest even),
-// and bit for bit its parameter gradients (f32): on CUDA the same kernels
-// run on the same f32 values, whether they read bf16 themselves (tensor-core
-// kernels, BF16 products, C <= 192, each side's dtype on its own) or
+// and its parameter gradients (f32) up to the order of their f32 sums: on
+// CUDA the same products run on the same values, whether the kernels read
+// bf16 themselves (tensor-core kernels, BF16 products, C <= 192, each side's
+// dtype on its own; with everything bf16 and pixels per image a multiple of
+// 8, the bf16-tile kernels, which split the sums over pixels differently) or
 // through f32 stand-ins (the rest).
 // On the CPU a bf16 tensor is refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -56,6 +59,23 @@ Pass run_pass(const std::string& type, const Shape& shape, Precision precision, 
           layer->parameter("gamma").grad.to_values()};
 }
 
+// Expects sums over pixels (dbeta, dgamma) to be the reference's up to the
+// order of f32 additions: within 1e-5 of the largest reference magnitude
+// (f32 reordering moves them by about 1e-7 of it).
+void expect_same_sums(const std::vector<double>& reference, const std::vector<double>& actual,
+                      const std::string& what) {
+  ASSERT_EQ(reference.size(), actual.size()) << what;
+  double largest = 0.0;
+  for (double value : reference) largest = std::max(largest, std::abs(value));
+  const double tolerance = 1e-5 * largest;
+  std::size_t wrong = 0, first_wrong = 0;
+  for (std::size_t i = 0; i < reference.size(); ++i)
+    if (!(std::abs(actual[i] - reference[i]) <= tolerance) && wrong++ == 0) first_wrong = i;
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size() << " elements differ by more than "
+                       << tolerance << "; first [" << first_wrong << "] " << actual[first_wrong] << " instead of "
+                       << reference[first_wrong];
+}
+
 void check_storage(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,
                    DType output_dtype, std::mt19937_64& rng) {
   SCOPED_TRACE(type + " " + shape_str(shape) + " " + precision_name(precision) + ", x " + dtype_name(input_dtype) +
@@ -69,19 +89,20 @@ void check_storage(const std::string& type, const Shape& shape, Precision precis
   const Pass stored = run_pass(type, shape, precision, input_dtype, output_dtype, beta, gamma, x, dy);
   expect_stored(reference.y, stored.y, output_dtype, "y");
   expect_stored(reference.dx, stored.dx, input_dtype, "dx");
-  expect_stored(reference.beta_grad, stored.beta_grad, DType::f32, "dbeta");
-  expect_stored(reference.gamma_grad, stored.gamma_grad, DType::f32, "dgamma");
+  expect_same_sums(reference.beta_grad, stored.beta_grad, "dbeta");
+  expect_same_sums(reference.gamma_grad, stored.gamma_grad, "dgamma");
 }
 
 // BF16 products: the tensor-core kernels read and write bf16 (C padded to
-// 32, 64, 128, 192), stand-ins at C = 256. 96 pixels
-// per image (vector access) and 99 (scalar access, tiles straddle images).
+// 32, 64, 128, 192), stand-ins at C = 256. 96 pixels per image (bf16 tiles:
+// 64-pixel tiles straddle images, the last one is partial), 32 in one image
+// (bf16 tiles: one partial tile) and 99 (f32 tiles, scalar access).
 TEST(GDNBf16Storage, Bf16ProductsGiveTheF32ResultsRoundedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(71);
   for (const std::string type : {"GDN", "IGDN"})
     for (std::int64_t channels : {3, 64, 128, 192, 256})
-      for (const Shape& shape : {Shape{3, channels, 8, 12}, Shape{2, channels, 9, 11}})
+      for (const Shape& shape : {Shape{3, channels, 8, 12}, Shape{1, channels, 4, 8}, Shape{2, channels, 9, 11}})
         check_storage(type, shape, Precision::bf16, DType::bf16, DType::bf16, rng);
 }
 
