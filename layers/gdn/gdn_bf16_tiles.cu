@@ -49,17 +49,19 @@ namespace plexus::layers::gdn_cuda {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kTile = 64;     // pixels per tile
 constexpr int kRun = 8;       // pixels per 16-byte copy
 constexpr int kRowPad = 8;    // bf16 added to each shared row
 constexpr int kK = 16;        // k of one m16n8k16 mma
 
-// One padded channel count CP on kThreads threads: the [CP x T]
-// contractions on kWarpsM x kWarpsN warps, dgamma [CP x CP] on the first
-// kGradientWarpsM x kGradientWarpsN warps; kMinBlocks resident blocks per SM.
-template <int CP, int kThreads, int kWarpsM, int kWarpsN, int kGradientWarpsM, int kGradientWarpsN, int kMinBlocks>
+// One padded channel count CP on kThreads threads and tiles of kTile
+// pixels: the [CP x T] contractions on kWarpsM x kWarpsN warps, dgamma
+// [CP x CP] on the first kGradientWarpsM x kGradientWarpsN warps; kMinBlocks
+// resident blocks per SM.
+template <int CP, int kThreads, int kTile, int kWarpsM, int kWarpsN, int kGradientWarpsM, int kGradientWarpsN,
+          int kMinBlocks>
 struct TileShape {
   static constexpr int channels = CP;
+  static constexpr int tile = kTile;
   static constexpr int threads = kThreads;
   static constexpr int min_blocks = kMinBlocks;
   static constexpr int tile_stride = kTile + kRowPad;
@@ -86,35 +88,38 @@ struct TileShape {
                 "dgamma tiling");
   static_assert(n_tiles % 2 == 0 && gradient_n_tiles % 2 == 0, "ldmatrix x4 reads pairs of 8-column tiles");
   static_assert(copies * kThreads == CP * runs_per_row, "tile copies");
+  static_assert(kTile % kK == 0 && kThreads % runs_per_row == 0, "whole k steps and rows of runs");
   static_assert((tile_stride / 8) % 2 == 1 && (gamma_stride / 8) % 2 == 1, "rows an odd number of 16-byte units apart");
 };
 
-// Forward: 8 warps. C = 128: 32x32 warp tiles, two blocks per SM (89 KiB
-// each). C = 192: 48x32, one block (158 KiB).
+// Forward: 8 warps on 64-pixel tiles. C = 128: 32x32 warp tiles, two
+// blocks per SM (89 KiB each). C = 192: 48x32, one block (160 KiB).
 template <int CP>
 struct ForwardShape;
 template <>
-struct ForwardShape<32> : TileShape<32, 256, 2, 4, 2, 2, 3> {};
+struct ForwardShape<32> : TileShape<32, 256, 64, 2, 4, 2, 2, 3> {};
 template <>
-struct ForwardShape<64> : TileShape<64, 256, 4, 2, 4, 2, 3> {};
+struct ForwardShape<64> : TileShape<64, 256, 64, 4, 2, 4, 2, 3> {};
 template <>
-struct ForwardShape<128> : TileShape<128, 256, 4, 2, 4, 2, 2> {};
+struct ForwardShape<128> : TileShape<128, 256, 64, 4, 2, 4, 2, 2> {};
 template <>
-struct ForwardShape<192> : TileShape<192, 256, 4, 2, 4, 2, 1> {};
+struct ForwardShape<192> : TileShape<192, 256, 64, 4, 2, 4, 2, 1> {};
 
-// Backward: C = 128 on 16 warps, one block per SM (128 KiB): 32x16 warp
-// tiles for the contractions, 32x32 for dgamma (32 registers a thread).
-// C = 192: 48x16 and 48x48 (72 registers). C <= 64: 8 warps, two blocks.
+// Backward: C = 128 on 16 warps, one block per SM (125 KiB): 32x16 warp
+// tiles for the contractions, 32x32 for dgamma (32 registers a thread);
+// two blocks of 8 warps on 32-pixel tiles were no faster at 128x128 and
+// slower on small images (twice the blocks loading gamma). C = 192: 48x16
+// and 48x48 (72 registers, a few spilled). C <= 64: 8 warps, two blocks.
 template <int CP>
 struct BackwardShape;
 template <>
-struct BackwardShape<32> : TileShape<32, 256, 2, 4, 2, 2, 2> {};
+struct BackwardShape<32> : TileShape<32, 256, 64, 2, 4, 2, 2, 2> {};
 template <>
-struct BackwardShape<64> : TileShape<64, 256, 4, 2, 4, 2, 2> {};
+struct BackwardShape<64> : TileShape<64, 256, 64, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardShape<128> : TileShape<128, 512, 4, 4, 4, 4, 1> {};
+struct BackwardShape<128> : TileShape<128, 512, 64, 4, 4, 4, 4, 1> {};
 template <>
-struct BackwardShape<192> : TileShape<192, 512, 4, 4, 4, 4, 1> {};
+struct BackwardShape<192> : TileShape<192, 512, 64, 4, 4, 4, 4, 1> {};
 
 namespace {
 
@@ -341,7 +346,7 @@ template <class L>
 __device__ __forceinline__ void accumulate_q_x2(const bf16* q_s, const bf16* x_s, int m0, int n0,
                                                 float (&gamma_grad)[L::gradient_m_tiles][L::gradient_n_tiles][4]) {
 #pragma unroll 2
-  for (int p0 = 0; p0 < kTile; p0 += kK) {
+  for (int p0 = 0; p0 < L::tile; p0 += kK) {
     unsigned a[L::gradient_m_tiles][4], b[L::gradient_n_tiles][2];
 #pragma unroll
     for (int mt = 0; mt < L::gradient_m_tiles; ++mt) load_a(a[mt], q_s, L::tile_stride, m0 + 16 * mt, p0);
@@ -375,8 +380,8 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   bf16* x_buffers = gamma_s + L::gamma_elements;  // [2][CP x T]
   bf16* y_s = x_buffers + 2 * L::tile_elements;
   float* beta_s = reinterpret_cast<float*>(y_s + L::tile_elements);
-  const long long tiles = (total_pixels + kTile - 1) / kTile;
-  if (blockIdx.x < tiles) copy_tile_in<L>(x, blockIdx.x * kTile, pixels, total_pixels, channels, x_buffers);
+  const long long tiles = (total_pixels + L::tile - 1) / L::tile;
+  if (blockIdx.x < tiles) copy_tile_in<L>(x, blockIdx.x * L::tile, pixels, total_pixels, channels, x_buffers);
   load_parameters<L>(stored_gamma, stored_beta, channels, rp, vector_gamma, gamma_s, beta_s);
 
   const WarpTile<L> w;
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     cuda::wait_all_async_copies();
     __syncthreads();  // x_s has landed; every warp is done with the previous tile
     if (tile + gridDim.x < tiles)
-      copy_tile_in<L>(x, (tile + gridDim.x) * kTile, pixels, total_pixels, channels,
+      copy_tile_in<L>(x, (tile + gridDim.x) * L::tile, pixels, total_pixels, channels,
                       x_buffers + (buffer ^ 1) * L::tile_elements);
     float acc[MT][NT][4];
     contract_gamma_x2<L>(gamma_s, beta_s, x_s, reduce_end, w, acc);
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
                         kInverse ? xv.y * sqrtf(n[1]) : xv.y * rsqrtf(n[1]));
         }
     __syncthreads();  // y_s is complete
-    copy_tile_out<L>(y_s, tile * kTile, pixels, total_pixels, channels, y);
+    copy_tile_out<L>(y_s, tile * L::tile, pixels, total_pixels, channels, y);
     buffer ^= 1;
   }
 }
@@ -429,10 +434,10 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   bf16* dy_buffers = x_buffers + 2 * L::tile_elements;  // [2][CP x T]
   bf16* q_s = dy_buffers + 2 * L::tile_elements;
   float* beta_s = reinterpret_cast<float*>(q_s + L::tile_elements);
-  const long long tiles = (total_pixels + kTile - 1) / kTile;
+  const long long tiles = (total_pixels + L::tile - 1) / L::tile;
   if (blockIdx.x < tiles) {
-    copy_tile_in<L>(x, blockIdx.x * kTile, pixels, total_pixels, channels, x_buffers);
-    copy_tile_in<L>(dy, blockIdx.x * kTile, pixels, total_pixels, channels, dy_buffers);
+    copy_tile_in<L>(x, blockIdx.x * L::tile, pixels, total_pixels, channels, x_buffers);
+    copy_tile_in<L>(dy, blockIdx.x * L::tile, pixels, total_pixels, channels, dy_buffers);
   }
   load_parameters<L>(stored_gamma, stored_beta, channels, rp, vector_gamma, gamma_s, beta_s);
 
@@ -451,7 +456,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     cuda::wait_all_async_copies();
     __syncthreads();  // x_s and dy_s have landed; every warp is done with the previous tile
     if (tile + gridDim.x < tiles) {
-      const long long next = (tile + gridDim.x) * kTile;
+      const long long next = (tile + gridDim.x) * L::tile;
       copy_tile_in<L>(x, next, pixels, total_pixels, channels, x_buffers + (buffer ^ 1) * L::tile_elements);
       copy_tile_in<L>(dy, next, pixels, total_pixels, channels, dy_buffers + (buffer ^ 1) * L::tile_elements);
     }
@@ -497,7 +502,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     if (gradient_warp) accumulate_q_x2<L>(q_s, x_s, gradient_m0, gradient_n0, gamma_grad);
     if (dx) {
       __syncthreads();  // dx is complete in dy_s
-      copy_tile_out<L>(dy_s, tile * kTile, pixels, total_pixels, channels, dx);
+      copy_tile_out<L>(dy_s, tile * L::tile, pixels, total_pixels, channels, dx);
     }
     buffer ^= 1;
   }
@@ -560,7 +565,7 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
                     const Problem& problem, Reparametrization<float> rp) {
   using L = ForwardShape<CP>;
   constexpr auto kernel = gdn_bf16_tile_forward<L, kInverse>;
-  const long long tiles = (problem.total_pixels + kTile - 1) / kTile;
+  const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::forward_bytes, tiles);
   if (blocks == 0) return false;
   kernel<<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
@@ -576,7 +581,7 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
                        Tensor& partials_cache) {
   using L = BackwardShape<CP>;
   constexpr auto kernel = gdn_bf16_tile_backward<L, kInverse>;
-  const long long tiles = (problem.total_pixels + kTile - 1) / kTile;
+  const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
