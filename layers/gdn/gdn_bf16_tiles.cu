@@ -117,7 +117,7 @@ struct BackwardShape<32> : TileShape<32, 256, 64, 2, 4, 2, 2, 2> {};
 template <>
 struct BackwardShape<64> : TileShape<64, 256, 64, 4, 2, 4, 2, 2> {};
 template <>
-struct BackwardShape<128> : TileShape<128, 512, 64, 4, 4, 4, 4, 1> {};
+struct BackwardShape<128> : TileShape<128, 512, 128, 4, 4, 4, 4, 1> {};
 template <>
 struct BackwardShape<192> : TileShape<192, 512, 64, 4, 4, 4, 4, 1> {};
 
