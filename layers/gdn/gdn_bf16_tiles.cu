@@ -16,11 +16,11 @@
 // rounding the f32 square). The outputs go through shared memory too, so
 // they leave as whole 16-byte rows of 8 pixels.
 //
-// Layout. A block works on tiles of T = 64 consecutive pixels of the batch
-// (a tile may span two images; 8-pixel runs never do, since the pixels per
-// image are a multiple of 8) and keeps in shared memory, rows 8 bf16 longer
-// than their data so that the 8 rows an ldmatrix reads fall in 8 different
-// 16-byte bank groups:
+// Layout. A block works on tiles of T consecutive pixels of the batch (64,
+// or 128 for the C = 128 backward; a tile may span two images, 8-pixel
+// runs never do, since the pixels per image are a multiple of 8) and keeps
+// in shared memory, rows 8 bf16 longer than their data so that the 8 rows
+// an ldmatrix reads fall in 8 different 16-byte bank groups:
 //   gamma [CP x CP]   effective gamma, 0 beyond the C channels, once per block;
 //   beta  [CP]        f32, 1 beyond the C channels;
 //   x     [2][CP x T] this tile's and the next tile's (copied while this one
@@ -105,11 +105,14 @@ struct ForwardShape<128> : TileShape<128, 256, 64, 4, 2, 4, 2, 2> {};
 template <>
 struct ForwardShape<192> : TileShape<192, 256, 64, 4, 2, 4, 2, 1> {};
 
-// Backward: C = 128 on 16 warps, one block per SM (125 KiB): 32x16 warp
-// tiles for the contractions, 32x32 for dgamma (32 registers a thread);
-// two blocks of 8 warps on 32-pixel tiles were no faster at 128x128 and
-// slower on small images (twice the blocks loading gamma). C = 192: 48x16
-// and 48x48 (72 registers, a few spilled). C <= 64: 8 warps, two blocks.
+// Backward: C = 128 on 16 warps and 128-pixel tiles, one block per SM
+// (205 KiB): 32x32 warp tiles for the contractions and for dgamma (32
+// registers a thread, a few values spilled). Against 64-pixel tiles (32x16
+// warp tiles), each byte of shared memory read feeds more products and a
+// tile's barriers serve twice the pixels: 8% faster at 128x128. Two blocks
+// of 8 warps on 32-pixel tiles were no faster, and slower on small images
+// (twice the blocks loading gamma). C = 192: 64-pixel tiles, 48x16 and
+// 48x48 (72 registers, a few spilled). C <= 64: 8 warps, two blocks.
 template <int CP>
 struct BackwardShape;
 template <>
