@@ -29,29 +29,6 @@ struct Bf16Stage {
   static_assert(T::BK % 16 == 0, "a stage is whole m16n8k16 steps");
 };
 
-// 16-byte asynchronous copy of 8 bf16; when !valid it writes zeros and reads nothing.
-__device__ inline void copy16_async_zfill(std::uint16_t* destination, const std::uint16_t* source, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
-               "r"(valid ? 16 : 0));
-}
-
-// Four 8x8 b16 matrices in one instruction: lane l gives the address of row
-// l%8 of matrix l/8 and receives from each matrix q the two elements at
-// (row lane/4, columns 2*(lane%4), +1).
-__device__ inline void load_matrix_x4(unsigned (&r)[4], const std::uint16_t* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row_address)));
-}
-
-// The same, transposed: from each matrix q the elements at (rows 2*(lane%4),
-// +1, column lane/4), i.e. two consecutive rows of one column.
-__device__ inline void load_matrix_x4_trans(unsigned (&r)[4], const std::uint16_t* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row_address)));
-}
-
 // acc += A_tile B_tile over one stage (BK), m16n8k16 BF16 mma, f32 accumulation.
 // A is [BM][AStride] (K contiguous), B is [BK][BStride] (N contiguous).
 // m16n8k16 fragments (g = lane/4, t = lane%4): a = A(g, 2t..2t+1),

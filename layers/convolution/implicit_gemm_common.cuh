@@ -32,6 +32,7 @@
 #include "convolution/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
+#include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
 
 // Internal to the engine's two .cu files.
@@ -49,50 +50,16 @@ static_assert(kInvalidTap > kMaxExtent + 64, "an invalid tap must fail every bou
 inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
 
-__device__ inline unsigned shared_address(const void* pointer) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
-
-// 4-byte asynchronous copy global -> shared; when !valid it writes 0 and reads nothing.
-__device__ inline void copy4_async(float* destination, const float* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(destination)),
-               "l"(source), "r"(valid ? 4 : 0));
-}
-
-// 8-byte asynchronous copy (both addresses 8-byte aligned); when !valid it
-// writes zeros and reads nothing.
-__device__ inline void copy8_async_zfill(void* destination, const void* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(destination)), "l"(source),
-               "r"(valid ? 8 : 0));
-}
-
-// 16-byte asynchronous copy (both addresses 16-byte aligned), bypassing L1.
-__device__ inline void copy16_async(float* destination, const float* source) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(destination)), "l"(source));
-}
-
-// 16-byte asynchronous copy; when !valid it writes zeros and reads nothing.
-__device__ inline void copy16_async_zfill(float* destination, const float* source, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(destination)), "l"(source),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ inline void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Waits until at most `pending` committed groups are still in flight.
-template <int pending>
-__device__ inline void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
-}
-
-// Four 8x4 f32 matrices from shared memory in one instruction (ldmatrix
-// reads them as 8x8 b16): lane l gives the address of row l%8 of matrix l/8
-// and receives, from each matrix q, the f32 at (row lane/4, column lane%4).
-__device__ inline void load_matrix_x4(unsigned (&r)[4], const float* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row_address)));
-}
+// cp.async copies and ldmatrix loads (plexus/cuda/shared_memory_ops.h).
+using cuda::commit_async;
+using cuda::copy16_async;
+using cuda::copy16_async_zfill;
+using cuda::copy4_async;
+using cuda::copy8_async_zfill;
+using cuda::load_matrix_x4;
+using cuda::load_matrix_x4_trans;
+using cuda::shared_address;
+using cuda::wait_async;
 
 // The tensor-core product the engine runs on f32 tiles, chosen by the
 // Context's precision (plexus/cuda/tensor_core_product.h; the tap-major

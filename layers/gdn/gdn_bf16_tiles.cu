@@ -147,12 +147,12 @@ __device__ __forceinline__ void store_rounded(bf16* pair, float low, float high)
 // A [m0, m0+16) x [k0, k0+16) of a matrix stored as A (K contiguous).
 __device__ __forceinline__ void load_a(unsigned (&a)[4], const bf16* matrix, int stride, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  cuda::load_matrices_x4(a, matrix + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + k0 + 8 * (lane >> 4));
+  cuda::load_matrix_x4(a, matrix + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + k0 + 8 * (lane >> 4));
 }
 // The same A from a matrix stored as A^T (M contiguous).
 __device__ __forceinline__ void load_a_transposed(unsigned (&a)[4], const bf16* matrix, int stride, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  cuda::load_matrices_x4_transposed(
+  cuda::load_matrix_x4_trans(
       a, matrix + (k0 + (lane & 7) + 8 * (lane >> 4)) * stride + m0 + 8 * ((lane >> 3) & 1));
 }
 // B of the 8-column tiles at n0 and n0 + 8, [k0, k0 + 16), from a matrix stored as B (N contiguous).
@@ -160,7 +160,7 @@ __device__ __forceinline__ void load_b_pair(unsigned (&b0)[2], unsigned (&b1)[2]
                                             int k0, int n0) {
   const int lane = threadIdx.x % 32;
   unsigned r[4];
-  cuda::load_matrices_x4_transposed(r, matrix + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + n0 +
+  cuda::load_matrix_x4_trans(r, matrix + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + n0 +
                                            8 * (lane >> 4));
   b0[0] = r[0];
   b0[1] = r[1];
@@ -172,7 +172,7 @@ __device__ __forceinline__ void load_b_pair_transposed(unsigned (&b0)[2], unsign
                                                        int stride, int k0, int n0) {
   const int lane = threadIdx.x % 32;
   unsigned r[4];
-  cuda::load_matrices_x4(r, matrix + (n0 + (lane & 7) + 8 * (lane >> 4)) * stride + k0 + 8 * ((lane >> 3) & 1));
+  cuda::load_matrix_x4(r, matrix + (n0 + (lane & 7) + 8 * (lane >> 4)) * stride + k0 + 8 * ((lane >> 3) & 1));
   b0[0] = r[0];
   b0[1] = r[1];
   b1[0] = r[2];
@@ -247,10 +247,10 @@ __device__ __forceinline__ void copy_tile_in(const bf16* source, long long tile_
   for (int l = 0; l < L::copies; ++l) {
     const int row = threadIdx.x / L::runs_per_row + l * (L::threads / L::runs_per_row);
     const bool valid = run.valid && row < channels;
-    cuda::copy16_async_or_zero(tile_s + row * L::tile_stride + column,
+    cuda::copy16_async_zfill(tile_s + row * L::tile_stride + column,
                                valid ? source + run.offset + static_cast<long long>(row) * pixels : source, valid);
   }
-  cuda::commit_async_copies();
+  cuda::commit_async();
 }
 
 // tile_s's rows inside the batch and the channels into `destination`, 16 bytes a store.
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   int buffer = 0;
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const bf16* x_s = x_buffers + buffer * L::tile_elements;
-    cuda::wait_all_async_copies();
+    cuda::wait_async<0>();
     __syncthreads();  // x_s has landed; every warp is done with the previous tile
     if (tile + gridDim.x < tiles)
       copy_tile_in<L>(x, (tile + gridDim.x) * L::tile, pixels, total_pixels, channels,
@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const bf16* x_s = x_buffers + buffer * L::tile_elements;
     bf16* dy_s = dy_buffers + buffer * L::tile_elements;
-    cuda::wait_all_async_copies();
+    cuda::wait_async<0>();
     __syncthreads();  // x_s and dy_s have landed; every warp is done with the previous tile
     if (tile + gridDim.x < tiles) {
       const long long next = (tile + gridDim.x) * L::tile;

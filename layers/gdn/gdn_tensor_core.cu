@@ -57,6 +57,7 @@
 
 #include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
+#include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
 #include "plexus/environment_switch.h"
 
@@ -345,37 +346,6 @@ __device__ __forceinline__ void store_tile(const Element (&values)[L::loads(kRow
   }
 }
 
-// cp.async (compute capability >= 8.0): 16 bytes, or 4 bytes (zeros when
-// !valid), from global to shared memory without passing through registers.
-__device__ __forceinline__ void copy_async16(float* shared, const float* global) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void copy_async4(float* shared, const float* global, bool valid) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(address), "l"(global), "r"(valid ? 4 : 0)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void commit_async_copies() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// This thread's copies have landed (a barrier then shows them to the block).
-__device__ __forceinline__ void wait_async_copies() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // fetch_tile + store_tile of rows [row_begin, row_begin + kRowCount) of the
 // tile straight into tile_s with cp.async (same thread mapping; 0 outside the
 // batch and the channels), as one commit group.
@@ -393,16 +363,16 @@ __device__ __forceinline__ void copy_tile_async(const float* source, int row_beg
     float* destination = tile_s + swizzled(row, column, L::tile);  // 4 consecutive floats (the XOR keeps runs of 4)
     const long long channel_offset = static_cast<long long>(channel) * pixels;
     if (channel < channels && run.contiguous) {
-      copy_async16(destination, source + run.offset[0] + channel_offset);
+      cuda::copy16_async(destination, source + run.offset[0] + channel_offset);
     } else {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const bool valid = channel < channels && ((run.valid_mask >> c) & 1);
-        copy_async4(destination + c, valid ? source + run.offset[c] + channel_offset : source, valid);
+        cuda::copy4_async(destination + c, valid ? source + run.offset[c] + channel_offset : source, valid);
       }
     }
   }
-  commit_async_copies();
+  cuda::commit_async();
 }
 
 // The three contractions below walk k in steps of k_step<Product>: per
@@ -754,7 +724,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     float dyv[MT][NT][4];  // dy, then dy f (kept for dx)
     if constexpr (kAsync) {
       pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
-      if constexpr (kCopyAsync) wait_async_copies();
+      if constexpr (kCopyAsync) cuda::wait_async<0>();
       __syncthreads();  // this tile's x and dy have landed; the previous tile is done everywhere
       if (has_next) {
         const long long next_begin = (tile + gridDim.x) * L::tile;
@@ -911,7 +881,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     pixel_pairs<L>(tile_begin, n_base, total_pixels, pixels, channels, vector_io, runs);
     float scaled[MT][NT][4];
     if (dx) load_rows<L>(dx, runs, row_begin, m_base, channels, pixels, scaled);
-    wait_async_copies();
+    cuda::wait_async<0>();
     __syncthreads();  // this tile's q and x have landed (and gamma_s); the previous tile is done everywhere
     if (tile + gridDim.x < tiles) {
       const long long next_begin = (tile + gridDim.x) * L::tile;
