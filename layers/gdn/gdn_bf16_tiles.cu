@@ -510,37 +510,12 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     buffer ^= 1;
   }
 
-  // dbeta: over the 4 lanes of a row, then over the warps sharing rows in a
-  // fixed order, through q_s (no longer read once every warp is past the barrier).
+  // The partial: dbeta through q_s (no longer read once every warp is past
+  // write_beta_partial's first barrier), then dgamma.
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-  float* scratch = reinterpret_cast<float*>(q_s);  // [warps_n x CP]
-  __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = beta_grad[mt][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (t == 0) scratch[(warp % L::warps_n) * L::channels + w.m0 + 16 * mt + g + 8 * half] = sum;
-    }
-  __syncthreads();
-  for (int r = threadIdx.x; r < channels; r += L::threads) {
-    float sum = 0.0f;
-    for (int v = 0; v < L::warps_n; ++v) sum += scratch[v * L::channels + r];
-    partial[channels * channels + r] = sum;
-  }
-  if (!gradient_warp) return;
-#pragma unroll
-  for (int mt = 0; mt < GMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < GNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = gradient_m0 + 16 * mt + g + 8 * (e / 2);
-        const int k = gradient_n0 + 8 * nt + 2 * t + e % 2;
-        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
-      }
+  write_beta_partial<MT, L::warps_n, L::channels, L::threads>(beta_grad, w.m0, 0, channels,
+                                                              reinterpret_cast<float*>(q_s), partial);
+  if (gradient_warp) write_gamma_partial(gamma_grad, gradient_m0, gradient_n0, channels, partial);
 }
 
 // ---------------------------------------------------------------- host side

@@ -195,6 +195,52 @@ __device__ __forceinline__ float norm_gradient(float n, float x, float& dy) {
   return q;
 }
 
+// The block's dbeta into its partial [C*C + C] (at C*C + row_begin + r):
+// beta_grad holds, per thread, the sums of rows m_base + 16 mt + g + 8 half
+// (g = lane/4) over its pixels. Summed over the 4 lanes of a row, then over
+// the kWarpsN warps sharing rows (warp % kWarpsN) in a fixed order, through
+// `scratch` (shared memory no longer read, at least kWarpsN x kRows floats).
+template <int kMTiles, int kWarpsN, int kRows, int kThreads>
+__device__ void write_beta_partial(const float (&beta_grad)[kMTiles][2], int m_base, int row_begin, int channels,
+                                   float* scratch, float* partial) {
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  __syncthreads();  // every warp is done with the scratch memory
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = beta_grad[mt][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (t == 0) scratch[(warp % kWarpsN) * kRows + m_base + 16 * mt + g + 8 * half] = sum;
+    }
+  __syncthreads();
+  for (int r = threadIdx.x; r < kRows && row_begin + r < channels; r += kThreads) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWarpsN; ++w) sum += scratch[w * kRows + r];
+    partial[channels * channels + row_begin + r] = sum;
+  }
+}
+
+// A warp's dgamma accumulators (mma layout: rows row0 + 16 mt + g + 8 (e/2),
+// columns column0 + 8 nt + 2t + e%2) into the partial's dgamma [C x C],
+// inside the C channels.
+template <int kMTiles, int kNTiles>
+__device__ void write_gamma_partial(const float (&gamma_grad)[kMTiles][kNTiles][4], int row0, int column0,
+                                    int channels, float* partial) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = row0 + 16 * mt + g + 8 * (e / 2);
+        const int k = column0 + 8 * nt + 2 * t + e % 2;
+        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
+      }
+}
+
 // ---------------------------------------------------------------- host side
 
 struct Problem {

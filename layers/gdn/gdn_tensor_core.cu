@@ -532,32 +532,6 @@ __device__ __forceinline__ void load_rows(const Element* source, const PixelRun<
     }
 }
 
-// The block's dbeta (beta_grad: per thread, rows m_base + 16 mt + g + 8 half)
-// into its partial: over the 4 lanes of a row, then over the contraction
-// warps sharing rows in a fixed order, through `scratch` (shared memory no
-// longer read, at least contract_warps_n x R floats).
-template <class L>
-__device__ void write_beta_partial(const float (&beta_grad)[L::contract_m_tiles][2], int m_base, int row_begin,
-                                   int channels, float* scratch, float* partial) {
-  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  __syncthreads();  // every warp is done with the scratch memory
-#pragma unroll
-  for (int mt = 0; mt < L::contract_m_tiles; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = beta_grad[mt][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (t == 0) scratch[(warp % L::contract_warps_n) * L::rows + m_base + 16 * mt + g + 8 * half] = sum;
-    }
-  __syncthreads();
-  for (int r = threadIdx.x; r < L::rows && row_begin + r < channels; r += L::threads) {
-    float sum = 0.0f;
-    for (int w = 0; w < L::contract_warps_n; ++w) sum += scratch[w * L::rows + r];
-    partial[channels * channels + row_begin + r] = sum;
-  }
-}
-
 // Forward (kGradient false): per pixel n_i = beta_i + sum_j gamma_ij x_j^2
 // (Product's products, f32 sums), GDN y_i = x_i n_i^-1/2, IGDN
 // y_i = x_i n_i^1/2, into `out`. With kGradient (the first backward kernel at
@@ -647,8 +621,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     if (L::buffers == 2) buffer ^= 1;
   }
   if (kGradient)
-    write_beta_partial<L>(beta_grad, m_base, row_begin, channels, x_buffers,
-                          partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels));
+    write_beta_partial<MT, L::contract_warps_n, L::rows, L::threads>(
+        beta_grad, m_base, row_begin, channels, x_buffers,
+        partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels));
 }
 
 // Fused backward (C <= 192, all of gamma in one block), per tile (sums over
@@ -822,17 +797,8 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   }
 
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-  write_beta_partial<L>(beta_grad, m_base, 0, channels, q_s, partial);
-#pragma unroll
-  for (int mt = 0; mt < GMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < GNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = gradient_m_base + 16 * mt + g + 8 * (e / 2);
-        const int k = gradient_n_base + 8 * nt + 2 * t + e % 2;
-        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
-      }
+  write_beta_partial<MT, L::contract_warps_n, L::rows, L::threads>(beta_grad, m_base, 0, channels, q_s, partial);
+  write_gamma_partial(gamma_grad, gradient_m_base, gradient_n_base, channels, partial);
 }
 
 // Second backward kernel at C = 256, for the channels k of its half
@@ -916,16 +882,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   }
 
   float* partial = partials + static_cast<long long>(blockIdx.x) * (channels * channels + channels);
-#pragma unroll
-  for (int mt = 0; mt < GMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < GNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = gradient_m_base + 16 * mt + g + 8 * (e / 2);
-        const int k = row_begin + gradient_n_base + 8 * nt + 2 * t + e % 2;
-        if (i < channels && k < channels) partial[i * channels + k] = gamma_grad[mt][nt][e];
-      }
+  write_gamma_partial(gamma_grad, gradient_m_base, row_begin + gradient_n_base, channels, partial);
 }
 
 // C padded for the tensor-core kernels, or 0 when C is too large for them.
