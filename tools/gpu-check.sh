@@ -20,7 +20,14 @@
 # e.g. PHASES="memcheck" after a fix, on a build folder an earlier run made.
 # The check passes only when every phase passes; with some phases left out
 # the summary says which ran. MEMCHECK_JOBS (default 4) test binaries run
-# under memcheck at once, on the one GPU.
+# under memcheck at once, on the one GPU. MEMCHECK_SHARD=K/N (0 <= K < N)
+# runs only shard K of N of every binary's CUDA tests under memcheck
+# (GoogleTest's sharding), so that memcheck over the whole suite can be
+# split into N shorter runs on one build, e.g.
+#   PHASES="build ctest mma-sync" tools/gpu-check.sh
+#   PHASES=memcheck MEMCHECK_SHARD=0/3 tools/gpu-check.sh   # then 1/3, 2/3
+# With a shard the summary says which one ran: the check covers all of
+# memcheck only when every shard has passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
@@ -35,6 +42,15 @@ for phase in $phases; do
   [[ " $all_phases " == *" $phase "* ]] || { echo "gpu-check: unknown phase '$phase' (phases: $all_phases)" >&2; exit 2; }
 done
 runs() { [[ " $phases " == *" $1 "* ]]; }
+shard_index="" shard_count=""
+if [ -n "${MEMCHECK_SHARD:-}" ]; then
+  if [[ $MEMCHECK_SHARD =~ ^([0-9]+)/([0-9]+)$ ]] && ((10#${BASH_REMATCH[1]} < 10#${BASH_REMATCH[2]})); then
+    shard_index=$((10#${BASH_REMATCH[1]})) shard_count=$((10#${BASH_REMATCH[2]}))
+  else
+    echo "gpu-check: MEMCHECK_SHARD must be K/N with 0 <= K < N, got '$MEMCHECK_SHARD'" >&2
+    exit 2
+  fi
+fi
 summary=()  # the SUMMARY lines, in phase order
 failed=0
 
@@ -93,23 +109,29 @@ run_mma_sync() {
 
 # memcheck over the given test binaries' *Cuda* tests, MEMCHECK_JOBS at a
 # time; prints one line per binary (LABEL names its group) in the order
-# given, appends every report to memcheck.log, and adds the counts to
+# given, appends every report to memcheck.log (memcheck-shardK-of-N.log
+# with a shard), and adds the counts to
 # memcheck_runs and memcheck_errors.
 memcheck_runs=0
 memcheck_errors=0
+memcheck_log=$logs/memcheck${shard_count:+-shard$shard_index-of-$shard_count}.log
 memcheck_binaries() {
   local label=$1
   shift
-  local dir=$logs/memcheck
+  local dir=$logs/memcheck${shard_count:+-shard$shard_index-of-$shard_count}
   mkdir -p "$dir"
+  # GoogleTest runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
   printf '%s\n' "$@" | xargs -P "${MEMCHECK_JOBS:-4}" -I{} bash -c \
-    'out="$1/$(basename "$2")"; compute-sanitizer --tool memcheck --error-exitcode 99 "$2" --gtest_filter="*Cuda*" > "$out.log" 2>&1; echo $? > "$out.rc"' \
-    _ "$dir" {}
+    'out="$1/$(basename "$2")"
+     if [ -n "$3" ]; then export GTEST_TOTAL_SHARDS=$3 GTEST_SHARD_INDEX=$4; fi
+     compute-sanitizer --tool memcheck --error-exitcode 99 "$2" --gtest_filter="*Cuda*" > "$out.log" 2>&1
+     echo $? > "$out.rc"' \
+    _ "$dir" {} "$shard_count" "$shard_index"
   local binary name rc
   for binary in "$@"; do
     name=$(basename "$binary")
     rc=$(cat "$dir/$name.rc" 2>/dev/null || echo 1)
-    cat "$dir/$name.log" >> "$logs/memcheck.log"
+    cat "$dir/$name.log" >> "$memcheck_log"
     echo "$name$label: rc=$rc $(grep -E "ERROR SUMMARY" "$dir/$name.log" | tail -1)"
     memcheck_runs=$((memcheck_runs + 1))
     if [ "$rc" -ne 0 ]; then memcheck_errors=$((memcheck_errors + 1)); fi
@@ -126,8 +148,8 @@ cuda_test_binaries() {
 }
 
 run_memcheck() {
-  echo "== compute-sanitizer memcheck over the CUDA tests"
-  : > "$logs/memcheck.log"
+  echo "== compute-sanitizer memcheck over the CUDA tests${shard_count:+ (shard $shard_index of $shard_count)}"
+  : > "$memcheck_log"
   local binaries
   mapfile -t binaries < <(cuda_test_binaries "$build/tests")
   [ ${#binaries[@]} -eq 0 ] || memcheck_binaries "" "${binaries[@]}"
@@ -180,7 +202,7 @@ runs mma-sync && run_mma_sync
 runs memcheck && run_memcheck
 runs plugins && run_plugins
 if runs memcheck; then
-  summary+=("memcheck: $memcheck_runs binaries, $memcheck_errors with errors")
+  summary+=("memcheck${shard_count:+ (shard $shard_index of $shard_count of the CUDA tests)}: $memcheck_runs binaries, $memcheck_errors with errors")
   [ $memcheck_errors -eq 0 ] || failed=1
 fi
 
@@ -191,6 +213,7 @@ if [ "$phases" != "$all_phases" ]; then
   not_run=$(for p in $all_phases; do runs "$p" || echo "$p"; done | paste -sd ' ')
   ran=" (phases run: $phases; not run: ${not_run:-none})"
 fi
+if runs memcheck && [ -n "$shard_count" ]; then ran+=" (memcheck: shard $shard_index of $shard_count only)"; fi
 if [ $failed -ne 0 ]; then
   echo "SUMMARY: gpu-check FAILED$ran"
   exit 1
