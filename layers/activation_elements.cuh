@@ -62,14 +62,13 @@ struct F32OrBf16Elements {
 
   __device__ bool wanted() const { return data != nullptr; }
   __device__ float load(long long i) const {
-    if (bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
-    return static_cast<const float*>(data)[i];
+    return bf16 ? load_f32(static_cast<const __nv_bfloat16*>(data) + i) : load_f32(static_cast<const float*>(data) + i);
   }
   __device__ void store(long long i, float value) const {
     if (bf16)
-      static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(value);
+      store_f32(static_cast<__nv_bfloat16*>(data) + i, value);
     else
-      static_cast<float*>(data)[i] = value;
+      store_f32(static_cast<float*>(data) + i, value);
   }
 };
 
