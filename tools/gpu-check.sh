@@ -50,6 +50,7 @@ if [ -n "${MEMCHECK_SHARD:-}" ]; then
     echo "gpu-check: MEMCHECK_SHARD must be K/N with 0 <= K < N, got '$MEMCHECK_SHARD'" >&2
     exit 2
   fi
+  runs memcheck || echo "gpu-check: MEMCHECK_SHARD=$MEMCHECK_SHARD has no effect: PHASES has no memcheck" >&2
 fi
 summary=()  # the SUMMARY lines, in phase order
 failed=0
@@ -123,7 +124,7 @@ memcheck_binaries() {
   # GoogleTest runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
   printf '%s\n' "$@" | xargs -P "${MEMCHECK_JOBS:-4}" -I{} bash -c \
     'out="$1/$(basename "$2")"
-     if [ -n "$3" ]; then export GTEST_TOTAL_SHARDS=$3 GTEST_SHARD_INDEX=$4; fi
+     if [ -n "$3" ]; then export GTEST_TOTAL_SHARDS=$3 GTEST_SHARD_INDEX=$4; else unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX; fi
      compute-sanitizer --tool memcheck --error-exitcode 99 "$2" --gtest_filter="*Cuda*" > "$out.log" 2>&1
      echo $? > "$out.rc"' \
     _ "$dir" {} "$shard_count" "$shard_index"

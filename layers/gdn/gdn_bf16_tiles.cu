@@ -17,8 +17,9 @@
 // they leave as whole 16-byte rows of 8 pixels.
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (64,
-// or 128 for the C = 128 backward; a tile may span two images, 8-pixel
-// runs never do, since the pixels per image are a multiple of 8) and keeps
+// or 128 for the C = 128 backward; a tile may span several images, an
+// 8-pixel run never does, since the pixels per image are a multiple of 8,
+// and each run finds its own image) and keeps
 // in shared memory, rows 8 bf16 longer than their data so that the 8 rows
 // an ldmatrix reads fall in 8 different 16-byte bank groups:
 //   gamma [CP x CP]   effective gamma, 0 beyond the C channels, once per block;
@@ -93,7 +94,7 @@ struct TileShape {
 };
 
 // Forward: 8 warps on 64-pixel tiles. C = 128: 32x32 warp tiles, two
-// blocks per SM (89 KiB each). C = 192: 48x32, one block (160 KiB).
+// blocks per SM (89 KiB each). C = 192: 48x32, one block (157 KiB).
 template <int CP>
 struct ForwardShape;
 template <>
@@ -107,9 +108,10 @@ struct ForwardShape<192> : TileShape<192, 256, 64, 4, 2, 4, 2, 1> {};
 
 // Backward: C = 128 on 16 warps and 128-pixel tiles, one block per SM
 // (205 KiB): 32x32 warp tiles for the contractions and for dgamma (32
-// registers a thread, a few values spilled). Against 64-pixel tiles (32x16
-// warp tiles), each byte of shared memory read feeds more products and a
-// tile's barriers serve twice the pixels: 8% faster at 128x128. Two blocks
+// accumulators a thread; 128 registers, a few values spilled). Against
+// 64-pixel tiles (32x16 warp tiles), each byte of shared memory read feeds
+// more products and a tile's barriers serve twice the pixels: about 10%
+// faster at 128x128. Two blocks
 // of 8 warps on 32-pixel tiles were no faster, and slower on small images
 // (twice the blocks loading gamma). C = 192: 64-pixel tiles, 48x16 and
 // 48x48 (72 registers, a few spilled). C <= 64: 8 warps, two blocks.
@@ -422,9 +424,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 //   n = beta + gamma x^2 (recomputed), q_i = dL/dn_i (norm_gradient),
 //   dx_k = dy_k f_k + 2 x_k sum_i gamma_ik q_i   (f = n^-1/2 GDN, n^1/2 IGDN)
 //   dbeta_i += sum q_i,  dgamma_ik += sum q_i x_k^2
-// then the block's partial [C*C + C]. Three barriers a tile: x and dy have
-// landed (and the previous tile is done everywhere), q is complete, dx is
-// complete (in this tile's dy buffer).
+// then the block's partial [C*C + C]. Three barriers a tile (two without
+// dx): x and dy have landed (and the previous tile is done everywhere), q
+// is complete, dx is complete (in this tile's dy buffer).
 template <class L, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_bf16_tile_backward(const bf16* x, const bf16* dy, bf16* dx, const float* stored_beta,

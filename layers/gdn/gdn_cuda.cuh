@@ -330,5 +330,4 @@ Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tenso
                           const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                           bool inverse, Tensor& partials_cache);
 
-
 }  // namespace plexus::layers::gdn_cuda

@@ -7,7 +7,8 @@
 // dtype, y and dy in one dtype, each side f32 or bf16: Storage below) the
 // same kernels read bf16 (widened exactly into the same f32 tiles) and
 // write bf16 (rounded to nearest even): the same f32 results, then rounded,
-// for half the bytes of each bf16 tensor.
+// for half the bytes of each bf16 tensor. Calls with every tensor bf16 and
+// a multiple of 8 pixels per image go to gdn_bf16_tiles.cu first.
 //
 // Layout. A block works on tiles of T consecutive pixels of the batch (a tile
 // may span two images) and keeps in shared memory:

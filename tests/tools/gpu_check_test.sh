@@ -5,7 +5,9 @@
 # the memcheck phase runs every binary that has CUDA tests under memcheck,
 # passes GoogleTest's shard to it with MEMCHECK_SHARD (own log), counts a
 # binary with memcheck errors as a failure, and the summary names the
-# phases and the shard that did not run.
+# phases and the shard that did not run; a shard given without the memcheck
+# phase is reported, and one inherited from the caller's environment does
+# not reach an unsharded run.
 set -euo pipefail
 source_dir=$1
 work=$(mktemp -d)
@@ -74,7 +76,10 @@ done
 run PHASES=memcheck BUILD="$work/no-such-build"
 check "no build" 2 "no build in $work/no-such-build"
 
-run PHASES=memcheck
+run PHASES=plugins MEMCHECK_SHARD=0/2 BUILD="$work/no-such-build"
+check "shard without memcheck" 2 "MEMCHECK_SHARD=0/2 has no effect: PHASES has no memcheck"
+
+run PHASES=memcheck GTEST_TOTAL_SHARDS=5 GTEST_SHARD_INDEX=4
 check "memcheck" 0 "cuda_a_test: rc=0" "cuda_b_test: rc=0" "SUMMARY: memcheck: 2 binaries, 0 with errors" \
   "SUMMARY: gpu-check PASSED (phases run: memcheck; not run: build ctest mma-sync plugins)"
 if grep -q cpu_only_test "$work/out.txt"; then echo "a binary without CUDA tests ran under memcheck"; exit 1; fi
