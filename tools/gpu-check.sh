@@ -115,11 +115,12 @@ run_mma_sync() {
 # memcheck_runs and memcheck_errors.
 memcheck_runs=0
 memcheck_errors=0
-memcheck_log=$logs/memcheck${shard_count:+-shard$shard_index-of-$shard_count}.log
+memcheck_name=memcheck${shard_count:+-shard$shard_index-of-$shard_count}  # its log and folder of reports
+memcheck_log=$logs/$memcheck_name.log
 memcheck_binaries() {
   local label=$1
   shift
-  local dir=$logs/memcheck${shard_count:+-shard$shard_index-of-$shard_count}
+  local dir=$logs/$memcheck_name
   mkdir -p "$dir"
   # GoogleTest runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
   printf '%s\n' "$@" | xargs -P "${MEMCHECK_JOBS:-4}" -I{} bash -c \

@@ -40,7 +40,6 @@
 
 #include <cuda_bf16.h>
 
-#include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
@@ -537,9 +536,6 @@ bool vector_gamma(const Problem& problem, const Tensor& stored_gamma) {
   return problem.channels % 4 == 0 && aligned16(stored_gamma.raw_data());
 }
 
-const bf16* elements(const Tensor& tensor) { return static_cast<const bf16*>(tensor.raw_data()); }
-bf16* elements(Tensor& tensor) { return static_cast<bf16*>(tensor.raw_data()); }
-
 template <int CP, bool kInverse>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
@@ -549,7 +545,7 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
   const int blocks = persistent_blocks<kernel>(L::threads, L::forward_bytes, tiles);
   if (blocks == 0) return false;
   kernel<<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
-      elements(x), elements(y), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
+      elements<bf16>(x), elements<bf16>(y), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
       problem.total_pixels, rp, vector_gamma(problem, gamma));
   cuda::check_launch("gdn_bf16_tile_forward", __FILE__, __LINE__);
   return true;
@@ -564,14 +560,21 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
-  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor& partials = scratch_tensor(
-      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
+  Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
-      elements(x), elements(dy), dx ? elements(*dx) : nullptr, beta.data<float>(), gamma.data<float>(),
+      elements<bf16>(x), elements<bf16>(dy), dx ? elements<bf16>(*dx) : nullptr, beta.data<float>(), gamma.data<float>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma), partials.data<float>());
   cuda::check_launch("gdn_bf16_tile_backward", __FILE__, __LINE__);
   return partials;
+}
+
+// fn(std::integral_constant<int, CP>{}) for the channels padded to CP = 32, 64, 128 or 192 (C <= 192).
+template <class Fn>
+auto with_padded_channels(int channels, Fn&& fn) {
+  if (channels <= 32) return fn(std::integral_constant<int, 32>{});
+  if (channels <= 64) return fn(std::integral_constant<int, 64>{});
+  if (channels <= 128) return fn(std::integral_constant<int, 128>{});
+  return fn(std::integral_constant<int, 192>{});
 }
 
 }  // namespace
@@ -579,31 +582,23 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
 bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta, const Tensor& stored_gamma,
                        const Problem& problem, Reparametrization<float> rp, bool inverse) {
   if (!takes(problem, {&x, &y})) return false;
-  const auto run = [&](auto padded) {
+  return with_padded_channels(problem.channels, [&](auto padded) {
     constexpr int CP = decltype(padded)::value;
     return inverse ? launch_forward<CP, true>(ctx, x, y, stored_beta, stored_gamma, problem, rp)
                    : launch_forward<CP, false>(ctx, x, y, stored_beta, stored_gamma, problem, rp);
-  };
-  if (problem.channels <= 32) return run(std::integral_constant<int, 32>{});
-  if (problem.channels <= 64) return run(std::integral_constant<int, 64>{});
-  if (problem.channels <= 128) return run(std::integral_constant<int, 128>{});
-  return run(std::integral_constant<int, 192>{});
+  });
 }
 
 Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                           const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
                           bool inverse, Tensor& partials_cache) {
   if (!takes(problem, {&x, &dy, dx})) return Tensor();
-  const auto run = [&](auto padded) {
+  return with_padded_channels(problem.channels, [&](auto padded) {
     constexpr int CP = decltype(padded)::value;
     return inverse ? launch_backward<CP, true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)
                    : launch_backward<CP, false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
                                                 partials_cache);
-  };
-  if (problem.channels <= 32) return run(std::integral_constant<int, 32>{});
-  if (problem.channels <= 64) return run(std::integral_constant<int, 64>{});
-  if (problem.channels <= 128) return run(std::integral_constant<int, 128>{});
-  return run(std::integral_constant<int, 192>{});
+  });
 }
 
 }  // namespace plexus::layers::gdn_cuda

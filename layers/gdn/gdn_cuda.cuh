@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include "activation_elements.cuh"
+#include "convolution/scratch.h"
 #include "gdn/gdn.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -261,6 +262,25 @@ inline Problem problem_of(const Tensor& x) {
 }
 
 inline bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+// A tensor's elements as a kernel's element type (float, or __nv_bfloat16 for a bf16 tensor).
+template <class Element>
+const Element* elements(const Tensor& tensor) {
+  return static_cast<const Element*>(tensor.raw_data());
+}
+template <class Element>
+Element* elements(Tensor& tensor) {
+  return static_cast<Element*>(tensor.raw_data());
+}
+
+// The fused backward kernels' per-block partial sums [blocks, C*C + C]
+// (dgamma row-major, then dbeta) in `cache`, reallocated only when their
+// shape changes.
+inline Tensor& partials_for(Tensor& cache, int blocks, const Problem& problem, Device device) {
+  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
+  return scratch_tensor(cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32,
+                        device);
+}
 
 // How many blocks of `threads` threads of the fused kernel `kKernel` fit on
 // the current GPU at once (0 when its shared memory does not fit there at

@@ -56,7 +56,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "convolution/scratch.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
@@ -921,16 +920,6 @@ int blocks_per_half(int resident, int halves, long long tiles) {
   return static_cast<int>(blocks < tiles ? blocks : tiles);
 }
 
-// A tensor's elements as a kernel's element type (float, or __nv_bfloat16 for a bf16 tensor).
-template <class Element>
-const Element* elements(const Tensor& tensor) {
-  return static_cast<const Element*>(tensor.raw_data());
-}
-template <class Element>
-Element* elements(Tensor& tensor) {
-  return static_cast<Element*>(tensor.raw_data());
-}
-
 template <int CP, bool kInverse, class Product, class S>
 bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
@@ -957,9 +946,7 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
-  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor& partials = scratch_tensor(
-      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
+  Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(dy.raw_data()) &&
                          (!dx || aligned16(dx->raw_data()));
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
@@ -988,9 +975,7 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   const int blocks = blocks_per_half(first_resident < second_resident ? first_resident : second_resident,
                                      First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
   if (blocks == 0) return Tensor();
-  const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
-  Tensor& partials = scratch_tensor(
-      partials_cache, {static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, DType::f32, x.device());
+  Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
   Tensor q(x.shape(), DType::f32, x.device());
   float* dx_data = dx ? dx->data<float>() : nullptr;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<float>()) && aligned16(dy.data<float>()) &&
