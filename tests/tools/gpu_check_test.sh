@@ -7,7 +7,8 @@
 # binary with memcheck errors as a failure, and the summary names the
 # phases and the shard that did not run; a shard given without the memcheck
 # phase is reported, and one inherited from the caller's environment does
-# not reach an unsharded run.
+# not reach an unsharded run; NCCL's reports of probing its own kernels are
+# counted apart only when they are a passing binary's only reports.
 set -euo pipefail
 source_dir=$1
 work=$(mktemp -d)
@@ -22,16 +23,31 @@ case "$*" in
 esac
 STANDIN
 # compute-sanitizer --tool memcheck --error-exitcode 99 BINARY ARGS...: runs
-# the binary; a binary that prints "memory error" gets one error and 99.
+# the binary and reports one error (and exits 99) for each of these words in
+# its output: "memory error"; "nccl probe", a failed cudaFuncGetAttributes
+# called from libnccl (as NCCL's kernel set-up makes them); "own probe", the
+# same error called from libplexus.
 cat > "$work/bin/compute-sanitizer" <<'STANDIN'
 #!/usr/bin/env bash
 shift 4
 output=$("$@")
 echo "$output"
+errors=0
+probe() {  # a report of cudaFuncGetAttributes failing, called from library $1
+  printf '%s\n' '========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to "no kernel image is available for execution on the device" on CUDA API call to cudaFuncGetAttributes.' \
+    '=========     Saved host backtrace up to driver entry point at error' \
+    '=========         Host Frame:  [0x4cb045] in libcuda.so.1' \
+    "=========         Host Frame:  [0x1babc0] in $1" \
+    '=========         Host Frame:  [0x9cb83] in libc.so.6' '========= '
+  errors=$((errors + 1))
+}
+if grep -q "nccl probe" <<< "$output"; then probe libnccl.so.2; probe libnccl.so.2; fi
+if grep -q "own probe" <<< "$output"; then probe libplexus.so; fi
 if grep -q "memory error" <<< "$output"; then
-  echo "========= ERROR SUMMARY: 1 error"; exit 99
+  echo "========= Invalid __global__ read of size 4 bytes"; errors=$((errors + 1))
 fi
-echo "========= ERROR SUMMARY: 0 errors"
+echo "========= ERROR SUMMARY: $errors error$([ $errors -eq 1 ] || echo s)"
+[ $errors -eq 0 ] || exit 99
 STANDIN
 # Test binaries: cuda_a and cuda_b have a *Cuda* test, cpu_only has none.
 write_binary() {
@@ -44,6 +60,10 @@ if [ "\$1" = "--gtest_list_tests" ]; then
   exit 0
 fi
 echo "$name ran, shard \${GTEST_SHARD_INDEX:-none} of \${GTEST_TOTAL_SHARDS:-none}; $message"
+case "$message" in
+  *"test failure"*) echo "[  FAILED  ] 1 test, listed below:"; exit 1 ;;
+  *) echo "[  PASSED  ] 1 test." ;;
+esac
 STANDIN
   chmod +x "$work/build/tests/$name"
 }
@@ -98,4 +118,16 @@ write_binary cuda_b_test "MultipliesCuda" "memory error"
 run PHASES=memcheck MEMCHECK_SHARD=0/2
 check "memcheck error" 1 "cuda_b_test: rc=99" "SUMMARY: memcheck (shard 0 of 2 of the CUDA tests): 2 binaries, 1 with errors" \
   "SUMMARY: gpu-check FAILED"
+# NCCL's kernel probes are counted apart; the same error from elsewhere, a
+# probe beside a memory error, or a probe in a binary whose test failed is not.
+write_binary cuda_b_test "MultipliesCuda" "nccl probe"
+run PHASES=memcheck
+check "nccl probes" 0 "cuda_b_test: rc=0 ========= ERROR SUMMARY: 2 errors (all 2 of them NCCL's probes of its own kernels, not counted)" \
+  "SUMMARY: memcheck: 2 binaries, 0 with errors (2 reports of NCCL probing its own kernels not counted)" \
+  "SUMMARY: gpu-check PASSED"
+for message in "own probe" "nccl probe, memory error" "nccl probe, own probe" "nccl probe, test failure"; do
+  write_binary cuda_b_test "MultipliesCuda" "$message"
+  run PHASES=memcheck
+  check "$message" 1 "cuda_b_test: rc=99" "SUMMARY: memcheck: 2 binaries, 1 with errors" "SUMMARY: gpu-check FAILED"
+done
 echo "gpu-check.sh: phases, shards and memcheck results as expected"
