@@ -594,41 +594,53 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                       {"nchw_to_phases", "stride 5"});
 }
 
-// The NHWC copy (f32 or bf16) against its definition, every element of a
-// NaN-poisoned destination, channel padding included: bf16 with an even
-// channel stride stores channel pairs (64-channel tiles, the last one partial
-// at 96), an odd stride one channel at a time.
+// The NHWC copy (f32 or bf16, from an f32 or a bf16 source) against its
+// definition, every element of a NaN-poisoned destination, channel padding
+// included: bf16 with an even channel stride stores channel pairs (64-channel
+// tiles, the last one partial at 96), an odd stride one channel at a time; a
+// bf16 source with an even plane is read as pixel pairs (64-pixel tiles, the
+// last one partial at 70 and 130).
 TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(7);
   struct Sizes { std::int64_t batch, channels, plane, channel_stride; };
-  for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128},
-                          Sizes{1, 5, 9, 7}, Sizes{2, 90, 41, 96}}) {
-      const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
-      const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
-      const std::int64_t count = s.batch * s.plane * s.channel_stride;
-      const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
-        if (bf16)
-          layers::nchw_to_nhwc_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, h);
-        else
-          layers::nchw_to_nhwc_cuda(ctx, x.data<float>(), s.batch, s.channels, s.plane, s.channel_stride, f);
-      });
-      std::int64_t wrong = 0;
-      for (std::int64_t n = 0; n < s.batch; ++n)
-        for (std::int64_t q = 0; q < s.plane; ++q)
-          for (std::int64_t c = 0; c < s.channel_stride; ++c) {
-            const float value_f32 =
-                c < s.channels ? static_cast<float>(source[static_cast<std::size_t>((n * s.channels + c) * s.plane + q)])
-                               : 0.0f;
-            const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
-            const double value = actual[static_cast<std::size_t>((n * s.plane + q) * s.channel_stride + c)];
-            if (!(value == expected)) ++wrong;
-          }
-      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
-                          << ", plane " << s.plane << ", channel_stride " << s.channel_stride;
-    }
+  for (const DType source_type : {DType::f32, DType::bf16})
+    for (const bool bf16 : {false, true})
+      for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128},
+                            Sizes{1, 5, 9, 7}, Sizes{2, 90, 41, 96}, Sizes{1, 3, 2, 4}, Sizes{2, 128, 32 * 33, 128},
+                            Sizes{2, 90, 130, 96}}) {
+        std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
+        if (source_type == DType::bf16)
+          for (double& value : source) value = round_to_bf16(static_cast<float>(value));
+        const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, source_type, Device::cuda());
+        const std::int64_t count = s.batch * s.plane * s.channel_stride;
+        const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+          const auto copy = [&](const auto* from) {
+            if (bf16)
+              layers::nchw_to_nhwc_bf16_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, h);
+            else
+              layers::nchw_to_nhwc_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, f);
+          };
+          if (source_type == DType::bf16)
+            copy(x.data<BFloat16>());
+          else
+            copy(x.data<float>());
+        });
+        std::int64_t wrong = 0;
+        for (std::int64_t n = 0; n < s.batch; ++n)
+          for (std::int64_t q = 0; q < s.plane; ++q)
+            for (std::int64_t c = 0; c < s.channel_stride; ++c) {
+              const std::size_t at = static_cast<std::size_t>((n * s.channels + c) * s.plane + q);
+              const float value_f32 = c < s.channels ? static_cast<float>(source[at]) : 0.0f;
+              const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+              const double value = actual[static_cast<std::size_t>((n * s.plane + q) * s.channel_stride + c)];
+              if (!(value == expected)) ++wrong;
+            }
+        EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << " from " << dtype_name(source_type) << ": batch " << s.batch
+                            << ", channels " << s.channels << ", plane " << s.plane << ", channel_stride "
+                            << s.channel_stride;
+      }
   expect_error_naming([&] { layers::nchw_to_nhwc_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
                       {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
   expect_error_naming([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
