@@ -322,18 +322,12 @@ TEST_F(HyperpriorCodec, LatentsOutsideEveryTableStillRoundTrip) {
 }
 
 // The real files against eval's estimate (both latents' -log2 likelihoods)
-// on the bundled Kodak images, with the tiny model trained for 150 steps on
-// the bundled training images (about 10 s on one core).
+// on the bundled Kodak images, with the tiny model trained on the bundled
+// training images (testing::train_for_rate_test).
 TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"hyperprior-rate"};
   const std::string source = PLEXUS_SOURCE_DIR;
-  auto trained = testing::run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
-                                         std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior.json", "--lambda", "0.01",
-                                         "--patch", "32", "--batch", "4", "--steps", "150", "--lr", "0.01", "--device",
-                                         "cpu", "--out", folder / "run"},
-                                        folder.path());
-  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
-  const std::string path = folder / "run/model.safetensors";
+  const std::string path = testing::train_for_rate_test("tiny_hyperprior.json", folder.path());
   auto model = CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
   const TensorFile file = load_safetensors(path);

@@ -203,7 +203,7 @@ TEST(MeanScaleCodecStraightThrough, TheSynthesisReadingTheRoundedOutputIsCoded) 
 }
 
 // The real files against eval's estimate on the bundled Kodak crops, with
-// the tiny model trained for 150 steps on the bundled training images.
+// the tiny model trained on the bundled training images (train_for_rate_test).
 TEST(MeanScaleCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"mean-scale-rate"};
   testing::expect_files_near_the_estimate(
