@@ -13,7 +13,7 @@ if [ $# -ne 2 ]; then
   echo "usage: $0 KODAK_DIR OUT_DIR" >&2
   exit 2
 fi
-if ! command -v convert > /dev/null; then
+if ! convert -version 2> /dev/null | grep ImageMagick > /dev/null; then
   echo "kodak-crops: ImageMagick's 'convert' is missing (Debian: sudo apt-get install imagemagick)" >&2
   exit 1
 fi

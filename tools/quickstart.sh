@@ -5,7 +5,7 @@
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
 # On an idle 2-core machine without a GPU the CPU-only build takes about 2.7
-# minutes and the run itself about 4.9, ending near 22.7 dB at 1.04 bpp (the
+# minutes and the run itself about 4.9, ending near 22.3 dB at 1.02 bpp (the
 # README's numbers, which tests/tools/quickstart_test.sh checks).
 # 2500 steps on six images teach the model only the coarse structure of a
 # photograph: expect a blurry reconstruction; real training takes 100k+

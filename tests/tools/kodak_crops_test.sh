@@ -5,7 +5,8 @@
 # is refused. Skips (exit 77) without ImageMagick.
 # Usage: kodak_crops_test.sh SOURCE_DIR
 set -euo pipefail
-command -v convert > /dev/null || { echo "kodak_crops_test: no ImageMagick, skipped"; exit 77; }
+# A 'convert' that is not ImageMagick's (convert -version does not name it) counts as none.
+convert -version 2> /dev/null | grep ImageMagick > /dev/null || { echo "kodak_crops_test: no ImageMagick, skipped"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/in"
