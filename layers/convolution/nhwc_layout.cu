@@ -115,6 +115,13 @@ __global__ void bf16_nchw_to_nhwc_pairs_kernel(const std::uint32_t* source, int 
   }
 }
 
+// grid = (plane / pixel_tile tiles, channel_stride / channel_tile tiles, batch).
+dim3 tile_grid(std::int64_t batch, std::int64_t plane, std::int64_t channel_stride, int pixel_tile,
+               int channel_tile) {
+  return dim3(static_cast<unsigned>((plane + pixel_tile - 1) / pixel_tile),
+              static_cast<unsigned>((channel_stride + channel_tile - 1) / channel_tile), static_cast<unsigned>(batch));
+}
+
 template <class Source, class Out>
 void copy_to_nhwc(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
                   std::int64_t plane, std::int64_t channel_stride, Out* destination) {
@@ -122,34 +129,31 @@ void copy_to_nhwc(const Context& ctx, const Source* source, std::int64_t batch, 
     throw Error("nchw_to_nhwc: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
                 std::to_string(channels) + ", channel_stride " + std::to_string(channel_stride) + ")");
   if (batch == 0 || plane == 0 || channel_stride == 0) return;
+  const dim3 threads(kTile, kRowStep);
   if constexpr (std::is_same_v<Out, std::uint16_t>) {
-    if (channel_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(destination) % 4 == 0) {
-      if constexpr (std::is_same_v<Source, BFloat16>) {
-        if (plane % 2 == 0 && reinterpret_cast<std::uintptr_t>(source) % 4 == 0) {
-          const dim3 grid(static_cast<unsigned>((plane + kPairTilePixels - 1) / kPairTilePixels),
-                          static_cast<unsigned>((channel_stride + kPairTileChannels - 1) / kPairTileChannels),
-                          static_cast<unsigned>(batch));
-          bf16_nchw_to_nhwc_pairs_kernel<<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
-              reinterpret_cast<const std::uint32_t*>(source), static_cast<int>(channels), plane,
-              static_cast<int>(channel_stride), reinterpret_cast<std::uint32_t*>(destination));
-          cuda::check_launch("bf16_nchw_to_nhwc_pairs_kernel", __FILE__, __LINE__);
-          return;
-        }
+    const bool pair_stores = channel_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(destination) % 4 == 0;
+    if constexpr (std::is_same_v<Source, BFloat16>) {
+      if (pair_stores && plane % 2 == 0 && reinterpret_cast<std::uintptr_t>(source) % 4 == 0) {
+        bf16_nchw_to_nhwc_pairs_kernel<<<tile_grid(batch, plane, channel_stride, kPairTilePixels, kPairTileChannels),
+                                         threads, 0, cuda::stream(ctx)>>>(
+            reinterpret_cast<const std::uint32_t*>(source), static_cast<int>(channels), plane,
+            static_cast<int>(channel_stride), reinterpret_cast<std::uint32_t*>(destination));
+        cuda::check_launch("bf16_nchw_to_nhwc_pairs_kernel", __FILE__, __LINE__);
+        return;
       }
-      const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
-                      static_cast<unsigned>((channel_stride + kPairTileChannels - 1) / kPairTileChannels),
-                      static_cast<unsigned>(batch));
-      nchw_to_nhwc_bf16_pairs_kernel<Source><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
-          source, static_cast<int>(channels), plane, static_cast<int>(channel_stride),
-          reinterpret_cast<std::uint32_t*>(destination));
+    }
+    if (pair_stores) {
+      nchw_to_nhwc_bf16_pairs_kernel<Source>
+          <<<tile_grid(batch, plane, channel_stride, kTile, kPairTileChannels), threads, 0, cuda::stream(ctx)>>>(
+              source, static_cast<int>(channels), plane, static_cast<int>(channel_stride),
+              reinterpret_cast<std::uint32_t*>(destination));
       cuda::check_launch("nchw_to_nhwc_bf16_pairs_kernel", __FILE__, __LINE__);
       return;
     }
   }
-  const dim3 grid(static_cast<unsigned>((plane + kTile - 1) / kTile),
-                  static_cast<unsigned>((channel_stride + kTile - 1) / kTile), static_cast<unsigned>(batch));
-  nchw_to_nhwc_kernel<Source, Out><<<grid, dim3(kTile, kRowStep), 0, cuda::stream(ctx)>>>(
-      source, static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
+  nchw_to_nhwc_kernel<Source, Out><<<tile_grid(batch, plane, channel_stride, kTile, kTile), threads, 0,
+                                     cuda::stream(ctx)>>>(source, static_cast<int>(channels), plane,
+                                                          static_cast<int>(channel_stride), destination);
   cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
 }
 
