@@ -138,8 +138,8 @@ memcheck_binaries() {
     rc=$(cat "$dir/$name.rc" 2>/dev/null || echo 1)
     cat "$dir/$name.log" >> "$memcheck_log"
     note=""
-    if [ "$rc" -eq 99 ] && only_nccl_probes "$dir/$name.log"; then
-      probes=$(nccl_probe_reports "$dir/$name.log")
+    probes=$(nccl_probe_reports "$dir/$name.log")
+    if [ "$rc" -eq 99 ] && only_nccl_probes "$dir/$name.log" "$probes"; then
       rc=0 note=" (all $probes of them NCCL's probes of its own kernels, not counted)"
       memcheck_nccl_probes=$((memcheck_nccl_probes + probes))
     fi
@@ -161,12 +161,13 @@ nccl_probe_reports() {
        END { print n + 0 }' "$1"
 }
 
-# Whether every error of a memcheck log is one of NCCL's probes and its
-# tests passed.
+# only_nccl_probes LOG PROBES: whether the PROBES NCCL probes
+# (nccl_probe_reports) are all of memcheck log LOG's errors and its tests
+# passed.
 only_nccl_probes() {
   local errors
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$1" | tail -1 | grep -oE "[0-9]+")
-  [ "${errors:-0}" -gt 0 ] && [ "$(nccl_probe_reports "$1")" -eq "$errors" ] &&
+  [ "${errors:-0}" -gt 0 ] && [ "$2" -eq "$errors" ] &&
     grep -q "^\[  PASSED  \]" "$1" && ! grep -q "^\[  FAILED  \]" "$1"
 }
 
