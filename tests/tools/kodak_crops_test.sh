@@ -2,13 +2,21 @@
 # tools/kodak-crops.sh on generated stand-ins for Kodak originals: a 768x512
 # and a 512x768 image of distinct pixels give 500x500 crops whose corners
 # are the originals' pixels at (134, 6) and (6, 134); an image of another size
-# is refused. Skips (exit 77) without ImageMagick.
+# is refused. A 'convert' that is not ImageMagick's (convert -version does
+# not name it) is refused by name, and counts as none here: the rest skips
+# (exit 77) without ImageMagick.
 # Usage: kodak_crops_test.sh SOURCE_DIR
 set -euo pipefail
-# A 'convert' that is not ImageMagick's (convert -version does not name it) counts as none.
-convert -version 2> /dev/null | grep ImageMagick > /dev/null || { echo "kodak_crops_test: no ImageMagick, skipped"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/other-convert"
+printf '#!/bin/sh\necho "some other convert"\n' > "$work/other-convert/convert"
+chmod +x "$work/other-convert/convert"
+if PATH="$work/other-convert:$PATH" bash "$1/tools/kodak-crops.sh" "$work" "$work/none" > "$work/log" 2>&1; then
+  echo "a convert that is not ImageMagick's was accepted"; exit 1
+fi
+grep -q "ImageMagick's 'convert' is missing" "$work/log" || { cat "$work/log"; exit 1; }
+convert -version 2> /dev/null | grep ImageMagick > /dev/null || { echo "kodak_crops_test: no ImageMagick, skipped"; exit 77; }
 mkdir -p "$work/in"
 # Red grows with x and green with y, so every pixel names its position.
 convert -size 768x512 gradient:black-lime -rotate 0 \( -size 512x768 gradient:black-red -rotate 90 \) \
