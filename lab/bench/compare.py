@@ -15,6 +15,11 @@ spec-translated model and CompressAI's own model where timed (images/s of
 the fastest round: the reference at its best), each with its peak device
 memory, and Plexus's CUDA-graph median over the fastest PyTorch round of any
 setting, and over CompressAI's fastest (> 1: Plexus is faster).
+Where torch_bench.py also measured the GPU's busy time per step
+("gpu_busy_step_ms", under torch.profiler), the table adds each framework's
+GPU-bound images/s (batch / busy time; the best of its settings and rounds):
+what the same kernels would give if the GPU never waited for Python, and
+Plexus's CUDA-graph median over it.
 Usage: compare.py plexus.jsonl torch.jsonl"""
 import json
 import statistics
@@ -93,6 +98,13 @@ def ratio_cell(plexus, rows):
     return f"{plexus['images_per_s'] / max(r['images_per_s'] for r in rows):.2f}x"
 
 
+def gpu_bound(rows):
+    """The most images/s any of `rows` would give at its GPU busy time (None if none has one)."""
+    rates = [r["images_per_s"] * r["step_ms"] / r["gpu_busy_step_ms"] for r in rows
+             if r.get("gpu_busy_step_ms", 0) > 0 and "step_ms" in r]
+    return {"images_per_s": max(rates)} if rates else None
+
+
 def print_model_table(plexus_rounds, torch_rounds, precision):
     names = []
     for rows in list(plexus_rounds.values()) + list(torch_rounds.values()):
@@ -101,10 +113,13 @@ def print_model_table(plexus_rounds, torch_rounds, precision):
     if not names:
         return
     print()
+    busy = any("gpu_busy_step_ms" in r for rows in torch_rounds.values() for r in rows)
     print(f"| model (batch 16, 256x256, Adam, {precision}) | Plexus CUDA graph | Plexus eager "
           + "".join(f"| {'PyTorch' if f == 'pytorch' else 'CompressAI'} {s} " for f, s in SETTINGS)
-          + "| vs fastest PyTorch | vs fastest CompressAI |")
-    print("|---|" + "---:|" * (4 + len(SETTINGS)))
+          + "| vs fastest PyTorch | vs fastest CompressAI |"
+          + (" PyTorch GPU-bound | CompressAI GPU-bound | vs PyTorch GPU-bound | vs CompressAI GPU-bound |"
+             if busy else ""))
+    print("|---|" + "---:|" * (4 + len(SETTINGS) + (4 if busy else 0)))
     for name in names:
         graph = plexus_rounds.get(name + " (CUDA graph)")
         eager = plexus_rounds.get(name)
@@ -116,12 +131,20 @@ def print_model_table(plexus_rounds, torch_rounds, precision):
             ref[framework, setting] = fastest_round(rows) if rows else None
         pytorch = [ref[k] for k in SETTINGS if k[0] == "pytorch"]
         compressai = [ref[k] for k in SETTINGS if k[0] == "compressai"]
-        print(f"| {name} | {speed_cell(graph)} | {speed_cell(eager)} | "
-              + " | ".join(speed_cell(ref[k]) for k in SETTINGS)
-              + f" | {ratio_cell(graph, pytorch)} | {ratio_cell(graph, compressai)} |")
+        line = (f"| {name} | {speed_cell(graph)} | {speed_cell(eager)} | "
+                + " | ".join(speed_cell(ref[k]) for k in SETTINGS)
+                + f" | {ratio_cell(graph, pytorch)} | {ratio_cell(graph, compressai)} |")
+        if busy:
+            bound = [gpu_bound([r for (f, s) in SETTINGS if f == framework
+                                for r in torch_rounds.get(f"{name} [{f} {s}]", [])])
+                     for framework in ("pytorch", "compressai")]
+            line += ("".join(f" {speed_cell(b)} |" for b in bound)
+                     + "".join(f" {ratio_cell(graph, [b])} |" for b in bound))
+        print(line)
     print("\nimages/s (peak device memory). Plexus: median over the rounds; PyTorch and CompressAI: the fastest "
           "round of each setting. The ratios are Plexus's CUDA-graph images/s over the fastest PyTorch (or "
-          "CompressAI) setting's.")
+          "CompressAI) setting's." + (" GPU-bound: the batch over the GPU's busy time per step (torch.profiler), the "
+          "best of every setting and round: the speed of the same kernels with no wait for the host." if busy else ""))
 
 
 def rounds_note(*tables):

@@ -133,6 +133,28 @@ class ModelTableTest(TableTest):
         self.assertNotIn("| layer", table)  # no layer rows, no layer table
         self.assertNotIn("one side only", table)
 
+    def test_gpu_bound_columns_take_the_shortest_busy_time_of_each_framework(self):
+        plexus = [step("bmshj2018-factorized", "train_step_graph", v, 1024) for v in (400.0, 420.0, 410.0)]
+        reference = []
+        # (setting, images/s, busy ms) per round; step_ms = 16000 / images/s (batch 16).
+        for framework, setting, rounds in (
+                ("pytorch", "eager", ((100.0, 20.0), (120.0, 16.0))),
+                ("pytorch", "compile", ((200.0, 50.0), (250.0, 40.0))),
+                ("compressai", "compile", ((150.0, 64.0),))):
+            reference += [dict(torch_step("bmshj2018-factorized", framework, setting, v, 900), gpu_busy_step_ms=b)
+                          for v, b in rounds]
+        reference.append(torch_step("bmshj2018-factorized", "compressai", "eager", 100.0, 900))  # no busy time
+        table = self.table(plexus, reference)
+        # PyTorch: busy 20, 16, 50, 40 ms for a batch of 16 -> 800, 1000, 320, 400 img/s: 1000 (eager round 2).
+        # CompressAI: busy 64 ms -> 250 img/s (its eager row has none). Plexus median 410:
+        # 410 / 1000 = 0.41x, 410 / 250 = 1.64x; fastest rounds 250 (PyTorch) and 150 (CompressAI).
+        self.assertIn("| vs PyTorch GPU-bound | vs CompressAI GPU-bound |", table)
+        self.assertIn("| 1.64x | 2.73x | 1000.0 | 250.0 | 0.41x | 1.64x |", table)
+
+    def test_no_gpu_bound_columns_without_busy_times(self):
+        plexus = [step("bls2017", "train_step_graph", 200.0, 512)]
+        table = self.table(plexus, [torch_step("bls2017", "pytorch", "eager", 250.0, 700)])
+        self.assertNotIn("GPU-bound", table)
 
 # Stand-ins: plexus-bench and torch_bench.py each print one layer row whose
 # forward time is the number of the call in a shared counter (1, 2, 3...), so

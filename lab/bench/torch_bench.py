@@ -325,6 +325,8 @@ def main():
     ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32")
     ap.add_argument("--tf32", action="store_true", help="deprecated: same as --precision tf32")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile training-step rows")
+    ap.add_argument("--settings", default="", help="time only these settings of the models (comma-separated, e.g. "
+                    "compile; 'compressai' for CompressAI's rows)")
     ap.add_argument("--models", action="store_true", help="time only the models' training steps, not the layers")
     ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
     args = ap.parse_args()
@@ -340,11 +342,14 @@ def main():
             row = time_layer(c, args.warmup, args.repeats, precision, compile_layer=args.compile_layers)
             print(json.dumps(dict(row, precision=precision, compiled=args.compile_layers)), flush=True)
     model_cases = [m for m in cases["models"] if args.only in m["name"]]
+    chosen = [s for s in args.settings.split(",") if s]
     for setting in settings_for(precision, not args.no_compile):
+        if chosen and setting not in chosen:
+            continue
         for m in model_cases:
             print_row_or_failure(f"{m['name']} ({setting})", precision,
                                  lambda: time_model(m, args.warmup, max(5, args.repeats // 2), precision, setting))
-    twins = [m for m in model_cases if m["name"] in COMPRESSAI_TWINS]
+    twins = [m for m in model_cases if m["name"] in COMPRESSAI_TWINS and (not chosen or "compressai" in chosen)]
     models = compressai_models() if twins else None
     for compiled in ([False] if args.no_compile or models is None else [False, True]):
         for m in twins if models else []:

@@ -8,6 +8,8 @@
 # (lab/bench/step_kernels.py). The first kernels of the run are the eager
 # steps' (plexus-bench times them before the CUDA graph), so one step is the
 # kernels between the first two Adam updates.
+# CACHE=none keeps the caches as the previous kernel left them (as in the
+# step itself) instead of flushing them before each kernel.
 # Logs go to $OUT (default step-kernels-logs/); BUILD names the build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +25,7 @@ models=("$@")
 status=0
 for model in "${models[@]}"; do
   echo "== $model"
-  timeout 300 "$ncu" --clock-control none --metrics gpu__time_duration.sum -c 1500 --csv \
+  timeout 300 "$ncu" --clock-control none --cache-control "${CACHE:-all}" --metrics gpu__time_duration.sum -c 1500 --csv \
     "$build/bin/plexus-bench" --precision bf16 --models --only "$model" --warmup 0 --repeats 1 \
     > "$logs/$model.csv" 2> "$logs/$model.err" || { status=1; tail -5 "$logs/$model.err"; continue; }
   python3 lab/bench/step_kernels.py "$logs/$model.csv" | tee "$logs/$model.txt"
