@@ -27,7 +27,10 @@ construction. Each model is timed in three settings, "setting" in its rows:
 and, where CompressAI (imported only then) has the same model, its own
 implementation eager and compiled ("framework": "compressai"). Every model
 row carries "peak_bytes", torch.cuda.max_memory_allocated over building the
-case and its steps. --no-compile skips the compiled settings; --models skips
+case and its timed steps, and "gpu_busy_step_ms", the GPU's busy time per
+step over five more steps traced by torch.profiler (the union of the
+kernels', copies' and fills' intervals): the step's time if the GPU never
+waited for Python to launch its work. --no-compile skips the compiled settings; --models skips
 the layers.
 
 A first line times an 8192^3 matmul at the chosen precision: the ceiling
@@ -39,12 +42,15 @@ import contextlib
 import gc
 import json
 import math
+import os
 import statistics
 import sys
+import tempfile
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 
 import spec_torch
 from spec_torch import GDN, FactorizedEntropyModel
@@ -96,6 +102,41 @@ def median_ms(fn, warmup, repeats):
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return statistics.median(times)
+
+
+# Chrome-trace categories of the work the GPU does: kernels, copies, fills.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def busy_ms_of_trace(trace_path):
+    """The time some device event of a Chrome trace runs (the union of their intervals), in ms."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                       if e.get("cat") in DEVICE_CATEGORIES and "dur" in e)
+    if not intervals:
+        raise RuntimeError("the trace holds no device events")
+    busy, covered = 0.0, intervals[0][0]
+    for start, end in intervals:
+        busy += max(0.0, end - max(start, covered))
+        covered = max(covered, end)
+    return busy / 1e3
+
+
+def gpu_busy_step_ms(step, steps=5):
+    """The GPU's busy time per call of `step` over `steps` calls traced by
+    torch.profiler: what the step would take if the GPU never waited for the
+    host to launch its work (PyTorch's steps wait on Python; a CUDA graph
+    would remove most of that wait)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
+        return busy_ms_of_trace(path) / steps
 
 
 def autocast(precision):
@@ -234,7 +275,7 @@ def time_model(m, warmup, repeats, precision, setting):
     step = spec_step(m, precision, setting, torch.device("cuda"))
     # torch.compile traces and tunes during the first calls: warm up longer.
     ms = median_ms(step, warmup + (10 if SETTINGS[setting][0] else 0), repeats)
-    return model_row(m, setting, "pytorch", ms)
+    return dict(model_row(m, setting, "pytorch", ms), gpu_busy_step_ms=gpu_busy_step_ms(step))
 
 
 # CompressAI's own implementations of bundled specs, the same channel counts
@@ -304,7 +345,8 @@ def time_compressai(models, m, warmup, repeats, precision, compiled):
     reset_memory()
     step = compressai_step(models, m, precision, compiled, torch.device("cuda"))
     ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
-    return model_row(m, "compile" if compiled else "eager", "compressai", ms)
+    row = model_row(m, "compile" if compiled else "eager", "compressai", ms)
+    return dict(row, gpu_busy_step_ms=gpu_busy_step_ms(step))
 
 
 def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
