@@ -18,14 +18,15 @@
 // 128-byte swizzled, the layout wgmma reads.
 //
 // BF16: the copies are rounded to bf16 (nearest even), BK = 64. Where an
-// output row is an odd number of 32-pixel halves of that (Wo % 64 = 32, as
-// in a 5x5/2 layer onto 32x32), a K tile is 32 pixels of two consecutive
-// rows (a, a + 1) instead: each operand's slot holds two 8 KiB sub-tiles,
-// one per row, of 64-byte rows with 64-byte swizzle (a TMA box pads its
-// rows to the swizzle span, so one 2-row box with 128-byte swizzle would
+// output row is not a whole number of 64-pixel tiles, a K tile is 32 pixels
+// of two consecutive rows (a, a + 1; Wo % 64 = 32, as in a 5x5/2 layer onto
+// 64x64) or 16 pixels of four (Wo % 32 = 16, as onto 32x32) instead: each
+// operand's slot holds one sub-tile per row, of 64-byte rows with 64-byte
+// swizzle or 32-byte rows with 32-byte swizzle (a TMA box pads its rows to
+// the swizzle span, so one box of several rows with 128-byte swizzle would
 // not fit the slot); a row past the bottom is zeros. The path takes
 // problems with >= 64 channels on both sides, output rows of whole 32-pixel
-// (TF32, BF16) or 64-pixel tiles, stride <= 4 and at most 4 distinct dj
+// (TF32) or 16-pixel (BF16) tiles, stride <= 4 and at most 4 distinct dj
 // (wgmma_weight_grad_fits); others keep the mma.sync kernels of
 // implicit_gemm_weight_grad.cu.
 //
@@ -62,8 +63,8 @@ struct WgmmaWeightGradParams {
   int in_channels, out_channels, kernel, stride, padding;
   int out_height;
   int shift_min;        // the smallest dj (the first shifted copy of Y)
-  int row_pixels;       // pixels of one row in a K tile: BK, or BK / 2 (two rows per tile)
-  int rows_per_tile;    // 1, or 2: rows a and a + 1, one 64-byte swizzled sub-tile each
+  int row_pixels;       // pixels of one row in a K tile: BK, BK / 2 or BK / 4
+  int rows_per_tile;    // 1, 2 or 4: rows a, a + 1, ..., one sub-tile each (64- or 32-byte swizzled)
   int row_tiles;        // K tiles across an output row: u in [0, row_tiles * row_pixels)
   int row_groups;       // ceil(Ho / rows_per_tile)
   int channel_tiles;    // ceil(Ci / 128)
@@ -150,8 +151,9 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   if (warp == kConsumerThreads / 32) {
     // Producer. Tile k = (image n, output row a, row tile r): A box
     // (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of Y; B
-    // box (r * row_pixels, a + di, c0, n, phase) of the phases; with two rows
-    // per tile, the same for row a + 1 into each slot's second sub-tile. A
+    // box (r * row_pixels, a + di, c0, n, phase) of the phases; with two or
+    // four rows per tile, the same for rows a + 1, ... into the slot's next
+    // sub-tiles. A
     // slot's first use waits on the phase before the barrier's first
     // (parity 1), which counts as complete.
     if (lane == 0)
@@ -197,13 +199,22 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
           wgmma_tf32(acc, a + 2 * step, b + 2 * step);
       }
     } else if constexpr (bf16) {
-      // Two rows: two k16 steps along each sub-tile's 64-byte rows.
+      if (params.rows_per_tile == 2) {
+        // Two rows: two k16 steps along each sub-tile's 64-byte rows.
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const std::uint64_t a = swizzled_64_descriptor(a_tile + r * (kTileBytes / 2) + warpgroup * (kTileBytes / 4));
-        const std::uint64_t b = swizzled_64_descriptor(b_tile + r * (kTileBytes / 2));
+        for (int r = 0; r < 2; ++r) {
+          const std::uint64_t a =
+              swizzled_64_descriptor(a_tile + r * (kTileBytes / 2) + warpgroup * (kTileBytes / 4));
+          const std::uint64_t b = swizzled_64_descriptor(b_tile + r * (kTileBytes / 2));
 #pragma unroll
-        for (int step = 0; step < 2; ++step) wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+          for (int step = 0; step < 2; ++step) wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+        }
+      } else {
+        // Four rows: one k16 step per sub-tile of 32-byte rows.
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          wgmma_bf16(acc, swizzled_32_descriptor(a_tile + r * (kTileBytes / 4) + warpgroup * (kTileBytes / 8)),
+                     swizzled_32_descriptor(b_tile + r * (kTileBytes / 4)));
       }
     }
     wgmma_commit();
@@ -293,11 +304,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 // A tiled tensor map over a packed 5-dimensional array (sizes in elements,
 // innermost first), boxes of `box` elements with rows of box[0] elements
-// (128 or 64 bytes) swizzled over as many bytes, zeros outside.
+// (128, 64 or 32 bytes) swizzled over as many bytes, zeros outside.
 CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint32_t (&box)[5],
                        const char* what) {
   const std::uint64_t element = bf16 ? 2 : 4;
-  const bool row_64_bytes = box[0] * element == 64;
+  const std::uint64_t row_bytes = box[0] * element;
+  const CUtensorMapSwizzle swizzle = row_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_128B;
   std::uint64_t strides[4];  // bytes from one index of dimension d + 1 to the next
   strides[0] = sizes[0] * element;
   for (int d = 1; d < 4; ++d) strides[d] = strides[d - 1] * sizes[d];
@@ -307,7 +321,7 @@ CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], c
       encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                      5, base, sizes, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     row_64_bytes ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                     swizzle,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
@@ -318,10 +332,13 @@ CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], c
 
 int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }
 
-// Pixels of one output row in a K tile: a whole stage, or at BF16 half of
-// one when rows are 32 pixels longer than a multiple of 64 (two rows per tile).
+// Pixels of one output row in a K tile: a whole stage, or at BF16 half or a
+// quarter of one when rows are 32 or 16 pixels longer than a multiple of 64
+// (two or four rows per tile).
 int row_pixels(const ConvProblem& p, bool bf16) {
-  return bf16 && p.out_width % stage_pixels(bf16) != 0 ? stage_pixels(bf16) / 2 : stage_pixels(bf16);
+  const int stage = stage_pixels(bf16);
+  if (!bf16 || p.out_width % stage == 0) return stage;
+  return p.out_width % (stage / 2) == 0 ? stage / 2 : stage / 4;
 }
 
 // floor(a / b) for b > 0.
@@ -396,7 +413,7 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x
   const std::uint64_t y_sizes[5] = {static_cast<std::uint64_t>(columns), static_cast<std::uint64_t>(p.out_height),
                                     static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch),
                                     static_cast<std::uint64_t>(shifts)};
-  // A box: tile_pixels of one row (128 bytes, or 64 with two rows per K tile) of 128 channels.
+  // A box: tile_pixels of one row (128 bytes; 64 or 32 with two or four rows per K tile) of 128 channels.
   const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
   const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, box, "shifted output gradient");
 

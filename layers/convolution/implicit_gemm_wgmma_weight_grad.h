@@ -7,8 +7,8 @@ namespace plexus::layers::implicit_gemm::detail {
 
 // Whether the Hopper kernel takes the problem at this precision (bf16: BF16
 // products, else TF32): stride <= 4, >= 64 input and output channels, and
-// output rows of whole 32-pixel tiles (bf16 takes two rows per K tile where
-// the width is not a multiple of 64).
+// output rows of whole 32-pixel tiles at TF32, 16-pixel tiles at bf16 (two
+// or four rows per K tile where the width is not a multiple of 64).
 // The caller also checks uses_wgmma().
 bool wgmma_weight_grad_fits(const ConvProblem& problem, bool bf16);
 

@@ -36,6 +36,15 @@ __device__ inline std::uint64_t swizzled_64_descriptor(unsigned shared_byte_addr
          (static_cast<std::uint64_t>(512 >> 4) << 32) | (std::uint64_t{2} << 62);
 }
 
+// The same for a K-major tile of 32-byte rows with 32-byte swizzle (16-byte
+// chunk j of row r at chunk j ^ ((r / 4) % 2), as the TMA's 32-byte swizzle
+// writes it): 8-row groups 256 bytes apart, swizzle mode 3, tiles 256-byte
+// aligned. A row is one k16 BF16 step.
+__device__ inline std::uint64_t swizzled_32_descriptor(unsigned shared_byte_address) {
+  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
+         (static_cast<std::uint64_t>(256 >> 4) << 32) | (std::uint64_t{3} << 62);
+}
+
 // d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
 __device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
   asm volatile(

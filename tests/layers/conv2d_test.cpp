@@ -16,6 +16,7 @@
 #include "conv2d/conv2d.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm.h"
+#include "convolution/implicit_gemm_wgmma_weight_grad.h"
 #include "convolution/nhwc_layout.h"
 #include "convolution/weight_grad_layout.h"
 #include "layers/tensor_core_reference.h"
@@ -308,6 +309,13 @@ std::vector<Case> tensor_core_cases() {
       {{{"out_channels", 64}, {"kernel", 4}, {"stride", 2}, {"padding", 1}}, {2, 128, 7, 64}},
       {{{"out_channels", 64}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}, {1, 64, 6, 192}},
       {{{"out_channels", 65}, {"kernel", 3}, {"padding", 1}}, {2, 65, 4, 32}},
+      // BF16 rows of 16 and 48 pixels: four rows per 64-pixel tile (32-byte
+      // sub-tiles), with 5 rows (the second tile holds one real row), 6 rows
+      // of three tiles each with 96 channels, and 192 output channels from
+      // 128 (as onto a 32x32 image, a partial row tile).
+      {{{"out_channels", 72}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 64, 9, 32}},
+      {{{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {1, 96, 6, 48}},
+      {{{"out_channels", 192}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 128, 8, 32}},
       // 1 to 4 input channels (the layer reading an RGB image): forward and
       // the weight gradient from staged image strips (few_channel_conv.h), at
       // strides 1 to 4, kernels 3 to 9 (243 columns of the weight gradient),
@@ -370,6 +378,39 @@ TEST(Conv2d, FewChannelKernelsTakeOnlyImageSideLayers) {
   EXPECT_FALSE(few_channel_conv::takes_forward(too_many_taps));
   EXPECT_FALSE(few_channel_conv::takes_backward_weight(too_many_taps));
 }
+
+#if PLEXUS_WITH_CUDA
+// Which weight gradients the Hopper kernel takes, by output row width: at
+// bf16 whole 16-pixel tiles (a 64-pixel K tile of 1, 2 or 4 rows), at TF32
+// whole 32-pixel tiles; narrower or ragged rows, fewer than 64 channels or
+// a stride above 4 stay on mma.sync. Host logic: runs without a GPU.
+TEST(Conv2d, HopperWeightGradientTakesWholeRowTiles) {
+  implicit_gemm::ConvProblem p;
+  p.batch = 16;
+  p.in_channels = 128;
+  p.out_channels = 192;
+  p.kernel = 5;
+  p.stride = 2;
+  p.padding = 2;
+  const auto fits = [&](long long out_width, bool bf16) {
+    p.width = 2 * out_width;
+    p.height = 2 * out_width;
+    p.out_width = out_width;
+    p.out_height = out_width;
+    return implicit_gemm::detail::wgmma_weight_grad_fits(p, bf16);
+  };
+  for (const long long width : {16, 32, 48, 64, 80, 128}) EXPECT_TRUE(fits(width, true)) << width << " bf16";
+  for (const long long width : {8, 24, 40, 4}) EXPECT_FALSE(fits(width, true)) << width << " bf16";
+  for (const long long width : {32, 64, 96}) EXPECT_TRUE(fits(width, false)) << width << " tf32";
+  for (const long long width : {16, 48, 8}) EXPECT_FALSE(fits(width, false)) << width << " tf32";
+  fits(16, true);
+  p.in_channels = 48;
+  EXPECT_FALSE(implicit_gemm::detail::wgmma_weight_grad_fits(p, true)) << "48 input channels";
+  p.in_channels = 128;
+  p.stride = 5;
+  EXPECT_FALSE(implicit_gemm::detail::wgmma_weight_grad_fits(p, true)) << "stride 5";
+}
+#endif
 
 TEST(Conv2d, TensorCoreEngineTakesOnlyTf32OrBf16F32Cuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
