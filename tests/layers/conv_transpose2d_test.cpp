@@ -417,9 +417,12 @@ std::vector<Case> tensor_core_cases() {
       // tap on Hopper's wgmma path), 48 output channels.
       {{{"out_channels", 48}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 192, 5, 6}},
       {{{"out_channels", 192}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {2, 128, 4, 5}},
-      // Inputs 64 wide, >= 64 channels both sides: the Hopper weight gradient
-      // (TMA boxes of the output gradient's stride phases).
+      // Inputs 64 and 16 wide, >= 64 channels both sides: the Hopper weight
+      // gradient (TMA boxes of the output gradient's stride phases); at BF16
+      // the 16-pixel rows go four to a K tile (5 rows: the second tile holds
+      // one real row), as in a synthesis transform's first layer at 16x16.
       {{{"out_channels", 80}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 9, 64}},
+      {{{"out_channels", 96}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {2, 64, 5, 16}},
       // 1 to 4 output channels (the layer writing an RGB image): its input
       // gradient and weight gradient run the few-channel kernels
       // (few_channel_conv.h) over 64-pixel tiles of its input's rows.
