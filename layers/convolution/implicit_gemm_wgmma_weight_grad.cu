@@ -105,6 +105,28 @@ __device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map,
       : "memory");
 }
 
+// acc += one ring slot's products: kRows output rows, each in its own
+// sub-tile of 128 channel rows of kRowBytes / kRows bytes (swizzled over as
+// many), multiplied in 32-byte k steps (k8 TF32 / k16 BF16) along them;
+// warpgroup w takes rows 64w..64w+63 of A.
+template <int kRows, bool bf16>
+__device__ inline void multiply_tile(float (&acc)[16][4], unsigned a_tile, unsigned b_tile, int warpgroup) {
+  constexpr int kSubTileBytes = kTileBytes / kRows, kSubRowBytes = kRowBytes / kRows;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const std::uint64_t a =
+        swizzled_descriptor<kSubRowBytes>(a_tile + r * kSubTileBytes + warpgroup * (kSubTileBytes / 2));
+    const std::uint64_t b = swizzled_descriptor<kSubRowBytes>(b_tile + r * kSubTileBytes);
+#pragma unroll
+    for (int step = 0; step < kSubRowBytes / 32; ++step) {
+      if constexpr (bf16)
+        wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+      else
+        wgmma_tf32(acc, a + 2 * step, b + 2 * step);
+    }
+  }
+}
+
 #endif
 
 // grid = (taps x channel tiles, output-channel tiles, K splits). 288
@@ -188,34 +210,12 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
     fence_accumulators(acc);
     wgmma_fence();
     if (params.rows_per_tile == 1) {
-      // Four k8 (TF32) / k16 (BF16) steps of 32 bytes along the 128-byte rows.
-      const std::uint64_t a = swizzled_descriptor(a_tile + warpgroup * (kTileBytes / 2));
-      const std::uint64_t b = swizzled_descriptor(b_tile);
-#pragma unroll
-      for (int step = 0; step < kRowBytes / 32; ++step) {
-        if constexpr (bf16)
-          wgmma_bf16(acc, a + 2 * step, b + 2 * step);
-        else
-          wgmma_tf32(acc, a + 2 * step, b + 2 * step);
-      }
+      multiply_tile<1, bf16>(acc, a_tile, b_tile, warpgroup);
     } else if constexpr (bf16) {
-      if (params.rows_per_tile == 2) {
-        // Two rows: two k16 steps along each sub-tile's 64-byte rows.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const std::uint64_t a =
-              swizzled_64_descriptor(a_tile + r * (kTileBytes / 2) + warpgroup * (kTileBytes / 4));
-          const std::uint64_t b = swizzled_64_descriptor(b_tile + r * (kTileBytes / 2));
-#pragma unroll
-          for (int step = 0; step < 2; ++step) wgmma_bf16(acc, a + 2 * step, b + 2 * step);
-        }
-      } else {
-        // Four rows: one k16 step per sub-tile of 32-byte rows.
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          wgmma_bf16(acc, swizzled_32_descriptor(a_tile + r * (kTileBytes / 4) + warpgroup * (kTileBytes / 8)),
-                     swizzled_32_descriptor(b_tile + r * (kTileBytes / 4)));
-      }
+      if (params.rows_per_tile == 2)
+        multiply_tile<2, bf16>(acc, a_tile, b_tile, warpgroup);
+      else
+        multiply_tile<4, bf16>(acc, a_tile, b_tile, warpgroup);
     }
     wgmma_commit();
     wgmma_wait<1>();  // tile k-1's products are done

@@ -16,33 +16,21 @@ constexpr int kWgmmaTileBytes = kWgmmaTileRows * kWgmmaRowBytes;  // 16 KiB: one
 constexpr int kWgmmaSwizzleAlign = 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// wgmma shared-memory matrix descriptor of a K-major tile with 128-byte
-// swizzle: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits
-// 16-29; unused by swizzled K-major layouts, 1 by convention), stride byte
-// offset >> 4 (bits 32-45: 1024, one 8-row group), base offset 0 (bits 49-51:
-// tiles are 1024-byte aligned), swizzle mode 1 = 128 bytes (bits 62-63). The
+// wgmma shared-memory matrix descriptor of a K-major tile of kRowBytes-byte
+// rows swizzled over as many bytes (128, 64 or 32), as the TMA's swizzle of
+// that span writes it (16-byte chunk j of row r at chunk
+// j ^ ((r / (128 / kRowBytes)) % (kRowBytes / 16))): start address >> 4 (bits
+// 0-13), leading byte offset >> 4 (bits 16-29; unused by swizzled K-major
+// layouts, 1 by convention), stride byte offset >> 4 (bits 32-45: one 8-row
+// group, 8 kRowBytes), base offset 0 (bits 49-51: tiles are aligned to their
+// 8-row group), swizzle mode (bits 62-63: 1 = 128 bytes, 2 = 64, 3 = 32). The
 // k-th 32 bytes of the rows (one k8 TF32 / k16 BF16 step) start 2k units later.
+template <int kRowBytes = kWgmmaRowBytes>
 __device__ inline std::uint64_t swizzled_descriptor(unsigned shared_byte_address) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64 || kRowBytes == 32, "wgmma swizzles 128, 64 or 32 bytes");
+  constexpr std::uint64_t kMode = kRowBytes == 128 ? 1 : kRowBytes == 64 ? 2 : 3;
   return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
-         (static_cast<std::uint64_t>(kWgmmaSwizzleAlign >> 4) << 32) | (std::uint64_t{1} << 62);
-}
-
-// The same for a K-major tile of 64-byte rows with 64-byte swizzle (16-byte
-// chunk j of row r at chunk j ^ ((r / 2) % 4), as the TMA's 64-byte swizzle
-// writes it): 8-row groups 512 bytes apart, swizzle mode 2 (bits 62-63),
-// tiles 512-byte aligned. A row holds two k16 BF16 steps.
-__device__ inline std::uint64_t swizzled_64_descriptor(unsigned shared_byte_address) {
-  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
-         (static_cast<std::uint64_t>(512 >> 4) << 32) | (std::uint64_t{2} << 62);
-}
-
-// The same for a K-major tile of 32-byte rows with 32-byte swizzle (16-byte
-// chunk j of row r at chunk j ^ ((r / 4) % 2), as the TMA's 32-byte swizzle
-// writes it): 8-row groups 256 bytes apart, swizzle mode 3, tiles 256-byte
-// aligned. A row is one k16 BF16 step.
-__device__ inline std::uint64_t swizzled_32_descriptor(unsigned shared_byte_address) {
-  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) | (std::uint64_t{1} << 16) |
-         (static_cast<std::uint64_t>(256 >> 4) << 32) | (std::uint64_t{3} << 62);
+         (static_cast<std::uint64_t>(8 * kRowBytes >> 4) << 32) | (kMode << 62);
 }
 
 // d[64 x 128] += a[64 x 8] b[8 x 128]^T, TF32, both K-major in shared memory.
