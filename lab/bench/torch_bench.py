@@ -235,9 +235,11 @@ def reset_memory():
     torch.cuda.reset_peak_memory_stats()
 
 
-def model_row(m, setting, framework, ms):
-    return {"kind": "train_step", "name": m["name"], "framework": framework, "setting": setting, "step_ms": ms,
-            "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated()}
+def model_row(m, setting, framework, step, ms):
+    """The row of a step timed at `ms`: its peak memory so far, then its GPU busy time (more steps, traced)."""
+    row = {"kind": "train_step", "name": m["name"], "framework": framework, "setting": setting, "step_ms": ms,
+           "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated()}
+    return dict(row, gpu_busy_step_ms=gpu_busy_step_ms(step))
 
 
 def autocast_on(device, precision):
@@ -275,7 +277,7 @@ def time_model(m, warmup, repeats, precision, setting):
     step = spec_step(m, precision, setting, torch.device("cuda"))
     # torch.compile traces and tunes during the first calls: warm up longer.
     ms = median_ms(step, warmup + (10 if SETTINGS[setting][0] else 0), repeats)
-    return dict(model_row(m, setting, "pytorch", ms), gpu_busy_step_ms=gpu_busy_step_ms(step))
+    return model_row(m, setting, "pytorch", step, ms)
 
 
 # CompressAI's own implementations of bundled specs, the same channel counts
@@ -345,8 +347,7 @@ def time_compressai(models, m, warmup, repeats, precision, compiled):
     reset_memory()
     step = compressai_step(models, m, precision, compiled, torch.device("cuda"))
     ms = median_ms(step, warmup + (10 if compiled else 0), repeats)
-    row = model_row(m, "compile" if compiled else "eager", "compressai", ms)
-    return dict(row, gpu_busy_step_ms=gpu_busy_step_ms(step))
+    return model_row(m, "compile" if compiled else "eager", "compressai", step, ms)
 
 
 def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
