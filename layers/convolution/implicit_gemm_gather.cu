@@ -144,52 +144,25 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
 }
 
 // dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q],
-// summed in f32 in that order and stored as Dest (f32, or BFloat16 rounded to
-// nearest even). Block (x, y) takes image plane x = n * m_size + m, chunk y
-// of it, grid-stride over the plane in blocks of kReduceThreads threads, a
-// thread kReduceWidth consecutive q (16-byte loads when the plane is a
-// multiple of kReduceWidth; size then is too, so every split's row is
-// 16-byte aligned).
-constexpr int kReduceThreads = 128, kReduceWidth = 4;
-
+// summed in f32 and stored as Dest (f32, or BFloat16 rounded to nearest even);
+// grid-stride, consecutive threads on consecutive q (coalesced).
 template <class Dest>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
-                         const float* bias, Dest* dest) {
-  const long long first = static_cast<long long>(blockIdx.x) * plane;
-  const float start = bias ? bias[blockIdx.x % m_size] : 0.0f;
-  const bool vector = plane % kReduceWidth == 0;
-  for (int q = (blockIdx.y * kReduceThreads + threadIdx.x) * kReduceWidth; q < plane;
-       q += gridDim.y * kReduceThreads * kReduceWidth) {
-    float sum[kReduceWidth];
-#pragma unroll
-    for (int e = 0; e < kReduceWidth; ++e) sum[e] = start;
-    const int count = min(kReduceWidth, plane - q);
-    for (int split = 0; split < splits; ++split) {
-      const float* row = partial + split * size + first + q;
-      if (vector) {
-        const float4 v = *reinterpret_cast<const float4*>(row);
-        sum[0] += v.x;
-        sum[1] += v.y;
-        sum[2] += v.z;
-        sum[3] += v.w;
-      } else {
-        for (int e = 0; e < count; ++e) sum[e] += row[e];
-      }
-    }
-    for (int e = 0; e < count; ++e) store_f32(dest + first + q + e, sum[e]);
+__global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
+                                     const float* bias, Dest* dest) {
+  for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
+    for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
+    store_f32(dest + index, sum);
   }
 }
 
 // Packs the weight W [Co, Ci, k, k] into each part's A [m_pad][k_stride],
-// zero beyond m_size and k_size. Flat K (channel_pad 0):
+// zero beyond m_size and k_size:
 //   forward:        A[o][(c, i, j)]   = W[o, c, i, j]
 //   backward_data:  A[c][(o, ti, tj)] = W[o, c, tap_row0 + s*ti, tap_col0 + s*tj]
-// tap-major K, with tap = (ti, tj) and channels padded to channel_pad:
-//   forward:        A[o][tap * channel_pad + c] = W[o, c, ti, tj]
-//   backward_data:  A[c][tap * channel_pad + o] = W[o, c, tap_row0 + s*ti, tap_col0 + s*tj]
 // as f32, or (Packed = std::uint16_t, the wgmma BF16 operand) as bf16 bit
-// patterns rounded to nearest even.
+// patterns rounded to nearest even. grid.y = part; grid-stride over the part's elements.
 struct PackPart {
   int k_size, k_stride, taps_h, taps_w, tap_row0, tap_col0;
   long long offset;
@@ -206,9 +179,8 @@ struct PackParams {
   PackPart parts[kMaxPhases];
 };
 
-// Flat K: one thread per element of A, grid-stride; grid.y = part.
 template <class Packed>
-__global__ void pack_flat_weight_kernel(const PackParams params) {
+__global__ void pack_weight_kernel(const PackParams params) {
   const PackPart& part = params.parts[blockIdx.y];
   Packed* packed = static_cast<Packed*>(params.packed);
   const long long total = static_cast<long long>(params.m_pad) * part.k_stride;
@@ -216,7 +188,15 @@ __global__ void pack_flat_weight_kernel(const PackParams params) {
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int m = static_cast<int>(index / part.k_stride), k = static_cast<int>(index % part.k_stride);
     float value = 0.0f;
-    if (m < params.m_size && k < part.k_size) {
+    if (m < params.m_size && k < part.k_size && params.channel_pad > 0) {
+      // Tap-major: k = tap*channel_pad + c.
+      const int tap = k / params.channel_pad, c = k % params.channel_pad;
+      const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
+      const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
+      const long long o = params.transpose ? c : m, ci = params.transpose ? m : c;
+      if (c < params.channels)
+        value = params.weight[((o * params.in_channels + ci) * params.kernel + i) * params.kernel + j];
+    } else if (m < params.m_size && k < part.k_size) {
       if (!params.transpose) {
         value = params.weight[static_cast<long long>(m) * part.k_size + k];
       } else {
@@ -230,53 +210,6 @@ __global__ void pack_flat_weight_kernel(const PackParams params) {
       }
     }
     store_f32(packed + part.offset + index, value);
-  }
-}
-
-// Tap-major K (k = tap * channel_pad + c): block (x, m, part) writes
-// channels c = 32x .. 32x + 31 of every tap of row m, warp y taking taps y,
-// y + 8, ... The source values of those channels, W[o, c, :, :] (forward) or
-// W[c, m, :, :] (backward_data: c is the output channel), are the block's k*k
-// floats per channel, read once into L1 and reused across its taps; a warp's
-// store is 32 consecutive elements of A. Block x = 0 also zeroes the row's
-// columns past the taps (k_size <= k < k_stride).
-constexpr int kPackChannels = 32, kPackTapLanes = 8;
-
-template <class Packed>
-__global__ void __launch_bounds__(kPackChannels* kPackTapLanes)
-    pack_tap_major_weight_kernel(const PackParams params) {
-  const PackPart& part = params.parts[blockIdx.z];
-  const int m = blockIdx.y, c = blockIdx.x * kPackChannels + threadIdx.x;
-  Packed* row = static_cast<Packed*>(params.packed) + part.offset + static_cast<long long>(m) * part.k_stride;
-  const int taps = part.k_size / params.channel_pad;
-  const bool inside = m < params.m_size && c < params.channels;
-  const long long o = params.transpose ? c : m, ci = params.transpose ? m : c;
-  const float* source =
-      inside ? params.weight + (o * params.in_channels + ci) * params.kernel * params.kernel : nullptr;
-  if (c < params.channel_pad)
-    for (int tap = threadIdx.y; tap < taps; tap += kPackTapLanes) {
-      const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
-      const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
-      store_f32(row + tap * params.channel_pad + c, inside ? source[i * params.kernel + j] : 0.0f);
-    }
-  if (blockIdx.x == 0)
-    for (int k = part.k_size + threadIdx.y * kPackChannels + threadIdx.x; k < part.k_stride;
-         k += kPackChannels * kPackTapLanes)
-      store_f32(row + k, 0.0f);
-}
-
-template <class Packed>
-void launch_pack(const Context& ctx, const PackParams& pack, int part_count, long long largest) {
-  if (pack.channel_pad > 0) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(pack.channel_pad, kPackChannels)),
-                    static_cast<unsigned>(pack.m_pad), static_cast<unsigned>(part_count));
-    pack_tap_major_weight_kernel<Packed>
-        <<<grid, dim3(kPackChannels, kPackTapLanes), 0, cuda::stream(ctx)>>>(pack);
-    cuda::check_launch("pack_tap_major_weight_kernel", __FILE__, __LINE__);
-  } else {
-    const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
-    pack_flat_weight_kernel<Packed><<<grid, 256, 0, cuda::stream(ctx)>>>(pack);
-    cuda::check_launch("pack_flat_weight_kernel", __FILE__, __LINE__);
   }
 }
 
@@ -305,10 +238,12 @@ const void* pack_weight(const Context& ctx, const PackParams& pack, int part_cou
   for (int p = 0; p < part_count; ++p)
     largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
   if (largest > 0) {
+    const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
     if (bf16)
-      launch_pack<std::uint16_t>(ctx, filled, part_count, largest);
+      pack_weight_kernel<std::uint16_t><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
     else
-      launch_pack<float>(ctx, filled, part_count, largest);
+      pack_weight_kernel<float><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
   }
   return filled.packed;
 }
@@ -379,16 +314,14 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
   if (params.splits > 1) {
+    const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
     const int plane = params.dest_h * params.dest_w;
-    const dim3 reduce_blocks(static_cast<unsigned>(static_cast<long long>(params.batch) * params.m_size),
-                             static_cast<unsigned>(std::min<long long>(
-                                 ceil_div(plane, kReduceThreads * kReduceWidth), 65535)));
     if (params.dest_bf16)
-      reduce_splits_kernel<BFloat16><<<reduce_blocks, kReduceThreads, 0, cuda::stream(ctx)>>>(
+      reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
           params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
           static_cast<BFloat16*>(params.dest));
     else
-      reduce_splits_kernel<float><<<reduce_blocks, kReduceThreads, 0, cuda::stream(ctx)>>>(
+      reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
           params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
           static_cast<float*>(params.dest));
     cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
