@@ -1,7 +1,8 @@
 /* Hashes of decoded JPEG pixels and of libm results, to compare two machines
  * whose CPU training differs (the inputs and the math library as causes):
  *   gcc -O2 -o probe lab/checks/cpu-platform-probe.c -ljpeg -lm
- *   ./probe data/train-sample/*.jpg                                           */
+ *   ./probe data/train-sample/IMAGE.jpg ...
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
