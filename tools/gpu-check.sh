@@ -82,7 +82,7 @@ run_ctest() {
   local gpus skipped
   gpus=$(nvidia-smi --list-gpus | wc -l)
   skipped=$(grep -E "\(Skipped\)" "$logs/ctest.log" | { if [ "$gpus" -lt 2 ]; then grep -v "\.TwoGpu"; else cat; fi; } | wc -l)
-  grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|Exception" "$logs/ctest.log" | head -40
+  grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\*\*\*Exception" "$logs/ctest.log" | head -40
   summary+=("ctest: ${tests_line:-no result} (rc=$rc); skipped: $skipped$([ "$gpus" -lt 2 ] && echo " (the two-GPU tests not counted: one GPU visible)")")
   # Data-parallel training through NCCL at world size 1 (tests/distributed/
   # nccl_communicator_test.cpp and the --gpus tests of plexus-ae); they skip,
