@@ -20,8 +20,10 @@
 #   PHASES="build ctest mma-sync memcheck plugins"
 # e.g. PHASES="memcheck" after a fix, on a build folder an earlier run made.
 # The check passes only when every phase passes; with some phases left out
-# the summary says which ran. MEMCHECK_JOBS (default 4) test binaries run
-# under memcheck at once, on the one GPU. MEMCHECK_SHARD=K/N (0 <= K < N)
+# the summary says which ran. MEMCHECK_JOBS (default 4 a GPU) test binaries
+# run under memcheck at once, spread over the visible GPUs: the K-th binary
+# sees them all, GPU K mod G first (so tests that need two GPUs still have
+# them, and device 0 of each binary takes turns). MEMCHECK_SHARD=K/N (0 <= K < N)
 # runs only shard K of N of every binary's CUDA tests under memcheck
 # (GoogleTest's sharding), so that memcheck over the whole suite can be
 # split into N shorter runs on one build, e.g.
@@ -109,8 +111,29 @@ run_mma_sync() {
   [ $ok = 1 ] || failed=1
 }
 
+# The visible GPUs' indices, one per line: CUDA_VISIBLE_DEVICES's entries
+# when it is set, else 0 .. (nvidia-smi's count - 1).
+visible_gpus() {
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES"
+  else
+    seq 0 $(($(nvidia-smi --list-gpus | wc -l) - 1))
+  fi
+}
+
+# The GPUs of visible_gpus, comma-separated, starting from the (K mod G)-th.
+gpus_from() {
+  local k=$1 gpus
+  mapfile -t gpus < <(visible_gpus)
+  local count=${#gpus[@]} i list=""
+  ((count > 0)) || return 0
+  for ((i = 0; i < count; ++i)); do list+=${list:+,}${gpus[(k + i) % count]}; done
+  echo "$list"
+}
+
 # memcheck over the given test binaries' *Cuda* tests, MEMCHECK_JOBS at a
-# time; prints one line per binary (LABEL names its group) in the order
+# time (default 4 a GPU), the K-th with CUDA_VISIBLE_DEVICES=$(gpus_from K);
+# prints one line per binary (LABEL names its group) in the order
 # given, appends every report to memcheck.log (memcheck-shardK-of-N.log
 # with a shard), and adds the counts to memcheck_runs, memcheck_errors and
 # memcheck_nccl_probes. A binary whose tests passed and whose every report
@@ -125,13 +148,18 @@ memcheck_binaries() {
   shift
   local dir=$logs/$memcheck_name
   mkdir -p "$dir"
-  # GoogleTest runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
-  printf '%s\n' "$@" | xargs -P "${MEMCHECK_JOBS:-4}" -I{} bash -c \
-    'out="$1/$(basename "$2")"
-     if [ -n "$3" ]; then export GTEST_TOTAL_SHARDS=$3 GTEST_SHARD_INDEX=$4; else unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX; fi
-     compute-sanitizer --tool memcheck --error-exitcode 99 "$2" --gtest_filter="*Cuda*" > "$out.log" 2>&1
+  local gpu_count k
+  gpu_count=$(visible_gpus | wc -l)
+  # Lines "devices", "binary" for xargs to take two at a time. GoogleTest
+  # runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
+  for ((k = 1; k <= $#; ++k)); do printf '%s\n%s\n' "$(gpus_from $((k - 1)))" "${!k}"; done |
+    xargs -d '\n' -n 2 -P "${MEMCHECK_JOBS:-$((4 * (gpu_count > 0 ? gpu_count : 1)))}" bash -c \
+    'out="$1/$(basename "$5")"
+     if [ -n "$2" ]; then export GTEST_TOTAL_SHARDS=$2 GTEST_SHARD_INDEX=$3; else unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX; fi
+     if [ -n "$4" ]; then export CUDA_VISIBLE_DEVICES=$4; fi
+     compute-sanitizer --tool memcheck --error-exitcode 99 "$5" --gtest_filter="*Cuda*" > "$out.log" 2>&1
      echo $? > "$out.rc"' \
-    _ "$dir" {} "$shard_count" "$shard_index"
+    _ "$dir" "$shard_count" "$shard_index"
   local binary name rc note probes
   for binary in "$@"; do
     name=$(basename "$binary")

@@ -8,7 +8,8 @@
 # phases and the shard that did not run; a shard given without the memcheck
 # phase is reported, and one inherited from the caller's environment does
 # not reach an unsharded run; NCCL's reports of probing its own kernels are
-# counted apart only when they are a passing binary's only reports.
+# counted apart only when they are a passing binary's only reports; the
+# binaries are spread over the visible GPUs (CUDA_VISIBLE_DEVICES rotated).
 set -euo pipefail
 source_dir=$1
 work=$(mktemp -d)
@@ -18,7 +19,7 @@ mkdir -p "$work/bin" "$work/build/tests"
 cat > "$work/bin/nvidia-smi" <<'STANDIN'
 #!/usr/bin/env bash
 case "$*" in
-  *--list-gpus*) echo "GPU 0: stand-in" ;;
+  *--list-gpus*) for ((i = 0; i < ${STANDIN_GPUS:-1}; ++i)); do echo "GPU $i: stand-in"; done ;;
   *) echo "stand-in GPU, 1.0" ;;
 esac
 STANDIN
@@ -59,7 +60,7 @@ if [ "\$1" = "--gtest_list_tests" ]; then
   for t in $tests; do printf '  %s\n' "\$t"; done
   exit 0
 fi
-echo "$name ran, shard \${GTEST_SHARD_INDEX:-none} of \${GTEST_TOTAL_SHARDS:-none}; $message"
+echo "$name ran, shard \${GTEST_SHARD_INDEX:-none} of \${GTEST_TOTAL_SHARDS:-none}, GPUs \${CUDA_VISIBLE_DEVICES:-unset}; $message"
 case "$message" in
   *"test failure"*) echo "[  FAILED  ] 1 test, listed below:"; exit 1 ;;
   *) echo "[  PASSED  ] 1 test." ;;
@@ -103,8 +104,20 @@ run PHASES=memcheck GTEST_TOTAL_SHARDS=5 GTEST_SHARD_INDEX=4
 check "memcheck" 0 "cuda_a_test: rc=0" "cuda_b_test: rc=0" "SUMMARY: memcheck: 2 binaries, 0 with errors" \
   "SUMMARY: gpu-check PASSED (phases run: memcheck; not run: build ctest mma-sync plugins)"
 if grep -q cpu_only_test "$work/out.txt"; then echo "a binary without CUDA tests ran under memcheck"; exit 1; fi
-grep -qF "cuda_a_test ran, shard none of none" "$work/logs/memcheck.log" ||
-  { echo "memcheck.log lacks the unsharded run"; exit 1; }
+grep -qF "cuda_a_test ran, shard none of none, GPUs 0;" "$work/logs/memcheck.log" ||
+  { echo "memcheck.log lacks the unsharded run on GPU 0"; cat "$work/logs/memcheck.log"; exit 1; }
+
+# Binaries spread over the GPUs, each seeing all of them: the K-th starts from GPU K mod G.
+for setting in "STANDIN_GPUS=2:0,1:1,0" "STANDIN_GPUS=1 CUDA_VISIBLE_DEVICES=3,5:3,5:5,3"; do
+  IFS=: read -r variables first second <<< "$setting"
+  read -r -a variables <<< "$variables"
+  run PHASES=memcheck "${variables[@]}"
+  check "memcheck on GPUs ($setting)" 0 "SUMMARY: memcheck: 2 binaries, 0 with errors"
+  for expected in "cuda_a_test ran, shard none of none, GPUs $first;" "cuda_b_test ran, shard none of none, GPUs $second;"; do
+    grep -qF "$expected" "$work/logs/memcheck.log" ||
+      { echo "memcheck on GPUs ($setting): no '$expected' in"; cat "$work/logs/memcheck.log"; exit 1; }
+  done
+done
 
 run PHASES=memcheck MEMCHECK_SHARD=1/3
 check "shard 1/3" 0 "SUMMARY: memcheck (shard 1 of 3 of the CUDA tests): 2 binaries, 0 with errors" \
