@@ -121,18 +121,22 @@ visible_gpus() {
   fi
 }
 
-# The GPUs of visible_gpus, comma-separated, starting from the (K mod G)-th.
-gpus_from() {
-  local k=$1 gpus
-  mapfile -t gpus < <(visible_gpus)
-  local count=${#gpus[@]} i list=""
-  ((count > 0)) || return 0
-  for ((i = 0; i < count; ++i)); do list+=${list:+,}${gpus[(k + i) % count]}; done
+# rotated K GPU...: the GPUs given, comma-separated, starting from the
+# (K mod count)-th; nothing when none is given.
+rotated() {
+  local k=$1
+  shift
+  local i list=""
+  for ((i = 0; i < $#; ++i)); do
+    local at=$(((k + i) % $# + 1))
+    list+=${list:+,}${!at}
+  done
   echo "$list"
 }
 
 # memcheck over the given test binaries' *Cuda* tests, MEMCHECK_JOBS at a
-# time (default 4 a GPU), the K-th with CUDA_VISIBLE_DEVICES=$(gpus_from K);
+# time (default 4 a GPU), the K-th (from 0) with CUDA_VISIBLE_DEVICES the
+# visible GPUs rotated by K;
 # prints one line per binary (LABEL names its group) in the order
 # given, appends every report to memcheck.log (memcheck-shardK-of-N.log
 # with a shard), and adds the counts to memcheck_runs, memcheck_errors and
@@ -148,12 +152,12 @@ memcheck_binaries() {
   shift
   local dir=$logs/$memcheck_name
   mkdir -p "$dir"
-  local gpu_count k
-  gpu_count=$(visible_gpus | wc -l)
+  local gpus k
+  mapfile -t gpus < <(visible_gpus)
   # Lines "devices", "binary" for xargs to take two at a time. GoogleTest
   # runs only shard GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS of the selected tests.
-  for ((k = 1; k <= $#; ++k)); do printf '%s\n%s\n' "$(gpus_from $((k - 1)))" "${!k}"; done |
-    xargs -d '\n' -n 2 -P "${MEMCHECK_JOBS:-$((4 * (gpu_count > 0 ? gpu_count : 1)))}" bash -c \
+  for ((k = 1; k <= $#; ++k)); do printf '%s\n%s\n' "$(rotated $((k - 1)) "${gpus[@]}")" "${!k}"; done |
+    xargs -d '\n' -n 2 -P "${MEMCHECK_JOBS:-$((4 * (${#gpus[@]} > 0 ? ${#gpus[@]} : 1)))}" bash -c \
     'out="$1/$(basename "$5")"
      if [ -n "$2" ]; then export GTEST_TOTAL_SHARDS=$2 GTEST_SHARD_INDEX=$3; else unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX; fi
      if [ -n "$4" ]; then export CUDA_VISIBLE_DEVICES=$4; fi

@@ -239,7 +239,8 @@ def model_row(m, setting, framework, step, ms):
     """The row of a step timed at `ms`: its peak memory so far, then its GPU busy time (more steps, traced)."""
     row = {"kind": "train_step", "name": m["name"], "framework": framework, "setting": setting, "step_ms": ms,
            "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated()}
-    return dict(row, gpu_busy_step_ms=gpu_busy_step_ms(step))
+    row["gpu_busy_step_ms"] = gpu_busy_step_ms(step)
+    return row
 
 
 def autocast_on(device, precision):
