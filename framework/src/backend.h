@@ -27,8 +27,6 @@ bool built_with_cuda();
 // thread, allocate, release, fill_zero and device copies are enqueued on it;
 // nullptr restores the legacy stream. No-op without CUDA.
 void set_capture_stream(void* stream);
-// The stream set by set_capture_stream on this thread, or nullptr.
-void* capture_stream();
 
 }  // namespace plexus::device_memory
 
@@ -42,30 +40,6 @@ void synchronize(CudaResources& resources);
 // Context::DeferredJoins and Context::join_branches (plexus/cuda/branch.h).
 void set_deferred_joins(CudaResources& resources, bool deferred);
 void join_branches(CudaResources& resources);
-// Lanes: streams beside the context's own, on which Net runs the paths of
-// its graph that do not depend on each other (framework/src/net_lanes.h).
-// Each lane has its own cuBLAS handle and workspace; marks are events, one
-// per node, that other lanes wait for. No-ops without CUDA.
-//   lanes_begin   makes the lanes and marks still missing (refused while
-//                 this thread records a CUDA graph: a step is run once
-//                 eagerly first) and records the fork on the context's
-//                 stream; lane k runs on a stream of the highest priority
-//                 when urgent[k] is nonzero, else of the lowest
-//   lane_enter    work of the context now goes to lane `lane` (whose first
-//                 entry since lanes_begin waits for the fork), and so do
-//                 memory operations while this thread records a graph
-//   lane_mark     records mark `mark` on the current lane
-//   lane_wait     the current stream waits for mark `mark`
-//   lane_leave    back to the context's own stream
-//   lanes_end     the context's stream waits for every lane entered
-// current_lane: the lane entered, or -1 on the context's own stream.
-void lanes_begin(CudaResources& resources, int lanes, int marks, const char* urgent);
-void lane_enter(CudaResources& resources, int lane);
-void lane_mark(CudaResources& resources, int mark);
-void lane_wait(CudaResources& resources, int mark);
-void lane_leave(CudaResources& resources);
-void lanes_end(CudaResources& resources);
-int current_lane(const CudaResources& resources);
 // *seed_on_device = seed, enqueued on `stream` (a cudaStream_t; framework/src/cuda/random.cu).
 void write_seed(void* stream, std::uint64_t* seed_on_device, std::uint64_t seed);
 }  // namespace plexus::cuda

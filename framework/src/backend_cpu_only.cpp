@@ -47,7 +47,6 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
 int cuda_device_count() { return 0; }
 bool built_with_cuda() { return false; }
 void set_capture_stream(void*) {}
-void* capture_stream() { return nullptr; }
 
 }  // namespace plexus::device_memory
 
@@ -63,11 +62,4 @@ void set_tf32(CudaResources&, bool) {}
 void synchronize(CudaResources&) {}
 void set_deferred_joins(CudaResources&, bool) {}
 void join_branches(CudaResources&) {}
-void lanes_begin(CudaResources&, int, int, const char*) {}
-void lane_enter(CudaResources&, int) {}
-void lane_mark(CudaResources&, int) {}
-void lane_wait(CudaResources&, int) {}
-void lane_leave(CudaResources&) {}
-void lanes_end(CudaResources&) {}
-int current_lane(const CudaResources&) { return -1; }
 }  // namespace plexus::cuda

@@ -18,12 +18,11 @@ void select(Device device) {
 // While this thread records a CUDA graph, memory work goes to the capturing
 // stream (becoming graph nodes) instead of the legacy stream, which may not
 // be touched during a capture.
-thread_local cudaStream_t recording_stream = nullptr;
-cudaStream_t memory_stream() { return recording_stream ? recording_stream : cudaStreamLegacy; }
+thread_local cudaStream_t capture_stream = nullptr;
+cudaStream_t memory_stream() { return capture_stream ? capture_stream : cudaStreamLegacy; }
 }  // namespace
 
-void set_capture_stream(void* stream) { recording_stream = static_cast<cudaStream_t>(stream); }
-void* capture_stream() { return recording_stream; }
+void set_capture_stream(void* stream) { capture_stream = static_cast<cudaStream_t>(stream); }
 
 // Device memory is allocated and freed in order on the legacy default
 // stream. Context streams are created blocking, so they synchronise with it:
@@ -74,8 +73,8 @@ void copy(void* destination, Device destination_device, const void* source,
     std::memcpy(destination, source, bytes);
     return;
   }
-  if (recording_stream) {
-    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, recording_stream),
+  if (capture_stream) {
+    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, capture_stream),
                      "cudaMemcpyAsync", __FILE__, __LINE__);
     return;
   }
@@ -109,21 +108,6 @@ bool built_with_cuda() { return true; }
 
 namespace plexus::cuda {
 
-namespace {
-
-// A fixed workspace for a cuBLAS handle, so eager and graph-captured GEMMs
-// pick the same kernels; 32 MiB covers cuBLAS's largest Hopper request.
-void give_workspace(cublasHandle_t handle, void** workspace) {
-  constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
-  check_cuda(cudaMalloc(workspace, kCublasWorkspaceBytes), "cudaMalloc", __FILE__, __LINE__);
-  check_cublas(cublasSetWorkspace(handle, *workspace, kCublasWorkspaceBytes), "cublasSetWorkspace", __FILE__,
-               __LINE__);
-}
-
-cublasMath_t math_mode(bool tf32) { return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH; }
-
-}  // namespace
-
 CudaResources* create_resources(int device, std::uint64_t seed) {
   int count = device_memory::cuda_device_count();
   if (device >= count)
@@ -142,7 +126,11 @@ CudaResources* create_resources(int device, std::uint64_t seed) {
                "curandCreateGenerator", __FILE__, __LINE__);
   check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__,
                __LINE__);
-  give_workspace(resources->cublas, &resources->cublas_workspace);
+  // 32 MiB covers cuBLAS's largest Hopper workspace request.
+  constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
+  check_cuda(cudaMalloc(&resources->cublas_workspace, kCublasWorkspaceBytes), "cudaMalloc", __FILE__, __LINE__);
+  check_cublas(cublasSetWorkspace(resources->cublas, resources->cublas_workspace, kCublasWorkspaceBytes),
+               "cublasSetWorkspace", __FILE__, __LINE__);
   check_cuda(cudaMalloc(&resources->random_seed, sizeof(std::uint64_t)), "cudaMalloc", __FILE__, __LINE__);
   reseed(*resources, seed);
   return resources.release();
@@ -157,18 +145,6 @@ void destroy_resources(CudaResources* resources) noexcept {
     cudaStreamSynchronize(resources->branch_stream);
     cudaStreamDestroy(resources->branch_stream);
   }
-  for (CudaResources::Lane& lane : resources->lanes) {
-    for (cudaStream_t stream : lane.streams) {
-      if (!stream) continue;
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-    }
-    if (lane.cublas) cublasDestroy(lane.cublas);
-    if (lane.cublas_workspace) cudaFree(lane.cublas_workspace);
-    if (lane.done) cudaEventDestroy(lane.done);
-  }
-  for (cudaEvent_t mark : resources->lane_marks) cudaEventDestroy(mark);
-  if (resources->lanes_fork) cudaEventDestroy(resources->lanes_fork);
   if (resources->branch_fork) cudaEventDestroy(resources->branch_fork);
   if (resources->branch_join) cudaEventDestroy(resources->branch_join);
   if (resources->stream) {
@@ -190,11 +166,9 @@ void reseed(CudaResources& resources, std::uint64_t seed) {
 }
 
 void set_tf32(CudaResources& resources, bool allow) {
-  resources.tf32 = allow;
-  check_cublas(cublasSetMathMode(resources.lane >= 0 ? resources.own_cublas : resources.cublas, math_mode(allow)),
+  check_cublas(cublasSetMathMode(resources.cublas,
+                                 allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                "cublasSetMathMode", __FILE__, __LINE__);
-  for (CudaResources::Lane& lane : resources.lanes)
-    check_cublas(cublasSetMathMode(lane.cublas, math_mode(allow)), "cublasSetMathMode", __FILE__, __LINE__);
 }
 
 void synchronize(CudaResources& resources) {
@@ -211,103 +185,6 @@ void join_branches(CudaResources& resources) {
   check_cuda(cudaStreamWaitEvent(resources.stream, resources.branch_join, 0), "cudaStreamWaitEvent", __FILE__,
              __LINE__);
 }
-
-void lanes_begin(CudaResources& r, int lanes, int marks, const char* urgent) {
-  if (r.lane >= 0) throw DeviceError("cuda lanes: lanes_begin inside a lane");
-  const bool missing = static_cast<int>(r.lanes.size()) < lanes || static_cast<int>(r.lane_marks.size()) < marks ||
-                       !r.lanes_fork;
-  if (missing && device_memory::capture_stream())
-    throw DeviceError("the streams of a net's concurrent paths cannot be made while a CUDA graph is recorded: run "
-                      "the step once eagerly first");
-  check_cuda(cudaSetDevice(r.device), "cudaSetDevice", __FILE__, __LINE__);
-  if (!r.lanes_fork)
-    check_cuda(cudaEventCreateWithFlags(&r.lanes_fork, cudaEventDisableTiming), "cudaEventCreateWithFlags",
-               __FILE__, __LINE__);
-  int lowest = 0, highest = 0;
-  check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange", __FILE__,
-             __LINE__);
-  while (static_cast<int>(r.lanes.size()) < lanes) {
-    r.lanes.emplace_back();  // destroyed with the resources from here on
-    CudaResources::Lane& made = r.lanes.back();
-    // Blocking, like the context's own stream: they synchronise with the
-    // legacy stream on which memory is allocated and freed outside captures.
-    // Priorities are copied into the kernel nodes of a recorded graph.
-    check_cuda(cudaStreamCreateWithPriority(&made.streams[0], cudaStreamDefault, lowest),
-               "cudaStreamCreateWithPriority", __FILE__, __LINE__);
-    check_cuda(cudaStreamCreateWithPriority(&made.streams[1], cudaStreamDefault, highest),
-               "cudaStreamCreateWithPriority", __FILE__, __LINE__);
-    made.stream = made.streams[0];
-    check_cuda(cudaEventCreateWithFlags(&made.done, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
-               __LINE__);
-    check_cublas(cublasCreate(&made.cublas), "cublasCreate", __FILE__, __LINE__);
-    check_cublas(cublasSetStream(made.cublas, made.stream), "cublasSetStream", __FILE__, __LINE__);
-    check_cublas(cublasSetMathMode(made.cublas, math_mode(r.tf32)), "cublasSetMathMode", __FILE__, __LINE__);
-    give_workspace(made.cublas, &made.cublas_workspace);
-  }
-  while (static_cast<int>(r.lane_marks.size()) < marks) {
-    cudaEvent_t mark = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
-               __LINE__);
-    r.lane_marks.push_back(mark);
-  }
-  for (int k = 0; k < lanes; ++k) {
-    CudaResources::Lane& lane = r.lanes[static_cast<std::size_t>(k)];
-    lane.entered = false;
-    lane.stream = lane.streams[urgent[k] ? 1 : 0];
-    check_cublas(cublasSetStream(lane.cublas, lane.stream), "cublasSetStream", __FILE__, __LINE__);
-  }
-  check_cuda(cudaEventRecord(r.lanes_fork, r.stream), "cudaEventRecord", __FILE__, __LINE__);
-}
-
-void lane_enter(CudaResources& r, int lane) {
-  if (r.lane >= 0) throw DeviceError("cuda lanes: lane_enter inside a lane");
-  if (in_branch(r)) throw DeviceError("cuda lanes: lane_enter inside cuda::Branch::run");
-  if (lane < 0 || lane >= static_cast<int>(r.lanes.size()))
-    throw DeviceError("cuda lanes: lane " + std::to_string(lane) + " was not made by lanes_begin");
-  CudaResources::Lane& entered = r.lanes[static_cast<std::size_t>(lane)];
-  if (!entered.entered) {
-    check_cuda(cudaStreamWaitEvent(entered.stream, r.lanes_fork, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
-    entered.entered = true;
-  }
-  r.own_stream = r.stream;
-  r.own_cublas = r.cublas;
-  r.stream = entered.stream;
-  r.cublas = entered.cublas;
-  r.lane = lane;
-  r.own_capture_stream = device_memory::capture_stream();
-  if (r.own_capture_stream) device_memory::set_capture_stream(entered.stream);
-}
-
-void lane_mark(CudaResources& r, int mark) {
-  check_cuda(cudaEventRecord(r.lane_marks.at(static_cast<std::size_t>(mark)), r.stream), "cudaEventRecord", __FILE__,
-             __LINE__);
-}
-
-void lane_wait(CudaResources& r, int mark) {
-  check_cuda(cudaStreamWaitEvent(r.stream, r.lane_marks.at(static_cast<std::size_t>(mark)), 0), "cudaStreamWaitEvent",
-             __FILE__, __LINE__);
-}
-
-void lane_leave(CudaResources& r) {
-  if (r.lane < 0) return;
-  r.stream = r.own_stream;
-  r.cublas = r.own_cublas;
-  r.lane = -1;
-  if (r.own_capture_stream) device_memory::set_capture_stream(r.own_capture_stream);
-  r.own_capture_stream = nullptr;
-}
-
-void lanes_end(CudaResources& r) {
-  lane_leave(r);
-  for (CudaResources::Lane& lane : r.lanes) {
-    if (!lane.entered) continue;
-    lane.entered = false;
-    check_cuda(cudaEventRecord(lane.done, lane.stream), "cudaEventRecord", __FILE__, __LINE__);
-    check_cuda(cudaStreamWaitEvent(r.stream, lane.done, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
-  }
-}
-
-int current_lane(const CudaResources& r) { return r.lane; }
 
 DeviceRandom device_random(const Context& ctx, std::uint64_t count) {
   CudaResources& r = resources(ctx);

@@ -46,11 +46,6 @@ void Context::set_precision(Precision precision) {
   if (cuda_) cuda::set_tf32(*cuda_, precision != Precision::f32);
 }
 
-std::string Context::state_key(const std::string& key) const {
-  const int lane = cuda_ ? cuda::current_lane(*cuda_) : -1;
-  return lane > 0 ? key + " (lane " + std::to_string(lane) + ")" : key;
-}
-
 void Context::synchronize() {
   if (cuda_) cuda::synchronize(*cuda_);
 }

@@ -7,7 +7,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net_lanes.h"
 #include "plexus/environment_switch.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
@@ -90,7 +89,6 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
     layer_type_origins_[node_spec.type] = registry.info(node_spec.type).origin;
     nodes_.push_back(std::move(node));
   }
-  if (switched_off_by_environment("PLEXUS_NET_LANES")) max_lanes_ = 1;
   build_order();
   warn_about_unread_outputs();
   infer_shapes(input_shapes, /*first_time=*/true);
@@ -163,42 +161,6 @@ void Net::build_order() {
     }
 }
 
-void Net::plan_lanes() {
-  std::vector<const NodeSpec*> specs;
-  std::vector<std::int64_t> output_elements;
-  for (const auto& node : nodes_) {
-    specs.push_back(&node->spec);
-    std::int64_t largest = 0;
-    for (const auto& output : node->spec.outputs) largest = std::max(largest, shape_numel(shapes_.at(output)));
-    output_elements.push_back(largest);
-  }
-  lanes_ = std::make_unique<detail::LanePlan>(detail::plan_lanes(specs, output_elements, max_lanes_));
-  // PLEXUS_LANE_PRIORITY=0: every lane at the lowest priority, to compare.
-  static const bool priorities = !switched_off_by_environment("PLEXUS_LANE_PRIORITY");
-  if (!priorities) lanes_->urgent.assign(lanes_->urgent.size(), false);
-}
-
-void Net::set_max_lanes(int lanes) {
-  if (lanes < 1)
-    throw ConfigError(spec_.source + ": a net runs on at least 1 lane, not " + std::to_string(lanes));
-  max_lanes_ = lanes;
-  plan_lanes();
-}
-
-int Net::lane_count() const { return lanes_->lanes; }
-
-bool Net::lane_is_urgent(int lane) const {
-  if (lane < 0 || lane >= lanes_->lanes)
-    throw ConfigError(spec_.source + ": lane " + std::to_string(lane) + " of " + std::to_string(lanes_->lanes));
-  return lanes_->urgent[static_cast<std::size_t>(lane)];
-}
-
-int Net::lane_of(const std::string& node_name) const {
-  for (std::size_t index = 0; index < nodes_.size(); ++index)
-    if (nodes_[index]->spec.name == node_name) return lanes_->lane[index];
-  throw ConfigError(spec_.source + ": no node named '" + node_name + "'");
-}
-
 void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time) {
   std::map<std::string, Shape> shapes;
   for (const auto& input : spec_.inputs) {
@@ -233,7 +195,6 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     for (std::size_t i = 0; i < out.size(); ++i) shapes[node->spec.outputs[i]] = out[i];
   }
   shapes_ = shapes;
-  plan_lanes();
   allocate_blobs();
 }
 
@@ -443,8 +404,6 @@ void Net::forward(Context& ctx) {
       if (!blobs_.at(input).defined())
         throw ConfigError(spec_.source + ": model input '" + input +
                           "' was freed by the last pass of this inference-only net; fill it through input() first");
-  // An inference-only net frees and reuses blobs in execution order, so it keeps to one stream.
-  detail::PassLanes lanes(ctx, *lanes_, inference_only_);
   for (std::size_t index = 0; index < nodes_.size(); ++index) {
     Node& node = *nodes_[index];
     if (inference_only_) allocate_outputs(index);
@@ -452,8 +411,6 @@ void Net::forward(Context& ctx) {
     MutableTensors out;
     for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
-    lanes.enter(lanes_->lane[index]);
-    for (std::size_t producer : lanes_->forward_waits[index]) lanes.wait_for(producer);
     if (observer_) observer_->before(node.spec.name, node.spec.type, false);
     if (!inference_only_) {
       node.layer->forward(ctx, in, out);
@@ -471,10 +428,7 @@ void Net::forward(Context& ctx) {
       release_after(index);
     }
     if (observer_) observer_->after(node.spec.name, node.spec.type, false);
-    lanes.mark(index);
-    lanes.leave();
   }
-  lanes.end();
 }
 
 void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weights) {
@@ -507,28 +461,17 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   // whole backward (joined when `deferred` ends); the gradients-ready hook
   // joins only when it reads gradients (most of its calls just count nodes).
   Context::DeferredJoins deferred(ctx);
-  // Lanes (net_lanes.h): a node waits for the readers of its outputs on
-  // other lanes, and an add into a shared input's gradient for the add
-  // before it. The gradients-ready hook runs on the context's stream, which
-  // first waits for the node, so what the hook enqueues there starts after
-  // the node's work whichever lane ran it.
-  detail::PassLanes lanes(ctx, *lanes_, false);
-  std::map<std::string, std::size_t> last_adder;  // blob -> the node that last added into its gradient
   const auto gradients_ready = [&](const std::string& node_name) {
     if (gradients_ready_) gradients_ready_(ctx, node_name);
   };
-  for (std::size_t position = nodes_.size(); position-- > 0;) {
-    Node& node = *nodes_[position];
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    Node& node = **it;
     bool any = false;
     for (const auto& output : node.spec.outputs) any = any || has_grad.count(output);
     if (!any) {  // nothing downstream of this node reaches a loss
       gradients_ready(node.spec.name);
       continue;
     }
-    const int lane = lanes_->lane[position];
-    lanes.enter(lane);
-    for (std::size_t reader : lanes_->backward_waits[position])
-      if (lanes.marked(reader)) lanes.wait_for(reader);
     for (const auto& output : node.spec.outputs)
       if (!has_grad.count(output)) grads_.at(output).fill_zero();
     ConstTensors in, out, dout;
@@ -555,20 +498,13 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
       if (!din[i]) continue;
       const std::string& input = node.spec.inputs[i];
       if (din[i] == &node.scratch_grads[i]) {
-        const auto previous = last_adder.find(input);
-        if (previous != last_adder.end() && lanes_->lane[previous->second] != lane) lanes.wait_for(previous->second);
         if (has_grad.count(input)) add_into(ctx, grads_.at(input), *din[i]);
         else grads_.at(input).copy_from(*din[i]);
-        last_adder[input] = position;
       }
       has_grad.insert(input);
     }
-    lanes.mark(position);
-    lanes.leave();
-    if (gradients_ready_ && lanes.active()) lanes.wait_for(position);
     gradients_ready(node.spec.name);
   }
-  lanes.end();
 }
 
 void Net::zero_grad() {

@@ -74,10 +74,8 @@ void StepGraph::run(Context& ctx, std::uint64_t layout, const std::function<void
       if (ctx.memory_generation() != memory_generation_)
         throw DeviceError("shared scratch memory grew while the step was recorded, so the graph would hold memory "
                           "that is replaced later");
-      // Kernel nodes keep the priority of the stream they were recorded on
-      // (a net's urgent lanes: framework/src/net_lanes.h).
-      cuda::check_cuda(cudaGraphInstantiate(&recorded->executable, graph, cudaGraphInstantiateFlagUseNodePriority),
-                       "cudaGraphInstantiate", __FILE__, __LINE__);
+      cuda::check_cuda(cudaGraphInstantiate(&recorded->executable, graph, 0), "cudaGraphInstantiate", __FILE__,
+                       __LINE__);
     } catch (const Error& e) {
       if (graph) cudaGraphDestroy(graph);
       throw DeviceError(std::string("recording the training step into a CUDA graph failed (launch it eagerly "

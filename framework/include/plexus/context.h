@@ -100,18 +100,15 @@ class Context {
   // State shared by the layers that run on this context, one object per
   // key, default-constructed on first use and kept as long as the context:
   // e.g. the convolution engine's scratch buffers, which every convolution
-  // uses in turn. Layers on one stream run one after another, so a buffer
-  // one layer's pass used may be reused by the next pass enqueued after it.
-  // A Net may run independent paths of its graph side by side on lanes
-  // (streams beside the context's own, framework/src/net_lanes.h): each
-  // lane after the first gets objects of its own, so passes running at the
-  // same time never share one. Work a layer puts on a stream branch
-  // (plexus/cuda/branch.h) may still be running when the next pass starts,
-  // so it keeps to buffers that passes on the stream never use. A key must
+  // uses in turn. Layers on one context run one after another on its
+  // stream, so a buffer one layer's pass used may be reused by the next
+  // pass that is enqueued after it. Work a layer puts on a stream branch
+  // (plexus/cuda/branch.h) may still be running then, so it keeps to
+  // buffers that passes on the context's own stream never use. A key must
   // always name the same type.
   template <class T>
   T& shared_state(const std::string& key) {
-    std::shared_ptr<void>& state = shared_state_[state_key(key)];
+    std::shared_ptr<void>& state = shared_state_[key];
     if (!state) state = std::make_shared<T>();
     return *static_cast<T*>(state.get());
   }
@@ -122,8 +119,6 @@ class Context {
   void note_memory_replaced() const { ++memory_generation_; }
 
  private:
-  // `key`, suffixed with the lane a Net runs the current pass on (lanes after the first).
-  std::string state_key(const std::string& key) const;
   Device device_;
   bool training_ = true;
   Precision precision_ = Precision::f32;

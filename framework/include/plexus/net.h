@@ -19,10 +19,6 @@
 
 namespace plexus {
 
-namespace detail {
-struct LanePlan;  // framework/src/net_lanes.h
-}
-
 struct NamedParameter {
   std::string name;  // "<node>.<parameter>", e.g. "g_a0.weight"
   Parameter* parameter;
@@ -80,21 +76,6 @@ class Net {
   // Changes whenever blobs are reallocated (construction, reshape): a CUDA
   // graph recorded at one layout must not be replayed at another.
   std::uint64_t layout_version() const { return layout_version_; }
-  // On CUDA a net that is not inference-only runs the paths of its graph
-  // that do not depend on each other side by side, on up to `lanes` streams
-  // of the context (lanes: framework/src/net_lanes.h), e.g. a hyperprior's
-  // hyper-analysis and hyper-synthesis beside its synthesis transform. The
-  // values computed are the same for any count. Default 4, or 1 (every
-  // node on the context's own stream) when the environment variable
-  // PLEXUS_NET_LANES is "0". Throws ConfigError below 1.
-  void set_max_lanes(int lanes);
-  // How many lanes the passes use (1: one stream), and node `name`'s lane
-  // (ConfigError for a name that is no node).
-  int lane_count() const;
-  int lane_of(const std::string& node_name) const;
-  // Whether a lane's stream has the highest priority (its work is small
-  // beside another lane's: net_lanes.h), unless PLEXUS_LANE_PRIORITY is "0".
-  bool lane_is_urgent(int lane) const;
   // True when every layer is cuda_graph_capturable(); otherwise false, with
   // "node 'x' (T)" of the first one that is not in *culprit.
   bool cuda_graph_capturable(std::string* culprit) const;
@@ -156,7 +137,6 @@ class Net {
  private:
   struct Node;
   void build_order();
-  void plan_lanes();
   void infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time);
   // The message for a node whose output_shapes or create_parameters threw
   // `what`: the node, its inputs' shapes and producers, the net's input shapes.
@@ -192,8 +172,6 @@ class Net {
   std::uint64_t layout_version_ = 0;
   NodeObserver* observer_ = nullptr;
   GradientsReadyHook gradients_ready_;
-  int max_lanes_ = 4;
-  std::unique_ptr<detail::LanePlan> lanes_;
 };
 
 // The activation storage a training precision implies: bf16 under

@@ -6,7 +6,6 @@
 #include <curand.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "plexus/context.h"
 
@@ -30,25 +29,6 @@ struct CudaResources {
   cudaEvent_t branch_join = nullptr;
   bool defer_joins = false;     // inside a Context::DeferredJoins
   bool branch_pending = false;  // branch work the context's stream has not waited for yet
-  // Net's lanes (lanes_begin and the rest in framework/src/backend.h), made
-  // on first use. While a lane is entered, `stream` and `cublas` are the
-  // lane's, and own_stream / own_cublas keep the context's own.
-  struct Lane {
-    cudaStream_t streams[2] = {nullptr, nullptr};  // of the lowest and of the highest priority
-    cudaStream_t stream = nullptr;                 // the one of the current pass
-    cublasHandle_t cublas = nullptr;
-    void* cublas_workspace = nullptr;
-    cudaEvent_t done = nullptr;  // recorded by lanes_end
-    bool entered = false;        // since the last lanes_begin
-  };
-  std::vector<Lane> lanes;
-  std::vector<cudaEvent_t> lane_marks;
-  cudaEvent_t lanes_fork = nullptr;
-  int lane = -1;  // the lane entered; -1: the context's own stream
-  cudaStream_t own_stream = nullptr;
-  cublasHandle_t own_cublas = nullptr;
-  void* own_capture_stream = nullptr;  // this thread's capture stream before lane_enter
-  bool tf32 = false;                   // the cuBLAS math mode, for lanes made later
 };
 
 // Counter-based random numbers whose seed is read on the device, so a
