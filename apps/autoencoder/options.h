@@ -50,7 +50,7 @@ struct TrainOptions {
   double min_lr = 1e-6;
   int gpus = 0;                 // data-parallel workers, one per GPU; 0: this process alone (worker_launch.h)
   double rank_timeout = 300;    // seconds a rank waits for the others before it fails
-  double gradient_bucket_mb = 25;  // MiB of gradients per all-reduce (GradientBuckets)
+  double gradient_bucket_mb = 4;  // MiB of gradients per all-reduce (GradientBuckets::kDefaultBucketBytes)
   std::int64_t replica_check_every = 1000;  // steps between cross-rank parameter checks; 0: only at the end
 };
 

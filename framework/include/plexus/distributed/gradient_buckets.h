@@ -26,7 +26,9 @@ namespace plexus::distributed {
 
 class GradientBuckets {
  public:
-  static constexpr std::size_t kDefaultBucketBytes = std::size_t{25} << 20;
+  // 4 MiB: the 2018 models' 3 to 5 million gradients make several buckets,
+  // so all but the last overlap backward (docs/multi-gpu.md, measured).
+  static constexpr std::size_t kDefaultBucketBytes = std::size_t{4} << 20;
 
   struct Bucket {
     std::vector<NamedParameter> parameters;  // in packing order
