@@ -2,11 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "plexus/distributed/gradient_buckets.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/error.h"
 #include "session.h"
 
 namespace plexus::ae {
+
+static_assert(gradient_bucket_bytes(kDefaultGradientBucketMb) == distributed::GradientBuckets::kDefaultBucketBytes,
+              "plexus-ae's default gradient bucket is the framework's");
 
 void check_gpus_option(const TrainOptions& o) {
   if (o.gpus < 0 || o.gpus > kMaxWorkers)

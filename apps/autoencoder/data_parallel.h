@@ -17,7 +17,7 @@ namespace plexus::ae {
 
 // --gradient-bucket-mb's range: from 1 KiB to 1 GiB.
 constexpr double kMinGradientBucketMb = 1.0 / 1024, kMaxGradientBucketMb = 1024;
-inline std::size_t gradient_bucket_bytes(double mb) { return static_cast<std::size_t>(mb * 1024 * 1024); }
+constexpr std::size_t gradient_bucket_bytes(double mb) { return static_cast<std::size_t>(mb * 1024 * 1024); }
 
 // Checks --gpus against --device, the GPUs visible and the build (NCCL),
 // before any worker starts; ConfigError or DeviceError saying what to change.

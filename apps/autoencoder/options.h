@@ -11,6 +11,8 @@ namespace plexus::ae {
 inline constexpr int kMaxBatch = 65536;
 inline constexpr int kMaxPatch = 65536;
 inline constexpr int kMaxThreads = 256;
+// --gradient-bucket-mb's default: GradientBuckets::kDefaultBucketBytes (data_parallel.cpp checks it).
+inline constexpr double kDefaultGradientBucketMb = 4;
 
 struct TrainOptions {
   std::string data;
@@ -50,7 +52,7 @@ struct TrainOptions {
   double min_lr = 1e-6;
   int gpus = 0;                 // data-parallel workers, one per GPU; 0: this process alone (worker_launch.h)
   double rank_timeout = 300;    // seconds a rank waits for the others before it fails
-  double gradient_bucket_mb = 4;  // MiB of gradients per all-reduce (GradientBuckets::kDefaultBucketBytes)
+  double gradient_bucket_mb = kDefaultGradientBucketMb;  // MiB of gradients per all-reduce (GradientBuckets)
   std::int64_t replica_check_every = 1000;  // steps between cross-rank parameter checks; 0: only at the end
 };
 
