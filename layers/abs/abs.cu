@@ -5,7 +5,6 @@
 #include "activation_elements.cuh"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -14,8 +13,6 @@ namespace {
 // y = |x|
 template <typename Elements>
 __global__ void abs_forward(Elements x, Elements y, long long n) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
     y.store(i, fabs(x.load(i)));
@@ -24,8 +21,6 @@ __global__ void abs_forward(Elements x, Elements y, long long n) {
 // dx = dy * sign(x), sign(0) = 0
 template <typename Elements>
 __global__ void abs_backward(Elements x, Elements dy, Elements dx, long long n) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
@@ -41,8 +36,9 @@ void Abs::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    cuda::launch_overlapped(ctx, "abs_forward", abs_forward<Elements>, cuda::blocks_for(n), 256, 0,
-                            Elements::of(inputs[0]), Elements::of(outputs[0]), n);
+    abs_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
+                                                                    Elements::of(outputs[0]), n);
+    cuda::check_launch("abs_forward", __FILE__, __LINE__);
   });
 }
 
@@ -52,8 +48,9 @@ void Abs::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTen
   if (!input_grads[0] || n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    cuda::launch_overlapped(ctx, "abs_backward", abs_backward<Elements>, cuda::blocks_for(n), 256, 0,
-                            Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
+    abs_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
+    cuda::check_launch("abs_backward", __FILE__, __LINE__);
   });
 }
 

@@ -7,7 +7,6 @@
 #include "convolution/channel_ops.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -41,8 +40,6 @@ __device__ T block_sum(T value) {
 template <typename T>
 __global__ void add_channel_bias_kernel(const T* bias, long long planes, long long channels,
                                         long long plane_size, T* y) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   for (long long plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const T b = bias[plane % channels];
     T* row = y + plane * plane_size;
@@ -66,8 +63,6 @@ __device__ inline float load_element(const Source* element) {
 template <typename T, typename Source>
 __global__ void channel_sums_kernel(const Source* dy, long long batch, long long channels, long long plane_size,
                                     T* bias_grad) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const long long c = blockIdx.x;
   T sum = T(0);
   for (long long n = 0; n < batch; ++n) {
@@ -97,8 +92,6 @@ __device__ inline float4 load_four(const BFloat16* four) {
 template <typename Source>
 __global__ void channel_sums_vec4_kernel(const Source* dy, long long batch, long long channels, long long plane4,
                                          float* bias_grad) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const long long c = blockIdx.x;
   float sum = 0.f;
   for (long long q = blockIdx.y * (long long)blockDim.x + threadIdx.x; q < plane4;
@@ -118,8 +111,6 @@ __global__ void channel_sums_vec4_kernel(const Source* dy, long long batch, long
 // consecutive i, so every load is coalesced; no atomics; grid-stride.
 template <typename T>
 __global__ void batch_sum_kernel(const T* source, long long count, long long size, T* destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < size;
        i += (long long)gridDim.x * blockDim.x) {
     T sum = T(0);
@@ -137,8 +128,8 @@ void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch
   if (planes == 0 || plane_size == 0) return;
   const dim3 grid(static_cast<unsigned>(std::min(ceil_div(plane_size, kThreads), 1024LL)),
                   static_cast<unsigned>(std::min(planes, 65535LL)));
-  cuda::launch_overlapped(ctx, "add_channel_bias_kernel", add_channel_bias_kernel<T>, grid, kThreads, 0, bias, planes,
-                          channels, plane_size, y);
+  add_channel_bias_kernel<T><<<grid, kThreads, 0, cuda::stream(ctx)>>>(bias, planes, channels, plane_size, y);
+  cuda::check_launch("add_channel_bias_kernel", __FILE__, __LINE__);
 }
 
 template <typename T, typename Source>
@@ -152,23 +143,26 @@ void accumulate_channel_sums_cuda(const Context& ctx, const Source* dy, std::int
       const long long plane4 = plane_size / 4;
       const dim3 grid(static_cast<unsigned>(channels),
                       static_cast<unsigned>(std::min(ceil_div(plane4, kThreads), 256LL)));
-      cuda::launch_overlapped(ctx, "channel_sums_vec4_kernel", channel_sums_vec4_kernel<Source>, grid, kThreads, 0,
-                              dy, batch, channels, plane4, bias_grad);
+      channel_sums_vec4_kernel<Source>
+          <<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane4, bias_grad);
+      cuda::check_launch("channel_sums_vec4_kernel", __FILE__, __LINE__);
       return;
     }
   }
   const dim3 grid(static_cast<unsigned>(channels),
                   static_cast<unsigned>(std::min(ceil_div(plane_size, kThreads), 256LL)));
-  cuda::launch_overlapped(ctx, "channel_sums_kernel", channel_sums_kernel<T, Source>, grid, kThreads, 0, dy, batch,
-                          channels, plane_size, bias_grad);
+  channel_sums_kernel<T, Source>
+      <<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane_size, bias_grad);
+  cuda::check_launch("channel_sums_kernel", __FILE__, __LINE__);
 }
 
 template <typename T>
 void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t count, std::int64_t size,
                                T* destination) {
   if (size == 0) return;
-  cuda::launch_overlapped(ctx, "batch_sum_kernel", batch_sum_kernel<T>, cuda::blocks_for(size, kThreads), kThreads, 0,
-                          source, count, size, destination);
+  batch_sum_kernel<T><<<cuda::blocks_for(size, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
+      source, count, size, destination);
+  cuda::check_launch("batch_sum_kernel", __FILE__, __LINE__);
 }
 
 template void add_channel_bias_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,

@@ -47,7 +47,6 @@
 #include "convolution/few_channel_tiling.h"
 #include "convolution/implicit_gemm_common.cuh"
 #include "plexus/error.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::few_channel_conv {
 
@@ -160,8 +159,6 @@ __device__ inline void multiply_stage(const Element* y_tile, const float* w_tile
 // through registers (cp.async copies at least 4 bytes).
 template <class Product, class T, bool chunks, class Element>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(const BackwardDataParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   using L = Layout<T, Element>;
   extern __shared__ __align__(16) unsigned char shared[];
   Element* y_tiles = reinterpret_cast<Element*>(shared);               // STAGES x [BK][YStride]
@@ -289,7 +286,8 @@ void launch_kernel(const Context& ctx, const BackwardDataParams& params, dim3 gr
   static const bool opted_in =
       (allow_shared_bytes(kernel, bytes, "cudaFuncSetAttribute(few_channel backward_data_kernel)"), true);
   (void)opted_in;
-  cuda::launch_overlapped(ctx, "few_channel_conv backward_data_kernel", kernel, grid, kThreads, bytes, params);
+  kernel<<<grid, kThreads, bytes, cuda::stream(ctx)>>>(params);
+  cuda::check_launch("few_channel_conv backward_data_kernel", __FILE__, __LINE__);
 }
 
 template <class T, class Element>

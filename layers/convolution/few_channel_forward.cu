@@ -12,7 +12,6 @@
 
 #include "activation_elements.cuh"
 #include "convolution/few_channel_strip.cuh"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::few_channel_conv {
 
@@ -87,8 +86,6 @@ __device__ inline void store_bf16_rows(const float (&acc)[kMt][kNt][4], const fl
 template <class Product, int S, class Element>
 __global__ void __launch_bounds__(kThreads, 3) few_channel_forward_kernel(const StripParams p, const float* weight,
                                                                          const float* bias, Element* y, bool rows16) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   constexpr int kMt = kForwardMt, kRows = block_rows(kMt), kGroups = Product::kGroups;
   constexpr int kNt = 4;  // n8 tiles: the warp's 32 pixels
   extern __shared__ __align__(16) float shared[];
@@ -192,9 +189,9 @@ void launch_forward(const Context& ctx, const StripParams& p, const float* weigh
   const long long blocks = std::clamp(resident_blocks(ctx, kernel, bytes, "few_channel_forward_kernel") / m_tiles,
                                       1LL, static_cast<long long>(p.tiles));
   const bool rows16 = p.out_width % 8 == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
-  cuda::launch_overlapped(ctx, "few_channel_forward_kernel", kernel,
-                          dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(m_tiles)), kThreads, bytes, p,
-                          weight, bias, y, rows16);
+  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(m_tiles)), kThreads, bytes,
+           cuda::stream(ctx)>>>(p, weight, bias, y, rows16);
+  cuda::check_launch("few_channel_forward_kernel", __FILE__, __LINE__);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@
 
 #include "activation_elements.cuh"
 #include "convolution/few_channel_strip.cuh"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::few_channel_conv {
 
@@ -113,8 +112,6 @@ struct DyRows {
 template <class Product, int MT, int NT, int S, class Element>
 __global__ void __launch_bounds__(kThreads, 2) few_channel_weight_grad_kernel(const StripParams p, const Element* dy,
                                                                              bool vector, float* partial) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   constexpr int kRows = block_rows(MT), kGroups = Product::kGroups;
   extern __shared__ __align__(16) float shared[];
   float* dy_tiles = shared;                       // two dY buffers (current and next tile)
@@ -195,8 +192,6 @@ __global__ void __launch_bounds__(kThreads, 2) few_channel_weight_grad_kernel(co
 // then warp 0 adds the 8 warp sums in order (deterministic, coalesced).
 __global__ void sum_partials_kernel(const float* partial, int splits, int m_tiles, int rows, int out_channels,
                                     int taps, int taps_pad, float* weight_grad) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ float warp_sums[kThreads / 32][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long element = static_cast<long long>(blockIdx.x) * 32 + lane;  // over m_tiles * rows * taps_pad
@@ -233,16 +228,17 @@ void run_weight_grad(const Context& ctx, const StripParams& p, const Element* dy
   const long long tile_sums = static_cast<long long>(kRows) * p.taps_pad;
   float* partial =
       grown_scratch(ctx, partial_sums, {splits * m_tiles, tile_sums}, DType::f32).data<float>();
+  cudaStream_t stream = cuda::stream(ctx);
   // Rows of whole 16-byte chunks: 4 f32 or 8 bf16 pixels; bf16 chunks are loaded as uint4, so dY aligned too.
   const bool vector = std::is_same_v<Element, float>
                           ? p.out_width % 4 == 0
                           : p.out_width % 8 == 0 && reinterpret_cast<std::uintptr_t>(dy) % 16 == 0;
-  cuda::launch_overlapped(ctx, "few_channel_weight_grad_kernel", kernel,
-                          dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles)), kThreads, bytes, p, dy,
-                          vector, partial);
-  cuda::launch_overlapped(ctx, "sum_partials_kernel", sum_partials_kernel,
-                          static_cast<unsigned>(ceil_div(m_tiles * tile_sums, 32)), kThreads, 0, partial,
-                          static_cast<int>(splits), m_tiles, kRows, p.out_channels, p.taps, p.taps_pad, weight_grad);
+  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles)), kThreads, bytes, stream>>>(
+      p, dy, vector, partial);
+  cuda::check_launch("few_channel_weight_grad_kernel", __FILE__, __LINE__);
+  sum_partials_kernel<<<static_cast<unsigned>(ceil_div(m_tiles * tile_sums, 32)), kThreads, 0, stream>>>(
+      partial, static_cast<int>(splits), m_tiles, kRows, p.out_channels, p.taps, p.taps_pad, weight_grad);
+  cuda::check_launch("sum_partials_kernel", __FILE__, __LINE__);
 }
 
 template <class Product, int S, class Element>

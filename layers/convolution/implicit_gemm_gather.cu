@@ -10,7 +10,6 @@
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_gather.cuh"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -150,8 +149,6 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
 template <class Dest>
 __global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
                                      const float* bias, Dest* dest) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
@@ -184,8 +181,6 @@ struct PackParams {
 
 template <class Packed>
 __global__ void pack_weight_kernel(const PackParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const PackPart& part = params.parts[blockIdx.y];
   Packed* packed = static_cast<Packed*>(params.packed);
   const long long total = static_cast<long long>(params.m_pad) * part.k_stride;
@@ -245,9 +240,10 @@ const void* pack_weight(const Context& ctx, const PackParams& pack, int part_cou
   if (largest > 0) {
     const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
     if (bf16)
-      cuda::launch_overlapped(ctx, "pack_weight_kernel", pack_weight_kernel<std::uint16_t>, grid, 256, 0, filled);
+      pack_weight_kernel<std::uint16_t><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
     else
-      cuda::launch_overlapped(ctx, "pack_weight_kernel", pack_weight_kernel<float>, grid, 256, 0, filled);
+      pack_weight_kernel<float><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
   }
   return filled.packed;
 }
@@ -323,13 +319,14 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
     const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
     const int plane = params.dest_h * params.dest_w;
     if (params.dest_bf16)
-      cuda::launch_overlapped(ctx, "reduce_splits_kernel", reduce_splits_kernel<BFloat16>, reduce_blocks, 256, 0,
-                              params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-                              static_cast<BFloat16*>(params.dest));
+      reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+          static_cast<BFloat16*>(params.dest));
     else
-      cuda::launch_overlapped(ctx, "reduce_splits_kernel", reduce_splits_kernel<float>, reduce_blocks, 256, 0,
-                              params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-                              static_cast<float*>(params.dest));
+      reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+          static_cast<float*>(params.dest));
+    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
   }
 }
 

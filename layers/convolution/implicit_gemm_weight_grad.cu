@@ -10,7 +10,6 @@
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -115,8 +114,6 @@ __device__ inline void store_partial_sums(const WeightGradParams& params, const 
 // one image, 16-byte aligned (k_per_split is a multiple of BK too).
 template <class Product, class T, bool vector_a, bool tap_major>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const WeightGradParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   constexpr int kBStride = T::BN + kColumnPad;  // row stride of the N-contiguous B tile
   const int m_size = params.out_channels;
@@ -265,8 +262,6 @@ constexpr int kChannelGroup = 128;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(const WeightGradParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   using Stage = Bf16Stage<T>;
   constexpr int kTileK = T::BK;
   const int m_size = params.out_channels;
@@ -370,12 +365,12 @@ void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3
                           "cudaFuncSetAttribute(weight_grad_kernel)"),
        true);
   (void)opted_in;
+  cudaStream_t stream = cuda::stream(ctx);
   if (vector_a)
-    cuda::launch_overlapped(ctx, "weight_grad_kernel", weight_grad_kernel<Product, T, true, tap_major>, grid, kThreads,
-                            bytes, params);
+    weight_grad_kernel<Product, T, true, tap_major><<<grid, kThreads, bytes, stream>>>(params);
   else
-    cuda::launch_overlapped(ctx, "weight_grad_kernel", weight_grad_kernel<Product, T, false, tap_major>, grid,
-                            kThreads, bytes, params);
+    weight_grad_kernel<Product, T, false, tap_major><<<grid, kThreads, bytes, stream>>>(params);
+  cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
 }
 
 // Launches weight_grad_bf16_kernel on tile T (opting it into its shared memory on first use).
@@ -386,7 +381,8 @@ void launch_weight_grad_bf16(const Context& ctx, const WeightGradParams& params,
   static const bool opted_in =
       (allow_shared_bytes(weight_grad_bf16_kernel<T>, bytes, "cudaFuncSetAttribute(weight_grad_bf16_kernel)"), true);
   (void)opted_in;
-  cuda::launch_overlapped(ctx, "weight_grad_bf16_kernel", weight_grad_bf16_kernel<T>, grid, kThreads, bytes, params);
+  weight_grad_bf16_kernel<T><<<grid, kThreads, bytes, cuda::stream(ctx)>>>(params);
+  cuda::check_launch("weight_grad_bf16_kernel", __FILE__, __LINE__);
 }
 
 // backward_weight on tile T: splits the pixel sum (params.k_size,

@@ -17,7 +17,6 @@
 #include "convolution/implicit_gemm_gather.cuh"
 #include "convolution/wgmma.cuh"
 #include "plexus/environment_switch.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -96,8 +95,6 @@ __device__ inline void store_cluster_tile(const GatherParams& params, const Gath
 // all of B; every thread also issues the stage's cp.async copies.
 template <class Element>
 __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileK = kRowBytes / sizeof(Element), kChunkElements = 16 / sizeof(Element);
   using T = WgmmaGatherTile<kTileK, kStages>;
@@ -209,37 +206,28 @@ void allow_shared_bytes_once() {
   (void)opted_in;
 }
 
-// The launch configuration: clusters of grid.z blocks along z when the
-// splits are summed in a cluster; overlapped with the previous kernel
-// (plexus/cuda/overlapped_launch.h) where the device allows.
-struct GatherLaunch {
+// The launch configuration: clusters of grid.z blocks along z when the splits are summed in a cluster.
+struct ClusterLaunch {
   cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attributes[2]{};
-  GatherLaunch(const Context& ctx, dim3 grid, std::size_t shared_bytes, bool cluster) {
+  cudaLaunchAttribute attribute{};
+  ClusterLaunch(const Context& ctx, dim3 grid, std::size_t shared_bytes, bool cluster) {
     config.gridDim = grid;
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = shared_bytes;
     config.stream = cuda::stream(ctx);
-    config.attrs = attributes;
-    if (cluster) {
-      cudaLaunchAttribute& attribute = attributes[config.numAttrs++];
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = 1;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = grid.z;
-    }
-    if (cuda::overlapped_launches(ctx)) {
-      cudaLaunchAttribute& attribute = attributes[config.numAttrs++];
-      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute.val.programmaticStreamSerializationAllowed = 1;
-    }
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = grid.z;
+    config.attrs = &attribute;
+    config.numAttrs = cluster ? 1 : 0;
   }
 };
 
 template <class Element>
 void launch(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries) {
   allow_shared_bytes_once<Element>();
-  GatherLaunch configured(ctx, grid, wgmma_shared_bytes(table_entries), params.cluster_splits);
+  ClusterLaunch configured(ctx, grid, wgmma_shared_bytes(table_entries), params.cluster_splits);
   cuda::check_cuda(cudaLaunchKernelEx(&configured.config, wgmma_gather_kernel<Element>, params),
                    "cudaLaunchKernelEx(wgmma_gather_kernel)", __FILE__, __LINE__);
   cuda::check_launch("wgmma_gather_kernel", __FILE__, __LINE__);
@@ -254,7 +242,7 @@ bool clusters_fit(const Context& ctx) {
   const int device = cuda::resources(ctx).device;
   if (device >= 0 && device < kDevices && decided[device].load() != 0) return decided[device].load() == 2;
   allow_shared_bytes_once<std::uint16_t>();
-  GatherLaunch configured(ctx, dim3(1, 1, kLargestCluster), wgmma_shared_bytes(kMaxTaps), true);
+  ClusterLaunch configured(ctx, dim3(1, 1, kLargestCluster), wgmma_shared_bytes(kMaxTaps), true);
   int clusters = 0;
   cuda::check_cuda(
       cudaOccupancyMaxActiveClusters(&clusters, wgmma_gather_kernel<std::uint16_t>, &configured.config),

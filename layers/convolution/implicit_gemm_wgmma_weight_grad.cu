@@ -47,7 +47,6 @@
 #include "convolution/wgmma.cuh"
 #include "convolution/weight_grad_layout.h"
 #include "plexus/error.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::implicit_gemm::detail {
 
@@ -144,8 +143,6 @@ template <bool bf16>
 __global__ void __launch_bounds__(kWeightGradThreads, 2)
     wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
                              const WgmmaWeightGradParams params) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int tap = blockIdx.x / params.channel_tiles;
   const int c0 = (blockIdx.x - tap * params.channel_tiles) * kTileRows;
@@ -268,8 +265,6 @@ constexpr int kSumPairs = 64, kSumThreads = 256, kSumMaxTaps = 81;  // kernels u
 
 __global__ void __launch_bounds__(kSumThreads) sum_tap_partials_kernel(const float* partial, int splits, int taps,
                                                                       long long tap_size, float* weight_grad) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ float sums[kSumPairs * kSumMaxTaps];  // [pair][tap]
   const long long first = static_cast<long long>(blockIdx.x) * kSumPairs;
   const int pairs = static_cast<int>(min(static_cast<long long>(kSumPairs), tap_size - first));
@@ -459,20 +454,20 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x
                                                      "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
                                   true);
     (void)opted_in;
-    cuda::launch_overlapped(ctx, "wgmma_weight_grad_kernel", wgmma_weight_grad_kernel<true>, grid,
-                            kWeightGradThreads, bytes, y_map, x_map, params);
+    wgmma_weight_grad_kernel<true><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
   } else {
     static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<false>, bytes,
                                                      "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
                                   true);
     (void)opted_in;
-    cuda::launch_overlapped(ctx, "wgmma_weight_grad_kernel", wgmma_weight_grad_kernel<false>, grid,
-                            kWeightGradThreads, bytes, y_map, x_map, params);
+    wgmma_weight_grad_kernel<false><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
   }
+  cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
   const long long tap_size = p.out_channels * p.in_channels;
-  cuda::launch_overlapped(ctx, "sum_tap_partials_kernel", sum_tap_partials_kernel,
-                          static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0, params.partial,
-                          static_cast<int>(used_splits), static_cast<int>(taps), tap_size, weight_grad);
+  sum_tap_partials_kernel<<<static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0,
+                            cuda::stream(ctx)>>>(params.partial, static_cast<int>(used_splits), static_cast<int>(taps),
+                                                 tap_size, weight_grad);
+  cuda::check_launch("sum_tap_partials_kernel", __FILE__, __LINE__);
 }
 
 }  // namespace plexus::layers::implicit_gemm::detail

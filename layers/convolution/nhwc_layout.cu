@@ -11,7 +11,6 @@
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/error.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -27,8 +26,6 @@ constexpr int kRowStep = 8;   // 32 x 8 threads: each moves 4 elements of the ti
 template <class Source, class Out>
 __global__ void nchw_to_nhwc_kernel(const Source* source, int channels, long long plane, int channel_stride,
                                     Out* destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ float tile[kTile][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
@@ -59,8 +56,6 @@ constexpr int kPairTileChannels = 64;
 template <class Source>
 __global__ void nchw_to_nhwc_bf16_pairs_kernel(const Source* source, int channels, long long plane,
                                                int channel_stride, std::uint32_t* destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ float tile[kPairTileChannels][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
@@ -95,8 +90,6 @@ constexpr int kPairTilePixels = 64;
 
 __global__ void bf16_nchw_to_nhwc_pairs_kernel(const std::uint32_t* source, int channels, long long plane,
                                                int channel_stride, std::uint32_t* destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ __align__(4) std::uint16_t tile[kPairTileChannels][kPairTilePixels + 2];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kPairTilePixels;
@@ -141,24 +134,27 @@ void copy_to_nhwc(const Context& ctx, const Source* source, std::int64_t batch, 
     const bool pair_stores = channel_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(destination) % 4 == 0;
     if constexpr (std::is_same_v<Source, BFloat16>) {
       if (pair_stores && plane % 2 == 0 && reinterpret_cast<std::uintptr_t>(source) % 4 == 0) {
-        cuda::launch_overlapped(ctx, "bf16_nchw_to_nhwc_pairs_kernel", bf16_nchw_to_nhwc_pairs_kernel,
-                                tile_grid(batch, plane, channel_stride, kPairTilePixels, kPairTileChannels), threads,
-                                0, reinterpret_cast<const std::uint32_t*>(source), static_cast<int>(channels), plane,
-                                static_cast<int>(channel_stride), reinterpret_cast<std::uint32_t*>(destination));
+        bf16_nchw_to_nhwc_pairs_kernel<<<tile_grid(batch, plane, channel_stride, kPairTilePixels, kPairTileChannels),
+                                         threads, 0, cuda::stream(ctx)>>>(
+            reinterpret_cast<const std::uint32_t*>(source), static_cast<int>(channels), plane,
+            static_cast<int>(channel_stride), reinterpret_cast<std::uint32_t*>(destination));
+        cuda::check_launch("bf16_nchw_to_nhwc_pairs_kernel", __FILE__, __LINE__);
         return;
       }
     }
     if (pair_stores) {
-      cuda::launch_overlapped(ctx, "nchw_to_nhwc_bf16_pairs_kernel", nchw_to_nhwc_bf16_pairs_kernel<Source>,
-                              tile_grid(batch, plane, channel_stride, kTile, kPairTileChannels), threads, 0, source,
-                              static_cast<int>(channels), plane, static_cast<int>(channel_stride),
-                              reinterpret_cast<std::uint32_t*>(destination));
+      nchw_to_nhwc_bf16_pairs_kernel<Source>
+          <<<tile_grid(batch, plane, channel_stride, kTile, kPairTileChannels), threads, 0, cuda::stream(ctx)>>>(
+              source, static_cast<int>(channels), plane, static_cast<int>(channel_stride),
+              reinterpret_cast<std::uint32_t*>(destination));
+      cuda::check_launch("nchw_to_nhwc_bf16_pairs_kernel", __FILE__, __LINE__);
       return;
     }
   }
-  cuda::launch_overlapped(ctx, "nchw_to_nhwc_kernel", nchw_to_nhwc_kernel<Source, Out>,
-                          tile_grid(batch, plane, channel_stride, kTile, kTile), threads, 0, source,
-                          static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
+  nchw_to_nhwc_kernel<Source, Out><<<tile_grid(batch, plane, channel_stride, kTile, kTile), threads, 0,
+                                     cuda::stream(ctx)>>>(source, static_cast<int>(channels), plane,
+                                                          static_cast<int>(channel_stride), destination);
+  cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
 }
 
 // Channel rows: grid = (plane / 1024, channels, images), capped at 65535 in
@@ -175,8 +171,6 @@ template <class Source>
 __global__ void nchw_to_channel_rows_bf16_kernel(const Source* source, long long batch, long long channels,
                                                  long long plane, long long row_stride,
                                                  std::uint16_t* destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const long long q0 = static_cast<long long>(blockIdx.x) * kRowThreads * kRowPixelsPerThread + threadIdx.x;
   for (long long c = blockIdx.y; c < channels; c += gridDim.y) {
     std::uint16_t* row = destination + c * row_stride;
@@ -215,8 +209,9 @@ void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, st
   const long long plane_blocks = std::max<long long>((plane + kBlockPixels - 1) / kBlockPixels, 1);
   const dim3 grid(static_cast<unsigned>(plane_blocks), static_cast<unsigned>(std::min<long long>(channels, kMaxGridYZ)),
                   static_cast<unsigned>(std::clamp<long long>(batch, 1, kMaxGridYZ)));
-  cuda::launch_overlapped(ctx, "nchw_to_channel_rows_bf16_kernel", nchw_to_channel_rows_bf16_kernel<Source>, grid,
-                          kRowThreads, 0, source, batch, channels, plane, row_stride, destination);
+  nchw_to_channel_rows_bf16_kernel<Source>
+      <<<grid, kRowThreads, 0, cuda::stream(ctx)>>>(source, batch, channels, plane, row_stride, destination);
+  cuda::check_launch("nchw_to_channel_rows_bf16_kernel", __FILE__, __LINE__);
 }
 
 template <class Source>

@@ -9,7 +9,6 @@
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "plexus/error.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -33,8 +32,6 @@ dim3 copy_grid(long long groups, long long row_pitch) {
 template <int S, class Source, class Out>
 __global__ void phases_kernel(const Source* __restrict__ source, int planes, int height, int width, int phase_height,
                               int row_pitch, int groups, Out* __restrict__ destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const int w_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (w_first >= row_pitch) return;
   const long long phase_size = static_cast<long long>(planes) * phase_height * row_pitch;
@@ -65,8 +62,6 @@ __global__ void phases_kernel(const Source* __restrict__ source, int planes, int
 template <class Source, class Out>
 __global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows, int width, int first_shift,
                                     int copies, int row_pitch, Out* __restrict__ destination) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (u_first >= row_pitch) return;
   const long long copy_size = static_cast<long long>(rows) * row_pitch;
@@ -90,9 +85,8 @@ __global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows,
 template <int S, class Source, class Out>
 void launch_phases(const Context& ctx, const Source* source, long long groups, int planes, int height, int width,
                    int phase_height, int row_pitch, Out* destination) {
-  cuda::launch_overlapped(ctx, "phases_kernel", phases_kernel<S, Source, Out>, copy_grid(groups, row_pitch),
-                          dim3(kColumns, kRows), 0, source, planes, height, width, phase_height, row_pitch,
-                          static_cast<int>(groups), destination);
+  phases_kernel<S, Source, Out><<<copy_grid(groups, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, planes, height, width, phase_height, row_pitch, static_cast<int>(groups), destination);
 }
 
 [[noreturn]] void unsupported_sizes(const char* copy, const std::string& sizes) {
@@ -122,6 +116,7 @@ void copy_to_phases(const Context& ctx, const Source* source, std::int64_t batch
     case 3: launch_phases<3>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
     default: launch_phases<4>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
   }
+  cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
 
 template <class Source, class Out>
@@ -140,9 +135,10 @@ void copy_shifted_rows(const Context& ctx, const Source* source, std::int64_t ba
   const long long rows = batch * channels * height;
   if (rows * copies >= (1LL << 31)) unsupported_sizes("shifted_rows", sizes());
   if (rows == 0 || row_pitch == 0) return;
-  cuda::launch_overlapped(ctx, "shifted_rows_kernel", shifted_rows_kernel<Source, Out>, copy_grid(rows, row_pitch),
-                          dim3(kColumns, kRows), 0, source, static_cast<int>(rows), static_cast<int>(width),
-                          first_shift, copies, static_cast<int>(row_pitch), destination);
+  shifted_rows_kernel<Source, Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
+      destination);
+  cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 
 }  // namespace

@@ -42,7 +42,6 @@
 #include "gdn/gdn.h"
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/blas.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -475,8 +474,6 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     gdn_parameter_gradients(const T* partials, int partial_count, int channels, const T* stored_beta,
                             const T* stored_gamma, T* beta_grad, T* gamma_grad, Reparametrization<T> rp) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   __shared__ T slice_sums[kPartialSlices][32];
   const long long gamma_count = static_cast<long long>(channels) * channels;
   const long long count = gamma_count + channels;
@@ -508,9 +505,10 @@ void launch_parameter_gradients(Context& ctx, const T* partials, int partial_cou
                                 Parameter& gamma, Reparametrization<T> rp) {
   const long long sums = static_cast<long long>(channels) * channels + channels;
   const auto blocks = static_cast<unsigned int>((sums + 31) / 32);
-  cuda::launch_overlapped(ctx, "gdn_parameter_gradients", gdn_parameter_gradients<T>, blocks, kThreads, 0, partials,
-                          partial_count, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
-                          gamma.grad.data<T>(), rp);
+  gdn_parameter_gradients<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
+      partials, partial_count, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
+      gamma.grad.data<T>(), rp);
+  cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
 }
 
 // ---------------------------------------------------------------- host side

@@ -44,7 +44,6 @@
 #include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
 #include "plexus/environment_switch.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers::gdn_cuda {
 
@@ -379,8 +378,6 @@ template <class L, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_bf16_tile_forward(const bf16* x, bf16* y, const float* stored_beta, const float* stored_gamma, int channels,
                           long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_gamma) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   constexpr int MT = L::m_tiles, NT = L::n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* gamma_s = reinterpret_cast<bf16*>(shared_bytes);
@@ -434,8 +431,6 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_bf16_tile_backward(const bf16* x, const bf16* dy, bf16* dx, const float* stored_beta,
                            const float* stored_gamma, int channels, long long pixels, long long total_pixels,
                            Reparametrization<float> rp, bool vector_gamma, float* partials) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   constexpr int MT = L::m_tiles, NT = L::n_tiles, GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* gamma_s = reinterpret_cast<bf16*>(shared_bytes);
@@ -549,9 +544,10 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
   const long long tiles = (problem.total_pixels + L::tile - 1) / L::tile;
   const int blocks = persistent_blocks<kernel>(L::threads, L::forward_bytes, tiles);
   if (blocks == 0) return false;
-  cuda::launch_overlapped(ctx, "gdn_bf16_tile_forward", kernel, blocks, L::threads, L::forward_bytes,
-                          elements<bf16>(x), elements<bf16>(y), beta.data<float>(), gamma.data<float>(),
-                          problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma));
+  kernel<<<blocks, L::threads, L::forward_bytes, cuda::stream(ctx)>>>(
+      elements<bf16>(x), elements<bf16>(y), beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
+      problem.total_pixels, rp, vector_gamma(problem, gamma));
+  cuda::check_launch("gdn_bf16_tile_forward", __FILE__, __LINE__);
   return true;
 }
 
@@ -565,10 +561,10 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   const int blocks = persistent_blocks<kernel>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) return Tensor();
   Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
-  cuda::launch_overlapped(ctx, "gdn_bf16_tile_backward", kernel, blocks, L::threads, L::backward_bytes,
-                          elements<bf16>(x), elements<bf16>(dy), dx ? elements<bf16>(*dx) : nullptr,
-                          beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels,
-                          problem.total_pixels, rp, vector_gamma(problem, gamma), partials.data<float>());
+  kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
+      elements<bf16>(x), elements<bf16>(dy), dx ? elements<bf16>(*dx) : nullptr, beta.data<float>(), gamma.data<float>(),
+      problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma), partials.data<float>());
+  cuda::check_launch("gdn_bf16_tile_backward", __FILE__, __LINE__);
   return partials;
 }
 

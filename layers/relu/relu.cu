@@ -5,7 +5,6 @@
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 #include "relu/relu.h"
-#include "plexus/cuda/overlapped_launch.h"
 
 namespace plexus::layers {
 
@@ -14,8 +13,6 @@ namespace {
 // y = max(x, 0)
 template <typename Elements>
 __global__ void relu_forward(Elements x, Elements y, long long n) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
@@ -27,8 +24,6 @@ __global__ void relu_forward(Elements x, Elements y, long long n) {
 // dx = dy * [x > 0]
 template <typename Elements>
 __global__ void relu_backward(Elements x, Elements dy, Elements dx, long long n) {
-  cuda::wait_for_previous_grid();  // overlapped launch: plexus/cuda/overlapped_launch.h
-  cuda::let_next_grid_launch();
   using T = typename Elements::Value;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
@@ -42,8 +37,9 @@ void ReLU::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableT
   if (n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    cuda::launch_overlapped(ctx, "relu_forward", relu_forward<Elements>, cuda::blocks_for(n), 256, 0,
-                            Elements::of(inputs[0]), Elements::of(outputs[0]), n);
+    relu_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
+                                                                     Elements::of(outputs[0]), n);
+    cuda::check_launch("relu_forward", __FILE__, __LINE__);
   });
 }
 
@@ -53,8 +49,9 @@ void ReLU::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTe
   if (!input_grads[0] || n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    cuda::launch_overlapped(ctx, "relu_backward", relu_backward<Elements>, cuda::blocks_for(n), 256, 0,
-                            Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
+    relu_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+        Elements::of(inputs[0]), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
+    cuda::check_launch("relu_backward", __FILE__, __LINE__);
   });
 }
 
