@@ -16,6 +16,7 @@
 #include "hyperprior_coding.h"
 #include "model_fingerprint.h"
 #include "plexus/checksum.h"
+#include "plexus/cpu_gemm_blocking.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 
@@ -175,6 +176,9 @@ std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const
 CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
                        std::string name)
     : name_(std::move(name)), device_(device) {
+  // The tables and the calibration below sum Eigen products on the CPU,
+  // perhaps before this process has made any Context.
+  fix_cpu_gemm_blocking();
   check_contract(spec);
   rate_levels_ = ae::rate_levels(spec);
   stride_ = derive_stride(spec, registry);
@@ -538,6 +542,7 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, 
 
 bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry,
                        const std::vector<data::Image>& calibration_images, bool recalibrate) {
+  fix_cpu_gemm_blocking();  // as in CodecModel's constructor
   bool has_entropy_model = false;
   for (const NodeSpec& node : spec.nodes) has_entropy_model |= node.type == kEntropyModelType;
   if (!has_entropy_model) return false;

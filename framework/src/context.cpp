@@ -1,13 +1,13 @@
 #include "plexus/context.h"
 
 #include "backend.h"
-#include "cpu_gemm_blocking.h"
+#include "plexus/cpu_gemm_blocking.h"
 #include "plexus/error.h"
 
 namespace plexus {
 
 Context::Context(Device device, std::uint64_t seed) : device_(device) {
-  detail::fix_cpu_gemm_blocking();
+  fix_cpu_gemm_blocking();
   if (device.is_cuda())
     cuda_ = {cuda::create_resources(device.index, seed), &cuda::destroy_resources};
   reseed(seed);

@@ -1,10 +1,10 @@
-#include "cpu_gemm_blocking.h"
+#include "plexus/cpu_gemm_blocking.h"
 
 #include <mutex>
 
 #include <Eigen/Core>
 
-namespace plexus::detail {
+namespace plexus {
 
 void fix_cpu_gemm_blocking() {
   static std::once_flag once;
@@ -17,4 +17,4 @@ void fix_cpu_gemm_blocking() {
   });
 }
 
-}  // namespace plexus::detail
+}  // namespace plexus

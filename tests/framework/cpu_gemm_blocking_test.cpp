@@ -1,5 +1,5 @@
 // A Context fixes the cache sizes from which Eigen derives every matrix
-// product's blocking (src/cpu_gemm_blocking.h), so the CPU kernels sum in
+// product's blocking (plexus/cpu_gemm_blocking.h), so the CPU kernels sum in
 // the same order whatever caches the processor reports. The only test of
 // this executable: the first Context of the process is the one that fixes them.
 #include <Eigen/Core>
