@@ -265,8 +265,7 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
 // tap-major K only; params.a and params.source in the operand type of the
 // Context's precision) or mma.sync. When its blocks would not fill the GPU
 // once (small images, long K), K is split over up to 8x more blocks whose
-// partial sums reduce_splits_kernel adds (with the bias), or, on wgmma, the
-// blocks of one tile's splits form a cluster that adds them itself. Tap-major:
+// partial sums reduce_splits_kernel adds (with the bias). Tap-major:
 // params.channel_pad > 0 and params.source is the NHWC copy.
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, bool wgmma) {
   // Every variant takes 128 x 128 tiles of C, two blocks per multiprocessor.
@@ -292,8 +291,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
   params.splits = static_cast<int>(k_splits(ctx, kBlocks, blocks, max_k_stride / stage_k, 8));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
   params.partial = nullptr;
-  params.cluster_splits = wgmma && wgmma_cluster_splits(ctx, params.splits);
-  if (params.splits > 1 && !params.cluster_splits)
+  if (params.splits > 1)
     params.partial =
         grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
   const dim3 grid(static_cast<unsigned>(max_n_tiles * params.part_count),
@@ -315,7 +313,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
       launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
-  if (params.splits > 1 && !params.cluster_splits) {
+  if (params.splits > 1) {
     const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
     const int plane = params.dest_h * params.dest_w;
     if (params.dest_bf16)

@@ -53,9 +53,8 @@ struct GatherParams {
   int source_scale, dest_scale;
   int channel_pad;  // tap-major: source channels rounded up to BK; 0 when K is flat
   int part_count;
-  int splits;           // > 1: blockIdx.z picks a slice of K, written to partial (or summed in a cluster)
-  bool cluster_splits;  // wgmma: the splits of a tile are one thread-block cluster that sums them itself
-  float* partial;       // [splits][batch, m_size, dest_h, dest_w] when splits > 1 and not cluster_splits (no bias)
+  int splits;           // > 1: blockIdx.z picks a slice of K, written to partial
+  float* partial;       // [splits][batch, m_size, dest_h, dest_w] when splits > 1 (no bias)
   long long dest_size;  // batch * m_size * dest_h * dest_w
   GatherPart parts[kMaxPhases];
 };
@@ -132,8 +131,7 @@ __device__ inline GatherPixel gather_pixel(const GatherParams& params, const Gat
 // Epilogue: the block's tile of C -> dest, plus bias (rounded to bf16 when
 // dest is stored in bf16: the f32 value an f32 dest would hold, rounded); or,
 // when K is split, this split's f32 partial sums (bias, sum and rounding
-// come in reduce_splits; the wgmma kernel's cluster splits sum their tiles
-// themselves, implicit_gemm_wgmma.cu). Each warp
+// come in reduce_splits). Each warp
 // holds MT x NT m16n8 accumulator tiles (rows warp_m0 + 16 mt + g [+8],
 // columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4: the C layout of
 // mma.sync m16n8 and, per n8 block, of wgmma m64nN). Written from there, a
@@ -153,15 +151,14 @@ __host__ __device__ constexpr std::size_t staging_bytes() {
   return sizeof(float) * T::BM * staging_pitch<T>();
 }
 
-// The block's accumulators -> `staging` [BM][staging_pitch] (after a
-// barrier: every thread is past its last read of the operand ring), then a
-// barrier: the whole tile is staged.
 template <class T>
-__device__ inline void stage_tile(int warp_m0, int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
-                                  float* staging) {
-  constexpr int kPitch = staging_pitch<T>();
+__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
+                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
+                                         float* staging) {
+  constexpr int kPitch = staging_pitch<T>(), kWarps = kThreads / 32, kColumnsPerLane = T::BN / 32;
+  static_assert(T::BN % 32 == 0, "a warp stores a row in whole passes of 32 columns");
   const int g = lane >> 2, t = lane & 3;
-  __syncthreads();
+  __syncthreads();  // every thread is past its last read of the operand ring
 #pragma unroll
   for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
@@ -171,18 +168,18 @@ __device__ inline void stage_tile(int warp_m0, int warp_n0, int lane, const floa
         *reinterpret_cast<float2*>(staging + (warp_m0 + mt * 16 + g + 8 * half) * kPitch + warp_n0 + nt * 8 +
                                    2 * t) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
   __syncthreads();
-}
 
-// Column n = n0 + lane + 32 j of the block's tile: its offset in dest (image
-// and pixel, channel 0), or -1 past the part's columns.
-template <class T>
-__device__ inline void tile_columns(const GatherParams& params, const GatherBlock& block, int lane,
-                                    long long (&column)[T::BN / 32]) {
-  static_assert(T::BN % 32 == 0, "a warp stores a row in whole passes of 32 columns");
   const GatherPart& part = *block.part;
   const int dest_plane = params.dest_h * params.dest_w;
+  const bool whole = params.splits == 1;
+  const bool bf16 = whole && params.dest_bf16;
+  float* dest = whole ? static_cast<float*>(params.dest) : params.partial + block.split * params.dest_size;
+  BFloat16* dest_bf16 = static_cast<BFloat16*>(params.dest);
+  // Column n = n0 + lane + 32 j of the tile: its offset in dest (image and
+  // pixel), or -1 past the part's columns.
+  long long column[kColumnsPerLane];
 #pragma unroll
-  for (int j = 0; j < T::BN / 32; ++j) {
+  for (int j = 0; j < kColumnsPerLane; ++j) {
     const long long n = block.n0 + lane + 32 * j;
     column[j] = -1;
     if (n < block.n_size) {
@@ -194,21 +191,6 @@ __device__ inline void tile_columns(const GatherParams& params, const GatherBloc
                   v * params.dest_scale + part.dest_col0;
     }
   }
-}
-
-template <class T>
-__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
-                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
-                                         float* staging) {
-  constexpr int kPitch = staging_pitch<T>(), kWarps = kThreads / 32, kColumnsPerLane = T::BN / 32;
-  stage_tile<T>(warp_m0, warp_n0, lane, acc, staging);
-  const int dest_plane = params.dest_h * params.dest_w;
-  const bool whole = params.splits == 1;
-  const bool bf16 = whole && params.dest_bf16;
-  float* dest = whole ? static_cast<float*>(params.dest) : params.partial + block.split * params.dest_size;
-  BFloat16* dest_bf16 = static_cast<BFloat16*>(params.dest);
-  long long column[kColumnsPerLane];
-  tile_columns<T>(params, block, lane, column);
   const int warp = threadIdx.x / 32;
   for (int row = warp; row < T::BM; row += kWarps) {
     const int m = block.m0 + row;
@@ -240,15 +222,8 @@ using WgmmaGatherTile = Tile<128, 128, 8, 1, BK, STAGES>;
 // swizzle row, 32 f32 (TF32) or 64 bf16. Tap-major channel_pad is a multiple of it.
 inline int wgmma_stage_k(bool bf16) { return bf16 ? 64 : 32; }
 
-// Whether the wgmma gather sums the K splits of a tile inside a thread-block
-// cluster of `splits` blocks (params.cluster_splits) instead of through
-// params.partial and reduce_splits: Hopper clusters hold at most 8 blocks,
-// and this device must be able to place such a cluster.
-bool wgmma_cluster_splits(const Context& ctx, int splits);
-
 // Launches wgmma_gather_kernel on `grid` (TF32 from f32 operands, or BF16
-// from bf16 bit patterns) with a tap table of table_entries, as clusters of
-// grid.z blocks when params.cluster_splits; checked.
+// from bf16 bit patterns) with a tap table of table_entries; checked.
 void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16);
 
 }  // namespace plexus::layers::implicit_gemm::detail

@@ -12,8 +12,6 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include <cooperative_groups.h>
-
 #include "convolution/implicit_gemm_gather.cuh"
 #include "convolution/wgmma.cuh"
 #include "plexus/environment_switch.h"
@@ -40,49 +38,6 @@ constexpr int kSwizzleAlign = kWgmmaSwizzleAlign;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ inline unsigned swizzled_chunk(int row, int chunk) {
   return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// K split over a cluster (grid.z = splits = the cluster's blocks, cluster
-// rank = blockIdx.z = split): every block stages its f32 partial tile in its
-// shared memory; block r then writes rows r, r + splits, ... of the tile as
-//   dest = bias + partial_0 + partial_1 + ... (in split order, as reduce_splits_kernel sums),
-// reading the other blocks' tiles through distributed shared memory. The
-// partial sums never reach global memory and no second kernel runs.
-template <class T>
-__device__ inline void store_cluster_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
-                                          int lane, const float (&acc)[T::MT][T::NT][4], float* staging) {
-  constexpr int kPitch = staging_pitch<T>(), kWarps = kThreads / 32, kColumnsPerLane = T::BN / 32;
-  constexpr int kMaxSplits = 8;
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  stage_tile<T>(warp_m0, 0, lane, acc, staging);
-  cluster.sync();  // every block's tile is staged (release/acquire over the cluster)
-  const int splits = params.splits;
-  const float* tiles[kMaxSplits];
-#pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) tiles[s] = s < splits ? cluster.map_shared_rank(staging, s) : staging;
-  long long column[kColumnsPerLane];
-  tile_columns<T>(params, block, lane, column);
-  const int dest_plane = params.dest_h * params.dest_w;
-  const int warp = threadIdx.x / 32;
-  for (int row = block.split + splits * warp; row < T::BM; row += splits * kWarps) {
-    const int m = block.m0 + row;
-    if (m >= params.m_size) break;
-    const float bias = params.bias ? params.bias[m] : 0.0f;
-    const long long row_offset = static_cast<long long>(m) * dest_plane;
-#pragma unroll
-    for (int j = 0; j < kColumnsPerLane; ++j) {
-      if (column[j] < 0) continue;
-      float value = bias;
-#pragma unroll
-      for (int s = 0; s < kMaxSplits; ++s)
-        if (s < splits) value += tiles[s][row * kPitch + lane + 32 * j];
-      if (params.dest_bf16)
-        store_f32(static_cast<BFloat16*>(params.dest) + row_offset + column[j], value);
-      else
-        static_cast<float*>(params.dest)[row_offset + column[j]] = value;
-    }
-  }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
 #endif
@@ -186,10 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
   wgmma_wait<0>();
   fence_accumulators(acc[0]);
   static_assert(staging_bytes<T>() <= 2 * kStages * kTileBytes, "the C tile is staged in the operand rings");
-  if (params.cluster_splits)
-    store_cluster_tile<T>(params, block, 16 * warp, lane, acc, reinterpret_cast<float*>(rings));
-  else
-    store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc, reinterpret_cast<float*>(rings));
+  store_gather_tile<T>(params, block, 16 * warp, 0, lane, acc, reinterpret_cast<float*>(rings));
 #endif
 }
 
@@ -199,64 +151,17 @@ std::size_t wgmma_shared_bytes(int table_entries) {
 }
 
 template <class Element>
-void allow_shared_bytes_once() {
+void launch(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries) {
   static const bool opted_in = (allow_shared_bytes(wgmma_gather_kernel<Element>, wgmma_shared_bytes(kMaxTaps),
                                                    "cudaFuncSetAttribute(wgmma_gather_kernel)"),
                                 true);
   (void)opted_in;
-}
-
-// The launch configuration: clusters of grid.z blocks along z when the splits are summed in a cluster.
-struct ClusterLaunch {
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  ClusterLaunch(const Context& ctx, dim3 grid, std::size_t shared_bytes, bool cluster) {
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = cuda::stream(ctx);
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = grid.z;
-    config.attrs = &attribute;
-    config.numAttrs = cluster ? 1 : 0;
-  }
-};
-
-template <class Element>
-void launch(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries) {
-  allow_shared_bytes_once<Element>();
-  ClusterLaunch configured(ctx, grid, wgmma_shared_bytes(table_entries), params.cluster_splits);
-  cuda::check_cuda(cudaLaunchKernelEx(&configured.config, wgmma_gather_kernel<Element>, params),
-                   "cudaLaunchKernelEx(wgmma_gather_kernel)", __FILE__, __LINE__);
+  wgmma_gather_kernel<Element>
+      <<<grid, kThreads, wgmma_shared_bytes(table_entries), cuda::stream(ctx)>>>(params);
   cuda::check_launch("wgmma_gather_kernel", __FILE__, __LINE__);
 }
 
-// Whether clusters of `splits` blocks of the largest shared-memory size fit
-// this device (cudaOccupancyMaxActiveClusters > 0); asked once per process
-// for clusters of 8, the most splits run_gather makes.
-bool clusters_fit(const Context& ctx) {
-  constexpr int kDevices = 64, kLargestCluster = 8;
-  static std::atomic<int> decided[kDevices];  // 0 unknown, 1 no, 2 yes
-  const int device = cuda::resources(ctx).device;
-  if (device >= 0 && device < kDevices && decided[device].load() != 0) return decided[device].load() == 2;
-  allow_shared_bytes_once<std::uint16_t>();
-  ClusterLaunch configured(ctx, dim3(1, 1, kLargestCluster), wgmma_shared_bytes(kMaxTaps), true);
-  int clusters = 0;
-  cuda::check_cuda(
-      cudaOccupancyMaxActiveClusters(&clusters, wgmma_gather_kernel<std::uint16_t>, &configured.config),
-                   "cudaOccupancyMaxActiveClusters(wgmma_gather_kernel)", __FILE__, __LINE__);
-  const bool fit = clusters > 0 && !switched_off_by_environment("PLEXUS_CONV_CLUSTER_SPLITS");
-  if (device >= 0 && device < kDevices) decided[device].store(fit ? 2 : 1);
-  return fit;
-}
-
 }  // namespace
-
-bool wgmma_cluster_splits(const Context& ctx, int splits) {
-  return splits > 1 && splits <= 8 && clusters_fit(ctx);
-}
 
 void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16) {
   if (bf16)
