@@ -80,9 +80,10 @@ run_ctest() {
   local rc=$?
   local tests_line
   tests_line=$(grep -E "tests passed" "$logs/ctest.log" | tail -1)
-  # Tests named TwoGpu* need two GPUs: on a machine with one they may skip.
+  # Tests named TwoGpu* need two GPUs: with one visible (CUDA_VISIBLE_DEVICES
+  # counts, as for the tests themselves) they may skip.
   local gpus skipped
-  gpus=$(nvidia-smi --list-gpus | wc -l)
+  gpus=$(visible_gpus | wc -l)
   skipped=$(grep -E "\(Skipped\)" "$logs/ctest.log" | { if [ "$gpus" -lt 2 ]; then grep -v "\.TwoGpu"; else cat; fi; } | wc -l)
   grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\*\*\*Exception" "$logs/ctest.log" | head -40
   summary+=("ctest: ${tests_line:-no result} (rc=$rc); skipped: $skipped$([ "$gpus" -lt 2 ] && echo " (the two-GPU tests not counted: one GPU visible)")")

@@ -9,7 +9,9 @@
 # phase is reported, and one inherited from the caller's environment does
 # not reach an unsharded run; NCCL's reports of probing its own kernels are
 # counted apart only when they are a passing binary's only reports; the
-# binaries are spread over the visible GPUs (CUDA_VISIBLE_DEVICES rotated).
+# binaries are spread over the visible GPUs (CUDA_VISIBLE_DEVICES rotated);
+# the ctest phase lets the two-GPU tests skip only when one GPU is visible
+# (CUDA_VISIBLE_DEVICES counts) and fails on any other skip.
 set -euo pipefail
 source_dir=$1
 work=$(mktemp -d)
@@ -143,4 +145,28 @@ for message in "own probe" "nccl probe, memory error" "nccl probe, own probe" "n
   run PHASES=memcheck
   check "$message" 1 "cuda_b_test: rc=99" "SUMMARY: memcheck: 2 binaries, 1 with errors" "SUMMARY: gpu-check FAILED"
 done
-echo "gpu-check.sh: phases, shards and memcheck results as expected"
+# ctest: a stand-in whose run skips a two-GPU test (and, with STANDIN_SKIP_OTHER, another one).
+cat > "$work/bin/ctest" <<'STANDIN'
+#!/usr/bin/env bash
+echo "100% tests passed, 0 tests failed out of 3"
+echo "The following tests did not run:"
+echo "	  2 - PlexusAeDataParallel.TwoGpuTrainingMatchesOneGpu (Skipped)"
+if [ -n "${STANDIN_SKIP_OTHER:-}" ]; then echo "	  3 - Codec.NeedsKodak (Skipped)"; fi
+STANDIN
+chmod +x "$work/bin/ctest"
+# One GPU visible (on a machine with one, or CUDA_VISIBLE_DEVICES naming one of two): the two-GPU skip is not counted.
+for variables in "STANDIN_GPUS=1" "STANDIN_GPUS=2 CUDA_VISIBLE_DEVICES=1"; do
+  read -r -a variables <<< "$variables"
+  run PHASES=ctest "${variables[@]}"
+  check "ctest (${variables[*]})" 0 "(rc=0); skipped: 0 (the two-GPU tests not counted: one GPU visible)" \
+    "SUMMARY: gpu-check PASSED (phases run: ctest;"
+done
+# Two GPUs visible, the two-GPU test skipped: a failure.
+run PHASES=ctest STANDIN_GPUS=2
+check "ctest (two GPUs)" 1 "(rc=0); skipped: 1" "SUMMARY: gpu-check FAILED"
+if grep -q "not counted" "$work/out.txt"; then echo "ctest (two GPUs): the two-GPU skip was not counted"; exit 1; fi
+# One GPU, and another test skipped: a failure.
+run PHASES=ctest STANDIN_GPUS=1 STANDIN_SKIP_OTHER=1
+check "ctest (another skip)" 1 "(rc=0); skipped: 1 (the two-GPU tests not counted: one GPU visible)" \
+  "SUMMARY: gpu-check FAILED"
+echo "gpu-check.sh: phases, shards, memcheck and ctest results as expected"
