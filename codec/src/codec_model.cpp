@@ -56,6 +56,9 @@ std::int64_t latent_channels(const TensorFile& file, const CodecGraph& graph, co
 codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph,
                                             const Registry& registry, std::int64_t channels,
                                             const std::string& who) {
+  // The tables and the calibration sum Eigen products on the CPU, perhaps
+  // before this process has made any Context (which would fix the blocking).
+  fix_cpu_gemm_blocking();
   Net density(graph.density, registry, {{graph.factorized_latent, Shape{1, channels, 1, 1}}}, DType::f64);
   load_weights(density, file, who);
   const auto* model = dynamic_cast<const layers::FactorizedEntropyModel*>(&density.layer(graph.entropy_node));
@@ -79,6 +82,7 @@ struct CalibrationSample {
 // evaluated group by group as the codec does, each group's rounded latent
 // round(y - mean) + mean (or mean + round(scale * N(0, 1))) fed back.
 IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const std::vector<CalibrationSample>& samples) {
+  fix_cpu_gemm_blocking();  // as in build_tables
   IntegerNetworkCalibration calibration;
   std::mt19937_64 random(1);
   std::normal_distribution<double> normal;
@@ -176,9 +180,6 @@ std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const
 CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
                        std::string name)
     : name_(std::move(name)), device_(device) {
-  // The tables and the calibration below sum Eigen products on the CPU,
-  // perhaps before this process has made any Context.
-  fix_cpu_gemm_blocking();
   check_contract(spec);
   rate_levels_ = ae::rate_levels(spec);
   stride_ = derive_stride(spec, registry);
@@ -542,7 +543,6 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, 
 
 bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry,
                        const std::vector<data::Image>& calibration_images, bool recalibrate) {
-  fix_cpu_gemm_blocking();  // as in CodecModel's constructor
   bool has_entropy_model = false;
   for (const NodeSpec& node : spec.nodes) has_entropy_model |= node.type == kEntropyModelType;
   if (!has_entropy_model) return false;
