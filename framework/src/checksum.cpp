@@ -1,6 +1,7 @@
 #include "plexus/checksum.h"
 
 #include <array>
+#include <cstring>
 
 namespace plexus {
 
@@ -39,6 +40,32 @@ void Fnv1a64::add_field(const std::string& text) {
   for (int k = 0; k < 8; ++k) length[k] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * k));
   add(length, sizeof length);
   add(text);
+}
+
+std::uint64_t lane_hash64(const void* data, std::size_t size) {
+  constexpr std::uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full;  // xxHash64's primes 1 and 2
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  const auto word = [bytes](std::size_t i) {
+    std::uint64_t w;
+    std::memcpy(&w, bytes + 8 * i, 8);  // any alignment
+    return w;
+  };
+  const auto round = [](std::uint64_t lane, std::uint64_t w) {
+    lane += w * kP2;
+    return ((lane << 31) | (lane >> 33)) * kP1;
+  };
+  std::uint64_t lanes[4] = {kP1 + kP2, kP2, 0, 0 - kP1};
+  const std::size_t words = size / 8;
+  std::size_t i = 0;
+  for (; i + 4 <= words; i += 4)
+    for (std::size_t k = 0; k < 4; ++k) lanes[k] = round(lanes[k], word(i + k));
+  for (; i < words; ++i) lanes[i % 4] = round(lanes[i % 4], word(i));
+  Fnv1a64 fold;
+  fold.add(bytes + 8 * words, size - 8 * words);
+  fold.add(lanes, sizeof lanes);
+  const std::uint64_t size64 = size;
+  fold.add(&size64, sizeof size64);
+  return fold.value();
 }
 
 }  // namespace plexus

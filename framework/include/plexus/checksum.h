@@ -1,6 +1,7 @@
 #pragma once
-// Two hashes: CRC-32 guards a file against corruption (the compressed-image
-// format, docs/bitstream.md); FNV-1a 64 fingerprints a model or a replica's parameters.
+// Three hashes: CRC-32 guards a file against corruption (the compressed-image
+// format, docs/bitstream.md); FNV-1a 64 fingerprints a model; lane_hash64
+// fingerprints large buffers fast (a replica's parameters).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,5 +25,16 @@ class Fnv1a64 {
  private:
   std::uint64_t hash_ = 0xcbf29ce484222325ull;
 };
+
+// A 64-bit fingerprint of a large buffer, about ten times faster than
+// Fnv1a64 (which takes one multiply per byte, in one dependent chain). Four
+// lanes take the 8-byte words in turn, each word by xxHash64's round
+//   lane = rotl(lane + word * P2, 31) * P1,
+// so the four chains run side by side; the bytes after the last whole word,
+// the lanes and the size are then folded together with FNV-1a. For
+// comparing buffers within one run (the replicas of data-parallel training,
+// all on one kind of machine): the value is not a published hash, nor kept
+// in any file.
+std::uint64_t lane_hash64(const void* data, std::size_t size);
 
 }  // namespace plexus

@@ -37,7 +37,8 @@ std::uint64_t parameter_fingerprint(const std::vector<NamedParameter>& parameter
   for (const NamedParameter& named : parameters) {
     hash.add_field(named.name);
     const Tensor host = named.parameter->value.to(Device::cpu());
-    hash.add(host.raw_data(), host.nbytes());
+    const std::uint64_t values = lane_hash64(host.raw_data(), host.nbytes());
+    hash.add(&values, sizeof values);
   }
   return hash.value();
 }

@@ -12,8 +12,9 @@
 
 namespace plexus::distributed {
 
-// FNV-1a 64 over the names and the bytes of the values, in the order given
-// (Net::parameters() is sorted by name). Copies the values to the host.
+// FNV-1a 64 over the names and, for each, lane_hash64 of the bytes of its
+// values, in the order given (Net::parameters() is sorted by name). Copies
+// the values to the host.
 std::uint64_t parameter_fingerprint(const std::vector<NamedParameter>& parameters);
 
 // Every rank's values become rank 0's. Collective.
