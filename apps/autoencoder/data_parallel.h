@@ -28,9 +28,13 @@ Device worker_device(const TrainOptions& o, const WorkerEnvironment& environment
 
 class DataParallelRank {
  public:
-  // Decisions are agreed every this many steps (and the replicas' checks
-  // run on their own schedule, --replica-check-every).
-  static constexpr std::int64_t kAgreementInterval = 10;
+  // Decisions are agreed after step kFirstAgreementStep, then about every
+  // kAgreementSeconds (agreement_interval): often enough that Ctrl-C and
+  // --time-limit act within a fraction of a second, rarely enough that the
+  // wait for the device each agreement takes costs little. The replicas'
+  // checks run on their own schedule (--replica-check-every).
+  static constexpr std::int64_t kFirstAgreementStep = 10;
+  static constexpr double kAgreementSeconds = 0.25;
 
   // Joins the job: NCCL on a CUDA device, an in-process group of one rank
   // on the CPU. Waits up to `timeout_seconds` for the other ranks.
@@ -39,10 +43,13 @@ class DataParallelRank {
   int rank() const { return communicator_->rank(); }
   int world_size() const { return communicator_->world_size(); }
 
-  // Whether to stop, --time-limit and the schedule's clock, agreed over the
-  // ranks (plexus/distributed/agreement.h). Collective; waits for the device.
-  distributed::Agreement agree(Context& ctx, bool stop, bool out_of_time, double seconds) {
-    return distributed::agree(ctx, *communicator_, stop, out_of_time, seconds);
+  // Whether to stop, --time-limit, the schedule's clock and the steps to
+  // the next agreement (those of kAgreementSeconds at rank 0's
+  // `seconds_per_step`), agreed over the ranks
+  // (plexus/distributed/agreement.h). Collective; waits for the device.
+  distributed::Agreement agree(Context& ctx, bool stop, bool out_of_time, double seconds, double seconds_per_step) {
+    return distributed::agree(ctx, *communicator_, stop, out_of_time, seconds,
+                              distributed::agreement_interval(kAgreementSeconds, seconds_per_step));
   }
 
  private:

@@ -90,6 +90,7 @@ TrainLoop::TrainLoop(TrainingRun& run)
                 run.parallel ? &run.parallel->communicator() : nullptr, gradient_bucket_bytes(o_.gradient_bucket_mb)),
       last_good_checkpoint_(o_.resume ? run.step : -1),
       first_step_(run.step),
+      next_agreement_step_(run.step + DataParallelRank::kFirstAgreementStep),
       last_step_(o_.steps),
       window_start_(std::chrono::steady_clock::now()) {
   training_.set_gradient_clipper(run.clipper.get());
@@ -120,8 +121,11 @@ bool TrainLoop::take_step() {
   run_.adam.set_learning_rate(run_.schedule.rate_for_step(run_.step, schedule_seconds()));  // read by begin_step
   training_.run(run_.step);
   ++run_.step;
-  if (run_.parallel && run_.step % DataParallelRank::kAgreementInterval == 0)
-    agreed_ = run_.parallel->agree(run_.ctx, stop_requested(), out_of_time(), seconds_this_run(run_.start));
+  if (run_.parallel && run_.step == next_agreement_step_) {
+    agreed_ = run_.parallel->agree(run_.ctx, stop_requested(), out_of_time(), seconds_this_run(run_.start),
+                                   seconds_per_step_);
+    next_agreement_step_ = run_.step + agreed_.next_interval;
+  }
   if (!training_.checks_every_step()) return true;
   // The CPU: free, so every step, as the progress line always did.
   const TrainingWindow now = training_.peek_window();

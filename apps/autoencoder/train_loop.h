@@ -79,9 +79,11 @@ class TrainLoop {
   TrainingStep training_;
   std::int64_t last_good_checkpoint_;  // -1: none saved yet
   const std::int64_t first_step_;
+  std::int64_t next_agreement_step_;
   std::int64_t last_step_;  // --steps, or the step at which --time-limit was reached
   // Data-parallel ranks decide alike: on rank 0's clock and on a stop
-  // requested on any rank, agreed every kAgreementInterval steps.
+  // requested on any rank, agreed after step next_agreement_step_ (rank 0
+  // sets the interval, DataParallelRank::agree).
   distributed::Agreement agreed_;
 
   // Window statistics between two log lines.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "distributed/rank_threads.h"
 #include "plexus/builtin_layers.h"
@@ -132,17 +133,20 @@ TEST(DataParallelTraining, TheReplicaCheckNamesARankThatDrifted) {
         << "rank " << rank << ": " << errors[rank];
 }
 
-// A stop asked on any one rank stops all; the time limit and the clock are
-// rank 0's, whatever the others' clocks say.
+// A stop asked on any one rank stops all; the time limit, the clock and the
+// interval to the next agreement are rank 0's, whatever the others say.
 TEST(DataParallelTraining, RanksAgreeOnStoppingAndOnRankZerosClock) {
   const int world = 3;
-  std::vector<Agreement> quiet(world), one_stops(world), late_clocks(world);
+  std::vector<Agreement> quiet(world), one_stops(world), late_clocks(world), too_long(world), too_short(world);
   auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
     Context ctx;
     const double my_seconds = 100.0 + rank;  // every rank's clock differs
-    quiet[rank] = agree(ctx, comm, false, false, my_seconds);
-    one_stops[rank] = agree(ctx, comm, rank == 2, false, my_seconds);
-    late_clocks[rank] = agree(ctx, comm, false, rank != 0, my_seconds);  // only rank 0's limit counts
+    const std::int64_t my_interval = 7 + rank;  // so does every rank's proposed interval
+    quiet[rank] = agree(ctx, comm, false, false, my_seconds, my_interval);
+    one_stops[rank] = agree(ctx, comm, rank == 2, false, my_seconds, my_interval);
+    late_clocks[rank] = agree(ctx, comm, false, rank != 0, my_seconds, my_interval);  // only rank 0's limit counts
+    too_long[rank] = agree(ctx, comm, false, false, my_seconds, rank == 0 ? kMaxAgreementInterval + 5 : 3);
+    too_short[rank] = agree(ctx, comm, false, false, my_seconds, rank == 0 ? 0 : 3);
   });
   ASSERT_TRUE(all_succeeded(errors));
   for (int rank = 0; rank < world; ++rank) {
@@ -151,7 +155,22 @@ TEST(DataParallelTraining, RanksAgreeOnStoppingAndOnRankZerosClock) {
     EXPECT_EQ(quiet[rank].seconds, 100.0) << rank;
     EXPECT_TRUE(one_stops[rank].stop) << rank;
     EXPECT_FALSE(late_clocks[rank].out_of_time) << rank;
+    EXPECT_EQ(quiet[rank].next_interval, 7) << rank;  // rank 0's
+    EXPECT_EQ(too_long[rank].next_interval, kMaxAgreementInterval) << rank;
+    EXPECT_EQ(too_short[rank].next_interval, 1) << rank;
   }
+}
+
+// Agreements about every `seconds`: the steps in it at the measured pace.
+TEST(DataParallelTraining, AgreementIntervalIsTheStepsInTheGivenTime) {
+  EXPECT_EQ(agreement_interval(0.25, 0.004), 63);   // 62.5 steps of 4 ms, rounded
+  EXPECT_EQ(agreement_interval(0.25, 0.1), 3);      // 2.5, rounded away from zero
+  EXPECT_EQ(agreement_interval(0.25, 2.0), 1);      // slower than the time: every step
+  EXPECT_EQ(agreement_interval(0.25, 1e-9), kMaxAgreementInterval);
+  EXPECT_EQ(agreement_interval(0.25, 0.0), 10);     // pace not known yet
+  EXPECT_EQ(agreement_interval(0.25, -1.0), 10);
+  EXPECT_EQ(agreement_interval(0.25, std::nan("")), 10);
+  EXPECT_EQ(agreement_interval(0.25, std::numeric_limits<double>::infinity()), 10);
 }
 
 TEST(DataParallelTraining, BroadcastGivesEveryRankRankZerosParameters) {
