@@ -112,6 +112,31 @@ class RecordingCommunicator : public Communicator {
 
 // Each bucket is reduced once per step, as soon as its last gradient is
 // final: fc2's bucket before fc1's backward starts, fc1's two right after it.
+// The last gradients backward finishes get a bucket of their own, within
+// the final cap. A 250-byte cap would hold all 204 bytes; with a 30-byte
+// final cap fc1.bias (24 B) is alone (fc1.weight, 96 B more, would exceed
+// it) and the rest share one bucket. A final cap smaller than the last
+// gradient still gives it a bucket; one of 120 B takes both of fc1's.
+TEST(GradientBuckets, TheLastGradientsGetASmallBucketOfTheirOwn) {
+  auto net = make_net();
+  auto errors = run_ranks(1, [&](int, Communicator& comm) {
+    GradientBuckets capped(*net, comm, 250, 30);
+    ASSERT_EQ(capped.buckets().size(), 2u);
+    EXPECT_EQ(names_of(capped.buckets()[0]), (std::vector<std::string>{"fc2.weight", "fc2.bias", "fc1.weight"}));
+    EXPECT_EQ(names_of(capped.buckets()[1]), (std::vector<std::string>{"fc1.bias"}));
+    GradientBuckets tiny(*net, comm, 250, 1);
+    ASSERT_EQ(tiny.buckets().size(), 2u);
+    EXPECT_EQ(names_of(tiny.buckets()[1]), (std::vector<std::string>{"fc1.bias"}));
+    GradientBuckets both(*net, comm, 250, 120);
+    ASSERT_EQ(both.buckets().size(), 2u);
+    EXPECT_EQ(names_of(both.buckets()[0]), (std::vector<std::string>{"fc2.weight", "fc2.bias"}));
+    EXPECT_EQ(names_of(both.buckets()[1]), (std::vector<std::string>{"fc1.weight", "fc1.bias"}));
+    EXPECT_THROW(GradientBuckets(*net, comm, 250, 0), ConfigError);
+  });
+  std::string error;
+  EXPECT_TRUE(all_succeeded(errors, &error)) << error;
+}
+
 TEST(GradientBuckets, ReducesEachBucketOncePerStepAsSoonAsItsGradientsAreFinal) {
   auto net = make_net();
   fill_inputs(*net, 0);

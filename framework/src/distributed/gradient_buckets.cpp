@@ -6,28 +6,56 @@
 
 namespace plexus::distributed {
 
-GradientBuckets::GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes)
+namespace {
+
+struct Gradient {
+  std::string node;
+  Parameter* parameter;
+  std::size_t bytes;
+};
+
+// The trainable parameters in the order backward finishes their gradients.
+std::vector<Gradient> gradients_in_backward_order(Net& net) {
+  std::vector<std::string> order = net.execution_order();
+  std::reverse(order.begin(), order.end());
+  std::vector<Gradient> gradients;
+  for (const std::string& node : order)
+    for (Parameter* parameter : net.layer(node).parameters())
+      if (parameter->trainable) gradients.push_back({node, parameter, parameter->grad.nbytes()});
+  return gradients;
+}
+
+// Where the final bucket starts: the longest tail of `gradients` within
+// `cap` bytes, and at least the last gradient.
+std::size_t final_bucket_start(const std::vector<Gradient>& gradients, std::size_t cap) {
+  std::size_t start = gradients.size(), bytes = 0;
+  while (start > 0 && (start == gradients.size() || bytes + gradients[start - 1].bytes <= cap))
+    bytes += gradients[--start].bytes;
+  return start;
+}
+
+}  // namespace
+
+GradientBuckets::GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes,
+                                 std::size_t final_bucket_bytes)
     : net_(net), communicator_(communicator) {
   if (net.dtype() != DType::f32)
     throw ConfigError("data-parallel training reduces f32 gradients; the net is " +
                       std::string(dtype_name(net.dtype())));
-  if (bucket_bytes == 0) throw ConfigError("the gradient bucket size must be > 0 bytes");
-  std::vector<std::string> order = net.execution_order();
-  std::reverse(order.begin(), order.end());
+  if (bucket_bytes == 0 || final_bucket_bytes == 0) throw ConfigError("the gradient bucket size must be > 0 bytes");
+  const std::vector<Gradient> gradients = gradients_in_backward_order(net);
+  const std::size_t final_start = final_bucket_start(gradients, std::min(bucket_bytes, final_bucket_bytes));
   std::size_t bytes = 0;
-  for (const std::string& node : order) {
-    for (Parameter* parameter : net.layer(node).parameters()) {
-      if (!parameter->trainable) continue;
-      const std::size_t size = parameter->grad.nbytes();
-      if (buckets_.empty() || (bytes > 0 && bytes + size > bucket_bytes)) {
-        buckets_.emplace_back();
-        bytes = 0;
-      }
-      buckets_.back().parameters.push_back({node + "." + parameter->name, parameter});
-      buckets_.back().elements += parameter->grad.numel();
-      bytes += size;
-      node_buckets_[node].push_back(static_cast<int>(buckets_.size()) - 1);
+  for (std::size_t i = 0; i < gradients.size(); ++i) {
+    const Gradient& g = gradients[i];
+    if (buckets_.empty() || i == final_start || (bytes > 0 && bytes + g.bytes > bucket_bytes)) {
+      buckets_.emplace_back();
+      bytes = 0;
     }
+    buckets_.back().parameters.push_back({g.node + "." + g.parameter->name, g.parameter});
+    buckets_.back().elements += g.parameter->grad.numel();
+    bytes += g.bytes;
+    node_buckets_[g.node].push_back(static_cast<int>(buckets_.size()) - 1);
   }
   // Each gradient becomes a view into its bucket's buffer (its values kept),
   // so a bucket is reduced in place, with no packing or unpacking.

@@ -4,9 +4,13 @@
 //
 // The trainable parameters are grouped into buckets of about `bucket_bytes`
 // in reverse execution order, the order in which backward finishes their
-// gradients. Each bucket owns one flat buffer, and its parameters' gradient
-// tensors become views into it (Tensor::elements_view), so backward writes
-// the gradients straight into the buffer. When the last gradient of a
+// gradients, except that the last of them (the first layers') get a bucket
+// of their own, of at most `final_bucket_bytes`: its all-reduce, after the
+// last backward node, is the one that cannot overlap backward, so the
+// smaller it is the shorter the step. Each bucket owns one flat buffer, and
+// its parameters' gradient tensors become views into it
+// (Tensor::elements_view), so backward writes the gradients straight into
+// the buffer. When the last gradient of a
 // bucket is final (Net's gradients-ready hook, called after each node's
 // backward), the buffer is all-reduced (averaged) in place by the
 // communicator, on its own stream on CUDA, while backward goes on with the
@@ -29,6 +33,10 @@ class GradientBuckets {
   // 4 MiB: the 2018 models' 3 to 5 million gradients make several buckets,
   // so all but the last overlap backward (docs/multi-gpu.md, measured).
   static constexpr std::size_t kDefaultBucketBytes = std::size_t{4} << 20;
+  // 256 KiB: small enough to take little longer than an all-reduce's fixed
+  // cost, large enough for the first layer of an image model (a 5x5
+  // convolution from RGB to 192 channels and its GDN: 205 KiB).
+  static constexpr std::size_t kDefaultFinalBucketBytes = std::size_t{256} << 10;
 
   struct Bucket {
     std::vector<NamedParameter> parameters;  // in packing order
@@ -37,10 +45,13 @@ class GradientBuckets {
 
   // Installs itself as net's gradients-ready hook (the destructor removes
   // it) and moves every trainable gradient into its bucket's buffer (the
-  // gradients stay there after the destructor). ConfigError for a net that
-  // is not f32 or a bucket_bytes of 0. A gradient reallocated later is an
-  // Error naming it when its bucket is reduced.
-  GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes = kDefaultBucketBytes);
+  // gradients stay there after the destructor). The final bucket holds at
+  // least one parameter and at most min(final_bucket_bytes, bucket_bytes)
+  // unless that one parameter is larger. ConfigError for a net that is not
+  // f32 or a bucket_bytes or final_bucket_bytes of 0. A gradient reallocated
+  // later is an Error naming it when its bucket is reduced.
+  GradientBuckets(Net& net, Communicator& communicator, std::size_t bucket_bytes = kDefaultBucketBytes,
+                  std::size_t final_bucket_bytes = kDefaultFinalBucketBytes);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
