@@ -6,7 +6,7 @@
 # bls2017) at 16 patches of 256x256 per GPU, trains STEPS steps (default
 # 600) as one process (--gpus 0, the CUDA-graph step) and with --gpus 1, 2,
 # 4 and 8 (as many as are visible), reads images/s (all GPUs together) from
-# metrics.jsonl, the mean of the windows after the first, and prints two
+# metrics.jsonl, over the windows after the first, and prints two
 # ratios: efficiency = img/s(N) / (N * img/s(--gpus 1)), and
 # vs_one_process = img/s(N) / (N * img/s(--gpus 0)), the speed of N GPUs
 # against N times the best single GPU. CUDA_GRAPH=off launches the
@@ -17,7 +17,7 @@
 # build folder holding bin/plexus-ae (default build). NVLink multicast stays
 # off (NCCL_NVLS_ENABLE=0) unless the environment says otherwise.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 data=${1:?usage: lab/experiments/ddp-scaling.sh TRAIN_IMAGES [STEPS]}
 steps=${2:-600}
 logs=${OUT:-ddp-scaling-logs}
@@ -41,8 +41,18 @@ log_every=$((steps / 4))
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
+# Images per second over the windows after the first: their images over
+# their time (each window's time = its steps / its rate, so a slow window
+# weighs by how long it took).
 mean_images_per_second() {
-  python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x['images_per_second'] for x in r if x['kind']=='train'][1:]; print(sum(r)/len(r) if r else 0)" "$1"
+  python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in rows if r['kind'] == 'train']
+steps = [b['step'] - a['step'] for a, b in zip(rows, rows[1:])]
+rates = [r['images_per_second'] for r in rows[1:]]
+time = sum(n / v for n, v in zip(steps, rates) if v > 0)
+print(sum(steps) / time if time > 0 else 0)" "$1"
 }
 
 # ratio N IPS BASE: IPS / (N * BASE), or null for N = 0 or no base.
