@@ -14,6 +14,9 @@
 // per model, one row per node (CUDA events around its forward and backward,
 // also NVTX ranges for Nsight Systems) with its FLOP and byte floors, and
 // the measured ceilings those floors use (see docs/performance.md).
+// `--timeline FILE` writes every kernel of a few replays of each model's
+// CUDA-graph step with its stream and times (kernel_timeline.h), to see
+// which kernels run alone and which beside others.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -26,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "event_timer.h"
+#include "kernel_timeline.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/cuda/blas.h"
@@ -251,6 +255,50 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
           {"peak_bytes", peak.bytes()}};
 }
 
+// Every kernel of `steps` replays of the CUDA-graph step (as
+// time_model_graph takes it, after warm-up replays), each step synchronised
+// and bounded by the GPU clock before its launch and after it ended: one
+// "timeline_step" row per step (its span) and one "kernel" row per kernel
+// (stream, start and end in us from the step's bound), for
+// lab/bench/timeline_table.py.
+json timeline_model(const Registry& registry, const json& m, const std::string& root, Precision precision,
+                    int steps) {
+  auto model_case_owned = model_case(registry, m, root, precision);
+  ModelCase& c = *model_case_owned;
+  StepGraph graph(true);
+  auto step = [&] {
+    c.adam.begin_step(*c.ctx, c.params);
+    graph.run(*c.ctx, c.net->layout_version(), [&] {
+      c.net->zero_grad();
+      c.net->forward(*c.ctx);
+      c.net->backward(*c.ctx, c.loss_weights());
+      c.adam.apply(*c.ctx, c.params);
+    });
+  };
+  for (int i = 0; i < 3; ++i) step();
+  c.ctx->synchronize();
+  bench::KernelTimeline timeline;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> bounds;
+  for (int i = 0; i < steps; ++i) {
+    const std::uint64_t begin = bench::KernelTimeline::now_ns();
+    step();
+    c.ctx->synchronize();
+    bounds.emplace_back(begin, bench::KernelTimeline::now_ns());
+  }
+  json rows = json::array();
+  const std::vector<bench::KernelRecord> kernels = timeline.finish();
+  for (int i = 0; i < steps; ++i) {
+    const auto [begin, end] = bounds[static_cast<std::size_t>(i)];
+    rows.push_back({{"kind", "timeline_step"}, {"model", m["name"]}, {"step", i}, {"span_us", (end - begin) / 1e3}});
+    for (const auto& k : kernels)
+      if (k.start_ns >= begin && k.end_ns <= end)
+        rows.push_back({{"kind", "kernel"}, {"model", m["name"]}, {"step", i}, {"name", k.name},
+                        {"stream", k.stream}, {"start_us", (k.start_ns - begin) / 1e3},
+                        {"end_us", (k.end_ns - begin) / 1e3}});
+  }
+  return rows;
+}
+
 // The ceilings the floors divide by, measured here: dense GEMM throughput
 // from an 8192^3 f32 cuda::gemm at the run's precision (FP32, TF32 or BF16
 // products), and device-memory bandwidth
@@ -393,6 +441,7 @@ int main(int argc, char** argv) {
   CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
   std::string cases_path = "lab/bench/bench_cases.json", root = ".", only;
   bool tf32_alias = false, profile = false, models_only = false;
+  std::string timeline_path;
   std::string precision = "f32";
   int warmup = 5, repeats = 20;
   app.add_option("--cases", cases_path, "benchmark cases file")->capture_default_str();
@@ -409,6 +458,9 @@ int main(int argc, char** argv) {
   app.add_flag("--models", models_only, "time only the models' training steps, not the layers");
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
   app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
+  app.add_option("--timeline", timeline_path,
+                 "also write every kernel of 5 replays of each model's CUDA-graph step, with its stream, start and "
+                 "end (CUPTI), as JSON lines to this file (lab/bench/timeline_table.py reads it)");
   CLI11_PARSE(app, argc, argv);
   if (tf32_alias) precision = "tf32";
   try {
@@ -432,6 +484,15 @@ int main(int argc, char** argv) {
       json graph_row = time_model_graph(registry, m, root, policy, warmup, std::max(5, repeats / 2));
       graph_row["precision"] = precision;
       std::cout << graph_row.dump() << std::endl;
+    }
+    if (!timeline_path.empty()) {
+      std::ofstream out(timeline_path);
+      if (!out) throw IoError("cannot write the timeline to '" + timeline_path + "'");
+      for (const auto& m : cases["models"]) {
+        if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+        for (const auto& row : timeline_model(registry, m, root, policy, 5)) out << row.dump() << "\n";
+      }
+      if (!out.flush()) throw IoError("could not write the timeline to '" + timeline_path + "'");
     }
     if (profile) {
       const Ceilings ceilings = measure_ceilings(policy);
