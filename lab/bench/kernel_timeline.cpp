@@ -65,11 +65,18 @@ KernelTimeline::KernelTimeline() {
     if (records) throw Error("KernelTimeline: another one is recording");
     records = new std::vector<KernelRecord>();
   }
-  static std::once_flag registered;  // once per process: the callbacks serve every timeline
-  std::call_once(registered, [] {
-    check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
-  });
-  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+  try {
+    static std::once_flag registered;  // once per process: the callbacks serve every timeline
+    std::call_once(registered, [] {
+      check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+    });
+    check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+  } catch (...) {  // no destructor runs: leave the recorder free for another try
+    std::lock_guard<std::mutex> lock(records_mutex);
+    delete records;
+    records = nullptr;
+    throw;
+  }
 }
 
 KernelTimeline::~KernelTimeline() {

@@ -144,6 +144,17 @@ struct ModelCase {
     net->backward(*ctx, loss_weights());
     adam.step(*ctx, params);
   }
+  // The same step, recorded into `graph` once and replayed; the optimiser's
+  // host half runs outside the graph as in plexus-ae train.
+  void graph_step(StepGraph& graph) {
+    adam.begin_step(*ctx, params);
+    graph.run(*ctx, net->layout_version(), [&] {
+      net->zero_grad();
+      net->forward(*ctx);
+      net->backward(*ctx, loss_weights());
+      adam.apply(*ctx, params);
+    });
+  }
 };
 
 // The loss lambda of a case: "lambda", or for a variable-rate model the mean
@@ -231,8 +242,7 @@ json time_model(const Registry& registry, const json& m, const std::string& root
           {"images_per_s", 1000.0 * batch / step_ms}, {"peak_bytes", peak.bytes()}};
 }
 
-// The same step, recorded once into a CUDA graph and replayed; the optimiser's
-// host half runs outside the graph as in plexus-ae train.
+// The same step, recorded once into a CUDA graph and replayed (ModelCase::graph_step).
 json time_model_graph(const Registry& registry, const json& m, const std::string& root, Precision precision, int warmup,
                       int repeats) {
   PeakMemory peak;
@@ -241,15 +251,7 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
   const double batch = m["batch"];
   StepGraph graph(true);
   Timer timer;
-  double step_ms = timer.median_ms(*c.ctx, std::max(warmup, 2), repeats, [&] {
-    c.adam.begin_step(*c.ctx, c.params);
-    graph.run(*c.ctx, c.net->layout_version(), [&] {
-      c.net->zero_grad();
-      c.net->forward(*c.ctx);
-      c.net->backward(*c.ctx, c.loss_weights());
-      c.adam.apply(*c.ctx, c.params);
-    });
-  });
+  double step_ms = timer.median_ms(*c.ctx, std::max(warmup, 2), repeats, [&] { c.graph_step(graph); });
   return {{"kind", "train_step_graph"}, {"name", m["name"]}, {"step_ms", step_ms},
           {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()},
           {"peak_bytes", peak.bytes()}};
@@ -266,25 +268,16 @@ json timeline_model(const Registry& registry, const json& m, const std::string& 
   auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   StepGraph graph(true);
-  auto step = [&] {
-    c.adam.begin_step(*c.ctx, c.params);
-    graph.run(*c.ctx, c.net->layout_version(), [&] {
-      c.net->zero_grad();
-      c.net->forward(*c.ctx);
-      c.net->backward(*c.ctx, c.loss_weights());
-      c.adam.apply(*c.ctx, c.params);
-    });
-  };
   // Recording from before the graph is captured, so that its kernels are
   // instrumented whatever CUPTI does with graphs made earlier; the warm-up
   // steps' kernels fall outside the bounds and are left out.
   bench::KernelTimeline timeline;
-  for (int i = 0; i < 3; ++i) step();
+  for (int i = 0; i < 3; ++i) c.graph_step(graph);
   c.ctx->synchronize();
   std::vector<std::pair<std::uint64_t, std::uint64_t>> bounds;
   for (int i = 0; i < steps; ++i) {
     const std::uint64_t begin = bench::KernelTimeline::now_ns();
-    step();
+    c.graph_step(graph);
     c.ctx->synchronize();
     bounds.emplace_back(begin, bench::KernelTimeline::now_ns());
   }

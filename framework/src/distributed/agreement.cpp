@@ -7,7 +7,8 @@ namespace plexus::distributed {
 
 std::int64_t agreement_interval(double seconds, double seconds_per_step) {
   if (!(seconds_per_step > 0) || !std::isfinite(seconds_per_step)) return 10;
-  return static_cast<std::int64_t>(std::clamp(std::round(seconds / seconds_per_step), 1.0, static_cast<double>(kMaxAgreementInterval)));
+  const double steps = std::round(seconds / seconds_per_step);
+  return static_cast<std::int64_t>(std::clamp(steps, 1.0, static_cast<double>(kMaxAgreementInterval)));
 }
 
 // A sum over the ranks of (stop, out_of_time, seconds, next_interval), in
