@@ -42,7 +42,8 @@ GradientBuckets::GradientBuckets(Net& net, Communicator& communicator, std::size
   if (net.dtype() != DType::f32)
     throw ConfigError("data-parallel training reduces f32 gradients; the net is " +
                       std::string(dtype_name(net.dtype())));
-  if (bucket_bytes == 0 || final_bucket_bytes == 0) throw ConfigError("the gradient bucket size must be > 0 bytes");
+  if (bucket_bytes == 0) throw ConfigError("the gradient bucket size must be > 0 bytes");
+  if (final_bucket_bytes == 0) throw ConfigError("the final gradient bucket's size must be > 0 bytes");
   const std::vector<Gradient> gradients = gradients_in_backward_order(net);
   const std::size_t final_start = final_bucket_start(gradients, std::min(bucket_bytes, final_bucket_bytes));
   std::size_t bytes = 0;
