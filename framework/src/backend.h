@@ -6,6 +6,7 @@
 // with a message saying so).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "plexus/tensor.h"
 
@@ -16,6 +17,13 @@ void release(void* pointer, Device device) noexcept;
 void copy(void* destination, Device destination_device, const void* source,
           Device source_device, std::size_t bytes);
 void fill_zero(void* pointer, std::size_t bytes, Device device);
+// Every span's bytes set to zero, as fill_zero on each; on CUDA one kernel
+// launch for up to 64 spans at a time (on the stream fill_zero uses).
+struct ByteSpan {
+  void* pointer;
+  std::size_t bytes;
+};
+void fill_zero(const std::vector<ByteSpan>& spans, Device device);
 // Host memory that data bound for `destination` is staged in: page-locked
 // (cudaMallocHost) for a GPU, so copies from it to the device run
 // asynchronously at full speed; plain aligned memory for the CPU.

@@ -44,6 +44,12 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
   if (bytes) std::memset(pointer, 0, bytes);
 }
 
+void fill_zero(const std::vector<ByteSpan>& spans, Device device) {
+  if (device.is_cuda()) no_cuda(device);
+  for (const ByteSpan& span : spans)
+    if (span.bytes) std::memset(span.pointer, 0, span.bytes);
+}
+
 int cuda_device_count() { return 0; }
 bool built_with_cuda() { return false; }
 void set_capture_stream(void*) {}

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backend.h"
+#include "cuda/zero_spans.h"
 #include "plexus/host_memory.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -91,6 +92,16 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
   select(device);
   cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, memory_stream()), "cudaMemsetAsync",
                    __FILE__, __LINE__);
+}
+
+void fill_zero(const std::vector<ByteSpan>& spans, Device device) {
+  if (device.is_cpu()) {
+    for (const ByteSpan& span : spans)
+      if (span.bytes) std::memset(span.pointer, 0, span.bytes);
+    return;
+  }
+  select(device);
+  cuda::zero_spans(memory_stream(), spans);
 }
 
 int cuda_device_count() {

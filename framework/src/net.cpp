@@ -508,8 +508,10 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
 }
 
 void Net::zero_grad() {
+  std::vector<Tensor*> grads;
   for (auto& node : nodes_)
-    for (Parameter* p : node->layer->parameters()) p->grad.fill_zero();
+    for (Parameter* p : node->layer->parameters()) grads.push_back(&p->grad);
+  fill_zero(grads);
 }
 
 std::vector<NamedParameter> Net::parameters() {

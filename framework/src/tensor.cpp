@@ -1,5 +1,6 @@
 #include "plexus/tensor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -180,6 +181,18 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::fill_zero() { device_memory::fill_zero(raw_data(), nbytes(), device_); }
+
+void fill_zero(const std::vector<Tensor*>& tensors) {
+  std::vector<Device> devices;
+  for (const Tensor* t : tensors)
+    if (std::find(devices.begin(), devices.end(), t->device()) == devices.end()) devices.push_back(t->device());
+  for (const Device& device : devices) {
+    std::vector<device_memory::ByteSpan> spans;
+    for (Tensor* t : tensors)
+      if (t->device() == device) spans.push_back({t->raw_data(), t->nbytes()});
+    device_memory::fill_zero(spans, device);
+  }
+}
 
 void Tensor::copy_from(const Tensor& src) {
   if (src.shape_ != shape_ || src.dtype_ != dtype_)

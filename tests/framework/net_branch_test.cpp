@@ -124,7 +124,8 @@ TEST(NetBranch, TheGradientBucketsReduceTheConvolutionsWeightGradientCompleteCud
     ctx.set_precision(precision);
     Net net(bls2017(), registry, {{"image", kImage}}, DType::f32, Device::cuda(), 5);
     SnapshotCommunicator communicator;
-    distributed::GradientBuckets buckets(net, communicator, std::size_t{1} << 30);
+    const std::size_t all = std::size_t{1} << 30;  // the final bucket too: no small bucket of its own
+    distributed::GradientBuckets buckets(net, communicator, all, all);
     ASSERT_EQ(buckets.buckets().size(), 1u);
     forward_backward(ctx, net);
     buckets.finish(ctx);

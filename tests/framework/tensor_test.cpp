@@ -117,6 +117,55 @@ TEST(TensorOps, SetValuesOnCuda) {
   }
 }
 
+// fill_zero of many tensors: bf16 views of one storage at odd element
+// offsets (so 2-byte but not 16-byte aligned), of lengths from 0 to past
+// 16-byte words and blocks, with gaps between them, and more tensors than
+// one CUDA launch takes (64). Every viewed element becomes 0; every gap
+// element keeps its value.
+void expect_fill_zero_of_views_zeroes_them_only(Device device) {
+  const std::vector<std::int64_t> lengths = {0, 1, 7, 8, 9, 15, 16, 17, 100, 4099, 70001};
+  std::vector<std::pair<std::int64_t, std::int64_t>> views;  // (first, length)
+  std::int64_t next = 3;
+  for (int round = 0; round < 8; ++round)
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+      const std::int64_t length = round == 0 || lengths[k] < 1000 ? lengths[k] : 5;
+      views.push_back({next, length});
+      next += length + 1 + static_cast<std::int64_t>((k + static_cast<std::size_t>(round)) % 5);
+    }
+  ASSERT_GT(views.size(), 64u);
+  std::vector<double> values(static_cast<std::size_t>(next + 2));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 200 + 1);
+  Tensor storage = Tensor::from_values(values, {static_cast<std::int64_t>(values.size())}, DType::bf16, device);
+  std::vector<Tensor> tensors;
+  for (const auto& [first, length] : views) tensors.push_back(storage.elements_view(first, {length}));
+  std::vector<Tensor*> pointers;
+  for (Tensor& t : tensors) pointers.push_back(&t);
+  fill_zero(pointers);
+  std::vector<double> expected = values;
+  for (const auto& [first, length] : views)
+    for (std::int64_t i = first; i < first + length; ++i) expected[static_cast<std::size_t>(i)] = 0;
+  const std::vector<double> got = storage.to(Device::cpu()).to_values();
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "element " << i;
+}
+
+TEST(Tensor, FillZeroOfManyTensorsZeroesTheirElementsOnly) { expect_fill_zero_of_views_zeroes_them_only(Device::cpu()); }
+
+TEST(Tensor, FillZeroOfManyTensorsZeroesTheirElementsOnlyCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  expect_fill_zero_of_views_zeroes_them_only(Device::cuda());
+}
+
+// Tensors on the CPU and on CUDA in one call: each zeroed on its own device.
+TEST(Tensor, FillZeroOfTensorsOnTwoDevicesCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  Tensor on_cpu = Tensor::from_values({1, 2, 3}, {3}, DType::f32);
+  Tensor on_gpu = Tensor::from_values({4, 5, 6, 7}, {4}, DType::f64, Device::cuda());
+  fill_zero({&on_gpu, &on_cpu});
+  EXPECT_EQ(on_cpu.to_values(), std::vector<double>(3, 0.0));
+  EXPECT_EQ(on_gpu.to(Device::cpu()).to_values(), std::vector<double>(4, 0.0));
+}
+
 TEST(Device, ParsesNames) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_THROW(parse_device("gpu"), ConfigError);

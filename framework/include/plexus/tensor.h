@@ -131,4 +131,9 @@ class Tensor {
   Device device_;
 };
 
+// Every tensor set to zero, as Tensor::fill_zero on each, in one kernel
+// launch per device for up to 64 CUDA tensors: a CUDA graph then holds one
+// node where a memset each would be a chain of nodes run one after another.
+void fill_zero(const std::vector<Tensor*>& tensors);
+
 }  // namespace plexus
