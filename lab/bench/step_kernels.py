@@ -29,6 +29,7 @@ KINDS = [
     ("gdn_parameter", "GDN parameter gradients"),
     ("gdn_", "GDN / IGDN"),
     ("adam", "Adam"),
+    ("zero_spans", "parameter gradients zeroed"),
     ("entropy", "entropy models"),
     ("density", "entropy models"),
     ("gaussian_conditional", "entropy models"),
