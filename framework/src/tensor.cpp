@@ -183,6 +183,9 @@ Tensor Tensor::clone() const {
 void Tensor::fill_zero() { device_memory::fill_zero(raw_data(), nbytes(), device_); }
 
 void fill_zero(const std::vector<Tensor*>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (!tensors[i])
+      throw Error("fill_zero: tensor " + std::to_string(i) + " of " + std::to_string(tensors.size()) + " is null");
   std::vector<Device> devices;
   for (const Tensor* t : tensors)
     if (std::find(devices.begin(), devices.end(), t->device()) == devices.end()) devices.push_back(t->device());

@@ -149,7 +149,20 @@ void expect_fill_zero_of_views_zeroes_them_only(Device device) {
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "element " << i;
 }
 
-TEST(Tensor, FillZeroOfManyTensorsZeroesTheirElementsOnly) { expect_fill_zero_of_views_zeroes_them_only(Device::cpu()); }
+TEST(Tensor, FillZeroOfManyTensorsRefusesANullOneAndZeroesNothing) {
+  Tensor kept = Tensor::from_values({1, 2}, {2}, DType::f32);
+  try {
+    fill_zero({&kept, nullptr});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "fill_zero: tensor 1 of 2 is null");
+  }
+  EXPECT_EQ(kept.to_values(), (std::vector<double>{1, 2}));
+}
+
+TEST(Tensor, FillZeroOfManyTensorsZeroesTheirElementsOnly) {
+  expect_fill_zero_of_views_zeroes_them_only(Device::cpu());
+}
 
 TEST(Tensor, FillZeroOfManyTensorsZeroesTheirElementsOnlyCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;

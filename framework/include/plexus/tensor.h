@@ -134,6 +134,7 @@ class Tensor {
 // Every tensor set to zero, as Tensor::fill_zero on each, in one kernel
 // launch per device for up to 64 CUDA tensors: a CUDA graph then holds one
 // node where a memset each would be a chain of nodes run one after another.
+// Error naming a null entry (before anything is zeroed).
 void fill_zero(const std::vector<Tensor*>& tensors);
 
 }  // namespace plexus
