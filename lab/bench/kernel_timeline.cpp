@@ -50,11 +50,31 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
   CUpti_Activity* record = nullptr;
   std::lock_guard<std::mutex> lock(records_mutex);
   while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
-    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || !records) continue;
-    const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    records->push_back({demangled(kernel->name), kernel->streamId, kernel->start, kernel->end});
+    if (!records) continue;
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      records->push_back({demangled(kernel->name), kernel->streamId, kernel->start, kernel->end});
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* memset = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      records->push_back({"memset " + std::to_string(memset->bytes) + " bytes", memset->streamId, memset->start,
+                          memset->end});
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* memcpy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      records->push_back({"memcpy " + std::to_string(memcpy->bytes) + " bytes", memcpy->streamId, memcpy->start,
+                          memcpy->end});
+    }
   }
   std::free(buffer);
+}
+
+// What is recorded: kernels (running side by side when on different
+// streams), and the memsets and copies between them (in a CUDA graph, nodes
+// of their own, which a list of kernels alone shows only as gaps).
+constexpr CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
+                                                 CUPTI_ACTIVITY_KIND_MEMCPY};
+
+void disable_recorded_kinds() {
+  for (CUpti_ActivityKind kind : kRecordedKinds) cuptiActivityDisable(kind);
 }
 
 }  // namespace
@@ -70,8 +90,9 @@ KernelTimeline::KernelTimeline() {
     std::call_once(registered, [] {
       check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
     });
-    check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+    for (CUpti_ActivityKind kind : kRecordedKinds) check_cupti(cuptiActivityEnable(kind), "cuptiActivityEnable");
   } catch (...) {  // no destructor runs: leave the recorder free for another try
+    disable_recorded_kinds();
     std::lock_guard<std::mutex> lock(records_mutex);
     delete records;
     records = nullptr;
@@ -81,7 +102,7 @@ KernelTimeline::KernelTimeline() {
 
 KernelTimeline::~KernelTimeline() {
   if (recording_) {
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    disable_recorded_kinds();
     cuptiActivityFlushAll(0);
   }
   std::lock_guard<std::mutex> lock(records_mutex);
@@ -97,7 +118,7 @@ std::uint64_t KernelTimeline::now_ns() {
 
 std::vector<KernelRecord> KernelTimeline::finish() {
   check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  check_cupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
+  for (CUpti_ActivityKind kind : kRecordedKinds) check_cupti(cuptiActivityDisable(kind), "cuptiActivityDisable");
   recording_ = false;
   std::lock_guard<std::mutex> lock(records_mutex);
   std::vector<KernelRecord> result = std::move(*records);

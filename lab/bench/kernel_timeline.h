@@ -1,9 +1,10 @@
 #pragma once
-// The kernels a GPU ran while a KernelTimeline was recording, each with its
-// stream and its start and end on the GPU's clock, from CUPTI's activity
-// records of kind CONCURRENT_KERNEL (kernels of different streams keep
-// running side by side; kernels replayed from a CUDA graph are recorded
-// too). For plexus-bench --timeline; one recorder per process at a time.
+// The kernels, memsets and copies a GPU ran while a KernelTimeline was
+// recording, each with its stream and its start and end on the GPU's clock,
+// from CUPTI's activity records of kinds CONCURRENT_KERNEL (kernels of
+// different streams keep running side by side), MEMSET and MEMCPY; work
+// replayed from a CUDA graph is recorded too. For plexus-bench --timeline;
+// one recorder per process at a time.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 namespace plexus::bench {
 
 struct KernelRecord {
-  std::string name;  // demangled
+  std::string name;  // a kernel's demangled name, or "memset N bytes", "memcpy N bytes"
   std::uint32_t stream = 0;
   std::uint64_t start_ns = 0, end_ns = 0;
 };
@@ -25,7 +26,7 @@ class KernelTimeline {
 
   // The GPU clock's time now, in the records' unit (ns).
   static std::uint64_t now_ns();
-  // Every kernel that has finished since the start (call after a device
+  // Everything that has finished since the start (call after a device
   // synchronisation), ordered by start; stops recording.
   std::vector<KernelRecord> finish();
 

@@ -14,8 +14,8 @@
 // per model, one row per node (CUDA events around its forward and backward,
 // also NVTX ranges for Nsight Systems) with its FLOP and byte floors, and
 // the measured ceilings those floors use (see docs/performance.md).
-// `--timeline FILE` writes every kernel of a few replays of each model's
-// CUDA-graph step with its stream and times (kernel_timeline.h), to see
+// `--timeline FILE` writes every kernel, memset and copy of a few replays of
+// each model's CUDA-graph step with its stream and times (kernel_timeline.h), to see
 // which kernels run alone and which beside others.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -455,8 +455,8 @@ int main(int argc, char** argv) {
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
   app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
   app.add_option("--timeline", timeline_path,
-                 "also write every kernel of 5 replays of each model's CUDA-graph step, with its stream, start and "
-                 "end (CUPTI), as JSON lines to this file (lab/bench/timeline_table.py reads it)");
+                 "also write every kernel, memset and copy of 5 replays of each model's CUDA-graph step, with its "
+                 "stream, start and end (CUPTI), as JSON lines to this file (lab/bench/timeline_table.py reads it)");
   CLI11_PARSE(app, argc, argv);
   if (tf32_alias) precision = "tf32";
   try {

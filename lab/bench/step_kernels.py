@@ -30,6 +30,8 @@ KINDS = [
     ("gdn_", "GDN / IGDN"),
     ("adam", "Adam"),
     ("zero_spans", "parameter gradients zeroed"),
+    ("memset ", "memset nodes"),
+    ("memcpy ", "memcpy nodes"),
     ("entropy", "entropy models"),
     ("density", "entropy models"),
     ("gaussian_conditional", "entropy models"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where one CUDA-graph training step's time goes, from the kernel timeline
-that plexus-bench --timeline FILE writes (every kernel of a few replayed
+that plexus-bench --timeline FILE writes (every kernel, memset and copy of a few replayed
 steps, with its stream, start and end):
     python3 lab/bench/timeline_table.py FILE [--model NAME]
 Per kind of kernel (the kinds of step_kernels.py): how many kernels, their
