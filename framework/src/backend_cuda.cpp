@@ -96,8 +96,7 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
 
 void fill_zero(const std::vector<ByteSpan>& spans, Device device) {
   if (device.is_cpu()) {
-    for (const ByteSpan& span : spans)
-      if (span.bytes) std::memset(span.pointer, 0, span.bytes);
+    for (const ByteSpan& span : spans) fill_zero(span.pointer, span.bytes, device);
     return;
   }
   select(device);

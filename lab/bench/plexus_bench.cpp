@@ -466,14 +466,18 @@ int main(int argc, char** argv) {
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
     json cases = json::parse(file);
     Registry registry = builtin_registry();
+    // The cases --only keeps: those whose name contains its text.
+    const auto selected = [&](const json& c) {
+      return only.empty() || c["name"].get<std::string>().find(only) != std::string::npos;
+    };
     for (const auto& c : models_only ? json::array() : cases["layers"]) {
-      if (!only.empty() && c["name"].get<std::string>().find(only) == std::string::npos) continue;
+      if (!selected(c)) continue;
       json row = time_layer(registry, c, policy, warmup, repeats);
       row["precision"] = precision;
       std::cout << row.dump() << std::endl;
     }
     for (const auto& m : cases["models"]) {
-      if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+      if (!selected(m)) continue;
       json row = time_model(registry, m, root, policy, warmup, std::max(5, repeats / 2));
       row["precision"] = precision;
       std::cout << row.dump() << std::endl;
@@ -485,7 +489,7 @@ int main(int argc, char** argv) {
       std::ofstream out(timeline_path);
       if (!out) throw IoError("cannot write the timeline to '" + timeline_path + "'");
       for (const auto& m : cases["models"]) {
-        if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+        if (!selected(m)) continue;
         for (const auto& row : timeline_model(registry, m, root, policy, 5)) out << row.dump() << "\n";
       }
       if (!out.flush()) throw IoError("could not write the timeline to '" + timeline_path + "'");
@@ -497,7 +501,7 @@ int main(int argc, char** argv) {
                        .dump()
                 << std::endl;
       for (const auto& m : cases["models"]) {
-        if (!only.empty() && m["name"].get<std::string>().find(only) == std::string::npos) continue;
+        if (!selected(m)) continue;
         for (const auto& row : profile_model(registry, m, root, policy, ceilings)) std::cout << row.dump() << std::endl;
       }
     }
