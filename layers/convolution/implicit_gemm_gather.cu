@@ -261,13 +261,34 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
   gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
 }
 
+// dest = bias + the sum of the K splits' partial sums, when K was split.
+void add_split_sums(const Context& ctx, const GatherParams& params) {
+  if (params.splits <= 1) return;
+  const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
+  const int plane = params.dest_h * params.dest_w;
+  if (params.dest_bf16)
+    reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+        static_cast<BFloat16*>(params.dest));
+  else
+    reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+        static_cast<float*>(params.dest));
+  cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
+}
+
 // Runs the gather GEMM over params.part_count parts: with wgmma (Hopper,
-// tap-major K only; params.a and params.source in the operand type of the
+// tap-major K only: the TMA-fed kernel where it takes the problem, else the
+// copying one; params.a and params.source in the operand type of the
 // Context's precision) or mma.sync. When its blocks would not fill the GPU
 // once (small images, long K), K is split over up to 8x more blocks whose
 // partial sums reduce_splits_kernel adds (with the bias). Tap-major:
 // params.channel_pad > 0 and params.source is the NHWC copy.
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, bool wgmma) {
+  if (wgmma && run_wgmma_tma_gather(ctx, params, partial_sums)) {
+    add_split_sums(ctx, params);
+    return;
+  }
   // Every variant takes 128 x 128 tiles of C, two blocks per multiprocessor.
   constexpr int kTileM = 128, kTileN = 128, kBlocks = 2;
   static_assert(FlatGatherTile::BM == kTileM && NhwcGatherTile::BM == kTileM && WgmmaGatherTile<32>::BM == kTileM &&
@@ -313,19 +334,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
       launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
-  if (params.splits > 1) {
-    const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
-    const int plane = params.dest_h * params.dest_w;
-    if (params.dest_bf16)
-      reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-          static_cast<BFloat16*>(params.dest));
-    else
-      reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-          static_cast<float*>(params.dest));
-    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
-  }
+  add_split_sums(ctx, params);
 }
 
 // How a pass gathers its source: K order, products and operand format.

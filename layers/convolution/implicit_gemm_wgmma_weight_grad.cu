@@ -44,6 +44,7 @@
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
+#include "convolution/tensor_maps.h"
 #include "convolution/wgmma.cuh"
 #include "convolution/weight_grad_layout.h"
 #include "plexus/error.h"
@@ -73,38 +74,6 @@ struct WgmmaWeightGradParams {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ inline void barrier_init(unsigned barrier, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
-}
-
-__device__ inline void barrier_arrive(unsigned barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// One arrival that also expects `bytes` from the TMA before the phase completes.
-__device__ inline void barrier_expect_bytes(unsigned barrier, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-
-__device__ inline void barrier_wait(unsigned barrier, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-}
-
-// TMA load of one box into shared memory, completing its bytes on the barrier.
-__device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                   int c4, unsigned barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-      "%5, %6}], [%7];\n" ::"r"(destination),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
-      : "memory");
-}
-
 // acc += one ring slot's products: kRows output rows, each in its own
 // sub-tile of 128 channel rows of kRowBytes / kRows bytes (swizzled over as
 // many), multiplied in 32-byte k steps (k8 TF32 / k16 BF16) along them;
@@ -287,47 +256,18 @@ __global__ void __launch_bounds__(kSumThreads) sum_tap_partials_kernel(const flo
 
 std::size_t kernel_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 16 * kStages; }
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    cuda::check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault,
-                                                      &found),
-                     "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
-    if (found != cudaDriverEntryPointSuccess || pointer == nullptr)
-      throw Error("the CUDA driver has no cuTensorMapEncodeTiled (needed by the Hopper weight gradient)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
-  }();
-  return function;
-}
-
 // A tiled tensor map over a packed 5-dimensional array (sizes in elements,
 // innermost first), boxes of `box` elements with rows of box[0] elements
 // (128, 64 or 32 bytes) swizzled over as many bytes, zeros outside.
 CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint32_t (&box)[5],
                        const char* what) {
   const std::uint64_t element = bf16 ? 2 : 4;
-  const std::uint64_t row_bytes = box[0] * element;
-  const CUtensorMapSwizzle swizzle = row_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
-                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                                       : CU_TENSOR_MAP_SWIZZLE_128B;
   std::uint64_t strides[4];  // bytes from one index of dimension d + 1 to the next
   strides[0] = sizes[0] * element;
   for (int d = 1; d < 4; ++d) strides[d] = strides[d - 1] * sizes[d];
-  CUtensorMap map;
   const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUresult result =
-      encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                     5, base, sizes, strides, box, element_strides,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     swizzle,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    throw Error(std::string("cuTensorMapEncodeTiled failed for the weight gradient's ") + what + " (CUresult " +
-                std::to_string(static_cast<int>(result)) + ")");
-  return map;
+  return tiled_tensor_map(base, bf16, 5, sizes, strides, box, element_strides,
+                          (std::string("the weight gradient's ") + what).c_str());
 }
 
 int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }

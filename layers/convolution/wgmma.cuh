@@ -79,6 +79,60 @@ __device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint6
       : "l"(a), "l"(b));
 }
 
+// mbarriers of a ring's slots (shared::cta addresses).
+__device__ inline void barrier_init(unsigned barrier, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
+}
+
+__device__ inline void barrier_arrive(unsigned barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// One arrival that also expects `bytes` from the TMA before the phase completes.
+__device__ inline void barrier_expect_bytes(unsigned barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
+// Waits until the barrier's phase of the given parity has completed (a
+// fresh barrier counts the phase before its first, parity 1, as completed).
+__device__ inline void barrier_wait(unsigned barrier, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// TMA loads of one box into shared memory, completing its bytes on the
+// barrier: coordinates innermost first, in elements (negative or past the
+// end: zeros).
+__device__ inline void tma_load_2d(unsigned destination, const void* map, int c0, int c1, unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(destination),
+      "l"(map), "r"(c0), "r"(c1), "r"(barrier)
+      : "memory");
+}
+
+__device__ inline void tma_load_4d(unsigned destination, const void* map, int c0, int c1, int c2, int c3,
+                                   unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(destination),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier)
+      : "memory");
+}
+
+__device__ inline void tma_load_5d(unsigned destination, const void* map, int c0, int c1, int c2, int c3, int c4,
+                                   unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5, %6}], [%7];\n" ::"r"(destination),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
+      : "memory");
+}
+
 // Keeps the compiler from moving accesses of the accumulators across the
 // wgmma fence / wait (wgmma writes them asynchronously).
 __device__ inline void fence_accumulators(float (&d)[16][4]) {
