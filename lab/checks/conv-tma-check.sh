@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The TMA-fed wgmma gather (layers/convolution/implicit_gemm_wgmma_tma.cu)
+# on a machine with an NVIDIA Hopper GPU, from the repository root:
+#   bash lab/checks/conv-tma-check.sh [ROUNDS]     # default 3
+# Builds the convolution tests and plexus-bench; runs the tests with the
+# kernel on (the default) and off (PLEXUS_CONV_WGMMA_TMA=0), memcheck over
+# the tensor-core tests, records one hyperprior step's kernels to show which
+# gather kernels ran (plexus-bench --timeline), and times the bf16 steps of
+# the bmshj2018 models and bls2017 both ways (lab/checks/step-ab.sh).
+# Logs go to $OUT (default conv-tma-logs/); BUILD names the build folder.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+source lab/checks/build-targets.sh
+source lab/checks/step-ab.sh
+logs=${OUT:-conv-tma-logs}
+build=${BUILD:-build-gpu}
+rounds=${1:-3}
+mkdir -p "$logs"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+build_targets "$logs" "$build" conv2d_test conv_transpose2d_test conv_bf16_storage_test plexus-bench
+status=0
+for setting in 1 0; do
+  echo "== tests, PLEXUS_CONV_WGMMA_TMA=$setting"
+  for t in conv2d_test conv_transpose2d_test conv_bf16_storage_test; do
+    if ! PLEXUS_CONV_WGMMA_TMA=$setting timeout 300 "$build/tests/$t" --gtest_brief=1 > "$logs/$t-tma$setting.log" 2>&1; then
+      status=1
+      echo "$t: FAILED"
+      grep -E "Failure|Expected|Which is|error" "$logs/$t-tma$setting.log" | head -20
+    else
+      echo "$t: $(grep -E '^\[  PASSED' "$logs/$t-tma$setting.log")"
+    fi
+  done
+done
+echo "== memcheck over the tensor-core tests"
+for t in conv2d_test conv_transpose2d_test; do
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$t" --gtest_filter='*TensorCore*' \
+    > "$logs/memcheck-$t.log" 2>&1 || status=1
+  grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1
+done
+echo "== gather kernels of one hyperprior step"
+"$build/bin/plexus-bench" --precision bf16 --models --only bmshj2018-hyperprior --timeline "$logs/timeline.jsonl" \
+  > /dev/null 2> "$logs/timeline.err" || status=1
+python3 - "$logs/timeline.jsonl" << 'PY'
+import collections, json, sys
+count, time = collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    row = json.loads(line)
+    if row.get("kind") == "kernel" and row.get("step") == 1 and "gather" in row["name"]:
+        name = row["name"].split("(")[0].split("::")[-1]
+        count[name] += 1
+        time[name] += row["end_us"] - row["start_us"]
+for name in count:
+    print(f"{name:60} {count[name]:3} kernels {time[name]:8.1f} us")
+PY
+echo "== steps, PLEXUS_CONV_WGMMA_TMA=0 and =1"
+MODELS="bmshj2018" step_ab "$logs" "$build" "$rounds" PLEXUS_CONV_WGMMA_TMA copying TMA || status=1
+[ $status -eq 0 ] && echo "SUMMARY: conv-tma-check done" || echo "SUMMARY: conv-tma-check FAILED"
+exit $status
