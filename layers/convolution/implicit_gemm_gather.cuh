@@ -240,9 +240,9 @@ inline int wgmma_stage_k(bool bf16) { return bf16 ? 64 : 32; }
 void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16);
 
 // Runs the gather GEMM on Hopper with TMA-fed operands
-// (implicit_gemm_wgmma_tma.cu) when it takes the problem: tap-major K, up
-// to kMaxPhases parts, grids its rectangles of destination points cover
-// with at most an eighth wasted, and unless PLEXUS_CONV_WGMMA_TMA is "0".
+// (implicit_gemm_wgmma_tma.cu) when it takes the problem (tap-major K and
+// tma_gather_tiling, implicit_gemm_tma_tiling.h), unless
+// PLEXUS_CONV_WGMMA_TMA is "0".
 // Sets params.splits, dest_size and partial (the split-K sums, in
 // partial_sums) as run_gather does; returns whether it ran.
 bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums);

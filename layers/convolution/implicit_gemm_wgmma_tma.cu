@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "convolution/implicit_gemm_gather.cuh"
+#include "convolution/implicit_gemm_tma_tiling.h"
 #include "convolution/tensor_maps.h"
 #include "convolution/wgmma.cuh"
 #include "plexus/environment_switch.h"
@@ -46,14 +47,6 @@ constexpr int kTmaThreads = kConsumerThreads + 32;  // two consumer warpgroups a
 struct TmaGatherMaps {
   CUtensorMap source;
   CUtensorMap weight[kMaxPhases];
-};
-
-// A block's rectangle of a part's grid: tile_n images x tile_h rows x
-// tile_w points (128 in all); tiles_w x tiles_h x tiles_n of them cover
-// the largest part's grid and the batch.
-struct TmaTiling {
-  int tile_w, tile_h, tile_n;
-  int tiles_w, tiles_h;
 };
 
 // grid = (rectangles x parts, M tiles, K splits), the part varying fastest
@@ -165,13 +158,6 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
 
 std::size_t tma_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 16 * kStages; }
 
-// The smallest power of two >= value (value >= 1).
-int power_of_two_at_least(int value) {
-  int power = 1;
-  while (power < value) power *= 2;
-  return power;
-}
-
 template <bool bf16>
 void launch(const Context& ctx, const TmaGatherMaps& maps, const GatherParams& params, const TmaTiling& tiling,
             dim3 grid) {
@@ -190,31 +176,15 @@ bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& part
   static const bool switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_TMA");
   if (!switched_on || params.channel_pad <= 0 || params.part_count < 1 || params.part_count > kMaxPhases)
     return false;
+  GridSize grids[kMaxPhases];
+  for (int p = 0; p < params.part_count; ++p) grids[p] = {params.parts[p].grid_h, params.parts[p].grid_w};
+  TmaTiling tiling;
+  if (!tma_gather_tiling(params.batch, params.source_scale, grids, params.part_count, tiling)) return false;
   const bool bf16 = ctx.bf16_products();
   const int stage_k = wgmma_stage_k(bf16), scale = params.source_scale;
-  int grid_h = 1, grid_w = 1, max_k_stride = 0;
-  long long points = 0;
-  for (int p = 0; p < params.part_count; ++p) {
-    const GatherPart& part = params.parts[p];
-    grid_h = std::max(grid_h, part.grid_h);
-    grid_w = std::max(grid_w, part.grid_w);
-    max_k_stride = std::max(max_k_stride, part.k_stride);
-    points += static_cast<long long>(params.batch) * part.grid_h * part.grid_w;
-  }
-  TmaTiling tiling{};
-  tiling.tile_w = std::min(power_of_two_at_least(grid_w), kTileRows);
-  tiling.tile_h = std::min(power_of_two_at_least(grid_h), kTileRows / tiling.tile_w);
-  tiling.tile_n = kTileRows / (tiling.tile_w * tiling.tile_h);
-  // A box spans at most 256 elements a dimension, strides included.
-  if (tiling.tile_w * scale > 256 || tiling.tile_h * scale > 256) return false;
-  tiling.tiles_w = static_cast<int>(ceil_div(grid_w, tiling.tile_w));
-  tiling.tiles_h = static_cast<int>(ceil_div(grid_h, tiling.tile_h));
-  const long long tiles_n = ceil_div(params.batch, tiling.tile_n);
-  const long long rectangles = tiles_n * tiling.tiles_h * tiling.tiles_w;
-  // Rectangles past the grids' edges compute products nobody stores: leave
-  // grids they would fit badly (more than an eighth wasted) to the copying kernel.
-  if (points * 8 < rectangles * kTileRows * params.part_count * 7) return false;
-  if (rectangles * params.part_count > INT_MAX) return false;
+  int max_k_stride = 0;
+  for (int p = 0; p < params.part_count; ++p) max_k_stride = std::max(max_k_stride, params.parts[p].k_stride);
+  const long long rectangles = tiling.rectangles;
 
   const long long m_tiles = ceil_div(params.m_size, kTileRows);
   params.splits = static_cast<int>(

@@ -16,6 +16,7 @@
 #include "conv2d/conv2d.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm.h"
+#include "convolution/implicit_gemm_tma_tiling.h"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
 #include "convolution/nhwc_layout.h"
 #include "convolution/weight_grad_layout.h"
@@ -345,6 +346,57 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
   problem.stride = c.params.value("stride", 1);
   problem.padding = c.params.value("padding", 0);
   return problem;
+}
+
+// The TMA-fed gather's rectangles of destination points: as wide as the
+// grid (up to 128), then as tall, then several images; declined where a
+// box would pass the TMA's 256 elements along a dimension (the tile times
+// the source's stride) or more than an eighth of the columns would lie past
+// the grids and the batch.
+TEST(Conv2d, TmaGatherTilesGridsWithRectangles) {
+  using implicit_gemm::detail::GridSize;
+  using implicit_gemm::detail::tma_gather_tiling;
+  implicit_gemm::detail::TmaTiling t;
+  // 5x5/2 onto 128x128, batch 16: 64x64 outputs, two rows of 64 a block.
+  const GridSize grid64{64, 64};
+  ASSERT_TRUE(tma_gather_tiling(16, 2, &grid64, 1, t));
+  EXPECT_EQ(t.tile_w, 64);
+  EXPECT_EQ(t.tile_h, 2);
+  EXPECT_EQ(t.tile_n, 1);
+  EXPECT_EQ(t.tiles_w, 1);
+  EXPECT_EQ(t.tiles_h, 32);
+  EXPECT_EQ(t.rectangles, 16 * 32);
+  // Rows of 256 points: two rectangles of one row across each.
+  const GridSize wide{8, 256};
+  ASSERT_TRUE(tma_gather_tiling(2, 1, &wide, 1, t));
+  EXPECT_EQ(t.tile_w, 128);
+  EXPECT_EQ(t.tile_h, 1);
+  EXPECT_EQ(t.tiles_w, 2);
+  EXPECT_EQ(t.tiles_h, 8);
+  EXPECT_EQ(t.rectangles, 2 * 8 * 2);
+  // 4x4 grids: eight images a block.
+  const GridSize grid4{4, 4};
+  ASSERT_TRUE(tma_gather_tiling(16, 2, &grid4, 1, t));
+  EXPECT_EQ(t.tile_w, 4);
+  EXPECT_EQ(t.tile_h, 4);
+  EXPECT_EQ(t.tile_n, 8);
+  EXPECT_EQ(t.rectangles, 2);
+  // The four phases of a stride-2 transpose onto 128x128.
+  const GridSize phases[4] = {grid64, grid64, grid64, grid64};
+  ASSERT_TRUE(tma_gather_tiling(16, 1, phases, 4, t));
+  EXPECT_EQ(t.rectangles, 16 * 32);
+  // Stride 2 onto rows of 128 outputs: boxes of 256 columns; stride 4: 512.
+  const GridSize rows128{8, 128};
+  EXPECT_TRUE(tma_gather_tiling(1, 2, &rows128, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(1, 4, &rows128, 1, t));
+  // 17x17 grids in 32x4 rectangles (more than half wasted); 3 images of 4x4
+  // in one rectangle of 8; no parts, or more than a stride of 4 has.
+  const GridSize grid17{17, 17};
+  EXPECT_FALSE(tma_gather_tiling(16, 1, &grid17, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(3, 2, &grid4, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(16, 2, &grid64, 0, t));
+  const GridSize many[17] = {};
+  EXPECT_FALSE(tma_gather_tiling(16, 1, many, 17, t));
 }
 
 // The few-channel kernels take the layers next to RGB images (1 to 4 input
