@@ -636,51 +636,64 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
                       {"shifted_rows", "copies 0"});
 }
 
-// The weight gradient's stride-phase copy of X (f32 or bf16) against its
-// definition (weight_grad_layout.h), every element of a NaN-poisoned
-// destination, padding included.
+// The weight gradient's stride-phase copy of X (f32 or bf16, from an f32 or
+// a bf16 source) against its definition (weight_grad_layout.h), every
+// element of a NaN-poisoned destination, padding included. Stride 2 from
+// bf16 into bf16 copies 16-byte chunks where the width is a multiple of 8
+// and the pitch of 4 (7x16 with an odd height, 5x32 into a wider pitch),
+// element by element otherwise (pitch 10, width 17).
 TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(11);
   struct Sizes { std::int64_t batch, channels, height, width; int stride; std::int64_t pitch; };
-  for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
-                          Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10}}) {
-      const std::vector<double> source =
-          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-      const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
-                                           Device::cuda());
-      const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
-      const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
-      const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
-        if (bf16)
-          layers::nchw_to_phases_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
-                                           s.pitch, h);
-        else
-          layers::nchw_to_phases_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
-                                      s.pitch, f);
-      });
-      std::int64_t wrong = 0, index = 0;
-      for (int a = 0; a < s.stride; ++a)
-        for (int b = 0; b < s.stride; ++b)
-          for (std::int64_t n = 0; n < s.batch; ++n)
-            for (std::int64_t c = 0; c < s.channels; ++c)
-              for (std::int64_t hp = 0; hp < phase_height; ++hp)
-                for (std::int64_t wp = 0; wp < s.pitch; ++wp, ++index) {
-                  const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
-                  const float value_f32 =
-                      h < s.height && w < s.width
-                          ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
-                                                                                   s.width +
-                                                                               w)])
-                          : 0.0f;
-                  const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
-                  if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
-                }
-      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
-                          << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
-    }
+  for (const bool bf16_source : {false, true})
+    for (const bool bf16 : {false, true})
+      for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
+                            Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10},
+                            Sizes{2, 3, 7, 16, 2, 8}, Sizes{1, 2, 5, 32, 2, 20}, Sizes{1, 2, 4, 16, 2, 10}}) {
+        std::vector<double> source =
+            random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+        if (bf16_source)  // values a bf16 source holds exactly
+          for (double& value : source) value = round_to_bf16(static_cast<float>(value));
+        const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width},
+                                             bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+        const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
+        const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
+        const auto copy = [&](const auto* elements, float* f, std::uint16_t* h) {
+          if (bf16)
+            layers::nchw_to_phases_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch,
+                                             h);
+          else
+            layers::nchw_to_phases_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch, f);
+        };
+        const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+          if (bf16_source)
+            copy(x.data<BFloat16>(), f, h);
+          else
+            copy(x.data<float>(), f, h);
+        });
+        std::int64_t wrong = 0, index = 0;
+        for (int a = 0; a < s.stride; ++a)
+          for (int b = 0; b < s.stride; ++b)
+            for (std::int64_t n = 0; n < s.batch; ++n)
+              for (std::int64_t c = 0; c < s.channels; ++c)
+                for (std::int64_t hp = 0; hp < phase_height; ++hp)
+                  for (std::int64_t wp = 0; wp < s.pitch; ++wp, ++index) {
+                    const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
+                    const float value_f32 =
+                        h < s.height && w < s.width
+                            ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
+                                                                                     s.width +
+                                                                                 w)])
+                            : 0.0f;
+                    const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+                    if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+                  }
+        EXPECT_EQ(wrong, 0) << (bf16_source ? "bf16" : "f32") << " source, " << (bf16 ? "bf16" : "f32")
+                            << " copy: batch " << s.batch << ", channels " << s.channels << ", " << s.height << "x"
+                            << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
+      }
   expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
                       {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
   expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
