@@ -76,35 +76,26 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
   const unsigned shared_base = shared_address(shared_bytes);
   const unsigned skip = (kSwizzleAlign - (shared_base & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1);
   unsigned char* ring_bytes = shared_bytes + skip;
-  const unsigned ring = shared_base + skip;              // kStages A slots, then kStages B slots
-  const unsigned full = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes, then kStages `empty`
-  const unsigned empty = full + 8 * kStages;
+  const unsigned ring = shared_base + skip;  // kStages A slots, then kStages B slots
+  // kStages `full` mbarriers of 8 bytes after the slots, then kStages `empty`.
+  const TmaRing<kStages> slots{ring + 2 * kStages * kTileBytes, ring + 2 * kStages * kTileBytes + 8 * kStages};
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  if (tid == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(full + 8 * stage, 1);
-      barrier_init(empty + 8 * stage, kConsumerThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  slots.init(kConsumerThreads / 32);
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {
-    // Producer: stage k is K tile k_first + k = channels [c0, c0 + kTileK)
-    // of one tap. A slot's first use waits on the phase before the
-    // barrier's first (parity 1), which counts as complete.
+    // Producer: tile k is K tile k_first + k = channels [c0, c0 + kTileK) of one tap.
     if (lane == 0) {
       const int tiles_per_tap = params.channel_pad / kTileK, scale = params.source_scale;
       for (int k = 0; k < k_tiles; ++k) {
-        const int stage = k % kStages, k_tile = k_first + k;
-        barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+        const int stage = slots.acquire(k, 2 * kTileBytes), k_tile = k_first + k;
         const int tap = k_tile / tiles_per_tap, c0 = (k_tile - tap * tiles_per_tap) * kTileK;
         const int ti = tap / part.taps_w, tj = tap - ti * part.taps_w;
-        barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
-        tma_load_2d(ring + stage * kTileBytes, &maps.weight[part_index], k_tile * kTileK, m0, full + 8 * stage);
+        const unsigned full = slots.full + 8 * stage;
+        tma_load_2d(ring + stage * kTileBytes, &maps.weight[part_index], k_tile * kTileK, m0, full);
         tma_load_4d(ring + (kStages + stage) * kTileBytes, &maps.source, c0,
                     v0 * scale + part.source_col0 + part.tap_step * tj,
-                    u0 * scale + part.source_row0 + part.tap_step * ti, n0, full + 8 * stage);
+                    u0 * scale + part.source_row0 + part.tap_step * ti, n0, full);
       }
     }
     return;
@@ -117,13 +108,9 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
-  for (int k = 0; k < k_tiles; ++k) {
-    const int stage = k % kStages;
-    barrier_wait(full + 8 * stage, (k / kStages) & 1);
+  slots.consume(k_tiles, acc[0], [&](int stage) {
     const std::uint64_t a = swizzled_descriptor(ring + stage * kTileBytes + warpgroup * (kTileBytes / 2));
     const std::uint64_t b = swizzled_descriptor(ring + (kStages + stage) * kTileBytes);
-    fence_accumulators(acc[0]);
-    wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kRowBytes / 32; ++step) {
       if constexpr (bf16)
@@ -131,13 +118,7 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
       else
         wgmma_tf32(acc[0], a + 2 * step, b + 2 * step);
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // stage k-1's products are done: its slot may be refilled
-    fence_accumulators(acc[0]);
-    if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc[0]);
+  });
 
   // Column c of the tile: point (u0 + row, v0 + column) of image n0 + image
   // of the rectangle, c = (image * tile_h + row) * tile_w + column.

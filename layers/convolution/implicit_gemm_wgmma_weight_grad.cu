@@ -127,16 +127,10 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const unsigned shared_base = shared_address(shared_bytes);
   const unsigned ring = (shared_base + kSwizzleAlign - 1) & ~static_cast<unsigned>(kSwizzleAlign - 1);
-  const unsigned full = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes, then kStages `empty`
-  const unsigned empty = full + 8 * kStages;
+  // kStages `full` mbarriers of 8 bytes after the slots, then kStages `empty`.
+  const TmaRing<kStages> slots{ring + 2 * kStages * kTileBytes, ring + 2 * kStages * kTileBytes + 8 * kStages};
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(full + 8 * stage, 1);
-      barrier_init(empty + 8 * stage, kConsumerThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  slots.init(kConsumerThreads / 32);
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {
@@ -144,23 +138,19 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
     // (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of Y; B
     // box (r * row_pixels, a + di, c0, n, phase) of the phases; with two or
     // four rows per tile, the same for rows a + 1, ... into the slot's next
-    // sub-tiles. A
-    // slot's first use waits on the phase before the barrier's first
-    // (parity 1), which counts as complete.
+    // sub-tiles.
     if (lane == 0)
       for (int k = 0; k < k_tiles; ++k) {
-        const int stage = k % kStages, tile = k_first + k;
-        barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+        const int stage = slots.acquire(k, 2 * kTileBytes), tile = k_first + k;
         const int row_tile = tile % params.row_tiles, rest = tile / params.row_tiles;
         const int a = params.rows_per_tile * (rest % params.row_groups), n = rest / params.row_groups;
         const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
-        barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
+        const unsigned full = slots.full + 8 * stage;
         const int u0 = row_tile * params.row_pixels;
         const unsigned sub_tile_bytes = kTileBytes / params.rows_per_tile;
         for (int r = 0; r < params.rows_per_tile; ++r) {
-          tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, dj - params.shift_min,
-                      full + 8 * stage);
-          tma_load_5d(b_tile + r * sub_tile_bytes, &x_map, u0, a + r + di, c0, n, phase, full + 8 * stage);
+          tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, dj - params.shift_min, full);
+          tma_load_5d(b_tile + r * sub_tile_bytes, &x_map, u0, a + r + di, c0, n, phase, full);
         }
       }
     return;
@@ -172,12 +162,8 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  for (int k = 0; k < k_tiles; ++k) {
-    const int stage = k % kStages;
-    barrier_wait(full + 8 * stage, (k / kStages) & 1);
+  slots.consume(k_tiles, acc, [&](int stage) {
     const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
-    fence_accumulators(acc);
-    wgmma_fence();
     if (params.rows_per_tile == 1) {
       multiply_tile<1, bf16>(acc, a_tile, b_tile, warpgroup);
     } else if constexpr (bf16) {
@@ -186,13 +172,7 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
       else
         multiply_tile<4, bf16>(acc, a_tile, b_tile, warpgroup);
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // tile k-1's products are done
-    fence_accumulators(acc);
-    if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc);
+  });
 
   // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
   // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8). Stored

@@ -153,6 +153,58 @@ template <int pending>
 __device__ inline void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
 }
+
+// A ring of kStages slots fed by the TMA from one producer thread and
+// consumed by the block's wgmma warps: `full` and `empty` are kStages
+// mbarriers each (8 bytes apart). A slot's `full` completes when its boxes
+// have landed, its `empty` when every consumer warp is done with the
+// products that read it.
+template <int kStages>
+struct TmaRing {
+  unsigned full, empty;
+
+  // Thread 0 initialises the barriers; the caller then syncs the block.
+  __device__ void init(int consumer_warps) const {
+    if (threadIdx.x != 0) return;
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(full + 8 * stage, 1);
+      barrier_init(empty + 8 * stage, static_cast<unsigned>(consumer_warps));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+
+  // Producer: waits until the slot of tile k is free (its first use waits
+  // on the phase before the barrier's first, parity 1, which counts as
+  // complete), expects `bytes` on it and returns the slot.
+  __device__ int acquire(int k, unsigned bytes) const {
+    const int stage = k % kStages;
+    barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+    barrier_expect_bytes(full + 8 * stage, bytes);
+    return stage;
+  }
+
+  // Consumers: for each of k_tiles tiles, waits for its slot, issues
+  // multiply(stage) (the slot's wgmmas) as one group and keeps one group in
+  // flight: tile k-1's slot is released once tile k's products are issued
+  // and k-1's are done. Returns with every product done.
+  template <class Multiply>
+  __device__ void consume(int k_tiles, float (&acc)[16][4], Multiply&& multiply) const {
+    const int lane = threadIdx.x % 32;
+    for (int k = 0; k < k_tiles; ++k) {
+      const int stage = k % kStages;
+      barrier_wait(full + 8 * stage, (k / kStages) & 1);
+      fence_accumulators(acc);
+      wgmma_fence();
+      multiply(stage);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_accumulators(acc);
+      if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+  }
+};
 #endif
 
 }  // namespace plexus::layers::implicit_gemm::detail
