@@ -17,8 +17,8 @@
 // thread (implicit_gemm_wgmma.cu) cost a stage about 16 instructions a row,
 // which held that kernel's tensor cores below half their rate.
 //
-// This file is compiled for sm_90a alone when the build includes Hopper;
-// otherwise the kernel body is empty and run_wgmma_tma_gather declines.
+// This file is compiled for sm_90a alone when the build includes Hopper
+// (PLEXUS_CONV_WGMMA); otherwise run_wgmma_tma_gather declines every problem.
 #include <cuda.h>
 
 #include <algorithm>
@@ -33,6 +33,7 @@
 
 namespace plexus::layers::implicit_gemm::detail {
 
+#if defined(PLEXUS_CONV_WGMMA)
 namespace {
 
 constexpr int kRowBytes = kWgmmaRowBytes;
@@ -153,7 +154,6 @@ void launch(const Context& ctx, const TmaGatherMaps& maps, const GatherParams& p
 }  // namespace
 
 bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
-#if defined(PLEXUS_CONV_WGMMA)
   static const bool switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_TMA");
   if (!switched_on || params.channel_pad <= 0 || params.part_count < 1 || params.part_count > kMaxPhases)
     return false;
@@ -212,12 +212,9 @@ bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& part
   else
     launch<false>(ctx, maps, params, tiling, grid);
   return true;
-#else
-  (void)ctx;
-  (void)params;
-  (void)partial_sums;
-  return false;
-#endif
 }
+#else
+bool run_wgmma_tma_gather(const Context&, GatherParams&, Tensor&) { return false; }
+#endif
 
 }  // namespace plexus::layers::implicit_gemm::detail
