@@ -86,16 +86,47 @@ __global__ void phases_kernel(const Source* __restrict__ source, int planes, int
   }
 }
 
+// Whether shifted_rows_kernel<Source, Out> copies bf16 bits in 8-byte
+// words (4 elements): from bf16 into bf16, with rows of Y and of the
+// copies whole words (width and row_pitch multiples of 4, both tensors
+// 8-byte aligned), so that a word of Y lies wholly inside its row or wholly
+// outside it.
+template <class Source, class Out>
+constexpr bool kBf16Words = kPerThread == 4 && std::is_same_v<Source, BFloat16> && std::is_same_v<Out, std::uint16_t>;
+
+// Word `word` of a bf16 row of `width` elements (zeros outside the row) as 64 bits.
+__device__ inline unsigned long long row_word(const BFloat16* row, int width, int word) {
+  if (word < 0 || 4 * word >= width) return 0;
+  return *reinterpret_cast<const unsigned long long*>(row + 4 * word);
+}
+
 // Row group = a row of Y; destination rows (copy, that row) for copy < copies.
+// words: kBf16Words applies and the rows and both tensors are aligned for it.
 template <class Source, class Out>
 __global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows, int width, int first_shift,
-                                    int copies, int row_pitch, Out* __restrict__ destination) {
+                                    int copies, int row_pitch, bool words, Out* __restrict__ destination) {
   const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (u_first >= row_pitch) return;
   const long long copy_size = static_cast<long long>(rows) * row_pitch;
   for (int row = blockIdx.y * kRows + threadIdx.y; row < rows; row += gridDim.y * kRows) {
     const Source* source_row = source + static_cast<long long>(row) * width;
     Out* destination_row = destination + static_cast<long long>(row) * row_pitch + u_first;
+    if constexpr (kBf16Words<Source, Out>) {
+      if (words) {
+        // Copy c's 4 columns are Y's elements start .. start + 3 (start =
+        // u_first - first_shift - c): the two words holding them, shifted
+        // down by start's place in the first (little-endian, 16 bits an element).
+        for (int copy = 0; copy < copies; ++copy) {
+          const int start = u_first - first_shift - copy;
+          const int word = start >= 0 ? start / 4 : -((3 - start) / 4), place = start - 4 * word;
+          const unsigned long long low = row_word(source_row, width, word);
+          const unsigned long long elements =
+              place == 0 ? low : (low >> (16 * place)) | (row_word(source_row, width, word + 1) << (64 - 16 * place));
+          *reinterpret_cast<unsigned long long*>(destination_row + copy * copy_size) = elements;
+        }
+        continue;
+      }
+    }
     for (int copy = 0; copy < copies; ++copy) {
       float values[kPerThread];
 #pragma unroll
@@ -166,9 +197,12 @@ void copy_shifted_rows(const Context& ctx, const Source* source, std::int64_t ba
   const long long rows = batch * channels * height;
   if (rows * copies >= (1LL << 31)) unsupported_sizes("shifted_rows", sizes());
   if (rows == 0 || row_pitch == 0) return;
+  const bool words = kBf16Words<Source, Out> && width % 4 == 0 && row_pitch % 4 == 0 &&
+                     reinterpret_cast<std::uintptr_t>(source) % 8 == 0 &&
+                     reinterpret_cast<std::uintptr_t>(destination) % 8 == 0;
   shifted_rows_kernel<Source, Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
       source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
-      destination);
+      words, destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 

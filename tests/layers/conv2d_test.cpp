@@ -596,42 +596,58 @@ std::vector<double> poisoned_copy(bool bf16, std::int64_t count, Copy&& copy) {
   return bf16_values(host);
 }
 
-// The weight gradient's row-shifted copies of Y (f32 or bf16) against their
-// definition (weight_grad_layout.h), every element of a poisoned destination.
+// The weight gradient's row-shifted copies of Y (f32 or bf16, from an f32
+// or a bf16 source) against their definition (weight_grad_layout.h), every
+// element of a poisoned destination. From bf16 into bf16 the copy moves
+// 8-byte words where widths and pitches are multiples of 4 (shifts reaching
+// before the row's start and past its end, 4 copies of 3 shifted right),
+// element by element otherwise (width 9, pitch 13).
 TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(13);
   struct Sizes { std::int64_t batch, channels, height, width; int first_shift, copies; std::int64_t pitch; };
-  for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
-                          Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}}) {
-      const std::vector<double> source =
-          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-      const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
-                                           Device::cuda());
-      const std::int64_t rows = s.batch * s.channels * s.height;
-      const std::vector<double> actual = poisoned_copy(bf16, s.copies * rows * s.pitch, [&](float* f, std::uint16_t* h) {
-        if (bf16)
-          layers::shifted_rows_bf16_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
-                                         s.copies, s.pitch, h);
-        else
-          layers::shifted_rows_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
-                                    s.copies, s.pitch, f);
-      });
-      std::int64_t wrong = 0, index = 0;
-      for (int copy = 0; copy < s.copies; ++copy)
-        for (std::int64_t row = 0; row < rows; ++row)
-          for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
-            const std::int64_t w = u - s.first_shift - copy;
-            const float value_f32 =
-                w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)]) : 0.0f;
-            const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
-            if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
-          }
-      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": rows " << rows << ", width " << s.width << ", shift "
-                          << s.first_shift << " x " << s.copies << ", pitch " << s.pitch;
-    }
+  for (const bool bf16_source : {false, true})
+    for (const bool bf16 : {false, true})
+      for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
+                            Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}, Sizes{1, 2, 3, 16, 3, 4, 20}}) {
+        std::vector<double> source =
+            random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+        if (bf16_source)  // values a bf16 source holds exactly
+          for (double& value : source) value = round_to_bf16(static_cast<float>(value));
+        const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width},
+                                             bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+        const std::int64_t rows = s.batch * s.channels * s.height;
+        const auto copy = [&](const auto* elements, float* f, std::uint16_t* h) {
+          if (bf16)
+            layers::shifted_rows_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                           s.copies, s.pitch, h);
+          else
+            layers::shifted_rows_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                      s.copies, s.pitch, f);
+        };
+        const std::vector<double> actual =
+            poisoned_copy(bf16, s.copies * rows * s.pitch, [&](float* f, std::uint16_t* h) {
+              if (bf16_source)
+                copy(y.data<BFloat16>(), f, h);
+              else
+                copy(y.data<float>(), f, h);
+            });
+        std::int64_t wrong = 0, index = 0;
+        for (int c = 0; c < s.copies; ++c)
+          for (std::int64_t row = 0; row < rows; ++row)
+            for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
+              const std::int64_t w = u - s.first_shift - c;
+              const float value_f32 =
+                  w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)])
+                                        : 0.0f;
+              const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+              if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+            }
+        EXPECT_EQ(wrong, 0) << (bf16_source ? "bf16" : "f32") << " source, " << (bf16 ? "bf16" : "f32")
+                            << " copy: rows " << rows << ", width " << s.width << ", shift " << s.first_shift << " x "
+                            << s.copies << ", pitch " << s.pitch;
+      }
   expect_error_naming([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
                       {"shifted_rows", "copies 0"});
 }
