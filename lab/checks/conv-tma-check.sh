@@ -5,8 +5,10 @@
 # Builds the convolution tests and plexus-bench; runs the tests with the
 # kernel on (the default) and off (PLEXUS_CONV_WGMMA_TMA=0), memcheck over
 # the tensor-core tests, records one hyperprior step's kernels to show which
-# gather kernels ran (plexus-bench --timeline), and times the bf16 steps of
-# the bmshj2018 models and bls2017 both ways (lab/checks/step-ab.sh).
+# gather kernels ran and how long the gathers and the weight gradient's
+# copies (stride phases, shifted rows) took (plexus-bench --timeline), and
+# times the bf16 steps of the bmshj2018 models both ways
+# (lab/checks/step-ab.sh).
 # Logs go to $OUT (default conv-tma-logs/); BUILD names the build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -37,7 +39,7 @@ for t in conv2d_test conv_transpose2d_test; do
     > "$logs/memcheck-$t.log" 2>&1 || status=1
   grep -E "ERROR SUMMARY" "$logs/memcheck-$t.log" | tail -1
 done
-echo "== gather kernels of one hyperprior step"
+echo "== gathers and operand copies of one hyperprior step"
 "$build/bin/plexus-bench" --precision bf16 --models --only bmshj2018-hyperprior --timeline "$logs/timeline.jsonl" \
   > /dev/null 2> "$logs/timeline.err" || status=1
 python3 - "$logs/timeline.jsonl" << 'PY'
@@ -45,8 +47,9 @@ import collections, json, sys
 count, time = collections.Counter(), collections.Counter()
 for line in open(sys.argv[1]):
     row = json.loads(line)
-    if row.get("kind") == "kernel" and row.get("step") == 1 and "gather" in row["name"]:
-        name = row["name"].split("(")[0].split("::")[-1]
+    if row.get("kind") == "kernel" and row.get("step") == 1 and any(
+            part in row["name"] for part in ("gather", "phases_kernel", "shifted_rows")):
+        name = row["name"].split("(")[0].split("::")[-1][:60]
         count[name] += 1
         time[name] += row["end_us"] - row["start_us"]
 for name in count:
