@@ -43,13 +43,13 @@ echo "== gathers and operand copies of one hyperprior step"
 "$build/bin/plexus-bench" --precision bf16 --models --only bmshj2018-hyperprior --timeline "$logs/timeline.jsonl" \
   > /dev/null 2> "$logs/timeline.err" || status=1
 python3 - "$logs/timeline.jsonl" << 'PY'
-import collections, json, sys
+import collections, json, re, sys
 count, time = collections.Counter(), collections.Counter()
 for line in open(sys.argv[1]):
     row = json.loads(line)
     if row.get("kind") == "kernel" and row.get("step") == 1 and any(
             part in row["name"] for part in ("gather", "phases_kernel", "shifted_rows")):
-        name = row["name"].split("(")[0].split("::")[-1][:60]
+        name = re.sub(r"[A-Za-z_<>]+::", "", row["name"].split("(")[0])[:60]
         count[name] += 1
         time[name] += row["end_us"] - row["start_us"]
 for name in count:
