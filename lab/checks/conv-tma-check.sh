@@ -49,7 +49,7 @@ for line in open(sys.argv[1]):
     row = json.loads(line)
     if row.get("kind") == "kernel" and row.get("step") == 1 and any(
             part in row["name"] for part in ("gather", "phases_kernel", "shifted_rows")):
-        name = re.sub(r"[A-Za-z_<>]+::", "", row["name"].split("(")[0])[:60]
+        name = re.sub(r"(<unnamed>|[A-Za-z_]+)::", "", row["name"].split("(")[0])[:60]
         count[name] += 1
         time[name] += row["end_us"] - row["start_us"]
 for name in count:
