@@ -356,35 +356,26 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
 TEST(Conv2d, TmaGatherTilesGridsWithRectangles) {
   using implicit_gemm::detail::GridSize;
   using implicit_gemm::detail::tma_gather_tiling;
-  implicit_gemm::detail::TmaTiling t;
+  using implicit_gemm::detail::TmaTiling;
+  // The tiling of `parts` grids, as {tile_w, tile_h, tile_n, tiles_w, tiles_h, rectangles}.
+  const auto tiling = [](int batch, int scale, const GridSize* grids, int parts) {
+    TmaTiling t;
+    EXPECT_TRUE(tma_gather_tiling(batch, scale, grids, parts, t)) << grids[0].h << "x" << grids[0].w;
+    return std::vector<long long>{t.tile_w, t.tile_h, t.tile_n, t.tiles_w, t.tiles_h, t.rectangles};
+  };
   // 5x5/2 onto 128x128, batch 16: 64x64 outputs, two rows of 64 a block.
   const GridSize grid64{64, 64};
-  ASSERT_TRUE(tma_gather_tiling(16, 2, &grid64, 1, t));
-  EXPECT_EQ(t.tile_w, 64);
-  EXPECT_EQ(t.tile_h, 2);
-  EXPECT_EQ(t.tile_n, 1);
-  EXPECT_EQ(t.tiles_w, 1);
-  EXPECT_EQ(t.tiles_h, 32);
-  EXPECT_EQ(t.rectangles, 16 * 32);
+  EXPECT_EQ(tiling(16, 2, &grid64, 1), (std::vector<long long>{64, 2, 1, 1, 32, 16 * 32}));
   // Rows of 256 points: two rectangles of one row across each.
   const GridSize wide{8, 256};
-  ASSERT_TRUE(tma_gather_tiling(2, 1, &wide, 1, t));
-  EXPECT_EQ(t.tile_w, 128);
-  EXPECT_EQ(t.tile_h, 1);
-  EXPECT_EQ(t.tiles_w, 2);
-  EXPECT_EQ(t.tiles_h, 8);
-  EXPECT_EQ(t.rectangles, 2 * 8 * 2);
+  EXPECT_EQ(tiling(2, 1, &wide, 1), (std::vector<long long>{128, 1, 1, 2, 8, 2 * 8 * 2}));
   // 4x4 grids: eight images a block.
   const GridSize grid4{4, 4};
-  ASSERT_TRUE(tma_gather_tiling(16, 2, &grid4, 1, t));
-  EXPECT_EQ(t.tile_w, 4);
-  EXPECT_EQ(t.tile_h, 4);
-  EXPECT_EQ(t.tile_n, 8);
-  EXPECT_EQ(t.rectangles, 2);
+  EXPECT_EQ(tiling(16, 2, &grid4, 1), (std::vector<long long>{4, 4, 8, 1, 1, 2}));
   // The four phases of a stride-2 transpose onto 128x128.
   const GridSize phases[4] = {grid64, grid64, grid64, grid64};
-  ASSERT_TRUE(tma_gather_tiling(16, 1, phases, 4, t));
-  EXPECT_EQ(t.rectangles, 16 * 32);
+  EXPECT_EQ(tiling(16, 1, phases, 4), (std::vector<long long>{64, 2, 1, 1, 32, 16 * 32}));
+  TmaTiling t;
   // Stride 2 onto rows of 128 outputs: boxes of 256 columns; stride 4: 512.
   const GridSize rows128{8, 128};
   EXPECT_TRUE(tma_gather_tiling(1, 2, &rows128, 1, t));
@@ -596,6 +587,26 @@ std::vector<double> poisoned_copy(bool bf16, std::int64_t count, Copy&& copy) {
   return bf16_values(host);
 }
 
+// A copy's source on CUDA: `values` at `shape`, in bf16 when bf16_source
+// (the values rounded to bf16 first, in place, so both dtypes hold them exactly).
+Tensor copy_source(std::vector<double>& values, const Shape& shape, bool bf16_source) {
+  if (bf16_source)
+    for (double& value : values) value = round_to_bf16(static_cast<float>(value));
+  return Tensor::from_values(values, shape, bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+}
+
+// poisoned_copy with the source's elements (f32 or bf16, as stored) handed
+// to copy(elements, f32 destination, bf16 destination).
+template <class Copy>
+std::vector<double> poisoned_copy_from(const Tensor& source, bool bf16, std::int64_t count, Copy&& copy) {
+  return poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+    if (source.dtype() == DType::bf16)
+      copy(source.data<BFloat16>(), f, h);
+    else
+      copy(source.data<float>(), f, h);
+  });
+}
+
 // The weight gradient's row-shifted copies of Y (f32 or bf16, from an f32
 // or a bf16 source) against their definition (weight_grad_layout.h), every
 // element of a poisoned destination. From bf16 into bf16 the copy moves
@@ -613,25 +624,16 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
                             Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}, Sizes{1, 2, 3, 16, 3, 4, 20}}) {
         std::vector<double> source =
             random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-        if (bf16_source)  // values a bf16 source holds exactly
-          for (double& value : source) value = round_to_bf16(static_cast<float>(value));
-        const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width},
-                                             bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+        const Tensor y = copy_source(source, {s.batch, s.channels, s.height, s.width}, bf16_source);
         const std::int64_t rows = s.batch * s.channels * s.height;
-        const auto copy = [&](const auto* elements, float* f, std::uint16_t* h) {
-          if (bf16)
-            layers::shifted_rows_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
-                                           s.copies, s.pitch, h);
-          else
-            layers::shifted_rows_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
-                                      s.copies, s.pitch, f);
-        };
-        const std::vector<double> actual =
-            poisoned_copy(bf16, s.copies * rows * s.pitch, [&](float* f, std::uint16_t* h) {
-              if (bf16_source)
-                copy(y.data<BFloat16>(), f, h);
+        const std::vector<double> actual = poisoned_copy_from(
+            y, bf16, s.copies * rows * s.pitch, [&](const auto* elements, float* f, std::uint16_t* h) {
+              if (bf16)
+                layers::shifted_rows_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                               s.copies, s.pitch, h);
               else
-                copy(y.data<float>(), f, h);
+                layers::shifted_rows_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                          s.copies, s.pitch, f);
             });
         std::int64_t wrong = 0, index = 0;
         for (int c = 0; c < s.copies; ++c)
@@ -670,25 +672,18 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                             Sizes{2, 3, 7, 16, 2, 8}, Sizes{1, 2, 5, 32, 2, 20}, Sizes{1, 2, 4, 16, 2, 10}}) {
         std::vector<double> source =
             random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-        if (bf16_source)  // values a bf16 source holds exactly
-          for (double& value : source) value = round_to_bf16(static_cast<float>(value));
-        const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width},
-                                             bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+        const Tensor x = copy_source(source, {s.batch, s.channels, s.height, s.width}, bf16_source);
         const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
         const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
-        const auto copy = [&](const auto* elements, float* f, std::uint16_t* h) {
-          if (bf16)
-            layers::nchw_to_phases_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch,
-                                             h);
-          else
-            layers::nchw_to_phases_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch, f);
-        };
-        const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
-          if (bf16_source)
-            copy(x.data<BFloat16>(), f, h);
-          else
-            copy(x.data<float>(), f, h);
-        });
+        const std::vector<double> actual =
+            poisoned_copy_from(x, bf16, count, [&](const auto* elements, float* f, std::uint16_t* h) {
+              if (bf16)
+                layers::nchw_to_phases_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride,
+                                                 s.pitch, h);
+              else
+                layers::nchw_to_phases_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch,
+                                            f);
+            });
         std::int64_t wrong = 0, index = 0;
         for (int a = 0; a < s.stride; ++a)
           for (int b = 0; b < s.stride; ++b)
