@@ -24,7 +24,7 @@ status=0
 for setting in 1 0; do
   echo "== tests, PLEXUS_CONV_WGMMA_TMA=$setting"
   for t in conv2d_test conv_transpose2d_test conv_bf16_storage_test; do
-    if ! PLEXUS_CONV_WGMMA_TMA=$setting timeout 300 "$build/tests/$t" --gtest_brief=1 > "$logs/$t-tma$setting.log" 2>&1; then
+    if ! PLEXUS_CONV_WGMMA_TMA=$setting timeout 120 "$build/tests/$t" --gtest_brief=1 > "$logs/$t-tma$setting.log" 2>&1; then
       status=1
       echo "$t: FAILED"
       grep -E "Failure|Expected|Which is|error" "$logs/$t-tma$setting.log" | head -20
