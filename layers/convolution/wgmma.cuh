@@ -56,7 +56,22 @@ __device__ inline void wgmma_tf32(float (&d)[16][4], std::uint64_t a, std::uint6
       : "l"(a), "l"(b));
 }
 
-// d[64 x 128] += a[64 x 16] b[16 x 128]^T, BF16, both K-major, no transposes.
+// wgmma shared-memory matrix descriptor of an MN-major (transposed) 16-bit
+// operand swizzled over 128 bytes, as a TMA box with 64 MN elements
+// innermost writes it: K row k of an 8-row group at byte 128 k, groups
+// `group_bytes` apart (stride byte offset), 64-element blocks of MN
+// `block_bytes` apart (leading byte offset); chunk swizzle as for K-major.
+// The k-th 16 rows (one k16 BF16 step) start 2 groups later.
+__device__ inline std::uint64_t mn_major_descriptor(unsigned shared_byte_address, unsigned block_bytes,
+                                                    unsigned group_bytes) {
+  return static_cast<std::uint64_t>((shared_byte_address & 0x3ffff) >> 4) |
+         (static_cast<std::uint64_t>(block_bytes >> 4) << 16) | (static_cast<std::uint64_t>(group_bytes >> 4) << 32) |
+         (std::uint64_t{1} << 62);
+}
+
+// d[64 x 128] += a[64 x 16] b[16 x 128]^T, BF16, A K-major; B K-major
+// (kTransposeB = 0) or MN-major (1: its 128 N elements contiguous per k).
+template <int kTransposeB = 0>
 __device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -65,7 +80,7 @@ __device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint6
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      "%64, %65, p, 1, 1, 0, %66;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
         "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
         "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
@@ -76,7 +91,7 @@ __device__ inline void wgmma_bf16(float (&d)[16][4], std::uint64_t a, std::uint6
         "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
         "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
         "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "n"(kTransposeB));
 }
 
 // mbarriers of a ring's slots (shared::cta addresses).
