@@ -21,11 +21,13 @@ build=${BUILD:-build-gpu}
 rounds=${2:-3}
 mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
-build_targets "$logs" "$build" conv2d_test conv_transpose2d_test conv_bf16_storage_test plexus-bench
+build_targets "$logs" "$build" conv2d_test conv_transpose2d_test conv_bf16_storage_test \
+  convolution_kept_source_test convolution_shared_scratch_test plexus-bench
 status=0
 for setting in 1 0; do
   echo "== tests, $switch=$setting"
-  for t in conv2d_test conv_transpose2d_test conv_bf16_storage_test; do
+  for t in conv2d_test conv_transpose2d_test conv_bf16_storage_test convolution_kept_source_test \
+           convolution_shared_scratch_test; do
     if ! env "$switch=$setting" timeout 120 "$build/tests/$t" --gtest_brief=1 > "$logs/$t-$setting.log" 2>&1; then
       status=1
       echo "$t: FAILED"

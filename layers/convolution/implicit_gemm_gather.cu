@@ -371,10 +371,30 @@ const void* gather_source(Context& ctx, const GatherChoice& choice, const Tensor
   });
 }
 
+// The NHWC bf16 copy of x in kept (choice.bf16 only), made unless kept holds it.
+const void* kept_source(Context& ctx, const GatherChoice& choice, const Tensor& x, KeptSource& kept) {
+  if (!kept.holds(x)) {
+    dispatch_activation(x, [&](const auto* elements) {
+      nhwc_source_bf16(ctx, elements, x.dim(0), x.dim(1), x.dim(2), x.dim(3), choice.channel_pad, kept.buffer);
+    });
+    kept.made_from = x.raw_data();
+    kept.shape = x.shape();
+    kept.channel_pad = choice.channel_pad;
+  }
+  return kept.buffer.data<float>();
+}
+
 }  // namespace
 
+void keep_source(Context& ctx, const ConvProblem& p, const Tensor& x, KeptSource& kept) {
+  const GatherChoice choice = choose_gather(ctx, p.in_channels);
+  if (p.batch == 0 || !choice.bf16 || few_channel_conv::takes_forward(p)) return;
+  kept.made_from = nullptr;  // x's memory may hold new values since the copy was made
+  kept_source(ctx, choice, x, kept);
+}
+
 void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const float* bias, Tensor& y,
-             Scratch& scratch) {
+             Scratch& scratch, KeptSource* kept) {
   if (p.batch == 0) return;
   if (few_channel_conv::takes_forward(p)) {  // writes y in its own dtype; reads an f32 x
     const Tensor x_f32 = f32_stand_in(ctx, x, scratch.forward_source_f32);
@@ -407,7 +427,9 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
 
   GatherParams params{};
   params.a = a;
-  params.source = gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
+  params.source = kept && choice.bf16
+                      ? kept_source(ctx, choice, x, *kept)
+                      : gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
   params.bias = bias;
   params.dest = y.raw_data();
   params.dest_bf16 = y.dtype() == DType::bf16;

@@ -401,16 +401,24 @@ WeightGradOperands phase_operands(const Context& ctx, const ConvProblem& p, cons
 // The NHWC path (BF16 products): A boxes of Y itself (or of a bf16 copy
 // where Y is f32 or not 16-byte aligned), B boxes of an NHWC bf16 copy of X
 // taking every s-th column and row from any corner, so no copy depends on
-// the tap. Rows of the copy padded to 8 channels (a TMA stride rule).
+// the tap: the layer's kept copy where it holds X, else one made here with
+// rows padded to 8 channels (a TMA stride rule).
 WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
-                                 Scratch& scratch) {
+                                 Scratch& scratch, const KeptSource* kept) {
   const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, true);
   const int rows_per_tile = stage_pixels(true) / tile_pixels;
-  const long long channel_stride = round_up(p.in_channels, 8);
-  std::uint16_t* x_nhwc = bf16_scratch(ctx, scratch.weight_phases, p.batch * p.height * p.width * channel_stride);
-  dispatch_activation(x, [&](const auto* elements) {
-    nchw_to_nhwc_bf16_cuda(ctx, elements, p.batch, p.in_channels, p.height * p.width, channel_stride, x_nhwc);
-  });
+  long long channel_stride = round_up(p.in_channels, 8);
+  void* x_nhwc = nullptr;
+  if (kept) {
+    channel_stride = kept->channel_pad;
+    x_nhwc = const_cast<float*>(kept->buffer.data<float>());
+  } else {
+    std::uint16_t* copy = bf16_scratch(ctx, scratch.weight_phases, p.batch * p.height * p.width * channel_stride);
+    dispatch_activation(x, [&](const auto* elements) {
+      nchw_to_nhwc_bf16_cuda(ctx, elements, p.batch, p.in_channels, p.height * p.width, channel_stride, copy);
+    });
+    x_nhwc = copy;
+  }
   const void* y_bf16 = nullptr;
   if (y.dtype() == DType::bf16 && reinterpret_cast<std::uintptr_t>(y.data<BFloat16>()) % 16 == 0) {
     y_bf16 = y.data<BFloat16>();
@@ -454,14 +462,14 @@ void launch_weight_grad(const Context& ctx, dim3 grid, const WeightGradOperands&
 }  // namespace
 
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
-                       float* weight_grad, Scratch& scratch) {
+                       float* weight_grad, Scratch& scratch, const KeptSource* kept) {
   const bool bf16 = ctx.bf16_products();
   static const bool nhwc_switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_WGRAD_NHWC");
   const bool nhwc = bf16 && nhwc_switched_on;
   const int tile_pixels = row_pixels(p, bf16);
   const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
   const WeightGradOperands operands =
-      nhwc ? nhwc_operands(ctx, p, x, y, scratch) : phase_operands(ctx, p, x, y, scratch);
+      nhwc ? nhwc_operands(ctx, p, x, y, scratch, kept) : phase_operands(ctx, p, x, y, scratch);
 
   WgmmaWeightGradParams params{};
   params.in_channels = static_cast<int>(p.in_channels);
