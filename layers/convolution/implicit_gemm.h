@@ -132,7 +132,7 @@ struct Scratch {
   Tensor weight_source_bf16;        // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
   Tensor weight_rows_bf16;          // backward_weight's bf16 channel rows of Y (same cases)
   Tensor weight_phases;             // backward_weight on Hopper: X split by stride phase, or X in NHWC (bf16)
-  Tensor weight_shifted;            // backward_weight on Hopper: Y with rows shifted per tap column offset, or Y in bf16
+  Tensor weight_shifted;            // backward_weight on Hopper: Y's rows shifted per tap column offset, or Y in bf16
   Tensor weight_x_f32;              // backward_weight's f32 stand-in of a bf16 X (NCHW kernels, few channels)
   Tensor weight_y_f32;              // backward_weight's f32 stand-in of a bf16 Y (NCHW kernels)
 };

@@ -423,7 +423,8 @@ WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const
   if (y.dtype() == DType::bf16 && reinterpret_cast<std::uintptr_t>(y.data<BFloat16>()) % 16 == 0) {
     y_bf16 = y.data<BFloat16>();
   } else {
-    std::uint16_t* y_copy = bf16_scratch(ctx, scratch.weight_shifted, p.batch * p.out_channels * p.out_height * p.out_width);
+    std::uint16_t* y_copy =
+        bf16_scratch(ctx, scratch.weight_shifted, p.batch * p.out_channels * p.out_height * p.out_width);
     dispatch_activation(y, [&](const auto* elements) {
       nchw_to_phases_bf16_cuda(ctx, elements, p.batch, p.out_channels, p.out_height, p.out_width, 1, p.out_width,
                                y_copy);
@@ -435,7 +436,8 @@ WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const
   const std::uint32_t y_box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
   const std::uint64_t x_sizes[4] = {static_cast<std::uint64_t>(channel_stride), static_cast<std::uint64_t>(p.width),
                                     static_cast<std::uint64_t>(p.height), static_cast<std::uint64_t>(p.batch)};
-  const std::uint64_t x_strides[3] = {x_sizes[0] * 2, x_sizes[0] * x_sizes[1] * 2, x_sizes[0] * x_sizes[1] * x_sizes[2] * 2};
+  const std::uint64_t x_strides[3] = {x_sizes[0] * 2, x_sizes[0] * x_sizes[1] * 2,
+                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * 2};
   // 64 channels (128 bytes) of rows_per_tile rows of tile_pixels pixels, every s-th of each.
   const std::uint32_t x_box[4] = {64, static_cast<std::uint32_t>(tile_pixels * s),
                                   static_cast<std::uint32_t>(rows_per_tile * s), 1};

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/tensor_core_reference.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/testing/gtest_helpers.h"
 
@@ -24,13 +25,6 @@ namespace {
 using nlohmann::json;
 
 const Registry registry = builtin_registry();
-
-std::vector<double> uniform(std::size_t n, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  std::vector<double> values(n);
-  for (auto& v : values) v = dist(rng);
-  return values;
-}
 
 struct Case {
   std::string type;
@@ -92,8 +86,8 @@ TEST(ConvolutionKeptSource, BackwardReadsTheTensorsItIsGivenCuda) {
     auto probe = make_layer(c, 7);
     const Shape output = probe->output_shapes({c.input})[0];
     const auto values = [&](const Shape& shape) {
-      return Tensor::from_values(uniform(static_cast<std::size_t>(shape_numel(shape)), rng), shape, DType::f32,
-                                 Device::cuda());
+      const auto drawn = testing::uniform_values(static_cast<std::size_t>(shape_numel(shape)), rng);
+      return Tensor::from_values(drawn, shape, DType::f32, Device::cuda());
     };
     const Tensor xa = values(c.input), xb = values(c.input), dya = values(output), dyb = values(output);
     const Gradients expected_a = fresh(c, xa, dya), expected_b = fresh(c, xb, dyb);
