@@ -63,8 +63,10 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
   const DType dtype = parameter("weight").value.dtype();
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
   if (implicit_gemm::supports(ctx, dtype, problem) && implicit_gemm::takes_forward(problem)) {
+    kept_source_.made_from = nullptr;  // a copy is kept from this forward to the next backward only
     implicit_gemm::forward(ctx, problem, x, parameter("weight").value.data<float>(),
-                           bias ? parameter("bias").value.data<float>() : nullptr, y, engine_scratch(ctx));
+                           bias ? parameter("bias").value.data<float>() : nullptr, y, engine_scratch(ctx),
+                           ctx.training() ? &kept_source_ : nullptr);
     return;
   }
   ColumnScratch& scratch = column_scratch(ctx);
@@ -136,9 +138,13 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   const bool engine_y_grad = y_grad && engine && implicit_gemm::takes_forward(problem);
   const bool engine_x_grad = x_grad && engine && implicit_gemm::takes_backward_data(problem);
   Parameter& weight = parameter("weight");
+  // ConvTranspose2d's input gradient is forward over x, which copies x as
+  // the weight gradient would: one copy, made before the branch, for both.
+  if (engine_y_grad) implicit_gemm::keep_source(ctx, problem, x, kept_source_);
   const auto parameter_gradients = [&] {
     if (engine)
-      implicit_gemm::backward_weight(ctx, problem, x, y, weight.grad.data<float>(), engine_scratch(ctx));
+      implicit_gemm::backward_weight(ctx, problem, x, y, weight.grad.data<float>(), engine_scratch(ctx),
+                                     &kept_source_);
     accumulate_bias_grad_cuda(ctx, output_grad);
   };
   // Nothing in the backward pass reads the parameter gradients, so the
@@ -157,12 +163,14 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
     parameter_gradients();
   }
   if (engine_y_grad)
-    implicit_gemm::forward(ctx, problem, x, weight.value.data<float>(), nullptr, *y_grad, engine_scratch(ctx));
+    implicit_gemm::forward(ctx, problem, x, weight.value.data<float>(), nullptr, *y_grad, engine_scratch(ctx),
+                           &kept_source_);
   if (engine_x_grad)
     implicit_gemm::backward_data(ctx, problem, y, weight.value.data<float>(), nullptr, *x_grad, engine_scratch(ctx));
   conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
                             engine_y_grad ? nullptr : y_grad);
   if (branch) branch->join();
+  kept_source_.made_from = nullptr;  // x's memory may hold other values by the next pass
 }
 
 void Convolution::conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad,

@@ -121,6 +121,9 @@ class Convolution : public Layer {
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
   bool has_bias_;
   bool discard_input_ = false;  // set_discard_input; for the next forward only
+  // X's NHWC copy from a training forward (or from a ConvTranspose2d's
+  // backward), read by the weight gradient of the same step.
+  implicit_gemm::KeptSource kept_source_;
 
  private:
   // The im2col geometry of the pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw].

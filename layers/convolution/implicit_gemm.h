@@ -131,8 +131,8 @@ struct Scratch {
   Tensor weight_source;             // backward_weight's NHWC copy of X (Ci a multiple of 128 only)
   Tensor weight_source_bf16;        // the same in bf16 (bf16 products), 16-bit patterns in an f32 tensor
   Tensor weight_rows_bf16;          // backward_weight's bf16 channel rows of Y (same cases)
-  Tensor weight_phases;             // backward_weight on Hopper: X split by stride phase (weight_grad_layout.h)
-  Tensor weight_shifted;            // backward_weight on Hopper: Y with rows shifted per tap column offset
+  Tensor weight_phases;             // backward_weight on Hopper: X split by stride phase, or X in NHWC (bf16)
+  Tensor weight_shifted;            // backward_weight on Hopper: Y's rows shifted per tap column offset, or Y in bf16
   Tensor weight_x_f32;              // backward_weight's f32 stand-in of a bf16 X (NCHW kernels, few channels)
   Tensor weight_y_f32;              // backward_weight's f32 stand-in of a bf16 Y (NCHW kernels)
 };
@@ -165,16 +165,37 @@ bool takes_backward_data(const ConvProblem& problem);  // implicit_gemm.cpp
 // process and device. Only in CUDA builds.
 bool uses_wgmma(const Context& ctx);
 
+// A layer's own NHWC bf16 copy of X (channels padded as forward's gather
+// pads them), kept from the pass that makes it to backward_weight, whose
+// Hopper BF16 kernel then reads it instead of copying X again: forward
+// makes it when given one (a training step's forward), keep_source makes it
+// in a backward that runs forward on X (ConvTranspose2d's input gradient,
+// which then reads it too). made_from is X's data when it was made; the
+// layer sets it to nullptr before each forward and after each backward, so
+// a copy is only read between the two passes of one step, for that X.
+struct KeptSource {
+  Tensor buffer;                    // bf16 bit patterns in an f32 tensor
+  const void* made_from = nullptr;  // nullptr: holds nothing
+  Shape shape;
+  int channel_pad = 0;
+  bool holds(const Tensor& x) const { return made_from && made_from == x.raw_data() && shape == x.shape(); }
+};
+
 // The passes. x [N, Ci, H, W] and y [N, Co, Ho, Wo] on ctx's device, each
 // f32 or bf16 (above); weight, bias and weight_grad f32.
 // Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
+// With `kept`, where the pass copies X to NHWC bf16 (tap-major wgmma at
+// bf16), the copy is kept's (read as it is when kept already holds x).
 void forward(Context& ctx, const ConvProblem& problem, const Tensor& x, const float* weight, const float* bias,
-             Tensor& y, Scratch& scratch);
+             Tensor& y, Scratch& scratch, KeptSource* kept = nullptr);
+// Makes kept hold x's NHWC bf16 copy where forward would copy X so.
+void keep_source(Context& ctx, const ConvProblem& problem, const Tensor& x, KeptSource& kept);
 // X = conv^T(Y, W) (+ bias[c] when bias is not null); overwrites every element of x.
 void backward_data(Context& ctx, const ConvProblem& problem, const Tensor& y, const float* weight,
                    const float* bias, Tensor& x, Scratch& scratch);
-// weight_grad += correlation of Y with X (shape [Co, Ci, k, k]).
+// weight_grad += correlation of Y with X (shape [Co, Ci, k, k]). Reads
+// kept's copy of X where kept holds x and the Hopper BF16 kernel runs.
 void backward_weight(Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,
-                     float* weight_grad, Scratch& scratch);
+                     float* weight_grad, Scratch& scratch, const KeptSource* kept = nullptr);
 
 }  // namespace plexus::layers::implicit_gemm

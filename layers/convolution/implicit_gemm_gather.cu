@@ -261,13 +261,34 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
   gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
 }
 
+// dest = bias + the sum of the K splits' partial sums, when K was split.
+void add_split_sums(const Context& ctx, const GatherParams& params) {
+  if (params.splits <= 1) return;
+  const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
+  const int plane = params.dest_h * params.dest_w;
+  if (params.dest_bf16)
+    reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+        static_cast<BFloat16*>(params.dest));
+  else
+    reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
+        static_cast<float*>(params.dest));
+  cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
+}
+
 // Runs the gather GEMM over params.part_count parts: with wgmma (Hopper,
-// tap-major K only; params.a and params.source in the operand type of the
+// tap-major K only: the TMA-fed kernel where it takes the problem, else the
+// copying one; params.a and params.source in the operand type of the
 // Context's precision) or mma.sync. When its blocks would not fill the GPU
 // once (small images, long K), K is split over up to 8x more blocks whose
 // partial sums reduce_splits_kernel adds (with the bias). Tap-major:
 // params.channel_pad > 0 and params.source is the NHWC copy.
 void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, bool wgmma) {
+  if (wgmma && run_wgmma_tma_gather(ctx, params, partial_sums)) {
+    add_split_sums(ctx, params);
+    return;
+  }
   // Every variant takes 128 x 128 tiles of C, two blocks per multiprocessor.
   constexpr int kTileM = 128, kTileN = 128, kBlocks = 2;
   static_assert(FlatGatherTile::BM == kTileM && NhwcGatherTile::BM == kTileM && WgmmaGatherTile<32>::BM == kTileM &&
@@ -313,19 +334,7 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
       launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
-  if (params.splits > 1) {
-    const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
-    const int plane = params.dest_h * params.dest_w;
-    if (params.dest_bf16)
-      reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-          static_cast<BFloat16*>(params.dest));
-    else
-      reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-          params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-          static_cast<float*>(params.dest));
-    cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
-  }
+  add_split_sums(ctx, params);
 }
 
 // How a pass gathers its source: K order, products and operand format.
@@ -362,10 +371,30 @@ const void* gather_source(Context& ctx, const GatherChoice& choice, const Tensor
   });
 }
 
+// The NHWC bf16 copy of x in kept (choice.bf16 only), made unless kept holds it.
+const void* kept_source(Context& ctx, const GatherChoice& choice, const Tensor& x, KeptSource& kept) {
+  if (!kept.holds(x)) {
+    dispatch_activation(x, [&](const auto* elements) {
+      nhwc_source_bf16(ctx, elements, x.dim(0), x.dim(1), x.dim(2), x.dim(3), choice.channel_pad, kept.buffer);
+    });
+    kept.made_from = x.raw_data();
+    kept.shape = x.shape();
+    kept.channel_pad = choice.channel_pad;
+  }
+  return kept.buffer.data<float>();
+}
+
 }  // namespace
 
+void keep_source(Context& ctx, const ConvProblem& p, const Tensor& x, KeptSource& kept) {
+  const GatherChoice choice = choose_gather(ctx, p.in_channels);
+  if (p.batch == 0 || !choice.bf16 || few_channel_conv::takes_forward(p)) return;
+  kept.made_from = nullptr;  // x's memory may hold new values since the copy was made
+  kept_source(ctx, choice, x, kept);
+}
+
 void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const float* bias, Tensor& y,
-             Scratch& scratch) {
+             Scratch& scratch, KeptSource* kept) {
   if (p.batch == 0) return;
   if (few_channel_conv::takes_forward(p)) {  // writes y in its own dtype; reads an f32 x
     const Tensor x_f32 = f32_stand_in(ctx, x, scratch.forward_source_f32);
@@ -398,7 +427,9 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
 
   GatherParams params{};
   params.a = a;
-  params.source = gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
+  params.source = kept && choice.bf16
+                      ? kept_source(ctx, choice, x, *kept)
+                      : gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
   params.bias = bias;
   params.dest = y.raw_data();
   params.dest_bf16 = y.dtype() == DType::bf16;

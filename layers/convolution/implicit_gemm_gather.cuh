@@ -151,14 +151,18 @@ __host__ __device__ constexpr std::size_t staging_bytes() {
   return sizeof(float) * T::BM * staging_pitch<T>();
 }
 
-template <class T>
-__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
-                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
-                                         float* staging) {
-  constexpr int kPitch = staging_pitch<T>(), kWarps = kThreads / 32, kColumnsPerLane = T::BN / 32;
+// The tile store itself: kStoreThreads threads (`thread` counts them from
+// 0) that meet at sync(), a barrier of exactly them, write rows m0.. of
+// split `split` with column_of(c), the offset in dest of the tile's column
+// c (image and pixel), or -1 for a column past the part's pixels.
+template <class T, int kStoreThreads, class Sync, class ColumnOf>
+__device__ inline void store_tile(const GatherParams& params, int split, int m0, int warp_m0, int warp_n0, int lane,
+                                  const float (&acc)[T::MT][T::NT][4], float* staging, int thread, Sync&& sync,
+                                  ColumnOf&& column_of) {
+  constexpr int kPitch = staging_pitch<T>(), kWarps = kStoreThreads / 32, kColumnsPerLane = T::BN / 32;
   static_assert(T::BN % 32 == 0, "a warp stores a row in whole passes of 32 columns");
   const int g = lane >> 2, t = lane & 3;
-  __syncthreads();  // every thread is past its last read of the operand ring
+  sync();  // every thread is past its last read of the operand ring
 #pragma unroll
   for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
@@ -167,33 +171,18 @@ __device__ inline void store_gather_tile(const GatherParams& params, const Gathe
       for (int half = 0; half < 2; ++half)
         *reinterpret_cast<float2*>(staging + (warp_m0 + mt * 16 + g + 8 * half) * kPitch + warp_n0 + nt * 8 +
                                    2 * t) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-  __syncthreads();
+  sync();
 
-  const GatherPart& part = *block.part;
   const int dest_plane = params.dest_h * params.dest_w;
   const bool whole = params.splits == 1;
   const bool bf16 = whole && params.dest_bf16;
-  float* dest = whole ? static_cast<float*>(params.dest) : params.partial + block.split * params.dest_size;
+  float* dest = whole ? static_cast<float*>(params.dest) : params.partial + split * params.dest_size;
   BFloat16* dest_bf16 = static_cast<BFloat16*>(params.dest);
-  // Column n = n0 + lane + 32 j of the tile: its offset in dest (image and
-  // pixel), or -1 past the part's columns.
   long long column[kColumnsPerLane];
 #pragma unroll
-  for (int j = 0; j < kColumnsPerLane; ++j) {
-    const long long n = block.n0 + lane + 32 * j;
-    column[j] = -1;
-    if (n < block.n_size) {
-      const int image = static_cast<int>(n / block.grid_plane);
-      const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
-      const int u = q / part.grid_w, v = q - u * part.grid_w;
-      column[j] = static_cast<long long>(image) * params.m_size * dest_plane +
-                  static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w +
-                  v * params.dest_scale + part.dest_col0;
-    }
-  }
-  const int warp = threadIdx.x / 32;
-  for (int row = warp; row < T::BM; row += kWarps) {
-    const int m = block.m0 + row;
+  for (int j = 0; j < kColumnsPerLane; ++j) column[j] = column_of(lane + 32 * j);
+  for (int row = thread / 32; row < T::BM; row += kWarps) {
+    const int m = m0 + row;
     if (m >= params.m_size) break;
     const float bias = whole && params.bias ? params.bias[m] : 0.0f;
     const long long row_offset = static_cast<long long>(m) * dest_plane;
@@ -207,6 +196,30 @@ __device__ inline void store_gather_tile(const GatherParams& params, const Gathe
         dest[row_offset + column[j]] = value;
     }
   }
+}
+
+// The offset in dest of destination point (u, v) of a part's grid in image `image`.
+__device__ inline long long dest_offset(const GatherParams& params, const GatherPart& part, int image, int u, int v) {
+  return static_cast<long long>(image) * params.m_size * params.dest_h * params.dest_w +
+         static_cast<long long>(u * params.dest_scale + part.dest_row0) * params.dest_w + v * params.dest_scale +
+         part.dest_col0;
+}
+
+// The whole block (kThreads) stores its tile of a gather launch, column n0 + c of the part.
+template <class T>
+__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
+                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
+                                         float* staging) {
+  const GatherPart& part = *block.part;
+  store_tile<T, kThreads>(params, block.split, block.m0, warp_m0, warp_n0, lane, acc, staging,
+                          static_cast<int>(threadIdx.x), [] { __syncthreads(); }, [&](int c) -> long long {
+                            const long long n = block.n0 + c;
+                            if (n >= block.n_size) return -1;
+                            const int image = static_cast<int>(n / block.grid_plane);
+                            const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
+                            const int u = q / part.grid_w;
+                            return dest_offset(params, part, image, u, q - u * part.grid_w);
+                          });
 }
 
 // The wgmma gather's tile of C: 128 x 128, two warpgroups of 64 rows (as 8
@@ -225,5 +238,13 @@ inline int wgmma_stage_k(bool bf16) { return bf16 ? 64 : 32; }
 // Launches wgmma_gather_kernel on `grid` (TF32 from f32 operands, or BF16
 // from bf16 bit patterns) with a tap table of table_entries; checked.
 void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16);
+
+// Runs the gather GEMM on Hopper with TMA-fed operands
+// (implicit_gemm_wgmma_tma.cu) when it takes the problem (tap-major K and
+// tma_gather_tiling, implicit_gemm_tma_tiling.h), unless
+// PLEXUS_CONV_WGMMA_TMA is "0".
+// Sets params.splits, dest_size and partial (the split-K sums, in
+// partial_sums) as run_gather does; returns whether it ran.
+bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums);
 
 }  // namespace plexus::layers::implicit_gemm::detail

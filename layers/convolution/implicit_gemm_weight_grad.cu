@@ -428,7 +428,7 @@ void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradPar
 }  // namespace
 
 void backward_weight(Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y, float* weight_grad,
-                     Scratch& scratch) {
+                     Scratch& scratch, const KeptSource* kept) {
   if (p.batch * p.out_height * p.out_width == 0) return;
   // The kernels that read NCHW x or y element by element take f32 stand-ins
   // of bf16 ones; the copies into tap-major layouts read bf16 natively.
@@ -438,7 +438,7 @@ void backward_weight(Context& ctx, const ConvProblem& p, const Tensor& x, const 
     return;
   }
   if (uses_wgmma(ctx) && wgmma_weight_grad_fits(p, ctx.bf16_products())) {
-    wgmma_weight_grad(ctx, p, x, y, weight_grad, scratch);
+    wgmma_weight_grad(ctx, p, x, y, weight_grad, scratch, kept && kept->holds(x) ? kept : nullptr);
     return;
   }
   WeightGradParams params{};

@@ -17,6 +17,14 @@
 // zeros outside (the TMA's out-of-bounds fill is the padding). Both land
 // 128-byte swizzled, the layout wgmma reads.
 //
+// BF16 takes another way by default (PLEXUS_CONV_WGMMA_WGRAD_NHWC=0 keeps
+// the copies): B is MN-major, which wgmma allows for 16-bit operands, so the
+// tap's shift moves from the pixels to outer dimensions of X's NHWC copy:
+//   A box (u0, a, o0, n) of Y itself,
+//   B box (c0, s*u0 - p + j, s*a - p + i, n) of NHWC X, every s-th column and row,
+// 64 channels x BK pixels, a 128-byte row of channels per pixel; one NHWC
+// copy of X replaces the phases and the shifted copies of Y.
+//
 // BF16: the copies are rounded to bf16 (nearest even), BK = 64. Where an
 // output row is not a whole number of 64-pixel tiles, a K tile is 32 pixels
 // of two consecutive rows (a, a + 1; Wo % 64 = 32, as in a 5x5/2 layer onto
@@ -44,8 +52,10 @@
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_common.cuh"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
+#include "convolution/tensor_maps.h"
 #include "convolution/wgmma.cuh"
 #include "convolution/weight_grad_layout.h"
+#include "plexus/environment_switch.h"
 #include "plexus/error.h"
 
 namespace plexus::layers::implicit_gemm::detail {
@@ -73,38 +83,6 @@ struct WgmmaWeightGradParams {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ inline void barrier_init(unsigned barrier, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
-}
-
-__device__ inline void barrier_arrive(unsigned barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// One arrival that also expects `bytes` from the TMA before the phase completes.
-__device__ inline void barrier_expect_bytes(unsigned barrier, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-
-__device__ inline void barrier_wait(unsigned barrier, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-}
-
-// TMA load of one box into shared memory, completing its bytes on the barrier.
-__device__ inline void tma_load_5d(unsigned destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                   int c4, unsigned barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-      "%5, %6}], [%7];\n" ::"r"(destination),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
-      : "memory");
-}
-
 // acc += one ring slot's products: kRows output rows, each in its own
 // sub-tile of 128 channel rows of kRowBytes / kRows bytes (swizzled over as
 // many), multiplied in 32-byte k steps (k8 TF32 / k16 BF16) along them;
@@ -127,6 +105,26 @@ __device__ inline void multiply_tile(float (&acc)[16][4], unsigned a_tile, unsig
   }
 }
 
+// The same with B MN-major (the NHWC path, BF16): the slot's B is two boxes
+// of 64 channels x 64 pixels, each pixel a 128-byte row of its 64 channels,
+// the second box kTileBytes / 2 after the first; pixel r * kRowPixels + q
+// is pixel q of row r, as A's sub-tile r.
+template <int kRows>
+__device__ inline void multiply_tile_nhwc(float (&acc)[16][4], unsigned a_tile, unsigned b_tile, int warpgroup) {
+  constexpr int kSubTileBytes = kTileBytes / kRows, kSubRowBytes = kRowBytes / kRows, kRowPixels = kSubRowBytes / 2;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const std::uint64_t a =
+        swizzled_descriptor<kSubRowBytes>(a_tile + r * kSubTileBytes + warpgroup * (kSubTileBytes / 2));
+#pragma unroll
+    for (int step = 0; step < kSubRowBytes / 32; ++step) {
+      const std::uint64_t b =
+          mn_major_descriptor(b_tile + (r * kRowPixels + 16 * step) * kRowBytes, kTileBytes / 2, 8 * kRowBytes);
+      wgmma_bf16<1>(acc, a + 2 * step, b);
+    }
+  }
+}
+
 #endif
 
 // grid = (taps x channel tiles, output-channel tiles, K splits). 288
@@ -139,7 +137,7 @@ __device__ inline void multiply_tile(float (&acc)[16][4], unsigned a_tile, unsig
 constexpr int kConsumerThreads = 256;
 constexpr int kWeightGradThreads = kConsumerThreads + 32;
 
-template <bool bf16>
+template <bool bf16, bool kNhwcX = false>
 __global__ void __launch_bounds__(kWeightGradThreads, 2)
     wgmma_weight_grad_kernel(const __grid_constant__ CUtensorMap y_map, const __grid_constant__ CUtensorMap x_map,
                              const WgmmaWeightGradParams params) {
@@ -158,16 +156,10 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const unsigned shared_base = shared_address(shared_bytes);
   const unsigned ring = (shared_base + kSwizzleAlign - 1) & ~static_cast<unsigned>(kSwizzleAlign - 1);
-  const unsigned full = ring + 2 * kStages * kTileBytes;  // kStages mbarriers of 8 bytes, then kStages `empty`
-  const unsigned empty = full + 8 * kStages;
+  // kStages `full` mbarriers of 8 bytes after the slots, then kStages `empty`.
+  const TmaRing<kStages> slots{ring + 2 * kStages * kTileBytes, ring + 2 * kStages * kTileBytes + 8 * kStages};
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(full + 8 * stage, 1);
-      barrier_init(empty + 8 * stage, kConsumerThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  slots.init(kConsumerThreads / 32);
   __syncthreads();
 
   if (warp == kConsumerThreads / 32) {
@@ -175,23 +167,29 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
     // (r * row_pixels, a, o0, n, dj - dj_min) of the shifted copies of Y; B
     // box (r * row_pixels, a + di, c0, n, phase) of the phases; with two or
     // four rows per tile, the same for rows a + 1, ... into the slot's next
-    // sub-tiles. A
-    // slot's first use waits on the phase before the barrier's first
-    // (parity 1), which counts as complete.
+    // sub-tiles.
     if (lane == 0)
       for (int k = 0; k < k_tiles; ++k) {
-        const int stage = k % kStages, tile = k_first + k;
-        barrier_wait(empty + 8 * stage, ((k / kStages) & 1) ^ 1);
+        const int stage = slots.acquire(k, 2 * kTileBytes), tile = k_first + k;
         const int row_tile = tile % params.row_tiles, rest = tile / params.row_tiles;
         const int a = params.rows_per_tile * (rest % params.row_groups), n = rest / params.row_groups;
         const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
-        barrier_expect_bytes(full + 8 * stage, 2 * kTileBytes);
+        const unsigned full = slots.full + 8 * stage;
         const int u0 = row_tile * params.row_pixels;
         const unsigned sub_tile_bytes = kTileBytes / params.rows_per_tile;
-        for (int r = 0; r < params.rows_per_tile; ++r) {
-          tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, dj - params.shift_min,
-                      full + 8 * stage);
-          tma_load_5d(b_tile + r * sub_tile_bytes, &x_map, u0, a + r + di, c0, n, phase, full + 8 * stage);
+        if constexpr (kNhwcX) {
+          // A box (u0, a + r, o0, n) of Y itself; B boxes (c0 or c0 + 64,
+          // s u0 - p + j, s a - p + i, n) of X's NHWC copy, every s-th column and row.
+          const int x_column = s * u0 + tj, x_row = s * a + ti;
+          for (int r = 0; r < params.rows_per_tile; ++r)
+            tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, 0, full);
+          tma_load_4d(b_tile, &x_map, c0, x_column, x_row, n, full);
+          tma_load_4d(b_tile + kTileBytes / 2, &x_map, c0 + 64, x_column, x_row, n, full);
+        } else {
+          for (int r = 0; r < params.rows_per_tile; ++r) {
+            tma_load_5d(a_tile + r * sub_tile_bytes, &y_map, u0, a + r, o0, n, dj - params.shift_min, full);
+            tma_load_5d(b_tile + r * sub_tile_bytes, &x_map, u0, a + r + di, c0, n, phase, full);
+          }
         }
       }
     return;
@@ -203,13 +201,16 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  for (int k = 0; k < k_tiles; ++k) {
-    const int stage = k % kStages;
-    barrier_wait(full + 8 * stage, (k / kStages) & 1);
+  slots.consume(k_tiles, acc, [&](int stage) {
     const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
-    fence_accumulators(acc);
-    wgmma_fence();
-    if (params.rows_per_tile == 1) {
+    if constexpr (kNhwcX) {
+      if (params.rows_per_tile == 1)
+        multiply_tile_nhwc<1>(acc, a_tile, b_tile, warpgroup);
+      else if (params.rows_per_tile == 2)
+        multiply_tile_nhwc<2>(acc, a_tile, b_tile, warpgroup);
+      else
+        multiply_tile_nhwc<4>(acc, a_tile, b_tile, warpgroup);
+    } else if (params.rows_per_tile == 1) {
       multiply_tile<1, bf16>(acc, a_tile, b_tile, warpgroup);
     } else if constexpr (bf16) {
       if (params.rows_per_tile == 2)
@@ -217,13 +218,7 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
       else
         multiply_tile<4, bf16>(acc, a_tile, b_tile, warpgroup);
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // tile k-1's products are done
-    fence_accumulators(acc);
-    if (k > 0 && lane == 0) barrier_arrive(empty + 8 * ((k - 1) % kStages));
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc);
+  });
 
   // Accumulator (j, e) of warp w: o = 16 (w % 4) + g (+8 for e >= 2), c = 8j + 2t + e % 2
   // (wgmma's m64nNk layout, per n8 block that of mma.sync m16n8). Stored
@@ -287,47 +282,18 @@ __global__ void __launch_bounds__(kSumThreads) sum_tap_partials_kernel(const flo
 
 std::size_t kernel_shared_bytes() { return kSwizzleAlign + 2 * kStages * kTileBytes + 16 * kStages; }
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    cuda::check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault,
-                                                      &found),
-                     "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
-    if (found != cudaDriverEntryPointSuccess || pointer == nullptr)
-      throw Error("the CUDA driver has no cuTensorMapEncodeTiled (needed by the Hopper weight gradient)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
-  }();
-  return function;
-}
-
 // A tiled tensor map over a packed 5-dimensional array (sizes in elements,
 // innermost first), boxes of `box` elements with rows of box[0] elements
 // (128, 64 or 32 bytes) swizzled over as many bytes, zeros outside.
 CUtensorMap tensor_map(void* base, bool bf16, const std::uint64_t (&sizes)[5], const std::uint32_t (&box)[5],
                        const char* what) {
   const std::uint64_t element = bf16 ? 2 : 4;
-  const std::uint64_t row_bytes = box[0] * element;
-  const CUtensorMapSwizzle swizzle = row_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
-                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                                       : CU_TENSOR_MAP_SWIZZLE_128B;
   std::uint64_t strides[4];  // bytes from one index of dimension d + 1 to the next
   strides[0] = sizes[0] * element;
   for (int d = 1; d < 4; ++d) strides[d] = strides[d - 1] * sizes[d];
-  CUtensorMap map;
   const std::uint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUresult result =
-      encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                     5, base, sizes, strides, box, element_strides,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     swizzle,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    throw Error(std::string("cuTensorMapEncodeTiled failed for the weight gradient's ") + what + " (CUresult " +
-                std::to_string(static_cast<int>(result)) + ")");
-  return map;
+  return tiled_tensor_map(base, bf16, 5, sizes, strides, box, element_strides,
+                          (std::string("the weight gradient's ") + what).c_str());
 }
 
 int stage_pixels(bool bf16) { return bf16 ? 64 : 32; }
@@ -364,11 +330,21 @@ bool wgmma_weight_grad_fits(const ConvProblem& p, bool bf16) {
   return tap_shifts(p).count() <= 4 && p.batch * p.out_height * (p.out_width / row_pixels(p, bf16) + 1) < (1LL << 31);
 }
 
-void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
-                       float* weight_grad, Scratch& scratch) {
+namespace {
+
+// The operands' tensor maps and the K tiles across an output row.
+struct WeightGradOperands {
+  CUtensorMap y_map, x_map;
+  long long row_tiles;
+  int shift_min;
+};
+
+// The copies' path: X by stride phase, Y shifted per tap column offset dj,
+// both K-major boxes.
+WeightGradOperands phase_operands(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
+                                  Scratch& scratch) {
   const bool bf16 = ctx.bf16_products();
   const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, bf16);
-  const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
   const long long element = bf16 ? 2 : 4;
   // Column offsets dj of the taps, and the columns u of the phase images the
   // sum needs: those with a Y pixel (u - dj < Wo) inside the phase width.
@@ -415,24 +391,99 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x
                                     static_cast<std::uint64_t>(shifts)};
   // A box: tile_pixels of one row (128 bytes; 64 or 32 with two or four rows per K tile) of 128 channels.
   const std::uint32_t box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
-  const CUtensorMap y_map = tensor_map(shifted, bf16, y_sizes, box, "shifted output gradient");
-
   const std::uint64_t x_sizes[5] = {static_cast<std::uint64_t>(row_pitch), static_cast<std::uint64_t>(phase_height),
                                     static_cast<std::uint64_t>(p.in_channels), static_cast<std::uint64_t>(p.batch),
                                     static_cast<std::uint64_t>(s) * s};
-  const CUtensorMap x_map = tensor_map(phases, bf16, x_sizes, box, "input phases");
+  return {tensor_map(shifted, bf16, y_sizes, box, "shifted output gradient"),
+          tensor_map(phases, bf16, x_sizes, box, "input phases"), row_tiles, shift_min};
+}
+
+// The NHWC path (BF16 products): A boxes of Y itself (or of a bf16 copy
+// where Y is f32 or not 16-byte aligned), B boxes of an NHWC bf16 copy of X
+// taking every s-th column and row from any corner, so no copy depends on
+// the tap: the layer's kept copy where it holds X, else one made here with
+// rows padded to 8 channels (a TMA stride rule).
+WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
+                                 Scratch& scratch, const KeptSource* kept) {
+  const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, true);
+  const int rows_per_tile = stage_pixels(true) / tile_pixels;
+  long long channel_stride = round_up(p.in_channels, 8);
+  void* x_nhwc = nullptr;
+  if (kept) {
+    channel_stride = kept->channel_pad;
+    x_nhwc = const_cast<float*>(kept->buffer.data<float>());
+  } else {
+    std::uint16_t* copy = bf16_scratch(ctx, scratch.weight_phases, p.batch * p.height * p.width * channel_stride);
+    dispatch_activation(x, [&](const auto* elements) {
+      nchw_to_nhwc_bf16_cuda(ctx, elements, p.batch, p.in_channels, p.height * p.width, channel_stride, copy);
+    });
+    x_nhwc = copy;
+  }
+  const void* y_bf16 = nullptr;
+  if (y.dtype() == DType::bf16 && reinterpret_cast<std::uintptr_t>(y.data<BFloat16>()) % 16 == 0) {
+    y_bf16 = y.data<BFloat16>();
+  } else {
+    std::uint16_t* y_copy =
+        bf16_scratch(ctx, scratch.weight_shifted, p.batch * p.out_channels * p.out_height * p.out_width);
+    dispatch_activation(y, [&](const auto* elements) {
+      nchw_to_phases_bf16_cuda(ctx, elements, p.batch, p.out_channels, p.out_height, p.out_width, 1, p.out_width,
+                               y_copy);
+    });
+    y_bf16 = y_copy;
+  }
+  const std::uint64_t y_sizes[5] = {static_cast<std::uint64_t>(p.out_width), static_cast<std::uint64_t>(p.out_height),
+                                    static_cast<std::uint64_t>(p.out_channels), static_cast<std::uint64_t>(p.batch), 1};
+  const std::uint32_t y_box[5] = {static_cast<std::uint32_t>(tile_pixels), 1, kTileRows, 1, 1};
+  const std::uint64_t x_sizes[4] = {static_cast<std::uint64_t>(channel_stride), static_cast<std::uint64_t>(p.width),
+                                    static_cast<std::uint64_t>(p.height), static_cast<std::uint64_t>(p.batch)};
+  const std::uint64_t x_strides[3] = {x_sizes[0] * 2, x_sizes[0] * x_sizes[1] * 2,
+                                      x_sizes[0] * x_sizes[1] * x_sizes[2] * 2};
+  // 64 channels (128 bytes) of rows_per_tile rows of tile_pixels pixels, every s-th of each.
+  const std::uint32_t x_box[4] = {64, static_cast<std::uint32_t>(tile_pixels * s),
+                                  static_cast<std::uint32_t>(rows_per_tile * s), 1};
+  const std::uint32_t x_element_strides[4] = {1, static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(s), 1};
+  return {tensor_map(const_cast<void*>(y_bf16), true, y_sizes, y_box, "output gradient"),
+          tiled_tensor_map(x_nhwc, true, 4, x_sizes, x_strides, x_box, x_element_strides,
+                           "the weight gradient's NHWC input"),
+          p.out_width / tile_pixels, 0};
+}
+
+template <bool bf16, bool nhwc>
+void launch_weight_grad(const Context& ctx, dim3 grid, const WeightGradOperands& operands,
+                        const WgmmaWeightGradParams& params) {
+  const std::size_t bytes = kernel_shared_bytes();
+  static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<bf16, nhwc>, bytes,
+                                                   "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
+                                true);
+  (void)opted_in;
+  wgmma_weight_grad_kernel<bf16, nhwc>
+      <<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(operands.y_map, operands.x_map, params);
+  cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
+                       float* weight_grad, Scratch& scratch, const KeptSource* kept) {
+  const bool bf16 = ctx.bf16_products();
+  static const bool nhwc_switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_WGRAD_NHWC");
+  const bool nhwc = bf16 && nhwc_switched_on;
+  const int tile_pixels = row_pixels(p, bf16);
+  const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
+  const WeightGradOperands operands =
+      nhwc ? nhwc_operands(ctx, p, x, y, scratch, kept) : phase_operands(ctx, p, x, y, scratch);
 
   WgmmaWeightGradParams params{};
   params.in_channels = static_cast<int>(p.in_channels);
   params.out_channels = static_cast<int>(p.out_channels);
   params.kernel = static_cast<int>(p.kernel);
-  params.stride = s;
+  params.stride = static_cast<int>(p.stride);
   params.padding = static_cast<int>(p.padding);
   params.out_height = static_cast<int>(p.out_height);
-  params.shift_min = shift_min;
+  params.shift_min = operands.shift_min;
   params.row_pixels = tile_pixels;
   params.rows_per_tile = rows_per_tile;
-  params.row_tiles = static_cast<int>(row_tiles);
+  params.row_tiles = static_cast<int>(operands.row_tiles);
   params.row_groups = static_cast<int>(ceil_div(p.out_height, rows_per_tile));
   params.channel_tiles = static_cast<int>(ceil_div(p.in_channels, kTileRows));
   params.k_tiles = static_cast<int>(p.batch * params.row_groups * params.row_tiles);
@@ -448,21 +499,12 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x
 
   const dim3 grid(static_cast<unsigned>(taps * params.channel_tiles),
                   static_cast<unsigned>(ceil_div(p.out_channels, kTileRows)), static_cast<unsigned>(used_splits));
-  const std::size_t bytes = kernel_shared_bytes();
-  if (bf16) {
-    static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<true>, bytes,
-                                                     "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
-                                  true);
-    (void)opted_in;
-    wgmma_weight_grad_kernel<true><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
-  } else {
-    static const bool opted_in = (allow_shared_bytes(wgmma_weight_grad_kernel<false>, bytes,
-                                                     "cudaFuncSetAttribute(wgmma_weight_grad_kernel)"),
-                                  true);
-    (void)opted_in;
-    wgmma_weight_grad_kernel<false><<<grid, kWeightGradThreads, bytes, cuda::stream(ctx)>>>(y_map, x_map, params);
-  }
-  cuda::check_launch("wgmma_weight_grad_kernel", __FILE__, __LINE__);
+  if (nhwc)
+    launch_weight_grad<true, true>(ctx, grid, operands, params);
+  else if (bf16)
+    launch_weight_grad<true, false>(ctx, grid, operands, params);
+  else
+    launch_weight_grad<false, false>(ctx, grid, operands, params);
   const long long tap_size = p.out_channels * p.in_channels;
   sum_tap_partials_kernel<<<static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0,
                             cuda::stream(ctx)>>>(params.partial, static_cast<int>(used_splits), static_cast<int>(taps),

@@ -13,8 +13,9 @@ namespace plexus::layers::implicit_gemm::detail {
 bool wgmma_weight_grad_fits(const ConvProblem& problem, bool bf16);
 
 // weight_grad += correlation of Y with X, as backward_weight. x and y f32 or
-// bf16 each: the phase and shifted-row copies read either natively.
+// bf16 each: the copies read either natively. kept, when not null, holds x's
+// NHWC bf16 copy, which the BF16 kernel then reads instead of its own.
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,
-                       float* weight_grad, Scratch& scratch);
+                       float* weight_grad, Scratch& scratch, const KeptSource* kept);
 
 }  // namespace plexus::layers::implicit_gemm::detail

@@ -6,6 +6,7 @@
 #include "plexus/cuda/block_reduce.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
+#include "plexus/tensor_ops.h"
 
 namespace plexus::layers {
 
@@ -136,8 +137,10 @@ void MSELoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutab
     forward_weighted_cuda(ctx, inputs, outputs);
     return;
   }
-  cuda::check_cuda(cudaMemsetAsync(outputs[0]->raw_data(), 0, outputs[0]->nbytes(), cuda::stream(ctx)),
-                   "cudaMemsetAsync", __FILE__, __LINE__);
+  // Zeroed by a kernel on the context's stream, not a memset: in the CUDA
+  // graph of a training step the memset node ran on a stream of its own,
+  // and the loss kernels started 2 to 14 us after it.
+  cuda::fill(ctx, *outputs[0], 0.0);
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);

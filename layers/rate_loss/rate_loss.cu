@@ -5,6 +5,7 @@
 #include "plexus/cuda/block_reduce.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
+#include "plexus/tensor_ops.h"
 #include "rate_loss/rate_loss.h"
 
 namespace plexus::layers {
@@ -43,8 +44,10 @@ __global__ void rate_loss_backward(const T* p, const T* dy, long long n, T scale
 void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   const std::size_t image = inputs.size() - 1;
   const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[image])));
-  cuda::check_cuda(cudaMemsetAsync(outputs[0]->raw_data(), 0, outputs[0]->nbytes(), cuda::stream(ctx)),
-                   "cudaMemsetAsync", __FILE__, __LINE__);
+  // Zeroed by a kernel on the context's stream, not a memset: in the CUDA
+  // graph of a training step the memset node ran on a stream of its own,
+  // and the loss kernels started 2 to 14 us after it.
+  cuda::fill(ctx, *outputs[0], 0.0);
   for (std::size_t k = 0; k < image; ++k) {
     const long long n = inputs[k]->numel();
     if (n == 0) continue;

@@ -16,6 +16,7 @@
 #include "conv2d/conv2d.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm.h"
+#include "convolution/implicit_gemm_tma_tiling.h"
 #include "convolution/implicit_gemm_wgmma_weight_grad.h"
 #include "convolution/nhwc_layout.h"
 #include "convolution/weight_grad_layout.h"
@@ -347,6 +348,48 @@ implicit_gemm::ConvProblem conv_problem(const Case& c) {
   return problem;
 }
 
+// The TMA-fed gather's rectangles of destination points: as wide as the
+// grid (up to 128), then as tall, then several images; declined where a
+// box would pass the TMA's 256 elements along a dimension (the tile times
+// the source's stride) or more than an eighth of the columns would lie past
+// the grids and the batch.
+TEST(Conv2d, TmaGatherTilesGridsWithRectangles) {
+  using implicit_gemm::detail::GridSize;
+  using implicit_gemm::detail::tma_gather_tiling;
+  using implicit_gemm::detail::TmaTiling;
+  // The tiling of `parts` grids, as {tile_w, tile_h, tile_n, tiles_w, tiles_h, rectangles}.
+  const auto tiling = [](int batch, int scale, const GridSize* grids, int parts) {
+    TmaTiling t;
+    EXPECT_TRUE(tma_gather_tiling(batch, scale, grids, parts, t)) << grids[0].h << "x" << grids[0].w;
+    return std::vector<long long>{t.tile_w, t.tile_h, t.tile_n, t.tiles_w, t.tiles_h, t.rectangles};
+  };
+  // 5x5/2 onto 128x128, batch 16: 64x64 outputs, two rows of 64 a block.
+  const GridSize grid64{64, 64};
+  EXPECT_EQ(tiling(16, 2, &grid64, 1), (std::vector<long long>{64, 2, 1, 1, 32, 16 * 32}));
+  // Rows of 256 points: two rectangles of one row across each.
+  const GridSize wide{8, 256};
+  EXPECT_EQ(tiling(2, 1, &wide, 1), (std::vector<long long>{128, 1, 1, 2, 8, 2 * 8 * 2}));
+  // 4x4 grids: eight images a block.
+  const GridSize grid4{4, 4};
+  EXPECT_EQ(tiling(16, 2, &grid4, 1), (std::vector<long long>{4, 4, 8, 1, 1, 2}));
+  // The four phases of a stride-2 transpose onto 128x128.
+  const GridSize phases[4] = {grid64, grid64, grid64, grid64};
+  EXPECT_EQ(tiling(16, 1, phases, 4), (std::vector<long long>{64, 2, 1, 1, 32, 16 * 32}));
+  TmaTiling t;
+  // Stride 2 onto rows of 128 outputs: boxes of 256 columns; stride 4: 512.
+  const GridSize rows128{8, 128};
+  EXPECT_TRUE(tma_gather_tiling(1, 2, &rows128, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(1, 4, &rows128, 1, t));
+  // 17x17 grids in 32x4 rectangles (more than half wasted); 3 images of 4x4
+  // in one rectangle of 8; no parts, or more than a stride of 4 has.
+  const GridSize grid17{17, 17};
+  EXPECT_FALSE(tma_gather_tiling(16, 1, &grid17, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(3, 2, &grid4, 1, t));
+  EXPECT_FALSE(tma_gather_tiling(16, 2, &grid64, 0, t));
+  const GridSize many[17] = {};
+  EXPECT_FALSE(tma_gather_tiling(16, 1, many, 17, t));
+}
+
 // The few-channel kernels take the layers next to RGB images (1 to 4 input
 // channels, kernels up to 9) and leave the rest to the engine's gather.
 TEST(Conv2d, FewChannelKernelsTakeOnlyImageSideLayers) {
@@ -544,91 +587,124 @@ std::vector<double> poisoned_copy(bool bf16, std::int64_t count, Copy&& copy) {
   return bf16_values(host);
 }
 
-// The weight gradient's row-shifted copies of Y (f32 or bf16) against their
-// definition (weight_grad_layout.h), every element of a poisoned destination.
+// A copy's source on CUDA: `values` at `shape`, in bf16 when bf16_source
+// (the values rounded to bf16 first, in place, so both dtypes hold them exactly).
+Tensor copy_source(std::vector<double>& values, const Shape& shape, bool bf16_source) {
+  if (bf16_source)
+    for (double& value : values) value = round_to_bf16(static_cast<float>(value));
+  return Tensor::from_values(values, shape, bf16_source ? DType::bf16 : DType::f32, Device::cuda());
+}
+
+// poisoned_copy with the source's elements (f32 or bf16, as stored) handed
+// to copy(elements, f32 destination, bf16 destination).
+template <class Copy>
+std::vector<double> poisoned_copy_from(const Tensor& source, bool bf16, std::int64_t count, Copy&& copy) {
+  return poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
+    if (source.dtype() == DType::bf16)
+      copy(source.data<BFloat16>(), f, h);
+    else
+      copy(source.data<float>(), f, h);
+  });
+}
+
+// The weight gradient's row-shifted copies of Y (f32 or bf16, from an f32
+// or a bf16 source) against their definition (weight_grad_layout.h), every
+// element of a poisoned destination. From bf16 into bf16 the copy moves
+// 8-byte words where widths and pitches are multiples of 4 (shifts reaching
+// before the row's start and past its end, 4 copies of 3 shifted right),
+// element by element otherwise (width 9, pitch 13).
 TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(13);
   struct Sizes { std::int64_t batch, channels, height, width; int first_shift, copies; std::int64_t pitch; };
-  for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
-                          Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}}) {
-      const std::vector<double> source =
-          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-      const Tensor y = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
-                                           Device::cuda());
-      const std::int64_t rows = s.batch * s.channels * s.height;
-      const std::vector<double> actual = poisoned_copy(bf16, s.copies * rows * s.pitch, [&](float* f, std::uint16_t* h) {
-        if (bf16)
-          layers::shifted_rows_bf16_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
-                                         s.copies, s.pitch, h);
-        else
-          layers::shifted_rows_cuda(ctx, y.data<float>(), s.batch, s.channels, s.height, s.width, s.first_shift,
-                                    s.copies, s.pitch, f);
-      });
-      std::int64_t wrong = 0, index = 0;
-      for (int copy = 0; copy < s.copies; ++copy)
-        for (std::int64_t row = 0; row < rows; ++row)
-          for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
-            const std::int64_t w = u - s.first_shift - copy;
-            const float value_f32 =
-                w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)]) : 0.0f;
-            const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
-            if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
-          }
-      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": rows " << rows << ", width " << s.width << ", shift "
-                          << s.first_shift << " x " << s.copies << ", pitch " << s.pitch;
-    }
+  for (const bool bf16_source : {false, true})
+    for (const bool bf16 : {false, true})
+      for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
+                            Sizes{2, 2, 2, 64, 1, 2, 64}, Sizes{1, 1, 2, 9, -1, 2, 13}, Sizes{1, 2, 3, 16, 3, 4, 20}}) {
+        std::vector<double> source =
+            random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+        const Tensor y = copy_source(source, {s.batch, s.channels, s.height, s.width}, bf16_source);
+        const std::int64_t rows = s.batch * s.channels * s.height;
+        const std::vector<double> actual = poisoned_copy_from(
+            y, bf16, s.copies * rows * s.pitch, [&](const auto* elements, float* f, std::uint16_t* h) {
+              if (bf16)
+                layers::shifted_rows_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                               s.copies, s.pitch, h);
+              else
+                layers::shifted_rows_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.first_shift,
+                                          s.copies, s.pitch, f);
+            });
+        std::int64_t wrong = 0, index = 0;
+        for (int c = 0; c < s.copies; ++c)
+          for (std::int64_t row = 0; row < rows; ++row)
+            for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
+              const std::int64_t w = u - s.first_shift - c;
+              const float value_f32 =
+                  w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)])
+                                        : 0.0f;
+              const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+              if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+            }
+        EXPECT_EQ(wrong, 0) << (bf16_source ? "bf16" : "f32") << " source, " << (bf16 ? "bf16" : "f32")
+                            << " copy: rows " << rows << ", width " << s.width << ", shift " << s.first_shift << " x "
+                            << s.copies << ", pitch " << s.pitch;
+      }
   expect_error_naming([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
                       {"shifted_rows", "copies 0"});
 }
 
-// The weight gradient's stride-phase copy of X (f32 or bf16) against its
-// definition (weight_grad_layout.h), every element of a NaN-poisoned
-// destination, padding included.
+// The weight gradient's stride-phase copy of X (f32 or bf16, from an f32 or
+// a bf16 source) against its definition (weight_grad_layout.h), every
+// element of a NaN-poisoned destination, padding included. Stride 2 from
+// bf16 into bf16 copies 16-byte chunks where the width is a multiple of 8
+// and the pitch of 4 (7x16 with an odd height, 5x32 into a wider pitch),
+// element by element otherwise (pitch 10, width 17).
 TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(11);
   struct Sizes { std::int64_t batch, channels, height, width; int stride; std::int64_t pitch; };
-  for (const bool bf16 : {false, true})
-    for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
-                          Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10}}) {
-      const std::vector<double> source =
-          random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
-      const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.height, s.width}, DType::f32,
-                                           Device::cuda());
-      const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
-      const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
-      const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
-        if (bf16)
-          layers::nchw_to_phases_bf16_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
-                                           s.pitch, h);
-        else
-          layers::nchw_to_phases_cuda(ctx, x.data<float>(), s.batch, s.channels, s.height, s.width, s.stride,
-                                      s.pitch, f);
-      });
-      std::int64_t wrong = 0, index = 0;
-      for (int a = 0; a < s.stride; ++a)
-        for (int b = 0; b < s.stride; ++b)
-          for (std::int64_t n = 0; n < s.batch; ++n)
-            for (std::int64_t c = 0; c < s.channels; ++c)
-              for (std::int64_t hp = 0; hp < phase_height; ++hp)
-                for (std::int64_t wp = 0; wp < s.pitch; ++wp, ++index) {
-                  const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
-                  const float value_f32 =
-                      h < s.height && w < s.width
-                          ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
-                                                                                   s.width +
-                                                                               w)])
-                          : 0.0f;
-                  const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
-                  if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
-                }
-      EXPECT_EQ(wrong, 0) << (bf16 ? "bf16" : "f32") << ": batch " << s.batch << ", channels " << s.channels
-                          << ", " << s.height << "x" << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
-    }
+  for (const bool bf16_source : {false, true})
+    for (const bool bf16 : {false, true})
+      for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
+                            Sizes{2, 2, 9, 64, 4, 24}, Sizes{1, 4, 6, 64, 1, 64}, Sizes{1, 2, 5, 17, 2, 10},
+                            Sizes{2, 3, 7, 16, 2, 8}, Sizes{1, 2, 5, 32, 2, 20}, Sizes{1, 2, 4, 16, 2, 10}}) {
+        std::vector<double> source =
+            random_vector(static_cast<std::size_t>(s.batch * s.channels * s.height * s.width), rng);
+        const Tensor x = copy_source(source, {s.batch, s.channels, s.height, s.width}, bf16_source);
+        const std::int64_t phase_height = (s.height + s.stride - 1) / s.stride;
+        const std::int64_t count = std::int64_t{s.stride} * s.stride * s.batch * s.channels * phase_height * s.pitch;
+        const std::vector<double> actual =
+            poisoned_copy_from(x, bf16, count, [&](const auto* elements, float* f, std::uint16_t* h) {
+              if (bf16)
+                layers::nchw_to_phases_bf16_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride,
+                                                 s.pitch, h);
+              else
+                layers::nchw_to_phases_cuda(ctx, elements, s.batch, s.channels, s.height, s.width, s.stride, s.pitch,
+                                            f);
+            });
+        std::int64_t wrong = 0, index = 0;
+        for (int a = 0; a < s.stride; ++a)
+          for (int b = 0; b < s.stride; ++b)
+            for (std::int64_t n = 0; n < s.batch; ++n)
+              for (std::int64_t c = 0; c < s.channels; ++c)
+                for (std::int64_t hp = 0; hp < phase_height; ++hp)
+                  for (std::int64_t wp = 0; wp < s.pitch; ++wp, ++index) {
+                    const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
+                    const float value_f32 =
+                        h < s.height && w < s.width
+                            ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
+                                                                                     s.width +
+                                                                                 w)])
+                            : 0.0f;
+                    const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
+                    if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
+                  }
+        EXPECT_EQ(wrong, 0) << (bf16_source ? "bf16" : "f32") << " source, " << (bf16 ? "bf16" : "f32")
+                            << " copy: batch " << s.batch << ", channels " << s.channels << ", " << s.height << "x"
+                            << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
+      }
   expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
                       {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
   expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
