@@ -9,8 +9,8 @@ namespace plexus::layers::implicit_gemm {
 
 namespace {
 
-long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
-long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
+using detail::ceil_div;
+using detail::round_up;
 bool fits_int(long long value) { return value >= 0 && value < std::numeric_limits<int>::max(); }
 
 }  // namespace

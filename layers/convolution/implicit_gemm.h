@@ -93,6 +93,13 @@ inline constexpr int kMaxTaps = 7168;    // entries of one tap table (8 bytes ea
 inline constexpr int kTapMajorChannels = 32;
 inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
 
+namespace detail {
+// a / b rounded up, and a rounded up to a multiple of b (b > 0): the
+// engine's tile and padding arithmetic, host side.
+inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
+}  // namespace detail
+
 // A convolution in Conv2d terms (see above). For ConvTranspose2d the "input"
 // X is its output and Y its input.
 struct ConvProblem {

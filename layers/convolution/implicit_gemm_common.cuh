@@ -47,9 +47,6 @@ constexpr int kColumnPad = 8;
 constexpr int kInvalidTap = 1 << 14;
 static_assert(kInvalidTap > kMaxExtent + 64, "an invalid tap must fail every bounds check");
 
-inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
-inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }
-
 // cp.async copies and ldmatrix loads (plexus/cuda/shared_memory_ops.h).
 using cuda::commit_async;
 using cuda::copy16_async;

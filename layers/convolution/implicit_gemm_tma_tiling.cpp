@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "convolution/implicit_gemm.h"
+
 namespace plexus::layers::implicit_gemm::detail {
 
 namespace {
@@ -17,8 +19,6 @@ int power_of_two_at_least(int value) {
   while (power < value) power *= 2;
   return power;
 }
-
-long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -22,7 +22,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "convolution/implicit_gemm_gather.cuh"

@@ -42,7 +42,6 @@
 // (layers/CMakeLists.txt); otherwise the kernel body is empty and
 // uses_wgmma() keeps the host from calling it.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -407,18 +406,12 @@ WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const
                                  Scratch& scratch, const KeptSource* kept) {
   const int s = static_cast<int>(p.stride), tile_pixels = row_pixels(p, true);
   const int rows_per_tile = stage_pixels(true) / tile_pixels;
-  long long channel_stride = round_up(p.in_channels, 8);
-  void* x_nhwc = nullptr;
-  if (kept) {
-    channel_stride = kept->channel_pad;
-    x_nhwc = const_cast<float*>(kept->buffer.data<float>());
-  } else {
-    std::uint16_t* copy = bf16_scratch(ctx, scratch.weight_phases, p.batch * p.height * p.width * channel_stride);
-    dispatch_activation(x, [&](const auto* elements) {
-      nchw_to_nhwc_bf16_cuda(ctx, elements, p.batch, p.in_channels, p.height * p.width, channel_stride, copy);
-    });
-    x_nhwc = copy;
-  }
+  const int channel_stride = kept ? kept->channel_pad : static_cast<int>(round_up(p.in_channels, 8));
+  const void* x_nhwc = kept ? static_cast<const void*>(kept->buffer.data<float>())
+                            : dispatch_activation(x, [&](const auto* elements) -> const void* {
+                                return nhwc_source_bf16(ctx, elements, p.batch, p.in_channels, p.height, p.width,
+                                                        channel_stride, scratch.weight_phases);
+                              });
   const void* y_bf16 = nullptr;
   if (y.dtype() == DType::bf16 && reinterpret_cast<std::uintptr_t>(y.data<BFloat16>()) % 16 == 0) {
     y_bf16 = y.data<BFloat16>();
@@ -443,7 +436,7 @@ WeightGradOperands nhwc_operands(const Context& ctx, const ConvProblem& p, const
                                   static_cast<std::uint32_t>(rows_per_tile * s), 1};
   const std::uint32_t x_element_strides[4] = {1, static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(s), 1};
   return {tensor_map(const_cast<void*>(y_bf16), true, y_sizes, y_box, "output gradient"),
-          tiled_tensor_map(x_nhwc, true, 4, x_sizes, x_strides, x_box, x_element_strides,
+          tiled_tensor_map(const_cast<void*>(x_nhwc), true, 4, x_sizes, x_strides, x_box, x_element_strides,
                            "the weight gradient's NHWC input"),
           p.out_width / tile_pixels, 0};
 }

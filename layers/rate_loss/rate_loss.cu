@@ -45,8 +45,8 @@ void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const Muta
   const std::size_t image = inputs.size() - 1;
   const double scale = 1.0 / (std::log(2.0) * static_cast<double>(rate_loss_pixel_count(*inputs[image])));
   // Zeroed by a kernel on the context's stream, not a memset: in the CUDA
-  // graph of a training step the memset node ran on a stream of its own,
-  // and the loss kernels started 2 to 14 us after it.
+  // graph of a training step a memset node runs on a stream of its own, and
+  // the loss kernel waited on it.
   cuda::fill(ctx, *outputs[0], 0.0);
   for (std::size_t k = 0; k < image; ++k) {
     const long long n = inputs[k]->numel();
