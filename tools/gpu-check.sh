@@ -29,8 +29,9 @@
 # split into N shorter runs on one build, e.g.
 #   PHASES="build ctest mma-sync" tools/gpu-check.sh
 #   PHASES=memcheck MEMCHECK_SHARD=0/3 tools/gpu-check.sh   # then 1/3, 2/3
-# With a shard the summary says which one ran: the check covers all of
-# memcheck only when every shard has passed.
+# A binary with fewer CUDA tests than K+1 has none in shard K and is not run
+# there (the summary counts it). With a shard the summary says which one
+# ran: the check covers all of memcheck only when every shard has passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0  # data-parallel tests: NVLink multicast stays off
@@ -204,21 +205,42 @@ only_nccl_probes() {
     grep -q "^\[  PASSED  \]" "$1" && ! grep -q "^\[  FAILED  \]" "$1"
 }
 
-# The test binaries in a folder that have *Cuda* tests.
+# The test binaries in a folder that have *Cuda* tests, one a line:
+# "run BINARY" when some of them fall in this run's shard, else "empty BINARY".
+# GoogleTest gives the K-th (from 0) selected test to shard K mod N, so a
+# binary with at most K of them has none in shard K (and memcheck would fail
+# it for making no CUDA call).
 cuda_test_binaries() {
-  local binary
+  local binary count
   for binary in "$1"/*_test; do
     [ -x "$binary" ] || continue
-    [ "$("$binary" --gtest_list_tests --gtest_filter='*Cuda*' 2>/dev/null | grep -c '^  ')" -gt 0 ] && echo "$binary"
+    count=$("$binary" --gtest_list_tests --gtest_filter='*Cuda*' 2>/dev/null | grep -c '^  ')
+    if [ "$count" -gt "${shard_index:-0}" ]; then
+      echo "run $binary"
+    elif [ "$count" -gt 0 ]; then
+      echo "empty $binary"
+    fi
   done
+}
+
+# memcheck_folder LABEL FOLDER: memcheck over the folder's binaries with CUDA
+# tests in this shard; those with none in it are counted in memcheck_empty.
+memcheck_empty=0
+memcheck_folder() {
+  local line binaries=()
+  while read -r line; do
+    case "$line" in
+      run\ *) binaries+=("${line#run }") ;;
+      empty\ *) memcheck_empty=$((memcheck_empty + 1)) ;;
+    esac
+  done < <(cuda_test_binaries "$2")
+  [ ${#binaries[@]} -eq 0 ] || memcheck_binaries "$1" "${binaries[@]}"
 }
 
 run_memcheck() {
   echo "== compute-sanitizer memcheck over the CUDA tests${shard_count:+ (shard $shard_index of $shard_count)}"
   : > "$memcheck_log"
-  local binaries
-  mapfile -t binaries < <(cuda_test_binaries "$build/tests")
-  [ ${#binaries[@]} -eq 0 ] || memcheck_binaries "" "${binaries[@]}"
+  memcheck_folder "" "$build/tests"
 }
 
 # The out-of-tree example plugins, each built against an installed Plexus
@@ -242,11 +264,7 @@ run_plugins() {
       plugin_skipped=$(grep -cE "\(Skipped\)" "$log")
       summary+=("plugin $plugin: $(grep -E "tests passed" "$log" | tail -1); skipped: $plugin_skipped")
       [ "$plugin_skipped" -eq 0 ] || failed=1
-      if runs memcheck; then
-        local binaries
-        mapfile -t binaries < <(cuda_test_binaries "$build/plugin-$plugin")
-        [ ${#binaries[@]} -eq 0 ] || memcheck_binaries " ($plugin)" "${binaries[@]}"
-      fi
+      if runs memcheck; then memcheck_folder " ($plugin)" "$build/plugin-$plugin"; fi
     else
       tail -40 "$log" 2>/dev/null || tail -40 "$logs/plugin-install.log"
       summary+=("plugin $plugin: FAILED (see $(basename "$log"))")
@@ -268,7 +286,12 @@ runs mma-sync && run_mma_sync
 runs memcheck && run_memcheck
 runs plugins && run_plugins
 if runs memcheck; then
-  summary+=("memcheck${shard_count:+ (shard $shard_index of $shard_count of the CUDA tests)}: $memcheck_runs binaries, $memcheck_errors with errors$( ((memcheck_nccl_probes == 0)) || echo " ($memcheck_nccl_probes reports of NCCL probing its own kernels not counted)")")
+  memcheck_line="memcheck${shard_count:+ (shard $shard_index of $shard_count of the CUDA tests)}:"
+  memcheck_line+=" $memcheck_runs binaries, $memcheck_errors with errors"
+  ((memcheck_empty == 0)) || memcheck_line+="; $memcheck_empty with no CUDA test in this shard, not run"
+  ((memcheck_nccl_probes == 0)) ||
+    memcheck_line+=" ($memcheck_nccl_probes reports of NCCL probing its own kernels not counted)"
+  summary+=("$memcheck_line")
   [ $memcheck_errors -eq 0 ] || failed=1
 fi
 

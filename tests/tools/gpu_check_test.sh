@@ -3,7 +3,8 @@
 # and the test binaries (no GPU needed): unknown phases and bad shards are
 # refused (exit 2, naming them); a phase without a build folder is refused;
 # the memcheck phase runs every binary that has CUDA tests under memcheck,
-# passes GoogleTest's shard to it with MEMCHECK_SHARD (own log), counts a
+# passes GoogleTest's shard to it with MEMCHECK_SHARD (own log) and leaves
+# out, counted, a binary with no CUDA test in that shard; counts a
 # binary with memcheck errors as a failure, and the summary names the
 # phases and the shard that did not run; a shard given without the memcheck
 # phase is reported, and one inherited from the caller's environment does
@@ -26,7 +27,7 @@ case "$*" in
 esac
 STANDIN
 # compute-sanitizer --tool memcheck --error-exitcode 99 BINARY ARGS...: runs
-# the binary and reports one error (and exits 99) for each of these words in
+# the binary, fails (255) when it ran no test, and reports one error (and exits 99) for each of these words in
 # its output: "memory error"; "nccl probe", a failed cudaFuncGetAttributes
 # called from libnccl (as NCCL's kernel set-up makes them); "own probe", the
 # same error called from libplexus.
@@ -35,6 +36,10 @@ cat > "$work/bin/compute-sanitizer" <<'STANDIN'
 shift 4
 output=$("$@")
 echo "$output"
+if grep -q "Running 0 tests" <<< "$output"; then  # as memcheck ends a run that made no CUDA call
+  echo "========= Error: Target application terminated before first instrumented API call"
+  exit 255
+fi
 errors=0
 probe() {  # a report of cudaFuncGetAttributes failing, called from library $1
   printf '%s\n' '========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to "no kernel image is available for execution on the device" on CUDA API call to cudaFuncGetAttributes.' \
@@ -52,7 +57,7 @@ fi
 echo "========= ERROR SUMMARY: $errors error$([ $errors -eq 1 ] || echo s)"
 [ $errors -eq 0 ] || exit 99
 STANDIN
-# Test binaries: cuda_a and cuda_b have a *Cuda* test, cpu_only has none.
+# Test binaries: cuda_a and cuda_b have two *Cuda* tests, cpu_only has none.
 write_binary() {
   local name=$1 tests=$2 message=$3
   cat > "$work/build/tests/$name" <<STANDIN
@@ -62,6 +67,8 @@ if [ "\$1" = "--gtest_list_tests" ]; then
   for t in $tests; do printf '  %s\n' "\$t"; done
   exit 0
 fi
+tests=($tests)  # the K-th runs in shard K mod N, as GoogleTest shards
+if [ "\${GTEST_SHARD_INDEX:-0}" -ge "\${#tests[@]}" ]; then echo "[==========] Running 0 tests"; exit 0; fi
 echo "$name ran, shard \${GTEST_SHARD_INDEX:-none} of \${GTEST_TOTAL_SHARDS:-none}, GPUs \${CUDA_VISIBLE_DEVICES:-unset}; $message"
 case "$message" in
   *"test failure"*) echo "[  FAILED  ] 1 test, listed below:"; exit 1 ;;
@@ -70,8 +77,8 @@ esac
 STANDIN
   chmod +x "$work/build/tests/$name"
 }
-write_binary cuda_a_test "AddsCuda" "fine"
-write_binary cuda_b_test "MultipliesCuda" "fine"
+write_binary cuda_a_test "AddsCuda SubtractsCuda" "fine"
+write_binary cuda_b_test "MultipliesCuda DividesCuda" "fine"
 write_binary cpu_only_test "" "fine"
 chmod +x "$work/bin/"*
 
@@ -121,27 +128,37 @@ for setting in "STANDIN_GPUS=2:0,1:1,0" "STANDIN_GPUS=1 CUDA_VISIBLE_DEVICES=3,5
   done
 done
 
+# cuda_c has one CUDA test: in shard 0 of 3, in none of the others, where it
+# is not run (memcheck fails a binary that makes no CUDA call) but counted.
+write_binary cuda_c_test "OnlyCuda" "fine"
+run PHASES=memcheck MEMCHECK_SHARD=0/3
+check "shard 0/3" 0 "SUMMARY: memcheck (shard 0 of 3 of the CUDA tests): 3 binaries, 0 with errors" \
+  "cuda_c_test: rc=0"
+if grep -q "no CUDA test in this shard" "$work/out.txt"; then echo "shard 0/3: a binary was left out"; exit 1; fi
 run PHASES=memcheck MEMCHECK_SHARD=1/3
-check "shard 1/3" 0 "SUMMARY: memcheck (shard 1 of 3 of the CUDA tests): 2 binaries, 0 with errors" \
+check "shard 1/3" 0 \
+  "SUMMARY: memcheck (shard 1 of 3 of the CUDA tests): 2 binaries, 0 with errors; 1 with no CUDA test in this shard, not run" \
   "(memcheck: shard 1 of 3 only)"
 for name in cuda_a_test cuda_b_test; do
   grep -qF "$name ran, shard 1 of 3" "$work/logs/memcheck-shard1-of-3.log" ||
     { echo "$name did not get shard 1 of 3"; cat "$work/logs/memcheck-shard1-of-3.log"; exit 1; }
 done
+if grep -q cuda_c_test "$work/logs/memcheck-shard1-of-3.log"; then echo "shard 1/3: cuda_c_test ran"; exit 1; fi
+rm "$work/build/tests/cuda_c_test"
 
-write_binary cuda_b_test "MultipliesCuda" "memory error"
+write_binary cuda_b_test "MultipliesCuda DividesCuda" "memory error"
 run PHASES=memcheck MEMCHECK_SHARD=0/2
 check "memcheck error" 1 "cuda_b_test: rc=99" "SUMMARY: memcheck (shard 0 of 2 of the CUDA tests): 2 binaries, 1 with errors" \
   "SUMMARY: gpu-check FAILED"
 # NCCL's kernel probes are counted apart; the same error from elsewhere, a
 # probe beside a memory error, or a probe in a binary whose test failed is not.
-write_binary cuda_b_test "MultipliesCuda" "nccl probe"
+write_binary cuda_b_test "MultipliesCuda DividesCuda" "nccl probe"
 run PHASES=memcheck
 check "nccl probes" 0 "cuda_b_test: rc=0 ========= ERROR SUMMARY: 2 errors (all 2 of them NCCL's probes of its own kernels, not counted)" \
   "SUMMARY: memcheck: 2 binaries, 0 with errors (2 reports of NCCL probing its own kernels not counted)" \
   "SUMMARY: gpu-check PASSED"
 for message in "own probe" "nccl probe, memory error" "nccl probe, own probe" "nccl probe, test failure"; do
-  write_binary cuda_b_test "MultipliesCuda" "$message"
+  write_binary cuda_b_test "MultipliesCuda DividesCuda" "$message"
   run PHASES=memcheck
   check "$message" 1 "cuda_b_test: rc=99" "SUMMARY: memcheck: 2 binaries, 1 with errors" "SUMMARY: gpu-check FAILED"
 done
