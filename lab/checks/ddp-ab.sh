@@ -10,6 +10,8 @@
 # times, alternating which goes first, and prints each run's rows and, per
 # model and GPU count, the median images/s of each side, their ratio and
 # each side's median ratio against N single processes (vs_one_process).
+# With SWITCH=VAR (e.g. SWITCH=PLEXUS_REDUCE_BESIDE_BRANCH) BASE_TREE is
+# not used (give "-"): the base side is this tree's binary run with VAR=0.
 # Logs go to $OUT (default ddp-ab-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -26,18 +28,25 @@ export MODELS=${MODELS:-bmshj2018-factorized bmshj2018-hyperprior}
 mkdir -p "$logs/base"
 logs=$(cd "$logs" && pwd)
 data=$(cd "$data" && pwd)
+switch=${SWITCH:-}
 build_targets "$logs" "$build" plexus-ae
-(cd "$base" && build_targets "$logs/base" "$base_build" plexus-ae)
 build=$(cd "$build" && pwd)
-base_build=$(cd "$base_build" && pwd)
+if [ -n "$switch" ]; then
+  base_build=$build
+else
+  (cd "$base" && build_targets "$logs/base" "$base_build" plexus-ae)
+  base_build=$(cd "$base_build" && pwd)
+fi
 for round in $(seq 1 "$rounds"); do
   order=(base this)
   [ $((round % 2)) -eq 0 ] && order=(this base)
   for side in "${order[@]}"; do
-    binary_build=$build
+    binary_build=$build setting=()
     [ "$side" = base ] && binary_build=$base_build
-    echo "== round $round, $side"
-    OUT="$logs/$side-round$round" BUILD="$binary_build" bash lab/experiments/ddp-scaling.sh "$data" "$steps"
+    [ "$side" = base ] && [ -n "$switch" ] && setting=("$switch=0")
+    echo "== round $round, $side${setting[*]:+ (${setting[*]})}"
+    env "${setting[@]}" OUT="$logs/$side-round$round" BUILD="$binary_build" \
+      bash lab/experiments/ddp-scaling.sh "$data" "$steps"
   done
 done
 python3 - "$logs" "$rounds" << 'PY'
