@@ -25,7 +25,7 @@ build=${BUILD:-build-gpu}
 base_build=${BASE_BUILD:-$base/build-gpu}
 export COUNTS=${COUNTS:-0 4}
 export MODELS=${MODELS:-bmshj2018-factorized bmshj2018-hyperprior}
-mkdir -p "$logs/base"
+mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 data=$(cd "$data" && pwd)
 switch=${SWITCH:-}
@@ -34,6 +34,7 @@ build=$(cd "$build" && pwd)
 if [ -n "$switch" ]; then
   base_build=$build
 else
+  mkdir -p "$logs/base"
   (cd "$base" && build_targets "$logs/base" "$base_build" plexus-ae)
   base_build=$(cd "$base_build" && pwd)
 fi

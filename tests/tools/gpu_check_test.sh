@@ -27,7 +27,8 @@ case "$*" in
 esac
 STANDIN
 # compute-sanitizer --tool memcheck --error-exitcode 99 BINARY ARGS...: runs
-# the binary, fails (255) when it ran no test, and reports one error (and exits 99) for each of these words in
+# the binary, fails (255) when it ran no test, and reports one error (and
+# exits 99) for each of these words in
 # its output: "memory error"; "nccl probe", a failed cudaFuncGetAttributes
 # called from libnccl (as NCCL's kernel set-up makes them); "own probe", the
 # same error called from libplexus.
@@ -68,7 +69,10 @@ if [ "\$1" = "--gtest_list_tests" ]; then
   exit 0
 fi
 tests=($tests)  # the K-th runs in shard K mod N, as GoogleTest shards
-if [ "\${GTEST_SHARD_INDEX:-0}" -ge "\${#tests[@]}" ]; then echo "[==========] Running 0 tests"; exit 0; fi
+if [ "\${GTEST_SHARD_INDEX:-0}" -ge "\${#tests[@]}" ]; then
+  echo "[==========] Running 0 tests"
+  exit 0
+fi
 echo "$name ran, shard \${GTEST_SHARD_INDEX:-none} of \${GTEST_TOTAL_SHARDS:-none}, GPUs \${CUDA_VISIBLE_DEVICES:-unset}; $message"
 case "$message" in
   *"test failure"*) echo "[  FAILED  ] 1 test, listed below:"; exit 1 ;;
