@@ -1,6 +1,9 @@
 #pragma once
 // Copies of channel slabs between tensors laid out [N, C, ...]: what Concat
-// and Split do forward, and each other's backward.
+// and Split do forward, and each other's backward. In NCHW a channel slice
+// of a batch of more than one item is not contiguous, so a part is no view
+// of the whole: it is copied, on CUDA every part of a join or a split in
+// one launch.
 #include <cstdint>
 #include <vector>
 
@@ -14,19 +17,6 @@ namespace plexus::layers {
 std::int64_t channels_of(const Shape& shape);
 std::int64_t elements_per_channel(const Shape& shape);
 
-// A slab: `channels` consecutive channels starting at `source_offset` in the
-// source and at `destination_offset` in the destination. Both tensors share
-// dimension 0 and every dimension after 1.
-struct ChannelSlab {
-  std::int64_t channels;
-  std::int64_t source_offset;
-  std::int64_t destination_offset;
-};
-
-// destination[n, destination_offset + c, p] = source[n, source_offset + c, p]
-// for every n, c < slab.channels and p; on the context's device (and stream).
-void copy_channel_slab(Context& ctx, const Tensor& source, Tensor& destination, const ChannelSlab& slab);
-
 // whole[:, o_k : o_k + C_k] = parts[k] for every k, with o_k the sum of the
 // earlier parts' channels (C_k).
 void join_channels(Context& ctx, const std::vector<const Tensor*>& parts, Tensor& whole);
@@ -36,7 +26,13 @@ void split_channels(Context& ctx, const Tensor& whole, const std::vector<Tensor*
                     const std::vector<std::int64_t>& sizes);
 
 #if PLEXUS_WITH_CUDA
-void copy_channel_slab_cuda(Context& ctx, const Tensor& source, Tensor& destination, const ChannelSlab& slab);
+// Which way a copy between the whole and its parts goes.
+enum class ChannelCopy { join, split };
+// join_channels (the parts read, the whole written) or split_channels (the
+// whole read, the non-null parts written) on the context's stream: one
+// launch for up to kPartsPerLaunch parts (channel_blocks.cu).
+void copy_channel_parts_cuda(Context& ctx, const Tensor& whole, const std::vector<const Tensor*>& parts,
+                             const std::vector<std::int64_t>& sizes, ChannelCopy direction);
 #endif
 
 }  // namespace plexus::layers

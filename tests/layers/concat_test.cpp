@@ -1,5 +1,6 @@
 // Concat: forward by hand across a batch, gradient checks for every input
-// (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shape errors.
+// (CPU; CUDA in f64 on a GPU), CPU/CUDA parity (also past one launch's
+// parts and a grid's batch items), a gradient not wanted, shape errors.
 #include <gtest/gtest.h>
 
 #include "layers/layer_test_support.h"
@@ -52,6 +53,32 @@ TEST(Concat, ParityCpuCuda) {
   ParityOptions f64;
   f64.dtype = DType::f64;
   EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Concat", {}, {{3, 5, 7}, {3, 1, 7}, {3, 2, 7}}, f64)));
+}
+
+// The copies are exact, so CUDA must match the CPU exactly: with more parts
+// than one launch copies (16), and more batch items than a grid's third
+// dimension holds (65,535).
+TEST(Concat, ParityCpuCudaManyPartsAndItems) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  ParityOptions exact;
+  exact.tolerance = 0;
+  std::vector<Shape> parts;
+  for (std::int64_t k = 0; k < 18; ++k) parts.push_back({3, 1 + k % 3, 5});
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Concat", {}, parts, exact)));
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Concat", {}, {{70000, 1, 1}, {70000, 2, 1}}, exact)));
+}
+
+// An input no loss depends on gets no gradient (null); the others are written.
+TEST(Concat, BackwardWritesOnlyTheWantedInputGradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  auto layer = registry.create("Concat", "cat", {});
+  Context ctx(Device::cuda());
+  Tensor a({2, 1, 1}, DType::f32, Device::cuda()), b({2, 2, 1}, DType::f32, Device::cuda());
+  Tensor c({2, 1, 1}, DType::f32, Device::cuda()), y({2, 4, 1}, DType::f32, Device::cuda());
+  Tensor dy = Tensor::from_values({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4, 1}, DType::f32, Device::cuda());
+  Tensor db({2, 2, 1}, DType::f32, Device::cuda());
+  layer->backward(ctx, {&a, &b, &c}, {&y}, {&dy}, {nullptr, &db, nullptr});
+  EXPECT_EQ(db.to_values(), (std::vector<double>{2, 3, 6, 7}));
 }
 
 TEST(Concat, RejectsOtherDimensionsThatDiffer) {

@@ -1,7 +1,10 @@
 // Split: forward by hand across a batch, gradient checks (CPU; CUDA in f64 on
-// a GPU), CPU/CUDA parity, shape and parameter errors, and a Net in which
-// one slice reaches no loss.
+// a GPU), CPU/CUDA parity (also past one launch's parts and a grid's batch
+// items), shape and parameter errors, and a Net in which one slice reaches
+// no loss.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
@@ -52,6 +55,37 @@ TEST(Split, ParityCpuCuda) {
   ParityOptions f64;
   f64.dtype = DType::f64;
   EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Split", {{"sizes", {2, 2, 1}}}, {{3, 5, 7}}, f64)));
+}
+
+// The copies are exact, so CUDA must match the CPU exactly: with more parts
+// than one launch copies (16), and more batch items than a grid's third
+// dimension holds (65,535).
+TEST(Split, ParityCpuCudaManyPartsAndItems) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  ParityOptions exact;
+  exact.tolerance = 0;
+  nlohmann::json sizes = nlohmann::json::array();
+  std::int64_t channels = 0;
+  for (std::int64_t k = 0; k < 18; ++k) {
+    sizes.push_back(1 + k % 3);
+    channels += 1 + k % 3;
+  }
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Split", {{"sizes", sizes}}, {{3, channels, 5}}, exact)));
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Split", {{"sizes", {2, 1}}}, {{70000, 3}}, exact)));
+}
+
+// Forward on CUDA writes every slice of every batch item (the outputs start as NaN).
+TEST(Split, ForwardSlicesChannelsOfEachBatchItemCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  auto layer = registry.create("Split", "split", {{"sizes", {1, 2}}});
+  Context ctx(Device::cuda());
+  Tensor x = Tensor::from_values({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 3, 2}, DType::f32, Device::cuda());
+  const double nan = std::nan("");
+  Tensor first = Tensor::from_values(std::vector<double>(4, nan), {2, 1, 2}, DType::f32, Device::cuda());
+  Tensor rest = Tensor::from_values(std::vector<double>(8, nan), {2, 2, 2}, DType::f32, Device::cuda());
+  layer->forward(ctx, {&x}, {&first, &rest});
+  EXPECT_EQ(first.to_values(), (std::vector<double>{1, 2, 7, 8}));
+  EXPECT_EQ(rest.to_values(), (std::vector<double>{3, 4, 5, 6, 9, 10, 11, 12}));
 }
 
 TEST(Split, RejectsSizesThatDoNotSumToTheChannels) {
