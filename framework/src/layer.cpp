@@ -6,6 +6,8 @@ void Layer::create_parameters(const std::vector<Shape>&) {}
 
 bool Layer::input_is_differentiable(int) const { return true; }
 
+bool Layer::input_grad_is_output_grad(int) const { return false; }
+
 std::string Layer::who() const { return "node '" + name_ + "' (" + type_ + ")"; }
 
 void Layer::fail_shape(const std::string& message) const { throw ShapeError(who() + ": " + message); }

@@ -438,13 +438,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   // get here, and their memory is the activations alone.
   if (inference_only_)
     throw ConfigError(spec_.source + ": backward() on an inference-only net, which keeps no activations");
-  if (grads_.empty()) {
-    for (const auto& entry : shapes_) grads_[entry.first] = Tensor(entry.second, blob_dtype(entry.first), device_);
-    for (auto& node : nodes_)
-      for (const auto& input : node->spec.inputs)
-        node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
-                                                          : Tensor());
-  }
+  if (grads_.empty()) allocate_grads();
   std::set<std::string> has_grad;
   for (const auto& entry : loss_weights) {
     blob(entry.first);  // names the loss when it does not exist
@@ -480,13 +474,24 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
       out.push_back(&blobs_.at(output));
       dout.push_back(&grads_.at(output));
     }
+    // The first contribution to an input's gradient is written into it
+    // directly; a later one (another reader's, this node's for an input it
+    // reads twice, or any for a loss that is also read) into the scratch,
+    // then added.
+    std::set<std::string> written_directly;
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       const std::string& input = node.spec.inputs[i];
       in.push_back(&blobs_.at(input));
       bool wanted = !model_inputs.count(input) && node.layer->input_is_differentiable(static_cast<int>(i));
-      if (!wanted) din.push_back(nullptr);
-      else if (node.scratch_grads[i].defined()) din.push_back(&node.scratch_grads[i]);
-      else din.push_back(&grads_.at(input));
+      if (!wanted) {
+        din.push_back(nullptr);
+      } else if (!has_grad.count(input) && written_directly.insert(input).second) {
+        din.push_back(&grads_.at(input));
+      } else {
+        Tensor& scratch = node.scratch_grads[i];
+        if (!scratch.defined()) scratch = Tensor(shapes_.at(input), blob_dtype(input), device_);
+        din.push_back(&scratch);
+      }
     }
     if (observer_) observer_->before(node.spec.name, node.spec.type, true);
     node.layer->backward(ctx, in, out, dout, din);
@@ -497,14 +502,39 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       if (!din[i]) continue;
       const std::string& input = node.spec.inputs[i];
-      if (din[i] == &node.scratch_grads[i]) {
-        if (has_grad.count(input)) add_into(ctx, grads_.at(input), *din[i]);
-        else grads_.at(input).copy_from(*din[i]);
-      }
+      if (din[i] == &node.scratch_grads[i]) add_into(ctx, grads_.at(input), *din[i]);
       has_grad.insert(input);
     }
     gradients_ready(node.spec.name);
   }
+}
+
+void Net::allocate_grads() {
+  std::set<std::string> model_inputs(spec_.inputs.begin(), spec_.inputs.end());
+  std::map<std::string, std::string> shared_with;  // blob -> the blob whose gradient it shares
+  for (const auto& node : nodes_)
+    for (std::size_t i = 0; i < node->spec.inputs.size(); ++i) {
+      const std::string& input = node->spec.inputs[i];
+      const std::string& output = node->spec.outputs[0];
+      if (node->layer->input_grad_is_output_grad(static_cast<int>(i)) && consumers_.at(input) == 1 &&
+          !model_inputs.count(input) && shapes_.at(input) == shapes_.at(output) &&
+          blob_dtype(input) == blob_dtype(output) && shape_numel(shapes_.at(output)) > 1)
+        shared_with[input] = output;
+    }
+  // An output's gradient is made (or shared) before the inputs that share it.
+  std::function<Tensor&(const std::string&)> gradient = [&](const std::string& name) -> Tensor& {
+    auto made = grads_.find(name);
+    if (made != grads_.end()) return made->second;
+    auto shared = shared_with.find(name);
+    Tensor grad = shared == shared_with.end() ? Tensor(shapes_.at(name), blob_dtype(name), device_)
+                                              : gradient(shared->second);
+    return grads_[name] = grad;
+  };
+  for (const auto& entry : shapes_) gradient(entry.first);
+  for (auto& node : nodes_)
+    for (const auto& input : node->spec.inputs)
+      node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
+                                                        : Tensor());
 }
 
 void Net::zero_grad() {

@@ -33,7 +33,7 @@ void Add::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
 void Add::copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads) {
   const Tensor& output_grad = *output_grads[0];
   for (Tensor* input_grad : input_grads) {
-    if (!input_grad) continue;
+    if (!input_grad || input_grad->raw_data() == output_grad.raw_data()) continue;
     if (input_grad->dtype() == output_grad.dtype())
       copy_elements(ctx, *input_grad, 0, output_grad, 0, output_grad.numel());
     else

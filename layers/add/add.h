@@ -19,6 +19,8 @@ class Add : public Layer {
   bool cuda_graph_capturable() const override { return true; }
   // On CUDA each input, y and their gradients may be f32 or bf16; the CPU kernels take f32 and f64.
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  // dL/dx_i = dL/dy: a Net lets an input's gradient share dL/dy's storage (no copy).
+  bool input_grad_is_output_grad(int) const override { return true; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -32,7 +34,8 @@ class Add : public Layer {
 
  private:
   // dL/dx_i = dL/dy for every wanted input, on the context's device, each
-  // in its own dtype (a bf16 gradient from an f32 dL/dy rounded to nearest even).
+  // in its own dtype (a bf16 gradient from an f32 dL/dy rounded to nearest
+  // even); an input gradient that shares dL/dy's storage is left as it is.
   void copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads);
 
   // On CUDA, the partial sums of more than two inputs when y is bf16 (f32,

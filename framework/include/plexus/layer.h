@@ -43,6 +43,11 @@ class Layer {
   virtual void create_parameters(const std::vector<Shape>& inputs);
   // False for inputs that carry no gradient (integer labels, shape references).
   virtual bool input_is_differentiable(int input_index) const;
+  // True when dL/dx_i is dL/dy_0 itself, element for element (x_i of y_0's
+  // shape; Add). A Net may then give x_i's gradient the storage of y_0's
+  // (Net::backward), so backward must leave an input gradient that shares
+  // the output gradient's storage as it is. Default: false.
+  virtual bool input_grad_is_output_grad(int input_index) const;
 
   void forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs);
   void backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,

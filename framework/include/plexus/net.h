@@ -152,6 +152,13 @@ class Net {
   bool input_expires(std::size_t index) const;
   // The blobs stored in bf16 under the current activation storage.
   void plan_blob_dtypes();
+  // Every blob's gradient, and a scratch gradient for each input of a node
+  // that other nodes also read. A blob whose one reader passes its output's
+  // gradient on unchanged (Layer::input_grad_is_output_grad: Add's inputs)
+  // shares that gradient's storage, when both are stored alike and it is no
+  // scalar (backward() sets the losses' gradients itself): no copy is made,
+  // and no memory held, for it.
+  void allocate_grads();
   // Plans the blobs' dtypes and allocates the blobs at the current shapes
   // (none for an inference-only net); gradients wait for backward().
   void allocate_blobs();

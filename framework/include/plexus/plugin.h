@@ -18,7 +18,7 @@ namespace plexus {
 
 // Bumped whenever Layer, LayerConfig, Registry, Tensor or Context change
 // layout or virtuals (a plugin may hold a LayerConfig of its own).
-inline constexpr int kPluginAbiVersion = 5;  // 5: Layer::forward_in_place, Layer::set_discard_input
+inline constexpr int kPluginAbiVersion = 6;  // 6: Layer::input_grad_is_output_grad
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 
