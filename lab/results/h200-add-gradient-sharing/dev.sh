@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # On a machine with an NVIDIA GPU, from the repository root: builds this
 # tree and the same tree without change.patch, runs the tests the change
 # touches (and memcheck on its CUDA tests), then the step A/B.

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # On a machine with an NVIDIA GPU, from the repository root: builds this
 # tree and the same tree without change.patch, runs the Concat and Split
 # tests (and memcheck on their CUDA tests); then lab/checks/tree-ab.sh /tmp/base 3.
