@@ -521,16 +521,16 @@ void Net::allocate_grads() {
           blob_dtype(input) == blob_dtype(output) && shape_numel(shapes_.at(output)) > 1)
         shared_with[input] = output;
     }
-  // An output's gradient is made (or shared) before the inputs that share it.
-  std::function<Tensor&(const std::string&)> gradient = [&](const std::string& name) -> Tensor& {
-    auto made = grads_.find(name);
-    if (made != grads_.end()) return made->second;
-    auto shared = shared_with.find(name);
-    Tensor grad = shared == shared_with.end() ? Tensor(shapes_.at(name), blob_dtype(name), device_)
-                                              : gradient(shared->second);
-    return grads_[name] = grad;
+  // Blobs in reverse order of production: a node's output (shared with a
+  // later node's output, or made) before the inputs that share it.
+  const auto made_or_shared = [&](const std::string& blob) {
+    auto shared = shared_with.find(blob);
+    grads_[blob] = shared == shared_with.end() ? Tensor(shapes_.at(blob), blob_dtype(blob), device_)
+                                               : grads_.at(shared->second);
   };
-  for (const auto& entry : shapes_) gradient(entry.first);
+  for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node)
+    for (const auto& output : (*node)->spec.outputs) made_or_shared(output);
+  for (const auto& input : spec_.inputs) made_or_shared(input);
   for (auto& node : nodes_)
     for (const auto& input : node->spec.inputs)
       node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
