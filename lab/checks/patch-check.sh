@@ -23,7 +23,7 @@ mkdir -p "$logs/base"
 logs=$(cd "$logs" && pwd)
 SECONDS=0
 rm -rf "$base" && mkdir -p "$base"
-tar cf - --exclude=./.device --exclude=./build --exclude=./build-gpu . | tar xf - -C "$base"
+tar cf - --exclude='./build*' . | tar xf - -C "$base"  # the tree without its build folders
 patch -s -d "$base" -R -p1 < "$change" || { echo "SUMMARY: $change does not reverse on this tree"; exit 1; }
 build_targets "$logs" "$build" plexus-bench plexus-ae "${tests[@]}"
 echo "this tree built (${SECONDS}s)"
