@@ -171,6 +171,7 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry
   const TrainOptions& o = settings.options;
   ctx.set_precision(settings.precision);
   net.set_activation_storage(activation_storage_for(settings.precision, settings.device));
+  net.set_activation_fusion(activation_fusion_for_training());
   if (!o.init_from.empty()) load_initial_weights(o.init_from, net, settings.model_name());
   if (o.resume) {
     step = load_checkpoint(settings.checkpoint_path, net, &adam);
@@ -210,6 +211,10 @@ void TrainingRun::log_start() const {
   if (net.activation_storage() == DType::bf16)
     spdlog::info("activations: {} of {} blobs stored in bf16, the rest in f32 (PLEXUS_BF16_STORAGE=0 keeps all f32)",
                  net.bf16_blob_count(), net.blob_count());
+  if (net.fused_activation_count() > 0)
+    spdlog::info("activations: {} ReLU/LeakyReLU applied by the convolution or Add before them "
+                 "(PLEXUS_FUSE_ACTIVATIONS=0 runs them apart)",
+                 net.fused_activation_count());
   if (o.lr_schedule == "plateau" && o.val.empty())
     spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
   // Named before the first step rather than when compress or export refuses the finished model.

@@ -8,6 +8,12 @@ bool Layer::input_is_differentiable(int) const { return true; }
 
 bool Layer::input_grad_is_output_grad(int) const { return false; }
 
+FusedActivation Layer::as_fused_activation() const { return {}; }
+
+bool Layer::fuses_output_activation(Device) const { return false; }
+
+void Layer::set_output_activation(const FusedActivation&) {}
+
 std::string Layer::who() const { return "node '" + name_ + "' (" + type_ + ")"; }
 
 void Layer::fail_shape(const std::string& message) const { throw ShapeError(who() + ": " + message); }

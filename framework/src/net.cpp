@@ -19,6 +19,8 @@ struct Net::Node {
   // Gradient buffers for inputs that other nodes also read: this node's
   // contribution is written here, then added into the blob's gradient.
   std::vector<Tensor> scratch_grads;
+  // An activation its input's producer applies (Net::set_activation_fusion): forward skips it.
+  bool applied_by_producer = false;
 };
 
 namespace {
@@ -200,13 +202,51 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
 
 void Net::allocate_blobs() {
   plan_blob_dtypes();
+  plan_activation_fusion();
   blobs_.clear();
   grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
   // An inference-only net allocates each blob when its producer runs (input(): a model input).
   for (const auto& entry : shapes_)
-    blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, blob_dtype(entry.first), device_);
+    if (!fused_blobs_.count(entry.first))
+      blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, blob_dtype(entry.first), device_);
+  for (const auto& [blob, fused] : fused_blobs_) blobs_[blob] = blobs_.at(fused.output);
   for (auto& node : nodes_) node->scratch_grads.clear();
+}
+
+void Net::plan_activation_fusion() {
+  fused_blobs_.clear();
+  for (auto& node : nodes_) {
+    node->applied_by_producer = false;
+    if (node->layer->fuses_output_activation(device_)) node->layer->set_output_activation({});
+  }
+  if (!activation_fusion_ || inference_only_) return;
+  std::map<std::string, Node*> first_output_of;  // blob -> the node whose output 0 it is
+  for (auto& node : nodes_) first_output_of[node->spec.outputs[0]] = node.get();
+  for (auto& node : nodes_) {
+    const FusedActivation activation = node->layer->as_fused_activation();
+    if (!activation.active || node->spec.inputs.size() != 1 || node->spec.outputs.size() != 1) continue;
+    const std::string& blob = node->spec.inputs[0];
+    const std::string& output = node->spec.outputs[0];
+    const auto producer = first_output_of.find(blob);
+    if (producer == first_output_of.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output))
+      continue;
+    Layer& layer = *producer->second->layer;
+    const bool bf16_output = bf16_blobs_.count(output) > 0;
+    if (!layer.fuses_output_activation(device_) || (bf16_output && !layer.accepts_bf16(device_))) continue;
+    layer.set_output_activation(activation);
+    node->applied_by_producer = true;
+    fused_blobs_[blob] = {node->spec.name, output};
+    if (bf16_output)
+      bf16_blobs_.insert(blob);
+    else
+      bf16_blobs_.erase(blob);
+  }
+}
+
+void Net::set_activation_fusion(bool on) {
+  activation_fusion_ = on;
+  allocate_blobs();
 }
 
 void Net::plan_blob_dtypes() {
@@ -236,6 +276,11 @@ void Net::set_activation_storage(DType storage) {
 DType activation_storage_for(Precision precision, Device device) {
   static const bool allowed = !switched_off_by_environment("PLEXUS_BF16_STORAGE");
   return precision == Precision::bf16 && device.is_cuda() && allowed ? DType::bf16 : DType::f32;
+}
+
+bool activation_fusion_for_training() {
+  static const bool fuse = !switched_off_by_environment("PLEXUS_FUSE_ACTIVATIONS");
+  return fuse;
 }
 
 DType Net::blob_dtype(const std::string& name) const {
@@ -296,6 +341,7 @@ void Net::set_inference_only(const std::vector<std::string>& kept) {
     }
   inference_only_ = true;
   kept_ = std::set<std::string>(kept.begin(), kept.end());
+  plan_activation_fusion();  // none: an inference-only net runs every node
   grads_.clear();
   for (auto& node : nodes_) node->scratch_grads.clear();
   for (auto& entry : blobs_) entry.second = Tensor();  // allocated again by the passes
@@ -371,6 +417,11 @@ bool Net::has_blob(const std::string& name) const { return blobs_.count(name) > 
 const Tensor& Net::blob(const std::string& name) const {
   auto it = blobs_.find(name);
   if (it == blobs_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
+  const auto fused = fused_blobs_.find(name);
+  if (fused != fused_blobs_.end())
+    throw ConfigError(spec_.source + ": blob '" + name + "' is not held: its producer applies node '" +
+                      fused->second.activation + "' as it writes it, so its storage holds '" + fused->second.output +
+                      "' (Net::set_activation_fusion)");
   if (!it->second.defined())
     throw ConfigError(spec_.source + ": blob '" + name +
                       "' is not held by this inference-only net, which holds only the blobs passed to "
@@ -385,7 +436,7 @@ const Shape& Net::blob_shape(const std::string& name) const {
 }
 
 const Tensor& Net::blob_grad(const std::string& name) const {
-  blob(name);
+  if (!fused_blobs_.count(name)) blob(name);  // names a blob that does not exist (a fused one's gradient is kept)
   if (grads_.empty())
     throw ConfigError(spec_.source + ": blob gradients exist only after backward(); '" + name + "' has none yet");
   return grads_.at(name);
@@ -412,7 +463,9 @@ void Net::forward(Context& ctx) {
     for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
     if (observer_) observer_->before(node.spec.name, node.spec.type, false);
-    if (!inference_only_) {
+    if (node.applied_by_producer) {
+      // its input's producer wrote the activated values into the output
+    } else if (!inference_only_) {
       node.layer->forward(ctx, in, out);
     } else {
       node.layer->set_discard_input(input_expires(index));

@@ -180,6 +180,7 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   c.ctx = std::make_unique<Context>(gpu, 1);
   c.ctx->set_precision(precision);
   c.net->set_activation_storage(activation_storage_for(precision, gpu));
+  c.net->set_activation_fusion(activation_fusion_for_training());
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
   c.net->input(ae::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));
@@ -375,7 +376,7 @@ struct Floor {
 
 Floor floor_of(const Net& net, const NodeSpec& node) {
   Floor f;
-  auto numel = [&](const std::string& blob) { return double(shape_numel(net.blob(blob).shape())); };
+  auto numel = [&](const std::string& blob) { return double(shape_numel(net.blob_shape(blob))); };
   // Bytes of a blob as stored (f32, or bf16 under bf16 activation storage); its gradient has its dtype.
   auto bytes = [&](const std::string& blob) { return numel(blob) * double(dtype_size(net.blob_dtype(blob))); };
   double in = 0, out = 0;
@@ -383,8 +384,8 @@ Floor floor_of(const Net& net, const NodeSpec& node) {
   for (const auto& b : node.outputs) out += bytes(b);
   f.forward_bytes = in + out;
   f.backward_bytes = in + out + in;
-  const Shape& x = net.blob(node.inputs[0]).shape();
-  const Shape& y = net.blob(node.outputs[0]).shape();
+  const Shape& x = net.blob_shape(node.inputs[0]);
+  const Shape& y = net.blob_shape(node.outputs[0]);
   if (node.type == "Conv2d" || node.type == "ConvTranspose2d") {
     const double k = node.params.value("kernel", 1);
     f.forward_flops = node.type == "Conv2d" ? 2.0 * numel(node.outputs[0]) * double(x[1]) * k * k

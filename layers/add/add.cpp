@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 
+#include "fused_activation.h"
 #include "plexus/tensor_ops.h"
 
 namespace plexus::layers {
@@ -27,6 +28,7 @@ void Add::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
     // Summed left to right, as the CUDA kernels do, so both devices round alike.
     y = input(0) + input(1);
     for (std::size_t i = 2; i < inputs.size(); ++i) y += input(i);
+    apply_fused_activation(y, activation_);
   });
 }
 

@@ -4,6 +4,7 @@
 // into each input gradient (copy_output_grad, on the context's stream).
 #include "activation_elements.cuh"
 #include "add/add.h"
+#include "fused_activation.cuh"
 #include "convolution/scratch.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
@@ -12,12 +13,14 @@ namespace plexus::layers {
 
 namespace {
 
-// y = a + b  (y may alias a: more inputs are added as y = y + x_i)
+// y = activation(a + b)  (y may alias a: more inputs are added as y = y + x_i,
+// the fused activation, when any, applied by the last launch only)
 template <typename Elements>
-__global__ void add_forward(Elements a, Elements b, Elements y, long long n) {
+__global__ void add_forward(Elements a, Elements b, Elements y, long long n, bool activate,
+                            typename Elements::Value negative_slope) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
-    y.store(i, a.load(i) + b.load(i));
+    y.store(i, activated(a.load(i) + b.load(i), activate, negative_slope));
 }
 
 }  // namespace
@@ -37,8 +40,11 @@ void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
     for (std::size_t i = 1; i < inputs.size(); ++i) {
       const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
       Tensor* sum = i + 1 == inputs.size() ? y : partial_sum;
-      add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(sum_so_far),
-                                                                      Elements::of(inputs[i]), Elements::of(sum), n);
+      const bool last = i + 1 == inputs.size();
+      using Value = typename Elements::Value;
+      add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
+          Elements::of(sum_so_far), Elements::of(inputs[i]), Elements::of(sum), n, last && activation_.active,
+          static_cast<Value>(activation_.negative_slope));
       cuda::check_launch("add_forward", __FILE__, __LINE__);
     }
   });

@@ -21,6 +21,10 @@ class Add : public Layer {
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
   // dL/dx_i = dL/dy: a Net lets an input's gradient share dL/dy's storage (no copy).
   bool input_grad_is_output_grad(int) const override { return true; }
+  // Forward applies a fused activation (Net::set_activation_fusion: a ReLU
+  // after a residual sum) to the sum as it writes y; backward reads no output.
+  bool fuses_output_activation(Device) const override { return true; }
+  void set_output_activation(const FusedActivation& activation) override { activation_ = activation; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -42,6 +46,7 @@ class Add : public Layer {
   // y's shape; allocated again only when that changes, so a recorded CUDA
   // graph stays valid).
   Tensor partial_sum_;
+  FusedActivation activation_;  // set_output_activation
 };
 
 void register_add(Registry& registry);

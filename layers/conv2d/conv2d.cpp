@@ -30,7 +30,7 @@ ConvGeometry Conv2d::geometry(const Shape& input_shape) const {
 
 // y = W im2col(x) + bias.
 void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_forward_cpu(*inputs[0], /*with_bias=*/true, *outputs[0], discard_input_);
+  conv_forward_cpu(*inputs[0], /*with_bias=*/true, output_activation_, *outputs[0], discard_input_);
 }
 
 // dW += dy im2col(x)^T; dbias += sums of dy; dx = col2im(W^T dy).

@@ -8,7 +8,7 @@
 namespace plexus::layers {
 
 void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_forward_cuda(ctx, *inputs[0], /*with_bias=*/true, *outputs[0]);
+  conv_forward_cuda(ctx, *inputs[0], /*with_bias=*/true, output_activation_, *outputs[0]);
 }
 
 void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,

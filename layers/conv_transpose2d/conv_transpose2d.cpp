@@ -36,7 +36,7 @@ ConvGeometry ConvTranspose2d::geometry(const Shape& input_shape) const {
 
 // y = col2im(W^T x) + bias: the backward_data of the Conv2d from y to x.
 void ConvTranspose2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_backward_data_cpu(*inputs[0], /*with_bias=*/true, *outputs[0], discard_input_);
+  conv_backward_data_cpu(*inputs[0], /*with_bias=*/true, output_activation_, *outputs[0], discard_input_);
 }
 
 // With columns = im2col(dy): dx = W columns; dW += x columns^T; dbias += sums of dy.

@@ -11,7 +11,7 @@
 namespace plexus::layers {
 
 void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_backward_data_cuda(ctx, *inputs[0], /*with_bias=*/true, *outputs[0]);
+  conv_backward_data_cuda(ctx, *inputs[0], /*with_bias=*/true, output_activation_, *outputs[0]);
 }
 
 void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,

@@ -5,6 +5,7 @@
 
 #include "activation_elements.cuh"
 #include "convolution/channel_ops.h"
+#include "fused_activation.cuh"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -33,19 +34,19 @@ __device__ T block_sum(T value) {
   return value;
 }
 
-// y[n, c, q] += b_c
+// y[n, c, q] = activation(y[n, c, q] + b_c)
 // grid.y strides over the N*C planes (one bias value per plane, no division
 // per element); grid.x and the threads stride over the plane's contiguous q,
 // so loads and stores are coalesced.
 template <typename T>
-__global__ void add_channel_bias_kernel(const T* bias, long long planes, long long channels,
-                                        long long plane_size, T* y) {
+__global__ void add_channel_bias_kernel(const T* bias, bool activate, T negative_slope, long long planes,
+                                        long long channels, long long plane_size, T* y) {
   for (long long plane = blockIdx.y; plane < planes; plane += gridDim.y) {
-    const T b = bias[plane % channels];
+    const T b = bias ? bias[plane % channels] : T(0);
     T* row = y + plane * plane_size;
     for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < plane_size;
          q += (long long)gridDim.x * blockDim.x)
-      row[q] += b;
+      row[q] = activated(row[q] + b, activate, negative_slope);
   }
 }
 
@@ -122,13 +123,14 @@ __global__ void batch_sum_kernel(const T* source, long long count, long long siz
 }  // namespace
 
 template <typename T>
-void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch, std::int64_t channels,
-                           std::int64_t plane_size, T* y) {
+void add_channel_bias_cuda(const Context& ctx, const T* bias, const FusedActivation& activation, std::int64_t batch,
+                           std::int64_t channels, std::int64_t plane_size, T* y) {
   const long long planes = batch * channels;
-  if (planes == 0 || plane_size == 0) return;
+  if (planes == 0 || plane_size == 0 || (!bias && !activation.active)) return;
   const dim3 grid(static_cast<unsigned>(std::min(ceil_div(plane_size, kThreads), 1024LL)),
                   static_cast<unsigned>(std::min(planes, 65535LL)));
-  add_channel_bias_kernel<T><<<grid, kThreads, 0, cuda::stream(ctx)>>>(bias, planes, channels, plane_size, y);
+  add_channel_bias_kernel<T><<<grid, kThreads, 0, cuda::stream(ctx)>>>(
+      bias, activation.active, static_cast<T>(activation.negative_slope), planes, channels, plane_size, y);
   cuda::check_launch("add_channel_bias_kernel", __FILE__, __LINE__);
 }
 
@@ -165,10 +167,10 @@ void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t
   cuda::check_launch("batch_sum_kernel", __FILE__, __LINE__);
 }
 
-template void add_channel_bias_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
-                                           std::int64_t, float*);
-template void add_channel_bias_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t,
-                                            std::int64_t, double*);
+template void add_channel_bias_cuda<float>(const Context&, const float*, const FusedActivation&, std::int64_t,
+                                           std::int64_t, std::int64_t, float*);
+template void add_channel_bias_cuda<double>(const Context&, const double*, const FusedActivation&, std::int64_t,
+                                            std::int64_t, std::int64_t, double*);
 template void accumulate_channel_sums_cuda<float, float>(const Context&, const float*, std::int64_t, std::int64_t,
                                                          std::int64_t, float*);
 template void accumulate_channel_sums_cuda<float, BFloat16>(const Context&, const BFloat16*, std::int64_t,

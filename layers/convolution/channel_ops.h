@@ -1,18 +1,20 @@
 #pragma once
 // CUDA reductions and broadcasts over NCHW channels, shared by Conv2d and
-// ConvTranspose2d: bias add, bias gradient, and the sum over a batch of
+// ConvTranspose2d: bias add (and fused activation), bias gradient, and the sum over a batch of
 // per-image weight gradients. A tensor here is [N, C, P] with P = H*W.
 #include <cstdint>
 
 #include "plexus/context.h"
+#include "plexus/layer.h"
 #include "plexus/tensor.h"
 
 namespace plexus::layers {
 
-// y[n, c, q] += bias[c]
+// y[n, c, q] = activation(y[n, c, q] + bias[c]) in place (no bias: null; the
+// activation as fused_activation.cuh applies it). Nothing to do: no launch.
 template <typename T>
-void add_channel_bias_cuda(const Context& ctx, const T* bias, std::int64_t batch, std::int64_t channels,
-                           std::int64_t plane_size, T* y);
+void add_channel_bias_cuda(const Context& ctx, const T* bias, const FusedActivation& activation, std::int64_t batch,
+                           std::int64_t channels, std::int64_t plane_size, T* y);
 
 // bias_grad[c] += sum over n, q of dy[n, c, q]
 // Source is dy's element: T, or BFloat16 for an f32 bias whose dy is stored

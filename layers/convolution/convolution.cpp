@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "fused_activation.h"
 #include "plexus/checked_math.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/host_memory.h"
@@ -219,8 +220,9 @@ std::int64_t image_rows_per_block(const ConvGeometry& g) {
 }  // namespace
 
 // Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
-// those rows; y_n[:, a0*Pw : a1*Pw] = W columns (+ bias per row).
-void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x) {
+// those rows; y_n[:, a0*Pw : a1*Pw] = activation(W columns (+ bias per row)).
+void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y,
+                                   bool discard_x) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = patch_rows_per_block(g);
@@ -239,6 +241,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, b
                              Eigen::OuterStride<>(patches));
       y_block.noalias() = weight * columns;
       if (bias) y_block.colwise() += Eigen::Map<const Vector<T>>(bias, out);
+      apply_fused_activation(y_block.array(), activation);
     };
     // Patch rows [a0, a1) read the image rows a0*s - p .. (a1 - 1)*s - p + k - 1.
     const auto reads = [&](std::int64_t item) {
@@ -252,10 +255,11 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, b
 
 // Per image n and block of image rows [h0, h1): the patch rows [a0, a1)
 // whose kernels reach those rows give columns = W^T y_n[:, a0*Pw : a1*Pw];
-// x_n[:, h0:h1, :] = the rows [h0, h1) of col2im(columns) (+ bias per
-// channel). Each block gathers everything its rows receive, so blocks write
+// x_n[:, h0:h1, :] = activation(the rows [h0, h1) of col2im(columns) (+ bias
+// per channel)). Each block gathers everything its rows receive, so blocks write
 // disjoint rows and every pixel sums its terms in col2im's order.
-void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y) {
+void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation,
+                                         Tensor& x, bool discard_y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = image_rows_per_block(g);
@@ -296,9 +300,9 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor
           col2im_patches_cpu(chunk_columns.data(), g, first + start, first + end, h0, h1, x_n);
         }
       }
-      if (bias)
-        ColumnBlock<T>(x_n + h0 * g.width, g.channels, (h1 - h0) * g.width, Eigen::OuterStride<>(plane)).colwise() +=
-            Eigen::Map<const Vector<T>>(bias, g.channels);
+      ColumnBlock<T> rows_written(x_n + h0 * g.width, g.channels, (h1 - h0) * g.width, Eigen::OuterStride<>(plane));
+      if (bias) rows_written.colwise() += Eigen::Map<const Vector<T>>(bias, g.channels);
+      apply_fused_activation(rows_written.array(), activation);
     };
     run_blocks<T>(batch * blocks, blocks, block, discard_y, y.data<T>(), out, g.patches_high, g.patches_wide, reads);
   });

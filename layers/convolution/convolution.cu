@@ -54,7 +54,8 @@ std::int64_t Convolution::images_per_cuda_chunk(const ConvGeometry& geometry, st
   return images_per_chunk(geometry.column_size() + weight_size, element_size, batch, scratch_limit_);
 }
 
-void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, Tensor& y) {
+void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation,
+                                    Tensor& y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;  // elements of one image of y
@@ -65,8 +66,8 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
   if (implicit_gemm::supports(ctx, dtype, problem) && implicit_gemm::takes_forward(problem)) {
     kept_source_.made_from = nullptr;  // a copy is kept from this forward to the next backward only
     implicit_gemm::forward(ctx, problem, x, parameter("weight").value.data<float>(),
-                           bias ? parameter("bias").value.data<float>() : nullptr, y, engine_scratch(ctx),
-                           ctx.training() ? &kept_source_ : nullptr);
+                           {bias ? parameter("bias").value.data<float>() : nullptr, activation}, y,
+                           engine_scratch(ctx), ctx.training() ? &kept_source_ : nullptr);
     return;
   }
   ColumnScratch& scratch = column_scratch(ctx);
@@ -87,12 +88,14 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
                                     static_cast<int>(rows), T(1), weight, 0, columns, rows * patches, T(0),
                                     y_data + first * out_plane, out_plane, static_cast<int>(count));
     }
-    if (bias) add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, out, patches, y_data);
+    add_channel_bias_cuda(ctx, bias ? parameter("bias").value.data<T>() : nullptr, activation, batch, out, patches,
+                          y_data);
   });
   y_values.store(ctx);
 }
 
-void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x) {
+void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias,
+                                          const FusedActivation& activation, Tensor& x) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;
@@ -102,7 +105,8 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
   if (implicit_gemm::supports(ctx, dtype, problem) && implicit_gemm::takes_backward_data(problem)) {
     implicit_gemm::backward_data(ctx, problem, y, parameter("weight").value.data<float>(),
-                                 bias ? parameter("bias").value.data<float>() : nullptr, x, engine_scratch(ctx));
+                                 {bias ? parameter("bias").value.data<float>() : nullptr, activation}, x,
+                                 engine_scratch(ctx));
     return;
   }
   ColumnScratch& scratch = column_scratch(ctx);
@@ -123,8 +127,8 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
                                     T(0), columns, rows * patches, static_cast<int>(count));
       col2im_cuda(ctx, columns, g, count, x_data + first * g.image_size());
     }
-    if (bias)
-      add_channel_bias_cuda(ctx, parameter("bias").value.data<T>(), batch, g.channels, g.height * g.width, x_data);
+    add_channel_bias_cuda(ctx, bias ? parameter("bias").value.data<T>() : nullptr, activation, batch, g.channels,
+                          g.height * g.width, x_data);
   });
   x_values.store(ctx);
 }
@@ -163,10 +167,10 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
     parameter_gradients();
   }
   if (engine_y_grad)
-    implicit_gemm::forward(ctx, problem, x, weight.value.data<float>(), nullptr, *y_grad, engine_scratch(ctx),
+    implicit_gemm::forward(ctx, problem, x, weight.value.data<float>(), {}, *y_grad, engine_scratch(ctx),
                            &kept_source_);
   if (engine_x_grad)
-    implicit_gemm::backward_data(ctx, problem, y, weight.value.data<float>(), nullptr, *x_grad, engine_scratch(ctx));
+    implicit_gemm::backward_data(ctx, problem, y, weight.value.data<float>(), {}, *x_grad, engine_scratch(ctx));
   conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
                             engine_y_grad ? nullptr : y_grad);
   if (branch) branch->join();

@@ -73,6 +73,13 @@ class Convolution : public Layer {
   void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
   // The CPU forward gives its input's rows back as it finishes with them.
   void set_discard_input(bool discard) override { discard_input_ = discard; }
+  // Forward applies a fused activation (ReLU, LeakyReLU: Net::set_activation_fusion)
+  // to each output value after the bias, on both devices: on CUDA in the
+  // engine's epilogues (the gather's tile store, the split-K sum, the
+  // few-channel forward's store) or in the bias pass of the other paths.
+  // Backward reads no output.
+  bool fuses_output_activation(Device) const override { return true; }
+  void set_output_activation(const FusedActivation& activation) override { output_activation_ = activation; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -91,20 +98,24 @@ class Convolution : public Layer {
 
   // The passes in Conv2d terms (above): x is X and y is Y, NCHW, batch first.
   // with_bias adds the bias (when the layer has one) per channel of the
-  // tensor written. conv_backward adds dW += sum_n y_n im2col(x_n)^T and
+  // tensor written, and `activation` is then applied to it. conv_backward adds dW += sum_n y_n im2col(x_n)^T and
   // writes the layer's input gradient where asked: x_grad = col2im(W^T y)
   // (Conv2d's) or y_grad = W im2col(x) (ConvTranspose2d's, from the same
   // im2col). accumulate_bias_grad adds the per-channel sums of the layer's
   // output gradient to bias.grad (when the layer has a bias).
   // discard_x / discard_y: the pass reads x / y for the last time and gives
   // its rows back to the system as it finishes with them (run_blocks).
-  void conv_forward_cpu(const Tensor& x, bool with_bias, Tensor& y, bool discard_x);
-  void conv_backward_data_cpu(const Tensor& y, bool with_bias, Tensor& x, bool discard_y);
+  void conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y,
+                        bool discard_x);
+  void conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation, Tensor& x,
+                              bool discard_y);
   void conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
   void accumulate_bias_grad_cpu(const Tensor& output_grad);
 #if PLEXUS_WITH_CUDA
-  void conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, Tensor& y);
-  void conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, Tensor& x);
+  void conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation,
+                         Tensor& y);
+  void conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, const FusedActivation& activation,
+                               Tensor& x);
   // conv_backward_cuda also adds the bias gradient from output_grad (the
   // layer's output gradient: y for Conv2d, x for ConvTranspose2d); the
   // parameter gradients run beside the input gradient (cuda::Branch; inside
@@ -121,6 +132,7 @@ class Convolution : public Layer {
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
   bool has_bias_;
   bool discard_input_ = false;  // set_discard_input; for the next forward only
+  FusedActivation output_activation_;  // set_output_activation
   // X's NHWC copy from a training forward (or from a ConvTranspose2d's
   // backward), read by the weight gradient of the same step.
   implicit_gemm::KeptSource kept_source_;

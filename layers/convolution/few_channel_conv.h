@@ -31,11 +31,11 @@ inline constexpr int kMaxChannels = 4;
 inline constexpr int kMaxKernel = 9;
 inline constexpr int kMaxTaps = 256;
 
-// Whether forward (Y = conv(X, W) + bias, X with <= kMaxChannels channels)
+// Whether forward (Y = activation(conv(X, W) + bias), X with <= kMaxChannels channels)
 // runs here; the caller has already checked implicit_gemm::supports().
 bool takes_forward(const implicit_gemm::ConvProblem& problem);
 void forward(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x, const float* weight,
-             const float* bias, Tensor& y);
+             const implicit_gemm::Epilogue& epilogue, Tensor& y);
 
 // Whether backward_data (X = conv^T(Y, W) + bias, X with <= kMaxChannels
 // channels: a ConvTranspose2d's forward onto an image) runs here.

@@ -12,6 +12,7 @@
 
 #include "activation_elements.cuh"
 #include "convolution/few_channel_strip.cuh"
+#include "fused_activation.cuh"
 
 namespace plexus::layers::few_channel_conv {
 
@@ -54,7 +55,8 @@ __device__ inline void store_bf16_rows(const float (&acc)[kMt][kNt][4], const fl
       unsigned words[kNt], mine[kNt] = {};
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt)
-        words[nt] = pack(acc[mt][nt][2 * half] + bias_rows[mt][half], acc[mt][nt][2 * half + 1] + bias_rows[mt][half]);
+        words[nt] = pack(activated(acc[mt][nt][2 * half] + bias_rows[mt][half], p.activate, p.negative_slope),
+                         activated(acc[mt][nt][2 * half + 1] + bias_rows[mt][half], p.activate, p.negative_slope));
       // Round k: lane s sends its word of tile (s + k) & 3; lane t receives from lane (t - k) & 3 its word of tile t.
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -163,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, 3) few_channel_forward_kernel(const 
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
           const int b = tile.b0 + warp_n0 + nt * 8 + 2 * t;
-          const float v0 = acc[mt][nt][2 * half] + bias_rows[mt][half];
-          const float v1 = acc[mt][nt][2 * half + 1] + bias_rows[mt][half];
+          const float v0 = activated(acc[mt][nt][2 * half] + bias_rows[mt][half], p.activate, p.negative_slope);
+          const float v1 = activated(acc[mt][nt][2 * half + 1] + bias_rows[mt][half], p.activate, p.negative_slope);
           if (pairs && b + 1 < p.out_width) {
             if constexpr (std::is_same_v<Element, float>)
               *reinterpret_cast<float2*>(row + b) = make_float2(v0, v1);
@@ -196,9 +198,12 @@ void launch_forward(const Context& ctx, const StripParams& p, const float* weigh
 
 }  // namespace
 
-void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight, const float* bias,
-             Tensor& y) {
-  const StripParams p = strip_params(problem, x);
+void forward(const Context& ctx, const ConvProblem& problem, const float* x, const float* weight,
+             const implicit_gemm::Epilogue& epilogue, Tensor& y) {
+  StripParams p = strip_params(problem, x);
+  p.activate = epilogue.activation.active;
+  p.negative_slope = static_cast<float>(epilogue.activation.negative_slope);
+  const float* bias = epilogue.bias;
   if (p.tiles == 0) return;
   with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
     if (y.dtype() == DType::bf16)

@@ -56,6 +56,8 @@ struct StripParams {
   int strip_w;        // (kPixels - 1)*s + k
   int tiles_per_row;  // ceil(Wo / kPixels)
   int tiles;          // batch * Ho * tiles_per_row (fits an int: implicit_gemm::supports)
+  bool activate;      // forward: the fused activation after the bias (fused_activation.cuh)
+  float negative_slope;
 };
 
 struct Tile {

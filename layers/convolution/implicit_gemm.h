@@ -80,6 +80,7 @@
 #include <cstdint>
 
 #include "plexus/context.h"
+#include "plexus/layer.h"
 #include "plexus/tensor.h"
 
 namespace plexus::layers::implicit_gemm {
@@ -188,18 +189,28 @@ struct KeptSource {
   bool holds(const Tensor& x) const { return made_from && made_from == x.raw_data() && shape == x.shape(); }
 };
 
+// What forward and backward_data do to each f32 sum before storing it: add
+// the bias of its channel (when not null), then apply the activation (when
+// active; fused_activation.cuh), in their tile store, in the split-K sum,
+// and in the few-channel kernels' stores (the few-channel backward_data:
+// in place on its f32 result before it is stored).
+struct Epilogue {
+  const float* bias = nullptr;
+  FusedActivation activation;
+};
+
 // The passes. x [N, Ci, H, W] and y [N, Co, Ho, Wo] on ctx's device, each
 // f32 or bf16 (above); weight, bias and weight_grad f32.
-// Y = conv(X, W) (+ bias[o] when bias is not null); overwrites every element of y.
+// Y = activation(conv(X, W) (+ bias[o])); overwrites every element of y.
 // With `kept`, where the pass copies X to NHWC bf16 (tap-major wgmma at
 // bf16), the copy is kept's (read as it is when kept already holds x).
-void forward(Context& ctx, const ConvProblem& problem, const Tensor& x, const float* weight, const float* bias,
+void forward(Context& ctx, const ConvProblem& problem, const Tensor& x, const float* weight, const Epilogue& epilogue,
              Tensor& y, Scratch& scratch, KeptSource* kept = nullptr);
 // Makes kept hold x's NHWC bf16 copy where forward would copy X so.
 void keep_source(Context& ctx, const ConvProblem& problem, const Tensor& x, KeptSource& kept);
-// X = conv^T(Y, W) (+ bias[c] when bias is not null); overwrites every element of x.
+// X = activation(conv^T(Y, W) (+ bias[c])); overwrites every element of x.
 void backward_data(Context& ctx, const ConvProblem& problem, const Tensor& y, const float* weight,
-                   const float* bias, Tensor& x, Scratch& scratch);
+                   const Epilogue& epilogue, Tensor& x, Scratch& scratch);
 // weight_grad += correlation of Y with X (shape [Co, Ci, k, k]). Reads
 // kept's copy of X where kept holds x and the Hopper BF16 kernel runs.
 void backward_weight(Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,

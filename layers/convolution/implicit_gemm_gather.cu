@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include "activation_storage.h"
+#include "convolution/channel_ops.h"
 #include "convolution/few_channel_conv.h"
 #include "convolution/implicit_gemm_bf16.cuh"
 #include "convolution/implicit_gemm_gather.cuh"
@@ -143,17 +144,17 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
   store_gather_tile<T>(params, block, warp_m0, warp_n0, lane, acc, shared);
 }
 
-// dest[n, m, q] = bias[m] + sum over splits of partial[split][n, m, q],
+// dest[n, m, q] = activation(bias[m] + sum over splits of partial[split][n, m, q]),
 // summed in f32 and stored as Dest (f32, or BFloat16 rounded to nearest even);
 // grid-stride, consecutive threads on consecutive q (coalesced).
 template <class Dest>
 __global__ void reduce_splits_kernel(const float* partial, int splits, long long size, int m_size, int plane,
-                                     const float* bias, Dest* dest) {
+                                     const float* bias, bool activate, float negative_slope, Dest* dest) {
   for (long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; index < size;
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     float sum = bias ? bias[(index / plane) % m_size] : 0.0f;
     for (int split = 0; split < splits; ++split) sum += partial[split * size + index];
-    store_f32(dest + index, sum);
+    store_f32(dest + index, activated(sum, activate, negative_slope));
   }
 }
 
@@ -261,19 +262,19 @@ void launch_gather(const Context& ctx, const GatherParams& params, dim3 grid, st
   gather_gemm_kernel<Product, T, tap_major><<<grid, kThreads, shared_bytes, cuda::stream(ctx)>>>(params);
 }
 
-// dest = bias + the sum of the K splits' partial sums, when K was split.
+// dest = activation(bias + the sum of the K splits' partial sums), when K was split.
 void add_split_sums(const Context& ctx, const GatherParams& params) {
   if (params.splits <= 1) return;
   const unsigned reduce_blocks = cuda::blocks_for(params.dest_size);
   const int plane = params.dest_h * params.dest_w;
   if (params.dest_bf16)
     reduce_splits_kernel<BFloat16><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-        static_cast<BFloat16*>(params.dest));
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias, params.activate,
+        params.negative_slope, static_cast<BFloat16*>(params.dest));
   else
     reduce_splits_kernel<float><<<reduce_blocks, 256, 0, cuda::stream(ctx)>>>(
-        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias,
-        static_cast<float*>(params.dest));
+        params.partial, params.splits, params.dest_size, params.m_size, plane, params.bias, params.activate,
+        params.negative_slope, static_cast<float*>(params.dest));
   cuda::check_launch("reduce_splits_kernel", __FILE__, __LINE__);
 }
 
@@ -384,6 +385,13 @@ const void* kept_source(Context& ctx, const GatherChoice& choice, const Tensor& 
   return kept.buffer.data<float>();
 }
 
+// The epilogue's fields of GatherParams.
+void set_epilogue(GatherParams& params, const Epilogue& epilogue) {
+  params.bias = epilogue.bias;
+  params.activate = epilogue.activation.active;
+  params.negative_slope = static_cast<float>(epilogue.activation.negative_slope);
+}
+
 }  // namespace
 
 void keep_source(Context& ctx, const ConvProblem& p, const Tensor& x, KeptSource& kept) {
@@ -393,12 +401,12 @@ void keep_source(Context& ctx, const ConvProblem& p, const Tensor& x, KeptSource
   kept_source(ctx, choice, x, kept);
 }
 
-void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const float* bias, Tensor& y,
-             Scratch& scratch, KeptSource* kept) {
+void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* weight, const Epilogue& epilogue,
+             Tensor& y, Scratch& scratch, KeptSource* kept) {
   if (p.batch == 0) return;
   if (few_channel_conv::takes_forward(p)) {  // writes y in its own dtype; reads an f32 x
     const Tensor x_f32 = f32_stand_in(ctx, x, scratch.forward_source_f32);
-    few_channel_conv::forward(ctx, p, x_f32.data<float>(), weight, bias, y);
+    few_channel_conv::forward(ctx, p, x_f32.data<float>(), weight, epilogue, y);
     return;
   }
   const GatherChoice choice = choose_gather(ctx, p.in_channels);
@@ -430,7 +438,7 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
   params.source = kept && choice.bf16
                       ? kept_source(ctx, choice, x, *kept)
                       : gather_source(ctx, choice, x, scratch.forward_source, scratch.forward_source_f32);
-  params.bias = bias;
+  set_epilogue(params, epilogue);
   params.dest = y.raw_data();
   params.dest_bf16 = y.dtype() == DType::bf16;
   params.m_size = static_cast<int>(p.out_channels);
@@ -457,13 +465,16 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
   run_gather(ctx, params, scratch.forward_sums, choice.wgmma);
 }
 
-void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const float* weight, const float* bias,
+void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const float* weight, const Epilogue& epilogue,
                    Tensor& x, Scratch& scratch) {
   if (p.batch == 0) return;
   // <= 4 channels on X (onto an RGB image): its own kernel, with no rows of zeros.
   if (few_channel_conv::takes_backward_data(p)) {  // reads y in its own dtype; writes an f32 x
     F32Output x_f32(ctx, x, scratch.backward_data_dest_f32);
-    few_channel_conv::backward_data(ctx, p, y, weight, bias, x_f32.f32().data<float>());
+    float* x_values = x_f32.f32().data<float>();
+    few_channel_conv::backward_data(ctx, p, y, weight, epilogue.bias, x_values);
+    add_channel_bias_cuda<float>(ctx, nullptr, epilogue.activation, p.batch, p.in_channels, p.height * p.width,
+                                 x_values);
     x_f32.store(ctx);
     return;
   }
@@ -485,7 +496,7 @@ void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const fl
   pack.channel_pad = channel_pad;
 
   GatherParams params{};
-  params.bias = bias;
+  set_epilogue(params, epilogue);
   params.dest = x.raw_data();
   params.dest_bf16 = x.dtype() == DType::bf16;
   params.m_size = static_cast<int>(p.in_channels);

@@ -10,6 +10,7 @@
 
 #include "activation_elements.cuh"
 #include "convolution/implicit_gemm_common.cuh"
+#include "fused_activation.cuh"
 
 namespace plexus::layers::implicit_gemm::detail {
 
@@ -44,6 +45,8 @@ struct GatherParams {
   const void* a;       // packed weight: f32, or bf16 bit patterns (wgmma BF16)
   const void* source;  // tap-major: NHWC [batch, source_h, source_w, channel_pad] (f32 or bf16); flat: NCHW f32
   const float* bias;   // [m_size] or null
+  bool activate;       // then the fused activation (fused_activation.cuh)
+  float negative_slope;
   void* dest;          // [batch, m_size, dest_h, dest_w]: f32, or BFloat16 when dest_bf16
   bool dest_bf16;      // dest is stored in bf16: each f32 sum (plus bias) is rounded to nearest even
   int m_size;
@@ -128,10 +131,10 @@ __device__ inline GatherPixel gather_pixel(const GatherParams& params, const Gat
   return pixel;
 }
 
-// Epilogue: the block's tile of C -> dest, plus bias (rounded to bf16 when
-// dest is stored in bf16: the f32 value an f32 dest would hold, rounded); or,
-// when K is split, this split's f32 partial sums (bias, sum and rounding
-// come in reduce_splits). Each warp
+// Epilogue: the block's tile of C -> dest, plus bias, then the fused
+// activation (rounded to bf16 when dest is stored in bf16: the f32 value an
+// f32 dest would hold, rounded); or, when K is split, this split's f32
+// partial sums (bias, activation, sum and rounding come in reduce_splits). Each warp
 // holds MT x NT m16n8 accumulator tiles (rows warp_m0 + 16 mt + g [+8],
 // columns warp_n0 + 8 nt + 2t [+1], g = lane/4, t = lane%4: the C layout of
 // mma.sync m16n8 and, per n8 block, of wgmma m64nN). Written from there, a
@@ -189,7 +192,8 @@ __device__ inline void store_tile(const GatherParams& params, int split, int m0,
 #pragma unroll
     for (int j = 0; j < kColumnsPerLane; ++j) {
       if (column[j] < 0) continue;
-      const float value = staging[row * kPitch + lane + 32 * j] + bias;
+      const float value = activated(staging[row * kPitch + lane + 32 * j] + bias, whole && params.activate,
+                                    params.negative_slope);
       if (bf16)
         store_f32(dest_bf16 + row_offset + column[j], value);
       else

@@ -20,6 +20,11 @@ class LeakyReLU : public Layer {
   bool cuda_graph_capturable() const override { return true; }
   // On CUDA x, y and their gradients may each be f32 or bf16; the CPU kernels take f32 and f64.
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  // With negative_slope >= 0 the derivative's [x > 0] is [y > 0]: a
+  // convolution before it may apply it. A negative slope flips the sign.
+  FusedActivation as_fused_activation() const override {
+    return negative_slope_ >= 0 ? FusedActivation{true, negative_slope_} : FusedActivation{};
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

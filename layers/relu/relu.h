@@ -17,6 +17,8 @@ class ReLU : public Layer {
   bool forward_in_place(Device device) const override { return device.is_cpu(); }
   // On CUDA x, y and their gradients may each be f32 or bf16; the CPU kernels take f32 and f64.
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  // ReLU's derivative [x > 0] is [y > 0]: a convolution before it may apply it.
+  FusedActivation as_fused_activation() const override { return {true, 0.0}; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

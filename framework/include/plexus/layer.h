@@ -24,6 +24,15 @@ namespace plexus {
 using ConstTensors = std::vector<const Tensor*>;
 using MutableTensors = std::vector<Tensor*>;
 
+// An activation y = x for x > 0, negative_slope * x otherwise (ReLU:
+// negative_slope 0, which gives +0 for x <= 0), with negative_slope >= 0,
+// so that y > 0 exactly where x > 0. A Net may have a layer apply it to its
+// output as it writes it (Net::set_activation_fusion). Inactive: no activation.
+struct FusedActivation {
+  bool active = false;
+  double negative_slope = 0.0;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -48,6 +57,22 @@ class Layer {
   // (Net::backward), so backward must leave an input gradient that shares
   // the output gradient's storage as it is. Default: false.
   virtual bool input_grad_is_output_grad(int input_index) const;
+
+  // Output activation fusion (Net::set_activation_fusion), two sides:
+  // as_fused_activation: this layer is such an activation (one input, one
+  // output of its shape), and its backward on either device computes the
+  // same input gradient when given its output in place of its input (its
+  // derivative depends only on the sign; ReLU, LeakyReLU with a slope >= 0).
+  // Default: inactive, not one.
+  virtual FusedActivation as_fused_activation() const;
+  // fuses_output_activation: forward on `device` applies the activation
+  // last given to set_output_activation to output 0 as it writes it, and
+  // backward never reads output 0 (so the Net may store the activation's
+  // output there; the activation's own backward then makes the gradient
+  // of the value before it). Default: false, and set_output_activation is
+  // never called. The layer's backward stays that of the plain layer.
+  virtual bool fuses_output_activation(Device device) const;
+  virtual void set_output_activation(const FusedActivation& activation);
 
   void forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs);
   void backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,

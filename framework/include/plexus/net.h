@@ -64,10 +64,28 @@ class Net {
   // gradient in the net's dtype. DType::bf16 (an f32 net only, else
   // ConfigError): a blob that is no model input, whose producer and whose
   // one reader both store bf16 (Layer::stores_bf16 on the net's device), is
-  // stored in bf16, its gradient too; every other blob stays f32. Parameters
-  // and their gradients stay f32. Reallocates the blobs, as reshape() does.
+  // stored in bf16, its gradient too; every other blob stays f32 (a blob fused
+  // away by set_activation_fusion takes its activation output's dtype).
+  // Parameters and their gradients stay f32. Reallocates the blobs, as reshape() does.
   void set_activation_storage(DType storage);
   DType activation_storage() const { return activation_storage_; }
+  // Activation fusion, off by default (the trainer turns it on). On: a
+  // ReLU or LeakyReLU node (Layer::as_fused_activation) whose one input is
+  // output 0 of a node that applies activations (Layer::fuses_output_activation:
+  // the convolutions, Add), read by that node alone, is applied by the producer
+  // as it writes. The activation's output takes over the producer's output
+  // storage (and its dtype), the activation's forward is skipped, and its
+  // backward runs as before, given its output as its input. One pass over
+  // the blob and one blob fewer per pair; the values are those of the
+  // unfused net, bit for bit except a LeakyReLU stored in bf16, whose
+  // value is rounded once instead of twice. blob() of the producer's output
+  // then throws (its storage holds the activated values); its gradient
+  // stays. An inference-only net never fuses (set_inference_only turns it
+  // off). Reallocates the blobs, as reshape() does.
+  void set_activation_fusion(bool on);
+  bool activation_fusion() const { return activation_fusion_; }
+  // How many activation nodes are applied by their producer at this layout.
+  std::size_t fused_activation_count() const { return fused_blobs_.size(); }
   // The dtype blob `name` is stored in (its gradient's too).
   DType blob_dtype(const std::string& name) const;
   // How many blobs the net has, and how many of them are stored in bf16.
@@ -152,6 +170,9 @@ class Net {
   bool input_expires(std::size_t index) const;
   // The blobs stored in bf16 under the current activation storage.
   void plan_blob_dtypes();
+  // The activations their producers apply (set_activation_fusion), told to
+  // the producers, each fused-away blob stored in its activation's output's dtype.
+  void plan_activation_fusion();
   // Every blob's gradient, and a scratch gradient for each input of a node
   // that other nodes also read. A blob whose one reader passes its output's
   // gradient on unchanged (Layer::input_grad_is_output_grad: Add's inputs)
@@ -174,12 +195,24 @@ class Net {
   bool inference_only_ = false;
   DType activation_storage_ = DType::f32;
   std::set<std::string> bf16_blobs_;
+  bool activation_fusion_ = false;
+  // A producer's output whose activation the producer applies -> that
+  // activation node's name and its output, whose storage the blob shares.
+  struct FusedBlob {
+    std::string activation;
+    std::string output;
+  };
+  std::map<std::string, FusedBlob> fused_blobs_;
   std::set<std::string> kept_;  // what an inference-only net holds between passes
   std::map<std::string, std::string> layer_type_origins_;
   std::uint64_t layout_version_ = 0;
   NodeObserver* observer_ = nullptr;
   GradientsReadyHook gradients_ready_;
 };
+
+// Whether training nets fuse activations (Net::set_activation_fusion): yes,
+// unless the environment variable PLEXUS_FUSE_ACTIVATIONS is "0" (to compare).
+bool activation_fusion_for_training();
 
 // The activation storage a training precision implies: bf16 under
 // Precision::bf16 on CUDA (unless the environment variable

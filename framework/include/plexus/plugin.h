@@ -18,7 +18,7 @@ namespace plexus {
 
 // Bumped whenever Layer, LayerConfig, Registry, Tensor or Context change
 // layout or virtuals (a plugin may hold a LayerConfig of its own).
-inline constexpr int kPluginAbiVersion = 6;  // 6: Layer::input_grad_is_output_grad
+inline constexpr int kPluginAbiVersion = 7;  // 7: output activation fusion (Layer::as_fused_activation, ...)
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 
