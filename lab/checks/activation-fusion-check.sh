@@ -4,7 +4,7 @@
 #   PHASES="tests steps profile" bash lab/checks/activation-fusion-check.sh [ROUNDS]   # default 3 rounds
 # tests: builds the tests of the fusion, the convolutions, the activations
 # and the training paths through them, runs them, and memcheck over the
-# fusion's and the convolutions' CUDA tests. steps: the bf16 steps of the
+# fusion's and the convolutions' CUDA tests (TESTS narrows both). steps: the bf16 steps of the
 # models with activations after convolutions (MODELS, default the hyperprior,
 # mbt2018-mean, minnen2020-channel and cheng2020-attn-mean), fused
 # (PLEXUS_FUSE_ACTIVATIONS=1, the default) and not, ROUNDS times alternating
@@ -23,9 +23,11 @@ phases=${PHASES:-tests steps profile}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 tests=(net_activation_fusion_test conv2d_test conv_transpose2d_test conv_bf16_storage_test
-       convolution_kept_source_test relu_test leaky_relu_test elementwise_bf16_storage_test net_test
+       convolution_kept_source_test relu_test leaky_relu_test add_test elementwise_bf16_storage_test net_test
        net_bf16_storage_test net_gradient_sharing_test net_inference_only_test step_graph_test
        plexus_ae_cuda_graph_test plexus_ae_bf16_train_test plexus_ae_train_test mbt2018_mean_model_test)
+memcheck_tests=(net_activation_fusion_test conv2d_test conv_transpose2d_test)
+[ -n "${TESTS:-}" ] && read -r -a tests <<< "$TESTS" && memcheck_tests=("${tests[@]}")  # e.g. TESTS=net_activation_fusion_test
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 SECONDS=0
 build_targets "$logs" "$build" plexus-bench plexus-ae "${tests[@]}"
@@ -33,7 +35,7 @@ echo "built (${SECONDS}s)"
 status=0
 if [[ " $phases " == *" tests "* ]]; then
   for test in "${tests[@]}"; do run_gtest "$logs" "$build" "$test" || status=1; done
-  for test in net_activation_fusion_test conv2d_test conv_transpose2d_test; do
+  for test in "${memcheck_tests[@]}"; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/$test" --gtest_filter='*Cuda*' \
       --gtest_brief=1 > "$logs/memcheck-$test.log" 2>&1 || status=1
     echo "memcheck $test: $(grep -E 'ERROR SUMMARY' "$logs/memcheck-$test.log" | tail -1)"
