@@ -94,17 +94,8 @@ const char* kEnginePathsSpec = R"({
   ]
 })";
 
-// Expects `fn` to throw E whose message contains every one of `parts`.
-template <typename E, typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
-  }
-}
+using testing::expect_error;
+
 
 std::vector<double> wave(std::size_t count, double frequency) {
   std::vector<double> values(count);
@@ -249,36 +240,48 @@ TEST(NetActivationFusion, EveryEnginePathSameAsUnfusedCuda) {
   }
 }
 
+// The largest relative difference (in each gradient's norm) of `net`'s
+// parameter gradients from `reference`'s.
+double largest_gradient_difference(FusionNet& net, FusionNet& reference) {
+  const auto grads = net.parameter_grads(), reference_grads = reference.parameter_grads();
+  double largest = 0;
+  for (const auto& [name, expected] : reference_grads) {
+    const std::vector<double>& grad = grads.at(name);
+    double difference = 0, norm = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      difference += (grad[i] - expected[i]) * (grad[i] - expected[i]);
+      norm += expected[i] * expected[i];
+    }
+    EXPECT_GT(norm, 0.0) << name << " has no gradient: the test compares nothing";
+    largest = std::max(largest, std::sqrt(difference / norm));
+  }
+  return largest;
+}
+
 // bf16 storage: each fused blob takes its activation output's dtype, so
 // where that output is f32 (read by two nodes) the convolution's output is
 // no longer rounded to bf16, and a LeakyReLU's value is rounded once
-// instead of twice. Like the unfused net (net_bf16_storage_test), the fused
-// net gives the loss and every parameter gradient of the net with f32
-// storage within bf16's rounding: 1e-2 relative, 2e-2 in each gradient's norm.
-TEST(NetActivationFusion, Bf16StorageWithinRoundingOfF32StorageCuda) {
+// instead of twice. Against the same net with f32 storage, the fused net's
+// loss and parameter gradients differ about as much as the unfused net's
+// do: the rounding of bf16 blobs, grown through eight layers and their masks.
+TEST(NetActivationFusion, Bf16StorageAsCloseToF32StorageAsUnfusedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  FusionNet fused(kEnginePathsSpec, {2, 3, 16, 16}, DType::f32, Device::cuda(), true, Precision::bf16, DType::bf16);
-  FusionNet f32(kEnginePathsSpec, {2, 3, 16, 16}, DType::f32, Device::cuda(), false, Precision::bf16);
+  const Shape image{2, 3, 16, 16};
+  FusionNet fused(kEnginePathsSpec, image, DType::f32, Device::cuda(), true, Precision::bf16, DType::bf16);
+  FusionNet unfused(kEnginePathsSpec, image, DType::f32, Device::cuda(), false, Precision::bf16, DType::bf16);
+  FusionNet f32(kEnginePathsSpec, image, DType::f32, Device::cuda(), false, Precision::bf16);
   EXPECT_EQ(fused.net.fused_activation_count(), 8u);
   EXPECT_EQ(fused.net.blob_dtype("a1"), DType::bf16);  // b1 is read by one convolution: bf16
   EXPECT_EQ(fused.net.blob_dtype("a0"), DType::f32);   // b0 is read by two nodes: f32
-  fused.backward();
-  f32.backward();
-  EXPECT_NEAR(fused.net.scalar("mse"), f32.net.scalar("mse"), 1e-2 * f32.net.scalar("mse"));
-  const auto fused_grads = fused.parameter_grads(), f32_grads = f32.parameter_grads();
-  bool any_difference = false;
-  for (const auto& [name, reference] : f32_grads) {
-    const std::vector<double>& grad = fused_grads.at(name);
-    double difference = 0, norm = 0;
-    for (std::size_t i = 0; i < reference.size(); ++i) {
-      difference += (grad[i] - reference[i]) * (grad[i] - reference[i]);
-      norm += reference[i] * reference[i];
-      any_difference = any_difference || grad[i] != reference[i];
-    }
-    ASSERT_GT(norm, 0.0) << name << " has no gradient: the test compares nothing";
-    EXPECT_LE(std::sqrt(difference / norm), 2e-2) << name;
-  }
-  EXPECT_TRUE(any_difference) << "no gradient changed: were the blobs stored in bf16?";
+  for (FusionNet* s : {&fused, &unfused, &f32}) s->backward();
+  const double loss = f32.net.scalar("mse");
+  EXPECT_NEAR(fused.net.scalar("mse"), loss, 1e-2 * loss);
+  EXPECT_NEAR(unfused.net.scalar("mse"), loss, 1e-2 * loss);
+  const double fused_difference = largest_gradient_difference(fused, f32);
+  const double unfused_difference = largest_gradient_difference(unfused, f32);
+  EXPECT_GT(fused_difference, 0.0) << "no gradient changed: were the blobs stored in bf16?";
+  EXPECT_LE(fused_difference, 1.5 * unfused_difference) << "unfused: " << unfused_difference;
+  EXPECT_LE(fused_difference, 0.1);
 }
 
 TEST(NetActivationFusion, InferenceOnlyNetsFuseNothing) {

@@ -5,23 +5,14 @@
 #include "framework/test_layers.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
 
 using nlohmann::json;
 
-// Expects `fn` to throw E whose message contains every one of `parts`.
-template <typename E, typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
-  }
-}
+using testing::expect_error;
 
 // x -> s1 = a1*x -> s2 = a2*s1 ; add = s1 + s2 ; loss = sum(add).
 // s1 feeds two nodes, so its gradient must be the sum of both paths.

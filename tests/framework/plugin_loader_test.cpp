@@ -19,25 +19,14 @@
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
 #include "plexus/plugin.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Runs `action` and checks that it throws E with every one of `fragments`
-// in its message.
-template <typename E>
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "expected an exception containing: " << fragments.front();
-  } catch (const E& e) {
-    for (const std::string& fragment : fragments)
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-          << "missing \"" << fragment << "\" in: " << e.what();
-  }
-}
+using testing::expect_error;
 
 // A fresh folder under the system temp dir, removed at the end of the test.
 class TempFolder {

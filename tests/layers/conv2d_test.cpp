@@ -553,17 +553,6 @@ std::vector<double> bf16_values(const std::vector<std::uint16_t>& halves) {
 // copies take f32 or bf16 sources, so a plain nullptr would not say which).
 const float* const no_source = nullptr;
 
-// Expects call() to throw plexus::Error whose message contains every one of
-// `parts` (the function and the sizes that are out of its range).
-template <class Call>
-void expect_error_naming(Call&& call, const std::vector<std::string>& parts) {
-  try {
-    call();
-    ADD_FAILURE() << "expected a plexus::Error naming " << parts.front();
-  } catch (const Error& e) {
-    for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // Runs copy(destination) on a NaN-poisoned device buffer of `count`
 // elements (f32, or bf16 bit patterns) and returns its values.
@@ -650,7 +639,7 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
                             << " copy: rows " << rows << ", width " << s.width << ", shift " << s.first_shift << " x "
                             << s.copies << ", pitch " << s.pitch;
       }
-  expect_error_naming([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
+  testing::expect_error<Error>([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
                       {"shifted_rows", "copies 0"});
 }
 
@@ -705,9 +694,9 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                             << " copy: batch " << s.batch << ", channels " << s.channels << ", " << s.height << "x"
                             << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
       }
-  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
+  testing::expect_error<Error>([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
                       {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
-  expect_error_naming([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
+  testing::expect_error<Error>([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
                       {"nchw_to_phases", "stride 5"});
 }
 
@@ -758,9 +747,9 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
                             << ", channels " << s.channels << ", plane " << s.plane << ", channel_stride "
                             << s.channel_stride;
       }
-  expect_error_naming([&] { layers::nchw_to_nhwc_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
+  testing::expect_error<Error>([&] { layers::nchw_to_nhwc_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
                       {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
-  expect_error_naming([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
+  testing::expect_error<Error>([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
                       {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
 }
 
@@ -801,7 +790,7 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
     EXPECT_EQ(wrong, 0) << "batch " << s.batch << ", channels " << s.channels << ", plane " << s.plane
                         << ", row_stride " << s.row_stride;
   }
-  expect_error_naming([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, no_source, 2, 3, 4, 7, nullptr); },
+  testing::expect_error<Error>([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, no_source, 2, 3, 4, 7, nullptr); },
                       {"nchw_to_channel_rows_bf16", "plane 4", "row_stride 7"});
 }
 #endif

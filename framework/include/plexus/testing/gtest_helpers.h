@@ -1,8 +1,12 @@
 #pragma once
-// GoogleTest glue for plexus/gradcheck.h:
+// GoogleTest glue for plexus/gradcheck.h and for error messages:
 //   EXPECT_TRUE(plexus::testing::gradients_match(check_gradients(...)));
 //   if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason;
+//   plexus::testing::expect_error<ConfigError>([&] { ... }, {"'node'", "what is wrong"});
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "plexus/gradcheck.h"
 
@@ -20,6 +24,19 @@ inline ::testing::AssertionResult gradients_match(const GradCheckResult& result)
 inline ::testing::AssertionResult outputs_match(const ParityResult& result) {
   if (result.ok()) return ::testing::AssertionSuccess() << result.report();
   return ::testing::AssertionFailure() << result.report();
+}
+
+// Expects `fn` to throw E (or a type derived from it) whose message contains
+// every one of `parts`.
+template <typename E, typename Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception whose message contains \"" << (parts.empty() ? "" : parts.front()) << "\"";
+  } catch (const E& e) {
+    for (const std::string& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing \"" << part << "\" in: " << e.what();
+  }
 }
 
 }  // namespace plexus::testing
