@@ -156,11 +156,14 @@ void Net::build_order() {
   nodes_ = std::move(ordered);
   consumers_.clear();
   last_reader_.clear();
-  for (std::size_t index = 0; index < nodes_.size(); ++index)
+  producer_.clear();
+  for (std::size_t index = 0; index < nodes_.size(); ++index) {
+    for (const auto& output : nodes_[index]->spec.outputs) producer_[output] = index;
     for (const auto& input : nodes_[index]->spec.inputs) {
       consumers_[input]++;
       last_reader_[input] = index;
     }
+  }
 }
 
 void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool first_time) {
@@ -221,17 +224,17 @@ void Net::plan_activation_fusion() {
     if (node->layer->fuses_output_activation(device_)) node->layer->set_output_activation({});
   }
   if (!activation_fusion_ || inference_only_) return;
-  std::map<std::string, Node*> first_output_of;  // blob -> the node whose output 0 it is
-  for (auto& node : nodes_) first_output_of[node->spec.outputs[0]] = node.get();
   for (auto& node : nodes_) {
     const FusedActivation activation = node->layer->as_fused_activation();
     if (!activation.active || node->spec.inputs.size() != 1 || node->spec.outputs.size() != 1) continue;
     const std::string& blob = node->spec.inputs[0];
     const std::string& output = node->spec.outputs[0];
-    const auto producer = first_output_of.find(blob);
-    if (producer == first_output_of.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output))
+    const auto producer = producer_.find(blob);
+    if (producer == producer_.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output))
       continue;
-    Layer& layer = *producer->second->layer;
+    const Node& source = *nodes_[producer->second];
+    if (source.spec.outputs[0] != blob) continue;  // a producer applies activations to its output 0 only
+    Layer& layer = *source.layer;
     const bool bf16_output = bf16_blobs_.count(output) > 0;
     if (!layer.fuses_output_activation(device_) || (bf16_output && !layer.accepts_bf16(device_))) continue;
     layer.set_output_activation(activation);
@@ -252,15 +255,11 @@ void Net::set_activation_fusion(bool on) {
 void Net::plan_blob_dtypes() {
   bf16_blobs_.clear();
   if (activation_storage_ != DType::bf16) return;
-  std::map<std::string, const Layer*> producer, reader;
-  for (const auto& node : nodes_) {
-    for (const auto& output : node->spec.outputs) producer[output] = node->layer.get();
-    for (const auto& input : node->spec.inputs) reader[input] = node->layer.get();
-  }
-  for (const auto& [blob, layer] : producer) {
+  for (const auto& [blob, producer] : producer_) {
     const auto readers = consumers_.find(blob);
     if (readers == consumers_.end() || readers->second != 1) continue;  // none, or several (their sum is f32)
-    if (layer->stores_bf16(device_) && reader.at(blob)->stores_bf16(device_)) bf16_blobs_.insert(blob);
+    if (nodes_[producer]->layer->stores_bf16(device_) && nodes_[last_reader_.at(blob)]->layer->stores_bf16(device_))
+      bf16_blobs_.insert(blob);
   }
 }
 
@@ -297,12 +296,11 @@ std::string Net::shape_failure(const Node& node, const std::string& what, const 
   for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
     const std::string& input = node.spec.inputs[i];
     message += (i ? ", '" : "'") + input + "' " + shape_str(shapes.at(input));
-    auto producer = std::find_if(nodes_.begin(), nodes_.end(), [&](const std::unique_ptr<Node>& other) {
-      return std::count(other->spec.outputs.begin(), other->spec.outputs.end(), input) > 0;
-    });
-    message += producer == nodes_.end()
+    const auto producer = producer_.find(input);
+    message += producer == producer_.end()
                    ? " (a model input)"
-                   : " (from node '" + (*producer)->spec.name + "' (" + (*producer)->spec.type + "))";
+                   : " (from node '" + nodes_[producer->second]->spec.name + "' (" +
+                         nodes_[producer->second]->spec.type + "))";
   }
   if (node.spec.inputs.empty()) message += "none";
   message += (first_time ? "; while building for " : "; while reshaping for ") + input_shapes_text(spec_, input_shapes);

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Activations fused into the convolutions before them (Net::set_activation_fusion),
+# Activations fused into the convolution or Add before them (Net::set_activation_fusion),
 # on a machine with an NVIDIA GPU, from the repository root:
 #   PHASES="tests steps profile" bash lab/checks/activation-fusion-check.sh [ROUNDS]   # default 3 rounds
 # tests: builds the tests of the fusion, the convolutions, the activations
 # and the training paths through them, runs them, and memcheck over the
 # fusion's and the convolutions' CUDA tests (TESTS narrows both). steps: the bf16 steps of the
-# models with activations after convolutions (MODELS, default the hyperprior,
+# models with fusable activations (MODELS, default the hyperprior,
 # mbt2018-mean, minnen2020-channel and cheng2020-attn-mean), fused
 # (PLEXUS_FUSE_ACTIVATIONS=1, the default) and not, ROUNDS times alternating
 # (lab/checks/step-ab.sh), with peak memory. profile: cheng2020-attn-mean's

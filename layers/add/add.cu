@@ -4,8 +4,8 @@
 // into each input gradient (copy_output_grad, on the context's stream).
 #include "activation_elements.cuh"
 #include "add/add.h"
-#include "fused_activation.cuh"
 #include "convolution/scratch.h"
+#include "fused_activation.cuh"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -38,9 +38,9 @@ void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
     for (std::size_t i = 1; i < inputs.size(); ++i) {
-      const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
-      Tensor* sum = i + 1 == inputs.size() ? y : partial_sum;
       const bool last = i + 1 == inputs.size();
+      const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
+      Tensor* sum = last ? y : partial_sum;
       using Value = typename Elements::Value;
       add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
           Elements::of(sum_so_far), Elements::of(inputs[i]), Elements::of(sum), n, last && activation_.active,

@@ -77,13 +77,13 @@ class Net {
   // storage (and its dtype), the activation's forward is skipped, and its
   // backward runs as before, given its output as its input. One pass over
   // the blob and one blob fewer per pair; the values are those of the
-  // unfused net, bit for bit except a LeakyReLU stored in bf16, whose
-  // value is rounded once instead of twice. blob() of the producer's output
-  // then throws (its storage holds the activated values); its gradient
-  // stays. An inference-only net never fuses (set_inference_only turns it
-  // off). Reallocates the blobs, as reshape() does.
+  // unfused net, bit for bit, except under bf16 storage: a LeakyReLU's
+  // value is rounded once instead of twice, and a producer's output whose
+  // activation's output is f32 is no longer rounded to bf16 first. blob()
+  // of the producer's output then throws (its storage holds the activated
+  // values); its gradient stays. An inference-only net never fuses
+  // (set_inference_only turns it off). Reallocates the blobs, as reshape() does.
   void set_activation_fusion(bool on);
-  bool activation_fusion() const { return activation_fusion_; }
   // How many activation nodes are applied by their producer at this layout.
   std::size_t fused_activation_count() const { return fused_blobs_.size(); }
   // The dtype blob `name` is stored in (its gradient's too).
@@ -192,6 +192,7 @@ class Net {
   std::map<std::string, Tensor> grads_;
   std::map<std::string, int> consumers_;  // how many node inputs read each blob
   std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
+  std::map<std::string, std::size_t> producer_;  // blob -> position in nodes_ of the node writing it (not model inputs)
   bool inference_only_ = false;
   DType activation_storage_ = DType::f32;
   std::set<std::string> bf16_blobs_;
