@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/net_gradient_check.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
@@ -186,27 +187,8 @@ TEST(NetActivationFusion, SameValuesAndGradientsAsUnfusedCpu) {
 // central differences of its loss (f64), over two passes.
 void expect_gradients_match_central_differences(FusionNet& s) {
   ASSERT_GT(s.net.fused_activation_count(), 0u);
-  s.backward();
-  const auto analytic = s.parameter_grads();
-  for (const NamedParameter& p : s.net.trainable_parameters()) {
-    std::vector<double> values = p.parameter->value.to_values();
-    for (std::size_t k = 0; k < values.size(); ++k) {
-      auto loss_at = [&](double value) {
-        std::vector<double> moved = values;
-        moved[k] = value;
-        p.parameter->value.copy_from(Tensor::from_values(moved, p.parameter->value.shape(), DType::f64));
-        return s.loss();
-      };
-      const double step = 1e-6;
-      const double numeric = (loss_at(values[k] + step) - loss_at(values[k] - step)) / (2 * step);
-      const double expected = analytic.at(p.name)[k];
-      EXPECT_NEAR(expected, numeric, 1e-6 * std::max({std::abs(expected), std::abs(numeric), 1e-2}))
-          << p.name << "[" << k << "]";
-    }
-    p.parameter->value.copy_from(Tensor::from_values(values, p.parameter->value.shape(), DType::f64));
-  }
-  s.backward();
-  EXPECT_EQ(s.parameter_grads(), analytic);
+  test::expect_parameter_gradients_match_central_differences(
+      s.net, [&] { return s.loss(); }, [&] { s.backward(); }, {/*step=*/1e-6, /*tolerance=*/1e-6, /*floor=*/1e-2});
 }
 
 TEST(NetActivationFusion, GradientsMatchCentralDifferencesCpu) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "framework/net_gradient_check.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
@@ -74,32 +75,10 @@ struct AddsNet {
   Context ctx;
 };
 
-// Every element of every parameter gradient against central differences.
+// Every element of every parameter gradient against central differences, over two passes.
 void expect_gradients_match_central_differences(AddsNet& s) {
-  s.backward();
-  std::map<std::string, std::vector<double>> analytic;
-  for (const NamedParameter& p : s.net.trainable_parameters()) analytic[p.name] = p.parameter->grad.to_values();
-  for (const NamedParameter& p : s.net.trainable_parameters()) {
-    std::vector<double> values = p.parameter->value.to_values();
-    for (std::size_t k = 0; k < values.size(); ++k) {
-      auto loss_at = [&](double value) {
-        std::vector<double> moved = values;
-        moved[k] = value;
-        p.parameter->value.copy_from(Tensor::from_values(moved, p.parameter->value.shape(), DType::f64));
-        return s.loss();
-      };
-      const double step = 1e-5;
-      const double numeric = (loss_at(values[k] + step) - loss_at(values[k] - step)) / (2 * step);
-      const double expected = analytic[p.name][k];
-      EXPECT_NEAR(expected, numeric, 1e-6 * std::max({std::abs(expected), std::abs(numeric), 1.0}))
-          << p.name << "[" << k << "]";
-    }
-    p.parameter->value.copy_from(Tensor::from_values(values, p.parameter->value.shape(), DType::f64));
-  }
-  // A second pass gives the same gradients (the scratch and shared buffers are reused).
-  s.backward();
-  for (const NamedParameter& p : s.net.trainable_parameters())
-    EXPECT_EQ(p.parameter->grad.to_values(), analytic[p.name]) << p.name;
+  test::expect_parameter_gradients_match_central_differences(
+      s.net, [&] { return s.loss(); }, [&] { s.backward(); }, {/*step=*/1e-5, /*tolerance=*/1e-6, /*floor=*/1.0});
 }
 
 TEST(NetGradientSharing, ParameterGradientsMatchCentralDifferencesCpu) {
