@@ -2,14 +2,15 @@
 # Installs the Debian 12 packages Plexus builds against, only those missing.
 # The CUDA toolkit is optional and not installed here: without nvcc the build
 # is CPU-only. With --fuzz (the test command), also clang and its
-# libFuzzer/sanitizer runtimes for the fuzz build (tools/fuzz.sh), and
-# ImageMagick for tools/kodak-crops.sh and its test.
+# libFuzzer/sanitizer runtimes for the fuzz build (tools/fuzz.sh), clang-tidy
+# (tools/tidy.sh), and ImageMagick for tools/kodak-crops.sh and its test.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libeigen3-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libjpeg62-turbo-dev libpng-dev libgtest-dev
-          python3-matplotlib)  # tools/plot_metrics.py and its test
-if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-dev imagemagick); fi
+          python3-matplotlib   # tools/plot_metrics.py and its test
+          clang-format)        # tools/format.sh and the suite's formatting check
+if [ "${1:-}" = "--fuzz" ]; then packages+=(clang clang-tidy libclang-rt-dev imagemagick); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
