@@ -85,8 +85,9 @@ def read_curve(path):
         if bpp <= 0:
             raise ValueError(f"{where}: bpp {bpp} must be positive")
         ms_ssim = _number(row["ms_ssim"], "ms_ssim", where)
-        points.append({"setting": str(row["setting"]), "images": data.get("images"), "bpp": bpp, "psnr": _number(row["psnr"], "psnr", where),
-                       "ms_ssim": ms_ssim, "ms_ssim_db": ms_ssim_db(ms_ssim)})
+        points.append({"setting": str(row["setting"]), "images": data.get("images"), "bpp": bpp,
+                       "psnr": _number(row["psnr"], "psnr", where), "ms_ssim": ms_ssim,
+                       "ms_ssim_db": ms_ssim_db(ms_ssim)})
     points.sort(key=lambda p: p["bpp"])
     return data["codec"], {"label": data["label"], "kind": data["kind"], "points": points}
 
