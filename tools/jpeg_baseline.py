@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""JPEG baseline for docs/results.md: compresses every image of a folder with
+"""JPEG baseline: compresses every image of a folder with
 libjpeg-turbo's cjpeg (Debian: libjpeg-turbo-progs; it reads PPM, not PNG) at
 each quality 1..100, decodes with djpeg, and reports mean bits per pixel
 (file bytes * 8 / pixels) and mean PSNR (RGB, peak 255) per quality, as JSON.

@@ -13,7 +13,8 @@ Rate-distortion curves: mean bpp against mean PSNR from eval.json files
 written by `plexus-ae eval --out DIR` (one point each, e.g. one per lambda),
 and from tools/jpeg_baseline.py output (one curve over JPEG qualities):
 
-  python3 tools/plot_metrics.py --rd runs/*/recon/eval.json lab/results/jpeg-kodak.json --out rd.png
+  python3 tools/jpeg_baseline.py path/to/kodak > jpeg.json
+  python3 tools/plot_metrics.py --rd runs/*/recon/eval.json jpeg.json --out rd.png
 """
 import argparse
 import json

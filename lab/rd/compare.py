@@ -27,8 +27,9 @@ Published curves (PSNR only) join the PSNR plot and the BD-rate table with
 
 Writes into --out: points.csv (every image at every setting), curves.json
 (the mean curves and the BD-rates), table.md (the Markdown tables, also
-printed), rd-psnr.png, rd-ms-ssim.png, files/ (the compressed files) and
-cache.json. A result is reused while its image, codec setting and encoder
+printed), rd-psnr.png, rd-ms-ssim.png, results/ (one compact result file per
+curve, result_files.py: what lab/results/codec/ holds and plot_results.py
+reads), files/ (the compressed files) and cache.json. A result is reused while its image, codec setting and encoder
 version (for Plexus: the model file and the plexus-ae binary) are unchanged,
 so adding a model to a finished comparison runs only that model;
 --codecs none leaves the standard codecs out of the run but keeps their
@@ -36,10 +37,12 @@ cached results in the tables.
 """
 import argparse
 import concurrent.futures
+import datetime
 import hashlib
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,6 +61,7 @@ except ImportError as missing:
 import standard_codecs  # noqa: E402
 import plexus_points  # noqa: E402
 import published  # noqa: E402
+import result_files  # noqa: E402
 import report  # noqa: E402
 from quality import ms_ssim, psnr  # noqa: E402
 
@@ -220,6 +224,36 @@ def run_plexus(point, plexus_ae, binary_digest, device, originals, work, cache, 
     return results
 
 
+def run_record(args, image_count):
+    """The record of this run for its result files: what was measured, where, at which commit, by which command."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"claim": f"mean bpp, RGB PSNR and MS-SSIM of real files at each setting over the {image_count} images "
+                     f"of {pathlib.Path(args.images).name}",
+            "device": "CPU" if args.device == "cpu" else f"plexus-ae --device {args.device}",
+            "commit": commit or "unknown", "command": "python3 lab/rd/compare.py " + shlex.join(sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+
+
+def result_extras(curves, description, comparisons):
+    """Per curve: the image count and the codec's version and options, or the Plexus models and BD-rates."""
+    extras = {}
+    for codec in curves:
+        extra = {"images": description["count"]}
+        if codec in description["codecs"]:
+            extra.update(description["codecs"][codec])
+        extra["bd_rates"] = [{"against": r["codec"], "psnr": r["psnr"], "psnr_kind": r["psnr_kind"],
+                              "ms_ssim": r["ms_ssim"], "ms_ssim_kind": r["ms_ssim_kind"]}
+                             for r in comparisons if r["plexus"] == codec]
+        if not extra["bd_rates"]:
+            del extra["bd_rates"]
+        extras[codec] = extra
+    return extras
+
+
 def read_published_curves(path, names):
     """The --published curves named by --published-codecs, read before any encoding so a bad file fails fast."""
     if not path:
@@ -300,6 +334,8 @@ def main():
                    "bd_fit": args.bd_fit}
     report.write_csv(work / "points.csv", measurements)
     report.write_json(work / "curves.json", description, curves, comparisons)
+    result_files.write_curves(work / "results", curves, run_record(args, len(originals)),
+                              result_extras(curves, description, comparisons))
     table = report.markdown(curves, comparisons, len(originals), args.bd_fit)
     (work / "table.md").write_text(table)
     import plot  # matplotlib only now, after the measurements
@@ -308,7 +344,7 @@ def main():
     plot.plot(curves, "ms_ssim_db", "MS-SSIM (dB, RGB): -10 log10(1 - MS-SSIM)", title, work / "rd-ms-ssim.png")
     print(table)
     print(f"compare: {len(measurements)} measurements in {time.time() - started:.0f} s; "
-          f"wrote {work}/points.csv, curves.json, table.md, rd-psnr.png, rd-ms-ssim.png", file=sys.stderr)
+          f"wrote {work}/points.csv, curves.json, table.md, rd-psnr.png, rd-ms-ssim.png, results/", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of the numeric parts of the rate-distortion comparison: PSNR,
 MS-SSIM, BD-rate, the published-curves file, the Plexus points of the
-command line. python3 + numpy only; run:
+command line, the compact result files (lab/results/codec/). python3 + numpy only; run:
 python3 lab/rd/test_rd.py
 Expected values come from the definitions worked by hand, not from the code."""
 import json
@@ -20,6 +20,7 @@ import plexus_points  # noqa: E402
 import published  # noqa: E402
 import quality  # noqa: E402
 import report  # noqa: E402
+import result_files  # noqa: E402
 from bjontegaard import bd_rate, pchip_integral, rate_difference_at_quality  # noqa: E402
 
 
@@ -202,6 +203,94 @@ def write_text_file(folder, name, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+RESULTS = pathlib.Path(__file__).resolve().parent.parent / "results"
+RECORD = {"claim": "a test", "device": "CPU", "commit": "abc1234", "command": "python3 lab/rd/compare.py x",
+          "date": "2026-01-01"}
+
+
+class ResultFilesTest(unittest.TestCase):
+    @staticmethod
+    def curves():
+        anchor = {"label": "Anchor", "kind": "standard", "points": [
+            {"setting": str(q), "images": 2, "bpp": math.exp(0.2 * q - 5), "psnr": float(q), "ms_ssim": 0.9,
+             "ms_ssim_db": 10.0} for q in (30, 32, 34, 36)]}
+        # Half the anchor's rate at every quality: BD-rate -50%.
+        test = {"label": "Plexus x", "kind": "plexus", "points": [
+            {"setting": f"level {i}", "images": 2, "bpp": 0.5 * math.exp(0.2 * q - 5), "psnr": float(q),
+             "ms_ssim": 0.9, "ms_ssim_db": 10.0} for i, q in enumerate((31, 33, 35))]}
+        published_curve = {"label": "p (published)", "kind": "published", "points": []}
+        return {"anchor": anchor, "plexus-x": test, "published-p": published_curve}
+
+    def test_written_and_read_back(self):
+        with tempfile.TemporaryDirectory() as folder:
+            written = result_files.write_curves(folder, self.curves(), RECORD, {"plexus-x": {"images": 2}})
+            # One file per standard and Plexus curve, none for the published one.
+            self.assertEqual(sorted(p.name for p in written), ["anchor.json", "x.json"])
+            data = json.loads((pathlib.Path(folder) / "x.json").read_text())
+            self.assertEqual(data["commit"], "abc1234")
+            self.assertEqual(data["results"][0], {"setting": "level 0", "bpp": 0.5 * math.exp(0.2 * 31 - 5),
+                                                  "psnr": 31.0, "ms_ssim": 0.9})
+            curves = result_files.read_curves(sorted(written, reverse=True))
+        self.assertEqual(list(curves), ["anchor", "plexus-x"])  # standard codecs first
+        self.assertAlmostEqual(curves["plexus-x"]["points"][0]["ms_ssim_db"], 10.0, places=12)
+        (row,) = report.bd_rates(curves, "pchip")
+        self.assertAlmostEqual(row["psnr"], -0.5, places=9)
+
+    def test_a_record_without_its_commit_is_refused(self):
+        with tempfile.TemporaryDirectory() as folder:
+            with self.assertRaisesRegex(ValueError, "'anchor': no commit"):
+                result_files.write_curves(folder, self.curves(), dict(RECORD, commit=""))
+
+    def test_bad_files_name_the_file_and_the_point(self):
+        good = {**RECORD, "codec": "webp", "label": "WebP", "kind": "standard",
+                "results": [{"setting": "1", "bpp": 0.5, "psnr": 30.0, "ms_ssim": 0.95}]}
+        cases = [({k: v for k, v in good.items() if k != "date"}, "no date"),
+                 (dict(good, kind="other"), "kind 'other'"),
+                 (dict(good, results=[]), "no points"),
+                 (dict(good, results=[{"setting": "1", "bpp": 0.5, "psnr": 30.0}]), r"results\[0\]: a point needs"),
+                 (dict(good, results=[{"setting": "1", "bpp": -1, "psnr": 30.0, "ms_ssim": 0.9}]), "must be positive"),
+                 (dict(good, results=[{"setting": "1", "bpp": 0.5, "psnr": "x", "ms_ssim": 0.9}]), "psnr 'x'")]
+        with tempfile.TemporaryDirectory() as folder:
+            for data, message in cases:
+                path = write_text_file(folder, "webp.json", json.dumps(data))
+                with self.assertRaisesRegex(ValueError, "webp.json.*" + message):
+                    result_files.read_curve(path)
+            first = write_text_file(folder, "a.json", json.dumps(good))
+            second = write_text_file(folder, "b.json", json.dumps(good))
+            with self.assertRaisesRegex(ValueError, "b.json: codec 'webp' is in .*a.json too"):
+                result_files.read_curves([first, second])
+
+    def test_every_committed_result_file_has_its_record(self):
+        files = sorted(RESULTS.rglob("*.json"))
+        self.assertTrue(files, f"no result files under {RESULTS}")
+        for path in files:
+            data = json.loads(path.read_text())
+            for key in result_files.RECORD_KEYS + ["results"]:
+                self.assertTrue(data.get(key), f"{path}: no {key}")
+            self.assertRegex(data["date"], r"^\d{4}-\d{2}-\d{2}$", str(path))
+            self.assertLess(len(path.read_text().splitlines()), 300, f"{path}: over 300 lines")
+
+    def test_the_committed_curves_give_the_bd_rates_recorded_with_them(self):
+        # The BD-rates compare.py computed from the per-image measurements, recomputed from the compact files.
+        for folder, published_file in (("kodak-768", "kodak-768-published-rd.tsv"), ("kodak-crops", None)):
+            paths = sorted((RESULTS / "codec" / folder).glob("*.json"))
+            curves = result_files.read_curves(paths)
+            if published_file:
+                curves.update(published.as_report_curves(published.select(
+                    published.read_published(os.path.join(os.path.dirname(__file__), published_file)),
+                    published.DEFAULT_CODECS, published_file)))
+            computed = {(r["plexus"], r["codec"]): r for r in report.bd_rates(curves, "pchip")}
+            plexus_files = [p for p in paths if json.loads(p.read_text())["kind"] == "plexus"]
+            self.assertTrue(plexus_files, folder)
+            for path in plexus_files:
+                data = json.loads(path.read_text())
+                for recorded in data["bd_rates"]:
+                    row = computed[(data["codec"], recorded["against"])]
+                    self.assertAlmostEqual(row["psnr"], recorded["psnr"], places=9, msg=f"{path} {recorded}")
+                    if recorded["ms_ssim"] is not None:
+                        self.assertAlmostEqual(row["ms_ssim"], recorded["ms_ssim"], places=9, msg=str(path))
 
 
 class PublishedFileTest(unittest.TestCase):
