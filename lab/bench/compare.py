@@ -68,7 +68,7 @@ def load(path):
     return {key: median_of_rounds(rows) for key, rows in load_rounds(path).items()}
 
 
-SETTINGS = (("pytorch", "eager"), ("pytorch", "compile"), ("pytorch", "compile-bf16"),
+SETTINGS = (("pytorch", "eager"), ("pytorch", "compile"), ("pytorch", "compile-bf16"), ("pytorch", "strongest"),
             ("compressai", "eager"), ("compressai", "compile"))
 
 
