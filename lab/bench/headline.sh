@@ -2,6 +2,7 @@
 # The headline table of docs/performance.md, in one command. On a machine with
 # an NVIDIA GPU and PyTorch (python3 -c 'import torch'), from the repository root:
 #   bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]
+#                              [--build-only]
 # 1. builds plexus-bench (-DPLEXUS_BUILD_BENCH=ON, Release, this GPU's
 #    architecture) into $BUILD (default /tmp/plexus-headline-build, outside the
 #    repository; an existing build is only brought up to date);
@@ -23,13 +24,15 @@
 #    <model>.json, with the device from nvidia-smi, the commit from git and
 #    this command) and prints the markdown table (lab/bench/headline.py).
 # --only TEXT keeps the models whose name contains TEXT (e.g. --only bls2017),
-# for a shorter run; each model's file stands alone. The raw JSON lines, the
+# for a shorter run; each model's file stands alone. --build-only stops after
+# step 1 (a later run then finds the build up to date). The raw JSON lines, the
 # build's and PyTorch's logs and the table go to $OUT (default
 # $BUILD/headline-logs). PYTHON names the Python with PyTorch (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]"
-rounds=3 only="" cases=lab/bench/headline_cases.json results=lab/results/speed timed_steps=50
+usage="usage: bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]
+       [--build-only]"
+rounds=3 only="" cases=lab/bench/headline_cases.json results=lab/results/speed timed_steps=50 build_only=0
 whole_number() {  # name value: digits only, >= 1; prints the number in base 10 ("08" is 8)
   if ! [[ $2 =~ ^[0-9]+$ ]] || ((10#$2 < 1)); then
     echo "headline.sh: $1 must be a whole number >= 1, got '$2'" >&2
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --cases) cases=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --timed-steps) timed_steps=$(whole_number --timed-steps "$2"); shift 2 ;;
+    --build-only) build_only=1; shift ;;
     -h|--help) echo "$usage"; exit 0 ;;
     *) echo "headline.sh: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
@@ -57,12 +61,7 @@ python=${PYTHON:-python3}
 build=${BUILD:-/tmp/plexus-headline-build}
 logs=${OUT:-$build/headline-logs}
 command -v nvidia-smi > /dev/null || { echo "headline.sh: nvidia-smi not found: this needs an NVIDIA GPU" >&2; exit 1; }
-"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null ||
-  { echo "headline.sh: $python has no PyTorch that sees a CUDA GPU" >&2; exit 1; }
 mkdir -p "$logs"
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
-git diff --quiet HEAD 2> /dev/null || commit+="-dirty"  # tracked files differ from the commit
 
 echo "== build plexus-bench into $build (log: $logs/build.log)" >&2
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
@@ -72,6 +71,12 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_A
   echo "headline.sh: the build failed (log: $logs/build.log)" >&2
   exit 1
 fi
+[ "$build_only" = 1 ] && exit 0
+"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null ||
+  { echo "headline.sh: $python has no PyTorch that sees a CUDA GPU" >&2; exit 1; }
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+git diff --quiet HEAD 2> /dev/null || commit+="-dirty"  # tracked files differ from the commit
 
 only_args=()
 [ -n "$only" ] && only_args=(--only "$only")

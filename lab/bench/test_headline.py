@@ -326,6 +326,19 @@ class HeadlineScriptTest(unittest.TestCase):
         self.assertEqual(len(sides), 2)
         self.assertTrue(all("--only bls" in line for line in sides))
 
+    def test_build_only_builds_and_runs_no_side(self):
+        run = self.run_script("--build-only")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(self.calls(), ["cmake", "cmake"])
+
+    def test_a_failed_build_stops_the_run(self):
+        executable(os.path.join(self.folder, "tools", "cmake"), CMAKE + "echo 'CMake Error: no CUDA'\nexit 1\n")
+        run = self.run_script("--cases", self.cases)
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("the build failed", run.stderr)
+        self.assertIn("CMake Error: no CUDA", run.stderr)
+        self.assertEqual(self.calls(), ["cmake"])
+
     def test_bad_arguments_are_refused_by_name_before_anything_runs(self):
         for args, message in ((("--rounds", "0"), "--rounds must be a whole number >= 1, got '0'"),
                               (("--rounds", "two"), "--rounds must be a whole number >= 1, got 'two'"),
