@@ -7,8 +7,9 @@ channels_last, the whole step with capturable Adam as one CUDA graph), all at
 bf16, batch and patch from the cases file.
 
   headline.py write --plexus PLEXUS.jsonl --torch TORCH.jsonl --cases lab/bench/headline_cases.json \\
-      --out lab/results/speed --device "NVIDIA H200" --commit SHA --command "bash lab/bench/headline.sh"
-    writes OUT/<model>.json for every model of the cases file (the schema of
+      --out lab/results/speed --device "NVIDIA H200" --commit SHA --command "bash lab/bench/headline.sh" [--only TEXT]
+    writes OUT/<model>.json for every model of the cases file (those whose
+    name contains TEXT under --only, as the benchmarks select them; the schema of
     lab/results: claim, device, commit, command, date, results), then prints
     the markdown table of them
   headline.py table lab/results/speed/*.json
@@ -161,7 +162,9 @@ def model_result(m, plexus_rows, torch_rows, paths, peak_tflops, meta):
 
 def write(args):
     plexus_rows, torch_rows = read_lines(args.plexus), read_lines(args.torch)
-    models = read_cases(args.cases)
+    models = [m for m in read_cases(args.cases) if args.only in m["name"]]
+    if not models:
+        raise HeadlineError(f"no model of {args.cases} has '{args.only}' in its name")
     peak = measured_peak_tflops(torch_rows, args.torch)
     meta = {"device": args.device, "commit": args.commit, "command": args.command,
             "date": args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
@@ -252,6 +255,7 @@ def parse_args(argv):
     w.add_argument("--commit", required=True)
     w.add_argument("--command", required=True, help="the command that made the run, from the repository root")
     w.add_argument("--date", default="", help="YYYY-MM-DD (default: today, UTC)")
+    w.add_argument("--only", default="", help="only the models whose name contains this text (as the benchmarks')")
     t = sub.add_parser("table", help="print the table of result files")
     t.add_argument("files", nargs="+")
     args = ap.parse_args(argv)

@@ -106,4 +106,5 @@ for ((round = 1; round <= rounds; round++)); do
 done
 grep "failed, no row" "$logs/torch.err" >&2 || true
 "$python" lab/bench/headline.py write --plexus "$logs/plexus.jsonl" --torch "$logs/torch.jsonl" --cases "$cases" \
-  --out "$results" --device "$device" --commit "$commit" --command "$command_line" | tee "$logs/table.md"
+  --out "$results" --device "$device" --commit "$commit" --command "$command_line" ${only_args[@]+"${only_args[@]}"} |
+  tee "$logs/table.md"

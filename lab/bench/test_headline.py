@@ -83,12 +83,12 @@ class Run(unittest.TestCase):
             json.dump(cases, f)
         return path
 
-    def write(self, plexus, torch, cases=CASES):
+    def write(self, plexus, torch, cases=CASES, extra=()):
         """headline.py write: (exit code, stdout, stderr); the files go to <folder>/speed."""
         argv = ["write", "--plexus", self.lines("plexus.jsonl", plexus), "--torch", self.lines("torch.jsonl", torch),
                 "--cases", self.cases(cases), "--out", os.path.join(self.folder, "speed"),
                 "--device", "NVIDIA H200", "--commit", "abc1234", "--command", "bash lab/bench/headline.sh",
-                "--date", "2026-12-05"]
+                "--date", "2026-12-05", *extra]
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             code = headline.main(argv)
@@ -193,10 +193,28 @@ class WriteTest(Run):
         self.assertEqual(code, 1)
         self.assertIn("torch.jsonl:5: not JSON", err.getvalue())  # a comment line, three ceilings, then it
 
-    def test_a_missing_input_file_is_named(self):
+    def test_only_keeps_the_models_named(self):
+        code, table, err = self.write(BLS_PLEXUS, BLS_TORCH + CEILINGS, extra=("--only", "bls"))
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(os.listdir(os.path.join(self.folder, "speed")), ["bls2017.json"])
+        code, _, err = self.write(BLS_PLEXUS, BLS_TORCH + CEILINGS, extra=("--only", "cheng"))
+        self.assertEqual(code, 1)
+        self.assertIn("has 'cheng' in its name", err)
+
+    def test_a_cases_file_without_models_is_named(self):
         code, _, err = self.write(BLS_PLEXUS, BLS_TORCH + CEILINGS, cases="not a cases object")
         self.assertEqual(code, 1)
         self.assertIn("cases.json: no \"models\"", err)
+
+    def test_a_missing_input_file_is_named(self):
+        missing = os.path.join(self.folder, "no-such.jsonl")
+        err = io.StringIO()
+        with redirect_stdout(io.StringIO()), redirect_stderr(err):
+            code = headline.main(["write", "--plexus", missing, "--torch", self.lines("torch.jsonl", CEILINGS),
+                                  "--cases", self.cases(), "--out", self.folder, "--device", "d", "--commit", "c",
+                                  "--command", "x"])
+        self.assertEqual(code, 1)
+        self.assertIn(f"cannot read {missing}", err.getvalue())
 
     def test_a_bad_date_is_refused(self):
         argv = ["write", "--plexus", "p.jsonl", "--torch", "t.jsonl", "--cases", "c.json", "--out", self.folder,
@@ -317,14 +335,24 @@ class HeadlineScriptTest(unittest.TestCase):
         with open(os.path.join(self.folder, "logs", "table.md")) as f:
             self.assertIn("| bls2017 | 1,280 |", f.read())
 
-    def test_only_goes_to_both_sides(self):
-        run = self.run_script("--cases", self.cases, "--results", os.path.join(self.folder, "speed"),
-                              "--rounds", "1", "--only", "bls")
+    def test_only_goes_to_both_sides_and_to_the_files(self):
+        with open(self.cases, "w") as f:
+            json.dump(CASES, f)  # bls2017 and bmshj2018-factorized; the stand-ins time bls2017 alone
+        results = os.path.join(self.folder, "speed")
+        run = self.run_script("--cases", self.cases, "--results", results, "--rounds", "1", "--only", "bls")
         self.assertEqual(run.returncode, 0, run.stderr)
         with open(self.calls_path) as f:
             sides = [line for line in f if line.startswith(("plexus", "torch"))]
         self.assertEqual(len(sides), 2)
         self.assertTrue(all("--only bls" in line for line in sides))
+        self.assertEqual(os.listdir(results), ["bls2017.json"])
+
+    def test_a_model_left_without_rows_fails_the_run(self):
+        with open(self.cases, "w") as f:
+            json.dump(CASES, f)
+        run = self.run_script("--cases", self.cases, "--results", os.path.join(self.folder, "speed"), "--rounds", "1")
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("bmshj2018-factorized: no plexus-bench train_step_graph rows", run.stderr)
 
     def test_build_only_builds_and_runs_no_side(self):
         run = self.run_script("--build-only")
