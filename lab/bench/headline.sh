@@ -91,7 +91,8 @@ plexus_side() {  # round
 }
 torch_side() {
   "$python" lab/bench/torch_bench.py --cases "$cases" --precision bf16 --models --setting eager,compile,strongest \
-    --span --timed-steps "$timed_steps" ${only_args[@]+"${only_args[@]}"} >> "$logs/torch.jsonl" 2>> "$logs/torch.err" ||
+    --span --timed-steps "$timed_steps" ${only_args[@]+"${only_args[@]}"} \
+    >> "$logs/torch.jsonl" 2>> "$logs/torch.err" ||
     { tail -20 "$logs/torch.err" >&2; echo "headline.sh: torch_bench.py failed (log: $logs/torch.err)" >&2; exit 1; }
 }
 for ((round = 1; round <= rounds; round++)); do

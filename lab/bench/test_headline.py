@@ -249,7 +249,8 @@ echo "plexus $*" >> "$CALLS"
 n=$(grep -c '^plexus' "$CALLS")
 rates=(1000 1280 1100)
 echo '{"kind": "train_step", "name": "bls2017", "step_ms": 20, "images_per_s": 800, "precision": "bf16"}'
-echo "{\"kind\": \"train_step_graph\", \"name\": \"bls2017\", \"step_ms\": 1, \"images_per_s\": ${rates[n-1]}, \"precision\": \"bf16\"}"
+graph='"kind": "train_step_graph", "name": "bls2017", "step_ms": 1, "precision": "bf16"'
+echo "{$graph, \"images_per_s\": ${rates[n-1]}}"
 if [[ " $* " == *" --profile "* ]]; then
   echo '{"kind": "profile", "model": "bls2017", "node": "g_a0", "type": "Conv2d", "flops": 2e11}'
   echo '{"kind": "profile", "model": "bls2017", "node": "g_s0", "type": "ConvTranspose2d", "flops": 1e11}'
@@ -263,11 +264,12 @@ case "$1" in
     echo "torch $*" >> "$CALLS"
     n=$(grep -c '^torch' "$CALLS")
     strongest=(800 750 600)
-    echo '{"kind": "ceiling", "name": "matmul 8192^3", "ms": 1, "tflops": 700, "best_tflops": 750, "precision": "bf16"}'
+    echo '{"kind": "ceiling", "name": "matmul 8192^3", "tflops": 700, "best_tflops": 750, "precision": "bf16"}'
+    step='"kind": "train_step", "name": "bls2017", "framework": "pytorch", "precision": "bf16"'
     for s in eager compile; do
-      echo "{\"kind\": \"train_step\", \"name\": \"bls2017\", \"framework\": \"pytorch\", \"setting\": \"$s\", \"images_per_s\": 100, \"precision\": \"bf16\"}"
+      echo "{$step, \"setting\": \"$s\", \"images_per_s\": 100}"
     done
-    echo "{\"kind\": \"train_step\", \"name\": \"bls2017\", \"framework\": \"pytorch\", \"setting\": \"strongest\", \"images_per_s\": ${strongest[n-1]}, \"precision\": \"bf16\"}"
+    echo "{$step, \"setting\": \"strongest\", \"images_per_s\": ${strongest[n-1]}}"
     echo "torch_bench: a note on stderr" >&2
     ;;
   *) exec python3 "$@" ;;

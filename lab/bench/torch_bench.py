@@ -34,8 +34,8 @@ construction. Each model is timed in these settings, "setting" in its rows
                  a replay launches the whole step at once, so this is the
                  GPU-bound rate. Always bf16, whatever the run's precision.
 and, where CompressAI (imported only then) has the same model, its own
-implementation eager and compiled ("framework": "compressai", setting
-"compressai"). Every model row carries "peak_bytes",
+implementation eager and compiled ("framework": "compressai"; --setting
+compressai picks them). Every model row carries "peak_bytes",
 torch.cuda.max_memory_allocated over building the case and its timed steps;
 the eager and compiled rows also "gpu_busy_step_ms", the GPU's busy time per
 step over five more steps traced by torch.profiler (the union of the
@@ -374,8 +374,8 @@ def time_strongest(m, warmup, timed_steps, adam):
 # CompressAI's own implementations of bundled specs, the same channel counts
 # (N, M), as CompressAI builds them: its entropy bottleneck has filters
 # (3, 3, 3, 3) where the specs have (3, 3, 3), 15 parameters more per
-# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's variable
-# rate models scale the quantisation step instead of gain units),
+# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's
+# variable rate models scale the quantisation step instead of gain units),
 # cheng2020-attn-mean (CompressAI's Cheng2020Attention is autoregressive with a
 # Gaussian mixture) and minnen2020-channel have no exact twin there.
 COMPRESSAI_TWINS = {
@@ -488,7 +488,8 @@ def parse_args(argv=None):
     ap.add_argument("--adam", choices=torch_strongest.ADAM_IMPLEMENTATIONS, default="fused",
                     help="the strongest setting's capturable Adam")
     ap.add_argument("--models", action="store_true", help="time only the models' training steps, not the layers")
-    ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
+    ap.add_argument("--compile-layers", action="store_true",
+                    help="time the layers under torch.compile instead of eagerly")
     args = ap.parse_args(argv)
     try:
         args.settings = parse_settings(args.settings)
