@@ -160,6 +160,18 @@ def model_result(m, plexus_rows, torch_rows, paths, peak_tflops, meta):
                       "gpu_bound_images_per_s: batch over the GPU's busy time per step under torch.profiler.")}
 
 
+def compact_json(doc):
+    """`doc` as JSON with one line per top-level key and one per result row."""
+    lines = []
+    for key, value in doc.items():
+        if key == "results":
+            rows = ",\n".join("  " + json.dumps(row) for row in value)
+            lines.append(f' "results": [\n{rows}\n ]')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
 def write(args):
     plexus_rows, torch_rows = read_lines(args.plexus), read_lines(args.torch)
     models = [m for m in read_cases(args.cases) if args.only in m["name"]]
@@ -176,10 +188,8 @@ def write(args):
         except HeadlineError as e:
             failures.append(str(e))
             continue
-        path = os.path.join(args.out, m["name"] + ".json")
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        with open(os.path.join(args.out, m["name"] + ".json"), "w") as f:
+            f.write(compact_json(doc))
         written.append(doc)
     if written:
         print_table(written)
