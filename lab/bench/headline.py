@@ -39,6 +39,9 @@ STRONGEST_DESCRIPTION = ("torch.compile max-autotune kernels, bf16 autocast, cha
                          "the whole step recorded as one CUDA graph")
 
 
+HOW_TIMED = ("compile_mode", "adam", "cuda_graph", "timed_steps")
+
+
 class HeadlineError(Exception):
     """Input that cannot give a headline: the message names the file, model or setting."""
 
@@ -122,6 +125,9 @@ def setting_row(framework, setting, rows, batch, flops, peak_tflops, strongest_f
     peaks = [r["peak_bytes"] for r in rows if "peak_bytes" in r]
     if peaks:
         row["peak_mib"] = round(max(peaks) / 2 ** 20)
+    for key in HOW_TIMED:  # how the strongest setting ran, as torch_bench.py says in its rows
+        if key in rows[0]:
+            row[key] = rows[0][key]
     busy = [r["gpu_busy_step_ms"] for r in rows if r.get("gpu_busy_step_ms", 0) > 0]
     if busy:  # host-bound settings: what their kernels alone would give
         row["gpu_bound_images_per_s"] = round(1000.0 * batch / min(busy), 1)

@@ -2,7 +2,7 @@
 # The headline table of docs/performance.md, in one command. On a machine with
 # an NVIDIA GPU and PyTorch (python3 -c 'import torch'), from the repository root:
 #   bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]
-#                              [--build-only]
+#                              [--adam fused|foreach] [--build-only]
 # 1. builds plexus-bench (-DPLEXUS_BUILD_BENCH=ON, Release, this GPU's
 #    architecture) into $BUILD (default /tmp/plexus-headline-build, outside the
 #    repository; an existing build is only brought up to date);
@@ -25,14 +25,15 @@
 #    this command) and prints the markdown table (lab/bench/headline.py).
 # --only TEXT keeps the models whose name contains TEXT (e.g. --only bls2017),
 # for a shorter run; each model's file stands alone. --build-only stops after
-# step 1 (a later run then finds the build up to date). The raw JSON lines, the
+# step 1 (a later run then finds the build up to date). --adam picks the
+# strongest setting's capturable Adam (default fused). The raw JSON lines, the
 # build's and PyTorch's logs and the table go to $OUT (default
 # $BUILD/headline-logs). PYTHON names the Python with PyTorch (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 usage="usage: bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]
-       [--build-only]"
-rounds=3 only="" cases=lab/bench/headline_cases.json results=lab/results/speed timed_steps=50 build_only=0
+       [--adam fused|foreach] [--build-only]"
+rounds=3 only="" cases=lab/bench/headline_cases.json results=lab/results/speed timed_steps=50 build_only=0 adam=fused
 whole_number() {  # name value: digits only, >= 1; prints the number in base 10 ("08" is 8)
   if ! [[ $2 =~ ^[0-9]+$ ]] || ((10#$2 < 1)); then
     echo "headline.sh: $1 must be a whole number >= 1, got '$2'" >&2
@@ -44,13 +45,17 @@ command_line="bash lab/bench/headline.sh"
 for arg in "$@"; do command_line+=" $(printf '%q' "$arg")"; done
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds|--only|--cases|--results|--timed-steps)
+    --rounds|--only|--cases|--results|--timed-steps|--adam)
       [ $# -ge 2 ] || { echo "headline.sh: $1 needs a value" >&2; echo "$usage" >&2; exit 2; } ;;&
     --rounds) rounds=$(whole_number --rounds "$2"); shift 2 ;;
     --only) only=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --timed-steps) timed_steps=$(whole_number --timed-steps "$2"); shift 2 ;;
+    --adam)
+      [[ $2 == fused || $2 == foreach ]] ||
+        { echo "headline.sh: --adam must be fused or foreach, got '$2'" >&2; exit 2; }
+      adam=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
     -h|--help) echo "$usage"; exit 0 ;;
     *) echo "headline.sh: unknown option '$1'" >&2; echo "$usage" >&2; exit 2 ;;
@@ -91,7 +96,7 @@ plexus_side() {  # round
 }
 torch_side() {
   "$python" lab/bench/torch_bench.py --cases "$cases" --precision bf16 --models --setting eager,compile,strongest \
-    --span --timed-steps "$timed_steps" ${only_args[@]+"${only_args[@]}"} \
+    --span --timed-steps "$timed_steps" --adam "$adam" ${only_args[@]+"${only_args[@]}"} \
     >> "$logs/torch.jsonl" 2>> "$logs/torch.err" ||
     { tail -20 "$logs/torch.err" >&2; echo "headline.sh: torch_bench.py failed (log: $logs/torch.err)" >&2; exit 1; }
 }

@@ -58,7 +58,9 @@ def ceiling(best):
 # compile 300, 400, 350; eager 100, 90, 110 with GPU busy 20, 16, 25 ms. FLOPs 2e11 + 1e11 + 0 = 3e11 a step.
 # Peak: the largest fastest-repeat of the ceiling rows, 750.
 BLS_PLEXUS = plexus_rows("bls2017", (1000.0, 1280.0, 1100.0), {"g_a0": 2e11, "g_s0": 1e11, "noise": 0.0})
-BLS_TORCH = (torch_rows("bls2017", "strongest", (800.0, 750.0, 600.0))
+HOW = {"compile_mode": "max-autotune-no-cudagraphs", "adam": "fused, capturable", "cuda_graph": "whole step",
+       "timed_steps": 50}
+BLS_TORCH = ([dict(r, **HOW) for r in torch_rows("bls2017", "strongest", (800.0, 750.0, 600.0))]
              + torch_rows("bls2017", "compile", (300.0, 400.0, 350.0))
              + torch_rows("bls2017", "eager", (100.0, 90.0, 110.0), busy_ms=(20.0, 16.0, 25.0)))
 CEILINGS = [ceiling(700.0), ceiling(750.0), ceiling(740.0)]
@@ -124,6 +126,7 @@ class WriteTest(Run):
         self.assertEqual((strongest["images_per_s_fastest"], strongest["vs_strongest"]), (800.0, 1.0))
         self.assertEqual((strongest["tflops"], strongest["peak_fraction"]), (15.0, 0.02))
         self.assertNotIn("images_per_s_median", strongest)
+        self.assertEqual({k: strongest[k] for k in HOW}, HOW)  # how it ran, carried from torch_bench.py's rows
         # compile: fastest 400, 400 / 800 = 0.5; eager: fastest 110, 110 / 800 = 0.1375.
         self.assertEqual((rows["compile"]["images_per_s_fastest"], rows["compile"]["vs_strongest"]), (400.0, 0.5))
         self.assertEqual((rows["eager"]["images_per_s_fastest"], rows["eager"]["vs_strongest"]), (110.0, 0.138))
@@ -321,7 +324,7 @@ class HeadlineScriptTest(unittest.TestCase):
         self.assertEqual([" --profile" in line for line in plexus_calls], [True, False, False])  # round 1 only
         self.assertTrue(all("--precision bf16" in line for line in plexus_calls))
         torch_calls = [line for line in lines if line.startswith("torch")]
-        self.assertTrue(all("--setting eager,compile,strongest" in line and "--span" in line
+        self.assertTrue(all("--setting eager,compile,strongest" in line and "--span" in line and "--adam fused" in line
                             and "--precision bf16" in line for line in torch_calls))
         with open(os.path.join(results, "bls2017.json")) as f:
             doc = json.load(f)
@@ -374,6 +377,7 @@ class HeadlineScriptTest(unittest.TestCase):
                               (("--rounds", "two"), "--rounds must be a whole number >= 1, got 'two'"),
                               (("--timed-steps", "-5"), "--timed-steps must be a whole number >= 1, got '-5'"),
                               (("--rounds",), "--rounds needs a value"),
+                              (("--adam", "sgd"), "--adam must be fused or foreach, got 'sgd'"),
                               (("--fast",), "unknown option '--fast'"),
                               (("--cases", "no/such.json"), "no cases file 'no/such.json'")):
             run = self.run_script(*args)
