@@ -68,7 +68,7 @@ def load(path):
     return {key: median_of_rounds(rows) for key, rows in load_rounds(path).items()}
 
 
-SETTINGS = (("pytorch", "eager"), ("pytorch", "compile"), ("pytorch", "compile-bf16"),
+SETTINGS = (("pytorch", "eager"), ("pytorch", "compile"), ("pytorch", "compile-bf16"), ("pytorch", "strongest"),
             ("compressai", "eager"), ("compressai", "compile"))
 
 
@@ -160,7 +160,8 @@ def tflops(flops, ms):
 
 
 def print_layer_table(layers, torch, precision):
-    print(f"| layer (batch 16 unless named, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
+    print(f"| layer (batch 16 unless named, {precision}) | Plexus fwd ms | PyTorch fwd ms | fwd speed-up "
+          "| Plexus bwd ms "
           "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, p in layers:

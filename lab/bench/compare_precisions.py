@@ -39,7 +39,8 @@ def main():
                 continue
             p, t = plexus[name], torch[name]
             flops = p["pass_flops"]
-            rates = [f"{tflops(flops, s['forward_ms']):.0f} / {tflops(2 * flops, s['backward_ms']):.0f}" for s in (p, t)]
+            rates = [f"{tflops(flops, s['forward_ms']):.0f} / {tflops(2 * flops, s['backward_ms']):.0f}"
+                     for s in (p, t)]
             both = (t["forward_ms"] + t["backward_ms"]) / (p["forward_ms"] + p["backward_ms"])
             print(f"| {name} | {precision} | {p['forward_ms']:.3f} | {t['forward_ms']:.3f} "
                   f"| {t['forward_ms'] / p['forward_ms']:.2f}x | {p['backward_ms']:.3f} | {t['backward_ms']:.3f} "

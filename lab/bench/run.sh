@@ -9,8 +9,10 @@
 # same precision and prints one table (lab/bench/compare.py). --only keeps
 # the cases whose name contains TEXT (e.g. --only Conv: the convolution rows).
 # --models times only the training steps of every model in bench_cases.json
-# (PyTorch: eager, torch.compile and torch.compile with bf16, plus
-# CompressAI's own models where installed), not the layers.
+# (PyTorch: eager, torch.compile, torch.compile with bf16, and the strongest
+# setting, the whole step as one CUDA graph (torch_strongest.py), plus
+# CompressAI's own models where installed), not the layers. The headline
+# table of docs/performance.md has a command of its own: lab/bench/headline.sh.
 # Raw JSON lines and the table go to $OUT (default bench-logs/).
 # --rounds N (default 1) measures both sides N times, alternating which goes
 # first, and the tables show each time's median over the rounds: a GPU's

@@ -3,6 +3,7 @@
 the same timing method (CUDA events, warm-up, median), JSON lines on stdout.
 
   python3 lab/bench/torch_bench.py --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--models]
+      [--setting eager,compile,compile-bf16,strongest,compressai] [--span] [--timed-steps N]
 
 Precision, as Plexus's --precision: f32 = no TF32 anywhere; tf32 = TF32 in
 cuDNN convolutions and cuBLAS matmuls; bf16 = autocast to bfloat16 with
@@ -18,24 +19,36 @@ F.cross_entropy against integer labels (the case's labels_input).
 Models: one training step (forward, loss lambda * 255^2 * mse + bpp,
 backward, Adam) of a PyTorch module translated from the same model spec
 file plexus-bench reads (spec_torch.py), so the architecture is the same by
-construction. Each model is timed in three settings, "setting" in its rows:
+construction. Each model is timed in these settings, "setting" in its rows
+(--setting picks some, comma-separated; default all):
   eager          at the run's precision
   compile        torch.compile, at the run's precision
-  compile-bf16   torch.compile with bf16 autocast and channels_last, the
-                 fastest PyTorch usually gets (not repeated in a bf16 run,
-                 where "compile" is that already)
+  compile-bf16   torch.compile with bf16 autocast and channels_last (not
+                 repeated in a bf16 run, where "compile" is that already)
+  strongest      PyTorch's strongest setting: torch.compile's max-autotune
+                 kernels, bf16 autocast, channels_last, capturable (fused)
+                 Adam, and the whole step (zeroing of the gradients, forward,
+                 backward, Adam) recorded as one CUDA graph and replayed
+                 (torch_strongest.py says how and why). Timed over
+                 --timed-steps consecutive replays between two CUDA events;
+                 a replay launches the whole step at once, so this is the
+                 GPU-bound rate. Always bf16, whatever the run's precision.
 and, where CompressAI (imported only then) has the same model, its own
-implementation eager and compiled ("framework": "compressai"). Every model
-row carries "peak_bytes", torch.cuda.max_memory_allocated over building the
-case and its timed steps, and "gpu_busy_step_ms", the GPU's busy time per
+implementation eager and compiled ("framework": "compressai"; --setting
+compressai picks them). Every model row carries "peak_bytes",
+torch.cuda.max_memory_allocated over building the case and its timed steps;
+the eager and compiled rows also "gpu_busy_step_ms", the GPU's busy time per
 step over five more steps traced by torch.profiler (the union of the
 kernels', copies' and fills' intervals): the step's time if the GPU never
-waited for Python to launch its work. --no-compile skips the compiled settings; --models skips
-the layers.
+waited for Python to launch its work. --span times eager and compiled steps
+as the strongest one: --timed-steps consecutive steps between two CUDA
+events, instead of the median of single steps. --no-compile skips the
+compiled settings; --models skips the layers.
 
 A first line times an 8192^3 matmul at the chosen precision: the ceiling
 (tensor cores for tf32 and bf16) that compare.py sets the convolutions'
-TFLOP/s against.
+TFLOP/s against ("tflops" from the median time, "best_tflops" from the
+fastest of the repeats: headline.py's measured peak).
 """
 import argparse
 import contextlib
@@ -53,6 +66,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import spec_torch
+import torch_strongest
 from spec_torch import GDN, FactorizedEntropyModel
 
 
@@ -90,7 +104,23 @@ def make_layer(case):
     raise ValueError(t)
 
 
-def median_ms(fn, warmup, repeats):
+def span_ms(fn, warmup, steps):
+    """Milliseconds per call: CUDA events around `steps` consecutive calls of
+    `fn` (no synchronisation between them), after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / steps
+
+
+def timed_ms(fn, warmup, repeats):
+    """The milliseconds of each of `repeats` calls of `fn`, each timed alone
+    with CUDA events, after `warmup` untimed calls."""
     for _ in range(warmup):
         fn()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -101,7 +131,11 @@ def median_ms(fn, warmup, repeats):
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+    return times
+
+
+def median_ms(fn, warmup, repeats):
+    return statistics.median(timed_ms(fn, warmup, repeats))
 
 
 # Chrome-trace categories of the work the GPU does: kernels, copies, fills.
@@ -182,17 +216,42 @@ def time_layer(case, warmup, repeats, precision, compile_layer=False):
     return {"kind": "layer", "name": case["name"], "forward_ms": forward_ms, "backward_ms": backward_ms}
 
 
-SETTINGS = {  # setting -> (torch.compile, bf16 autocast + channels_last regardless of the run's precision)
-    "eager": (False, False),
-    "compile": (True, False),
-    "compile-bf16": (True, True),
+class Setting:
+    """How a model's step runs: compile_mode (None: eager; else torch.compile's
+    mode), bf16 (bf16 autocast + channels_last whatever the run's precision),
+    graph (the whole step recorded as one CUDA graph, torch_strongest.py)."""
+
+    def __init__(self, compile_mode, bf16, graph):
+        self.compile_mode, self.bf16, self.graph = compile_mode, bf16, graph
+
+    @property
+    def compiled(self):
+        return self.compile_mode is not None
+
+
+SETTINGS = {
+    "eager": Setting(None, False, False),
+    "compile": Setting("default", False, False),
+    "compile-bf16": Setting("default", True, False),
+    "strongest": Setting(torch_strongest.STRONGEST_COMPILE_MODE, True, True),
 }
+# --setting also takes "compressai": CompressAI's own models, eager and compiled.
+SETTING_NAMES = tuple(SETTINGS) + ("compressai",)
+
+
+def parse_settings(text):
+    """The names in a comma-separated --setting value, each checked; [] for ''."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in SETTING_NAMES:
+            raise ValueError(f"unknown setting '{name}' (choose from {', '.join(SETTING_NAMES)})")
+    return names
 
 
 def settings_for(precision, compile_models):
     """The settings to time: every one, less the compiled ones under
     --no-compile, and less compile-bf16 in a bf16 run (where compile is it)."""
-    names = [s for s, (compiled, _) in SETTINGS.items() if compile_models or not compiled]
+    names = [s for s, setting in SETTINGS.items() if compile_models or not setting.compiled]
     return [s for s in names if not (precision == "bf16" and s == "compile-bf16")]
 
 
@@ -249,18 +308,22 @@ def autocast_on(device, precision):
     return contextlib.nullcontext()
 
 
-def spec_step(m, precision, setting, dev):
-    """One training step of the spec translated to PyTorch, in one setting:
-    a function that takes it and returns the loss."""
-    compiled, bf16 = SETTINGS[setting]
-    step_precision = "bf16" if bf16 else precision
-    fmt = memory_format(step_precision)
+def spec_case(m, dev, fmt):
+    """The spec of case `m` translated to PyTorch, on `dev` in memory format
+    `fmt`, in training mode: (its loss module, its input tensors)."""
     spec = spec_torch.load_spec(m["spec"])
     model = spec_torch.SpecModel(spec).to(dev, memory_format=fmt).train()
-    loss_fn = RateDistortionStep(model, case_lambda(m) * 255 ** 2)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    inputs = spec_inputs(spec, m, dev, fmt)
-    run = torch.compile(loss_fn) if compiled else loss_fn
+    return RateDistortionStep(model, case_lambda(m) * 255 ** 2), spec_inputs(spec, m, dev, fmt)
+
+
+def spec_step(m, precision, setting, dev):
+    """One training step of the spec translated to PyTorch, in one setting
+    other than strongest: a function that takes it and returns the loss."""
+    setting = SETTINGS[setting]
+    step_precision = "bf16" if setting.bf16 else precision
+    loss_fn, inputs = spec_case(m, dev, memory_format(step_precision))
+    opt = torch.optim.Adam(loss_fn.parameters(), lr=1e-4)
+    run = torch.compile(loss_fn) if setting.compiled else loss_fn
 
     def step():
         opt.zero_grad(set_to_none=False)
@@ -273,19 +336,46 @@ def spec_step(m, precision, setting, dev):
     return step
 
 
-def time_model(m, warmup, repeats, precision, setting):
+def strongest_step(m, dev, compile_mode=torch_strongest.STRONGEST_COMPILE_MODE, adam="fused"):
+    """The strongest setting's step of case `m`, built and not yet warmed up:
+    a torch_strongest.WholeStepGraph (bf16 autocast, channels_last)."""
+    loss_fn, inputs = spec_case(m, dev, torch.channels_last)
+    return torch_strongest.WholeStepGraph(loss_fn, inputs, compile_mode=compile_mode, adam=adam)
+
+
+def time_model(m, warmup, repeats, precision, setting, span_steps=0):
+    """The row of one setting's step. span_steps > 0: ms per step over that
+    many consecutive steps (span_ms); else the median of single steps."""
     reset_memory()
     step = spec_step(m, precision, setting, torch.device("cuda"))
     # torch.compile traces and tunes during the first calls: warm up longer.
-    ms = median_ms(step, warmup + (10 if SETTINGS[setting][0] else 0), repeats)
+    warmup += 10 if SETTINGS[setting].compiled else 0
+    ms = span_ms(step, warmup, span_steps) if span_steps > 0 else median_ms(step, warmup, repeats)
     return model_row(m, setting, "pytorch", step, ms)
+
+
+def time_strongest(m, warmup, timed_steps, adam):
+    """The strongest setting's row: warm-up steps (compiling), one capture of
+    the whole step, a replay checked to train, then `timed_steps` replays
+    timed after `warmup` more. No profiler pass: a replay is one launch, so
+    its wall time is its GPU time."""
+    reset_memory()
+    graph = strongest_step(m, torch.device("cuda"), adam=adam)
+    graph.warm_up(max(3, warmup))
+    graph.record()
+    graph.check_replay_trains()
+    ms = graph.time_replays(warmup, timed_steps)
+    return {"kind": "train_step", "name": m["name"], "framework": "pytorch", "setting": "strongest",
+            "step_ms": ms, "images_per_s": 1000.0 * m["batch"] / ms, "peak_bytes": torch.cuda.max_memory_allocated(),
+            "timed_steps": timed_steps, "compile_mode": torch_strongest.STRONGEST_COMPILE_MODE,
+            "adam": f"{adam}, capturable", "cuda_graph": "whole step", "precision": "bf16"}
 
 
 # CompressAI's own implementations of bundled specs, the same channel counts
 # (N, M), as CompressAI builds them: its entropy bottleneck has filters
 # (3, 3, 3, 3) where the specs have (3, 3, 3), 15 parameters more per
-# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's variable
-# rate models scale the quantisation step instead of gain units),
+# channel of the bottleneck and nothing else different. bls2017 (9x9/4 first layer), mbt2018-mean-vr (CompressAI's
+# variable rate models scale the quantisation step instead of gain units),
 # cheng2020-attn-mean (CompressAI's Cheng2020Attention is autoregressive with a
 # Gaussian mixture) and minnen2020-channel have no exact twin there.
 COMPRESSAI_TWINS = {
@@ -352,28 +442,66 @@ def time_compressai(models, m, warmup, repeats, precision, compiled):
 
 
 def time_matmul_ceiling(precision, size=8192, warmup=3, repeats=10):
-    """TFLOP/s of one size^3 matmul at this precision (cuBLAS): the ceiling."""
+    """TFLOP/s of one size^3 matmul at this precision (cuBLAS): the ceiling.
+    "tflops" from the median of `repeats` timed products, "best_tflops" from
+    the fastest (the measured peak that headline.py divides by)."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     a = torch.randn(size, size, device="cuda", dtype=dtype)
     b = torch.randn(size, size, device="cuda", dtype=dtype)
-    ms = median_ms(lambda: a @ b, warmup, repeats)
-    return {"kind": "ceiling", "name": f"matmul {size}^3", "ms": ms, "tflops": 2.0 * size ** 3 / ms / 1e9}
+    times = timed_ms(lambda: a @ b, warmup, repeats)
+    ms, best_ms = statistics.median(times), min(times)
+    flops = 2.0 * size ** 3
+    return {"kind": "ceiling", "name": f"matmul {size}^3", "ms": ms, "tflops": flops / ms / 1e9,
+            "best_ms": best_ms, "best_tflops": flops / best_ms / 1e9}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
+def not_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text}")
+    return value
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="lab/bench/bench_cases.json")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--warmup", type=not_negative, default=5)
+    ap.add_argument("--repeats", type=positive, default=20)
     ap.add_argument("--only", default="")
     ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32")
     ap.add_argument("--tf32", action="store_true", help="deprecated: same as --precision tf32")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile training-step rows")
-    ap.add_argument("--settings", default="", help="time only these settings of the models (comma-separated, e.g. "
-                    "compile; 'compressai' for CompressAI's rows)")
+    ap.add_argument("--setting", "--settings", dest="settings", default="",
+                    help="time only these settings of the models, comma-separated: "
+                    + ", ".join(SETTING_NAMES) + " (compressai: CompressAI's own models)")
+    ap.add_argument("--span", action="store_true", help="time eager and compiled steps over --timed-steps "
+                    "consecutive steps between two CUDA events, as the strongest setting's replays")
+    ap.add_argument("--timed-steps", type=positive, default=50,
+                    help="steps (strongest: graph replays) timed between two CUDA events")
+    ap.add_argument("--adam", choices=torch_strongest.ADAM_IMPLEMENTATIONS, default="fused",
+                    help="the strongest setting's capturable Adam")
     ap.add_argument("--models", action="store_true", help="time only the models' training steps, not the layers")
-    ap.add_argument("--compile-layers", action="store_true", help="time the layers under torch.compile instead of eagerly")
-    args = ap.parse_args()
+    ap.add_argument("--compile-layers", action="store_true",
+                    help="time the layers under torch.compile instead of eagerly")
+    args = ap.parse_args(argv)
+    try:
+        args.settings = parse_settings(args.settings)
+    except ValueError as e:
+        ap.error(f"--setting: {e}")
+    if args.no_compile and any(SETTINGS[s].compiled for s in args.settings if s in SETTINGS):
+        ap.error("--no-compile contradicts --setting " + ",".join(args.settings))
+    return args
+
+
+def main():
+    args = parse_args()
     precision = "tf32" if args.tf32 else args.precision
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
@@ -386,13 +514,18 @@ def main():
             row = time_layer(c, args.warmup, args.repeats, precision, compile_layer=args.compile_layers)
             print(json.dumps(dict(row, precision=precision, compiled=args.compile_layers)), flush=True)
     model_cases = [m for m in cases["models"] if args.only in m["name"]]
-    chosen = [s for s in args.settings.split(",") if s]
+    chosen = args.settings
+    span = args.timed_steps if args.span else 0
     for setting in settings_for(precision, not args.no_compile):
         if chosen and setting not in chosen:
             continue
         for m in model_cases:
-            print_row_or_failure(f"{m['name']} ({setting})", precision,
-                                 lambda: time_model(m, args.warmup, max(5, args.repeats // 2), precision, setting))
+            if setting == "strongest":
+                time_case = lambda: time_strongest(m, args.warmup, args.timed_steps, args.adam)  # noqa: E731
+            else:
+                time_case = lambda: time_model(m, args.warmup, max(5, args.repeats // 2), precision,  # noqa: E731
+                                               setting, span)
+            print_row_or_failure(f"{m['name']} ({setting})", precision, time_case)
     twins = [m for m in model_cases if m["name"] in COMPRESSAI_TWINS and (not chosen or "compressai" in chosen)]
     models = compressai_models() if twins else None
     for compiled in ([False] if args.no_compile or models is None else [False, True]):
@@ -411,7 +544,8 @@ def print_row_or_failure(what, precision, time_case):
         print(f"torch_bench: {what} failed, no row: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
         return
-    print(json.dumps(dict(row, precision=precision)), flush=True)
+    row.setdefault("precision", precision)  # the strongest setting's rows say bf16 themselves
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
