@@ -21,6 +21,7 @@
 #include "plexus/error.h"
 #include "plexus/half.h"
 #include "plexus/int8.h"
+#include "plexus/json_nesting.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
@@ -587,6 +588,7 @@ std::map<std::string, std::string> recorded_plugin_layers(const TensorFile& file
   std::map<std::string, std::string> result;
   auto it = file.metadata.find(kPluginLayersKey);
   if (it == file.metadata.end()) return result;
+  check_json_nesting(it->second, "checkpoint '" + path + "': metadata \"" + std::string(kPluginLayersKey) + "\"");
   const nlohmann::json json = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object())
     throw IoError("checkpoint '" + path + "': metadata \"" + kPluginLayersKey +

@@ -6,6 +6,7 @@
 
 #include "plexus/error.h"
 #include "plexus/json_errors.h"
+#include "plexus/json_nesting.h"
 
 namespace plexus {
 
@@ -88,6 +89,7 @@ ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
 }  // namespace
 
 ModelSpec ModelSpec::from_text(const std::string& text, const std::string& source) {
+  check_json_nesting(text, source);
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "plexus/json_nesting.h"
+
 namespace plexus {
 
 // A safetensors header nests three levels (header, tensor entry, shape);
 // deeper input is refused before it is built, so that nothing recursive
 // (printing a value in an error message) can run out of stack.
-inline constexpr int kMaxHeaderNesting = 64;
+inline constexpr int kMaxHeaderNesting = kMaxJsonNesting;
 
 struct HeaderKeys {
   std::int64_t tensor_entries = 0;  // keys of the header object other than "__metadata__"
