@@ -6,7 +6,7 @@
 // The engine's backward_data (M = Ci rows, N = pixels) would spend 125 of
 // every 128 GEMM rows on zeros here, and im2col + cuBLAS writes and re-reads
 // a column matrix of Ci*k*k rows per pixel (its GEMM and col2im together
-// cost more than this whole kernel; docs/performance.md).
+// cost more than this whole kernel).
 // This kernel splits the pass the other way round, per block (tiling in
 // few_channel_tiling.h):
 //   1. Z[m, (c,i,j)] = sum_o Y[n, o, pixel m] W[o, c, i, j] for the pixels m
@@ -32,8 +32,7 @@
 // so DRAM moves one read of Y and one write of X. The pass is faster than
 // im2col + cuBLAS at TF32 and BF16 but stays well below DRAM bandwidth with
 // neither the tensor cores nor shared memory saturated: it waits on latency
-// (each block's prologue and epilogue, 16 warps per multiprocessor); see
-// docs/performance.md.
+// (each block's prologue and epilogue, 16 warps per multiprocessor).
 // Y is f32 or bf16 (Element): a bf16 Y is staged in bf16 (half the bytes of
 // the ring's region planes) and widened exactly as the A fragments are read.
 #include <algorithm>
@@ -65,8 +64,7 @@ using implicit_gemm::detail::Tile;
 
 // One Tile per BackwardDataVariant: BM region pixels x BN weight columns,
 // 16 channels per stage in a 4-deep ring (three stages of Y in flight while
-// one is multiplied; faster than 3-deep for 5x5/2 onto RGB, see
-// docs/performance.md),
+// one is multiplied; faster than 3-deep for 5x5/2 onto RGB),
 // two blocks per multiprocessor (78-90 KiB of shared memory each). Warp
 // tiles of 32x32, 32x80 and 32x64 keep the accumulators at 32-80 registers.
 using VariantTile0 = Tile<256, 32, 8, 1, 16, 4>;

@@ -89,8 +89,8 @@ struct Tile {
 // tables (faster than 16 per stage in a 3-deep ring).
 // NhwcGatherTile (tap-major K from the NHWC copy) is 3-deep, two blocks still
 // fit (2 x 111 KiB): faster on the conv benchmark's 128-channel rows than
-// 2-deep and than 128x256 tiles 3- or 2-deep (docs/performance.md has the
-// sweep). The weight gradient from NCHW
+// 2-deep and than 128x256 tiles 3- or 2-deep (lab/bench/conv-tile-sweep.sh
+// runs the sweep). The weight gradient from NCHW
 // keeps 16 per stage (its per-thread column tables would not fit the
 // registers at 32) in a 3-deep ring.
 using FlatGatherTile = Tile<128, 128, 2, 4, 32, 2>;
@@ -100,7 +100,7 @@ using GatherTile = std::conditional_t<tap_major, NhwcGatherTile, FlatGatherTile>
 using WeightGradTile = Tile<128, 128, 2, 4, 16, 3>;
 // The tap-major weight gradient (Ci a multiple of 128) reads B from NHWC with
 // no column tables, so it takes 32 per stage, 3-deep: the fastest of BK 16/32
-// x 3/4 stages on the 128->128 layers at 64x64 and up (docs/performance.md);
+// x 3/4 stages on the 128->128 layers at 64x64 and up (lab/bench/wgrad-variants.sh);
 // 32 x 4 fits one block per multiprocessor and is slower.
 using WeightGradNhwcTile = Tile<128, 128, 2, 4, 32, 3>;
 static_assert(kTapAlign % FlatGatherTile::BK == 0, "flat tap tables are whole stages");

@@ -69,7 +69,7 @@ struct GatherParams {
 // side by side, a sector's pieces meet in L2 before it is written back.
 // With the parts one after another (part in blockIdx.z) each sector left L2
 // half written, and DRAM (ECC) read and rewrote it: the pass moved several
-// times its output's bytes through DRAM (docs/performance.md).
+// times its output's bytes through DRAM.
 struct GatherBlock {
   const GatherPart* part;
   int split;

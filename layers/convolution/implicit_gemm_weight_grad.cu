@@ -21,7 +21,7 @@ using namespace detail;
 // bytes 32 f32 pixels took), 3-deep, two blocks per multiprocessor (2 x 105
 // KiB). On the 128->128 rows' backward 64 x 2 and 32 x 4 were as fast, and
 // 128x256 tiles (two taps per block, one block per multiprocessor) slower at
-// 64 x 3, 64 x 4 and 32 x 4 (docs/performance.md).
+// 64 x 3, 64 x 4 and 32 x 4 (lab/bench/wgrad-variants.sh).
 using WeightGradBf16Tile = Tile<128, 128, 2, 4, 64, 3>;
 
 struct WeightGradParams {
