@@ -30,7 +30,8 @@ trap 'cp "$backup" "$source_file"' EXIT
 
 # On a Hopper the tap-major passes run the wgmma kernels, not this tile: time the mma.sync ones.
 export PLEXUS_CONV_WGMMA=0
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$logs/sweep-configure.log" 2>&1
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DPLEXUS_BUILD_BENCH=ON \
+  > "$logs/sweep-configure.log" 2>&1
 summary="$logs/sweep.txt"
 : > "$summary"
 best="" best_ms=""

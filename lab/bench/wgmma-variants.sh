@@ -25,7 +25,8 @@ backup=$(mktemp)
 cp "$kernel_file" "$backup"
 trap 'cp "$backup" "$kernel_file"; rm -f "$backup"' EXIT
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DPLEXUS_BUILD_BENCH=ON \
+  > "$out/configure.log" 2>&1
 
 # Times the rows into $out/$1-<precision>.jsonl with the current build (environment passed through).
 bench_rows() {

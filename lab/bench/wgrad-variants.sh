@@ -35,7 +35,8 @@ cp "$source_file" "$backup"
 cp "$kernel_file" "$kernel_backup"
 trap 'cp "$backup" "$source_file"; cp "$kernel_backup" "$kernel_file"; rm -f "$backup" "$kernel_backup"' EXIT
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DPLEXUS_BUILD_BENCH=ON \
+  > "$out/configure.log" 2>&1
 
 # Builds plexus-bench from the current source and times the rows into $out/$1-<precision>.jsonl.
 bench_variant() {

@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <random>
 
-#include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
-#include "apps/codec_model_test_support.h"
+#include "codec/bitstream_test_support.h"
+#include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
 #include "plexus/builtin_layers.h"

@@ -1,4 +1,4 @@
-"""What the spec generators in this folder share: a list of graph nodes
+"""What the spec builders in this folder share: a list of graph nodes
 built in order, the convolutions and activations they use most, and the
 printer that writes a spec as models/specs/*.json are laid out (one node a line)."""
 import json
@@ -16,12 +16,14 @@ class SpecBuilder:
         self.nodes.append(entry)
         return outputs[0]
 
-    def conv(self, name, x, out, kernel, stride=1, transposed=False):
-        """A "same"-padded Conv2d (or ConvTranspose2d, output_padding stride - 1)."""
+    def conv(self, name, x, out, kernel, stride=1, transposed=False, output=None):
+        """A "same"-padded Conv2d (or ConvTranspose2d, output_padding stride - 1); its output is
+        named output, or name + "_out"."""
         params = dict(out_channels=out, kernel=kernel, stride=stride, padding=kernel // 2)
         if transposed:
             params["output_padding"] = stride - 1
-        return self.node(name, "ConvTranspose2d" if transposed else "Conv2d", [x], [name + "_out"], **params)
+        kind = "ConvTranspose2d" if transposed else "Conv2d"
+        return self.node(name, kind, [x], [output or name + "_out"], **params)
 
     def activation(self, kind, name, x):
         return self.node(name, kind, [x], [name + "_out"])

@@ -9,14 +9,14 @@
 #include <cmath>
 #include <random>
 
-#include "apps/bitstream_test_support.h"
 #include "apps/cli_runner.h"
-#include "plexus/builtin_layers.h"
-#include "plexus/codec/autoencoder_contract.h"
-#include "plexus/codec/codec_model.h"
+#include "codec/bitstream_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/checksum.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"

@@ -10,15 +10,15 @@
 #include <functional>
 #include <optional>
 
-#include "apps/bitstream_test_support.h"
-#include "apps/codec_model_test_support.h"
 #include "apps/cli_runner.h"
-#include "plexus/builtin_layers.h"
-#include "plexus/codec/autoencoder_contract.h"
-#include "plexus/codec/codec_model.h"
+#include "codec/bitstream_test_support.h"
+#include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/checksum.h"
+#include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/codec_model.h"
 #include "plexus/codec/gaussian_tables.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"

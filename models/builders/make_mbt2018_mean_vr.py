@@ -15,8 +15,8 @@ The gains start at sqrt(lambda_k / geometric mean of the lambdas) (a
 quantisation step in y proportional to 1 / sqrt(lambda), what a
 high-rate approximation gives), the inverse gains at their reciprocal.
 
-usage: lab/specs/make_mbt2018_mean_vr.py [--lambdas 0.0018,...] > models/specs/mbt2018-mean-vr.json
-The tests' tiny one: lab/specs/make_mbt2018_mean_vr.py --base tests/apps/models/tiny_mean_scale.json \
+usage: models/builders/make_mbt2018_mean_vr.py [--lambdas 0.0018,...] > models/specs/mbt2018-mean-vr.json
+The tests' tiny one: models/builders/make_mbt2018_mean_vr.py --base tests/apps/models/tiny_mean_scale.json \
     --name tiny-mean-scale-vr --lambdas 0.005,0.01,0.02 > tests/apps/models/tiny_mean_scale_vr.json
 """
 import argparse
@@ -53,7 +53,7 @@ def main():
         "an inverse gain unit scales y_hat back before the synthesis; fractional levels interpolate the log-gains. "
         f"{len(lambdas)} levels, trained with lambdas {lambdas} (level 0 the lowest rate); inputs \"level\" [N] and "
         "\"mse_weight\" [N] (the MSE's weight per image: lambda_level / mean(lambdas) in training, 1 in eval). "
-        "Written by lab/specs/make_mbt2018_mean_vr.py.")
+        "Written by models/builders/make_mbt2018_mean_vr.py.")
     spec["inputs"] = ["image", "level", "mse_weight"]
     nodes = []
     for node in spec["nodes"]:

@@ -8,7 +8,7 @@
 #include <Eigen/Core>
 #include <gtest/gtest.h>
 
-#include "apps/codec_model_test_support.h"
+#include "codec/codec_model_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/codec/codec_model.h"
 

@@ -11,9 +11,9 @@
 #include <cmath>
 #include <set>
 
-#include "apps/bitstream_test_support.h"
-#include "apps/codec_model_test_support.h"
 #include "apps/cli_runner.h"
+#include "codec/bitstream_test_support.h"
+#include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
 #include "plexus/builtin_layers.h"
