@@ -173,7 +173,8 @@ def parse_arguments(argv):
     parser.add_argument("--seconds", type=int, default=30, help="perf --data: seconds of training (default: 30)")
     parser.add_argument("--rounds", type=int, default=3, help="ab: rounds (default: 3)")
     parser.add_argument("--against", metavar="DIR|REV",
-                        help="ab: side A is this build folder, source tree or git revision")
+                        help="ab: side A is this build folder, source tree (built into BUILD-against) or git "
+                             "revision (exported to BUILD-against-src)")
     parser.add_argument("--switch", metavar="VAR=VALUE", help="ab: side B runs with VAR=VALUE, side A without VAR")
     args = parser.parse_args(argv)
     try:
@@ -606,12 +607,15 @@ def train_end_to_end(args, model, precision, graph_rate):
 
 
 def against_side(args):
-    """Side A of ab --against: a build folder (bin/plexus-bench), a source tree, or a git revision."""
+    """Side A of ab --against and the source tree to build it from (None: use it as it is): a build folder
+    (its CMakeCache.txt names its tree), a folder holding bin/plexus-bench, a source tree or a git revision."""
     target = args.against
     label = f"A ({target})"
-    if os.path.isfile(os.path.join(target, "bin", "plexus-bench")) or (
-            os.path.isfile(os.path.join(target, "CMakeCache.txt"))):
-        return Side(label, os.path.abspath(target), source_of_build(target) or ROOT, run_environment(args)), None
+    if os.path.isfile(os.path.join(target, "CMakeCache.txt")):
+        root = source_of_build(target)
+        return Side(label, os.path.abspath(target), root or ROOT, run_environment(args)), root
+    if os.path.isfile(os.path.join(target, "bin", "plexus-bench")):
+        return Side(label, os.path.abspath(target), ROOT, run_environment(args)), None
     if os.path.isfile(os.path.join(target, "CMakeLists.txt")):
         root = os.path.abspath(target)
     else:

@@ -281,6 +281,21 @@ class StandIns(unittest.TestCase):
         self.assertIn(f"A = A ({other}), B = B (this build)", self.output)
         self.assertRegex(self.output, r"bls2017 +graph step +100 img/s +150 img/s +1\.500")
 
+    def test_ab_against_a_revision_exports_it_and_times_its_build(self):
+        build = os.path.join(self.work, "build")
+        self.assertEqual(self.run_harness("ab", "bls2017", "--against", "HEAD", "--rounds", "1"), 1, self.output)
+        self.assertIn(f"no plexus-bench in {build}-against", self.output)
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        with open(os.path.join(build + "-against-src", ".harness-revision")) as f:
+            self.assertEqual(f.read(), head)
+        self.assertTrue(os.path.isfile(os.path.join(build + "-against-src", "lab", "harness.py")))
+        os.makedirs(os.path.join(build + "-against", "bin"))
+        self.write(os.path.join(build + "-against", "bin", "plexus-bench"),
+                   BENCH_STANDIN.replace("FIXED_SIDE = None", "FIXED_SIDE = 'A'"))
+        self.assertEqual(self.run_harness("ab", "bls2017", "--against", "HEAD", "--rounds", "1"), 0, self.output)
+        self.assertEqual(self.calls_made(), [f"A bls2017 {build}-against-src bf16", f"A bls2017 {ROOT} bf16"])
+        self.assertIn(f"A = A (HEAD = {head[:10]})", self.output)
+
     def test_ab_switch_keeps_env_on_side_a(self):
         self.assertEqual(self.run_harness("ab", "bls2017", "--switch", "STANDIN_FAST=1", "--env", "STANDIN_FAST=",
                                           "--rounds", "1"), 0, self.output)
