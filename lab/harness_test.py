@@ -265,7 +265,8 @@ class StandIns(unittest.TestCase):
         self.assertEqual(sides, ["A", "B", "B", "A", "A", "B"])
         self.assertIn("round 2 (bf16): B (STANDIN_FAST=1) first", self.output)
         # A's rates 100, 90, 120 (median 100, fastest 120); B's 150, 160, 140 (median 150, fastest 160).
-        self.assertRegex(self.output, r"bls2017 +graph step +100 img/s +150 img/s +1\.500 +120 img/s +160 img/s +1\.333")
+        self.assertRegex(self.output,
+                         r"bls2017 +graph step +100 img/s +150 img/s +1\.500 +120 img/s +160 img/s +1\.333")
         self.assertIn("every round: A 100 img/s, 90 img/s, 120 img/s; B 150 img/s, 160 img/s, 140 img/s", self.output)
         self.assertIn("peak memory: A 10 MiB, B 8 MiB", self.output)
         # Times: A 2 ms, B 1 ms forward: B twice as fast.

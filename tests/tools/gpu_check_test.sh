@@ -234,6 +234,8 @@ run PHASES=mma-sync BUILD="$work/layers-build"
 check "mma-sync" 0 "SUMMARY: mma-sync: test PLEXUS_CONV_WGMMA=0: 2 of 2 passed" "SUMMARY: gpu-check PASSED"
 if [ "$(sort "$work/calls.txt")" != "$(printf '%s\n' "conv2d_test Layer.TensorCoreCudaMatches 0" \
       "conv_transpose2d_test Layer.TensorCoreCudaMatches 0")" ]; then
-  echo "mma-sync: not the tensor-core tests of the two convolutions with PLEXUS_CONV_WGMMA=0:"; cat "$work/calls.txt"; exit 1
+  echo "mma-sync: not the tensor-core tests of the two convolutions with PLEXUS_CONV_WGMMA=0:"
+  cat "$work/calls.txt"
+  exit 1
 fi
 echo "gpu-check.sh: phases, shards, memcheck, ctest, layers and mma-sync results as expected"
