@@ -4,7 +4,7 @@
 # Builds for the local GPU (CMake's native architecture, the benchmarks
 # included: -DPLEXUS_BUILD_BENCH=ON), runs the WHOLE test suite and fails if
 # any test was skipped (with a GPU nothing may skip), runs every layer's tests
-# and gradient checks through the lab's harness (lab/harness.py test grad
+# and gradient checks through the lab's harness (lab/harness/harness.py test grad
 # layers: one verdict per layer), the convolution tensor-core tests again with
 # the mma.sync kernels (on a Hopper the default is wgmma), then
 # compute-sanitizer memcheck over every CUDA test, builds and tests the
@@ -101,13 +101,13 @@ run_ctest() {
   if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then failed=1; fi
 }
 
-# harness LABEL ARGUMENTS...: lab/harness.py over this build (no build of its
+# harness LABEL ARGUMENTS...: lab/harness/harness.py over this build (no build of its
 # own), logs in $logs/LABEL/ and its output in $logs/LABEL.log; prints its
 # per-binary lines and adds its SUMMARY line, under LABEL, to the summary.
 harness() {
   local label=$1
   shift
-  python3 lab/harness.py "$@" --no-build --build "$build" --logs "$logs/$label" > "$logs/$label.log" 2>&1
+  python3 lab/harness/harness.py "$@" --no-build --build "$build" --logs "$logs/$label" > "$logs/$label.log" 2>&1
   local rc=$?
   grep -vE "^SUMMARY: " "$logs/$label.log"
   local line
@@ -119,7 +119,7 @@ harness() {
 # Every registered layer: its tests and its gradient checks (CPU and CUDA),
 # one verdict per layer; no CUDA test may skip.
 run_layers() {
-  echo "== every layer's tests and gradient checks (lab/harness.py test grad layers)"
+  echo "== every layer's tests and gradient checks (lab/harness/harness.py test grad layers)"
   harness layers test grad layers
 }
 

@@ -11,7 +11,7 @@
 # candidate the summed forward + backward ms of the 128-channel rows.
 # The file is restored afterwards, or with --keep-fastest left on the fastest
 # candidate (to test it next, e.g. with
-#   python3 lab/harness.py test grad Conv2d ConvTranspose2d --memcheck).
+#   python3 lab/harness/harness.py test grad Conv2d ConvTranspose2d --memcheck).
 # Logs go to $OUT (default conv-sweep-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -13,7 +13,7 @@
 # binaries are spread over the visible GPUs (CUDA_VISIBLE_DEVICES rotated);
 # the ctest phase lets the two-GPU tests skip only when one GPU is visible
 # (CUDA_VISIBLE_DEVICES counts) and fails on any other skip; the layers phase
-# runs lab/harness.py's test and grad over every layer's test binary (a
+# runs lab/harness/harness.py's test and grad over every layer's test binary (a
 # skipped CUDA test fails it), and the mma-sync phase runs the convolutions'
 # tensor-core tests through it with PLEXUS_CONV_WGMMA=0.
 set -euo pipefail
@@ -194,7 +194,7 @@ run PHASES=ctest STANDIN_GPUS=1 STANDIN_SKIP_OTHER=1
 check "ctest (another skip)" 1 "(rc=0); skipped: 1 (the two-GPU tests not counted: one GPU visible)" \
   "SUMMARY: gpu-check FAILED"
 
-# The layers and mma-sync phases: lab/harness.py over stand-ins of every layer
+# The layers and mma-sync phases: lab/harness/harness.py over stand-ins of every layer
 # test binary (tests/layers/*_test.cpp), each with a forward test, CPU and CUDA
 # gradient checks, a parity test and a tensor-core test; STANDIN_SKIP names a
 # test that skips. Each appends "binary filter PLEXUS_CONV_WGMMA" to calls.txt.
@@ -217,7 +217,7 @@ echo "[  PASSED  ] tests."
 STANDIN
   chmod +x "$work/layers-build/tests/$(basename "$source" .cpp)"
 done
-layer_binaries=$(python3 "$source_dir/lab/harness.py" list | grep -oE " [a-z0-9_]+_test " | sort -u | wc -l)
+layer_binaries=$(python3 "$source_dir/lab/harness/harness.py" list | grep -oE " [a-z0-9_]+_test " | sort -u | wc -l)
 : > "$work/calls.txt"
 run PHASES=layers BUILD="$work/layers-build"
 check "layers" 0 "gdn_test test: passed: 3 of 3 passed" "gdn_test grad: passed: 2 of 2 passed" \

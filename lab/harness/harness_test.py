@@ -1,24 +1,21 @@
 #!/usr/bin/env python3
-"""lab/harness.py without a GPU: its arguments, its layer -> test mapping against the registered layers, the
+"""lab/harness/ without a GPU: its arguments, its layer -> test mapping against the registered layers, the
 tests each mode selects, and test, grad, memcheck, perf and ab runs over stand-in binaries (GoogleTest binaries,
 compute-sanitizer and plexus-bench as small scripts).
-  python3 lab/harness_test.py"""
-import glob
-import json
+  python3 lab/harness/harness_test.py"""
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import unittest
 
-LAB = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(LAB)
-HARNESS = os.path.join(LAB, "harness.py")
-sys.path.insert(0, LAB)
-import harness  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HARNESS = os.path.join(HERE, "harness.py")
+sys.path.insert(0, HERE)
+import targets  # noqa: E402
 
 # A GoogleTest binary: its tests are in STANDIN_TESTS (space-separated); a test whose name has "Skips" skips,
 # one with "Fails" fails, one with "Crashes" ends the process. It appends its filter and the environment
@@ -134,18 +131,18 @@ class LayerMapping(unittest.TestCase):
     def test_every_registered_layer_has_a_test_binary_with_parity_and_gradient_checks(self):
         with open(os.path.join(ROOT, "layers", "builtin_layers.cpp")) as f:
             registered_folders = set(re.findall(r"layers::register_(\w+)\(registry\)", f.read()))
-        folders = harness.layer_folders()
+        folders = targets.layer_folders()
         self.assertEqual(set(folders.values()), registered_folders,
                          "the layer types the harness finds come from every folder builtin_layers.cpp registers")
         self.assertGreaterEqual(len(folders), len(registered_folders))
-        sources = harness.test_sources()
+        sources = targets.test_sources()
         for layer_type in folders:
             with self.subTest(layer_type=layer_type):
-                tests = test_names(sources[harness.layer_binary(layer_type, folders, sources)])
-                grad = harness.select_tests(tests, "grad")
+                tests = test_names(sources[targets.layer_binary(layer_type, folders, sources)])
+                grad = targets.select_tests(tests, "grad")
                 self.assertTrue([t for t in grad if "Cpu" in t], f"no CPU gradient check among {tests}")
                 self.assertTrue([t for t in grad if "Cuda" in t], f"no CUDA gradient check among {tests}")
-                self.assertTrue([t for t in harness.select_tests(tests, "test") if "Parity" in t],
+                self.assertTrue([t for t in targets.select_tests(tests, "test") if "Parity" in t],
                                 f"no parity test among {tests}")
 
     def test_each_mode_selects_its_tests(self):
@@ -153,24 +150,24 @@ class LayerMapping(unittest.TestCase):
                  "GDN.GradientsCuda", "GDN.TensorCoreParameterGradientsAreDeterministicCuda", "GDN.ParityCpuCuda",
                  "MSELoss.WeightedGradientsCpu", "RateLoss.GradientsOfSeveralLikelihoodInputsCuda",
                  "NetGradientSharing.ParameterGradientsMatchCentralDifferencesCpu", "GradientBuckets.TheLastGradients"]
-        self.assertEqual(harness.select_tests(tests, "grad"),
+        self.assertEqual(targets.select_tests(tests, "grad"),
                          ["GDN.GradientsCpu", "GDN.GradientsCpuWideChannels", "GDN.GradientsCuda",
                           "MSELoss.WeightedGradientsCpu", "RateLoss.GradientsOfSeveralLikelihoodInputsCuda",
                           "NetGradientSharing.ParameterGradientsMatchCentralDifferencesCpu"])
-        self.assertEqual(harness.select_tests(tests, "test"),
+        self.assertEqual(targets.select_tests(tests, "test"),
                          ["GDN.ForwardMatchesNaivePerPixelLoop", "GDN.TensorCoreParameterGradientsAreDeterministicCuda",
                           "GDN.ParityCpuCuda", "GradientBuckets.TheLastGradients"])
-        self.assertEqual(harness.select_tests(tests, "grad", cpu_only=True),
+        self.assertEqual(targets.select_tests(tests, "grad", cpu_only=True),
                          ["GDN.GradientsCpu", "GDN.GradientsCpuWideChannels", "MSELoss.WeightedGradientsCpu",
                           "NetGradientSharing.ParameterGradientsMatchCentralDifferencesCpu"])
-        self.assertEqual(harness.select_tests(tests, "test", "*TensorCore*:*Forward*-*Cuda*"),
+        self.assertEqual(targets.select_tests(tests, "test", "*TensorCore*:*Forward*-*Cuda*"),
                          ["GDN.ForwardMatchesNaivePerPixelLoop"])
 
     def test_layer_targets_pick_exactly_their_benchmark_cases(self):
-        picked = harness.resolve_targets(["IGDN", "bls2017"], testing=False, timing=True)
+        picked = targets.resolve_targets(["IGDN", "bls2017"], testing=False, timing=True)
         self.assertEqual([c["name"] for c in picked["layers"]], ["IGDN 128 @64", "IGDN 256 @64"])
         self.assertEqual([m["name"] for m in picked["models"]], ["bls2017"])
-        picked = harness.resolve_targets(["GDN", "IGDN", "layers"], testing=True, timing=False)
+        picked = targets.resolve_targets(["GDN", "IGDN", "layers"], testing=True, timing=False)
         self.assertEqual(picked["binaries"].count("gdn_test"), 1)
 
 
@@ -289,7 +286,7 @@ class StandIns(unittest.TestCase):
         head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
         with open(os.path.join(build + "-against-src", ".harness-revision")) as f:
             self.assertEqual(f.read(), head)
-        self.assertTrue(os.path.isfile(os.path.join(build + "-against-src", "lab", "harness.py")))
+        self.assertTrue(os.path.isfile(os.path.join(build + "-against-src", "CMakeLists.txt")))
         os.makedirs(os.path.join(build + "-against", "bin"))
         self.write(os.path.join(build + "-against", "bin", "plexus-bench"),
                    BENCH_STANDIN.replace("FIXED_SIDE = None", "FIXED_SIDE = 'A'"))
