@@ -77,7 +77,7 @@ def run_ab(args):
         if not os.access(side.bench(), os.X_OK):
             print(f"SUMMARY: ab FAILED: no plexus-bench in {side.build_dir} ({side.label})")
             return 1
-    cases = write_cases(os.path.join(args.logs, "cases.json"), layers, models, "the cases of lab/harness/harness.py ab")
+    cases = write_cases(os.path.join(args.logs, "cases.json"), layers, models, "the cases of a harness ab run")
     ok = True
     for precision in args.precisions:
         rounds = {a.label: [], b.label: []}  # per side, one {measurement: value} per round

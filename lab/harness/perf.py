@@ -91,7 +91,7 @@ def run_perf(args):
     if not args.no_build:
         build(args, ROOT, args.build, ["plexus-bench"] + (["plexus-ae"] if args.data else []), args.logs)
     side = Side("this build", args.build, ROOT, run_environment(args))
-    cases = write_cases(os.path.join(args.logs, "cases.json"), layers, models, "the cases of lab/harness/harness.py perf")
+    cases = write_cases(os.path.join(args.logs, "cases.json"), layers, models, "the cases of a harness perf run")
     ok = True
     for precision in args.precisions:
         path = os.path.join(args.logs, f"perf-{precision}.jsonl")
