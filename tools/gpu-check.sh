@@ -120,7 +120,7 @@ harness() {
 # one verdict per layer; no CUDA test may skip.
 run_layers() {
   echo "== every layer's tests and gradient checks (lab/harness/harness.py test grad layers)"
-  harness layers test grad layers
+  harness layers test grad layers --timeout 1800
 }
 
 # On a Hopper the convolutions' tap-major passes run wgmma kernels; every
