@@ -55,7 +55,7 @@ def parse_arguments(argv):
     parser.add_argument("--no-build", action="store_true", help="use --build as it is (and --against's build)")
     parser.add_argument("--logs", default="/tmp/plexus-harness/logs", help="log folder (default: %(default)s)")
     parser.add_argument("--cmake-arg", action="append", default=[], metavar="ARG",
-                        help="one more configure argument, e.g. -DCMAKE_CUDA_ARCHITECTURES=90 (repeatable)")
+                        help="one more configure argument, e.g. --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="build jobs (default: the cores)")
     parser.add_argument("--env", action="append", default=[], metavar="VAR=VALUE",
                         help="set for every test and benchmark run, both sides of ab (repeatable)")

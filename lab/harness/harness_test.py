@@ -64,6 +64,16 @@ print(f"========= ERROR SUMMARY: {errors} error{'' if errors == 1 else 's'}")
 sys.exit(99 if errors else run.returncode)
 '''
 
+# cmake: appends its arguments to STANDIN_CALLS; fails when STANDIN_BUILD_FAILS is set.
+CMAKE_STANDIN = r'''#!/usr/bin/env python3
+import os, sys
+with open(os.environ["STANDIN_CALLS"], "a") as calls:
+    calls.write("cmake " + " ".join(sys.argv[1:]) + "\n")
+if os.environ.get("STANDIN_BUILD_FAILS") and "--build" in sys.argv:
+    print("error: the compiler stood in for failed")
+    sys.exit(1)
+'''
+
 # plexus-bench --cases FILE --root ROOT --precision P: a row per case of FILE. The n-th call of a side (its
 # name: FIXED_SIDE when set, else "A" without STANDIN_FAST and "B" with it) reports the n-th of its rates and
 # times below; every call appends "side cases root precision" to STANDIN_CALLS.
@@ -193,12 +203,12 @@ class StandIns(unittest.TestCase):
             f.write(text)
         os.chmod(path, 0o755)
 
-    def run_harness(self, *words, tests="", **env):
+    def run_harness(self, *words, tests="", build=False, **env):
         environment = {k: v for k, v in os.environ.items() if not k.startswith(("STANDIN_", "CUDA_VISIBLE"))}
         environment.update(STANDIN_TESTS=tests, STANDIN_CALLS=self.calls,
                            PATH=self.standins + os.pathsep + os.environ["PATH"], **env)
-        run = subprocess.run([sys.executable, HARNESS, *words, "--no-build", "--build",
-                              os.path.join(self.work, "build"), "--logs", os.path.join(self.work, "logs")],
+        where = [] if build else ["--no-build", "--build", os.path.join(self.work, "build")]
+        run = subprocess.run([sys.executable, HARNESS, *words, *where, "--logs", os.path.join(self.work, "logs")],
                              capture_output=True, text=True, env=environment)
         self.output = run.stdout + run.stderr
         return run.returncode
@@ -206,6 +216,23 @@ class StandIns(unittest.TestCase):
     def calls_made(self):
         with open(self.calls) as f:
             return f.read().splitlines()
+
+    def test_the_build_configures_a_new_folder_with_the_benchmarks_and_builds_what_the_run_needs(self):
+        self.write(os.path.join(self.standins, "cmake"), CMAKE_STANDIN)
+        build = os.path.join(self.work, "build")
+        words = ("grad", "ReLU", "--build", build, "--cmake-arg=-DEXTRA=1")
+        self.assertEqual(self.run_harness(*words, tests=self.RELU, build=True), 0, self.output)
+        self.assertEqual(self.calls_made()[:2], [
+            f"cmake -S {ROOT} -B {build} -DPLEXUS_BUILD_BENCH=ON -DEXTRA=1 -G Ninja -DCMAKE_BUILD_TYPE=Release",
+            f"cmake --build {build} -j {os.cpu_count()} --target relu_test"])
+        open(os.path.join(build, "CMakeCache.txt"), "w").close()  # an existing build keeps its generator and type
+        os.remove(self.calls)
+        self.assertEqual(self.run_harness("perf", "bls2017", "--build", build, build=True), 0, self.output)
+        self.assertEqual(self.calls_made()[:2], [f"cmake -S {ROOT} -B {build} -DPLEXUS_BUILD_BENCH=ON",
+                                                 f"cmake --build {build} -j {os.cpu_count()} --target plexus-bench"])
+        self.assertEqual(self.run_harness(*words, tests=self.RELU, build=True, STANDIN_BUILD_FAILS="1"), 1)
+        self.assertIn("error: the compiler stood in for failed", self.output)
+        self.assertIn("SUMMARY: build of this tree FAILED", self.output)
 
     RELU = "ReLU.ForwardMatchesDefinition ReLU.GradientsCpu ReLU.GradientsCuda ReLU.ParityCpuCuda"
 
