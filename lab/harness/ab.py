@@ -42,7 +42,9 @@ def against_side(args):
             shutil.rmtree(root, ignore_errors=True)
             os.makedirs(root)
             archive = subprocess.Popen(["git", "-C", ROOT, "archive", sha], stdout=subprocess.PIPE)
-            if subprocess.run(["tar", "-x", "-C", root], stdin=archive.stdout).returncode != 0 or archive.wait():
+            # -m: the files get the time of the export, not of the commit, so that a build folder made from
+            # another revision before rebuilds them.
+            if subprocess.run(["tar", "-x", "-m", "-C", root], stdin=archive.stdout).returncode != 0 or archive.wait():
                 raise RuntimeError(f"could not export revision {target} into {root}")
             with open(marker, "w") as f:
                 f.write(sha + "\n")

@@ -180,6 +180,9 @@ def main(argv=None):
     except UsageError as e:
         print(f"lab/harness/harness.py: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        print(f"lab/harness/harness.py: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
