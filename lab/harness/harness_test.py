@@ -3,6 +3,7 @@
 tests each mode selects, and test, grad, memcheck, perf and ab runs over stand-in binaries (GoogleTest binaries,
 compute-sanitizer and plexus-bench as small scripts).
   python3 lab/harness/harness_test.py"""
+import fnmatch
 import os
 import re
 import shutil
@@ -155,6 +156,20 @@ class LayerMapping(unittest.TestCase):
                 self.assertTrue([t for t in grad if "Cuda" in t], f"no CUDA gradient check among {tests}")
                 self.assertTrue([t for t in targets.select_tests(tests, "test") if "Parity" in t],
                                 f"no parity test among {tests}")
+
+    def test_every_layer_test_that_needs_a_gpu_is_named_cuda(self):
+        # --cpu and --memcheck pick a layer's CUDA tests by the name: a test that skips without a GPU and is not
+        # named *Cuda* would fail --cpu runs and escape memcheck.
+        folders, sources = targets.layer_folders(), targets.test_sources()
+        for binary in sorted({targets.layer_binary(t, folders, sources) for t in folders}):
+            with open(sources[binary], encoding="utf-8") as f:
+                bodies = re.split(r"\n(?=TEST(?:_F)?\()", f.read())
+            for body in bodies:
+                name = re.match(r"TEST(?:_F)?\(\s*(\w+),\s*(\w+)\)", body)
+                if name and "cuda_available()" in body:
+                    test = f"{name.group(1)}.{name.group(2)}"
+                    with self.subTest(test=test):
+                        self.assertTrue(fnmatch.fnmatchcase(test, targets.CUDA_PATTERN), f"{binary}: {test}")
 
     def test_each_mode_selects_its_tests(self):
         tests = ["GDN.ForwardMatchesNaivePerPixelLoop", "GDN.GradientsCpu", "GDN.GradientsCpuWideChannels",
