@@ -1,5 +1,6 @@
 """ab: the same benchmark rows from two sides (another build, tree or revision; or an environment setting),
 rounds alternating which side goes first."""
+import json
 import os
 import re
 import shutil
@@ -61,8 +62,32 @@ def source_of_build(build_dir):
     return found.group(1) if found else None
 
 
+def scaling_values(args, side, log_dir):
+    """lab/experiments/ddp-scaling.sh run with this side's plexus-ae: {(model, what): (value, unit)} of its rows,
+    the images/s of each --gpus count and its ratio to as many single processes (vs_one_process)."""
+    env = dict(side.env, OUT=log_dir, BUILD=side.build_dir,
+               MODELS=" ".join(m["name"] for m in args.targets["models"]))
+    os.makedirs(log_dir, exist_ok=True)
+    with open(os.path.join(log_dir, "run.log"), "w") as log:
+        script = os.path.join(ROOT, "lab", "experiments", "ddp-scaling.sh")
+        subprocess.run(["bash", script, os.path.abspath(args.scaling), str(args.steps)], stdout=log,
+                       stderr=subprocess.STDOUT, env=env)
+    values = {}
+    try:
+        with open(os.path.join(log_dir, "scaling.jsonl")) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        rows = []
+    for row in rows:
+        values[(row["model"], f"--gpus {row['gpus']}")] = (row["images_per_second"], "images_per_s")
+        if row.get("vs_one_process") is not None:
+            values[(row["model"], f"{row['gpus']} GPUs vs 1")] = (row["vs_one_process"], "ratio")
+    return values
+
+
 def run_ab(args):
     layers, models = args.targets["layers"], args.targets["models"]
+    program = "plexus-ae" if args.scaling else "plexus-bench"
     if args.switch:
         name, value = args.switch
         a = Side(f"A (without {name})", args.build, ROOT, run_environment(args, without=[name]))
@@ -72,26 +97,30 @@ def run_ab(args):
         a, a_root = against_side(args)
         b = Side("B (this build)", args.build, ROOT, run_environment(args))
     if not args.no_build:
-        build(args, ROOT, args.build, ["plexus-bench"], args.logs)
+        build(args, ROOT, args.build, [program], args.logs)
         if a_root:
-            build(args, a_root, a.build_dir, ["plexus-bench"], os.path.join(args.logs, "against"), a.label)
+            build(args, a_root, a.build_dir, [program], os.path.join(args.logs, "against"), a.label)
     for side in (a, b):
-        if not os.access(side.bench(), os.X_OK):
-            print(f"SUMMARY: ab FAILED: no plexus-bench in {side.build_dir} ({side.label})")
+        if not os.access(os.path.join(side.build_dir, "bin", program), os.X_OK):
+            print(f"SUMMARY: ab FAILED: no {program} in {side.build_dir} ({side.label})")
             return 1
     cases = write_cases(os.path.join(args.logs, "cases.json"), layers, models, "the cases of a harness ab run")
     ok = True
-    for precision in args.precisions:
+    for precision in ["scaling"] if args.scaling else args.precisions:
         rounds = {a.label: [], b.label: []}  # per side, one {measurement: value} per round
         peaks = {a.label: {}, b.label: {}}
         for r in range(1, args.rounds + 1):
             order = (a, b) if r % 2 else (b, a)
             for side in order:
-                path = os.path.join(args.logs, f"ab-{slug(side.label)}-{precision}-round{r}.jsonl")
-                open(path, "w").close()
-                rows = bench_rows(args, side, cases, precision, path)
-                ok &= rows is not None
-                values, side_peaks = measurements(rows or [])
+                path = os.path.join(args.logs, f"ab-{slug(side.label)}-{precision}-round{r}")
+                if args.scaling:
+                    values, side_peaks = scaling_values(args, side, path), {}
+                    ok &= bool(values)
+                else:
+                    open(path + ".jsonl", "w").close()
+                    rows = bench_rows(args, side, cases, precision, path + ".jsonl")
+                    ok &= rows is not None
+                    values, side_peaks = measurements(rows or [])
                 rounds[side.label].append(values)
                 peaks[side.label].update(side_peaks)
             print(f"round {r} ({precision}): {order[0].label} first", flush=True)
@@ -99,7 +128,7 @@ def run_ab(args):
         if args.profile:
             ok &= profile_tables(args, [a, b], models, precision)
     print(f"SUMMARY: ab {'done' if ok else 'FAILED'}: {args.rounds} rounds, B/A above 1: B faster "
-          f"(rows: {args.logs}/ab-*.jsonl)")
+          f"(rows: {args.logs}/ab-*)")
     return 0 if ok else 1
 
 

@@ -64,7 +64,7 @@ def parse_arguments(argv):
     parser.add_argument("--memcheck", action="store_true",
                         help="test, grad: also run the selected CUDA tests under compute-sanitizer memcheck")
     parser.add_argument("--timeout", type=int, default=900, help="seconds a test binary may run (default: 900)")
-    parser.add_argument("--precision", default="bf16", help="perf, ab: f32, tf32 or bf16, or several with commas "
+    parser.add_argument("--precision", help="perf, ab: f32, tf32 or bf16, or several with commas "
                         "(default: bf16)")
     parser.add_argument("--warmup", type=int, help="perf, ab: plexus-bench's untimed runs")
     parser.add_argument("--repeats", type=int, help="perf, ab: plexus-bench's timed runs (the median)")
@@ -82,6 +82,10 @@ def parse_arguments(argv):
                         help="ab: side A is this build folder, source tree (built into BUILD-against) or git "
                              "revision (exported to BUILD-against-src)")
     parser.add_argument("--switch", metavar="VAR=VALUE", help="ab: side B runs with VAR=VALUE, side A without VAR")
+    parser.add_argument("--scaling", metavar="IMAGE_FOLDER", help="ab: data-parallel training of the models on these "
+                        "images in place of plexus-bench (lab/experiments/ddp-scaling.sh; --env COUNTS='0 4' picks "
+                        "the --gpus counts)")
+    parser.add_argument("--steps", type=int, default=1500, help="ab --scaling: steps of each run (default: 1500)")
     args = parser.parse_args(argv)
     try:
         check_arguments(args)
@@ -129,6 +133,7 @@ def check_arguments(args):
     only("--data", ("perf",), args.data)
     only("--against", ("ab",), args.against)
     only("--switch", ("ab",), args.switch)
+    only("--scaling", ("ab",), args.scaling)
     if args.cpu and args.memcheck:
         raise UsageError("--memcheck runs the CUDA tests, which --cpu leaves out")
     for option, value, low in (("--rounds", args.rounds, 1), ("--jobs", args.jobs, 1), ("--timeout", args.timeout, 1),
@@ -136,7 +141,7 @@ def check_arguments(args):
                                ("--repeats", args.repeats, 1)):
         if value is not None and value < low:
             raise UsageError(f"{option} must be at least {low}, got {value}")
-    args.precisions = args.precision.split(",")
+    args.precisions = (args.precision or "bf16").split(",")
     for p in args.precisions:
         if p not in ("f32", "tf32", "bf16"):
             raise UsageError(f"--precision: unknown precision '{p}' (f32, tf32, bf16)")
@@ -145,11 +150,16 @@ def check_arguments(args):
             raise UsageError("ab needs exactly one of --against DIR|REV and --switch VAR=VALUE")
         if args.switch:
             args.switch = environment_setting(args.switch, "--switch")
-    if args.data and not os.path.isdir(args.data):
-        raise UsageError(f"--data: no folder '{args.data}'")
+    for option, folder in (("--data", args.data), ("--scaling", args.scaling)):
+        if folder and not os.path.isdir(folder):
+            raise UsageError(f"{option}: no folder '{folder}'")
+    if args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
     args.targets = resolve_targets(targets, testing, timing)
     if (args.profile or args.timeline or args.kernels or args.data) and not args.targets["models"]:
         raise UsageError("--profile, --timeline, --kernels and --data time models' steps: name a model")
+    if args.scaling and (args.targets["layers"] or args.profile or args.precision):
+        raise UsageError("--scaling trains models at plexus-ae's precision: no layers, --profile or --precision")
 
 
 def run_list(args):

@@ -66,6 +66,22 @@ print(f"========= ERROR SUMMARY: {errors} error{'' if errors == 1 else 's'}")
 sys.exit(99 if errors else run.returncode)
 '''
 
+# plexus-ae train ... --gpus N --out DIR: writes DIR/metrics.jsonl at 100 img/s (side A) or 150 (side B, with
+# STANDIN_FAST), times 0.9 N with N > 0 GPUs; appends "side model --gpus N" to STANDIN_CALLS.
+TRAIN_STANDIN = r'''#!/usr/bin/env python3
+import json, os, sys
+arg = lambda name: sys.argv[sys.argv.index(name) + 1]
+side = "B" if os.environ.get("STANDIN_FAST") else "A"
+gpus = int(arg("--gpus"))
+rate = {"A": 100, "B": 150}[side] * (0.9 * gpus if gpus else 1)
+os.makedirs(arg("--out"), exist_ok=True)
+with open(os.path.join(arg("--out"), "metrics.jsonl"), "w") as f:
+    for step in (0, 100, 200):
+        f.write(json.dumps({"kind": "train", "step": step, "images_per_second": rate}) + "\n")
+with open(os.environ["STANDIN_CALLS"], "a") as calls:
+    calls.write(f"{side} {arg('--model')} --gpus {gpus}\n")
+'''
+
 # cmake: appends its arguments to STANDIN_CALLS; fails when STANDIN_BUILD_FAILS is set.
 CMAKE_STANDIN = r'''#!/usr/bin/env python3
 import os, sys
@@ -339,6 +355,20 @@ class StandIns(unittest.TestCase):
         self.assertEqual(self.run_harness("ab", "bls2017", "--against", "HEAD", "--rounds", "1"), 0, self.output)
         self.assertEqual(self.calls_made(), [f"A bls2017 {build}-against-src bf16", f"A bls2017 {ROOT} bf16"])
         self.assertIn(f"A = A (HEAD = {head[:10]})", self.output)
+
+    def test_ab_of_data_parallel_scaling_runs_the_experiment_with_each_sides_plexus_ae(self):
+        self.write(os.path.join(self.work, "build", "bin", "plexus-ae"), TRAIN_STANDIN)
+        images = os.path.join(self.work, "images")
+        os.makedirs(images)
+        self.assertEqual(self.run_harness("ab", "bmshj2018-factorized", "--switch", "STANDIN_FAST=1", "--scaling",
+                                          images, "--steps", "8", "--rounds", "2", DEVICE="cpu"), 0, self.output)
+        self.assertEqual([" ".join(call.split()[::3]) for call in self.calls_made()], ["A 0", "A 1", "B 0", "B 1",
+                                                                                      "B 0", "B 1", "A 0", "A 1"])
+        self.assertRegex(self.output, r"bmshj2018-factorized +--gpus 0 +100 img/s +150 img/s +1\.500")
+        self.assertRegex(self.output, r"bmshj2018-factorized +--gpus 1 +90 img/s +135 img/s +1\.500")
+        self.assertRegex(self.output, r"bmshj2018-factorized +1 GPUs vs 1 +0\.900 +0\.900 +1\.000")
+        self.assertEqual(self.run_harness("ab", "GDN", "--switch", "X=1", "--scaling", images), 2)
+        self.assertIn("--scaling trains models", self.output)
 
     def test_ab_switch_keeps_env_on_side_a(self):
         self.assertEqual(self.run_harness("ab", "bls2017", "--switch", "STANDIN_FAST=1", "--env", "STANDIN_FAST=",
