@@ -12,7 +12,8 @@ Modes (test and grad may be given together):
          (eager and CUDA graph, with peak memory)
   ab     perf of this build (B) against another (A: --against) or against an environment setting
          (A: as given, B: with --switch VAR=VALUE), ROUNDS rounds alternating which side goes first;
-         prints every round, the medians, the fastest and the ratio B/A (above 1: B is faster)
+         prints every round, the medians, the fastest and the ratio B/A (above 1: B is faster);
+         --scaling times data-parallel training on several GPUs in place of plexus-bench
   list   the targets: layer types with their test binaries, models, benchmark cases
 
 Targets: a layer type (Conv2d, GDN, ...; `layers`: every registered one), a test binary of tests/
@@ -49,7 +50,9 @@ def parse_arguments(argv):
                "  python3 lab/harness/harness.py perf GDN IGDN --precision f32,tf32\n"
                "  python3 lab/harness/harness.py perf bmshj2018-factorized --profile --timeline\n"
                "  python3 lab/harness/harness.py ab models --switch PLEXUS_FUSE_ACTIVATIONS=0 --rounds 3\n"
-               "  python3 lab/harness/harness.py ab bls2017 bmshj2018-hyperprior --against HEAD~1 --profile")
+               "  python3 lab/harness/harness.py ab bls2017 bmshj2018-hyperprior --against HEAD~1 --profile\n"
+               "  python3 lab/harness/harness.py ab bmshj2018-factorized --against ../other-tree "
+               "--scaling path/to/bsds500/train --env COUNTS='0 4'")
     parser.add_argument("words", nargs="*", metavar="MODE|TARGET", help="modes, then targets")
     parser.add_argument("--build", default="/tmp/plexus-harness/build", help="build folder (default: %(default)s)")
     parser.add_argument("--no-build", action="store_true", help="use --build as it is (and --against's build)")
