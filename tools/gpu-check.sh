@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU, from the repository root:
 #   tools/gpu-check.sh
-# Builds for the local GPU (CMake's native architecture), runs the WHOLE test
-# suite and fails if any test was skipped (with a GPU nothing may skip), runs
-# the convolution tensor-core tests again with the mma.sync kernels (on a
-# Hopper the default is wgmma), then runs compute-sanitizer memcheck over
-# every CUDA test, builds and tests the
+# Builds for the local GPU (CMake's native architecture, the benchmarks
+# included: -DPLEXUS_BUILD_BENCH=ON), runs the WHOLE test suite and fails if
+# any test was skipped (with a GPU nothing may skip), runs every layer's tests
+# and gradient checks through the lab's harness (lab/harness/harness.py test grad
+# layers: one verdict per layer), the convolution tensor-core tests again with
+# the mma.sync kernels (on a Hopper the default is wgmma), then
+# compute-sanitizer memcheck over every CUDA test, builds and tests the
 # example plugins (examples/plugins/*) against an installed Plexus, and
 # prints a summary. memcheck's reports of NCCL probing its own kernels for
 # code for this GPU (an error NCCL ignores) are counted apart, not as errors.
@@ -17,7 +19,7 @@
 # ImageMagick (convert, identify; Debian: imagemagick) and likewise skips,
 # failing this check, without it.
 # PHASES picks the parts to run, in this order (default all of them):
-#   PHASES="build ctest mma-sync memcheck plugins"
+#   PHASES="build ctest layers mma-sync memcheck plugins"
 # e.g. PHASES="memcheck" after a fix, on a build folder an earlier run made.
 # The check passes only when every phase passes; with some phases left out
 # the summary says which ran. MEMCHECK_JOBS (default 4 a GPU) test binaries
@@ -27,7 +29,7 @@
 # runs only shard K of N of every binary's CUDA tests under memcheck
 # (GoogleTest's sharding), so that memcheck over the whole suite can be
 # split into N shorter runs on one build, e.g.
-#   PHASES="build ctest mma-sync" tools/gpu-check.sh
+#   PHASES="build ctest layers mma-sync" tools/gpu-check.sh
 #   PHASES=memcheck MEMCHECK_SHARD=0/3 tools/gpu-check.sh   # then 1/3, 2/3
 # A binary with fewer CUDA tests than K+1 has none in shard K and is not run
 # there (the summary counts it). With a shard the summary says which one
@@ -40,7 +42,7 @@ mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 build=${BUILD:-build-gpu}
 jobs=$(nproc)
-all_phases="build ctest mma-sync memcheck plugins"
+all_phases="build ctest layers mma-sync memcheck plugins"
 phases=${PHASES:-$all_phases}
 for phase in $phases; do
   [[ " $all_phases " == *" $phase "* ]] || { echo "gpu-check: unknown phase '$phase' (phases: $all_phases)" >&2; exit 2; }
@@ -61,7 +63,8 @@ failed=0
 
 run_build() {
   echo "== configure + build"
-  if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native &&
+  if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
+           -DPLEXUS_BUILD_BENCH=ON &&
          cmake --build "$build" -j "$jobs"; } > "$logs/build.log" 2>&1; then
     tail -60 "$logs/build.log"
     echo "SUMMARY: build FAILED"
@@ -98,19 +101,34 @@ run_ctest() {
   if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then failed=1; fi
 }
 
+# harness LABEL ARGUMENTS...: lab/harness/harness.py over this build (no build of its
+# own), logs in $logs/LABEL/ and its output in $logs/LABEL.log; prints its
+# per-binary lines and adds its SUMMARY line, under LABEL, to the summary.
+harness() {
+  local label=$1
+  shift
+  python3 lab/harness/harness.py "$@" --no-build --build "$build" --logs "$logs/$label" > "$logs/$label.log" 2>&1
+  local rc=$?
+  grep -vE "^SUMMARY: " "$logs/$label.log"
+  local line
+  line=$(grep -E "^SUMMARY: " "$logs/$label.log" | tail -1)
+  summary+=("$label: ${line#SUMMARY: }$([ $rc -eq 0 ] || echo " FAILED (exit $rc)")")
+  [ $rc -eq 0 ] || failed=1
+}
+
+# Every registered layer: its tests and its gradient checks (CPU and CUDA),
+# one verdict per layer; no CUDA test may skip.
+run_layers() {
+  echo "== every layer's tests and gradient checks (lab/harness/harness.py test grad layers)"
+  harness layers test grad layers --timeout 1800
+}
+
 # On a Hopper the convolutions' tap-major passes run wgmma kernels; every
 # other GPU runs the mma.sync ones. Their tensor-core tests again, with the
 # mma.sync kernels forced, so both paths are checked on this GPU.
 run_mma_sync() {
   echo "== convolution tensor-core tests with the mma.sync kernels (PLEXUS_CONV_WGMMA=0)"
-  local ok=1 t
-  for t in conv2d_test conv_transpose2d_test; do
-    PLEXUS_CONV_WGMMA=0 timeout 600 "$build/tests/$t" --gtest_brief=1 --gtest_filter='*TensorCore*' \
-      > "$logs/$t-mma-sync.log" 2>&1 || ok=0
-    grep -E "^\[  (PASSED|FAILED) " "$logs/$t-mma-sync.log"
-  done
-  summary+=("convolution tensor-core tests with the mma.sync kernels: $([ $ok = 1 ] && echo passed || echo FAILED)")
-  [ $ok = 1 ] || failed=1
+  harness mma-sync test Conv2d ConvTranspose2d --filter '*TensorCore*' --env PLEXUS_CONV_WGMMA=0 --timeout 600
 }
 
 # The visible GPUs' indices, one per line: CUDA_VISIBLE_DEVICES's entries
@@ -282,6 +300,7 @@ elif [ ! -d "$build/tests" ]; then
   exit 2
 fi
 runs ctest && run_ctest
+runs layers && run_layers
 runs mma-sync && run_mma_sync
 runs memcheck && run_memcheck
 runs plugins && run_plugins

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (sm_90) and Nsight Compute, from the
-# repository root, after plexus-bench is built (e.g. by lab/checks/conv-dev-check.sh):
+# repository root, after plexus-bench is built (e.g. by python3 lab/harness/harness.py perf Conv2d
+# --build build-gpu):
 #   bash lab/bench/conv-kernel-times.sh [PRECISION] [LAYER]
 #   (defaults: bf16, "Conv2d 5x5/2 128->128 @128"; LAYER is a plexus-bench row name)
 # Lists every kernel of one forward and backward of that convolution row with

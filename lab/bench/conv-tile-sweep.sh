@@ -10,7 +10,8 @@
 # (Plexus only, whole passes: the NHWC copy included), then prints per
 # candidate the summed forward + backward ms of the 128-channel rows.
 # The file is restored afterwards, or with --keep-fastest left on the fastest
-# candidate (to test it next, e.g. with lab/checks/conv-dev-check.sh).
+# candidate (to test it next, e.g. with
+#   python3 lab/harness/harness.py test grad Conv2d ConvTranspose2d --memcheck).
 # Logs go to $OUT (default conv-sweep-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -158,7 +158,7 @@ TEST(RateLoss, GradientsOfSeveralLikelihoodInputsCuda) {
       registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 2, 1, 1}, {2, 3, 16, 16}}, Device::cuda(), rate_options())));
 }
 
-TEST(RateLoss, ParityOfSeveralLikelihoodInputs) {
+TEST(RateLoss, ParityCpuCudaOfSeveralLikelihoodInputs) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   ParityOptions options;
   options.input_filler = positive_likelihoods;

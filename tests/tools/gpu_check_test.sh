@@ -12,7 +12,10 @@
 # counted apart only when they are a passing binary's only reports; the
 # binaries are spread over the visible GPUs (CUDA_VISIBLE_DEVICES rotated);
 # the ctest phase lets the two-GPU tests skip only when one GPU is visible
-# (CUDA_VISIBLE_DEVICES counts) and fails on any other skip.
+# (CUDA_VISIBLE_DEVICES counts) and fails on any other skip; the layers phase
+# runs lab/harness/harness.py's test and grad over every layer's test binary (a
+# skipped CUDA test fails it), and the mma-sync phase runs the convolutions'
+# tensor-core tests through it with PLEXUS_CONV_WGMMA=0.
 set -euo pipefail
 source_dir=$1
 work=$(mktemp -d)
@@ -115,7 +118,7 @@ check "shard without memcheck" 2 "MEMCHECK_SHARD=0/2 has no effect: PHASES has n
 
 run PHASES=memcheck GTEST_TOTAL_SHARDS=5 GTEST_SHARD_INDEX=4
 check "memcheck" 0 "cuda_a_test: rc=0" "cuda_b_test: rc=0" "SUMMARY: memcheck: 2 binaries, 0 with errors" \
-  "SUMMARY: gpu-check PASSED (phases run: memcheck; not run: build ctest mma-sync plugins)"
+  "SUMMARY: gpu-check PASSED (phases run: memcheck; not run: build ctest layers mma-sync plugins)"
 if grep -q cpu_only_test "$work/out.txt"; then echo "a binary without CUDA tests ran under memcheck"; exit 1; fi
 grep -qF "cuda_a_test ran, shard none of none, GPUs 0;" "$work/logs/memcheck.log" ||
   { echo "memcheck.log lacks the unsharded run on GPU 0"; cat "$work/logs/memcheck.log"; exit 1; }
@@ -190,4 +193,49 @@ if grep -q "not counted" "$work/out.txt"; then echo "ctest (two GPUs): the two-G
 run PHASES=ctest STANDIN_GPUS=1 STANDIN_SKIP_OTHER=1
 check "ctest (another skip)" 1 "(rc=0); skipped: 1 (the two-GPU tests not counted: one GPU visible)" \
   "SUMMARY: gpu-check FAILED"
-echo "gpu-check.sh: phases, shards, memcheck and ctest results as expected"
+
+# The layers and mma-sync phases: lab/harness/harness.py over stand-ins of every layer
+# test binary (tests/layers/*_test.cpp), each with a forward test, CPU and CUDA
+# gradient checks, a parity test and a tensor-core test; STANDIN_SKIP names a
+# test that skips. Each appends "binary filter PLEXUS_CONV_WGMMA" to calls.txt.
+mkdir -p "$work/layers-build/tests"
+for source in "$source_dir"/tests/layers/*_test.cpp; do
+  cat > "$work/layers-build/tests/$(basename "$source" .cpp)" <<STANDIN
+#!/usr/bin/env bash
+tests="Layer.Forward Layer.GradientsCpu Layer.GradientsCuda Layer.ParityCpuCuda Layer.TensorCoreCudaMatches"
+if [ "\$1" = "--gtest_list_tests" ]; then
+  echo "Layer."
+  for t in \$tests; do echo "  \${t#Layer.}"; done
+  exit 0
+fi
+filter=\${1#--gtest_filter=}
+echo "\$(basename "\$0") \$filter \${PLEXUS_CONV_WGMMA:-unset}" >> "$work/calls.txt"
+for t in \${filter//:/ }; do
+  if [ "\$t" = "\${STANDIN_SKIP:-}" ]; then echo "[  SKIPPED ] \$t (0 ms)"; else echo "[       OK ] \$t (0 ms)"; fi
+done
+echo "[  PASSED  ] tests."
+STANDIN
+  chmod +x "$work/layers-build/tests/$(basename "$source" .cpp)"
+done
+layer_binaries=$(python3 "$source_dir/lab/harness/harness.py" list | grep -oE " [a-z0-9_]+_test " | sort -u | wc -l)
+: > "$work/calls.txt"
+run PHASES=layers BUILD="$work/layers-build"
+check "layers" 0 "gdn_test test: passed: 3 of 3 passed" "gdn_test grad: passed: 2 of 2 passed" \
+  "SUMMARY: gpu-check PASSED (phases run: layers;"
+binaries=$(cut -d' ' -f1 "$work/calls.txt" | sort -u | wc -l)
+[ "$binaries" -ge 20 ] && [ "$binaries" -eq "$layer_binaries" ] ||
+  { echo "layers: $binaries layer test binaries ran, of $layer_binaries"; cat "$work/out.txt"; exit 1; }
+grep -qF "relu_test Layer.GradientsCpu:Layer.GradientsCuda unset" "$work/calls.txt" ||
+  { echo "layers: relu_test's gradient checks did not run"; cat "$work/calls.txt"; exit 1; }
+run PHASES=layers BUILD="$work/layers-build" STANDIN_SKIP=Layer.GradientsCuda
+check "layers with a skip" 1 "skipped: Layer.GradientsCuda (a test may not skip" "SUMMARY: gpu-check FAILED"
+: > "$work/calls.txt"
+run PHASES=mma-sync BUILD="$work/layers-build"
+check "mma-sync" 0 "SUMMARY: mma-sync: test PLEXUS_CONV_WGMMA=0: 2 of 2 passed" "SUMMARY: gpu-check PASSED"
+if [ "$(sort "$work/calls.txt")" != "$(printf '%s\n' "conv2d_test Layer.TensorCoreCudaMatches 0" \
+      "conv_transpose2d_test Layer.TensorCoreCudaMatches 0")" ]; then
+  echo "mma-sync: not the tensor-core tests of the two convolutions with PLEXUS_CONV_WGMMA=0:"
+  cat "$work/calls.txt"
+  exit 1
+fi
+echo "gpu-check.sh: phases, shards, memcheck, ctest, layers and mma-sync results as expected"
