@@ -1,5 +1,5 @@
 """One training step's kernels by kind, from `ncu --csv --metrics gpu__time_duration.sum`
-over plexus-bench --models (lab/checks/step-kernels.sh):
+over plexus-bench --models (python3 lab/harness/harness.py perf MODEL --kernels):
     python3 lab/bench/step_kernels.py MODEL.csv [--list]
 The step is the kernels after the first Adam update up to and including the
 second (the eager steps run first, each ending in fused_adam_kernel). Prints
