@@ -15,8 +15,10 @@
 #include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
+#include "plexus/train/run_clock.h"
+#include "plexus/train/stop_signal.h"
+#include "rate_levels.h"
 #include "skipped_images.h"
-#include "stop_signal.h"
 
 namespace plexus::ae {
 
@@ -26,6 +28,13 @@ namespace {
 
 // A fall of this many dB in validation PSNR below the best so far is reported as divergence.
 constexpr double kPsnrCollapseDb = 3.0;
+
+// The loss the steps train: weight * mse + bpp, the terms in this order.
+constexpr std::size_t kMseTerm = 0, kBppTerm = 1;
+train::StepLoss codec_loss(double weight) { return {kImage, {{kDistortion, weight}, {kRate, 1.0}}}; }
+
+using train::seconds_this_run;
+using train::stop_requested;
 
 struct Validation {
   double psnr = 0, bpp = 0, loss = 0;
@@ -86,15 +95,16 @@ TrainLoop::TrainLoop(TrainingRun& run)
       loader_(run.images.train, patch_sampler(run), run.step, o_.threads, 2 * std::max(1, o_.threads) + 1,
               run.settings.device),
       bar_(stderr_is_terminal(), o_.log_every),
-      training_(run.net, run.adam, run.ctx, loader_, o_.seed, run.weight, o_.cuda_graph, run.step,
-                run.parallel ? &run.parallel->communicator() : nullptr, gradient_bucket_bytes(o_.gradient_bucket_mb)),
+      training_(run.net, run.adam, run.ctx, loader_, codec_loss(run.weight), o_.seed, o_.cuda_graph, run.step,
+                run.parallel ? &run.parallel->communicator() : nullptr,
+                train::gradient_bucket_bytes(o_.gradient_bucket_mb)),
       last_good_checkpoint_(o_.resume ? run.step : -1),
       first_step_(run.step),
-      next_agreement_step_(run.step + DataParallelRank::kFirstAgreementStep),
+      next_agreement_step_(run.step + train::DataParallelRank::kFirstAgreementStep),
       last_step_(o_.steps),
       window_start_(std::chrono::steady_clock::now()) {
   training_.set_gradient_clipper(run.clipper.get());
-  if (run.settings.rate_levels > 0) training_.set_rate_lambdas(o_.lambdas);
+  if (run.settings.rate_levels > 0) training_.set_before_step(draw_rate_levels(o_.lambdas));
   stats_.total = o_.steps;
 }
 
@@ -128,9 +138,9 @@ bool TrainLoop::take_step() {
   }
   if (!training_.checks_every_step()) return true;
   // The CPU: free, so every step, as the progress line always did.
-  const TrainingWindow now = training_.peek_window();
+  const train::TrainingWindow now = training_.peek_window();
   if (diverged(now.divergence)) return false;
-  smoothed_.add(now.last_loss, now.last_mse, now.last_bpp);
+  smoothed_.add(now.last_loss, now.last_terms[kMseTerm], now.last_terms[kBppTerm]);
   stats_.loss = smoothed_.loss;
   stats_.bpp = smoothed_.bpp;
   stats_.psnr = psnr_of_mse(smoothed_.mse);
@@ -151,28 +161,29 @@ void TrainLoop::update_pace(std::chrono::steady_clock::time_point step_start) {
   // Images of all ranks.
   stats_.images_per_second = seconds_per_step_ > 0 ? o_.batch * run_.world_size() / seconds_per_step_ : 0;
   stats_.eta_seconds =
-      remaining_seconds(seconds_per_step_, o_.steps - run_.step, o_.time_limit, seconds_this_run(run_.start));
+      train::remaining_seconds(seconds_per_step_, o_.steps - run_.step, o_.time_limit, seconds_this_run(run_.start));
 }
 
 bool TrainLoop::due(std::int64_t every) const { return run_.step % every == 0 || run_.step == last_step_; }
 
 bool TrainLoop::log_window() {
-  const TrainingWindow window = training_.read_window();
+  const train::TrainingWindow window = training_.read_window();
+  const double mse = window.terms[kMseTerm], bpp = window.terms[kBppTerm];
   if (diverged(window.divergence)) return false;
   const auto now = std::chrono::steady_clock::now();
   const double window_seconds = std::chrono::duration<double>(now - window_start_).count();
   if (!training_.checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
     stats_.loss = window.loss;
-    stats_.bpp = window.bpp;
-    stats_.psnr = psnr_of_mse(window.mse);
+    stats_.bpp = bpp;
+    stats_.psnr = psnr_of_mse(mse);
   }
   if (log_)
     log_->write({{"kind", "train"},
                  {"step", run_.step},
                  {"loss", window.loss},
-                 {"mse", window.mse},
-                 {"bpp", window.bpp},
-                 {"psnr", psnr_of_mse(window.mse)},
+                 {"mse", mse},
+                 {"bpp", bpp},
+                 {"psnr", psnr_of_mse(mse)},
                  {"lr", run_.adam.learning_rate()},
                  {"images_per_second",
                   window_seconds > 0 ? window.steps * o_.batch * run_.world_size() / window_seconds : 0.0},
@@ -207,13 +218,14 @@ bool TrainLoop::validate() {
   return true;
 }
 
-bool TrainLoop::diverged(const std::optional<Divergence>& d) {
+bool TrainLoop::diverged(const std::optional<train::Divergence>& d) {
   if (!d) return false;
   bar_.finish();
   spdlog::error(
       "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
       "Try a lower --lr (now {}) or check the data.",
-      std::isnan(d->loss) ? "NaN" : "infinite", d->step, d->mse, d->bpp, last_good_checkpoint_text(), o_.lr);
+      std::isnan(d->loss) ? "NaN" : "infinite", d->step, d->terms[kMseTerm], d->terms[kBppTerm],
+      last_good_checkpoint_text(), o_.lr);
   warn_skipped_images(run_.images.train, "training");
   return true;
 }

@@ -9,11 +9,11 @@
 // from a checkpoint at step k (parameters, Adam moments and step count
 // restored) takes exactly the steps an uninterrupted run takes.
 //
-// Data-parallel (a worker of --gpus N, worker_launch.h): rank r takes crops
+// Data-parallel (a worker of --gpus N, plexus/train/worker_launch.h): rank r takes crops
 // [r B, (r + 1) B) of the global batch of step k, so the data sequence is
 // the same for any number of ranks; rank 0 alone writes and reports.
 //
-// The steps themselves (TrainingStep) are enqueued without waiting for the
+// The steps themselves (train::TrainingStep) are enqueued without waiting for the
 // GPU: the loss is read back once per log line, and divergence is looked up
 // in a device-side record at log, validation, checkpoint and stop points
 // (every step on the CPU, where it is free).
@@ -27,9 +27,9 @@
 #include "metrics_log.h"
 #include "plexus/data/batch_loader.h"
 #include "plexus/distributed/agreement.h"
+#include "plexus/train/training_step.h"
 #include "train_progress.h"
 #include "training_run.h"
-#include "training_step.h"
 
 namespace plexus::ae {
 
@@ -57,7 +57,7 @@ class TrainLoop {
   // Validates on --val and lets the schedule observe the loss. False: diverged.
   bool validate();
   // Reports a divergence, when there is one.
-  bool diverged(const std::optional<Divergence>& divergence);
+  bool diverged(const std::optional<train::Divergence>& divergence);
   // What a diverged run leaves: the last good checkpoint, or none.
   std::string last_good_checkpoint_text() const;
   // <out>/checkpoint.safetensors, unless training diverged. `why` names it in
@@ -76,7 +76,7 @@ class TrainLoop {
   std::unique_ptr<MetricsLog> log_;  // rank 0 only
   data::BatchLoader loader_;
   ProgressBar bar_;
-  TrainingStep training_;
+  train::TrainingStep training_;
   std::int64_t last_good_checkpoint_;  // -1: none saved yet
   const std::int64_t first_step_;
   std::int64_t next_agreement_step_;
