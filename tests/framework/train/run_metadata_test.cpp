@@ -55,8 +55,9 @@ TEST(RunMetadata, SettingsAreReadAndCheckedByTheTable) {
   file.metadata["toy.train"] = R"({"batch": 4, "data": "images"})";
   EXPECT_EQ(settings_from_checkpoint(file, "a.safetensors", kKeys, table).at("batch"), 4);
   file.metadata["toy.train"] = R"({"batch": 65, "data": "images"})";
-  testing::expect_error<IoError>([&] { settings_from_checkpoint(file, "a.safetensors", kKeys, table); },
-                                 {"a.safetensors (training settings): at /batch: must be an integer in [1, 64], got 65"});
+  testing::expect_error<IoError>(
+      [&] { settings_from_checkpoint(file, "a.safetensors", kKeys, table); },
+      {"a.safetensors (training settings): at /batch: must be an integer in [1, 64], got 65"});
   file.metadata["toy.train"] = "not json";
   testing::expect_error<IoError>([&] { settings_from_checkpoint(file, "a.safetensors", kKeys, table); },
                                  {"'a.safetensors' carries unreadable toy training settings: not json"});

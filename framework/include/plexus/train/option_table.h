@@ -8,6 +8,7 @@
 // run starts with (validate). The key of an option in the saved settings
 // and in `given` is its name with '-' written '_' ("checkpoint-every" ->
 // "checkpoint_every").
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -62,7 +63,7 @@ struct Bounds {
   Bounds& with_note(std::string text) { return note = std::move(text), *this; }
 };
 
-// Saved lists (--lambdas) hold at most this many values.
+// A saved list holds at most this many values (a corrupt checkpoint cannot ask for more).
 inline constexpr std::size_t kMaxSavedListSize = 1000;
 
 // The texts of the table's messages (option_table.cpp).
@@ -111,7 +112,11 @@ struct OptionRow {
   OptionRow& changes_the_run() { return on_resume = OnResume::kChangesRun, *this; }
   OptionRow& may_change_on_resume() { return on_resume = OnResume::kMayChange, *this; }
   OptionRow& range(Bounds b) { return has_bounds = true, bounds = std::move(b), *this; }
-  OptionRow& range_checked_when_parsed(Bounds b) { return range(std::move(b)), bounds_checked_when_parsed = true, *this; }
+  OptionRow& range_checked_when_parsed(Bounds b) {
+    range(std::move(b));
+    bounds_checked_when_parsed = true;
+    return *this;
+  }
   OptionRow& type(std::string text) { return type_name = std::move(text), *this; }
   OptionRow& one_of(std::vector<std::string> values) { return choices = std::move(values), *this; }
 };
@@ -121,7 +126,7 @@ class OptionTable {
  public:
   using Row = OptionRow<Options>;
 
-  // Declares option `--name`; the row's other words follow (row.h).
+  // Declares option `--name`; its other words are chained on the row (.changes_the_run().range(...)).
   Row& add(std::string name, typename Row::Member member, std::string help) {
     Row row;
     row.name = std::move(name);
@@ -151,8 +156,9 @@ class OptionTable {
   void check_saved(const nlohmann::json& saved, const std::string& source) const {
     for (const Row& row : rows_) {
       if (!row.saved() || !saved.contains(row.key())) continue;
-      std::visit([&](auto member) { check_saved_value<MemberType<decltype(member)>>(row, saved.at(row.key()), source); },
-                 row.member);
+      std::visit(
+          [&](auto member) { check_saved_value<MemberType<decltype(member)>>(row, saved.at(row.key()), source); },
+          row.member);
     }
   }
 
