@@ -26,7 +26,8 @@
 #include "plexus/net.h"
 #include "output_folder.h"
 #include "parameter_storage.h"
-#include "run_metadata.h"
+#include "plexus/checkpoint.h"
+#include "plexus/model_spec.h"
 #include "session.h"
 
 namespace plexus::ae {

@@ -27,7 +27,8 @@
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "precision_option.h"
-#include "run_metadata.h"
+#include "plexus/checkpoint.h"
+#include "plexus/model_spec.h"
 #include "session.h"
 #include "skipped_images.h"
 

@@ -1,9 +1,12 @@
 #pragma once
-// Exit codes of plexus-ae.
+// Exit codes of plexus-ae: the trainer's (plexus/train/exit_codes.h), which
+// the supervisor of --gpus N reads from its workers.
+#include "plexus/train/exit_codes.h"
+
 namespace plexus::ae {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;          // bad input, I/O error, diverged training
-inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving
+using train::kExitError;        // bad input, I/O error, diverged training
+using train::kExitInterrupted;  // stopped by SIGINT/SIGTERM after saving
+using train::kExitOk;
 
 }  // namespace plexus::ae

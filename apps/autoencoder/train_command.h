@@ -9,7 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "options.h"
-#include "worker_environment.h"
+#include "plexus/train/worker_environment.h"
+#include "train_options.h"
 
 namespace plexus::ae {
 
@@ -23,14 +24,15 @@ void add_train_command(CLI::App& app, int& exit_code, std::vector<std::string> a
 // `worker` environment, this process is one rank of a data-parallel run:
 // it trains on its share of each batch, and rank 0 alone writes the
 // output folder (checkpoints, model, metrics, messages).
-int run_train(TrainOptions options, const std::set<std::string>& given,
-              const std::optional<WorkerEnvironment>& worker = std::nullopt);
+// `table`: the options' table (train_options.h).
+int run_train(TrainOptions options, const TrainOptionTable& table, const std::set<std::string>& given,
+              const std::optional<train::WorkerEnvironment>& worker = std::nullopt);
 
 // The default --out of a model: runs/<model name>.
 std::string default_train_out(const std::string& model);
 
 // `plexus-ae train --gpus N` (N >= 1): starts N workers running `arguments`
-// (this command line, argv[1..]) and supervises them (worker_launch.h).
+// (this command line, argv[1..]) and supervises them (plexus/train/worker_launch.h).
 int launch_train_workers(TrainOptions options, const std::vector<std::string>& arguments);
 
 }  // namespace plexus::ae

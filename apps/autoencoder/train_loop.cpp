@@ -12,11 +12,10 @@
 #include "exit_codes.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
-#include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
-#include "plexus/tensor_ops.h"
+#include "plexus/train/run_clock.h"
+#include "rate_levels.h"
 #include "skipped_images.h"
-#include "stop_signal.h"
 
 namespace plexus::ae {
 
@@ -26,6 +25,10 @@ namespace {
 
 // A fall of this many dB in validation PSNR below the best so far is reported as divergence.
 constexpr double kPsnrCollapseDb = 3.0;
+
+// The loss the steps train: weight * mse + bpp, the terms in this order.
+constexpr std::size_t kMseTerm = 0, kBppTerm = 1;
+train::StepLoss codec_loss(double weight) { return {kImage, {{kDistortion, weight}, {kRate, 1.0}}}; }
 
 struct Validation {
   double psnr = 0, bpp = 0, loss = 0;
@@ -56,15 +59,6 @@ Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, in
   return v;
 }
 
-bool parameters_finite(Context& ctx, Net& net, std::string* culprit) {
-  for (const auto& p : net.parameters())
-    if (!all_finite(ctx, p.parameter->value)) {
-      *culprit = p.name;
-      return false;
-    }
-  return true;
-}
-
 std::unique_ptr<MetricsLog> open_metrics_log(const TrainingRun& run) {
   if (!run.root) return nullptr;
   const TrainOptions& o = run.settings.options;
@@ -86,105 +80,59 @@ TrainLoop::TrainLoop(TrainingRun& run)
       loader_(run.images.train, patch_sampler(run), run.step, o_.threads, 2 * std::max(1, o_.threads) + 1,
               run.settings.device),
       bar_(stderr_is_terminal(), o_.log_every),
-      training_(run.net, run.adam, run.ctx, loader_, o_.seed, run.weight, o_.cuda_graph, run.step,
-                run.parallel ? &run.parallel->communicator() : nullptr, gradient_bucket_bytes(o_.gradient_bucket_mb)),
-      last_good_checkpoint_(o_.resume ? run.step : -1),
-      first_step_(run.step),
-      next_agreement_step_(run.step + DataParallelRank::kFirstAgreementStep),
-      last_step_(o_.steps),
-      window_start_(std::chrono::steady_clock::now()) {
-  training_.set_gradient_clipper(run.clipper.get());
-  if (run.settings.rate_levels > 0) training_.set_rate_lambdas(o_.lambdas);
+      trainer_({run.net, run.adam, run.ctx, run.schedule, run.clipper.get(), run.parallel.get(), run.root, run.step,
+                run.start, o_.resume},
+               loader_, codec_loss(run.weight), o_, *this) {
+  if (run.settings.rate_levels > 0) trainer_.training_step().set_before_step(draw_rate_levels(o_.lambdas));
   stats_.total = o_.steps;
 }
 
-int TrainLoop::train() {
-  while (run_.step < last_step_) {
-    const auto step_start = std::chrono::steady_clock::now();
-    if (!take_step()) return kExitError;
-    check_time_limit();
-    update_pace(step_start);
-    if (due(o_.log_every) && !log_window()) return kExitError;
-    if (run_.root) bar_.update(stats_);
-    if (run_.images.validation && due(o_.val_every) && !validate()) return kExitError;
-    if (run_.parallel && o_.replica_check_every > 0 && run_.step % o_.replica_check_every == 0)
-      distributed::check_replicas_agree(run_.ctx, run_.parallel->communicator(), run_.net.parameters(), run_.step);
-    if (o_.checkpoint_every > 0 && run_.step % o_.checkpoint_every == 0 && run_.step < last_step_ &&
-        !save_checkpoint("periodic"))
-      return kExitError;
-    if (const std::optional<int> signal_number = stop_signal()) return stop(*signal_number);
-  }
-  return finish();
-}
+int TrainLoop::train() { return trainer_.train(); }
 
-bool TrainLoop::take_step() {
-  run_.adam.set_learning_rate(run_.schedule.rate_for_step(run_.step, schedule_seconds()));  // read by begin_step
-  training_.run(run_.step);
-  ++run_.step;
-  if (run_.parallel && run_.step == next_agreement_step_) {
-    agreed_ = run_.parallel->agree(run_.ctx, stop_requested(), out_of_time(), seconds_this_run(run_.start),
-                                   seconds_per_step_);
-    next_agreement_step_ = run_.step + agreed_.next_interval;
-  }
-  if (!training_.checks_every_step()) return true;
-  // The CPU: free, so every step, as the progress line always did.
-  const TrainingWindow now = training_.peek_window();
-  if (diverged(now.divergence)) return false;
-  smoothed_.add(now.last_loss, now.last_mse, now.last_bpp);
+void TrainLoop::end_line() { bar_.finish(); }
+
+void TrainLoop::on_step_values(const train::TrainingWindow& now) {
+  smoothed_.add(now.last_loss, now.last_terms[kMseTerm], now.last_terms[kBppTerm]);
   stats_.loss = smoothed_.loss;
   stats_.bpp = smoothed_.bpp;
   stats_.psnr = psnr_of_mse(smoothed_.mse);
-  return true;
 }
 
-void TrainLoop::check_time_limit() {
-  if (run_.step >= last_step_ || !(run_.parallel ? agreed_.out_of_time : out_of_time())) return;
-  last_step_ = run_.step;
-  bar_.finish();
-  spdlog::info("--time-limit of {} s reached after step {} of {}; finishing", o_.time_limit, run_.step, o_.steps);
-}
-
-void TrainLoop::update_pace(std::chrono::steady_clock::time_point step_start) {
-  const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-  seconds_per_step_ = run_.step == first_step_ + 1 ? step_seconds : 0.9 * seconds_per_step_ + 0.1 * step_seconds;
-  stats_.step = run_.step;
+void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
+  stats_.step = step;
   // Images of all ranks.
-  stats_.images_per_second = seconds_per_step_ > 0 ? o_.batch * run_.world_size() / seconds_per_step_ : 0;
-  stats_.eta_seconds =
-      remaining_seconds(seconds_per_step_, o_.steps - run_.step, o_.time_limit, seconds_this_run(run_.start));
+  stats_.images_per_second = seconds_per_step > 0 ? o_.batch * run_.world_size() / seconds_per_step : 0;
+  stats_.eta_seconds = train::remaining_seconds(seconds_per_step, o_.steps - step, o_.time_limit,
+                                                train::seconds_this_run(run_.start));
 }
 
-bool TrainLoop::due(std::int64_t every) const { return run_.step % every == 0 || run_.step == last_step_; }
-
-bool TrainLoop::log_window() {
-  const TrainingWindow window = training_.read_window();
-  if (diverged(window.divergence)) return false;
-  const auto now = std::chrono::steady_clock::now();
-  const double window_seconds = std::chrono::duration<double>(now - window_start_).count();
-  if (!training_.checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
+void TrainLoop::on_log(const train::TrainingWindow& window, double seconds, double loader_wait_seconds) {
+  const double mse = window.terms[kMseTerm], bpp = window.terms[kBppTerm];
+  if (!trainer_.training_step().checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
     stats_.loss = window.loss;
-    stats_.bpp = window.bpp;
-    stats_.psnr = psnr_of_mse(window.mse);
+    stats_.bpp = bpp;
+    stats_.psnr = psnr_of_mse(mse);
   }
   if (log_)
     log_->write({{"kind", "train"},
                  {"step", run_.step},
                  {"loss", window.loss},
-                 {"mse", window.mse},
-                 {"bpp", window.bpp},
-                 {"psnr", psnr_of_mse(window.mse)},
+                 {"mse", mse},
+                 {"bpp", bpp},
+                 {"psnr", psnr_of_mse(mse)},
                  {"lr", run_.adam.learning_rate()},
-                 {"images_per_second",
-                  window_seconds > 0 ? window.steps * o_.batch * run_.world_size() / window_seconds : 0.0},
-                 {"loader_wait_seconds", training_.seconds_waiting_for_loader() - window_start_loader_wait_},
+                 {"images_per_second", seconds > 0 ? window.steps * o_.batch * run_.world_size() / seconds : 0.0},
+                 {"loader_wait_seconds", loader_wait_seconds},
                  {"elapsed_seconds", run_.elapsed_seconds()}});
-  window_start_ = now;
-  window_start_loader_wait_ = training_.seconds_waiting_for_loader();
-  return true;
 }
 
-bool TrainLoop::validate() {
-  if (diverged(training_.divergence())) return false;
+void TrainLoop::after_step() {
+  if (run_.root) bar_.update(stats_);
+}
+
+bool TrainLoop::validates() const { return run_.images.validation != nullptr; }
+
+double TrainLoop::validate() {
   const Validation v = validate_images(run_.net, run_.ctx, *run_.images.validation, run_.settings.stride,
                                        o_.val_images, run_.weight, run_.training_shape, run_.validation_level());
   if (run_.root) bar_.finish();
@@ -199,72 +147,32 @@ bool TrainLoop::validate() {
                  "Try a lower --lr (now {}) or --clip-grad-norm (now {})",
                  best, v.psnr, run_.adam.learning_rate(), o_.clip_grad_norm);
   if (!std::isfinite(best) || v.psnr > best) best = v.psnr;
-  if (run_.schedule.observe_validation(v.loss)) {
-    spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
-                 o_.lr_patience, run_.schedule.current_rate());
-    run_.adam.set_learning_rate(run_.schedule.rate_for_step(run_.step, schedule_seconds()));
-  }
-  return true;
+  return v.loss;
 }
 
-bool TrainLoop::diverged(const std::optional<Divergence>& d) {
-  if (!d) return false;
-  bar_.finish();
+void TrainLoop::write_checkpoint() {
+  plexus::save_checkpoint(run_.settings.checkpoint_path, run_.net, &run_.adam, run_.step, run_.checkpoint_metadata());
+}
+
+std::string TrainLoop::checkpoint_path() const { return run_.settings.checkpoint_path; }
+
+void TrainLoop::on_diverged(const train::Divergence& d, const std::string& kept) {
   spdlog::error(
       "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
       "Try a lower --lr (now {}) or check the data.",
-      std::isnan(d->loss) ? "NaN" : "infinite", d->step, d->mse, d->bpp, last_good_checkpoint_text(), o_.lr);
+      std::isnan(d.loss) ? "NaN" : "infinite", d.step, d.terms[kMseTerm], d.terms[kBppTerm], kept, o_.lr);
   warn_skipped_images(run_.images.train, "training");
-  return true;
 }
 
-std::string TrainLoop::last_good_checkpoint_text() const {
-  if (last_good_checkpoint_ < 0) return "No checkpoint had been saved yet.";
-  return "The last good checkpoint, '" + run_.settings.checkpoint_path + "' at step " +
-         std::to_string(last_good_checkpoint_) + ", is kept.";
-}
-
-bool TrainLoop::save_checkpoint(const char* why) {
-  if (diverged(training_.divergence())) return false;
-  std::string culprit;
-  if (!parameters_finite(run_.ctx, run_.net, &culprit)) {
-    bar_.finish();
-    spdlog::error("training diverged: parameter '{}' is not finite after step {}; not saving the {} checkpoint. {}",
-                  culprit, run_.step, why, last_good_checkpoint_text());
-    return false;
-  }
-  if (run_.root)
-    plexus::save_checkpoint(run_.settings.checkpoint_path, run_.net, &run_.adam, run_.step,
-                            run_.checkpoint_metadata());
-  last_good_checkpoint_ = run_.step;
-  return true;
-}
-
-std::optional<int> TrainLoop::stop_signal() {
-  int signal_number = 0;
-  const bool stop = run_.parallel ? agreed_.stop : stop_requested(&signal_number);
-  if (!stop) return std::nullopt;
-  if (run_.parallel) stop_requested(&signal_number);  // this rank's own signal, if it got one
-  return signal_number;
-}
-
-int TrainLoop::stop(int signal_number) {
-  bar_.finish();
-  if (!save_checkpoint("interrupted")) return kExitError;
+void TrainLoop::on_stopped(int signal_number) {
   if (run_.root)
     spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
                  signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", run_.step, o_.steps,
                  run_.settings.checkpoint_path, o_.out, o_.gpus > 0 ? " --gpus N (any N)" : "");
   warn_skipped_images(run_.images.train, "training");
-  return kExitInterrupted;
 }
 
-int TrainLoop::finish() {
-  bar_.finish();
-  if (run_.parallel)
-    distributed::check_replicas_agree(run_.ctx, run_.parallel->communicator(), run_.net.parameters(), run_.step);
-  if (!save_checkpoint("final")) return kExitError;
-  if (!run_.root) return kExitOk;
+void TrainLoop::on_finished() {
   run_.write_model();
   std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
               static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr);
@@ -272,15 +180,6 @@ int TrainLoop::finish() {
               run_.settings.checkpoint_path.c_str(), log_->path().c_str());
   warn_skipped_images(run_.images.train, "training");
   if (run_.images.validation) warn_skipped_images(*run_.images.validation, "validation");
-  return kExitOk;
-}
-
-bool TrainLoop::out_of_time() const {
-  return o_.time_limit > 0 && seconds_this_run(run_.start) >= o_.time_limit;
-}
-
-double TrainLoop::schedule_seconds() const {
-  return run_.parallel ? agreed_.seconds : seconds_this_run(run_.start);
 }
 
 }  // namespace plexus::ae

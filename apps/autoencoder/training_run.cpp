@@ -13,8 +13,9 @@
 #include "plexus/checkpoint.h"
 #include "plexus/distributed/replicas.h"
 #include "plexus/error.h"
+#include "plexus/train/run_clock.h"
+#include "gpus_option.h"
 #include "precision_option.h"
-#include "run_metadata.h"
 #include "session.h"
 
 namespace plexus::ae {
@@ -23,27 +24,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void check_values(const TrainOptions& o) {
+// The values the run starts with, the command line's or the checkpoint's: every range of the table.
+void check_values(const TrainOptions& o, const TrainOptionTable& table) {
   if (o.data.empty()) throw ConfigError("--data is required: a folder of training images (PNG/JPEG)");
-  if (!(o.lambda > 0) || !std::isfinite(o.lambda)) throw ConfigError("--lambda must be > 0, got " + std::to_string(o.lambda));
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ConfigError("--lr must be > 0, got " + std::to_string(o.lr));
-  if (o.steps < 1 || o.steps > limits::kMaxSteps)
-    throw ConfigError("--steps must be in [1, " + std::to_string(limits::kMaxSteps) + "], got " + std::to_string(o.steps));
-  if (o.batch < 1 || o.batch > kMaxBatch)
-    throw ConfigError("--batch must be in [1, " + std::to_string(kMaxBatch) + "], got " + std::to_string(o.batch));
-  if (o.patch < 1 || o.patch > kMaxPatch)
-    throw ConfigError("--patch must be in [1, " + std::to_string(kMaxPatch) + "], got " + std::to_string(o.patch));
-  if (o.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0, got " + std::to_string(o.checkpoint_every));
-  if (o.log_every < 1) throw ConfigError("--log-every must be >= 1, got " + std::to_string(o.log_every));
-  if (o.val_every < 1) throw ConfigError("--val-every must be >= 1, got " + std::to_string(o.val_every));
-  if (o.threads < 0 || o.threads > kMaxThreads)
-    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " + std::to_string(o.threads));
-  if (!(o.time_limit >= 0)) throw ConfigError("--time-limit must be >= 0 seconds, got " + std::to_string(o.time_limit));
-  if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
-    throw ConfigError("--clip-grad-norm must be >= 0 (0: no clipping), got " + std::to_string(o.clip_grad_norm));
-  if (o.replica_check_every < 0)
-    throw ConfigError("--replica-check-every must be >= 0 (0: only at the end), got " +
-                      std::to_string(o.replica_check_every));
+  table.validate(o);
 }
 
 // --lambdas for a variable-rate model (as many as its rate levels, increasing), --lambda otherwise.
@@ -80,14 +64,15 @@ void check_patch(const TrainSettings& s) {
 
 // --resume: the checkpoint's settings for every option not in `given`, its
 // model unless --model is given again, and its record of the earlier runs.
-void read_checkpoint_settings(TrainSettings& s, const std::set<std::string>& given, const Registry& registry) {
+void read_checkpoint_settings(TrainSettings& s, const TrainOptionTable& table, const std::set<std::string>& given,
+                              const Registry& registry) {
   std::error_code error;
   if (!fs::exists(s.checkpoint_path, error))
     throw IoError("--resume: no checkpoint at '" + s.checkpoint_path +
                   "' (train without --resume first, or check --out)");
   TensorFile saved = load_safetensors(s.checkpoint_path);
-  apply_saved_settings(s.options, settings_from_checkpoint(saved, s.checkpoint_path), given);
-  s.earlier = progress_from_checkpoint(saved);
+  table.restore(s.options, train::settings_from_checkpoint(saved, s.checkpoint_path, kTrainRunKeys, table), given);
+  s.earlier = train::progress_from_checkpoint(saved, kTrainRunKeys);
   s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path, registry);
 }
 
@@ -117,8 +102,9 @@ double TrainSettings::loss_lambda() const {
   return rate_levels == 0 ? options.lambda : variable_rate_lambda(options.lambdas);
 }
 
-TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,
-                                     const Registry& registry, const std::optional<WorkerEnvironment>& worker) {
+TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTable& table,
+                                     const std::set<std::string>& given, const Registry& registry,
+                                     const std::optional<train::WorkerEnvironment>& worker) {
   TrainSettings s;
   s.options = std::move(options);
   const TrainOptions& o = s.options;
@@ -129,14 +115,14 @@ TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::s
                       "its checkpoint: give one of them");
   std::error_code error;
   if (o.resume) {
-    read_checkpoint_settings(s, given, registry);
+    read_checkpoint_settings(s, table, given, registry);
   } else {
     if (fs::exists(s.checkpoint_path, error))
       throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "
                         "or choose another --out");
     s.spec = resolve_model(o.model);
   }
-  check_values(o);
+  check_values(o, table);
   check_contract(s.spec);
   s.rate_levels = rate_levels(s.spec);
   check_lambdas(s);
@@ -151,8 +137,9 @@ TrainingImages::TrainingImages(const TrainOptions& o)
     : train(o.data, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels, kPixelLimitHint),
       validation(open_validation_images(o)) {}
 
-TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry, TrainingImages& images, bool root,
-                         const std::set<std::string>& given, const std::optional<WorkerEnvironment>& worker)
+TrainingRun::TrainingRun(const TrainSettings& settings, const TrainOptionTable& table, const Registry& registry,
+                         TrainingImages& images, bool root, const std::set<std::string>& given,
+                         const std::optional<train::WorkerEnvironment>& worker)
     : settings(settings),
       registry(registry),
       images(images),
@@ -166,8 +153,8 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry
       clipper(settings.options.clip_grad_norm > 0 ? std::make_unique<GradientClipper>(settings.options.clip_grad_norm)
                                                   : nullptr),
       weight(distortion_weight(settings.loss_lambda())),
-      settings_text(train_settings(settings.options, settings.stride).dump()),
-      best_val_psnr(settings.earlier.best_val_psnr) {
+      settings_text(train_settings(table, settings.options, settings.stride).dump()),
+      best_val_psnr(settings.earlier.best_validation) {
   const TrainOptions& o = settings.options;
   ctx.set_precision(settings.precision);
   net.set_activation_storage(activation_storage_for(settings.precision, settings.device));
@@ -176,22 +163,24 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const Registry& registry
   if (o.resume) {
     step = load_checkpoint(settings.checkpoint_path, net, &adam);
     // A new --lr given on --resume restarts the schedule from it.
-    if (!given.count("lr")) schedule.restore(settings.earlier.lr_schedule);
+    if (!given.count(train::kLrOption)) schedule.restore(settings.earlier.lr_schedule);
   }
   // Data-parallel: join the other ranks and start from rank 0's parameters.
   if (worker) {
-    parallel = std::make_unique<DataParallelRank>(*worker, settings.device, o.rank_timeout);
+    parallel = std::make_unique<train::DataParallelRank>(*worker, settings.device, o.rank_timeout);
     distributed::broadcast_parameters(ctx, parallel->communicator(), net.parameters());
   }
   adam.set_learning_rate(schedule.rate_for_step(step));
   start = std::chrono::steady_clock::now();
 }
 
-double TrainingRun::elapsed_seconds() const { return settings.earlier.elapsed_seconds + seconds_this_run(start); }
+double TrainingRun::elapsed_seconds() const {
+  return settings.earlier.elapsed_seconds + train::seconds_this_run(start);
+}
 
 std::map<std::string, std::string> TrainingRun::checkpoint_metadata() const {
-  const TrainProgress progress{schedule.state(), elapsed_seconds(), best_val_psnr};
-  return {{kTrainSettingsKey, settings_text}, {kTrainProgressKey, progress_json(progress).dump()}};
+  const train::RunProgress progress{schedule.state(), elapsed_seconds(), best_val_psnr};
+  return {{kTrainRunKeys.settings, settings_text}, {kTrainRunKeys.progress, train::progress_json(progress).dump()}};
 }
 
 void TrainingRun::log_start() const {

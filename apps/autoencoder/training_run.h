@@ -10,8 +10,6 @@
 #include <set>
 #include <string>
 
-#include "data_parallel.h"
-#include "lr_schedule.h"
 #include "options.h"
 #include "plexus/context.h"
 #include "plexus/data/image_folder.h"
@@ -20,8 +18,11 @@
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
-#include "train_progress.h"
-#include "worker_environment.h"
+#include "plexus/train/data_parallel.h"
+#include "plexus/train/lr_schedule.h"
+#include "plexus/train/run_metadata.h"
+#include "plexus/train/worker_environment.h"
+#include "train_options.h"
 
 namespace plexus::ae {
 
@@ -30,7 +31,7 @@ namespace plexus::ae {
 struct TrainSettings {
   TrainOptions options;
   ModelSpec spec;
-  TrainProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
+  train::RunProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
   int stride = 0;
   int rate_levels = 0;  // a variable-rate model's (rate_levels()); 0: a model of one rate
   Device device;
@@ -45,8 +46,9 @@ struct TrainSettings {
 
 // `options.out` must be set. Reads the checkpoint on --resume; throws
 // ConfigError or IoError saying what to change.
-TrainSettings resolve_train_settings(TrainOptions options, const std::set<std::string>& given,
-                                     const Registry& registry, const std::optional<WorkerEnvironment>& worker);
+TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTable& table,
+                                     const std::set<std::string>& given, const Registry& registry,
+                                     const std::optional<train::WorkerEnvironment>& worker);
 
 // The training images and, with --val, the validation images.
 struct TrainingImages {
@@ -61,14 +63,15 @@ struct TrainingImages {
 // parameters. `root`: rank 0 or a single process, the one that writes the
 // output folder and reports.
 struct TrainingRun {
-  TrainingRun(const TrainSettings& settings, const Registry& registry, TrainingImages& images, bool root,
-              const std::set<std::string>& given, const std::optional<WorkerEnvironment>& worker);
+  TrainingRun(const TrainSettings& settings, const TrainOptionTable& table, const Registry& registry,
+              TrainingImages& images, bool root, const std::set<std::string>& given,
+              const std::optional<train::WorkerEnvironment>& worker);
 
   int world_size() const { return parallel ? parallel->world_size() : 1; }
   // Training seconds of every run of this --out: the earlier runs' and this one's.
   double elapsed_seconds() const;
   // What a checkpoint keeps besides the step and the optimiser: the settings
-  // and the progress (run_metadata.h, train_progress.h).
+  // and the progress (plexus/train/run_metadata.h).
   std::map<std::string, std::string> checkpoint_metadata() const;
   // The "training <model> ..." message that opens the run, and (rank 0) a
   // warning when compress and export could not code the trained model.
@@ -86,10 +89,10 @@ struct TrainingRun {
   const Shape training_shape;  // {--batch, 3, --patch, --patch}
   Net net;
   Adam adam;
-  LrSchedule schedule;
+  train::LrSchedule schedule;
   std::unique_ptr<GradientClipper> clipper;  // null: --clip-grad-norm 0
   std::int64_t step = 0;                     // steps taken, by every run of this --out
-  std::unique_ptr<DataParallelRank> parallel;  // null: a single process
+  std::unique_ptr<train::DataParallelRank> parallel;  // null: a single process
   const double weight;                         // of the distortion in the loss: distortion_weight(loss_lambda())
   const std::string settings_text;             // train_settings() as JSON text
   double best_val_psnr;                        // NaN: no validation yet

@@ -26,8 +26,8 @@
 #include "plexus/context.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/testing/gtest_helpers.h"
-#include "exit_codes.h"
-#include "worker_launch.h"
+#include "plexus/train/exit_codes.h"
+#include "plexus/train/worker_launch.h"
 
 namespace plexus {
 namespace {
@@ -205,9 +205,9 @@ TEST_F(PlexusAeDataParallel, TwoGpusWithoutNcclOrWithoutTwoGpusIsAClearError) {
 }
 
 TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
-  setenv(ae::kRankVariable, "0", 1);
+  setenv(train::kRankVariable, "0", 1);
   auto result = run(tiny_run("env", 5));
-  unsetenv(ae::kRankVariable);
+  unsetenv(train::kRankVariable);
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "PLEXUS_WORLD_SIZE is not set, but PLEXUS_RANK is")) << result.err;
 }
@@ -219,10 +219,10 @@ TEST(WorkerSupervisor, AFailedWorkerTakesTheOthersDown) {
   ScratchFolder folder("supervisor");
   testing::LogCapture log;
   const auto start = std::chrono::steady_clock::now();
-  const int code = ae::supervise_workers(
+  const int code = train::supervise_workers(
       {"/bin/sh", "-c", "if [ \"$PLEXUS_RANK\" = 1 ]; then exit 3; fi; exec sleep 60"}, 3, folder / "rendezvous");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(code, ae::kExitError);
+  EXPECT_EQ(code, train::kExitError);
   EXPECT_LT(seconds, 20.0);
   EXPECT_TRUE(contains(log.text(), "worker rank 1 of 3")) << log.text();
   EXPECT_TRUE(contains(log.text(), "exited with status 3")) << log.text();
@@ -233,7 +233,7 @@ TEST(WorkerSupervisor, GivesEachWorkerItsRankAndTheRendezvousFile) {
   ScratchFolder folder("supervisor-env");
   const std::string script = "echo \"$PLEXUS_RANK $PLEXUS_WORLD_SIZE $PLEXUS_RENDEZVOUS\" > " + folder.path() +
                              "/rank-$PLEXUS_RANK";
-  EXPECT_EQ(ae::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet"), ae::kExitOk);
+  EXPECT_EQ(train::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet"), train::kExitOk);
   for (int rank : {0, 1})
     EXPECT_EQ(testing::read_bytes(folder / ("rank-" + std::to_string(rank))),
               std::to_string(rank) + " 2 " + (folder / "meet") + "\n");
@@ -256,10 +256,10 @@ TEST(WorkerSupervisor, CtrlCWhileAWorkerIsStillStartingIsAStopNotAFailure) {
     kill(getpid(), SIGINT);
   });
   const auto start = std::chrono::steady_clock::now();
-  const int code = ae::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet");
+  const int code = train::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ctrl_c.join();
-  EXPECT_EQ(code, ae::kExitInterrupted) << log.text();
+  EXPECT_EQ(code, train::kExitInterrupted) << log.text();
   EXPECT_LT(seconds, 30.0);
   EXPECT_TRUE(contains(log.text(), "worker rank 1 of 2 (pid ")) << log.text();
   EXPECT_TRUE(contains(log.text(), "was stopped while starting, before its first step")) << log.text();

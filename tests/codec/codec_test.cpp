@@ -20,7 +20,8 @@
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
-#include "run_metadata.h"
+#include "plexus/checkpoint.h"
+#include "plexus/model_spec.h"
 
 namespace plexus::ae {
 namespace {

@@ -1,12 +1,14 @@
 #pragma once
-// TrainingStep: one optimisation step of `plexus-ae train`, enqueued without
-// waiting for the GPU. Step k takes batch k of the loader (through
-// DeviceInput: pinned buffers and an overlapped copy), reseeds the noise
-// with mix_seed(seed, k, 1), and runs forward, the loss record
-// (StepMetrics), backward and the Adam update: replayed from a CUDA graph
+// TrainingStep: one optimisation step of the trainer, enqueued without
+// waiting for the GPU. Step k takes batch k of the loader into the net's
+// input blob (through DeviceInput: pinned buffers and an overlapped copy),
+// runs the command's hook (set_before_step), reseeds the noise with
+// mix_seed(seed, k, 1), and runs forward, the loss record (StepMetrics),
+// backward and the optimiser's update: replayed from a CUDA graph
 // (StepGraph) when enabled and every layer is capturable, else launched
-// eagerly. The loss, mse and bpp stay on the device until read_window();
-// the first step with a non-finite loss is recorded there too.
+// eagerly. The loss is the weighted sum of scalar blobs (the loss terms);
+// it and the terms stay on the device until read_window(); the first step
+// with a non-finite loss is recorded there too.
 //
 // Data-parallel (with a communicator): the gradients are averaged over the
 // ranks by GradientBuckets, overlapped with backward, before clipping and
@@ -18,8 +20,11 @@
 // waits for the step before last. Rank 0 draws the noise of a
 // single-process run; rank r > 0 a stream of its own.
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "plexus/context.h"
@@ -33,17 +38,32 @@
 #include "plexus/step_graph.h"
 #include "plexus/step_metrics.h"
 
-namespace plexus::ae {
+namespace plexus::train {
+
+// A term of the loss: a scalar blob of the net and its weight.
+struct LossTerm {
+  std::string blob;
+  double weight = 1;
+};
+
+// What a step trains: the blob each batch is copied into, and the loss.
+struct StepLoss {
+  std::string input;            // e.g. "image"
+  std::vector<LossTerm> terms;  // loss = sum_k weight_k * blob_k (1 to StepMetrics::kMaxTerms terms)
+};
 
 struct Divergence {
   std::int64_t step = 0;  // 1-based: the step whose loss was not finite
-  double loss = 0, mse = 0, bpp = 0;
+  double loss = 0;
+  std::vector<double> terms;  // the loss terms' values then, in StepLoss::terms's order
 };
 
 struct TrainingWindow {
   std::int64_t steps = 0;
-  double loss = 0, mse = 0, bpp = 0;                 // means over the window
-  double last_loss = 0, last_mse = 0, last_bpp = 0;  // the window's last step
+  double loss = 0;                  // mean over the window
+  std::vector<double> terms;        // means over the window, in StepLoss::terms's order
+  double last_loss = 0;             // the window's last step
+  std::vector<double> last_terms;
   std::optional<Divergence> divergence;
 };
 
@@ -54,8 +74,8 @@ class TrainingStep {
   // cannot be used and why.
   // `communicator`: null for one process; else this rank's, which must
   // outlive the TrainingStep, with gradient buckets of `gradient_bucket_bytes`.
-  TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader, std::uint64_t seed,
-               double distortion_weight, bool cuda_graph, std::int64_t steps_before,
+  TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader, const StepLoss& loss,
+               std::uint64_t seed, bool cuda_graph, std::int64_t steps_before,
                distributed::Communicator* communicator = nullptr,
                std::size_t gradient_bucket_bytes = distributed::GradientBuckets::kDefaultBucketBytes);
 
@@ -76,30 +96,32 @@ class TrainingStep {
   // Clips the gradient norm between backward and the update (null: none).
   // On CUDA it runs on the device and is recorded into the graph with the step.
   void set_gradient_clipper(GradientClipper* clipper) { clipper_ = clipper; }
-  // A variable-rate model: each step draws every patch's rate level k
-  // uniformly from the stream mix_seed(noise seed, 0, 3) and weights its MSE
-  // lambdas[k] / mean(lambdas) (the loss weight of "mse" being
-  // mean(lambdas) * 255^2). Empty: a model of one rate.
-  void set_rate_lambdas(const std::vector<double>& lambdas);
+  // Run by run(step) after the batch is in the input blob and before the
+  // noise is reseeded, outside the CUDA graph: it may set other inputs of
+  // the net for the step (a variable-rate model's levels), drawing them
+  // from `noise_seed`, the step's noise seed.
+  using BeforeStep = std::function<void(Context& ctx, Net& net, std::int64_t step, std::uint64_t noise_seed)>;
+  void set_before_step(BeforeStep hook) { before_step_ = std::move(hook); }
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
   std::uint64_t noise_seed(std::int64_t step) const;
   void wait_for_reductions();
-  void draw_rate_levels(std::int64_t step);
   Net& net_;
   Optimizer& optimizer_;
   Context& ctx_;
   std::vector<NamedParameter> parameters_;
   std::uint64_t seed_;
-  double distortion_weight_;
+  std::string input_name_;
+  std::vector<std::string> terms_;              // the loss terms' blobs
+  std::map<std::string, double> loss_weights_;  // what backward() starts from
   data::DeviceInput input_;
   StepMetrics metrics_;
   StepGraph graph_;
   GradientClipper* clipper_ = nullptr;
   distributed::Communicator* communicator_ = nullptr;
   std::unique_ptr<distributed::GradientBuckets> buckets_;
-  std::vector<double> mse_weights_;  // per level, lambdas[k] / mean(lambdas); empty: one rate
+  BeforeStep before_step_;
 };
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,4 +1,4 @@
-#include "worker_environment.h"
+#include "plexus/train/worker_environment.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
 namespace {
 
@@ -37,4 +37,4 @@ std::optional<WorkerEnvironment> worker_environment() {
   return environment;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,30 +1,24 @@
 #pragma once
-// This process's part in data-parallel training (`plexus-ae train --gpus N`,
-// see worker_launch.h): the device of its rank, the communicator it joins,
-// and the decisions every rank must take alike.
+// This process's part in data-parallel training (one worker per GPU, see
+// worker_launch.h): the communicator it joins, and the decisions every rank
+// must take alike.
 #include <cstddef>
 #include <memory>
 #include <string>
 
-#include "options.h"
 #include "plexus/context.h"
 #include "plexus/distributed/agreement.h"
 #include "plexus/distributed/communicator.h"
 #include "plexus/distributed/in_process_communicator.h"
-#include "worker_environment.h"
+#include "plexus/train/worker_environment.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
-// --gradient-bucket-mb's range: from 1 KiB to 1 GiB.
+// --gradient-bucket-mb's range, from 1 KiB to 1 GiB, and its default: the
+// framework's GradientBuckets::kDefaultBucketBytes (data_parallel.cpp checks it).
 constexpr double kMinGradientBucketMb = 1.0 / 1024, kMaxGradientBucketMb = 1024;
+inline constexpr double kDefaultGradientBucketMb = 4;
 constexpr std::size_t gradient_bucket_bytes(double mb) { return static_cast<std::size_t>(mb * 1024 * 1024); }
-
-// Checks --gpus against --device, the GPUs visible and the build (NCCL),
-// before any worker starts; ConfigError or DeviceError saying what to change.
-void check_gpus_option(const TrainOptions& o);
-// The device of a worker: cuda:RANK, or the CPU for the single worker of
-// `--gpus 1 --device cpu` (the data-parallel path without a GPU).
-Device worker_device(const TrainOptions& o, const WorkerEnvironment& environment);
 
 class DataParallelRank {
  public:
@@ -57,4 +51,4 @@ class DataParallelRank {
   std::unique_ptr<distributed::Communicator> communicator_;
 };
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,20 +1,17 @@
-#include "training_step.h"
+#include "plexus/train/training_step.h"
 
-#include <random>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
-#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/data/patch_sampler.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
 namespace {
 
 constexpr std::uint64_t kNoiseStream = 1;
 constexpr std::uint64_t kRankNoiseStream = 2;  // mixed with the step's noise seed for ranks > 0
-constexpr std::uint64_t kRateLevelStream = 3;  // the patches' rate levels, from the step's noise seed
 
 // Whether the step can be recorded into a CUDA graph; logs once why not.
 bool graph_usable(bool requested, const Context& ctx, const Net& net, const Optimizer& optimizer) {
@@ -32,23 +29,41 @@ bool graph_usable(bool requested, const Context& ctx, const Net& net, const Opti
   return true;
 }
 
-Divergence divergence_of(const StepMetrics::Window& w) {
-  return {w.first_bad_step, w.bad_loss, w.bad_terms[0], w.bad_terms[1]};
+Divergence divergence_of(const StepMetrics::Window& w) { return {w.first_bad_step, w.bad_loss, w.bad_terms}; }
+
+std::vector<double> weights_of(const StepLoss& loss) {
+  std::vector<double> weights;
+  for (const LossTerm& term : loss.terms) weights.push_back(term.weight);
+  return weights;
+}
+
+std::vector<std::string> blobs_of(const StepLoss& loss) {
+  std::vector<std::string> blobs;
+  for (const LossTerm& term : loss.terms) blobs.push_back(term.blob);
+  return blobs;
+}
+
+std::map<std::string, double> loss_weights_of(const StepLoss& loss) {
+  std::map<std::string, double> weights;
+  for (const LossTerm& term : loss.terms) weights[term.blob] = term.weight;
+  return weights;
 }
 
 }  // namespace
 
 TrainingStep::TrainingStep(Net& net, Optimizer& optimizer, Context& ctx, data::BatchLoader& loader,
-                           std::uint64_t seed, double distortion_weight, bool cuda_graph, std::int64_t steps_before,
+                           const StepLoss& loss, std::uint64_t seed, bool cuda_graph, std::int64_t steps_before,
                            distributed::Communicator* communicator, std::size_t gradient_bucket_bytes)
     : net_(net),
       optimizer_(optimizer),
       ctx_(ctx),
       parameters_(net.trainable_parameters()),
       seed_(seed),
-      distortion_weight_(distortion_weight),
-      input_(loader, ctx.device(), net.input(kImage).shape()),
-      metrics_(ctx.device(), {distortion_weight, 1.0}, steps_before),
+      input_name_(loss.input),
+      terms_(blobs_of(loss)),
+      loss_weights_(loss_weights_of(loss)),
+      input_(loader, ctx.device(), net.input(loss.input).shape()),
+      metrics_(ctx.device(), weights_of(loss), steps_before),
       graph_(graph_usable(cuda_graph, ctx, net, optimizer)),
       communicator_(communicator) {
   if (communicator_) {
@@ -68,38 +83,22 @@ void TrainingStep::wait_for_reductions() {
   if (communicator_) communicator_->synchronize();
 }
 
-void TrainingStep::set_rate_lambdas(const std::vector<double>& lambdas) {
-  mse_weights_.clear();
-  const double mean = variable_rate_lambda(lambdas);
-  for (double lambda : lambdas) mse_weights_.push_back(lambda / mean);
-}
-
-void TrainingStep::draw_rate_levels(std::int64_t step) {
-  std::mt19937_64 generator(data::mix_seed(noise_seed(step), 0, kRateLevelStream));
-  const auto patches = static_cast<std::size_t>(net_.input(kImage).dim(0));
-  std::vector<double> levels(patches), weights(patches);
-  for (std::size_t n = 0; n < patches; ++n) {
-    const std::size_t k = static_cast<std::size_t>(generator() % mse_weights_.size());
-    levels[n] = static_cast<double>(k);
-    weights[n] = mse_weights_[k];
-  }
-  set_rate_inputs(ctx_, net_, levels, weights);  // enqueued before the step, outside its graph
-}
-
 void TrainingStep::run(std::int64_t step) {
-  input_.next_into(ctx_, net_.input(kImage));
-  if (!mse_weights_.empty()) draw_rate_levels(step);
+  input_.next_into(ctx_, net_.input(input_name_));
+  if (before_step_) before_step_(ctx_, net_, step, noise_seed(step));  // enqueued before the step, outside its graph
   ctx_.reseed(noise_seed(step));
   optimizer_.begin_step(ctx_, parameters_);
   graph_.run(ctx_, net_.layout_version(), [&] {
     net_.zero_grad();
     net_.forward(ctx_);
-    metrics_.record(ctx_, {&net_.blob(kDistortion), &net_.blob(kRate)});
+    std::vector<const Tensor*> terms;
+    for (const std::string& blob : terms_) terms.push_back(&net_.blob(blob));
+    metrics_.record(ctx_, terms);
     // Eager steps: the previous step's reductions, waited for (with the
     // timeout) while this step's forward is already queued, so the GPU does
     // not idle. A graph's steps are paced by mark_step below instead.
     if (!graph_.enabled()) wait_for_reductions();
-    net_.backward(ctx_, {{kDistortion, distortion_weight_}, {kRate, 1.0}});
+    net_.backward(ctx_, loss_weights_);
     // The mean gradient of all ranks, before clipping. In a graph the
     // all-reduces are recorded with the step, still overlapped with backward.
     if (buckets_) buckets_->finish(ctx_);
@@ -123,18 +122,17 @@ TrainingWindow TrainingStep::peek_window() {
 TrainingWindow TrainingStep::window_of(const StepMetrics::Window& w) {
   TrainingWindow result;
   result.steps = w.steps;
+  result.terms.assign(w.term_sums.size(), 0.0);
   if (w.steps > 0) {
     result.loss = w.loss_sum / w.steps;
-    result.mse = w.term_sums[0] / w.steps;
-    result.bpp = w.term_sums[1] / w.steps;
+    for (std::size_t k = 0; k < w.term_sums.size(); ++k) result.terms[k] = w.term_sums[k] / w.steps;
   }
   result.last_loss = w.last_loss;
-  result.last_mse = w.last_terms[0];
-  result.last_bpp = w.last_terms[1];
+  result.last_terms = w.last_terms;
   if (w.first_bad_step > 0) result.divergence = divergence_of(w);
   return result;
 }
 
 std::optional<Divergence> TrainingStep::divergence() { return peek_window().divergence; }
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,8 +1,8 @@
-#include "stop_signal.h"
+#include "plexus/train/stop_signal.h"
 
 #include <csignal>
 
-namespace plexus::ae {
+namespace plexus::train {
 
 namespace {
 volatile std::sig_atomic_t stop_signal = 0;
@@ -24,4 +24,4 @@ bool stop_requested(int* signal_number) {
   return stop_signal != 0;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

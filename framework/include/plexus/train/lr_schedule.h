@@ -1,5 +1,5 @@
 #pragma once
-// The learning-rate schedule of plexus-ae train (--lr-schedule):
+// The learning-rate schedule of the trainer (--lr-schedule):
 //   none     lr stays --lr
 //   step     lr = --lr * decay^floor(step / --lr-step-every)
 //   plateau  lr *= decay after --lr-patience validations in a row whose
@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "options.h"
+#include "plexus/train/trainer_options.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
 class LrSchedule {
  public:
-  explicit LrSchedule(const TrainOptions& options);  // throws ConfigError for bad settings
+  explicit LrSchedule(const TrainerOptions& options);  // throws ConfigError for bad settings
   // The rate for the step about to run (0-based count of steps done;
   // seconds trained in this run, which only the final schedule reads).
   double rate_for_step(std::int64_t steps_done, double seconds_this_run = 0) const;
@@ -44,4 +44,4 @@ class LrSchedule {
   int bad_validations_ = 0;
 };
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,26 +1,23 @@
-#include "data_parallel.h"
+#include "gpus_option.h"
 
 #include <spdlog/spdlog.h>
 
-#include "plexus/distributed/gradient_buckets.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/error.h"
+#include "plexus/train/data_parallel.h"
 #include "session.h"
 
 namespace plexus::ae {
 
-static_assert(gradient_bucket_bytes(kDefaultGradientBucketMb) == distributed::GradientBuckets::kDefaultBucketBytes,
-              "plexus-ae's default gradient bucket is the framework's");
-
 void check_gpus_option(const TrainOptions& o) {
-  if (o.gpus < 0 || o.gpus > kMaxWorkers)
-    throw ConfigError("--gpus must be in [0, " + std::to_string(kMaxWorkers) + "] (0: one process, no data "
+  if (o.gpus < 0 || o.gpus > train::kMaxWorkers)
+    throw ConfigError("--gpus must be in [0, " + std::to_string(train::kMaxWorkers) + "] (0: one process, no data "
                       "parallelism), got " + std::to_string(o.gpus));
   if (o.gpus == 0) return;
   if (!(o.rank_timeout > 0)) throw ConfigError("--rank-timeout must be > 0 seconds, got " + std::to_string(o.rank_timeout));
-  if (!(o.gradient_bucket_mb >= kMinGradientBucketMb && o.gradient_bucket_mb <= kMaxGradientBucketMb))
-    throw ConfigError(fmt::format("--gradient-bucket-mb must be in [{}, {}] MiB, got {}", kMinGradientBucketMb,
-                                  kMaxGradientBucketMb, o.gradient_bucket_mb));
+  if (!(o.gradient_bucket_mb >= train::kMinGradientBucketMb && o.gradient_bucket_mb <= train::kMaxGradientBucketMb))
+    throw ConfigError(fmt::format("--gradient-bucket-mb must be in [{}, {}] MiB, got {}", train::kMinGradientBucketMb,
+                                  train::kMaxGradientBucketMb, o.gradient_bucket_mb));
   const std::string n = std::to_string(o.gpus);
   if (o.device == "cpu") {
     if (o.gpus > 1)
@@ -39,9 +36,9 @@ void check_gpus_option(const TrainOptions& o) {
   (void)last;
 }
 
-Device worker_device(const TrainOptions& o, const WorkerEnvironment& environment) {
+Device worker_device(const TrainOptions& o, const train::WorkerEnvironment& environment) {
   if (o.gpus != 0 && o.gpus != environment.world_size)
-    throw ConfigError("--gpus " + std::to_string(o.gpus) + " but " + kWorldSizeVariable + "=" +
+    throw ConfigError("--gpus " + std::to_string(o.gpus) + " but " + train::kWorldSizeVariable + "=" +
                       std::to_string(environment.world_size));
   if (o.device == "cpu") {
     if (environment.world_size > 1)
@@ -52,24 +49,6 @@ Device worker_device(const TrainOptions& o, const WorkerEnvironment& environment
   if (o.device != "auto" && o.device != "cuda")
     throw ConfigError("a data-parallel worker trains on cuda:RANK: give --device auto or cuda, not '" + o.device + "'");
   return choose_device("cuda:" + std::to_string(environment.rank));
-}
-
-DataParallelRank::DataParallelRank(const WorkerEnvironment& environment, Device device, double timeout_seconds) {
-  if (device.is_cpu()) {
-    group_ = std::make_unique<distributed::InProcessGroup>(1);
-    communicator_ = group_->communicator(0);
-  } else {
-    distributed::NcclSetup setup;
-    setup.rank = environment.rank;
-    setup.world_size = environment.world_size;
-    setup.rendezvous_file = environment.rendezvous_file;
-    setup.device = device.index;
-    setup.timeout_seconds = timeout_seconds;
-    communicator_ = distributed::make_nccl_communicator(setup);
-  }
-  spdlog::info("data-parallel rank {} of {} on {} ({}{})", environment.rank, environment.world_size, device.str(),
-               communicator_->kind(),
-               communicator_->kind() == "nccl" ? " " + distributed::nccl_version() : std::string());
 }
 
 }  // namespace plexus::ae

@@ -1,14 +1,15 @@
 #pragma once
-// Data-parallel training runs one worker process per GPU. `plexus-ae train
-// --gpus N` starts N copies of itself, each with the environment variables
-// of worker_environment.h, and supervises them; another launcher may start
-// the workers itself by setting the same variables.
+// Data-parallel training runs one worker process per GPU. A training
+// command (`plexus-ae train --gpus N`) starts N copies of itself, each with
+// the environment variables of worker_environment.h, and supervises them;
+// another launcher may start the workers itself by setting the same variables.
 #include <string>
 #include <vector>
 
-#include "worker_environment.h"
+#include "plexus/train/exit_codes.h"
+#include "plexus/train/worker_environment.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
 // Starts `command` (command[0]: the executable) `world_size` times, worker
 // r with the variables above, and waits for all of them:
@@ -23,4 +24,4 @@ namespace plexus::ae {
 // stop request that every worker honoured, kExitError otherwise.
 int supervise_workers(const std::vector<std::string>& command, int world_size, const std::string& rendezvous_file);
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,4 +1,4 @@
-#include "lr_schedule.h"
+#include "plexus/train/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::train {
 
-LrSchedule::LrSchedule(const TrainOptions& o)
+LrSchedule::LrSchedule(const TrainerOptions& o)
     : kind_(o.lr_schedule),
       base_(o.lr),
       decay_(o.lr_decay),
@@ -71,4 +71,4 @@ void LrSchedule::restore(const nlohmann::json& state) {
   bad_validations_ = state.value("bad_validations", 0);
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

@@ -1,7 +1,7 @@
 #pragma once
 // How a worker of a data-parallel training run learns its place: from
-// environment variables that `plexus-ae train --gpus N` (worker_launch.h)
-// sets for each worker it starts, and that another launcher may set itself:
+// environment variables that supervise_workers (worker_launch.h) sets for
+// each worker it starts, and that another launcher may set itself:
 //   PLEXUS_RANK        this worker's rank, 0 .. N-1 (it trains on cuda:RANK)
 //   PLEXUS_WORLD_SIZE  N
 //   PLEXUS_RENDEZVOUS  a file path every worker sees, not existing yet:
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace plexus::ae {
+namespace plexus::train {
 
 inline constexpr const char* kRankVariable = "PLEXUS_RANK";
 inline constexpr const char* kWorldSizeVariable = "PLEXUS_WORLD_SIZE";
@@ -27,4 +27,4 @@ struct WorkerEnvironment {
 // set; a ConfigError naming the variable when one is missing or invalid.
 std::optional<WorkerEnvironment> worker_environment();
 
-}  // namespace plexus::ae
+}  // namespace plexus::train

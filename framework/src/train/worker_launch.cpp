@@ -1,4 +1,4 @@
-#include "worker_launch.h"
+#include "plexus/train/worker_launch.h"
 
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -12,12 +12,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "exit_codes.h"
 #include "plexus/error.h"
 
 extern char** environ;
 
-namespace plexus::ae {
+namespace plexus::train {
 
 namespace {
 
@@ -184,4 +183,4 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
   return result;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::train
