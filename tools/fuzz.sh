@@ -10,7 +10,7 @@
 # A longer campaign on one harness, keeping what it learns between runs:
 #   mkdir -p fuzz-corpus/model_spec
 #   build-fuzz/tests/fuzz/model_spec -jobs=4 -workers=4 -max_total_time=36000 \
-#       fuzz-corpus/model_spec tests/fuzz/corpus/model_spec
+#       fuzz-corpus/model_spec build-fuzz/seed-corpus/model_spec
 # A crash leaves its input under build-fuzz/tests/fuzz/artifacts/<name>/;
 # rerun it with build-fuzz/tests/fuzz/<name> <that file>.
 set -euo pipefail

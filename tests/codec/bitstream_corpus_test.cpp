@@ -1,5 +1,5 @@
 // Replays the committed seed corpus of the bitstream fuzzer
-// (tests/fuzz/corpus/bitstream_fuzzer/) through the harness itself, in the
+// (tests/fuzz/corpus/bitstream_fuzzer.zip, unpacked by CMake) through the harness itself, in the
 // ordinary test suite, so the harness and its seeds (valid files for the
 // harness's built-in model) keep building and running without clang or libFuzzer.
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@ namespace {
 
 TEST(BitstreamFuzzerCorpus, EverySeedRunsThroughTheHarness) {
   LLVMFuzzerInitialize(nullptr, nullptr);
-  const std::filesystem::path corpus = std::filesystem::path(PLEXUS_SOURCE_DIR) / "tests/fuzz/corpus/bitstream_fuzzer";
+  const std::filesystem::path corpus = std::filesystem::path(PLEXUS_SEED_CORPUS_DIR) / "bitstream_fuzzer";
   int seeds = 0;
   for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
     std::ifstream in(entry.path(), std::ios::binary);

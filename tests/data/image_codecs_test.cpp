@@ -19,7 +19,8 @@ namespace {
 using data::Image;
 using testing::ScratchFolder;
 
-const std::string kSeeds = std::string(PLEXUS_SOURCE_DIR) + "/tests/fuzz/corpus/image_decoders/";
+// The image_decoders fuzzer's seeds (tests/fuzz/corpus/image_decoders.zip, unpacked by CMake).
+const std::string kSeeds = std::string(PLEXUS_SEED_CORPUS_DIR) + "/image_decoders/";
 constexpr int kWidth = 13, kHeight = 9;
 
 // The generator's sample value (make_image_seeds.c).

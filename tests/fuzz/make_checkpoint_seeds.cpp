@@ -2,7 +2,8 @@
 // fuzzer's net (see safetensors_fuzzer.cpp) with and without Adam state,
 // one with its weight stored as I8 (plexus/int8.h) and its bias as F16, and
 // plain tensor files (F64; I8 with a scale per column). Built with the fuzzers; run
-//   build-fuzz/tests/fuzz/make_checkpoint_seeds tests/fuzz/corpus/safetensors
+//   mkdir /tmp/seeds && build-fuzz/tests/fuzz/make_checkpoint_seeds /tmp/seeds
+//   python3 tests/fuzz/pack_seeds.py /tmp/seeds tests/fuzz/corpus/safetensors.zip
 #include <cstdio>
 #include <string>
 

@@ -4,7 +4,8 @@
 // progressive, grey, CMYK, restart markers, EXIF orientation in either byte
 // order). Regenerate with
 //   cc -O1 -o /tmp/make_image_seeds tests/fuzz/make_image_seeds.c -ljpeg -lpng
-//   /tmp/make_image_seeds tests/fuzz/corpus/image_decoders
+//   mkdir /tmp/seeds && /tmp/make_image_seeds /tmp/seeds
+//   python3 tests/fuzz/pack_seeds.py /tmp/seeds tests/fuzz/corpus/image_decoders.zip
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
