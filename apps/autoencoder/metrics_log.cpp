@@ -7,6 +7,7 @@
 
 #include "plexus/error.h"
 #include "plexus/json_errors.h"
+#include "plexus/json_nesting.h"
 
 namespace plexus::ae {
 
@@ -16,6 +17,7 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_through_step) 
     std::ifstream previous(path);
     std::string line;
     for (std::int64_t number = 1; std::getline(previous, line); ++number) {
+      check_json_nesting(line, path + " line " + std::to_string(number));
       auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       const bool kept_step = read_json_from(path + " line " + std::to_string(number), "/step", [&] {
         return entry.is_object() && entry.value("step", std::int64_t{0}) <= keep_through_step;

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "plexus/error.h"
+#include "plexus/json_nesting.h"
 
 namespace plexus::ae {
 
@@ -40,9 +42,11 @@ bool relative_model_path(const std::string& model) {
 QualityCatalog load_quality_catalog(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw IoError("cannot read the quality catalog '" + path + "'");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  check_json_nesting(text, "the quality catalog '" + path + "'");
   nlohmann::json json;
   try {
-    in >> json;
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw IoError("the quality catalog '" + path + "' is not valid JSON: " + e.what());
   }

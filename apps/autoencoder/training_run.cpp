@@ -72,7 +72,7 @@ void read_checkpoint_settings(TrainSettings& s, const TrainOptionTable& table, c
                   "' (train without --resume first, or check --out)");
   TensorFile saved = load_safetensors(s.checkpoint_path);
   table.restore(s.options, train::settings_from_checkpoint(saved, s.checkpoint_path, kTrainRunKeys, table), given);
-  s.earlier = train::progress_from_checkpoint(saved, kTrainRunKeys);
+  s.earlier = train::progress_from_checkpoint(saved, s.checkpoint_path, kTrainRunKeys);
   s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path, registry);
 }
 

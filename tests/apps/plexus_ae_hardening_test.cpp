@@ -168,6 +168,27 @@ TEST_F(PlexusAeHardening, MetricsLogWithAValueOfTheWrongTypeNamesFileAndLine) {
                  "metrics.jsonl line 2: at /step: type must be number, but is string");
 }
 
+// JSON nested 120,000 levels deep (a few hundred kilobytes of brackets) in a model file's spec or in
+// a line of the metrics log: a clear error, never a stack overflow (export used to die with SIGSEGV).
+TEST_F(PlexusAeHardening, DeeplyNestedJsonIsRefusedByName) {
+  train_model("run");
+  const std::string deep = std::string(120000, '[') + std::string(120000, ']');
+  const std::string model = folder / "run/model.safetensors";
+  edit_checkpoint(model, [&](TensorFile& file) {
+    auto spec = nlohmann::json::parse(file.metadata.at("model_spec"));
+    file.metadata["model_spec"] = spec.dump().substr(0, spec.dump().size() - 1) + ",\"deep\":" + deep + "}";
+  });
+  expect_failure({"export", "--model", model, "--out", folder / "exported.safetensors"},
+                 "model.safetensors (model spec in its metadata): the JSON nests arrays or objects more than 64 "
+                 "levels deep");
+
+  const auto first = run(tiny_run("again", {"--checkpoint-every", "2", "--log-every", "1"}));
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  testing::write_bytes(folder / "again/metrics.jsonl", "{\"kind\": \"train\", \"step\": 1}\n" + deep + "\n");
+  expect_failure({"train", "--out", folder / "again", "--resume", "--steps", "6", "--device", "cpu"},
+                 "metrics.jsonl line 2: the JSON nests arrays or objects more than 64 levels deep");
+}
+
 TEST_F(PlexusAeHardening, ASymlinkLoopCountsEachImageOnce) {
   fs::create_symlink("..", folder / "train/sub/loop");
   fs::create_symlink(folder / "train/sub", folder / "train/again");

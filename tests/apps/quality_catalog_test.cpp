@@ -90,6 +90,15 @@ TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
   EXPECT_THROW(load_quality_catalog((folder / "catalog.json").string()), IoError);
 }
 
+// A catalog nested 100,000 levels deep is refused before it is built (copying it would recurse once per level).
+TEST_F(QualityCatalogTest, DeeplyNestedCatalogIsRefusedByName) {
+  const std::string message = error_of("{\"quality\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  EXPECT_NE(message.find("the quality catalog '" + (folder / "catalog.json").string() +
+                         "': the JSON nests arrays or objects more than 64 levels deep"),
+            std::string::npos)
+      << message;
+}
+
 TEST(QualityCatalogRepository, TheCatalogInTheRepositoryIsValid) {
   const QualityCatalog catalog =
       load_quality_catalog(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/quality-catalog.json");

@@ -19,11 +19,11 @@ TEST(RunMetadata, ProgressRoundTripsThroughCheckpointMetadata) {
   RunProgress p{nlohmann::json{{"kind", "plateau"}, {"rate", 1e-4}}, 123.5, 27.25};
   TensorFile file;
   file.metadata["toy.progress"] = progress_json(p).dump();
-  RunProgress back = progress_from_checkpoint(file, kKeys);
+  RunProgress back = progress_from_checkpoint(file, "run/checkpoint.safetensors", kKeys);
   EXPECT_DOUBLE_EQ(back.elapsed_seconds, 123.5);
   EXPECT_DOUBLE_EQ(back.best_validation, 27.25);
   EXPECT_EQ(back.lr_schedule["rate"], 1e-4);
-  RunProgress none = progress_from_checkpoint(TensorFile{}, kKeys);  // an older checkpoint
+  RunProgress none = progress_from_checkpoint(TensorFile{}, "run/checkpoint.safetensors", kKeys);  // an older checkpoint
   EXPECT_EQ(none.elapsed_seconds, 0.0);
   EXPECT_TRUE(std::isnan(none.best_validation));
 }
@@ -33,7 +33,7 @@ TEST(RunMetadata, ProgressOfAnEarlierCheckpointIsRead) {
   TensorFile file;
   file.metadata["toy.progress"] =
       R"({"lr_schedule": {"kind": "step", "rate": 0.5}, "elapsed_seconds": 60, "best_val_psnr": 31.5})";
-  const RunProgress p = progress_from_checkpoint(file, kKeys);
+  const RunProgress p = progress_from_checkpoint(file, "run/checkpoint.safetensors", kKeys);
   EXPECT_EQ(p.lr_schedule.at("kind"), "step");
   EXPECT_EQ(p.elapsed_seconds, 60.0);
   EXPECT_EQ(p.best_validation, 31.5);
@@ -63,6 +63,23 @@ TEST(RunMetadata, SettingsAreReadAndCheckedByTheTable) {
                                  {"'a.safetensors' carries unreadable toy training settings: not json"});
   testing::expect_error<IoError>([&] { settings_from_checkpoint(TensorFile{}, "a.safetensors", kKeys, table); },
                                  {"'a.safetensors' carries no toy training settings; was it written by toy train?"});
+}
+
+// Settings or progress nested 100,000 levels deep (a few hundred kilobytes) are refused before they are
+// built, naming the file and the key: copying or printing them would recurse once per level.
+TEST(RunMetadata, DeeplyNestedMetadataIsRefusedNamingFileAndKey) {
+  OptionTable<Toy> table;
+  table.add("batch", &Toy::batch, "patches").changes_the_run().range(Bounds::in(1, 64));
+  const std::string deep = R"({"batch":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  TensorFile file;
+  file.metadata["toy.train"] = deep;
+  testing::expect_error<ConfigError>(
+      [&] { settings_from_checkpoint(file, "a.safetensors", kKeys, table); },
+      {"'a.safetensors' (metadata \"toy.train\"): the JSON nests arrays or objects more than 64 levels deep"});
+  file.metadata["toy.progress"] = deep;
+  testing::expect_error<ConfigError>(
+      [&] { progress_from_checkpoint(file, "a.safetensors", kKeys); },
+      {"'a.safetensors' (metadata \"toy.progress\"): the JSON nests arrays or objects more than 64 levels deep"});
 }
 
 }  // namespace

@@ -29,11 +29,12 @@ struct RunProgress {
 
 // The JSON of the progress: {"lr_schedule", "elapsed_seconds", "best_val_psnr"} (the keys of earlier checkpoints).
 nlohmann::json progress_json(const RunProgress& progress);
-// From a checkpoint's metadata; a checkpoint without it (an older one) gives the defaults.
-RunProgress progress_from_checkpoint(const TensorFile& file, const RunMetadataKeys& keys);
+// From the metadata of `file` (read from `path`); a checkpoint without it (an older one) gives the defaults.
+// ConfigError naming `path` and the key for JSON nested past kMaxJsonNesting.
+RunProgress progress_from_checkpoint(const TensorFile& file, const std::string& path, const RunMetadataKeys& keys);
 
 // The saved settings object of `file` (read from `path`), not yet checked;
-// IoError when absent or not a JSON object.
+// IoError when absent or not a JSON object; ConfigError when nested past kMaxJsonNesting.
 nlohmann::json saved_settings_object(const TensorFile& file, const std::string& path, const RunMetadataKeys& keys);
 
 // The saved settings, checked by `table`: IoError "<path> (training settings): at /<key>: must be ...".
