@@ -65,10 +65,8 @@ struct F32OrBf16Elements {
     return bf16 ? load_f32(static_cast<const __nv_bfloat16*>(data) + i) : load_f32(static_cast<const float*>(data) + i);
   }
   __device__ void store(long long i, float value) const {
-    if (bf16)
-      store_f32(static_cast<__nv_bfloat16*>(data) + i, value);
-    else
-      store_f32(static_cast<float*>(data) + i, value);
+    if (bf16) store_f32(static_cast<__nv_bfloat16*>(data) + i, value);
+    else store_f32(static_cast<float*>(data) + i, value);
   }
 };
 
@@ -90,10 +88,8 @@ struct F64Elements {
 // (f32 or bf16: every tensor of the call is then f32 or bf16).
 template <typename Fn>
 void dispatch_activation_elements(DType dtype, Fn&& fn) {
-  if (dtype == DType::f64)
-    fn(F64Elements{});
-  else
-    fn(F32OrBf16Elements{});
+  if (dtype == DType::f64) fn(F64Elements{});
+  else fn(F32OrBf16Elements{});
 }
 
 }  // namespace plexus::layers

@@ -17,10 +17,8 @@ template <typename Values>
 void apply_fused_activation(Values&& values, const FusedActivation& activation) {
   using T = typename std::decay_t<Values>::Scalar;
   if (!activation.active) return;
-  if (activation.negative_slope == 0)
-    values = values.max(T(0));
-  else
-    values = (values > T(0)).select(values, T(activation.negative_slope) * values);
+  if (activation.negative_slope == 0) values = values.max(T(0));
+  else values = (values > T(0)).select(values, T(activation.negative_slope) * values);
 }
 
 }  // namespace plexus::layers

@@ -90,13 +90,15 @@ std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, co
       throw ConfigError("several inputs need -o to be a folder: end it with '/' or name an existing folder (-o '" +
                         out + "' is neither)");
     if (kind == CodecOutput::image && lowercase_extension(out) != ".png")
-      throw ConfigError("-o '" + out + "': decompress writes PNG images; give a name ending in .png, "
+      throw ConfigError("-o '" + out +
+                        "': decompress writes PNG images; give a name ending in .png, "
                         "or a folder ending in '/'");
   }
   std::vector<std::string> outputs;
   for (const std::string& input : inputs) {
     if (out.empty()) outputs.push_back(default_output(input, kind));
-    else if (folder) outputs.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension_of(kind))).string());
+    else if (folder)
+      outputs.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension_of(kind))).string());
     else outputs.push_back(out);
   }
   refuse_shared_outputs(inputs, outputs);
@@ -142,7 +144,8 @@ void create_parent_folders(const std::string& output) {
   if (folder.empty()) return;
   std::error_code error;
   fs::create_directories(folder, error);
-  if (error) throw IoError("cannot create the folder '" + folder.string() + "' for '" + output + "': " + error.message());
+  if (error)
+    throw IoError("cannot create the folder '" + folder.string() + "' for '" + output + "': " + error.message());
 }
 
 }  // namespace plexus::ae

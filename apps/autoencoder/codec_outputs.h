@@ -24,8 +24,7 @@ enum class CodecOutput {
 //   other -o: that file, for one input only (decompress: it must end in .png).
 // ConfigError, before anything is created, for several inputs with a file -o,
 // a decompress -o not ending in .png, or two inputs given the same output.
-std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, const std::string& out,
-                                      CodecOutput kind);
+std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, const std::string& out, CodecOutput kind);
 
 // Refuses (ConfigError, IoError with the system's reason) each output that
 // cannot be written, before any work: it is the input itself, a folder, an

@@ -113,11 +113,12 @@ std::string quality_choices() {
     std::string shipped;
     for (const QualityEntry& entry : catalog.entries) {
       std::error_code error;
-      if (fs::is_regular_file(entry.path, error)) shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
+      if (fs::is_regular_file(entry.path, error))
+        shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
     }
     return " " + std::to_string(catalog.entries.front().quality) + "-" +
-           std::to_string(catalog.entries.back().quality) + " (the shipped qualities: " +
-           (shipped.empty() ? "none" : shipped) + ")";
+           std::to_string(catalog.entries.back().quality) +
+           " (the shipped qualities: " + (shipped.empty() ? "none" : shipped) + ")";
   } catch (const Error&) {
     return "";
   }
@@ -302,8 +303,10 @@ int run_export(const ExportOptions& o) {
   const ModelSpec spec = spec_from_checkpoint(file, o.model, registry);
   const bool has_optimizer_state = file.metadata.count("optimizer") > 0;
   if (o.out.empty() && has_optimizer_state)
-    throw ConfigError("'" + o.model + "' is a training checkpoint (it holds optimiser state); give --out for the "
-                      "model file, e.g. --out " + (fs::path(o.model).parent_path() / "model.safetensors").string());
+    throw ConfigError("'" + o.model +
+                      "' is a training checkpoint (it holds optimiser state); give --out for the "
+                      "model file, e.g. --out " +
+                      (fs::path(o.model).parent_path() / "model.safetensors").string());
   if (o.storage != "f32" && (o.out.empty() || fs::weakly_canonical(o.out) == fs::weakly_canonical(o.model)))
     throw ConfigError("--storage " + o.storage + " rounds the weights; give an --out other than '" + o.model +
                       "' so that the full-precision model is kept");
@@ -349,17 +352,28 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
   // Read as text, so that a value that is not a whole number gets a message naming the qualities.
   auto quality = std::make_shared<std::string>();
-  command->add_option("-q,--quality", *quality, "instead of --model: the shipped model of this quality "
-                      "(models/trained/quality-catalog.json; higher is better and larger)")->type_name("N");
-  command->add_option("-o,--out", c.out, "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
-                      "default: each image's path with .pxae (photo.png -> photo.pxae)")->type_name("PATH");
+  command
+      ->add_option("-q,--quality", *quality,
+                   "instead of --model: the shipped model of this quality "
+                   "(models/trained/quality-catalog.json; higher is better and larger)")
+      ->type_name("N");
+  command
+      ->add_option(
+          "-o,--out", c.out,
+          "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
+          "default: each image's path with .pxae (photo.png -> photo.pxae)")
+      ->type_name("PATH");
   auto level = std::make_shared<std::string>();
-  command->add_option("--level", *level, "with a variable-rate --model: the rate level, 0 (lowest rate) to K-1; "
-                      "fractional levels interpolate; the file records it")->type_name("L");
+  command
+      ->add_option("--level", *level,
+                   "with a variable-rate --model: the rate level, 0 (lowest rate) to K-1; "
+                   "fractional levels interpolate; the file records it")
+      ->type_name("L");
   command->add_option("--device", c.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", c.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
-  command->add_option("--cpu-threads", c.cpu_threads, "threads the CPU kernels use (0: every core); the file is the same for any count");
+  command->add_option("--cpu-threads", c.cpu_threads,
+                      "threads the CPU kernels use (0: every core); the file is the same for any count");
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
@@ -381,15 +395,26 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   command->option_defaults()->always_capture_default();
   DecompressOptions& d = *options;
   command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
-  command->add_option("--model", d.model, "the model that compressed them (default: the shipped model whose fingerprint the file carries)")->type_name("FILE");
-  command->add_option("-o,--out", d.out, "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
-                      "default: each file's path with .png appended (photo.pxae -> photo.pxae.png), never the name of the original image")->type_name("PATH");
+  command
+      ->add_option("--model", d.model,
+                   "the model that compressed them (default: the shipped model whose fingerprint the file carries)")
+      ->type_name("FILE");
+  command
+      ->add_option("-o,--out", d.out,
+                   "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
+                   "default: each file's path with .png appended (photo.pxae -> photo.pxae.png), never the name of the "
+                   "original image")
+      ->type_name("PATH");
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
-  command->add_option("--cpu-threads", d.cpu_threads, "threads the CPU kernels use (0: every core); the image is the same for any count");
-  command->add_option("--max-image-pixels", d.max_image_pixels, "refuse files of images of more pixels than this, "
-                      "read from the file's header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  command->add_option("--cpu-threads", d.cpu_threads,
+                      "threads the CPU kernels use (0: every core); the image is the same for any count");
+  command
+      ->add_option("--max-image-pixels", d.max_image_pixels,
+                   "refuse files of images of more pixels than this, "
+                   "read from the file's header before decoding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"
@@ -404,29 +429,38 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
 
 void add_export_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<ExportOptions>();
-  CLI::App* command = app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
-                                                   "optionally with f16 or int8 weights");
+  CLI::App* command =
+      app.add_subcommand("export", "write a model file with its entropy-coding tables (what compress needs), "
+                                   "optionally with f16 or int8 weights");
   command->option_defaults()->always_capture_default();
   ExportOptions& e = *options;
-  command->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")->required()->type_name("FILE");
-  command->add_option("--out", e.out, "the model file to write (default: rewrite --model in place, when it is a model file)")->type_name("FILE");
+  command->add_option("--model", e.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train")
+      ->required()
+      ->type_name("FILE");
+  command
+      ->add_option("--out", e.out,
+                   "the model file to write (default: rewrite --model in place, when it is a model file)")
+      ->type_name("FILE");
   command->add_option("--plugin", e.plugins, kPluginHelp)->type_name("FILE");
-  command->add_option("--calibration-images", e.calibration_images,
-                      "hyperprior models: calibrate the integer network of the entropy parameters on the images of this folder "
-                      "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
+  command
+      ->add_option(
+          "--calibration-images", e.calibration_images,
+          "hyperprior models: calibrate the integer network of the entropy parameters on the images of this folder "
+          "(default: keep the file's calibration, else samples of the hyper-latent's prior)")
       ->type_name("FOLDER");
-  command->add_option("--storage", e.storage, "f32; f16: the parameters stored as F16, rounded to the nearest "
-                      "(ties to even), half the size; int8: the weights of the convolutions and fully-connected "
-                      "layers stored as I8 with an f32 scale per output channel (a quarter of the size), the other "
-                      "parameters as F16. Loading converts them to f32, exactly as defined in docs/architecture.md")
+  command
+      ->add_option("--storage", e.storage,
+                   "f32; f16: the parameters stored as F16, rounded to the nearest "
+                   "(ties to even), half the size; int8: the weights of the convolutions and fully-connected "
+                   "layers stored as I8 with an f32 scale per output channel (a quarter of the size), the other "
+                   "parameters as F16. Loading converts them to f32, exactly as defined in docs/architecture.md")
       ->check(CLI::IsMember({"f32", "f16", "int8"}));
-  command->footer(
-      "Examples:\n"
-      "  plexus-ae export --model runs/demo/model.safetensors\n"
-      "  plexus-ae export --model runs/demo/model.safetensors --out demo-f16.safetensors --storage f16\n"
-      "  plexus-ae export --model runs/demo/model.safetensors --out demo-int8.safetensors --storage int8\n"
-      "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
-      "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
+  command->footer("Examples:\n"
+                  "  plexus-ae export --model runs/demo/model.safetensors\n"
+                  "  plexus-ae export --model runs/demo/model.safetensors --out demo-f16.safetensors --storage f16\n"
+                  "  plexus-ae export --model runs/demo/model.safetensors --out demo-int8.safetensors --storage int8\n"
+                  "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
+                  "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
   command->callback([options, &exit_code] { exit_code = run_export(*options); });
 }
 

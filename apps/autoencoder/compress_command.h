@@ -12,7 +12,7 @@ namespace plexus::ae {
 
 struct CompressOptions {
   std::string model;
-  double quality = 0;  // 0: none; else the catalog's model (quality_catalog.h), instead of --model
+  double quality = 0;           // 0: none; else the catalog's model (quality_catalog.h), instead of --model
   std::optional<double> level;  // a variable-rate model's rate level (--level, or the quality's)
   std::vector<std::string> inputs;
   std::string out;

@@ -14,8 +14,8 @@ void configure_logging();
 bool stderr_is_terminal();
 
 struct StepStats {
-  std::int64_t step = 0;   // steps completed
-  std::int64_t total = 0;  // --steps
+  std::int64_t step = 0;               // steps completed
+  std::int64_t total = 0;              // --steps
   double loss = 0, bpp = 0, psnr = 0;  // smoothed ("avg"): see SmoothedStats in train_progress.h
   double images_per_second = 0;
   double eta_seconds = 0;

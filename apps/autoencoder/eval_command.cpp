@@ -187,8 +187,8 @@ EvalResults evaluate_images(Evaluator& evaluator, data::ImageFolder& images, con
 }
 
 nlohmann::json file_json(const CodecEvaluation& file, bool with_bytes) {
-  nlohmann::json json{{"bpp", file.bpp}, {"psnr", file.psnr}, {"encode_ms", file.encode_ms},
-                      {"decode_ms", file.decode_ms}};
+  nlohmann::json json{
+      {"bpp", file.bpp}, {"psnr", file.psnr}, {"encode_ms", file.encode_ms}, {"decode_ms", file.decode_ms}};
   if (with_bytes) json["bytes"] = file.bytes;
   return json;
 }
@@ -202,8 +202,12 @@ void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& re
     if (!r.reconstruction.empty()) row["reconstruction"] = r.reconstruction;
     rows.push_back(row);
   }
-  nlohmann::json report{{"model", o.model},   {"step", step},                     {"data", o.data},
-                        {"images", rows},     {"mean_psnr", results.mean_psnr}, {"mean_bpp", results.mean_bpp}};
+  nlohmann::json report{{"model", o.model},
+                        {"step", step},
+                        {"data", o.data},
+                        {"images", rows},
+                        {"mean_psnr", results.mean_psnr},
+                        {"mean_bpp", results.mean_bpp}};
   if (results.mean_file) report["mean_file"] = file_json(*results.mean_file, false);
   if (o.level >= 0) report["level"] = o.level;
   // File names need not be UTF-8: replace what JSON cannot hold rather than fail.
@@ -214,16 +218,28 @@ void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& re
 }
 
 void add_eval_options(CLI::App& eval, EvalOptions& o) {
-  eval.add_option("--model", o.model, "model.safetensors or checkpoint.safetensors written by plexus-ae train (it carries its model spec)")->required()->type_name("FILE");
-  eval.add_option("--data", o.data, "folder of images to evaluate at full size, PNG/JPEG, searched recursively")->required()->type_name("DIR");
+  eval.add_option("--model", o.model,
+                  "model.safetensors or checkpoint.safetensors written by plexus-ae train (it carries its model spec)")
+      ->required()
+      ->type_name("FILE");
+  eval.add_option("--data", o.data, "folder of images to evaluate at full size, PNG/JPEG, searched recursively")
+      ->required()
+      ->type_name("DIR");
   eval.add_option("--out", o.out, "write reconstructions as PNG and eval.json here")->type_name("DIR");
   eval.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->type_name("DEVICE");
-  eval.add_option("--plugin", o.plugins, "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")->type_name("FILE");
-  eval.add_option("--max-image-pixels", o.max_image_pixels, "skip (with a warning) images of more pixels than this, read from the header before decoding")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  eval.add_option("--plugin", o.plugins,
+                  "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")
+      ->type_name("FILE");
+  eval.add_option("--max-image-pixels", o.max_image_pixels,
+                  "skip (with a warning) images of more pixels than this, read from the header before decoding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
   eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
-  eval.add_option("--level", o.level, "a variable-rate model's rate level, 0 (the lowest rate) to K-1 (required for one; "
-                  "fractional levels interpolate)")->type_name("L")->check(CLI::Range(0.0, 1000.0));
+  eval.add_option("--level", o.level,
+                  "a variable-rate model's rate level, 0 (the lowest rate) to K-1 (required for one; "
+                  "fractional levels interpolate)")
+      ->type_name("L")
+      ->check(CLI::Range(0.0, 1000.0));
 }
 
 }  // namespace
@@ -233,12 +249,11 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("eval", "evaluate a trained model: PSNR and bits per pixel per image");
   command->option_defaults()->always_capture_default();
   add_eval_options(*command, *options);
-  command->footer(
-      "Examples:\n"
-      "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample\n"
-      "  plexus-ae eval --model runs/demo/checkpoint.safetensors --data kodak --out recon --device cpu\n"
-      "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
-      "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
+  command->footer("Examples:\n"
+                  "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample\n"
+                  "  plexus-ae eval --model runs/demo/checkpoint.safetensors --data kodak --out recon --device cpu\n"
+                  "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
+                  "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
   command->callback([options, &exit_code] {
     use_cpu_threads(options->cpu_threads);
     exit_code = run_eval(*options);
@@ -256,8 +271,8 @@ int run_eval(const EvalOptions& o) {
   const int stride = derive_stride(spec, registry);
   const int levels = rate_levels(spec);
   if (levels > 0 && !(o.level >= 0 && o.level <= levels - 1))
-    throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(levels) + " rate levels: give " +
-                      "--level, 0 (the lowest rate) to " + std::to_string(levels - 1) +
+    throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(levels) +
+                      " rate levels: give " + "--level, 0 (the lowest rate) to " + std::to_string(levels - 1) +
                       (o.level >= 0 ? " (got " + std::to_string(o.level) + ")" : std::string()));
   if (levels == 0 && o.level >= 0)
     throw ConfigError("--level is for a variable-rate model; '" + o.model + "' has one rate");

@@ -32,7 +32,8 @@ std::string parameters_text(const Registry& registry, const std::string& type) {
   for (const ParameterInfo& parameter : parameters) width = std::max(width, parameter.key.size());
   std::string text = "  params:\n";
   for (const ParameterInfo& parameter : parameters)
-    text += "    " + parameter.key + std::string(width + 2 - parameter.key.size(), ' ') + parameter_text(parameter) + "\n";
+    text +=
+        "    " + parameter.key + std::string(width + 2 - parameter.key.size(), ' ') + parameter_text(parameter) + "\n";
   return text;
 }
 
@@ -62,20 +63,20 @@ void add_layers_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand(
       "layers", "list the layer types a model spec can name: each one's origin (built-in or the plugin file), "
                 "what it computes, and its \"params\" with their types and defaults");
-  command->add_option("--plugin", options->plugins,
-                      "a layer plugin .so whose types to list too (repeatable; PLEXUS_PLUGIN_PATH is also read)")
+  command
+      ->add_option("--plugin", options->plugins,
+                   "a layer plugin .so whose types to list too (repeatable; PLEXUS_PLUGIN_PATH is also read)")
       ->type_name("FILE");
-  command->footer(
-      "Prints, sorted by name, every registered layer type:\n"
-      "  Conv2d  (built-in)\n"
-      "    2-D convolution ...\n"
-      "    params:\n"
-      "      out_channels    integer in [1, ...], required\n"
-      "      stride          integer in [1, ...], default 1\n"
-      "A required parameter must be in the node's \"params\"; any other takes its default when left out.\n"
-      "Examples:\n"
-      "  plexus-ae layers\n"
-      "  plexus-ae layers --plugin ./libmylayer.so");
+  command->footer("Prints, sorted by name, every registered layer type:\n"
+                  "  Conv2d  (built-in)\n"
+                  "    2-D convolution ...\n"
+                  "    params:\n"
+                  "      out_channels    integer in [1, ...], required\n"
+                  "      stride          integer in [1, ...], default 1\n"
+                  "A required parameter must be in the node's \"params\"; any other takes its default when left out.\n"
+                  "Examples:\n"
+                  "  plexus-ae layers\n"
+                  "  plexus-ae layers --plugin ./libmylayer.so");
   command->callback([options, &exit_code] { exit_code = run_layers(*options); });
 }
 

@@ -26,15 +26,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
   app.set_version_flag("--version", "plexus-ae 0.1.0");
   app.option_defaults()->always_capture_default();
-  app.footer(
-      "Examples:\n"
-      "  plexus-ae train --data data/train-sample --model bls2017 --steps 200 --patch 64 --out runs/demo\n"
-      "  plexus-ae train --out runs/demo --resume --steps 400\n"
-      "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample --out runs/demo/recon\n"
-      "  plexus-ae compress --model runs/demo/model.safetensors photo.png        # writes photo.pxae\n"
-      "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
-      "  plexus-ae layers                 # the layer types a model spec can use, with their params\n"
-      "Run 'plexus-ae <command> --help' for every option of a command.");
+  app.footer("Examples:\n"
+             "  plexus-ae train --data data/train-sample --model bls2017 --steps 200 --patch 64 --out runs/demo\n"
+             "  plexus-ae train --out runs/demo --resume --steps 400\n"
+             "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample --out runs/demo/recon\n"
+             "  plexus-ae compress --model runs/demo/model.safetensors photo.png        # writes photo.pxae\n"
+             "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
+             "  plexus-ae layers                 # the layer types a model spec can use, with their params\n"
+             "Run 'plexus-ae <command> --help' for every option of a command.");
 
   int exit_code = ae::kExitOk;  // the parsed command's
   ae::add_train_command(app, exit_code, std::vector<std::string>(argv + 1, argv + argc));

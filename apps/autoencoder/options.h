@@ -30,8 +30,8 @@ struct TrainOptions : train::TrainerOptions {
   std::string init_from;  // a model or checkpoint whose matching weights start the run (fine-tuning)
   int val_images = 0;     // 0: every image of --val
   std::vector<std::string> plugins;
-  int threads = 2;      // decoding threads
-  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
+  int threads = 2;                 // decoding threads
+  int cpu_threads = 0;             // threads of the CPU kernels; 0: every core
   std::string precision = "bf16";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32 (kTrainPrecisionHelp)
   bool tf32 = false;               // deprecated --tf32: the same as --precision tf32
   bool overwrite = false;          // replace a finished model and metrics log in --out
@@ -44,7 +44,7 @@ struct EvalOptions {
   std::string out;
   std::string device = "auto";
   std::vector<std::string> plugins;
-  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
+  int cpu_threads = 0;             // threads of the CPU kernels; 0: every core
   std::string precision = "tf32";  // f32 | tf32 | bf16 on CUDA; the CPU always runs f32 (kEvalPrecisionHelp)
   std::int64_t max_image_pixels = 50'000'000;
   double level = -1;  // a variable-rate model's rate level (--level); < 0: not given

@@ -14,9 +14,8 @@ const std::string kPrecisionChoices =
 }  // namespace
 
 const std::string kTrainPrecisionHelp =
-    kPrecisionChoices +
-    "Default bf16: the fastest, and training in bf16 showed no rate-distortion cost against tf32 "
-    "(docs/performance.md, \"BF16 training quality against TF32\")";
+    kPrecisionChoices + "Default bf16: the fastest, and training in bf16 showed no rate-distortion cost against tf32 "
+                        "(docs/performance.md, \"BF16 training quality against TF32\")";
 
 const std::string kEvalPrecisionHelp =
     kPrecisionChoices + "Default tf32: reported rates and distortions favour accuracy over speed";

@@ -63,7 +63,8 @@ QualityCatalog load_quality_catalog(const std::string& path) {
     QualityEntry entry;
     if (!item.contains("quality") || !item["quality"].is_number_integer()) bad("\"quality\" must be an integer");
     entry.quality = item["quality"].get<int>();
-    if (entry.quality < 1 || entry.quality > 99) bad("\"quality\" " + std::to_string(entry.quality) + " is not in 1..99");
+    if (entry.quality < 1 || entry.quality > 99)
+      bad("\"quality\" " + std::to_string(entry.quality) + " is not in 1..99");
     if (!seen.insert(entry.quality).second) bad("quality " + std::to_string(entry.quality) + " is listed twice");
     if (!item.contains("spec") || !item["spec"].is_string() || !plain_name(item["spec"].get<std::string>()))
       bad("\"spec\" must name a bundled model spec");
@@ -101,8 +102,7 @@ std::string training_commands(const QualityCatalog& catalog, const QualityEntry&
   }
   return "  plexus-ae train --data BSDS500/train --model " + entry.spec + trade_off +
          " --batch 16 --patch 256 --steps 1000000 --time-limit 1200 --device cuda --out " + run +
-         "\n  plexus-ae export --model " + run + "/model.safetensors --storage int8 --out " +
-         entry.path +
+         "\n  plexus-ae export --model " + run + "/model.safetensors --storage int8 --out " + entry.path +
          "\n(BSDS500/train: the 400 training images of BSDS500, the Berkeley segmentation data set; "
          "--time-limit 1200 is 20 minutes of training on one GPU)";
 }
@@ -120,7 +120,8 @@ std::string model_for_quality(const QualityCatalog& catalog, int quality) {
   for (const QualityEntry& entry : catalog.entries) {
     listed += (listed.empty() ? "" : ", ") + std::to_string(entry.quality);
     std::error_code error;
-    if (fs::is_regular_file(entry.path, error)) shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
+    if (fs::is_regular_file(entry.path, error))
+      shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
   }
   throw ConfigError("no quality " + std::to_string(quality) + " in '" + catalog.path + "'; it lists " +
                     (listed.empty() ? "none" : listed) + " (shipped: " + (shipped.empty() ? "none" : shipped) + ")");

@@ -18,10 +18,10 @@ namespace plexus::ae {
 
 struct QualityEntry {
   int quality = 0;
-  std::string spec;   // the bundled spec it was trained from
-  double lambda = 0;  // its rate-distortion trade-off
-  std::string model;  // as written in the catalog (relative)
-  std::string path;   // the model file: the catalog's folder / model
+  std::string spec;             // the bundled spec it was trained from
+  double lambda = 0;            // its rate-distortion trade-off
+  std::string model;            // as written in the catalog (relative)
+  std::string path;             // the model file: the catalog's folder / model
   std::optional<double> level;  // a variable-rate model's rate level (>= 0)
 };
 

@@ -15,8 +15,7 @@ Registry make_registry(const std::vector<std::string>& plugins) {
   auto load = [&](const std::string& plugin, const char* where) {
     if (load_plugin(plugin, registry).already_loaded)
       spdlog::info("plugin {}{} is already loaded; ignored", plugin, where);
-    else
-      spdlog::info("loaded plugin {}{}", plugin, where);
+    else spdlog::info("loaded plugin {}{}", plugin, where);
   };
   for (const auto& plugin : plugins_from_environment()) load(plugin, " (from PLEXUS_PLUGIN_PATH)");
   for (const auto& plugin : plugins) load(plugin, "");

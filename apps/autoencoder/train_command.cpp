@@ -45,7 +45,7 @@ int default_threads() {
 // The parsed command: a worker of a data-parallel run (started by --gpus N
 // or another launcher), the launcher of --gpus N, or a single process.
 int run_train_command(const TrainOptions& options, const TrainOptionTable& table, const std::set<std::string>& given,
-          const std::vector<std::string>& arguments) {
+                      const std::vector<std::string>& arguments) {
   use_cpu_threads(options.cpu_threads);
   if (const auto worker = train::worker_environment()) {
     try {
@@ -69,16 +69,20 @@ void add_train_command(CLI::App& app, int& exit_code, std::vector<std::string> a
   CLI::App* command = app.add_subcommand("train", "train a model on a folder of images");
   command->option_defaults()->always_capture_default();
   train::add_options(*command, *table, *options);
-  command->footer(
-      "Bundled models: " + bundled_names_text() +
-      "\nExamples:\n"
-      "  plexus-ae train --data data/train-sample --val data/eval-sample --model bls2017 --steps 200 --patch 64 --batch 4 --out runs/demo\n"
-      "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --lambda 0.0067 --steps 200000 --batch 16 --out runs/bmshj\n"
-      "  plexus-ae train --out runs/demo --resume            # continue after Ctrl-C, same settings\n"
-      "  plexus-ae train --data imgs --model my_model.json --plugin ./libmylayer.so\n"
-      "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --batch 16 --gpus 4 --out runs/bmshj4   # 64 patches per step\n"
-      "Ctrl-C saves a checkpoint and exits (130); a NaN/Inf loss stops with exit code 1 and keeps the last good checkpoint.\n"
-      "--resume takes these from the checkpoint unless given again: " + train::saved_options_text(*table) + ".");
+  command->footer("Bundled models: " + bundled_names_text() +
+                  "\nExamples:\n"
+                  "  plexus-ae train --data data/train-sample --val data/eval-sample --model bls2017 --steps 200 "
+                  "--patch 64 --batch 4 --out runs/demo\n"
+                  "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --lambda 0.0067 --steps 200000 "
+                  "--batch 16 --out runs/bmshj\n"
+                  "  plexus-ae train --out runs/demo --resume            # continue after Ctrl-C, same settings\n"
+                  "  plexus-ae train --data imgs --model my_model.json --plugin ./libmylayer.so\n"
+                  "  plexus-ae train --data ~/bsds500 --model bmshj2018-factorized --batch 16 --gpus 4 --out "
+                  "runs/bmshj4   # 64 patches per step\n"
+                  "Ctrl-C saves a checkpoint and exits (130); a NaN/Inf loss stops with exit code 1 and keeps the last "
+                  "good checkpoint.\n"
+                  "--resume takes these from the checkpoint unless given again: " +
+                  train::saved_options_text(*table) + ".");
   command->callback([command, options, table, arguments = std::move(arguments), &exit_code] {
     exit_code = run_train_command(*options, *table, train::given_options(*command), arguments);
   });

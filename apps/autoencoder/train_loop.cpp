@@ -102,8 +102,8 @@ void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
   stats_.step = step;
   // Images of all ranks.
   stats_.images_per_second = seconds_per_step > 0 ? o_.batch * run_.world_size() / seconds_per_step : 0;
-  stats_.eta_seconds = train::remaining_seconds(seconds_per_step, o_.steps - step, o_.time_limit,
-                                                train::seconds_this_run(run_.start));
+  stats_.eta_seconds =
+      train::remaining_seconds(seconds_per_step, o_.steps - step, o_.time_limit, train::seconds_this_run(run_.start));
 }
 
 void TrainLoop::on_log(const train::TrainingWindow& window, double seconds, double loader_wait_seconds) {
@@ -133,14 +133,19 @@ void TrainLoop::after_step() {
 bool TrainLoop::validates() const { return run_.images.validation != nullptr; }
 
 double TrainLoop::validate() {
-  const Validation v = validate_images(run_.net, run_.ctx, *run_.images.validation, run_.settings.stride,
-                                       o_.val_images, run_.weight, run_.training_shape, run_.validation_level());
+  const Validation v = validate_images(run_.net, run_.ctx, *run_.images.validation, run_.settings.stride, o_.val_images,
+                                       run_.weight, run_.training_shape, run_.validation_level());
   if (run_.root) bar_.finish();
   spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", run_.step, v.psnr, v.bpp,
                v.images, o_.val);
   if (log_)
-    log_->write({{"kind", "val"}, {"step", run_.step}, {"psnr", v.psnr}, {"bpp", v.bpp}, {"loss", v.loss},
-                 {"images", v.images}, {"elapsed_seconds", run_.elapsed_seconds()}});
+    log_->write({{"kind", "val"},
+                 {"step", run_.step},
+                 {"psnr", v.psnr},
+                 {"bpp", v.bpp},
+                 {"loss", v.loss},
+                 {"images", v.images},
+                 {"elapsed_seconds", run_.elapsed_seconds()}});
   double& best = run_.best_val_psnr;
   if (std::isfinite(best) && v.psnr < best - kPsnrCollapseDb)
     spdlog::warn("validation PSNR collapsed from {:.2f} dB (the best so far) to {:.2f} dB: training is diverging. "
@@ -157,25 +162,26 @@ void TrainLoop::write_checkpoint() {
 std::string TrainLoop::checkpoint_path() const { return run_.settings.checkpoint_path; }
 
 void TrainLoop::on_diverged(const train::Divergence& d, const std::string& kept) {
-  spdlog::error(
-      "training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
-      "Try a lower --lr (now {}) or check the data.",
-      std::isnan(d.loss) ? "NaN" : "infinite", d.step, d.terms[kMseTerm], d.terms[kBppTerm], kept, o_.lr);
+  spdlog::error("training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
+                "Try a lower --lr (now {}) or check the data.",
+                std::isnan(d.loss) ? "NaN" : "infinite", d.step, d.terms[kMseTerm], d.terms[kBppTerm], kept, o_.lr);
   warn_skipped_images(run_.images.train, "training");
 }
 
 void TrainLoop::on_stopped(int signal_number) {
   if (run_.root)
-    spdlog::warn("interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
-                 signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", run_.step, o_.steps,
-                 run_.settings.checkpoint_path, o_.out, o_.gpus > 0 ? " --gpus N (any N)" : "");
+    spdlog::warn(
+        "interrupted by {} after step {} of {}; saved '{}'. Continue with: plexus-ae train --out {} --resume{}",
+        signal_number == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", run_.step, o_.steps, run_.settings.checkpoint_path,
+        o_.out, o_.gpus > 0 ? " --gpus N (any N)" : "");
   warn_skipped_images(run_.images.train, "training");
 }
 
 void TrainLoop::on_finished() {
   run_.write_model();
-  std::printf("trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
-              static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr);
+  std::printf(
+      "trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
+      static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr);
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", run_.settings.model_path.c_str(),
               run_.settings.checkpoint_path.c_str(), log_->path().c_str());
   warn_skipped_images(run_.images.train, "training");

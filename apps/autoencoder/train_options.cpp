@@ -45,13 +45,11 @@ TrainOptionTable train_option_table(const std::string& bundled_models) {
         "start from the weights of this model or checkpoint: every parameter of the same name and shape is copied "
         "(the others keep their initial values and are listed); not with --resume")
       .type("FILE");
-  t.add("resume", &O::resume,
-        "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
+  t.add("resume", &O::resume, "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
   t.add("val-images", &O::val_images, "validate on at most this many images of --val (0: all)")
       .may_change_on_resume()
       .range(Bounds::at_least(0).saved_at_most(std::numeric_limits<int>::max()));
-  t.add("plugin", &O::plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)")
-      .type("FILE");
+  t.add("plugin", &O::plugins, "a layer plugin .so to load (repeatable; PLEXUS_PLUGIN_PATH is also read)").type("FILE");
   t.add("threads", &O::threads,
         "background threads decoding and cropping images (default: CPU cores - 1, at most 8; 0: decode in the "
         "training thread)")

@@ -42,11 +42,14 @@ void check_lambdas(const TrainSettings& s) {
   }
   if (static_cast<int>(lambdas.size()) != levels)
     throw ConfigError(s.spec.source + " is a variable-rate model of " + std::to_string(levels) +
-                      " rate levels: give --lambdas with " + std::to_string(levels) + " values, one per level, "
-                      "increasing (got " + std::to_string(lambdas.size()) + ")");
+                      " rate levels: give --lambdas with " + std::to_string(levels) +
+                      " values, one per level, "
+                      "increasing (got " +
+                      std::to_string(lambdas.size()) + ")");
   for (std::size_t k = 0; k < lambdas.size(); ++k) {
     if (!(lambdas[k] > 0) || !std::isfinite(lambdas[k]))
-      throw ConfigError("--lambdas: value " + std::to_string(k + 1) + " must be > 0, got " + std::to_string(lambdas[k]));
+      throw ConfigError("--lambdas: value " + std::to_string(k + 1) + " must be > 0, got " +
+                        std::to_string(lambdas[k]));
     if (k > 0 && !(lambdas[k] > lambdas[k - 1]))
       throw ConfigError("--lambdas must increase with the level (level 0 the lowest rate): value " +
                         std::to_string(k + 1) + " (" + std::to_string(lambdas[k]) + ") is not above value " +
@@ -73,7 +76,8 @@ void read_checkpoint_settings(TrainSettings& s, const TrainOptionTable& table, c
   TensorFile saved = load_safetensors(s.checkpoint_path);
   table.restore(s.options, train::settings_from_checkpoint(saved, s.checkpoint_path, kTrainRunKeys, table), given);
   s.earlier = train::progress_from_checkpoint(saved, s.checkpoint_path, kTrainRunKeys);
-  s.spec = given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path, registry);
+  s.spec =
+      given.count("model") ? resolve_model(s.options.model) : spec_from_checkpoint(saved, s.checkpoint_path, registry);
 }
 
 // --init-from: every parameter of `net` named and shaped like a tensor of the file.
@@ -118,7 +122,8 @@ TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTabl
     read_checkpoint_settings(s, table, given, registry);
   } else {
     if (fs::exists(s.checkpoint_path, error))
-      throw ConfigError("'" + o.out + "' already holds a checkpoint from an earlier run; pass --resume to continue it, "
+      throw ConfigError("'" + o.out +
+                        "' already holds a checkpoint from an earlier run; pass --resume to continue it, "
                         "or choose another --out");
     s.spec = resolve_model(o.model);
   }
@@ -186,17 +191,17 @@ std::map<std::string, std::string> TrainingRun::checkpoint_metadata() const {
 void TrainingRun::log_start() const {
   const TrainOptions& o = settings.options;
   const int ranks = world_size();
-  spdlog::info("{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches{}, "
-               "lambda {}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
-               o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
-               ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data,
-               o.batch, o.patch, o.patch,
-               ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(),
-               settings.rate_levels > 0 ? nlohmann::json(o.lambdas).dump() + " (one per rate level; \"mse\" in the "
-                                          "log is weighted lambda_level / their mean)"
-                                        : fmt::format("{}", o.lambda),
-               adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
-               o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
+  spdlog::info(
+      "{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches{}, "
+      "lambda {}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
+      o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
+      ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data, o.batch,
+      o.patch, o.patch, ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(),
+      settings.rate_levels > 0 ? nlohmann::json(o.lambdas).dump() + " (one per rate level; \"mse\" in the "
+                                                                    "log is weighted lambda_level / their mean)"
+                               : fmt::format("{}", o.lambda),
+      adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
+      o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
   if (net.activation_storage() == DType::bf16)
     spdlog::info("activations: {} of {} blobs stored in bf16, the rest in f32 (PLEXUS_BF16_STORAGE=0 keeps all f32)",
                  net.bf16_blob_count(), net.blob_count());

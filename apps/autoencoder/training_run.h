@@ -90,13 +90,13 @@ struct TrainingRun {
   Net net;
   Adam adam;
   train::LrSchedule schedule;
-  std::unique_ptr<GradientClipper> clipper;  // null: --clip-grad-norm 0
-  std::int64_t step = 0;                     // steps taken, by every run of this --out
+  std::unique_ptr<GradientClipper> clipper;           // null: --clip-grad-norm 0
+  std::int64_t step = 0;                              // steps taken, by every run of this --out
   std::unique_ptr<train::DataParallelRank> parallel;  // null: a single process
-  const double weight;                         // of the distortion in the loss: distortion_weight(loss_lambda())
-  const std::string settings_text;             // train_settings() as JSON text
-  double best_val_psnr;                        // NaN: no validation yet
-  std::chrono::steady_clock::time_point start;  // of this run's training
+  const double weight;                                // of the distortion in the loss: distortion_weight(loss_lambda())
+  const std::string settings_text;                    // train_settings() as JSON text
+  double best_val_psnr;                               // NaN: no validation yet
+  std::chrono::steady_clock::time_point start;        // of this run's training
 };
 
 }  // namespace plexus::ae

@@ -25,7 +25,8 @@ void check_contract(const ModelSpec& spec) {
     std::string given;
     for (const auto& input : spec.inputs) given += (given.empty() ? "" : ", ") + ("'" + input + "'");
     add("its inputs must be exactly [\"image\"], or [\"image\", \"level\", \"mse_weight\"] for a variable-rate "
-        "model, got [" + given + "]");
+        "model, got [" +
+        given + "]");
   } else if (spec.inputs == variable_rate && rate_levels(spec) == 0) {
     add("it reads \"level\" but has no GainUnit node to apply it");
   }
@@ -70,17 +71,16 @@ std::map<std::string, Shape> model_input_shapes(const ModelSpec& spec, const Sha
   return model_input_shapes(spec, kImage, image);
 }
 
-void set_rate_inputs(Context& ctx, Net& net, const std::vector<double>& levels, const std::vector<double>& mse_weights) {
+void set_rate_inputs(Context& ctx, Net& net, const std::vector<double>& levels,
+                     const std::vector<double>& mse_weights) {
   for (const auto& [name, values] : {std::pair{kRateLevel, &levels}, std::pair{kMseWeight, &mse_weights}}) {
     if (!net.has_input(name)) continue;
     Tensor& input = net.input(name);
     if (input.numel() != static_cast<std::int64_t>(values->size()))
       throw ShapeError(std::string("\"") + name + "\" holds " + std::to_string(input.numel()) + " value(s), given " +
                        std::to_string(values->size()));
-    if (values->size() <= kMaxSetValues)
-      set_values(ctx, input, *values);
-    else
-      input.copy_from(Tensor::from_values(*values, input.shape()));
+    if (values->size() <= kMaxSetValues) set_values(ctx, input, *values);
+    else input.copy_from(Tensor::from_values(*values, input.shape()));
   }
 }
 

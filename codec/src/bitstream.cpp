@@ -31,10 +31,14 @@ std::string shape_text(std::uint32_t channels, std::uint32_t height, std::uint32
 
 const char* model_kind_name(ModelKind kind) {
   switch (kind) {
-    case ModelKind::factorized: return "factorized-prior";
-    case ModelKind::hyperprior: return "scale-hyperprior";
-    case ModelKind::mean_scale_hyperprior: return "mean-scale-hyperprior";
-    case ModelKind::channel_conditional: return "channel-conditional";
+    case ModelKind::factorized:
+      return "factorized-prior";
+    case ModelKind::hyperprior:
+      return "scale-hyperprior";
+    case ModelKind::mean_scale_hyperprior:
+      return "mean-scale-hyperprior";
+    case ModelKind::channel_conditional:
+      return "channel-conditional";
   }
   return "unknown";
 }
@@ -43,10 +47,14 @@ bool has_hyper_latent(ModelKind kind) { return kind != ModelKind::factorized; }
 
 std::uint16_t format_version(ModelKind kind) {
   switch (kind) {
-    case ModelKind::factorized: return 1;
-    case ModelKind::hyperprior: return 2;
-    case ModelKind::mean_scale_hyperprior: return 3;
-    case ModelKind::channel_conditional: return 4;
+    case ModelKind::factorized:
+      return 1;
+    case ModelKind::hyperprior:
+      return 2;
+    case ModelKind::mean_scale_hyperprior:
+      return 3;
+    case ModelKind::channel_conditional:
+      return 4;
   }
   return 0;
 }
@@ -87,10 +95,12 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   const auto version = static_cast<std::uint16_t>(get(bytes + 4, 2));
   if (version < 1 || version > kBitstreamVersion)
     throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only versions 1 to " +
-                  std::to_string(kBitstreamVersion) + (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
+                  std::to_string(kBitstreamVersion) +
+                  (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
   const auto flags = size >= 8 ? get(bytes + 6, 2) : 0;
   const bool variable_rate = (flags & kFlagRateLevel) != 0;
-  const std::size_t header_bytes = (version == 1 ? kBitstreamHeaderBytes : kHyperpriorHeaderBytes) + (variable_rate ? 4 : 0);
+  const std::size_t header_bytes =
+      (version == 1 ? kBitstreamHeaderBytes : kHyperpriorHeaderBytes) + (variable_rate ? 4 : 0);
   const std::size_t overhead = header_bytes + 4;
   if (size < overhead)
     throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(overhead) +
@@ -101,8 +111,9 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("truncated: the header announces a " + std::to_string(stream_size) + "-byte coded stream, so " +
                   std::to_string(expected_size) + " bytes in all, but the file has " + std::to_string(size));
   if (size > expected_size)
-    throw IoError("extended: " + std::to_string(size - expected_size) + " unexpected byte(s) after the checksum (the header announces " +
-                  std::to_string(expected_size) + " bytes in all)");
+    throw IoError("extended: " + std::to_string(size - expected_size) +
+                  " unexpected byte(s) after the checksum (the header announces " + std::to_string(expected_size) +
+                  " bytes in all)");
   const std::uint32_t stored_crc = static_cast<std::uint32_t>(get(bytes + size - 4, 4));
   const std::uint32_t actual_crc = plexus::crc32(bytes, size - 4);
   if (stored_crc != actual_crc)

@@ -69,7 +69,8 @@ int latest_slice(const std::map<std::string, const NodeSpec*>& producer, const s
     if (rounded[k] == blob) return seen[blob] = static_cast<int>(k);
   int latest = -1;
   if (const NodeSpec* node = producer_of(producer, blob))
-    for (const std::string& input : node->inputs) latest = std::max(latest, latest_slice(producer, rounded, input, seen));
+    for (const std::string& input : node->inputs)
+      latest = std::max(latest, latest_slice(producer, rounded, input, seen));
   return seen[blob] = latest;
 }
 
@@ -218,8 +219,8 @@ HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const Mode
   for (const std::string& blob : graph.analysed) {
     const Shape& slice = probe.blob(blob).shape();
     if (slice.size() != 4 || slice[2] != y[2] || slice[3] != y[3])
-      throw NotCodable(spec.source, "its latent slices differ in size ('" + blob + "' is " + shape_str(slice) +
-                                        ", '" + graph.analysed[0] + "' " + shape_str(y) + ")");
+      throw NotCodable(spec.source, "its latent slices differ in size ('" + blob + "' is " + shape_str(slice) + ", '" +
+                                        graph.analysed[0] + "' " + shape_str(y) + ")");
     geometry.analysed_channels.push_back(static_cast<std::int32_t>(slice[1]));
   }
   return geometry;

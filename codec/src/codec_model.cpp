@@ -53,9 +53,8 @@ std::int64_t latent_channels(const TensorFile& file, const CodecGraph& graph, co
   return it->second.dim(0);
 }
 
-codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph,
-                                            const Registry& registry, std::int64_t channels,
-                                            const std::string& who) {
+codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGraph& graph, const Registry& registry,
+                                           std::int64_t channels, const std::string& who) {
   // The tables and the calibration sum Eigen products on the CPU, perhaps
   // before this process has made any Context (which would fix the blocking).
   fix_cpu_gemm_blocking();
@@ -67,7 +66,6 @@ codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGr
                       kEntropyModelType);
   return codec::build_coding_tables(*model);
 }
-
 
 // One calibration input: a hyper-latent [C, height, width] and, for a
 // channel-conditional model, the latent y of the same image ([C_y, ...], or
@@ -119,7 +117,8 @@ std::string calibrate_on_prior(const codec::FloatNetwork& network, const codec::
   const bool grouped = network.decoded >= 0;
   const int count = grouped ? kGroupedPriorSamples : kPriorSamples, side = grouped ? kGroupedPriorSide : kPriorSide;
   std::vector<CalibrationSample> samples;
-  for (std::vector<std::int32_t>& z : prior_samples(tables, count, side)) samples.push_back({std::move(z), side, side, {}});
+  for (std::vector<std::int32_t>& z : prior_samples(tables, count, side))
+    samples.push_back({std::move(z), side, side, {}});
   calibration = calibrate(network, samples);
   return std::to_string(count) + " hyper-latents of " + std::to_string(side) + "x" + std::to_string(side) +
          " sampled from the prior" + (grouped ? ", the latent drawn from its Gaussians" : "");
@@ -133,9 +132,8 @@ void check_latent_values(const Tensor& latent, const char* what) {
   const std::int64_t count = latent.numel(), plane = latent.dim(2) * latent.dim(3);
   for (std::int64_t n = 0; n < count; ++n)
     if (!(std::fabs(values[n]) < float(1 << 30)))
-      throw Error(std::string("cannot compress: the ") + what + " holds " + std::to_string(values[n]) +
-                  " at channel " + std::to_string(n / plane) +
-                  " (not a finite value of magnitude < 2^30; is the model trained?)");
+      throw Error(std::string("cannot compress: the ") + what + " holds " + std::to_string(values[n]) + " at channel " +
+                  std::to_string(n / plane) + " (not a finite value of magnitude < 2^30; is the model trained?)");
 }
 
 // The integers of a latent tensor (rounded values of magnitude < 2^30).
@@ -239,9 +237,9 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
     factorized_channels = z[1];
   }
   synthesis_shape_ = latent_shape;
-  synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
-                                     model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32,
-                                     device_);
+  synthesis_ =
+      std::make_unique<Net>(graph.synthesis, registry,
+                            model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32, device_);
   load_weights(*synthesis_, file, name_);
   // Only ever run forward: each holds just what the codec reads, not every activation.
   std::vector<std::string> kept = analysed_;
@@ -381,8 +379,8 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
     std::vector<std::int32_t> symbols(outputs.indices.size());
     for (std::size_t n = 0; n < symbols.size(); ++n) {
       const double v = values[first + n];
-      symbols[n] = static_cast<std::int32_t>(outputs.means.empty() ? std::llround(v)
-                                                                   : std::llround(std::round(v - mean_value(outputs.means[n]))));
+      symbols[n] = static_cast<std::int32_t>(
+          outputs.means.empty() ? std::llround(v) : std::llround(std::round(v - mean_value(outputs.means[n]))));
     }
     return symbols;
   });
@@ -405,7 +403,8 @@ void CodecModel::code_groups(
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
       for (std::size_t n = 0; n < symbols.size(); ++n)
-        rounded[n] = static_cast<std::int64_t>(symbols[n]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[n];
+        rounded[n] =
+            static_cast<std::int64_t>(symbols[n]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[n];
       runner_->set_input(static_cast<std::int32_t>(k), rounded);
     }
     latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
@@ -440,7 +439,8 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
   const std::int64_t plane = factorized.dim(2) * factorized.dim(3);
   for (std::size_t n = 0; n < values.size(); ++n) {
     const std::int64_t c = static_cast<std::int64_t>(n) / plane;
-    encoder.put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])), tables_.tables[c]);
+    encoder.put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])),
+                tables_.tables[c]);
   }
   if (hyperprior) {
     // Then the latent's symbols (y_hat, or round(y - mean)), each with the Gaussian table of its index.
@@ -481,7 +481,8 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
       const std::int64_t v = static_cast<std::int64_t>(decoder.get(table)) + median;
       values[c * plane + i] = static_cast<float>(v);
       // An escaped hyper-latent beyond 32 bits is clamped by the integer network anyway.
-      integers[c * plane + i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(v, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()));
+      integers[c * plane + i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+          v, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()));
     }
   }
   if (!hyperprior) {
@@ -511,8 +512,9 @@ std::uint64_t CodecModel::max_file_bytes() const {
   // An escaped symbol: at most 16 + 3 + 32 bits, so under 8 bytes.
   if (!has_hyper_latent(kind_))
     return kBitstreamOverheadBytes + 8 * static_cast<std::uint64_t>(latent_channels_) * positions;
-  const std::uint64_t per_position = static_cast<std::uint64_t>(tables_.channels()) +
-                                     static_cast<std::uint64_t>(latent_channels_) * latent_per_stride_ * latent_per_stride_;
+  const std::uint64_t per_position =
+      static_cast<std::uint64_t>(tables_.channels()) +
+      static_cast<std::uint64_t>(latent_channels_) * latent_per_stride_ * latent_per_stride_;
   return kHyperpriorOverheadBytes + 8 * per_position * positions;
 }
 
@@ -550,9 +552,11 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   const std::int64_t channels = latent_channels(file, graph, spec.source);
   const codec::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
   codec::store_coding_tables(tables, codec::coding_tables_prefix(graph.entropy_node), file);
-  file.metadata[kTablesMetadataKey] =
-      nlohmann::json{{"coder", "rANS"}, {"precision_bits", codec::kPrecisionBits}, {"tail_mass", codec::kDefaultTailMass}}
-          .dump();
+  file.metadata[kTablesMetadataKey] = nlohmann::json{
+      {"coder", "rANS"},
+      {"precision_bits", codec::kPrecisionBits},
+      {"tail_mass",
+       codec::kDefaultTailMass}}.dump();
   if (!has_hyper_latent(graph.kind)) return true;
   const std::string prefix = integer_network_prefix(graph.gaussian_node);
   if (calibration_images.empty() && !recalibrate && has_calibration(file, prefix)) return true;

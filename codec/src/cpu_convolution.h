@@ -34,8 +34,14 @@ std::vector<Out> cpu_convolution(const Conv& layer, const RowMatrix& weight, con
                                  Side out) {
   const std::int64_t rows = weight.cols(), positions = out.first * out.second, k = layer.kernel;
   const std::int64_t block = cpu_block_positions(positions, rows);
-  const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
-                                          layer.padding, in.first, in.second, out.second};
+  const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0,
+                                          layer.in_channels,
+                                          layer.kernel,
+                                          layer.stride,
+                                          layer.padding,
+                                          in.first,
+                                          in.second,
+                                          out.second};
   std::vector<Out> y(static_cast<std::size_t>(layer.out_channels * positions));
   parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
     const std::int64_t first = b * block, count = std::min(block, positions - first);

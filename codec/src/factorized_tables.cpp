@@ -51,8 +51,8 @@ std::vector<double> solve_logit(const layers::FactorizedEntropyModel& model, dou
 }
 
 // The f32 tensor `name` of `shape` whose values are all integers in [low, high].
-std::vector<std::int64_t> integers(const TensorFile& file, const std::string& name, const Shape& shape,
-                                   double low, double high, const std::string& who) {
+std::vector<std::int64_t> integers(const TensorFile& file, const std::string& name, const Shape& shape, double low,
+                                   double high, const std::string& who) {
   auto it = file.tensors.find(name);
   if (it == file.tensors.end()) fail(who, "tensor '" + name + "' is missing");
   if (it->second.shape() != shape)
@@ -109,8 +109,8 @@ FactorizedCodingTables build_coding_tables(const layers::FactorizedEntropyModel&
       probabilities[i] = std::abs(logistic(s * u) - logistic(s * l));
     }
     const double escape = logistic(row[0]) + logistic(-row[count]);
-    result.tables.push_back(quantize_table(static_cast<std::int32_t>(first[c] - result.medians[c]),
-                                                  probabilities, escape));
+    result.tables.push_back(
+        quantize_table(static_cast<std::int32_t>(first[c] - result.medians[c]), probabilities, escape));
   }
   return result;
 }

@@ -18,8 +18,8 @@ CodingTable table_for(double sigma, double tail_mass) {
   std::vector<double> probabilities(static_cast<std::size_t>(2 * n + 1));
   for (std::int32_t s = -n; s <= n; ++s) {
     const double magnitude = std::abs(s);
-    probabilities[s + n] =
-        s == 0 ? 1 - 2 * upper_tail(0.5 / sigma) : upper_tail((magnitude - 0.5) / sigma) - upper_tail((magnitude + 0.5) / sigma);
+    probabilities[s + n] = s == 0 ? 1 - 2 * upper_tail(0.5 / sigma)
+                                  : upper_tail((magnitude - 0.5) / sigma) - upper_tail((magnitude + 0.5) / sigma);
   }
   return quantize_table(-n, probabilities, 2 * upper_tail((n + 0.5) / sigma));
 }

@@ -63,7 +63,8 @@ class Translator {
     if (!blobs.rounded.empty()) {
       const Ref decoded = tensor_for(blobs.decoded);
       if (decoded.kind != Kind::fixed_point)
-        refuse("the decoded latent '" + blobs.decoded + "' must be a slice's rounded latent plus Tanh outputs "
+        refuse("the decoded latent '" + blobs.decoded +
+               "' must be a slice's rounded latent plus Tanh outputs "
                "(Add, Concat); it is not");
       network_.decoded = decoded.tensor;
     }
@@ -84,7 +85,8 @@ class Translator {
                         (blobs_.rounded.empty() ? "" : "' and the decoded slices") + "' to the scales" +
                         (blobs_.means.empty() ? "" : " and means") +
                         ") need an exact integer form, built from Conv2d, ConvTranspose2d, ReLU, LeakyReLU, "
-                        "Concat and Split" + (blobs_.rounded.empty() ? "" : ", Tanh and Add") + "; " + reason);
+                        "Concat and Split" +
+                        (blobs_.rounded.empty() ? "" : ", Tanh and Add") + "; " + reason);
   }
 
   Ref add(codec::FloatNode node, Kind kind) {
@@ -168,7 +170,8 @@ class Translator {
       f.op = codec::IntegerOp::tanh;
       f.inputs = {input.tensor};
       f.scale = node.params.value("scale", 1.0);
-      if (!(std::abs(f.scale) <= 16)) refuse(name + " has a scale of " + std::to_string(f.scale) + " (|scale| <= 16 is needed)");
+      if (!(std::abs(f.scale) <= 16))
+        refuse(name + " has a scale of " + std::to_string(f.scale) + " (|scale| <= 16 is needed)");
       return add(std::move(f), Kind::fixed_point);
     }
     if (node.type == kAdd && !blobs_.rounded.empty()) {
@@ -195,11 +198,11 @@ class Translator {
     if (node.type == kSplit) {
       const Ref input = tensor_for(node.inputs[0]);
       const std::vector<std::int64_t> sizes = node.params.value("sizes", std::vector<std::int64_t>{});
-      const std::size_t k = static_cast<std::size_t>(
-          std::find(node.outputs.begin(), node.outputs.end(), blob) - node.outputs.begin());
+      const std::size_t k =
+          static_cast<std::size_t>(std::find(node.outputs.begin(), node.outputs.end(), blob) - node.outputs.begin());
       if (sizes.size() != node.outputs.size() || k >= sizes.size()) refuse(name + " has no size for '" + blob + "'");
-      const std::int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(k),
-                                                 std::int64_t(0));
+      const std::int64_t begin =
+          std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(k), std::int64_t(0));
       f.op = codec::IntegerOp::slice;
       f.inputs = {input.tensor};
       f.begin = static_cast<std::int32_t>(begin);
@@ -308,7 +311,8 @@ IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::st
     if (t.ndim() != 1 || t.dim(0) < min_count || t.dim(0) > max_count)
       throw IoError(context + ": tensor '" + prefix + name + "' is " + shape_str(t.shape()) + ", expected [" +
                     (min_count == max_count ? std::to_string(min_count)
-                                            : std::to_string(min_count) + ".." + std::to_string(max_count)) + "]");
+                                            : std::to_string(min_count) + ".." + std::to_string(max_count)) +
+                    "]");
     std::vector<double> v = t.to_values();
     for (double x : v)
       if (!std::isfinite(x) || x < 0)
@@ -342,8 +346,7 @@ IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::st
 }
 
 codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
-                                                 const IntegerNetworkCalibration& calibration,
-                                                 const std::string& who) {
+                                                 const IntegerNetworkCalibration& calibration, const std::string& who) {
   try {
     codec::FloatNetwork with_table = network;
     with_table.tanh_table = calibration.tanh_table;
@@ -353,8 +356,8 @@ codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& netw
   }
 }
 
-std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count,
-                                                     int side, std::uint64_t seed) {
+std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count, int side,
+                                                     std::uint64_t seed) {
   std::mt19937_64 random(seed);  // the standard fixes its sequence, so the samples are the same everywhere
   std::vector<std::vector<std::int32_t>> samples;
   const std::int64_t channels = tables.channels(), plane = std::int64_t(side) * side;

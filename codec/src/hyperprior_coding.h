@@ -12,10 +12,9 @@
 // rounded latents and gives the decoded latent: there a Tanh may read a
 // convolution's output (latent residual prediction) and an Add may add two
 // of the fixed-point values (a rounded latent, a Tanh's output, their sums),
-// and slice k's scales and means must not read slice k or a later one. A convolution that reads another's output directly gets a
-// rescale without activation function; a ReLU that gives the scales is
-// absorbed into the thresholds (they are positive, so acc > T is the same
-// test on max(acc, 0)).
+// and slice k's scales and means must not read slice k or a later one. A convolution that reads another's output
+// directly gets a rescale without activation function; a ReLU that gives the scales is absorbed into the thresholds
+// (they are positive, so acc > T is the same test on max(acc, 0)).
 //
 // The integer network is not stored: it is derived at load from the stored
 // weights and a stored calibration by codec::quantize_network, whose every
@@ -84,13 +83,12 @@ IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::st
                                            const codec::FloatNetwork& network, const std::string& who);
 // quantize_network of the calibration (IoError starting with `who` when it fails).
 codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
-                                                 const IntegerNetworkCalibration& calibration,
-                                                 const std::string& who);
+                                                 const IntegerNetworkCalibration& calibration, const std::string& who);
 
 // `count` hyper-latents [C, side, side] drawn from the factorized coding
 // tables (each element independently, by a fixed-seed mt19937_64, an escape
 // drawing the table's last symbol): calibration inputs when no images are given.
-std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count,
-                                                     int side, std::uint64_t seed = 1);
+std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count, int side,
+                                                     std::uint64_t seed = 1);
 
 }  // namespace plexus::ae

@@ -39,8 +39,8 @@ void check_conv(const IntegerConvLayer& layer, bool check_values, const std::str
       layer.padding > 64 || (layer.transposed ? layer.output_padding >= layer.stride : layer.output_padding != 0))
     fail(who, name + " has an impossible geometry (channels " + std::to_string(layer.in_channels) + " -> " +
                   std::to_string(layer.out_channels) + ", kernel " + std::to_string(layer.kernel) + ", stride " +
-                  std::to_string(layer.stride) + ", padding " + std::to_string(layer.padding) +
-                  ", output padding " + std::to_string(layer.output_padding) + ")");
+                  std::to_string(layer.stride) + ", padding " + std::to_string(layer.padding) + ", output padding " +
+                  std::to_string(layer.output_padding) + ")");
   const std::int64_t taps = std::int64_t(layer.in_channels) * layer.kernel * layer.kernel;
   if (taps > kIntegerTapLimit)
     fail(who, name + " sums " + std::to_string(taps) + " products per output, more than " +
@@ -64,12 +64,12 @@ void check_multipliers(const std::vector<std::int64_t>& multiplier, std::int64_t
                        const std::vector<std::int32_t>& shift, std::size_t count, const std::string& what,
                        const std::string& who) {
   if (multiplier.size() != count || shift.size() != count)
-    fail(who, what + " has " + std::to_string(multiplier.size()) + " multipliers and " +
-                  std::to_string(shift.size()) + " shifts, expected " + std::to_string(count));
+    fail(who, what + " has " + std::to_string(multiplier.size()) + " multipliers and " + std::to_string(shift.size()) +
+                  " shifts, expected " + std::to_string(count));
   for (std::size_t o = 0; o < count; ++o) {
     if (multiplier[o] < minimum || multiplier[o] >= kIntegerMultiplierLimit)
-      fail(who, what + " has a multiplier " + std::to_string(multiplier[o]) + " outside [" +
-                    std::to_string(minimum) + ", 2^16)");
+      fail(who, what + " has a multiplier " + std::to_string(multiplier[o]) + " outside [" + std::to_string(minimum) +
+                    ", 2^16)");
     if (shift[o] < 0 || shift[o] > 62)
       fail(who, what + " has a shift " + std::to_string(shift[o]) + " outside [0, 62]");
   }
@@ -97,7 +97,8 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
     switch (node.op) {
       case IntegerOp::convolution:
         check_conv(node.conv, check_values, name, who);
-        if (first.accumulator()) fail(who, name + " reads " + kind_name(first.kind) + "; a convolution reads activations");
+        if (first.accumulator())
+          fail(who, name + " reads " + kind_name(first.kind) + "; a convolution reads activations");
         if (node.conv.in_channels != first.channels)
           fail(who, name + " expects " + std::to_string(node.conv.in_channels) + " input channels, its input has " +
                         std::to_string(first.channels));
@@ -172,13 +173,20 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
 
 const char* integer_op_name(IntegerOp op) {
   switch (op) {
-    case IntegerOp::convolution: return "convolution";
-    case IntegerOp::rescale: return "rescale";
-    case IntegerOp::concat: return "concat";
-    case IntegerOp::slice: return "slice";
-    case IntegerOp::input: return "input";
-    case IntegerOp::tanh: return "tanh";
-    case IntegerOp::add: return "add";
+    case IntegerOp::convolution:
+      return "convolution";
+    case IntegerOp::rescale:
+      return "rescale";
+    case IntegerOp::concat:
+      return "concat";
+    case IntegerOp::slice:
+      return "slice";
+    case IntegerOp::input:
+      return "input";
+    case IntegerOp::tanh:
+      return "tanh";
+    case IntegerOp::add:
+      return "add";
   }
   return "unknown";
 }
@@ -277,8 +285,8 @@ void IntegerNetworkRunner::start(const std::vector<std::int32_t>& input, std::in
                      std::to_string(width) + "]");
   state_ = std::make_unique<State>();
   state_->sides = tensor_sides(network_, height, width);
-  if (network_.has_means() &&
-      state_->sides[static_cast<std::size_t>(network_.means)] != state_->sides[static_cast<std::size_t>(network_.scales)])
+  if (network_.has_means() && state_->sides[static_cast<std::size_t>(network_.means)] !=
+                                  state_->sides[static_cast<std::size_t>(network_.scales)])
     throw ShapeError("integer network: the means and the scales have different sizes");
   state_->channels = network_.channels();
   state_->ready.assign(state_->sides.size(), false);
@@ -311,10 +319,10 @@ void IntegerNetworkRunner::compute(std::int32_t tensor) {
   if (state_->ready[static_cast<std::size_t>(tensor)]) return;
   const IntegerNode& node = network_.nodes[static_cast<std::size_t>(tensor - 1)];
   if (node.op == IntegerOp::input) {
-    const auto k = std::find(state_->input_tensors.begin(), state_->input_tensors.end(), tensor) -
-                   state_->input_tensors.begin();
-    throw ConfigError("integer network: tensor " + std::to_string(tensor) + " needs latent group " +
-                      std::to_string(k) + ", which is not decoded yet");
+    const auto k =
+        std::find(state_->input_tensors.begin(), state_->input_tensors.end(), tensor) - state_->input_tensors.begin();
+    throw ConfigError("integer network: tensor " + std::to_string(tensor) + " needs latent group " + std::to_string(k) +
+                      ", which is not decoded yet");
   }
   for (std::int32_t input : node.inputs) compute(input);
   backend_->compute(tensor);
@@ -347,8 +355,8 @@ std::vector<std::int64_t> IntegerNetworkRunner::values(std::int32_t tensor, std:
   if (!state_) throw ConfigError("integer network: values before start");
   if (tensor < 0 || tensor >= network_.tensors() || begin < 0 || count < 0 ||
       begin + count > state_->channels[static_cast<std::size_t>(tensor)])
-    throw ConfigError("integer network: no channels [" + std::to_string(begin) + ", " +
-                      std::to_string(begin + count) + ") of tensor " + std::to_string(tensor));
+    throw ConfigError("integer network: no channels [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                      ") of tensor " + std::to_string(tensor));
   const Side side = state_->sides[static_cast<std::size_t>(tensor)];
   const std::int64_t plane = side.first * side.second;
   const ChannelRange range = resolve_range(network_, state_->channels, state_->ready, {tensor, begin, count});
@@ -356,8 +364,8 @@ std::vector<std::int64_t> IntegerNetworkRunner::values(std::int32_t tensor, std:
   return backend_->read(range.tensor, range.begin * plane, count * plane);
 }
 
-IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                           std::int64_t height, std::int64_t width, Device device) {
+IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                           std::int64_t width, Device device) {
   IntegerNetworkRunner runner(network, device);
   if (runner.groups().size() != 1 || network.decoded >= 0)
     throw ConfigError("integer network: run_network needs a network without latent groups");

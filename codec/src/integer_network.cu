@@ -28,8 +28,8 @@ class DeviceBuffer {
   }
   explicit DeviceBuffer(const std::vector<T>& values) : DeviceBuffer(values.size()) {
     if (count_ > 0)
-      check_cuda(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy",
-                 __FILE__, __LINE__);
+      check_cuda(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", __FILE__,
+                 __LINE__);
   }
   ~DeviceBuffer() {
     if (data_) cudaFree(data_);  // nothing to report from a destructor
@@ -87,8 +87,8 @@ __global__ void bias_kernel(const double* product, const std::int64_t* bias, std
 }
 
 __global__ void rescale_kernel(const std::int64_t* acc, const std::int64_t* multiplier,
-                               const std::int64_t* negative_multiplier, const std::int32_t* shift,
-                               std::int64_t plane, std::int64_t count, std::int64_t* q) {
+                               const std::int64_t* negative_multiplier, const std::int32_t* shift, std::int64_t plane,
+                               std::int64_t count, std::int64_t* q) {
   const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (n >= count) return;
   const std::int64_t c = n / plane;
@@ -209,15 +209,14 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
         convolution(node.conv, d, input(0), sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t], out);
         break;
       case IntegerOp::rescale:
-        rescale_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(),
-                                                        d.negative_multiplier.get(), d.shift.get(), plane, count,
-                                                        out.get());
+        rescale_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(), d.negative_multiplier.get(),
+                                                        d.shift.get(), plane, count, out.get());
         cuda::check_launch("rescale_kernel", __FILE__, __LINE__);
         break;
       case IntegerOp::tanh:
-        tanh_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(), d.shift.get(),
-                                                     d.table.get(), static_cast<std::int32_t>(d.table.size()), plane,
-                                                     count, out.get());
+        tanh_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), d.multiplier.get(), d.shift.get(), d.table.get(),
+                                                     static_cast<std::int32_t>(d.table.size()), plane, count,
+                                                     out.get());
         cuda::check_launch("tanh_kernel", __FILE__, __LINE__);
         break;
       case IntegerOp::add:
@@ -283,8 +282,14 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
     const std::int64_t rows = std::int64_t(layer.in_channels) * layer.kernel * layer.kernel;
     const std::int64_t positions = out.first * out.second;
     const std::int64_t block = std::max<std::int64_t>(1, std::min(positions, kColumnBlockValues / rows));
-    const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0, layer.in_channels, layer.kernel, layer.stride,
-                                            layer.padding, in.first, in.second, out.second};
+    const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0,
+                                            layer.in_channels,
+                                            layer.kernel,
+                                            layer.stride,
+                                            layer.padding,
+                                            in.first,
+                                            in.second,
+                                            out.second};
     columns_.reserve(static_cast<std::size_t>(rows * block));
     product_.reserve(static_cast<std::size_t>(layer.out_channels * positions));
     const double one = 1, zero = 0;

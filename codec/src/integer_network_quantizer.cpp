@@ -12,8 +12,8 @@ namespace plexus::codec {
 namespace {
 
 void check_conv(const FloatConvLayer& layer, const std::string& name) {
-  const std::size_t weights = static_cast<std::size_t>(layer.in_channels) * layer.out_channels * layer.kernel *
-                              layer.kernel;
+  const std::size_t weights =
+      static_cast<std::size_t>(layer.in_channels) * layer.out_channels * layer.kernel * layer.kernel;
   if (layer.in_channels < 1 || layer.out_channels < 1 || layer.kernel < 1 || layer.stride < 1 ||
       layer.weight.size() != weights || layer.bias.size() != static_cast<std::size_t>(layer.out_channels))
     throw ConfigError(name + ": " + std::to_string(layer.weight.size()) + " weights and " +
@@ -25,8 +25,7 @@ void check_conv(const FloatConvLayer& layer, const std::string& name) {
 
 // The channels of every tensor; ConfigError when the nodes do not fit together.
 std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
-  if (network.nodes.empty() || network.in_channels < 1)
-    throw ConfigError("integer network: no nodes to quantise");
+  if (network.nodes.empty() || network.in_channels < 1) throw ConfigError("integer network: no nodes to quantise");
   std::vector<std::int32_t> channels{network.in_channels};
   for (std::size_t n = 0; n < network.nodes.size(); ++n) {
     const FloatNode& node = network.nodes[n];
@@ -71,8 +70,8 @@ std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
   const std::int32_t tensors = static_cast<std::int32_t>(channels.size());
   if (network.scales < 0 || network.scales >= tensors || network.means < -1 || network.means >= tensors)
     throw ConfigError("integer network: the scales or the means are read from a tensor it does not have");
-  if (network.means >= 0 && channels[static_cast<std::size_t>(network.means)] !=
-                                channels[static_cast<std::size_t>(network.scales)])
+  if (network.means >= 0 &&
+      channels[static_cast<std::size_t>(network.means)] != channels[static_cast<std::size_t>(network.scales)])
     throw ConfigError("integer network: the means and the scales have different channels");
   return channels;
 }
@@ -186,12 +185,14 @@ FloatEvaluation::FloatEvaluation(const FloatNetwork& network, const std::vector<
   sides_ = network_sides(network, height, width);
   if (ranges && ranges->maxima.empty())
     for (const FloatNode& node : network.nodes)
-      if (node.op == IntegerOp::rescale) ranges->maxima.emplace_back(channels_[static_cast<std::size_t>(node.inputs[0])], 0.0);
+      if (node.op == IntegerOp::rescale)
+        ranges->maxima.emplace_back(channels_[static_cast<std::size_t>(node.inputs[0])], 0.0);
   if (ranges && static_cast<std::int32_t>(ranges->maxima.size()) != network.rescales())
     throw ConfigError("float network: activation ranges for " + std::to_string(ranges->maxima.size()) +
                       " rescale nodes, the network has " + std::to_string(network.rescales()));
   std::int32_t rescales = 0;
-  for (const FloatNode& node : network.nodes) rescale_number_.push_back(node.op == IntegerOp::rescale ? rescales++ : -1);
+  for (const FloatNode& node : network.nodes)
+    rescale_number_.push_back(node.op == IntegerOp::rescale ? rescales++ : -1);
   values_.resize(sides_.size());
   ready_.assign(sides_.size(), false);
   values_[0].assign(input.begin(), input.end());
@@ -236,7 +237,8 @@ const std::vector<double>& FloatEvaluation::compute(std::int32_t tensor) {
     }
     case IntegerOp::rescale: {
       y = input(0);
-      std::vector<double>* seen = ranges_ ? &ranges_->maxima[static_cast<std::size_t>(rescale_number_[t - 1])] : nullptr;
+      std::vector<double>* seen =
+          ranges_ ? &ranges_->maxima[static_cast<std::size_t>(rescale_number_[t - 1])] : nullptr;
       for (std::size_t n = 0; n < y.size(); ++n) {
         if (y[n] <= 0) y[n] *= node.negative_slope;
         if (seen) {
@@ -275,7 +277,8 @@ std::vector<double> FloatEvaluation::values(std::int32_t tensor, std::int32_t be
                       ") of tensor " + std::to_string(tensor));
   const ChannelRange range = resolve_range(network_, channels_, ready_, {tensor, begin, count});
   const std::vector<double>& all = compute(range.tensor);
-  const std::int64_t plane = sides_[static_cast<std::size_t>(tensor)].first * sides_[static_cast<std::size_t>(tensor)].second;
+  const std::int64_t plane =
+      sides_[static_cast<std::size_t>(tensor)].first * sides_[static_cast<std::size_t>(tensor)].second;
   return {all.begin() + range.begin * plane, all.begin() + (range.begin + count) * plane};
 }
 
@@ -345,11 +348,11 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
       for (std::size_t c = 0; c < out_steps.size(); ++c) {
         const double ratio = in_steps[c] / out_steps[c];
         rescale_for(ratio, node.multiplier[c], node.shift[c]);
-        node.negative_multiplier[c] =
-            f.negative_slope == 1 ? node.multiplier[c]
-                                  : static_cast<std::int64_t>(std::clamp(
-                                        std::nearbyint(std::ldexp(f.negative_slope * ratio, node.shift[c])), 0.0,
-                                        static_cast<double>(kIntegerMultiplierLimit - 1)));
+        node.negative_multiplier[c] = f.negative_slope == 1
+                                          ? node.multiplier[c]
+                                          : static_cast<std::int64_t>(std::clamp(
+                                                std::nearbyint(std::ldexp(f.negative_slope * ratio, node.shift[c])),
+                                                0.0, static_cast<double>(kIntegerMultiplierLimit - 1)));
       }
     } else if (f.op == IntegerOp::concat) {
       for (std::int32_t input : f.inputs) {

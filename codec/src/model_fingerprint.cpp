@@ -7,8 +7,9 @@ namespace plexus::ae {
 namespace {
 
 void hash_convolution(plexus::Fnv1a64& hash, const codec::IntegerConvLayer& layer) {
-  const std::int32_t geometry[] = {layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel,
-                                   layer.stride, layer.padding, layer.output_padding};
+  const std::int32_t geometry[] = {
+      layer.transposed ? 1 : 0, layer.in_channels, layer.out_channels, layer.kernel, layer.stride, layer.padding,
+      layer.output_padding};
   hash.add(geometry, sizeof geometry);
   hash_values(hash, layer.weight);
   hash_values(hash, layer.bias);
@@ -73,7 +74,8 @@ void hash_tensor(plexus::Fnv1a64& hash, const std::string& name, const Tensor& t
   hash.add(values.raw_data(), values.nbytes());
 }
 
-void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network, const codec::GaussianTables& gaussian) {
+void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network,
+                     const codec::GaussianTables& gaussian) {
   hash.add_field("scale hyperprior");
   hash_integer_network(hash, network);
   hash_values(hash, network.thresholds);

@@ -83,9 +83,9 @@ std::vector<double> weight_matrix(const Conv& layer) {
   for (std::int64_t o = 0; o < layer.out_channels; ++o)
     for (std::int64_t c = 0; c < layer.in_channels; ++c)
       for (std::int64_t t = 0; t < k2; ++t)
-        matrix[static_cast<std::size_t>(o * rows + c * k2 + t)] = static_cast<double>(
-            layer.weight[static_cast<std::size_t>(layer.transposed ? (c * layer.out_channels + o) * k2 + t
-                                                                   : (o * layer.in_channels + c) * k2 + t)]);
+        matrix[static_cast<std::size_t>(o * rows + c * k2 + t)] =
+            static_cast<double>(layer.weight[static_cast<std::size_t>(
+                layer.transposed ? (c * layer.out_channels + o) * k2 + t : (o * layer.in_channels + c) * k2 + t)]);
   return matrix;
 }
 

@@ -44,15 +44,16 @@ bool in_table(std::int32_t value, const CodingTable& table) {
 }  // namespace
 
 void check_table(const CodingTable& table, const std::string& who) {
-  if (table.cdf.size() < 2) throw IoError(who + ": a coding table needs at least 2 cumulative entries, got " +
-                                          std::to_string(table.cdf.size()));
+  if (table.cdf.size() < 2)
+    throw IoError(who + ": a coding table needs at least 2 cumulative entries, got " +
+                  std::to_string(table.cdf.size()));
   if (table.count() > kMaxTableSymbols)
     throw IoError(who + ": " + std::to_string(table.count()) + " symbols, more than the " +
                   std::to_string(kMaxTableSymbols) + " a 16-bit table holds");
   if (static_cast<std::int64_t>(table.min) + table.count() > std::numeric_limits<std::int32_t>::max())
     throw IoError(who + ": symbols from " + std::to_string(table.min) + " on run past the 32-bit range");
-  if (table.cdf.front() != 0) throw IoError(who + ": the cumulative table must start at 0, got " +
-                                            std::to_string(table.cdf.front()));
+  if (table.cdf.front() != 0)
+    throw IoError(who + ": the cumulative table must start at 0, got " + std::to_string(table.cdf.front()));
   if (table.cdf.back() != kPrecisionTotal)
     throw IoError(who + ": the cumulative table must end at 65536, got " + std::to_string(table.cdf.back()));
   for (std::size_t i = 1; i < table.cdf.size(); ++i)
@@ -98,7 +99,8 @@ CodingTable quantize_table(std::int32_t min, const std::vector<double>& probabil
   }
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
   for (std::size_t k = 0; given < shared; k = (k + 1) % n, ++given) ++frequency[order[k]];
 
   CodingTable table;
@@ -192,8 +194,7 @@ void RansDecoder::finish() const {
   if (position_ != size_)
     throw IoError("the coded stream has " + std::to_string(size_ - position_) +
                   " byte(s) left after its last symbol (corrupt or extended stream)");
-  if (state_ != kLowerBound)
-    throw IoError("the coded stream does not end in the rANS starting state (corrupt stream)");
+  if (state_ != kLowerBound) throw IoError("the coded stream does not end in the rANS starting state (corrupt stream)");
 }
 
 }  // namespace plexus::codec

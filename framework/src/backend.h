@@ -14,8 +14,7 @@ namespace plexus::device_memory {
 
 void* allocate(std::size_t bytes, Device device);
 void release(void* pointer, Device device) noexcept;
-void copy(void* destination, Device destination_device, const void* source,
-          Device source_device, std::size_t bytes);
+void copy(void* destination, Device destination_device, const void* source, Device source_device, std::size_t bytes);
 void fill_zero(void* pointer, std::size_t bytes, Device device);
 // Every span's bytes set to zero, as fill_zero on each; on CUDA one kernel
 // launch for up to 64 spans at a time (on the stream fill_zero uses).

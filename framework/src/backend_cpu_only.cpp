@@ -32,8 +32,7 @@ void* allocate_host_staging(std::size_t bytes, Device destination) {
 
 void release_host_staging(void* pointer, Device) noexcept { host_memory::release(pointer); }
 
-void copy(void* destination, Device destination_device, const void* source,
-          Device source_device, std::size_t bytes) {
+void copy(void* destination, Device destination_device, const void* source, Device source_device, std::size_t bytes) {
   if (destination_device.is_cuda()) no_cuda(destination_device);
   if (source_device.is_cuda()) no_cuda(source_device);
   if (bytes) std::memcpy(destination, source, bytes);

@@ -12,9 +12,7 @@
 namespace plexus::device_memory {
 
 namespace {
-void select(Device device) {
-  cuda::check_cuda(cudaSetDevice(device.index), "cudaSetDevice", __FILE__, __LINE__);
-}
+void select(Device device) { cuda::check_cuda(cudaSetDevice(device.index), "cudaSetDevice", __FILE__, __LINE__); }
 
 // While this thread records a CUDA graph, memory work goes to the capturing
 // stream (becoming graph nodes) instead of the legacy stream, which may not
@@ -37,12 +35,12 @@ void* allocate(std::size_t bytes, Device device) {
     }
   }
   if (device.index >= cuda_device_count())
-    throw DeviceError("device " + device.str() + " requested, but " +
-                      std::to_string(cuda_device_count()) + " CUDA device(s) are visible");
+    throw DeviceError("device " + device.str() + " requested, but " + std::to_string(cuda_device_count()) +
+                      " CUDA device(s) are visible");
   select(device);
   void* pointer = nullptr;
-  cuda::check_cuda(cudaMallocAsync(&pointer, bytes ? bytes : 1, memory_stream()),
-                   "cudaMallocAsync", __FILE__, __LINE__);
+  cuda::check_cuda(cudaMallocAsync(&pointer, bytes ? bytes : 1, memory_stream()), "cudaMallocAsync", __FILE__,
+                   __LINE__);
   return pointer;
 }
 
@@ -67,20 +65,18 @@ void release_host_staging(void* pointer, Device destination) noexcept {
   else cudaFreeHost(pointer);
 }
 
-void copy(void* destination, Device destination_device, const void* source,
-          Device source_device, std::size_t bytes) {
+void copy(void* destination, Device destination_device, const void* source, Device source_device, std::size_t bytes) {
   if (!bytes) return;
   if (destination_device.is_cpu() && source_device.is_cpu()) {
     std::memcpy(destination, source, bytes);
     return;
   }
   if (capture_stream) {
-    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, capture_stream),
-                     "cudaMemcpyAsync", __FILE__, __LINE__);
+    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, capture_stream), "cudaMemcpyAsync",
+                     __FILE__, __LINE__);
     return;
   }
-  cuda::check_cuda(cudaMemcpy(destination, source, bytes, cudaMemcpyDefault), "cudaMemcpy",
-                   __FILE__, __LINE__);
+  cuda::check_cuda(cudaMemcpy(destination, source, bytes, cudaMemcpyDefault), "cudaMemcpy", __FILE__, __LINE__);
 }
 
 void fill_zero(void* pointer, std::size_t bytes, Device device) {
@@ -90,8 +86,7 @@ void fill_zero(void* pointer, std::size_t bytes, Device device) {
     return;
   }
   select(device);
-  cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, memory_stream()), "cudaMemsetAsync",
-                   __FILE__, __LINE__);
+  cuda::check_cuda(cudaMemsetAsync(pointer, 0, bytes, memory_stream()), "cudaMemsetAsync", __FILE__, __LINE__);
 }
 
 void fill_zero(const std::vector<ByteSpan>& spans, Device device) {
@@ -121,8 +116,8 @@ namespace plexus::cuda {
 CudaResources* create_resources(int device, std::uint64_t seed) {
   int count = device_memory::cuda_device_count();
   if (device >= count)
-    throw DeviceError("cuda:" + std::to_string(device) + " requested, but " +
-                      std::to_string(count) + " CUDA GPU(s) are visible");
+    throw DeviceError("cuda:" + std::to_string(device) + " requested, but " + std::to_string(count) +
+                      " CUDA GPU(s) are visible");
   auto resources = std::make_unique<CudaResources>();
   resources->device = device;
   check_cuda(cudaSetDevice(device), "cudaSetDevice", __FILE__, __LINE__);
@@ -130,12 +125,10 @@ CudaResources* create_resources(int device, std::uint64_t seed) {
   // memory is allocated and freed (see allocate()).
   check_cuda(cudaStreamCreate(&resources->stream), "cudaStreamCreate", __FILE__, __LINE__);
   check_cublas(cublasCreate(&resources->cublas), "cublasCreate", __FILE__, __LINE__);
-  check_cublas(cublasSetStream(resources->cublas, resources->stream), "cublasSetStream", __FILE__,
-               __LINE__);
-  check_curand(curandCreateGenerator(&resources->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10),
-               "curandCreateGenerator", __FILE__, __LINE__);
-  check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__,
-               __LINE__);
+  check_cublas(cublasSetStream(resources->cublas, resources->stream), "cublasSetStream", __FILE__, __LINE__);
+  check_curand(curandCreateGenerator(&resources->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10), "curandCreateGenerator",
+               __FILE__, __LINE__);
+  check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__, __LINE__);
   // 32 MiB covers cuBLAS's largest Hopper workspace request.
   constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
   check_cuda(cudaMalloc(&resources->cublas_workspace, kCublasWorkspaceBytes), "cudaMalloc", __FILE__, __LINE__);
@@ -167,17 +160,15 @@ void destroy_resources(CudaResources* resources) noexcept {
 }
 
 void reseed(CudaResources& resources, std::uint64_t seed) {
-  check_curand(curandSetPseudoRandomGeneratorSeed(resources.curand, seed),
-               "curandSetPseudoRandomGeneratorSeed", __FILE__, __LINE__);
-  check_curand(curandSetGeneratorOffset(resources.curand, 0), "curandSetGeneratorOffset",
+  check_curand(curandSetPseudoRandomGeneratorSeed(resources.curand, seed), "curandSetPseudoRandomGeneratorSeed",
                __FILE__, __LINE__);
+  check_curand(curandSetGeneratorOffset(resources.curand, 0), "curandSetGeneratorOffset", __FILE__, __LINE__);
   write_seed(resources.stream, resources.random_seed, seed);
   resources.random_draws = 0;
 }
 
 void set_tf32(CudaResources& resources, bool allow) {
-  check_cublas(cublasSetMathMode(resources.cublas,
-                                 allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+  check_cublas(cublasSetMathMode(resources.cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                "cublasSetMathMode", __FILE__, __LINE__);
 }
 
@@ -204,8 +195,7 @@ DeviceRandom device_random(const Context& ctx, std::uint64_t count) {
 }
 
 CudaResources& resources(const Context& ctx) {
-  if (!ctx.cuda_resources())
-    throw DeviceError("a CUDA kernel was called with a " + ctx.device().str() + " context");
+  if (!ctx.cuda_resources()) throw DeviceError("a CUDA kernel was called with a " + ctx.device().str() + " context");
   return *ctx.cuda_resources();
 }
 
@@ -214,7 +204,7 @@ CudaResources& outside_branch(const Context& ctx, const char* library) {
   CudaResources& r = resources(ctx);
   if (in_branch(r))
     throw DeviceError(std::string(library) + " was called inside cuda::Branch::run: its handle is bound to the "
-                      "context's own stream, so run it outside the branch");
+                                             "context's own stream, so run it outside the branch");
   return r;
 }
 }  // namespace

@@ -163,7 +163,8 @@ Chunk int8_chunk(const std::string& path, const Tensor& tensor, const std::strin
   };
   if (stored.shape != tensor.shape() || stored.values.size() != static_cast<std::size_t>(tensor.numel()))
     throw problem("is " + shape_str(tensor.shape()) + " but its int8 form is " + shape_str(stored.shape));
-  if (!stored.scale.defined() || stored.scale.dtype() != DType::f32 || stored.scale.shape().size() != stored.shape.size())
+  if (!stored.scale.defined() || stored.scale.dtype() != DType::f32 ||
+      stored.scale.shape().size() != stored.shape.size())
     throw problem("has no f32 scale of its rank");
   for (std::size_t d = 0; d < stored.shape.size(); ++d)
     if (stored.scale.shape()[d] != 1 && stored.scale.shape()[d] != stored.shape[d])
@@ -237,7 +238,8 @@ void save_safetensors(const std::string& path, const TensorFile& file, const Com
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
   AtomicFile out(path, "checkpoint");
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
@@ -338,9 +340,8 @@ TensorFile load_safetensors(const std::string& path) {
   // The data section is packed: in offset order, each tensor starts where
   // the previous one ended, from 0 to the end of the file.
   const std::uint64_t data_size = file_size - 8 - header_size;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   std::uint64_t expected_begin = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -348,9 +349,8 @@ TensorFile load_safetensors(const std::string& path) {
       fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
                      " beyond the data section of " + std::to_string(data_size) + " bytes");
     if (e.begin < expected_begin)
-      fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
-                     " overlapping tensor '" + entries[i - 1].name + "' " +
-                     offsets_str(entries[i - 1].begin, entries[i - 1].end));
+      fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) + " overlapping tensor '" +
+                     entries[i - 1].name + "' " + offsets_str(entries[i - 1].begin, entries[i - 1].end));
     if (e.begin > expected_begin)
       fail(path, "tensor '" + e.name + "' has data_offsets " + offsets_str(e.begin, e.end) +
                      " leaving a gap of unclaimed bytes from " + std::to_string(expected_begin));
@@ -528,8 +528,7 @@ std::int64_t load_checkpoint(const std::string& path, Net& net, Optimizer* optim
       throw IoError("checkpoint '" + path + "' holds no optimiser state, but a " + optimizer->name() +
                     " optimiser was given to restore");
     if (name->second != optimizer->name())
-      throw IoError("checkpoint '" + path + "' holds " + name->second + " optimiser state, not " +
-                    optimizer->name());
+      throw IoError("checkpoint '" + path + "' holds " + name->second + " optimiser state, not " + optimizer->name());
     optimizer_steps = file.metadata.count("optimizer_steps") ? metadata_steps(path, file, "optimizer_steps") : step;
     const std::string prefix = kOptimizerPrefix;
     for (const auto& [key, tensor] : file.tensors) {
@@ -595,8 +594,8 @@ std::map<std::string, std::string> recorded_plugin_layers(const TensorFile& file
                   "\" is not a JSON object: " + it->second);
   for (auto entry = json.begin(); entry != json.end(); ++entry) {
     if (!entry.value().is_string())
-      throw IoError("checkpoint '" + path + "': metadata \"" + kPluginLayersKey + "\" maps '" + entry.key() +
-                    "' to " + entry.value().dump() + ", not a plugin file name");
+      throw IoError("checkpoint '" + path + "': metadata \"" + kPluginLayersKey + "\" maps '" + entry.key() + "' to " +
+                    entry.value().dump() + ", not a plugin file name");
     result[entry.key()] = entry.value().get<std::string>();
   }
   return result;

@@ -8,8 +8,7 @@ namespace plexus {
 
 Context::Context(Device device, std::uint64_t seed) : device_(device) {
   fix_cpu_gemm_blocking();
-  if (device.is_cuda())
-    cuda_ = {cuda::create_resources(device.index, seed), &cuda::destroy_resources};
+  if (device.is_cuda()) cuda_ = {cuda::create_resources(device.index, seed), &cuda::destroy_resources};
   reseed(seed);
 }
 
@@ -30,9 +29,12 @@ Precision parse_precision(const std::string& text) {
 
 const char* precision_name(Precision precision) {
   switch (precision) {
-    case Precision::f32: return "f32";
-    case Precision::tf32: return "tf32";
-    case Precision::bf16: return "bf16";
+    case Precision::f32:
+      return "f32";
+    case Precision::tf32:
+      return "tf32";
+    case Precision::bf16:
+      return "bf16";
   }
   return "?";
 }

@@ -13,7 +13,6 @@ inline constexpr int kClipPartialBlocks = 64;
 
 // result[0] = sqrt(sum of grad^2 over all grads); result[1] = min(1, max_norm / (result[0] + 1e-6));
 // every grad *= result[1]. Everything on the device, asynchronous.
-void clip_gradients(Context& ctx, const std::vector<Tensor*>& grads, double max_norm, Tensor& partials,
-                    Tensor& result);
+void clip_gradients(Context& ctx, const std::vector<Tensor*>& grads, double max_norm, Tensor& partials, Tensor& result);
 
 }  // namespace plexus::cuda

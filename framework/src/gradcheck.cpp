@@ -35,12 +35,11 @@ struct Fixture {
   std::vector<std::vector<double>> inputs;  // host copies
 };
 
-Fixture make_fixture(const Registry& registry, const std::string& type, const nlohmann::json& params,
-                     const std::vector<Shape>& input_shapes, DType dtype, Device device,
-                     std::uint64_t seed, double low, double high,
-                     const std::function<void(int, std::vector<double>&, std::mt19937_64&)>& input_filler,
-                     const std::function<void(const std::string&, std::vector<double>&, std::mt19937_64&)>&
-                         parameter_filler) {
+Fixture make_fixture(
+    const Registry& registry, const std::string& type, const nlohmann::json& params,
+    const std::vector<Shape>& input_shapes, DType dtype, Device device, std::uint64_t seed, double low, double high,
+    const std::function<void(int, std::vector<double>&, std::mt19937_64&)>& input_filler,
+    const std::function<void(const std::string&, std::vector<double>&, std::mt19937_64&)>& parameter_filler) {
   Fixture f;
   f.layer = registry.create(type, "gradcheck", params);
   f.output_shapes = f.layer->output_shapes(input_shapes);
@@ -62,9 +61,7 @@ Fixture make_fixture(const Registry& registry, const std::string& type, const nl
   return f;
 }
 
-double relative_error(double a, double b) {
-  return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1.0});
-}
+double relative_error(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1.0}); }
 
 // Row-major flat index -> index per dimension.
 std::vector<std::int64_t> unravel_index(std::int64_t index, const Shape& shape) {
@@ -116,10 +113,15 @@ void diagnose(std::vector<Failure>& failed, double tolerance, GradCheckResult& r
 
 std::string GradCheckResult::report() const {
   std::ostringstream out;
-  out << layer << ": " << checked << " gradients checked, " << skipped << " skipped at kinks, "
-      << failures << " failed; max relative error " << max_relative_error;
+  out << layer << ": " << checked << " gradients checked, " << skipped << " skipped at kinks, " << failures
+      << " failed; max relative error " << max_relative_error;
   for (const auto& hint : hints) out << "\n  hint: " << hint;
-  if (!mismatches.empty()) out << "\n  failures, worst first" << (static_cast<std::int64_t>(mismatches.size()) < failures ? " (the first " + std::to_string(mismatches.size()) + ")" : std::string()) << ":";
+  if (!mismatches.empty())
+    out << "\n  failures, worst first"
+        << (static_cast<std::int64_t>(mismatches.size()) < failures
+                ? " (the first " + std::to_string(mismatches.size()) + ")"
+                : std::string())
+        << ":";
   for (const auto& m : mismatches) {
     out << "\n  " << m.tensor << " " << position_text(m) << ": analytic " << m.analytic << ", numeric " << m.numeric
         << " (relative error " << m.error << ")";
@@ -128,13 +130,12 @@ std::string GradCheckResult::report() const {
   return out.str();
 }
 
-GradCheckResult check_gradients(const Registry& registry, const std::string& type,
-                                const nlohmann::json& params, const std::vector<Shape>& input_shapes,
-                                Device device, const GradCheckOptions& options) {
+GradCheckResult check_gradients(const Registry& registry, const std::string& type, const nlohmann::json& params,
+                                const std::vector<Shape>& input_shapes, Device device,
+                                const GradCheckOptions& options) {
   const DType dtype = DType::f64;
-  Fixture f = make_fixture(registry, type, params, input_shapes, dtype, device, options.seed,
-                           options.input_low, options.input_high, options.input_filler,
-                           options.parameter_filler);
+  Fixture f = make_fixture(registry, type, params, input_shapes, dtype, device, options.seed, options.input_low,
+                           options.input_high, options.input_filler, options.parameter_filler);
   Layer& layer = *f.layer;
   Context ctx(device, options.seed);
   ctx.set_training(options.training);
@@ -210,9 +211,8 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
     result.max_relative_error = std::max(result.max_relative_error, error);
     if (!(error <= options.tolerance)) {  // also catches NaN
       result.failures++;
-      failed.push_back({{name, index, analytic, numeric, unravel_index(index, shape),
-                         std::isnan(error) ? INFINITY : error},
-                        raw});
+      failed.push_back(
+          {{name, index, analytic, numeric, unravel_index(index, shape), std::isnan(error) ? INFINITY : error}, raw});
     }
   };
   // Perturbs element j of the tensor behind `host` (re-uploaded to `target`).
@@ -283,9 +283,8 @@ ParityResult check_parity(const Registry& registry, const std::string& type, con
                           const std::vector<Shape>& input_shapes, const ParityOptions& options) {
   if (!cuda_available()) throw DeviceError("check_parity needs a CUDA GPU, and none is visible");
   const Device gpu = Device::cuda(0);
-  Fixture cpu = make_fixture(registry, type, params, input_shapes, options.dtype, Device::cpu(),
-                             options.seed, options.input_low, options.input_high, options.input_filler,
-                             options.parameter_filler);
+  Fixture cpu = make_fixture(registry, type, params, input_shapes, options.dtype, Device::cpu(), options.seed,
+                             options.input_low, options.input_high, options.input_filler, options.parameter_filler);
   std::unique_ptr<Layer> cuda_layer = registry.create(type, "parity", params);
   cuda_layer->output_shapes(input_shapes);
   cuda_layer->create_parameters(input_shapes);

@@ -2,8 +2,7 @@
 
 namespace plexus {
 
-void throw_json_error(const std::string& source, const std::string& json_path,
-                      const nlohmann::json::exception& error) {
+void throw_json_error(const std::string& source, const std::string& json_path, const nlohmann::json::exception& error) {
   // what() is "[json.exception.<kind>.<id>] <reason>": keep the reason.
   std::string reason = error.what();
   const std::size_t tag_end = reason.find("] ");

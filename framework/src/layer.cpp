@@ -21,8 +21,8 @@ void Layer::fail_shape(const std::string& message) const { throw ShapeError(who(
 void Layer::check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] && tensors[i]->defined() && tensors[i]->device() != ctx.device())
-      throw DeviceError(who() + ": " + role + " " + std::to_string(i) + " is " +
-                        tensors[i]->describe() + " but the context runs on " + ctx.device().str());
+      throw DeviceError(who() + ": " + role + " " + std::to_string(i) + " is " + tensors[i]->describe() +
+                        " but the context runs on " + ctx.device().str());
   }
 }
 

@@ -46,8 +46,7 @@ void LayerConfig::fail(const std::string& key, const std::string& message) const
 bool LayerConfig::has(const std::string& key) const { return params_->contains(key); }
 
 const nlohmann::json* LayerConfig::find(const std::string& key) {
-  if (std::find(read_keys_.begin(), read_keys_.end(), key) == read_keys_.end())
-    read_keys_.push_back(key);
+  if (std::find(read_keys_.begin(), read_keys_.end(), key) == read_keys_.end()) read_keys_.push_back(key);
   auto it = params_->find(key);
   return it == params_->end() ? nullptr : &*it;
 }
@@ -189,8 +188,7 @@ std::string LayerConfig::text(const std::string& key, const std::string& fallbac
   return has(key) ? text(key) : (find(key), fallback);
 }
 
-std::vector<std::int64_t> LayerConfig::integers(const std::string& key,
-                                                std::vector<std::int64_t> fallback) {
+std::vector<std::int64_t> LayerConfig::integers(const std::string& key, std::vector<std::int64_t> fallback) {
   if (describing_) {
     record(key, "integer array", false, nlohmann::json(fallback).dump());
     return fallback;
@@ -219,8 +217,7 @@ std::vector<double> LayerConfig::numbers(const std::string& key, std::vector<dou
 void LayerConfig::check_all_used() const {
   std::vector<std::string> unknown;
   for (auto it = params_->begin(); it != params_->end(); ++it)
-    if (std::find(read_keys_.begin(), read_keys_.end(), it.key()) == read_keys_.end())
-      unknown.push_back(it.key());
+    if (std::find(read_keys_.begin(), read_keys_.end(), it.key()) == read_keys_.end()) unknown.push_back(it.key());
   if (unknown.empty()) return;
   std::string message = "node '" + node_name_ + "' (" + type_ + "): unknown parameter";
   message += unknown.size() > 1 ? "s " : " ";

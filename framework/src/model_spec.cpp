@@ -54,8 +54,7 @@ ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
   spec.name = json.value("name", "");
   if (!json.contains("inputs")) throw ConfigError(source + ": missing \"inputs\" (the names of the model's inputs)");
   spec.inputs = string_list(json["inputs"], source + ": \"inputs\"");
-  if (!json.contains("nodes") || !json["nodes"].is_array())
-    throw ConfigError(source + ": missing \"nodes\" array");
+  if (!json.contains("nodes") || !json["nodes"].is_array()) throw ConfigError(source + ": missing \"nodes\" array");
   std::size_t index = 0;
   for (const auto& node : json["nodes"]) {
     std::string where = source + ": nodes[" + std::to_string(index++) + "]";
@@ -74,8 +73,8 @@ ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
     where += " ('" + n.name + "')";
     if (!node.contains("type")) throw ConfigError(where + ": missing \"type\"");
     n.type = node["type"].get<std::string>();
-    n.inputs = node.contains("inputs") ? string_list(node["inputs"], where + ": \"inputs\"")
-                                       : std::vector<std::string>{};
+    n.inputs =
+        node.contains("inputs") ? string_list(node["inputs"], where + ": \"inputs\"") : std::vector<std::string>{};
     if (!node.contains("outputs")) throw ConfigError(where + ": missing \"outputs\"");
     n.outputs = string_list(node["outputs"], where + ": \"outputs\"");
     if (node.contains("params")) {

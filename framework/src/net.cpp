@@ -35,16 +35,16 @@ std::string describe_cycle(const std::vector<NodePtr>& pending, const std::set<s
   for (std::size_t i = 0; i < pending.size(); ++i) index[pending[i]->spec.name] = i;
   // Walk "waits on" edges: each node to the producer of its first missing
   // input. That producer is pending too, so the walk must revisit a node.
-  std::vector<std::size_t> walk;        // node positions, in the order visited
-  std::vector<std::string> blob_into;   // blob_into[k]: the blob walk[k] waits on
+  std::vector<std::size_t> walk;       // node positions, in the order visited
+  std::vector<std::string> blob_into;  // blob_into[k]: the blob walk[k] waits on
   std::map<std::size_t, std::size_t> step_of;
   std::size_t current = 0;
   while (!step_of.count(current)) {
     step_of[current] = walk.size();
     walk.push_back(current);
     const auto& inputs = pending[current]->spec.inputs;
-    const std::string& missing = *std::find_if(inputs.begin(), inputs.end(),
-                                               [&](const std::string& input) { return !available.count(input); });
+    const std::string& missing =
+        *std::find_if(inputs.begin(), inputs.end(), [&](const std::string& input) { return !available.count(input); });
     blob_into.push_back(missing);
     current = index.at(producer.at(missing));
   }
@@ -77,9 +77,8 @@ std::string input_shapes_text(const ModelSpec& spec, const std::map<std::string,
 
 }  // namespace
 
-Net::Net(const ModelSpec& spec, const Registry& registry,
-         const std::map<std::string, Shape>& input_shapes, DType dtype, Device device,
-         std::uint64_t seed)
+Net::Net(const ModelSpec& spec, const Registry& registry, const std::map<std::string, Shape>& input_shapes, DType dtype,
+         Device device, std::uint64_t seed)
     : spec_(spec), dtype_(dtype), device_(device) {
   if (dtype != DType::f32 && dtype != DType::f64)
     throw ConfigError(spec_.source + ": model '" + spec_.name + "': a net computes in f32 or f64, not " +
@@ -98,8 +97,7 @@ Net::Net(const ModelSpec& spec, const Registry& registry,
   std::mt19937_64 rng(seed);
   std::map<std::string, Node*> by_name;
   for (auto& node : nodes_) by_name[node->spec.name] = node.get();
-  for (const auto& node_spec : spec_.nodes)
-    by_name[node_spec.name]->layer->initialize_parameters(dtype_, device_, rng);
+  for (const auto& node_spec : spec_.nodes) by_name[node_spec.name]->layer->initialize_parameters(dtype_, device_, rng);
 }
 
 Net::~Net() = default;
@@ -115,14 +113,13 @@ void Net::build_order() {
   for (const auto& node : nodes_) {
     const NodeSpec& n = node->spec;
     if (n.name.empty()) throw ConfigError(source + ": a node has an empty name");
-    if (!node_names.insert(n.name).second)
-      throw ConfigError(source + ": two nodes are named '" + n.name + "'");
+    if (!node_names.insert(n.name).second) throw ConfigError(source + ": two nodes are named '" + n.name + "'");
     if (n.outputs.empty()) throw ConfigError(source + ": node '" + n.name + "' has no outputs");
     for (const auto& output : n.outputs) {
       auto it = producer.find(output);
       if (it != producer.end())
-        throw ConfigError(source + ": blob '" + output + "' is produced by node '" + n.name +
-                          "' and also " + (it->second.empty() ? "is a model input" : "by node '" + it->second + "'"));
+        throw ConfigError(source + ": blob '" + output + "' is produced by node '" + n.name + "' and also " +
+                          (it->second.empty() ? "is a model input" : "by node '" + it->second + "'"));
       producer[output] = n.name;
     }
   }
@@ -170,8 +167,7 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
   std::map<std::string, Shape> shapes;
   for (const auto& input : spec_.inputs) {
     auto it = input_shapes.find(input);
-    if (it == input_shapes.end())
-      throw ShapeError(spec_.source + ": no shape given for model input '" + input + "'");
+    if (it == input_shapes.end()) throw ShapeError(spec_.source + ": no shape given for model input '" + input + "'");
     shapes[input] = it->second;
   }
   for (const auto& entry : input_shapes)
@@ -193,7 +189,7 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
     } catch (const ConfigError& e) {
       throw ConfigError(shape_failure(*node, e.what(), shapes, input_shapes, first_time));
     } catch (const Error&) {
-      throw;  // device and I/O errors say what they are about
+      throw;                             // device and I/O errors say what they are about
     } catch (const std::exception& e) {  // a layer's bug (e.g. an out-of-range index): still name the node
       throw Error(shape_failure(*node, e.what(), shapes, input_shapes, first_time));
     }
@@ -230,8 +226,7 @@ void Net::plan_activation_fusion() {
     const std::string& blob = node->spec.inputs[0];
     const std::string& output = node->spec.outputs[0];
     const auto producer = producer_.find(blob);
-    if (producer == producer_.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output))
-      continue;
+    if (producer == producer_.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output)) continue;
     const Node& source = *nodes_[producer->second];
     if (source.spec.outputs[0] != blob) continue;  // a producer applies activations to its output 0 only
     Layer& layer = *source.layer;
@@ -240,10 +235,8 @@ void Net::plan_activation_fusion() {
     layer.set_output_activation(activation);
     node->applied_by_producer = true;
     fused_blobs_[blob] = {node->spec.name, output};
-    if (bf16_output)
-      bf16_blobs_.insert(blob);
-    else
-      bf16_blobs_.erase(blob);
+    if (bf16_output) bf16_blobs_.insert(blob);
+    else bf16_blobs_.erase(blob);
   }
 }
 
@@ -297,10 +290,9 @@ std::string Net::shape_failure(const Node& node, const std::string& what, const 
     const std::string& input = node.spec.inputs[i];
     message += (i ? ", '" : "'") + input + "' " + shape_str(shapes.at(input));
     const auto producer = producer_.find(input);
-    message += producer == producer_.end()
-                   ? " (a model input)"
-                   : " (from node '" + nodes_[producer->second]->spec.name + "' (" +
-                         nodes_[producer->second]->spec.type + "))";
+    message += producer == producer_.end() ? " (a model input)"
+                                           : " (from node '" + nodes_[producer->second]->spec.name + "' (" +
+                                                 nodes_[producer->second]->spec.type + "))";
   }
   if (node.spec.inputs.empty()) message += "none";
   message += (first_time ? "; while building for " : "; while reshaping for ") + input_shapes_text(spec_, input_shapes);
@@ -360,8 +352,7 @@ void Net::allocate_outputs(std::size_t index) {
     const bool in_place = k == 0 && !inputs.empty() && node.layer->forward_in_place(device_) &&
                           !holds_between_passes(inputs[0]) && last_reader_.at(inputs[0]) == index &&
                           std::count(inputs.begin(), inputs.end(), inputs[0]) == 1 &&
-                          shapes_.at(inputs[0]) == shapes_.at(output) &&
-                          blob_dtype(inputs[0]) == blob_dtype(output);
+                          shapes_.at(inputs[0]) == shapes_.at(output) && blob_dtype(inputs[0]) == blob_dtype(output);
     blobs_[output] = in_place ? blobs_.at(inputs[0]) : Tensor(shapes_.at(output), blob_dtype(output), device_);
   }
 }
@@ -442,8 +433,7 @@ const Tensor& Net::blob_grad(const std::string& name) const {
 
 double Net::scalar(const std::string& name) const {
   const Tensor& value = blob(name);
-  if (value.numel() != 1)
-    throw ShapeError("blob '" + name + "' is " + value.describe() + ", not a scalar");
+  if (value.numel() != 1) throw ShapeError("blob '" + name + "' is " + value.describe() + ", not a scalar");
   return value.to_values()[0];
 }
 
@@ -494,8 +484,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   for (const auto& entry : loss_weights) {
     blob(entry.first);  // names the loss when it does not exist
     Tensor& grad = grads_.at(entry.first);
-    if (grad.numel() != 1)
-      throw ShapeError("loss '" + entry.first + "' is " + grad.describe() + ", not a scalar");
+    if (grad.numel() != 1) throw ShapeError("loss '" + entry.first + "' is " + grad.describe() + ", not a scalar");
     fill(ctx, grad, entry.second);
     has_grad.insert(entry.first);
   }
@@ -576,8 +565,8 @@ void Net::allocate_grads() {
   // later node's output, or made) before the inputs that share it.
   const auto made_or_shared = [&](const std::string& blob) {
     auto shared = shared_with.find(blob);
-    grads_[blob] = shared == shared_with.end() ? Tensor(shapes_.at(blob), blob_dtype(blob), device_)
-                                               : grads_.at(shared->second);
+    grads_[blob] =
+        shared == shared_with.end() ? Tensor(shapes_.at(blob), blob_dtype(blob), device_) : grads_.at(shared->second);
   };
   for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node)
     for (const auto& output : (*node)->spec.outputs) made_or_shared(output);
@@ -585,7 +574,7 @@ void Net::allocate_grads() {
   for (auto& node : nodes_)
     for (const auto& input : node->spec.inputs)
       node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
-                                                        : Tensor());
+                                                          : Tensor());
 }
 
 void Net::zero_grad() {

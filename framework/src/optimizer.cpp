@@ -17,12 +17,11 @@ void check_parameter(const NamedParameter& named, const std::string& optimizer) 
     throw Error(optimizer + ": parameter '" + named.name + "' has no value or gradient allocated");
   if (p->grad.shape() != p->value.shape() || p->grad.dtype() != p->value.dtype() ||
       p->grad.device() != p->value.device())
-    throw Error(optimizer + ": parameter '" + named.name + "' is " + p->value.describe() +
-                " but its gradient is " + p->grad.describe());
+    throw Error(optimizer + ": parameter '" + named.name + "' is " + p->value.describe() + " but its gradient is " +
+                p->grad.describe());
 }
 
-void check_hyperparameter(bool ok, const std::string& optimizer, const char* name, double value,
-                          const char* rule) {
+void check_hyperparameter(bool ok, const std::string& optimizer, const char* name, double value, const char* rule) {
   if (ok) return;
   std::ostringstream message;
   message << optimizer << ": " << name << " must be " << rule << ", got " << value;
@@ -45,7 +44,8 @@ std::map<std::string, Tensor> Optimizer::state() const {
 }
 
 void Optimizer::load_state(const std::map<std::string, Tensor>& state, std::int64_t steps) {
-  if (steps < 0) throw Error(name() + ": cannot load optimiser state with a negative step count " + std::to_string(steps));
+  if (steps < 0)
+    throw Error(name() + ": cannot load optimiser state with a negative step count " + std::to_string(steps));
   std::map<std::string, Tensor> loaded;
   for (const auto& entry : state) {
     const std::string& key = entry.first;
@@ -69,8 +69,8 @@ Tensor& Optimizer::slot(const std::string& kind, const std::string& name, const 
   if (it == slots_.end()) return slots_[key] = Tensor(like.shape(), like.dtype(), like.device());
   Tensor& state = it->second;
   if (state.shape() != like.shape())
-    throw Error(this->name() + ": optimiser state '" + key + "' is " + shape_str(state.shape()) +
-                " but parameter '" + name + "' is " + shape_str(like.shape()));
+    throw Error(this->name() + ": optimiser state '" + key + "' is " + shape_str(state.shape()) + " but parameter '" +
+                name + "' is " + shape_str(like.shape()));
   // Loaded state may come from a checkpoint in another dtype or on the CPU.
   if (state.dtype() != like.dtype()) state = state.to(like.dtype());
   if (state.device() != like.device()) state = state.to(like.device());

@@ -17,8 +17,7 @@ namespace plexus {
 LoadedPlugin load_plugin(const std::string& path, Registry& registry) {
   namespace fs = std::filesystem;
   std::error_code error;
-  if (!fs::exists(path, error))
-    throw PluginError("plugin '" + path + "' not found (no such file)");
+  if (!fs::exists(path, error)) throw PluginError("plugin '" + path + "' not found (no such file)");
   if (fs::is_directory(path, error))
     throw PluginError("plugin '" + path + "' is a folder; name the .so file inside it");
   // One file, whatever the path (symlinks, relative or absolute): device and inode.
@@ -50,9 +49,9 @@ LoadedPlugin load_plugin(const std::string& path, Registry& registry) {
   int version = abi_version();
   if (version != kPluginAbiVersion) {
     dlclose(handle);
-    throw PluginError("plugin '" + path + "' was built for Plexus plugin ABI version " +
-                      std::to_string(version) + ", but this Plexus has ABI version " +
-                      std::to_string(kPluginAbiVersion) + "; rebuild the plugin against this Plexus");
+    throw PluginError("plugin '" + path + "' was built for Plexus plugin ABI version " + std::to_string(version) +
+                      ", but this Plexus has ABI version " + std::to_string(kPluginAbiVersion) +
+                      "; rebuild the plugin against this Plexus");
   }
   const std::vector<std::string> before = registry.types();
   registry.set_origin("plugin " + path);

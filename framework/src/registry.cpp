@@ -29,8 +29,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-std::vector<std::string> close_matches(const std::string& name,
-                                       const std::vector<std::string>& candidates,
+std::vector<std::string> close_matches(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count) {
   std::vector<std::pair<std::size_t, std::string>> scored;
   for (const auto& candidate : candidates) {
@@ -49,8 +48,8 @@ void Registry::add(const std::string& type, LayerFactory factory, const std::str
   if (!factory) throw PluginError("layer type '" + type + "' registered without a factory (from " + origin_ + ")");
   auto existing = types_.find(type);
   if (existing != types_.end())
-    throw PluginError("layer type '" + type + "' is registered twice: first by " +
-                      existing->second.origin + ", again by " + origin_);
+    throw PluginError("layer type '" + type + "' is registered twice: first by " + existing->second.origin +
+                      ", again by " + origin_);
   types_[type] = LayerTypeInfo{type, description, origin_, std::move(factory)};
 }
 

@@ -29,8 +29,8 @@ namespace {
 // Records `step` on `stream`. Capture mode "thread local": other threads
 // (the data loader's) may keep using CUDA meanwhile.
 cudaGraph_t record(cudaStream_t stream, const std::function<void()>& step) {
-  cuda::check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture",
-                   __FILE__, __LINE__);
+  cuda::check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", __FILE__,
+                   __LINE__);
   device_memory::set_capture_stream(stream);
   try {
     step();

@@ -14,25 +14,29 @@ namespace plexus {
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
   }
   throw Error("dtype_size: not a DType (" + std::to_string(static_cast<int>(dtype)) + ")");
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::bf16: return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::bf16:
+      return "bf16";
   }
   throw Error("dtype_name: not a DType (" + std::to_string(static_cast<int>(dtype)) + ")");
 }
 
-std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index); }
 
 Device parse_device(const std::string& text) {
   if (text == "cpu") return Device::cpu();
@@ -42,7 +46,8 @@ Device parse_device(const std::string& text) {
     if (text.size() > 5) {
       char* end = nullptr;
       long parsed = std::strtol(text.c_str() + 5, &end, 10);
-      if (*end != '\0' || parsed < 0) throw ConfigError("bad device '" + text + "': expected cpu, cuda, cuda:N or auto");
+      if (*end != '\0' || parsed < 0)
+        throw ConfigError("bad device '" + text + "': expected cpu, cuda, cuda:N or auto");
       index = static_cast<int>(parsed);
     }
     if (!device_memory::built_with_cuda())
@@ -82,15 +87,13 @@ std::string shape_str(const Shape& shape) {
 struct Tensor::Storage {
   void* pointer = nullptr;
   Device device;
-  Storage(std::size_t bytes, Device device_)
-      : pointer(device_memory::allocate(bytes, device_)), device(device_) {}
+  Storage(std::size_t bytes, Device device_) : pointer(device_memory::allocate(bytes, device_)), device(device_) {}
   ~Storage() { device_memory::release(pointer, device); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 };
 
-Tensor::Tensor(Shape shape, DType dtype, Device device)
-    : shape_(std::move(shape)), dtype_(dtype), device_(device) {
+Tensor::Tensor(Shape shape, DType dtype, Device device) : shape_(std::move(shape)), dtype_(dtype), device_(device) {
   for (auto d : shape_)
     if (d < 0) throw ShapeError("cannot create a tensor of negative shape " + shape_str(shape_));
   const std::int64_t elements = shape_numel(shape_);
@@ -111,11 +114,9 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   if (!device_.is_cpu()) device_memory::fill_zero(storage_->pointer, nbytes(), device_);
 }
 
-Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType dtype,
-                           Device device) {
+Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType dtype, Device device) {
   if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
-    throw ShapeError("from_values: " + std::to_string(values.size()) +
-                     " values do not fill shape " + shape_str(shape));
+    throw ShapeError("from_values: " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
   Tensor host(shape, dtype, Device::cpu());
   dispatch_element(dtype, [&](auto zero) {
     auto* out = host.data<decltype(zero)>();
@@ -158,8 +159,7 @@ const void* Tensor::raw_data() const {
 }
 
 void Tensor::check_type(DType requested) const {
-  if (requested != dtype_)
-    throw Error(std::string("tensor ") + describe() + " accessed as " + dtype_name(requested));
+  if (requested != dtype_) throw Error(std::string("tensor ") + describe() + " accessed as " + dtype_name(requested));
 }
 
 Tensor Tensor::to(Device device) const {
@@ -217,8 +217,7 @@ Tensor Tensor::elements_view(std::int64_t first, Shape shape) const {
 }
 
 Tensor Tensor::reshaped(Shape shape) const {
-  if (shape_numel(shape) != numel())
-    throw ShapeError("cannot reshape " + describe() + " to " + shape_str(shape));
+  if (shape_numel(shape) != numel()) throw ShapeError("cannot reshape " + describe() + " to " + shape_str(shape));
   Tensor view = *this;
   view.shape_ = std::move(shape);
   return view;

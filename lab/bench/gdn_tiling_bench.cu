@@ -118,16 +118,17 @@ template <class L, class Product = plexus::cuda::Tf32Product>
 void time_backward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_dx,
                    std::vector<double>& reference_sums) {
   const long long tiles = (b.total_pixels + L::tile - 1) / L::tile;
-  const int blocks = gc::persistent_blocks<gc::gdn_tensor_core_backward<L, Product, false>>(L::threads, L::backward_bytes, tiles);
+  const int blocks =
+      gc::persistent_blocks<gc::gdn_tensor_core_backward<L, Product, false>>(L::threads, L::backward_bytes, tiles);
   if (blocks == 0) {
     std::printf("{\"pass\":\"backward\",\"variant\":\"%s\",\"error\":\"does not fit\"}\n", variant);
     return;
   }
   const bool vector_io = b.pixels % 4 == 0;
   auto launch = [&] {
-    gc::gdn_tensor_core_backward<L, Product, false><<<blocks, L::threads, L::backward_bytes>>>(
-        b.x, b.dy, b.dx, b.beta, b.gamma, b.channels, b.pixels, b.total_pixels, kReparametrization, vector_io,
-        b.partials);
+    gc::gdn_tensor_core_backward<L, Product, false>
+        <<<blocks, L::threads, L::backward_bytes>>>(b.x, b.dy, b.dx, b.beta, b.gamma, b.channels, b.pixels,
+                                                    b.total_pixels, kReparametrization, vector_io, b.partials);
     plexus::cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   };
   const double ms = median_ms(repeats, launch);
@@ -138,11 +139,10 @@ void time_backward(const Buffers& b, const char* variant, int repeats, std::vect
     reference_dx = dx;
     reference_sums = sums;
   }
-  std::printf(
-      "{\"pass\":\"backward\",\"variant\":\"%s\",\"ms\":%.5f,\"blocks\":%d,\"threads\":%d,\"shared_bytes\":%zu,"
-      "\"dx_vs_first\":%.3g,\"dgamma_dbeta_vs_first\":%.3g}\n",
-      variant, ms, blocks, L::threads, L::backward_bytes, max_relative_difference(reference_dx, dx),
-      max_relative_difference(reference_sums, sums));
+  std::printf("{\"pass\":\"backward\",\"variant\":\"%s\",\"ms\":%.5f,\"blocks\":%d,\"threads\":%d,\"shared_bytes\":%zu,"
+              "\"dx_vs_first\":%.3g,\"dgamma_dbeta_vs_first\":%.3g}\n",
+              variant, ms, blocks, L::threads, L::backward_bytes, max_relative_difference(reference_dx, dx),
+              max_relative_difference(reference_sums, sums));
   std::fflush(stdout);
 }
 
@@ -150,26 +150,26 @@ template <class L, class Product = plexus::cuda::Tf32Product>
 void time_forward(const Buffers& b, const char* variant, int repeats, std::vector<float>& reference_y) {
   const long long tiles = (b.total_pixels + L::tile - 1) / L::tile;
   const int blocks = gc::blocks_per_half(
-      gc::resident_blocks<gc::gdn_tensor_core_normalize<L, Product, false, false>>(L::threads, L::normalize_bytes), L::halves,
-      tiles);
+      gc::resident_blocks<gc::gdn_tensor_core_normalize<L, Product, false, false>>(L::threads, L::normalize_bytes),
+      L::halves, tiles);
   if (blocks == 0) {
     std::printf("{\"pass\":\"forward\",\"variant\":\"%s\",\"error\":\"does not fit\"}\n", variant);
     return;
   }
   const bool vector_io = b.pixels % 4 == 0;
   auto launch = [&] {
-    gc::gdn_tensor_core_normalize<L, Product, false, false><<<dim3(blocks, L::halves), L::threads, L::normalize_bytes>>>(
-        b.x, nullptr, b.y, nullptr, b.beta, b.gamma, b.channels, b.pixels, b.total_pixels, kReparametrization,
-        vector_io, nullptr);
+    gc::gdn_tensor_core_normalize<L, Product, false, false>
+        <<<dim3(blocks, L::halves), L::threads, L::normalize_bytes>>>(b.x, nullptr, b.y, nullptr, b.beta, b.gamma,
+                                                                      b.channels, b.pixels, b.total_pixels,
+                                                                      kReparametrization, vector_io, nullptr);
     plexus::cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   };
   const double ms = median_ms(repeats, launch);
   const std::vector<float> y = copy_out(b.y, b.count);
   if (reference_y.empty()) reference_y = y;
-  std::printf(
-      "{\"pass\":\"forward\",\"variant\":\"%s\",\"ms\":%.5f,\"blocks\":%d,\"threads\":%d,\"shared_bytes\":%zu,"
-      "\"y_vs_first\":%.3g}\n",
-      variant, ms, blocks, L::threads, L::normalize_bytes, max_relative_difference(reference_y, y));
+  std::printf("{\"pass\":\"forward\",\"variant\":\"%s\",\"ms\":%.5f,\"blocks\":%d,\"threads\":%d,\"shared_bytes\":%zu,"
+              "\"y_vs_first\":%.3g}\n",
+              variant, ms, blocks, L::threads, L::normalize_bytes, max_relative_difference(reference_y, y));
   std::fflush(stdout);
 }
 
@@ -238,9 +238,9 @@ int main(int argc, char** argv) {
   time_forward<gc::ForwardTiling<128>>(b, "layer's tiling", repeats, reference_y);
   time_forward<gc::ForwardTiling<128>, Bf16Product>(b, "layer's tiling, BF16 product", repeats, reference_y);
   time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 4>, Bf16Product>(b, "BF16 product, unroll 4 (2 k steps)",
-                                                                             repeats, reference_y);
-  time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 2>>(b, "8 warps 32x32, 2 blocks/SM, unroll 2 (before)", repeats,
-                                                               reference_y);
+                                                                            repeats, reference_y);
+  time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 2>>(b, "8 warps 32x32, 2 blocks/SM, unroll 2 (before)",
+                                                               repeats, reference_y);
   time_forward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 2, 1, 4>>(b, "8 warps 32x32, 2 blocks/SM, unroll 4", repeats,
                                                                reference_y);
   time_forward<Tiling<128, 128, 128, 64, 2, 2, 2, 2, 2, 1, 16>>(b, "4 warps 64x32, 2 blocks/SM, unroll 16", repeats,
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
                                                                  reference_dx, reference_sums);
   time_backward<Tiling<128, 128, 256, 64, 4, 2, 4, 2, 1, 2, 8>>(b, "8 warps, 32x32 / dgamma 32x64, unroll 8", repeats,
                                                                 reference_dx, reference_sums);
-  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1, 8>>(b, "8 warps, 32x32 / dgamma 64x32, one buffer, unroll 8",
-                                                                repeats, reference_dx, reference_sums);
+  time_backward<Tiling<128, 128, 256, 64, 4, 2, 2, 4, 1, 1, 8>>(
+      b, "8 warps, 32x32 / dgamma 64x32, one buffer, unroll 8", repeats, reference_dx, reference_sums);
   return 0;
 }

@@ -56,12 +56,12 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
       records->push_back({demangled(kernel->name), kernel->streamId, kernel->start, kernel->end});
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* memset = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      records->push_back({"memset " + std::to_string(memset->bytes) + " bytes", memset->streamId, memset->start,
-                          memset->end});
+      records->push_back(
+          {"memset " + std::to_string(memset->bytes) + " bytes", memset->streamId, memset->start, memset->end});
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* memcpy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      records->push_back({"memcpy " + std::to_string(memcpy->bytes) + " bytes", memcpy->streamId, memcpy->start,
-                          memcpy->end});
+      records->push_back(
+          {"memcpy " + std::to_string(memcpy->bytes) + " bytes", memcpy->streamId, memcpy->start, memcpy->end});
     }
   }
   std::free(buffer);

@@ -35,9 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double cpu_seconds(clockid_t clock) {
   timespec t{};
@@ -90,14 +88,12 @@ int main(int argc, char** argv) {
     const double make_batch_ms = cpu_ms_per_call(seconds, [&] { sampler.make_batch(images, step++); });
     const double allocation_ms = cpu_ms_per_call(seconds, [&] { plexus::Tensor t({batch, 3, patch, patch}); });
     std::vector<float> source(item * batch, 0.5f), target(item * batch);
-    const double memcpy_ms =
-        cpu_ms_per_call(seconds, [&] { std::memcpy(target.data(), source.data(), batch_bytes); });
-    std::printf(
-        "{\"batch\": %d, \"patch\": %d, \"f32_batch_mb\": %.1f, \"fill_batch_cpu_ms\": %.3f, "
-        "\"make_batch_cpu_ms\": %.3f, \"allocation_cpu_ms\": %.3f, \"memcpy_cpu_ms\": %.3f, "
-        "\"images_per_cpu_second\": %.0f}\n",
-        batch, patch, batch_bytes / 1e6, fill_batch_ms, make_batch_ms, allocation_ms, memcpy_ms,
-        1000.0 * batch / fill_batch_ms);
+    const double memcpy_ms = cpu_ms_per_call(seconds, [&] { std::memcpy(target.data(), source.data(), batch_bytes); });
+    std::printf("{\"batch\": %d, \"patch\": %d, \"f32_batch_mb\": %.1f, \"fill_batch_cpu_ms\": %.3f, "
+                "\"make_batch_cpu_ms\": %.3f, \"allocation_cpu_ms\": %.3f, \"memcpy_cpu_ms\": %.3f, "
+                "\"images_per_cpu_second\": %.0f}\n",
+                batch, patch, batch_bytes / 1e6, fill_batch_ms, make_batch_ms, allocation_ms, memcpy_ms,
+                1000.0 * batch / fill_batch_ms);
 
     for (int threads : thread_counts) {
       BatchLoader loader(images, sampler, 0, threads, 2 * std::max(1, threads) + 1);
@@ -118,11 +114,10 @@ int main(int argc, char** argv) {
       const double system_seconds = static_cast<double>(usage.ru_stime.tv_sec - usage_start.ru_stime.tv_sec) +
                                     1e-6 * static_cast<double>(usage.ru_stime.tv_usec - usage_start.ru_stime.tv_usec);
       // System time and page faults show what allocation costs in the kernel.
-      std::printf(
-          "{\"threads\": %d, \"images_per_second\": %.0f, \"process_cpu_ms_per_batch\": %.3f, "
-          "\"system_cpu_ms_per_batch\": %.3f, \"page_faults_per_batch\": %.0f}\n",
-          threads, batches * batch / wall, 1000.0 * cpu / batches, 1000.0 * system_seconds / batches,
-          static_cast<double>(usage.ru_minflt - usage_start.ru_minflt) / batches);
+      std::printf("{\"threads\": %d, \"images_per_second\": %.0f, \"process_cpu_ms_per_batch\": %.3f, "
+                  "\"system_cpu_ms_per_batch\": %.3f, \"page_faults_per_batch\": %.0f}\n",
+                  threads, batches * batch / wall, 1000.0 * cpu / batches, 1000.0 * system_seconds / batches,
+                  static_cast<double>(usage.ru_minflt - usage_start.ru_minflt) / batches);
     }
   } catch (const plexus::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -116,7 +116,7 @@ json time_layer(const Registry& registry, const json& c, Precision precision, in
   for (auto& t : output_grads) dout.push_back(&t);
   for (std::size_t i = 0; i < inputs.size(); ++i)
     input_grads.push_back(layer->input_is_differentiable(static_cast<int>(i)) ? Tensor(input_shapes[i], DType::f32, gpu)
-                                                                             : Tensor());
+                                                                              : Tensor());
   for (auto& t : input_grads) din.push_back(t.defined() ? &t : nullptr);
   Timer timer;
   double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });
@@ -168,7 +168,8 @@ double case_lambda(const json& m) {
 // plexus-ae train builds it: inputs from model_input_shapes, and for a
 // variable-rate model each patch n at level n mod K (every level trained)
 // with MSE weight 1.
-std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root, Precision precision) {
+std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root,
+                                      Precision precision) {
   const Device gpu = Device::cuda(0);
   ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
   ae::check_contract(spec);
@@ -239,8 +240,11 @@ json time_model(const Registry& registry, const json& m, const std::string& root
   const double batch = m["batch"];
   Timer timer;
   double step_ms = timer.median_ms(*c.ctx, warmup, repeats, [&] { c.step(); });
-  return {{"kind", "train_step"}, {"name", m["name"]}, {"step_ms", step_ms},
-          {"images_per_s", 1000.0 * batch / step_ms}, {"peak_bytes", peak.bytes()}};
+  return {{"kind", "train_step"},
+          {"name", m["name"]},
+          {"step_ms", step_ms},
+          {"images_per_s", 1000.0 * batch / step_ms},
+          {"peak_bytes", peak.bytes()}};
 }
 
 // The same step, recorded once into a CUDA graph and replayed (ModelCase::graph_step).
@@ -253,8 +257,11 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
   StepGraph graph(true);
   Timer timer;
   double step_ms = timer.median_ms(*c.ctx, std::max(warmup, 2), repeats, [&] { c.graph_step(graph); });
-  return {{"kind", "train_step_graph"}, {"name", m["name"]}, {"step_ms", step_ms},
-          {"images_per_s", 1000.0 * batch / step_ms}, {"recordings", graph.recordings()},
+  return {{"kind", "train_step_graph"},
+          {"name", m["name"]},
+          {"step_ms", step_ms},
+          {"images_per_s", 1000.0 * batch / step_ms},
+          {"recordings", graph.recordings()},
           {"peak_bytes", peak.bytes()}};
 }
 
@@ -264,8 +271,7 @@ json time_model_graph(const Registry& registry, const json& m, const std::string
 // "timeline_step" row per step (its span) and one "kernel" row per kernel
 // (stream, start and end in us from the step's bound), for
 // lab/bench/timeline_table.py.
-json timeline_model(const Registry& registry, const json& m, const std::string& root, Precision precision,
-                    int steps) {
+json timeline_model(const Registry& registry, const json& m, const std::string& root, Precision precision, int steps) {
   auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   StepGraph graph(true);
@@ -289,8 +295,12 @@ json timeline_model(const Registry& registry, const json& m, const std::string& 
     rows.push_back({{"kind", "timeline_step"}, {"model", m["name"]}, {"step", i}, {"span_us", (end - begin) / 1e3}});
     for (const auto& k : kernels)
       if (k.start_ns >= begin && k.end_ns <= end)
-        rows.push_back({{"kind", "kernel"}, {"model", m["name"]}, {"step", i}, {"name", k.name},
-                        {"stream", k.stream}, {"start_us", (k.start_ns - begin) / 1e3},
+        rows.push_back({{"kind", "kernel"},
+                        {"model", m["name"]},
+                        {"step", i},
+                        {"name", k.name},
+                        {"stream", k.stream},
+                        {"start_us", (k.start_ns - begin) / 1e3},
                         {"end_us", (k.end_ns - begin) / 1e3}});
   }
   return rows;
@@ -320,9 +330,9 @@ Ceilings measure_ceilings(Precision precision) {
   const std::int64_t elements = 256ll << 20;  // 1 GiB of f32
   Tensor from({elements}, DType::f32, gpu), to({elements}, DType::f32, gpu);
   ms = timer.median_ms(ctx, 2, 5, [&] {
-    cuda::check_cuda(cudaMemcpyAsync(to.raw_data(), from.raw_data(), from.nbytes(), cudaMemcpyDeviceToDevice,
-                                     cuda::stream(ctx)),
-                     "cudaMemcpyAsync", __FILE__, __LINE__);
+    cuda::check_cuda(
+        cudaMemcpyAsync(to.raw_data(), from.raw_data(), from.nbytes(), cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+        "cudaMemcpyAsync", __FILE__, __LINE__);
   });
   c.bytes_per_s = 2.0 * double(from.nbytes()) / (ms * 1e-3);
   return c;
@@ -347,8 +357,7 @@ class NodeTimer : public NodeObserver {
     records_.push_back(r);
   }
   void after(const std::string&, const std::string&, bool) override {
-    cuda::check_cuda(cudaEventRecord(records_.back().stop, cuda::stream(ctx_)), "cudaEventRecord", __FILE__,
-                     __LINE__);
+    cuda::check_cuda(cudaEventRecord(records_.back().stop, cuda::stream(ctx_)), "cudaEventRecord", __FILE__, __LINE__);
     nvtxRangePop();
   }
   struct Record {
@@ -398,7 +407,8 @@ Floor floor_of(const Net& net, const NodeSpec& node) {
   return f;
 }
 
-json profile_model(const Registry& registry, const json& m, const std::string& root, Precision precision, const Ceilings& ceil) {
+json profile_model(const Registry& registry, const json& m, const std::string& root, Precision precision,
+                   const Ceilings& ceil) {
   auto model_case_owned = model_case(registry, m, root, precision);
   ModelCase& c = *model_case_owned;
   for (int i = 0; i < 3; ++i) c.step();  // warm up: scratch buffers, cuBLAS heuristics
@@ -422,12 +432,19 @@ json profile_model(const Registry& registry, const json& m, const std::string& r
   }
   for (const auto& node : c.net->spec().nodes) {
     const Floor f = floor_of(*c.net, node);
-    const double floor_ms = 1e3 * (std::max(f.forward_flops / ceil.gemm_flops_per_s, f.forward_bytes / ceil.bytes_per_s) +
-                                   std::max(f.backward_flops / ceil.gemm_flops_per_s, f.backward_bytes / ceil.bytes_per_s));
+    const double floor_ms =
+        1e3 * (std::max(f.forward_flops / ceil.gemm_flops_per_s, f.forward_bytes / ceil.bytes_per_s) +
+               std::max(f.backward_flops / ceil.gemm_flops_per_s, f.backward_bytes / ceil.bytes_per_s));
     const auto& t = totals[node.name];
-    rows.push_back({{"kind", "profile"}, {"model", m["name"]}, {"node", node.name}, {"type", node.type},
-                    {"forward_ms", t.first}, {"backward_ms", t.second}, {"flops", f.forward_flops + f.backward_flops},
-                    {"bytes", f.forward_bytes + f.backward_bytes}, {"floor_ms", floor_ms}});
+    rows.push_back({{"kind", "profile"},
+                    {"model", m["name"]},
+                    {"node", node.name},
+                    {"type", node.type},
+                    {"forward_ms", t.first},
+                    {"backward_ms", t.second},
+                    {"flops", f.forward_flops + f.backward_flops},
+                    {"bytes", f.forward_bytes + f.backward_bytes},
+                    {"floor_ms", floor_ms}});
   }
   return rows;
 }
@@ -497,7 +514,9 @@ int main(int argc, char** argv) {
     }
     if (profile) {
       const Ceilings ceilings = measure_ceilings(policy);
-      std::cout << json{{"kind", "ceilings"}, {"precision", precision}, {"gemm_tflops", ceilings.gemm_flops_per_s / 1e12},
+      std::cout << json{{"kind", "ceilings"},
+                        {"precision", precision},
+                        {"gemm_tflops", ceilings.gemm_flops_per_s / 1e12},
                         {"bandwidth_gb_per_s", ceilings.bytes_per_s / 1e9}}
                        .dump()
                 << std::endl;

@@ -41,7 +41,7 @@ void time_variants(Precision precision, int repeats) {
   ctx.set_precision(precision);
   std::mt19937_64 rng(1);
   Tensor features = random_matrix(n, f, rng), weight = random_matrix(v, f, rng);
-  Tensor dz = random_matrix(n, v_pad, rng);  // read with row stride V or V_pad
+  Tensor dz = random_matrix(n, v_pad, rng);                       // read with row stride V or V_pad
   Tensor padded_weight({v_pad, f}, DType::f32, Device::cuda(0));  // rows >= V stay zero
   Tensor z({n, v_pad}, DType::f32, Device::cuda(0)), df({n, f}, DType::f32, Device::cuda(0));
   Tensor dw({v_pad, f}, DType::f32, Device::cuda(0));
@@ -53,43 +53,37 @@ void time_variants(Precision precision, int repeats) {
   auto report = [&](const std::string& name, double columns, auto&& fn) {
     const double ms = timer.median_ms(ctx, 3, repeats, fn);
     const double flops = columns > 0 ? 2.0 * n * double(f) * columns : 0.0;
-    std::cout << nlohmann::json{{"kind", "gemm_variant"}, {"precision", precision_name(precision)}, {"name", name},
-                                {"ms", ms}, {"tflops", flops / ms / 1e9}}
+    std::cout << nlohmann::json{{"kind", "gemm_variant"},
+                                {"precision", precision_name(precision)},
+                                {"name", name},
+                                {"ms", ms},
+                                {"tflops", flops / ms / 1e9}}
                      .dump()
               << std::endl;
   };
-  report("z = f W^T, z stride V", v, [&] {
-    cuda::gemm<float>(ctx, false, true, n, v, f, 1.0f, x, f, w, f, 0.0f, z.data<float>(), v);
-  });
-  report("z = f W^T, z stride V_pad (the layer)", v, [&] {
-    cuda::gemm<float>(ctx, false, true, n, v, f, 1.0f, x, f, w, f, 0.0f, z.data<float>(), v_pad);
-  });
-  report("z = f Wpad^T, V_pad columns (padded weight)", v_pad, [&] {
-    cuda::gemm<float>(ctx, false, true, n, v_pad, f, 1.0f, x, f, wp, f, 0.0f, z.data<float>(), v_pad);
-  });
+  report("z = f W^T, z stride V", v,
+         [&] { cuda::gemm<float>(ctx, false, true, n, v, f, 1.0f, x, f, w, f, 0.0f, z.data<float>(), v); });
+  report("z = f W^T, z stride V_pad (the layer)", v,
+         [&] { cuda::gemm<float>(ctx, false, true, n, v, f, 1.0f, x, f, w, f, 0.0f, z.data<float>(), v_pad); });
+  report("z = f Wpad^T, V_pad columns (padded weight)", v_pad,
+         [&] { cuda::gemm<float>(ctx, false, true, n, v_pad, f, 1.0f, x, f, wp, f, 0.0f, z.data<float>(), v_pad); });
   report("copy W into the padded weight", 0, [&] {
     cuda::check_cuda(cudaMemcpyAsync(padded_weight.raw_data(), weight.raw_data(), weight.nbytes(),
                                      cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
                      "cudaMemcpyAsync", __FILE__, __LINE__);
   });
-  report("df = dz W, dz stride V", v, [&] {
-    cuda::gemm<float>(ctx, false, false, n, f, v, 1.0f, g, v, w, f, 0.0f, df.data<float>(), f);
-  });
-  report("df = dz W, dz stride V_pad (the layer)", v, [&] {
-    cuda::gemm<float>(ctx, false, false, n, f, v, 1.0f, g, v_pad, w, f, 0.0f, df.data<float>(), f);
-  });
-  report("df = dz Wpad, k = V_pad (padded weight)", v_pad, [&] {
-    cuda::gemm<float>(ctx, false, false, n, f, v_pad, 1.0f, g, v_pad, wp, f, 0.0f, df.data<float>(), f);
-  });
-  report("dW = dz^T f, dz stride V", v, [&] {
-    cuda::gemm<float>(ctx, true, false, v, f, n, 1.0f, g, v, x, f, 1.0f, dw.data<float>(), f);
-  });
-  report("dW = dz^T f, dz stride V_pad (the layer)", v, [&] {
-    cuda::gemm<float>(ctx, true, false, v, f, n, 1.0f, g, v_pad, x, f, 1.0f, dw.data<float>(), f);
-  });
-  report("dWpad = dz^T f, V_pad rows (padded weight)", v_pad, [&] {
-    cuda::gemm<float>(ctx, true, false, v_pad, f, n, 1.0f, g, v_pad, x, f, 1.0f, dw.data<float>(), f);
-  });
+  report("df = dz W, dz stride V", v,
+         [&] { cuda::gemm<float>(ctx, false, false, n, f, v, 1.0f, g, v, w, f, 0.0f, df.data<float>(), f); });
+  report("df = dz W, dz stride V_pad (the layer)", v,
+         [&] { cuda::gemm<float>(ctx, false, false, n, f, v, 1.0f, g, v_pad, w, f, 0.0f, df.data<float>(), f); });
+  report("df = dz Wpad, k = V_pad (padded weight)", v_pad,
+         [&] { cuda::gemm<float>(ctx, false, false, n, f, v_pad, 1.0f, g, v_pad, wp, f, 0.0f, df.data<float>(), f); });
+  report("dW = dz^T f, dz stride V", v,
+         [&] { cuda::gemm<float>(ctx, true, false, v, f, n, 1.0f, g, v, x, f, 1.0f, dw.data<float>(), f); });
+  report("dW = dz^T f, dz stride V_pad (the layer)", v,
+         [&] { cuda::gemm<float>(ctx, true, false, v, f, n, 1.0f, g, v_pad, x, f, 1.0f, dw.data<float>(), f); });
+  report("dWpad = dz^T f, V_pad rows (padded weight)", v_pad,
+         [&] { cuda::gemm<float>(ctx, true, false, v_pad, f, n, 1.0f, g, v_pad, x, f, 1.0f, dw.data<float>(), f); });
 }
 
 }  // namespace
@@ -99,7 +93,8 @@ int main(int argc, char** argv) {
   std::string precisions = "f32,tf32,bf16";
   int repeats = 20;
   app.add_option("--precision", precisions, "comma-separated list of f32, tf32, bf16")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed runs; the median is reported")->check(CLI::PositiveNumber)
+  app.add_option("--repeats", repeats, "timed runs; the median is reported")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

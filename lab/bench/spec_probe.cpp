@@ -43,8 +43,8 @@ void scale_weights(Net& net, double scale) {
   }
 }
 
-nlohmann::json probe(const std::string& spec_path, const std::string& weights, std::int64_t batch,
-                     std::int64_t patch, std::uint64_t seed, double weight_scale) {
+nlohmann::json probe(const std::string& spec_path, const std::string& weights, std::int64_t batch, std::int64_t patch,
+                     std::uint64_t seed, double weight_scale) {
   const ModelSpec spec = ModelSpec::from_file(spec_path);
   const Registry registry = builtin_registry();
   const Shape image{batch, 3, patch, patch};
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "images")->capture_default_str();
   app.add_option("--patch", patch, "image side, a multiple of the model's stride")->capture_default_str();
   app.add_option("--seed", seed, "seed of the initial parameters")->capture_default_str();
-  app.add_option("--weight-scale", weight_scale, "factor every convolution weight is multiplied by after initialisation")
+  app.add_option("--weight-scale", weight_scale,
+                 "factor every convolution weight is multiplied by after initialisation")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

@@ -20,8 +20,8 @@ void Abs::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
   });
 }
 
-void Abs::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                       const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void Abs::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                       const MutableTensors& input_grads) {
   if (!input_grads[0]) return;
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -34,8 +34,8 @@ void Abs::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&
 }
 
 void register_abs(Registry& registry) {
-  registry.add("Abs", [](LayerConfig& config) { return std::make_unique<Abs>(config); },
-               "y = |x|, element-wise");
+  registry.add(
+      "Abs", [](LayerConfig& config) { return std::make_unique<Abs>(config); }, "y = |x|, element-wise");
 }
 
 }  // namespace plexus::layers

@@ -13,8 +13,7 @@ namespace {
 // y = |x|
 template <typename Elements>
 __global__ void abs_forward(Elements x, Elements y, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y.store(i, fabs(x.load(i)));
 }
 
@@ -22,8 +21,7 @@ __global__ void abs_forward(Elements x, Elements y, long long n) {
 template <typename Elements>
 __global__ void abs_backward(Elements x, Elements dy, Elements dx, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T v = x.load(i), g = dy.load(i);
     dx.store(i, v > T(0) ? g : (v < T(0) ? -g : T(0)));
   }
@@ -36,14 +34,14 @@ void Abs::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    abs_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
-                                                                    Elements::of(outputs[0]), n);
+    abs_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]), Elements::of(outputs[0]),
+                                                                    n);
     cuda::check_launch("abs_forward", __FILE__, __LINE__);
   });
 }
 
-void Abs::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                        const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void Abs::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                        const MutableTensors& input_grads) {
   const long long n = inputs[0]->numel();
   if (!input_grads[0] || n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {

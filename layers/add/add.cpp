@@ -38,8 +38,7 @@ void Add::copy_output_grad(Context& ctx, const ConstTensors& output_grads, const
     if (!input_grad || input_grad->raw_data() == output_grad.raw_data()) continue;
     if (input_grad->dtype() == output_grad.dtype())
       copy_elements(ctx, *input_grad, 0, output_grad, 0, output_grad.numel());
-    else
-      convert(ctx, *input_grad, output_grad);
+    else convert(ctx, *input_grad, output_grad);
   }
 }
 
@@ -49,8 +48,9 @@ void Add::backward_cpu(Context& ctx, const ConstTensors&, const ConstTensors&, c
 }
 
 void register_add(Registry& registry) {
-  registry.add("Add", [](LayerConfig& config) { return std::make_unique<Add>(config); },
-               "y = x_0 + x_1 + ..., two or more inputs of one shape (residual connections)");
+  registry.add(
+      "Add", [](LayerConfig& config) { return std::make_unique<Add>(config); },
+      "y = x_0 + x_1 + ..., two or more inputs of one shape (residual connections)");
 }
 
 }  // namespace plexus::layers

@@ -18,8 +18,7 @@ namespace {
 template <typename Elements>
 __global__ void add_forward(Elements a, Elements b, Elements y, long long n, bool activate,
                             typename Elements::Value negative_slope) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y.store(i, activated(a.load(i) + b.load(i), activate, negative_slope));
 }
 
@@ -42,9 +41,9 @@ void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
       const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
       Tensor* sum = last ? y : partial_sum;
       using Value = typename Elements::Value;
-      add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-          Elements::of(sum_so_far), Elements::of(inputs[i]), Elements::of(sum), n, last && activation_.active,
-          static_cast<Value>(activation_.negative_slope));
+      add_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(sum_so_far), Elements::of(inputs[i]),
+                                                                      Elements::of(sum), n, last && activation_.active,
+                                                                      static_cast<Value>(activation_.negative_slope));
       cuda::check_launch("add_forward", __FILE__, __LINE__);
     }
   });

@@ -39,10 +39,8 @@ __global__ void copy_channel_parts(T* whole, long long whole_span, long long bat
     T* part_item = part + n * span;
     T* whole_item = whole + n * whole_span + parts.whole_offset[blockIdx.y];
     for (long long j = blockIdx.x * kThreads + threadIdx.x; j < span; j += gridDim.x * kThreads) {
-      if constexpr (direction == ChannelCopy::join)
-        whole_item[j] = part_item[j];
-      else
-        part_item[j] = whole_item[j];
+      if constexpr (direction == ChannelCopy::join) whole_item[j] = part_item[j];
+      else part_item[j] = whole_item[j];
     }
   }
 }
@@ -55,11 +53,10 @@ void launch_copy(Context& ctx, T* whole, long long whole_span, long long batch, 
   const dim3 grid(static_cast<unsigned>(std::min(blocks_per_span, (longest_span + kThreads - 1) / kThreads)),
                   part_count, static_cast<unsigned>(items));
   if (direction == ChannelCopy::join)
-    copy_channel_parts<T, ChannelCopy::join><<<grid, kThreads, 0, cuda::stream(ctx)>>>(whole, whole_span, batch,
-                                                                                       parts);
+    copy_channel_parts<T, ChannelCopy::join><<<grid, kThreads, 0, cuda::stream(ctx)>>>(whole, whole_span, batch, parts);
   else
-    copy_channel_parts<T, ChannelCopy::split><<<grid, kThreads, 0, cuda::stream(ctx)>>>(whole, whole_span, batch,
-                                                                                        parts);
+    copy_channel_parts<T, ChannelCopy::split>
+        <<<grid, kThreads, 0, cuda::stream(ctx)>>>(whole, whole_span, batch, parts);
   cuda::check_launch("copy_channel_parts", __FILE__, __LINE__);
 }
 

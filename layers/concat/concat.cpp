@@ -30,7 +30,8 @@ std::vector<Shape> Concat::output_shapes(const std::vector<Shape>& inputs) const
   for (std::size_t i = 1; i < inputs.size(); ++i) {
     if (!same_but_channels(inputs[i], inputs[0]))
       fail_shape("input " + std::to_string(i) + " is " + shape_str(inputs[i]) + " but input 0 is " +
-                 shape_str(inputs[0]) + "; Concat joins along channels (dimension 1) and needs every other "
+                 shape_str(inputs[0]) +
+                 "; Concat joins along channels (dimension 1) and needs every other "
                  "dimension equal");
     output[1] += inputs[i][1];
   }
@@ -59,8 +60,9 @@ void Concat::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
 #endif
 
 void register_concat(Registry& registry) {
-  registry.add("Concat", [](LayerConfig& config) { return std::make_unique<Concat>(config); },
-               "joins two or more inputs along channels (dimension 1), other dimensions equal");
+  registry.add(
+      "Concat", [](LayerConfig& config) { return std::make_unique<Concat>(config); },
+      "joins two or more inputs along channels (dimension 1), other dimensions equal");
 }
 
 }  // namespace plexus::layers

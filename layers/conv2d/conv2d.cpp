@@ -7,9 +7,8 @@ Conv2d::Conv2d(LayerConfig& config) : Convolution(config, ImageSide::kInput) {}
 std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const {
   const Shape& x = checked_input(inputs);
   if (x[2] + 2 * padding_ < kernel_ || x[3] + 2 * padding_ < kernel_)
-    fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) +
-               " is smaller than the " + std::to_string(kernel_) + "x" + std::to_string(kernel_) +
-               " kernel: the output would be empty");
+    fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) + " is smaller than the " +
+               std::to_string(kernel_) + "x" + std::to_string(kernel_) + " kernel: the output would be empty");
   const ConvGeometry g = geometry(x);
   check_column_size(x, g);
   return {{x[0], out_channels_, g.patches_high, g.patches_wide}};
@@ -34,8 +33,8 @@ void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTens
 }
 
 // dW += dy im2col(x)^T; dbias += sums of dy; dx = col2im(W^T dy).
-void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                          const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                          const MutableTensors& input_grads) {
   conv_backward_cpu(*inputs[0], *output_grads[0], /*x_grad=*/input_grads[0], /*y_grad=*/nullptr);
   accumulate_bias_grad_cpu(*output_grads[0]);
 }

@@ -153,8 +153,7 @@ void accumulate_channel_sums_cuda(const Context& ctx, const Source* dy, std::int
   }
   const dim3 grid(static_cast<unsigned>(channels),
                   static_cast<unsigned>(std::min(ceil_div(plane_size, kThreads), 256LL)));
-  channel_sums_kernel<T, Source>
-      <<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane_size, bias_grad);
+  channel_sums_kernel<T, Source><<<grid, kThreads, 0, cuda::stream(ctx)>>>(dy, batch, channels, plane_size, bias_grad);
   cuda::check_launch("channel_sums_kernel", __FILE__, __LINE__);
 }
 
@@ -162,8 +161,8 @@ template <typename T>
 void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t count, std::int64_t size,
                                T* destination) {
   if (size == 0) return;
-  batch_sum_kernel<T><<<cuda::blocks_for(size, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-      source, count, size, destination);
+  batch_sum_kernel<T>
+      <<<cuda::blocks_for(size, kThreads), kThreads, 0, cuda::stream(ctx)>>>(source, count, size, destination);
   cuda::check_launch("batch_sum_kernel", __FILE__, __LINE__);
 }
 
@@ -173,13 +172,11 @@ template void add_channel_bias_cuda<double>(const Context&, const double*, const
                                             std::int64_t, std::int64_t, double*);
 template void accumulate_channel_sums_cuda<float, float>(const Context&, const float*, std::int64_t, std::int64_t,
                                                          std::int64_t, float*);
-template void accumulate_channel_sums_cuda<float, BFloat16>(const Context&, const BFloat16*, std::int64_t,
-                                                            std::int64_t, std::int64_t, float*);
-template void accumulate_channel_sums_cuda<double, double>(const Context&, const double*, std::int64_t,
-                                                           std::int64_t, std::int64_t, double*);
-template void accumulate_batch_sum_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
-                                               float*);
-template void accumulate_batch_sum_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t,
-                                                double*);
+template void accumulate_channel_sums_cuda<float, BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
+                                                            std::int64_t, float*);
+template void accumulate_channel_sums_cuda<double, double>(const Context&, const double*, std::int64_t, std::int64_t,
+                                                           std::int64_t, double*);
+template void accumulate_batch_sum_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, float*);
+template void accumulate_batch_sum_cuda<double>(const Context&, const double*, std::int64_t, std::int64_t, double*);
 
 }  // namespace plexus::layers

@@ -49,7 +49,7 @@ void Convolution::check_column_size(const Shape& input_shape, const ConvGeometry
 void Convolution::create_parameters(const std::vector<Shape>& inputs) {
   const std::int64_t channels = inputs[0][1];
   const bool input_is_image = image_side_ == ImageSide::kInput;
-  const std::int64_t image_channels = input_is_image ? channels : out_channels_;  // Ci
+  const std::int64_t image_channels = input_is_image ? channels : out_channels_;   // Ci
   const std::int64_t kernel_channels = input_is_image ? out_channels_ : channels;  // Co
   const std::int64_t fan_in = image_channels * kernel_ * kernel_;
   weight_shape_ = {kernel_channels, image_channels, kernel_, kernel_};
@@ -157,8 +157,8 @@ constexpr std::size_t kDiscardBandBytes = std::size_t(64) << 10;
 // image, the rest of it below what the stripe after it reads. The blocks
 // compute the same either way.
 template <typename T>
-void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<void(std::int64_t)>& body,
-                bool discard, const T* input, std::int64_t channels, std::int64_t height, std::int64_t width,
+void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<void(std::int64_t)>& body, bool discard,
+                const T* input, std::int64_t channels, std::int64_t height, std::int64_t width,
                 const std::function<RowRange(std::int64_t)>& reads) {
   if (!discard) {
     parallel_for(count, body);
@@ -212,8 +212,7 @@ std::int64_t patch_rows_per_block(const ConvGeometry& g) {
 // Image rows (rows of x) per block of conv_backward_data_cpu: a multiple of
 // the stride, covering kBlockPatches patches and kHaloShare * (k - 1) rows.
 std::int64_t image_rows_per_block(const ConvGeometry& g) {
-  const std::int64_t patch_rows =
-      std::max(patch_rows_per_block(g), ceil_div(kHaloShare * (g.kernel - 1), g.stride));
+  const std::int64_t patch_rows = std::max(patch_rows_per_block(g), ceil_div(kHaloShare * (g.kernel - 1), g.stride));
   return patch_rows * g.stride;
 }
 
@@ -258,8 +257,8 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedA
 // x_n[:, h0:h1, :] = activation(the rows [h0, h1) of col2im(columns) (+ bias
 // per channel)). Each block gathers everything its rows receive, so blocks write
 // disjoint rows and every pixel sums its terms in col2im's order.
-void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation,
-                                         Tensor& x, bool discard_y) {
+void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation, Tensor& x,
+                                         bool discard_y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = image_rows_per_block(g);

@@ -66,8 +66,8 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
   if (implicit_gemm::supports(ctx, dtype, problem) && implicit_gemm::takes_forward(problem)) {
     kept_source_.made_from = nullptr;  // a copy is kept from this forward to the next backward only
     implicit_gemm::forward(ctx, problem, x, parameter("weight").value.data<float>(),
-                           {bias ? parameter("bias").value.data<float>() : nullptr, activation}, y,
-                           engine_scratch(ctx), ctx.training() ? &kept_source_ : nullptr);
+                           {bias ? parameter("bias").value.data<float>() : nullptr, activation}, y, engine_scratch(ctx),
+                           ctx.training() ? &kept_source_ : nullptr);
     return;
   }
   ColumnScratch& scratch = column_scratch(ctx);
@@ -123,8 +123,8 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
       const std::int64_t count = std::min(chunk, batch - first);
       // columns_n[K, P] = W^T[K, out] y_n[out, P] (W shared: stride 0), then x_n = col2im(columns_n).
       cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
-                                    static_cast<int>(out), T(1), weight, 0, y_data + first * out_plane, out_plane,
-                                    T(0), columns, rows * patches, static_cast<int>(count));
+                                    static_cast<int>(out), T(1), weight, 0, y_data + first * out_plane, out_plane, T(0),
+                                    columns, rows * patches, static_cast<int>(count));
       col2im_cuda(ctx, columns, g, count, x_data + first * g.image_size());
     }
     add_channel_bias_cuda(ctx, bias ? parameter("bias").value.data<T>() : nullptr, activation, batch, g.channels,
@@ -133,8 +133,8 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
   x_values.store(ctx);
 }
 
-void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad,
-                                     Tensor* y_grad, const Tensor& output_grad) {
+void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad,
+                                     const Tensor& output_grad) {
   if (x.dim(0) == 0) return;
   // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());
@@ -147,8 +147,7 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   if (engine_y_grad) implicit_gemm::keep_source(ctx, problem, x, kept_source_);
   const auto parameter_gradients = [&] {
     if (engine)
-      implicit_gemm::backward_weight(ctx, problem, x, y, weight.grad.data<float>(), engine_scratch(ctx),
-                                     &kept_source_);
+      implicit_gemm::backward_weight(ctx, problem, x, y, weight.grad.data<float>(), engine_scratch(ctx), &kept_source_);
     accumulate_bias_grad_cuda(ctx, output_grad);
   };
   // Nothing in the backward pass reads the parameter gradients, so the
@@ -171,8 +170,7 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
                            &kept_source_);
   if (engine_x_grad)
     implicit_gemm::backward_data(ctx, problem, y, weight.value.data<float>(), {}, *x_grad, engine_scratch(ctx));
-  conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad,
-                            engine_y_grad ? nullptr : y_grad);
+  conv_backward_im2col_cuda(ctx, x, y, !engine, engine_x_grad ? nullptr : x_grad, engine_y_grad ? nullptr : y_grad);
   if (branch) branch->join();
   kept_source_.made_from = nullptr;  // x's memory may hold other values by the next pass
 }
@@ -207,23 +205,23 @@ void Convolution::conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const
       if (y_grad) {
         // y_grad_n[out, P] = W[out, K] columns_n[K, P]
         cuda::gemm_strided_batched<T>(ctx, false, false, static_cast<int>(out), static_cast<int>(patches),
-                                      static_cast<int>(rows), T(1), weight.value.data<T>(), 0, columns,
-                                      rows * patches, T(0), y_grad_values->f32().data<T>() + first * out_plane,
-                                      out_plane, static_cast<int>(count));
+                                      static_cast<int>(rows), T(1), weight.value.data<T>(), 0, columns, rows * patches,
+                                      T(0), y_grad_values->f32().data<T>() + first * out_plane, out_plane,
+                                      static_cast<int>(count));
       }
       if (weight_grad) {
         // G_n[out, K] = y_n[out, P] columns_n^T, then dW += sum_n G_n.
         cuda::gemm_strided_batched<T>(ctx, false, true, static_cast<int>(out), static_cast<int>(rows),
-                                      static_cast<int>(patches), T(1), y_chunk, out_plane, columns,
-                                      rows * patches, T(0), weight_grads, weight_size, static_cast<int>(count));
+                                      static_cast<int>(patches), T(1), y_chunk, out_plane, columns, rows * patches,
+                                      T(0), weight_grads, weight_size, static_cast<int>(count));
         accumulate_batch_sum_cuda(ctx, weight_grads, count, weight_size, weight.grad.data<T>());
       }
       if (x_grad) {
         // columns_n[K, P] = W^T[K, out] y_n[out, P] (overwrites the unfolded x, already used), then
         // x_grad_n = col2im(columns_n).
         cuda::gemm_strided_batched<T>(ctx, true, false, static_cast<int>(rows), static_cast<int>(patches),
-                                      static_cast<int>(out), T(1), weight.value.data<T>(), 0, y_chunk, out_plane,
-                                      T(0), columns, rows * patches, static_cast<int>(count));
+                                      static_cast<int>(out), T(1), weight.value.data<T>(), 0, y_chunk, out_plane, T(0),
+                                      columns, rows * patches, static_cast<int>(count));
         col2im_cuda(ctx, columns, g, count, x_grad_values->f32().data<T>() + first * g.image_size());
       }
     }

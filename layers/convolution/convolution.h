@@ -105,15 +105,13 @@ class Convolution : public Layer {
   // output gradient to bias.grad (when the layer has a bias).
   // discard_x / discard_y: the pass reads x / y for the last time and gives
   // its rows back to the system as it finishes with them (run_blocks).
-  void conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y,
-                        bool discard_x);
+  void conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y, bool discard_x);
   void conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation, Tensor& x,
                               bool discard_y);
   void conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
   void accumulate_bias_grad_cpu(const Tensor& output_grad);
 #if PLEXUS_WITH_CUDA
-  void conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation,
-                         Tensor& y);
+  void conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y);
   void conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, const FusedActivation& activation,
                                Tensor& x);
   // conv_backward_cuda also adds the bias gradient from output_grad (the
@@ -131,7 +129,7 @@ class Convolution : public Layer {
   std::int64_t padding_;
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
   bool has_bias_;
-  bool discard_input_ = false;  // set_discard_input; for the next forward only
+  bool discard_input_ = false;         // set_discard_input; for the next forward only
   FusedActivation output_activation_;  // set_output_activation
   // X's NHWC copy from a training forward (or from a ConvTranspose2d's
   // backward), read by the weight gradient of the same step.
@@ -145,8 +143,8 @@ class Convolution : public Layer {
   // Images per CUDA chunk: their columns and per-image weight gradients fit
   // in scratch_limit_. The same in every pass, so the cached scratch keeps
   // its shape.
-  std::int64_t images_per_cuda_chunk(const ConvGeometry& geometry, std::int64_t out_channels,
-                                     std::int64_t batch, std::size_t element_size) const;
+  std::int64_t images_per_cuda_chunk(const ConvGeometry& geometry, std::int64_t out_channels, std::int64_t batch,
+                                     std::size_t element_size) const;
   // The im2col + cuBLAS part of conv_backward_cuda: the weight gradient
   // unless the engine ran it, and the input gradient asked for.
   void conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad, Tensor* x_grad,

@@ -70,7 +70,8 @@ using implicit_gemm::detail::Tile;
 using VariantTile0 = Tile<256, 32, 8, 1, 16, 4>;
 using VariantTile1 = Tile<256, 80, 8, 1, 16, 4>;
 using VariantTile2 = Tile<64, 256, 2, 4, 16, 4>;
-static_assert(VariantTile0::BM == kBackwardDataVariants[0].rows && VariantTile0::BN == kBackwardDataVariants[0].columns &&
+static_assert(VariantTile0::BM == kBackwardDataVariants[0].rows &&
+                  VariantTile0::BN == kBackwardDataVariants[0].columns &&
                   VariantTile1::BM == kBackwardDataVariants[1].rows &&
                   VariantTile1::BN == kBackwardDataVariants[1].columns &&
                   VariantTile2::BM == kBackwardDataVariants[2].rows &&
@@ -159,9 +160,9 @@ template <class Product, class T, bool chunks, class Element>
 __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(const BackwardDataParams params) {
   using L = Layout<T, Element>;
   extern __shared__ __align__(16) unsigned char shared[];
-  Element* y_tiles = reinterpret_cast<Element*>(shared);               // STAGES x [BK][YStride]
+  Element* y_tiles = reinterpret_cast<Element*>(shared);              // STAGES x [BK][YStride]
   float* w_tiles = reinterpret_cast<float*>(shared + L::YRingBytes);  // STAGES x [BK][WStride]
-  float* z = reinterpret_cast<float*>(shared);                         // after the K loop: [BM][ZStride]
+  float* z = reinterpret_cast<float*>(shared);                        // after the K loop: [BM][ZStride]
 
   const int tid = threadIdx.x, s = params.stride;
   const int tile_row = blockIdx.x / params.tiles_w, tile_col = blockIdx.x - tile_row * params.tiles_w;
@@ -199,16 +200,14 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) backward_data_kernel(cons
         const bool valid = channel_valid && offsets[0] >= 0;
         if constexpr (std::is_same_v<Element, float>)
           copy16_async_zfill(destination, valid ? source + offsets[0] : y, valid);
-        else
-          copy8_async_zfill(destination, valid ? source + offsets[0] : y, valid);
+        else copy8_async_zfill(destination, valid ? source + offsets[0] : y, valid);
       } else {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const bool valid = channel_valid && offsets[u] >= 0;
           if constexpr (std::is_same_v<Element, float>)
             copy4_async(destination + u, valid ? source + offsets[u] : y, valid);
-          else
-            destination[u] = valid ? source[offsets[u]] : Element(0.0f);
+          else destination[u] = valid ? source[offsets[u]] : Element(0.0f);
         }
       }
     }
@@ -291,31 +290,30 @@ void launch_kernel(const Context& ctx, const BackwardDataParams& params, dim3 gr
 template <class T, class Element>
 void launch(const Context& ctx, const BackwardDataParams& params, dim3 grid, bool chunks) {
   if (ctx.bf16_products()) {
-    if (chunks)
-      launch_kernel<Bf16Product, T, true, Element>(ctx, params, grid);
-    else
-      launch_kernel<Bf16Product, T, false, Element>(ctx, params, grid);
+    if (chunks) launch_kernel<Bf16Product, T, true, Element>(ctx, params, grid);
+    else launch_kernel<Bf16Product, T, false, Element>(ctx, params, grid);
   } else {
-    if (chunks)
-      launch_kernel<Tf32Product, T, true, Element>(ctx, params, grid);
-    else
-      launch_kernel<Tf32Product, T, false, Element>(ctx, params, grid);
+    if (chunks) launch_kernel<Tf32Product, T, true, Element>(ctx, params, grid);
+    else launch_kernel<Tf32Product, T, false, Element>(ctx, params, grid);
   }
 }
 
 template <class Element>
 void launch_variant(const Context& ctx, int variant, const BackwardDataParams& params, dim3 grid, bool chunks) {
   switch (variant) {
-    case 0: return launch<VariantTile0, Element>(ctx, params, grid, chunks);
-    case 1: return launch<VariantTile1, Element>(ctx, params, grid, chunks);
-    default: return launch<VariantTile2, Element>(ctx, params, grid, chunks);
+    case 0:
+      return launch<VariantTile0, Element>(ctx, params, grid, chunks);
+    case 1:
+      return launch<VariantTile1, Element>(ctx, params, grid, chunks);
+    default:
+      return launch<VariantTile2, Element>(ctx, params, grid, chunks);
   }
 }
 
 }  // namespace
 
-void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y,
-                   const float* weight, const float* bias, float* x) {
+void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y, const float* weight,
+                   const float* bias, float* x) {
   if (problem.batch == 0) return;
   const BackwardDataTiling tiling = backward_data_tiling(problem);
   if (tiling.variant < 0)
@@ -357,10 +355,8 @@ void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem
     params.x = x + first * x_image;
     const dim3 grid(static_cast<unsigned>(static_cast<long long>(tiles_h) * params.tiles_w),
                     static_cast<unsigned>(images));
-    if (bf16)
-      launch_variant<__nv_bfloat16>(ctx, tiling.variant, params, grid, chunks);
-    else
-      launch_variant<float>(ctx, tiling.variant, params, grid, chunks);
+    if (bf16) launch_variant<__nv_bfloat16>(ctx, tiling.variant, params, grid, chunks);
+    else launch_variant<float>(ctx, tiling.variant, params, grid, chunks);
   }
 }
 

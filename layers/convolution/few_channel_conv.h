@@ -40,14 +40,14 @@ void forward(const Context& ctx, const implicit_gemm::ConvProblem& problem, cons
 // Whether backward_data (X = conv^T(Y, W) + bias, X with <= kMaxChannels
 // channels: a ConvTranspose2d's forward onto an image) runs here.
 bool takes_backward_data(const implicit_gemm::ConvProblem& problem);
-void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y,
-                   const float* weight, const float* bias, float* x);
+void backward_data(const Context& ctx, const implicit_gemm::ConvProblem& problem, const Tensor& y, const float* weight,
+                   const float* bias, float* x);
 
 // Whether backward_weight (dW += correlation of Y with X, X with <=
 // kMaxChannels channels) runs here. partial_sums: scratch for the per-block
 // sums of the pixel sum (reused while shapes stay the same).
 bool takes_backward_weight(const implicit_gemm::ConvProblem& problem);
-void backward_weight(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x,
-                     const Tensor& y, float* weight_grad, Tensor& partial_sums);
+void backward_weight(const Context& ctx, const implicit_gemm::ConvProblem& problem, const float* x, const Tensor& y,
+                     float* weight_grad, Tensor& partial_sums);
 
 }  // namespace plexus::layers::few_channel_conv

@@ -57,7 +57,7 @@ __device__ inline void store_bf16_rows(const float (&acc)[kMt][kNt][4], const fl
       for (int nt = 0; nt < kNt; ++nt)
         words[nt] = pack(activated(acc[mt][nt][2 * half] + bias_rows[mt][half], p.activate, p.negative_slope),
                          activated(acc[mt][nt][2 * half + 1] + bias_rows[mt][half], p.activate, p.negative_slope));
-      // Round k: lane s sends its word of tile (s + k) & 3; lane t receives from lane (t - k) & 3 its word of tile t.
+        // Round k: lane s sends its word of tile (s + k) & 3; lane t receives from lane (t - k) & 3 its word of tile t.
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int send = (t + k) & 3, from = (t - k) & 3;
@@ -86,8 +86,8 @@ __device__ inline void store_bf16_rows(const float (&acc)[kMt][kNt][4], const fl
 // bound keeps the registers within them too (80 a thread: unbounded, the
 // bf16 output's variant took 96, and two blocks ran 15% slower).
 template <class Product, int S, class Element>
-__global__ void __launch_bounds__(kThreads, 3) few_channel_forward_kernel(const StripParams p, const float* weight,
-                                                                         const float* bias, Element* y, bool rows16) {
+__global__ void __launch_bounds__(kThreads, 3)
+    few_channel_forward_kernel(const StripParams p, const float* weight, const float* bias, Element* y, bool rows16) {
   constexpr int kMt = kForwardMt, kRows = block_rows(kMt), kGroups = Product::kGroups;
   constexpr int kNt = 4;  // n8 tiles: the warp's 32 pixels
   extern __shared__ __align__(16) float shared[];
@@ -160,18 +160,16 @@ __global__ void __launch_bounds__(kThreads, 3) few_channel_forward_kernel(const 
       for (int half = 0; half < 2; ++half) {
         const int o = o0 + warp_m0 + 16 * mt + g + 8 * half;
         if (o >= p.out_channels) continue;
-        Element* row = y + ((static_cast<long long>(tile.image) * p.out_channels + o) * p.out_height + tile.row) *
-                               p.out_width;
+        Element* row =
+            y + ((static_cast<long long>(tile.image) * p.out_channels + o) * p.out_height + tile.row) * p.out_width;
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
           const int b = tile.b0 + warp_n0 + nt * 8 + 2 * t;
           const float v0 = activated(acc[mt][nt][2 * half] + bias_rows[mt][half], p.activate, p.negative_slope);
           const float v1 = activated(acc[mt][nt][2 * half + 1] + bias_rows[mt][half], p.activate, p.negative_slope);
           if (pairs && b + 1 < p.out_width) {
-            if constexpr (std::is_same_v<Element, float>)
-              *reinterpret_cast<float2*>(row + b) = make_float2(v0, v1);
-            else
-              *reinterpret_cast<__nv_bfloat162*>(row + b) = __floats2bfloat162_rn(v0, v1);
+            if constexpr (std::is_same_v<Element, float>) *reinterpret_cast<float2*>(row + b) = make_float2(v0, v1);
+            else *reinterpret_cast<__nv_bfloat162*>(row + b) = __floats2bfloat162_rn(v0, v1);
           } else {
             if (b < p.out_width) store_f32(row + b, v0);
             if (b + 1 < p.out_width) store_f32(row + b + 1, v1);
@@ -188,11 +186,11 @@ void launch_forward(const Context& ctx, const StripParams& p, const float* weigh
   const std::size_t bytes = forward_shared_bytes(p);
   const long long m_tiles = ceil_div(p.out_channels, block_rows(kForwardMt));
   // One wave of blocks, each looping over tiles with its weight rows loaded once.
-  const long long blocks = std::clamp(resident_blocks(ctx, kernel, bytes, "few_channel_forward_kernel") / m_tiles,
-                                      1LL, static_cast<long long>(p.tiles));
+  const long long blocks = std::clamp(resident_blocks(ctx, kernel, bytes, "few_channel_forward_kernel") / m_tiles, 1LL,
+                                      static_cast<long long>(p.tiles));
   const bool rows16 = p.out_width % 8 == 0 && reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
-  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(m_tiles)), kThreads, bytes,
-           cuda::stream(ctx)>>>(p, weight, bias, y, rows16);
+  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(m_tiles)), kThreads, bytes, cuda::stream(ctx)>>>(
+      p, weight, bias, y, rows16);
   cuda::check_launch("few_channel_forward_kernel", __FILE__, __LINE__);
 }
 
@@ -208,8 +206,7 @@ void forward(const Context& ctx, const ConvProblem& problem, const float* x, con
   with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
     if (y.dtype() == DType::bf16)
       launch_forward<decltype(product), stride>(ctx, p, weight, bias, static_cast<__nv_bfloat16*>(y.raw_data()));
-    else
-      launch_forward<decltype(product), stride>(ctx, p, weight, bias, y.data<float>());
+    else launch_forward<decltype(product), stride>(ctx, p, weight, bias, y.data<float>());
   });
 }
 

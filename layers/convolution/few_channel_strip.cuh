@@ -163,16 +163,18 @@ template <typename F>
 void with_product_and_stride(const Context& ctx, int stride, F&& f) {
   auto with_stride = [&](auto product) {
     switch (stride) {
-      case 1: return f(product, std::integral_constant<int, 1>{});
-      case 2: return f(product, std::integral_constant<int, 2>{});
-      case 3: return f(product, std::integral_constant<int, 3>{});
-      default: return f(product, std::integral_constant<int, 4>{});
+      case 1:
+        return f(product, std::integral_constant<int, 1>{});
+      case 2:
+        return f(product, std::integral_constant<int, 2>{});
+      case 3:
+        return f(product, std::integral_constant<int, 3>{});
+      default:
+        return f(product, std::integral_constant<int, 4>{});
     }
   };
-  if (ctx.bf16_products())
-    with_stride(Bf16Product{});
-  else
-    with_stride(Tf32Product{});
+  if (ctx.bf16_products()) with_stride(Bf16Product{});
+  else with_stride(Tf32Product{});
 }
 
 }  // namespace plexus::layers::few_channel_conv::strip

@@ -28,7 +28,9 @@ BackwardDataTiling tiling_for_rows(const implicit_gemm::ConvProblem& problem, in
   const long long shift = floor_div(p - k + 1, s);
   // region extent of a tile `extent` pixels long (a multiple of s)
   auto region = [&](long long extent) { return floor_div(extent - 1 + p, s) - shift + 1; };
-  auto aligned = [&](long long columns) { return col_align == 1 ? columns : round_up(columns + col_align - 1, col_align); };
+  auto aligned = [&](long long columns) {
+    return col_align == 1 ? columns : round_up(columns + col_align - 1, col_align);
+  };
   const long long max_w = round_up(problem.width, s), max_h = round_up(problem.height, s);
   BackwardDataTiling best;
   long long best_blocks = 0;
@@ -70,7 +72,9 @@ BackwardDataTiling backward_data_tiling(const implicit_gemm::ConvProblem& proble
     if (tiling.variant < 0) continue;
     if (problem.out_width % 4 == 0) {
       const BackwardDataTiling chunks = tiling_for_rows(problem, kBackwardDataVariants[v].rows, 4);
-      if (chunks.variant >= 0 && 4 * blocks(problem, chunks.tile_h, chunks.tile_w) <= 5 * blocks(problem, tiling.tile_h, tiling.tile_w)) tiling = chunks;
+      if (chunks.variant >= 0 &&
+          4 * blocks(problem, chunks.tile_h, chunks.tile_w) <= 5 * blocks(problem, tiling.tile_h, tiling.tile_w))
+        tiling = chunks;
     }
     tiling.variant = v;
     return tiling;

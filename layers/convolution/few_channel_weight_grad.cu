@@ -70,8 +70,8 @@ struct DyRows {
       for (int u = 0; u < kChunks; ++u) {
         const int e = threadIdx.x + u * kThreads;
         const int r = e / (kPixels / 8), o = o0 + r, b = t.b0 + 8 * (e - r * (kPixels / 8));
-        chunks[u] = o < p.out_channels && b < p.out_width ? *reinterpret_cast<const uint4*>(at(o, b))
-                                                          : make_uint4(0, 0, 0, 0);
+        chunks[u] =
+            o < p.out_channels && b < p.out_width ? *reinterpret_cast<const uint4*>(at(o, b)) : make_uint4(0, 0, 0, 0);
       }
     } else {
       for (int e = threadIdx.x; e < kRows * kPixels; e += kThreads) {
@@ -110,11 +110,11 @@ struct DyRows {
 // bound keeps the registers within them (128 a thread: a bf16 dY's chunks in
 // registers took the 9x9 variant to 134, one block).
 template <class Product, int MT, int NT, int S, class Element>
-__global__ void __launch_bounds__(kThreads, 2) few_channel_weight_grad_kernel(const StripParams p, const Element* dy,
-                                                                             bool vector, float* partial) {
+__global__ void __launch_bounds__(kThreads, 2)
+    few_channel_weight_grad_kernel(const StripParams p, const Element* dy, bool vector, float* partial) {
   constexpr int kRows = block_rows(MT), kGroups = Product::kGroups;
   extern __shared__ __align__(16) float shared[];
-  float* dy_tiles = shared;                       // two dY buffers (current and next tile)
+  float* dy_tiles = shared;                        // two dY buffers (current and next tile)
   float* strips = shared + 2 * kRows * kDyStride;  // two strip buffers
   int* tap_offsets = reinterpret_cast<int*>(strips + 2 * strip_buffer_size(p));
   const int o0 = blockIdx.y * kRows;
@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(kThreads, 2) few_channel_weight_grad_kernel(co
 // weight_grad[o, k] += sum over splits (in order) of the partial sums.
 // Block: 32 consecutive (o, k) of one Co tile; warp w adds splits w, w+8, ...,
 // then warp 0 adds the 8 warp sums in order (deterministic, coalesced).
-__global__ void sum_partials_kernel(const float* partial, int splits, int m_tiles, int rows, int out_channels,
-                                    int taps, int taps_pad, float* weight_grad) {
+__global__ void sum_partials_kernel(const float* partial, int splits, int m_tiles, int rows, int out_channels, int taps,
+                                    int taps_pad, float* weight_grad) {
   __shared__ float warp_sums[kThreads / 32][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long element = static_cast<long long>(blockIdx.x) * 32 + lane;  // over m_tiles * rows * taps_pad
@@ -222,12 +222,10 @@ void run_weight_grad(const Context& ctx, const StripParams& p, const Element* dy
   constexpr int kRows = block_rows(MT);
   const std::size_t bytes = weight_grad_shared_bytes(p, kRows);
   const int m_tiles = static_cast<int>(ceil_div(p.out_channels, kRows));
-  const long long splits = std::clamp(
-      resident_blocks(ctx, kernel, bytes, "few_channel_weight_grad_kernel") / m_tiles, 1LL,
-      static_cast<long long>(p.tiles));
+  const long long splits = std::clamp(resident_blocks(ctx, kernel, bytes, "few_channel_weight_grad_kernel") / m_tiles,
+                                      1LL, static_cast<long long>(p.tiles));
   const long long tile_sums = static_cast<long long>(kRows) * p.taps_pad;
-  float* partial =
-      grown_scratch(ctx, partial_sums, {splits * m_tiles, tile_sums}, DType::f32).data<float>();
+  float* partial = grown_scratch(ctx, partial_sums, {splits * m_tiles, tile_sums}, DType::f32).data<float>();
   cudaStream_t stream = cuda::stream(ctx);
   // Rows of whole 16-byte chunks: 4 f32 or 8 bf16 pixels; bf16 chunks are loaded as uint4, so dY aligned too.
   const bool vector = std::is_same_v<Element, float>
@@ -247,12 +245,9 @@ void run_weight_grad(const Context& ctx, const StripParams& p, const Element* dy
   // n8 tiles per warp: two warps cover taps_pad columns (27 taps: 2; 75: 5;
   // up to 256: 16, then one m16 tile per warp keeps the accumulators in registers).
   const long long needed = ceil_div(p.taps_pad, 16);
-  if (needed <= 2)
-    run_weight_grad<Product, 2, 2, S, Element>(ctx, p, dy, weight_grad, partial_sums);
-  else if (needed <= 5)
-    run_weight_grad<Product, 2, 5, S, Element>(ctx, p, dy, weight_grad, partial_sums);
-  else
-    run_weight_grad<Product, 1, kMaxTilesPerWarp, S, Element>(ctx, p, dy, weight_grad, partial_sums);
+  if (needed <= 2) run_weight_grad<Product, 2, 2, S, Element>(ctx, p, dy, weight_grad, partial_sums);
+  else if (needed <= 5) run_weight_grad<Product, 2, 5, S, Element>(ctx, p, dy, weight_grad, partial_sums);
+  else run_weight_grad<Product, 1, kMaxTilesPerWarp, S, Element>(ctx, p, dy, weight_grad, partial_sums);
 }
 
 }  // namespace
@@ -263,10 +258,9 @@ void backward_weight(const Context& ctx, const ConvProblem& problem, const float
   if (p.tiles == 0) return;
   with_product_and_stride(ctx, p.stride, [&](auto product, auto stride) {
     if (y.dtype() == DType::bf16)
-      run_weight_grad<decltype(product), stride>(ctx, p, static_cast<const __nv_bfloat16*>(y.raw_data()),
-                                                 weight_grad, partial_sums);
-    else
-      run_weight_grad<decltype(product), stride>(ctx, p, y.data<float>(), weight_grad, partial_sums);
+      run_weight_grad<decltype(product), stride>(ctx, p, static_cast<const __nv_bfloat16*>(y.raw_data()), weight_grad,
+                                                 partial_sums);
+    else run_weight_grad<decltype(product), stride>(ctx, p, y.data<float>(), weight_grad, partial_sums);
   });
 }
 

@@ -69,9 +69,8 @@ void im2col_cpu(const T* image, const ConvGeometry& g, T* columns) {
 // end_image_row) and b*s - p + j == x; for one pixel the loops meet its terms
 // in rising (i, j), as col2im's.
 template <typename T>
-void col2im_rows_cpu(const T* columns, const ConvGeometry& g, std::int64_t first_patch_row,
-                     std::int64_t end_patch_row, std::int64_t first_image_row, std::int64_t end_image_row,
-                     T* image) {
+void col2im_rows_cpu(const T* columns, const ConvGeometry& g, std::int64_t first_patch_row, std::int64_t end_patch_row,
+                     std::int64_t first_image_row, std::int64_t end_image_row, T* image) {
   const std::int64_t patches = (end_patch_row - first_patch_row) * g.patches_wide;
   for (std::int64_t c = 0; c < g.channels; ++c) {
     T* plane = image + c * g.height * g.width;

@@ -11,9 +11,9 @@ namespace {
 // One thread per (n, c, a, b) writing its k*k entries: neighbouring threads
 // write neighbouring b, so every store of a warp is coalesced; grid-stride.
 template <typename T>
-__global__ void im2col_kernel(const T* images, long long count, long long channels, long long height,
-                              long long width, int kernel, int stride, int padding, long long patches_high,
-                              long long patches_wide, T* columns) {
+__global__ void im2col_kernel(const T* images, long long count, long long channels, long long height, long long width,
+                              int kernel, int stride, int padding, long long patches_high, long long patches_wide,
+                              T* columns) {
   const long long patches = patches_high * patches_wide;
   const long long total = count * channels * patches;
   for (long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x; index < total;
@@ -43,9 +43,9 @@ __global__ void im2col_kernel(const T* images, long long count, long long channe
 // One thread per image element gathering its <= ceil(k/s)^2 terms: each
 // output is written once, so no atomics and a deterministic sum; grid-stride.
 template <typename T>
-__global__ void col2im_kernel(const T* columns, long long count, long long channels, long long height,
-                              long long width, int kernel, int stride, int padding, long long patches_high,
-                              long long patches_wide, T* images) {
+__global__ void col2im_kernel(const T* columns, long long count, long long channels, long long height, long long width,
+                              int kernel, int stride, int padding, long long patches_high, long long patches_wide,
+                              T* images) {
   const long long patches = patches_high * patches_wide;
   const long long total = count * channels * height * width;
   for (long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x; index < total;

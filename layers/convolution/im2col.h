@@ -64,8 +64,7 @@ void im2col_rows_cpu(const T* image, const ConvGeometry& geometry, std::int64_t 
 // order for each pixel: rising (c, i, j). Other rows are not touched.
 template <typename T>
 void col2im_rows_cpu(const T* columns, const ConvGeometry& geometry, std::int64_t first_patch_row,
-                     std::int64_t end_patch_row, std::int64_t first_image_row, std::int64_t end_image_row,
-                     T* image);
+                     std::int64_t end_patch_row, std::int64_t first_image_row, std::int64_t end_image_row, T* image);
 // The same for the patches [first_patch, end_patch) in im2col's numbering
 // (a*Pw + b; whole patch rows or not): columns [K, end - first], entry
 // (r, q - first) as im2col's (r, q). Each pixel still gets its terms in
@@ -79,10 +78,8 @@ void col2im_patches_cpu(const T* columns, const ConvGeometry& geometry, std::int
 // CUDA, `count` consecutive images ([count, C, H, W] <-> [count, K, P]) on
 // the context's stream; same semantics as the CPU versions.
 template <typename T>
-void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& geometry, std::int64_t count,
-                 T* columns);
+void im2col_cuda(const Context& ctx, const T* images, const ConvGeometry& geometry, std::int64_t count, T* columns);
 template <typename T>
-void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& geometry, std::int64_t count,
-                 T* images);
+void col2im_cuda(const Context& ctx, const T* columns, const ConvGeometry& geometry, std::int64_t count, T* images);
 
 }  // namespace plexus::layers

@@ -24,8 +24,9 @@ bool supports(const Context& ctx, DType dtype, const ConvProblem& p) {
   // the source has few channels: forward K = Ci*k*k, backward_data K =
   // Co*ceil(k/s)^2 per phase.
   const long long taps_per_phase = ceil_div(p.kernel, p.stride);
-  const long long forward_table =
-      p.in_channels >= kTapMajorChannels ? p.kernel * p.kernel : round_up(p.in_channels * p.kernel * p.kernel, kTapAlign);
+  const long long forward_table = p.in_channels >= kTapMajorChannels
+                                      ? p.kernel * p.kernel
+                                      : round_up(p.in_channels * p.kernel * p.kernel, kTapAlign);
   const long long backward_table = p.out_channels >= kTapMajorChannels
                                        ? taps_per_phase * taps_per_phase
                                        : round_up(p.out_channels * taps_per_phase * taps_per_phase, kTapAlign);

@@ -86,13 +86,13 @@
 namespace plexus::layers::implicit_gemm {
 
 // The engine's limits (supports() checks them).
-inline constexpr int kTapAlign = 32;     // tap tables are padded to whole pipeline stages
-inline constexpr int kMaxPhases = 16;    // backward_data phases: stride <= 4
-inline constexpr int kMaxTaps = 7168;    // entries of one tap table (8 bytes each in shared memory)
+inline constexpr int kTapAlign = 32;   // tap tables are padded to whole pipeline stages
+inline constexpr int kMaxPhases = 16;  // backward_data phases: stride <= 4
+inline constexpr int kMaxTaps = 7168;  // entries of one tap table (8 bytes each in shared memory)
 // Sources with at least this many channels use a tap-major K, gathered from an
 // NHWC copy (implicit_gemm_gather.cu).
 inline constexpr int kTapMajorChannels = 32;
-inline constexpr int kMaxExtent = 16000; // image height and width (tap offsets are 16-bit)
+inline constexpr int kMaxExtent = 16000;  // image height and width (tap offsets are 16-bit)
 
 namespace detail {
 // a / b rounded up, and a rounded up to a multiple of b (b > 0): the
@@ -213,7 +213,7 @@ void backward_data(Context& ctx, const ConvProblem& problem, const Tensor& y, co
                    const Epilogue& epilogue, Tensor& x, Scratch& scratch);
 // weight_grad += correlation of Y with X (shape [Co, Ci, k, k]). Reads
 // kept's copy of X where kept holds x and the Hopper BF16 kernel runs.
-void backward_weight(Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y,
-                     float* weight_grad, Scratch& scratch, const KeptSource* kept = nullptr);
+void backward_weight(Context& ctx, const ConvProblem& problem, const Tensor& x, const Tensor& y, float* weight_grad,
+                     Scratch& scratch, const KeptSource* kept = nullptr);
 
 }  // namespace plexus::layers::implicit_gemm

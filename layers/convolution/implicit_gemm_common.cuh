@@ -76,9 +76,9 @@ template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_, in
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int BK = BK_, STAGES = STAGES_, BLOCKS = BLOCKS_;
-  static constexpr int KStride = BK + 4;  // row stride of a K-contiguous tile
+  static constexpr int KStride = BK + 4;                      // row stride of a K-contiguous tile
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // one warp's sub-tile
-  static constexpr int MT = WM / 16, NT = WN / 8;            // its m16n8 accumulator tiles
+  static constexpr int MT = WM / 16, NT = WN / 8;             // its m16n8 accumulator tiles
   static_assert(WARPS_M * WARPS_N * 32 == kThreads, "8 warps");
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile of whole mma tiles");
   static_assert(BLOCKS == 1 || BLOCKS == 2, "one or two blocks per multiprocessor");
@@ -140,8 +140,8 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
       const int quad = lane >> 3;
 #pragma unroll
       for (int mt = 0; mt < T::MT; ++mt)
-        load_matrix_x4(a[mt][group], a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 +
-                                         4 * (quad >> 1));
+        load_matrix_x4(a[mt][group],
+                       a_tile + (warp_m0 + mt * 16 + (lane & 7) + 8 * (quad & 1)) * kKStride + k8 + 4 * (quad >> 1));
       if constexpr (b_ldmatrix) {
         // Matrices (n8 tile nt | nt+1) x (k 0-3 | 4-7) give b[nt][0], b[nt][1],
         // b[nt+1][0], b[nt+1][1] when lane l points at row l%8 of tile
@@ -149,8 +149,7 @@ __device__ inline void multiply_stage(const float* a_tile, const float* b_tile, 
 #pragma unroll
         for (int nt = 0; nt < T::NT; nt += 2) {
           unsigned r[4];
-          load_matrix_x4(r, b_tile + (warp_n0 + (nt + (quad >> 1)) * 8 + (lane & 7)) * kKStride + k8 +
-                                4 * (quad & 1));
+          load_matrix_x4(r, b_tile + (warp_n0 + (nt + (quad >> 1)) * 8 + (lane & 7)) * kKStride + k8 + 4 * (quad & 1));
           b[nt][group][0] = r[0];
           b[nt][group][1] = r[1];
           b[nt + 1][group][0] = r[2];
@@ -208,7 +207,7 @@ __device__ __forceinline__ void run_k_pipeline(int k_tiles, float (&acc)[T::MT][
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
     wait_async<kAhead - 1>();  // tile k_tile has landed (for this thread) ...
     landed();
-    __syncthreads();            // ... for every thread, and the slot about to be refilled is no longer read
+    __syncthreads();  // ... for every thread, and the slot about to be refilled is no longer read
     const int next = k_tile + kAhead;
     if (next < k_tiles) load(next % kStages, next);
     commit_async();
@@ -259,8 +258,8 @@ const float* nhwc_source(const Context& ctx, const Source* source, long long bat
   float* nhwc = grown_scratch(ctx, buffer, {batch, height, width, channel_pad}, DType::f32).data<float>();
   const long long plane = height * width;
   for (long long first = 0; first < batch; first += kImagesPerCopy)
-    nchw_to_nhwc_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels,
-                      plane, channel_pad, nhwc + first * plane * channel_pad);
+    nchw_to_nhwc_cuda(ctx, source + first * channels * plane, std::min(kImagesPerCopy, batch - first), channels, plane,
+                      channel_pad, nhwc + first * plane * channel_pad);
   return nhwc;
 }
 

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
 
   constexpr int kTileK = T::BK, kStages = T::STAGES, kKStride = T::KStride;
   extern __shared__ __align__(16) float shared[];
-  float* a_tiles = shared;                                        // kStages x [BM][kKStride]
+  float* a_tiles = shared;  // kStages x [BM][kKStride]
   constexpr int a_stage = T::BM * kKStride, b_stage = gather_b_stage<T, tap_major>();
   float* b_tiles = a_tiles + kStages * a_stage;  // kStages x (tap-major: [BN][kKStride]; flat: [kTileK][BN + pad])
   int2* taps = reinterpret_cast<int2*>(b_tiles + kStages * b_stage);
@@ -78,10 +78,8 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
     row0[r] = pixel.row0;
     col0[r] = pixel.col0;
     const int offset = pixel.valid ? pixel.row0 * params.source_w + pixel.col0 : 0;
-    if constexpr (tap_major)
-      b_base[r] = pixel.image * source_plane + offset;
-    else
-      b_base[r] = static_cast<long long>(pixel.image) * params.source_channels * source_plane + offset;
+    if constexpr (tap_major) b_base[r] = pixel.image * source_plane + offset;
+    else b_base[r] = static_cast<long long>(pixel.image) * params.source_channels * source_plane + offset;
   }
   const float* a_rows =
       static_cast<const float*>(params.a) + part.a_offset + static_cast<long long>(block.m0) * part.k_stride;
@@ -136,8 +134,8 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) gather_gemm_kernel(const 
   run_k_pipeline<T>(
       block.k_tiles, acc, [&](int stage, int k_tile) { load_stage(stage, block.k_first + k_tile); },
       [&](int stage, float(&sums)[T::MT][T::NT][4]) {
-        multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage,
-                                                         warp_m0, warp_n0, lane, sums);
+        multiply_stage<Product, T, tap_major, tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
+                                                         warp_n0, lane, sums);
       });
   static_assert(staging_bytes<T>() <= sizeof(float) * kStages * (a_stage + b_stage),
                 "the C tile is staged in the operand rings");
@@ -171,12 +169,12 @@ struct PackPart {
 
 struct PackParams {
   const float* weight;
-  void* packed;      // f32 or bf16 bit patterns
+  void* packed;  // f32 or bf16 bit patterns
   int m_size, m_pad;
   int in_channels, kernel, stride;
-  bool transpose;    // backward_data
-  int channels;      // source channels: Ci (forward) or Co (backward_data)
-  int channel_pad;   // tap-major K (see GatherPart); 0: flat K
+  bool transpose;   // backward_data
+  int channels;     // source channels: Ci (forward) or Co (backward_data)
+  int channel_pad;  // tap-major K (see GatherPart); 0: flat K
   PackPart parts[kMaxPhases];
 };
 
@@ -205,9 +203,9 @@ __global__ void pack_weight_kernel(const PackParams params) {
         const int o = k / taps, tap = k % taps;
         const int i = part.tap_row0 + params.stride * (tap / part.taps_w);
         const int j = part.tap_col0 + params.stride * (tap % part.taps_w);
-        value = params.weight[((static_cast<long long>(o) * params.in_channels + m) * params.kernel + i) *
-                                  params.kernel +
-                              j];
+        value =
+            params
+                .weight[((static_cast<long long>(o) * params.in_channels + m) * params.kernel + i) * params.kernel + j];
       }
     }
     store_f32(packed + part.offset + index, value);
@@ -228,8 +226,8 @@ std::size_t gather_shared_bytes(int table_entries) {
 // K that is a multiple of kTapAlign, M a multiple of BM and 16-byte alignment
 // reads W directly). bf16: packs bf16 bit patterns (the wgmma BF16 operand;
 // never in place). Returns A.
-const void* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total,
-                        bool in_place, bool bf16, Tensor& buffer) {
+const void* pack_weight(const Context& ctx, const PackParams& pack, int part_count, long long total, bool in_place,
+                        bool bf16, Tensor& buffer) {
   if (in_place && !bf16) return pack.weight;
   PackParams filled = pack;
   // bf16: two patterns per f32 element of the buffer.
@@ -240,10 +238,8 @@ const void* pack_weight(const Context& ctx, const PackParams& pack, int part_cou
     largest = std::max(largest, static_cast<long long>(pack.m_pad) * pack.parts[p].k_stride);
   if (largest > 0) {
     const dim3 grid(cuda::blocks_for(largest), static_cast<unsigned>(part_count));
-    if (bf16)
-      pack_weight_kernel<std::uint16_t><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
-    else
-      pack_weight_kernel<float><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    if (bf16) pack_weight_kernel<std::uint16_t><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
+    else pack_weight_kernel<float><<<grid, 256, 0, cuda::stream(ctx)>>>(filled);
     cuda::check_launch("pack_weight_kernel", __FILE__, __LINE__);
   }
   return filled.packed;
@@ -314,25 +310,20 @@ void run_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums, 
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
   params.partial = nullptr;
   if (params.splits > 1)
-    params.partial =
-        grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
+    params.partial = grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
   const dim3 grid(static_cast<unsigned>(max_n_tiles * params.part_count),
                   static_cast<unsigned>(ceil_div(params.m_size, kTileM)), static_cast<unsigned>(params.splits));
   if (wgmma) {
     launch_wgmma_gather(ctx, params, grid, max_table, bf16);
   } else if (tap_major) {
     const std::size_t shared_bytes = gather_shared_bytes<NhwcGatherTile, true>(max_table);
-    if (bf16)
-      launch_gather<Bf16Product, true>(ctx, params, grid, shared_bytes);
-    else
-      launch_gather<Tf32Product, true>(ctx, params, grid, shared_bytes);
+    if (bf16) launch_gather<Bf16Product, true>(ctx, params, grid, shared_bytes);
+    else launch_gather<Tf32Product, true>(ctx, params, grid, shared_bytes);
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   } else {
     const std::size_t shared_bytes = gather_shared_bytes<FlatGatherTile, false>(max_table);
-    if (bf16)
-      launch_gather<Bf16Product, false>(ctx, params, grid, shared_bytes);
-    else
-      launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
+    if (bf16) launch_gather<Bf16Product, false>(ctx, params, grid, shared_bytes);
+    else launch_gather<Tf32Product, false>(ctx, params, grid, shared_bytes);
     cuda::check_launch("gather_gemm_kernel", __FILE__, __LINE__);
   }
   add_split_sums(ctx, params);
@@ -412,8 +403,8 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
   const GatherChoice choice = choose_gather(ctx, p.in_channels);
   const bool tap_major = choice.tap_major;
   const int channel_pad = choice.channel_pad;
-  const int k_size = static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad
-                                                : p.in_channels * p.kernel * p.kernel);
+  const int k_size =
+      static_cast<int>(tap_major ? p.kernel * p.kernel * channel_pad : p.in_channels * p.kernel * p.kernel);
   const int k_stride = static_cast<int>(round_up(k_size, kTapAlign));
   const int m_pad = static_cast<int>(round_up(p.out_channels, NhwcGatherTile::BM));
 
@@ -428,8 +419,8 @@ void forward(Context& ctx, const ConvProblem& p, const Tensor& x, const float* w
   pack.channels = static_cast<int>(p.in_channels);
   pack.channel_pad = channel_pad;
   pack.parts[0] = {k_size, k_stride, static_cast<int>(p.kernel), static_cast<int>(p.kernel), 0, 0, 0};
-  const bool in_place = !tap_major && k_stride == k_size && m_pad == p.out_channels &&
-                        reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
+  const bool in_place =
+      !tap_major && k_stride == k_size && m_pad == p.out_channels && reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
   const void* a = pack_weight(ctx, pack, 1, static_cast<long long>(m_pad) * k_stride, in_place, choice.bf16,
                               scratch.forward_weight);
 
@@ -542,8 +533,8 @@ void backward_data(Context& ctx, const ConvProblem& p, const Tensor& y, const fl
       ++part_count;
     }
   if (part_count == 0) return;
-  params.a = pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, choice.bf16,
-                         scratch.backward_data_weight);
+  params.a =
+      pack_weight(ctx, pack, part_count, std::max(offset, 1LL), false, choice.bf16, scratch.backward_data_weight);
   params.part_count = part_count;
   params.source = gather_source(ctx, choice, y, scratch.backward_data_source, scratch.backward_data_source_f32);
   run_gather(ctx, params, scratch.backward_data_sums, choice.wgmma);

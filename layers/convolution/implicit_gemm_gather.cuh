@@ -47,8 +47,8 @@ struct GatherParams {
   const float* bias;   // [m_size] or null
   bool activate;       // then the fused activation (fused_activation.cuh)
   float negative_slope;
-  void* dest;          // [batch, m_size, dest_h, dest_w]: f32, or BFloat16 when dest_bf16
-  bool dest_bf16;      // dest is stored in bf16: each f32 sum (plus bias) is rounded to nearest even
+  void* dest;      // [batch, m_size, dest_h, dest_w]: f32, or BFloat16 when dest_bf16
+  bool dest_bf16;  // dest is stored in bf16: each f32 sum (plus bias) is rounded to nearest even
   int m_size;
   int batch;
   int source_channels, source_h, source_w;
@@ -73,10 +73,10 @@ struct GatherParams {
 struct GatherBlock {
   const GatherPart* part;
   int split;
-  int grid_plane;     // the part's grid_h * grid_w
-  long long n_size;   // the part's N: batch * grid_plane
-  long long n0;       // the tile's first column
-  int m0;             // the tile's first row
+  int grid_plane;        // the part's grid_h * grid_w
+  long long n_size;      // the part's N: batch * grid_plane
+  long long n0;          // the tile's first column
+  int m0;                // the tile's first row
   int k_first, k_tiles;  // this split's stages [k_first, k_first + k_tiles); may be empty (writes zeros)
 };
 
@@ -172,8 +172,8 @@ __device__ inline void store_tile(const GatherParams& params, int split, int m0,
     for (int nt = 0; nt < T::NT; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        *reinterpret_cast<float2*>(staging + (warp_m0 + mt * 16 + g + 8 * half) * kPitch + warp_n0 + nt * 8 +
-                                   2 * t) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+        *reinterpret_cast<float2*>(staging + (warp_m0 + mt * 16 + g + 8 * half) * kPitch + warp_n0 + nt * 8 + 2 * t) =
+            make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
   sync();
 
   const int dest_plane = params.dest_h * params.dest_w;
@@ -192,12 +192,10 @@ __device__ inline void store_tile(const GatherParams& params, int split, int m0,
 #pragma unroll
     for (int j = 0; j < kColumnsPerLane; ++j) {
       if (column[j] < 0) continue;
-      const float value = activated(staging[row * kPitch + lane + 32 * j] + bias, whole && params.activate,
-                                    params.negative_slope);
-      if (bf16)
-        store_f32(dest_bf16 + row_offset + column[j], value);
-      else
-        dest[row_offset + column[j]] = value;
+      const float value =
+          activated(staging[row * kPitch + lane + 32 * j] + bias, whole && params.activate, params.negative_slope);
+      if (bf16) store_f32(dest_bf16 + row_offset + column[j], value);
+      else dest[row_offset + column[j]] = value;
     }
   }
 }
@@ -211,19 +209,20 @@ __device__ inline long long dest_offset(const GatherParams& params, const Gather
 
 // The whole block (kThreads) stores its tile of a gather launch, column n0 + c of the part.
 template <class T>
-__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0,
-                                         int warp_n0, int lane, const float (&acc)[T::MT][T::NT][4],
-                                         float* staging) {
+__device__ inline void store_gather_tile(const GatherParams& params, const GatherBlock& block, int warp_m0, int warp_n0,
+                                         int lane, const float (&acc)[T::MT][T::NT][4], float* staging) {
   const GatherPart& part = *block.part;
-  store_tile<T, kThreads>(params, block.split, block.m0, warp_m0, warp_n0, lane, acc, staging,
-                          static_cast<int>(threadIdx.x), [] { __syncthreads(); }, [&](int c) -> long long {
-                            const long long n = block.n0 + c;
-                            if (n >= block.n_size) return -1;
-                            const int image = static_cast<int>(n / block.grid_plane);
-                            const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
-                            const int u = q / part.grid_w;
-                            return dest_offset(params, part, image, u, q - u * part.grid_w);
-                          });
+  store_tile<T, kThreads>(
+      params, block.split, block.m0, warp_m0, warp_n0, lane, acc, staging, static_cast<int>(threadIdx.x),
+      [] { __syncthreads(); },
+      [&](int c) -> long long {
+        const long long n = block.n0 + c;
+        if (n >= block.n_size) return -1;
+        const int image = static_cast<int>(n / block.grid_plane);
+        const int q = static_cast<int>(n - static_cast<long long>(image) * block.grid_plane);
+        const int u = q / part.grid_w;
+        return dest_offset(params, part, image, u, q - u * part.grid_w);
+      });
 }
 
 // The wgmma gather's tile of C: 128 x 128, two warpgroups of 64 rows (as 8

@@ -71,8 +71,8 @@ struct PixelCursor {
 // (g, 2t..2t+1) and (g+8, 2t..2t+1) of each of the warp's tiles.
 // tap_major: column n = tap*Ci + c is written to dW[o, c, tap] in place.
 template <class T, bool tap_major>
-__device__ inline void store_partial_sums(const WeightGradParams& params, const float (&acc)[T::MT][T::NT][4],
-                                          int m0, int n0, int warp_m0, int warp_n0, int lane) {
+__device__ inline void store_partial_sums(const WeightGradParams& params, const float (&acc)[T::MT][T::NT][4], int m0,
+                                          int n0, int warp_m0, int warp_n0, int lane) {
   const int m_size = params.out_channels;
   const int kk = params.kernel * params.kernel;
   const int n_size = params.in_channels * kk;
@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_kernel(const 
   run_k_pipeline<T>(
       k_tiles, acc, [&](int stage, int) { load_stage(stage); },
       [&](int stage, float(&sums)[T::MT][T::NT][4]) {
-        multiply_stage<Product, T, !tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0,
-                                               warp_n0, lane, sums);
+        multiply_stage<Product, T, !tap_major>(a_tiles + stage * a_stage, b_tiles + stage * b_stage, warp_m0, warp_n0,
+                                               lane, sums);
       });
 
   store_partial_sums<T, tap_major>(params, acc, m0, n0, warp_m0, warp_n0, lane);
@@ -306,10 +306,9 @@ __global__ void __launch_bounds__(kThreads, T::BLOCKS) weight_grad_bf16_kernel(c
       const int i = tid + v * kThreads;
       const int row = i / a_vectors_per_row, k8 = (i % a_vectors_per_row) * 8;
       const bool valid = m0 + row < m_size;
-      copy16_async_zfill(a_tile + row * Stage::AStride + k8,
-                         valid ? y_tile + static_cast<long long>(m0 + row) * params.y_row_stride + k8
-                               : params.y_rows_bf16,
-                         valid);
+      copy16_async_zfill(
+          a_tile + row * Stage::AStride + k8,
+          valid ? y_tile + static_cast<long long>(m0 + row) * params.y_row_stride + k8 : params.y_rows_bf16, valid);
     }
     std::uint16_t* b_tile = b_tiles + stage * Stage::BElements + b_row * Stage::BStride;
     const bool pixel_valid = b_pixel.index < k_end;
@@ -358,26 +357,22 @@ std::size_t weight_grad_shared_bytes() {
 template <class Product, class T, bool tap_major>
 void launch_weight_grad(const Context& ctx, const WeightGradParams& params, dim3 grid, bool vector_a) {
   const std::size_t bytes = weight_grad_shared_bytes<T, tap_major>();
-  static const bool opted_in =
-      (allow_shared_bytes(weight_grad_kernel<Product, T, true, tap_major>, bytes,
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       allow_shared_bytes(weight_grad_kernel<Product, T, false, tap_major>, bytes,
-                          "cudaFuncSetAttribute(weight_grad_kernel)"),
-       true);
+  static const bool opted_in = (allow_shared_bytes(weight_grad_kernel<Product, T, true, tap_major>, bytes,
+                                                   "cudaFuncSetAttribute(weight_grad_kernel)"),
+                                allow_shared_bytes(weight_grad_kernel<Product, T, false, tap_major>, bytes,
+                                                   "cudaFuncSetAttribute(weight_grad_kernel)"),
+                                true);
   (void)opted_in;
   cudaStream_t stream = cuda::stream(ctx);
-  if (vector_a)
-    weight_grad_kernel<Product, T, true, tap_major><<<grid, kThreads, bytes, stream>>>(params);
-  else
-    weight_grad_kernel<Product, T, false, tap_major><<<grid, kThreads, bytes, stream>>>(params);
+  if (vector_a) weight_grad_kernel<Product, T, true, tap_major><<<grid, kThreads, bytes, stream>>>(params);
+  else weight_grad_kernel<Product, T, false, tap_major><<<grid, kThreads, bytes, stream>>>(params);
   cuda::check_launch("weight_grad_kernel", __FILE__, __LINE__);
 }
 
 // Launches weight_grad_bf16_kernel on tile T (opting it into its shared memory on first use).
 template <class T>
 void launch_weight_grad_bf16(const Context& ctx, const WeightGradParams& params, dim3 grid) {
-  constexpr std::size_t bytes =
-      sizeof(std::uint16_t) * T::STAGES * (Bf16Stage<T>::AElements + Bf16Stage<T>::BElements);
+  constexpr std::size_t bytes = sizeof(std::uint16_t) * T::STAGES * (Bf16Stage<T>::AElements + Bf16Stage<T>::BElements);
   static const bool opted_in =
       (allow_shared_bytes(weight_grad_bf16_kernel<T>, bytes, "cudaFuncSetAttribute(weight_grad_bf16_kernel)"), true);
   (void)opted_in;
@@ -400,8 +395,7 @@ void run_weight_grad(const Context& ctx, const ConvProblem& p, WeightGradParams&
   const long long k_per_split = ceil_div(k_tiles, splits) * kTileK;
   const long long used_splits = ceil_div(k_size, k_per_split);
 
-  float* partial =
-      grown_scratch(ctx, partial_sums, {used_splits, m_size * n_size}, DType::f32).data<float>();
+  float* partial = grown_scratch(ctx, partial_sums, {used_splits, m_size * n_size}, DType::f32).data<float>();
   params.partial = partial;
   params.k_size = k_size;
   params.k_per_split = k_per_split;
@@ -418,10 +412,8 @@ void run_weight_grad_f32(const Context& ctx, const ConvProblem& p, WeightGradPar
                          Tensor& partial_sums) {
   const bool vector_a = (p.out_height * p.out_width) % T::BK == 0;
   run_weight_grad<T>(ctx, p, params, weight_grad, partial_sums, [&](dim3 grid) {
-    if (ctx.bf16_products())
-      launch_weight_grad<Bf16Product, T, tap_major>(ctx, params, grid, vector_a);
-    else
-      launch_weight_grad<Tf32Product, T, tap_major>(ctx, params, grid, vector_a);
+    if (ctx.bf16_products()) launch_weight_grad<Bf16Product, T, tap_major>(ctx, params, grid, vector_a);
+    else launch_weight_grad<Tf32Product, T, tap_major>(ctx, params, grid, vector_a);
   });
 }
 
@@ -470,8 +462,8 @@ void backward_weight(Context& ctx, const ConvProblem& p, const Tensor& x, const 
     });
     params.y_rows_bf16 = rows;
     params.x_nhwc_bf16 = dispatch_activation(x, [&](const auto* elements) {
-      return nhwc_source_bf16(ctx, elements, p.batch, p.in_channels, p.height, p.width,
-                              static_cast<int>(p.in_channels), scratch.weight_source_bf16);
+      return nhwc_source_bf16(ctx, elements, p.batch, p.in_channels, p.height, p.width, static_cast<int>(p.in_channels),
+                              scratch.weight_source_bf16);
     });
     run_weight_grad<T>(ctx, p, params, weight_grad, scratch.weight_sums,
                        [&](dim3 grid) { launch_weight_grad_bf16<T>(ctx, params, grid); });

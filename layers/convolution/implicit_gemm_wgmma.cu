@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
   const unsigned shared_base = shared_address(shared_bytes);
   const unsigned skip = (kSwizzleAlign - (shared_base & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1);
   unsigned char* rings = shared_bytes + skip;
-  const unsigned a_ring = shared_base + skip;                // kStages x [128 rows][128 bytes]
-  const unsigned b_ring = a_ring + kStages * kTileBytes;     // kStages x [128 pixels][128 bytes]
+  const unsigned a_ring = shared_base + skip;             // kStages x [128 rows][128 bytes]
+  const unsigned b_ring = a_ring + kStages * kTileBytes;  // kStages x [128 pixels][128 bytes]
   int2* taps = reinterpret_cast<int2*>(rings + 2 * kStages * kTileBytes);
   write_tap_major_table(params, part, taps);
 
@@ -126,10 +126,8 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < kRowBytes / 32; ++step) {
-          if constexpr (sizeof(Element) == 4)
-            wgmma_tf32(sums[0], a + 2 * step, b + 2 * step);
-          else
-            wgmma_bf16(sums[0], a + 2 * step, b + 2 * step);
+          if constexpr (sizeof(Element) == 4) wgmma_tf32(sums[0], a + 2 * step, b + 2 * step);
+          else wgmma_bf16(sums[0], a + 2 * step, b + 2 * step);
         }
         wgmma_commit();
         wgmma_wait<kWgmmaInFlight>();
@@ -137,7 +135,9 @@ __global__ void __launch_bounds__(kThreads, 2) wgmma_gather_kernel(const GatherP
       },
       // cp.async writes shared memory through the generic proxy, wgmma reads it
       // through the async proxy: each thread fences its landed copies before the barrier.
-      [] { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); });
+      [] {
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      });
   wgmma_wait<0>();
   fence_accumulators(acc[0]);
   static_assert(staging_bytes<T>() <= 2 * kStages * kTileBytes, "the C tile is staged in the operand rings");
@@ -156,18 +156,15 @@ void launch(const Context& ctx, const GatherParams& params, dim3 grid, int table
                                                    "cudaFuncSetAttribute(wgmma_gather_kernel)"),
                                 true);
   (void)opted_in;
-  wgmma_gather_kernel<Element>
-      <<<grid, kThreads, wgmma_shared_bytes(table_entries), cuda::stream(ctx)>>>(params);
+  wgmma_gather_kernel<Element><<<grid, kThreads, wgmma_shared_bytes(table_entries), cuda::stream(ctx)>>>(params);
   cuda::check_launch("wgmma_gather_kernel", __FILE__, __LINE__);
 }
 
 }  // namespace
 
 void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 grid, int table_entries, bool bf16) {
-  if (bf16)
-    launch<std::uint16_t>(ctx, params, grid, table_entries);
-  else
-    launch<float>(ctx, params, grid, table_entries);
+  if (bf16) launch<std::uint16_t>(ctx, params, grid, table_entries);
+  else launch<float>(ctx, params, grid, table_entries);
 }
 
 }  // namespace detail

@@ -113,10 +113,8 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
     const std::uint64_t b = swizzled_descriptor(ring + (kStages + stage) * kTileBytes);
 #pragma unroll
     for (int step = 0; step < kRowBytes / 32; ++step) {
-      if constexpr (bf16)
-        wgmma_bf16(acc[0], a + 2 * step, b + 2 * step);
-      else
-        wgmma_tf32(acc[0], a + 2 * step, b + 2 * step);
+      if constexpr (bf16) wgmma_bf16(acc[0], a + 2 * step, b + 2 * step);
+      else wgmma_tf32(acc[0], a + 2 * step, b + 2 * step);
     }
   });
 
@@ -126,7 +124,8 @@ __global__ void __launch_bounds__(kTmaThreads, 2)
   const int rectangle_plane = tiling.tile_h * tiling.tile_w;
   store_tile<T, kConsumerThreads>(
       params, split, m0, 16 * warp, 0, lane, acc, reinterpret_cast<float*>(ring_bytes), tid,
-      [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); },
+      [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads)
+                        : "memory"); },
       [&](int c) -> long long {
         const int image = c / rectangle_plane, within = c - image * rectangle_plane;
         const int row = within / tiling.tile_w;
@@ -154,8 +153,7 @@ void launch(const Context& ctx, const TmaGatherMaps& maps, const GatherParams& p
 
 bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
   static const bool switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_TMA");
-  if (!switched_on || params.channel_pad <= 0 || params.part_count < 1 || params.part_count > kMaxPhases)
-    return false;
+  if (!switched_on || params.channel_pad <= 0 || params.part_count < 1 || params.part_count > kMaxPhases) return false;
   GridSize grids[kMaxPhases];
   for (int p = 0; p < params.part_count; ++p) grids[p] = {params.parts[p].grid_h, params.parts[p].grid_w};
   TmaTiling tiling;
@@ -167,29 +165,26 @@ bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& part
   const long long rectangles = tiling.rectangles;
 
   const long long m_tiles = ceil_div(params.m_size, kTileRows);
-  params.splits = static_cast<int>(
-      k_splits(ctx, 2, rectangles * params.part_count * m_tiles, max_k_stride / stage_k, 8));
+  params.splits =
+      static_cast<int>(k_splits(ctx, 2, rectangles * params.part_count * m_tiles, max_k_stride / stage_k, 8));
   params.dest_size = static_cast<long long>(params.batch) * params.m_size * params.dest_h * params.dest_w;
   params.partial = nullptr;
   if (params.splits > 1)
-    params.partial =
-        grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
+    params.partial = grown_scratch(ctx, partial_sums, {params.splits, params.dest_size}, DType::f32).data<float>();
 
   const std::uint64_t element = bf16 ? 2 : 4;
   TmaGatherMaps maps{};
   {
-    const std::uint64_t sizes[4] = {static_cast<std::uint64_t>(params.channel_pad),
-                                    static_cast<std::uint64_t>(params.source_w),
-                                    static_cast<std::uint64_t>(params.source_h),
-                                    static_cast<std::uint64_t>(params.batch)};
+    const std::uint64_t sizes[4] = {
+        static_cast<std::uint64_t>(params.channel_pad), static_cast<std::uint64_t>(params.source_w),
+        static_cast<std::uint64_t>(params.source_h), static_cast<std::uint64_t>(params.batch)};
     const std::uint64_t strides[3] = {sizes[0] * element, sizes[0] * sizes[1] * element,
                                       sizes[0] * sizes[1] * sizes[2] * element};
-    const std::uint32_t box[4] = {static_cast<std::uint32_t>(stage_k),
-                                  static_cast<std::uint32_t>(tiling.tile_w * scale),
-                                  static_cast<std::uint32_t>(tiling.tile_h * scale),
-                                  static_cast<std::uint32_t>(tiling.tile_n)};
-    const std::uint32_t element_strides[4] = {1, static_cast<std::uint32_t>(scale),
-                                              static_cast<std::uint32_t>(scale), 1};
+    const std::uint32_t box[4] = {
+        static_cast<std::uint32_t>(stage_k), static_cast<std::uint32_t>(tiling.tile_w * scale),
+        static_cast<std::uint32_t>(tiling.tile_h * scale), static_cast<std::uint32_t>(tiling.tile_n)};
+    const std::uint32_t element_strides[4] = {1, static_cast<std::uint32_t>(scale), static_cast<std::uint32_t>(scale),
+                                              1};
     maps.source = tiled_tensor_map(const_cast<void*>(params.source), bf16, 4, sizes, strides, box, element_strides,
                                    "the convolution's NHWC source");
   }
@@ -201,15 +196,13 @@ bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& part
     const std::uint32_t box[2] = {static_cast<std::uint32_t>(stage_k), static_cast<std::uint32_t>(kTileRows)};
     const std::uint32_t element_strides[2] = {1, 1};
     void* base = const_cast<unsigned char*>(static_cast<const unsigned char*>(params.a)) + part.a_offset * element;
-    maps.weight[p] = tiled_tensor_map(base, bf16, 2, sizes, strides, box, element_strides,
-                                      "the convolution's packed weight");
+    maps.weight[p] =
+        tiled_tensor_map(base, bf16, 2, sizes, strides, box, element_strides, "the convolution's packed weight");
   }
   const dim3 grid(static_cast<unsigned>(rectangles * params.part_count), static_cast<unsigned>(m_tiles),
                   static_cast<unsigned>(params.splits));
-  if (bf16)
-    launch<true>(ctx, maps, params, tiling, grid);
-  else
-    launch<false>(ctx, maps, params, tiling, grid);
+  if (bf16) launch<true>(ctx, maps, params, tiling, grid);
+  else launch<false>(ctx, maps, params, tiling, grid);
   return true;
 }
 #else

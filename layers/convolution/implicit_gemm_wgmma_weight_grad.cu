@@ -71,13 +71,13 @@ struct WgmmaWeightGradParams {
   float* partial;  // [splits][k*k][Co][Ci]: a block's tile is 128 rows of 128 contiguous floats
   int in_channels, out_channels, kernel, stride, padding;
   int out_height;
-  int shift_min;        // the smallest dj (the first shifted copy of Y)
-  int row_pixels;       // pixels of one row in a K tile: BK, BK / 2 or BK / 4
-  int rows_per_tile;    // 1, 2 or 4: rows a, a + 1, ..., one sub-tile each (64- or 32-byte swizzled)
-  int row_tiles;        // K tiles across an output row: u in [0, row_tiles * row_pixels)
-  int row_groups;       // ceil(Ho / rows_per_tile)
-  int channel_tiles;    // ceil(Ci / 128)
-  int k_tiles;          // batch * row_groups * row_tiles
+  int shift_min;      // the smallest dj (the first shifted copy of Y)
+  int row_pixels;     // pixels of one row in a K tile: BK, BK / 2 or BK / 4
+  int rows_per_tile;  // 1, 2 or 4: rows a, a + 1, ..., one sub-tile each (64- or 32-byte swizzled)
+  int row_tiles;      // K tiles across an output row: u in [0, row_tiles * row_pixels)
+  int row_groups;     // ceil(Ho / rows_per_tile)
+  int channel_tiles;  // ceil(Ci / 128)
+  int k_tiles;        // batch * row_groups * row_tiles
   int tiles_per_split;
 };
 
@@ -96,10 +96,8 @@ __device__ inline void multiply_tile(float (&acc)[16][4], unsigned a_tile, unsig
     const std::uint64_t b = swizzled_descriptor<kSubRowBytes>(b_tile + r * kSubTileBytes);
 #pragma unroll
     for (int step = 0; step < kSubRowBytes / 32; ++step) {
-      if constexpr (bf16)
-        wgmma_bf16(acc, a + 2 * step, b + 2 * step);
-      else
-        wgmma_tf32(acc, a + 2 * step, b + 2 * step);
+      if constexpr (bf16) wgmma_bf16(acc, a + 2 * step, b + 2 * step);
+      else wgmma_tf32(acc, a + 2 * step, b + 2 * step);
     }
   }
 }
@@ -203,19 +201,14 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   slots.consume(k_tiles, acc, [&](int stage) {
     const unsigned a_tile = ring + stage * kTileBytes, b_tile = ring + (kStages + stage) * kTileBytes;
     if constexpr (kNhwcX) {
-      if (params.rows_per_tile == 1)
-        multiply_tile_nhwc<1>(acc, a_tile, b_tile, warpgroup);
-      else if (params.rows_per_tile == 2)
-        multiply_tile_nhwc<2>(acc, a_tile, b_tile, warpgroup);
-      else
-        multiply_tile_nhwc<4>(acc, a_tile, b_tile, warpgroup);
+      if (params.rows_per_tile == 1) multiply_tile_nhwc<1>(acc, a_tile, b_tile, warpgroup);
+      else if (params.rows_per_tile == 2) multiply_tile_nhwc<2>(acc, a_tile, b_tile, warpgroup);
+      else multiply_tile_nhwc<4>(acc, a_tile, b_tile, warpgroup);
     } else if (params.rows_per_tile == 1) {
       multiply_tile<1, bf16>(acc, a_tile, b_tile, warpgroup);
     } else if constexpr (bf16) {
-      if (params.rows_per_tile == 2)
-        multiply_tile<2, bf16>(acc, a_tile, b_tile, warpgroup);
-      else
-        multiply_tile<4, bf16>(acc, a_tile, b_tile, warpgroup);
+      if (params.rows_per_tile == 2) multiply_tile<2, bf16>(acc, a_tile, b_tile, warpgroup);
+      else multiply_tile<4, bf16>(acc, a_tile, b_tile, warpgroup);
     }
   });
 
@@ -226,8 +219,8 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
   // which cost more than the products where the pixel sum is short.
   const int g = lane >> 2, t = lane & 3;
   const long long tap_size = static_cast<long long>(params.out_channels) * params.in_channels;
-  float* partial = params.partial + (static_cast<long long>(blockIdx.z) * params.kernel * params.kernel + tap) *
-                                        tap_size;
+  float* partial =
+      params.partial + (static_cast<long long>(blockIdx.z) * params.kernel * params.kernel + tap) * tap_size;
   const bool float2_stores = params.in_channels % 2 == 0;  // (o, c) and (o, c + 1), c even, are 8-byte aligned
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -257,8 +250,8 @@ __global__ void __launch_bounds__(kWeightGradThreads, 2)
 // touched one sector per float, which cost more than the sums.
 constexpr int kSumPairs = 64, kSumThreads = 256, kSumMaxTaps = 81;  // kernels up to 9x9 (wgmma_weight_grad_fits)
 
-__global__ void __launch_bounds__(kSumThreads) sum_tap_partials_kernel(const float* partial, int splits, int taps,
-                                                                      long long tap_size, float* weight_grad) {
+__global__ void __launch_bounds__(kSumThreads)
+    sum_tap_partials_kernel(const float* partial, int splits, int taps, long long tap_size, float* weight_grad) {
   __shared__ float sums[kSumPairs * kSumMaxTaps];  // [pair][tap]
   const long long first = static_cast<long long>(blockIdx.x) * kSumPairs;
   const int pairs = static_cast<int>(min(static_cast<long long>(kSumPairs), tap_size - first));
@@ -456,8 +449,8 @@ void launch_weight_grad(const Context& ctx, dim3 grid, const WeightGradOperands&
 
 }  // namespace
 
-void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y,
-                       float* weight_grad, Scratch& scratch, const KeptSource* kept) {
+void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y, float* weight_grad,
+                       Scratch& scratch, const KeptSource* kept) {
   const bool bf16 = ctx.bf16_products();
   static const bool nhwc_switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_WGRAD_NHWC");
   const bool nhwc = bf16 && nhwc_switched_on;
@@ -487,21 +480,16 @@ void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x
   params.tiles_per_split = static_cast<int>(ceil_div(params.k_tiles, splits));
   const long long used_splits = ceil_div(params.k_tiles, params.tiles_per_split);
   const long long grad_size = p.out_channels * p.in_channels * taps;
-  params.partial =
-      grown_scratch(ctx, scratch.weight_sums, {used_splits, grad_size}, DType::f32).data<float>();
+  params.partial = grown_scratch(ctx, scratch.weight_sums, {used_splits, grad_size}, DType::f32).data<float>();
 
   const dim3 grid(static_cast<unsigned>(taps * params.channel_tiles),
                   static_cast<unsigned>(ceil_div(p.out_channels, kTileRows)), static_cast<unsigned>(used_splits));
-  if (nhwc)
-    launch_weight_grad<true, true>(ctx, grid, operands, params);
-  else if (bf16)
-    launch_weight_grad<true, false>(ctx, grid, operands, params);
-  else
-    launch_weight_grad<false, false>(ctx, grid, operands, params);
+  if (nhwc) launch_weight_grad<true, true>(ctx, grid, operands, params);
+  else if (bf16) launch_weight_grad<true, false>(ctx, grid, operands, params);
+  else launch_weight_grad<false, false>(ctx, grid, operands, params);
   const long long tap_size = p.out_channels * p.in_channels;
-  sum_tap_partials_kernel<<<static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0,
-                            cuda::stream(ctx)>>>(params.partial, static_cast<int>(used_splits), static_cast<int>(taps),
-                                                 tap_size, weight_grad);
+  sum_tap_partials_kernel<<<static_cast<unsigned>(ceil_div(tap_size, kSumPairs)), kSumThreads, 0, cuda::stream(ctx)>>>(
+      params.partial, static_cast<int>(used_splits), static_cast<int>(taps), tap_size, weight_grad);
   cuda::check_launch("sum_tap_partials_kernel", __FILE__, __LINE__);
 }
 

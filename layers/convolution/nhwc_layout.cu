@@ -16,8 +16,8 @@ namespace plexus::layers {
 
 namespace {
 
-constexpr int kTile = 32;     // a 32 x 32 tile of (channel, pixel) per block
-constexpr int kRowStep = 8;   // 32 x 8 threads: each moves 4 elements of the tile
+constexpr int kTile = 32;    // a 32 x 32 tile of (channel, pixel) per block
+constexpr int kRowStep = 8;  // 32 x 8 threads: each moves 4 elements of the tile
 
 // One image's [channels][plane] matrix transposed into [plane][channel_stride]
 // through a shared tile, so reads (along q) and writes (along c) are both
@@ -54,8 +54,8 @@ __global__ void nchw_to_nhwc_kernel(const Source* source, int channels, long lon
 constexpr int kPairTileChannels = 64;
 
 template <class Source>
-__global__ void nchw_to_nhwc_bf16_pairs_kernel(const Source* source, int channels, long long plane,
-                                               int channel_stride, std::uint32_t* destination) {
+__global__ void nchw_to_nhwc_bf16_pairs_kernel(const Source* source, int channels, long long plane, int channel_stride,
+                                               std::uint32_t* destination) {
   __shared__ float tile[kPairTileChannels][kTile + 1];
   const long long image = blockIdx.z;
   const long long q0 = static_cast<long long>(blockIdx.x) * kTile;
@@ -116,8 +116,7 @@ __global__ void bf16_nchw_to_nhwc_pairs_kernel(const std::uint32_t* source, int 
 }
 
 // grid = (plane / pixel_tile tiles, channel_stride / channel_tile tiles, batch).
-dim3 tile_grid(std::int64_t batch, std::int64_t plane, std::int64_t channel_stride, int pixel_tile,
-               int channel_tile) {
+dim3 tile_grid(std::int64_t batch, std::int64_t plane, std::int64_t channel_stride, int pixel_tile, int channel_tile) {
   return dim3(static_cast<unsigned>((plane + pixel_tile - 1) / pixel_tile),
               static_cast<unsigned>((channel_stride + channel_tile - 1) / channel_tile), static_cast<unsigned>(batch));
 }
@@ -151,9 +150,9 @@ void copy_to_nhwc(const Context& ctx, const Source* source, std::int64_t batch, 
       return;
     }
   }
-  nchw_to_nhwc_kernel<Source, Out><<<tile_grid(batch, plane, channel_stride, kTile, kTile), threads, 0,
-                                     cuda::stream(ctx)>>>(source, static_cast<int>(channels), plane,
-                                                          static_cast<int>(channel_stride), destination);
+  nchw_to_nhwc_kernel<Source, Out>
+      <<<tile_grid(batch, plane, channel_stride, kTile, kTile), threads, 0, cuda::stream(ctx)>>>(
+          source, static_cast<int>(channels), plane, static_cast<int>(channel_stride), destination);
   cuda::check_launch("nchw_to_nhwc_kernel", __FILE__, __LINE__);
 }
 
@@ -169,8 +168,7 @@ constexpr long long kMaxGridYZ = 65535;
 
 template <class Source>
 __global__ void nchw_to_channel_rows_bf16_kernel(const Source* source, long long batch, long long channels,
-                                                 long long plane, long long row_stride,
-                                                 std::uint16_t* destination) {
+                                                 long long plane, long long row_stride, std::uint16_t* destination) {
   const long long q0 = static_cast<long long>(blockIdx.x) * kRowThreads * kRowPixelsPerThread + threadIdx.x;
   for (long long c = blockIdx.y; c < channels; c += gridDim.y) {
     std::uint16_t* row = destination + c * row_stride;
@@ -197,9 +195,8 @@ __global__ void nchw_to_channel_rows_bf16_kernel(const Source* source, long long
 }  // namespace
 
 template <class Source>
-void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch,
-                                    std::int64_t channels, std::int64_t plane, std::int64_t row_stride,
-                                    std::uint16_t* destination) {
+void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
+                                    std::int64_t plane, std::int64_t row_stride, std::uint16_t* destination) {
   if (batch < 0 || channels < 0 || plane < 0 || row_stride < batch * plane)
     throw Error("nchw_to_channel_rows_bf16: unsupported sizes (batch " + std::to_string(batch) + ", channels " +
                 std::to_string(channels) + ", plane " + std::to_string(plane) + ", row_stride " +
@@ -229,8 +226,8 @@ void nchw_to_nhwc_bf16_cuda(const Context& ctx, const Source* source, std::int64
 // The two source elements: f32 and bf16 activations.
 template void nchw_to_nhwc_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                        std::int64_t, float*);
-template void nchw_to_nhwc_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
-                                          std::int64_t, std::int64_t, float*);
+template void nchw_to_nhwc_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t, std::int64_t,
+                                          std::int64_t, float*);
 template void nchw_to_nhwc_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                             std::int64_t, std::uint16_t*);
 template void nchw_to_nhwc_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,

@@ -35,8 +35,7 @@ void nchw_to_nhwc_bf16_cuda(const Context& ctx, const Source* source, std::int64
 // tile of K never straddles an image and every row is 16-byte aligned when
 // row_stride is a multiple of 8).
 template <class Source>
-void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch,
-                                    std::int64_t channels, std::int64_t plane, std::int64_t row_stride,
-                                    std::uint16_t* destination);
+void nchw_to_channel_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64_t batch, std::int64_t channels,
+                                    std::int64_t plane, std::int64_t row_stride, std::uint16_t* destination);
 
 }  // namespace plexus::layers

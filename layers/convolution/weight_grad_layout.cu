@@ -35,8 +35,8 @@ dim3 copy_grid(long long groups, long long row_pitch) {
 // elements, kPerThread columns of both phases) and destination rows of
 // whole 8-byte ones.
 template <int S, class Source, class Out>
-constexpr bool kBf16Chunks = S == 2 && kPerThread == 4 && std::is_same_v<Source, BFloat16> &&
-                             std::is_same_v<Out, std::uint16_t>;
+constexpr bool kBf16Chunks =
+    S == 2 && kPerThread == 4 && std::is_same_v<Source, BFloat16>&& std::is_same_v<Out, std::uint16_t>;
 
 // Row group (a, plane, h') with plane = n * channels + c: source row
 // h = S*h' + a, destination rows (a*S + b, plane, h') for b < S. chunks:
@@ -92,7 +92,7 @@ __global__ void phases_kernel(const Source* __restrict__ source, int planes, int
 // 8-byte aligned), so that a word of Y lies wholly inside its row or wholly
 // outside it.
 template <class Source, class Out>
-constexpr bool kBf16Words = kPerThread == 4 && std::is_same_v<Source, BFloat16> && std::is_same_v<Out, std::uint16_t>;
+constexpr bool kBf16Words = kPerThread == 4 && std::is_same_v<Source, BFloat16>&& std::is_same_v<Out, std::uint16_t>;
 
 // Word `word` of a bf16 row of `width` elements (zeros outside the row) as 64 bits.
 __device__ inline unsigned long long row_word(const BFloat16* row, int width, int word) {
@@ -103,8 +103,8 @@ __device__ inline unsigned long long row_word(const BFloat16* row, int width, in
 // Row group = a row of Y; destination rows (copy, that row) for copy < copies.
 // words: kBf16Words applies and the rows and both tensors are aligned for it.
 template <class Source, class Out>
-__global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows, int width, int first_shift,
-                                    int copies, int row_pitch, bool words, Out* __restrict__ destination) {
+__global__ void shifted_rows_kernel(const Source* __restrict__ source, int rows, int width, int first_shift, int copies,
+                                    int row_pitch, bool words, Out* __restrict__ destination) {
   const int u_first = (blockIdx.x * kColumns + threadIdx.x) * kPerThread;
   if (u_first >= row_pitch) return;
   const long long copy_size = static_cast<long long>(rows) * row_pitch;
@@ -173,10 +173,18 @@ void copy_to_phases(const Context& ctx, const Source* source, std::int64_t batch
   const int planes = static_cast<int>(batch * channels), h = static_cast<int>(height), w = static_cast<int>(width);
   const int ph = static_cast<int>(phase_height), pitch = static_cast<int>(row_pitch);
   switch (stride) {  // the stride as a template argument: the per-column loops unroll
-    case 1: launch_phases<1>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
-    case 2: launch_phases<2>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
-    case 3: launch_phases<3>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
-    default: launch_phases<4>(ctx, source, groups, planes, h, w, ph, pitch, destination); break;
+    case 1:
+      launch_phases<1>(ctx, source, groups, planes, h, w, ph, pitch, destination);
+      break;
+    case 2:
+      launch_phases<2>(ctx, source, groups, planes, h, w, ph, pitch, destination);
+      break;
+    case 3:
+      launch_phases<3>(ctx, source, groups, planes, h, w, ph, pitch, destination);
+      break;
+    default:
+      launch_phases<4>(ctx, source, groups, planes, h, w, ph, pitch, destination);
+      break;
   }
   cuda::check_launch("phases_kernel", __FILE__, __LINE__);
 }
@@ -201,8 +209,8 @@ void copy_shifted_rows(const Context& ctx, const Source* source, std::int64_t ba
                      reinterpret_cast<std::uintptr_t>(source) % 8 == 0 &&
                      reinterpret_cast<std::uintptr_t>(destination) % 8 == 0;
   shifted_rows_kernel<Source, Out><<<copy_grid(rows, row_pitch), dim3(kColumns, kRows), 0, cuda::stream(ctx)>>>(
-      source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch),
-      words, destination);
+      source, static_cast<int>(rows), static_cast<int>(width), first_shift, copies, static_cast<int>(row_pitch), words,
+      destination);
   cuda::check_launch("shifted_rows_kernel", __FILE__, __LINE__);
 }
 
@@ -239,16 +247,16 @@ void shifted_rows_bf16_cuda(const Context& ctx, const Source* source, std::int64
 // The two source elements: f32 and bf16 activations.
 template void nchw_to_phases_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                          std::int64_t, int, std::int64_t, float*);
-template void nchw_to_phases_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
-                                            std::int64_t, std::int64_t, int, std::int64_t, float*);
-template void nchw_to_phases_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t,
-                                              std::int64_t, std::int64_t, int, std::int64_t, std::uint16_t*);
+template void nchw_to_phases_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t, std::int64_t,
+                                            std::int64_t, int, std::int64_t, float*);
+template void nchw_to_phases_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                              std::int64_t, int, std::int64_t, std::uint16_t*);
 template void nchw_to_phases_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
                                                  std::int64_t, std::int64_t, int, std::int64_t, std::uint16_t*);
 template void shifted_rows_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                        std::int64_t, int, int, std::int64_t, float*);
-template void shifted_rows_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,
-                                          std::int64_t, std::int64_t, int, int, std::int64_t, float*);
+template void shifted_rows_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t, std::int64_t,
+                                          std::int64_t, int, int, std::int64_t, float*);
 template void shifted_rows_bf16_cuda<float>(const Context&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                             std::int64_t, int, int, std::int64_t, std::uint16_t*);
 template void shifted_rows_bf16_cuda<BFloat16>(const Context&, const BFloat16*, std::int64_t, std::int64_t,

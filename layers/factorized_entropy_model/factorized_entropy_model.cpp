@@ -125,8 +125,8 @@ ChainTrace<T> chain_forward(const ChannelDensity<T>& density, const RowArray<T>&
 //   through g_k: dL/dz_k = dL/dv_{k+1} ∘ (1 + a^(k) ∘ (1 - tanh^2 z_k)),  dL/da^(k) += dL/dv_{k+1} ∘ tanh z_k
 //   through the affine map: dL/db^(k) += dL/dz_k,  dL/dH^(k) += dL/dz_k v_k^T,  dL/dv_k = H^(k)T dL/dz_k
 template <typename T>
-RowArray<T> chain_backward(const ChannelDensity<T>& density, const ChainTrace<T>& trace,
-                           const RowArray<T>& logit_grad, ChannelDensityGradient<T>& gradient) {
+RowArray<T> chain_backward(const ChannelDensity<T>& density, const ChainTrace<T>& trace, const RowArray<T>& logit_grad,
+                           ChannelDensityGradient<T>& gradient) {
   Matrix<T> grad = logit_grad.matrix();  // dL/dz_K
   for (int k = kLayers - 1; k >= 0; --k) {
     if (k < kLayers - 1) {  // grad holds dL/dv_{k+1}
@@ -151,8 +151,8 @@ struct Likelihood {
 template <typename T>
 Likelihood<T> likelihood_of(const RowArray<T>& upper, const RowArray<T>& lower) {
   const Eigen::Index count = upper.size();
-  RowArray<T> sign = ((upper + lower) > T(0))
-                         .select(RowArray<T>::Constant(count, T(-1)), RowArray<T>::Constant(count, T(1)));
+  RowArray<T> sign =
+      ((upper + lower) > T(0)).select(RowArray<T>::Constant(count, T(-1)), RowArray<T>::Constant(count, T(1)));
   RowArray<T> sigmoid_upper = (sign * upper).unaryExpr([](T v) { return logistic(v); });
   RowArray<T> sigmoid_lower = (sign * lower).unaryExpr([](T v) { return logistic(v); });
   Likelihood<T> result;
@@ -170,8 +170,8 @@ FactorizedEntropyModel::FactorizedEntropyModel(LayerConfig& config) {
   if (filters != std::vector<std::int64_t>{3, 3, 3}) {
     std::ostringstream text;
     for (std::size_t i = 0; i < filters.size(); ++i) text << (i ? ", " : "") << filters[i];
-    config.fail("filters", "must be [3, 3, 3] (the only widths implemented, Ballé et al. 2018), got [" +
-                               text.str() + "]");
+    config.fail("filters",
+                "must be [3, 3, 3] (the only widths implemented, Ballé et al. 2018), got [" + text.str() + "]");
   }
   init_scale_ = config.number("init_scale", 10.0);
   if (!(init_scale_ > 0.0) || !std::isfinite(init_scale_))
@@ -199,8 +199,7 @@ void FactorizedEntropyModel::create_parameters(const std::vector<Shape>& inputs)
     const std::int64_t in = kWidths[k], out = kWidths[k + 1];
     // softplus^-1(1 / (scale out)): each layer starts as a 1/scale ramp split over its outputs.
     const double matrix_init = std::log(std::expm1(1.0 / scale / static_cast<double>(out)));
-    matrix_[k] =
-        &declare_parameter("matrix" + std::to_string(k), {channels_, out, in}, init::constant(matrix_init));
+    matrix_[k] = &declare_parameter("matrix" + std::to_string(k), {channels_, out, in}, init::constant(matrix_init));
     bias_[k] = &declare_parameter("bias" + std::to_string(k), {channels_, out, 1}, init::uniform(-0.5, 0.5));
     if (k < kLayers - 1)
       factor_[k] = &declare_parameter("factor" + std::to_string(k), {channels_, out, 1}, init::constant(0.0));
@@ -231,21 +230,18 @@ ChannelDensity<T> channel_density(const DensityTensors& tensors, std::int64_t c)
   ChannelDensity<T> density;
   for (int k = 0; k < kLayers; ++k) {
     const int in = kWidths[k], out = kWidths[k + 1];
-    density.H[k] = RowMajorMap<T>(tensors.matrix[k].data<T>() + c * out * in, out, in).unaryExpr([](T v) {
-      return softplus(v);
-    });
+    density.H[k] =
+        RowMajorMap<T>(tensors.matrix[k].data<T>() + c * out * in, out, in).unaryExpr([](T v) { return softplus(v); });
     density.b[k] = Eigen::Map<const Column<T>>(tensors.bias[k].data<T>() + c * out, out);
     if (k < kLayers - 1)
-      density.a[k] =
-          Eigen::Map<const Column<T>>(tensors.factor[k].data<T>() + c * out, out).array().tanh().matrix();
+      density.a[k] = Eigen::Map<const Column<T>>(tensors.factor[k].data<T>() + c * out, out).array().tanh().matrix();
   }
   return density;
 }
 
 }  // namespace
 
-void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs,
-                                         const MutableTensors& outputs) {
+void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const ChannelLayout layout = layout_of(inputs[0]->shape());
@@ -262,8 +258,7 @@ void FactorizedEntropyModel::forward_cpu(Context&, const ConstTensors& inputs,
 }
 
 void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                                          const ConstTensors& output_grads,
-                                          const MutableTensors& input_grads) {
+                                          const ConstTensors& output_grads, const MutableTensors& input_grads) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const ChannelLayout layout = layout_of(inputs[0]->shape());
@@ -280,9 +275,8 @@ void FactorizedEntropyModel::backward_cpu(Context&, const ConstTensors& inputs, 
           (likelihood.p >= bound || output_grad < T(0)).select(output_grad, RowArray<T>::Zero(y.size()));
 
       ChannelDensityGradient<T> gradient;
-      const RowArray<T> x_grad =
-          chain_backward(density, upper, RowArray<T>(p_grad * likelihood.dp_du), gradient) +
-          chain_backward(density, lower, RowArray<T>(p_grad * likelihood.dp_dl), gradient);
+      const RowArray<T> x_grad = chain_backward(density, upper, RowArray<T>(p_grad * likelihood.dp_du), gradient) +
+                                 chain_backward(density, lower, RowArray<T>(p_grad * likelihood.dp_dl), gradient);
       if (input_grads[0]) scatter(x_grad, layout, c, input_grads[0]->data<T>());
 
       // Chain rule through the reparametrisations, accumulated into p.grad.
@@ -309,8 +303,8 @@ std::vector<double> FactorizedEntropyModel::cumulative_logits(const std::vector<
                                                               std::int64_t per_channel) const {
   if (channels_ < 0) throw Error("FactorizedEntropyModel::cumulative_logits: the layer has no parameters yet");
   if (per_channel < 0 || static_cast<std::int64_t>(points.size()) != channels_ * per_channel)
-    throw Error("FactorizedEntropyModel::cumulative_logits: " + std::to_string(points.size()) +
-                " points for " + std::to_string(channels_) + " channels of " + std::to_string(per_channel));
+    throw Error("FactorizedEntropyModel::cumulative_logits: " + std::to_string(points.size()) + " points for " +
+                std::to_string(channels_) + " channels of " + std::to_string(per_channel));
   DensityTensors host = values_of(matrix_, bias_, factor_);
   for (auto* group : {&host.matrix, &host.bias})
     for (Tensor& t : *group) t = t.to(Device::cpu()).to(DType::f64);
@@ -326,8 +320,7 @@ std::vector<double> FactorizedEntropyModel::cumulative_logits(const std::vector<
 
 void register_factorized_entropy_model(Registry& registry) {
   registry.add(
-      "FactorizedEntropyModel",
-      [](LayerConfig& config) { return std::make_unique<FactorizedEntropyModel>(config); },
+      "FactorizedEntropyModel", [](LayerConfig& config) { return std::make_unique<FactorizedEntropyModel>(config); },
       "per-channel learned density (Ballé et al. 2018): likelihoods c(y + 1/2) - c(y - 1/2)");
 }
 

@@ -73,8 +73,7 @@ __device__ __forceinline__ Slot slot_of(int p) {
 }
 
 template <typename T>
-__device__ __forceinline__ const T* raw_parameter(const DensityParameters<T>& parameters, Slot slot,
-                                                  int channel) {
+__device__ __forceinline__ const T* raw_parameter(const DensityParameters<T>& parameters, Slot slot, int channel) {
   const T* base = slot.kind == 0   ? parameters.matrix[slot.layer]
                   : slot.kind == 1 ? parameters.bias[slot.layer]
                                    : parameters.factor[slot.layer];
@@ -168,8 +167,8 @@ __device__ __forceinline__ void affine_backward(const T* H, const T* v, const T*
 // Back through v_next = z + a ∘ tanh(z):
 // dL/dz = dL/dv_next ∘ (1 + a ∘ (1 - tanh^2 z)),  dL/da += dL/dv_next ∘ tanh(z).
 template <int Width, typename T>
-__device__ __forceinline__ void nonlinearity_backward(const T* a, const T* tanh_z, const T* v_next_grad,
-                                                      T* a_grad, T* z_grad) {
+__device__ __forceinline__ void nonlinearity_backward(const T* a, const T* tanh_z, const T* v_next_grad, T* a_grad,
+                                                      T* z_grad) {
 #pragma unroll
   for (int i = 0; i < Width; ++i) {
     a_grad[i] += v_next_grad[i] * tanh_z[i];
@@ -270,8 +269,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? kBackwardBlocks : 1
       // sigmoid' is even: sigmoid'(s u) = sigmoid'(u).
       const T upper_grad = p_grad * sigmoid_upper * (T(1) - sigmoid_upper);
       const T lower_grad = -p_grad * sigmoid_lower * (T(1) - sigmoid_lower);
-      const T x_grad = chain_backward(packed, upper_trace, upper_grad, G) +
-                       chain_backward(packed, lower_trace, lower_grad, G);
+      const T x_grad =
+          chain_backward(packed, upper_trace, upper_grad, G) + chain_backward(packed, lower_trace, lower_grad, G);
       if (y_grad) y_grad[i] = x_grad;
     }
 
@@ -288,8 +287,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? kBackwardBlocks : 1
       const Slot slot = slot_of(q);
       const long long offset = (long long)channel * slot.per_channel + slot.index;
       if (slot.kind == 0) {
-        atomicAdd(gradients.matrix[slot.layer] + offset,
-                  total * logistic(*raw_parameter(parameters, slot, channel)));
+        atomicAdd(gradients.matrix[slot.layer] + offset, total * logistic(*raw_parameter(parameters, slot, channel)));
       } else if (slot.kind == 1) {
         atomicAdd(gradients.bias[slot.layer] + offset, total);
       } else {
@@ -323,18 +321,15 @@ Grid grid_for(const Shape& shape) {
   const long long per_channel = grid.batch * grid.inner;
   const unsigned int channel_blocks = static_cast<unsigned int>(std::min<long long>(grid.channels, 65535));
   const long long cap = std::max<long long>(32, 4096 / channel_blocks);
-  const long long x_blocks =
-      std::max<long long>(1, std::min<long long>((per_channel + kThreads * kElementsPerThread - 1) /
-                                                     (kThreads * kElementsPerThread),
-                                                 cap));
+  const long long x_blocks = std::max<long long>(
+      1, std::min<long long>((per_channel + kThreads * kElementsPerThread - 1) / (kThreads * kElementsPerThread), cap));
   grid.blocks = dim3(static_cast<unsigned int>(x_blocks), channel_blocks, 1);
   return grid;
 }
 
 }  // namespace
 
-void FactorizedEntropyModel::forward_cuda(Context& ctx, const ConstTensors& inputs,
-                                          const MutableTensors& outputs) {
+void FactorizedEntropyModel::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   if (inputs[0]->numel() == 0) return;
   const Grid grid = grid_for(inputs[0]->shape());
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
@@ -353,8 +348,7 @@ void FactorizedEntropyModel::forward_cuda(Context& ctx, const ConstTensors& inpu
 }
 
 void FactorizedEntropyModel::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                                           const ConstTensors& output_grads,
-                                           const MutableTensors& input_grads) {
+                                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
   if (inputs[0]->numel() == 0) return;
   const Grid grid = grid_for(inputs[0]->shape());
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
@@ -373,8 +367,8 @@ void FactorizedEntropyModel::backward_cuda(Context& ctx, const ConstTensors& inp
     }
     T* y_grad = input_grads[0] ? input_grads[0]->data<T>() : nullptr;
     factorized_density_backward<T><<<grid.blocks, kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), output_grads[0]->data<T>(), y_grad, parameters, gradients, grid.batch,
-        grid.channels, grid.inner, static_cast<T>(likelihood_bound_));
+        inputs[0]->data<T>(), output_grads[0]->data<T>(), y_grad, parameters, gradients, grid.batch, grid.channels,
+        grid.inner, static_cast<T>(likelihood_bound_));
     cuda::check_launch("factorized_density_backward", __FILE__, __LINE__);
   });
 }

@@ -34,11 +34,11 @@ void backward_cpu(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std:
 
 template void forward_cpu<float>(const float*, const float*, const float*, float*, std::int64_t, std::int64_t,
                                  std::int64_t);
-template void forward_cpu<double>(const double*, const double*, const double*, double*, std::int64_t,
-                                  std::int64_t, std::int64_t);
+template void forward_cpu<double>(const double*, const double*, const double*, double*, std::int64_t, std::int64_t,
+                                  std::int64_t);
 template void backward_cpu<float>(const float*, const float*, const float*, float*, float*, float*, std::int64_t,
                                   std::int64_t, std::int64_t);
-template void backward_cpu<double>(const double*, const double*, const double*, double*, double*, double*,
-                                   std::int64_t, std::int64_t, std::int64_t);
+template void backward_cpu<double>(const double*, const double*, const double*, double*, double*, double*, std::int64_t,
+                                   std::int64_t, std::int64_t);
 
 }  // namespace plexus::layers::dense

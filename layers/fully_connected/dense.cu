@@ -63,7 +63,7 @@ void backward_cuda(const Context& ctx, const T* x, const T* w, const T* dy, int 
 
 template void backward_cuda<float>(const Context&, const float*, const float*, const float*, int, float*, float*,
                                    float*, int, int, int);
-template void backward_cuda<double>(const Context&, const double*, const double*, const double*, int, double*,
-                                    double*, double*, int, int, int);
+template void backward_cuda<double>(const Context&, const double*, const double*, const double*, int, double*, double*,
+                                    double*, int, int, int);
 
 }  // namespace plexus::layers::dense

@@ -19,8 +19,8 @@ std::int64_t features_of(const Shape& shape) {
 }  // namespace
 
 FullyConnected::FullyConnected(LayerConfig& config)
-    : out_features_(config.bounded_integer("out_features", 1, limits::kMaxChannels)), bias_(config.boolean("bias", true)) {
-}
+    : out_features_(config.bounded_integer("out_features", 1, limits::kMaxChannels)),
+      bias_(config.boolean("bias", true)) {}
 
 std::vector<Shape> FullyConnected::output_shapes(const std::vector<Shape>& inputs) const {
   if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
@@ -31,8 +31,8 @@ std::vector<Shape> FullyConnected::output_shapes(const std::vector<Shape>& input
   if (features < 1) fail_shape("input " + shape_str(x) + " has no features per batch item");
   if (in_features_ > 0 && features != in_features_)
     fail_shape("input " + shape_str(x) + " has " + std::to_string(features) +
-               " features per batch item, but the weight was created as " +
-               shape_str({out_features_, in_features_}) + " for " + std::to_string(in_features_));
+               " features per batch item, but the weight was created as " + shape_str({out_features_, in_features_}) +
+               " for " + std::to_string(in_features_));
   return {{x[0], out_features_}};
 }
 
@@ -66,9 +66,9 @@ void FullyConnected::backward_cpu(Context&, const ConstTensors& inputs, const Co
 }
 
 void register_fully_connected(Registry& registry) {
-  registry.add("FullyConnected",
-               [](LayerConfig& config) { return std::make_unique<FullyConnected>(config); },
-               "y = W x + b on the input flattened to [N, F]: weight [out_features, F], bias [out_features]");
+  registry.add(
+      "FullyConnected", [](LayerConfig& config) { return std::make_unique<FullyConnected>(config); },
+      "y = W x + b on the input flattened to [N, F]: weight [out_features, F], bias [out_features]");
 }
 
 }  // namespace plexus::layers

@@ -15,8 +15,7 @@ namespace {
 // Element-wise: one thread per element of Y, grid-stride so any size fits.
 template <typename T>
 __global__ void add_bias(T* y, const T* b, long long n, long long out) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y[i] += b[i % out];
 }
 
@@ -32,8 +31,8 @@ void FullyConnected::forward_cuda(Context& ctx, const ConstTensors& inputs, cons
     using T = decltype(zero);
     T* y = outputs[0]->data<T>();
     // Y [N, out] = X [N, F] * W^T (W stored [out, F]).
-    cuda::gemm<T>(ctx, false, true, batch, out, features, T(1), input.data<T>(),
-                  parameter("weight").value.data<T>(), T(0), y);
+    cuda::gemm<T>(ctx, false, true, batch, out, features, T(1), input.data<T>(), parameter("weight").value.data<T>(),
+                  T(0), y);
     if (bias_) {
       long long n = static_cast<long long>(batch) * out;
       add_bias<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(y, parameter("bias").value.data<T>(), n, out);

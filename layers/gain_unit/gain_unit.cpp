@@ -50,9 +50,8 @@ std::vector<Shape> GainUnit::output_shapes(const std::vector<Shape>& inputs) con
     fail_shape("input level is " + shape_str(level) + " but must be [" + std::to_string(x[0]) +
                "], one value per sample of x " + shape_str(x));
   if (channels_ > 0 && x[1] != channels_)
-    fail_shape("input x " + shape_str(x) + " has " + std::to_string(x[1]) +
-               " channels, but log_gains was created as " + shape_str({levels_, channels_}) + " for " +
-               std::to_string(channels_));
+    fail_shape("input x " + shape_str(x) + " has " + std::to_string(x[1]) + " channels, but log_gains was created as " +
+               shape_str({levels_, channels_}) + " for " + std::to_string(channels_));
   spatial_size(x);  // throws on overflow
   return {x};
 }
@@ -61,12 +60,12 @@ void GainUnit::create_parameters(const std::vector<Shape>& inputs) {
   channels_ = inputs[0][1];
   const std::vector<double> initial = initial_log_gains_;
   declare_parameter("log_gains", {levels_, channels_},
-                    init::custom(initializer_name(initial), [initial](std::vector<double>& values, const Shape& shape,
-                                                                      std::mt19937_64&) {
-                      const std::int64_t channels = shape[1];
-                      for (std::size_t j = 0; j < values.size(); ++j)
-                        values[j] = initial[j / static_cast<std::size_t>(channels)];
-                    }));
+                    init::custom(initializer_name(initial),
+                                 [initial](std::vector<double>& values, const Shape& shape, std::mt19937_64&) {
+                                   const std::int64_t channels = shape[1];
+                                   for (std::size_t j = 0; j < values.size(); ++j)
+                                     values[j] = initial[j / static_cast<std::size_t>(channels)];
+                                 }));
 }
 
 // y[n, c, ...] = x[n, c, ...] exp(s[n, c]), s interpolated between two levels.
@@ -92,8 +91,8 @@ void GainUnit::forward_cpu(Context&, const ConstTensors& inputs, const MutableTe
 
 // dx = dy exp(s); dlog_gains[i, c] += (1-t) exp(s) S, dlog_gains[i+1, c] += t exp(s) S,
 // S = sum over the spatial positions of dy x (summed in f64).
-void GainUnit::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                            const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void GainUnit::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                            const MutableTensors& input_grads) {
   const Tensor& x = *inputs[0];
   const std::int64_t batch = x.dim(0), channels = x.dim(1), spatial = spatial_size(x.shape());
   if (input_grads.size() > 1 && input_grads[1]) input_grads[1]->fill_zero();
@@ -125,9 +124,10 @@ void GainUnit::backward_cpu(Context&, const ConstTensors& inputs, const ConstTen
 }
 
 void register_gain_unit(Registry& registry) {
-  registry.add("GainUnit", [](LayerConfig& config) { return std::make_unique<GainUnit>(config); },
-               "y = x * exp(s) per channel, s interpolated between the log-gains of two adjacent rate levels "
-               "(inputs x [N, C, ...], level [N]; parameter log_gains [levels, C])");
+  registry.add(
+      "GainUnit", [](LayerConfig& config) { return std::make_unique<GainUnit>(config); },
+      "y = x * exp(s) per channel, s interpolated between the log-gains of two adjacent rate levels "
+      "(inputs x [N, C, ...], level [N]; parameter log_gains [levels, C])");
 }
 
 }  // namespace plexus::layers

@@ -70,8 +70,8 @@ __global__ void gain_unit_backward_rows(const T* x, const T* dy, const T* level,
 // w = 1-t for k = i, t for k = i+1, else 0. One thread per (k, c), summing n
 // in order.
 template <typename T>
-__global__ void gain_unit_backward_log_gains(const T* scaled_sums, const T* level, T* log_gains_grad,
-                                             Layout layout, long long levels) {
+__global__ void gain_unit_backward_log_gains(const T* scaled_sums, const T* level, T* log_gains_grad, Layout layout,
+                                             long long levels) {
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < levels * layout.channels;
        e += (long long)gridDim.x * blockDim.x) {
     const long long k = e / layout.channels, c = e % layout.channels;
@@ -115,14 +115,14 @@ void GainUnit::backward_cuda(Context& ctx, const ConstTensors& inputs, const Con
     using T = decltype(zero);
     Parameter& log_gains = parameter("log_gains");
     const T* level = inputs[1]->data<T>();
-    gain_unit_backward_rows<T><<<static_cast<unsigned int>(std::min(rows, kMaxRowBlocks)), kThreads, 0,
-                                 cuda::stream(ctx)>>>(
-        x.data<T>(), output_grads[0]->data<T>(), level, log_gains.value.data<T>(),
-        input_grads[0] ? input_grads[0]->data<T>() : nullptr, scaled_sums.data<T>(), layout, levels_);
+    gain_unit_backward_rows<T>
+        <<<static_cast<unsigned int>(std::min(rows, kMaxRowBlocks)), kThreads, 0, cuda::stream(ctx)>>>(
+            x.data<T>(), output_grads[0]->data<T>(), level, log_gains.value.data<T>(),
+            input_grads[0] ? input_grads[0]->data<T>() : nullptr, scaled_sums.data<T>(), layout, levels_);
     cuda::check_launch("gain_unit_backward_rows", __FILE__, __LINE__);
-    gain_unit_backward_log_gains<T><<<cuda::blocks_for(levels_ * layout.channels, kThreads), kThreads, 0,
-                                      cuda::stream(ctx)>>>(scaled_sums.data<T>(), level, log_gains.grad.data<T>(),
-                                                           layout, levels_);
+    gain_unit_backward_log_gains<T>
+        <<<cuda::blocks_for(levels_ * layout.channels, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
+            scaled_sums.data<T>(), level, log_gains.grad.data<T>(), layout, levels_);
     cuda::check_launch("gain_unit_backward_log_gains", __FILE__, __LINE__);
   });
 }

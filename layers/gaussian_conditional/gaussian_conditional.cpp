@@ -61,8 +61,7 @@ void GaussianConditional::forward_cpu(Context&, const ConstTensors& inputs, cons
     for (std::int64_t i = 0; i < n; ++i) {
       const T a = std::abs(mean ? y[i] - mean[i] : y[i]);
       const T s = std::max(scale[i], scale_bound);
-      const T likelihood =
-          standard_normal_cdf((T(0.5) - a) / s) - standard_normal_cdf((T(-0.5) - a) / s);
+      const T likelihood = standard_normal_cdf((T(0.5) - a) / s) - standard_normal_cdf((T(-0.5) - a) / s);
       p[i] = std::max(likelihood, likelihood_bound);
     }
   });

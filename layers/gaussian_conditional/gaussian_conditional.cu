@@ -27,8 +27,7 @@ __device__ T standard_normal_density(T x) {
 template <typename T>
 __global__ void gaussian_conditional_forward(const T* y, const T* scale, const T* mean, T* p, long long n,
                                              T scale_bound, T likelihood_bound) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T a = fabs(mean ? y[i] - mean[i] : y[i]);
     const T s = fmax(scale[i], scale_bound);
     const T likelihood = standard_normal_cdf((T(0.5) - a) / s) - standard_normal_cdf((T(-0.5) - a) / s);
@@ -42,10 +41,9 @@ __global__ void gaussian_conditional_forward(const T* y, const T* scale, const T
 // Null gradient pointers are skipped.
 template <typename T>
 __global__ void gaussian_conditional_backward(const T* y, const T* scale, const T* mean, const T* output_grad,
-                                              T* y_grad, T* scale_grad, T* mean_grad, long long n,
-                                              T scale_bound, T likelihood_bound) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+                                              T* y_grad, T* scale_grad, T* mean_grad, long long n, T scale_bound,
+                                              T likelihood_bound) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T v = mean ? y[i] - mean[i] : y[i];
     const T a = fabs(v);
     const T s = fmax(scale[i], scale_bound);
@@ -90,8 +88,8 @@ void GaussianConditional::backward_cuda(Context& ctx, const ConstTensors& inputs
     T* mean_grad = input_grads.size() > 2 && input_grads[2] ? input_grads[2]->data<T>() : nullptr;
     if (!y_grad && !scale_grad && !mean_grad) return;
     gaussian_conditional_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), inputs[1]->data<T>(), mean, output_grads[0]->data<T>(), y_grad, scale_grad,
-        mean_grad, n, static_cast<T>(scale_bound_), static_cast<T>(likelihood_bound_));
+        inputs[0]->data<T>(), inputs[1]->data<T>(), mean, output_grads[0]->data<T>(), y_grad, scale_grad, mean_grad, n,
+        static_cast<T>(scale_bound_), static_cast<T>(likelihood_bound_));
     cuda::check_launch("gaussian_conditional_backward", __FILE__, __LINE__);
   });
 }

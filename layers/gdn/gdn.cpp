@@ -50,8 +50,7 @@ RowMajorMatrix<T> effective(const Tensor& stored, std::int64_t rows, std::int64_
 // dL/dstored += 2 max(stored, bound) dL/dvalue where the lower bound passes
 // the gradient: stored >= bound, or dL/dvalue < 0 (descent pushes it up).
 template <typename T>
-void accumulate_stored_gradient(const Tensor& stored, Tensor& grad, const RowMajorMatrix<T>& value_grad,
-                                T bound) {
+void accumulate_stored_gradient(const Tensor& stored, Tensor& grad, const RowMajorMatrix<T>& value_grad, T bound) {
   Eigen::Map<const RowMajorMatrix<T>> s(stored.data<T>(), value_grad.rows(), value_grad.cols());
   Eigen::Map<RowMajorMatrix<T>> g(grad.data<T>(), value_grad.rows(), value_grad.cols());
   auto passes = (s.array() >= bound) || (value_grad.array() < T(0));
@@ -140,21 +139,19 @@ void GDN::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
       const std::int64_t offset = b * image_size + first;
       const Eigen::OuterStride<> stride(g.pixels);
       Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStride<>> x(inputs[0]->data<T>() + offset, g.channels, count,
-                                                                      stride);
+                                                                     stride);
       Eigen::Map<RowMajorMatrix<T>, 0, Eigen::OuterStride<>> y(outputs[0]->data<T>() + offset, g.channels, count,
-                                                                stride);
+                                                               stride);
       RowMajorMatrix<T> norm = gamma * x.array().square().matrix();
       norm.colwise() += beta;
-      if (inverse_)
-        y.array() = x.array() * norm.array().sqrt();
-      else
-        y.array() = x.array() * norm.array().rsqrt();
+      if (inverse_) y.array() = x.array() * norm.array().sqrt();
+      else y.array() = x.array() * norm.array().rsqrt();
     });
   });
 }
 
-void GDN::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                       const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void GDN::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                       const MutableTensors& input_grads) {
   check_channels(*inputs[0]);
   const Geometry g = geometry_of(inputs[0]->shape());
   Parameter& beta_parameter = parameter("beta");
@@ -207,10 +204,12 @@ void GDN::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&
 }
 
 void register_gdn(Registry& registry) {
-  registry.add("GDN", [](LayerConfig& config) { return std::make_unique<GDN>(config, false); },
-               "generalized divisive normalization: y_i = x_i / sqrt(beta_i + sum_j gamma_ij x_j^2)");
-  registry.add("IGDN", [](LayerConfig& config) { return std::make_unique<GDN>(config, true); },
-               "inverse GDN: y_i = x_i * sqrt(beta_i + sum_j gamma_ij x_j^2)");
+  registry.add(
+      "GDN", [](LayerConfig& config) { return std::make_unique<GDN>(config, false); },
+      "generalized divisive normalization: y_i = x_i / sqrt(beta_i + sum_j gamma_ij x_j^2)");
+  registry.add(
+      "IGDN", [](LayerConfig& config) { return std::make_unique<GDN>(config, true); },
+      "inverse GDN: y_i = x_i * sqrt(beta_i + sum_j gamma_ij x_j^2)");
 }
 
 }  // namespace plexus::layers

@@ -200,8 +200,8 @@ __device__ __forceinline__ void accumulate_q_x2(const T* q_s, const T* x2_s, T (
 // gamma stays in shared memory for all of a block's tiles.
 template <typename T, int CP, bool kInverse>
 __global__ void __launch_bounds__(kThreads, 2)
-    gdn_fused_forward(const T* x, T* y, const T* stored_beta, const T* stored_gamma, int channels,
-                      long long pixels, long long total_pixels, Reparametrization<T> rp, bool vector_io) {
+    gdn_fused_forward(const T* x, T* y, const T* stored_beta, const T* stored_gamma, int channels, long long pixels,
+                      long long total_pixels, Reparametrization<T> rp, bool vector_io) {
   using L = FusedLayout<T, CP>;
   constexpr int RM = L::rows_per_thread;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int c = 0; c < kPixelsPerThread; ++c) acc[r][c] = beta_s[row_group * RM + r];
     contract_gamma_x2<T, CP>(gamma_s, x2_s, reduce_end, acc, row_group, pixel_group);
 
-    const PixelRun<kPixelsPerThread> quad =
-        pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
+    const PixelRun<kPixelsPerThread> quad = pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread,
+                                                                        total_pixels, pixels, channels, vector_io);
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
       const int i = row_group * RM + r;
@@ -254,8 +254,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <typename T, int CP, bool kInverse>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_fused_backward(const T* x, const T* dy, T* dx, const T* stored_beta, const T* stored_gamma, int channels,
-                       long long pixels, long long total_pixels, Reparametrization<T> rp, bool vector_io,
-                       T* partials) {
+                       long long pixels, long long total_pixels, Reparametrization<T> rp, bool vector_io, T* partials) {
   using L = FusedLayout<T, CP>;
   constexpr int RM = L::rows_per_thread;
   constexpr int GM = CP / kGroups;
@@ -294,8 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     contract_gamma_x2<T, CP>(gamma_s, x2_s, reduce_end, acc, row_group, pixel_group);
 
     // q into q_s (0 for padded channels and pixels); dy f kept for dx.
-    const PixelRun<kPixelsPerThread> quad =
-        pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread, total_pixels, pixels, channels, vector_io);
+    const PixelRun<kPixelsPerThread> quad = pixel_run<kPixelsPerThread>(tile_begin + pixel_group * kPixelsPerThread,
+                                                                        total_pixels, pixels, channels, vector_io);
     T dy_scaled[RM][kPixelsPerThread];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
@@ -492,10 +491,8 @@ __global__ void __launch_bounds__(kThreads)
   const T bound = is_gamma ? rp.gamma_bound : rp.beta_bound;
   const bool passes = stored >= bound || g < T(0);
   const T grad = passes ? T(2) * (stored > bound ? stored : bound) * g : T(0);
-  if (is_gamma)
-    gamma_grad[e] += grad;
-  else
-    beta_grad[e - gamma_count] += grad;
+  if (is_gamma) gamma_grad[e] += grad;
+  else beta_grad[e - gamma_count] += grad;
 }
 
 // dL/dstored of beta and gamma += the reparametrised sums of the
@@ -505,9 +502,9 @@ void launch_parameter_gradients(Context& ctx, const T* partials, int partial_cou
                                 Parameter& gamma, Reparametrization<T> rp) {
   const long long sums = static_cast<long long>(channels) * channels + channels;
   const auto blocks = static_cast<unsigned int>((sums + 31) / 32);
-  gdn_parameter_gradients<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
-      partials, partial_count, channels, beta.value.data<T>(), gamma.value.data<T>(), beta.grad.data<T>(),
-      gamma.grad.data<T>(), rp);
+  gdn_parameter_gradients<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(partials, partial_count, channels,
+                                                                         beta.value.data<T>(), gamma.value.data<T>(),
+                                                                         beta.grad.data<T>(), gamma.grad.data<T>(), rp);
   cuda::check_launch("gdn_parameter_gradients", __FILE__, __LINE__);
 }
 
@@ -539,8 +536,8 @@ bool launch_fused_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor
   if (blocks == 0) return false;
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<T>()) && aligned16(y.data<T>());
   gdn_fused_forward<T, CP, kInverse><<<blocks, kThreads, shared, cuda::stream(ctx)>>>(
-      x.data<T>(), y.data<T>(), beta.data<T>(), gamma.data<T>(), problem.channels, problem.pixels,
-      problem.total_pixels, rp, vector_io);
+      x.data<T>(), y.data<T>(), beta.data<T>(), gamma.data<T>(), problem.channels, problem.pixels, problem.total_pixels,
+      rp, vector_io);
   cuda::check_launch("gdn_fused_forward", __FILE__, __LINE__);
   return true;
 }
@@ -554,8 +551,8 @@ bool launch_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tens
   if (blocks == 0) return false;
   const long long sums = static_cast<long long>(problem.channels) * problem.channels + problem.channels;
   Tensor partials({static_cast<std::int64_t>(blocks), static_cast<std::int64_t>(sums)}, x.dtype(), x.device());
-  const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.data<T>()) && aligned16(dy.data<T>()) &&
-                         (!dx || aligned16(dx->data<T>()));
+  const bool vector_io =
+      problem.pixels % 4 == 0 && aligned16(x.data<T>()) && aligned16(dy.data<T>()) && (!dx || aligned16(dx->data<T>()));
   gdn_fused_backward<T, CP, kInverse><<<blocks, kThreads, shared, cuda::stream(ctx)>>>(
       x.data<T>(), dy.data<T>(), dx ? dx->data<T>() : nullptr, beta.value.data<T>(), gamma.value.data<T>(),
       problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, partials.data<T>());
@@ -568,26 +565,32 @@ template <typename T, bool kInverse>
 bool try_fused_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                        const Problem& problem, Reparametrization<T> rp) {
   switch (fused_channels<T>(problem.channels)) {
-    case 32: return launch_fused_forward<T, 32, kInverse>(ctx, x, y, beta, gamma, problem, rp);
-    case 64: return launch_fused_forward<T, 64, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 32:
+      return launch_fused_forward<T, 32, kInverse>(ctx, x, y, beta, gamma, problem, rp);
+    case 64:
+      return launch_fused_forward<T, 64, kInverse>(ctx, x, y, beta, gamma, problem, rp);
     case 128:
       if constexpr (sizeof(T) == 4) return launch_fused_forward<T, 128, kInverse>(ctx, x, y, beta, gamma, problem, rp);
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 template <typename T, bool kInverse>
-bool try_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Parameter& beta,
-                        Parameter& gamma, const Problem& problem, Reparametrization<T> rp) {
+bool try_fused_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Parameter& beta, Parameter& gamma,
+                        const Problem& problem, Reparametrization<T> rp) {
   switch (fused_channels<T>(problem.channels)) {
-    case 32: return launch_fused_backward<T, 32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
-    case 64: return launch_fused_backward<T, 64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 32:
+      return launch_fused_backward<T, 32, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
+    case 64:
+      return launch_fused_backward<T, 64, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
     case 128:
       if constexpr (sizeof(T) == 4)
         return launch_fused_backward<T, 128, kInverse>(ctx, x, dy, dx, beta, gamma, problem, rp);
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -611,8 +614,7 @@ void accumulate_gamma_sums(Context& ctx, const T* q, const T* x_squared, const P
   const int channels = problem.channels;
   const long long images = problem.total_pixels / problem.pixels;
   if (problem.pixels == 1) {
-    cuda::gemm<T>(ctx, true, false, channels, channels, static_cast<int>(images), T(1), q, x_squared, T(0),
-                  gamma_sums);
+    cuda::gemm<T>(ctx, true, false, channels, channels, static_cast<int>(images), T(1), q, x_squared, T(0), gamma_sums);
     return;
   }
   const long long image_size = static_cast<long long>(channels) * problem.pixels;
@@ -662,20 +664,18 @@ void GDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   y_f32.store(ctx);
 }
 
-void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                        const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void GDN::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                        const MutableTensors& input_grads) {
   check_channels(*inputs[0]);
   const Tensor& x = *inputs[0];
   const Tensor& dy = *output_grads[0];
   Tensor* dx = input_grads[0];
-  const bool any_bf16 =
-      x.dtype() == DType::bf16 || dy.dtype() == DType::bf16 || (dx && dx->dtype() == DType::bf16);
+  const bool any_bf16 = x.dtype() == DType::bf16 || dy.dtype() == DType::bf16 || (dx && dx->dtype() == DType::bf16);
   if (!any_bf16) return backward_cuda_float(ctx, x, dy, dx);
   const Problem problem = problem_of(x);
   if (problem.count == 0) return;
   const auto rp = reparametrization<float>(pedestal(), beta_bound(), gamma_bound());
-  if (try_tensor_core_backward(ctx, x, dy, dx, parameter("beta"), parameter("gamma"), problem, rp, inverse_,
-                               partials_))
+  if (try_tensor_core_backward(ctx, x, dy, dx, parameter("beta"), parameter("gamma"), problem, rp, inverse_, partials_))
     return;
   const Tensor x_f32 = f32_stand_in(ctx, x, stand_ins_.input);
   const Tensor dy_f32 = f32_stand_in(ctx, dy, stand_ins_.output_grad);
@@ -702,8 +702,8 @@ void GDN::forward_cuda_float(Context& ctx, const Tensor& x, Tensor& y) {
     const Tensor values = effective_parameters<T>(ctx, beta, gamma, problem.channels, rp);
     const T* effective_beta = values.data<T>();
     gdn_general_forward<T><<<cuda::blocks_for(problem.count), kThreads, 0, cuda::stream(ctx)>>>(
-        x.data<T>(), y.data<T>(), effective_beta, effective_beta + problem.channels, problem.channels,
-        problem.pixels, problem.count, inverse_);
+        x.data<T>(), y.data<T>(), effective_beta, effective_beta + problem.channels, problem.channels, problem.pixels,
+        problem.count, inverse_);
     cuda::check_launch("gdn_general_forward", __FILE__, __LINE__);
   });
 }

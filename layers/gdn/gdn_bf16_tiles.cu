@@ -49,9 +49,9 @@ namespace plexus::layers::gdn_cuda {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kRun = 8;       // pixels per 16-byte copy
-constexpr int kRowPad = 8;    // bf16 added to each shared row
-constexpr int kK = 16;        // k of one m16n8k16 mma
+constexpr int kRun = 8;     // pixels per 16-byte copy
+constexpr int kRowPad = 8;  // bf16 added to each shared row
+constexpr int kK = 16;      // k of one m16n8k16 mma
 
 // One padded channel count CP on kThreads threads and tiles of kTile
 // pixels: the [CP x T] contractions on kWarpsM x kWarpsN warps, dgamma
@@ -69,8 +69,8 @@ struct TileShape {
   static constexpr int tile_elements = CP * tile_stride;
   static constexpr int gamma_elements = CP * gamma_stride;
   static constexpr int warps_n = kWarpsN;
-  static constexpr int m_tiles = CP / (16 * kWarpsM);     // 16-channel mma tiles per warp
-  static constexpr int n_tiles = kTile / (8 * kWarpsN);   // 8-pixel mma tiles per warp
+  static constexpr int m_tiles = CP / (16 * kWarpsM);    // 16-channel mma tiles per warp
+  static constexpr int n_tiles = kTile / (8 * kWarpsN);  // 8-pixel mma tiles per warp
   static constexpr int gradient_warps = kGradientWarpsM * kGradientWarpsN;
   static constexpr int gradient_warps_n = kGradientWarpsN;
   static constexpr int gradient_m_tiles = CP / (16 * kGradientWarpsM);
@@ -153,16 +153,14 @@ __device__ __forceinline__ void load_a(unsigned (&a)[4], const bf16* matrix, int
 // The same A from a matrix stored as A^T (M contiguous).
 __device__ __forceinline__ void load_a_transposed(unsigned (&a)[4], const bf16* matrix, int stride, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  cuda::load_matrix_x4_trans(
-      a, matrix + (k0 + (lane & 7) + 8 * (lane >> 4)) * stride + m0 + 8 * ((lane >> 3) & 1));
+  cuda::load_matrix_x4_trans(a, matrix + (k0 + (lane & 7) + 8 * (lane >> 4)) * stride + m0 + 8 * ((lane >> 3) & 1));
 }
 // B of the 8-column tiles at n0 and n0 + 8, [k0, k0 + 16), from a matrix stored as B (N contiguous).
 __device__ __forceinline__ void load_b_pair(unsigned (&b0)[2], unsigned (&b1)[2], const bf16* matrix, int stride,
                                             int k0, int n0) {
   const int lane = threadIdx.x % 32;
   unsigned r[4];
-  cuda::load_matrix_x4_trans(r, matrix + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + n0 +
-                                           8 * (lane >> 4));
+  cuda::load_matrix_x4_trans(r, matrix + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + n0 + 8 * (lane >> 4));
   b0[0] = r[0];
   b0[1] = r[1];
   b1[0] = r[2];
@@ -249,7 +247,7 @@ __device__ __forceinline__ void copy_tile_in(const bf16* source, long long tile_
     const int row = threadIdx.x / L::runs_per_row + l * (L::threads / L::runs_per_row);
     const bool valid = run.valid && row < channels;
     cuda::copy16_async_zfill(tile_s + row * L::tile_stride + column,
-                               valid ? source + run.offset + static_cast<long long>(row) * pixels : source, valid);
+                             valid ? source + run.offset + static_cast<long long>(row) * pixels : source, valid);
   }
   cuda::commit_async();
 }
@@ -334,8 +332,7 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const bf16* gamma_s,
 #pragma unroll
     for (int mt = 0; mt < L::m_tiles; ++mt) load_a_transposed(a[mt], gamma_s, L::gamma_stride, w.m0 + 16 * mt, k0);
 #pragma unroll
-    for (int nt = 0; nt < L::n_tiles; nt += 2)
-      load_b_pair(b[nt], b[nt + 1], q_s, L::tile_stride, k0, w.n0 + 8 * nt);
+    for (int nt = 0; nt < L::n_tiles; nt += 2) load_b_pair(b[nt], b[nt + 1], q_s, L::tile_stride, k0, w.n0 + 8 * nt);
 #pragma unroll
     for (int mt = 0; mt < L::m_tiles; ++mt)
 #pragma unroll
@@ -428,13 +425,13 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 // is complete, dx is complete (in this tile's dy buffer).
 template <class L, bool kInverse>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
-    gdn_bf16_tile_backward(const bf16* x, const bf16* dy, bf16* dx, const float* stored_beta,
-                           const float* stored_gamma, int channels, long long pixels, long long total_pixels,
-                           Reparametrization<float> rp, bool vector_gamma, float* partials) {
+    gdn_bf16_tile_backward(const bf16* x, const bf16* dy, bf16* dx, const float* stored_beta, const float* stored_gamma,
+                           int channels, long long pixels, long long total_pixels, Reparametrization<float> rp,
+                           bool vector_gamma, float* partials) {
   constexpr int MT = L::m_tiles, NT = L::n_tiles, GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* gamma_s = reinterpret_cast<bf16*>(shared_bytes);
-  bf16* x_buffers = gamma_s + L::gamma_elements;      // [2][CP x T]
+  bf16* x_buffers = gamma_s + L::gamma_elements;        // [2][CP x T]
   bf16* dy_buffers = x_buffers + 2 * L::tile_elements;  // [2][CP x T]
   bf16* q_s = dy_buffers + 2 * L::tile_elements;
   float* beta_s = reinterpret_cast<float*>(q_s + L::tile_elements);
@@ -562,8 +559,9 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
   if (blocks == 0) return Tensor();
   Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
-      elements<bf16>(x), elements<bf16>(dy), dx ? elements<bf16>(*dx) : nullptr, beta.data<float>(), gamma.data<float>(),
-      problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma), partials.data<float>());
+      elements<bf16>(x), elements<bf16>(dy), dx ? elements<bf16>(*dx) : nullptr, beta.data<float>(),
+      gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_gamma(problem, gamma),
+      partials.data<float>());
   cuda::check_launch("gdn_bf16_tile_backward", __FILE__, __LINE__);
   return partials;
 }
@@ -590,14 +588,13 @@ bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& s
 }
 
 Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
-                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
-                          bool inverse, Tensor& partials_cache) {
+                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
+                          Tensor& partials_cache) {
   if (!takes(problem, {&x, &dy, dx})) return Tensor();
   return with_padded_channels(problem.channels, [&](auto padded) {
     constexpr int CP = decltype(padded)::value;
     return inverse ? launch_backward<CP, true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)
-                   : launch_backward<CP, false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp,
-                                                partials_cache);
+                   : launch_backward<CP, false>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache);
   });
 }
 

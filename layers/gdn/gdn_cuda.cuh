@@ -105,8 +105,7 @@ template <typename T, typename E>
 __device__ __forceinline__ T element_value(E value) {
   if constexpr (std::is_same_v<E, __nv_bfloat16> && !std::is_same_v<T, __nv_bfloat16>)
     return static_cast<T>(load_f32(&value));
-  else
-    return value;
+  else return value;
 }
 template <typename E, typename T>
 __device__ __forceinline__ E stored_value(T value) {
@@ -154,10 +153,8 @@ __device__ __forceinline__ PixelRun<N> pixel_run(long long first, long long tota
 template <int N, typename E, typename T>
 __device__ __forceinline__ void load_run(const E* base, const PixelRun<N>& run, long long channel_offset, T* out) {
   if (run.contiguous) {
-    if constexpr (N == 4)
-      load4(base + run.offset[0] + channel_offset, out);
-    else
-      load2(base + run.offset[0] + channel_offset, out);
+    if constexpr (N == 4) load4(base + run.offset[0] + channel_offset, out);
+    else load2(base + run.offset[0] + channel_offset, out);
   } else {
 #pragma unroll
     for (int c = 0; c < N; ++c)
@@ -168,10 +165,8 @@ __device__ __forceinline__ void load_run(const E* base, const PixelRun<N>& run, 
 template <int N, typename E, typename T>
 __device__ __forceinline__ void store_run(E* base, const PixelRun<N>& run, long long channel_offset, const T* in) {
   if (run.contiguous) {
-    if constexpr (N == 4)
-      store4(base + run.offset[0] + channel_offset, in);
-    else
-      store2(base + run.offset[0] + channel_offset, in);
+    if constexpr (N == 4) store4(base + run.offset[0] + channel_offset, in);
+    else store2(base + run.offset[0] + channel_offset, in);
   } else {
 #pragma unroll
     for (int c = 0; c < N; ++c)
@@ -227,8 +222,8 @@ __device__ void write_beta_partial(const float (&beta_grad)[kMTiles][2], int m_b
 // columns column0 + 8 nt + 2t + e%2) into the partial's dgamma [C x C],
 // inside the C channels.
 template <int kMTiles, int kNTiles>
-__device__ void write_gamma_partial(const float (&gamma_grad)[kMTiles][kNTiles][4], int row0, int column0,
-                                    int channels, float* partial) {
+__device__ void write_gamma_partial(const float (&gamma_grad)[kMTiles][kNTiles][4], int row0, int column0, int channels,
+                                    float* partial) {
   const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -304,9 +299,9 @@ int resident_blocks(int threads, std::size_t shared_bytes) {
   cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                    "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
   if (shared_bytes <= static_cast<std::size_t>(max_shared)) {
-    cuda::check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(shared_bytes)),
-                     "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+    cuda::check_cuda(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
     cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, shared_bytes),
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor", __FILE__, __LINE__);
   }
@@ -347,7 +342,7 @@ Tensor tensor_core_backward(Context& ctx, const Tensor& x, const Tensor& dy, Ten
 bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta, const Tensor& stored_gamma,
                        const Problem& problem, Reparametrization<float> rp, bool inverse);
 Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
-                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp,
-                          bool inverse, Tensor& partials_cache);
+                          const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
+                          Tensor& partials_cache);
 
 }  // namespace plexus::layers::gdn_cuda

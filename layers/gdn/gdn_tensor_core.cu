@@ -250,9 +250,9 @@ __device__ void load_gamma(const float* stored_gamma, int channels, Reparametriz
   for (int e = threadIdx.x; e < kRowCount * kColumnCount; e += L::threads) {
     const int r = e / kColumnCount, c = e % kColumnCount;
     const int i = row_begin + r, j = column_begin + c;
-    const float value =
-        i < channels && j < channels ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
-                                     : 0.0f;
+    const float value = i < channels && j < channels
+                            ? effective_value(stored_gamma[i * channels + j], rp.gamma_bound, rp.pedestal)
+                            : 0.0f;
     gamma_s[swizzled(r, c, kColumnCount)] = stored_operand<Product>(value);
   }
 }
@@ -351,8 +351,8 @@ __device__ __forceinline__ void store_tile(const Element (&values)[L::loads(kRow
 // batch and the channels), as one commit group.
 template <class L, int kRowCount>
 __device__ __forceinline__ void copy_tile_async(const float* source, int row_begin, long long tile_begin,
-                                                long long total_pixels, long long pixels, int channels,
-                                                bool vector_io, float* tile_s) {
+                                                long long total_pixels, long long pixels, int channels, bool vector_io,
+                                                float* tile_s) {
   const int column = 4 * (threadIdx.x % L::runs_per_row);
   const PixelRun<4> run =
       tile_run<4, L::tile>(tile_origin(tile_begin, pixels), column, total_pixels, pixels, channels, vector_io);
@@ -384,8 +384,8 @@ __device__ __forceinline__ void copy_tile_async(const float* source, int row_beg
 // [0, reduce_end). A (m = i, k = j) = gamma_ij, B (k = j, n = p) = x_j(p)^2.
 template <class L, class Product>
 __device__ __forceinline__ void contract_gamma_x2(const float* gamma_s, const float* x_s, int reduce_end,
-                                                  float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4],
-                                                  int m_base, int n_base) {
+                                                  float (&acc)[L::contract_m_tiles][L::contract_n_tiles][4], int m_base,
+                                                  int n_base) {
   constexpr int CP = L::channels, G = Product::kGroups, kUnroll = unrolled_steps<L, Product>;
   const int g = (threadIdx.x % 32) / 4;
 #pragma unroll kUnroll
@@ -462,8 +462,8 @@ __device__ __forceinline__ void contract_gamma_transposed_q(const float* gamma_s
 // A (m = i, k = p) = q_i(p), B (k = p, n = k) = x_k(p)^2.
 template <class L, class Product>
 __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x_s,
-                                                float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4],
-                                                int m_base, int n_base) {
+                                                float (&acc)[L::gradient_m_tiles][L::gradient_n_tiles][4], int m_base,
+                                                int n_base) {
   constexpr int G = Product::kGroups, kUnroll = unrolled_steps<L, Product>;
   const int g = (threadIdx.x % 32) / 4;
 #pragma unroll kUnroll
@@ -499,9 +499,8 @@ __device__ __forceinline__ void accumulate_q_x2(const float* q_s, const float* x
 
 // The two pixels of accumulator columns 2t, 2t + 1 of each of the warp's n tiles.
 template <class L>
-__device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, long long total_pixels,
-                                            long long pixels, int channels, bool vector_io,
-                                            PixelRun<2> (&runs)[L::contract_n_tiles]) {
+__device__ __forceinline__ void pixel_pairs(long long tile_begin, int n_base, long long total_pixels, long long pixels,
+                                            int channels, bool vector_io, PixelRun<2> (&runs)[L::contract_n_tiles]) {
   const int t = threadIdx.x % 4;
   const TileOrigin origin = tile_origin(tile_begin, pixels);
 #pragma unroll
@@ -544,8 +543,8 @@ __device__ __forceinline__ void load_rows(const Element* source, const PixelRun<
 template <class L, class Product, bool kInverse, bool kGradient, class S = Storage<float, float>>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tensor_core_normalize(const typename S::In* x, const float* dy, typename S::Out* out, float* q,
-                       const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
-                       long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
+                              const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
+                              long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
   static_assert(!kGradient || S::kF32, "the split backward stores f32");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -646,8 +645,8 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 template <class L, class Product, bool kInverse, class S = Storage<float, float>>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tensor_core_backward(const typename S::In* x, const typename S::Out* dy, typename S::In* dx,
-                      const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
-                      long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
+                             const float* stored_beta, const float* stored_gamma, int channels, long long pixels,
+                             long long total_pixels, Reparametrization<float> rp, bool vector_io, float* partials) {
   static_assert(L::rows == L::channels, "all of gamma in one block");
   constexpr int CP = L::channels, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
@@ -657,7 +656,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);
   float* beta_s = gamma_s + CP * CP;
-  float* x_buffers = beta_s + CP;                           // [buffers][CP x T]
+  float* x_buffers = beta_s + CP;                            // [buffers][CP x T]
   float* dy_buffers = x_buffers + L::buffers * kTileFloats;  // [2][CP x T], with two buffers
   float* q_s = kAsync ? dy_buffers + 2 * kTileFloats : dy_buffers;
   load_gamma<L, Product, CP, CP>(stored_gamma, channels, rp, 0, 0, gamma_s);
@@ -775,8 +774,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           if (row >= channels) continue;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const float2 xv =
-                *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, L::tile));
+            const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(row, n_base + 8 * nt + 2 * t, L::tile));
             const float* back = acc[mt][nt] + 2 * half;
             const float* scaled = dyv[mt][nt] + 2 * half;
             const float out[2] = {scaled[0] + 2.0f * xv.x * back[0], scaled[1] + 2.0f * xv.y * back[1]};
@@ -813,15 +811,15 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 template <class L, class Product>
 __global__ void __launch_bounds__(L::threads, L::min_blocks)
     gdn_tensor_core_input_gradient(const float* x, const float* q, float* dx, const float* stored_gamma, int channels,
-                            long long pixels, long long total_pixels, Reparametrization<float> rp, bool vector_io,
-                            float* partials) {
+                                   long long pixels, long long total_pixels, Reparametrization<float> rp,
+                                   bool vector_io, float* partials) {
   constexpr int CP = L::channels, R = L::rows, MT = L::contract_m_tiles, NT = L::contract_n_tiles;
   constexpr int GMT = L::gradient_m_tiles, GNT = L::gradient_n_tiles;
   static_assert(L::buffers == 2, "double-buffered");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* gamma_s = reinterpret_cast<float*>(shared_bytes);  // [CP x R]: gamma_s(i, k) = gamma(i, row_begin + k)
-  float* q_buffers = gamma_s + CP * R;                        // [2][CP x T]
-  float* x_buffers = q_buffers + 2 * CP * L::tile;            // [2][R x T]: channels row_begin + [0, R)
+  float* q_buffers = gamma_s + CP * R;                      // [2][CP x T]
+  float* x_buffers = q_buffers + 2 * CP * L::tile;          // [2][R x T]: channels row_begin + [0, R)
   const int row_begin = blockIdx.y * R;
   load_gamma<L, Product, CP, R>(stored_gamma, channels, rp, 0, row_begin, gamma_s);
 
@@ -868,8 +866,7 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
           if (row_begin + local >= channels) continue;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const float2 xv =
-                *reinterpret_cast<const float2*>(x_s + swizzled(local, n_base + 8 * nt + 2 * t, L::tile));
+            const float2 xv = *reinterpret_cast<const float2*>(x_s + swizzled(local, n_base + 8 * nt + 2 * t, L::tile));
             const float* back = acc[mt][nt] + 2 * half;
             const float* d = scaled[mt][nt] + 2 * half;
             const float out[2] = {d[0] + 2.0f * xv.x * back[0], d[1] + 2.0f * xv.y * back[1]};
@@ -931,8 +928,7 @@ bool launch_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta
   const bool vector_io = problem.pixels % 4 == 0 && aligned16(x.raw_data()) && aligned16(y.raw_data());
   kernel<<<dim3(blocks, L::halves), L::threads, L::normalize_bytes, cuda::stream(ctx)>>>(
       elements<typename S::In>(x), nullptr, elements<typename S::Out>(y), nullptr, beta.data<float>(),
-      gamma.data<float>(),
-      problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
+      gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_io, nullptr);
   cuda::check_launch("gdn_tensor_core_normalize", __FILE__, __LINE__);
   return true;
 }
@@ -951,8 +947,7 @@ Tensor launch_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* 
                          (!dx || aligned16(dx->raw_data()));
   kernel<<<blocks, L::threads, L::backward_bytes, cuda::stream(ctx)>>>(
       elements<typename S::In>(x), elements<typename S::Out>(dy), dx ? elements<typename S::In>(*dx) : nullptr,
-      beta.data<float>(),
-      gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_io,
+      beta.data<float>(), gamma.data<float>(), problem.channels, problem.pixels, problem.total_pixels, rp, vector_io,
       partials.data<float>());
   cuda::check_launch("gdn_tensor_core_backward", __FILE__, __LINE__);
   return partials;
@@ -968,12 +963,12 @@ Tensor launch_split_backward(Context& ctx, const Tensor& x, const Tensor& dy, Te
   using First = ForwardTiling<256>;
   using Second = InputGradientTiling256;
   const long long first_tiles = (problem.total_pixels + First::tile - 1) / First::tile;
-  const int first_resident =
-      resident_blocks<gdn_tensor_core_normalize<First, Product, kInverse, true>>(First::threads, First::normalize_bytes);
-  const int second_resident = resident_blocks<gdn_tensor_core_input_gradient<Second, Product>>(
-      Second::threads, Second::input_gradient_bytes);
-  const int blocks = blocks_per_half(first_resident < second_resident ? first_resident : second_resident,
-                                     First::halves, first_tiles);  // first_tiles <= the second kernel's tiles
+  const int first_resident = resident_blocks<gdn_tensor_core_normalize<First, Product, kInverse, true>>(
+      First::threads, First::normalize_bytes);
+  const int second_resident =
+      resident_blocks<gdn_tensor_core_input_gradient<Second, Product>>(Second::threads, Second::input_gradient_bytes);
+  const int blocks = blocks_per_half(first_resident < second_resident ? first_resident : second_resident, First::halves,
+                                     first_tiles);  // first_tiles <= the second kernel's tiles
   if (blocks == 0) return Tensor();
   Tensor& partials = partials_for(partials_cache, blocks, problem, x.device());
   Tensor q(x.shape(), DType::f32, x.device());
@@ -1000,14 +995,19 @@ template <bool kInverse, class Product, class S>
 bool forward_padded(Context& ctx, const Tensor& x, Tensor& y, const Tensor& beta, const Tensor& gamma,
                     const Problem& problem, Reparametrization<float> rp) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_forward<32, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
-    case 64: return launch_forward<64, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
-    case 128: return launch_forward<128, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
-    case 192: return launch_forward<192, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 32:
+      return launch_forward<32, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 64:
+      return launch_forward<64, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 128:
+      return launch_forward<128, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
+    case 192:
+      return launch_forward<192, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
     case 256:
       if constexpr (S::kF32) return launch_forward<256, kInverse, Product, S>(ctx, x, y, beta, gamma, problem, rp);
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -1015,15 +1015,20 @@ template <bool kInverse, class Product, class S>
 Tensor backward_padded(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& beta,
                        const Tensor& gamma, const Problem& problem, Reparametrization<float> rp, Tensor& partials) {
   switch (padded_channels(problem.channels)) {
-    case 32: return launch_backward<32, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 64: return launch_backward<64, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 128: return launch_backward<128, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
-    case 192: return launch_backward<192, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 32:
+      return launch_backward<32, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 64:
+      return launch_backward<64, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 128:
+      return launch_backward<128, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
+    case 192:
+      return launch_backward<192, kInverse, Product, S>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
     case 256:
       if constexpr (S::kF32)
         return launch_split_backward<kInverse, Product>(ctx, x, dy, dx, beta, gamma, problem, rp, partials);
       return Tensor();
-    default: return Tensor();
+    default:
+      return Tensor();
   }
 }
 

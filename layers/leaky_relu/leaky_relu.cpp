@@ -40,8 +40,9 @@ void LeakyReLU::backward_cpu(Context&, const ConstTensors& inputs, const ConstTe
 }
 
 void register_leaky_relu(Registry& registry) {
-  registry.add("LeakyReLU", [](LayerConfig& config) { return std::make_unique<LeakyReLU>(config); },
-               "y = x for x > 0, negative_slope * x otherwise, element-wise");
+  registry.add(
+      "LeakyReLU", [](LayerConfig& config) { return std::make_unique<LeakyReLU>(config); },
+      "y = x for x > 0, negative_slope * x otherwise, element-wise");
 }
 
 }  // namespace plexus::layers

@@ -14,8 +14,7 @@ namespace {
 template <typename Elements>
 __global__ void leaky_relu_forward(Elements x, Elements y, typename Elements::Value slope, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T v = x.load(i);
     y.store(i, v > T(0) ? v : slope * v);
   }
@@ -23,11 +22,9 @@ __global__ void leaky_relu_forward(Elements x, Elements y, typename Elements::Va
 
 // dx = dy for x > 0, slope * dy otherwise
 template <typename Elements>
-__global__ void leaky_relu_backward(Elements x, Elements dy, Elements dx, typename Elements::Value slope,
-                                    long long n) {
+__global__ void leaky_relu_backward(Elements x, Elements dy, Elements dx, typename Elements::Value slope, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T g = dy.load(i);
     dx.store(i, x.load(i) > T(0) ? g : slope * g);
   }

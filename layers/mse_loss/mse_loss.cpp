@@ -66,8 +66,8 @@ void MSELoss::forward_cpu(Context&, const ConstTensors& inputs, const MutableTen
   });
 }
 
-void MSELoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void MSELoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                           const MutableTensors& input_grads) {
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     using Vector = Eigen::Array<T, Eigen::Dynamic, 1>;

@@ -22,8 +22,7 @@ constexpr unsigned int kMaxReductionBlocks = 1024;
 template <typename T>
 __global__ void mse_loss_forward(const T* a, const T* b, long long n, T inverse_n, T* loss) {
   T sum = T(0);
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     T difference = a[i] - b[i];
     sum += difference * difference;
   }
@@ -34,11 +33,9 @@ __global__ void mse_loss_forward(const T* a, const T* b, long long n, T inverse_
 // dL/da_i = dy * 2 (a_i - b_i) / n,  dL/db_i = -dL/da_i.  dy is the scalar
 // output gradient, read on the device. One thread per element, grid-stride.
 template <typename T>
-__global__ void mse_loss_backward(const T* a, const T* b, const T* dy, long long n, T two_over_n, T* da,
-                                  T* db) {
+__global__ void mse_loss_backward(const T* a, const T* b, const T* dy, long long n, T two_over_n, T* da, T* db) {
   const T scale = dy[0] * two_over_n;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     T gradient = scale * (a[i] - b[i]);
     if (da) da[i] = gradient;
     if (db) db[i] = -gradient;
@@ -77,8 +74,8 @@ __device__ T sample_squared_error(const T* partials, long long n, int blocks_per
 // L = (1/n) sum_m w_m E_m, E_m the squared error of sample m. One block;
 // thread j takes samples j, j + blockDim, ... then a block sum.
 template <typename T>
-__global__ void mse_loss_weighted_total(const T* partials, const T* weights, long long samples,
-                                        int blocks_per_sample, T inverse_n, T* loss) {
+__global__ void mse_loss_weighted_total(const T* partials, const T* weights, long long samples, int blocks_per_sample,
+                                        T inverse_n, T* loss) {
   T sum = T(0);
   for (long long m = threadIdx.x; m < samples; m += blockDim.x)
     sum += weights[m] * sample_squared_error(partials, m, blocks_per_sample);
@@ -91,8 +88,7 @@ template <typename T>
 __global__ void mse_loss_weighted_backward(const T* a, const T* b, const T* weights, const T* dy, long long n,
                                            long long per_sample, T two_over_n, T* da, T* db) {
   const T scale = dy[0] * two_over_n;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     T gradient = scale * weights[i / per_sample] * (a[i] - b[i]);
     if (da) da[i] = gradient;
     if (db) db[i] = -gradient;
@@ -121,8 +117,8 @@ int blocks_per_sample(long long samples, long long per_sample) {
 template <typename T>
 const T* launch_sample_partials(Context& ctx, const Tensor& a, const Tensor& b, int parts, Tensor& cache) {
   const long long samples = a.dim(0), per_sample = a.numel() / samples;
-  Tensor& partials = scratch_tensor(
-      cache, {static_cast<std::int64_t>(samples), static_cast<std::int64_t>(parts)}, a.dtype(), a.device());
+  Tensor& partials = scratch_tensor(cache, {static_cast<std::int64_t>(samples), static_cast<std::int64_t>(parts)},
+                                    a.dtype(), a.device());
   mse_loss_sample_partials<T><<<static_cast<unsigned int>(samples * parts), kThreads, 0, cuda::stream(ctx)>>>(
       a.data<T>(), b.data<T>(), per_sample, parts, partials.data<T>());
   cuda::check_launch("mse_loss_sample_partials", __FILE__, __LINE__);
@@ -144,8 +140,8 @@ void MSELoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const Mutab
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);
-    mse_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), inputs[1]->data<T>(), n, T(1) / static_cast<T>(n), outputs[0]->data<T>());
+    mse_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(inputs[0]->data<T>(), inputs[1]->data<T>(), n,
+                                                                    T(1) / static_cast<T>(n), outputs[0]->data<T>());
     cuda::check_launch("mse_loss_forward", __FILE__, __LINE__);
   });
 }
@@ -163,8 +159,7 @@ void MSELoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const Cons
     T* da = input_grads[0] ? input_grads[0]->data<T>() : nullptr;
     T* db = input_grads[1] ? input_grads[1]->data<T>() : nullptr;
     mse_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-        inputs[0]->data<T>(), inputs[1]->data<T>(), output_grads[0]->data<T>(), n, T(2) / static_cast<T>(n),
-        da, db);
+        inputs[0]->data<T>(), inputs[1]->data<T>(), output_grads[0]->data<T>(), n, T(2) / static_cast<T>(n), da, db);
     cuda::check_launch("mse_loss_backward", __FILE__, __LINE__);
   });
 }
@@ -177,8 +172,8 @@ void MSELoss::forward_weighted_cuda(Context& ctx, const ConstTensors& inputs, co
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* partials = launch_sample_partials<T>(ctx, a, *inputs[1], parts, sample_partials_);
-    mse_loss_weighted_total<T><<<1, kThreads, 0, cuda::stream(ctx)>>>(
-        partials, inputs[2]->data<T>(), samples, parts, T(1) / static_cast<T>(n), outputs[0]->data<T>());
+    mse_loss_weighted_total<T><<<1, kThreads, 0, cuda::stream(ctx)>>>(partials, inputs[2]->data<T>(), samples, parts,
+                                                                      T(1) / static_cast<T>(n), outputs[0]->data<T>());
     cuda::check_launch("mse_loss_weighted_total", __FILE__, __LINE__);
   });
 }
@@ -193,8 +188,7 @@ void MSELoss::backward_weighted_cuda(Context& ctx, const ConstTensors& inputs, c
     if (input_grads[0] || input_grads[1]) {
       mse_loss_weighted_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
           a.data<T>(), inputs[1]->data<T>(), inputs[2]->data<T>(), dy, n, per_sample, T(2) / static_cast<T>(n),
-          input_grads[0] ? input_grads[0]->data<T>() : nullptr,
-          input_grads[1] ? input_grads[1]->data<T>() : nullptr);
+          input_grads[0] ? input_grads[0]->data<T>() : nullptr, input_grads[1] ? input_grads[1]->data<T>() : nullptr);
       cuda::check_launch("mse_loss_weighted_backward", __FILE__, __LINE__);
     }
     if (input_grads[2]) {

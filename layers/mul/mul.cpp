@@ -41,8 +41,9 @@ void Mul::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&
 }
 
 void register_mul(Registry& registry) {
-  registry.add("Mul", [](LayerConfig& config) { return std::make_unique<Mul>(config); },
-               "y = a * b, element-wise, two inputs of one shape (gating)");
+  registry.add(
+      "Mul", [](LayerConfig& config) { return std::make_unique<Mul>(config); },
+      "y = a * b, element-wise, two inputs of one shape (gating)");
 }
 
 }  // namespace plexus::layers

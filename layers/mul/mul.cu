@@ -13,16 +13,14 @@ namespace {
 // y = a * b
 template <typename Elements>
 __global__ void mul_forward(Elements a, Elements b, Elements y, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y.store(i, a.load(i) * b.load(i));
 }
 
 // dL/da = dL/dy * b,  dL/db = dL/dy * a  (either gradient may be not wanted)
 template <typename Elements>
 __global__ void mul_backward(Elements a, Elements b, Elements dy, Elements da, Elements db, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const auto g = dy.load(i);
     if (da.wanted()) da.store(i, g * b.load(i));
     if (db.wanted()) db.store(i, g * a.load(i));
@@ -36,8 +34,8 @@ void Mul::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
   if (n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    mul_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-        Elements::of(inputs[0]), Elements::of(inputs[1]), Elements::of(outputs[0]), n);
+    mul_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]), Elements::of(inputs[1]),
+                                                                    Elements::of(outputs[0]), n);
     cuda::check_launch("mul_forward", __FILE__, __LINE__);
   });
 }

@@ -23,8 +23,7 @@ void for_each_element(const Shape& input, std::int64_t r, Visit&& visit) {
 
 }  // namespace
 
-PixelShuffle::PixelShuffle(LayerConfig& config)
-    : upscale_factor_(config.bounded_integer("upscale_factor", 1, 64)) {}
+PixelShuffle::PixelShuffle(LayerConfig& config) : upscale_factor_(config.bounded_integer("upscale_factor", 1, 64)) {}
 
 std::vector<Shape> PixelShuffle::output_shapes(const std::vector<Shape>& inputs) const {
   if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
@@ -42,9 +41,8 @@ void PixelShuffle::forward_cpu(Context&, const ConstTensors& inputs, const Mutab
     using T = decltype(zero);
     const T* x = inputs[0]->data<T>();
     T* y = outputs[0]->data<T>();
-    for_each_element(inputs[0]->shape(), upscale_factor_, [&](std::int64_t depth, std::int64_t space) {
-      y[space] = x[depth];
-    });
+    for_each_element(inputs[0]->shape(), upscale_factor_,
+                     [&](std::int64_t depth, std::int64_t space) { y[space] = x[depth]; });
   });
 }
 
@@ -55,15 +53,15 @@ void PixelShuffle::backward_cpu(Context&, const ConstTensors& inputs, const Cons
     using T = decltype(zero);
     const T* dy = output_grads[0]->data<T>();
     T* dx = input_grads[0]->data<T>();
-    for_each_element(inputs[0]->shape(), upscale_factor_, [&](std::int64_t depth, std::int64_t space) {
-      dx[depth] = dy[space];
-    });
+    for_each_element(inputs[0]->shape(), upscale_factor_,
+                     [&](std::int64_t depth, std::int64_t space) { dx[depth] = dy[space]; });
   });
 }
 
 void register_pixel_shuffle(Registry& registry) {
-  registry.add("PixelShuffle", [](LayerConfig& config) { return std::make_unique<PixelShuffle>(config); },
-               "depth-to-space: [N, C*r*r, H, W] -> [N, C, H*r, W*r] in PyTorch's order (upscale_factor r)");
+  registry.add(
+      "PixelShuffle", [](LayerConfig& config) { return std::make_unique<PixelShuffle>(config); },
+      "depth-to-space: [N, C*r*r, H, W] -> [N, C, H*r, W*r] in PyTorch's order (upscale_factor r)");
 }
 
 }  // namespace plexus::layers

@@ -39,9 +39,7 @@ __global__ void pixel_shuffle_backward(Elements dy, Elements dx, ShuffleGeometry
   }
 }
 
-ShuffleGeometry geometry_of(const Shape& input, long long r) {
-  return {input[1] / (r * r), input[2], input[3], r};
-}
+ShuffleGeometry geometry_of(const Shape& input, long long r) { return {input[1] / (r * r), input[2], input[3], r}; }
 
 }  // namespace
 

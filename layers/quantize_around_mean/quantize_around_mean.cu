@@ -25,8 +25,7 @@ template <typename T>
 __global__ void quantize_around_mean_noise(const T* y, const T* mu, T* y_hat, T* rounded, long long n,
                                            const std::uint64_t* seed, std::uint64_t first) {
   const std::uint64_t key = *seed;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     curandStatePhilox4_32_10_t state;
     curand_init(key, first + static_cast<std::uint64_t>(i), 0, &state);
     y_hat[i] = y[i] + (unit_uniform(&state, T(0)) - T(0.5));
@@ -38,8 +37,7 @@ __global__ void quantize_around_mean_noise(const T* y, const T* mu, T* y_hat, T*
 // std::round), into both outputs (second may be null).
 template <typename T>
 __global__ void quantize_around_mean_round(const T* y, const T* mu, T* y_hat, T* rounded, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T value = round(y[i] - mu[i]) + mu[i];
     y_hat[i] = value;
     if (rounded) rounded[i] = value;
@@ -49,8 +47,7 @@ __global__ void quantize_around_mean_round(const T* y, const T* mu, T* y_hat, T*
 // dL/dy = g + g_st (g_st null: g alone), straight through; dL/dmu is zeroed apart.
 template <typename T>
 __global__ void quantize_around_mean_backward(const T* g, const T* g_st, T* y_grad, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y_grad[i] = g_st ? g[i] + g_st[i] : g[i];
 }
 

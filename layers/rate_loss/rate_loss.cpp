@@ -14,14 +14,13 @@ std::vector<Shape> RateLoss::output_shapes(const std::vector<Shape>& inputs) con
   const Shape& image = inputs.back();
   const std::string image_name = "input " + std::to_string(inputs.size() - 1) + " (image)";
   if (image.size() != 4)
-    fail_shape(image_name + " must be [N, C, H, W], got " + shape_str(image) + " (likelihoods " +
-               shape_str(inputs[0]) + ")");
+    fail_shape(image_name + " must be [N, C, H, W], got " + shape_str(image) + " (likelihoods " + shape_str(inputs[0]) +
+               ")");
   for (std::size_t k = 0; k + 1 < inputs.size(); ++k) {
     const Shape& likelihoods = inputs[k];
     if (likelihoods.empty() || likelihoods[0] != image[0])
       fail_shape((inputs.size() > 2 ? "input " + std::to_string(k) + ": " : std::string()) + "likelihoods " +
-                 shape_str(likelihoods) + " and image " + shape_str(image) +
-                 " must have the same batch size (axis 0)");
+                 shape_str(likelihoods) + " and image " + shape_str(image) + " must have the same batch size (axis 0)");
   }
   if (shape_numel(image) == 0 || image[2] * image[3] == 0)
     fail_shape("image " + shape_str(image) + " has no pixels to divide the rate by");
@@ -46,16 +45,15 @@ void RateLoss::forward_cpu(Context&, const ConstTensors& inputs, const MutableTe
   });
 }
 
-void RateLoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                            const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void RateLoss::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                            const MutableTensors& input_grads) {
   const std::size_t image = inputs.size() - 1;
   if (input_grads.size() > image && input_grads[image]) input_grads[image]->fill_zero();
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
     using Vector = Eigen::Array<T, Eigen::Dynamic, 1>;
     const double pixels = static_cast<double>(rate_loss_pixel_count(*inputs[image]));
-    const T scale =
-        static_cast<T>(-static_cast<double>(output_grads[0]->data<T>()[0]) / (std::log(2.0) * pixels));
+    const T scale = static_cast<T>(-static_cast<double>(output_grads[0]->data<T>()[0]) / (std::log(2.0) * pixels));
     for (std::size_t k = 0; k < image; ++k) {
       if (!input_grads[k]) continue;
       const Eigen::Index n = inputs[k]->numel();

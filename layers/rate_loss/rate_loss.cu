@@ -22,8 +22,7 @@ constexpr unsigned int kMaxReductionBlocks = 1024;
 template <typename T>
 __global__ void rate_loss_forward(const T* p, long long n, T scale, T* rate) {
   T sum = T(0);
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     sum -= log(p[i]);
   sum = cuda::block_sum<kThreads>(sum);
   if (threadIdx.x == 0) atomicAdd(rate, sum * scale);
@@ -34,8 +33,7 @@ __global__ void rate_loss_forward(const T* p, long long n, T scale, T* rate) {
 template <typename T>
 __global__ void rate_loss_backward(const T* p, const T* dy, long long n, T scale, T* dp) {
   const T numerator = -dy[0] * scale;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     dp[i] = numerator / p[i];
 }
 
@@ -54,8 +52,8 @@ void RateLoss::forward_cuda(Context& ctx, const ConstTensors& inputs, const Muta
     dispatch_float(inputs[k]->dtype(), [&](auto zero) {
       using T = decltype(zero);
       const unsigned int blocks = std::min(cuda::blocks_for(n, kThreads), kMaxReductionBlocks);
-      rate_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(
-          inputs[k]->data<T>(), n, static_cast<T>(scale), outputs[0]->data<T>());
+      rate_loss_forward<T><<<blocks, kThreads, 0, cuda::stream(ctx)>>>(inputs[k]->data<T>(), n, static_cast<T>(scale),
+                                                                       outputs[0]->data<T>());
       cuda::check_launch("rate_loss_forward", __FILE__, __LINE__);
     });
   }
@@ -75,8 +73,7 @@ void RateLoss::backward_cuda(Context& ctx, const ConstTensors& inputs, const Con
     dispatch_float(inputs[k]->dtype(), [&](auto zero) {
       using T = decltype(zero);
       rate_loss_backward<T><<<cuda::blocks_for(n, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
-          inputs[k]->data<T>(), output_grads[0]->data<T>(), n, static_cast<T>(scale),
-          input_grads[k]->data<T>());
+          inputs[k]->data<T>(), output_grads[0]->data<T>(), n, static_cast<T>(scale), input_grads[k]->data<T>());
       cuda::check_launch("rate_loss_backward", __FILE__, __LINE__);
     });
   }

@@ -21,8 +21,8 @@ void ReLU::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensor
   });
 }
 
-void ReLU::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                        const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void ReLU::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&, const ConstTensors& output_grads,
+                        const MutableTensors& input_grads) {
   if (!input_grads[0]) return;
   dispatch_float(inputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -35,8 +35,8 @@ void ReLU::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors
 }
 
 void register_relu(Registry& registry) {
-  registry.add("ReLU", [](LayerConfig& config) { return std::make_unique<ReLU>(config); },
-               "y = max(x, 0), element-wise");
+  registry.add(
+      "ReLU", [](LayerConfig& config) { return std::make_unique<ReLU>(config); }, "y = max(x, 0), element-wise");
 }
 
 }  // namespace plexus::layers

@@ -14,8 +14,7 @@ namespace {
 template <typename Elements>
 __global__ void relu_forward(Elements x, Elements y, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T v = x.load(i);
     y.store(i, v > T(0) ? v : T(0));
   }
@@ -25,8 +24,7 @@ __global__ void relu_forward(Elements x, Elements y, long long n) {
 template <typename Elements>
 __global__ void relu_backward(Elements x, Elements dy, Elements dx, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     dx.store(i, x.load(i) > T(0) ? dy.load(i) : T(0));
 }
 
@@ -37,8 +35,8 @@ void ReLU::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableT
   if (n == 0) return;
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
-    relu_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
-                                                                     Elements::of(outputs[0]), n);
+    relu_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]), Elements::of(outputs[0]),
+                                                                     n);
     cuda::check_launch("relu_forward", __FILE__, __LINE__);
   });
 }

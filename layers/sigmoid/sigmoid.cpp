@@ -23,8 +23,8 @@ void Sigmoid::forward_cpu(Context&, const ConstTensors& inputs, const MutableTen
   });
 }
 
-void Sigmoid::backward_cpu(Context&, const ConstTensors&, const ConstTensors& outputs,
-                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
+void Sigmoid::backward_cpu(Context&, const ConstTensors&, const ConstTensors& outputs, const ConstTensors& output_grads,
+                           const MutableTensors& input_grads) {
   if (!input_grads[0]) return;
   dispatch_float(outputs[0]->dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -37,8 +37,9 @@ void Sigmoid::backward_cpu(Context&, const ConstTensors&, const ConstTensors& ou
 }
 
 void register_sigmoid(Registry& registry) {
-  registry.add("Sigmoid", [](LayerConfig& config) { return std::make_unique<Sigmoid>(config); },
-               "y = 1 / (1 + exp(-x)), element-wise");
+  registry.add(
+      "Sigmoid", [](LayerConfig& config) { return std::make_unique<Sigmoid>(config); },
+      "y = 1 / (1 + exp(-x)), element-wise");
 }
 
 }  // namespace plexus::layers

@@ -14,8 +14,7 @@ namespace {
 template <typename Elements>
 __global__ void sigmoid_forward(Elements x, Elements y, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y.store(i, T(1) / (T(1) + exp(-x.load(i))));
 }
 
@@ -23,8 +22,7 @@ __global__ void sigmoid_forward(Elements x, Elements y, long long n) {
 template <typename Elements>
 __global__ void sigmoid_backward(Elements y, Elements dy, Elements dx, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T s = y.load(i);
     dx.store(i, dy.load(i) * s * (T(1) - s));
   }

@@ -32,8 +32,7 @@ bool is_valid_label(double label, std::int64_t vocab_size) {
 }  // namespace
 
 SoftmaxProjection::SoftmaxProjection(LayerConfig& config)
-    : vocab_size_(config.bounded_integer("vocab_size", 1, limits::kMaxChannels)), bias_(config.boolean("bias", true)) {
-}
+    : vocab_size_(config.bounded_integer("vocab_size", 1, limits::kMaxChannels)), bias_(config.boolean("bias", true)) {}
 
 std::vector<Shape> SoftmaxProjection::output_shapes(const std::vector<Shape>& inputs) const {
   if (inputs.size() != 2)
@@ -41,18 +40,18 @@ std::vector<Shape> SoftmaxProjection::output_shapes(const std::vector<Shape>& in
   const Shape& features = inputs[0];
   const Shape& labels = inputs[1];
   if (features.size() < 2)
-    fail_shape("features must be [N, ...] with at least 2 dimensions (batch and features), got " +
-               shape_str(features));
+    fail_shape("features must be [N, ...] with at least 2 dimensions (batch and features), got " + shape_str(features));
   std::int64_t count = features_of(features);
   if (count < 1) fail_shape("features " + shape_str(features) + " have no features per batch item");
-  if (features[0] < 1) fail_shape("features " + shape_str(features) + " have an empty batch; the mean loss needs N >= 1");
+  if (features[0] < 1)
+    fail_shape("features " + shape_str(features) + " have an empty batch; the mean loss needs N >= 1");
   if (labels.size() != 1 || labels[0] != features[0])
-    fail_shape("labels must be [N] = [" + std::to_string(features[0]) + "] to match features " +
-               shape_str(features) + ", got " + shape_str(labels));
+    fail_shape("labels must be [N] = [" + std::to_string(features[0]) + "] to match features " + shape_str(features) +
+               ", got " + shape_str(labels));
   if (in_features_ > 0 && count != in_features_)
     fail_shape("features " + shape_str(features) + " have " + std::to_string(count) +
-               " features per batch item, but the weight was created as " +
-               shape_str({vocab_size_, in_features_}) + " for " + std::to_string(in_features_));
+               " features per batch item, but the weight was created as " + shape_str({vocab_size_, in_features_}) +
+               " for " + std::to_string(in_features_));
   return {Shape{}};
 }
 
@@ -65,8 +64,8 @@ void SoftmaxProjection::create_parameters(const std::vector<Shape>& inputs) {
 void SoftmaxProjection::fail_label(std::int64_t index, double value) const {
   std::ostringstream message;
   message.precision(std::numeric_limits<double>::max_digits10);
-  message << who() << ": label at batch index " << index << " is " << value
-          << "; labels must be integers in [0, " << vocab_size_ << ")";
+  message << who() << ": label at batch index " << index << " is " << value << "; labels must be integers in [0, "
+          << vocab_size_ << ")";
   throw Error(message.str());
 }
 
@@ -104,8 +103,8 @@ void SoftmaxProjection::backward_cpu(Context&, const ConstTensors& inputs, const
     // The logits are recomputed rather than kept from forward: the layer stays
     // stateless, so a forward on other inputs in between cannot go stale.
     RowMatrix<T> dz(batch, vocab);
-    dense::forward_cpu<T>(input.data<T>(), weight.value.data<T>(),
-                          bias_ ? parameter("bias").value.data<T>() : nullptr, dz.data(), batch, features, vocab);
+    dense::forward_cpu<T>(input.data<T>(), weight.value.data<T>(), bias_ ? parameter("bias").value.data<T>() : nullptr,
+                          dz.data(), batch, features, vocab);
     const T scale = output_grads[0]->data<T>()[0] / static_cast<T>(batch);  // g / N
     for (Eigen::Index n = 0; n < batch; ++n) {
       T row_max = dz.row(n).maxCoeff();
@@ -120,9 +119,9 @@ void SoftmaxProjection::backward_cpu(Context&, const ConstTensors& inputs, const
 }
 
 void register_softmax_projection(Registry& registry) {
-  registry.add("SoftmaxProjection",
-               [](LayerConfig& config) { return std::make_unique<SoftmaxProjection>(config); },
-               "mean softmax cross-entropy of z = W f + b (W [vocab_size, F]) against integer labels, a scalar");
+  registry.add(
+      "SoftmaxProjection", [](LayerConfig& config) { return std::make_unique<SoftmaxProjection>(config); },
+      "mean softmax cross-entropy of z = W f + b (W [vocab_size, F]) against integer labels, a scalar");
 }
 
 }  // namespace plexus::layers

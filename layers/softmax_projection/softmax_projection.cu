@@ -29,11 +29,15 @@ __device__ inline double floor_of(double x) { return floor(x); }
 
 struct MaxOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
 };
 struct SumOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 // Combines every thread's `value` with `op` (tree order, so deterministic);
@@ -65,8 +69,8 @@ __device__ long long label_index(T label, long long vocab) {
 // One block of kRowThreads per row (grid-stride over rows): the threads split
 // the V logits and meet in shared-memory reductions.
 template <typename T>
-__global__ void row_losses(const T* z, long long stride, const T* b, const T* labels, long long rows,
-                           long long vocab, T* losses, int* bad_label) {
+__global__ void row_losses(const T* z, long long stride, const T* b, const T* labels, long long rows, long long vocab,
+                           T* losses, int* bad_label) {
   __shared__ T scratch[kRowThreads];
   for (long long n = blockIdx.x; n < rows; n += gridDim.x) {
     const T* row = z + n * stride;
@@ -217,8 +221,8 @@ void SoftmaxProjection::backward_cuda(Context& ctx, const ConstTensors& inputs, 
     const T* w = projection_weight<T>(ctx, weight.value, vocab, stride, features, padded);
     const int columns = padded.defined() ? stride : vocab;
     // Recompute z = f W^T (the layer keeps no state between forward and backward).
-    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0),
-                  dz, stride);
+    cuda::gemm<T>(ctx, false, true, batch, columns, features, T(1), input.data<T>(), features, w, features, T(0), dz,
+                  stride);
     logit_gradients<T><<<row_blocks(batch), kRowThreads, 0, stream>>>(dz, stride, b, inputs[1]->data<T>(),
                                                                       output_grads[0]->data<T>(), batch, vocab);
     cuda::check_launch("logit_gradients", __FILE__, __LINE__);

@@ -61,8 +61,9 @@ void Split::backward_cuda(Context& ctx, const ConstTensors&, const ConstTensors&
 #endif
 
 void register_split(Registry& registry) {
-  registry.add("Split", [](LayerConfig& config) { return std::make_unique<Split>(config); },
-               "cuts one input along channels (dimension 1) into slices of the given 'sizes'");
+  registry.add(
+      "Split", [](LayerConfig& config) { return std::make_unique<Split>(config); },
+      "cuts one input along channels (dimension 1) into slices of the given 'sizes'");
 }
 
 }  // namespace plexus::layers

@@ -41,8 +41,8 @@ void Tanh::backward_cpu(Context&, const ConstTensors&, const ConstTensors& outpu
 }
 
 void register_tanh(Registry& registry) {
-  registry.add("Tanh", [](LayerConfig& config) { return std::make_unique<Tanh>(config); },
-               "y = scale * tanh(x), element-wise");
+  registry.add(
+      "Tanh", [](LayerConfig& config) { return std::make_unique<Tanh>(config); }, "y = scale * tanh(x), element-wise");
 }
 
 }  // namespace plexus::layers

@@ -13,8 +13,7 @@ namespace {
 // y = scale * tanh(x)
 template <typename Elements>
 __global__ void tanh_forward(Elements x, Elements y, typename Elements::Value scale, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y.store(i, scale * tanh(x.load(i)));
 }
 
@@ -22,8 +21,7 @@ __global__ void tanh_forward(Elements x, Elements y, typename Elements::Value sc
 template <typename Elements>
 __global__ void tanh_backward(Elements y, Elements dy, Elements dx, typename Elements::Value scale, long long n) {
   using T = typename Elements::Value;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const T t = y.load(i) / scale;
     dx.store(i, dy.load(i) * scale * (T(1) - t * t));
   }
@@ -37,8 +35,8 @@ void Tanh::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableT
   dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
     using Elements = decltype(kind);
     using T = typename Elements::Value;
-    tanh_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]),
-                                                                     Elements::of(outputs[0]), T(scale_), n);
+    tanh_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(Elements::of(inputs[0]), Elements::of(outputs[0]),
+                                                                     T(scale_), n);
     cuda::check_launch("tanh_forward", __FILE__, __LINE__);
   });
 }

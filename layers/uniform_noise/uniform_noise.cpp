@@ -43,8 +43,7 @@ void UniformNoise::backward_cpu(Context&, const ConstTensors& inputs, const Cons
     using T = decltype(zero);
     using Vector = Eigen::Array<T, Eigen::Dynamic, 1>;
     const Eigen::Index n = inputs[0]->numel();
-    Eigen::Map<Vector>(input_grads[0]->data<T>(), n) =
-        Eigen::Map<const Vector>(output_grads[0]->data<T>(), n);
+    Eigen::Map<Vector>(input_grads[0]->data<T>(), n) = Eigen::Map<const Vector>(output_grads[0]->data<T>(), n);
   });
 }
 

@@ -21,8 +21,7 @@ __device__ inline double unit_uniform(curandStatePhilox4_32_10_t* state, double)
 template <typename T>
 __global__ void uniform_noise_add(const T* x, T* y, long long n, const std::uint64_t* seed, std::uint64_t first) {
   const std::uint64_t key = *seed;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     curandStatePhilox4_32_10_t state;
     curand_init(key, first + static_cast<std::uint64_t>(i), 0, &state);
     y[i] = x[i] + (unit_uniform(&state, T(0)) - T(0.5));
@@ -32,8 +31,7 @@ __global__ void uniform_noise_add(const T* x, T* y, long long n, const std::uint
 // Eval: y = round(x), halves away from zero (CUDA's round(), like std::round).
 template <typename T>
 __global__ void uniform_noise_round(const T* x, T* y, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y[i] = round(x[i]);
 }
 
@@ -46,14 +44,13 @@ void UniformNoise::forward_cuda(Context& ctx, const ConstTensors& inputs, const 
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (!ctx.training()) {
-      uniform_noise_round<T>
-          <<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(x.data<T>(), outputs[0]->data<T>(), n);
+      uniform_noise_round<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(x.data<T>(), outputs[0]->data<T>(), n);
       cuda::check_launch("uniform_noise_round", __FILE__, __LINE__);
       return;
     }
     const cuda::DeviceRandom random = cuda::device_random(ctx, static_cast<std::uint64_t>(n));
     uniform_noise_add<T><<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(x.data<T>(), outputs[0]->data<T>(), n,
-                                                                            random.seed, random.first);
+                                                                             random.seed, random.first);
     cuda::check_launch("uniform_noise_add", __FILE__, __LINE__);
   });
 }
@@ -62,8 +59,8 @@ void UniformNoise::forward_cuda(Context& ctx, const ConstTensors& inputs, const 
 void UniformNoise::backward_cuda(Context& ctx, const ConstTensors&, const ConstTensors&,
                                  const ConstTensors& output_grads, const MutableTensors& input_grads) {
   if (!input_grads[0] || input_grads[0]->numel() == 0) return;
-  cuda::check_cuda(cudaMemcpyAsync(input_grads[0]->raw_data(), output_grads[0]->raw_data(),
-                                   input_grads[0]->nbytes(), cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
+  cuda::check_cuda(cudaMemcpyAsync(input_grads[0]->raw_data(), output_grads[0]->raw_data(), input_grads[0]->nbytes(),
+                                   cudaMemcpyDeviceToDevice, cuda::stream(ctx)),
                    "cudaMemcpyAsync", __FILE__, __LINE__);
 }
 

@@ -122,9 +122,27 @@ inline std::string test_model(const std::string& name) { return std::string(PLEX
 // seed 3, one loader thread) on the images in `images`, writing to `out`.
 inline std::vector<std::string> tiny_train_args(const std::string& images, const std::string& out, std::int64_t steps,
                                                 std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"train", "--data", images, "--model", test_model("tiny.json"), "--patch", "16",
-                                "--batch", "2", "--lr", "0.005", "--steps", std::to_string(steps), "--seed", "3",
-                                "--device", "cpu", "--threads", "1", "--out", out};
+  std::vector<std::string> args{"train",
+                                "--data",
+                                images,
+                                "--model",
+                                test_model("tiny.json"),
+                                "--patch",
+                                "16",
+                                "--batch",
+                                "2",
+                                "--lr",
+                                "0.005",
+                                "--steps",
+                                std::to_string(steps),
+                                "--seed",
+                                "3",
+                                "--device",
+                                "cpu",
+                                "--threads",
+                                "1",
+                                "--out",
+                                out};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

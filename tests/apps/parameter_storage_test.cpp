@@ -34,15 +34,16 @@ std::vector<double> channel_of(const Tensor& y, std::int64_t channel) {
 TEST(ParameterStorage, Int8ChannelAxisIsEachWeightsOutputChannels) {
   const std::vector<Case> cases = {
       {"Conv2d", R"({"out_channels": 5, "kernel": 3, "padding": 1, "bias": false})", {1, 3, 4, 4}},
-      {"ConvTranspose2d", R"({"out_channels": 5, "kernel": 3, "stride": 2, "padding": 1, "output_padding": 1, "bias": false})",
+      {"ConvTranspose2d",
+       R"({"out_channels": 5, "kernel": 3, "stride": 2, "padding": 1, "output_padding": 1, "bias": false})",
        {1, 3, 4, 4}},
       {"FullyConnected", R"({"out_features": 5, "bias": false})", {2, 3}},
   };
   const Registry registry = builtin_registry();
   for (const Case& c : cases) {
-    const ModelSpec spec = ModelSpec::from_text(std::string(R"({"name": "one", "inputs": ["x"], "nodes": [{"name": "n", "type": ")") +
-                                                c.type + R"(", "inputs": ["x"], "outputs": ["y"], "params": )" + c.params +
-                                                "}]}");
+    const ModelSpec spec =
+        ModelSpec::from_text(std::string(R"({"name": "one", "inputs": ["x"], "nodes": [{"name": "n", "type": ")") +
+                             c.type + R"(", "inputs": ["x"], "outputs": ["y"], "params": )" + c.params + "}]}");
     Net net(spec, registry, {{"x", c.input}}, DType::f64, Device::cpu(), 3);
     Context ctx;
     std::vector<double> x(static_cast<std::size_t>(net.input("x").numel()));

@@ -41,26 +41,48 @@ TEST(PlexusAeBf16Train, Bmshj2018FactorizedReachesTheF32TrainingLossWithinFivePe
   for (const char* precision : {"f32", "tf32", "bf16"}) {
     for (const int seed : seeds) {
       const std::string out = folder / (std::string(precision) + "-" + std::to_string(seed));
-      const auto result = testing::run_plexus_ae(
-          {"train", "--data", std::string(PLEXUS_SOURCE_DIR) + "/data/train-sample", "--model",
-           "bmshj2018-factorized", "--patch", "64", "--batch", "8", "--lr", "0.001", "--lr-schedule", "final",
-           "--lr-decay", "0.1", "--lr-final-fraction", "0.2", "--steps", std::to_string(kSteps), "--log-every",
-           std::to_string(kLogEvery), "--seed", std::to_string(seed), "--device", "cuda", "--precision", precision,
-           "--out", out},
-          folder.path());
+      const auto result = testing::run_plexus_ae({"train",
+                                                  "--data",
+                                                  std::string(PLEXUS_SOURCE_DIR) + "/data/train-sample",
+                                                  "--model",
+                                                  "bmshj2018-factorized",
+                                                  "--patch",
+                                                  "64",
+                                                  "--batch",
+                                                  "8",
+                                                  "--lr",
+                                                  "0.001",
+                                                  "--lr-schedule",
+                                                  "final",
+                                                  "--lr-decay",
+                                                  "0.1",
+                                                  "--lr-final-fraction",
+                                                  "0.2",
+                                                  "--steps",
+                                                  std::to_string(kSteps),
+                                                  "--log-every",
+                                                  std::to_string(kLogEvery),
+                                                  "--seed",
+                                                  std::to_string(seed),
+                                                  "--device",
+                                                  "cuda",
+                                                  "--precision",
+                                                  precision,
+                                                  "--out",
+                                                  out},
+                                                 folder.path());
       ASSERT_EQ(result.exit_code, 0) << precision << " seed " << seed << ": " << result.describe();
       const auto train = testing::read_metrics(out + "/metrics.jsonl", "train");
       ASSERT_EQ(train.size(), static_cast<std::size_t>(kSteps / kLogEvery)) << precision;
       double sum = 0.0;
-      for (std::size_t i = train.size() - kSettledWindows; i < train.size(); ++i)
-        sum += train[i]["loss"].get<double>();
+      for (std::size_t i = train.size() - kSettledWindows; i < train.size(); ++i) sum += train[i]["loss"].get<double>();
       const double settled = sum / kSettledWindows;
       settled_loss[precision] += settled / static_cast<double>(seeds.size());
       EXPECT_LT(settled, 1e-3 * train.front()["loss"].get<double>())
           << precision << " seed " << seed << ": the training loss did not fall";
       std::cout << precision << " seed " << seed << ": training loss " << train.front()["loss"]
-                << " (first 100 steps) -> " << settled << " (last 300 steps, PSNR " << train.back()["psnr"]
-                << " dB, " << train.back()["bpp"] << " bpp in the last 100)\n";
+                << " (first 100 steps) -> " << settled << " (last 300 steps, PSNR " << train.back()["psnr"] << " dB, "
+                << train.back()["bpp"] << " bpp in the last 100)\n";
     }
     std::cout << precision << ": mean settled training loss " << settled_loss[precision] << "\n";
   }
@@ -81,18 +103,35 @@ TEST(PlexusAeBf16Train, EvalAtBf16MatchesEvalAtF32OfTheSameModel) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   ScratchFolder folder{"ae-bf16-eval"};
   const std::string source = PLEXUS_SOURCE_DIR;
-  const auto trained = testing::run_plexus_ae(
-      {"train", "--data", source + "/data/train-sample", "--model", "bmshj2018-factorized", "--patch", "64",
-       "--batch", "8", "--lr", "0.001", "--steps", "600", "--seed", "5", "--device", "cuda", "--precision", "bf16",
-       "--out", folder / "run"},
-      folder.path());
+  const auto trained = testing::run_plexus_ae({"train",
+                                               "--data",
+                                               source + "/data/train-sample",
+                                               "--model",
+                                               "bmshj2018-factorized",
+                                               "--patch",
+                                               "64",
+                                               "--batch",
+                                               "8",
+                                               "--lr",
+                                               "0.001",
+                                               "--steps",
+                                               "600",
+                                               "--seed",
+                                               "5",
+                                               "--device",
+                                               "cuda",
+                                               "--precision",
+                                               "bf16",
+                                               "--out",
+                                               folder / "run"},
+                                              folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   std::map<std::string, nlohmann::json> eval;
   for (const char* precision : {"f32", "bf16"}) {
-    const auto result = testing::run_plexus_ae({"eval", "--model", folder / "run/model.safetensors", "--data",
-                                                source + "/data/eval-sample", "--device", "cuda", "--precision",
-                                                precision, "--out", folder / (std::string("eval-") + precision)},
-                                               folder.path());
+    const auto result = testing::run_plexus_ae(
+        {"eval", "--model", folder / "run/model.safetensors", "--data", source + "/data/eval-sample", "--device",
+         "cuda", "--precision", precision, "--out", folder / (std::string("eval-") + precision)},
+        folder.path());
     ASSERT_EQ(result.exit_code, 0) << precision << ": " << result.describe();
     std::ifstream in(folder / (std::string("eval-") + precision + "/eval.json"));
     eval[precision] = nlohmann::json::parse(in);

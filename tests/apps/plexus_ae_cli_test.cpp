@@ -21,15 +21,14 @@ using testing::ScratchFolder;
 
 class PlexusAeCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    testing::save_png(folder / "images/a.png", testing::position_image(40, 36));
-  }
+  void SetUp() override { testing::save_png(folder / "images/a.png", testing::position_image(40, 36)); }
   testing::CommandResult run(const std::vector<std::string>& args) { return run_plexus_ae(args, folder.path()); }
   // Expects exit code 1, and stderr containing every fragment.
   void expect_error(const std::vector<std::string>& args, const std::vector<std::string>& fragments) {
     auto result = run(args);
     EXPECT_EQ(result.exit_code, 1) << result.describe();
-    for (const auto& fragment : fragments) EXPECT_TRUE(contains(result.err, fragment)) << "missing \"" << fragment << "\"\n" << result.describe();
+    for (const auto& fragment : fragments)
+      EXPECT_TRUE(contains(result.err, fragment)) << "missing \"" << fragment << "\"\n" << result.describe();
   }
   std::string images() const { return folder / "images"; }
   ScratchFolder folder{"ae-cli"};
@@ -38,9 +37,28 @@ class PlexusAeCli : public ::testing::Test {
 TEST_F(PlexusAeCli, TrainHelpListsOptionsDefaultsModelsAndExamples) {
   auto result = run({"train", "--help"});
   ASSERT_EQ(result.exit_code, 0) << result.describe();
-  for (const char* fragment : {"--data", "--val", "--model", "--lambda", "0.01", "--steps", "--batch", "--patch", "256",
-                               "--lr", "0.0001", "--device", "auto", "--seed", "--out", "--resume", "--checkpoint-every",
-                               "--plugin", "--threads", "bls2017", "bmshj2018-factorized", "Examples:"})
+  for (const char* fragment : {"--data",
+                               "--val",
+                               "--model",
+                               "--lambda",
+                               "0.01",
+                               "--steps",
+                               "--batch",
+                               "--patch",
+                               "256",
+                               "--lr",
+                               "0.0001",
+                               "--device",
+                               "auto",
+                               "--seed",
+                               "--out",
+                               "--resume",
+                               "--checkpoint-every",
+                               "--plugin",
+                               "--threads",
+                               "bls2017",
+                               "bmshj2018-factorized",
+                               "Examples:"})
     EXPECT_TRUE(contains(result.out, fragment)) << "missing \"" << fragment << "\"\n" << result.out;
 }
 
@@ -78,8 +96,7 @@ TEST_F(PlexusAeCli, PrecisionOptionDefaultsToBf16ForTrainingAndTf32ForEval) {
          {"--precision", "tf32", "cuDNN", "bf16", "BF16 tensor cores", "the CPU always computes in f32"})
       EXPECT_TRUE(contains(help.out, fragment)) << command << ": missing \"" << fragment << "\"\n" << help.out;
     EXPECT_TRUE(shows_default(precision_option_line(help.out), shown_default))
-        << command << ": expected the default " << shown_default << " in \"" << precision_option_line(help.out)
-        << "\"";
+        << command << ": expected the default " << shown_default << " in \"" << precision_option_line(help.out) << "\"";
   }
   // bf16 applies on CUDA; on the CPU it trains in f32 like any other choice.
   auto bf16 = run({"train", "--data", images(), "--device", "cpu", "--steps", "1", "--patch", "32", "--batch", "1",
@@ -102,7 +119,8 @@ TEST_F(PlexusAeCli, MissingAndEmptyDataFolders) {
   expect_error({"train", "--model", tiny, "--patch", "16", "--data", folder / "empty", "--out", folder / "run"},
                {"'" + (folder / "empty") + "' holds no PNG or JPEG images"});
   expect_error({"train", "--model", tiny, "--patch", "16", "--out", folder / "run"}, {"--data is required"});
-  expect_error({"train", "--model", tiny, "--patch", "16", "--data", images(), "--val", folder / "novals", "--out", folder / "run"},
+  expect_error({"train", "--model", tiny, "--patch", "16", "--data", images(), "--val", folder / "novals", "--out",
+                folder / "run"},
                {"image folder '" + (folder / "novals") + "' does not exist"});
 }
 
@@ -125,15 +143,18 @@ TEST_F(PlexusAeCli, SpecWithoutTheAppsBlobsNamesWhatIsMissing) {
 TEST_F(PlexusAeCli, PatchMustBeAMultipleOfTheDerivedStride) {
   expect_error({"train", "--data", images(), "--model", "bls2017", "--patch", "100", "--out", folder / "run"},
                {"--patch 100 is not a multiple of the model's stride 16", "try --patch 96"});
-  expect_error({"train", "--data", images(), "--model", "bmshj2018-factorized", "--patch", "24", "--out", folder / "run"},
-               {"stride 16"});
-  expect_error({"train", "--data", images(), "--model", testing::test_model("tiny.json"), "--patch", "18", "--out", folder / "run"},
+  expect_error(
+      {"train", "--data", images(), "--model", "bmshj2018-factorized", "--patch", "24", "--out", folder / "run"},
+      {"stride 16"});
+  expect_error({"train", "--data", images(), "--model", testing::test_model("tiny.json"), "--patch", "18", "--out",
+                folder / "run"},
                {"stride 4"});
 }
 
 TEST_F(PlexusAeCli, BadOptionValuesAreNamed) {
   const std::string tiny = testing::test_model("tiny.json");
-  const std::vector<std::string> base{"train", "--data", images(), "--model", tiny, "--patch", "16", "--out", folder / "run"};
+  const std::vector<std::string> base{"train",   "--data", images(), "--model",     tiny,
+                                      "--patch", "16",     "--out",  folder / "run"};
   // The base arguments with one option added or, if the base has it, replaced
   // (CLI11 versions differ on an option given twice).
   auto with = [&](std::vector<std::string> extra) {
@@ -175,7 +196,8 @@ TEST_F(PlexusAeCli, SuggestsTheClosestCommandOrOption) {
   expect_error({"train", "--data", images(), "--step", "10"},
                {"'plexus-ae train' has no option '--step'; did you mean '--steps'?", "plexus-ae train --help"});
   expect_error({"train", "--data", images(), "--lamda=0.1"}, {"no option '--lamda'; did you mean '--lambda'?"});
-  expect_error({"eval", "--modle", "x", "--data", images()}, {"'plexus-ae eval' has no option '--modle'; did you mean '--model'?"});
+  expect_error({"eval", "--modle", "x", "--data", images()},
+               {"'plexus-ae eval' has no option '--modle'; did you mean '--model'?"});
   expect_error({"--verison"}, {"'plexus-ae' has no option '--verison'; did you mean '--version'?"});
   // A value that looks like a command name is not taken for one.
   auto result = run({"train", "--data", "eval", "--stepz", "3"});

@@ -39,18 +39,21 @@ class PlexusAeCodec : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::save_png(folder / "train/a.png", testing::position_image(48, 40));
-    auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch",
-                        "16", "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out",
-                        folder / "run"});
+    auto trained =
+        run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
+             "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out", folder / "run"});
     ASSERT_EQ(trained.exit_code, 0) << trained.describe();
     model = folder / "run/model.safetensors";
     testing::save_png(folder / "images/odd.png", testing::position_image(21, 13));
     testing::save_png(folder / "images/tall.png", testing::position_image(8, 30));
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   // Compresses images/odd.png to <name>, returning its bytes.
   std::vector<std::uint8_t> compress_odd(const std::string& name) {
-    auto result = run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / name, "--device", "cpu"});
+    auto result =
+        run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / name, "--device", "cpu"});
     EXPECT_EQ(result.exit_code, 0) << result.describe();
     return read_all(folder / name);
   }
@@ -78,7 +81,8 @@ TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
   auto decompressed = run({"decompress", "--model", model, folder / "files/odd.pxae", folder / "files/tall.pxae", "-o",
                            folder / "decoded/", "--device", "cpu"});
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
-  auto evaluated = run({"eval", "--model", model, "--data", folder / "images", "--out", folder / "recon", "--device", "cpu"});
+  auto evaluated =
+      run({"eval", "--model", model, "--data", folder / "images", "--out", folder / "recon", "--device", "cpu"});
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.out, "file bpp")) << evaluated.out;
   for (const std::string name : {"odd", "tall"}) {
@@ -102,17 +106,18 @@ TEST_F(PlexusAeCodec, SeveralFilesRoundTripToTheEvalReconstructions) {
 
 TEST_F(PlexusAeCodec, AGreyImageComesBackGrey) {
   data::Image source = testing::position_image(21, 13);
-  for (std::size_t i = 0; i < source.pixels.size(); i += 3) source.pixels[i + 1] = source.pixels[i + 2] = source.pixels[i];
+  for (std::size_t i = 0; i < source.pixels.size(); i += 3)
+    source.pixels[i + 1] = source.pixels[i + 2] = source.pixels[i];
   data::write_png(folder / "images/grey.png", source, data::PngColour::grey);
-  auto compressed = run({"compress", "--model", model, folder / "images/grey.png", "-o", folder / "grey.pxae",
-                         "--device", "cpu"});
+  auto compressed =
+      run({"compress", "--model", model, folder / "images/grey.png", "-o", folder / "grey.pxae", "--device", "cpu"});
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   EXPECT_TRUE(contains(compressed.err, "is grey: coded as RGB, decompressed to grey again")) << compressed.err;
   EXPECT_FALSE(contains(compressed.err, "converting image")) << compressed.err;
   const std::vector<std::uint8_t> bytes = read_all(folder / "grey.pxae");
   EXPECT_EQ(bytes[6] | bytes[7] << 8, 1) << "the grey flag";
-  auto decompressed = run({"decompress", "--model", model, folder / "grey.pxae", "-o", folder / "grey-out.png",
-                           "--device", "cpu"});
+  auto decompressed =
+      run({"decompress", "--model", model, folder / "grey.pxae", "-o", folder / "grey-out.png", "--device", "cpu"});
   ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
   const std::vector<std::uint8_t> png = read_all(folder / "grey-out.png");
   ASSERT_GT(png.size(), 26u);
@@ -120,8 +125,8 @@ TEST_F(PlexusAeCodec, AGreyImageComesBackGrey) {
   data::Image decoded;
   std::string reason;
   data::ImageConversions conversions;
-  ASSERT_TRUE(data::try_read_image(folder / "grey-out.png", decoded, reason, data::kDefaultMaxImagePixels,
-                                   &conversions))
+  ASSERT_TRUE(
+      data::try_read_image(folder / "grey-out.png", decoded, reason, data::kDefaultMaxImagePixels, &conversions))
       << reason;
   EXPECT_TRUE(conversions.grey_expanded);
   EXPECT_EQ(decoded.width, 21);
@@ -134,9 +139,7 @@ TEST_F(PlexusAeCodec, AGreyImageComesBackGrey) {
   EXPECT_EQ(read_all(folder / "out.png")[25], 2) << "PNG colour type 2, RGB";
 }
 
-TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) {
-  EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae"));
-}
+TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) { EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae")); }
 
 // --cpu-threads: the same file and the same decoded image for 1 and 2
 // threads, on an image large enough that every layer spreads it over blocks.
@@ -144,8 +147,8 @@ TEST_F(PlexusAeCodec, CpuThreadCountsGiveTheSameFileAndImage) {
   testing::save_png(folder / "large.png", testing::position_image(203, 157));
   auto compress = [&](const std::string& threads) {
     const std::string file = folder / ("large-" + threads + ".pxae");
-    auto result = run({"compress", "--model", model, folder / "large.png", "-o", file, "--device", "cpu",
-                       "--cpu-threads", threads});
+    auto result = run(
+        {"compress", "--model", model, folder / "large.png", "-o", file, "--device", "cpu", "--cpu-threads", threads});
     EXPECT_EQ(result.exit_code, 0) << result.describe();
     return read_all(file);
   };
@@ -217,7 +220,8 @@ TEST_F(PlexusAeCodec, OneBadFileAmongSeveralStillDecodesTheOthers) {
 
 TEST_F(PlexusAeCodec, ExistingOutputsAreKeptWithoutOverwrite) {
   compress_odd("kept.pxae");
-  auto again = run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / "kept.pxae", "--device", "cpu"});
+  auto again =
+      run({"compress", "--model", model, folder / "images/odd.png", "-o", folder / "kept.pxae", "--device", "cpu"});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_TRUE(contains(again.err, "already exists; pass --overwrite")) << again.err;
 }
@@ -228,7 +232,8 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
     it = it->first.find(".coding.") != std::string::npos ? file.tensors.erase(it) : std::next(it);
   const std::string old_model = folder / "old.safetensors";
   save_safetensors(old_model, file);
-  auto computed = run({"compress", "--model", old_model, folder / "images/odd.png", "-o", folder / "old.pxae", "--device", "cpu"});
+  auto computed =
+      run({"compress", "--model", old_model, folder / "images/odd.png", "-o", folder / "old.pxae", "--device", "cpu"});
   ASSERT_EQ(computed.exit_code, 0) << computed.describe();
   EXPECT_EQ(count_of(computed.err, "has no coding tables; computed them"), 1) << computed.err;
   // The computed tables are the ones train stored: the same file.
@@ -246,7 +251,8 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
   EXPECT_EQ(checkpoint.exit_code, 1);
   EXPECT_TRUE(contains(checkpoint.err, "is a training checkpoint (it holds optimiser state); give --out"))
       << checkpoint.err;
-  auto from_checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors", "--out", folder / "exported.safetensors"});
+  auto from_checkpoint =
+      run({"export", "--model", folder / "run/checkpoint.safetensors", "--out", folder / "exported.safetensors"});
   ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.describe();
   EXPECT_FALSE(load_safetensors(folder / "exported.safetensors").metadata.count("optimizer"));
 }
@@ -271,22 +277,27 @@ TEST(PlexusAeDecompressLimit, ALargerImageIsRefusedFromTheHeader) {
   const std::string large = header_file("large.pxae", 8000, 7000);
   const std::string small = header_file("small.pxae", 100, 50);
   const std::string absent_model = folder / "absent.safetensors";
-  auto by_default = testing::run_plexus_ae({"decompress", "--model", absent_model, large, "-o", folder / "large.png",
-                                            "--device", "cpu"}, folder.path());
+  auto by_default = testing::run_plexus_ae(
+      {"decompress", "--model", absent_model, large, "-o", folder / "large.png", "--device", "cpu"}, folder.path());
   EXPECT_EQ(by_default.exit_code, 1) << by_default.describe();
-  EXPECT_TRUE(contains(by_default.err, "cannot decompress '" + large + "': the image is 8000x7000 = 56000000 pixels, "
-                                       "more than the limit of 50000000 pixels; raise the limit with --max-image-pixels"))
+  EXPECT_TRUE(
+      contains(by_default.err, "cannot decompress '" + large +
+                                   "': the image is 8000x7000 = 56000000 pixels, "
+                                   "more than the limit of 50000000 pixels; raise the limit with --max-image-pixels"))
       << by_default.err;
   EXPECT_FALSE(contains(by_default.err, "absent.safetensors")) << by_default.err;
   auto lowered = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
-                                         "--max-image-pixels", "4999", "--device", "cpu"}, folder.path());
+                                         "--max-image-pixels", "4999", "--device", "cpu"},
+                                        folder.path());
   EXPECT_EQ(lowered.exit_code, 1) << lowered.describe();
-  EXPECT_TRUE(contains(lowered.err, "cannot decompress '" + small + "': the image is 100x50 = 5000 pixels, more than "
-                                    "the limit of 4999 pixels; raise the limit with --max-image-pixels"))
+  EXPECT_TRUE(contains(lowered.err, "cannot decompress '" + small +
+                                        "': the image is 100x50 = 5000 pixels, more than "
+                                        "the limit of 4999 pixels; raise the limit with --max-image-pixels"))
       << lowered.err;
   // Within the limit, the file goes on to its model.
   auto within = testing::run_plexus_ae({"decompress", "--model", absent_model, small, "-o", folder / "small.png",
-                                        "--max-image-pixels", "5000", "--device", "cpu"}, folder.path());
+                                        "--max-image-pixels", "5000", "--device", "cpu"},
+                                       folder.path());
   EXPECT_EQ(within.exit_code, 1) << within.describe();
   EXPECT_FALSE(contains(within.err, "pixels")) << within.err;
   EXPECT_FALSE(std::filesystem::exists(folder / "small.png"));
@@ -310,8 +321,8 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
       << result.err;
   EXPECT_FALSE(std::filesystem::exists(folder / "photo.pxae"));
 
-  auto both = testing::run_plexus_ae({"compress", "--quality", "3", "--model", folder / "m.safetensors",
-                                      folder / "photo.png"}, folder.path());
+  auto both = testing::run_plexus_ae(
+      {"compress", "--quality", "3", "--model", folder / "m.safetensors", folder / "photo.png"}, folder.path());
   EXPECT_EQ(both.exit_code, 1) << both.describe();
   EXPECT_TRUE(contains(both.err, "give --model or --quality, not both")) << both.err;
   auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
@@ -335,12 +346,14 @@ TEST(PlexusAeCompressQuality, QualityHasAShortNameAndTakesANumber) {
   auto short_name = testing::run_plexus_ae({"compress", "-q", "2", folder / "photo.png"}, folder.path());
   std::vector<testing::CommandResult> not_numbers;
   for (const std::string text : {"three", "0", "-1", "3x"})
-    not_numbers.push_back(testing::run_plexus_ae({"compress", "--quality=" + text, folder / "photo.png"}, folder.path()));
+    not_numbers.push_back(
+        testing::run_plexus_ae({"compress", "--quality=" + text, folder / "photo.png"}, folder.path()));
   auto between = testing::run_plexus_ae({"compress", "--quality", "3.5", folder / "photo.png"}, folder.path());
   ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
   EXPECT_EQ(between.exit_code, 1) << between.describe();
   EXPECT_TRUE(contains(between.err, "quality 3.5 lies between qualities 3 and 4, which are not rate levels of one "
-                                    "variable-rate model")) << between.err;
+                                    "variable-rate model"))
+      << between.err;
   EXPECT_EQ(short_name.exit_code, 1) << short_name.describe();
   EXPECT_TRUE(contains(short_name.err, "quality 2 (bmshj2018-hyperprior, lambda 0.0067) is not shipped"))
       << short_name.err;
@@ -364,16 +377,18 @@ TEST(PlexusAeCompressQuality, TheShippedQualitiesCodeAnImage) {
   ScratchFolder folder{"ae-quality-shipped"};
   const std::string original = std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png";
   double previous_bpp = 0;
-  for (const auto& [quality, least_psnr] : std::vector<std::pair<std::string, double>>{{"1", 27}, {"3.5", 31}, {"6", 34}}) {
+  for (const auto& [quality, least_psnr] :
+       std::vector<std::pair<std::string, double>>{{"1", 27}, {"3.5", 31}, {"6", 34}}) {
     const std::string file = folder / ("q" + quality + ".pxae");
-    auto compressed = testing::run_plexus_ae({"compress", "--quality", quality, original, "-o", file, "--device", "cpu"},
-                                             folder.path());
+    auto compressed = testing::run_plexus_ae(
+        {"compress", "--quality", quality, original, "-o", file, "--device", "cpu"}, folder.path());
     ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
     const double bpp = 8.0 * static_cast<double>(std::filesystem::file_size(file)) / (500.0 * 500.0);
     EXPECT_GT(bpp, previous_bpp) << "quality " << quality;
     EXPECT_LT(bpp, 1.5) << "quality " << quality;
     previous_bpp = bpp;
-    auto decompressed = testing::run_plexus_ae({"decompress", file, "-o", file + ".png", "--device", "cpu"}, folder.path());
+    auto decompressed =
+        testing::run_plexus_ae({"decompress", file, "-o", file + ".png", "--device", "cpu"}, folder.path());
     ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
     const data::Image a = data::read_image(original), b = data::read_image(file + ".png");
     ASSERT_EQ(a.width, b.width);

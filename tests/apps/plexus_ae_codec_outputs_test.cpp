@@ -48,15 +48,15 @@ class PlexusAeCodecOutputs : public ::testing::Test {
 };
 
 TEST_F(PlexusAeCodecOutputs, SeveralInputsNeedAFolderOutput) {
-  auto result = run({"compress", "--model", absent_model, folder / "a/x.png", folder / "b/x.png", "-o",
-                     folder / "one.pxae"});
+  auto result =
+      run({"compress", "--model", absent_model, folder / "a/x.png", folder / "b/x.png", "-o", folder / "one.pxae"});
   expect_refused(result, "several inputs need -o to be a folder: end it with '/' or name an existing folder");
   EXPECT_FALSE(fs::exists(folder / "one.pxae"));
 }
 
 TEST_F(PlexusAeCodecOutputs, InputsOfTheSameNameAreRefusedWithoutCreatingTheFolder) {
-  auto result = run({"compress", "--model", absent_model, folder / "a/x.png", folder / "b/x.png", "-o",
-                     folder / "out/"});
+  auto result =
+      run({"compress", "--model", absent_model, folder / "a/x.png", folder / "b/x.png", "-o", folder / "out/"});
   expect_refused(result, "would both be written to '" + (folder / "out/x.pxae") + "'");
   EXPECT_FALSE(fs::exists(folder / "out"));
 }
@@ -116,18 +116,18 @@ TEST_F(PlexusAeCodecOutputs, AReadOnlyFolderIsRefusedWithTheReason) {
   auto result = as_user({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/x.pxae"});
   auto nested = as_user({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "read-only/new/"});
   fs::permissions(folder / "read-only", fs::perms::owner_all);
-  expect_refused(result, "cannot write '" + (folder / "read-only/x.pxae") + "': its folder '" +
-                             (folder / "read-only") + "': Permission denied");
+  expect_refused(result, "cannot write '" + (folder / "read-only/x.pxae") + "': its folder '" + (folder / "read-only") +
+                             "': Permission denied");
   expect_refused(nested, "Permission denied");
 }
 
 TEST_F(PlexusAeCodecOutputs, AFolderAsInputSaysHowToGiveItsFiles) {
   auto result = run({"compress", "--model", absent_model, folder / "a/"});
-  expect_refused(result, "'" + (folder / "a") + "' is a folder; to compress the images in it, give them: " +
-                             (folder / "a/*.png"));
+  expect_refused(
+      result, "'" + (folder / "a") + "' is a folder; to compress the images in it, give them: " + (folder / "a/*.png"));
   auto decompress = run({"decompress", "--model", absent_model, folder / "a"});
-  expect_refused(decompress, "'" + (folder / "a") + "' is a folder; to decompress the files in it, give them: " +
-                                 (folder / "a/*.pxae"));
+  expect_refused(decompress, "'" + (folder / "a") +
+                                 "' is a folder; to decompress the files in it, give them: " + (folder / "a/*.pxae"));
 }
 
 // With a model: what the default names and created folders are.

@@ -39,11 +39,34 @@ TEST(PlexusAeCudaGraph, CudaGraphOnAndOffTrainAlike) {
   testing::save_png(folder / "images/b.png", testing::position_image(40, 52));
   std::map<std::string, std::vector<double>> losses;
   for (const std::string graph : {"on", "off"}) {
-    auto result = testing::run_plexus_ae(
-        {"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch", "16",
-         "--batch", "2", "--lr", "0.005", "--steps", "12", "--log-every", "3", "--seed", "3", "--device", "cuda",
-         "--cuda-graph", graph, "--val", folder / "images", "--val-every", "5", "--out", folder / graph},
-        folder.path());
+    auto result = testing::run_plexus_ae({"train",
+                                          "--data",
+                                          folder / "images",
+                                          "--model",
+                                          testing::test_model("tiny.json"),
+                                          "--patch",
+                                          "16",
+                                          "--batch",
+                                          "2",
+                                          "--lr",
+                                          "0.005",
+                                          "--steps",
+                                          "12",
+                                          "--log-every",
+                                          "3",
+                                          "--seed",
+                                          "3",
+                                          "--device",
+                                          "cuda",
+                                          "--cuda-graph",
+                                          graph,
+                                          "--val",
+                                          folder / "images",
+                                          "--val-every",
+                                          "5",
+                                          "--out",
+                                          folder / graph},
+                                         folder.path());
     ASSERT_EQ(result.exit_code, 0) << result.describe();
     EXPECT_FALSE(contains(result.err, "CUDA graph off")) << result.err;
     losses[graph] = logged_losses(folder / (graph + "/metrics.jsonl"));

@@ -44,7 +44,9 @@ class PlexusAeDataParallel : public ::testing::Test {
   std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
     return testing::tiny_train_args(folder / "images", folder / out, steps, std::move(extra));
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   // tiny_run on the GPU.
   testing::CommandResult gpu_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra) {
     auto args = tiny_run(out, steps, std::move(extra));
@@ -60,11 +62,13 @@ TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
   auto single = run(tiny_run("single", 23));
   ASSERT_EQ(single.exit_code, 0) << single.describe();
   // Buckets of 1 KiB: the tiny model's gradients are reduced in several.
-  auto worker = run(tiny_run("worker", 23, {"--gpus", "1", "--replica-check-every", "5", "--gradient-bucket-mb", "0.001"}));
+  auto worker =
+      run(tiny_run("worker", 23, {"--gpus", "1", "--replica-check-every", "5", "--gradient-bucket-mb", "0.001"}));
   ASSERT_EQ(worker.exit_code, 0) << worker.describe();
   EXPECT_TRUE(contains(worker.err, "started 1 worker(s)")) << worker.err;
   EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cpu (in-process)")) << worker.err;
-  EXPECT_TRUE(testing::same_tensors(folder / "single/checkpoint.safetensors", folder / "worker/checkpoint.safetensors"));
+  EXPECT_TRUE(
+      testing::same_tensors(folder / "single/checkpoint.safetensors", folder / "worker/checkpoint.safetensors"));
   EXPECT_TRUE(testing::same_tensors(folder / "single/model.safetensors", folder / "worker/model.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(folder / "worker/.rendezvous-0"));
   for (const auto& entry : std::filesystem::directory_iterator(folder / "worker"))
@@ -88,8 +92,8 @@ TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
     ASSERT_EQ(worker.exit_code, 0) << worker.describe();
     EXPECT_TRUE(contains(worker.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << worker.err;
     EXPECT_EQ(contains(worker.err, "CUDA graph on"), graph == "on") << worker.err;
-    const double largest =
-        testing::largest_difference(folder / "gpu-single/checkpoint.safetensors", folder / (out + "/checkpoint.safetensors"));
+    const double largest = testing::largest_difference(folder / "gpu-single/checkpoint.safetensors",
+                                                       folder / (out + "/checkpoint.safetensors"));
     std::printf("--gpus 1 (CUDA graph %s) against one process on the GPU: largest checkpoint difference %g\n",
                 graph.c_str(), largest);
     EXPECT_LE(largest, 1e-6) << "CUDA graph " << graph;
@@ -114,8 +118,8 @@ TEST_F(PlexusAeDataParallel, TwoGpuWorkersTrainAlikeWithAndWithoutTheCudaGraph) 
   auto eager = gpu_run("two-eager", 23, args);
   ASSERT_EQ(eager.exit_code, 0) << eager.describe();
   EXPECT_FALSE(contains(eager.err, "CUDA graph on")) << eager.err;
-  const double largest =
-      testing::largest_difference(folder / "two-graph/checkpoint.safetensors", folder / "two-eager/checkpoint.safetensors");
+  const double largest = testing::largest_difference(folder / "two-graph/checkpoint.safetensors",
+                                                     folder / "two-eager/checkpoint.safetensors");
   std::printf("--gpus 2, CUDA graph on against off: largest checkpoint difference %g\n", largest);
   EXPECT_LE(largest, 1e-6);
 }
@@ -186,8 +190,8 @@ TEST_F(PlexusAeDataParallel, RefusesWorkerCountsItCannotRun) {
 // NCCL the message says to install it; with NCCL and fewer than 2 GPUs it
 // says how many are visible. A machine with 2 GPUs and NCCL trains.
 TEST_F(PlexusAeDataParallel, TwoGpusWithoutNcclOrWithoutTwoGpusIsAClearError) {
-  auto result = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch",
-                     "16", "--steps", "2", "--gpus", "2", "--out", folder / "two"});
+  auto result = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny.json"), "--patch", "16",
+                     "--steps", "2", "--gpus", "2", "--out", folder / "two"});
   if (result.exit_code == 0) {  // nothing to refuse here
     EXPECT_TRUE(distributed::built_with_nccl());
     EXPECT_TRUE(contains(result.err, "started 2 worker(s)")) << result.err;
@@ -199,8 +203,7 @@ TEST_F(PlexusAeDataParallel, TwoGpusWithoutNcclOrWithoutTwoGpusIsAClearError) {
     EXPECT_TRUE((contains(result.err, "requested, but") && contains(result.err, "CUDA GPU(s) are visible")) ||
                 contains(result.err, "built without CUDA"))
         << result.err;
-  else
-    EXPECT_TRUE(contains(result.err, "--gpus 2 needs NCCL, and this build of plexus-ae has none")) << result.err;
+  else EXPECT_TRUE(contains(result.err, "--gpus 2 needs NCCL, and this build of plexus-ae has none")) << result.err;
   EXPECT_FALSE(contains(result.err, "started 2 worker(s)")) << result.err;
 }
 
@@ -231,8 +234,8 @@ TEST(WorkerSupervisor, AFailedWorkerTakesTheOthersDown) {
 // Each worker sees its rank, the world size and the rendezvous path.
 TEST(WorkerSupervisor, GivesEachWorkerItsRankAndTheRendezvousFile) {
   ScratchFolder folder("supervisor-env");
-  const std::string script = "echo \"$PLEXUS_RANK $PLEXUS_WORLD_SIZE $PLEXUS_RENDEZVOUS\" > " + folder.path() +
-                             "/rank-$PLEXUS_RANK";
+  const std::string script =
+      "echo \"$PLEXUS_RANK $PLEXUS_WORLD_SIZE $PLEXUS_RENDEZVOUS\" > " + folder.path() + "/rank-$PLEXUS_RANK";
   EXPECT_EQ(train::supervise_workers({"/bin/sh", "-c", script}, 2, folder / "meet"), train::kExitOk);
   for (int rank : {0, 1})
     EXPECT_EQ(testing::read_bytes(folder / ("rank-" + std::to_string(rank))),

@@ -24,15 +24,18 @@ class PlexusAeEval : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::save_png(folder / "train/a.png", testing::position_image(48, 40));
-    auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
-                        "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out", folder / "run"});
+    auto trained =
+        run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
+             "--batch", "2", "--lr", "0.005", "--steps", "10", "--device", "cpu", "--out", folder / "run"});
     ASSERT_EQ(trained.exit_code, 0) << trained.describe();
     // 21x13 and 8x30: neither side a multiple of the stride (4) in the first.
     testing::save_png(folder / "eval/odd.png", testing::position_image(21, 13));
     testing::save_png(folder / "eval/nested/tall.png", testing::position_image(8, 30));
     testing::write_bytes(folder / "eval/broken.png", "not a png at all");
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   ScratchFolder folder{"ae-eval"};
 };
 
@@ -108,7 +111,8 @@ std::string without_times(const std::string& table) {
 }
 
 TEST_F(PlexusAeEval, CheckpointEvaluatesLikeTheModelFileWithoutOut) {
-  auto from_model = run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
+  auto from_model =
+      run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
   auto from_checkpoint =
       run({"eval", "--model", folder / "run/checkpoint.safetensors", "--data", folder / "eval", "--device", "cpu"});
   ASSERT_EQ(from_model.exit_code, 0) << from_model.describe();
@@ -126,8 +130,10 @@ TEST_F(PlexusAeEval, CudaTrainingAndEvaluationAgreeWithTheCpu) {
   auto trained = run({"train", "--data", folder / "train", "--model", testing::test_model("tiny.json"), "--patch", "16",
                       "--batch", "2", "--lr", "0.005", "--steps", "20", "--device", "cuda", "--out", folder / "gpu"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
-  auto on_gpu = run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cuda"});
-  auto on_cpu = run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
+  auto on_gpu =
+      run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cuda"});
+  auto on_cpu =
+      run({"eval", "--model", folder / "gpu/model.safetensors", "--data", folder / "eval", "--device", "cpu"});
   ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu.describe();
   ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.describe();
   auto [gpu_psnr, gpu_bpp] = table_row(on_gpu.out, "mean");
@@ -137,8 +143,8 @@ TEST_F(PlexusAeEval, CudaTrainingAndEvaluationAgreeWithTheCpu) {
 }
 
 TEST_F(PlexusAeEval, RefusesToWriteOverTheOriginals) {
-  auto result = run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--out",
-                     folder / "eval/"});
+  auto result =
+      run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "eval", "--out", folder / "eval/"});
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "would overwrite the originals")) << result.err;
 }

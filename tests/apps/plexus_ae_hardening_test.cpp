@@ -35,12 +35,15 @@ class PlexusAeHardening : public ::testing::Test {
   }
   std::vector<std::string> tiny_run(const std::string& out, std::vector<std::string> extra = {},
                                     const std::string& model = testing::test_model("tiny.json")) {
-    std::vector<std::string> args{"train", "--data", folder / "train", "--model", model, "--patch", "16", "--batch",
-                                  "2", "--steps", "4", "--device", "cpu", "--threads", "1", "--out", folder / out};
+    std::vector<std::string> args{"train",   "--data", folder / "train", "--model", model,      "--patch", "16",
+                                  "--batch", "2",      "--steps",        "4",       "--device", "cpu",     "--threads",
+                                  "1",       "--out",  folder / out};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   // Runs to completion and expects exit code 1 with `fragment` on stderr.
   void expect_failure(const std::vector<std::string>& args, const std::string& fragment) {
     const auto result = run(args);
@@ -71,11 +74,13 @@ class PlexusAeHardening : public ::testing::Test {
 };
 
 TEST_F(PlexusAeHardening, ConvolutionSizesThatOverflowedAreRefusedByName) {
-  expect_failure(tiny_run("a", {}, spec_with("g_a0", {{"out_channels", 8}, {"kernel", 4294967296LL}, {"padding", 2147483646}})),
-                 "node 'g_a0' (Conv2d): parameter 'kernel' must be in [1, 4096], got 4294967296");
-  expect_failure(tiny_run("b", {}, spec_with("g_s0", {{"out_channels", 8}, {"kernel", 5}, {"stride", 4294967296LL},
-                                                      {"padding", 2}})),
-                 "node 'g_s0' (ConvTranspose2d): parameter 'stride' must be in [1, 4096], got 4294967296");
+  expect_failure(
+      tiny_run("a", {}, spec_with("g_a0", {{"out_channels", 8}, {"kernel", 4294967296LL}, {"padding", 2147483646}})),
+      "node 'g_a0' (Conv2d): parameter 'kernel' must be in [1, 4096], got 4294967296");
+  expect_failure(
+      tiny_run("b", {},
+               spec_with("g_s0", {{"out_channels", 8}, {"kernel", 5}, {"stride", 4294967296LL}, {"padding", 2}})),
+      "node 'g_s0' (ConvTranspose2d): parameter 'stride' must be in [1, 4096], got 4294967296");
   expect_failure(tiny_run("c", {}, spec_with("g_a0", {{"out_channels", 8}, {"kernel", 18446744073709551615ULL}})),
                  "parameter 'kernel' is too large for a 64-bit integer, got 18446744073709551615");
   expect_failure(tiny_run("d", {}, spec_with("g_a1", {{"out_channels", 100000}, {"kernel", 5}})),
@@ -163,7 +168,8 @@ TEST_F(PlexusAeHardening, SavedSettingsOutOfRangeAreRefusedOnResume) {
 TEST_F(PlexusAeHardening, MetricsLogWithAValueOfTheWrongTypeNamesFileAndLine) {
   const auto first = run(tiny_run("run", {"--checkpoint-every", "2", "--log-every", "1"}));
   ASSERT_EQ(first.exit_code, 0) << first.describe();
-  testing::write_bytes(folder / "run/metrics.jsonl", "{\"kind\": \"train\", \"step\": 1}\n{\"kind\": \"train\", \"step\": \"two\"}\n");
+  testing::write_bytes(folder / "run/metrics.jsonl",
+                       "{\"kind\": \"train\", \"step\": 1}\n{\"kind\": \"train\", \"step\": \"two\"}\n");
   expect_failure({"train", "--out", folder / "run", "--resume", "--steps", "6", "--device", "cpu"},
                  "metrics.jsonl line 2: at /step: type must be number, but is string");
 }
@@ -264,8 +270,8 @@ TEST_F(PlexusAeHardening, EvalOnAFullDiskFailsAndLeavesNoTruncatedFile) {
     setrlimit(RLIMIT_FSIZE, &limit);
     dup2(pipe_ends[1], 2);
     close(pipe_ends[0]);
-    execl(PLEXUS_AE_EXECUTABLE, PLEXUS_AE_EXECUTABLE, "eval", "--model", model.c_str(), "--data", data.c_str(),
-          "--out", out.c_str(), "--device", "cpu", static_cast<char*>(nullptr));
+    execl(PLEXUS_AE_EXECUTABLE, PLEXUS_AE_EXECUTABLE, "eval", "--model", model.c_str(), "--data", data.c_str(), "--out",
+          out.c_str(), "--device", "cpu", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(pipe_ends[1]);

@@ -39,25 +39,28 @@ class PlexusAeHyperprior : public ::testing::Test {
     testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
     testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   ScratchFolder folder{"ae-hyperprior"};
 };
 
 TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
-  auto trained = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64",
-                      "--batch", "1", "--steps", "2", "--device", "cpu", "--threads", "1", "--lr-schedule", "final",
-                      "--out", folder / "run"});
+  auto trained =
+      run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64", "--batch", "1",
+           "--steps", "2", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code it")) << trained.err;  // a spec the codec handles: no warning
   ASSERT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
 
-  auto patch = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "48",
-                    "--steps", "1", "--device", "cpu", "--out", folder / "bad"});
+  auto patch = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "48", "--steps",
+                    "1", "--device", "cpu", "--out", folder / "bad"});
   EXPECT_EQ(patch.exit_code, 1) << patch.describe();
   EXPECT_TRUE(contains(patch.err, "is not a multiple of the model's stride 64")) << patch.err;
 
-  auto evaluated = run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "images", "--device", "cpu"});
+  auto evaluated =
+      run({"eval", "--model", folder / "run/model.safetensors", "--data", folder / "images", "--device", "cpu"});
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.out, "a.png")) << evaluated.out;
   EXPECT_FALSE(contains(evaluated.err, "reporting the estimated rate only")) << evaluated.err;
@@ -74,11 +77,12 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   EXPECT_EQ(in_place.exit_code, 1) << in_place.describe();
   EXPECT_TRUE(contains(in_place.err, "so that the full-precision model is kept")) << in_place.err;
 
-  auto exported = run({"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors",
-                       "--storage", "f16"});
+  auto exported = run(
+      {"export", "--model", folder / "run/model.safetensors", "--out", folder / "f16.safetensors", "--storage", "f16"});
   ASSERT_EQ(exported.exit_code, 0) << exported.describe();
   EXPECT_TRUE(contains(exported.out, "128 channels of coding tables and the integer network's calibration, "
-                                     "model fingerprint")) << exported.out;
+                                     "model fingerprint"))
+      << exported.out;
   EXPECT_TRUE(contains(exported.out, "parameters stored as f16")) << exported.out;
   const TensorFile full = load_safetensors(folder / "run/model.safetensors");
   const TensorFile half = load_safetensors(folder / "f16.safetensors");
@@ -98,13 +102,16 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
   auto calibrated = run({"export", "--model", folder / "f16.safetensors", "--out", folder / "calibrated.safetensors",
                          "--calibration-images", folder / "images"});
   ASSERT_EQ(calibrated.exit_code, 0) << calibrated.describe();
-  EXPECT_TRUE(contains(load_safetensors(folder / "calibrated.safetensors").metadata.at("plexus_ae.integer_hyper_synthesis"),
-                       "2 image(s)"));
+  EXPECT_TRUE(
+      contains(load_safetensors(folder / "calibrated.safetensors").metadata.at("plexus_ae.integer_hyper_synthesis"),
+               "2 image(s)"));
   auto with_calibrated = run({"compress", "--model", folder / "calibrated.safetensors", folder / "images/b.png", "-o",
                               folder / "b.pxae", "--device", "cpu"});
   ASSERT_EQ(with_calibrated.exit_code, 0) << with_calibrated.describe();
   ASSERT_EQ(run({"decompress", "--model", folder / "calibrated.safetensors", folder / "b.pxae", "-o",
-                 folder / "b-decoded.png", "--device", "cpu"}).exit_code, 0);
+                 folder / "b-decoded.png", "--device", "cpu"})
+                .exit_code,
+            0);
 
   auto from_half = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64",
                         "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1", "--init-from",
@@ -117,9 +124,9 @@ TEST_F(PlexusAeHyperprior, TrainsEvaluatesCompressesAndExportsF16) {
 }
 
 TEST_F(PlexusAeHyperprior, ExportsInt8WeightsThatCompressAndDecompress) {
-  auto trained = run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64",
-                      "--batch", "1", "--steps", "2", "--device", "cpu", "--threads", "1", "--lr-schedule", "final",
-                      "--out", folder / "run"});
+  auto trained =
+      run({"train", "--data", folder / "images", "--model", "bmshj2018-hyperprior", "--patch", "64", "--batch", "1",
+           "--steps", "2", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   const std::string full_path = folder / "run/model.safetensors", int8_path = folder / "int8.safetensors";
   auto in_place = run({"export", "--model", full_path, "--storage", "int8"});
@@ -164,8 +171,8 @@ TEST_F(PlexusAeHyperprior, ExportsInt8WeightsThatCompressAndDecompress) {
     for (double v : a) largest = std::max(largest, std::abs(v));
     for (std::size_t i = 0; i < a.size(); ++i) {
       // I8: within half a step of its channel's scale, itself at most the tensor's largest / 127.
-      const double bound = dtype == "I8" ? largest / 254 * (1 + 1e-6)
-                                         : std::ldexp(std::abs(a[i]), -11) + std::ldexp(1.0, -25);
+      const double bound =
+          dtype == "I8" ? largest / 254 * (1 + 1e-6) : std::ldexp(std::abs(a[i]), -11) + std::ldexp(1.0, -25);
       ASSERT_LE(std::abs(a[i] - b[i]), bound) << name << " (" << dtype << ") " << i;
     }
     if (dtype != "I8") EXPECT_EQ(dtype, "F16") << name;
@@ -176,9 +183,13 @@ TEST_F(PlexusAeHyperprior, ExportsInt8WeightsThatCompressAndDecompress) {
   // with the same images gives the same tables and calibration, bit for bit.
   const std::string calibrated = folder / "int8-calibrated.safetensors", again = folder / "again.safetensors";
   ASSERT_EQ(run({"export", "--model", full_path, "--out", calibrated, "--storage", "int8", "--calibration-images",
-                 folder / "images"}).exit_code, 0);
+                 folder / "images"})
+                .exit_code,
+            0);
   ASSERT_EQ(run({"export", "--model", calibrated, "--out", again, "--storage", "f32", "--calibration-images",
-                 folder / "images"}).exit_code, 0);
+                 folder / "images"})
+                .exit_code,
+            0);
   const TensorFile first = load_safetensors(calibrated), second = load_safetensors(again);
   int coding = 0;
   for (const auto& [name, tensor] : first.tensors) {
@@ -189,8 +200,8 @@ TEST_F(PlexusAeHyperprior, ExportsInt8WeightsThatCompressAndDecompress) {
   EXPECT_GT(coding, 4);
 
   for (const std::string& model : {int8_path, calibrated}) {
-    auto compressed = run({"compress", "--model", model, folder / "images/a.png", "-o", folder / "a.pxae",
-                           "--device", "cpu", "--overwrite"});
+    auto compressed = run({"compress", "--model", model, folder / "images/a.png", "-o", folder / "a.pxae", "--device",
+                           "cpu", "--overwrite"});
     ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
     auto decompressed = run({"decompress", "--model", model, folder / "a.pxae", "-o", folder / "a-decoded.png",
                              "--device", "cpu", "--overwrite"});
@@ -201,8 +212,8 @@ TEST_F(PlexusAeHyperprior, ExportsInt8WeightsThatCompressAndDecompress) {
 
 TEST_F(PlexusAeHyperprior, ASpecTheCodecCannotCodeIsNamedBeforeTheFirstStep) {
   auto trained = run({"train", "--data", folder / "images", "--model",
-                      testing::test_model("tiny_hyperprior_means.json"), "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu", "--threads", "1",
-                      "--out", folder / "means"});
+                      testing::test_model("tiny_hyperprior_means.json"), "--patch", "64", "--batch", "1", "--steps",
+                      "1", "--device", "cpu", "--threads", "1", "--out", folder / "means"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();  // it trains all the same
   const std::string warning =
       "warning: model 'tiny-hyperprior-means' trains, but compress/export cannot code it yet: its latent 'y_hat' must "

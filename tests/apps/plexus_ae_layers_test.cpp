@@ -41,7 +41,9 @@ std::string parameter_line(const std::string& block, const std::string& key) {
 
 class PlexusAeLayers : public ::testing::Test {
  protected:
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   ScratchFolder folder{"ae-layers"};
 };
 

@@ -19,9 +19,9 @@ using testing::ScratchFolder;
 // compress `image` with the trained folder/run/model.safetensors on the CPU:
 // a file of format `version`, which decompress decodes to a `size` image.
 void expect_round_trip(const ScratchFolder& folder, const std::string& image, int version, const std::string& size) {
-  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", image, "-o",
-                                            folder / "b.pxae", "--device", "cpu"},
-                                           folder.path());
+  auto compressed = testing::run_plexus_ae(
+      {"compress", "--model", folder / "run/model.safetensors", image, "-o", folder / "b.pxae", "--device", "cpu"},
+      folder.path());
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   std::ifstream file(folder / "b.pxae", std::ios::binary);
   char header[6] = {};
@@ -38,10 +38,10 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ScratchFolder folder{"ae-mbt2018-mean"};
   testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
   testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "mbt2018-mean", "--patch",
-                                         "64", "--batch", "1", "--steps", "2", "--device", "cpu", "--threads", "1",
-                                         "--lr-schedule", "final", "--out", folder / "run"},
-                                        folder.path());
+  auto trained = testing::run_plexus_ae(
+      {"train", "--data", folder / "images", "--model", "mbt2018-mean", "--patch", "64", "--batch", "1", "--steps", "2",
+       "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+      folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   ASSERT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
@@ -57,10 +57,10 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
 TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu) {
   ScratchFolder folder{"ae-cheng2020"};
   testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "cheng2020-attn-mean",
-                                         "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu",
-                                         "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-                                        folder.path());
+  auto trained = testing::run_plexus_ae(
+      {"train", "--data", folder / "images", "--model", "cheng2020-attn-mean", "--patch", "64", "--batch", "1",
+       "--steps", "1", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+      folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
@@ -70,10 +70,10 @@ TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu
 TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCpu) {
   ScratchFolder folder{"ae-minnen2020"};
   testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "minnen2020-channel",
-                                         "--patch", "64", "--batch", "1", "--steps", "1", "--device", "cpu",
-                                         "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-                                        folder.path());
+  auto trained = testing::run_plexus_ae(
+      {"train", "--data", folder / "images", "--model", "minnen2020-channel", "--patch", "64", "--batch", "1",
+       "--steps", "1", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+      folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;

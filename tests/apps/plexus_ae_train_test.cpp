@@ -42,7 +42,9 @@ class PlexusAeTrain : public ::testing::Test {
   std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra = {}) {
     return testing::tiny_train_args(folder / "images", folder / out, steps, std::move(extra));
   }
-  testing::CommandResult run(const std::vector<std::string>& args) { return testing::run_plexus_ae(args, folder.path()); }
+  testing::CommandResult run(const std::vector<std::string>& args) {
+    return testing::run_plexus_ae(args, folder.path());
+  }
   ScratchFolder folder{"ae-train"};
 };
 
@@ -53,8 +55,8 @@ TEST_F(PlexusAeTrain, LossFallsAndMetricsAreLogged) {
   EXPECT_TRUE(std::filesystem::exists(folder / "run/checkpoint.safetensors"));
   auto train = read_metrics(folder / "run/metrics.jsonl", "train");
   ASSERT_EQ(train.size(), 8u);
-  for (const char* key : {"step", "loss", "mse", "bpp", "psnr", "lr", "images_per_second", "loader_wait_seconds",
-                          "elapsed_seconds"})
+  for (const char* key :
+       {"step", "loss", "mse", "bpp", "psnr", "lr", "images_per_second", "loader_wait_seconds", "elapsed_seconds"})
     EXPECT_TRUE(train[0].contains(key)) << key;
   EXPECT_EQ(train.back()["step"], 80);
   const double first = train.front()["loss"], last = train.back()["loss"];
@@ -90,12 +92,12 @@ TEST_F(PlexusAeTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
 // bit for bit only if both did (a run clipped at the default 1.0 differs
 // from one clipped at 0.05, checked below, and the lr is checked per step).
 TEST_F(PlexusAeTrain, ClippingAndScheduleAreRecordedAndResumed) {
-  const std::vector<std::string> recipe{"--checkpoint-every", "5",   "--clip-grad-norm", "0.05", "--lr-schedule",
-                                        "step",               "--lr-step-every", "4", "--lr-decay", "0.5",
-                                        "--log-every",        "1"};
+  const std::vector<std::string> recipe{"--checkpoint-every", "5", "--clip-grad-norm", "0.05", "--lr-schedule", "step",
+                                        "--lr-step-every",    "4", "--lr-decay",       "0.5",  "--log-every",   "1"};
   auto whole = run(tiny_run("whole", 12, recipe));
   ASSERT_EQ(whole.exit_code, 0) << whole.describe();
-  auto unclipped = run(tiny_run("unclipped", 12, {"--lr-schedule", "step", "--lr-step-every", "4", "--lr-decay", "0.5"}));
+  auto unclipped =
+      run(tiny_run("unclipped", 12, {"--lr-schedule", "step", "--lr-step-every", "4", "--lr-decay", "0.5"}));
   ASSERT_EQ(unclipped.exit_code, 0) << unclipped.describe();
   EXPECT_FALSE(same_tensors(folder / "whole/model.safetensors", folder / "unclipped/model.safetensors"))
       << "clipping at 0.05 must change this run";
@@ -134,7 +136,8 @@ TEST_F(PlexusAeTrain, CtrlCSavesACheckpointAndTheResumedRunMatches) {
   testing::Process process(PLEXUS_AE_EXECUTABLE, tiny_run("interrupted", 100000, {"--log-every", "1"}), folder.path());
   // Interrupt once a few steps are logged.
   ASSERT_TRUE(testing::wait_until(
-      [&] { return read_metrics(folder / "interrupted/metrics.jsonl", "train").size() >= 3 || !process.running(); }, 120))
+      [&] { return read_metrics(folder / "interrupted/metrics.jsonl", "train").size() >= 3 || !process.running(); },
+      120))
       << "no progress within 120 s";
   process.send(SIGINT);
   auto result = process.wait();
@@ -156,14 +159,36 @@ TEST_F(PlexusAeTrain, CtrlCSavesACheckpointAndTheResumedRunMatches) {
 
 TEST_F(PlexusAeTrain, NanLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   // PoisonAfter turns the reconstruction into NaN from the 6th training step.
-  auto poisoned = run({"train", "--data", folder / "images", "--model", testing::test_model("tiny_poisoned.json"),
-                       "--plugin", PLEXUS_TEST_POISON_PLUGIN, "--patch", "16", "--batch", "2", "--lr", "0.005",
-                       "--steps", "50", "--seed", "3", "--device", "cpu", "--threads", "1", "--checkpoint-every", "4",
-                       "--out", folder / "poisoned"});
+  auto poisoned = run({"train",
+                       "--data",
+                       folder / "images",
+                       "--model",
+                       testing::test_model("tiny_poisoned.json"),
+                       "--plugin",
+                       PLEXUS_TEST_POISON_PLUGIN,
+                       "--patch",
+                       "16",
+                       "--batch",
+                       "2",
+                       "--lr",
+                       "0.005",
+                       "--steps",
+                       "50",
+                       "--seed",
+                       "3",
+                       "--device",
+                       "cpu",
+                       "--threads",
+                       "1",
+                       "--checkpoint-every",
+                       "4",
+                       "--out",
+                       folder / "poisoned"});
   EXPECT_EQ(poisoned.exit_code, 1) << poisoned.describe();
   EXPECT_TRUE(contains(poisoned.err, "the loss is NaN at step 6")) << poisoned.err;
   EXPECT_TRUE(contains(poisoned.err, "The last good checkpoint, '" + (folder / "poisoned/checkpoint.safetensors") +
-                                         "' at step 4, is kept")) << poisoned.err;
+                                         "' at step 4, is kept"))
+      << poisoned.err;
   EXPECT_FALSE(std::filesystem::exists(folder / "poisoned/model.safetensors"));
   // The kept checkpoint is the step-4 state: equal to a clean 4-step run's
   // (the poison layer is an identity until then and has no parameters).
@@ -188,12 +213,13 @@ TEST_F(PlexusAeTrain, EvalWithoutThePluginNamesThePluginTheModelWasTrainedWith) 
                       "--plugin", PLEXUS_TEST_POISON_PLUGIN, "--patch", "16", "--batch", "1", "--steps", "2",
                       "--device", "cpu", "--out", folder / "with_plugin"});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
-  auto eval = run({"eval", "--model", folder / "with_plugin/model.safetensors", "--data", folder / "images",
-                   "--device", "cpu"});
+  auto eval = run(
+      {"eval", "--model", folder / "with_plugin/model.safetensors", "--data", folder / "images", "--device", "cpu"});
   EXPECT_NE(eval.exit_code, 0) << eval.describe();
   const std::string plugin_file = std::filesystem::path(PLEXUS_TEST_POISON_PLUGIN).filename().string();
   EXPECT_TRUE(contains(eval.err, "node 'poison' has type 'PoisonAfter', unknown here; the checkpoint was written "
-                                 "with the plugin " + plugin_file))
+                                 "with the plugin " +
+                                     plugin_file))
       << eval.err;
   EXPECT_TRUE(contains(eval.err, "--plugin")) << eval.err;
 }
@@ -246,17 +272,20 @@ std::vector<std::string> with(std::vector<std::string> args, const std::string& 
 TEST_F(PlexusAeTrain, InitFromStartsFromAnotherModelsWeights) {
   ASSERT_EQ(run(tiny_run("source", 20)).exit_code, 0);
   // One update at a negligible learning rate, from another seed: the weights are the source's.
-  auto result = run(with(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--seed", "9"),
-                         "--lr", "1e-12"));
+  auto result =
+      run(with(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--seed", "9"), "--lr",
+               "1e-12"));
   ASSERT_EQ(result.exit_code, 0) << result.describe();
   EXPECT_TRUE(contains(result.err, "tensor(s) loaded")) << result.err;
   EXPECT_FALSE(contains(result.err, "kept as initialised")) << result.err;
   int compared = 0;
-  EXPECT_TRUE(close_parameters(folder / "source/model.safetensors", folder / "tuned/model.safetensors", 1e-6, &compared));
+  EXPECT_TRUE(
+      close_parameters(folder / "source/model.safetensors", folder / "tuned/model.safetensors", 1e-6, &compared));
   EXPECT_GE(compared, 10);
   // Without --init-from, seed 9 starts elsewhere.
   ASSERT_EQ(run(with(with(tiny_run("scratch", 1), "--seed", "9"), "--lr", "1e-12")).exit_code, 0);
-  EXPECT_FALSE(close_parameters(folder / "source/model.safetensors", folder / "scratch/model.safetensors", 1e-6, &compared));
+  EXPECT_FALSE(
+      close_parameters(folder / "source/model.safetensors", folder / "scratch/model.safetensors", 1e-6, &compared));
 }
 
 TEST_F(PlexusAeTrain, InitFromListsWhatTheFileLacks) {
@@ -277,7 +306,8 @@ TEST_F(PlexusAeTrain, InitFromRefusesAShapeMismatchByName) {
   // g_s0 with 6 output channels (and IGDN and g_s1 follow): other shapes.
   const std::string from = R"("out_channels": 8, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)";
   ASSERT_NE(spec.find(from), std::string::npos);
-  spec.replace(spec.find(from), from.size(), R"("out_channels": 6, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)");
+  spec.replace(spec.find(from), from.size(),
+               R"("out_channels": 6, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)");
   std::ofstream(folder / "wider.json") << spec;
   auto result = run(with(tiny_run("tuned", 1, {"--init-from", folder / "source/model.safetensors"}), "--model",
                          folder / "wider.json"));

@@ -55,12 +55,15 @@ TEST_F(QualityCatalogTest, AShippedQualityGivesItsModelFile) {
 TEST_F(QualityCatalogTest, AQualityNotShippedSaysSoAndHowToTrainIt) {
   const std::string message = error_of(kTwo, 5);
   EXPECT_NE(message.find("quality 5 (bmshj2018-hyperprior, lambda 0.025) is not shipped with this plexus-ae"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find("plexus-ae train --data BSDS500/train --model bmshj2018-hyperprior --lambda 0.025"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find("plexus-ae export --model runs/q5/model.safetensors --storage int8 --out " +
                          (folder / "q5" / "model.safetensors").string()),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   const std::string unknown = error_of(kTwo, 4);
   EXPECT_NE(unknown.find("no quality 4"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("it lists 2, 5 (shipped: 2)"), std::string::npos) << unknown;
@@ -73,7 +76,8 @@ TEST_F(QualityCatalogTest, MalformedEntriesAreRefusedByName) {
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
   };
   refused(R"({"quality": 0, "spec": "s", "lambda": 0.1, "model": "a.safetensors"})", "not in 1..99");
-  refused(R"({"quality": 1.5, "spec": "s", "lambda": 0.1, "model": "a.safetensors"})", "\"quality\" must be an integer");
+  refused(R"({"quality": 1.5, "spec": "s", "lambda": 0.1, "model": "a.safetensors"})",
+          "\"quality\" must be an integer");
   refused(R"({"quality": 1, "spec": "s", "lambda": -1, "model": "a.safetensors"})", "\"lambda\"");
   refused(R"({"quality": 1, "spec": "../s", "lambda": 0.1, "model": "a.safetensors"})", "\"spec\"");
   refused(R"({"quality": 1, "spec": "s", "lambda": 0.1, "model": "../a.safetensors"})", "\"model\"");

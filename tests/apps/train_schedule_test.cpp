@@ -14,7 +14,7 @@ TEST(TrainProgress, PsnrOfAnMseOfUnitValues) {
   EXPECT_NEAR(psnr_of_mse(1.0), 0.0, 1e-12);
   EXPECT_NEAR(psnr_of_mse(0.01), 20.0, 1e-12);
   EXPECT_NEAR(psnr_of_mse(2.5e-5), 46.020599913279625, 1e-9);  // 40 + 10 log10(4)
-  EXPECT_NEAR(psnr_of_mse(0.0), 120.0, 1e-12);                   // floored at 1e-12
+  EXPECT_NEAR(psnr_of_mse(0.0), 120.0, 1e-12);                 // floored at 1e-12
 }
 
 TEST(TrainProgress, SmoothedStatsAreTheMeanAtFirstThenAMovingAverage) {

@@ -47,10 +47,9 @@ struct BitFlipOutcome {
   int rejected = 0;
   int total = 0;
 };
-inline BitFlipOutcome flip_coded_stream_bits(const std::vector<std::uint8_t>& bytes, std::size_t first_byte,
-                                             std::size_t byte_step, int bit_step,
-                                             const std::function<std::string(const std::vector<std::uint8_t>&)>&
-                                                 decode_error) {
+inline BitFlipOutcome flip_coded_stream_bits(
+    const std::vector<std::uint8_t>& bytes, std::size_t first_byte, std::size_t byte_step, int bit_step,
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
   BitFlipOutcome outcome;
   for (std::size_t byte = first_byte; byte + 4 < bytes.size(); byte += byte_step)
     for (int bit = 0; bit < 8; bit += bit_step) {

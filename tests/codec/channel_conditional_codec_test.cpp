@@ -205,9 +205,9 @@ TEST_F(ChannelConditionalCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   EXPECT_TRUE(contains(error_or_none([&] { ms.decompress(bytes.data(), bytes.size()); }),
                        "a channel-conditional file (format version 4), but 'ms.safetensors' is a "
                        "mean-scale-hyperprior model"));
-  const testing::BitFlipOutcome flips = testing::flip_coded_stream_bits(
-      bytes, kHyperpriorHeaderBytes, 7, 3,
-      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
+  const testing::BitFlipOutcome flips =
+      testing::flip_coded_stream_bits(bytes, kHyperpriorHeaderBytes, 7, 3,
+                                      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
   EXPECT_GT(flips.rejected, flips.total * 8 / 10) << flips.rejected << " of " << flips.total;
 }
 

@@ -62,7 +62,8 @@ inline ae::ImageEvaluation evaluate_with_weights(const ModelSpec& spec, const Re
 inline double code_bits(std::int32_t value, const codec::CodingTable& table) {
   const std::int64_t i = static_cast<std::int64_t>(value) - table.min;
   if (i >= 0 && i < table.count()) return -std::log2((table.cdf[i + 1] - table.cdf[i]) / 65536.0);
-  const std::uint32_t zigzag = (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
+  const std::uint32_t zigzag =
+      (static_cast<std::uint32_t>(value) << 1) ^ static_cast<std::uint32_t>(value < 0 ? -1 : 0);
   int nibbles = 1;
   while (nibbles < 8 && (zigzag >> (4 * nibbles)) != 0) ++nibbles;
   return -std::log2((table.cdf[table.count() + 1] - table.cdf[table.count()]) / 65536.0) + 3 + 4 * nibbles;
@@ -123,11 +124,11 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
 // roots in GDN.
 inline std::string train_for_rate_test(const std::string& spec_file, const std::string& folder) {
   const std::string source = PLEXUS_SOURCE_DIR;
-  auto trained = run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
-                                std::string(PLEXUS_TEST_MODELS) + "/" + spec_file, "--lambda", "0.01", "--patch", "32",
-                                "--batch", "4", "--steps", "300", "--lr", "0.005", "--device", "cpu", "--out",
-                                folder + "/run"},
-                               folder);
+  auto trained =
+      run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
+                     std::string(PLEXUS_TEST_MODELS) + "/" + spec_file, "--lambda", "0.01", "--patch", "32", "--batch",
+                     "4", "--steps", "300", "--lr", "0.005", "--device", "cpu", "--out", folder + "/run"},
+                    folder);
   EXPECT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_EQ(trained.err.find("cannot code"), std::string::npos) << trained.err;
   return folder + "/run/model.safetensors";

@@ -160,14 +160,16 @@ TEST_F(Codec, TruncatedFilesAreRejectedAtEveryLength) {
     if (size < 6) EXPECT_TRUE(contains(message, "not a plexus-ae compressed image")) << size << ": " << message;
     else EXPECT_TRUE(contains(message, "truncated")) << size << ": " << message;
   }
-  EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 1}),
-                       "truncated: the header announces a " + std::to_string(bytes.size() - 44) + "-byte coded stream"));
+  EXPECT_TRUE(
+      contains(decode_error({bytes.begin(), bytes.end() - 1}),
+               "truncated: the header announces a " + std::to_string(bytes.size() - 44) + "-byte coded stream"));
 }
 
 TEST_F(Codec, ExtendedFilesAreRejected) {
   std::vector<std::uint8_t> bytes = compressed();
   bytes.push_back(0);
-  EXPECT_TRUE(contains(decode_error(bytes), "extended: 1 unexpected byte(s) after the checksum")) << decode_error(bytes);
+  EXPECT_TRUE(contains(decode_error(bytes), "extended: 1 unexpected byte(s) after the checksum"))
+      << decode_error(bytes);
 }
 
 TEST_F(Codec, EverySingleBitFlipIsRejected) {
@@ -215,11 +217,13 @@ TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
       << decode_error(hyperprior);
   hyperprior[36] = 5;
   reseal(hyperprior);
-  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-2 file")) << decode_error(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-2 file"))
+      << decode_error(hyperprior);
   // Version 3 (the mean-scale hyperprior) has version 2's layout with kind 3.
   hyperprior[4] = 3;
   reseal(hyperprior);
-  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-3 file")) << decode_error(hyperprior);
+  EXPECT_TRUE(contains(decode_error(hyperprior), "model kind 5 in a format-version-3 file"))
+      << decode_error(hyperprior);
   hyperprior[36] = 3;
   reseal(hyperprior);
   EXPECT_TRUE(contains(decode_error(hyperprior), "a mean-scale-hyperprior file (format version 3), but "
@@ -245,7 +249,8 @@ TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   flagged[6] = 4;
   reseal(flagged);
   EXPECT_TRUE(contains(decode_error(flagged), "unknown flags 4 (this plexus-ae knows only bit 0, a grey image, and "
-                                              "bit 1, a rate level)")) << decode_error(flagged);
+                                              "bit 1, a rate level)"))
+      << decode_error(flagged);
   flagged[6] = 0;
   flagged[7] = 0x80;
   reseal(flagged);

@@ -28,7 +28,8 @@ constexpr std::int64_t kChannels = 4;
 // location: parameters moved off their initial values, channel c's output
 // bias shifted by 7 (c - 1.5) so the medians lie apart, one channel narrowed.
 std::unique_ptr<Layer> make_layer() {
-  auto layer = builtin_registry().create("FactorizedEntropyModel", "entropy", nlohmann::json{{"likelihood_bound", 0.0}});
+  auto layer =
+      builtin_registry().create("FactorizedEntropyModel", "entropy", nlohmann::json{{"likelihood_bound", 0.0}});
   const Shape shape{1, kChannels, 1, 1};
   layer->output_shapes({shape});
   layer->create_parameters({shape});
@@ -220,7 +221,8 @@ TEST(CodingTables, LoadRejectsDamagedTablesNamingTheTensor) {
   };
   EXPECT_NE(with_value("e.coding.offset", 1, 0.5).find("not an integer"), std::string::npos);
   EXPECT_NE(with_value("e.coding.cdf_length", 0, 1).find("cdf_length"), std::string::npos);
-  EXPECT_NE(with_value("e.coding.cdf", 2, 0).find("rise strictly"), std::string::npos) << with_value("e.coding.cdf", 2, 0);
+  EXPECT_NE(with_value("e.coding.cdf", 2, 0).find("rise strictly"), std::string::npos)
+      << with_value("e.coding.cdf", 2, 0);
   EXPECT_NE(with_value("e.coding.cdf", 0, 70000).find("not an integer in [0, 65536]"), std::string::npos);
 }
 

@@ -72,7 +72,7 @@ TEST(GaussianTables, RandomLatentsWithHugeOutliersRoundTrip) {
   for (int n = 0; n < 20000; ++n) {
     const int index = pick(rng);
     std::int32_t v = static_cast<std::int32_t>(std::llround(normal(rng) * t.scales[index]));
-    if (n % 97 == 0) v = any(rng);                          // an outlier anywhere in 32 bits
+    if (n % 97 == 0) v = any(rng);  // an outlier anywhere in 32 bits
     if (n % 101 == 0) v = std::numeric_limits<std::int32_t>::min();
     if (n % 103 == 0) v = std::numeric_limits<std::int32_t>::max();
     values.push_back(v);
@@ -99,7 +99,8 @@ TEST(GaussianTables, CodeLengthIsCloseToTheEntropy) {
     for (int n = 0; n < 20000; ++n) {
       const double v = std::round(normal(rng));
       encoder.put(static_cast<std::int32_t>(v), t.tables[index]);
-      const double p = 0.5 * (std::erf((v + 0.5) / (std::sqrt(2.0) * sigma)) - std::erf((v - 0.5) / (std::sqrt(2.0) * sigma)));
+      const double p =
+          0.5 * (std::erf((v + 0.5) / (std::sqrt(2.0) * sigma)) - std::erf((v - 0.5) / (std::sqrt(2.0) * sigma)));
       bits -= std::log2(p);
     }
     const double coded = 8.0 * encoder.finish().size();

@@ -269,7 +269,8 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   auto decode_error = [&](const std::vector<std::uint8_t>& b) {
     return error_or_none([&] { model.decompress(b.data(), b.size()); });
   };
-  EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 5}), "truncated")) << decode_error({bytes.begin(), bytes.end() - 5});
+  EXPECT_TRUE(contains(decode_error({bytes.begin(), bytes.end() - 5}), "truncated"))
+      << decode_error({bytes.begin(), bytes.end() - 5});
   std::vector<std::uint8_t> changed = bytes;
   put32(changed, 44, 5);
   reseal(changed);
@@ -285,7 +286,8 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   const ModelSpec factorized = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny.json");
   Net net(factorized, registry, {{kImage, Shape{1, 3, 4, 4}}}, DType::f32, Device::cpu(), 1);
   TensorFile factorized_file;
-  for (const NamedParameter& named : net.parameters()) factorized_file.tensors[named.name] = named.parameter->value.clone();
+  for (const NamedParameter& named : net.parameters())
+    factorized_file.tensors[named.name] = named.parameter->value.clone();
   CodecModel other(factorized, factorized_file, registry, Device::cpu(), "tiny.safetensors");
   const std::vector<std::uint8_t> version1 = other.compress(testing::position_image(21, 13));
   EXPECT_TRUE(contains(decode_error(version1), "a factorized-prior file (format version 1), but 'tiny-hp.safetensors' "
@@ -297,9 +299,9 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
       << refused;
 
   // Bit flips behind a valid checksum: refused by the stream decoder or decoded, never a crash.
-  const testing::BitFlipOutcome flips = testing::flip_coded_stream_bits(
-      bytes, kHyperpriorHeaderBytes, 7, 3,
-      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
+  const testing::BitFlipOutcome flips =
+      testing::flip_coded_stream_bits(bytes, kHyperpriorHeaderBytes, 7, 3,
+                                      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
   EXPECT_GT(flips.rejected, flips.total * 8 / 10) << flips.rejected << " of " << flips.total;
 }
 

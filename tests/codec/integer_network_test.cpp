@@ -29,7 +29,9 @@ struct Sized {
 // y[o, a*s - p + i, b*s - p + j] += W[c, o, i, j] x[c, a, b], plus bias.
 Sized reference_transposed(const FloatConvLayer& l, const Sized& x) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
-  Sized y{{}, l.out_channels, (x.height - 1) * s - 2 * p + k + l.output_padding,
+  Sized y{{},
+          l.out_channels,
+          (x.height - 1) * s - 2 * p + k + l.output_padding,
           (x.width - 1) * s - 2 * p + k + l.output_padding};
   y.values.assign(static_cast<std::size_t>(y.channels * y.height * y.width), 0.0);
   for (std::int64_t o = 0; o < y.channels; ++o)
@@ -317,8 +319,8 @@ TEST(IntegerNetwork, MeansFollowTheFloatMeansInFixedPoint) {
   EXPECT_GT(largest, 1.0);
   double worst = 0;
   for (std::size_t n = 0; n < half; ++n)
-    worst = std::max(worst, std::abs(std::ldexp(static_cast<double>(got.means[n]), -kMeanFractionBits) -
-                                     float_means[n]));
+    worst =
+        std::max(worst, std::abs(std::ldexp(static_cast<double>(got.means[n]), -kMeanFractionBits) - float_means[n]));
   EXPECT_LT(worst, 1e-3 * largest) << "largest mean " << largest;
   // The scales are the first half, indexed as the float path does.
   const std::vector<double> table = log_scale_table();
@@ -367,8 +369,8 @@ FloatNetwork branched(std::uint32_t seed, bool with_means) {
     node.conv = std::move(layer);
     return node;
   };
-  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 5, 5, 2, 2, 1, 0.4)));   // tensor 1
-  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 3, 3, 2, 1, 1, 0.4)));   // tensor 2
+  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 5, 5, 2, 2, 1, 0.4)));  // tensor 1
+  network.nodes.push_back(conv(0, random_layer(rng, true, 4, 3, 3, 2, 1, 1, 0.4)));  // tensor 2
   FloatNode concat;
   concat.op = IntegerOp::concat;
   concat.inputs = {1, 2};

@@ -40,8 +40,8 @@ void PrintTo(const LegacyCase& c, std::ostream* out) { *out << c.file; }
 class LegacyFiles : public ::testing::TestWithParam<LegacyCase> {
  protected:
   std::unique_ptr<ae::CodecModel> load(Device device) {
-    return ae::CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + GetParam().model,
-                                     registry_, device);
+    return ae::CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + GetParam().model, registry_,
+                                     device);
   }
   std::vector<std::uint8_t> file() { return read_bytes(kLegacy + GetParam().file + ".pxae"); }
   Registry registry_ = builtin_registry();
@@ -59,7 +59,8 @@ TEST_P(LegacyFiles, DecodeToTheSamePixelsOnTheCpu) {
 
 TEST_P(LegacyFiles, CompressTheSameImageToTheSameBytes) {
   const data::Image image = data::read_image(kLegacy + "crop.png");
-  EXPECT_TRUE(load(Device::cpu())->compress(image) == file()) << GetParam().file << ".pxae is no longer what compress writes";
+  EXPECT_TRUE(load(Device::cpu())->compress(image) == file())
+      << GetParam().file << ".pxae is no longer what compress writes";
 }
 
 TEST_P(LegacyFiles, DecodeToTheSameLatentsOnCuda) {

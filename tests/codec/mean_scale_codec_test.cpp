@@ -175,9 +175,9 @@ TEST_F(MeanScaleCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   EXPECT_TRUE(contains(error_or_none([&] { hyperprior.decompress(bytes.data(), bytes.size()); }),
                        "a mean-scale-hyperprior file (format version 3), but 'hp.safetensors' is a "
                        "scale-hyperprior model"));
-  const testing::BitFlipOutcome flips = testing::flip_coded_stream_bits(
-      bytes, kHyperpriorHeaderBytes, 7, 3,
-      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
+  const testing::BitFlipOutcome flips =
+      testing::flip_coded_stream_bits(bytes, kHyperpriorHeaderBytes, 7, 3,
+                                      [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
   EXPECT_GT(flips.rejected, flips.total * 8 / 10) << flips.rejected << " of " << flips.total;
 }
 
@@ -222,8 +222,8 @@ TEST(MeanScaleCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
 TEST(MeanScaleCodecCrossDevice, TheBundledMbt2018MeanCompressedOnCudaDecodesOnTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const ModelSpec spec = bundled_spec();
-  const TensorFile file = testing::untrained_weights(spec, registry, 13,
-                                                     {{"g_a3.weight", 20}, {"h_a2.weight", 3}, {"h_s2.weight", 3}});
+  const TensorFile file =
+      testing::untrained_weights(spec, registry, 13, {{"g_a3.weight", 20}, {"h_a2.weight", 3}, {"h_s2.weight", 3}});
   const data::Image crop = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
   testing::expect_cross_device(spec, file, registry, {crop, testing::position_image(200, 130)});
 }

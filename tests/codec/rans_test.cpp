@@ -173,7 +173,18 @@ TEST(Rans, EscapesCodeEveryThirtyTwoBitValue) {
                                    std::numeric_limits<std::int32_t>::min() + 1,
                                    std::numeric_limits<std::int32_t>::max(),
                                    std::numeric_limits<std::int32_t>::max() - 1,
-                                   0, -1, 1, 7, -8, 8, 15, 16, -2, 2, 1 << 20, -(1 << 27)};
+                                   0,
+                                   -1,
+                                   1,
+                                   7,
+                                   -8,
+                                   8,
+                                   15,
+                                   16,
+                                   -2,
+                                   2,
+                                   1 << 20,
+                                   -(1 << 27)};
   for (std::int32_t v : extremes) {
     items.push_back({v, &none});
     if (v < -1 || v > 0) items.push_back({v, &narrow});

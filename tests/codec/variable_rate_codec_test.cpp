@@ -159,18 +159,37 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
   ScratchFolder folder{"ae-variable-rate"};
   testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
   testing::save_png(folder / "images/b.png", testing::position_image(40, 32));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", kTinySpec, "--lambdas",
-                                         "0.005,0.01,0.02", "--patch", "16", "--batch", "3", "--steps", "4",
-                                         "--device", "cpu", "--threads", "1", "--val", folder / "images",
-                                         "--val-every", "2", "--out", folder / "run"},
+  auto trained = testing::run_plexus_ae({"train",
+                                         "--data",
+                                         folder / "images",
+                                         "--model",
+                                         kTinySpec,
+                                         "--lambdas",
+                                         "0.005,0.01,0.02",
+                                         "--patch",
+                                         "16",
+                                         "--batch",
+                                         "3",
+                                         "--steps",
+                                         "4",
+                                         "--device",
+                                         "cpu",
+                                         "--threads",
+                                         "1",
+                                         "--val",
+                                         folder / "images",
+                                         "--val-every",
+                                         "2",
+                                         "--out",
+                                         folder / "run"},
                                         folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "one per rate level")) << trained.err;
   EXPECT_TRUE(contains(trained.err, "validation at step 2")) << trained.err;  // at the middle level
   const std::string model = folder / "run/model.safetensors";
-  auto missing = testing::run_plexus_ae({"compress", "--model", model, folder / "images/a.png", "-o",
-                                         folder / "a.pxae", "--device", "cpu"},
-                                        folder.path());
+  auto missing = testing::run_plexus_ae(
+      {"compress", "--model", model, folder / "images/a.png", "-o", folder / "a.pxae", "--device", "cpu"},
+      folder.path());
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_TRUE(contains(missing.err, "variable-rate model of 3 rate levels: give --level")) << missing.err;
   for (const char* level : {"0", "1.5", "2"}) {
@@ -184,8 +203,8 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
     ASSERT_EQ(decompressed.exit_code, 0) << decompressed.describe();
     EXPECT_TRUE(contains(decompressed.out, "48x40")) << decompressed.out;
   }
-  auto bad_level = testing::run_plexus_ae({"compress", "--model", model, "--level", "3", folder / "images/a.png",
-                                           "-o", folder / "c.pxae", "--device", "cpu"},
+  auto bad_level = testing::run_plexus_ae({"compress", "--model", model, "--level", "3", folder / "images/a.png", "-o",
+                                           folder / "c.pxae", "--device", "cpu"},
                                           folder.path());
   EXPECT_NE(bad_level.exit_code, 0);
   EXPECT_TRUE(contains(bad_level.err, "has levels 0 to 2")) << bad_level.err;
@@ -197,8 +216,8 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
   std::ifstream report(folder / "eval/eval.json");
   const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(contains(text, "\"level\": 1.0")) << text;
-  auto no_level = testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--device", "cpu"},
-                                         folder.path());
+  auto no_level =
+      testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--device", "cpu"}, folder.path());
   EXPECT_NE(no_level.exit_code, 0);
   EXPECT_TRUE(contains(no_level.err, "give --level")) << no_level.err;
   auto not_a_level = testing::run_plexus_ae({"compress", "--model", model, "--level", "two", folder / "images/a.png",
@@ -206,7 +225,8 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
                                             folder.path());
   EXPECT_NE(not_a_level.exit_code, 0);
   EXPECT_TRUE(contains(not_a_level.err, "--level takes a rate level, a number from 0 (the lowest rate) to K-1, got "
-                                        "'two'")) << not_a_level.err;
+                                        "'two'"))
+      << not_a_level.err;
   auto with_quality = testing::run_plexus_ae({"compress", "--quality", "2", "--level", "1", folder / "images/a.png",
                                               "-o", folder / "e.pxae", "--device", "cpu"},
                                              folder.path());
@@ -219,21 +239,20 @@ TEST(VariableRateCli, TrainsWithLambdasAndCodesAtALevel) {
 TEST(VariableRateCli, ALevelNeedsAVariableRateModel) {
   ScratchFolder folder{"ae-variable-rate-fixed"};
   testing::save_png(folder / "images/a.png", testing::position_image(32, 32));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model",
-                                         std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json", "--patch", "16",
-                                         "--steps", "1", "--device", "cpu", "--out", folder / "run"},
-                                        folder.path());
+  auto trained = testing::run_plexus_ae(
+      {"train", "--data", folder / "images", "--model", std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json",
+       "--patch", "16", "--steps", "1", "--device", "cpu", "--out", folder / "run"},
+      folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   const std::string model = folder / "run/model.safetensors";
-  auto compressed = testing::run_plexus_ae({"compress", "--model", model, "--level", "1", folder / "images/a.png",
-                                            "-o", folder / "a.pxae", "--device", "cpu"},
+  auto compressed = testing::run_plexus_ae({"compress", "--model", model, "--level", "1", folder / "images/a.png", "-o",
+                                            folder / "a.pxae", "--device", "cpu"},
                                            folder.path());
   EXPECT_NE(compressed.exit_code, 0);
   EXPECT_TRUE(contains(compressed.err, "is a model of one rate; a rate level applies only to a variable-rate model"))
       << compressed.err;
-  auto evaluated = testing::run_plexus_ae({"eval", "--model", model, "--data", folder / "images", "--level", "1",
-                                           "--device", "cpu"},
-                                          folder.path());
+  auto evaluated = testing::run_plexus_ae(
+      {"eval", "--model", model, "--data", folder / "images", "--level", "1", "--device", "cpu"}, folder.path());
   EXPECT_NE(evaluated.exit_code, 0);
   EXPECT_TRUE(contains(evaluated.err, "--level is for a variable-rate model; '" + model + "' has one rate"))
       << evaluated.err;
@@ -244,9 +263,27 @@ TEST(VariableRateCli, ALevelNeedsAVariableRateModel) {
 TEST(VariableRateCli, TrainsThroughTheDataParallelPath) {
   ScratchFolder folder{"ae-variable-rate-parallel"};
   testing::save_png(folder / "images/a.png", testing::position_image(48, 40));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", kTinySpec, "--lambdas",
-                                         "0.005,0.01,0.02", "--patch", "16", "--batch", "2", "--steps", "3",
-                                         "--gpus", "1", "--device", "cpu", "--threads", "1", "--out", folder / "run"},
+  auto trained = testing::run_plexus_ae({"train",
+                                         "--data",
+                                         folder / "images",
+                                         "--model",
+                                         kTinySpec,
+                                         "--lambdas",
+                                         "0.005,0.01,0.02",
+                                         "--patch",
+                                         "16",
+                                         "--batch",
+                                         "2",
+                                         "--steps",
+                                         "3",
+                                         "--gpus",
+                                         "1",
+                                         "--device",
+                                         "cpu",
+                                         "--threads",
+                                         "1",
+                                         "--out",
+                                         folder / "run"},
                                         folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "one per rate level")) << trained.err;
@@ -263,8 +300,8 @@ TEST(VariableRateCli, LambdasMustFitTheModel) {
       {{"--model", std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json", "--lambdas", "0.01,0.02"},
        "has one rate: give --lambda"}};
   for (const auto& [options, expected] : cases) {
-    std::vector<std::string> args{"train", "--data", folder / "images", "--steps", "1", "--patch", "16",
-                                  "--device", "cpu", "--out", folder / "run"};
+    std::vector<std::string> args{"train",    "--data", folder / "images", "--steps",     "1", "--patch", "16",
+                                  "--device", "cpu",    "--out",           folder / "run"};
     args.insert(args.end(), options.begin(), options.end());
     auto result = testing::run_plexus_ae(args, folder.path());
     EXPECT_NE(result.exit_code, 0) << expected;
@@ -291,7 +328,8 @@ TEST(VariableRateCatalog, AFractionalQualityTakesTheLevelInBetween) {
   EXPECT_EQ(choose_quality(catalog, 4).level, std::nullopt);
   const std::string message = error_or_none([&] { choose_quality(catalog, 3.5); });
   EXPECT_TRUE(contains(message, "quality 3.5 lies between qualities 3 and 4, which are not rate levels of one "
-                                "variable-rate model")) << message;
+                                "variable-rate model"))
+      << message;
   const std::string commands = training_commands(catalog, catalog.entries[0]);
   EXPECT_TRUE(contains(commands, "--lambdas 0.0018,0.0035,0.0067")) << commands;
 }

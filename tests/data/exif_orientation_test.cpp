@@ -29,9 +29,13 @@ using testing::ScratchFolder;
 // each corner.
 constexpr int kBlock = 16, kColumns = 3, kRows = 2;
 constexpr int kWidth = kColumns * kBlock, kHeight = kRows * kBlock;
-const std::array<std::array<std::uint8_t, 3>, kColumns * kRows> kColours = {{
-    {{230, 20, 20}}, {{20, 230, 20}}, {{20, 20, 230}},  // top row: red, green, blue
-    {{230, 230, 20}}, {{20, 230, 230}}, {{230, 20, 230}},  // bottom row: yellow, cyan, magenta
+const std::array<std::array<std::uint8_t, 3>, kColumns* kRows> kColours = {{
+    {{230, 20, 20}},
+    {{20, 230, 20}},
+    {{20, 20, 230}},  // top row: red, green, blue
+    {{230, 230, 20}},
+    {{20, 230, 230}},
+    {{230, 20, 230}},  // bottom row: yellow, cyan, magenta
 }};
 
 Image stored_image() {
@@ -78,8 +82,8 @@ constexpr std::uint16_t kOrientation = 0x0112, kShort = 3, kLong = 4;
 
 std::string orientation_payload(int orientation, bool big_endian = false) {
   // An ImageWidth entry first, so the reader has to walk the directory.
-  return exif_payload(big_endian, {{0x0100, kLong, 1, kWidth}, {kOrientation, kShort, 1,
-                                                                static_cast<std::uint32_t>(orientation)}});
+  return exif_payload(big_endian,
+                      {{0x0100, kLong, 1, kWidth}, {kOrientation, kShort, 1, static_cast<std::uint32_t>(orientation)}});
 }
 
 // The JPEG of stored_image() at quality 95 without chroma subsampling, with
@@ -134,8 +138,8 @@ enum Edge { top, bottom, left, right };
 struct Placement {
   Edge row0, column0;
 };
-const Placement kTable[9] = {{top, left},     {top, left},  {top, right},  {bottom, right}, {bottom, left},
-                             {left, top},     {right, top}, {right, bottom}, {left, bottom}};
+const Placement kTable[9] = {{top, left}, {top, left},  {top, right},    {bottom, right}, {bottom, left},
+                             {left, top}, {right, top}, {right, bottom}, {left, bottom}};
 
 void shown_at(int orientation, int r, int c, int& y, int& x) {
   const Placement p = kTable[orientation];
@@ -204,22 +208,26 @@ TEST(ExifOrientation, MalformedExifIsIgnored) {
       {"orientation 65535", orientation_payload(65535)},
       {"orientation as a LONG", exif_payload(false, {{kOrientation, kLong, 1, 6}})},
       {"orientation with count 2", exif_payload(false, {{kOrientation, kShort, 2, 6}})},
-      {"bad byte order", [] {
+      {"bad byte order",
+       [] {
          std::string p = orientation_payload(6);
          p[6] = 'X';
          return p;
        }()},
-      {"bad magic number", [] {
+      {"bad magic number",
+       [] {
          std::string p = orientation_payload(6);
          p[8] = 43;
          return p;
        }()},
-      {"directory offset past the end", [] {
+      {"directory offset past the end",
+       [] {
          std::string p = orientation_payload(6);
          p[10] = '\xF0', p[11] = '\xFF', p[12] = '\xFF', p[13] = '\xFF';
          return p;
        }()},
-      {"65535 entries claimed", [] {
+      {"65535 entries claimed",
+       [] {
          std::string p = orientation_payload(6);
          p[14] = '\xFF', p[15] = '\xFF';
          p.resize(p.size() - 16);  // the orientation entry and the next-directory offset are cut

@@ -102,13 +102,13 @@ TEST(ImageCodecs, ConversionsToEightBitRgbAreReported) {
     bool sixteen_bits, grey, alpha, cmyk;
   };
   const Expected seeds[] = {
-      {"rgb.png", false, false, false, false},        {"rgb-interlaced.png", false, false, false, false},
-      {"rgba.png", false, false, true, false},        {"grey.png", false, true, false, false},
-      {"grey-alpha.png", false, true, true, false},   {"grey-1bit.png", false, true, false, false},
+      {"rgb.png", false, false, false, false},         {"rgb-interlaced.png", false, false, false, false},
+      {"rgba.png", false, false, true, false},         {"grey.png", false, true, false, false},
+      {"grey-alpha.png", false, true, true, false},    {"grey-1bit.png", false, true, false, false},
       {"palette-trns.png", false, false, true, false},  // a palette with transparency
-      {"rgb-16bit.png", true, false, false, false},   {"rgba-16bit-interlaced.png", true, false, true, false},
-      {"baseline.jpg", false, false, false, false},   {"progressive.jpg", false, false, false, false},
-      {"grey.jpg", false, true, false, false},        {"grey-progressive.jpg", false, true, false, false},
+      {"rgb-16bit.png", true, false, false, false},    {"rgba-16bit-interlaced.png", true, false, true, false},
+      {"baseline.jpg", false, false, false, false},    {"progressive.jpg", false, false, false, false},
+      {"grey.jpg", false, true, false, false},         {"grey-progressive.jpg", false, true, false, false},
       {"cmyk.jpg", false, false, false, true},
   };
   for (const Expected& seed : seeds) {

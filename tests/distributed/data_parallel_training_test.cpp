@@ -140,7 +140,7 @@ TEST(DataParallelTraining, RanksAgreeOnStoppingAndOnRankZerosClock) {
   std::vector<Agreement> quiet(world), one_stops(world), late_clocks(world), too_long(world), too_short(world);
   auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
     Context ctx;
-    const double my_seconds = 100.0 + rank;  // every rank's clock differs
+    const double my_seconds = 100.0 + rank;     // every rank's clock differs
     const std::int64_t my_interval = 7 + rank;  // so does every rank's proposed interval
     quiet[rank] = agree(ctx, comm, false, false, my_seconds, my_interval);
     one_stops[rank] = agree(ctx, comm, rank == 2, false, my_seconds, my_interval);
@@ -163,11 +163,11 @@ TEST(DataParallelTraining, RanksAgreeOnStoppingAndOnRankZerosClock) {
 
 // Agreements about every `seconds`: the steps in it at the measured pace.
 TEST(DataParallelTraining, AgreementIntervalIsTheStepsInTheGivenTime) {
-  EXPECT_EQ(agreement_interval(0.25, 0.004), 63);   // 62.5 steps of 4 ms, rounded
-  EXPECT_EQ(agreement_interval(0.25, 0.1), 3);      // 2.5, rounded away from zero
-  EXPECT_EQ(agreement_interval(0.25, 2.0), 1);      // slower than the time: every step
+  EXPECT_EQ(agreement_interval(0.25, 0.004), 63);  // 62.5 steps of 4 ms, rounded
+  EXPECT_EQ(agreement_interval(0.25, 0.1), 3);     // 2.5, rounded away from zero
+  EXPECT_EQ(agreement_interval(0.25, 2.0), 1);     // slower than the time: every step
   EXPECT_EQ(agreement_interval(0.25, 1e-9), kMaxAgreementInterval);
-  EXPECT_EQ(agreement_interval(0.25, 0.0), 10);     // pace not known yet
+  EXPECT_EQ(agreement_interval(0.25, 0.0), 10);  // pace not known yet
   EXPECT_EQ(agreement_interval(0.25, -1.0), 10);
   EXPECT_EQ(agreement_interval(0.25, std::nan("")), 10);
   EXPECT_EQ(agreement_interval(0.25, std::numeric_limits<double>::infinity()), 10);

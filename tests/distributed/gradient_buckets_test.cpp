@@ -155,7 +155,7 @@ TEST(GradientBuckets, ReducesEachBucketOncePerStepAsSoonAsItsGradientsAreFinal) 
       net->backward(ctx, {{"loss", 1.0}});
       buckets.finish(ctx);
       EXPECT_EQ(log.events, (std::vector<std::string>{"begin mse", "begin fc2", "all_reduce 21", "begin relu",
-                                                       "begin fc1", "all_reduce 24", "all_reduce 6"}))
+                                                      "begin fc1", "all_reduce 24", "all_reduce 6"}))
           << "step " << step;
       EXPECT_EQ(buckets.last_pass_order(), (std::vector<int>{0, 1, 2}));
       EXPECT_EQ(buckets.last_pass_issued_during_backward(), 3);
@@ -210,8 +210,7 @@ TEST(GradientBuckets, AGradientReallocatedAfterwardsIsAnErrorNamingIt) {
       buckets.finish(ctx);
       ADD_FAILURE() << "a reallocated gradient was reduced";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("the gradient of fc1.bias was reallocated"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("the gradient of fc1.bias was reallocated"), std::string::npos) << e.what();
     }
   });
   EXPECT_TRUE(all_succeeded(errors));

@@ -56,7 +56,8 @@ TEST(InProcessCommunicator, UnequalSizesAreAnErrorOnEveryRank) {
     Tensor t({rank == 0 ? 3 : 4});
     comm.all_reduce(ctx, t, Reduction::sum);
   });
-  for (const auto& error : errors) EXPECT_NE(error.find("rank 1 passed 4 elements but rank 0 passed 3"), std::string::npos) << error;
+  for (const auto& error : errors)
+    EXPECT_NE(error.find("rank 1 passed 4 elements but rank 0 passed 3"), std::string::npos) << error;
 }
 
 TEST(InProcessCommunicator, RejectsNonF32Buffers) {

@@ -47,9 +47,13 @@ ModelSpec conv_spec() {
   ModelSpec spec;
   spec.name = "tiny_conv";
   spec.add_input("image")
-      .add_node({"encode", "Conv2d", {"image"}, {"y"}, {{"out_channels", 8}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
+      .add_node(
+          {"encode", "Conv2d", {"image"}, {"y"}, {{"out_channels", 8}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
       .add_node({"relu", "ReLU", {"y"}, {"a"}, {}})
-      .add_node({"decode", "ConvTranspose2d", {"a"}, {"x_hat"},
+      .add_node({"decode",
+                 "ConvTranspose2d",
+                 {"a"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}})
       .add_node({"mse", "MSELoss", {"x_hat", "image"}, {"loss"}, {}});
   return spec;

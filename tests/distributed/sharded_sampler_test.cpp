@@ -11,8 +11,8 @@ namespace plexus::data {
 namespace {
 
 bool same_plan(const PatchPlan& a, const PatchPlan& b) {
-  return a.image == b.image && a.x_draw == b.x_draw && a.y_draw == b.y_draw &&
-         a.flip_horizontal == b.flip_horizontal && a.flip_vertical == b.flip_vertical;
+  return a.image == b.image && a.x_draw == b.x_draw && a.y_draw == b.y_draw && a.flip_horizontal == b.flip_horizontal &&
+         a.flip_vertical == b.flip_vertical;
 }
 
 TEST(ShardedSampler, RanksSplitTheGlobalBatchInOrderWithoutOverlap) {
@@ -59,9 +59,8 @@ TEST(ShardedSampler, ConcatenatedRankBatchesEqualTheSingleBatchExactly) {
     for (int rank = 0; rank < world; ++rank) {
       const Tensor mine = PatchSampler(5, per_rank, patch, {rank, world}).make_batch(images, step);
       ASSERT_EQ(mine.shape(), (Shape{per_rank, 3, patch, patch}));
-      EXPECT_EQ(std::memcmp(mine.raw_data(), static_cast<const char*>(single.raw_data()) + rank * rank_bytes,
-                            rank_bytes),
-                0)
+      EXPECT_EQ(
+          std::memcmp(mine.raw_data(), static_cast<const char*>(single.raw_data()) + rank * rank_bytes, rank_bytes), 0)
           << "rank " << rank << " of " << world << ", step " << step;
     }
   }

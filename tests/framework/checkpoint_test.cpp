@@ -107,7 +107,8 @@ TEST_F(CheckpointTest, FileFollowsTheSafetensorsLayout) {
   std::string bytes = read_bytes(path("a.safetensors"));
   ASSERT_GE(bytes.size(), 8u);
   std::uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header_size |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   EXPECT_EQ(header_size % 8, 0u);
   ASSERT_LE(8 + header_size, bytes.size());
   std::string header_text = bytes.substr(8, header_size);
@@ -175,12 +176,16 @@ TEST_F(CheckpointTest, CorruptFilesNameTheFileAndTheProblem) {
       {"out_of_range", raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}})", 4),
        "tensor 'a' has data_offsets [0, 8] beyond the data section of 4 bytes"},
       {"overlap",
-       raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32x2 + R"(, "data_offsets": [4, 12]}})", 12),
+       raw_file(
+           R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32x2 + R"(, "data_offsets": [4, 12]}})",
+           12),
        "tensor 'b' has data_offsets [4, 12] overlapping tensor 'a' [0, 8]"},
       {"reversed", raw_file(R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [8, 0]}})", 8),
        "tensor 'a' has data_offsets [8, 0] that end before they begin"},
       {"gap",
-       raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32x2 + R"(, "data_offsets": [12, 20]}})", 20),
+       raw_file(
+           R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32x2 + R"(, "data_offsets": [12, 20]}})",
+           20),
        "tensor 'b' has data_offsets [12, 20] leaving a gap of unclaimed bytes from 8"},
       {"trailing", raw_file(R"({"a": {)" + f32x2 + R"(, "data_offsets": [0, 8]}})", 12),
        "the data section is 12 bytes but the tensors cover only 8"},
@@ -230,14 +235,15 @@ TEST_F(CheckpointTest, FailingSaveLeavesTheExistingFileIntact) {
   std::string message = error_of([&] { save_safetensors(target, large); });
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   std::signal(SIGXFSZ, old_handler);
-  EXPECT_TRUE(contains(message, "cannot write checkpoint '" + target + "': writing '" + temporary + "' failed")) << message;
+  EXPECT_TRUE(contains(message, "cannot write checkpoint '" + target + "': writing '" + temporary + "' failed"))
+      << message;
   EXPECT_EQ(read_bytes(target), before);
   EXPECT_NE(::access(temporary.c_str(), F_OK), 0) << "the partial temporary file was left behind";
 
   // A folder that does not exist.
   const std::string nowhere = path("no/such/folder/model.safetensors");
-  EXPECT_TRUE(contains(error_of([&] { save_safetensors(nowhere, other); }),
-                       "cannot write checkpoint '" + nowhere + "'"));
+  EXPECT_TRUE(
+      contains(error_of([&] { save_safetensors(nowhere, other); }), "cannot write checkpoint '" + nowhere + "'"));
   // The target is replaced only by a successful save.
   save_safetensors(target, other);
   EXPECT_EQ(load_safetensors(target).tensors.size(), 1u);
@@ -295,8 +301,8 @@ TEST_F(CheckpointTest, CheckpointRoundTripWithOptimizerContinuesIdentically) {
 
   // The tensors carry the Net's names, and the optimiser's state its own.
   TensorFile raw = load_safetensors(file);
-  for (const char* name : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "optimizer/m/fc1.weight",
-                           "optimizer/v/fc2.bias"})
+  for (const char* name :
+       {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "optimizer/m/fc1.weight", "optimizer/v/fc2.bias"})
     EXPECT_TRUE(raw.tensors.count(name)) << name;
   EXPECT_EQ(raw.tensors.at("fc1.weight").shape(), (Shape{3, 5}));
   EXPECT_EQ(raw.tensors.at("fc1.weight").dtype(), DType::f32);
@@ -352,7 +358,9 @@ TEST_F(CheckpointTest, LoadRefusesMismatchesAndLeavesTheNetUntouched) {
   Adam fresh(0.01);
   EXPECT_TRUE(contains(error_of([&] { load_checkpoint(no_state, same, &fresh); }),
                        "checkpoint '" + no_state + "' holds no optimiser state, but a Adam optimiser was given"));
-  EXPECT_TRUE(contains(error_of([&] { save_checkpoint(no_state, same, nullptr, 0, {{"step", "9"}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         save_checkpoint(no_state, same, nullptr, 0, {{"step", "9"}});
+                       }),
                        "metadata key 'step' is reserved"));
   EXPECT_TRUE(contains(error_of([&] { load_checkpoint(path("absent.safetensors"), same, nullptr); }),
                        "safetensors file '" + path("absent.safetensors") + "': cannot open it"));
@@ -397,7 +405,9 @@ TEST_F(CheckpointTest, RecordsPluginLayerTypesAndNamesThePluginWhenOneIsMissing)
   EXPECT_FALSE(contains(message, "'fc3'")) << "one node per type: " << message;
   EXPECT_EQ(spec_from_checkpoint(saved, file, with_plugin).nodes.size(), 3u);
 
-  EXPECT_TRUE(contains(error_of([&] { save_checkpoint(file, net, nullptr, 0, {{"plugin_layers", "{}"}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         save_checkpoint(file, net, nullptr, 0, {{"plugin_layers", "{}"}});
+                       }),
                        "metadata key 'plugin_layers' is reserved"));
 }
 

@@ -180,9 +180,7 @@ TEST(CudaBranch, ACapturedGraphHoldsBothPaths) {
   check(cudaStreamBeginCapture(own, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   check(cudaMemsetAsync(source.data, kNew, kCount, own), "cudaMemsetAsync");
   cuda::Branch branch(ctx);
-  branch.run([&] {
-    copy_on_stream(ctx, copy, source);
-  });
+  branch.run([&] { copy_on_stream(ctx, copy, source); });
   check(cudaMemsetAsync(beside.data, kNew, kCount, own), "cudaMemsetAsync");
   branch.join();
   cudaGraph_t graph = nullptr;

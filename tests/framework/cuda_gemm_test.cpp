@@ -35,9 +35,12 @@ double expected_product(Precision precision, double a) {
   const bool tf32_drop = a - 1 < std::ldexp(1.0, -11);  // below half of TF32's last bit (2^-10): -> 1
   const bool bf16_drop = a - 1 < std::ldexp(1.0, -8);   // below half of bf16's last bit (2^-7): -> 1
   switch (precision) {
-    case Precision::f32: return kK * a;
-    case Precision::tf32: return tf32_drop ? kK : kK * a;
-    case Precision::bf16: return bf16_drop ? kK : kK * a;
+    case Precision::f32:
+      return kK * a;
+    case Precision::tf32:
+      return tf32_drop ? kK : kK * a;
+    case Precision::bf16:
+      return bf16_drop ? kK : kK * a;
   }
   return std::nan("");
 }

@@ -27,7 +27,8 @@ using testing::ScratchFolder;
 // f64: (-1)^s 2^(e - 15) (1 + m / 1024), or 2^-14 (m / 1024) when e = 0.
 double f16_value(std::uint16_t bits) {
   const int sign = bits >> 15, exponent = (bits >> 10) & 31, mantissa = bits & 1023;
-  double magnitude = exponent == 0 ? std::ldexp(mantissa / 1024.0, -14) : std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+  double magnitude =
+      exponent == 0 ? std::ldexp(mantissa / 1024.0, -14) : std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
   if (exponent == 31) magnitude = mantissa == 0 ? INFINITY : NAN;
   return sign ? -magnitude : magnitude;
 }

@@ -40,38 +40,46 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 TEST(CheckedMath, OverflowNamesTheQuantity) {
   EXPECT_EQ(checked_mul(std::int64_t{1} << 31, std::int64_t{1} << 31, "x"), std::int64_t{1} << 62);
-  EXPECT_EQ(checked_add(std::numeric_limits<std::int64_t>::max() - 1, 1, "x"), std::numeric_limits<std::int64_t>::max());
-  EXPECT_TRUE(contains(error_of<ShapeError>([] { checked_mul(std::int64_t{1} << 32, std::int64_t{1} << 32, "the weight size"); }),
-                       "the weight size overflows: 4294967296 * 4294967296 does not fit in 64 bits"));
+  EXPECT_EQ(checked_add(std::numeric_limits<std::int64_t>::max() - 1, 1, "x"),
+            std::numeric_limits<std::int64_t>::max());
+  EXPECT_TRUE(contains(
+      error_of<ShapeError>([] { checked_mul(std::int64_t{1} << 32, std::int64_t{1} << 32, "the weight size"); }),
+      "the weight size overflows: 4294967296 * 4294967296 does not fit in 64 bits"));
   EXPECT_TRUE(contains(error_of<ShapeError>([] { checked_add(std::numeric_limits<std::int64_t>::max(), 1, "H + 2p"); }),
                        "H + 2p overflows"));
   EXPECT_TRUE(contains(error_of<ShapeError>([] { shape_numel({1LL << 40, 1LL << 40}); }), "does not fit in 64 bits"));
 }
 
 TEST(TensorLimits, HugeShapesAreRefusedBeforeAllocating) {
-  EXPECT_TRUE(contains(error_of<ShapeError>([] { Tensor(Shape{1LL << 40, 1LL << 40}); }),
+  EXPECT_TRUE(contains(error_of<ShapeError>([] {
+                         Tensor(Shape{1LL << 40, 1LL << 40});
+                       }),
                        "the element count of shape [1099511627776, 1099511627776] does not fit in 64 bits"));
-  EXPECT_TRUE(contains(error_of<ShapeError>([] { Tensor(Shape{1LL << 20, 1LL << 20}); }),
+  EXPECT_TRUE(contains(error_of<ShapeError>([] {
+                         Tensor(Shape{1LL << 20, 1LL << 20});
+                       }),
                        "1099511627776 elements, more than the limit of 17179869184"));
   const std::size_t previous = max_tensor_bytes();
   set_max_tensor_bytes(1024);
-  EXPECT_TRUE(contains(error_of<ShapeError>([] { Tensor(Shape{16, 17}); }),
+  EXPECT_TRUE(contains(error_of<ShapeError>([] {
+                         Tensor(Shape{16, 17});
+                       }),
                        "cannot create a tensor of shape [16, 17] (f32): 1088 bytes, more than the limit of 1024"));
   EXPECT_EQ(Tensor(Shape{16, 16}).numel(), 256);
   set_max_tensor_bytes(previous);
 }
 
 TEST(JsonErrors, ModelSpecErrorsNameTheFileAndThePath) {
-  EXPECT_TRUE(contains(error_of<ConfigError>([] { ModelSpec::from_text(R"({"name": 5, "inputs": [], "nodes": []})", "m.json"); }),
-                       "m.json: at /name: the model name must be a string, got 5"));
+  EXPECT_TRUE(contains(
+      error_of<ConfigError>([] { ModelSpec::from_text(R"({"name": 5, "inputs": [], "nodes": []})", "m.json"); }),
+      "m.json: at /name: the model name must be a string, got 5"));
   const std::string overflow =
       error_of<ConfigError>([] { ModelSpec::from_text(R"({"inputs": [], "nodes": [], "name": 1e999})", "big.json"); });
   EXPECT_TRUE(contains(overflow, "big.json: ")) << overflow;
   EXPECT_TRUE(contains(overflow, "number overflow")) << overflow;
   EXPECT_FALSE(contains(overflow, "[json.exception")) << overflow;
-  const std::string wrapped = error_of<ConfigError>([] {
-    read_json_from("settings.json", "/batch", [] { return nlohmann::json("x").get<int>(); });
-  });
+  const std::string wrapped = error_of<ConfigError>(
+      [] { read_json_from("settings.json", "/batch", [] { return nlohmann::json("x").get<int>(); }); });
   EXPECT_EQ(wrapped, "settings.json: at /batch: type must be number, but is string");
 }
 

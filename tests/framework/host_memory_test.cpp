@@ -15,7 +15,6 @@
 namespace plexus {
 namespace {
 
-
 TEST(HostMemory, BuffersComeZeroedAndAligned) {
   for (const std::size_t bytes : {std::size_t(1), std::size_t(1000), host_memory::kMappedHostBytes + 3}) {
     auto* p = static_cast<unsigned char*>(host_memory::allocate_zeroed(bytes));

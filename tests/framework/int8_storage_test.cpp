@@ -51,7 +51,7 @@ std::vector<float> floats(const Tensor& tensor) {
 // scale is 1; row 1 has 63.5, scale 0.5; row 2 is all zeros, scale 0.
 // Halves round to even: -3.5 -> -4, 2.5 -> 2, 1.25 / 0.5 = 2.5 -> 2, 0.75 / 0.5 = 1.5 -> 2.
 TEST(Int8Storage, QuantisesEachOutputChannelAsWorkedOutByHand) {
-  const Tensor w = Tensor::from_values({127, -3.5, 2.5, 0.4,  //
+  const Tensor w = Tensor::from_values({127, -3.5, 2.5, 0.4,   //
                                         -63.5, 1.25, 0.75, 0,  //
                                         0, 0, 0, 0},
                                        {3, 4}, DType::f32);
@@ -60,8 +60,7 @@ TEST(Int8Storage, QuantisesEachOutputChannelAsWorkedOutByHand) {
   EXPECT_EQ(stored.scale.shape(), (Shape{3, 1}));
   EXPECT_EQ(floats(stored.scale), (std::vector<float>{1.0f, 0.5f, 0.0f}));
   EXPECT_EQ(stored.values, (std::vector<std::int8_t>{127, -4, 2, 0, -127, 2, 2, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(floats(dequantize_int8(stored)),
-            (std::vector<float>{127, -4, 2, 0, -63.5f, 1, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(floats(dequantize_int8(stored)), (std::vector<float>{127, -4, 2, 0, -63.5f, 1, 1, 0, 0, 0, 0, 0}));
 }
 
 // The same numbers as columns: axis 1 of a [4, 3] tensor (a ConvTranspose2d's
@@ -120,7 +119,8 @@ TEST_F(Int8File, WritesQAndScalesAndLoadsThemBackExactly) {
 
   const std::string bytes = read_bytes(path("int8"));
   std::uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header_size |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
   EXPECT_EQ(header["w"]["dtype"], "I8");
   EXPECT_EQ(header["w"]["shape"], nlohmann::json::parse("[2, 4]"));
@@ -150,13 +150,15 @@ TEST_F(Int8File, WritingRefusesATensorThatIsNotItsInt8Form) {
   CompactStorage storage;
   storage.int8["w"] = quantize_int8(w, 0, "w");
   file.tensors["w"] = w;  // 0.3 is not 38 * (1 / 127)
-  EXPECT_NE(error_of<IoError>([&] { save_safetensors(path("mismatch"), file, storage); })
-                .find("tensor 'w' does not hold the f32 values its int8 form loads as"),
+  EXPECT_NE(error_of<IoError>([&] {
+              save_safetensors(path("mismatch"), file, storage);
+            }).find("tensor 'w' does not hold the f32 values its int8 form loads as"),
             std::string::npos);
   file.tensors["w"] = dequantize_int8(storage.int8["w"]);
   file.tensors["x.int8_scale"] = w;
-  EXPECT_NE(error_of<IoError>([&] { save_safetensors(path("reserved"), file, storage); })
-                .find("tensor 'x.int8_scale' has a name ending in '.int8_scale'"),
+  EXPECT_NE(error_of<IoError>([&] {
+              save_safetensors(path("reserved"), file, storage);
+            }).find("tensor 'x.int8_scale' has a name ending in '.int8_scale'"),
             std::string::npos);
   file.tensors.erase("x.int8_scale");
   storage.f16.insert("w");
@@ -209,13 +211,15 @@ TEST_F(Int8File, RefusesInconsistentFilesNamingTheTensor) {
       {"overflowing", int8_file(rows, f32_bytes({1, 3e36f})), "with 127 * scale a finite f32"},
       {"minus_128", int8_file(rows, f32_bytes({1, 1}), std::string("\x01\x80\x03\x7f", 4)),
        "I8 tensor 'w' [2, 2] holds -128 at element 1, outside the symmetric range [-127, 127]"},
-      {"orphan_scale", raw_file(R"({"v.int8_scale": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
-                                f32_bytes({1})),
+      {"orphan_scale",
+       raw_file(R"({"v.int8_scale": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", f32_bytes({1})),
        "tensor 'v.int8_scale' is named as the scale of an I8 tensor 'v', which the file does not hold"},
       {"short_data", raw_file(R"({"w": {"dtype": "I8", "shape": [2, 2], "data_offsets": [0, 3]}})", "abc"),
        "tensor 'w' is I8[2, 2], which needs 4 bytes, but its data_offsets [0, 3] span 3"},
       // Sizes no file can back are refused from the header, before anything is allocated.
-      {"huge", raw_file(R"({"w": {"dtype": "I8", "shape": [4611686018427387904], "data_offsets": [0, 4611686018427387904]}})", ""),
+      {"huge",
+       raw_file(R"({"w": {"dtype": "I8", "shape": [4611686018427387904], "data_offsets": [0, 4611686018427387904]}})",
+                ""),
        "beyond the data section of 0 bytes"},
       {"wrapping", raw_file(R"({"w": {"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 0]}})", ""),
        "tensor 'w' has a shape too large to address"},

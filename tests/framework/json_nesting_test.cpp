@@ -31,9 +31,7 @@ std::string scratch_file(const std::string& name) {
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // {"a": [[[ ... ]]]} with `depth` levels in all.
-std::string nested(int depth) {
-  return R"({"a":)" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
-}
+std::string nested(int depth) { return R"({"a":)" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}"; }
 
 TEST(JsonNesting, CountsArraysAndObjectsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("3"), 0);
@@ -56,7 +54,8 @@ TEST(JsonNesting, TheLimitItselfIsAccepted) {
 TEST(JsonNesting, DeepModelSpecNamesItsSource) {
   // 120,000 levels: deep enough to overflow the stack of a recursive copy.
   const std::string text = R"({"inputs":["x"],"nodes":[{"name":"n","type":"ReLU","inputs":["x"],"outputs":["y"],)"
-                           R"("params":)" + nested(120000) + "}]}";
+                           R"("params":)" +
+                           nested(120000) + "}]}";
   const std::string message = error_of<ConfigError>([&] { ModelSpec::from_text(text, "deep.json"); });
   EXPECT_EQ(message, "deep.json: the JSON nests arrays or objects more than 64 levels deep");
 }

@@ -29,9 +29,8 @@ TEST(ModelSpec, ParsesNodesAndParams) {
 }
 
 TEST(ModelSpec, MalformedJsonNamesFileLineAndColumn) {
-  std::string message = error_of<ConfigError>([] {
-    ModelSpec::from_text("{\n  \"inputs\": [\"x\"],\n  \"nodes\": [,]\n}", "model.json");
-  });
+  std::string message = error_of<ConfigError>(
+      [] { ModelSpec::from_text("{\n  \"inputs\": [\"x\"],\n  \"nodes\": [,]\n}", "model.json"); });
   EXPECT_NE(message.find("model.json:3:"), std::string::npos) << message;
   EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
 }
@@ -42,21 +41,26 @@ TEST(ModelSpec, MissingFileIsIoError) {
 }
 
 TEST(ModelSpec, StructuralMistakesAreNamed) {
-  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"nodes": []})", "m.json"); }).find("missing \"inputs\""),
-            std::string::npos);
+  EXPECT_NE(
+      error_of<ConfigError>([] { ModelSpec::from_text(R"({"nodes": []})", "m.json"); }).find("missing \"inputs\""),
+      std::string::npos);
   EXPECT_NE(error_of<ConfigError>([] {
-              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "type": "ReLU", "inputs": ["x"]}]})", "m.json");
+              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "type": "ReLU", "inputs": ["x"]}]})",
+                                   "m.json");
             }).find("nodes[0] ('a'): missing \"outputs\""),
             std::string::npos);
   EXPECT_NE(error_of<ConfigError>([] {
-              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "typ": "ReLU", "outputs": ["y"]}]})", "m.json");
+              ModelSpec::from_text(R"({"inputs": ["x"], "nodes": [{"name": "a", "typ": "ReLU", "outputs": ["y"]}]})",
+                                   "m.json");
             }).find("unknown key 'typ'"),
             std::string::npos);
-  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"inputs": [1], "nodes": []})", "m.json"); })
-                .find("\"inputs\" must be an array of strings"),
+  EXPECT_NE(error_of<ConfigError>([] {
+              ModelSpec::from_text(R"({"inputs": [1], "nodes": []})", "m.json");
+            }).find("\"inputs\" must be an array of strings"),
             std::string::npos);
-  EXPECT_NE(error_of<ConfigError>([] { ModelSpec::from_text(R"({"inputs": [], "nodes": [], "nodez": 1})", "m.json"); })
-                .find("unknown top-level key 'nodez'"),
+  EXPECT_NE(error_of<ConfigError>([] {
+              ModelSpec::from_text(R"({"inputs": [], "nodes": [], "nodez": 1})", "m.json");
+            }).find("unknown top-level key 'nodez'"),
             std::string::npos);
 }
 

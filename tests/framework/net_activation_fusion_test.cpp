@@ -108,8 +108,8 @@ std::vector<double> random_values(std::size_t count, unsigned seed) {
 }
 
 struct FusionNet {
-  FusionNet(const char* spec, Shape image, DType dtype, Device device, bool fused,
-            Precision precision = Precision::f32, DType storage = DType::f32)
+  FusionNet(const char* spec, Shape image, DType dtype, Device device, bool fused, Precision precision = Precision::f32,
+            DType storage = DType::f32)
       : net(ModelSpec::from_text(spec, "fusion.json"), registry, {{"image", image}}, dtype, device, 11), ctx(device) {
     if (device.is_cuda()) ctx.set_precision(precision);
     ctx.set_training(true);
@@ -166,8 +166,8 @@ void expect_same_values(FusionNet& fused, FusionNet& plain, const std::vector<st
         ADD_FAILURE() << what << "[" << k << "]: fused " << a[k] << ", unfused " << b[k] << " (scale " << scale << ")";
   };
   expect_near({fused.net.scalar("mse")}, {plain.net.scalar("mse")}, "loss");
-  for (const std::string& blob : blobs) expect_near(fused.net.blob_grad(blob).to_values(),
-                                                    plain.net.blob_grad(blob).to_values(), "d" + blob);
+  for (const std::string& blob : blobs)
+    expect_near(fused.net.blob_grad(blob).to_values(), plain.net.blob_grad(blob).to_values(), "d" + blob);
   const auto fused_grads = fused.parameter_grads(), plain_grads = plain.parameter_grads();
   ASSERT_EQ(fused_grads.size(), plain_grads.size());
   for (const auto& [name, grad] : plain_grads) expect_near(fused_grads.at(name), grad, name);

@@ -25,9 +25,7 @@ class Bf16Scale : public Layer {
     if (in.size() != 1) fail_shape("takes 1 input");
     return {in[0]};
   }
-  void create_parameters(const std::vector<Shape>&) override {
-    declare_parameter("a", {1}, init::constant(initial_));
-  }
+  void create_parameters(const std::vector<Shape>&) override { declare_parameter("a", {1}, init::constant(initial_)); }
   bool stores_bf16(Device) const override { return true; }
 
  protected:
@@ -224,9 +222,15 @@ ModelSpec small_codec() {
       .add_node({"gdn", "GDN", {"h0"}, {"h1"}, {}})
       .add_node({"a1", "Conv2d", {"h1"}, {"y"}, {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
       .add_node({"igdn", "IGDN", {"y"}, {"h2"}, {}})
-      .add_node({"s0", "ConvTranspose2d", {"h2"}, {"h3"},
+      .add_node({"s0",
+                 "ConvTranspose2d",
+                 {"h2"},
+                 {"h3"},
                  {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}})
-      .add_node({"s1", "ConvTranspose2d", {"h3"}, {"x_hat"},
+      .add_node({"s1",
+                 "ConvTranspose2d",
+                 {"h3"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}})
       .add_node({"mse", "MSELoss", {"x_hat", "x"}, {"loss"}, {}});
   return spec;

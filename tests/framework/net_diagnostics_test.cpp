@@ -28,13 +28,15 @@ ModelSpec two_convolutions() {
       {"name": "c2", "type": "Conv2d", "inputs": ["h"], "outputs": ["g"],
        "params": {"out_channels": 8, "kernel": 5}},
       {"name": "loss", "type": "TestSum", "inputs": ["g"], "outputs": ["loss"]}
-    ]})"), "tiny.json");
+    ]})"),
+                              "tiny.json");
 }
 
 TEST(NetShapeErrors, NameTheFailingNodeItsInputsAndTheNetInputSizes) {
   // c1 turns 8x8 into 1x1, too small for c2's 5x5 kernel: c2 is at fault, not the loss after it.
-  const std::string message =
-      error_of<ShapeError>([] { Net(two_convolutions(), test::test_registry(), {{"image", {1, 3, 8, 8}}}); });
+  const std::string message = error_of<ShapeError>([] {
+    Net(two_convolutions(), test::test_registry(), {{"image", {1, 3, 8, 8}}});
+  });
   EXPECT_TRUE(contains(message, "tiny.json: node 'c2' (Conv2d): input [1, 8, 1, 1]")) << message;
   EXPECT_TRUE(contains(message, "its inputs: 'h' [1, 8, 1, 1] (from node 'c1' (Conv2d))")) << message;
   EXPECT_TRUE(contains(message, "while building for image [1, 3, 8, 8]")) << message;
@@ -49,12 +51,12 @@ TEST(NetShapeErrors, AddOfTwoShapesNamesTheAddAndWhereEachInputComesFrom) {
       .add_node({"cb", "Conv2d", {"image"}, {"b"}, {{"out_channels", 6}, {"kernel", 1}}})
       .add_node({"join", "Add", {"a", "b"}, {"s"}, json::object()})
       .add_node({"loss", "TestSum", {"s"}, {"loss"}, json::object()});
-  const std::string message =
-      error_of<ShapeError>([&] { Net(spec, test::test_registry(), {{"image", {1, 3, 8, 8}}}); });
-  EXPECT_TRUE(contains(message, "node 'join' (Add): input 1 is [1, 6, 8, 8] but input 0 is [1, 4, 8, 8]"))
-      << message;
-  EXPECT_TRUE(contains(message,
-                       "'a' [1, 4, 8, 8] (from node 'ca' (Conv2d)), 'b' [1, 6, 8, 8] (from node 'cb' (Conv2d))"))
+  const std::string message = error_of<ShapeError>([&] {
+    Net(spec, test::test_registry(), {{"image", {1, 3, 8, 8}}});
+  });
+  EXPECT_TRUE(contains(message, "node 'join' (Add): input 1 is [1, 6, 8, 8] but input 0 is [1, 4, 8, 8]")) << message;
+  EXPECT_TRUE(
+      contains(message, "'a' [1, 4, 8, 8] (from node 'ca' (Conv2d)), 'b' [1, 6, 8, 8] (from node 'cb' (Conv2d))"))
       << message;
   EXPECT_TRUE(contains(message, "while building for image [1, 3, 8, 8]")) << message;
 }
@@ -127,8 +129,7 @@ ModelSpec split_spec(bool read_high) {
   if (read_high)
     spec.add_node({"join", "Add", {"low", "high"}, {"both"}, json::object()})
         .add_node({"loss", "TestSum", {"both"}, {"loss"}, json::object()});
-  else
-    spec.add_node({"loss", "TestSum", {"low"}, {"loss"}, json::object()});
+  else spec.add_node({"loss", "TestSum", {"low"}, {"loss"}, json::object()});
   return spec;
 }
 

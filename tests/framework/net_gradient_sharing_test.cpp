@@ -99,8 +99,8 @@ TEST(NetGradientSharing, AnAddsOnlyInputSharesTheOutputGradient) {
   EXPECT_EQ(storage("f"), storage("r1"));   // f: read by add1 only
   EXPECT_EQ(storage("r1"), storage("r2"));  // r1: read by add2 only, whose output r2 ...
   EXPECT_EQ(storage("g"), storage("r2"));
-  EXPECT_NE(storage("h"), storage("r1"));      // h: also read by c1
-  EXPECT_NE(storage("r2"), storage("s"));      // r2: read twice by one Add
+  EXPECT_NE(storage("h"), storage("r1"));        // h: also read by c1
+  EXPECT_NE(storage("r2"), storage("s"));        // r2: read twice by one Add
   EXPECT_NE(storage("mse_a"), storage("loss"));  // scalars: the losses' gradients are set by backward
   EXPECT_NE(storage("mse_b"), storage("loss"));
   // dL/dr2 = 2 dL/ds, and dL/dh = dL/dr1 + c1's contribution (not dL/dr1 alone).

@@ -20,15 +20,22 @@ using nlohmann::json;
 ModelSpec small_autoencoder() {
   ModelSpec spec;
   spec.add_input("image")
-      .add_node({"g_a0", "Conv2d", {"image"}, {"a0"}, {{"out_channels", 8}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
+      .add_node(
+          {"g_a0", "Conv2d", {"image"}, {"a0"}, {{"out_channels", 8}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
       .add_node({"gdn0", "GDN", {"a0"}, {"a1"}, json::object()})
       .add_node({"g_a1", "Conv2d", {"a1"}, {"y"}, {{"out_channels", 6}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}})
       .add_node({"quantize", "UniformNoise", {"y"}, {"y_hat"}, json::object()})
       .add_node({"entropy", "FactorizedEntropyModel", {"y_hat"}, {"likelihoods"}, json::object()})
-      .add_node({"g_s0", "ConvTranspose2d", {"y_hat"}, {"s0"},
+      .add_node({"g_s0",
+                 "ConvTranspose2d",
+                 {"y_hat"},
+                 {"s0"},
                  {{"out_channels", 8}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}})
       .add_node({"igdn0", "IGDN", {"s0"}, {"s1"}, json::object()})
-      .add_node({"g_s1", "ConvTranspose2d", {"s1"}, {"x_hat"},
+      .add_node({"g_s1",
+                 "ConvTranspose2d",
+                 {"s1"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}})
       .add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}, json::object()})
       .add_node({"rate", "RateLoss", {"likelihoods", "image"}, {"bpp"}, json::object()});
@@ -48,7 +55,8 @@ TEST(NetParity, AutoencoderTrainStepCuda) {
   auto gpu_params = gpu.parameters();
   ASSERT_EQ(cpu_params.size(), gpu_params.size());
   for (std::size_t i = 0; i < cpu_params.size(); ++i)
-    ASSERT_EQ(cpu_params[i].parameter->value.to_values(), gpu_params[i].parameter->value.to_values()) << cpu_params[i].name;
+    ASSERT_EQ(cpu_params[i].parameter->value.to_values(), gpu_params[i].parameter->value.to_values())
+        << cpu_params[i].name;
 
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> unit(0.0, 1.0);

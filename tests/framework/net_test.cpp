@@ -103,8 +103,11 @@ TEST(Net, BuffersAreListedButNeitherTrainedNorCounted) {
 TEST(Net, ShapeErrorNamesNodeAndShapes) {
   ModelSpec spec;
   spec.add_input("x").add_input("y").add_node({"join", "TestAdd", {"x", "y"}, {"z"}, json::object()});
-  expect_error<ShapeError>([&] { Net(spec, test::test_registry(), {{"x", {2, 3}}, {"y", {2, 4}}}); },
-                           {"node 'join' (TestAdd)", "[2, 3]", "[2, 4]"});
+  expect_error<ShapeError>(
+      [&] {
+        Net(spec, test::test_registry(), {{"x", {2, 3}}, {"y", {2, 4}}});
+      },
+      {"node 'join' (TestAdd)", "[2, 3]", "[2, 4]"});
 }
 
 TEST(Net, CycleIsReported) {
@@ -118,8 +121,11 @@ TEST(Net, CycleIsReported) {
 TEST(Net, MissingInputIsReportedWithSuggestion) {
   ModelSpec spec;
   spec.add_input("image").add_node({"r", "ReLU", {"imag"}, {"out"}, json::object()});
-  expect_error<ConfigError>([&] { Net(spec, test::test_registry(), {{"image", {2}}}); },
-                            {"node 'r' reads 'imag'", "did you mean 'image'"});
+  expect_error<ConfigError>(
+      [&] {
+        Net(spec, test::test_registry(), {{"image", {2}}});
+      },
+      {"node 'r' reads 'imag'", "did you mean 'image'"});
 }
 
 TEST(Net, BlobProducedTwiceIsReported) {
@@ -139,14 +145,18 @@ TEST(Net, DuplicateNodeNameIsReported) {
 }
 
 TEST(Net, MissingInputShapeIsReported) {
-  expect_error<ShapeError>([&] { Net(fan_out_spec(), test::test_registry(), {}); }, {"no shape given for model input 'x'"});
+  expect_error<ShapeError>([&] { Net(fan_out_spec(), test::test_registry(), {}); },
+                           {"no shape given for model input 'x'"});
 }
 
 TEST(Net, UnknownLayerParameterIsReported) {
   ModelSpec spec;
   spec.add_input("x").add_node({"s", "TestScale", {"x"}, {"y"}, {{"intial", 1.0}}});
-  expect_error<ConfigError>([&] { Net(spec, test::test_registry(), {{"x", {2}}}); },
-                            {"node 's' (TestScale)", "unknown parameter 'intial'", "takes: initial"});
+  expect_error<ConfigError>(
+      [&] {
+        Net(spec, test::test_registry(), {{"x", {2}}});
+      },
+      {"node 's' (TestScale)", "unknown parameter 'intial'", "takes: initial"});
 }
 
 TEST(Net, ReshapeKeepsParameters) {
@@ -161,9 +171,7 @@ TEST(Net, ReshapeKeepsParameters) {
 class RandomWeights : public test::ScaleLayer {
  public:
   using test::ScaleLayer::ScaleLayer;
-  void create_parameters(const std::vector<Shape>&) override {
-    declare_parameter("w", {16}, init::uniform(-1, 1));
-  }
+  void create_parameters(const std::vector<Shape>&) override { declare_parameter("w", {16}, init::uniform(-1, 1)); }
 };
 
 TEST(Net, SeededInitialisationIsReproducible) {
@@ -183,7 +191,9 @@ TEST(Net, AskingForAMissingGpuIsAClearError) {
   // One device past those visible: fails the same way with or without a GPU.
   int missing = cuda_available() ? 64 : 0;
   expect_error<DeviceError>(
-      [&] { Net(fan_out_spec(), test::test_registry(), {{"x", {4}}}, DType::f32, Device::cuda(missing)); },
+      [&] {
+        Net(fan_out_spec(), test::test_registry(), {{"x", {4}}}, DType::f32, Device::cuda(missing));
+      },
       {"cuda:" + std::to_string(missing)});
   expect_error<DeviceError>([&] { parse_device("cuda:" + std::to_string(missing)); }, {"cuda"});
   EXPECT_EQ(parse_device("auto").is_cuda(), cuda_available());

@@ -23,7 +23,8 @@ struct TestParameter {
     parameter.grad = Tensor(shape, dtype, device);
   }
   void set_grad(const std::vector<double>& g) {
-    parameter.grad.copy_from(Tensor::from_values(g, parameter.shape, parameter.value.dtype(), parameter.value.device()));
+    parameter.grad.copy_from(
+        Tensor::from_values(g, parameter.shape, parameter.value.dtype(), parameter.value.device()));
   }
   std::vector<double> values() const { return parameter.value.to_values(); }
 };
@@ -43,7 +44,7 @@ TEST(Sgd, MomentumStepsMatchTheFormula) {
     sgd.step(ctx, {{"w", &w.parameter}});
     for (std::size_t i = 0; i < expected.size(); ++i) {
       velocity[i] = mu * velocity[i] + kGrads[step][i];  // v = mu v + g
-      expected[i] -= lr * velocity[i];                    // w -= lr v
+      expected[i] -= lr * velocity[i];                   // w -= lr v
     }
     std::vector<double> got = w.values();
     for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-15) << "step " << step;
@@ -204,20 +205,26 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST(Optimizer, RejectsBadState) {
   Context ctx;
   Adam adam(0.1);
-  EXPECT_TRUE(contains(error_of([&] { adam.load_state({{"mfc.weight", Tensor({4})}}, 1); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         adam.load_state({{"mfc.weight", Tensor({4})}}, 1);
+                       }),
                        "Adam: optimiser state name 'mfc.weight' is not of the form '<state>/<parameter>'"));
   EXPECT_TRUE(contains(error_of([&] { adam.load_state({}, -1); }), "negative step count -1"));
   // State of the wrong shape is refused when the parameter meets it.
   adam.load_state({{"m/w", Tensor({3}, DType::f64)}, {"v/w", Tensor({3}, DType::f64)}}, 1);
   TestParameter w("w", kStart, DType::f64, Device::cpu());
-  EXPECT_TRUE(contains(error_of([&] { adam.step(ctx, {{"w", &w.parameter}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         adam.step(ctx, {{"w", &w.parameter}});
+                       }),
                        "Adam: optimiser state 'm/w' is [3] but parameter 'w' is [4]"));
   EXPECT_EQ(w.values(), kStart);  // untouched
   // ... and when loaded over live state of another shape.
   Adam live(0.1);
   w.set_grad(kGrads[0]);
   live.step(ctx, {{"w", &w.parameter}});
-  EXPECT_TRUE(contains(error_of([&] { live.load_state({{"m/w", Tensor({5})}}, 1); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         live.load_state({{"m/w", Tensor({5})}}, 1);
+                       }),
                        "optimiser state 'm/w' is [5] but this optimiser holds it as [4]"));
 }
 
@@ -227,7 +234,9 @@ TEST(Optimizer, RejectsBadParametersAndHyperparameters) {
   broken.value = Tensor({4}, DType::f64);
   broken.grad = Tensor({3}, DType::f64);
   Sgd sgd(0.1);
-  EXPECT_TRUE(contains(error_of([&] { sgd.step(ctx, {{"w", &broken}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         sgd.step(ctx, {{"w", &broken}});
+                       }),
                        "SGD: parameter 'w' is f64[4] on cpu but its gradient is f64[3] on cpu"));
   EXPECT_TRUE(contains(error_of([] { Sgd(0.1, 1.0); }), "SGD: momentum must be in [0, 1), got 1"));
   EXPECT_TRUE(contains(error_of([] { Sgd(-0.1); }), "SGD: learning_rate must be >= 0, got -0.1"));

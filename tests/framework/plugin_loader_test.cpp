@@ -138,11 +138,10 @@ TEST(PluginLoader, LibraryWithoutRegisterFunctionIsNotAPlexusPlugin) {
 
 TEST(PluginLoader, AbiMismatchNamesBothVersions) {
   Registry registry;
-  expect_error<PluginError>(
-      [&] { load_plugin(TEST_ABI_MISMATCH_PLUGIN, registry); },
-      {std::string("plugin '") + TEST_ABI_MISMATCH_PLUGIN + "'",
-       "built for Plexus plugin ABI version " + std::to_string(kPluginAbiVersion + 1),
-       "this Plexus has ABI version " + std::to_string(kPluginAbiVersion), "rebuild the plugin"});
+  expect_error<PluginError>([&] { load_plugin(TEST_ABI_MISMATCH_PLUGIN, registry); },
+                            {std::string("plugin '") + TEST_ABI_MISMATCH_PLUGIN + "'",
+                             "built for Plexus plugin ABI version " + std::to_string(kPluginAbiVersion + 1),
+                             "this Plexus has ABI version " + std::to_string(kPluginAbiVersion), "rebuild the plugin"});
   EXPECT_FALSE(registry.contains("AbiMismatchLayer")) << "the register function must not run";
 }
 
@@ -186,24 +185,35 @@ TEST(PluginLoader, APluginThatRegistersNothingIsReported) {
 TEST(PluginLoader, UnknownTypeInSpecSuggestsCloseNames) {
   Registry registry = builtin_registry();
   load_plugin(TEST_GOOD_PLUGIN, registry);
-  expect_error<ConfigError>([&] { Net net(one_node_spec("PluginScal", {}), registry, {{"x", {2}}}); },
-                            {"node 'scale': unknown layer type 'PluginScal'; did you mean 'PluginScale'?"});
-  expect_error<ConfigError>([&] { Net net(one_node_spec("relu", {}), registry, {{"x", {2}}}); },
-                            {"unknown layer type 'relu'; did you mean 'ReLU'?"});
+  expect_error<ConfigError>(
+      [&] {
+        Net net(one_node_spec("PluginScal", {}), registry, {{"x", {2}}});
+      },
+      {"node 'scale': unknown layer type 'PluginScal'; did you mean 'PluginScale'?"});
+  expect_error<ConfigError>(
+      [&] {
+        Net net(one_node_spec("relu", {}), registry, {{"x", {2}}});
+      },
+      {"unknown layer type 'relu'; did you mean 'ReLU'?"});
 }
 
 TEST(PluginLoader, UnknownTypeWithoutPluginSaysHowToLoadOne) {
   Registry registry = builtin_registry();
-  expect_error<ConfigError>([&] { Net net(one_node_spec("PluginScale", {}), registry, {{"x", {2}}}); },
-                            {"node 'scale': unknown layer type 'PluginScale'", "registered: ",
-                             "load the plugin that defines it with --plugin or PLEXUS_PLUGIN_PATH"});
+  expect_error<ConfigError>(
+      [&] {
+        Net net(one_node_spec("PluginScale", {}), registry, {{"x", {2}}});
+      },
+      {"node 'scale': unknown layer type 'PluginScale'",
+       "registered: ", "load the plugin that defines it with --plugin or PLEXUS_PLUGIN_PATH"});
 }
 
 TEST(PluginLoader, WrongParameterNameInSpecNamesNodeAndKnownParams) {
   Registry registry = builtin_registry();
   load_plugin(TEST_GOOD_PLUGIN, registry);
   expect_error<ConfigError>(
-      [&] { Net net(one_node_spec("PluginScale", {{"facter", 2}}), registry, {{"x", {2}}}); },
+      [&] {
+        Net net(one_node_spec("PluginScale", {{"facter", 2}}), registry, {{"x", {2}}});
+      },
       {"node 'scale' (PluginScale): unknown parameter 'facter'; PluginScale takes: factor"});
 }
 
@@ -211,10 +221,14 @@ TEST(PluginLoader, WrongParameterValueInSpecNamesNodeAndValue) {
   Registry registry = builtin_registry();
   load_plugin(TEST_GOOD_PLUGIN, registry);
   expect_error<ConfigError>(
-      [&] { Net net(one_node_spec("PluginScale", {{"factor", -1}}), registry, {{"x", {2}}}); },
+      [&] {
+        Net net(one_node_spec("PluginScale", {{"factor", -1}}), registry, {{"x", {2}}});
+      },
       {"node 'scale' (PluginScale): parameter 'factor' must be > 0, got -1"});
   expect_error<ConfigError>(
-      [&] { Net net(one_node_spec("PluginScale", {{"factor", "big"}}), registry, {{"x", {2}}}); },
+      [&] {
+        Net net(one_node_spec("PluginScale", {{"factor", "big"}}), registry, {{"x", {2}}});
+      },
       {"node 'scale' (PluginScale): parameter 'factor' must be a number, got \"big\""});
 }
 

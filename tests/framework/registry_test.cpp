@@ -27,9 +27,8 @@ TEST(Registry, UnknownTypeSuggestsCloseNames) {
 TEST(Registry, DuplicateTypeNamesBothOrigins) {
   Registry registry = builtin_registry();
   registry.set_origin("plugin libmine.so");
-  std::string message = error_of<PluginError>([&] {
-    registry.add("ReLU", [](LayerConfig& c) { return std::make_unique<test::AddLayer>(c); });
-  });
+  std::string message = error_of<PluginError>(
+      [&] { registry.add("ReLU", [](LayerConfig& c) { return std::make_unique<test::AddLayer>(c); }); });
   EXPECT_NE(message.find("'ReLU' is registered twice"), std::string::npos) << message;
   EXPECT_NE(message.find("first by built-in"), std::string::npos) << message;
   EXPECT_NE(message.find("again by plugin libmine.so"), std::string::npos) << message;
@@ -81,8 +80,9 @@ TEST(LayerConfig, AMissingRequiredKeyNamesTheMisspeltKeyWritten) {
             std::string::npos)
       << message;
   // Through the registry too, for a built-in layer.
-  message = error_of<ConfigError>(
-      [&] { builtin_registry().create("Conv2d", "enc1", {{"out_chanels", 8}, {"kernel", 3}}); });
+  message = error_of<ConfigError>([&] {
+    builtin_registry().create("Conv2d", "enc1", {{"out_chanels", 8}, {"kernel", 3}});
+  });
   EXPECT_NE(message.find("'out_channels' is required (an integer); the params have 'out_chanels'"), std::string::npos)
       << message;
 }

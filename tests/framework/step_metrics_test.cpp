@@ -72,7 +72,7 @@ TEST(StepMetrics, NamesTheFirstNonFiniteStepAndKeepsIt) {
   EXPECT_TRUE(std::isnan(w.bad_loss));
   EXPECT_TRUE(std::isnan(w.bad_terms[0]));
   EXPECT_EQ(w.bad_terms[1], 0.5);
-  EXPECT_TRUE(std::isinf(w.last_loss));  // the 5th step: infinite bpp, not the first bad one
+  EXPECT_TRUE(std::isinf(w.last_loss));              // the 5th step: infinite bpp, not the first bad one
   EXPECT_EQ(metrics.read(ctx).first_bad_step, 104);  // not reset by reading
 }
 

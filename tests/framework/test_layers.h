@@ -24,9 +24,7 @@ class ScaleLayer : public Layer {
     if (in.size() != 1) fail_shape("takes 1 input");
     return {in[0]};
   }
-  void create_parameters(const std::vector<Shape>&) override {
-    declare_parameter("a", {1}, init::constant(initial_));
-  }
+  void create_parameters(const std::vector<Shape>&) override { declare_parameter("a", {1}, init::constant(initial_)); }
 
  protected:
   void forward_cpu(Context&, const ConstTensors& in, const MutableTensors& out) override {

@@ -50,10 +50,14 @@ ModelSpec fuzz_spec() {
   ModelSpec spec;
   spec.name = "fuzz";
   spec.add_input("image");
-  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node(
+      {"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"quantizer", "UniformNoise", {"y"}, {"y_hat"}});
   spec.add_node({"entropy_model", "FactorizedEntropyModel", {"y_hat"}, {"likelihoods"}});
-  spec.add_node({"g_s", "ConvTranspose2d", {"y_hat"}, {"x_hat"},
+  spec.add_node({"g_s",
+                 "ConvTranspose2d",
+                 {"y_hat"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
   spec.add_node({"rate", "RateLoss", {"likelihoods", "image"}, {"bpp"}});
@@ -64,16 +68,23 @@ ModelSpec fuzz_hyperprior_spec() {
   ModelSpec spec;
   spec.name = "fuzz-hyperprior";
   spec.add_input("image");
-  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node(
+      {"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
   spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
-  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+  spec.add_node({"h_s",
+                 "ConvTranspose2d",
+                 {"z_hat"},
+                 {"h_s_out"},
                  {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"h_s_relu", "ReLU", {"h_s_out"}, {"scales"}});
   spec.add_node({"quantizer", "UniformNoise", {"y"}, {"y_hat"}});
   spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales"}, {"likelihoods"}});
-  spec.add_node({"g_s", "ConvTranspose2d", {"y_hat"}, {"x_hat"},
+  spec.add_node({"g_s",
+                 "ConvTranspose2d",
+                 {"y_hat"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
   spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});
@@ -84,18 +95,25 @@ ModelSpec fuzz_mean_scale_spec() {
   ModelSpec spec;
   spec.name = "fuzz-mean-scale";
   spec.add_input("image");
-  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node(
+      {"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
   spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
-  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+  spec.add_node({"h_s",
+                 "ConvTranspose2d",
+                 {"z_hat"},
+                 {"h_s_out"},
                  {{"out_channels", 6}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"h_s_act", "LeakyReLU", {"h_s_out"}, {"h_s_leaky"}});
   spec.add_node({"h_s1", "Conv2d", {"h_s_leaky"}, {"gaussian_params"}, {{"out_channels", 8}, {"kernel", 1}}});
   spec.add_node({"split", "Split", {"gaussian_params"}, {"scales", "means"}, {{"sizes", {4, 4}}}});
   spec.add_node({"quantizer", "QuantizeAroundMean", {"y", "means"}, {"y_hat"}});
   spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales", "means"}, {"likelihoods"}});
-  spec.add_node({"g_s", "ConvTranspose2d", {"y_hat"}, {"x_hat"},
+  spec.add_node({"g_s",
+                 "ConvTranspose2d",
+                 {"y_hat"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
   spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});
@@ -112,7 +130,8 @@ ModelSpec fuzz_variable_rate_spec() {
   const nlohmann::json inverse_gains{{"levels", 3}, {"init", {0.5, 0.0, -0.5}}};
   for (NodeSpec node : mean_scale.nodes) {
     if (node.name == "h_a") spec.add_node({"gain", "GainUnit", {"y", "level"}, {"y_gained"}, gains});
-    if (node.name == "g_s") spec.add_node({"inverse_gain", "GainUnit", {"y_hat", "level"}, {"y_hat_ungained"}, inverse_gains});
+    if (node.name == "g_s")
+      spec.add_node({"inverse_gain", "GainUnit", {"y_hat", "level"}, {"y_hat_ungained"}, inverse_gains});
     for (std::string& input : node.inputs) {
       if (input == "y" && (node.name == "h_a" || node.name == "quantizer")) input = "y_gained";
       if (input == "y_hat" && node.name == "g_s") input = "y_hat_ungained";
@@ -127,12 +146,16 @@ ModelSpec fuzz_channel_spec() {
   ModelSpec spec;
   spec.name = "fuzz-channel";
   spec.add_input("image");
-  spec.add_node({"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
+  spec.add_node(
+      {"g_a", "Conv2d", {"image"}, {"y"}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"y_split", "Split", {"y"}, {"y0", "y1"}, {{"sizes", {1, 3}}}});
   spec.add_node({"h_a", "Conv2d", {"y"}, {"z"}, {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}});
   spec.add_node({"hyper_quantizer", "UniformNoise", {"z"}, {"z_hat"}});
   spec.add_node({"hyper_entropy_model", "FactorizedEntropyModel", {"z_hat"}, {"z_likelihoods"}});
-  spec.add_node({"h_s", "ConvTranspose2d", {"z_hat"}, {"h_s_out"},
+  spec.add_node({"h_s",
+                 "ConvTranspose2d",
+                 {"z_hat"},
+                 {"h_s_out"},
                  {{"out_channels", 6}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"h_s_act", "LeakyReLU", {"h_s_out"}, {"hyper"}});
   const std::vector<int> sizes{1, 3};
@@ -148,10 +171,14 @@ ModelSpec fuzz_channel_spec() {
     }
     spec.add_node({c + "_mean", "Conv2d", {input}, {"mean" + n}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
     spec.add_node({c + "_scale", "Conv2d", {input}, {"scale" + n}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
-    spec.add_node({c + "_quantizer", "QuantizeAroundMean", {"y" + n, "mean" + n}, {"y_hat" + n, "y_rounded" + n},
+    spec.add_node({c + "_quantizer",
+                   "QuantizeAroundMean",
+                   {"y" + n, "mean" + n},
+                   {"y_hat" + n, "y_rounded" + n},
                    {{"synthesis", "straight_through"}}});
     spec.add_node({c + "_lrp_support", "Concat", {input, "y_rounded" + n}, {c + "_lrp_in"}});
-    spec.add_node({c + "_lrp", "Conv2d", {c + "_lrp_in"}, {c + "_lrp_out"}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
+    spec.add_node(
+        {c + "_lrp", "Conv2d", {c + "_lrp_in"}, {c + "_lrp_out"}, {{"out_channels", sizes[k]}, {"kernel", 1}}});
     spec.add_node({c + "_lrp_tanh", "Tanh", {c + "_lrp_out"}, {c + "_lrp_value"}, {{"scale", 0.5}}});
     spec.add_node({c + "_add", "Add", {"y_rounded" + n, c + "_lrp_value"}, {"y_decoded" + n}});
     noisy.push_back("y_hat" + n);
@@ -164,7 +191,10 @@ ModelSpec fuzz_channel_spec() {
   spec.add_node({"means_join", "Concat", means, {"means"}});
   spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales", "means"}, {"likelihoods"}});
   spec.add_node({"decoded_join", "Concat", decoded, {"y_decoded"}});
-  spec.add_node({"g_s", "ConvTranspose2d", {"y_decoded"}, {"x_hat"},
+  spec.add_node({"g_s",
+                 "ConvTranspose2d",
+                 {"y_decoded"},
+                 {"x_hat"},
                  {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}});
   spec.add_node({"distortion", "MSELoss", {"x_hat", "image"}, {"mse"}});
   spec.add_node({"rate", "RateLoss", {"likelihoods", "z_likelihoods", "image"}, {"bpp"}});

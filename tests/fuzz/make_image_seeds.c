@@ -62,10 +62,10 @@ static void write_png(const char* folder, const char* name, int color_type, int 
 // An APP1 "Exif" payload whose first image directory holds one entry:
 // orientation (tag 0x0112, SHORT, count 1) = `orientation`.
 static size_t exif_orientation_payload(unsigned char* out, int orientation, int big_endian) {
-  static const unsigned char little[] = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0,
-                                         0x12, 0x01, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  static const unsigned char big[] = {'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
-                                      0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  static const unsigned char little[] = {'E',  'x',  'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0,
+                                         0x12, 0x01, 3,   0,   1, 0, 0,   0,   0,  0, 0, 0, 0, 0, 0, 0};
+  static const unsigned char big[] = {'E',  'x',  'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
+                                      0x01, 0x12, 0,   3,   0, 0, 0,   1,   0, 0,  0, 0, 0, 0, 0, 0};
   memcpy(out, big_endian ? big : little, sizeof little);
   out[big_endian ? 25 : 24] = (unsigned char)orientation;
   return sizeof little;

@@ -37,7 +37,8 @@ TEST(Abs, GradientsCpu) {
 
 TEST(Abs, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Abs", {}, {{2, 3, 4, 5}}, Device::cuda(), abs_options())));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "Abs", {}, {{2, 3, 4, 5}}, Device::cuda(), abs_options())));
 }
 
 TEST(Abs, ParityCpuCuda) {

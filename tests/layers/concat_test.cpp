@@ -36,8 +36,8 @@ TEST(Concat, BackwardSlicesTheOutputGradient) {
 }
 
 TEST(Concat, GradientsCpu) {
-  EXPECT_TRUE(testing::gradients_match(
-      check_gradients(registry, "Concat", {}, {{2, 3, 4, 5}, {2, 1, 4, 5}, {2, 2, 4, 5}})));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "Concat", {}, {{2, 3, 4, 5}, {2, 1, 4, 5}, {2, 2, 4, 5}})));
   EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Concat", {}, {{3, 2}, {3, 5}})));
 }
 
@@ -86,7 +86,9 @@ TEST(Concat, RejectsOtherDimensionsThatDiffer) {
   std::string height = testing::shape_error_of([&] { layer->output_shapes({{2, 3, 8, 8}, {2, 5, 4, 8}}); });
   EXPECT_TRUE(testing::contains(height, "node 'cat' (Concat): input 1 is [2, 5, 4, 8] but input 0 is [2, 3, 8, 8]"))
       << height;
-  std::string batch = testing::shape_error_of([&] { layer->output_shapes({{2, 3, 8, 8}, {2, 3, 8, 8}, {1, 3, 8, 8}}); });
+  std::string batch = testing::shape_error_of([&] {
+    layer->output_shapes({{2, 3, 8, 8}, {2, 3, 8, 8}, {1, 3, 8, 8}});
+  });
   EXPECT_TRUE(testing::contains(batch, "input 2 is [1, 3, 8, 8]")) << batch;
   std::string rank = testing::shape_error_of([&] { layer->output_shapes({{2, 3, 8, 8}, {2, 3, 64}}); });
   EXPECT_TRUE(testing::contains(rank, "input 1 is [2, 3, 64]")) << rank;

@@ -48,10 +48,9 @@ std::vector<double> random_vector(std::size_t n, std::mt19937_64& rng) {
 // The definition, one term at a time:
 //   y[n, o, a, b] = bias[o] + sum_{c, i, j} W[o, c, i, j] x[n, c, a*s - p + i, b*s - p + j]
 // with x = 0 outside the image.
-std::vector<double> naive_conv2d(const std::vector<double>& x, const Shape& x_shape,
-                                 const std::vector<double>& w, const std::vector<double>& bias,
-                                 std::int64_t out, std::int64_t k, std::int64_t s, std::int64_t p,
-                                 Shape& y_shape) {
+std::vector<double> naive_conv2d(const std::vector<double>& x, const Shape& x_shape, const std::vector<double>& w,
+                                 const std::vector<double>& bias, std::int64_t out, std::int64_t k, std::int64_t s,
+                                 std::int64_t p, Shape& y_shape) {
   const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
   const std::int64_t Ho = (H + 2 * p - k) / s + 1, Wo = (W + 2 * p - k) / s + 1;
   y_shape = {N, out, Ho, Wo};
@@ -90,9 +89,8 @@ struct Results {
 };
 
 // Forward once, then backward `backward_calls` times with output gradient dy.
-Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
-            const std::vector<double>& x_values, const std::vector<double>& dy_values,
-            int backward_calls = 1) {
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape, const std::vector<double>& x_values,
+            const std::vector<double>& dy_values, int backward_calls = 1) {
   Context ctx(device);
   Shape y_shape = layer.output_shapes({x_shape})[0];
   Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
@@ -112,8 +110,7 @@ void expect_near_all(const std::vector<double>& expected, const std::vector<doub
                      const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
   for (std::size_t i = 0; i < expected.size(); ++i)
-    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
-        << what << " [" << i << "]";
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i]))) << what << " [" << i << "]";
 }
 
 struct Case {
@@ -143,8 +140,8 @@ TEST(Conv2d, ForwardMatchesNaiveConvolution) {
     std::vector<double> bias;
     if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
     Shape expected_shape;
-    std::vector<double> expected = naive_conv2d(x, c.input, layer->parameter("weight").value.to_values(),
-                                                bias, out, k, s, p, expected_shape);
+    std::vector<double> expected =
+        naive_conv2d(x, c.input, layer->parameter("weight").value.to_values(), bias, out, k, s, p, expected_shape);
     ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
     Context ctx;
     Tensor input = Tensor::from_values(x, c.input, DType::f64);
@@ -179,8 +176,8 @@ TEST(Conv2d, ParametersUsePyTorchLayoutAndFanInBound) {
     EXPECT_LE(largest, bound) << name;
     EXPECT_GT(largest, 0.5 * bound) << name << " looks initialised with a smaller bound";
   }
-  auto no_bias = make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 5, 6, 6}, DType::f32,
-                            Device::cpu());
+  auto no_bias =
+      make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 5, 6, 6}, DType::f32, Device::cpu());
   ASSERT_EQ(no_bias->parameters().size(), 1u);
   EXPECT_EQ(no_bias->parameters()[0]->name, "weight");
 }
@@ -210,19 +207,16 @@ TEST(Conv2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
 TEST(Conv2d, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(
-        testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
 }
 
 TEST(Conv2d, ParityCpuCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   // The autoencoder's analysis layers at reduced size, and the gradient cases.
-  EXPECT_TRUE(testing::outputs_match(
-      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 9}, {"stride", 4}, {"padding", 4}},
-                   {{2, 3, 32, 32}})));
-  EXPECT_TRUE(testing::outputs_match(
-      check_parity(registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
-                   {{3, 16, 16, 12}})));
+  EXPECT_TRUE(testing::outputs_match(check_parity(
+      registry, "Conv2d", {{"out_channels", 16}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {{2, 3, 32, 32}})));
+  EXPECT_TRUE(testing::outputs_match(check_parity(
+      registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {{3, 16, 16, 12}})));
   for (const Case& c : gradient_cases())
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Conv2d", c.params, {c.input})));
 }
@@ -553,7 +547,6 @@ std::vector<double> bf16_values(const std::vector<std::uint16_t>& halves) {
 // copies take f32 or bf16 sources, so a plain nullptr would not say which).
 const float* const no_source = nullptr;
 
-
 // Runs copy(destination) on a NaN-poisoned device buffer of `count`
 // elements (f32, or bf16 bit patterns) and returns its values.
 template <class Copy>
@@ -567,11 +560,9 @@ std::vector<double> poisoned_copy(bool bf16, std::int64_t count, Copy&& copy) {
   std::vector<std::uint16_t> host(static_cast<std::size_t>(count), 0xffff);  // bf16 NaN: the poison
   std::uint16_t* device = nullptr;
   EXPECT_EQ(cudaMalloc(&device, host.size() * sizeof(std::uint16_t)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice),
-            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice), cudaSuccess);
   copy(static_cast<float*>(nullptr), device);
-  EXPECT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(cudaFree(device), cudaSuccess);
   return bf16_values(host);
 }
@@ -589,10 +580,8 @@ Tensor copy_source(std::vector<double>& values, const Shape& shape, bool bf16_so
 template <class Copy>
 std::vector<double> poisoned_copy_from(const Tensor& source, bool bf16, std::int64_t count, Copy&& copy) {
   return poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
-    if (source.dtype() == DType::bf16)
-      copy(source.data<BFloat16>(), f, h);
-    else
-      copy(source.data<float>(), f, h);
+    if (source.dtype() == DType::bf16) copy(source.data<BFloat16>(), f, h);
+    else copy(source.data<float>(), f, h);
   });
 }
 
@@ -606,7 +595,11 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(13);
-  struct Sizes { std::int64_t batch, channels, height, width; int first_shift, copies; std::int64_t pitch; };
+  struct Sizes {
+    std::int64_t batch, channels, height, width;
+    int first_shift, copies;
+    std::int64_t pitch;
+  };
   for (const bool bf16_source : {false, true})
     for (const bool bf16 : {false, true})
       for (const Sizes s : {Sizes{1, 1, 1, 4, 0, 1, 8}, Sizes{2, 3, 5, 32, -1, 3, 32}, Sizes{1, 2, 3, 20, -2, 4, 24},
@@ -629,9 +622,9 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
           for (std::int64_t row = 0; row < rows; ++row)
             for (std::int64_t u = 0; u < s.pitch; ++u, ++index) {
               const std::int64_t w = u - s.first_shift - c;
-              const float value_f32 =
-                  w >= 0 && w < s.width ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)])
-                                        : 0.0f;
+              const float value_f32 = w >= 0 && w < s.width
+                                          ? static_cast<float>(source[static_cast<std::size_t>(row * s.width + w)])
+                                          : 0.0f;
               const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
               if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
             }
@@ -640,7 +633,7 @@ TEST(Conv2d, ShiftedRowsCopyMatchesDefinitionCuda) {
                             << s.copies << ", pitch " << s.pitch;
       }
   testing::expect_error<Error>([&] { layers::shifted_rows_cuda(ctx, no_source, 1, 1, 1, 4, 0, 0, 8, nullptr); },
-                      {"shifted_rows", "copies 0"});
+                               {"shifted_rows", "copies 0"});
 }
 
 // The weight gradient's stride-phase copy of X (f32 or bf16, from an f32 or
@@ -653,7 +646,11 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(11);
-  struct Sizes { std::int64_t batch, channels, height, width; int stride; std::int64_t pitch; };
+  struct Sizes {
+    std::int64_t batch, channels, height, width;
+    int stride;
+    std::int64_t pitch;
+  };
   for (const bool bf16_source : {false, true})
     for (const bool bf16 : {false, true})
       for (const Sizes s : {Sizes{1, 1, 1, 1, 1, 8}, Sizes{2, 3, 7, 9, 2, 8}, Sizes{1, 5, 10, 13, 3, 16},
@@ -683,9 +680,8 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                     const std::int64_t h = s.stride * hp + a, w = s.stride * wp + b;
                     const float value_f32 =
                         h < s.height && w < s.width
-                            ? static_cast<float>(source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) *
-                                                                                     s.width +
-                                                                                 w)])
+                            ? static_cast<float>(
+                                  source[static_cast<std::size_t>(((n * s.channels + c) * s.height + h) * s.width + w)])
                             : 0.0f;
                     const double expected = bf16 ? round_to_bf16(value_f32) : value_f32;
                     if (!(actual[static_cast<std::size_t>(index)] == expected)) ++wrong;
@@ -695,9 +691,9 @@ TEST(Conv2d, PhaseCopyMatchesDefinitionCuda) {
                             << s.width << ", stride " << s.stride << ", pitch " << s.pitch;
       }
   testing::expect_error<Error>([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 2, 4, nullptr); },
-                      {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
+                               {"nchw_to_phases", "width 9", "stride 2", "row_pitch 4"});  // pitch < ceil(9/2)
   testing::expect_error<Error>([&] { layers::nchw_to_phases_cuda(ctx, no_source, 1, 1, 4, 9, 5, 8, nullptr); },
-                      {"nchw_to_phases", "stride 5"});
+                               {"nchw_to_phases", "stride 5"});
 }
 
 // The NHWC copy (f32 or bf16, from an f32 or a bf16 source) against its
@@ -710,12 +706,14 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(7);
-  struct Sizes { std::int64_t batch, channels, plane, channel_stride; };
+  struct Sizes {
+    std::int64_t batch, channels, plane, channel_stride;
+  };
   for (const DType source_type : {DType::f32, DType::bf16})
     for (const bool bf16 : {false, true})
-      for (const Sizes s : {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128},
-                            Sizes{1, 5, 9, 7}, Sizes{2, 90, 41, 96}, Sizes{1, 3, 2, 4}, Sizes{2, 128, 32 * 33, 128},
-                            Sizes{2, 90, 130, 96}}) {
+      for (const Sizes s :
+           {Sizes{1, 1, 1, 4}, Sizes{2, 3, 37, 4}, Sizes{3, 45, 70, 64}, Sizes{2, 128, 33 * 31, 128}, Sizes{1, 5, 9, 7},
+            Sizes{2, 90, 41, 96}, Sizes{1, 3, 2, 4}, Sizes{2, 128, 32 * 33, 128}, Sizes{2, 90, 130, 96}}) {
         std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
         if (source_type == DType::bf16)
           for (double& value : source) value = round_to_bf16(static_cast<float>(value));
@@ -723,15 +721,11 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
         const std::int64_t count = s.batch * s.plane * s.channel_stride;
         const std::vector<double> actual = poisoned_copy(bf16, count, [&](float* f, std::uint16_t* h) {
           const auto copy = [&](const auto* from) {
-            if (bf16)
-              layers::nchw_to_nhwc_bf16_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, h);
-            else
-              layers::nchw_to_nhwc_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, f);
+            if (bf16) layers::nchw_to_nhwc_bf16_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, h);
+            else layers::nchw_to_nhwc_cuda(ctx, from, s.batch, s.channels, s.plane, s.channel_stride, f);
           };
-          if (source_type == DType::bf16)
-            copy(x.data<BFloat16>());
-          else
-            copy(x.data<float>());
+          if (source_type == DType::bf16) copy(x.data<BFloat16>());
+          else copy(x.data<float>());
         });
         std::int64_t wrong = 0;
         for (std::int64_t n = 0; n < s.batch; ++n)
@@ -748,9 +742,9 @@ TEST(Conv2d, NchwToNhwcCopyMatchesDefinitionCuda) {
                             << s.channel_stride;
       }
   testing::expect_error<Error>([&] { layers::nchw_to_nhwc_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
-                      {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
+                               {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
   testing::expect_error<Error>([&] { layers::nchw_to_nhwc_bf16_cuda(ctx, no_source, 1, 8, 4, 4, nullptr); },
-                      {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
+                               {"nchw_to_nhwc", "channels 8", "channel_stride 4"});
 }
 
 // The weight gradient's bf16 channel rows against their definition: row c is
@@ -760,9 +754,11 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   Context ctx(Device::cuda());
   std::mt19937_64 rng(9);
-  struct Sizes { std::int64_t batch, channels, plane, row_stride; };
-  for (const Sizes s :
-       {Sizes{1, 1, 1, 8}, Sizes{2, 3, 37, 128}, Sizes{3, 130, 300, 900}, Sizes{2, 5, 64, 128}, Sizes{2, 3, 2500, 5056}}) {
+  struct Sizes {
+    std::int64_t batch, channels, plane, row_stride;
+  };
+  for (const Sizes s : {Sizes{1, 1, 1, 8}, Sizes{2, 3, 37, 128}, Sizes{3, 130, 300, 900}, Sizes{2, 5, 64, 128},
+                        Sizes{2, 3, 2500, 5056}}) {
     const std::vector<double> source = random_vector(static_cast<std::size_t>(s.batch * s.channels * s.plane), rng);
     const Tensor x = Tensor::from_values(source, {s.batch, s.channels, s.plane}, DType::f32, Device::cuda());
     std::vector<std::uint16_t> host(static_cast<std::size_t>(s.channels * s.row_stride), 0xffff);  // bf16 NaN
@@ -791,7 +787,7 @@ TEST(Conv2d, NchwToChannelRowsBf16CopyMatchesDefinitionCuda) {
                         << ", row_stride " << s.row_stride;
   }
   testing::expect_error<Error>([&] { layers::nchw_to_channel_rows_bf16_cuda(ctx, no_source, 2, 3, 4, 7, nullptr); },
-                      {"nchw_to_channel_rows_bf16", "plane 4", "row_stride 7"});
+                               {"nchw_to_channel_rows_bf16", "plane 4", "row_stride 7"});
 }
 #endif
 
@@ -848,18 +844,15 @@ TEST(Conv2d, RejectsInputsWhoseColumnMatrixWouldOverflow) {
   expect_shape_error(*layer, {{1, 65536, 4096, 4096}}, "is too large: its im2col matrix of 65536*4096*4096 rows");
 }
 
-
 TEST(Conv2d, RejectsBadShapes) {
   auto layer = registry.create("Conv2d", "c", {{"out_channels", 4}, {"kernel", 3}});
   expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}}, "node 'c' (Conv2d): takes 1 input, got 2");
   expect_shape_error(*layer, {{3, 8, 8}}, "input must be [N, C, H, W], got [3, 8, 8]");
-  expect_shape_error(
-      *layer, {{2, 3, 2, 8}},
-      "input [2, 3, 2, 8] with padding 0 is smaller than the 3x3 kernel: the output would be empty");
+  expect_shape_error(*layer, {{2, 3, 2, 8}},
+                     "input [2, 3, 2, 8] with padding 0 is smaller than the 3x3 kernel: the output would be empty");
   layer->output_shapes({{2, 3, 8, 8}});
   layer->create_parameters({{2, 3, 8, 8}});
-  expect_shape_error(*layer, {{2, 5, 8, 8}},
-                     "input [2, 5, 8, 8] has 5 channels but weight [4, 3, 3, 3] expects 3");
+  expect_shape_error(*layer, {{2, 5, 8, 8}}, "input [2, 5, 8, 8] has 5 channels but weight [4, 3, 3, 3] expects 3");
 }
 
 }  // namespace

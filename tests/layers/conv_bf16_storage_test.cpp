@@ -61,33 +61,55 @@ struct Problem {
 // order in every run).
 std::vector<Problem> problems() {
   return {
-      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 64, 16, 16},
+      {"Conv2d",
+       {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
+       {2, 64, 16, 16},
        "tap-major gathers (NHWC copies), NCHW weight gradient"},
-      {"Conv2d", {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}}, {2, 8, 12, 12},
+      {"Conv2d",
+       {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}},
+       {2, 8, 12, 12},
        "flat-K forward gather; input gradient by im2col + cuBLAS"},
-      {"Conv2d", {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}}, {2, 32, 10, 10},
+      {"Conv2d",
+       {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}},
+       {2, 32, 10, 10},
        "forward by im2col + cuBLAS (Co <= 16); flat-K input gradient"},
-      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 3, 32, 32},
+      {"Conv2d",
+       {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
+       {2, 3, 32, 32},
        "few-channel forward, input gradient and weight gradient (dY rows of 16 pixels: whole 16-byte chunks)"},
-      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {2, 3, 30, 30},
+      {"Conv2d",
+       {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}},
+       {2, 3, 30, 30},
        "few-channel passes with Y rows of 15 pixels: element-wise stores and dY rows, unaligned input gradient"},
-      {"Conv2d", {{"out_channels", 64}, {"kernel", 9}, {"stride", 4}, {"padding", 4}}, {1, 3, 32, 32},
+      {"Conv2d",
+       {{"out_channels", 64}, {"kernel", 9}, {"stride", 4}, {"padding", 4}},
+       {1, 3, 32, 32},
        "few-channel passes of a 9x9 kernel (243 taps: the weight gradient's widest tiling)"},
-      {"Conv2d", {{"out_channels", 160}, {"kernel", 3}, {"padding", 1}}, {1, 4, 12, 20},
+      {"Conv2d",
+       {{"out_channels", 160}, {"kernel", 3}, {"padding", 1}},
+       {1, 4, 12, 20},
        "few-channel passes, 4 channels, two blocks of output channels, dY rows of 20 pixels (4-pixel chunks)"},
       {"Conv2d", {{"out_channels", 64}, {"kernel", 1}}, {2, 64, 8, 8}, "1x1 kernel"},
       {"Conv2d", {{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {2, 64, 8, 8}, "3x3 kernel, stride 1"},
-      {"Conv2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {2, 128, 4, 4},
+      {"Conv2d",
+       {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}},
+       {2, 128, 4, 4},
        "split K (4x4 images, 128 channels)"},
-      {"Conv2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {1, 128, 32, 32},
+      {"Conv2d",
+       {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}},
+       {1, 128, 32, 32},
        "tap-major weight gradient (Ci a multiple of 128; on Hopper the wgmma one)"},
       {"ConvTranspose2d",
        {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
        {2, 64, 8, 8},
        "tap-major backward_data phases and forward gather"},
-      {"ConvTranspose2d", {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}}, {2, 8, 12, 12},
+      {"ConvTranspose2d",
+       {{"out_channels", 32}, {"kernel", 3}, {"padding", 1}},
+       {2, 8, 12, 12},
        "flat-K backward_data gather; input gradient by im2col + cuBLAS"},
-      {"ConvTranspose2d", {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}}, {2, 32, 10, 10},
+      {"ConvTranspose2d",
+       {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}},
+       {2, 32, 10, 10},
        "forward by im2col + cuBLAS; flat-K input gradient"},
       {"ConvTranspose2d",
        {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
@@ -102,11 +124,14 @@ std::vector<Problem> problems() {
        {1, 64, 8, 8},
        "few-channel passes of a 9x9 kernel onto an RGB image"},
       {"ConvTranspose2d", {{"out_channels", 64}, {"kernel", 1}}, {2, 64, 8, 8}, "1x1 kernel"},
-      {"ConvTranspose2d", {{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {2, 64, 8, 8},
-       "3x3 kernel, stride 1"},
-      {"ConvTranspose2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {2, 128, 4, 4},
+      {"ConvTranspose2d", {{"out_channels", 64}, {"kernel", 3}, {"padding", 1}}, {2, 64, 8, 8}, "3x3 kernel, stride 1"},
+      {"ConvTranspose2d",
+       {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}},
+       {2, 128, 4, 4},
        "split K (4x4 images, 128 channels)"},
-      {"ConvTranspose2d", {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}}, {1, 128, 32, 32},
+      {"ConvTranspose2d",
+       {{"out_channels", 128}, {"kernel", 3}, {"padding", 1}},
+       {1, 128, 32, 32},
        "tap-major weight gradient (on Hopper the wgmma one)"},
   };
 }
@@ -161,8 +186,8 @@ TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
     for (const Precision precision : {Precision::bf16, Precision::tf32, Precision::f32}) {
       const Pass reference = run_pass(*layer, precision, problem.input, all_f32, x, dy);
       for (const Storage& storage : storages) {
-        const std::string what = problem.type + " " + problem.params.dump() + " on " + shape_str(problem.input) +
-                                 " (" + problem.path + ") at " + precision_name(precision) + ", " + describe(storage);
+        const std::string what = problem.type + " " + problem.params.dump() + " on " + shape_str(problem.input) + " (" +
+                                 problem.path + ") at " + precision_name(precision) + ", " + describe(storage);
         const Pass pass = run_pass(*layer, precision, problem.input, storage, x, dy);
         expect_stored(reference.output, pass.output, storage.output, what + ": output");
         expect_stored(reference.input_grad, pass.input_grad, storage.input, what + ": input gradient");
@@ -183,8 +208,7 @@ void expect_bf16_source_gives_the_same(const std::string& what, const Shape& sou
                                        DType out, Copy&& copy) {
   Context ctx(Device::cuda());
   std::mt19937_64 rng(11);
-  const std::vector<double> values =
-      bf16_values(static_cast<std::size_t>(shape_numel(source_shape)), -1.0, 1.0, rng);
+  const std::vector<double> values = bf16_values(static_cast<std::size_t>(shape_numel(source_shape)), -1.0, 1.0, rng);
   const Tensor f32_source = Tensor::from_values(values, source_shape, DType::f32, Device::cuda());
   const Tensor bf16_source = Tensor::from_values(values, source_shape, DType::bf16, Device::cuda());
   std::vector<double> results[2];
@@ -192,10 +216,8 @@ void expect_bf16_source_gives_the_same(const std::string& what, const Shape& sou
     Tensor destination({count}, out, Device::cuda());
     float* f32 = out == DType::f32 ? destination.data<float>() : nullptr;
     auto* bf16 = out == DType::bf16 ? reinterpret_cast<std::uint16_t*>(destination.data<BFloat16>()) : nullptr;
-    if (run == 0)
-      copy(ctx, f32_source.data<float>(), f32, bf16);
-    else
-      copy(ctx, bf16_source.data<BFloat16>(), f32, bf16);
+    if (run == 0) copy(ctx, f32_source.data<float>(), f32, bf16);
+    else copy(ctx, bf16_source.data<BFloat16>(), f32, bf16);
     ctx.synchronize();
     results[run] = destination.to_values();
   }
@@ -316,16 +338,12 @@ TEST(ConvBf16Storage, CpuRefusesBf16TensorsNamingTheLayer) {
       EXPECT_TRUE(testing::contains(message, "bf16")) << message;
       EXPECT_TRUE(testing::contains(message, tensor)) << message;
     };
-    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_bf16}, {&y_f32}); }),
-                   x_bf16.describe());
-    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_f32}, {&y_bf16}); }),
-                   y_bf16.describe());
-    expect_refused(
-        testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_bf16}, {&dx_f32}); }),
-        dy_bf16.describe());
-    expect_refused(
-        testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_f32}, {&dx_bf16}); }),
-        dx_bf16.describe());
+    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_bf16}, {&y_f32}); }), x_bf16.describe());
+    expect_refused(testing::config_error_of([&] { layer->forward(ctx, {&x_f32}, {&y_bf16}); }), y_bf16.describe());
+    expect_refused(testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_bf16}, {&dx_f32}); }),
+                   dy_bf16.describe());
+    expect_refused(testing::config_error_of([&] { layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_f32}, {&dx_bf16}); }),
+                   dx_bf16.describe());
     // The same layer still runs on f32 tensors.
     EXPECT_NO_THROW(layer->forward(ctx, {&x_f32}, {&y_f32}));
     EXPECT_NO_THROW(layer->backward(ctx, {&x_f32}, {&y_f32}, {&dy_f32}, {&dx_f32}));

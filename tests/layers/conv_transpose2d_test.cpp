@@ -64,8 +64,8 @@ std::vector<double> naive_conv_transpose2d(const std::vector<double>& x, const S
 }
 
 // A layer of `type` built and initialised for `input_shape`.
-std::unique_ptr<Layer> make_layer(const std::string& type, const json& params, const Shape& input_shape,
-                                  DType dtype, Device device, std::uint64_t seed = 5) {
+std::unique_ptr<Layer> make_layer(const std::string& type, const json& params, const Shape& input_shape, DType dtype,
+                                  Device device, std::uint64_t seed = 5) {
   auto layer = registry.create(type, "t", params);
   layer->output_shapes({input_shape});
   layer->create_parameters({input_shape});
@@ -92,9 +92,8 @@ struct Results {
 };
 
 // Forward once, then backward `backward_calls` times with output gradient dy.
-Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape,
-            const std::vector<double>& x_values, const std::vector<double>& dy_values,
-            int backward_calls = 1) {
+Results run(Layer& layer, Device device, DType dtype, const Shape& x_shape, const std::vector<double>& x_values,
+            const std::vector<double>& dy_values, int backward_calls = 1) {
   Context ctx(device);
   Shape y_shape = layer.output_shapes({x_shape})[0];
   Tensor x = Tensor::from_values(x_values, x_shape, dtype, device);
@@ -114,8 +113,7 @@ void expect_near_all(const std::vector<double>& expected, const std::vector<doub
                      const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
   for (std::size_t i = 0; i < expected.size(); ++i)
-    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i])))
-        << what << " [" << i << "]";
+    ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i]))) << what << " [" << i << "]";
 }
 
 struct Case {
@@ -128,19 +126,12 @@ struct Case {
 // never reaches (bias only).
 std::vector<Case> gradient_cases() {
   return {
-      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}},
-       {2, 2, 4, 5}},
-      {{{"out_channels", 2},
-        {"kernel", 5},
-        {"stride", 3},
-        {"padding", 2},
-        {"output_padding", 2},
-        {"bias", false}},
+      {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}}, {2, 2, 4, 5}},
+      {{{"out_channels", 2}, {"kernel", 5}, {"stride", 3}, {"padding", 2}, {"output_padding", 2}, {"bias", false}},
        {1, 3, 3, 4}},
       {{{"out_channels", 4}, {"kernel", 1}}, {2, 3, 3, 5}},
       {{{"out_channels", 2}, {"kernel", 3}, {"stride", 3}}, {2, 2, 3, 2}},
-      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
-       {1, 2, 3, 4}},
+      {{{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {1, 2, 3, 4}},
       {{{"out_channels", 2}, {"kernel", 3}, {"padding", 2}, {"bias", false}}, {2, 2, 5, 4}},
       {{{"out_channels", 2}, {"kernel", 2}, {"stride", 3}, {"output_padding", 1}}, {1, 2, 3, 3}},
   };
@@ -157,9 +148,8 @@ TEST(ConvTranspose2d, ForwardMatchesNaiveScatter) {
     std::vector<double> bias;
     if (c.params.value("bias", true)) bias = layer->parameter("bias").value.to_values();
     Shape expected_shape;
-    std::vector<double> expected =
-        naive_conv_transpose2d(x, c.input, layer->parameter("weight").value.to_values(), bias, out, k, s, p,
-                               output_padding, expected_shape);
+    std::vector<double> expected = naive_conv_transpose2d(x, c.input, layer->parameter("weight").value.to_values(),
+                                                          bias, out, k, s, p, output_padding, expected_shape);
     ASSERT_EQ(layer->output_shapes({c.input})[0], expected_shape) << c.params.dump();
     expect_near_all(expected, forward(*layer, c.input, x), 1e-12, "ConvTranspose2d " + c.params.dump());
   }
@@ -168,8 +158,8 @@ TEST(ConvTranspose2d, ForwardMatchesNaiveScatter) {
 TEST(ConvTranspose2d, HandComputedSmallCase) {
   // A 2x2 input [1 2; 3 4], 2x2 kernel of ones, stride 2: each pixel becomes a
   // 2x2 block; output_padding 1 adds a last row and column holding only the bias.
-  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}, {"stride", 2}, {"output_padding", 1}},
-                          {1, 1, 2, 2}, DType::f64, Device::cpu());
+  auto layer = make_layer({{"out_channels", 1}, {"kernel", 2}, {"stride", 2}, {"output_padding", 1}}, {1, 1, 2, 2},
+                          DType::f64, Device::cpu());
   layer->parameter("weight").value.copy_from(Tensor::from_values({1, 1, 1, 1}, {1, 1, 2, 2}, DType::f64));
   layer->parameter("bias").value.copy_from(Tensor::from_values({0.5}, {1}, DType::f64));
   ASSERT_EQ(layer->output_shapes({{1, 1, 2, 2}})[0], (Shape{1, 1, 5, 5}));
@@ -190,16 +180,12 @@ TEST(ConvTranspose2d, IsTheAdjointOfConv2d) {
   for (const AdjointCase& c : {AdjointCase{3, 4, 3, 2, 1, 7, 9}, AdjointCase{2, 3, 5, 3, 2, 9, 12},
                                AdjointCase{2, 2, 9, 4, 4, 16, 12}, AdjointCase{3, 2, 1, 1, 0, 4, 5}}) {
     const std::int64_t output_padding = (c.height + 2 * c.padding - c.kernel) % c.stride;
-    ASSERT_EQ(output_padding, (c.width + 2 * c.padding - c.kernel) % c.stride)
-        << "test case needs equal remainders";
+    ASSERT_EQ(output_padding, (c.width + 2 * c.padding - c.kernel) % c.stride) << "test case needs equal remainders";
     const Shape x_shape{2, c.in, c.height, c.width};
-    auto conv = make_layer("Conv2d",
-                           {{"out_channels", c.out},
-                            {"kernel", c.kernel},
-                            {"stride", c.stride},
-                            {"padding", c.padding},
-                            {"bias", false}},
-                           x_shape, DType::f64, Device::cpu());
+    auto conv = make_layer(
+        "Conv2d",
+        {{"out_channels", c.out}, {"kernel", c.kernel}, {"stride", c.stride}, {"padding", c.padding}, {"bias", false}},
+        x_shape, DType::f64, Device::cpu());
     const Shape y_shape = conv->output_shapes({x_shape})[0];
     auto transposed = make_layer("ConvTranspose2d",
                                  {{"out_channels", c.in},
@@ -225,8 +211,7 @@ TEST(ConvTranspose2d, IsTheAdjointOfConv2d) {
 }
 
 TEST(ConvTranspose2d, ParametersUsePyTorchLayoutAndFanInBound) {
-  auto layer = make_layer({{"out_channels", 8}, {"kernel", 5}, {"stride", 2}}, {2, 6, 4, 4}, DType::f32,
-                          Device::cpu());
+  auto layer = make_layer({{"out_channels", 8}, {"kernel", 5}, {"stride", 2}}, {2, 6, 4, 4}, DType::f32, Device::cpu());
   ASSERT_EQ(layer->parameters().size(), 2u);
   EXPECT_EQ(layer->parameter("weight").shape, (Shape{6, 8, 5, 5}));
   EXPECT_EQ(layer->parameter("bias").shape, (Shape{8}));
@@ -237,8 +222,8 @@ TEST(ConvTranspose2d, ParametersUsePyTorchLayoutAndFanInBound) {
     EXPECT_LE(largest, bound) << name;
     EXPECT_GT(largest, 0.5 * bound) << name << " looks initialised with a smaller bound";
   }
-  auto no_bias = make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 6, 4, 4}, DType::f32,
-                            Device::cpu());
+  auto no_bias =
+      make_layer({{"out_channels", 8}, {"kernel", 3}, {"bias", false}}, {2, 6, 4, 4}, DType::f32, Device::cpu());
   ASSERT_EQ(no_bias->parameters().size(), 1u);
   EXPECT_EQ(no_bias->parameters()[0]->name, "weight");
 }
@@ -249,8 +234,7 @@ TEST(ConvTranspose2d, GradientsCpu) {
 }
 
 TEST(ConvTranspose2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
-  const json params = {
-      {"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const json params = {{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
   const Shape shape{2, 2, 3, 4};
   std::mt19937_64 rng(3);
   auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
@@ -269,8 +253,8 @@ TEST(ConvTranspose2d, BackwardOverwritesInputGradAndAccumulatesParameterGrads) {
 TEST(ConvTranspose2d, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "ConvTranspose2d", c.params, {c.input}, Device::cuda())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "ConvTranspose2d", c.params, {c.input}, Device::cuda())));
 }
 
 TEST(ConvTranspose2d, ParityCpuCuda) {
@@ -278,12 +262,10 @@ TEST(ConvTranspose2d, ParityCpuCuda) {
   // The autoencoder's synthesis layers at reduced size, and the gradient cases.
   EXPECT_TRUE(testing::outputs_match(check_parity(
       registry, "ConvTranspose2d",
-      {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
-      {{3, 16, 8, 6}})));
-  EXPECT_TRUE(testing::outputs_match(
-      check_parity(registry, "ConvTranspose2d",
-                   {{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}},
-                   {{2, 16, 8, 8}})));
+      {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}, {{3, 16, 8, 6}})));
+  EXPECT_TRUE(testing::outputs_match(check_parity(
+      registry, "ConvTranspose2d",
+      {{"out_channels", 3}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}}, {{2, 16, 8, 8}})));
   for (const Case& c : gradient_cases())
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "ConvTranspose2d", c.params, {c.input})));
 }
@@ -291,8 +273,7 @@ TEST(ConvTranspose2d, ParityCpuCuda) {
 TEST(ConvTranspose2d, ChunkedCudaMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   // A scratch limit of two and a half images splits a batch of 5 into chunks 2, 2, 1.
-  const json params = {
-      {"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
+  const json params = {{"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}};
   const Shape shape{5, 3, 4, 3};
   auto cpu = make_layer(params, shape, DType::f64, Device::cpu());
   auto gpu = make_layer(params, shape, DType::f64, Device::cuda());
@@ -347,9 +328,8 @@ TEST(ConvTranspose2d, CpuChunksMatchWholeBlocks) {
       if (c.params.value("bias", true)) bias = whole->parameter("bias").value.to_values();
       Shape naive_shape;
       const std::vector<double> naive =
-          naive_conv_transpose2d(x, c.input, w, bias, c.params["out_channels"], c.params["kernel"],
-                                 c.params["stride"], c.params.value("padding", 0), c.params.value("output_padding", 0),
-                                 naive_shape);
+          naive_conv_transpose2d(x, c.input, w, bias, c.params["out_channels"], c.params["kernel"], c.params["stride"],
+                                 c.params.value("padding", 0), c.params.value("output_padding", 0), naive_shape);
       ASSERT_EQ(naive_shape, y_shape);
       expect_near_all(naive, expected.to_values(), dtype == DType::f32 ? 1e-5 : 1e-12, "whole blocks");
       for (const std::int64_t chunk : {48, 96, 144}) {
@@ -470,8 +450,11 @@ TEST(ConvTranspose2d, FewChannelKernelTakesTheLayersOntoImages) {
   const auto problem = [](long long channels, long long size, long long kernel, long long stride, long long padding,
                           long long output_padding, long long out_channels) {
     auto layer = registry.create("ConvTranspose2d", "t",
-                                 {{"out_channels", out_channels}, {"kernel", kernel}, {"stride", stride},
-                                  {"padding", padding}, {"output_padding", output_padding}});
+                                 {{"out_channels", out_channels},
+                                  {"kernel", kernel},
+                                  {"stride", stride},
+                                  {"padding", padding},
+                                  {"output_padding", output_padding}});
     const Shape output = layer->output_shapes({{16, channels, size, size}})[0];
     // The Conv2d from this layer's output to its input.
     layers::implicit_gemm::ConvProblem conv;
@@ -570,21 +553,17 @@ TEST(ConvTranspose2d, RejectsParamsThatWouldOverflowSizes) {
   expect_shape_error(*layer, {{1, 3, 1 << 20, 1 << 20}}, "is too large: its im2col matrix of 4*4096*4096 rows");
 }
 
-
 TEST(ConvTranspose2d, RejectsBadShapes) {
   auto layer = registry.create("ConvTranspose2d", "t", {{"out_channels", 4}, {"kernel", 3}, {"padding", 2}});
-  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}},
-                     "node 't' (ConvTranspose2d): takes 1 input, got 2");
+  expect_shape_error(*layer, {{2, 3, 8, 8}, {2, 3, 8, 8}}, "node 't' (ConvTranspose2d): takes 1 input, got 2");
   expect_shape_error(*layer, {{2, 3, 8, 8, 1}}, "input must be [N, C, H, W], got [2, 3, 8, 8, 1]");
   // (1 - 1)*1 - 2*2 + 3 + 0 = -1 rows.
-  expect_shape_error(
-      *layer, {{2, 3, 1, 8}},
-      "input [2, 3, 1, 8] gives an empty output [2, 4, -1, 6]: (H - 1)*stride - 2*padding + kernel "
-      "+ output_padding must be >= 1");
+  expect_shape_error(*layer, {{2, 3, 1, 8}},
+                     "input [2, 3, 1, 8] gives an empty output [2, 4, -1, 6]: (H - 1)*stride - 2*padding + kernel "
+                     "+ output_padding must be >= 1");
   layer->output_shapes({{2, 3, 8, 8}});
   layer->create_parameters({{2, 3, 8, 8}});
-  expect_shape_error(*layer, {{2, 5, 8, 8}},
-                     "input [2, 5, 8, 8] has 5 channels but weight [3, 4, 3, 3] expects 3");
+  expect_shape_error(*layer, {{2, 5, 8, 8}}, "input [2, 5, 8, 8] has 5 channels but weight [3, 4, 3, 3] expects 3");
 }
 
 }  // namespace

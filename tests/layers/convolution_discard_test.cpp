@@ -70,15 +70,13 @@ TEST(ConvolutionDiscard, Conv2dStride2TwoImages) {
 }
 
 TEST(ConvolutionDiscard, ConvTranspose2dStride2) {
-  expect_same_with_discard(
-      "ConvTranspose2d",
-      {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
-      {1, 16, 700, 760});
+  expect_same_with_discard("ConvTranspose2d",
+                           {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+                           {1, 16, 700, 760});
 }
 
 TEST(ConvolutionDiscard, ConvTranspose2dStride1TwoImages) {
-  expect_same_with_discard("ConvTranspose2d", {{"out_channels", 3}, {"kernel", 3}, {"padding", 1}},
-                           {2, 8, 530, 1010});
+  expect_same_with_discard("ConvTranspose2d", {{"out_channels", 3}, {"kernel", 3}, {"padding", 1}}, {2, 8, 530, 1010});
 }
 
 }  // namespace

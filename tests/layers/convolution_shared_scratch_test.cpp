@@ -23,7 +23,9 @@ using nlohmann::json;
 json conv(int out, int kernel, int stride) {
   return {{"out_channels", out}, {"kernel", kernel}, {"stride", stride}, {"padding", kernel / 2}};
 }
-json deconv(int out) { return {{"out_channels", out}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}}; }
+json deconv(int out) {
+  return {{"out_channels", out}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}};
+}
 
 // 3 -> 32 -> 48 -> 32 channels down to a quarter, then back up to 3: the
 // few-channel passes next to the image and the engine's in between.
@@ -86,8 +88,8 @@ TEST(ConvolutionSharedScratch, CudaMatchesTheCpuAndStaysTheSameAfterALargerNetUs
   // significant bits), through five layers whose ReLU gates the rounding
   // may flip: against the exact CPU, 5% of each tensor's largest gradient
   // for both (strict f32: 1e-4).
-  for (auto [precision, tolerance] : {std::pair{Precision::f32, 1e-4}, std::pair{Precision::tf32, 5e-2},
-                                      std::pair{Precision::bf16, 5e-2}}) {
+  for (auto [precision, tolerance] :
+       {std::pair{Precision::f32, 1e-4}, std::pair{Precision::tf32, 5e-2}, std::pair{Precision::bf16, 5e-2}}) {
     Context ctx(Device::cuda(0));
     ctx.set_precision(precision);
     Net gpu(convolutions(), registry, {{"image", small}}, DType::f32, Device::cuda(0), 5);

@@ -86,9 +86,10 @@ TEST(CpuThreads, ParallelForRunsEveryItemOnce) {
 TEST(CpuThreads, ParallelForPassesExceptionsOn) {
   ThreadCountGuard guard;
   set_cpu_threads(4);
-  EXPECT_THROW(parallel_for(16, [](std::int64_t i) {
-                 if (i == 9) throw std::runtime_error("item 9");
-               }),
+  EXPECT_THROW(parallel_for(16,
+                            [](std::int64_t i) {
+                              if (i == 9) throw std::runtime_error("item 9");
+                            }),
                std::runtime_error);
 }
 

@@ -49,9 +49,8 @@ struct LayerRun {
     std::mt19937_64 rng(11);
     layer->initialize_parameters(DType::f32, Device::cpu(), rng);
     for (Parameter* p : layer->parameters())
-      p->value.copy_from(
-          Tensor::from_values(random_values(shape_numel(p->value.shape()), parameter_low, parameter_high, rng),
-                              p->value.shape()));
+      p->value.copy_from(Tensor::from_values(
+          random_values(shape_numel(p->value.shape()), parameter_low, parameter_high, rng), p->value.shape()));
     x = Tensor::from_values(random_values(shape_numel(input_shape), -1.0, 1.0, rng), input_shape);
   }
   // The forward output with `threads` CPU threads.
@@ -139,23 +138,21 @@ json conv_json(const ConvParams& q, bool transposed) {
 void expect_conv2d_blocks_right(const ConvParams& q, const Shape& input_shape) {
   const double bound = 0.3;
   LayerRun run("Conv2d", conv_json(q, false), input_shape, -bound, bound);
-  const std::vector<double> reference = naive_conv2d(run.x.to_values(), input_shape, run.parameter("weight"),
-                                                     run.parameter("bias"), q, run.output_shape);
+  const std::vector<double> reference =
+      naive_conv2d(run.x.to_values(), input_shape, run.parameter("weight"), run.parameter("bias"), q, run.output_shape);
   expect_blocks_right(run, reference, 1e-5);
 }
 
 void expect_conv_transpose2d_blocks_right(const ConvParams& q, const Shape& input_shape) {
   const double bound = 0.3;
   LayerRun run("ConvTranspose2d", conv_json(q, true), input_shape, -bound, bound);
-  const std::vector<double> reference = naive_conv_transpose2d(
-      run.x.to_values(), input_shape, run.parameter("weight"), run.parameter("bias"), q, run.output_shape);
+  const std::vector<double> reference = naive_conv_transpose2d(run.x.to_values(), input_shape, run.parameter("weight"),
+                                                               run.parameter("bias"), q, run.output_shape);
   expect_blocks_right(run, reference, 1e-5);
 }
 
 // Output 38 x 27: several blocks of rows per image, the last one short.
-TEST(CpuThreadsWithinImage, Conv2dStride2Padding2) {
-  expect_conv2d_blocks_right({6, 5, 2, 2, 0}, {2, 5, 75, 53});
-}
+TEST(CpuThreadsWithinImage, Conv2dStride2Padding2) { expect_conv2d_blocks_right({6, 5, 2, 2, 0}, {2, 5, 75, 53}); }
 
 // Stride 1, a wide image (one row per block), and a 1x1 kernel.
 TEST(CpuThreadsWithinImage, Conv2dStride1AndOneByOne) {

@@ -141,8 +141,8 @@ TEST(ElementwiseBf16Storage, OneInputLayersGiveTheF32ResultsRoundedCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(81);
   for (const LayerCase& layer_case : one_input_layers())
-    for (const Storage& storage : {Storage{{DType::bf16}, DType::bf16}, Storage{{DType::bf16}, DType::f32},
-                                   Storage{{DType::f32}, DType::bf16}})
+    for (const Storage& storage :
+         {Storage{{DType::bf16}, DType::bf16}, Storage{{DType::bf16}, DType::f32}, Storage{{DType::f32}, DType::bf16}})
       check_storage(layer_case, storage, rng);
 }
 

@@ -149,16 +149,15 @@ TEST(FactorizedEntropyModel, InitialisesLikeTensorflowCompression) {
   auto layer = make_layer({}, shape, DType::f64);
   std::vector<std::string> names;
   for (Parameter* p : layer->parameters()) names.push_back(p->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"matrix0", "bias0", "factor0", "matrix1", "bias1", "factor1",
-                                             "matrix2", "bias2", "factor2", "matrix3", "bias3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"matrix0", "bias0", "factor0", "matrix1", "bias1", "factor1", "matrix2",
+                                             "bias2", "factor2", "matrix3", "bias3"}));
   const double scale = std::pow(10.0, 1.0 / 4.0);  // init_scale^(1/K)
   for (int k = 0; k < 4; ++k) {
     const std::int64_t in = kWidths[k], out = kWidths[k + 1];
     Parameter& matrix = layer->parameter("matrix" + std::to_string(k));
     EXPECT_EQ(matrix.shape, (Shape{5, out, in}));
     // softplus(matrix) = 1 / (scale * out)
-    for (double v : matrix.value.to_values())
-      EXPECT_NEAR(std::log1p(std::exp(v)), 1.0 / (scale * out), 1e-14);
+    for (double v : matrix.value.to_values()) EXPECT_NEAR(std::log1p(std::exp(v)), 1.0 / (scale * out), 1e-14);
     Parameter& bias = layer->parameter("bias" + std::to_string(k));
     EXPECT_EQ(bias.shape, (Shape{5, out, 1}));
     std::vector<double> biases = bias.value.to_values();
@@ -241,8 +240,8 @@ TEST(FactorizedEntropyModel, LowerBoundPassesGradientOnlyTowardsHigherLikelihood
   };
   const std::vector<double> at = {300.0, -300.0};
   for (int i = 0; i < 2; ++i) {
-    const double dp_dy = 0.1 * (sigmoid_slope(naive_logit(values, at[i] + 0.5)) -
-                                sigmoid_slope(naive_logit(values, at[i] - 0.5)));
+    const double dp_dy =
+        0.1 * (sigmoid_slope(naive_logit(values, at[i] + 0.5)) - sigmoid_slope(naive_logit(values, at[i] - 0.5)));
     EXPECT_NEAR(dy_towards[i], -dp_dy, 1e-6 * std::abs(dp_dy)) << "y " << at[i];
   }
   EXPECT_GT(dy_towards[0], 0.0);  // upper tail: raising p means lowering y
@@ -261,11 +260,11 @@ GradCheckOptions entropy_options(bool perturbed) {
 
 TEST(FactorizedEntropyModel, GradientsCpu) {
   for (Shape shape : {Shape{2, 3, 4, 4}, Shape{3, 2}, Shape{1, 2, 5}})
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, kType, {}, {shape}, Device::cpu(), entropy_options(false))));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, kType, {}, {shape}, Device::cpu(), entropy_options(false))));
   for (Shape shape : {Shape{2, 3, 4, 4}, Shape{4, 1, 3}})
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, kType, {}, {shape}, Device::cpu(), entropy_options(true))));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, kType, {}, {shape}, Device::cpu(), entropy_options(true))));
 }
 
 TEST(FactorizedEntropyModel, GradientsCuda) {
@@ -304,8 +303,8 @@ TEST(FactorizedEntropyModel, ParityCpuCudaWithActiveLowerBound) {
   options.input_low = -40.0;
   options.input_high = 40.0;
   options.tolerance = 1e-3;
-  EXPECT_TRUE(testing::outputs_match(
-      check_parity(registry, kType, {{"likelihood_bound", 0.01}}, {{4, 4, 16, 16}}, options)));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, kType, {{"likelihood_bound", 0.01}}, {{4, 4, 16, 16}}, options)));
 }
 
 // ---- Errors -----------------------------------------------------------------
@@ -325,8 +324,7 @@ TEST(FactorizedEntropyModel, RejectsBadParams) {
                       "only widths implemented, Ballé et al. 2018), got [3, 3]");
   expect_config_error({{"init_scale", 0}}, "parameter 'init_scale' must be a finite number > 0, got 0");
   expect_config_error({{"likelihood_bound", 1.5}}, "parameter 'likelihood_bound' must be in [0, 1), got 1.5");
-  expect_config_error({{"likelihood_bound", -1e-9}},
-                      "parameter 'likelihood_bound' must be in [0, 1), got -1e-09");
+  expect_config_error({{"likelihood_bound", -1e-9}}, "parameter 'likelihood_bound' must be in [0, 1), got -1e-09");
   EXPECT_THROW(registry.create(kType, "entropy", {{"tail_mass", 1e-9}}), ConfigError);
 }
 
@@ -341,13 +339,11 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& shapes, const st
 
 TEST(FactorizedEntropyModel, RejectsBadShapes) {
   auto layer = registry.create(kType, "entropy", {});
-  expect_shape_error(
-      *layer, {{5}},
-      "node 'entropy' (FactorizedEntropyModel): input must be [N, C, ...] (rank >= 2), got [5]");
+  expect_shape_error(*layer, {{5}},
+                     "node 'entropy' (FactorizedEntropyModel): input must be [N, C, ...] (rank >= 2), got [5]");
   expect_shape_error(*layer, {{2, 3}, {2, 3}}, "takes 1 input, got 2");
   layer->create_parameters({{2, 3, 8, 8}});
-  expect_shape_error(*layer, {{2, 4, 8, 8}},
-                     "input [2, 4, 8, 8] has 4 channels, but the parameters were made for 3");
+  expect_shape_error(*layer, {{2, 4, 8, 8}}, "input [2, 4, 8, 8] has 4 channels, but the parameters were made for 3");
   EXPECT_EQ(layer->output_shapes({{7, 3, 2, 2}}), std::vector<Shape>{(Shape{7, 3, 2, 2})});
 }
 

@@ -139,29 +139,37 @@ TEST(FullyConnected, GradientsCpu) {
 TEST(FullyConnected, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "FullyConnected", c.params, {c.shape}, Device::cuda())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "FullyConnected", c.params, {c.shape}, Device::cuda())));
 }
 
 TEST(FullyConnected, ParityCpuCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "FullyConnected", {{"out_features", 37}}, {{19, 3, 5, 7}})));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, "FullyConnected", {{"out_features", 37}}, {{19, 3, 5, 7}})));
   EXPECT_TRUE(testing::outputs_match(
       check_parity(registry, "FullyConnected", {{"out_features", 70}, {"bias", false}}, {{300, 33}})));
   ParityOptions f64;
   f64.dtype = DType::f64;
   f64.tolerance = 1e-12;
-  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "FullyConnected", {{"out_features", 45}}, {{66, 40}}, f64)));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, "FullyConnected", {{"out_features", 45}}, {{66, 40}}, f64)));
 }
 
 TEST(FullyConnected, RejectsBadParams) {
-  EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", {{"out_features", 0}}); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         registry.create("FullyConnected", "fc", {{"out_features", 0}});
+                       }),
                        "node 'fc' (FullyConnected): parameter 'out_features' must be in [1, 65536], got 0"));
   EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", nlohmann::json::object()); }),
                        "parameter 'out_features' is required"));
-  EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", {{"out_features", 2}, {"bias", 1}}); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         registry.create("FullyConnected", "fc", {{"out_features", 2}, {"bias", 1}});
+                       }),
                        "parameter 'bias' must be true or false, got 1"));
-  EXPECT_TRUE(contains(error_of([] { registry.create("FullyConnected", "fc", {{"out_features", 2}, {"biases", true}}); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         registry.create("FullyConnected", "fc", {{"out_features", 2}, {"biases", true}});
+                       }),
                        "unknown parameter 'biases'"));
   EXPECT_THROW(registry.create("FullyConnected", "fc", {{"out_features", -3}}), ConfigError);
 }
@@ -178,7 +186,9 @@ TEST(FullyConnected, RejectsBadShapes) {
   layer->create_parameters({{6, 2, 2}});
   // The weight is [3, 4] now; another batch size is fine, another F is not.
   EXPECT_EQ(layer->output_shapes({{9, 4}}), (std::vector<Shape>{{9, 3}}));
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{6, 5}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{6, 5}});
+                       }),
                        "input [6, 5] has 5 features per batch item, but the weight was created as [3, 4] for 4"));
 }
 

@@ -50,17 +50,16 @@ TEST(GainUnit, ForwardAtIntegerLevelsUsesThatLevelsGain) {
   auto layer = make_layer(3, shape, kThreeLevels);
   const std::vector<double> x = {1, -2, 3, 4, /**/ 1, 2, -1, 0.5, /**/ 2, 2, 2, 2};
   // levels 0, 1, 2 (2 is the top level: i = 1, t = 1)
-  expect_near_all(forward(*layer, x, shape, {0, 1, 2}),
-                  {1, -2, 6, 8, /**/ 3, 6, -1, 0.5, /**/ 8, 8, 1, 1});
+  expect_near_all(forward(*layer, x, shape, {0, 1, 2}), {1, -2, 6, 8, /**/ 3, 6, -1, 0.5, /**/ 8, 8, 1, 1});
 }
 
 TEST(GainUnit, ForwardInterpolatesLogGainsBetweenAdjacentLevels) {
   const Shape shape{2, 2};  // rank 2: no spatial dimensions
   auto layer = make_layer(3, shape, kThreeLevels);
   // level 0.5: gains sqrt(1*3), sqrt(2*1); level 1.25: 3^0.75 4^0.25, 1^0.75 0.5^0.25
-  expect_near_all(forward(*layer, {1, 1, 2, -1}, shape, {0.5, 1.25}),
-                  {std::sqrt(3.0), std::sqrt(2.0), 2 * std::pow(3.0, 0.75) * std::pow(4.0, 0.25),
-                   -std::pow(0.5, 0.25)});
+  expect_near_all(
+      forward(*layer, {1, 1, 2, -1}, shape, {0.5, 1.25}),
+      {std::sqrt(3.0), std::sqrt(2.0), 2 * std::pow(3.0, 0.75) * std::pow(4.0, 0.25), -std::pow(0.5, 0.25)});
 }
 
 TEST(GainUnit, ForwardClampsLevelsOutsideTheRange) {
@@ -78,8 +77,7 @@ TEST(GainUnit, InitialLogGainsArePerLevelForEveryChannel) {
   std::mt19937_64 rng(17);
   layer->initialize_parameters(DType::f64, Device::cpu(), rng);
   EXPECT_EQ(layer->parameter("log_gains").shape, (Shape{3, 3}));
-  EXPECT_EQ(layer->parameter("log_gains").value.to_values(),
-            (std::vector<double>{-1, -1, -1, 0, 0, 0, 2.5, 2.5, 2.5}));
+  EXPECT_EQ(layer->parameter("log_gains").value.to_values(), (std::vector<double>{-1, -1, -1, 0, 0, 0, 2.5, 2.5, 2.5}));
 
   auto plain = registry.create("GainUnit", "gain", {{"levels", 2}});
   plain->output_shapes(inputs);
@@ -147,17 +145,15 @@ GradCheckOptions gradient_options(std::int64_t levels) {
 
 TEST(GainUnit, GradientsCpu) {
   for (const GradientCase& c : kGradientCases)
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GainUnit", {{"levels", c.levels}},
-                                                         {c.x, {c.x[0]}}, Device::cpu(),
-                                                         gradient_options(c.levels))));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GainUnit", {{"levels", c.levels}}, {c.x, {c.x[0]}},
+                                                         Device::cpu(), gradient_options(c.levels))));
 }
 
 TEST(GainUnit, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const GradientCase& c : kGradientCases)
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GainUnit", {{"levels", c.levels}},
-                                                         {c.x, {c.x[0]}}, Device::cuda(),
-                                                         gradient_options(c.levels))));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GainUnit", {{"levels", c.levels}}, {c.x, {c.x[0]}},
+                                                         Device::cuda(), gradient_options(c.levels))));
 }
 
 TEST(GainUnit, ParityCpuCuda) {
@@ -169,8 +165,7 @@ TEST(GainUnit, ParityCpuCuda) {
   for (Shape x : {Shape{4, 8, 16, 16}, Shape{8, 64, 64, 64}, Shape{3, 5}})
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "GainUnit", {{"levels", 6}}, {x, {x[0]}}, options)));
   options.dtype = DType::f64;
-  EXPECT_TRUE(
-      testing::outputs_match(check_parity(registry, "GainUnit", {{"levels", 6}}, {{3, 5, 7}, {3}}, options)));
+  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "GainUnit", {{"levels", 6}}, {{3, 5, 7}, {3}}, options)));
 }
 
 TEST(GainUnit, RejectsWrongInputCount) {
@@ -210,13 +205,15 @@ TEST(GainUnit, RejectsBadParams) {
       << message;
   message = testing::config_error_of([] { registry.create("GainUnit", "gain", {}); });
   EXPECT_TRUE(testing::contains(message, "parameter 'levels' is required")) << message;
-  message = testing::config_error_of(
-      [] { registry.create("GainUnit", "gain", {{"levels", 3}, {"init", {0.0, 1.0}}}); });
+  message = testing::config_error_of([] {
+    registry.create("GainUnit", "gain", {{"levels", 3}, {"init", {0.0, 1.0}}});
+  });
   EXPECT_TRUE(testing::contains(message, "node 'gain' (GainUnit): parameter 'init' must have one number per level "
                                          "(levels = 3), got 2"))
       << message;
-  message = testing::config_error_of(
-      [] { registry.create("GainUnit", "gain", {{"levels", 2}, {"init", {0.0, "one"}}}); });
+  message = testing::config_error_of([] {
+    registry.create("GainUnit", "gain", {{"levels", 2}, {"init", {0.0, "one"}}});
+  });
   EXPECT_TRUE(testing::contains(message, "parameter 'init' must be an array of numbers")) << message;
   message = testing::config_error_of([] { registry.create("GainUnit", "gain", {{"levels", 2}, {"gain", 1}}); });
   EXPECT_TRUE(testing::contains(message, "unknown parameter 'gain'")) << message;

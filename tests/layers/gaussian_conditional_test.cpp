@@ -33,7 +33,7 @@ struct LayerRun {
 
 // Forward and backward once on the CPU with the given output gradient.
 LayerRun run(const std::vector<double>& y, const std::vector<double>& scale, const std::vector<double>& mean,
-        const std::vector<double>& output_grad, DType dtype = DType::f64, const nlohmann::json& params = {}) {
+             const std::vector<double>& output_grad, DType dtype = DType::f64, const nlohmann::json& params = {}) {
   auto layer = registry.create("GaussianConditional", "gc", params);
   const Shape shape{1, 1, 1, static_cast<std::int64_t>(y.size())};
   std::vector<Shape> shapes{shape, shape};
@@ -176,8 +176,8 @@ TEST(GaussianConditional, GradientsCpu) {
   const Shape shape{2, 3, 4, 5};
   EXPECT_TRUE(testing::gradients_match(
       check_gradients(registry, "GaussianConditional", {}, {shape, shape}, Device::cpu(), gradient_options())));
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GaussianConditional", {},
-                                                       {shape, shape, shape}, Device::cpu(), gradient_options())));
+  EXPECT_TRUE(testing::gradients_match(
+      check_gradients(registry, "GaussianConditional", {}, {shape, shape, shape}, Device::cpu(), gradient_options())));
 }
 
 TEST(GaussianConditional, GradientsCuda) {
@@ -185,8 +185,8 @@ TEST(GaussianConditional, GradientsCuda) {
   const Shape shape{2, 3, 4, 5};
   EXPECT_TRUE(testing::gradients_match(
       check_gradients(registry, "GaussianConditional", {}, {shape, shape}, Device::cuda(), gradient_options())));
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "GaussianConditional", {},
-                                                       {shape, shape, shape}, Device::cuda(), gradient_options())));
+  EXPECT_TRUE(testing::gradients_match(
+      check_gradients(registry, "GaussianConditional", {}, {shape, shape, shape}, Device::cuda(), gradient_options())));
 }
 
 TEST(GaussianConditional, ParityCpuCuda) {
@@ -197,7 +197,8 @@ TEST(GaussianConditional, ParityCpuCuda) {
   EXPECT_TRUE(testing::outputs_match(check_parity(registry, "GaussianConditional", {}, {shape, shape})));
   ParityOptions options;
   options.input_filler = unbounded_inputs;
-  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "GaussianConditional", {}, {shape, shape, shape}, options)));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, "GaussianConditional", {}, {shape, shape, shape}, options)));
 }
 
 void expect_shape_error(const std::vector<Shape>& shapes, const std::string& expected) {
@@ -211,17 +212,22 @@ void expect_shape_error(const std::vector<Shape>& shapes, const std::string& exp
 }
 
 TEST(GaussianConditional, RejectsBadShapes) {
-  expect_shape_error({{1, 2, 3, 3}}, "node 'gc' (GaussianConditional): takes 2 or 3 inputs (y_hat, scales[, means]), got 1");
+  expect_shape_error({{1, 2, 3, 3}},
+                     "node 'gc' (GaussianConditional): takes 2 or 3 inputs (y_hat, scales[, means]), got 1");
   expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 3}, {1, 2, 3, 3}, {1, 2, 3, 3}}, "takes 2 or 3 inputs");
-  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 4}}, "input 1 (scales) [1, 2, 3, 4] must have the shape of y_hat [1, 2, 3, 3]");
-  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 3}, {2, 2, 3, 3}}, "input 2 (means) [2, 2, 3, 3] must have the shape of y_hat [1, 2, 3, 3]");
+  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 4}},
+                     "input 1 (scales) [1, 2, 3, 4] must have the shape of y_hat [1, 2, 3, 3]");
+  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 3}, {2, 2, 3, 3}},
+                     "input 2 (means) [2, 2, 3, 3] must have the shape of y_hat [1, 2, 3, 3]");
   expect_shape_error({{2, 3, 3}, {2, 3, 3}}, "input 0 (y_hat) must be [N, C, H, W], got [2, 3, 3]");
 }
 
 TEST(GaussianConditional, RejectsBadBounds) {
   for (const auto& [params, expected] : std::vector<std::pair<nlohmann::json, std::string>>{
-           {{{"scale_bound", 0.0}}, "scale_bound"}, {{{"scale_bound", -1.0}}, "must be a finite number > 0, got -1"},
-           {{{"likelihood_bound", 1.0}}, "must be in [0, 1), got 1"}, {{{"likelihood_bound", -0.1}}, "likelihood_bound"}}) {
+           {{{"scale_bound", 0.0}}, "scale_bound"},
+           {{{"scale_bound", -1.0}}, "must be a finite number > 0, got -1"},
+           {{{"likelihood_bound", 1.0}}, "must be in [0, 1), got 1"},
+           {{{"likelihood_bound", -0.1}}, "likelihood_bound"}}) {
     try {
       registry.create("GaussianConditional", "gc", params);
       FAIL() << "expected a ConfigError for " << params.dump();

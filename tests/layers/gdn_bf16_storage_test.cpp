@@ -38,9 +38,9 @@ struct Pass {
 
 // One forward and backward on CUDA with f32 parameters; x and dx stored in
 // input_dtype, y and dy in output_dtype (f32 or bf16). y and dx start as NaN.
-Pass run_pass(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,
-              DType output_dtype, const std::vector<double>& beta, const std::vector<double>& gamma,
-              const std::vector<double>& x, const std::vector<double>& dy) {
+Pass run_pass(const std::string& type, const Shape& shape, Precision precision, DType input_dtype, DType output_dtype,
+              const std::vector<double>& beta, const std::vector<double>& gamma, const std::vector<double>& x,
+              const std::vector<double>& dy) {
   const Device device = Device::cuda();
   const std::int64_t channels = shape[1];
   auto layer = registry.create(type, "g", {});
@@ -94,7 +94,8 @@ void expect_stored_within_one_unit(const std::vector<double>& reference, const s
   }
   EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << reference.size()
                        << " elements are more than one bf16 unit from the rounded reference; first [" << first_wrong
-                       << "] " << actual[first_wrong] << " instead of " << testing::rounded_to_bf16(reference[first_wrong]);
+                       << "] " << actual[first_wrong] << " instead of "
+                       << testing::rounded_to_bf16(reference[first_wrong]);
 }
 
 // Whether a call runs the bf16-tile kernels: every tensor bf16, BF16
@@ -102,8 +103,8 @@ void expect_stored_within_one_unit(const std::vector<double>& reference, const s
 bool runs_bf16_tiles(const Shape& shape, Precision precision, DType input_dtype, DType output_dtype) {
   std::int64_t pixels = 1;
   for (std::size_t axis = 2; axis < shape.size(); ++axis) pixels *= shape[axis];
-  return precision == Precision::bf16 && input_dtype == DType::bf16 && output_dtype == DType::bf16 &&
-         shape[1] <= 192 && pixels % 8 == 0;
+  return precision == Precision::bf16 && input_dtype == DType::bf16 && output_dtype == DType::bf16 && shape[1] <= 192 &&
+         pixels % 8 == 0;
 }
 
 void check_storage(const std::string& type, const Shape& shape, Precision precision, DType input_dtype,

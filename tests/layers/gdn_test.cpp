@@ -77,8 +77,7 @@ std::vector<double> uniform_values(std::size_t n, double low, double high, std::
 // Stored beta near 1 and gamma off the identity: every entry random,
 // positive and far above its bound, so finite differences never cross it.
 void spread_parameters(const std::string& name, std::vector<double>& values, std::mt19937_64& rng) {
-  values = name == "beta" ? uniform_values(values.size(), 0.7, 1.3, rng)
-                          : uniform_values(values.size(), 0.1, 0.6, rng);
+  values = name == "beta" ? uniform_values(values.size(), 0.7, 1.3, rng) : uniform_values(values.size(), 0.1, 0.6, rng);
 }
 
 GradCheckOptions spread_options() {
@@ -172,7 +171,8 @@ TEST(GDN, GammaInitParamSetsTheDiagonal) {
 TEST(GDN, GradientsCpu) {
   for (const std::string type : {"GDN", "IGDN"})
     for (Shape shape : {Shape{1, 3, 4, 5}, Shape{2, 5, 3, 3}, Shape{2, 1, 2, 2}, Shape{3, 4}})
-      EXPECT_TRUE(testing::gradients_match(check_gradients(registry, type, {}, {shape}, Device::cpu(), spread_options())));
+      EXPECT_TRUE(
+          testing::gradients_match(check_gradients(registry, type, {}, {shape}, Device::cpu(), spread_options())));
 }
 
 // The channel counts of larger models (192 in the hyperprior models, 256).
@@ -217,8 +217,8 @@ TEST(GDN, GradientsCuda) {
   // (GDN here) and as one product over all rows of a rank-2 input (IGDN).
   EXPECT_TRUE(testing::gradients_match(
       check_gradients(registry, "GDN", {}, {{2, 65, 2, 1}}, Device::cuda(), spread_options())));
-  EXPECT_TRUE(testing::gradients_match(
-      check_gradients(registry, "IGDN", {}, {{3, 65}}, Device::cuda(), spread_options())));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "IGDN", {}, {{3, 65}}, Device::cuda(), spread_options())));
 }
 
 TEST(GDN, GradientsCudaWideChannels) {
@@ -338,20 +338,20 @@ TEST(GDN, TensorCoreParameterGradientsAreDeterministicCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(32);
   for (const Precision precision : {Precision::tf32, Precision::bf16})
-  for (std::int64_t channels : {128, 256}) {
-    SCOPED_TRACE(std::string(precision_name(precision)) + " " + std::to_string(channels));
-    const Shape shape{4, channels, 32, 32};
-    const auto c = static_cast<std::size_t>(channels);
-    const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
-    const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
-    const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
-    const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-    const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
-    const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
-    EXPECT_EQ(first.beta_grad, second.beta_grad);
-    EXPECT_EQ(first.gamma_grad, second.gamma_grad);
-    EXPECT_EQ(first.dx, second.dx);
-  }
+    for (std::int64_t channels : {128, 256}) {
+      SCOPED_TRACE(std::string(precision_name(precision)) + " " + std::to_string(channels));
+      const Shape shape{4, channels, 32, 32};
+      const auto c = static_cast<std::size_t>(channels);
+      const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+      const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+      const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+      const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+      const Pass first = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+      const Pass second = run_pass("GDN", shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+      EXPECT_EQ(first.beta_grad, second.beta_grad);
+      EXPECT_EQ(first.gamma_grad, second.gamma_grad);
+      EXPECT_EQ(first.dx, second.dx);
+    }
 }
 
 // The TF32 backward keeps its per-block partial sums in a scratch tensor
@@ -404,20 +404,20 @@ TEST(GDN, TensorCoreParameterGradientsWithoutInputGradientCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937_64 rng(33);
   for (const Precision precision : {Precision::tf32, Precision::bf16})
-  for (const std::string type : {"GDN", "IGDN"})
-    for (std::int64_t channels : {128, 256}) {
-      SCOPED_TRACE(std::string(precision_name(precision)) + " " + type + " " + std::to_string(channels));
-      const Shape shape{2, channels, 9, 11};
-      const auto c = static_cast<std::size_t>(channels);
-      const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
-      const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
-      const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
-      const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
-      const Pass with = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
-      const Pass without = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy, false);
-      EXPECT_EQ(with.beta_grad, without.beta_grad);
-      EXPECT_EQ(with.gamma_grad, without.gamma_grad);
-    }
+    for (const std::string type : {"GDN", "IGDN"})
+      for (std::int64_t channels : {128, 256}) {
+        SCOPED_TRACE(std::string(precision_name(precision)) + " " + type + " " + std::to_string(channels));
+        const Shape shape{2, channels, 9, 11};
+        const auto c = static_cast<std::size_t>(channels);
+        const std::vector<double> beta = uniform_values(c, 0.7, 1.3, rng);
+        const std::vector<double> gamma = uniform_values(c * c, 0.1, 0.6, rng);
+        const std::vector<double> x = uniform_values(static_cast<std::size_t>(shape_numel(shape)), -1.0, 1.0, rng);
+        const std::vector<double> dy = uniform_values(x.size(), -1.0, 1.0, rng);
+        const Pass with = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy);
+        const Pass without = run_pass(type, shape, Device::cuda(), DType::f32, precision, beta, gamma, x, dy, false);
+        EXPECT_EQ(with.beta_grad, without.beta_grad);
+        EXPECT_EQ(with.gamma_grad, without.gamma_grad);
+      }
 }
 
 TEST(GDN, ParityCpuCuda) {

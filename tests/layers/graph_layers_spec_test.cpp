@@ -49,8 +49,12 @@ const char* kSpec = R"({
 })";
 
 struct SpecNet {
-  Net net{ModelSpec::from_text(kSpec, "graph-layers.json"), registry, {{"image", {2, 3, 8, 8}}}, DType::f64,
-          Device::cpu(), 21};
+  Net net{ModelSpec::from_text(kSpec, "graph-layers.json"),
+          registry,
+          {{"image", {2, 3, 8, 8}}},
+          DType::f64,
+          Device::cpu(),
+          21};
   Context ctx;
 
   SpecNet() {

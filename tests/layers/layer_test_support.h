@@ -29,8 +29,6 @@ std::string config_error_of(Fn&& fn) {
   return "(no ConfigError thrown)";
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace plexus::testing

@@ -43,14 +43,14 @@ TEST(LeakyReLU, ForwardWithAGivenSlope) {
 TEST(LeakyReLU, GradientsCpu) {
   for (double slope : {0.01, 0.2, -0.5})
     for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}})
-      EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "LeakyReLU", {{"negative_slope", slope}},
-                                                           {shape}, Device::cpu(), kink_at_zero())));
+      EXPECT_TRUE(testing::gradients_match(
+          check_gradients(registry, "LeakyReLU", {{"negative_slope", slope}}, {shape}, Device::cpu(), kink_at_zero())));
 }
 
 TEST(LeakyReLU, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "LeakyReLU", {{"negative_slope", 0.2}},
-                                                       {{2, 3, 4, 5}}, Device::cuda(), kink_at_zero())));
+  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "LeakyReLU", {{"negative_slope", 0.2}}, {{2, 3, 4, 5}},
+                                                       Device::cuda(), kink_at_zero())));
 }
 
 TEST(LeakyReLU, ParityCpuCuda) {
@@ -68,8 +68,9 @@ TEST(LeakyReLU, RejectsTwoInputs) {
 }
 
 TEST(LeakyReLU, RejectsASlopeThatIsNotANumber) {
-  std::string message =
-      testing::config_error_of([] { registry.create("LeakyReLU", "leaky", {{"negative_slope", "small"}}); });
+  std::string message = testing::config_error_of([] {
+    registry.create("LeakyReLU", "leaky", {{"negative_slope", "small"}});
+  });
   EXPECT_TRUE(testing::contains(message, "node 'leaky' (LeakyReLU)")) << message;
   EXPECT_TRUE(testing::contains(message, "negative_slope")) << message;
 }

@@ -49,15 +49,13 @@ TEST(MSELoss, BackwardMatchesHandComputedValue) {
 
 TEST(MSELoss, GradientsCpu) {
   for (Shape shape : {Shape{1}, Shape{7}, Shape{2, 3, 4}, Shape{3, 2, 4, 5}})
-    EXPECT_TRUE(
-        testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape}, Device::cpu())));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape}, Device::cpu())));
 }
 
 TEST(MSELoss, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}})
-    EXPECT_TRUE(
-        testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape}, Device::cuda())));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape}, Device::cuda())));
 }
 
 TEST(MSELoss, ParityCpuCuda) {
@@ -134,15 +132,15 @@ TEST(MSELoss, WeightedBackwardMatchesHandComputedValue) {
 
 TEST(MSELoss, WeightedGradientsCpu) {
   for (Shape shape : {Shape{1}, Shape{4, 7}, Shape{2, 3, 4}, Shape{3, 2, 4, 5}})
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "MSELoss", {}, {shape, shape, {shape[0]}}, Device::cpu())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape, {shape[0]}}, Device::cpu())));
 }
 
 TEST(MSELoss, WeightedGradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (Shape shape : {Shape{4, 7}, Shape{2, 3, 4, 5}})
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "MSELoss", {}, {shape, shape, {shape[0]}}, Device::cuda())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "MSELoss", {}, {shape, shape, {shape[0]}}, Device::cuda())));
 }
 
 TEST(MSELoss, WeightedParityCpuCuda) {

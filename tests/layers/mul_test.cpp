@@ -41,8 +41,8 @@ TEST(Mul, GradientsCpu) {
 
 TEST(Mul, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::gradients_match(
-      check_gradients(registry, "Mul", {}, {{2, 3, 4, 5}, {2, 3, 4, 5}}, Device::cuda())));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "Mul", {}, {{2, 3, 4, 5}, {2, 3, 4, 5}}, Device::cuda())));
 }
 
 TEST(Mul, ParityCpuCuda) {

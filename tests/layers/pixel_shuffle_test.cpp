@@ -67,8 +67,10 @@ TEST(PixelShuffle, FactorOneIsTheIdentity) {
 }
 
 TEST(PixelShuffle, GradientsCpu) {
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "PixelShuffle", {{"upscale_factor", 2}}, {{2, 8, 3, 4}})));
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "PixelShuffle", {{"upscale_factor", 3}}, {{1, 9, 2, 2}})));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "PixelShuffle", {{"upscale_factor", 2}}, {{2, 8, 3, 4}})));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "PixelShuffle", {{"upscale_factor", 3}}, {{1, 9, 2, 2}})));
 }
 
 TEST(PixelShuffle, GradientsCuda) {
@@ -79,11 +81,12 @@ TEST(PixelShuffle, GradientsCuda) {
 
 TEST(PixelShuffle, ParityCpuCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::outputs_match(check_parity(registry, "PixelShuffle", {{"upscale_factor", 2}}, {{4, 12, 16, 16}})));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, "PixelShuffle", {{"upscale_factor", 2}}, {{4, 12, 16, 16}})));
   ParityOptions f64;
   f64.dtype = DType::f64;
-  EXPECT_TRUE(testing::outputs_match(
-      check_parity(registry, "PixelShuffle", {{"upscale_factor", 3}}, {{2, 18, 5, 7}}, f64)));
+  EXPECT_TRUE(
+      testing::outputs_match(check_parity(registry, "PixelShuffle", {{"upscale_factor", 3}}, {{2, 18, 5, 7}}, f64)));
 }
 
 TEST(PixelShuffle, RejectsChannelsNotAMultipleOfRSquared) {
@@ -97,7 +100,8 @@ TEST(PixelShuffle, RejectsChannelsNotAMultipleOfRSquared) {
 TEST(PixelShuffle, RejectsInputsThatAreNotNCHW) {
   auto layer = registry.create("PixelShuffle", "up", {{"upscale_factor", 2}});
   std::string message = testing::shape_error_of([&] { layer->output_shapes({{4, 4, 4}}); });
-  EXPECT_TRUE(testing::contains(message, "node 'up' (PixelShuffle): input is [4, 4, 4]; PixelShuffle needs [N, C, H, W]"))
+  EXPECT_TRUE(
+      testing::contains(message, "node 'up' (PixelShuffle): input is [4, 4, 4]; PixelShuffle needs [N, C, H, W]"))
       << message;
 }
 
@@ -105,7 +109,8 @@ TEST(PixelShuffle, RejectsBadFactors) {
   std::string zero = testing::config_error_of([] { registry.create("PixelShuffle", "up", {{"upscale_factor", 0}}); });
   EXPECT_TRUE(testing::contains(zero, "node 'up' (PixelShuffle)")) << zero;
   EXPECT_TRUE(testing::contains(zero, "upscale_factor")) << zero;
-  std::string missing = testing::config_error_of([] { registry.create("PixelShuffle", "up", nlohmann::json::object()); });
+  std::string missing =
+      testing::config_error_of([] { registry.create("PixelShuffle", "up", nlohmann::json::object()); });
   EXPECT_TRUE(testing::contains(missing, "upscale_factor")) << missing;
 }
 

@@ -36,8 +36,8 @@ struct Run {
 // One forward and backward of a fresh layer; the input gradients start as
 // garbage (7) so that a backward which does not overwrite them shows.
 Run run(const nlohmann::json& params, bool training, const std::vector<double>& y, const std::vector<double>& mean,
-        const std::vector<std::vector<double>>& output_grads, DType dtype = DType::f64,
-        Device device = Device::cpu(), std::uint64_t seed = 5) {
+        const std::vector<std::vector<double>>& output_grads, DType dtype = DType::f64, Device device = Device::cpu(),
+        std::uint64_t seed = 5) {
   auto layer = registry.create("QuantizeAroundMean", "q", params);
   const Shape shape{1, 1, 2, static_cast<std::int64_t>(y.size() / 2)};
   const std::vector<Shape> output_shapes = layer->output_shapes({shape, shape});
@@ -50,7 +50,8 @@ Run run(const nlohmann::json& params, bool training, const std::vector<double>& 
     grads.push_back(Tensor::from_values(output_grads[k], shape, dtype, device));
   }
   const std::vector<double> garbage(y.size(), 7.0);
-  Tensor dy = Tensor::from_values(garbage, shape, dtype, device), dm = Tensor::from_values(garbage, shape, dtype, device);
+  Tensor dy = Tensor::from_values(garbage, shape, dtype, device),
+         dm = Tensor::from_values(garbage, shape, dtype, device);
   ConstTensors out_ptrs, grad_ptrs;
   MutableTensors out_mut;
   for (std::size_t k = 0; k < outputs.size(); ++k) {
@@ -159,8 +160,8 @@ TEST(QuantizeAroundMean, GradientsCpu) {
 TEST(QuantizeAroundMean, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}})
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "QuantizeAroundMean", {}, {shape, shape}, Device::cuda())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "QuantizeAroundMean", {}, {shape, shape}, Device::cuda())));
 }
 
 TEST(QuantizeAroundMean, ParityCpuCudaInEval) {
@@ -197,7 +198,8 @@ TEST(QuantizeAroundMean, OutputsFollowTheSynthesisParam) {
 TEST(QuantizeAroundMean, RejectsBadShapesAndParams) {
   expect_shape_error({{1, 2, 3, 3}}, "node 'q' (QuantizeAroundMean): takes 2 inputs (y, means), got 1");
   expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 3}, {1, 2, 3, 3}}, "takes 2 inputs (y, means), got 3");
-  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 4}}, "input 1 (means) [1, 2, 3, 4] must have the shape of y [1, 2, 3, 3]");
+  expect_shape_error({{1, 2, 3, 3}, {1, 2, 3, 4}},
+                     "input 1 (means) [1, 2, 3, 4] must have the shape of y [1, 2, 3, 3]");
   try {
     registry.create("QuantizeAroundMean", "q", {{"synthesis", "rounded"}});
     FAIL() << "expected a ConfigError";

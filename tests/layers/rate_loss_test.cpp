@@ -21,8 +21,7 @@ void positive_likelihoods(int, std::vector<double>& values, std::mt19937_64& rng
   for (double& v : values) v = likelihood(rng);
 }
 
-double rate_of(const std::vector<double>& likelihoods, Shape likelihood_shape, Shape image_shape,
-               DType dtype) {
+double rate_of(const std::vector<double>& likelihoods, Shape likelihood_shape, Shape image_shape, DType dtype) {
   auto layer = registry.create("RateLoss", "rate", {});
   EXPECT_EQ(layer->output_shapes({likelihood_shape, image_shape}), std::vector<Shape>{Shape{}});
   Context ctx;
@@ -72,22 +71,22 @@ TEST(RateLoss, GradientsCpu) {
   const std::vector<std::vector<Shape>> cases = {
       {{1, 2, 2, 2}, {1, 3, 8, 8}}, {{2, 3, 4, 4}, {2, 3, 16, 16}}, {{3, 5}, {3, 1, 4, 4}}};
   for (const auto& shapes : cases)
-    EXPECT_TRUE(testing::gradients_match(
-        check_gradients(registry, "RateLoss", {}, shapes, Device::cpu(), rate_options())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "RateLoss", {}, shapes, Device::cpu(), rate_options())));
 }
 
 TEST(RateLoss, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::gradients_match(check_gradients(
-      registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 3, 16, 16}}, Device::cuda(), rate_options())));
+  EXPECT_TRUE(testing::gradients_match(
+      check_gradients(registry, "RateLoss", {}, {{2, 3, 4, 4}, {2, 3, 16, 16}}, Device::cuda(), rate_options())));
 }
 
 TEST(RateLoss, ParityCpuCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   ParityOptions options;
   options.input_filler = positive_likelihoods;
-  for (const auto& shapes : std::vector<std::vector<Shape>>{{{4, 8, 16, 16}, {4, 3, 64, 64}},
-                                                            {{8, 192, 16, 16}, {8, 3, 256, 256}}})
+  for (const auto& shapes :
+       std::vector<std::vector<Shape>>{{{4, 8, 16, 16}, {4, 3, 64, 64}}, {{8, 192, 16, 16}, {8, 3, 256, 256}}})
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "RateLoss", {}, shapes, options)));
 }
 

@@ -28,13 +28,15 @@ TEST(ReLU, ForwardMatchesDefinition) {
 
 TEST(ReLU, GradientsCpu) {
   for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}}) {
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "ReLU", {}, {shape}, Device::cpu(), relu_options())));
+    EXPECT_TRUE(
+        testing::gradients_match(check_gradients(registry, "ReLU", {}, {shape}, Device::cpu(), relu_options())));
   }
 }
 
 TEST(ReLU, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "ReLU", {}, {{2, 3, 4, 5}}, Device::cuda(), relu_options())));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "ReLU", {}, {{2, 3, 4, 5}}, Device::cuda(), relu_options())));
 }
 
 TEST(ReLU, ParityCpuCuda) {

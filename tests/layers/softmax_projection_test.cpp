@@ -133,11 +133,11 @@ struct Case {
 
 std::vector<Case> gradient_cases() {
   return {
-      {{{"vocab_size", 3}}, {1, 4}},                    // batch of one
-      {{{"vocab_size", 1}}, {2, 3}},                    // one class: loss 0, zero gradients
-      {{{"vocab_size", 4}}, {5, 3}},                    // batch > 1
-      {{{"vocab_size", 6}}, {3, 2, 2, 1}},              // features flattened from NCHW
-      {{{"vocab_size", 4}, {"bias", false}}, {4, 3}},   // no bias
+      {{{"vocab_size", 3}}, {1, 4}},                   // batch of one
+      {{{"vocab_size", 1}}, {2, 3}},                   // one class: loss 0, zero gradients
+      {{{"vocab_size", 4}}, {5, 3}},                   // batch > 1
+      {{{"vocab_size", 6}}, {3, 2, 2, 1}},             // features flattened from NCHW
+      {{{"vocab_size", 4}, {"bias", false}}, {4, 3}},  // no bias
   };
 }
 
@@ -151,17 +151,15 @@ GradCheckOptions options_for(const Case& c) {
 
 TEST(SoftmaxProjection, GradientsCpu) {
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "SoftmaxProjection", c.params,
-                                                         {c.features, {c.features[0]}}, Device::cpu(),
-                                                         options_for(c))));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(
+        registry, "SoftmaxProjection", c.params, {c.features, {c.features[0]}}, Device::cpu(), options_for(c))));
 }
 
 TEST(SoftmaxProjection, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (const Case& c : gradient_cases())
-    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "SoftmaxProjection", c.params,
-                                                         {c.features, {c.features[0]}}, Device::cuda(),
-                                                         options_for(c))));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(
+        registry, "SoftmaxProjection", c.params, {c.features, {c.features[0]}}, Device::cuda(), options_for(c))));
 }
 
 TEST(SoftmaxProjection, ParityCpuCuda) {
@@ -222,7 +220,8 @@ CudaErrors cuda_errors(int vocab, int batch, int features, std::uint64_t seed, P
 
   Context ctx(gpu);
   ctx.set_precision(precision);
-  Tensor x32 = Tensor::from_values(x, shape, DType::f32, gpu), y32 = Tensor::from_values(labels, {batch}, DType::f32, gpu);
+  Tensor x32 = Tensor::from_values(x, shape, DType::f32, gpu),
+         y32 = Tensor::from_values(labels, {batch}, DType::f32, gpu);
   Tensor loss32(Shape{}, DType::f32, gpu), dloss32 = Tensor::from_values({g}, Shape{}, DType::f32, gpu);
   Tensor dx32 = Tensor::from_values(std::vector<double>(x.size(), std::nan("")), shape, DType::f32, gpu);
   std::map<std::string, std::vector<double>> initial;
@@ -334,24 +333,36 @@ TEST(SoftmaxProjection, NamesTheFirstBadLabel) {
 }
 
 TEST(SoftmaxProjection, RejectsBadParams) {
-  EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", {{"vocab_size", 0}}); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         registry.create("SoftmaxProjection", "sp", {{"vocab_size", 0}});
+                       }),
                        "node 'sp' (SoftmaxProjection): parameter 'vocab_size' must be in [1, 65536], got 0"));
   EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", nlohmann::json::object()); }),
                        "parameter 'vocab_size' is required"));
-  EXPECT_TRUE(contains(error_of([] { registry.create("SoftmaxProjection", "sp", {{"vocab_size", 2.5}}); }),
+  EXPECT_TRUE(contains(error_of([] {
+                         registry.create("SoftmaxProjection", "sp", {{"vocab_size", 2.5}});
+                       }),
                        "parameter 'vocab_size' must be an integer, got 2.5"));
   EXPECT_THROW(registry.create("SoftmaxProjection", "sp", {{"vocab_size", 3}, {"classes", 3}}), ConfigError);
 }
 
 TEST(SoftmaxProjection, RejectsBadShapes) {
   auto layer = registry.create("SoftmaxProjection", "sp", {{"vocab_size", 3}});
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{2, 4}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{2, 4}});
+                       }),
                        "node 'sp' (SoftmaxProjection): takes 2 inputs (features [N, F] and labels [N]), got 1"));
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{2, 4}, {3}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{2, 4}, {3}});
+                       }),
                        "labels must be [N] = [2] to match features [2, 4], got [3]"));
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{2, 4}, {2, 1}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{2, 4}, {2, 1}});
+                       }),
                        "labels must be [N] = [2] to match features [2, 4], got [2, 1]"));
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{4}, {4}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{4}, {4}});
+                       }),
                        "features must be [N, ...] with at least 2 dimensions (batch and features), got [4]"));
   EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{0, 4}, {0}}); }), "empty batch"));
   EXPECT_THROW(layer->output_shapes({{2, 4}, {3}}), ShapeError);
@@ -359,7 +370,9 @@ TEST(SoftmaxProjection, RejectsBadShapes) {
   layer->create_parameters({{2, 2, 2}, {2}});
   EXPECT_EQ(layer->parameter("weight").shape, (Shape{3, 4}));
   EXPECT_EQ(layer->parameter("bias").shape, (Shape{3}));
-  EXPECT_TRUE(contains(error_of([&] { layer->output_shapes({{2, 5}, {2}}); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         layer->output_shapes({{2, 5}, {2}});
+                       }),
                        "features [2, 5] have 5 features per batch item, but the weight was created as [3, 4] for 4"));
 }
 

@@ -40,7 +40,8 @@ TEST(Split, BackwardJoinsTheSliceGradients) {
 
 TEST(Split, GradientsCpu) {
   EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Split", {{"sizes", {1, 3, 2}}}, {{2, 6, 3, 3}})));
-  EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Split", {{"sizes", nlohmann::json::array({4})}}, {{3, 4}})));
+  EXPECT_TRUE(
+      testing::gradients_match(check_gradients(registry, "Split", {{"sizes", nlohmann::json::array({4})}}, {{3, 4}})));
 }
 
 TEST(Split, GradientsCuda) {
@@ -108,8 +109,9 @@ TEST(Split, RejectsBadSizes) {
   std::string zero = testing::config_error_of([] { registry.create("Split", "heads", {{"sizes", {2, 0}}}); });
   EXPECT_TRUE(testing::contains(zero, "node 'heads' (Split)")) << zero;
   EXPECT_TRUE(testing::contains(zero, "must hold channel counts >= 1, got [2, 0]")) << zero;
-  std::string empty =
-      testing::config_error_of([] { registry.create("Split", "heads", {{"sizes", nlohmann::json::array()}}); });
+  std::string empty = testing::config_error_of([] {
+    registry.create("Split", "heads", {{"sizes", nlohmann::json::array()}});
+  });
   EXPECT_TRUE(testing::contains(empty, "must list at least one channel count")) << empty;
   std::string missing = testing::config_error_of([] { registry.create("Split", "heads", nlohmann::json::object()); });
   EXPECT_TRUE(testing::contains(missing, "sizes")) << missing;

@@ -55,8 +55,8 @@ TEST(Tanh, GradientsCpu) {
   wide.input_high = 3.0;
   for (double scale : {1.0, 0.5, -2.0})
     for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}})
-      EXPECT_TRUE(testing::gradients_match(
-          check_gradients(registry, "Tanh", {{"scale", scale}}, {shape}, Device::cpu(), wide)))
+      EXPECT_TRUE(
+          testing::gradients_match(check_gradients(registry, "Tanh", {{"scale", scale}}, {shape}, Device::cpu(), wide)))
           << "scale " << scale;
 }
 

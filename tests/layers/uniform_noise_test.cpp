@@ -130,8 +130,7 @@ TEST(UniformNoise, GradientsCpu) {
 TEST(UniformNoise, GradientsCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   for (Shape shape : {Shape{7}, Shape{2, 3, 4, 5}})
-    EXPECT_TRUE(
-        testing::gradients_match(check_gradients(registry, "UniformNoise", {}, {shape}, Device::cuda())));
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "UniformNoise", {}, {shape}, Device::cuda())));
 }
 
 TEST(UniformNoise, TrainingNoiseIsUniformOnCuda) {
@@ -159,8 +158,7 @@ TEST(UniformNoise, RejectsTwoInputs) {
     layer->output_shapes({{2}, {2}});
     FAIL() << "expected a ShapeError";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("node 'noise' (UniformNoise): takes 1 input, got 2"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("node 'noise' (UniformNoise): takes 1 input, got 2"), std::string::npos)
         << e.what();
   }
 }

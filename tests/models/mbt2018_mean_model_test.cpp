@@ -51,7 +51,8 @@ TEST(MeanScaleHyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
   for (const char* blob : {"y", "y_hat", "scales", "means", "likelihoods"})
     EXPECT_EQ(net.blob(blob).shape(), (Shape{1, 192, 8, 12})) << blob;
   EXPECT_EQ(net.blob("gaussian_params").shape(), (Shape{1, 384, 8, 12}));
-  for (const char* blob : {"z", "z_hat", "z_likelihoods"}) EXPECT_EQ(net.blob(blob).shape(), (Shape{1, 128, 2, 3})) << blob;
+  for (const char* blob : {"z", "z_hat", "z_likelihoods"})
+    EXPECT_EQ(net.blob(blob).shape(), (Shape{1, 128, 2, 3})) << blob;
   EXPECT_EQ(net.blob("x_hat").shape(), (Shape{1, 3, 128, 192}));
   EXPECT_EQ(net.layer("quantizer").type(), "QuantizeAroundMean");
   EXPECT_EQ(net.layer("gaussian_conditional").type(), "GaussianConditional");

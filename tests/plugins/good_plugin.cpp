@@ -48,7 +48,8 @@ class PluginScale : public plexus::Layer {
 extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
 
 extern "C" void plexus_plugin_register(plexus::Registry* registry) {
-  registry->add("PluginScale", [](plexus::LayerConfig& config) {
-    return std::make_unique<plexus_test_plugins::PluginScale>(config);
-  }, "y = factor * x (a test plugin)");
+  registry->add(
+      "PluginScale",
+      [](plexus::LayerConfig& config) { return std::make_unique<plexus_test_plugins::PluginScale>(config); },
+      "y = factor * x (a test plugin)");
 }

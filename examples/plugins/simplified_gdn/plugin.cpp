@@ -4,6 +4,4 @@
 
 extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
 
-extern "C" void plexus_plugin_register(plexus::Registry* registry) {
-  simplified_gdn::register_layers(*registry);
-}
+extern "C" void plexus_plugin_register(plexus::Registry* registry) { simplified_gdn::register_layers(*registry); }

@@ -40,8 +40,8 @@ std::vector<T> effective_values(const plexus::Tensor& stored, double bound, doub
 
 // ds += 2 max(s, bound) dv, where s >= bound or dv < 0 (see simplified_gdn.h).
 template <typename T>
-void accumulate_stored_gradient(const plexus::Tensor& stored, const std::vector<double>& value_grad,
-                                double bound, plexus::Tensor& stored_grad) {
+void accumulate_stored_gradient(const plexus::Tensor& stored, const std::vector<double>& value_grad, double bound,
+                                plexus::Tensor& stored_grad) {
   const T* s = stored.data<T>();
   T* ds = stored_grad.data<T>();
   for (std::size_t e = 0; e < value_grad.size(); ++e) {
@@ -57,9 +57,8 @@ T sign(T value) {
 
 // n[i, p] = beta_i + sum_j gamma_ij |x[j, p]| for one image; x, n are [C, S].
 template <typename T>
-void compute_norm(const std::vector<T>& magnitude, const std::vector<T>& beta,
-                  const std::vector<T>& gamma, std::int64_t channels, std::int64_t pixels,
-                  std::vector<T>& norm) {
+void compute_norm(const std::vector<T>& magnitude, const std::vector<T>& beta, const std::vector<T>& gamma,
+                  std::int64_t channels, std::int64_t pixels, std::vector<T>& norm) {
   for (std::int64_t i = 0; i < channels; ++i) {
     T* norm_row = norm.data() + i * pixels;
     std::fill(norm_row, norm_row + pixels, beta[i]);
@@ -74,9 +73,7 @@ void compute_norm(const std::vector<T>& magnitude, const std::vector<T>& beta,
 }  // namespace
 
 SimplifiedGDN::SimplifiedGDN(plexus::LayerConfig& config, bool inverse)
-    : inverse_(inverse),
-      beta_min_(config.number("beta_min", 1e-6)),
-      gamma_init_(config.number("gamma_init", 0.1)) {
+    : inverse_(inverse), beta_min_(config.number("beta_min", 1e-6)), gamma_init_(config.number("gamma_init", 0.1)) {
   const double reparam_offset = config.number("reparam_offset", std::ldexp(1.0, -18));
   if (!(beta_min_ > 0.0) || !std::isfinite(beta_min_))
     config.fail("beta_min", "must be a finite number > 0 (it keeps n_i away from 0), got " + number_text(beta_min_));
@@ -96,8 +93,8 @@ std::vector<Shape> SimplifiedGDN::output_shapes(const std::vector<Shape>& inputs
     fail_shape("expects an input [N, C, ...] of rank >= 2 (channel axis 1), got " + plexus::shape_str(x));
   if (x[1] < 1) fail_shape("needs at least 1 channel, got input " + plexus::shape_str(x));
   if (channels_ != 0 && x[1] != channels_)
-    fail_shape("has parameters for " + std::to_string(channels_) + " channels, got input " +
-               plexus::shape_str(x) + " with " + std::to_string(x[1]));
+    fail_shape("has parameters for " + std::to_string(channels_) + " channels, got input " + plexus::shape_str(x) +
+               " with " + std::to_string(x[1]));
   return {x};
 }
 
@@ -109,8 +106,7 @@ void SimplifiedGDN::create_parameters(const std::vector<Shape>& inputs) {
   declare_parameter(
       "gamma", {channels_, channels_},
       plexus::init::custom("sqrt(" + number_text(gamma_init) + " * I + pedestal)",
-                           [gamma_init, pedestal](std::vector<double>& values, const Shape& shape,
-                                                  std::mt19937_64&) {
+                           [gamma_init, pedestal](std::vector<double>& values, const Shape& shape, std::mt19937_64&) {
                              const std::int64_t channels = shape[0];
                              for (std::int64_t i = 0; i < channels; ++i)
                                for (std::int64_t j = 0; j < channels; ++j)
@@ -158,8 +154,7 @@ void SimplifiedGDN::backward_cpu(Context&, const ConstTensors& inputs, const Con
       for (std::size_t e = 0; e < size; ++e) magnitude[e] = std::abs(x[e]);
       compute_norm(magnitude, beta, gamma, channels, pixels, norm);
       // t_i = dy_i x_i c_i
-      for (std::size_t e = 0; e < size; ++e)
-        t[e] = inverse_ ? dy[e] * x[e] : -dy[e] * x[e] / (norm[e] * norm[e]);
+      for (std::size_t e = 0; e < size; ++e) t[e] = inverse_ ? dy[e] * x[e] : -dy[e] * x[e] / (norm[e] * norm[e]);
 
       if (input_grads[0]) {
         // dx_k = dy_k / n_k (or dy_k n_k) + sign(x_k) sum_i gamma_ik t_i
@@ -197,12 +192,10 @@ void SimplifiedGDN::backward_cpu(Context&, const ConstTensors& inputs, const Con
 
 void register_layers(plexus::Registry& registry) {
   registry.add(
-      "SimplifiedGDN",
-      [](plexus::LayerConfig& config) { return std::make_unique<SimplifiedGDN>(config, false); },
+      "SimplifiedGDN", [](plexus::LayerConfig& config) { return std::make_unique<SimplifiedGDN>(config, false); },
       "y_i = x_i / (beta_i + sum_j gamma_ij |x_j|) (Johnston et al. 2019)");
   registry.add(
-      "SimplifiedIGDN",
-      [](plexus::LayerConfig& config) { return std::make_unique<SimplifiedGDN>(config, true); },
+      "SimplifiedIGDN", [](plexus::LayerConfig& config) { return std::make_unique<SimplifiedGDN>(config, true); },
       "y_i = x_i * (beta_i + sum_j gamma_ij |x_j|), the inverse of SimplifiedGDN");
 }
 

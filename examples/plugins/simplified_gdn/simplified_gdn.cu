@@ -43,8 +43,8 @@ __global__ void effective_values(const T* stored, T* value, long long count, T b
 // bound, see simplified_gdn.h). One thread per element, grid-stride; each
 // element is owned by one thread, so += needs no atomics.
 template <typename T>
-__global__ void accumulate_stored_gradient(const T* stored, const T* value_grad, T* stored_grad,
-                                           long long count, T bound) {
+__global__ void accumulate_stored_gradient(const T* stored, const T* value_grad, T* stored_grad, long long count,
+                                           T bound) {
   for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < count;
        e += (long long)gridDim.x * blockDim.x) {
     T s = stored[e];
@@ -58,9 +58,8 @@ __global__ void accumulate_stored_gradient(const T* stored, const T* value_grad,
 // the threads of a warp read neighbouring positions of one channel
 // (coalesced), and all read the same gamma_ij (a broadcast from cache).
 template <typename T>
-__global__ void simplified_gdn_forward(const T* x, const T* beta, const T* gamma, T* y,
-                                       long long total_pixels, int channels, long long pixels,
-                                       bool inverse) {
+__global__ void simplified_gdn_forward(const T* x, const T* beta, const T* gamma, T* y, long long total_pixels,
+                                       int channels, long long pixels, bool inverse) {
   for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < total_pixels;
        q += (long long)gridDim.x * blockDim.x) {
     const long long offset = (q / pixels) * channels * pixels + q % pixels;
@@ -82,9 +81,8 @@ __global__ void simplified_gdn_forward(const T* x, const T* beta, const T* gamma
 // One thread per pixel, grid-stride over N*S pixels, as in the forward. A
 // thread reads back only the t_i of its own pixel, so there are no races.
 template <typename T>
-__global__ void simplified_gdn_backward(const T* x, const T* dy, const T* beta, const T* gamma,
-                                        T* t, T* magnitudes, T* dx, long long total_pixels,
-                                        int channels, long long pixels, bool inverse) {
+__global__ void simplified_gdn_backward(const T* x, const T* dy, const T* beta, const T* gamma, T* t, T* magnitudes,
+                                        T* dx, long long total_pixels, int channels, long long pixels, bool inverse) {
   for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < total_pixels;
        q += (long long)gridDim.x * blockDim.x) {
     const long long offset = (q / pixels) * channels * pixels + q % pixels;
@@ -110,8 +108,8 @@ __global__ void simplified_gdn_backward(const T* x, const T* dy, const T* beta, 
 }
 
 template <typename T>
-void launch_effective_values(Context& ctx, const plexus::Tensor& stored, plexus::Tensor& value,
-                             double bound, double pedestal) {
+void launch_effective_values(Context& ctx, const plexus::Tensor& stored, plexus::Tensor& value, double bound,
+                             double pedestal) {
   long long count = stored.numel();
   effective_values<T><<<plexus::cuda::blocks_for(count, kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
       stored.data<T>(), value.data<T>(), count, T(bound), T(pedestal));
@@ -119,11 +117,10 @@ void launch_effective_values(Context& ctx, const plexus::Tensor& stored, plexus:
 }
 
 template <typename T>
-void launch_accumulate_stored_gradient(Context& ctx, plexus::Parameter& parameter,
-                                       const plexus::Tensor& value_grad, double bound) {
+void launch_accumulate_stored_gradient(Context& ctx, plexus::Parameter& parameter, const plexus::Tensor& value_grad,
+                                       double bound) {
   long long count = parameter.value.numel();
-  accumulate_stored_gradient<T><<<plexus::cuda::blocks_for(count, kThreads), kThreads, 0,
-                                  plexus::cuda::stream(ctx)>>>(
+  accumulate_stored_gradient<T><<<plexus::cuda::blocks_for(count, kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
       parameter.value.data<T>(), value_grad.data<T>(), parameter.grad.data<T>(), count, T(bound));
   plexus::cuda::check_launch("accumulate_stored_gradient", __FILE__, __LINE__);
 }
@@ -143,10 +140,10 @@ void SimplifiedGDN::forward_cuda(Context& ctx, const ConstTensors& inputs, const
     plexus::Tensor gamma({channels, channels}, input.dtype(), ctx.device());
     launch_effective_values<T>(ctx, parameter("beta").value, beta, reparam_.beta_bound, reparam_.pedestal);
     launch_effective_values<T>(ctx, parameter("gamma").value, gamma, reparam_.gamma_bound, reparam_.pedestal);
-    simplified_gdn_forward<T><<<plexus::cuda::blocks_for(total_pixels, kThreads), kThreads, 0,
-                                plexus::cuda::stream(ctx)>>>(input.data<T>(), beta.data<T>(), gamma.data<T>(),
-                                                             outputs[0]->data<T>(), total_pixels, channels,
-                                                             pixels, inverse_);
+    simplified_gdn_forward<T>
+        <<<plexus::cuda::blocks_for(total_pixels, kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
+            input.data<T>(), beta.data<T>(), gamma.data<T>(), outputs[0]->data<T>(), total_pixels, channels, pixels,
+            inverse_);
     plexus::cuda::check_launch("simplified_gdn_forward", __FILE__, __LINE__);
   });
 }
@@ -173,10 +170,10 @@ void SimplifiedGDN::backward_cuda(Context& ctx, const ConstTensors& inputs, cons
     plexus::Tensor t(input.shape(), dtype, device);
     plexus::Tensor magnitudes(input.shape(), dtype, device);
     T* dx = input_grads[0] ? input_grads[0]->data<T>() : nullptr;
-    simplified_gdn_backward<T><<<plexus::cuda::blocks_for(total_pixels, kThreads), kThreads, 0,
-                                 plexus::cuda::stream(ctx)>>>(
-        input.data<T>(), output_grads[0]->data<T>(), beta.data<T>(), gamma.data<T>(), t.data<T>(),
-        magnitudes.data<T>(), dx, total_pixels, channels, pixels, inverse_);
+    simplified_gdn_backward<T>
+        <<<plexus::cuda::blocks_for(total_pixels, kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
+            input.data<T>(), output_grads[0]->data<T>(), beta.data<T>(), gamma.data<T>(), t.data<T>(),
+            magnitudes.data<T>(), dx, total_pixels, channels, pixels, inverse_);
     plexus::cuda::check_launch("simplified_gdn_backward", __FILE__, __LINE__);
 
     // Per image n, with T_n = t[n] and A_n = |x[n]| as row-major [C, S]:

@@ -49,8 +49,8 @@ void dense_parameters(const std::string& name, std::vector<double>& values, std:
 
 plexus::GradCheckOptions check_options() {
   plexus::GradCheckOptions options;
-  options.kink = 0.0;          // |x_j| is not differentiable at 0
-  options.kink_range = 2e-5;   // > step: never difference across the kink
+  options.kink = 0.0;         // |x_j| is not differentiable at 0
+  options.kink_range = 2e-5;  // > step: never difference across the kink
   options.parameter_filler = dense_parameters;
   return options;
 }
@@ -80,8 +80,8 @@ std::vector<double> forward(Layer& layer, const std::vector<double>& x_values, c
 }
 
 // Runs forward and backward with output gradient dy; returns dx.
-std::vector<double> backward(Layer& layer, const std::vector<double>& x_values,
-                             const std::vector<double>& dy_values, const Shape& shape) {
+std::vector<double> backward(Layer& layer, const std::vector<double>& x_values, const std::vector<double>& dy_values,
+                             const Shape& shape) {
   plexus::Context ctx;
   Tensor x = Tensor::from_values(x_values, shape, DType::f64);
   Tensor y(shape, DType::f64);
@@ -97,14 +97,13 @@ bool plugin_has_cuda() {
   return plugin_registry().create("SimplifiedGDN", "probe", nlohmann::json::object())->has_cuda();
 }
 
-#define SKIP_WITHOUT_CUDA()                                                                \
-  if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason;            \
+#define SKIP_WITHOUT_CUDA()                                                     \
+  if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason; \
   if (!plugin_has_cuda()) GTEST_SKIP() << "the plugin was built without its CUDA kernels"
 
 // Both directions share every property test.
 class BothDirections : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(SimplifiedGDN, BothDirections,
-                         ::testing::Values("SimplifiedGDN", "SimplifiedIGDN"));
+INSTANTIATE_TEST_SUITE_P(SimplifiedGDN, BothDirections, ::testing::Values("SimplifiedGDN", "SimplifiedIGDN"));
 
 TEST_P(BothDirections, GradientsCpu) {
   // Batch > 1, ranks 2 to 4, a single channel, a single pixel.
@@ -166,8 +165,8 @@ TEST_P(BothDirections, ParityCpuCuda) {
   plexus::ParityOptions options;
   options.parameter_filler = dense_parameters;
   for (Shape shape : {Shape{4, 8, 16, 16}, Shape{2, 16, 5, 7}, Shape{3, 5}}) {
-    EXPECT_TRUE(plexus::testing::outputs_match(
-        plexus::check_parity(plugin_registry(), GetParam(), {}, {shape}, options)));
+    EXPECT_TRUE(
+        plexus::testing::outputs_match(plexus::check_parity(plugin_registry(), GetParam(), {}, {shape}, options)));
   }
 }
 
@@ -240,8 +239,7 @@ TEST_P(BothDirections, TensorCoreProductsCuda) {
   EXPECT_LT(tf32, 2e-3);
   EXPECT_LT(bf16, 1e-2);
   EXPECT_GT(bf16, 1.5 * tf32) << "bf16 products should round more than tf32 ones";
-  std::cout << GetParam() << " parameter gradients, norm-relative error: tf32 " << tf32 << ", bf16 " << bf16
-            << "\n";
+  std::cout << GetParam() << " parameter gradients, norm-relative error: tf32 " << tf32 << ", bf16 " << bf16 << "\n";
 }
 
 TEST_P(BothDirections, ForwardMatchesNaiveLoop) {
@@ -392,7 +390,8 @@ void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const st
 
 TEST(SimplifiedGDN, RejectsBadShapes) {
   auto fresh = plugin_registry().create("SimplifiedIGDN", "g", nlohmann::json::object());
-  expect_shape_error(*fresh, {{5}}, "node 'g' (SimplifiedIGDN): expects an input [N, C, ...] of rank >= 2 (channel axis 1), got [5]");
+  expect_shape_error(*fresh, {{5}},
+                     "node 'g' (SimplifiedIGDN): expects an input [N, C, ...] of rank >= 2 (channel axis 1), got [5]");
   expect_shape_error(*fresh, {{1, 2}, {1, 2}}, "takes 1 input, got 2");
   expect_shape_error(*fresh, {{1, 0, 4}}, "needs at least 1 channel, got input [1, 0, 4]");
   auto built = make_layer("SimplifiedGDN", {1, 3, 4, 4});
@@ -417,8 +416,7 @@ TEST(SimplifiedGDN, Bls2017SpecBuildsAndTrainsOneStep) {
   net.zero_grad();
   net.backward(ctx, {{"mse", 1.0}, {"bpp", 1.0}});
   for (const plexus::NamedParameter& named : net.parameters())
-    for (double value : named.parameter->grad.to_values())
-      ASSERT_TRUE(std::isfinite(value)) << named.name;
+    for (double value : named.parameter->grad.to_values()) ASSERT_TRUE(std::isfinite(value)) << named.name;
 }
 
 }  // namespace

@@ -11,10 +11,10 @@ namespace sparse_conv {
 namespace {
 
 void check_alike(const plexus::Tensor& a, const plexus::Tensor& mask, const plexus::Tensor& out) {
-  if (a.shape() != mask.shape() || a.shape() != out.shape() || a.dtype() != mask.dtype() ||
-      a.dtype() != out.dtype() || a.device() != mask.device() || a.device() != out.device())
-    throw plexus::Error("sparse_conv masked product: tensors differ: " + a.describe() + ", " + mask.describe() +
-                        ", " + out.describe());
+  if (a.shape() != mask.shape() || a.shape() != out.shape() || a.dtype() != mask.dtype() || a.dtype() != out.dtype() ||
+      a.device() != mask.device() || a.device() != out.device())
+    throw plexus::Error("sparse_conv masked product: tensors differ: " + a.describe() + ", " + mask.describe() + ", " +
+                        out.describe());
 }
 
 bool on_cuda(const plexus::Tensor& a) {

@@ -135,8 +135,7 @@ void PrunedConv::after_update(plexus::Context& ctx, std::int64_t updates_taken) 
 
 void register_pruned_layers(plexus::Registry& registry) {
   registry.add(
-      "PrunedConv2d",
-      [](plexus::LayerConfig& config) { return std::make_unique<PrunedConv>(config, "Conv2d"); },
+      "PrunedConv2d", [](plexus::LayerConfig& config) { return std::make_unique<PrunedConv>(config, "Conv2d"); },
       "Conv2d with a weight mask and gradual magnitude pruning (Zhu & Gupta 2017); the mask is a checkpointed buffer");
   registry.add(
       "PrunedConvTranspose2d",

@@ -53,7 +53,8 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"PrunedConv2d", {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"sparsity", 0.5}},
+      {"PrunedConv2d",
+       {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"sparsity", 0.5}},
        {2, 3, 7, 6}},
       {"PrunedConv2d", {{"out_channels", 3}, {"kernel", 1}, {"bias", false}, {"sparsity", 0.5}}, {1, 5, 3, 4}},
       {"PrunedConvTranspose2d",
@@ -69,7 +70,7 @@ TEST(PruningSchedule, FollowsTheCubicRampOfZhuAndGupta) {
   EXPECT_EQ(s.sparsity_at(0), 0.0);
   EXPECT_EQ(s.sparsity_at(99), 0.0);
   EXPECT_EQ(s.sparsity_at(100), 0.0);
-  EXPECT_NEAR(s.sparsity_at(600), 0.8 * (1 - 0.125), 1e-12);   // half way: (1 - 1/2)^3 = 1/8
+  EXPECT_NEAR(s.sparsity_at(600), 0.8 * (1 - 0.125), 1e-12);     // half way: (1 - 1/2)^3 = 1/8
   EXPECT_NEAR(s.sparsity_at(350), 0.8 * (1 - 0.421875), 1e-12);  // a quarter: (3/4)^3
   EXPECT_EQ(s.sparsity_at(1100), 0.8);
   EXPECT_EQ(s.sparsity_at(5000), 0.8);
@@ -196,8 +197,8 @@ TEST(PrunedConv, ParityCpuCuda) {
     bigger[0] = 3;
     bigger[2] += 9;
     bigger[3] += 4;
-    EXPECT_TRUE(plexus::testing::outputs_match(
-        plexus::check_parity(plugin_registry(), c.type, c.params, {bigger}, options)));
+    EXPECT_TRUE(
+        plexus::testing::outputs_match(plexus::check_parity(plugin_registry(), c.type, c.params, {bigger}, options)));
   }
 }
 
@@ -257,8 +258,8 @@ std::vector<int> train(plexus::Net& net, plexus::Context& ctx, int steps) {
 
 void check_gradual_pruning(Device device) {
   plexus::Context ctx(device, 1);
-  plexus::Net net(tiny_spec(), plugin_registry(), {{"x", {2, 3, 6, 6}}, {"target", {2, 4, 6, 6}}}, DType::f32,
-                  device, 1);
+  plexus::Net net(tiny_spec(), plugin_registry(), {{"x", {2, 3, 6, 6}}, {"target", {2, 4, 6, 6}}}, DType::f32, device,
+                  1);
   // The mask is a buffer: checkpointed with the parameters, not trained.
   bool mask_listed = false;
   for (const auto& named : net.parameters()) mask_listed |= named.name == "conv.mask";
@@ -272,9 +273,9 @@ void check_gradual_pruning(Device device) {
   EXPECT_EQ(zeros, (std::vector<int>{0, 71, 71, 81, 81, 81}));
 
   // The mask and the zeros survive a checkpoint.
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("pruned_conv_test_" + std::to_string(::getpid()) + ".safetensors"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pruned_conv_test_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   plexus::save_checkpoint(path, net, nullptr, 6);
   plexus::Net reloaded(tiny_spec(), plugin_registry(), {{"x", {2, 3, 6, 6}}, {"target", {2, 4, 6, 6}}}, DType::f32,
                        device, 2);

@@ -42,7 +42,8 @@ SparseConv::SparseConv(plexus::LayerConfig& config, const std::string& dense_typ
   if (format_ == SparseFormat::rows && kernel_ > kMaxRowKernel)
     config.fail("kernel", "must be <= " + std::to_string(kMaxRowKernel) + " for format \"rows\" (4-bit ky, kx), got " +
                               std::to_string(kernel_) + "; use format \"coo\"");
-  dense_ = make_builtin_layer(dense_type, config.node_name(), config.type(), params);  // checks the values like the built-in
+  dense_ =
+      make_builtin_layer(dense_type, config.node_name(), config.type(), params);  // checks the values like the built-in
 }
 
 std::vector<plexus::Shape> SparseConv::output_shapes(const std::vector<plexus::Shape>& inputs) const {
@@ -50,8 +51,8 @@ std::vector<plexus::Shape> SparseConv::output_shapes(const std::vector<plexus::S
   const std::int64_t channels = std::max(inputs[0][1], outputs[0][1]);
   if (format_ == SparseFormat::rows && channels > kMaxRowChannels)
     fail_shape("format \"rows\" codes channels in 8 bits: at most " + std::to_string(kMaxRowChannels) +
-               " channels, got input " + plexus::shape_str(inputs[0]) + " and output " +
-               plexus::shape_str(outputs[0]) + "; use format \"coo\"");
+               " channels, got input " + plexus::shape_str(inputs[0]) + " and output " + plexus::shape_str(outputs[0]) +
+               "; use format \"coo\"");
   return outputs;
 }
 
@@ -65,7 +66,8 @@ void SparseConv::create_parameters(const std::vector<plexus::Shape>& inputs) {
 const SparseFilter& SparseConv::filter() {
   if (!filter_) {
     const plexus::Parameter& weight = parameter("weight");
-    filter_ = build_sparse_filter(weight.value.to_values(), weight.shape[0], weight.shape[1], kernel_, stride_, padding_);
+    filter_ =
+        build_sparse_filter(weight.value.to_values(), weight.shape[0], weight.shape[1], kernel_, stride_, padding_);
   }
   return *filter_;
 }
@@ -130,8 +132,7 @@ void SparseConv::backward_cuda(plexus::Context& ctx, const plexus::ConstTensors&
 
 void register_sparse_layers(plexus::Registry& registry) {
   registry.add(
-      "SparseConv2d",
-      [](plexus::LayerConfig& config) { return std::make_unique<SparseConv>(config, "Conv2d"); },
+      "SparseConv2d", [](plexus::LayerConfig& config) { return std::make_unique<SparseConv>(config, "Conv2d"); },
       "Conv2d over the non-zero weights only (COO or a row layout), from a pruned checkpoint; input gradient only");
   registry.add(
       "SparseConvTranspose2d",

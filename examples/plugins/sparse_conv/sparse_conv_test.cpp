@@ -61,21 +61,22 @@ std::vector<Case> cases() {
     result.push_back({"SparseConv2d",
                       {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"format", format}},
                       {2, 3, 7, 6}});
-    result.push_back({"SparseConv2d",
-                      {{"out_channels", 5}, {"kernel", 5}, {"stride", 3}, {"padding", 2}, {"bias", false},
-                       {"format", format}},
-                      {1, 2, 11, 9}});
+    result.push_back(
+        {"SparseConv2d",
+         {{"out_channels", 5}, {"kernel", 5}, {"stride", 3}, {"padding", 2}, {"bias", false}, {"format", format}},
+         {1, 2, 11, 9}});
     result.push_back({"SparseConv2d", {{"out_channels", 3}, {"kernel", 1}, {"format", format}}, {2, 5, 3, 1}});
+    result.push_back(
+        {"SparseConvTranspose2d",
+         {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}, {"format", format}},
+         {2, 4, 3, 5}});
+    result.push_back(
+        {"SparseConvTranspose2d",
+         {{"out_channels", 2}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3}, {"format", format}},
+         {1, 3, 2, 3}});
     result.push_back({"SparseConvTranspose2d",
-                      {{"out_channels", 3}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1},
-                       {"format", format}},
-                      {2, 4, 3, 5}});
-    result.push_back({"SparseConvTranspose2d",
-                      {{"out_channels", 2}, {"kernel", 9}, {"stride", 4}, {"padding", 4}, {"output_padding", 3},
-                       {"format", format}},
-                      {1, 3, 2, 3}});
-    result.push_back({"SparseConvTranspose2d",
-                      {{"out_channels", 4}, {"kernel", 3}, {"padding", 0}, {"format", format}}, {1, 2, 4, 3}});
+                      {{"out_channels", 4}, {"kernel", 3}, {"padding", 0}, {"format", format}},
+                      {1, 2, 4, 3}});
   }
   return result;
 }
@@ -204,8 +205,8 @@ TEST(SparseConv, ParityCpuCuda) {
     bigger[0] = 3;
     bigger[2] += 13;  // more than one 256-thread tile of pixels
     bigger[3] += 21;
-    EXPECT_TRUE(plexus::testing::outputs_match(
-        plexus::check_parity(plugin_registry(), c.type, c.params, {bigger}, options)));
+    EXPECT_TRUE(
+        plexus::testing::outputs_match(plexus::check_parity(plugin_registry(), c.type, c.params, {bigger}, options)));
   }
 }
 
@@ -234,10 +235,10 @@ TEST(SparseConv, CudaWritesEveryElementOverPoisonedBuffers) {
       plexus::Context ctx(device);
       Tensor x = Tensor::from_values(x_values, c.input, DType::f32, device);
       Tensor dy = Tensor::from_values(dy_values, out_shape, DType::f32, device);
-      Tensor y = Tensor::from_values(std::vector<double>(plexus::shape_numel(out_shape), nan), out_shape, DType::f32,
-                                     device);
-      Tensor dx = Tensor::from_values(std::vector<double>(plexus::shape_numel(c.input), nan), c.input, DType::f32,
-                                      device);
+      Tensor y =
+          Tensor::from_values(std::vector<double>(plexus::shape_numel(out_shape), nan), out_shape, DType::f32, device);
+      Tensor dx =
+          Tensor::from_values(std::vector<double>(plexus::shape_numel(c.input), nan), c.input, DType::f32, device);
       layer.forward(ctx, {&x}, {&y});
       layer.backward(ctx, {&x}, {&y}, {&dy}, {&dx});
       ctx.synchronize();
@@ -257,7 +258,8 @@ TEST(SparseConv, CudaWritesEveryElementOverPoisonedBuffers) {
 
 std::string tiny_autoencoder(const std::string& decoder_type, const std::string& decoder_extra) {
   return R"({
-    "name": "tiny-)" + decoder_type + R"(",
+    "name": "tiny-)" +
+         decoder_type + R"(",
     "inputs": ["image"],
     "nodes": [
       {"name": "g_a0", "type": "Conv2d", "inputs": ["image"], "outputs": ["g_a0_out"], "params": {"out_channels": 8, "kernel": 5, "stride": 2, "padding": 2}},
@@ -265,9 +267,15 @@ std::string tiny_autoencoder(const std::string& decoder_type, const std::string&
       {"name": "g_a1", "type": "Conv2d", "inputs": ["g_a0_norm"], "outputs": ["y"], "params": {"out_channels": 8, "kernel": 5, "stride": 2, "padding": 2}},
       {"name": "quantizer", "type": "UniformNoise", "inputs": ["y"], "outputs": ["y_hat"]},
       {"name": "entropy_model", "type": "FactorizedEntropyModel", "inputs": ["y_hat"], "outputs": ["likelihoods"]},
-      {"name": "g_s0", "type": ")" + decoder_type + R"(", "inputs": ["y_hat"], "outputs": ["g_s0_out"], "params": {"out_channels": 8, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)" + decoder_extra + R"(}},
+      {"name": "g_s0", "type": ")" +
+         decoder_type +
+         R"(", "inputs": ["y_hat"], "outputs": ["g_s0_out"], "params": {"out_channels": 8, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)" +
+         decoder_extra + R"(}},
       {"name": "g_s0_igdn", "type": "IGDN", "inputs": ["g_s0_out"], "outputs": ["g_s0_norm"]},
-      {"name": "g_s1", "type": ")" + decoder_type + R"(", "inputs": ["g_s0_norm"], "outputs": ["x_hat"], "params": {"out_channels": 3, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)" + decoder_extra + R"(}},
+      {"name": "g_s1", "type": ")" +
+         decoder_type +
+         R"(", "inputs": ["g_s0_norm"], "outputs": ["x_hat"], "params": {"out_channels": 3, "kernel": 5, "stride": 2, "padding": 2, "output_padding": 1)" +
+         decoder_extra + R"(}},
       {"name": "distortion", "type": "MSELoss", "inputs": ["x_hat", "image"], "outputs": ["mse"]},
       {"name": "rate", "type": "RateLoss", "inputs": ["likelihoods", "image"], "outputs": ["bpp"]}
     ]})";
@@ -276,9 +284,10 @@ std::string tiny_autoencoder(const std::string& decoder_type, const std::string&
 TEST(SparseConv, APrunedDecoderGivesTheSamePsnrWithTheSparseLayers) {
   const Shape image{2, 3, 16, 16};
   plexus::Context ctx(Device::cpu(), 5);
-  plexus::Net pruned(plexus::ModelSpec::from_text(tiny_autoencoder(
-                         "PrunedConvTranspose2d", R"(, "sparsity": 0.8, "start_step": 0, "end_step": 6, "prune_every": 2)")),
-                     plugin_registry(), {{"image", image}}, DType::f32, Device::cpu(), 5);
+  plexus::Net pruned(
+      plexus::ModelSpec::from_text(tiny_autoencoder(
+          "PrunedConvTranspose2d", R"(, "sparsity": 0.8, "start_step": 0, "end_step": 6, "prune_every": 2)")),
+      plugin_registry(), {{"image", image}}, DType::f32, Device::cpu(), 5);
   // A few Adam steps on a smooth image while the decoder is pruned to 80%.
   std::vector<double> pixels(static_cast<std::size_t>(plexus::shape_numel(image)));
   for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = 0.5 + 0.4 * std::sin(0.37 * static_cast<double>(i));
@@ -291,8 +300,9 @@ TEST(SparseConv, APrunedDecoderGivesTheSamePsnrWithTheSparseLayers) {
     adam.step(ctx, pruned.trainable_parameters());
     pruned.after_update(ctx, t);
   }
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("sparse_conv_test_" + std::to_string(::getpid()) + ".safetensors")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("sparse_conv_test_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   plexus::save_checkpoint(path, pruned, nullptr, 8);
 
   plexus::Net sparse(plexus::ModelSpec::from_text(tiny_autoencoder("SparseConvTranspose2d", "")), plugin_registry(),

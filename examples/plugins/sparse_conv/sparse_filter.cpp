@@ -16,7 +16,8 @@ TapRows group_rows(const CooEntries& coo, std::int64_t rows, bool by_small, std:
   const std::size_t n = coo.value.size();
   auto row_of = [&](std::size_t i) -> std::int32_t {
     if (by_small) return coo.small_channel[i];
-    const std::int64_t phase = positive_mod(coo.ky[i] - padding, stride) * stride + positive_mod(coo.kx[i] - padding, stride);
+    const std::int64_t phase =
+        positive_mod(coo.ky[i] - padding, stride) * stride + positive_mod(coo.kx[i] - padding, stride);
     return static_cast<std::int32_t>(coo.big_channel[i] * stride * stride + phase);
   };
   for (std::size_t i = 0; i < n; ++i) ++result.row_start[row_of(i) + 1];

@@ -9,7 +9,8 @@
 //   Conv2d forward, ConvTranspose2d input gradient:  big -> small
 //     small[n, a, sy, sx] = sum over non-zeros (a, b, ky, kx) of W big[n, b, sy s - p + ky, sx s - p + kx]
 //   ConvTranspose2d forward, Conv2d input gradient:  small -> big
-//     big[n, b, y, x]     = sum over non-zeros (a, b, ky, kx) with y = sy s - p + ky, x = sx s - p + kx of W small[n, a, sy, sx]
+//     big[n, b, y, x]     = sum over non-zeros (a, b, ky, kx) with y = sy s - p + ky, x = sx s - p + kx of W small[n,
+//     a, sy, sx]
 //
 // COO: one entry per non-zero, (value, small channel, big channel, ky, kx),
 //   4 int32 indices: sizeof(T) + 16 bytes per non-zero. A kernel visits
@@ -44,7 +45,7 @@ struct CooEntries {
 struct TapRows {
   std::vector<std::int32_t> row_start;  // rows + 1 entries
   std::vector<double> value;
-  std::vector<std::uint16_t> tap;       // source channel << 8 | ky << 4 | kx
+  std::vector<std::uint16_t> tap;  // source channel << 8 | ky << 4 | kx
 };
 
 inline constexpr int kMaxRowChannels = 256;
@@ -54,8 +55,8 @@ struct SparseFilter {
   std::int64_t small_channels = 0, big_channels = 0, kernel = 0, stride = 1, padding = 0;
   CooEntries coo;
   bool has_rows = false;  // false when the channels or kernel exceed the tap code
-  TapRows by_small;  // small_channels rows
-  TapRows by_big;    // big_channels * stride^2 rows: b stride^2 + phase_y stride + phase_x
+  TapRows by_small;       // small_channels rows
+  TapRows by_big;         // big_channels * stride^2 rows: b stride^2 + phase_y stride + phase_x
   std::int64_t nonzeros() const { return static_cast<std::int64_t>(coo.value.size()); }
 };
 

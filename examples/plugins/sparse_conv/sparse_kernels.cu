@@ -143,7 +143,8 @@ __global__ void add_bias_kernel(const T* bias, T* out, long long count, long lon
 dim3 row_grid(long long pixels, long long channels, long long images) {
   if (channels > 65535 || images > 65535)
     throw plexus::ShapeError("sparse convolution: " + std::to_string(channels) + " channels, " +
-                             std::to_string(images) + " images (times stride^2 for the big side): the CUDA grid "
+                             std::to_string(images) +
+                             " images (times stride^2 for the big side): the CUDA grid "
                              "allows at most 65535 of each");
   return dim3(static_cast<unsigned int>((pixels + kThreads - 1) / kThreads), static_cast<unsigned int>(channels),
               static_cast<unsigned int>(images));
@@ -193,9 +194,8 @@ namespace {
 template <typename T>
 void coo_scatter(plexus::Context& ctx, const DeviceFilter& f, const ConvGeometry& g, bool to_small,
                  const plexus::Tensor& source, plexus::Tensor& destination) {
-  plexus::cuda::check_cuda(
-      cudaMemsetAsync(destination.data<T>(), 0, destination.nbytes(), plexus::cuda::stream(ctx)),
-      "cudaMemsetAsync", __FILE__, __LINE__);
+  plexus::cuda::check_cuda(cudaMemsetAsync(destination.data<T>(), 0, destination.nbytes(), plexus::cuda::stream(ctx)),
+                           "cudaMemsetAsync", __FILE__, __LINE__);
   const long long total = f.nonzeros * g.batch * g.small_height * g.small_width;
   if (total == 0) return;
   coo_scatter_kernel<T><<<plexus::cuda::blocks_for(total, kThreads), kThreads, 0, plexus::cuda::stream(ctx)>>>(
@@ -234,7 +234,8 @@ void to_big(plexus::Context& ctx, const DeviceFilter& f, SparseFormat format, co
   plexus::dispatch_float(small.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (format == SparseFormat::coo) return coo_scatter<T>(ctx, f, g, false, small, big);
-    const long long phase_pixels = ((g.big_height + g.stride - 1) / g.stride) * ((g.big_width + g.stride - 1) / g.stride);
+    const long long phase_pixels =
+        ((g.big_height + g.stride - 1) / g.stride) * ((g.big_width + g.stride - 1) / g.stride);
     rows_to_big_kernel<T><<<row_grid(phase_pixels, g.big_channels, g.batch * g.stride * g.stride), kThreads, 0,
                             plexus::cuda::stream(ctx)>>>(f.by_big.row_start.as<std::int32_t>(), f.by_big.value.as<T>(),
                                                          f.by_big.tap.as<std::uint16_t>(), g, small.data<T>(),

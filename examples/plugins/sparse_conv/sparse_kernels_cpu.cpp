@@ -70,7 +70,8 @@ void coo_scatter(const CooEntries& coo, const ConvGeometry& g, bool to_small, co
         for (std::int64_t sx = 0; sx < g.small_width; ++sx) {
           const std::int64_t y = sy * g.stride - g.padding + coo.ky[i], x = sx * g.stride - g.padding + coo.kx[i];
           if (y < 0 || y >= g.big_height || x < 0 || x >= g.big_width) continue;
-          const std::int64_t s = ((n * g.small_channels + coo.small_channel[i]) * g.small_height + sy) * g.small_width + sx;
+          const std::int64_t s =
+              ((n * g.small_channels + coo.small_channel[i]) * g.small_height + sy) * g.small_width + sx;
           const std::int64_t b = ((n * g.big_channels + coo.big_channel[i]) * g.big_height + y) * g.big_width + x;
           if (to_small) sum[s] += coo.value[i] * source[b];
           else sum[b] += coo.value[i] * source[s];

@@ -36,8 +36,7 @@ struct CompactStorage {
 // file, does not match it or whose scale name is taken.
 void save_safetensors(const std::string& path, const TensorFile& file, const CompactStorage& storage);
 // Tensors named in `stored_as_f16` are written as dtype "F16".
-void save_safetensors(const std::string& path, const TensorFile& file,
-                      const std::set<std::string>& stored_as_f16 = {});
+void save_safetensors(const std::string& path, const TensorFile& file, const std::set<std::string>& stored_as_f16 = {});
 // Throws IoError naming the file and what is wrong (missing, truncated,
 // bad header, a tensor named twice, more tensors than
 // limits::kMaxCheckpointTensors, offsets out of range, unsupported dtype).

@@ -75,8 +75,8 @@ class Layer {
   virtual void set_output_activation(const FusedActivation& activation);
 
   void forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs);
-  void backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
-                const ConstTensors& output_grads, const MutableTensors& input_grads);
+  void backward(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs, const ConstTensors& output_grads,
+                const MutableTensors& input_grads);
 
   std::vector<Parameter*> parameters();
   Parameter& parameter(const std::string& name);
@@ -154,16 +154,12 @@ class Layer {
   // "node 'x' (T)" for messages.
   std::string who() const;
 
-  virtual void forward_cpu(Context& ctx, const ConstTensors& inputs,
-                           const MutableTensors& outputs) = 0;
+  virtual void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) = 0;
   virtual void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
-                            const ConstTensors& output_grads,
-                            const MutableTensors& input_grads) = 0;
-  virtual void forward_cuda(Context& ctx, const ConstTensors& inputs,
-                            const MutableTensors& outputs);
-  virtual void backward_cuda(Context& ctx, const ConstTensors& inputs,
-                             const ConstTensors& outputs, const ConstTensors& output_grads,
-                             const MutableTensors& input_grads);
+                            const ConstTensors& output_grads, const MutableTensors& input_grads) = 0;
+  virtual void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs);
+  virtual void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                             const ConstTensors& output_grads, const MutableTensors& input_grads);
 
  private:
   void check_device(const Context& ctx, const ConstTensors& tensors, const char* role) const;
@@ -181,8 +177,7 @@ class Layer {
 // ConfigError for bf16, a storage type that no kernel computes in.
 template <typename Fn>
 decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
-  if (dtype == DType::bf16)
-    throw ConfigError("bf16 tensors store values; this computation takes f32 or f64 tensors");
+  if (dtype == DType::bf16) throw ConfigError("bf16 tensors store values; this computation takes f32 or f64 tensors");
   if (dtype == DType::f64) return fn(double{0});
   return fn(float{0});
 }

@@ -22,7 +22,7 @@ namespace plexus {
 // One parameter a layer reads, as recorded by a describing LayerConfig.
 struct ParameterInfo {
   std::string key;
-  std::string kind;           // "integer", "number", "boolean", "string", "integer array" or "number array"
+  std::string kind;  // "integer", "number", "boolean", "string", "integer array" or "number array"
   bool required = false;
   std::string default_value;  // as JSON ("1", "0.01", "true", "[3,3,3]"); empty when required
   std::string range;          // "[min, max]" of a bounded integer, else empty

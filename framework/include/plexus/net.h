@@ -37,9 +37,8 @@ class Net {
  public:
   // `input_shapes` gives the shape of every spec input. Parameters are
   // initialised from `seed`, so equal seeds give equal nets.
-  Net(const ModelSpec& spec, const Registry& registry,
-      const std::map<std::string, Shape>& input_shapes, DType dtype = DType::f32,
-      Device device = Device::cpu(), std::uint64_t seed = 0);
+  Net(const ModelSpec& spec, const Registry& registry, const std::map<std::string, Shape>& input_shapes,
+      DType dtype = DType::f32, Device device = Device::cpu(), std::uint64_t seed = 0);
   ~Net();
 
   // New input shapes (e.g. another image size); parameters are kept.
@@ -99,8 +98,8 @@ class Net {
   bool cuda_graph_capturable(std::string* culprit) const;
 
   Tensor& input(const std::string& name);
-  bool has_input(const std::string& name) const;  // whether the spec lists it among its inputs
-  const Tensor& blob(const std::string& name) const;  // any input or node output
+  bool has_input(const std::string& name) const;           // whether the spec lists it among its inputs
+  const Tensor& blob(const std::string& name) const;       // any input or node output
   const Shape& blob_shape(const std::string& name) const;  // also of a blob an inference-only net does not hold
   const Tensor& blob_grad(const std::string& name) const;  // after backward()
   bool has_blob(const std::string& name) const;
@@ -187,10 +186,10 @@ class Net {
   DType dtype_;
   Device device_;
   std::vector<std::unique_ptr<Node>> nodes_;  // in execution order
-  std::map<std::string, Tensor> blobs_;  // an inference-only net: undefined while not held
-  std::map<std::string, Shape> shapes_;  // every blob's shape at the current layout
+  std::map<std::string, Tensor> blobs_;       // an inference-only net: undefined while not held
+  std::map<std::string, Shape> shapes_;       // every blob's shape at the current layout
   std::map<std::string, Tensor> grads_;
-  std::map<std::string, int> consumers_;  // how many node inputs read each blob
+  std::map<std::string, int> consumers_;            // how many node inputs read each blob
   std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
   std::map<std::string, std::size_t> producer_;  // blob -> position in nodes_ of the node writing it (not model inputs)
   bool inference_only_ = false;

@@ -25,8 +25,7 @@ Initializer normal(double mean, double stddev);
 Initializer xavier_uniform(std::int64_t fan_in, std::int64_t fan_out);
 // U(-b, b) with b = 1 / sqrt(fan_in), PyTorch's default for Conv2d/Linear bias.
 Initializer fan_in_uniform(std::int64_t fan_in);
-Initializer custom(std::string name,
-                   std::function<void(std::vector<double>&, const Shape&, std::mt19937_64&)> fill);
+Initializer custom(std::string name, std::function<void(std::vector<double>&, const Shape&, std::mt19937_64&)> fill);
 }  // namespace init
 
 struct Parameter {

@@ -62,8 +62,7 @@ class Registry {
 
 // Up to `count` registered names closest to `name` (edit distance), for
 // "did you mean" hints.
-std::vector<std::string> close_matches(const std::string& name,
-                                       const std::vector<std::string>& candidates,
+std::vector<std::string> close_matches(const std::string& name, const std::vector<std::string>& candidates,
                                        std::size_t count = 3);
 
 }  // namespace plexus

@@ -27,11 +27,11 @@ class StepMetrics {
   void record(Context& ctx, const std::vector<const Tensor*>& terms);
 
   struct Window {
-    std::int64_t steps = 0;           // records in this window
-    std::int64_t last_step = 0;       // number of the last recorded step (1-based, counting steps_before)
+    std::int64_t steps = 0;      // records in this window
+    std::int64_t last_step = 0;  // number of the last recorded step (1-based, counting steps_before)
     double loss_sum = 0;
     std::vector<double> term_sums;
-    double last_loss = 0;             // the last recorded step's values
+    double last_loss = 0;  // the last recorded step's values
     std::vector<double> last_terms;
     std::int64_t first_bad_step = 0;  // first step with a non-finite loss, 0 if none so far (never reset)
     double bad_loss = 0;              // that step's values

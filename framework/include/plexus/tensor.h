@@ -27,11 +27,17 @@ const char* dtype_name(DType dtype);
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::f64; }
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 template <>
-constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+constexpr DType dtype_of<BFloat16>() {
+  return DType::bf16;
+}
 
 // Runs `fn` with a value of the element type of `dtype` (float, double or
 // BFloat16): dispatch_element(t.dtype(), [&](auto zero) { using T = decltype(zero); ... }).
@@ -79,8 +85,8 @@ class Tensor {
   explicit Tensor(Shape shape, DType dtype = DType::f32, Device device = Device::cpu());
 
   // Host values (converted to dtype) copied onto device.
-  static Tensor from_values(const std::vector<double>& values, Shape shape,
-                            DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor from_values(const std::vector<double>& values, Shape shape, DType dtype = DType::f32,
+                            Device device = Device::cpu());
   // A host copy of every element, as f64. For tests and small reductions.
   std::vector<double> to_values() const;
 

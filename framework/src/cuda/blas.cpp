@@ -13,25 +13,23 @@ namespace {
 cublasOperation_t op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                         const float* alpha, const float* a, int lda, const float* b, int ldb,
-                         const float* beta, float* c, int ldc) {
+                         const float* alpha, const float* a, int lda, const float* b, int ldb, const float* beta,
+                         float* c, int ldc) {
   return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                         const double* alpha, const double* a, int lda, const double* b, int ldb,
-                         const double* beta, double* c, int ldc) {
+                         const double* alpha, const double* a, int lda, const double* b, int ldb, const double* beta,
+                         double* c, int ldc) {
   return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                            int k, const float* alpha, const float* a, int lda, long long sa,
-                            const float* b, int ldb, long long sb, const float* beta, float* c, int ldc,
-                            long long sc, int batch) {
+cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const float* alpha, const float* a, int lda, long long sa, const float* b, int ldb,
+                            long long sb, const float* beta, float* c, int ldc, long long sc, int batch) {
   return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
-cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                            int k, const double* alpha, const double* a, int lda, long long sa,
-                            const double* b, int ldb, long long sb, const double* beta, double* c,
-                            int ldc, long long sc, int batch) {
+cublasStatus_t batched_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const double* alpha, const double* a, int lda, long long sa, const double* b, int ldb,
+                            long long sb, const double* beta, double* c, int ldc, long long sc, int batch) {
   return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
 
@@ -72,8 +70,8 @@ long long matrix_span(int rows, int columns, int ld) { return static_cast<long l
 // them: cuBLAS is then free to run TF32 or FP32 kernels that never round to
 // bf16, and does (tests/framework/cuda_gemm_test.cpp checks the rounding).
 template <typename T>
-void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
-          const T* b, int ldb, T beta, T* c, int ldc) {
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
+          int ldb, T beta, T* c, int ldc) {
   if (m == 0 || n == 0) return;
   // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m]; a row-major
   // row stride is the column-major leading dimension of the transpose.
@@ -81,10 +79,10 @@ void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T
     if (ctx.bf16_products() && k > 0) {
       const Bf16Copy a16(ctx, a, matrix_span(trans_a ? k : m, trans_a ? m : k, lda));
       const Bf16Copy b16(ctx, b, matrix_span(trans_b ? n : k, trans_b ? k : n, ldb));
-      check_cublas(cublasGemmEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(), CUDA_R_16BF, ldb,
-                                a16.data(), CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx (bf16 products)", __FILE__, __LINE__);
+      check_cublas(
+          cublasGemmEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(), CUDA_R_16BF, ldb, a16.data(),
+                       CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (bf16 products)", __FILE__, __LINE__);
       return;
     }
   }
@@ -93,15 +91,15 @@ void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T
 }
 
 template <typename T>
-void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a,
-          const T* b, T beta, T* c) {
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, const T* b, T beta,
+          T* c) {
   gemm<T>(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 template <typename T>
-void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha,
-                          const T* a, long long stride_a, const T* b, long long stride_b, T beta, T* c,
-                          long long stride_c, int batch) {
+void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a,
+                          long long stride_a, const T* b, long long stride_b, T beta, T* c, long long stride_c,
+                          int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   int lda = trans_a ? m : k;  // row-major leading dimension of A as stored
   int ldb = trans_b ? k : n;
@@ -109,31 +107,29 @@ void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m,
     if (ctx.bf16_products() && k > 0) {
       const Bf16Copy a16(ctx, a, (batch - 1) * stride_a + matrix_span(trans_a ? k : m, trans_a ? m : k, lda));
       const Bf16Copy b16(ctx, b, (batch - 1) * stride_b + matrix_span(trans_b ? n : k, trans_b ? k : n, ldb));
-      check_cublas(cublasGemmStridedBatchedEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(),
-                                              CUDA_R_16BF, ldb, stride_b, a16.data(), CUDA_R_16BF, lda, stride_a,
-                                              &beta, c, CUDA_R_32F, n, stride_c, batch, CUBLAS_COMPUTE_32F,
-                                              CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmStridedBatchedEx (bf16 products)", __FILE__, __LINE__);
+      check_cublas(
+          cublasGemmStridedBatchedEx(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b16.data(), CUDA_R_16BF,
+                                     ldb, stride_b, a16.data(), CUDA_R_16BF, lda, stride_a, &beta, c, CUDA_R_32F, n,
+                                     stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx (bf16 products)", __FILE__, __LINE__);
       return;
     }
   }
-  check_cublas(batched_call(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, stride_b, a, lda,
-                            stride_a, &beta, c, n, stride_c, batch),
+  check_cublas(batched_call(cublas(ctx), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a,
+                            &beta, c, n, stride_c, batch),
                "cublas gemm strided batched", __FILE__, __LINE__);
 }
 
-template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, int, const float*, int,
-                          float, float*, int);
+template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, int, const float*, int, float,
+                          float*, int);
 template void gemm<double>(const Context&, bool, bool, int, int, int, double, const double*, int, const double*, int,
                            double, double*, int);
-template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, const float*, float,
-                          float*);
-template void gemm<double>(const Context&, bool, bool, int, int, int, double, const double*, const double*,
-                           double, double*);
-template void gemm_strided_batched<float>(const Context&, bool, bool, int, int, int, float, const float*,
-                                          long long, const float*, long long, float, float*, long long, int);
-template void gemm_strided_batched<double>(const Context&, bool, bool, int, int, int, double, const double*,
-                                           long long, const double*, long long, double, double*, long long,
-                                           int);
+template void gemm<float>(const Context&, bool, bool, int, int, int, float, const float*, const float*, float, float*);
+template void gemm<double>(const Context&, bool, bool, int, int, int, double, const double*, const double*, double,
+                           double*);
+template void gemm_strided_batched<float>(const Context&, bool, bool, int, int, int, float, const float*, long long,
+                                          const float*, long long, float, float*, long long, int);
+template void gemm_strided_batched<double>(const Context&, bool, bool, int, int, int, double, const double*, long long,
+                                           const double*, long long, double, double*, long long, int);
 
 }  // namespace plexus::cuda

@@ -10,8 +10,7 @@ namespace plexus::cuda {
 namespace {
 
 __global__ void bytes_to_unit_kernel(const std::uint8_t* bytes, float* values, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     values[i] = static_cast<float>(bytes[i]) / 255.0f;
 }
 

@@ -101,16 +101,15 @@ void clip_gradients(Context& ctx, const std::vector<Tensor*>& grads, double max_
     using T = decltype(zero);
     for_each_table<T>(grads, [&](const GradientTable<T>& table) {
       // A fixed grid (not sized by n) so the summation order never changes.
-      sum_squares_kernel<T><<<dim3(kClipPartialBlocks, table.count), kThreads, 0, stream(ctx)>>>(table,
-                                                                                                  partial_data);
+      sum_squares_kernel<T><<<dim3(kClipPartialBlocks, table.count), kThreads, 0, stream(ctx)>>>(table, partial_data);
       check_launch("sum_squares_kernel", __FILE__, __LINE__);
     });
   };
   sum_squares(float{});
   sum_squares(double{});
   // One block: the partials are few (64 per parameter tensor).
-  clip_factor_kernel<<<1, kThreads, 0, stream(ctx)>>>(
-      partial_data, static_cast<int>(grads.size()) * kClipPartialBlocks, max_norm, result.data<double>());
+  clip_factor_kernel<<<1, kThreads, 0, stream(ctx)>>>(partial_data, static_cast<int>(grads.size()) * kClipPartialBlocks,
+                                                      max_norm, result.data<double>());
   check_launch("clip_factor_kernel", __FILE__, __LINE__);
   auto scale = [&](auto zero) {
     using T = decltype(zero);

@@ -19,8 +19,7 @@ __device__ inline double sqrt_of(double x) { return sqrt(x); }
 // SGD with momentum: v = mu v + g;  w -= lr v
 template <typename T>
 __global__ void sgd_kernel(T* w, const T* g, T* velocity, long long n, T learning_rate, T momentum) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     T v = momentum * velocity[i] + g[i];
     velocity[i] = v;
     w[i] -= learning_rate * v;
@@ -154,7 +153,8 @@ void adam_prepare(Context& ctx, AdamDevice& device, const std::vector<AdamTensor
     const long long n = t.weight->numel();
     if (n == 0) continue;
     if (t.weight->dtype() == DType::f32) {
-      f32.push_back({t.weight->data<float>(), t.grad->data<float>(), t.m->data<float>(), t.v->data<float>(), f32_total});
+      f32.push_back(
+          {t.weight->data<float>(), t.grad->data<float>(), t.m->data<float>(), t.v->data<float>(), f32_total});
       f32_total += n;
     } else {
       f64.push_back(

@@ -11,8 +11,7 @@ namespace {
 
 template <typename T>
 __global__ void fill_kernel(T* data, long long n, T value) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     data[i] = value;
 }
 
@@ -28,16 +27,14 @@ __global__ void set_values_kernel(T* data, int n, SmallValues small) {
 
 template <typename T>
 __global__ void add_into_kernel(T* destination, const T* source, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     destination[i] += source[i];
 }
 
 // Sets *flag to 1 when any element is NaN or Inf.
 template <typename T>
 __global__ void non_finite_kernel(const T* data, long long n, int* flag) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     if (!isfinite(data[i])) *flag = 1;
 }
 
@@ -49,9 +46,13 @@ __device__ double widened(double value) { return value; }
 __device__ float widened(BFloat16 value) { return __uint_as_float(static_cast<unsigned>(value.bits) << 16); }
 
 template <typename Wide>
-__device__ void narrow_into(float& out, Wide value) { out = static_cast<float>(value); }
+__device__ void narrow_into(float& out, Wide value) {
+  out = static_cast<float>(value);
+}
 template <typename Wide>
-__device__ void narrow_into(double& out, Wide value) { out = static_cast<double>(value); }
+__device__ void narrow_into(double& out, Wide value) {
+  out = static_cast<double>(value);
+}
 template <typename Wide>
 __device__ void narrow_into(BFloat16& out, Wide value) {
   out.bits = __bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(value)));
@@ -59,8 +60,7 @@ __device__ void narrow_into(BFloat16& out, Wide value) {
 
 template <typename Out, typename In>
 __global__ void convert_kernel(Out* out, const In* in, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     narrow_into(out[i], widened(in[i]));
 }
 
@@ -73,8 +73,7 @@ void convert(Context& ctx, Tensor& destination, const Tensor& source) {
     using Out = decltype(out_zero);
     dispatch_element(source.dtype(), [&](auto in_zero) {
       using In = decltype(in_zero);
-      convert_kernel<Out, In>
-          <<<blocks_for(n), 256, 0, stream(ctx)>>>(destination.data<Out>(), source.data<In>(), n);
+      convert_kernel<Out, In><<<blocks_for(n), 256, 0, stream(ctx)>>>(destination.data<Out>(), source.data<In>(), n);
       check_launch("convert_kernel", __FILE__, __LINE__);
     });
   });
@@ -123,8 +122,8 @@ bool all_finite(Context& ctx, const Tensor& tensor) {
     check_launch("non_finite_kernel", __FILE__, __LINE__);
   });
   int host_flag = 0;
-  check_cuda(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream(ctx)),
-             "cudaMemcpyAsync", __FILE__, __LINE__);
+  check_cuda(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream(ctx)), "cudaMemcpyAsync",
+             __FILE__, __LINE__);
   check_cuda(cudaStreamSynchronize(stream(ctx)), "cudaStreamSynchronize", __FILE__, __LINE__);
   return host_flag == 0;
 }

@@ -36,8 +36,8 @@ void BatchLoader::Lease::release() {
   owner_ = nullptr;
 }
 
-BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads,
-                         int prefetch, Device destination)
+BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads, int prefetch,
+                         Device destination)
     : images_(images),
       sampler_(sampler),
       destination_(destination),
@@ -48,8 +48,8 @@ BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t
   if (prefetch < 1) throw ConfigError("the prefetch depth must be >= 1, got " + std::to_string(prefetch));
   try {
     for (int i = 0; i < prefetch; ++i)
-      buffers_.push_back(static_cast<std::uint8_t*>(
-          device_memory::allocate_host_staging(sampler_.batch_elements(), destination_)));
+      buffers_.push_back(
+          static_cast<std::uint8_t*>(device_memory::allocate_host_staging(sampler_.batch_elements(), destination_)));
   } catch (...) {
     for (std::uint8_t* buffer : buffers_) device_memory::release_host_staging(buffer, destination_);
     throw;
@@ -63,8 +63,8 @@ BatchLoader::BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t
     const std::size_t started = workers_.size();
     stop_workers();
     for (std::uint8_t* buffer : buffers_) device_memory::release_host_staging(buffer, destination_);
-    throw Error("cannot start loader thread " + std::to_string(started + 1) + " of " + std::to_string(threads) +
-                ": " + e.what() + " (use fewer --threads, or raise the process limit)");
+    throw Error("cannot start loader thread " + std::to_string(started + 1) + " of " + std::to_string(threads) + ": " +
+                e.what() + " (use fewer --threads, or raise the process limit)");
   }
 }
 

@@ -17,8 +17,7 @@ namespace {
 
 void check_destination(const Tensor& destination, const Shape& shape) {
   if (destination.shape() != shape || destination.dtype() != DType::f32)
-    throw ShapeError("DeviceInput: the destination is " + destination.describe() + ", expected f32" +
-                     shape_str(shape));
+    throw ShapeError("DeviceInput: the destination is " + destination.describe() + ", expected f32" + shape_str(shape));
 }
 
 }  // namespace
@@ -40,7 +39,7 @@ struct DeviceInput::Pipeline {
   std::vector<Slot> slots;
   cudaStream_t copy_stream = nullptr;
   std::size_t bytes = 0;
-  std::int64_t taken = 0;  // batches handed to the step so far
+  std::int64_t taken = 0;        // batches handed to the step so far
   BatchLoader::Lease in_flight;  // the last batch sent: its buffer is read until `copied`
 
   Pipeline(Device device, const Shape& shape, int depth) {
@@ -51,8 +50,7 @@ struct DeviceInput::Pipeline {
     slots.resize(static_cast<std::size_t>(depth));
     for (Slot& slot : slots) {
       check_cuda(cudaMalloc(&slot.on_device, bytes), "cudaMalloc", __FILE__, __LINE__);
-      check_cuda(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate", __FILE__,
-                 __LINE__);
+      check_cuda(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate", __FILE__, __LINE__);
       check_cuda(cudaEventCreateWithFlags(&slot.consumed, cudaEventDisableTiming), "cudaEventCreate", __FILE__,
                  __LINE__);
     }

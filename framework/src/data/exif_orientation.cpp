@@ -29,7 +29,8 @@ class TiffReader {
   bool u16(std::size_t offset, std::uint16_t& value) const {
     if (offset > size_ || size_ - offset < 2) return false;
     const unsigned char* p = bytes_ + offset;
-    value = little_endian_ ? static_cast<std::uint16_t>(p[0] | p[1] << 8) : static_cast<std::uint16_t>(p[0] << 8 | p[1]);
+    value =
+        little_endian_ ? static_cast<std::uint16_t>(p[0] | p[1] << 8) : static_cast<std::uint16_t>(p[0] << 8 | p[1]);
     return true;
   }
   bool u32(std::size_t offset, std::uint32_t& value) const {
@@ -81,13 +82,27 @@ Image apply_orientation(const Image& stored, int orientation) {
     for (int x = 0; x < upright.width; ++x) {
       int sy = y, sx = x;
       switch (orientation) {
-        case 2: sx = w - 1 - x; break;
-        case 3: sy = h - 1 - y, sx = w - 1 - x; break;
-        case 4: sy = h - 1 - y; break;
-        case 5: sy = x, sx = y; break;
-        case 6: sy = h - 1 - x, sx = y; break;
-        case 7: sy = h - 1 - x, sx = w - 1 - y; break;
-        case 8: sy = x, sx = w - 1 - y; break;
+        case 2:
+          sx = w - 1 - x;
+          break;
+        case 3:
+          sy = h - 1 - y, sx = w - 1 - x;
+          break;
+        case 4:
+          sy = h - 1 - y;
+          break;
+        case 5:
+          sy = x, sx = y;
+          break;
+        case 6:
+          sy = h - 1 - x, sx = y;
+          break;
+        case 7:
+          sy = h - 1 - x, sx = w - 1 - y;
+          break;
+        case 8:
+          sy = x, sx = w - 1 - y;
+          break;
       }
       for (int c = 0; c < 3; ++c) upright.at(y, x, c) = stored.at(sy, sx, c);
     }

@@ -93,12 +93,14 @@ ImageFolder::ImageFolder(const std::string& folder, std::size_t cache_bytes, std
     : folder_(folder), cache_bytes_(cache_bytes), max_pixels_(max_pixels) {
   std::error_code error;
   if (!fs::exists(folder, error)) throw IoError("image folder '" + folder + "' does not exist");
-  if (!fs::is_directory(folder, error)) throw IoError("'" + folder + "' is not a folder (expected a folder of PNG/JPEG images)");
+  if (!fs::is_directory(folder, error))
+    throw IoError("'" + folder + "' is not a folder (expected a folder of PNG/JPEG images)");
   if (max_pixels < 1) throw ConfigError("the image pixel limit must be >= 1, got " + std::to_string(max_pixels));
 
   const std::vector<std::string> candidates = FolderWalk(folder).images();
   if (candidates.empty())
-    throw IoError("image folder '" + folder + "' holds no PNG or JPEG images (searched recursively for .png, .jpg, .jpeg)");
+    throw IoError("image folder '" + folder +
+                  "' holds no PNG or JPEG images (searched recursively for .png, .jpg, .jpeg)");
 
   for (const auto& path : candidates) {
     ImageSize size;

@@ -15,8 +15,7 @@
 namespace plexus::data {
 
 std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
-  if (width < 1 || height < 1)
-    return "empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")";
+  if (width < 1 || height < 1) return "empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")";
   // Both sides are below 2^32 (the formats' fields), so the product fits.
   const std::int64_t pixels = width * height;
   if (pixels > max_pixels)

@@ -37,7 +37,8 @@ struct Encoding {
 // The grey row of RGB pixels: round((R + G + B) / 3) each.
 void grey_row(const std::uint8_t* rgb, int width, std::vector<std::uint8_t>& row) {
   for (int x = 0; x < width; ++x)
-    row[static_cast<std::size_t>(x)] = static_cast<std::uint8_t>((rgb[3 * x] + rgb[3 * x + 1] + rgb[3 * x + 2] + 1) / 3);
+    row[static_cast<std::size_t>(x)] =
+        static_cast<std::uint8_t>((rgb[3 * x] + rgb[3 * x + 1] + rgb[3 * x + 2] + 1) / 3);
 }
 
 bool encode(Encoding& e, AtomicFile& file, const Image& image, PngColour colour, std::vector<std::uint8_t>& row) {

@@ -40,8 +40,8 @@ void extract_patch(const Image& image, const PatchPlan& plan, int patch, std::ui
   const int y0 = patch_origin(plan.y_draw, image.height, patch);
   std::vector<std::size_t> column_offset(static_cast<std::size_t>(patch));  // bytes into a source row
   for (int x = 0; x < patch; ++x)
-    column_offset[x] = 3 * static_cast<std::size_t>(
-                               reflect_index(x0 + (plan.flip_horizontal ? patch - 1 - x : x), image.width));
+    column_offset[x] =
+        3 * static_cast<std::size_t>(reflect_index(x0 + (plan.flip_horizontal ? patch - 1 - x : x), image.width));
   const std::size_t plane = static_cast<std::size_t>(patch) * patch;
   std::uint8_t* red = chw;
   std::uint8_t* green = chw + plane;

@@ -18,8 +18,8 @@ Agreement agree(Context& ctx, Communicator& communicator, bool stop, bool out_of
   const bool root = communicator.rank() == 0;
   const auto interval = static_cast<double>(std::clamp<std::int64_t>(next_interval, 1, kMaxAgreementInterval));
   Tensor votes = Tensor::from_values(
-      {stop ? 1.0 : 0.0, root && out_of_time ? 1.0 : 0.0, root ? seconds : 0.0, root ? interval : 0.0}, {4},
-      DType::f32, ctx.device());
+      {stop ? 1.0 : 0.0, root && out_of_time ? 1.0 : 0.0, root ? seconds : 0.0, root ? interval : 0.0}, {4}, DType::f32,
+      ctx.device());
   communicator.all_reduce(ctx, votes, Reduction::sum);
   communicator.synchronize();
   const std::vector<double> agreed = votes.to_values();

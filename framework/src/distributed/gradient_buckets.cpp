@@ -93,7 +93,8 @@ void GradientBuckets::issue(Context& ctx, int bucket) {
   for (const NamedParameter& named : buckets_[bucket].parameters) {
     const Tensor& grad = named.parameter->grad;
     if (grad.raw_data() != flat.elements_view(offset, grad.shape()).raw_data())
-      throw Error("the gradient of " + named.name + " was reallocated after the gradient buckets were built, so "
+      throw Error("the gradient of " + named.name +
+                  " was reallocated after the gradient buckets were built, so "
                   "reducing its bucket would miss it; build the buckets after the parameters are final");
     offset += grad.numel();
   }

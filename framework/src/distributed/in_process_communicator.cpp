@@ -57,12 +57,11 @@ class InProcessCommunicator : public Communicator {
     publish(buffer, "broadcast");
     group_.arrive_and_wait(rank_, "broadcast");
     check_equal_sizes("broadcast");
-    if (rank_ != root)
-      std::memcpy(buffer.data<float>(), group_.buffers_[root]->data<float>(), buffer.nbytes());
+    if (rank_ != root) std::memcpy(buffer.data<float>(), group_.buffers_[root]->data<float>(), buffer.nbytes());
     group_.arrive_and_wait(rank_, "broadcast");
   }
 
-  void join(Context&) override {}       // collectives complete before they return
+  void join(Context&) override {}  // collectives complete before they return
   void synchronize() override {}
   void mark_step(Context&) override {}  // the CPU runs each step before the next is enqueued
   void barrier() override { group_.arrive_and_wait(rank_, "barrier"); }

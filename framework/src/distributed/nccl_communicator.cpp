@@ -45,13 +45,13 @@ class NcclCommunicator : public Communicator {
     const ncclUniqueId id = rendezvous();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every NCCL call returns at once; waits poll with a timeout below
-    check(ncclCommInitRankConfig(&comm_, setup.world_size, id, setup.rank, &config), "ncclCommInitRankConfig",
-          __FILE__, __LINE__);
+    check(ncclCommInitRankConfig(&comm_, setup.world_size, id, setup.rank, &config), "ncclCommInitRankConfig", __FILE__,
+          __LINE__);
     settle("joining the communicator (ncclCommInitRankConfig)");
-    cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
-                     __FILE__, __LINE__);
-    cuda::check_cuda(cudaEventCreateWithFlags(&enqueued_, cudaEventDisableTiming), "cudaEventCreateWithFlags",
-                     __FILE__, __LINE__);
+    cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", __FILE__,
+                     __LINE__);
+    cuda::check_cuda(cudaEventCreateWithFlags(&enqueued_, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
+                     __LINE__);
     cuda::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags", __FILE__,
                      __LINE__);
     for (cudaEvent_t& mark : step_marks_)
@@ -141,18 +141,16 @@ class NcclCommunicator : public Communicator {
   }
 
   void barrier() override {
-    check(ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm_,
-                        stream_),
-          "ncclAllReduce (barrier)", __FILE__, __LINE__);
+    check(
+        ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm_, stream_),
+        "ncclAllReduce (barrier)", __FILE__, __LINE__);
     settle("enqueuing the barrier");
     mark_done();
     synchronize();
   }
 
  private:
-  std::string who() const {
-    return "rank " + std::to_string(setup_.rank) + " of " + std::to_string(setup_.world_size);
-  }
+  std::string who() const { return "rank " + std::to_string(setup_.rank) + " of " + std::to_string(setup_.world_size); }
 
   void check(ncclResult_t status, const char* call, const char* file, int line) {
     if (status == ncclSuccess || status == ncclInProgress) return;
@@ -223,9 +221,7 @@ class NcclCommunicator : public Communicator {
     cuda::check_cuda(cudaStreamWaitEvent(stream_, enqueued_, 0), "cudaStreamWaitEvent", __FILE__, __LINE__);
   }
 
-  void mark_done() {
-    cuda::check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord", __FILE__, __LINE__);
-  }
+  void mark_done() { cuda::check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord", __FILE__, __LINE__); }
 
   // Rank 0 publishes a fresh id; the others wait (up to the timeout) for it.
   ncclUniqueId rendezvous() {
@@ -252,8 +248,8 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   bool failed_ = false;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t enqueued_ = nullptr;  // recorded on the caller's stream before each collective
-  cudaEvent_t done_ = nullptr;      // recorded on stream_ after each collective (and by mark_step)
+  cudaEvent_t enqueued_ = nullptr;           // recorded on the caller's stream before each collective
+  cudaEvent_t done_ = nullptr;               // recorded on stream_ after each collective (and by mark_step)
   std::array<cudaEvent_t, 2> step_marks_{};  // mark_step's, used in turn
   std::int64_t steps_marked_ = 0;
   Tensor barrier_buffer_;

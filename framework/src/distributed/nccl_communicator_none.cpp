@@ -9,9 +9,10 @@ bool built_with_nccl() { return false; }
 std::string nccl_version() { return ""; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclSetup&) {
-  throw ConfigError(
-      "this build of Plexus has no NCCL, which training on several GPUs needs: install NCCL (libnccl-dev from NVIDIA's CUDA package "
-      "repository, or the nvidia-nccl Python wheel) and reconfigure, with -DNCCL_ROOT=<prefix> if CMake does not find it");
+  throw ConfigError("this build of Plexus has no NCCL, which training on several GPUs needs: install NCCL (libnccl-dev "
+                    "from NVIDIA's CUDA package "
+                    "repository, or the nvidia-nccl Python wheel) and reconfigure, with -DNCCL_ROOT=<prefix> if CMake "
+                    "does not find it");
 }
 
 }  // namespace plexus::distributed

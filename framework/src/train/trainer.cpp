@@ -51,8 +51,7 @@ int Trainer::train() {
     if (command_.validates() && due(o_.val_every) && !validate()) return kExitError;
     if (parts_.parallel && o_.replica_check_every > 0 && step % o_.replica_check_every == 0)
       distributed::check_replicas_agree(parts_.ctx, parts_.parallel->communicator(), parts_.net.parameters(), step);
-    if (o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0 && step < last_step_ &&
-        !save_checkpoint("periodic"))
+    if (o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0 && step < last_step_ && !save_checkpoint("periodic"))
       return kExitError;
     if (const std::optional<int> signal_number = stop_signal()) return stop(*signal_number);
   }
@@ -87,8 +86,7 @@ void Trainer::check_time_limit() {
 
 void Trainer::update_pace(std::chrono::steady_clock::time_point step_start) {
   const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-  seconds_per_step_ =
-      parts_.step == first_step_ + 1 ? step_seconds : 0.9 * seconds_per_step_ + 0.1 * step_seconds;
+  seconds_per_step_ = parts_.step == first_step_ + 1 ? step_seconds : 0.9 * seconds_per_step_ + 0.1 * step_seconds;
   command_.on_pace(parts_.step, seconds_per_step_);
 }
 
@@ -110,8 +108,8 @@ bool Trainer::validate() {
   const double loss = command_.validate();
   LrSchedule& schedule = parts_.schedule;
   if (schedule.observe_validation(loss)) {
-    spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}",
-                 o_.lr_patience, schedule.current_rate());
+    spdlog::info("validation loss has not improved for {} validation(s): learning rate lowered to {}", o_.lr_patience,
+                 schedule.current_rate());
     parts_.optimizer.set_learning_rate(schedule.rate_for_step(parts_.step, schedule_seconds()));
   }
   return true;
@@ -170,12 +168,8 @@ int Trainer::finish() {
   return kExitOk;
 }
 
-bool Trainer::out_of_time() const {
-  return o_.time_limit > 0 && seconds_this_run(parts_.start) >= o_.time_limit;
-}
+bool Trainer::out_of_time() const { return o_.time_limit > 0 && seconds_this_run(parts_.start) >= o_.time_limit; }
 
-double Trainer::schedule_seconds() const {
-  return parts_.parallel ? agreed_.seconds : seconds_this_run(parts_.start);
-}
+double Trainer::schedule_seconds() const { return parts_.parallel ? agreed_.seconds : seconds_this_run(parts_.start); }
 
 }  // namespace plexus::train

@@ -139,11 +139,10 @@ int wait_for_workers(std::vector<Worker>& workers) {
     const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
     // Ended by the SIGINT we passed on: the worker was still starting (its
     // handlers come before its training loop), so it had nothing to save.
-    const bool stopped_while_starting =
-        stops_passed_on > 0 && WIFSIGNALED(status) && WTERMSIG(status) == kPassedOnStop;
+    const bool stopped_while_starting = stops_passed_on > 0 && WIFSIGNALED(status) && WTERMSIG(status) == kPassedOnStop;
     if (stopped_while_starting)
-      spdlog::info("worker rank {} of {} (pid {}) was stopped while starting, before its first step", rank,
-                   world_size, pid);
+      spdlog::info("worker rank {} of {} (pid {}) was stopped while starting, before its first step", rank, world_size,
+                   pid);
     if (stopped || stopped_while_starting) result = result == kExitOk ? kExitInterrupted : result;
     if (clean || stopped || stopped_while_starting) continue;
     if (result != kExitError)
@@ -169,7 +168,8 @@ int supervise_workers(const std::vector<std::string>& command, int world_size, c
   struct sigaction action {};
   action.sa_handler = count_stop_signal;
   sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
   stop_signals = 0;

@@ -48,6 +48,7 @@ class PoisonAfter : public plexus::Layer {
 extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
 
 extern "C" void plexus_plugin_register(plexus::Registry* registry) {
-  registry->add("PoisonAfter", [](plexus::LayerConfig& config) { return std::make_unique<PoisonAfter>(config); },
-                "test only: identity, then NaN after `clean_calls` training forwards");
+  registry->add(
+      "PoisonAfter", [](plexus::LayerConfig& config) { return std::make_unique<PoisonAfter>(config); },
+      "test only: identity, then NaN after `clean_calls` training forwards");
 }

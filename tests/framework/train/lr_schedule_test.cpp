@@ -34,12 +34,12 @@ TEST(LrSchedule, StepDecaysEveryNStepsDownToTheMinimum) {
 TEST(LrSchedule, PlateauDecaysAfterPatienceValidationsWithoutImprovement) {
   LrSchedule s(schedule_options("plateau"));
   EXPECT_FALSE(s.observe_validation(10.0));
-  EXPECT_FALSE(s.observe_validation(9.0));   // better
-  EXPECT_FALSE(s.observe_validation(9.5));   // worse: 1 of 2
-  EXPECT_TRUE(s.observe_validation(9.2));    // worse again: decay
+  EXPECT_FALSE(s.observe_validation(9.0));  // better
+  EXPECT_FALSE(s.observe_validation(9.5));  // worse: 1 of 2
+  EXPECT_TRUE(s.observe_validation(9.2));   // worse again: decay
   EXPECT_DOUBLE_EQ(s.rate_for_step(12345), 5e-4);
-  EXPECT_FALSE(s.observe_validation(9.1));   // 1 of 2 again (the count restarted)
-  EXPECT_FALSE(s.observe_validation(8.0));   // better: count reset
+  EXPECT_FALSE(s.observe_validation(9.1));  // 1 of 2 again (the count restarted)
+  EXPECT_FALSE(s.observe_validation(8.0));  // better: count reset
   EXPECT_DOUBLE_EQ(s.current_rate(), 5e-4);
 }
 
@@ -78,7 +78,7 @@ TEST(LrSchedule, FinalDecaysOnceForTheLastFractionOfStepsOrTime) {
   LrSchedule by_steps(o);
   EXPECT_DOUBLE_EQ(by_steps.rate_for_step(0), 1e-3);
   EXPECT_DOUBLE_EQ(by_steps.rate_for_step(799), 1e-3);
-  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(800), 1e-4);   // the last 200 of 1000 steps
+  EXPECT_DOUBLE_EQ(by_steps.rate_for_step(800), 1e-4);  // the last 200 of 1000 steps
   EXPECT_DOUBLE_EQ(by_steps.rate_for_step(999), 1e-4);
   o.time_limit = 100;  // seconds: whichever of steps and time is further along decides
   LrSchedule by_time(o);
@@ -94,9 +94,9 @@ TEST(LrSchedule, FinalDecaysOnceForTheLastFractionOfStepsOrTime) {
 }
 
 TEST(RunClock, EtaIsCappedByTheTimeLimit) {
-  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 0, 10), 500.0);   // no limit
-  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 40, 10), 30.0);   // 40 s limit, 10 s gone
-  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 10, 40, 10), 5.0);      // the steps end first
+  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 0, 10), 500.0);  // no limit
+  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 40, 10), 30.0);  // 40 s limit, 10 s gone
+  EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 10, 40, 10), 5.0);     // the steps end first
   EXPECT_DOUBLE_EQ(remaining_seconds(0.5, 1000, 40, 50), 0.0);
 }
 

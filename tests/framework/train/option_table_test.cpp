@@ -165,8 +165,11 @@ TEST(OptionTable, RestoresWhatWasNotGivenAgain) {
 TEST(OptionTable, BadSavedValuesAreRefusedNamingTheKey) {
   const OptionTable<Toy> table = toy_table();
   auto refused = [&](const char* key, const nlohmann::json& value, const std::string& message) {
-    testing::expect_error<IoError>([&] { table.check_saved({{key, value}}, "ckpt"); },
-                                   {std::string("ckpt: at /") + key + ": must be " + message});
+    testing::expect_error<IoError>(
+        [&] {
+          table.check_saved({{key, value}}, "ckpt");
+        },
+        {std::string("ckpt: at /") + key + ": must be " + message});
   };
   refused("data", 1, "a string, got 1");
   refused("weight", -1, "a finite number > 0, got -1");

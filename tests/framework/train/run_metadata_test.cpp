@@ -23,7 +23,8 @@ TEST(RunMetadata, ProgressRoundTripsThroughCheckpointMetadata) {
   EXPECT_DOUBLE_EQ(back.elapsed_seconds, 123.5);
   EXPECT_DOUBLE_EQ(back.best_validation, 27.25);
   EXPECT_EQ(back.lr_schedule["rate"], 1e-4);
-  RunProgress none = progress_from_checkpoint(TensorFile{}, "run/checkpoint.safetensors", kKeys);  // an older checkpoint
+  RunProgress none =
+      progress_from_checkpoint(TensorFile{}, "run/checkpoint.safetensors", kKeys);  // an older checkpoint
   EXPECT_EQ(none.elapsed_seconds, 0.0);
   EXPECT_TRUE(std::isnan(none.best_validation));
 }

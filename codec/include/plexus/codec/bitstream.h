@@ -46,7 +46,7 @@
 
 namespace plexus::ae {
 
-inline constexpr std::uint16_t kBitstreamVersion = 4;  // the newest version this plexus-ae reads
+inline constexpr std::uint16_t kBitstreamVersion = 4;     // the newest version this plexus-ae reads
 inline constexpr std::size_t kBitstreamHeaderBytes = 40;  // version 1
 inline constexpr std::size_t kBitstreamOverheadBytes = kBitstreamHeaderBytes + 4;
 inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // versions 2, 3 and 4
@@ -54,8 +54,8 @@ inline constexpr std::size_t kHyperpriorOverheadBytes = kHyperpriorHeaderBytes +
 
 // What kind of model wrote a file, so what its stream holds.
 enum class ModelKind : std::uint32_t {
-  factorized = 1,  // one latent, per-channel factorized tables (version 1)
-  hyperprior = 2,  // hyper-latent z (factorized tables), then y (Gaussian tables by scale index)
+  factorized = 1,             // one latent, per-channel factorized tables (version 1)
+  hyperprior = 2,             // hyper-latent z (factorized tables), then y (Gaussian tables by scale index)
   mean_scale_hyperprior = 3,  // as 2, y coded as round(y - mean) (version 3)
   channel_conditional = 4,    // as 3, slice by slice, each slice conditioned on those before (version 4)
 };

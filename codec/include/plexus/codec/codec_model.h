@@ -75,8 +75,7 @@ class CodecModel {
   // FactorizedEntropyModel, or an "x_hat" that needs more than its latent,
   // or entropy parameters without an exact integer form) and
   // IoError for missing or malformed tensors.
-  CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
-             std::string name);
+  CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device, std::string name);
   ~CodecModel();
 
   // `grey`: the image was grey before it was read as RGB; the file says so
@@ -162,8 +161,9 @@ class CodecModel {
   // indices and means, then `symbols_of(group's first value, outputs)` gives
   // its symbols (the encoder's from y, the decoder's from the stream).
   // Fills latents.indices, symbols, means and latent (y_hat).
-  void code_groups(const std::vector<std::int32_t>& z, Latents& latents,
-                   const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of);
+  void code_groups(
+      const std::vector<std::int32_t>& z, Latents& latents,
+      const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of);
   std::string name_;
   Device device_;
   ModelKind kind_ = ModelKind::factorized;
@@ -172,10 +172,11 @@ class CodecModel {
   int rate_levels_ = 0;
   std::uint32_t rate_level_ = 0;  // units of 2^-16
   std::int64_t latent_channels_ = 0;
-  std::string latent_;           // the latent blob's name (y_hat)
+  std::string latent_;                 // the latent blob's name (y_hat)
   std::vector<std::string> analysed_;  // what the analysis gives for it, in channel order (CodecGraph::analysed)
-  std::string synthesis_input_;  // what the synthesis reads it as (y_hat, or a straight-through quantiser's rounded output)
-  std::string hyper_latent_;     // the hyper-latent's (hyperprior kinds only)
+  std::string
+      synthesis_input_;  // what the synthesis reads it as (y_hat, or a straight-through quantiser's rounded output)
+  std::string hyper_latent_;  // the hyper-latent's (hyperprior kinds only)
   std::unique_ptr<Net> analysis_, synthesis_;
   Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
   std::unique_ptr<Context> ctx_;

@@ -41,8 +41,8 @@ namespace plexus::codec {
 inline constexpr double kDefaultTailMass = 1e-9;
 
 struct FactorizedCodingTables {
-  std::vector<std::int32_t> medians;        // m_c
-  std::vector<CodingTable> tables;          // over s = y_hat - m_c
+  std::vector<std::int32_t> medians;  // m_c
+  std::vector<CodingTable> tables;    // over s = y_hat - m_c
   std::int64_t channels() const { return static_cast<std::int64_t>(medians.size()); }
 };
 

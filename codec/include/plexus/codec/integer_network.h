@@ -80,8 +80,8 @@
 
 namespace plexus::codec {
 
-inline constexpr std::int32_t kIntegerWeightMax = 32767;      // |V| <= 2^15 - 1
-inline constexpr std::int32_t kIntegerActivationMax = 32767;  // |q| <= 2^15 - 1; inputs clamped to it
+inline constexpr std::int32_t kIntegerWeightMax = 32767;                        // |V| <= 2^15 - 1
+inline constexpr std::int32_t kIntegerActivationMax = 32767;                    // |q| <= 2^15 - 1; inputs clamped to it
 inline constexpr std::int64_t kIntegerMultiplierLimit = std::int64_t(1) << 16;  // 0 <= M, N, K < 2^16
 inline constexpr std::int64_t kIntegerBiasLimit = std::int64_t(1) << 46;        // |B| < 2^46
 inline constexpr std::int64_t kIntegerTapLimit = std::int64_t(1) << 16;         // C * k * k
@@ -90,7 +90,15 @@ inline constexpr std::int64_t kFixedPointMax = std::int64_t(1) << 31;           
 inline constexpr int kTanhTableBits = 10;                                       // T[i] at i / 2^10
 inline constexpr std::int32_t kMaxTanhTable = 1 << 16;                          // entries of a tanh table
 
-enum class IntegerOp : std::int32_t { convolution = 1, rescale = 2, concat = 3, slice = 4, input = 5, tanh = 6, add = 7 };
+enum class IntegerOp : std::int32_t {
+  convolution = 1,
+  rescale = 2,
+  concat = 3,
+  slice = 4,
+  input = 5,
+  tanh = 6,
+  add = 7
+};
 const char* integer_op_name(IntegerOp op);
 
 struct IntegerConvLayer {
@@ -118,10 +126,10 @@ struct IntegerNode {
 struct IntegerNetwork {
   std::int32_t in_channels = 0;
   std::vector<IntegerNode> nodes;
-  std::int32_t scales = 0;               // the tensor the table indices come from
-  std::int32_t levels = 0;               // entries of the scale table
-  std::vector<std::int64_t> thresholds;  // T, [C_scales, levels - 1], each row non-decreasing
-  std::int32_t means = -1;               // the tensor of the means, or -1 without
+  std::int32_t scales = 0;                    // the tensor the table indices come from
+  std::int32_t levels = 0;                    // entries of the scale table
+  std::vector<std::int64_t> thresholds;       // T, [C_scales, levels - 1], each row non-decreasing
+  std::int32_t means = -1;                    // the tensor of the means, or -1 without
   std::vector<std::int64_t> mean_multiplier;  // K, [C_scales]
   std::vector<std::int32_t> mean_shift;       // R, [C_scales]
   std::int32_t decoded = -1;                  // the decoded latent (fixed point), or -1 without input nodes
@@ -147,9 +155,9 @@ void check_network(const IntegerNetwork& network, const std::string& who);
 // What the network gives for an input: per element of the scales tensor,
 // [C, H', W'] row-major, the table index and (with means) the mean.
 struct IntegerOutputs {
-  Shape shape;                        // [C, H', W']
+  Shape shape;  // [C, H', W']
   std::vector<std::int32_t> indices;
-  std::vector<std::int64_t> means;    // units of 2^-16; empty without means
+  std::vector<std::int64_t> means;  // units of 2^-16; empty without means
 };
 
 // A network (that passed check_network; quantize_network's do) prepared on a
@@ -182,7 +190,7 @@ class IntegerNetworkRunner {
   class Backend;  // the device's kernels and the current image's tensors
 
  private:
-  struct State;  // the current image's tensor sides and which tensors are computed
+  struct State;                       // the current image's tensor sides and which tensors are computed
   void compute(std::int32_t tensor);  // and every tensor it needs
   IntegerNetwork network_;
   std::vector<std::int32_t> groups_;
@@ -192,8 +200,8 @@ class IntegerNetworkRunner {
 
 // For an integer input [C, height, width] (row-major) of a network without
 // input nodes: every index and mean at once.
-IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input,
-                           std::int64_t height, std::int64_t width, Device device = Device::cpu());
+IntegerOutputs run_network(const IntegerNetwork& network, const std::vector<std::int32_t>& input, std::int64_t height,
+                           std::int64_t width, Device device = Device::cpu());
 // The values of one tensor, [C, H', W'] row-major (CPU; tests and
 // calibration reports), of a network without input nodes.
 std::vector<std::int64_t> tensor_values(const IntegerNetwork& network, const std::vector<std::int32_t>& input,

@@ -60,10 +60,10 @@ struct FloatNetwork {
   std::int32_t in_channels = 0;
   std::vector<FloatNode> nodes;
   std::int32_t scales = 0;
-  std::int32_t means = -1;    // -1: no means
-  std::int32_t decoded = -1;  // the decoded latent, with input nodes
+  std::int32_t means = -1;         // -1: no means
+  std::int32_t decoded = -1;       // the decoded latent, with input nodes
   std::vector<double> tanh_table;  // tanh(i / 2^10), i = 0, 1, ...: needed with tanh nodes
-  std::int32_t rescales() const;  // rescale nodes, each with its ActivationRanges entry
+  std::int32_t rescales() const;   // rescale nodes, each with its ActivationRanges entry
   // The channels of every tensor (ConfigError when the nodes do not fit together).
   std::vector<std::int32_t> channels() const;
   // As IntegerNetwork::groups.
@@ -116,8 +116,7 @@ FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::i
 // increasing. `steps`, when given, receives every tensor's per-channel step
 // (the scales' u: an output value times it is the float network's).
 IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
-                                const std::vector<double>& scale_table,
-                                double headroom = kDefaultActivationHeadroom,
+                                const std::vector<double>& scale_table, double headroom = kDefaultActivationHeadroom,
                                 std::vector<std::vector<double>>* steps = nullptr);
 
 }  // namespace plexus::codec

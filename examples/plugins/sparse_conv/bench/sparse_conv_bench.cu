@@ -99,8 +99,11 @@ int main(int argc, char** argv) {
     plexus::load_plugin(argv[1], registry);
     const plexus::Device gpu = plexus::Device::cuda();
     for (const LayerShape& s : kDecoder) {
-      const nlohmann::json conv{{"out_channels", s.out_channels}, {"kernel", s.kernel}, {"stride", s.stride},
-                                {"padding", s.padding}, {"output_padding", s.output_padding}};
+      const nlohmann::json conv{{"out_channels", s.out_channels},
+                                {"kernel", s.kernel},
+                                {"stride", s.stride},
+                                {"padding", s.padding},
+                                {"output_padding", s.output_padding}};
       // Weights [in, out, k, k], uniform; magnitudes pruned per sparsity below.
       std::mt19937_64 rng(1);
       std::uniform_real_distribution<double> u(-0.1, 0.1);
@@ -117,9 +120,10 @@ int main(int argc, char** argv) {
           std::vector<double> weight = dense_weight;
           for (std::size_t i = 0; i < weight.size(); ++i) weight[i] *= mask[i];
           const std::int64_t nonzeros = std::count_if(weight.begin(), weight.end(), [](double w) { return w != 0; });
-          const std::vector<std::pair<std::string, std::string>> kernels{
-              {"dense-f32", "ConvTranspose2d"}, {"dense-tf32", "ConvTranspose2d"},
-              {"rows", "SparseConvTranspose2d"}, {"coo", "SparseConvTranspose2d"}};
+          const std::vector<std::pair<std::string, std::string>> kernels{{"dense-f32", "ConvTranspose2d"},
+                                                                         {"dense-tf32", "ConvTranspose2d"},
+                                                                         {"rows", "SparseConvTranspose2d"},
+                                                                         {"coo", "SparseConvTranspose2d"}};
           for (const auto& [kernel, type] : kernels) {
             const bool dense_kernel = kernel.rfind("dense", 0) == 0;
             if (dense_kernel != (sparsity == 0.0)) continue;  // dense timing does not depend on the zeros
@@ -145,9 +149,14 @@ int main(int argc, char** argv) {
                       : (kernel == "rows" ? sparse_conv::rows_bytes(nonzeros, s.out_channels * s.stride * s.stride, 4)
                                           : sparse_conv::coo_bytes(nonzeros, 4));
             const std::int64_t bytes = (plexus::shape_numel(input) + plexus::shape_numel(output)) * 4 + weight_bytes;
-            nlohmann::json row{{"layer", s.name},       {"batch", batch},   {"sparsity", sparsity},
-                               {"kernel", kernel},      {"ms", ms},         {"useful_gflop", useful_gflop},
-                               {"bytes", bytes},        {"nonzeros", nonzeros}};
+            nlohmann::json row{{"layer", s.name},
+                               {"batch", batch},
+                               {"sparsity", sparsity},
+                               {"kernel", kernel},
+                               {"ms", ms},
+                               {"useful_gflop", useful_gflop},
+                               {"bytes", bytes},
+                               {"nonzeros", nonzeros}};
             std::printf("%s\n", row.dump().c_str());
             std::fflush(stdout);
           }

@@ -13,21 +13,21 @@
 namespace plexus::cuda {
 
 template <typename T>
-void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a,
-          const T* b, T beta, T* c);
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, const T* b, T beta,
+          T* c);
 
 // The same with explicit row strides (in elements) of A, B and C as stored
 // row-major, for matrices that are column windows of wider buffers (a
 // padded C, say: ldc >= n). The strides above are the dense ones: A's row
 // length (k, or m when trans_a), B's (n, or k when trans_b) and n.
 template <typename T>
-void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
-          const T* b, int ldb, T beta, T* c, int ldc);
+void gemm(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
+          int ldb, T beta, T* c, int ldc);
 
 // `batch` independent GEMMs; matrix i starts at a + i*stride_a (etc.).
 template <typename T>
-void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k,
-                          T alpha, const T* a, long long stride_a, const T* b, long long stride_b,
-                          T beta, T* c, long long stride_c, int batch);
+void gemm_strided_batched(const Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a,
+                          long long stride_a, const T* b, long long stride_b, T beta, T* c, long long stride_c,
+                          int batch);
 
 }  // namespace plexus::cuda

@@ -15,14 +15,12 @@
 
 namespace plexus::cuda {
 
-inline std::string where(const char* file, int line) {
-  return std::string(file) + ":" + std::to_string(line);
-}
+inline std::string where(const char* file, int line) { return std::string(file) + ":" + std::to_string(line); }
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess)
-    throw DeviceError(std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
-                      cudaGetErrorString(status) + ") at " + where(file, line));
+    throw DeviceError(std::string(call) + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+                      ") at " + where(file, line));
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
@@ -33,8 +31,8 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 
 inline void check_curand(curandStatus_t status, const char* call, const char* file, int line) {
   if (status != CURAND_STATUS_SUCCESS)
-    throw DeviceError(std::string(call) + " failed: cuRAND status " +
-                      std::to_string(static_cast<int>(status)) + " at " + where(file, line));
+    throw DeviceError(std::string(call) + " failed: cuRAND status " + std::to_string(static_cast<int>(status)) +
+                      " at " + where(file, line));
 }
 
 // Call right after a <<<>>> launch: reports bad launch configurations

@@ -54,8 +54,8 @@ class BatchLoader {
   // the batches will be copied to (their buffers are page-locked for a GPU).
   // Throws ConfigError for threads < 0 or prefetch < 1, Error (with every
   // started thread joined) when a thread cannot be created.
-  BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads = 2,
-              int prefetch = 4, Device destination = Device::cpu());
+  BatchLoader(ImageFolder& images, PatchSampler sampler, std::int64_t first_step, int threads = 2, int prefetch = 4,
+              Device destination = Device::cpu());
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -79,7 +79,7 @@ class BatchLoader {
   ImageFolder& images_;
   PatchSampler sampler_;
   Device destination_;
-  std::int64_t next_step_;    // the step next_lease() returns
+  std::int64_t next_step_;   // the step next_lease() returns
   std::int64_t next_claim_;  // the next step a worker takes
   int prefetch_;
   bool stopping_ = false;

@@ -17,7 +17,9 @@ struct Image {
 
   Image() = default;
   Image(int width, int height);  // black
-  std::uint8_t& at(int y, int x, int channel) { return pixels[(static_cast<std::size_t>(y) * width + x) * 3 + channel]; }
+  std::uint8_t& at(int y, int x, int channel) {
+    return pixels[(static_cast<std::size_t>(y) * width + x) * 3 + channel];
+  }
   std::uint8_t at(int y, int x, int channel) const {
     return pixels[(static_cast<std::size_t>(y) * width + x) * 3 + channel];
   }

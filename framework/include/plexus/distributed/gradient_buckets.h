@@ -74,10 +74,10 @@ class GradientBuckets {
   Net& net_;
   Communicator& communicator_;
   std::vector<Bucket> buckets_;
-  std::vector<Tensor> flat_;                             // one buffer per bucket, holding its gradients
+  std::vector<Tensor> flat_;                              // one buffer per bucket, holding its gradients
   std::map<std::string, std::vector<int>> node_buckets_;  // node -> the bucket of each of its parameters
-  std::vector<int> pending_;  // gradients of each bucket not final yet in this pass
-  int next_ = 0;              // the next bucket to issue
+  std::vector<int> pending_;                              // gradients of each bucket not final yet in this pass
+  int next_ = 0;                                          // the next bucket to issue
   std::int64_t reductions_issued_ = 0;
   std::vector<int> pass_order_, last_pass_order_;
   int during_backward_ = 0, last_pass_during_backward_ = 0;

@@ -12,9 +12,8 @@
 
 namespace plexus::testing {
 
-inline constexpr const char* kNoGpuReason =
-    "no CUDA GPU visible to this process (or Plexus built without CUDA); "
-    "run this test on a machine with an NVIDIA GPU and a CUDA build";
+inline constexpr const char* kNoGpuReason = "no CUDA GPU visible to this process (or Plexus built without CUDA); "
+                                            "run this test on a machine with an NVIDIA GPU and a CUDA build";
 
 inline ::testing::AssertionResult gradients_match(const GradCheckResult& result) {
   if (result.ok()) return ::testing::AssertionSuccess() << result.report();

@@ -172,8 +172,7 @@ class OptionTable {
           [&](auto member) {
             using T = MemberType<decltype(member)>;
             const T saved_value = saved.at(row.key()).template get<T>();
-            if (!given.count(row.key()))
-              options.*member = saved_value;
+            if (!given.count(row.key())) options.*member = saved_value;
             else if (row.on_resume == OnResume::kChangesRun && options.*member != saved_value)
               option_text::warn_differs(row.key(), options.*member, saved_value);
           },
@@ -234,10 +233,9 @@ class OptionTable {
       for (std::size_t i = 0; valid && i < value.size(); ++i)
         valid = value[i].is_number() && option_text::within(bounds, value[i].get<double>(), true);
       if (!valid)
-        option_text::refuse_saved(source, key,
-                                  "a list of at most " + std::to_string(kMaxSavedListSize) + " " +
-                                      number_text(bounds, "", "numbers"),
-                                  value);
+        option_text::refuse_saved(
+            source, key,
+            "a list of at most " + std::to_string(kMaxSavedListSize) + " " + number_text(bounds, "", "numbers"), value);
     } else {
       static_assert(std::is_same_v<T, std::vector<std::string>>);
       bool valid = value.is_array();

@@ -76,12 +76,12 @@ struct TrainerParts {
   Optimizer& optimizer;
   Context& ctx;
   LrSchedule& schedule;
-  GradientClipper* clipper = nullptr;  // null: no clipping
-  DataParallelRank* parallel = nullptr;  // null: a single process
-  bool root = true;                      // rank 0 or a single process: writes the checkpoints
-  std::int64_t& step;                    // steps taken, by every run of this output; advanced by the loop
+  GradientClipper* clipper = nullptr;           // null: no clipping
+  DataParallelRank* parallel = nullptr;         // null: a single process
+  bool root = true;                             // rank 0 or a single process: writes the checkpoints
+  std::int64_t& step;                           // steps taken, by every run of this output; advanced by the loop
   std::chrono::steady_clock::time_point start;  // of this run's training
-  bool resumed = false;  // the run started from its checkpoint, at `step`
+  bool resumed = false;                         // the run started from its checkpoint, at `step`
 };
 
 class Trainer {

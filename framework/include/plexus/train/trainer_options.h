@@ -29,9 +29,9 @@ struct TrainerOptions {
   std::int64_t checkpoint_every = 1000;
   std::int64_t log_every = 100;
   std::int64_t val_every = 5000;
-  bool cuda_graph = true;  // record the CUDA step once and replay it
-  double time_limit = 0;   // seconds of training before finishing early; 0: none
-  double clip_grad_norm = 1.0;           // global gradient 2-norm limit; 0: no clipping
+  bool cuda_graph = true;               // record the CUDA step once and replay it
+  double time_limit = 0;                // seconds of training before finishing early; 0: none
+  double clip_grad_norm = 1.0;          // global gradient 2-norm limit; 0: no clipping
   std::string lr_schedule = "plateau";  // none, step, plateau, final (see lr_schedule.h)
   double lr_decay = 0.5;
   std::int64_t lr_step_every = 0;  // step schedule: decay every this many steps
@@ -92,8 +92,7 @@ void add_trainer_options(OptionTable<Options>& t) {
       .changes_the_run()
       .range(Bounds::open(0, 1));
   t.add("lr-step-every", &O::lr_step_every, "step schedule: decay every this many steps").changes_the_run();
-  t.add("lr-patience", &O::lr_patience,
-        "plateau schedule: validations without a lower validation loss before a decay")
+  t.add("lr-patience", &O::lr_patience, "plateau schedule: validations without a lower validation loss before a decay")
       .changes_the_run()
       .range(Bounds::at_least(1));
   t.add("lr-final-fraction", &O::lr_final_fraction,

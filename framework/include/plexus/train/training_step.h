@@ -60,9 +60,9 @@ struct Divergence {
 
 struct TrainingWindow {
   std::int64_t steps = 0;
-  double loss = 0;                  // mean over the window
-  std::vector<double> terms;        // means over the window, in StepLoss::terms's order
-  double last_loss = 0;             // the window's last step
+  double loss = 0;            // mean over the window
+  std::vector<double> terms;  // means over the window, in StepLoss::terms's order
+  double last_loss = 0;       // the window's last step
   std::vector<double> last_terms;
   std::optional<Divergence> divergence;
 };
