@@ -38,7 +38,8 @@ double LrSchedule::rate_for_step(std::int64_t steps_done, double seconds_this_ru
     return progress >= 1.0 - final_fraction_ ? std::max(min_, base_ * decay_) : base_;
   }
   if (kind_ != "step") return rate_;
-  return std::max(min_, base_ * std::pow(decay_, static_cast<double>(steps_done / step_every_)));
+  const std::int64_t decays = steps_done / step_every_;  // whole periods completed
+  return std::max(min_, base_ * std::pow(decay_, static_cast<double>(decays)));
 }
 
 bool LrSchedule::observe_validation(double loss) {

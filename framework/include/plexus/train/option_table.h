@@ -127,11 +127,11 @@ class OptionTable {
   using Row = OptionRow<Options>;
 
   // Declares option `--name`; its other words are chained on the row (.changes_the_run().range(...)).
-  Row& add(std::string name, typename Row::Member member, std::string help) {
+  Row& add(const std::string& name, typename Row::Member member, const std::string& help) {
     Row row;
-    row.name = std::move(name);
+    row.name = name;
     row.member = member;
-    row.help = std::move(help);
+    row.help = help;
     rows_.push_back(std::move(row));
     return rows_.back();
   }
