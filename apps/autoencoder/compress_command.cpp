@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -101,6 +102,16 @@ void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
   FileHead head;
   if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
   const std::string problem = data::pixel_limit_problem(head.width, head.height, max_pixels);
+  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
+}
+
+// Refuses, from its header and before decoding, an image of more than
+// `max_pixels` pixels (compress --max-image-pixels).
+void check_image_pixel_limit(const std::string& path, std::int64_t max_pixels) {
+  data::ImageSize size;
+  std::string reason;
+  if (!data::read_image_size(path, size, reason, std::numeric_limits<std::int64_t>::max())) return;  // read says why
+  const std::string problem = data::pixel_limit_problem(size.width, size.height, max_pixels);
   if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
 }
 
@@ -214,7 +225,8 @@ int run_compress(const CompressOptions& options) {
       data::Image image;
       std::string reason;
       data::ImageConversions conversions;
-      if (!data::try_read_image(o.inputs[i], image, reason, data::kDefaultMaxImagePixels, &conversions))
+      check_image_pixel_limit(o.inputs[i], o.max_image_pixels);
+      if (!data::try_read_image(o.inputs[i], image, reason, o.max_image_pixels, &conversions))
         throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
       // Grey is no loss here: the file says so and decompress writes grey again.
       data::ImageConversions lossy = conversions;
@@ -374,6 +386,10 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
   command->add_option("--cpu-threads", c.cpu_threads,
                       "threads the CPU kernels use (0: every core); the file is the same for any count");
+  command
+      ->add_option("--max-image-pixels", c.max_image_pixels,
+                   "refuse images of more pixels than this, read from the header before decoding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"

@@ -20,6 +20,8 @@ struct CompressOptions {
   std::vector<std::string> plugins;
   bool overwrite = false;
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
+  // Larger images are refused from their header (data::kDefaultMaxImagePixels, as decompress, train and eval).
+  std::int64_t max_image_pixels = 50'000'000;
 };
 
 struct DecompressOptions {

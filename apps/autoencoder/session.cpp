@@ -34,7 +34,9 @@ Device choose_device(const std::string& text) {
 }
 
 void use_cpu_threads(int threads) {
-  if (threads < 0) throw ConfigError("--cpu-threads must be >= 0 (0: every core), got " + std::to_string(threads));
+  if (threads < 0 || threads > kMaxCpuThreads)
+    throw ConfigError("--cpu-threads must be in [0, " + std::to_string(kMaxCpuThreads) + "] (0: every core), got " +
+                      std::to_string(threads));
   set_cpu_threads(threads);
 }
 

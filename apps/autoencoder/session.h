@@ -15,8 +15,11 @@ Registry make_registry(const std::vector<std::string>& plugins);
 // ConfigError for anything else and DeviceError for CUDA when this build or
 // machine has none, both starting "--device: ".
 Device choose_device(const std::string& text);
+// --cpu-threads' upper bound: far more threads than any processor has cores
+// only costs memory and time.
+inline constexpr int kMaxCpuThreads = 1024;
 // --cpu-threads: the threads the CPU kernels use (0: every core). Throws
-// ConfigError when negative.
+// ConfigError outside [0, kMaxCpuThreads].
 void use_cpu_threads(int threads);
 
 }  // namespace plexus::ae

@@ -171,6 +171,8 @@ TEST_F(PlexusAeCli, BadOptionValuesAreNamed) {
   expect_error(with({"--lr", "0"}), {"--lr must be > 0"});
   expect_error(with({"--steps", "0"}), {"--steps must be in [1, 1125899906842624], got 0"});
   expect_error(with({"--max-image-pixels", "0"}), {"--max-image-pixels"});
+  expect_error(with({"--cpu-threads", "100000"}), {"--cpu-threads must be in [0, 1024] (0: every core), got 100000"});
+  expect_error(with({"--cpu-threads", "-1"}), {"--cpu-threads must be in [0, 1024] (0: every core), got -1"});
   expect_error(with({"--device", "gpu"}), {"--device: unknown device 'gpu'"});
   expect_error(with({"--plugin", folder / "nothere.so"}), {"nothere.so"});
   if (!cuda_available()) expect_error(with({"--device", "cuda"}), {"--device: device 'cuda' requested"});

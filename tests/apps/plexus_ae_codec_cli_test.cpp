@@ -167,6 +167,30 @@ TEST_F(PlexusAeCodec, CpuThreadCountsGiveTheSameFileAndImage) {
   EXPECT_TRUE(image == decompress("2")) << "decompress --cpu-threads 1 and 2 wrote different images";
 }
 
+// compress --max-image-pixels refuses a larger image from its header, naming the option that raises the
+// limit, and compresses it once the limit allows; --cpu-threads has an upper bound.
+TEST_F(PlexusAeCodec, CompressRefusesImagesOverItsPixelLimitAndAbsurdThreadCounts) {
+  const std::string odd = folder / "images/odd.png";  // 21x13 = 273 pixels
+  auto refused = run(
+      {"compress", "--model", model, odd, "-o", folder / "odd.pxae", "--device", "cpu", "--max-image-pixels", "272"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.describe();
+  EXPECT_TRUE(contains(refused.err, "cannot compress '" + odd +
+                                        "': the image is 21x13 = 273 pixels, more than the limit of 272 pixels; "
+                                        "raise the limit with --max-image-pixels"))
+      << refused.describe();
+  EXPECT_FALSE(std::filesystem::exists(folder / "odd.pxae"));
+  auto allowed = run(
+      {"compress", "--model", model, odd, "-o", folder / "odd.pxae", "--device", "cpu", "--max-image-pixels", "273"});
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.describe();
+  EXPECT_TRUE(read_all(folder / "odd.pxae") == compress_odd("default.pxae"));
+  for (const char* command : {"compress", "decompress"}) {
+    auto threads = run({command, "--model", model, odd, "--device", "cpu", "--cpu-threads", "100000"});
+    EXPECT_EQ(threads.exit_code, 1) << threads.describe();
+    EXPECT_TRUE(contains(threads.err, "--cpu-threads must be in [0, 1024] (0: every core), got 100000"))
+        << threads.describe();
+  }
+}
+
 TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   const std::vector<std::uint8_t> good = compress_odd("good.pxae");
   auto check = [&](const std::string& name, const std::vector<std::uint8_t>& bytes, const std::string& reason) {

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "distributed/rank_threads.h"
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/cpu_parallel.h"
 #include "plexus/distributed/gradient_buckets.h"
@@ -132,7 +132,7 @@ TEST(GradientBuckets, TheLastGradientsGetASmallBucketOfTheirOwn) {
     ASSERT_EQ(both.buckets().size(), 2u);
     EXPECT_EQ(names_of(both.buckets()[0]), (std::vector<std::string>{"fc2.weight", "fc2.bias"}));
     EXPECT_EQ(names_of(both.buckets()[1]), (std::vector<std::string>{"fc1.weight", "fc1.bias"}));
-    const std::string refused = test::error_of<ConfigError>([&] { GradientBuckets(*net, comm, 250, 0); });
+    const std::string refused = testing::error_of<ConfigError>([&] { GradientBuckets(*net, comm, 250, 0); });
     EXPECT_NE(refused.find("the final gradient bucket's size must be > 0 bytes"), std::string::npos) << refused;
   });
   std::string error;

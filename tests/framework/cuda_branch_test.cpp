@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "framework/error_of.h"
 #include "plexus/context.h"
 #include "plexus/testing/gtest_helpers.h"
 #if PLEXUS_WITH_CUDA
@@ -151,7 +150,7 @@ TEST(CudaBranch, AnExceptionLeavesTheBranchJoinedAndTheStreamRestored) {
 
 // The DeviceError `call` throws names `expected`.
 void expect_refused(const std::function<void()>& call, const std::string& expected) {
-  const std::string message = test::error_of<DeviceError>(call);
+  const std::string message = testing::error_of<DeviceError>(call);
   EXPECT_NE(message.find(expected), std::string::npos) << message;
 }
 

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "data/data_test_support.h"
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/atomic_file.h"
 #include "plexus/checked_math.h"
@@ -33,7 +33,7 @@
 namespace plexus {
 namespace {
 
-using test::error_of;
+using testing::error_of;
 using testing::ScratchFolder;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/data_test_support.h"
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/error.h"
 #include "plexus/int8.h"
@@ -24,7 +24,7 @@
 namespace plexus {
 namespace {
 
-using test::error_of;
+using testing::error_of;
 using testing::read_bytes;
 using testing::ScratchFolder;
 using testing::write_bytes;

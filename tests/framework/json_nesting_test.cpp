@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/json_nesting.h"
@@ -19,7 +19,7 @@
 namespace plexus {
 namespace {
 
-using test::error_of;
+using testing::error_of;
 
 // A file name in a fresh folder of the system's temporary directory.
 std::string scratch_file(const std::string& name) {

@@ -2,7 +2,7 @@
 // structural mistake named.
 #include <gtest/gtest.h>
 
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 
 #include <fstream>
 
@@ -12,7 +12,7 @@
 namespace plexus {
 namespace {
 
-using test::error_of;
+using testing::error_of;
 
 TEST(ModelSpec, ParsesNodesAndParams) {
   ModelSpec spec = ModelSpec::from_text(R"({

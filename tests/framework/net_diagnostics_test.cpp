@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "data/data_test_support.h"
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 #include "framework/test_layers.h"
 #include "plexus/net.h"
 
@@ -14,7 +14,7 @@ namespace plexus {
 namespace {
 
 using nlohmann::json;
-using test::error_of;
+using testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -2,7 +2,7 @@
 // LayerConfig reports wrong types and unknown keys.
 #include <gtest/gtest.h>
 
-#include "framework/error_of.h"
+#include "plexus/testing/gtest_helpers.h"
 
 #include "framework/test_layers.h"
 #include "plexus/builtin_layers.h"
@@ -14,7 +14,7 @@
 namespace plexus {
 namespace {
 
-using test::error_of;
+using testing::error_of;
 
 TEST(Registry, UnknownTypeSuggestsCloseNames) {
   Registry registry = builtin_registry();

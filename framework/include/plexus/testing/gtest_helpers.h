@@ -3,6 +3,7 @@
 //   EXPECT_TRUE(plexus::testing::gradients_match(check_gradients(...)));
 //   if (!plexus::cuda_available()) GTEST_SKIP() << plexus::testing::kNoGpuReason;
 //   plexus::testing::expect_error<ConfigError>([&] { ... }, {"'node'", "what is wrong"});
+//   EXPECT_EQ(plexus::testing::error_of<ConfigError>([&] { ... }), "the whole message");
 #include <gtest/gtest.h>
 
 #include <string>
@@ -36,6 +37,19 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
     for (const std::string& part : parts)
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing \"" << part << "\" in: " << e.what();
   }
+}
+
+// Runs `fn`, expects it to throw E (or a type derived from it) and returns
+// the message; records a test failure and returns "" when nothing is thrown.
+template <typename E, typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
 }
 
 }  // namespace plexus::testing
