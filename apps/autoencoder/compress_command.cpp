@@ -197,15 +197,13 @@ std::string quality_catalog_path() {
 int run_compress(const CompressOptions& options) {
   CompressOptions o = options;
   if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
+  if (o.model.empty() && o.quality == 0) o.quality = kDefaultQuality;
   if (o.quality != 0) {
     if (o.level) throw ConfigError("give --level with --model; --quality chooses the level itself");
     const QualityChoice choice = choose_quality(load_quality_catalog(quality_catalog_path()), o.quality);
     o.model = choice.path;
     o.level = choice.level;
   }
-  if (o.model.empty())
-    throw ConfigError("--model (a model.safetensors written by plexus-ae train or export) or --quality N "
-                      "(a shipped model) is required");
   if (o.inputs.empty()) throw ConfigError("give at least one image (PNG or JPEG) to compress");
   check_inputs_are_files(o.inputs, CodecOutput::compressed);
   const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::compressed);
@@ -367,7 +365,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command
       ->add_option("-q,--quality", *quality,
                    "instead of --model: the shipped model of this quality "
-                   "(models/trained/quality-catalog.json; higher is better and larger)")
+                   "(models/trained/quality-catalog.json; higher is better and larger); "
+                   "default: 3 when no --model is given")
       ->type_name("N");
   command
       ->add_option(
@@ -394,6 +393,7 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
       "  plexus-ae compress --model runs/demo/model.safetensors kodak/*.png -o compressed/\n"
+      "  plexus-ae compress photo.png                                                          # quality 3\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
       "The file format is described in docs/bitstream.md.");

@@ -10,9 +10,12 @@
 
 namespace plexus::ae {
 
+// The quality compress uses when given neither --model nor --quality (a middle rate, as cwebp's 75).
+inline constexpr double kDefaultQuality = 3;
+
 struct CompressOptions {
   std::string model;
-  double quality = 0;           // 0: none; else the catalog's model (quality_catalog.h), instead of --model
+  double quality = 0;  // 0: none (kDefaultQuality without --model); else the catalog's model (quality_catalog.h)
   std::optional<double> level;  // a variable-rate model's rate level (--level, or the quality's)
   std::vector<std::string> inputs;
   std::string out;

@@ -329,7 +329,7 @@ TEST(PlexusAeDecompressLimit, ALargerImageIsRefusedFromTheHeader) {
 
 // compress --quality N: a catalog entry whose model is absent is refused with
 // exit code 1, saying it is not shipped and how to train it; --model and
-// --quality exclude each other; one of them is needed.
+// --quality exclude each other; without either, compress takes quality 3.
 TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand) {
   ScratchFolder folder{"ae-quality"};
   testing::save_png(folder / "photo.png", testing::position_image(16, 16));
@@ -338,6 +338,7 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
       << R"( "model": "absent-q3/model.safetensors"}]})";
   ::setenv("PLEXUS_AE_QUALITY_CATALOG", (folder / "catalog.json").c_str(), 1);
   auto result = testing::run_plexus_ae({"compress", "--quality", "3", folder / "photo.png"}, folder.path());
+  auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
   ::unsetenv("PLEXUS_AE_QUALITY_CATALOG");
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "quality 3 (bmshj2018-hyperprior, lambda 0.0067) is not shipped")) << result.err;
@@ -349,9 +350,8 @@ TEST(PlexusAeCompressQuality, AQualityNotShippedIsRefusedWithItsTrainingCommand)
       {"compress", "--quality", "3", "--model", folder / "m.safetensors", folder / "photo.png"}, folder.path());
   EXPECT_EQ(both.exit_code, 1) << both.describe();
   EXPECT_TRUE(contains(both.err, "give --model or --quality, not both")) << both.err;
-  auto neither = testing::run_plexus_ae({"compress", folder / "photo.png"}, folder.path());
   EXPECT_EQ(neither.exit_code, 1) << neither.describe();
-  EXPECT_TRUE(contains(neither.err, "--quality N")) << neither.err;
+  EXPECT_TRUE(contains(neither.err, "quality 3 (bmshj2018-hyperprior, lambda 0.0067) is not shipped")) << neither.err;
 }
 
 // -q is --quality; a value that is not a number of the catalog's range is
@@ -422,6 +422,17 @@ TEST(PlexusAeCompressQuality, TheShippedQualitiesCodeAnImage) {
     const double psnr = 10 * std::log10(255.0 * 255.0 / (squared / static_cast<double>(a.pixels.size())));
     EXPECT_GT(psnr, least_psnr) << "quality " << quality << " at " << bpp << " bpp";
   }
+  // Without --model or --quality: the file of quality 3.
+  const std::string q3 = folder / "q3.pxae", plain = folder / "plain.pxae";
+  for (const auto& [args, file] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{{{"--quality", "3"}, q3}, {{}, plain}}) {
+    std::vector<std::string> command{"compress", original, "-o", file, "--device", "cpu"};
+    command.insert(command.begin() + 1, args.begin(), args.end());
+    auto compressed = testing::run_plexus_ae(command, folder.path());
+    ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  }
+  EXPECT_FALSE(read_all(q3).empty());
+  EXPECT_TRUE(read_all(q3) == read_all(plain)) << "compress without --quality should code as --quality 3";
 }
 
 }  // namespace
