@@ -89,10 +89,15 @@ std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, co
     if (inputs.size() > 1)
       throw ConfigError("several inputs need -o to be a folder: end it with '/' or name an existing folder (-o '" +
                         out + "' is neither)");
-    if (kind == CodecOutput::image && lowercase_extension(out) != ".png")
+    const std::string extension = lowercase_extension(out);
+    if (kind == CodecOutput::image && extension != ".png")
       throw ConfigError("-o '" + out +
                         "': decompress writes PNG images; give a name ending in .png, "
                         "or a folder ending in '/'");
+    if (kind == CodecOutput::compressed && (extension == ".png" || extension == ".jpg" || extension == ".jpeg"))
+      throw ConfigError("-o '" + out + "': compress writes .pxae files, not " + extension +
+                        " images; give a name such as '" + fs::path(out).replace_extension(".pxae").string() +
+                        "', or a folder ending in '/'");
   }
   std::vector<std::string> outputs;
   for (const std::string& input : inputs) {

@@ -21,9 +21,11 @@ enum class CodecOutput {
 //   -o ending in '/' or naming an existing folder: in that folder, the
 //           input's file name with its extension replaced (x.png -> DIR/x.pxae,
 //           x.pxae -> DIR/x.png);
-//   other -o: that file, for one input only (decompress: it must end in .png).
+//   other -o: that file, for one input only (decompress: it must end in .png;
+//           compress: it must not end in .png, .jpg or .jpeg).
 // ConfigError, before anything is created, for several inputs with a file -o,
-// a decompress -o not ending in .png, or two inputs given the same output.
+// a decompress -o not ending in .png, a compress -o named as an image, or two
+// inputs given the same output.
 std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, const std::string& out, CodecOutput kind);
 
 // Refuses (ConfigError, IoError with the system's reason) each output that

@@ -70,6 +70,15 @@ TEST_F(PlexusAeCodecOutputs, DecompressWritesOnlyPngNames) {
   }
 }
 
+TEST_F(PlexusAeCodecOutputs, CompressRefusesImageNames) {
+  for (const std::string name : {"out.png", "out.JPG", "out.jpeg"}) {
+    auto result = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / name});
+    expect_refused(result, "-o '" + (folder / name) + "': compress writes .pxae files, not ");
+    expect_refused(result, "give a name such as '" + (folder / "out.pxae") + "'");
+    EXPECT_FALSE(fs::exists(folder / name));
+  }
+}
+
 TEST_F(PlexusAeCodecOutputs, AnOutputInsideAFileIsRefusedWithTheReason) {
   std::ofstream(folder / "file.png") << "not a folder";
   auto result = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "file.png/x.pxae"});
