@@ -2,6 +2,7 @@
 // compress images with them. Each command declares its options on the
 // command line (add_<command>_command) and runs once CLI11 has parsed them.
 // Every error ends in one message on stderr and exit code 1.
+#include <cstdio>
 #include <exception>
 #include <new>
 #include <string>
@@ -52,8 +53,11 @@ int main(int argc, char** argv) {
         return ae::kExitError;
       }
     }
-    const int code = app.exit(e);  // prints help, version or the parse error
-    return code == 0 ? 0 : ae::kExitError;
+    if (e.get_exit_code() == 0) return app.exit(e);  // prints help or version
+    // In the style of every other error ("error: ..."), then where the options are listed.
+    spdlog::error("{}", e.what());
+    std::fputs("Run with --help for more information.\n", stderr);
+    return ae::kExitError;
   } catch (const std::bad_alloc&) {
     spdlog::error("out of memory (try a smaller --batch or --patch, or a smaller model)");
     return ae::kExitError;

@@ -109,6 +109,9 @@ TEST_F(PlexusAeCli, NoSubcommandOrUnknownOptionIsExitCode1) {
   EXPECT_EQ(run({}).exit_code, 1);
   expect_error({"train", "--data", images(), "--no-such-option"}, {"--no-such-option"});
   expect_error({"train", "--data", images(), "--steps", "many"}, {"--steps"});
+  // Command-line errors read as every other error does.
+  expect_error({"compress"}, {"error: images is required", "Run with --help for more information."});
+  expect_error({"train", "--data", images(), "--steps", "many"}, {"error: "});
 }
 
 TEST_F(PlexusAeCli, MissingAndEmptyDataFolders) {
