@@ -153,4 +153,22 @@ void create_parent_folders(const std::string& output) {
     throw IoError("cannot create the folder '" + folder.string() + "' for '" + output + "': " + error.message());
 }
 
+void OutputFolders::create_parents(const std::string& output) {
+  std::vector<fs::path> missing;  // innermost first
+  std::error_code error;
+  for (fs::path folder = fs::path(output).parent_path(); !folder.empty() && !fs::exists(folder, error);
+       folder = folder.parent_path())
+    missing.push_back(folder);
+  create_parent_folders(output);
+  for (auto folder = missing.rbegin(); folder != missing.rend(); ++folder) created_.push_back(folder->string());
+}
+
+OutputFolders::~OutputFolders() {
+  // Innermost first; removing a folder that is not empty fails, and leaves it.
+  for (auto folder = created_.rbegin(); folder != created_.rend(); ++folder) {
+    std::error_code ignored;
+    if (fs::is_directory(*folder, ignored) && fs::is_empty(*folder, ignored)) fs::remove(*folder, ignored);
+  }
+}
+
 }  // namespace plexus::ae

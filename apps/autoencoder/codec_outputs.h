@@ -47,4 +47,21 @@ void check_inputs_are_files(const std::vector<std::string>& inputs, CodecOutput 
 // reported before any work), and again before each write.
 void create_parent_folders(const std::string& output);
 
+// The parent folders a batch of compress or decompress creates for its
+// outputs: created before the work, so that a folder the system will not
+// create is reported first, and removed again at the end where they are still
+// empty, so that a batch whose every file failed leaves no empty folders.
+class OutputFolders {
+ public:
+  OutputFolders() = default;
+  OutputFolders(const OutputFolders&) = delete;
+  OutputFolders& operator=(const OutputFolders&) = delete;
+  ~OutputFolders();
+  // create_parent_folders(output), remembering the folders that it created.
+  void create_parents(const std::string& output);
+
+ private:
+  std::vector<std::string> created_;  // in the order created: a folder before the folders inside it
+};
+
 }  // namespace plexus::ae

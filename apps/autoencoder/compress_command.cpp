@@ -208,7 +208,8 @@ int run_compress(const CompressOptions& options) {
   check_inputs_are_files(o.inputs, CodecOutput::compressed);
   const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::compressed);
   check_outputs(o.inputs, outputs, CodecOutput::compressed, o.out.empty(), o.overwrite);
-  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
+  OutputFolders folders;  // what the system refuses shows now; left empty by failures, removed at the end
+  for (const std::string& output : outputs) folders.create_parents(output);
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
   auto model = CodecModel::from_file(o.model, registry, device);
@@ -254,7 +255,8 @@ int run_decompress(const DecompressOptions& o) {
   check_inputs_are_files(o.inputs, CodecOutput::image);
   const std::vector<std::string> outputs = plan_outputs(o.inputs, o.out, CodecOutput::image);
   check_outputs(o.inputs, outputs, CodecOutput::image, o.out.empty(), o.overwrite);
-  for (const std::string& output : outputs) create_parent_folders(output);  // what the system refuses shows now
+  OutputFolders folders;  // what the system refuses shows now; left empty by failures, removed at the end
+  for (const std::string& output : outputs) folders.create_parents(output);
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
 

@@ -79,6 +79,19 @@ TEST_F(PlexusAeCodecOutputs, CompressRefusesImageNames) {
   }
 }
 
+// The folders made for the outputs of a batch in which nothing was written are removed again.
+TEST_F(PlexusAeCodecOutputs, AFailedBatchLeavesNoEmptyFolders) {
+  std::ofstream(folder / "x.pxae") << "PXAE";
+  auto decompressed = run({"decompress", "--model", absent_model, folder / "x.pxae", "-o", folder / "new/deep/"});
+  EXPECT_EQ(decompressed.exit_code, 1) << decompressed.describe();
+  EXPECT_TRUE(contains(decompressed.err, "absent.safetensors")) << decompressed.err;
+  EXPECT_FALSE(fs::exists(folder / "new")) << "the folders made for the outputs were left behind";
+  auto compressed = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "new/one/x.pxae"});
+  EXPECT_EQ(compressed.exit_code, 1) << compressed.describe();
+  EXPECT_FALSE(fs::exists(folder / "new"));
+  EXPECT_TRUE(fs::exists(folder / "a/x.png"));  // folders that were there before are kept
+}
+
 TEST_F(PlexusAeCodecOutputs, AnOutputInsideAFileIsRefusedWithTheReason) {
   std::ofstream(folder / "file.png") << "not a folder";
   auto result = run({"compress", "--model", absent_model, folder / "a/x.png", "-o", folder / "file.png/x.pxae"});
