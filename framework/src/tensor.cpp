@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 #include <sstream>
+#include <utility>
 
 #include "backend.h"
 #include "element_values.h"
@@ -117,7 +118,7 @@ Tensor::Tensor(Shape shape, DType dtype, Device device) : shape_(std::move(shape
 Tensor Tensor::from_values(const std::vector<double>& values, Shape shape, DType dtype, Device device) {
   if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
     throw ShapeError("from_values: " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
-  Tensor host(shape, dtype, Device::cpu());
+  Tensor host(std::move(shape), dtype, Device::cpu());
   dispatch_element(dtype, [&](auto zero) {
     auto* out = host.data<decltype(zero)>();
     for (std::size_t i = 0; i < values.size(); ++i) store_element(out[i], values[i]);
