@@ -65,15 +65,20 @@ def read_lines(path):
     return rows
 
 
-def read_cases(path):
-    """The models of a cases file (name, batch, patch), in its order."""
+def read_json(path):
+    """The JSON document in `path`; HeadlineError naming the file when it cannot be read or parsed."""
     try:
         with open(path) as f:
-            cases = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise HeadlineError(f"cannot read {path}: {e.strerror}") from e
     except json.JSONDecodeError as e:
         raise HeadlineError(f"{path}: not JSON ({e.msg})") from e
+
+
+def read_cases(path):
+    """The models of a cases file (name, batch, patch), in its order."""
+    cases = read_json(path)
     models = cases.get("models") if isinstance(cases, dict) else None
     if not models:
         raise HeadlineError(f"{path}: no \"models\"")
@@ -243,13 +248,7 @@ def print_table(docs):
 def table(args):
     docs = []
     for path in args.files:
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except OSError as e:
-            raise HeadlineError(f"cannot read {path}: {e.strerror}") from e
-        except json.JSONDecodeError as e:
-            raise HeadlineError(f"{path}: not JSON ({e.msg})") from e
+        doc = read_json(path)
         settings = {r.get("setting") for r in doc.get("results", [])}
         if "flops_per_step" not in doc or not {"cuda-graph", "strongest"} <= settings:
             raise HeadlineError(f"{path}: not a headline result (needs flops_per_step and the cuda-graph and "
