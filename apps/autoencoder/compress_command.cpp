@@ -50,22 +50,6 @@ void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes)
   file.commit();
 }
 
-// The whole file, refused unread when longer than `limit` bytes.
-std::vector<std::uint8_t> read_file(const std::string& path, std::uint64_t limit) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) throw IoError("'" + path + "' does not exist or is not a file");
-  const std::uint64_t size = fs::file_size(path, error);
-  if (error) throw IoError("cannot read '" + path + "': " + error.message());
-  if (size > limit)
-    throw IoError("'" + path + "': " + std::to_string(size) + " bytes, more than any file this model writes (" +
-                  std::to_string(limit) + "); not a plexus-ae compressed image for it");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  if (!in) throw IoError("cannot read '" + path + "'");
-  return bytes;
-}
-
 std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
@@ -162,6 +146,22 @@ double parse_level(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<std::uint8_t> read_compressed_file(const std::string& path, std::uint64_t limit) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) throw IoError("'" + path + "' does not exist or is not a file");
+  const std::uint64_t size = fs::file_size(path, error);
+  if (error) throw IoError("cannot read '" + path + "': " + error.message());
+  if (size > limit)
+    throw IoError("'" + path + "': " + std::to_string(size) +
+                  " bytes, more than any file the model can have written (" + std::to_string(limit) +
+                  "); not a plexus-ae compressed image for it");
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  if (!in) throw IoError("cannot read '" + path + "'");
+  return bytes;
+}
 
 std::vector<std::string> shipped_models() {
   std::vector<std::string> models;
@@ -288,7 +288,7 @@ int run_decompress(const DecompressOptions& o) {
     try {
       check_pixel_limit(o.inputs[i], o.max_image_pixels);
       CodecModel& model = model_for(o.inputs[i]);
-      const std::vector<std::uint8_t> bytes = read_file(o.inputs[i], model.max_file_bytes());
+      const std::vector<std::uint8_t> bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
       const auto start = std::chrono::steady_clock::now();
       BitstreamHeader header;
       const data::Image image = model.decompress(bytes.data(), bytes.size(), &header);

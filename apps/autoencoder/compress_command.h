@@ -65,6 +65,10 @@ int run_export(const ExportOptions& options);
 // models/trained/*/model.safetensors.
 std::vector<std::string> shipped_models();
 
+// The whole of a compressed file, refused unread (IoError naming it) when it
+// is not a regular file or is longer than `limit` bytes.
+std::vector<std::uint8_t> read_compressed_file(const std::string& path, std::uint64_t limit);
+
 // The quality catalog compress --quality reads: $PLEXUS_AE_QUALITY_CATALOG when
 // set, else <executable>/../share/plexus/autoencoder/trained/quality-catalog.json
 // (installed), else the source tree's models/trained/quality-catalog.json.

@@ -16,6 +16,7 @@
 #include "console.h"
 #include "eval_command.h"
 #include "exit_codes.h"
+#include "info_command.h"
 #include "layers_command.h"
 #include "train_command.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
              "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample --out runs/demo/recon\n"
              "  plexus-ae compress --model runs/demo/model.safetensors photo.png        # writes photo.pxae\n"
              "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
+             "  plexus-ae info photo.pxae        # size, bits per pixel, format and model of a compressed file\n"
              "  plexus-ae layers                 # the layer types a model spec can use, with their params\n"
              "Run 'plexus-ae <command> --help' for every option of a command.");
 
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   ae::add_compress_command(app, exit_code);
   ae::add_decompress_command(app, exit_code);
   ae::add_export_command(app, exit_code);
+  ae::add_info_command(app, exit_code);
   ae::add_layers_command(app, exit_code);
 
   try {

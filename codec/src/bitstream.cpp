@@ -89,7 +89,7 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   return out;
 }
 
-Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected) {
+Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
   if (size < 6 || get(bytes, 4) != get(reinterpret_cast<const std::uint8_t*>(kMagic), 4))
     throw IoError("not a plexus-ae compressed image (it does not start with \"PXAE\")");
   const auto version = static_cast<std::uint16_t>(get(bytes + 4, 2));
@@ -140,9 +140,25 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     h.hyper_height = static_cast<std::uint32_t>(get(bytes + 44, 4));
     h.hyper_width = static_cast<std::uint32_t>(get(bytes + 48, 4));
   }
+  h.fingerprint = get(bytes + 8, 8);
+  h.width = static_cast<std::uint32_t>(get(bytes + 16, 4));
+  h.height = static_cast<std::uint32_t>(get(bytes + 20, 4));
+  h.channels = static_cast<std::uint32_t>(get(bytes + 24, 4));
+  h.latent_height = static_cast<std::uint32_t>(get(bytes + 28, 4));
+  h.latent_width = static_cast<std::uint32_t>(get(bytes + 32, 4));
+  result.stream = bytes + header_bytes;
+  result.stream_size = static_cast<std::size_t>(stream_size);
+  return result;
+}
+
+Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected) {
+  Bitstream result = read_bitstream(bytes, size);
+  const BitstreamHeader& h = result.header;
+  const bool variable_rate = h.variable_rate;
   if (h.kind != expected.kind)
-    throw IoError(std::string("a ") + model_kind_name(h.kind) + " file (format version " + std::to_string(version) +
-                  "), but '" + expected.model + "' is a " + model_kind_name(expected.kind) +
+    throw IoError(std::string("a ") + model_kind_name(h.kind) + " file (format version " +
+                  std::to_string(format_version(h.kind)) + "), but '" + expected.model + "' is a " +
+                  model_kind_name(expected.kind) +
                   " model; decompress it with --model set to the model that compressed it");
   if (variable_rate != (expected.rate_levels > 0))
     throw IoError(variable_rate ? "it holds a rate level, but '" + expected.model +
@@ -154,12 +170,6 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   if (variable_rate && std::uint64_t(h.rate_level) > std::uint64_t(expected.rate_levels - 1) * kRateLevelOne)
     throw IoError("rate level " + std::to_string(h.rate_level / double(kRateLevelOne)) + " is out of range: '" +
                   expected.model + "' has levels 0 to " + std::to_string(expected.rate_levels - 1));
-  h.fingerprint = get(bytes + 8, 8);
-  h.width = static_cast<std::uint32_t>(get(bytes + 16, 4));
-  h.height = static_cast<std::uint32_t>(get(bytes + 20, 4));
-  h.channels = static_cast<std::uint32_t>(get(bytes + 24, 4));
-  h.latent_height = static_cast<std::uint32_t>(get(bytes + 28, 4));
-  h.latent_width = static_cast<std::uint32_t>(get(bytes + 32, 4));
   if (h.fingerprint != expected.fingerprint)
     throw IoError("it was compressed with the model of fingerprint " + fingerprint_text(h.fingerprint) + ", but '" +
                   expected.model + "' has fingerprint " + fingerprint_text(expected.fingerprint) +
@@ -183,8 +193,6 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
     throw IoError("hyper-latent shape " + shape_text(h.hyper_channels, h.hyper_height, h.hyper_width) +
                   " does not fit a " + image + " under this model, which needs " +
                   shape_text(expected.hyper_channels, strides_high, strides_wide));
-  result.stream = bytes + header_bytes;
-  result.stream_size = static_cast<std::size_t>(stream_size);
   return result;
 }
 

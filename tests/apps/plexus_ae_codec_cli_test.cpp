@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -189,6 +190,34 @@ TEST_F(PlexusAeCodec, CompressRefusesImagesOverItsPixelLimitAndAbsurdThreadCount
     EXPECT_TRUE(contains(threads.err, "--cpu-threads must be in [0, 1024] (0: every core), got 100000"))
         << threads.describe();
   }
+}
+
+// info reads a file without its model: the size and bits per pixel, the format version and kind, and the
+// fingerprint stored at bytes 8-15 (little-endian, docs/bitstream.md); a corrupt file or another kind of file
+// is named with what is wrong, and exits 1.
+TEST_F(PlexusAeCodec, InfoDescribesAFileWithoutItsModel) {
+  const std::vector<std::uint8_t> file = compress_odd("odd.pxae");
+  ASSERT_GT(file.size(), 24u);
+  std::uint64_t fingerprint = 0;
+  for (int k = 0; k < 8; ++k) fingerprint |= std::uint64_t{file[8 + k]} << (8 * k);
+  char expected[160];
+  std::snprintf(expected, sizeof expected,
+                "odd.pxae: 21x13 RGB, %zu bytes, %.4f bpp; format version 1 (factorized-prior), model fingerprint "
+                "%016llx\n",
+                file.size(), 8.0 * file.size() / (21 * 13), static_cast<unsigned long long>(fingerprint));
+  auto info = run({"info", folder / "odd.pxae"});
+  EXPECT_EQ(info.exit_code, 0) << info.describe();
+  EXPECT_TRUE(contains(info.out, expected)) << "expected: " << expected << info.describe();
+
+  std::vector<std::uint8_t> corrupt = file;
+  corrupt[30] ^= 1;
+  write_all(folder / "corrupt.pxae", corrupt);
+  auto both = run({"info", folder / "corrupt.pxae", folder / "images/odd.png", folder / "odd.pxae"});
+  EXPECT_EQ(both.exit_code, 1) << both.describe();
+  EXPECT_TRUE(contains(both.err, "cannot read '" + (folder / "corrupt.pxae") + "': checksum mismatch")) << both.err;
+  EXPECT_TRUE(contains(both.err, "cannot read '" + (folder / "images/odd.png") + "': not a plexus-ae compressed"))
+      << both.err;
+  EXPECT_TRUE(contains(both.out, "odd.pxae: 21x13 RGB")) << both.describe();  // the good file is still described
 }
 
 TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
@@ -422,6 +451,12 @@ TEST(PlexusAeCompressQuality, TheShippedQualitiesCodeAnImage) {
     const double psnr = 10 * std::log10(255.0 * 255.0 / (squared / static_cast<double>(a.pixels.size())));
     EXPECT_GT(psnr, least_psnr) << "quality " << quality << " at " << bpp << " bpp";
   }
+  // info gives a variable-rate file's rate level: quality 3.5 lies halfway between levels 2 and 3.
+  auto info = testing::run_plexus_ae({"info", folder / "q3.5.pxae"}, folder.path());
+  EXPECT_EQ(info.exit_code, 0) << info.describe();
+  EXPECT_TRUE(contains(info.out, "500x500 RGB")) << info.out;
+  EXPECT_TRUE(contains(info.out, "format version 3 (mean-scale-hyperprior)")) << info.out;
+  EXPECT_TRUE(contains(info.out, "rate level 2.5\n")) << info.out;
   // Without --model or --quality: the file of quality 3.
   const std::string q3 = folder / "q3.pxae", plain = folder / "plain.pxae";
   for (const auto& [args, file] :

@@ -114,10 +114,16 @@ struct BitstreamExpectation {
   std::uint64_t max_pixels = kMaxImagePixels;
 };
 
-// Validates every field and length before anything is used: magic, version,
-// flags, model kind, sizes (truncated or extended files), checksum, fingerprint, image
-// size, latent shapes. Throws IoError whose message says what is wrong (the
-// caller prefixes the file name). Never reads outside [bytes, bytes + size).
+// Reads a file without its model: checks the magic, version, flags, lengths,
+// checksum and the model kind of the version, and reads every header field.
+// Throws IoError whose message says what is wrong (the caller prefixes the
+// file name). Never reads outside [bytes, bytes + size).
+Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size);
+
+// read_bitstream, then the file against the model that decodes it, before
+// anything is used: model kind, rate level, fingerprint, image size, latent
+// shapes. Throws IoError whose message says what is wrong (the caller
+// prefixes the file name). Never reads outside [bytes, bytes + size).
 Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected);
 
 std::string fingerprint_text(std::uint64_t fingerprint);  // 16 hex digits
