@@ -387,10 +387,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command->add_flag("--overwrite", c.overwrite, "replace output files that already exist");
   command->add_option("--cpu-threads", c.cpu_threads,
                       "threads the CPU kernels use (0: every core); the file is the same for any count");
-  command
-      ->add_option("--max-image-pixels", c.max_image_pixels,
-                   "refuse images of more pixels than this, read from the header before decoding")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  add_max_image_pixels_option(*command, c.max_image_pixels,
+                              "refuse images of more pixels than this, read from the header before decoding");
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
@@ -428,11 +426,9 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   command->add_flag("--overwrite", d.overwrite, "replace output files that already exist");
   command->add_option("--cpu-threads", d.cpu_threads,
                       "threads the CPU kernels use (0: every core); the image is the same for any count");
-  command
-      ->add_option("--max-image-pixels", d.max_image_pixels,
-                   "refuse files of images of more pixels than this, "
-                   "read from the file's header before decoding")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  add_max_image_pixels_option(*command, d.max_image_pixels,
+                              "refuse files of images of more pixels than this, read from the file's header before "
+                              "decoding");
   command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"

@@ -230,16 +230,17 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
   eval.add_option("--plugin", o.plugins,
                   "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)")
       ->type_name("FILE");
-  eval.add_option("--max-image-pixels", o.max_image_pixels,
-                  "skip (with a warning) images of more pixels than this, read from the header before decoding")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  add_max_image_pixels_option(eval, o.max_image_pixels,
+                              "skip (with a warning) images of more pixels than this, read from the header before "
+                              "decoding");
   eval.add_option("--cpu-threads", o.cpu_threads, "threads the CPU kernels use (0: every core)");
   eval.add_option("--precision", o.precision, kEvalPrecisionHelp)->check(CLI::IsMember({"f32", "tf32", "bf16"}));
   eval.add_option("--level", o.level,
                   "a variable-rate model's rate level, 0 (the lowest rate) to K-1 (required for one; "
                   "fractional levels interpolate)")
       ->type_name("L")
-      ->check(CLI::Range(0.0, 1000.0));
+      ->check(CLI::Range(0.0, 1000.0).description(""))
+      ->default_str("");  // not given (o.level < 0), which is no level
 }
 
 }  // namespace

@@ -40,4 +40,10 @@ void use_cpu_threads(int threads) {
   set_cpu_threads(threads);
 }
 
+void add_max_image_pixels_option(CLI::App& command, std::int64_t& value, const std::string& help) {
+  CLI::Range range(std::int64_t{1}, std::int64_t{1} << 40);
+  range.description("");  // the help says the bounds; CLI11's "INT:INT in [1 - 1099511627776]" does not read
+  command.add_option("--max-image-pixels", value, help + " (1 to 2^40)")->type_name("PIXELS")->check(range);
+}
+
 }  // namespace plexus::ae

@@ -3,7 +3,10 @@
 // then every --plugin and PLEXUS_PLUGIN_PATH entry), the device and the
 // CPU kernels' threads.
 #include <string>
+#include <cstdint>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "plexus/registry.h"
 #include "plexus/tensor.h"
@@ -21,5 +24,9 @@ inline constexpr int kMaxCpuThreads = 1024;
 // --cpu-threads: the threads the CPU kernels use (0: every core). Throws
 // ConfigError outside [0, kMaxCpuThreads].
 void use_cpu_threads(int threads);
+
+// --max-image-pixels on `command` (compress, decompress, eval), a whole number
+// in [1, 2^40] shown as "PIXELS"; `help` says what the command does with it.
+void add_max_image_pixels_option(CLI::App& command, std::int64_t& value, const std::string& help);
 
 }  // namespace plexus::ae

@@ -73,6 +73,25 @@ TEST_F(PlexusAeCli, EvalHelpAndTopLevelHelp) {
   EXPECT_TRUE(contains(top.out, "eval")) << top.out;
 }
 
+// Every command's --help reads: the pixel limit as "PIXELS" with its bounds in words (not CLI11's
+// "INT:INT in [1 - 1099511627776]"), and eval's --level without a default outside its own range.
+TEST_F(PlexusAeCli, HelpShowsReadableTypesAndNoDefaultOutsideTheRange) {
+  for (const char* command : {"train", "eval", "compress", "decompress"}) {
+    auto help = run({command, "--help"});
+    ASSERT_EQ(help.exit_code, 0) << help.describe();
+    EXPECT_TRUE(contains(help.out, "--max-image-pixels PIXELS")) << command << "\n" << help.out;
+    EXPECT_TRUE(contains(help.out, "(1 to 2^40)")) << command << "\n" << help.out;
+    EXPECT_FALSE(contains(help.out, "INT:INT in [")) << command << "\n" << help.out;
+  }
+  auto eval = run({"eval", "--help"});
+  EXPECT_FALSE(contains(eval.out, "=-1")) << eval.out;
+  EXPECT_FALSE(contains(eval.out, "L:FLOAT")) << eval.out;
+  // The bounds are still enforced, with CLI11's message.
+  expect_error({"eval", "--model", "m.safetensors", "--data", images(), "--level", "-2"}, {"--level"});
+  expect_error({"eval", "--model", "m.safetensors", "--data", images(), "--max-image-pixels", "0"},
+               {"--max-image-pixels"});
+}
+
 // The line of a command's help that names --precision (with its default:
 // "=bf16" or "[bf16]", depending on the CLI11 version).
 std::string precision_option_line(const std::string& help) {

@@ -39,7 +39,9 @@ void add_options(CLI::App& command, const OptionTable<Options>& table, Options& 
               if (!row.choices.empty()) declared->check(CLI::IsMember(row.choices));
             if constexpr (std::is_integral_v<T>)
               if (row.bounds_checked_when_parsed)
-                declared->check(CLI::Range(static_cast<T>(row.bounds.min), static_cast<T>(row.bounds.max)));
+                // The row's help states the bounds: CLI11's own "INT:INT in [lo - hi]" is left out of it.
+                declared->check(
+                    CLI::Range(static_cast<T>(row.bounds.min), static_cast<T>(row.bounds.max)).description(""));
             return declared;
           }
         },
