@@ -82,11 +82,16 @@ bool peek_head(const std::string& path, FileHead* head) {
 
 // Refuses, from its header and before any model or decoding, a file whose
 // image has more than `max_pixels` pixels (--max-image-pixels).
+// ConfigError naming --max-image-pixels for a width x height image over `max_pixels`.
+void refuse_over_pixel_limit(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
+  const std::string problem = data::pixel_limit_problem(width, height, max_pixels);
+  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
+}
+
 void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
   FileHead head;
   if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
-  const std::string problem = data::pixel_limit_problem(head.width, head.height, max_pixels);
-  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
+  refuse_over_pixel_limit(head.width, head.height, max_pixels);
 }
 
 // Refuses, from its header and before decoding, an image of more than
@@ -95,8 +100,7 @@ void check_image_pixel_limit(const std::string& path, std::int64_t max_pixels) {
   data::ImageSize size;
   std::string reason;
   if (!data::read_image_size(path, size, reason, std::numeric_limits<std::int64_t>::max())) return;  // read says why
-  const std::string problem = data::pixel_limit_problem(size.width, size.height, max_pixels);
-  if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
+  refuse_over_pixel_limit(size.width, size.height, max_pixels);
 }
 
 // " 1-6 (the shipped qualities: 3)": the catalog's range and the qualities

@@ -41,7 +41,7 @@ void use_cpu_threads(int threads) {
 }
 
 void add_max_image_pixels_option(CLI::App& command, std::int64_t& value, const std::string& help) {
-  CLI::Range range(std::int64_t{1}, std::int64_t{1} << 40);
+  CLI::Range range(std::int64_t{1}, kMaxImagePixelsOption);
   range.description("");  // the help says the bounds; CLI11's "INT:INT in [1 - 1099511627776]" does not read
   command.add_option("--max-image-pixels", value, help + " (1 to 2^40)")->type_name("PIXELS")->check(range);
 }

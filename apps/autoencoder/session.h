@@ -25,8 +25,10 @@ inline constexpr int kMaxCpuThreads = 1024;
 // ConfigError outside [0, kMaxCpuThreads].
 void use_cpu_threads(int threads);
 
+// --max-image-pixels' upper bound, in every command (train's option table too).
+inline constexpr std::int64_t kMaxImagePixelsOption = std::int64_t{1} << 40;
 // --max-image-pixels on `command` (compress, decompress, eval), a whole number
-// in [1, 2^40] shown as "PIXELS"; `help` says what the command does with it.
+// in [1, kMaxImagePixelsOption] shown as "PIXELS"; `help` says what the command does with it.
 void add_max_image_pixels_option(CLI::App& command, std::int64_t& value, const std::string& help);
 
 }  // namespace plexus::ae

@@ -4,6 +4,7 @@
 
 #include "plexus/train/trainer_options.h"
 #include "precision_option.h"
+#include "session.h"
 
 namespace plexus::ae {
 
@@ -61,7 +62,7 @@ TrainOptionTable train_option_table(const std::string& bundled_models) {
   t.add("max-image-pixels", &O::max_image_pixels,
         "skip (with a warning) images of more pixels than this, read from the header before decoding (1 to 2^40)")
       .type("PIXELS")
-      .range_checked_when_parsed(Bounds::in(1, static_cast<double>(std::int64_t{1} << 40)));
+      .range_checked_when_parsed(Bounds::in(1, static_cast<double>(kMaxImagePixelsOption)));
   t.add("precision", &O::precision, kTrainPrecisionHelp).one_of({"f32", "tf32", "bf16"});
   t.add("tf32", &O::tf32, "deprecated: the same as --precision tf32");
   return t;
