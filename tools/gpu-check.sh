@@ -265,7 +265,8 @@ run_memcheck() {
 # (their CUDA tests under memcheck too, when that phase runs).
 run_plugins() {
   echo "== example plugins"
-  local prefix=$PWD/$build/install installed=0 plugin log any=0
+  local prefix installed=0 plugin log any=0
+  prefix=$(realpath -m "$build")/install  # BUILD may be relative or absolute
   for plugin in simplified_gdn sparse_conv; do
     [ -f examples/plugins/$plugin/CMakeLists.txt ] && [ -f cmake/PlexusInstall.cmake ] || continue
     any=1

@@ -5,7 +5,7 @@
 #                              [--adam fused|foreach] [--build-only]
 # 1. builds plexus-bench (-DPLEXUS_BUILD_BENCH=ON, Release, this GPU's
 #    architecture) into $BUILD (default /tmp/plexus-headline-build, outside the
-#    repository; an existing build is only brought up to date);
+#    repository; an existing build keeps its settings and is brought up to date);
 # 2. runs N rounds (default 3) of both sides on the models of the cases file
 #    (default lab/bench/headline_cases.json: every bundled 2018 model and
 #    bls2017, batch 16 of 256x256 crops), odd rounds Plexus first, even rounds
@@ -29,6 +29,8 @@
 # strongest setting's capturable Adam (default fused). The raw JSON lines, the
 # build's and PyTorch's logs and the table go to $OUT (default
 # $BUILD/headline-logs). PYTHON names the Python with PyTorch (default python3).
+# COMMIT names the commit in the result files (default: git's HEAD, "-dirty"
+# when tracked files differ from it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 usage="usage: bash lab/bench/headline.sh [--rounds N] [--only TEXT] [--cases FILE] [--results DIR] [--timed-steps N]
@@ -69,8 +71,13 @@ command -v nvidia-smi > /dev/null || { echo "headline.sh: nvidia-smi not found: 
 mkdir -p "$logs"
 
 echo "== build plexus-bench into $build (log: $logs/build.log)" >&2
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
-         -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF &&
+# A new build folder is configured for this GPU without the tests; an existing
+# one (say tools/gpu-check.sh's, BUILD=build-gpu) keeps its settings and only
+# gains the benchmarks, so the two can share one build.
+configure=(-DPLEXUS_BUILD_BENCH=ON)
+[ -f "$build/CMakeCache.txt" ] ||
+  configure+=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native -DPLEXUS_BUILD_TESTS=OFF)
+if ! { cmake -S . -B "$build" "${configure[@]}" &&
        cmake --build "$build" --target plexus-bench -j "$(nproc)"; } > "$logs/build.log" 2>&1; then
   tail -40 "$logs/build.log" >&2
   echo "headline.sh: the build failed (log: $logs/build.log)" >&2
@@ -80,8 +87,12 @@ fi
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null ||
   { echo "headline.sh: $python has no PyTorch that sees a CUDA GPU" >&2; exit 1; }
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
-git diff --quiet HEAD 2> /dev/null || commit+="-dirty"  # tracked files differ from the commit
+if [ -n "${COMMIT:-}" ]; then
+  commit=$COMMIT  # a copy of the tree without .git names its commit so
+else
+  commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+  git diff --quiet HEAD 2> /dev/null || commit+="-dirty"  # tracked files differ from the commit
+fi
 
 only_args=()
 [ -n "$only" ] && only_args=(--only "$only")
