@@ -10,7 +10,17 @@ packages=(build-essential cmake ninja-build pkg-config
           libjpeg62-turbo-dev libpng-dev libgtest-dev
           python3-matplotlib   # tools/plot_metrics.py and its test
           clang-format)        # tools/format.sh and the suite's formatting check
-if [ "${1:-}" = "--fuzz" ]; then packages+=(clang clang-tidy libclang-rt-dev imagemagick); fi
+# With --codecs, what the rate-distortion comparison (lab/rd/compare.py) needs:
+# the standard codecs' command-line encoders and decoders (libjpeg-turbo's
+# cjpeg/djpeg, libwebp's cwebp/dwebp, OpenJPEG's opj_compress/opj_decompress,
+# libavif's avifenc/avifdec) and numpy, Pillow.
+for option in "$@"; do
+  case "$option" in
+    --fuzz) packages+=(clang clang-tidy libclang-rt-dev imagemagick) ;;
+    --codecs) packages+=(libjpeg-turbo-progs webp libopenjp2-tools libavif-bin python3-numpy python3-pil) ;;
+    *) echo "install-deps: unknown option '$option' (options: --fuzz, --codecs)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

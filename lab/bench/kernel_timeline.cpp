@@ -1,5 +1,9 @@
+// KernelTimeline through CUPTI, the CUDA toolkit's profiling library; a build
+// without it (PLEXUS_BENCH_CUPTI 0) gets the stand-in at the end of this file,
+// which refuses to record and says why.
 #include "kernel_timeline.h"
 
+#if PLEXUS_BENCH_CUPTI
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -129,3 +133,21 @@ std::vector<KernelRecord> KernelTimeline::finish() {
 }
 
 }  // namespace plexus::bench
+
+#else  // no CUPTI
+
+#include "plexus/error.h"
+
+namespace plexus::bench {
+
+KernelTimeline::KernelTimeline() {
+  throw DeviceError("this plexus-bench was built without CUPTI (the CUDA toolkit's profiling library), so it "
+                    "cannot record a kernel timeline; install it (Debian: cuda-cupti-dev) and rebuild");
+}
+KernelTimeline::~KernelTimeline() = default;
+std::uint64_t KernelTimeline::now_ns() { return 0; }
+std::vector<KernelRecord> KernelTimeline::finish() { return {}; }
+
+}  // namespace plexus::bench
+
+#endif  // PLEXUS_BENCH_CUPTI

@@ -55,7 +55,7 @@ try:
     import numpy as np
     from PIL import Image
 except ImportError as missing:
-    sys.exit(f"compare: {missing}; lab/rd/install-deps.sh installs python3-numpy, python3-pil, python3-matplotlib "
+    sys.exit(f"compare: {missing}; tools/install-deps.sh --codecs installs python3-numpy, python3-pil, python3-matplotlib "
              "(run this script with that Python, e.g. /usr/bin/python3)")
 
 import standard_codecs  # noqa: E402
@@ -147,7 +147,7 @@ def prepare_originals(folder, work):
 def run_standard(codec, originals, work, cache, pool):
     version = standard_codecs.version_text(codec)
     if not version:
-        raise SystemExit(f"compare: '{codec.encode('x', 'y', 0)[0]}' is not installed; run lab/rd/install-deps.sh")
+        raise SystemExit(f"compare: '{codec.encode('x', 'y', 0)[0]}' is not installed; run tools/install-deps.sh --codecs")
     results = []
     for setting in codec.settings:
         compressed_dir = work / "files" / codec.name / str(setting)

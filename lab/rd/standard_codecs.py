@@ -1,7 +1,7 @@
 """The standard image codecs of the comparison: for each, the settings that
 span about 0.1 to 1.5 bpp on photographs (Kodak), and the command lines that
 encode one original into a real file and decode that file back to an 8-bit
-RGB image, all with Debian 12's command-line tools (lab/rd/install-deps.sh).
+RGB image, all with Debian 12's command-line tools (tools/install-deps.sh --codecs).
 
 Chroma: JPEG and WebP use their usual 4:2:0 (WebP's lossy mode has no other);
 AVIF is encoded 4:4:4, because quality is measured on full-resolution RGB,
@@ -86,6 +86,6 @@ def run(argv):
     try:
         done = subprocess.run(argv, capture_output=True, text=True)
     except FileNotFoundError:
-        raise RuntimeError(f"'{argv[0]}' is not installed (lab/rd/install-deps.sh installs the codecs)")
+        raise RuntimeError(f"'{argv[0]}' is not installed (tools/install-deps.sh --codecs installs the codecs)")
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[:500]}")

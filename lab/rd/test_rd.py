@@ -2,7 +2,7 @@
 """Tests of the numeric parts of the rate-distortion comparison: PSNR,
 MS-SSIM, BD-rate, the published-curves file, the Plexus points of the
 command line, the compact result files (lab/results/codec/). python3 + numpy only; run:
-python3 lab/rd/test_rd.py
+python3 lab/rd/test_rd.py   (exit 77, a skip, without numpy)
 Expected values come from the definitions worked by hand, not from the code."""
 import json
 import math
@@ -14,7 +14,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np  # noqa: E402
+except ImportError:
+    print("numpy is not installed (Debian: python3-numpy; tools/install-deps.sh brings it with python3-matplotlib)")
+    sys.exit(77)
 
 import plexus_points  # noqa: E402
 import published  # noqa: E402

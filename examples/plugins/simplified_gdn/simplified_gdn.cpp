@@ -3,6 +3,8 @@
 // the contiguous pixels of one channel, which the compiler vectorises.
 #include "simplified_gdn.h"
 
+#include "plexus/plugin.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -200,3 +202,8 @@ void register_layers(plexus::Registry& registry) {
 }
 
 }  // namespace simplified_gdn
+
+// The two entry points Plexus looks up in a plugin (plexus/plugin.h).
+extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
+
+extern "C" void plexus_plugin_register(plexus::Registry* registry) { simplified_gdn::register_layers(*registry); }

@@ -5,6 +5,8 @@
 
 #include "builtin_layer.h"
 #include "plexus/error.h"
+#include "plexus/plugin.h"
+#include "pruned_conv.h"
 
 namespace sparse_conv {
 
@@ -141,3 +143,12 @@ void register_sparse_layers(plexus::Registry& registry) {
 }
 
 }  // namespace sparse_conv
+
+// The two entry points Plexus looks up in a plugin (plexus/plugin.h): the
+// pruned layers (pruned_conv.cpp) and the sparse ones above.
+extern "C" int plexus_plugin_abi_version() { return plexus::kPluginAbiVersion; }
+
+extern "C" void plexus_plugin_register(plexus::Registry* registry) {
+  sparse_conv::register_pruned_layers(*registry);
+  sparse_conv::register_sparse_layers(*registry);
+}
