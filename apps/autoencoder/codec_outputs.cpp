@@ -33,7 +33,10 @@ std::string lowercase_extension(const std::string& path) {
 }
 
 std::string default_output(const std::string& input, CodecOutput kind) {
-  if (kind == CodecOutput::image) return input + extension_of(kind);
+  // photo.pxae -> photo.decoded.png: not the name of the image it came from
+  // (photo.png), and told apart from originals by name.
+  if (kind == CodecOutput::image)
+    return (fs::path(input).parent_path() / (fs::path(input).stem().string() + ".decoded.png")).string();
   return fs::path(input).replace_extension(extension_of(kind)).string();
 }
 

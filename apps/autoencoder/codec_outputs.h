@@ -15,8 +15,8 @@ enum class CodecOutput {
 
 // The output path of each input (same order):
 //   no -o:  next to the input; compress replaces the extension with .pxae
-//           (photo.png -> photo.pxae), decompress appends .png
-//           (photo.pxae -> photo.pxae.png), so that it never names the image
+//           (photo.png -> photo.pxae), decompress with .decoded.png
+//           (photo.pxae -> photo.decoded.png), so that it never names the image
 //           a file was compressed from;
 //   -o ending in '/' or naming an existing folder: in that folder, the
 //           input's file name with its extension replaced (x.png -> DIR/x.pxae,

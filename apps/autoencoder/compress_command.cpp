@@ -422,8 +422,8 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   command
       ->add_option("-o,--out", d.out,
                    "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
-                   "default: each file's path with .png appended (photo.pxae -> photo.pxae.png), never the name of the "
-                   "original image")
+                   "default: each file's path with its extension replaced by .decoded.png (photo.pxae -> "
+                   "photo.decoded.png), never the name of the original image")
       ->type_name("PATH");
   command->add_option("--device", d.device, kDeviceHelp)->type_name("DEVICE");
   command->add_option("--plugin", d.plugins, kPluginHelp)->type_name("FILE");
@@ -435,7 +435,7 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
                               "decoding");
   command->footer(
       "Examples:\n"
-      "  plexus-ae decompress photo.pxae                      # writes photo.pxae.png\n"
+      "  plexus-ae decompress photo.pxae                      # writes photo.decoded.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");

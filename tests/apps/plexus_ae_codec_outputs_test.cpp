@@ -172,15 +172,15 @@ TEST_F(PlexusAeCodecOutputsTrained, DecompressByDefaultNeverNamesTheOriginal) {
 
   auto decoded = run({"decompress", "--model", model, folder / "photo.pxae"});
   ASSERT_EQ(decoded.exit_code, 0) << decoded.describe();
-  EXPECT_TRUE(contains(decoded.out, "-> " + (folder / "photo.pxae.png"))) << decoded.out;
-  EXPECT_EQ(data::read_image(folder / "photo.pxae.png").width, 20);
+  EXPECT_TRUE(contains(decoded.out, "-> " + (folder / "photo.decoded.png"))) << decoded.out;
+  EXPECT_EQ(data::read_image(folder / "photo.decoded.png").width, 20);
   EXPECT_EQ(read_all(folder / "photo.png"), original);
 
   // Again: the default output exists; the message says which and how to
   // choose another, and does not offer to replace it.
   auto again = run({"decompress", "--model", model, folder / "photo.pxae"});
   EXPECT_EQ(again.exit_code, 1) << again.describe();
-  EXPECT_TRUE(contains(again.err, "'" + (folder / "photo.pxae.png") + "', the default output of '" +
+  EXPECT_TRUE(contains(again.err, "'" + (folder / "photo.decoded.png") + "', the default output of '" +
                                       (folder / "photo.pxae") + "', already exists; choose where to write it with -o"))
       << again.err;
   EXPECT_FALSE(contains(again.err, "--overwrite")) << again.err;
