@@ -1,13 +1,18 @@
 // MatMul: products by hand (plain, each transpose, a scale, a batch), the
 // backward by hand for each transpose, gradient checks of both inputs for
 // every transpose pair (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shape
-// and parameter errors that name the culprit.
+// and parameter errors that name the culprit; single-head attention written
+// in JSON from MatMul, Softmax and MatMul against plain loops.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/error.h"
 #include "plexus/gradcheck.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
 #include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
@@ -193,6 +198,58 @@ TEST(MatMul, RejectsAZeroScale) {
   EXPECT_TRUE(testing::contains(message, "qk")) << message;
   EXPECT_TRUE(testing::contains(message, "scale")) << message;
   EXPECT_TRUE(testing::contains(message, "must be a finite non-zero number")) << message;
+}
+
+// softmax(Q K^T / sqrt(d)) V over B windows of T tokens with d channels, as a spec would write it.
+const char* kAttentionSpec = R"({
+  "name": "single-head-attention",
+  "inputs": ["q", "k", "v"],
+  "nodes": [
+    {"name": "attn_scores", "type": "MatMul", "inputs": ["q", "k"], "outputs": ["scores"],
+     "params": {"transpose_b": true, "scale": 0.5}},
+    {"name": "attn_softmax", "type": "Softmax", "inputs": ["scores"], "outputs": ["weights"], "params": {"axis": -1}},
+    {"name": "attn_values", "type": "MatMul", "inputs": ["weights", "v"], "outputs": ["attended"]}
+  ]
+})";
+
+TEST(MatMul, SingleHeadAttentionInJsonMatchesPlainLoops) {
+  const std::int64_t windows = 3, tokens = 5, channels = 4;  // scale 0.5 = 1/sqrt(channels)
+  const Shape shape{windows, tokens, channels};
+  Net net(ModelSpec::from_text(kAttentionSpec, "attention.json"), registry, {{"q", shape}, {"k", shape}, {"v", shape}},
+          DType::f64);
+  std::vector<double> q(windows * tokens * channels), k(q.size()), v(q.size());
+  for (std::size_t e = 0; e < q.size(); ++e) {
+    q[e] = std::sin(0.9 * static_cast<double>(e));
+    k[e] = std::cos(1.3 * static_cast<double>(e));
+    v[e] = std::sin(0.4 * static_cast<double>(e) + 1.0);
+  }
+  net.input("q").copy_from(Tensor::from_values(q, shape, DType::f64));
+  net.input("k").copy_from(Tensor::from_values(k, shape, DType::f64));
+  net.input("v").copy_from(Tensor::from_values(v, shape, DType::f64));
+  Context ctx;
+  net.forward(ctx);
+  ASSERT_EQ(net.blob("scores").shape(), (Shape{windows, tokens, tokens}));
+  const std::vector<double> attended = net.blob("attended").to_values();
+  ASSERT_EQ(attended.size(), q.size());
+  auto at = [&](const std::vector<double>& x, std::int64_t w, std::int64_t t, std::int64_t c) {
+    return x[(w * tokens + t) * channels + c];
+  };
+  for (std::int64_t w = 0; w < windows; ++w)
+    for (std::int64_t i = 0; i < tokens; ++i) {
+      std::vector<double> weight(tokens);
+      double total = 0;
+      for (std::int64_t j = 0; j < tokens; ++j) {
+        double score = 0;
+        for (std::int64_t c = 0; c < channels; ++c) score += at(q, w, i, c) * at(k, w, j, c);
+        weight[j] = std::exp(score / std::sqrt(static_cast<double>(channels)));
+        total += weight[j];
+      }
+      for (std::int64_t c = 0; c < channels; ++c) {
+        double expected = 0;
+        for (std::int64_t j = 0; j < tokens; ++j) expected += weight[j] / total * at(v, w, j, c);
+        EXPECT_NEAR(at(attended, w, i, c), expected, 1e-12) << "window " << w << ", token " << i << ", channel " << c;
+      }
+    }
 }
 
 }  // namespace
