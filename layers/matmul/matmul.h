@@ -56,10 +56,10 @@ class MatMul : public Layer {
 };
 
 // The products of MatMul's forward and backward, written once for both
-// devices. `gemm` is a row-major strided-batched GEMM with
-// cuda::gemm_strided_batched's arguments (plexus/cuda/blas.h):
+// devices. `gemm` is a row-major strided-batched GEMM that overwrites its
+// output, in the argument order of cuda::gemm_strided_batched (plexus/cuda/blas.h) less beta:
 //   gemm(trans_x, trans_y, m, n, k, alpha, x, stride_x, y, stride_y, z, stride_z, batch)
-//   sets z[i] = alpha * op(x[i]) op(y[i]) ([m, n]) for i < batch.
+//   sets z[i] = alpha * op(x[i]) op(y[i]) ([m, n]) for i < batch, x[i] = x + i * stride_x (etc.).
 template <typename T, typename Gemm>
 void matmul_forward(const MatMul::Sizes& s, bool transpose_a, bool transpose_b, T scale, const T* a, const T* b, T* c,
                     Gemm&& gemm) {
