@@ -25,6 +25,8 @@
 #include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
+#include "softmax/softmax.h"
+#include "matmul/matmul.h"
 
 namespace plexus {
 
@@ -51,6 +53,8 @@ void register_builtin_layers(Registry& registry) {
   layers::register_leaky_relu(registry);
   layers::register_pixel_shuffle(registry);
   layers::register_gain_unit(registry);
+  layers::register_softmax(registry);
+  layers::register_matmul(registry);
 }
 
 Registry builtin_registry() {
