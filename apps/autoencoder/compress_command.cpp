@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codec_outputs.h"
+#include "console.h"
 #include "executable_path.h"
 #include "exit_codes.h"
 #include "plexus/atomic_file.h"
@@ -223,7 +224,9 @@ int run_compress(const CompressOptions& options) {
                       " (fractional levels interpolate), or --quality");
   if (o.level) model->set_rate_level(*o.level);
   int failures = 0;
+  FileProgress progress(stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
+    progress.start(i);
     try {
       data::Image image;
       std::string reason;
@@ -242,6 +245,7 @@ int run_compress(const CompressOptions& options) {
       const std::vector<std::uint8_t> bytes = model->compress(image, conversions.grey_expanded);
       const double ms = milliseconds_since(start);
       write_file(outputs[i], bytes);
+      progress.erase();
       std::printf("%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
                   size_text(image.width, image.height).c_str(), bytes.size(),
                   8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
@@ -250,6 +254,7 @@ int run_compress(const CompressOptions& options) {
       spdlog::error("cannot compress '{}': {}", o.inputs[i], e.what());
       ++failures;
     }
+    progress.done(i);
   }
   return failures == 0 ? kExitOk : kExitError;
 }
@@ -288,7 +293,9 @@ int run_decompress(const DecompressOptions& o) {
   };
 
   int failures = 0;
+  FileProgress progress(stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
+    progress.start(i);
     try {
       check_pixel_limit(o.inputs[i], o.max_image_pixels);
       CodecModel& model = model_for(o.inputs[i]);
@@ -299,6 +306,7 @@ int run_decompress(const DecompressOptions& o) {
       const double ms = milliseconds_since(start);
       create_parent_folders(outputs[i]);
       data::write_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
+      progress.erase();
       std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
                   size_text(image.width, image.height).c_str(), ms);
       std::fflush(stdout);
@@ -306,6 +314,7 @@ int run_decompress(const DecompressOptions& o) {
       spdlog::error("cannot decompress '{}': {}", o.inputs[i], e.what());
       ++failures;
     }
+    progress.done(i);
   }
   return failures == 0 ? kExitOk : kExitError;
 }

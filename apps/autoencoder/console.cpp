@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 
 #include <spdlog/sinks/base_sink.h>
@@ -102,6 +103,50 @@ void ProgressBar::update(const StepStats& stats) {
   std::fprintf(stderr, "\r\033[K%s", render(stats, terminal_width()).c_str());
   std::fflush(stderr);
   bar_line_open = true;
+}
+
+std::string file_progress_line(std::size_t index, std::size_t count, const std::string& name, double elapsed_seconds,
+                               double bytes_done, double bytes_total) {
+  std::string line = "[" + std::to_string(index + 1) + "/" + std::to_string(count) + "] " + name + "  " +
+                     format_duration(elapsed_seconds);
+  if (bytes_done > 0 && bytes_total > bytes_done)
+    line += ", ETA " + format_duration(elapsed_seconds * (bytes_total - bytes_done) / bytes_done);
+  return line;
+}
+
+FileProgress::FileProgress(bool interactive, const std::vector<std::string>& inputs)
+    : interactive_(interactive), inputs_(inputs) {
+  for (const std::string& input : inputs) {
+    std::error_code error;
+    const auto size = std::filesystem::file_size(input, error);
+    bytes_.push_back(error ? 0.0 : static_cast<double>(size));
+    bytes_total_ += bytes_.back();
+  }
+}
+
+void FileProgress::start(std::size_t index) {
+  if (!interactive_) return;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::string line = file_progress_line(index, inputs_.size(), inputs_[index], elapsed, bytes_done_, bytes_total_);
+  const int width = terminal_width();
+  if (static_cast<int>(line.size()) >= width) line.resize(width - 1);
+  std::lock_guard<std::mutex> lock(terminal_mutex);
+  std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  std::fflush(stderr);
+  bar_line_open = true;
+}
+
+void FileProgress::erase() {
+  std::lock_guard<std::mutex> lock(terminal_mutex);
+  if (!bar_line_open) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  bar_line_open = false;
+}
+
+void FileProgress::done(std::size_t index) {
+  erase();
+  bytes_done_ += bytes_[index];
 }
 
 void ProgressBar::finish() {

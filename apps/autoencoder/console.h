@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace plexus::ae {
 
@@ -39,6 +40,31 @@ class ProgressBar {
   std::int64_t plain_every_;
   std::chrono::steady_clock::time_point last_draw_{};
   bool drawn_ = false;
+};
+
+// The progress line of a batch of files: "[3/24] photo.png  1m02s, ETA 4m05s".
+// The ETA divides the time so far by the share of the inputs' bytes done
+// (files differ in size); none before the first file is done.
+std::string file_progress_line(std::size_t index, std::size_t count, const std::string& name, double elapsed_seconds,
+                               double bytes_done, double bytes_total);
+
+// compress's and decompress's progress on a terminal: before each file, its
+// progress line on stderr's last line; erased again before the file's result
+// or any message is printed. Prints nothing when stderr is not a terminal.
+class FileProgress {
+ public:
+  // `inputs`: the batch's files, whose sizes weigh the ETA.
+  FileProgress(bool interactive, const std::vector<std::string>& inputs);
+  void start(std::size_t index);  // before inputs[index] is read
+  void erase();                   // before printing its result line
+  void done(std::size_t index);   // after it, processed or failed
+
+ private:
+  bool interactive_;
+  std::vector<std::string> inputs_;
+  std::vector<double> bytes_;
+  double bytes_total_ = 0, bytes_done_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace plexus::ae
