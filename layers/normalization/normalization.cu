@@ -46,6 +46,27 @@ unsigned int grid_for(long long blocks) {
   return static_cast<unsigned int>(std::max(1LL, std::min(blocks, kMaxBlocks)));
 }
 
+// i split as (i / extent, i % extent) while i advances by kThreads: two
+// additions per step, where a 64-bit division per element would cost more
+// than the element's load.
+struct StridedSplit {
+  long long major, minor, extent, major_step, minor_step;
+  __device__ StridedSplit(long long i, long long extent)
+      : major(i / extent),
+        minor(i % extent),
+        extent(extent),
+        major_step(kThreads / extent),
+        minor_step(kThreads % extent) {}
+  __device__ void advance() {
+    major += major_step;
+    minor += minor_step;
+    if (minor >= extent) {
+      minor -= extent;
+      ++major;
+    }
+  }
+};
+
 template <typename T>
 __device__ __forceinline__ T gamma_at(const T* gamma, long long c) {
   return gamma ? gamma[c] : T(1);
@@ -196,8 +217,9 @@ __global__ void group_norm_forward(const T* x, const T* gamma, const T* beta, T*
     group_statistics(x_row, size, eps, &slot, mean, rstd);
     const long long first_channel = row % layout.groups * layout.group_channels;
     T* y_row = y + row * size;
-    for (long long k = threadIdx.x; k < size; k += kThreads) {
-      const long long c = first_channel + k / layout.pixels;
+    StridedSplit at(threadIdx.x, layout.pixels);  // at.major: the channel in the group
+    for (long long k = threadIdx.x; k < size; k += kThreads, at.advance()) {
+      const long long c = first_channel + at.major;
       y_row[k] = (x_row[k] - mean) * rstd * gamma_at(gamma, c) + beta_at(beta, c);
     }
   }
@@ -223,17 +245,19 @@ __global__ void group_norm_backward_rows(const T* x, const T* dy, const T* gamma
     const long long first_channel = row % layout.groups * layout.group_channels;
     const T* dy_row = dy + row * size;
     T sum_g = T(0), sum_g_xhat = T(0);
-    for (long long k = threadIdx.x; k < size; k += kThreads) {
-      const T gradient = dy_row[k] * gamma_at(gamma, first_channel + k / layout.pixels);
+    StridedSplit at(threadIdx.x, layout.pixels);
+    for (long long k = threadIdx.x; k < size; k += kThreads, at.advance()) {
+      const T gradient = dy_row[k] * gamma_at(gamma, first_channel + at.major);
       sum_g += gradient;
       sum_g_xhat += gradient * (x_row[k] - mean) * rstd;
     }
     const T mean_g = block_total(sum_g, &slot) / T(size);
     const T mean_g_xhat = block_total(sum_g_xhat, &slot) / T(size);
     T* dx_row = dx + row * size;
-    for (long long k = threadIdx.x; k < size; k += kThreads) {
+    at = StridedSplit(threadIdx.x, layout.pixels);
+    for (long long k = threadIdx.x; k < size; k += kThreads, at.advance()) {
       const T xhat = (x_row[k] - mean) * rstd;
-      dx_row[k] = rstd * (dy_row[k] * gamma_at(gamma, first_channel + k / layout.pixels) - mean_g - xhat * mean_g_xhat);
+      dx_row[k] = rstd * (dy_row[k] * gamma_at(gamma, first_channel + at.major) - mean_g - xhat * mean_g_xhat);
     }
   }
 }
@@ -255,9 +279,10 @@ __global__ void affine_gradient_partials(const T* x, const T* dy, const T* stati
     const long long k = b / g.channels, c = b % g.channels;
     const long long end = (k + 1) * chunk_size < positions ? (k + 1) * chunk_size : positions;
     T sum_dy_xhat = T(0), sum_dy = T(0);
-    for (long long i = k * chunk_size + threadIdx.x; i < end; i += kThreads) {
-      const long long n = i / g.pixels;
-      const long long e = (n * g.channels + c) * g.pixels + i % g.pixels;
+    StridedSplit at(k * chunk_size + threadIdx.x, g.pixels);  // (n, p)
+    for (long long i = k * chunk_size + threadIdx.x; i < end; i += kThreads, at.advance()) {
+      const long long n = at.major;
+      const long long e = (n * g.channels + c) * g.pixels + at.minor;
       const long long s = group_channels ? n * (g.channels / group_channels) + c / group_channels : i;
       const T gradient = dy[e];
       sum_dy_xhat += gradient * (x[e] - statistics[s]) * statistics[sets + s];
