@@ -1,15 +1,19 @@
 // LayerNorm and GroupNorm: forward and backward worked by hand on tiny
 // inputs, a naive reference on random ones, gradient checks for the input
-// and gamma/beta (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, the params
-// each type lists, and errors for bad params and shapes.
+// and gamma/beta (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, both inside a
+// Net built from JSON, the params each type lists, and errors for bad params
+// and shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
 #include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
@@ -300,6 +304,63 @@ TEST(GroupNorm, ParityCpuCuda) {
       check_parity(registry, "GroupNorm", {{"groups", 4}}, {{2, 24, 9, 11}}, parity_options(DType::f64))));
   EXPECT_TRUE(testing::outputs_match(check_parity(registry, "GroupNorm", {{"groups", 4}, {"affine", false}},
                                                   {{2, 24, 9, 11}}, parity_options(DType::f32))));
+}
+
+// ---- inside a model spec ----
+
+std::string norm_spec(std::int64_t groups) {
+  return R"({"name": "norms", "inputs": ["image"], "nodes": [
+    {"name": "stem", "type": "Conv2d", "inputs": ["image"], "outputs": ["h"],
+     "params": {"out_channels": 6, "kernel": 3, "stride": 1, "padding": 1}},
+    {"name": "ln", "type": "LayerNorm", "inputs": ["h"], "outputs": ["h_ln"], "params": {"eps": 1e-6}},
+    {"name": "gn", "type": "GroupNorm", "inputs": ["h_ln"], "outputs": ["h_gn"], "params": {"groups": )" +
+         std::to_string(groups) + R"(}},
+    {"name": "head", "type": "Conv2d", "inputs": ["h_gn"], "outputs": ["x_hat"],
+     "params": {"out_channels": 3, "kernel": 3, "stride": 1, "padding": 1}},
+    {"name": "distortion", "type": "MSELoss", "inputs": ["x_hat", "image"], "outputs": ["mse"]}]})";
+}
+
+// Both layers in a Net built from JSON: their parameters by name, and the
+// gradient of LayerNorm's gamma through the whole net against central differences.
+TEST(Normalization, TrainInsideASpec) {
+  Net net(ModelSpec::from_text(norm_spec(3), "norms.json"), registry, {{"image", {2, 3, 5, 5}}}, DType::f64,
+          Device::cpu(), 8);
+  std::mt19937_64 rng(9);
+  net.input("image").copy_from(Tensor::from_values(random_values(150, rng), {2, 3, 5, 5}, DType::f64));
+  std::vector<std::string> names;
+  for (const NamedParameter& p : net.trainable_parameters()) names.push_back(p.name);
+  for (const char* name : {"ln.gamma", "ln.beta", "gn.gamma", "gn.beta"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  Parameter& gamma = net.layer("ln").parameter("gamma");
+  gamma.value.copy_from(Tensor::from_values({0.5, 1.5, -1, 2, 0.7, 1.1}, {6}, DType::f64));
+  Context ctx;
+  net.forward(ctx);
+  net.zero_grad();
+  net.backward(ctx, {{"mse", 1.0}});
+  const std::vector<double> analytic = gamma.grad.to_values();
+  const std::vector<double> values = gamma.value.to_values();
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    auto loss_at = [&](double value) {
+      std::vector<double> moved = values;
+      moved[k] = value;
+      gamma.value.copy_from(Tensor::from_values(moved, {6}, DType::f64));
+      net.forward(ctx);
+      return net.scalar("mse");
+    };
+    const double step = 1e-5;
+    const double numeric = (loss_at(values[k] + step) - loss_at(values[k] - step)) / (2 * step);
+    EXPECT_NEAR(analytic[k], numeric, 1e-6 * std::max({std::abs(analytic[k]), std::abs(numeric), 1.0})) << k;
+  }
+}
+
+TEST(Normalization, SpecWithGroupsNotDividingChannelsNamesTheNode) {
+  const std::string message = testing::shape_error_of([] {
+    Net net(ModelSpec::from_text(norm_spec(4), "norms.json"), registry, {{"image", {2, 3, 5, 5}}}, DType::f64,
+            Device::cpu(), 8);
+  });
+  EXPECT_TRUE(testing::contains(message, "node 'gn' (GroupNorm): groups 4 does not divide the 6 channels of input "
+                                         "[2, 6, 5, 5]"))
+      << message;
 }
 
 // ---- params and errors ----
