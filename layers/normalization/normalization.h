@@ -17,7 +17,7 @@ namespace plexus::layers {
 //              LayerNorm on a channels-last tensor, computed on NCHW;
 //   GroupNorm: S = the C/G channels of group g of sample n, over all P
 //              pixels (torch.nn.GroupNorm), channel c in group c / (C/G).
-// Backward, with M = |S|, g = dy gamma_c, means over S:
+// Backward, with g = dy gamma_c and means over S:
 //   dx = r (g - mean_S g - xhat mean_S(g xhat))
 //   dgamma_c += sum dy xhat,  dbeta_c += sum dy   (over the batch and pixels)
 // Without the affine map (elementwise_affine / affine false) gamma = 1 and
