@@ -17,6 +17,7 @@
 #include "gdn/gdn.h"
 #include "leaky_relu/leaky_relu.h"
 #include "mul/mul.h"
+#include "normalization/normalization.h"
 #include "pixel_shuffle/pixel_shuffle.h"
 #include "quantize_around_mean/quantize_around_mean.h"
 #include "relu/relu.h"
@@ -55,6 +56,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_gain_unit(registry);
   layers::register_softmax(registry);
   layers::register_matmul(registry);
+  layers::register_normalization(registry);
 }
 
 Registry builtin_registry() {
