@@ -64,6 +64,16 @@ void check_inputs(const ModelSpec& spec) {
                       "])");
 }
 
+// Whether `spec` builds for one image of side x side pixels.
+bool builds_for(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
+  try {
+    Net probe(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}));
+    return true;
+  } catch (const ShapeError&) {
+    return false;
+  }
+}
+
 struct Row {
   std::string node, type, output, parameters, flops;
 };
@@ -144,10 +154,12 @@ int run_summary(const SummaryOptions& options) {
     net = std::make_unique<Net>(spec, registry,
                                 model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}));
   } catch (const ShapeError& e) {
-    // Most often a --patch that is no multiple of the model's stride (the reconstruction comes back larger).
-    throw ShapeError(
-        std::string(e.what()) + " (--patch " + options.patch +
-        ": a codec's image sides must be multiples of its stride, 16 for a factorized model, 64 for a hyperprior)");
+    if (!builds_for(spec, registry, kDefaultSide)) throw;
+    // The spec is sound and --patch is at fault: most often a side that is no multiple of the model's stride.
+    throw ShapeError(std::string(e.what()) + " (--patch " + options.patch + ": the net builds for " +
+                     std::to_string(kDefaultSide) + "x" + std::to_string(kDefaultSide) +
+                     "; a codec's image sides must be multiples of its stride, 16 for a factorized model, 64 for a "
+                     "hyperprior)");
   }
   std::printf("model '%s' (%s), image [%d, 3, %lld, %lld], on the CPU in f32\n\n", spec.name.c_str(),
               spec.source.c_str(), options.batch, static_cast<long long>(image.height),

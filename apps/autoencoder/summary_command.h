@@ -12,9 +12,12 @@
 
 namespace plexus::ae {
 
+// --patch's default side, a multiple of every bundled model's stride.
+inline constexpr std::int64_t kDefaultSide = 256;
+
 struct SummaryOptions {
-  std::string spec;           // a bundled model's name or a JSON spec file
-  std::string patch = "256";  // S or HxW
+  std::string spec;                                  // a bundled model's name or a JSON spec file
+  std::string patch = std::to_string(kDefaultSide);  // S or HxW
   int batch = 1;
   std::vector<std::string> plugins;
 };
