@@ -1,10 +1,11 @@
 #pragma once
 // FLOPs of one forward pass of a node, from its layer type, params and
-// shapes: what `plexus-ae summary` lists per node and the benchmark's
-// --profile divides by. A multiply-add counts as 2 FLOPs. Only the matrix
+// shapes: what `plexus-ae summary` lists per node, and the benchmark's
+// FLOP floors. A multiply-add counts as 2 FLOPs. Only the matrix
 // products are counted (they are where the time goes); element-wise layers,
 // normalisations' squares and roots, and the entropy models' small
 // per-channel maps count none.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,23 @@ namespace plexus {
 //   GDN, IGDN        2 * numel(x) * C  (the C x C mixing of x^2 at each pixel)
 //   FullyConnected   2 * numel(y) * F  (F = numel(x) / N, features per batch item)
 //   SoftmaxProjection 2 * N * F * V    (the projection to V = params "vocab_size")
-std::optional<double> forward_flops(const std::string& type, const nlohmann::json& params,
-                                    const std::vector<Shape>& inputs, const std::vector<Shape>& outputs);
+inline std::optional<double> forward_flops(const std::string& type, const nlohmann::json& params,
+                                           const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
+  if (inputs.empty() || outputs.empty()) return std::nullopt;
+  const Shape& x = inputs[0];
+  const Shape& y = outputs[0];
+  auto numel = [](const Shape& shape) { return static_cast<double>(shape_numel(shape)); };
+  // (C / g) * k^2: the multiply-adds of one output (Conv2d) or input (ConvTranspose2d) element.
+  auto taps = [&](std::int64_t channels) {
+    const double side = params.value("kernel", 1.0);
+    return double(channels) / params.value("groups", 1.0) * side * side;
+  };
+  if (type == "Conv2d" && x.size() == 4) return 2.0 * numel(y) * taps(x[1]);
+  if (type == "ConvTranspose2d" && y.size() == 4) return 2.0 * numel(x) * taps(y[1]);
+  if ((type == "GDN" || type == "IGDN") && x.size() >= 2) return 2.0 * numel(x) * double(x[1]);
+  if (type == "FullyConnected" && !x.empty()) return 2.0 * numel(y) * (numel(x) / double(x[0]));
+  if (type == "SoftmaxProjection" && !x.empty()) return 2.0 * numel(x) * params.value("vocab_size", 0.0);
+  return std::nullopt;
+}
 
 }  // namespace plexus
