@@ -27,17 +27,18 @@ std::string grouped(double value) {
   return text;
 }
 
-// 36456382464 -> "36.46 G".
-std::string scaled(double value) {
-  const char* units[] = {"", " k", " M", " G", " T", " P"};
-  int unit = 0;
-  while (value >= 1000.0 && unit < 5) {
+// (36456382464, "FLOPs") -> "36.46 GFLOPs"; (2994691, "") -> "2.99 M".
+std::string scaled(double value, const std::string& unit) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
+  int prefix = 0;
+  while (value >= 1000.0 && prefix < 5) {
     value /= 1000.0;
-    ++unit;
+    ++prefix;
   }
-  char text[32];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f%s" : "%.2f%s", value, units[unit]);
-  return text;
+  char number[32];
+  std::snprintf(number, sizeof number, prefix == 0 ? "%.0f" : "%.2f", value);
+  const std::string suffix = prefixes[prefix] + unit;
+  return suffix.empty() ? number : number + (" " + suffix);
 }
 
 std::string pad_right(const std::string& text, std::size_t width) {
@@ -130,10 +131,10 @@ std::string net_summary(Net& net, std::int64_t batch, const ImageSize& image) {
   char mebibytes[32];
   std::snprintf(mebibytes, sizeof mebibytes, "%.1f MiB", activation_bytes / (1024.0 * 1024.0));
   text += "\nparameters:       " + grouped(static_cast<double>(net.parameter_count())) + " (" +
-          scaled(static_cast<double>(net.parameter_count())) + ")\n";
-  text += "FLOPs per image:  " + grouped(per_image) + " (" + scaled(per_image) + "FLOPs; " +
+          scaled(static_cast<double>(net.parameter_count()), "") + ")\n";
+  text += "FLOPs per image:  " + grouped(per_image) + " (" + scaled(per_image, "FLOPs") + "; " +
           grouped(per_image / pixels) + " per pixel of a " + size + " image)\n";
-  text += "forward FLOPs:    " + grouped(total_flops) + " (" + scaled(total_flops) + "FLOPs) for a batch of " +
+  text += "forward FLOPs:    " + grouped(total_flops) + " (" + scaled(total_flops, "FLOPs") + ") for a batch of " +
           std::to_string(batch) + "\n";
   text += "activations:      " + std::string(mebibytes) + " (every node's outputs, as the net stores them)\n";
   text += "A multiply-add counts as 2 FLOPs. Counted: the matrix products (convolutions, GDN's channel mixing,\n"
