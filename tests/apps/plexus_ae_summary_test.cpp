@@ -1,6 +1,8 @@
 // plexus-ae summary: a row per node with its output shape, parameters and
 // FLOPs, and the totals, checked against counts made here from the spec's
-// own numbers; bad specs and sizes refused, naming the culprit.
+// own numbers; bad specs and sizes refused, naming the culprit. And the
+// per-node FLOP count it prints (plexus/flop_count.h) for what no bundled
+// spec has.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "plexus/flop_count.h"
 
 namespace plexus {
 namespace {
@@ -191,6 +194,22 @@ TEST_F(PlexusAeSummary, RefusesBadInputNamingIt) {
   EXPECT_EQ(refused.exit_code, 1) << refused.describe();
   EXPECT_TRUE(contains(refused.err, "malformed.json")) << refused.describe();
   EXPECT_TRUE(contains(refused.err, "malformed JSON")) << refused.describe();
+}
+
+// The counts of layers no bundled spec has, and of groups, which none uses yet.
+TEST(FlopCount, CountsGroupsFullyConnectedAndNothingForOtherLayers) {
+  using nlohmann::json;
+  // 8 -> 16 channels in 4 groups, 3x3: each output element reads 8 / 4 = 2 channels of 9 taps.
+  EXPECT_EQ(forward_flops("Conv2d", json{{"kernel", 3}, {"groups", 4}}, {{2, 8, 10, 10}}, {{2, 16, 5, 5}}),
+            2.0 * (2 * 16 * 5 * 5) * 2 * 9);
+  // Depthwise transposed, 6 channels, 4x4: each input element spreads over 1 channel of 16 taps.
+  EXPECT_EQ(forward_flops("ConvTranspose2d", json{{"kernel", 4}, {"groups", 6}}, {{1, 6, 3, 3}}, {{1, 6, 6, 6}}),
+            2.0 * (6 * 3 * 3) * 16);
+  // [5, 2, 3] flattened to 6 features per item, 7 outputs each.
+  EXPECT_EQ(forward_flops("FullyConnected", json{{"out_features", 7}}, {{5, 2, 3}}, {{5, 7}}), 2.0 * 5 * 7 * 6);
+  EXPECT_EQ(forward_flops("SoftmaxProjection", json{{"vocab_size", 11}}, {{4, 6}, {4}}, {{}}), 2.0 * 4 * 6 * 11);
+  EXPECT_FALSE(forward_flops("ReLU", json::object(), {{1, 3, 4, 4}}, {{1, 3, 4, 4}}).has_value());
+  EXPECT_FALSE(forward_flops("Conv2d", json{{"kernel", 3}}, {}, {}).has_value());
 }
 
 }  // namespace
