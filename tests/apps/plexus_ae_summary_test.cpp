@@ -165,6 +165,21 @@ TEST_F(PlexusAeSummary, BuildsForTheGivenSizeAndBatch) {
   EXPECT_EQ(total(summary.out, "forward FLOPs:"), 2 * total(summary.out, "FLOPs per image:")) << summary.out;
 }
 
+TEST_F(PlexusAeSummary, TakesLayersFromPlugins) {
+  const std::string spec = edited_spec("\"type\": \"GDN\"", "\"type\": \"PluginScale\"");
+  auto without = run({"summary", spec});
+  EXPECT_EQ(without.exit_code, 1) << without.describe();
+  EXPECT_TRUE(contains(without.err, "unknown layer type 'PluginScale'")) << without.describe();
+  EXPECT_TRUE(contains(without.err, "--plugin")) << without.describe();
+
+  auto with = run({"summary", spec, "--plugin", TEST_GOOD_PLUGIN});
+  ASSERT_EQ(with.exit_code, 0) << with.describe();
+  const auto rows = table_rows(with.out);
+  EXPECT_EQ(rows.at("g_a0_gdn").type, "PluginScale") << with.out;
+  EXPECT_EQ(rows.at("g_a0_gdn").output, "[1, 128, 128, 128]") << with.out;
+  EXPECT_EQ(rows.at("g_a0_gdn").flops, "-") << with.out;
+}
+
 TEST_F(PlexusAeSummary, RefusesBadInputNamingIt) {
   struct Case {
     std::vector<std::string> args;
