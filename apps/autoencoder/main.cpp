@@ -18,6 +18,7 @@
 #include "exit_codes.h"
 #include "info_command.h"
 #include "layers_command.h"
+#include "summary_command.h"
 #include "train_command.h"
 
 int main(int argc, char** argv) {
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
              "  plexus-ae decompress --model runs/demo/model.safetensors photo.pxae -o decoded.png\n"
              "  plexus-ae info photo.pxae        # size, bits per pixel, format and model of a compressed file\n"
              "  plexus-ae layers                 # the layer types a model spec can use, with their params\n"
+             "  plexus-ae summary bls2017        # a model's nodes: output shapes, parameters, FLOPs\n"
              "Run 'plexus-ae <command> --help' for every option of a command.");
 
   int exit_code = ae::kExitOk;  // the parsed command's
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   ae::add_export_command(app, exit_code);
   ae::add_info_command(app, exit_code);
   ae::add_layers_command(app, exit_code);
+  ae::add_summary_command(app, exit_code);
 
   try {
     app.parse(argc, argv);  // and runs the command

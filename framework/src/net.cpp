@@ -1,9 +1,7 @@
 #include "plexus/net.h"
 
 #include <algorithm>
-#include <iomanip>
 #include <set>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -623,21 +621,6 @@ Layer& Net::layer(const std::string& node_name) {
   for (auto& node : nodes_)
     if (node->spec.name == node_name) return *node->layer;
   throw ConfigError(spec_.source + ": no node named '" + node_name + "'");
-}
-
-std::string Net::summary() const {
-  std::ostringstream out;
-  out << std::left << std::setw(14) << "node" << std::setw(24) << "type" << std::setw(26) << "output"
-      << "parameters\n";
-  for (const auto& node : nodes_) {
-    std::int64_t count = 0;
-    for (Parameter* p : node->layer->parameters())
-      if (p->trainable) count += shape_numel(p->shape);
-    out << std::setw(14) << node->spec.name << std::setw(24) << node->spec.type << std::setw(26)
-        << shape_str(shapes_.at(node->spec.outputs[0])) << count << "\n";
-  }
-  out << "total parameters: " << parameter_count() << "\n";
-  return out.str();
 }
 
 }  // namespace plexus

@@ -35,6 +35,7 @@
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
+#include "plexus/flop_count.h"
 #include "plexus/net.h"
 #include "plexus/optimizer.h"
 #include "plexus/registry.h"
@@ -54,24 +55,11 @@ Tensor random_tensor(const Shape& shape, double low, double high, std::mt19937_6
   return Tensor::from_values(values, shape, DType::f32, device);
 }
 
-// FLOPs of one pass of a case (multiply and add counted separately; backward
-// is two passes), or 0 for layers without a matrix product. Conv2d:
-// 2*N*Cout*Hout*Wout*Cin*k*k; a ConvTranspose2d is the Conv2d from its output
-// to its input, so the same formula with the roles swapped. SoftmaxProjection:
-// the projection, 2*N*F*V (backward: df = dz W and dW = dz^T f).
+// FLOPs of one pass of a case (multiply and add counted separately;
+// backward is two passes), or 0 for layers without a matrix product: the
+// framework's per-node count (plexus/flop_count.h), which states the formulas.
 double pass_flops(const json& c, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) {
-  const std::string type = c["type"];
-  if (type == "SoftmaxProjection")
-    return 2.0 * static_cast<double>(inputs[0][0]) * static_cast<double>(shape_numel(inputs[0]) / inputs[0][0]) *
-           c["params"]["vocab_size"].get<double>();
-  if (type != "Conv2d" && type != "ConvTranspose2d") return 0.0;
-  const double k = c["params"]["kernel"].get<double>();
-  const Shape& x = inputs[0];
-  const Shape& y = outputs[0];
-  const Shape& small = type == "Conv2d" ? y : x;  // the side with one pixel per kernel position
-  const Shape& large = type == "Conv2d" ? x : y;
-  return 2.0 * static_cast<double>(small[0]) * static_cast<double>(small[1]) * static_cast<double>(small[2]) *
-         static_cast<double>(small[3]) * static_cast<double>(large[1]) * k * k;
+  return forward_flops(c["type"], c.value("params", json::object()), inputs, outputs).value_or(0.0);
 }
 
 // Integer class labels in [0, classes), stored as floats (SoftmaxProjection's labels).
@@ -373,37 +361,35 @@ class NodeTimer : public NodeObserver {
 };
 
 // FLOPs and device-memory bytes a node's forward (backward: x2 FLOPs for
-// convolutions, dx and dW; bytes as listed) cannot do without. Convolutions:
-// 2 * (output elements) * Cin * k^2 multiply-adds forward (transposed:
-// 2 * (input elements) * Cout * k^2). Everything else counts bytes: each
-// input and output read or written once forward; backward reads the inputs
-// and output gradients and writes the input gradients. GDN's C x C
-// contraction per pixel adds 2 * C * (elements) FLOPs forward, 4x backward.
+// convolutions, dx and dW; bytes as listed) cannot do without. FLOPs: the
+// framework's forward count (plexus/flop_count.h: convolutions, GDN's C x C
+// contraction per pixel, ...); GDN's backward is 4x its forward. Everything
+// else counts bytes: each input and output read or written once forward;
+// backward reads the inputs and output gradients and writes the input gradients.
 struct Floor {
   double forward_flops = 0, backward_flops = 0, forward_bytes = 0, backward_bytes = 0;
 };
 
 Floor floor_of(const Net& net, const NodeSpec& node) {
   Floor f;
-  auto numel = [&](const std::string& blob) { return double(shape_numel(net.blob_shape(blob))); };
   // Bytes of a blob as stored (f32, or bf16 under bf16 activation storage); its gradient has its dtype.
-  auto bytes = [&](const std::string& blob) { return numel(blob) * double(dtype_size(net.blob_dtype(blob))); };
+  auto bytes = [&](const std::string& blob) {
+    return double(shape_numel(net.blob_shape(blob))) * double(dtype_size(net.blob_dtype(blob)));
+  };
   double in = 0, out = 0;
-  for (const auto& b : node.inputs) in += bytes(b);
-  for (const auto& b : node.outputs) out += bytes(b);
+  std::vector<Shape> inputs, outputs;
+  for (const auto& b : node.inputs) {
+    in += bytes(b);
+    inputs.push_back(net.blob_shape(b));
+  }
+  for (const auto& b : node.outputs) {
+    out += bytes(b);
+    outputs.push_back(net.blob_shape(b));
+  }
   f.forward_bytes = in + out;
   f.backward_bytes = in + out + in;
-  const Shape& x = net.blob_shape(node.inputs[0]);
-  const Shape& y = net.blob_shape(node.outputs[0]);
-  if (node.type == "Conv2d" || node.type == "ConvTranspose2d") {
-    const double k = node.params.value("kernel", 1);
-    f.forward_flops = node.type == "Conv2d" ? 2.0 * numel(node.outputs[0]) * double(x[1]) * k * k
-                                            : 2.0 * numel(node.inputs[0]) * double(y[1]) * k * k;
-    f.backward_flops = 2 * f.forward_flops;
-  } else if (node.type == "GDN" || node.type == "IGDN") {
-    f.forward_flops = 2.0 * double(x[1]) * numel(node.inputs[0]);
-    f.backward_flops = 4 * f.forward_flops;
-  }
+  f.forward_flops = forward_flops(node.type, node.params, inputs, outputs).value_or(0.0);
+  f.backward_flops = (node.type == "GDN" || node.type == "IGDN" ? 4 : 2) * f.forward_flops;
   return f;
 }
 

@@ -148,8 +148,6 @@ class Net {
   // Node names in execution order.
   std::vector<std::string> execution_order() const;
   Layer& layer(const std::string& node_name);
-  // A table of nodes, types, output shapes and parameter counts.
-  std::string summary() const;
 
  private:
   struct Node;
