@@ -223,6 +223,10 @@ TEST(FlopCount, CountsGroupsFullyConnectedAndNothingForOtherLayers) {
   // [5, 2, 3] flattened to 6 features per item, 7 outputs each.
   EXPECT_EQ(forward_flops("FullyConnected", json{{"out_features", 7}}, {{5, 2, 3}}, {{5, 7}}), 2.0 * 5 * 7 * 6);
   EXPECT_EQ(forward_flops("SoftmaxProjection", json{{"vocab_size", 11}}, {{4, 6}, {4}}, {{}}), 2.0 * 4 * 6 * 11);
+  // [3, 4, 5] x [3, 5, 6]: 3 products of 4x5 by 5x6; transposed A [3, 5, 4] has the same K = 5.
+  EXPECT_EQ(forward_flops("MatMul", json::object(), {{3, 4, 5}, {3, 5, 6}}, {{3, 4, 6}}), 2.0 * 3 * 4 * 6 * 5);
+  EXPECT_EQ(forward_flops("MatMul", json{{"transpose_a", true}}, {{3, 5, 4}, {3, 5, 6}}, {{3, 4, 6}}),
+            2.0 * 3 * 4 * 6 * 5);
   EXPECT_FALSE(forward_flops("ReLU", json::object(), {{1, 3, 4, 4}}, {{1, 3, 4, 4}}).has_value());
   EXPECT_FALSE(forward_flops("Conv2d", json{{"kernel", 3}}, {}, {}).has_value());
 }

@@ -40,6 +40,11 @@ inline std::optional<double> forward_flops(const std::string& type, const nlohma
   if ((type == "GDN" || type == "IGDN") && x.size() >= 2) return 2.0 * numel(x) * double(x[1]);
   if (type == "FullyConnected" && !x.empty()) return 2.0 * numel(y) * (numel(x) / double(x[0]));
   if (type == "SoftmaxProjection" && !x.empty()) return 2.0 * numel(x) * params.value("vocab_size", 0.0);
+  // C [..., M, P] = op(A) [..., M, K] op(B) [..., K, P]: K is A's last dimension, or its second last when transposed.
+  if (type == "MatMul" && x.size() >= 2) {
+    const double k = params.value("transpose_a", false) ? double(x[x.size() - 2]) : double(x.back());
+    return 2.0 * numel(y) * k;
+  }
   return std::nullopt;
 }
 
