@@ -13,6 +13,8 @@ namespace plexus::ae {
 // --batch's is the trainer's (train::kMaxBatch).
 inline constexpr int kMaxPatch = 65536;
 inline constexpr int kMaxThreads = 256;
+// --init-from without --lr trains at this fraction of the default learning rate (fine-tuning).
+inline constexpr double kInitFromLrFactor = 0.1;
 
 // `plexus-ae train`'s own options beside the trainer's (plexus/train/trainer_options.h);
 // each is declared once, in train_option_table() (train_options.h).

@@ -44,7 +44,8 @@ TrainOptionTable train_option_table(const std::string& bundled_models) {
       .type("DIR");
   t.add("init-from", &O::init_from,
         "start from the weights of this model or checkpoint: every parameter of the same name and shape is copied "
-        "(the others keep their initial values and are listed); not with --resume")
+        "(the others keep their initial values and are listed); --lr then defaults to a tenth of its default, for "
+        "fine-tuning; not with --resume")
       .type("FILE");
   t.add("resume", &O::resume, "continue from <out>/checkpoint.safetensors with its optimiser state and settings");
   t.add("val-images", &O::val_images, "validate on at most this many images of --val (0: all)")

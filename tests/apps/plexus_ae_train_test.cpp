@@ -5,6 +5,8 @@
 // models take training steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -286,6 +288,28 @@ TEST_F(PlexusAeTrain, InitFromStartsFromAnotherModelsWeights) {
   ASSERT_EQ(run(with(with(tiny_run("scratch", 1), "--seed", "9"), "--lr", "1e-12")).exit_code, 0);
   EXPECT_FALSE(
       close_parameters(folder / "source/model.safetensors", folder / "scratch/model.safetensors", 1e-6, &compared));
+}
+
+TEST_F(PlexusAeTrain, InitFromLowersTheDefaultLearningRateOnly) {
+  ASSERT_EQ(run(tiny_run("source", 2)).exit_code, 0);
+  // tiny_run's arguments without their --lr, so that the default applies.
+  std::vector<std::string> args = tiny_run("tuned", 2, {"--init-from", folder / "source/model.safetensors"});
+  const auto lr = std::find(args.begin(), args.end(), "--lr");
+  ASSERT_NE(lr, args.end());
+  args.erase(lr, lr + 2);
+  auto tuned = run(args);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.describe();
+  EXPECT_TRUE(contains(tuned.err, "--init-from: learning rate 1e-05, a tenth of a new run's")) << tuned.err;
+  const auto tuned_lines = read_metrics(folder / "tuned/metrics.jsonl", "train");
+  ASSERT_FALSE(tuned_lines.empty());
+  for (const auto& line : tuned_lines) EXPECT_DOUBLE_EQ(line.at("lr").get<double>(), 1e-5);
+  // A given --lr (tiny_run's 0.005) is kept.
+  auto chosen = run(tiny_run("chosen", 2, {"--init-from", folder / "source/model.safetensors"}));
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.describe();
+  EXPECT_FALSE(contains(chosen.err, "a tenth of a new run's")) << chosen.err;
+  const auto chosen_lines = read_metrics(folder / "chosen/metrics.jsonl", "train");
+  ASSERT_FALSE(chosen_lines.empty());
+  for (const auto& line : chosen_lines) EXPECT_DOUBLE_EQ(line.at("lr").get<double>(), 0.005);
 }
 
 TEST_F(PlexusAeTrain, InitFromListsWhatTheFileLacks) {
