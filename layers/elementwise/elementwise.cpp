@@ -51,7 +51,7 @@ bool in_place_on_cpu(const Op&) {
 }
 
 // The factories: each reads its layer type's params into its op.
-std::unique_ptr<Layer> unary(UnaryOp op) { return std::make_unique<UnaryElementwise>(op); }
+std::unique_ptr<Layer> layer_of(Op op) { return std::make_unique<ElementwiseLayer>(op); }
 
 LeakyReLU read_leaky_relu(LayerConfig& config) {
   const double slope = config.number("negative_slope", 0.01);
@@ -66,7 +66,7 @@ Tanh read_tanh(LayerConfig& config) {
   return Tanh{scale};
 }
 
-UnaryOp read_gelu(LayerConfig& config) {
+Op read_gelu(LayerConfig& config) {
   const std::string approximate = config.text("approximate", "none");
   if (approximate == "none") return GELU{};
   if (approximate == "tanh") return GELUTanh{};
@@ -75,96 +75,82 @@ UnaryOp read_gelu(LayerConfig& config) {
 
 }  // namespace
 
-std::vector<Shape> UnaryElementwise::output_shapes(const std::vector<Shape>& inputs) const {
-  if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
+std::vector<Shape> ElementwiseLayer::output_shapes(const std::vector<Shape>& inputs) const {
+  const std::size_t count = std::visit([](const auto& op) -> std::size_t { return op.inputs; }, op_);
+  if (inputs.size() != count)
+    fail_shape("takes " + std::to_string(count) + (count == 1 ? " input" : " inputs") + ", got " +
+               std::to_string(inputs.size()));
+  for (std::size_t k = 1; k < inputs.size(); ++k)
+    if (inputs[k] != inputs[0])
+      fail_shape("input " + std::to_string(k) + " is " + shape_str(inputs[k]) + " but input 0 is " +
+                 shape_str(inputs[0]) + "; " + type() + " needs inputs of one shape");
   return {inputs[0]};
 }
 
-bool UnaryElementwise::forward_in_place(Device device) const {
+bool ElementwiseLayer::forward_in_place(Device device) const {
   return device.is_cpu() && std::visit([](const auto& op) { return in_place_on_cpu(op); }, op_);
 }
 
-FusedActivation UnaryElementwise::as_fused_activation() const {
+FusedActivation ElementwiseLayer::as_fused_activation() const {
   return std::visit([](const auto& op) { return fused_activation_of(op); }, op_);
 }
 
-void UnaryElementwise::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
+void ElementwiseLayer::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
   std::visit(
       [&](const auto& op) {
         dispatch_float(inputs[0]->dtype(), [&](auto zero) {
           using T = decltype(zero);
-          values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]));
+          if constexpr (elementwise::is_unary<decltype(op)>)
+            values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]));
+          else values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]), values_of<T>(*inputs[1]));
         });
       },
       op_);
 }
 
-void UnaryElementwise::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors& outputs,
+// A unary op's derivative at x, or at y (backward_reads_output); a binary
+// op's two partial derivatives, each where its gradient is wanted.
+void ElementwiseLayer::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors& outputs,
                                     const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  if (!input_grads[0]) return;
   std::visit(
       [&](const auto& op) {
-        const Tensor& at = std::decay_t<decltype(op)>::backward_reads_output ? *outputs[0] : *inputs[0];
-        dispatch_float(at.dtype(), [&](auto zero) {
-          using T = decltype(zero);
-          values_of<T>(*input_grads[0]) = op.backward(values_of<T>(at), values_of<T>(*output_grads[0]));
-        });
-      },
-      op_);
-}
-
-std::vector<Shape> BinaryElementwise::output_shapes(const std::vector<Shape>& inputs) const {
-  if (inputs.size() != 2) fail_shape("takes 2 inputs, got " + std::to_string(inputs.size()));
-  if (inputs[1] != inputs[0])
-    fail_shape("input 1 is " + shape_str(inputs[1]) + " but input 0 is " + shape_str(inputs[0]) + "; " + type() +
-               " needs inputs of one shape");
-  return {inputs[0]};
-}
-
-void BinaryElementwise::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
-  std::visit(
-      [&](const auto& op) {
-        dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-          using T = decltype(zero);
-          values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]), values_of<T>(*inputs[1]));
-        });
-      },
-      op_);
-}
-
-void BinaryElementwise::backward_cpu(Context&, const ConstTensors& inputs, const ConstTensors&,
-                                     const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  std::visit(
-      [&](const auto& op) {
-        dispatch_float(inputs[0]->dtype(), [&](auto zero) {
-          using T = decltype(zero);
-          const auto a = values_of<T>(*inputs[0]), b = values_of<T>(*inputs[1]);
-          const auto dy = values_of<T>(*output_grads[0]);
-          if (input_grads[0]) values_of<T>(*input_grads[0]) = op.grad_a(a, b, dy);
-          if (input_grads[1]) values_of<T>(*input_grads[1]) = op.grad_b(a, b, dy);
-        });
+        if constexpr (elementwise::is_unary<decltype(op)>) {
+          if (!input_grads[0]) return;
+          const Tensor& at = std::decay_t<decltype(op)>::backward_reads_output ? *outputs[0] : *inputs[0];
+          dispatch_float(at.dtype(), [&](auto zero) {
+            using T = decltype(zero);
+            values_of<T>(*input_grads[0]) = op.backward(values_of<T>(at), values_of<T>(*output_grads[0]));
+          });
+        } else {
+          dispatch_float(inputs[0]->dtype(), [&](auto zero) {
+            using T = decltype(zero);
+            const auto a = values_of<T>(*inputs[0]), b = values_of<T>(*inputs[1]);
+            const auto dy = values_of<T>(*output_grads[0]);
+            if (input_grads[0]) values_of<T>(*input_grads[0]) = op.grad_a(a, b, dy);
+            if (input_grads[1]) values_of<T>(*input_grads[1]) = op.grad_b(a, b, dy);
+          });
+        }
       },
       op_);
 }
 
 void register_elementwise(Registry& registry) {
   registry.add(
-      "ReLU", [](LayerConfig&) { return unary(ReLU{}); }, "y = max(x, 0), element-wise");
+      "ReLU", [](LayerConfig&) { return layer_of(ReLU{}); }, "y = max(x, 0), element-wise");
   registry.add(
-      "LeakyReLU", [](LayerConfig& config) { return unary(read_leaky_relu(config)); },
+      "LeakyReLU", [](LayerConfig& config) { return layer_of(read_leaky_relu(config)); },
       "y = x for x > 0, negative_slope * x otherwise, element-wise");
   registry.add(
-      "Abs", [](LayerConfig&) { return unary(Abs{}); }, "y = |x|, element-wise");
+      "Abs", [](LayerConfig&) { return layer_of(Abs{}); }, "y = |x|, element-wise");
   registry.add(
-      "Sigmoid", [](LayerConfig&) { return unary(Sigmoid{}); }, "y = 1 / (1 + exp(-x)), element-wise");
+      "Sigmoid", [](LayerConfig&) { return layer_of(Sigmoid{}); }, "y = 1 / (1 + exp(-x)), element-wise");
   registry.add(
-      "Tanh", [](LayerConfig& config) { return unary(read_tanh(config)); }, "y = scale * tanh(x), element-wise");
+      "Tanh", [](LayerConfig& config) { return layer_of(read_tanh(config)); }, "y = scale * tanh(x), element-wise");
   registry.add(
-      "GELU", [](LayerConfig& config) { return unary(read_gelu(config)); },
+      "GELU", [](LayerConfig& config) { return layer_of(read_gelu(config)); },
       "y = x * Phi(x) (Phi: the standard normal CDF; approximate \"tanh\": PyTorch's tanh form), element-wise");
   registry.add(
-      "Mul", [](LayerConfig&) { return std::make_unique<BinaryElementwise>(Mul{}); },
-      "y = a * b, element-wise, two inputs of one shape (gating)");
+      "Mul", [](LayerConfig&) { return layer_of(Mul{}); }, "y = a * b, element-wise, two inputs of one shape (gating)");
 }
 
 }  // namespace plexus::layers

@@ -44,65 +44,47 @@ __global__ void binary_backward(Op op, Elements a, Elements b, Elements dy, Elem
 
 }  // namespace
 
-void UnaryElementwise::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  const long long n = inputs[0]->numel();
-  if (n == 0) return;
-  std::visit(
-      [&](const auto& op) {
-        dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
-          using Elements = decltype(kind);
-          unary_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(op, Elements::of(inputs[0]),
-                                                                            Elements::of(outputs[0]), n);
-          cuda::check_launch("unary_forward", __FILE__, __LINE__);
-        });
-      },
-      op_);
-}
-
-void UnaryElementwise::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
-                                     const ConstTensors& output_grads, const MutableTensors& input_grads) {
-  const long long n = output_grads[0]->numel();
-  if (!input_grads[0] || n == 0) return;
-  std::visit(
-      [&](const auto& op) {
-        const Tensor* at = std::decay_t<decltype(op)>::backward_reads_output ? outputs[0] : inputs[0];
-        dispatch_activation_elements(at->dtype(), [&](auto kind) {
-          using Elements = decltype(kind);
-          unary_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-              op, Elements::of(at), Elements::of(output_grads[0]), Elements::of(input_grads[0]), n);
-          cuda::check_launch("unary_backward", __FILE__, __LINE__);
-        });
-      },
-      op_);
-}
-
-void BinaryElementwise::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
+void ElementwiseLayer::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
   const long long n = outputs[0]->numel();
   if (n == 0) return;
   std::visit(
       [&](const auto& op) {
         dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
           using Elements = decltype(kind);
-          binary_forward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-              op, Elements::of(inputs[0]), Elements::of(inputs[1]), Elements::of(outputs[0]), n);
-          cuda::check_launch("binary_forward", __FILE__, __LINE__);
+          const unsigned int blocks = cuda::blocks_for(n);
+          if constexpr (elementwise::is_unary<decltype(op)>)
+            unary_forward<<<blocks, 256, 0, cuda::stream(ctx)>>>(op, Elements::of(inputs[0]), Elements::of(outputs[0]),
+                                                                 n);
+          else
+            binary_forward<<<blocks, 256, 0, cuda::stream(ctx)>>>(op, Elements::of(inputs[0]), Elements::of(inputs[1]),
+                                                                  Elements::of(outputs[0]), n);
+          cuda::check_launch("elementwise forward", __FILE__, __LINE__);
         });
       },
       op_);
 }
 
-void BinaryElementwise::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
-                                      const ConstTensors& output_grads, const MutableTensors& input_grads) {
+// As backward_cpu: a unary op's derivative at x or y, a binary op's partials.
+void ElementwiseLayer::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
+                                     const ConstTensors& output_grads, const MutableTensors& input_grads) {
   const long long n = output_grads[0]->numel();
-  if (n == 0 || (!input_grads[0] && !input_grads[1])) return;
+  if (n == 0 || (!input_grads[0] && (input_grads.size() < 2 || !input_grads[1]))) return;
   std::visit(
       [&](const auto& op) {
-        dispatch_activation_elements(inputs[0]->dtype(), [&](auto kind) {
+        using Op = std::decay_t<decltype(op)>;
+        const Tensor* at = inputs[0];
+        if constexpr (elementwise::is_unary<Op>) at = Op::backward_reads_output ? outputs[0] : inputs[0];
+        dispatch_activation_elements(at->dtype(), [&](auto kind) {
           using Elements = decltype(kind);
-          binary_backward<<<cuda::blocks_for(n), 256, 0, cuda::stream(ctx)>>>(
-              op, Elements::of(inputs[0]), Elements::of(inputs[1]), Elements::of(output_grads[0]),
-              Elements::of(input_grads[0]), Elements::of(input_grads[1]), n);
-          cuda::check_launch("binary_backward", __FILE__, __LINE__);
+          const unsigned int blocks = cuda::blocks_for(n);
+          if constexpr (elementwise::is_unary<Op>)
+            unary_backward<<<blocks, 256, 0, cuda::stream(ctx)>>>(op, Elements::of(at), Elements::of(output_grads[0]),
+                                                                  Elements::of(input_grads[0]), n);
+          else
+            binary_backward<<<blocks, 256, 0, cuda::stream(ctx)>>>(
+                op, Elements::of(inputs[0]), Elements::of(inputs[1]), Elements::of(output_grads[0]),
+                Elements::of(input_grads[0]), Elements::of(input_grads[1]), n);
+          cuda::check_launch("elementwise backward", __FILE__, __LINE__);
         });
       },
       op_);

@@ -1,12 +1,12 @@
 #pragma once
-// The element-wise layers: one layer class for every unary op (ReLU,
-// LeakyReLU, Abs, Sigmoid, Tanh, GELU) and one for every binary op (Mul),
-// each running the formulas of its op (elementwise_ops.h): the CPU passes
-// as one Eigen expression over the whole tensor (elementwise.cpp), the CUDA
-// passes as one grid-stride kernel (elementwise.cu). No parameters.
-// On CUDA every input, output and gradient may be f32 or bf16, each in its
-// own dtype, computed on in f32 (activation_elements.cuh), or all f64; the
-// CPU passes take f32 and f64.
+// The element-wise layers, ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU and
+// Mul: one layer class that runs the formulas of its op (elementwise_ops.h),
+// the CPU passes as one Eigen expression over the whole tensor
+// (elementwise.cpp), the CUDA passes as one grid-stride kernel
+// (elementwise.cu). An op of k inputs takes k tensors of one shape and
+// writes one of that shape. No parameters. On CUDA every input, output and
+// gradient may be f32 or bf16, each in its own dtype, computed on in f32
+// (activation_elements.cuh), or all f64; the CPU passes take f32 and f64.
 #include <vector>
 
 #include "elementwise/elementwise_ops.h"
@@ -16,10 +16,9 @@
 
 namespace plexus::layers {
 
-// y = f(x): one input, one output of the same shape.
-class UnaryElementwise final : public Layer {
+class ElementwiseLayer final : public Layer {
  public:
-  explicit UnaryElementwise(elementwise::UnaryOp op) : op_(op) {}
+  explicit ElementwiseLayer(elementwise::Op op) : op_(op) {}
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
@@ -38,30 +37,7 @@ class UnaryElementwise final : public Layer {
 #endif
 
  private:
-  elementwise::UnaryOp op_;
-};
-
-// y = f(a, b): two inputs of one shape, one output of that shape.
-class BinaryElementwise final : public Layer {
- public:
-  explicit BinaryElementwise(elementwise::BinaryOp op) : op_(op) {}
-  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
-
- protected:
-  void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
-  void backward_cpu(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
-                    const ConstTensors& output_grads, const MutableTensors& input_grads) override;
-#if PLEXUS_WITH_CUDA
-  void forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
-  void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
-                     const ConstTensors& output_grads, const MutableTensors& input_grads) override;
-#endif
-
- private:
-  elementwise::BinaryOp op_;
+  elementwise::Op op_;
 };
 
 // ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU and Mul.

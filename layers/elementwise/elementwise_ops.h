@@ -8,9 +8,9 @@
 //     loaded by the grid-stride loop.
 // A formula uses the arithmetic operators, comparisons and the functions of
 // namespace math below (exp, tanh, erf, abs, square, maximum, select), which
-// have an overload for each. A new unary op is a struct with forward,
-// backward and backward_reads_output, an alternative of UnaryOp, and its
-// registration in elementwise.cpp (Caffe's NeuronLayer, ggml's unary ops).
+// have an overload for each. A new op is a struct with its number of inputs
+// and its formulas (below), an alternative of Op, and its registration in
+// elementwise.cpp (after Caffe's NeuronLayer and ggml's unary ops).
 #include <cmath>
 #include <type_traits>
 #include <variant>
@@ -40,8 +40,8 @@ template <typename X>
 using ScalarOf = typename ScalarOfImpl<X>::type;
 
 // The functions a formula may call, as math::exp(x) etc.: one overload for
-// one element, one for an Eigen array. Called qualified, so that Eigen's own
-// exp etc., which argument-dependent lookup would also find, are not.
+// one element, one for an Eigen array. Formulas call them qualified, so that
+// overload resolution sees exactly these (no argument-dependent lookup).
 namespace math {
 
 // One element (the CUDA kernels): the C library's functions of its type.
@@ -68,27 +68,16 @@ PLEXUS_ELEMENTWISE_FUNCTION T select(bool condition, T if_true, T if_false) {
 }
 
 #ifndef __CUDACC__
-// Eigen arrays (the CPU passes), as Eigen's own element-wise functions.
-// maximum is Eigen's max, whose -0 and NaN cases are the vector unit's.
-template <typename X>
-auto exp(const Eigen::ArrayBase<X>& x) {
-  return x.exp();
-}
-template <typename X>
-auto tanh(const Eigen::ArrayBase<X>& x) {
-  return x.tanh();
-}
+// Eigen arrays (the CPU passes): Eigen's own element-wise functions, and
+// erf through the C library (Eigen's needs its unsupported module). maximum
+// is Eigen's max, whose -0 and NaN cases are the vector unit's.
+using Eigen::abs;
+using Eigen::exp;
+using Eigen::square;
+using Eigen::tanh;
 template <typename X>
 auto erf(const Eigen::ArrayBase<X>& x) {
   return x.unaryExpr([](typename X::Scalar v) { return std::erf(v); });
-}
-template <typename X>
-auto abs(const Eigen::ArrayBase<X>& x) {
-  return x.abs();
-}
-template <typename X>
-auto square(const Eigen::ArrayBase<X>& x) {
-  return x.square();
 }
 template <typename X>
 auto maximum(const Eigen::ArrayBase<X>& x, typename X::Scalar bound) {
@@ -103,12 +92,13 @@ auto select(const Eigen::ArrayBase<Condition>& condition, const IfTrue& if_true,
 
 }  // namespace math
 
-// ---- Unary: y = f(x), one input, one output of its shape ----
+// ---- Unary (inputs = 1): y = f(x) ----
 // backward(v, dy) = dL/dx, with v = x, or v = y where backward_reads_output
 // (the derivative is cheaper from the output, which the net keeps anyway).
 
 // ReLU: y = max(x, 0);  dL/dx = dL/dy [x > 0].
 struct ReLU {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = false;
   template <typename X>
   PLEXUS_ELEMENTWISE_FUNCTION auto forward(const X& x) const {
@@ -124,6 +114,7 @@ struct ReLU {
 // LeakyReLU: y = x for x > 0, negative_slope * x otherwise;
 // dL/dx = dL/dy for x > 0, negative_slope * dL/dy otherwise.
 struct LeakyReLU {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = false;
   double negative_slope = 0.01;
   template <typename X>
@@ -142,6 +133,7 @@ struct LeakyReLU {
 // PyTorch's abs uses). The hyper-analysis of the scale hyperprior starts
 // with it (Ballé et al. 2018: the scales depend only on the magnitudes).
 struct Abs {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = false;
   template <typename X>
   PLEXUS_ELEMENTWISE_FUNCTION auto forward(const X& x) const {
@@ -158,6 +150,7 @@ struct Abs {
 // needed for stability: exp(-x) overflows to +inf for very negative x, and
 // 1 / inf = 0 is the right limit.
 struct Sigmoid {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = true;
   template <typename X>
   PLEXUS_ELEMENTWISE_FUNCTION auto forward(const X& x) const {
@@ -175,6 +168,7 @@ struct Sigmoid {
 // tanh(x) = y / scale. Minnen & Singh's latent residual prediction adds
 // 0.5 tanh of a small network's output to the latent.
 struct Tanh {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = true;
   double scale = 1.0;
   template <typename X>
@@ -194,6 +188,7 @@ struct Tanh {
 // phi(x) = exp(-x^2 / 2) / sqrt(2 pi);  dL/dx = dL/dy (Phi(x) + x phi(x)).
 // As PyTorch's GELU (approximate "none").
 struct GELU {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = false;
   static constexpr double kSqrtHalf = 0.70710678118654752440;          // 1 / sqrt 2
   static constexpr double kInverseSqrtTwoPi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
@@ -214,6 +209,7 @@ struct GELU {
 // u = sqrt(2 / pi) (x + 0.044715 x^3);
 // dL/dx = dL/dy ((1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2).
 struct GELUTanh {
+  static constexpr int inputs = 1;
   static constexpr bool backward_reads_output = false;
   static constexpr double kSqrtTwoOverPi = 0.79788456080286535588;
   static constexpr double kCubic = 0.044715;
@@ -231,16 +227,13 @@ struct GELUTanh {
   }
 };
 
-// The unary table: one alternative per formula (a layer type may pick one
-// of several by its params, as GELU does).
-using UnaryOp = std::variant<ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU, GELUTanh>;
-
-// ---- Binary: y = f(a, b), two inputs of one shape ----
+// ---- Binary (inputs = 2): y = f(a, b) ----
 // grad_a and grad_b: dL/da and dL/db from a, b and dL/dy.
 
 // Mul: y = a b;  dL/da = dL/dy b,  dL/db = dL/dy a. Gating (attention masks,
 // as in Cheng et al. 2020's attention module: x * sigmoid(mask)).
 struct Mul {
+  static constexpr int inputs = 2;
   template <typename A, typename B>
   PLEXUS_ELEMENTWISE_FUNCTION auto forward(const A& a, const B& b) const {
     return a * b;
@@ -255,6 +248,12 @@ struct Mul {
   }
 };
 
-using BinaryOp = std::variant<Mul>;
+// The table: one alternative per formula (a layer type may pick one of
+// several by its params, as GELU does).
+using Op = std::variant<ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU, GELUTanh, Mul>;
+
+// Whether an op (or a reference to one) has one input.
+template <typename OpType>
+inline constexpr bool is_unary = std::decay_t<OpType>::inputs == 1;
 
 }  // namespace plexus::layers::elementwise
