@@ -42,8 +42,9 @@ FusedActivation fused_activation_of(const Op&) {
 }
 
 // ReLU's CPU forward may write over its input (Layer::forward_in_place):
-// Eigen reads each x[i] before it writes y[i]. The other ops keep the
-// memory plan they had before they shared this class.
+// Eigen reads each x[i] before it writes y[i]. Any unary op here could say
+// so; ReLU alone does, which keeps the memory plans of inference nets as
+// they are.
 bool in_place_on_cpu(const ReLU&) { return true; }
 template <typename Op>
 bool in_place_on_cpu(const Op&) {
