@@ -3,11 +3,11 @@
 // so nothing silently disappears when the linker prunes a library.
 #include "plexus/builtin_layers.h"
 
-#include "abs/abs.h"
 #include "add/add.h"
 #include "concat/concat.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
+#include "elementwise/elementwise.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
@@ -15,14 +15,9 @@
 #include "gaussian_conditional/gaussian_conditional.h"
 #include "rate_loss/rate_loss.h"
 #include "gdn/gdn.h"
-#include "leaky_relu/leaky_relu.h"
-#include "mul/mul.h"
 #include "normalization/normalization.h"
 #include "pixel_shuffle/pixel_shuffle.h"
 #include "quantize_around_mean/quantize_around_mean.h"
-#include "relu/relu.h"
-#include "sigmoid/sigmoid.h"
-#include "tanh/tanh.h"
 #include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
@@ -35,8 +30,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_conv2d(registry);
   layers::register_conv_transpose2d(registry);
   layers::register_gdn(registry);
-  layers::register_relu(registry);
-  layers::register_abs(registry);
+  layers::register_elementwise(registry);  // ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU, Mul
   layers::register_uniform_noise(registry);
   layers::register_factorized_entropy_model(registry);
   layers::register_gaussian_conditional(registry);
@@ -46,12 +40,8 @@ void register_builtin_layers(Registry& registry) {
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);
   layers::register_add(registry);
-  layers::register_mul(registry);
   layers::register_concat(registry);
   layers::register_split(registry);
-  layers::register_sigmoid(registry);
-  layers::register_tanh(registry);
-  layers::register_leaky_relu(registry);
   layers::register_pixel_shuffle(registry);
   layers::register_gain_unit(registry);
   layers::register_softmax(registry);

@@ -137,7 +137,8 @@ class Arguments(unittest.TestCase):
 
     def test_bad_arguments_are_refused_naming_them(self):
         for words, culprit in ((["bogus", "GDN"], "'bogus'"), (["test", "NoSuchLayer"], "'NoSuchLayer'"),
-                               (["test"], "name a target"), (["perf", "abs_test"], "'abs_test'"),
+                               (["test"], "name a target"),
+                               (["perf", "elementwise_test"], "'elementwise_test' is a test binary"),
                                (["test", "bls2017"], "'bls2017' is a model"), (["ab", "bls2017"], "--against"),
                                (["ab", "bls2017", "--switch", "NOEQUALS"], "'NOEQUALS'"),
                                (["ab", "bls2017", "--switch", "A=1", "--against", "HEAD"], "exactly one"),
@@ -222,7 +223,7 @@ class StandIns(unittest.TestCase):
         os.makedirs(os.path.join(self.work, "build", "bin"))
         os.makedirs(os.path.join(self.work, "other", "bin"))
         os.makedirs(self.standins)
-        self.write(os.path.join(self.work, "build", "tests", "relu_test"), GTEST_STANDIN)
+        self.write(os.path.join(self.work, "build", "tests", "elementwise_test"), GTEST_STANDIN)
         self.write(os.path.join(self.standins, "compute-sanitizer"), SANITIZER_STANDIN)
         for folder in ("build", "other"):
             self.write(os.path.join(self.work, folder, "bin", "plexus-bench"), BENCH_STANDIN)
@@ -256,7 +257,7 @@ class StandIns(unittest.TestCase):
         self.assertEqual(self.run_harness(*words, tests=self.RELU, build=True), 0, self.output)
         self.assertEqual(self.calls_made()[:2], [
             f"cmake -S {ROOT} -B {build} -DPLEXUS_BUILD_BENCH=ON -DEXTRA=1 -G Ninja -DCMAKE_BUILD_TYPE=Release",
-            f"cmake --build {build} -j {os.cpu_count()} --target relu_test"])
+            f"cmake --build {build} -j {os.cpu_count()} --target elementwise_test"])
         open(os.path.join(build, "CMakeCache.txt"), "w").close()  # an existing build keeps its generator and type
         os.remove(self.calls)
         self.assertEqual(self.run_harness("perf", "bls2017", "--build", build, build=True), 0, self.output)
@@ -271,16 +272,16 @@ class StandIns(unittest.TestCase):
     def test_test_and_grad_run_their_tests_and_pass(self):
         self.assertEqual(self.run_harness("test", "grad", "ReLU", tests=self.RELU, STANDIN_SETTING="on"), 0,
                          self.output)
-        self.assertIn("relu_test test: passed: 2 of 2 passed, 0 failed, 0 skipped", self.output)
-        self.assertIn("relu_test grad: passed: 2 of 2 passed", self.output)
+        self.assertIn("elementwise_test test: passed: 2 of 2 passed, 0 failed, 0 skipped", self.output)
+        self.assertIn("elementwise_test grad: passed: 2 of 2 passed", self.output)
         self.assertIn("SUMMARY: test and grad: 2 of 2 passed", self.output)
-        self.assertEqual(self.calls_made(), ["relu_test ReLU.ForwardMatchesDefinition:ReLU.ParityCpuCuda on",
-                                             "relu_test ReLU.GradientsCpu:ReLU.GradientsCuda on"])
+        self.assertEqual(self.calls_made(), ["elementwise_test ReLU.ForwardMatchesDefinition:ReLU.ParityCpuCuda on",
+                                             "elementwise_test ReLU.GradientsCpu:ReLU.GradientsCuda on"])
 
     def test_cpu_leaves_the_cuda_tests_out_and_env_reaches_the_binary(self):
-        self.assertEqual(self.run_harness("grad", "relu_test", "--cpu", "--env", "STANDIN_SETTING=given",
+        self.assertEqual(self.run_harness("grad", "elementwise_test", "--cpu", "--env", "STANDIN_SETTING=given",
                                           tests=self.RELU), 0, self.output)
-        self.assertEqual(self.calls_made(), ["relu_test ReLU.GradientsCpu given"])
+        self.assertEqual(self.calls_made(), ["elementwise_test ReLU.GradientsCpu given"])
 
     def test_a_skipped_failed_or_missing_test_fails_the_run(self):
         for tests, culprit in (("ReLU.GradientsCpu ReLU.GradientsCudaSkips", "skipped: ReLU.GradientsCudaSkips"),
@@ -302,7 +303,7 @@ class StandIns(unittest.TestCase):
     def test_memcheck_runs_the_cuda_tests_under_the_sanitizer(self):
         self.assertEqual(self.run_harness("grad", "ReLU", "--memcheck", tests=self.RELU), 0, self.output)
         self.assertIn("memcheck over 1 CUDA tests: clean: ERROR SUMMARY: 0 errors", self.output)
-        self.assertEqual(self.calls_made()[-1], "relu_test ReLU.GradientsCuda -")
+        self.assertEqual(self.calls_made()[-1], "elementwise_test ReLU.GradientsCuda -")
         self.assertEqual(self.run_harness("grad", "ReLU", "--memcheck", tests=self.RELU,
                                           STANDIN_SETTING="memory error"), 1, self.output)
         self.assertIn("memcheck over 1 CUDA tests: FAILED: ERROR SUMMARY: 1 error (exit 99)", self.output)

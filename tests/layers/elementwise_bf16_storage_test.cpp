@@ -1,5 +1,5 @@
-// The element-wise layers (ReLU, LeakyReLU, Abs, Tanh, Sigmoid, Add, Mul,
-// PixelShuffle) with bf16 activation storage (Layer::stores_bf16): storing
+// The element-wise layers (ReLU, LeakyReLU, Abs, Tanh, Sigmoid, GELU, Add,
+// Mul, PixelShuffle) with bf16 activation storage (Layer::stores_bf16): storing
 // in bf16 changes nothing but the rounding of the stored tensors. With
 // inputs and output gradients whose values are bf16 numbers, a pass on CUDA
 // with each tensor f32 or bf16 must give exactly the f32 pass's output and
@@ -42,6 +42,8 @@ std::vector<LayerCase> one_input_layers() {
           {"Abs", nlohmann::json::object(), {kOddShape}},
           {"Tanh", {{"scale", 0.5}}, {kOddShape}},
           {"Sigmoid", nlohmann::json::object(), {kOddShape}},
+          {"GELU", nlohmann::json::object(), {kOddShape}},
+          {"GELU", {{"approximate", "tanh"}}, {kOddShape}},
           {"PixelShuffle", {{"upscale_factor", 2}}, {Shape{2, 12, 5, 7}}}};
 }
 

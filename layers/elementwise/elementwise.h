@@ -1,23 +1,30 @@
 #pragma once
-#include <cstdint>
+// The element-wise layers, ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU and
+// Mul: one layer class that runs the formulas of its op (elementwise_ops.h),
+// the CPU passes as one Eigen expression over the whole tensor
+// (elementwise.cpp), the CUDA passes as one grid-stride kernel
+// (elementwise.cu). An op of k inputs takes k tensors of one shape and
+// writes one of that shape. No parameters. On CUDA every input, output and
+// gradient may be f32 or bf16, each in its own dtype, computed on in f32
+// (activation_elements.cuh), or all f64; the CPU passes take f32 and f64.
 #include <vector>
 
+#include "elementwise/elementwise_ops.h"
 #include "plexus/layer.h"
 #include "plexus/layer_config.h"
 #include "plexus/registry.h"
 
 namespace plexus::layers {
 
-// Sigmoid: y = 1 / (1 + exp(-x));  dL/dx = dL/dy * y * (1 - y).
-// One input, one output of the same shape; no parameters.
-class Sigmoid : public Layer {
+class ElementwiseLayer final : public Layer {
  public:
-  explicit Sigmoid(LayerConfig& config);
+  explicit ElementwiseLayer(elementwise::Op op) : op_(op) {}
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
-  // On CUDA x, y and their gradients may each be f32 or bf16; the CPU kernels take f32 and f64.
+  bool forward_in_place(Device device) const override;
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  FusedActivation as_fused_activation() const override;
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -28,8 +35,12 @@ class Sigmoid : public Layer {
   void backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors& outputs,
                      const ConstTensors& output_grads, const MutableTensors& input_grads) override;
 #endif
+
+ private:
+  elementwise::Op op_;
 };
 
-void register_sigmoid(Registry& registry);
+// ReLU, LeakyReLU, Abs, Sigmoid, Tanh, GELU and Mul.
+void register_elementwise(Registry& registry);
 
 }  // namespace plexus::layers
