@@ -282,6 +282,24 @@ TEST_F(Codec, ImpossibleSizesAreRejectedBeforeAnyAllocation) {
   EXPECT_TRUE(contains(decode_error(huge), "at most 67108864 pixels")) << decode_error(huge);
 }
 
+TEST_F(Codec, APanoramaWiderThan32768PixelsRoundTripsAndASide65536IsRefused) {
+  // 40000x9: over the 32768 sides of earlier releases, under 65535 and the pixel limit.
+  const data::Image wide = testing::position_image(40000, 9);
+  const std::vector<std::uint8_t> bytes = model.compress(wide);
+  const data::Image decoded = model.decompress(bytes.data(), bytes.size());
+  EXPECT_EQ(decoded.width, 40000);
+  EXPECT_EQ(decoded.height, 9);
+  EXPECT_EQ(model.encode_latent(wide).to_values(), model.decode_latent(bytes.data(), bytes.size()).to_values());
+  const std::string refused = error_or_none([&] { model.compress(testing::position_image(65536, 1)); });
+  EXPECT_TRUE(contains(refused, "a 65536x1 image is outside what the format holds (each side 1..65535")) << refused;
+  // A header claiming a side of 65536 is refused before any allocation.
+  std::vector<std::uint8_t> claimed = compressed();
+  put32(claimed, 16, 65536);
+  reseal(claimed);
+  EXPECT_TRUE(contains(decode_error(claimed), "image size 65536x13 is out of range (each side 1..65535"))
+      << decode_error(claimed);
+}
+
 TEST_F(Codec, CorruptStreamsBehindAValidChecksumFailCleanly) {
   // Flip bits of the coded stream and reseal: the rANS decoder sees the
   // damage itself (or decodes some other latent) but never crashes.

@@ -63,8 +63,9 @@ enum class ModelKind : std::uint32_t {
 const char* model_kind_name(ModelKind kind);
 bool has_hyper_latent(ModelKind kind);         // the hyperprior kinds
 std::uint16_t format_version(ModelKind kind);  // the version written for it
-// The largest image a file may describe: each side and the pixel count.
-inline constexpr std::uint32_t kMaxImageSide = 32768;
+// The largest image a file may describe: each side (a panorama may be wide)
+// and, by default, the pixel count (a decoder may allow more pixels).
+inline constexpr std::uint32_t kMaxImageSide = 65535;
 inline constexpr std::uint64_t kMaxImagePixels = std::uint64_t(1) << 26;
 
 // Flags: the source image was grey (its one channel copied to R, G and B):
