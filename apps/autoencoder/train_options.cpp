@@ -30,9 +30,8 @@ TrainOptionTable train_option_table(const std::string& bundled_models) {
       .changes_the_run()
       .range(Bounds::above(0).finite_only());
   t.add("distortion", &O::distortion,
-        "mse or ms_ssim: the distortion D the model trains with, in place of its spec's \"loss\" (MS-SSIM needs "
-        "--patch of 161 or more; CompressAI's lambdas for it: 2.4 to 60.5)")
-      .changes_the_run()
+        "mse or ms_ssim: the distortion D the model trains with, in place of its spec's \"loss\", which the "
+        "checkpoint records (MS-SSIM needs --patch of 161 or more; CompressAI's lambdas for it: 2.4 to 60.5)")
       .type("D");
   t.add("lambdas", &O::lambdas,
         "a variable-rate model's trade-offs, one per rate level, increasing (e.g. "
