@@ -11,7 +11,7 @@ std::array<double, kMsSsimWindow> ms_ssim_window() {
   std::array<double, kMsSsimWindow> g{};
   double sum = 0;
   for (int k = 0; k < kMsSsimWindow; ++k) {
-    const double d = k - kMsSsimWindow / 2;
+    const double d = k - (kMsSsimWindow - 1) / 2.0;  // offset from the centre tap
     g[k] = std::exp(-d * d / (2 * kMsSsimSigma * kMsSsimSigma));
     sum += g[k];
   }

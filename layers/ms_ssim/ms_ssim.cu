@@ -250,7 +250,7 @@ struct Layout {
   std::array<long long, kMsSsimScales> x{}, y{}, dx{}, dy{};  // scale 0's x and y are the inputs
   long long rows = 0, maps = 0, partials = 0, factors = 0, total = 0;
 
-  Layout(const Shape& shape) {
+  explicit Layout(const Shape& shape) {
     planes = shape[0] * shape[1];
     heights = ms_ssim_sides(shape[2]);
     widths = ms_ssim_sides(shape[3]);
