@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -25,6 +26,8 @@
 #include "apps/same_tensors.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
+#include "plexus/context.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
@@ -433,6 +436,59 @@ TEST_F(PlexusAeTrain, MsSsimLossTrainsABundledModelAndEvalReportsItFromTheFiles)
   ASSERT_TRUE(image["file"]["ms_ssim"].is_number()) << image.dump();
   EXPECT_GT(image["file"]["ms_ssim"].get<double>(), 0.0);
   EXPECT_LE(image["file"]["ms_ssim"].get<double>(), 1.0);
+}
+
+// On a GPU: MS-SSIM training on CUDA, its step recorded into a CUDA graph
+// (MSSSIM is capturable) and launched eagerly, logs the same losses (the two
+// devices draw different noise, so the CPU's are not the reference).
+TEST_F(PlexusAeTrain, MsSsimTrainingOnCudaRecordsItsStepInACudaGraph) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  testing::save_png(folder / "large/a.png", testing::position_image(200, 180));
+  std::map<std::string, std::vector<nlohmann::json>> logs;
+  for (const std::string graph : {"on", "off"}) {
+    auto result = run({"train",
+                       "--data",
+                       folder / "large",
+                       "--model",
+                       testing::test_model("tiny.json"),
+                       "--distortion",
+                       "ms_ssim",
+                       "--lambda",
+                       "8.73",
+                       "--patch",
+                       "164",
+                       "--batch",
+                       "2",
+                       "--steps",
+                       "6",
+                       "--log-every",
+                       "2",
+                       "--lr",
+                       "0.005",
+                       "--seed",
+                       "3",
+                       "--device",
+                       "cuda",
+                       "--cuda-graph",
+                       graph,
+                       "--out",
+                       folder / ("ms-" + graph)});
+    ASSERT_EQ(result.exit_code, 0) << result.describe();
+    if (graph == "on") EXPECT_TRUE(contains(result.err, "CUDA graph on")) << result.err;
+    logs[graph] = read_metrics(folder / ("ms-" + graph + "/metrics.jsonl"), "train");
+  }
+  ASSERT_EQ(logs["on"].size(), 3u);
+  ASSERT_EQ(logs["off"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& on = logs["on"][i];
+    const double loss = on["loss"], ms_ssim = on["ms_ssim"], bpp = on["bpp"];
+    EXPECT_GT(ms_ssim, 0.0);
+    EXPECT_LE(ms_ssim, 1.0);
+    EXPECT_NEAR(loss, 8.73 * (1 - ms_ssim) + bpp, 1e-4 * loss) << on.dump();
+    for (const char* key : {"loss", "ms_ssim", "bpp"})
+      EXPECT_NEAR(on[key].get<double>(), logs["off"][i][key].get<double>(), 1e-4 * std::abs(on[key].get<double>()))
+          << key << " at log line " << i;
+  }
 }
 
 // tiny.json with `loss` as its "loss" section, written to <scratch>/<name>.json.
