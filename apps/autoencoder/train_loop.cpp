@@ -59,7 +59,7 @@ Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, in
   v.bpp /= v.images;
   v.ms_ssim = v.ms_ssim_images > 0 ? v.ms_ssim / v.ms_ssim_images : std::nan("");
   const double ms_ssim_weight = loss.distortion_weight(kMsSsim);
-  v.loss = lambda * loss.distortion_weight(kDistortion) * 255.0 * 255.0 * mse / v.images + v.bpp;
+  v.loss = distortion_weight(lambda * loss.distortion_weight(kDistortion)) * mse / v.images + v.bpp;
   if (ms_ssim_weight > 0 && v.ms_ssim_images > 0) v.loss += lambda * ms_ssim_weight * (1.0 - v.ms_ssim);
   return v;
 }
@@ -101,7 +101,7 @@ LossTerms loss_terms(const TrainingLoss& loss, double lambda) {
   LossTerms terms;
   std::vector<train::LossTerm>& step = terms.step.terms;
   terms.step.input = kImage;
-  step.push_back({kDistortion, lambda * loss.distortion_weight(kDistortion) * 255.0 * 255.0});
+  step.push_back({kDistortion, distortion_weight(lambda * loss.distortion_weight(kDistortion))});
   double bpp_weight = 0;
   for (const RateTerm& rate : loss.rate)
     if (rate.blob == kRate) bpp_weight += rate.weight;
