@@ -558,6 +558,13 @@ TEST_F(PlexusAeTrain, BadLossSectionsAreRefusedByName) {
   EXPECT_NE(small.exit_code, 0);
   EXPECT_TRUE(contains(small.err, "--patch 16 is too small for the \"ms_ssim\" distortion")) << small.err;
   EXPECT_TRUE(contains(small.err, "try --patch 164")) << small.err;
+  auto variable_rate = run({"train", "--data", folder / "images", "--model", "mbt2018-mean-vr", "--distortion",
+                            "ms_ssim", "--patch", "192", "--device", "cpu", "--out", folder / "vr"});
+  EXPECT_NE(variable_rate.exit_code, 0);
+  EXPECT_TRUE(contains(variable_rate.err, "mbt2018-mean-vr.json: at /loss: an \"ms_ssim\" distortion weights every "
+                                          "image alike; a variable-rate model (it reads \"level\") trains with "
+                                          "\"mse\" alone"))
+      << variable_rate.err;
 }
 
 }  // namespace
