@@ -12,6 +12,7 @@
 #include "exit_codes.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
+#include "plexus/tensor_ops.h"
 #include "plexus/error.h"
 #include "plexus/train/run_clock.h"
 #include "rate_levels.h"
@@ -134,6 +135,24 @@ TrainLoop::TrainLoop(TrainingRun& run)
                loader_, terms_.step, o_, *this) {
   if (run.settings.rate_levels > 0) trainer_.training_step().set_before_step(draw_rate_levels(o_.lambdas));
   stats_.total = o_.steps;
+  if (!terms_.ms_ssim && o_.patch >= kMsSsimMinSide && run.root)
+    ms_ssim_monitor_ = run.registry.create("MSSSIM", kMsSsim, nlohmann::json::object());
+}
+
+double TrainLoop::last_batch_ms_ssim() {
+  if (!ms_ssim_monitor_) return std::nan("");
+  const Tensor& x_hat = run_.net.blob(kReconstruction);
+  const Tensor& image = run_.net.blob(kImage);
+  if (!monitor_x_hat_.defined()) {
+    monitor_x_hat_ = Tensor(x_hat.shape(), DType::f32, run_.settings.device);
+    monitor_image_ = Tensor(image.shape(), DType::f32, run_.settings.device);
+    monitor_value_ = Tensor(Shape{}, DType::f32, run_.settings.device);
+  }
+  // The blobs may be stored in bf16 (activation storage); MSSSIM computes in f32.
+  convert(run_.ctx, monitor_x_hat_, x_hat);
+  convert(run_.ctx, monitor_image_, image);
+  ms_ssim_monitor_->forward(run_.ctx, {&monitor_x_hat_, &monitor_image_}, {&monitor_value_});
+  return monitor_value_.to_values().at(0);
 }
 
 int TrainLoop::train() { return trainer_.train(); }
@@ -146,7 +165,7 @@ void TrainLoop::on_step_values(const train::TrainingWindow& now) {
   stats_.loss = smoothed_.loss;
   stats_.bpp = smoothed_.bpp;
   stats_.psnr = psnr_of_mse(smoothed_.mse);
-  stats_.ms_ssim = smoothed_.ms_ssim;
+  if (!ms_ssim_monitor_) stats_.ms_ssim = smoothed_.ms_ssim;  // else the last logged batch's
 }
 
 void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
@@ -159,15 +178,16 @@ void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
 
 void TrainLoop::on_log(const train::TrainingWindow& window, double seconds, double loader_wait_seconds) {
   const double mse = window.terms[terms_.mse], bpp = window.terms[terms_.bpp];
-  const double ms_ssim = terms_.ms_ssim ? window.terms[*terms_.ms_ssim] : std::nan("");
+  // MS-SSIM: the window's mean where the loss computes it, else the last step's batch (null for small patches).
+  const double ms_ssim = terms_.ms_ssim ? window.terms[*terms_.ms_ssim] : last_batch_ms_ssim();
   const double loss = window.loss + terms_.offset;
+  if (ms_ssim_monitor_) stats_.ms_ssim = ms_ssim;
   if (!trainer_.training_step().checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
     stats_.loss = loss;
     stats_.bpp = bpp;
     stats_.psnr = psnr_of_mse(mse);
     stats_.ms_ssim = ms_ssim;
   }
-  // MS-SSIM of the training patches only where the loss computes it; validation measures it always.
   if (log_)
     log_->write({{"kind", "train"},
                  {"step", run_.step},
@@ -242,7 +262,10 @@ void TrainLoop::on_stopped(int signal_number) {
 
 void TrainLoop::on_finished() {
   run_.write_model();
-  const std::string ms_ssim = std::isnan(stats_.ms_ssim) ? "" : fmt::format(", MS-SSIM {:.4f}", stats_.ms_ssim);
+  const std::string ms_ssim =
+      std::isnan(stats_.ms_ssim)
+          ? ""
+          : fmt::format(", MS-SSIM {:.4f}{}", stats_.ms_ssim, ms_ssim_monitor_ ? " of the last logged batch" : "");
   std::printf(
       "trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB%s (moving average of the last steps, training noise)\n",
       static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr, ms_ssim.c_str());

@@ -69,6 +69,13 @@ class TrainLoop : public train::TrainerCommand {
   ProgressBar bar_;
   LossTerms terms_;
   train::Trainer trainer_;
+  // For a loss without an ms_ssim term, on patches of kMsSsimMinSide or
+  // more: an MSSSIM layer measuring the last step's x_hat against its image
+  // when a line is logged (every step would slow the steps down); null
+  // otherwise. Its f32 inputs and output on the run's device.
+  std::unique_ptr<Layer> ms_ssim_monitor_;
+  Tensor monitor_x_hat_, monitor_image_, monitor_value_;
+  double last_batch_ms_ssim();
   SmoothedStats smoothed_;  // what the progress line shows
   StepStats stats_;
 };

@@ -519,6 +519,27 @@ TEST_F(PlexusAeTrain, TheDefaultLossSectionTrainsLikeNoSection) {
   }
 }
 
+// A loss without MS-SSIM still logs it, for the last step's patches when they are large enough.
+TEST_F(PlexusAeTrain, MseTrainingLogsTheMsSsimOfItsPatches) {
+  testing::save_png(folder / "large/a.png", testing::position_image(200, 180));
+  auto result = run({"train", "--data", folder / "large", "--model", testing::test_model("tiny.json"), "--patch", "164",
+                     "--batch", "2", "--steps", "4", "--log-every", "2", "--lr", "0.005", "--device", "cpu", "--out",
+                     folder / "mse"});
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "MS-SSIM ")) << result.err;  // the progress line
+  EXPECT_TRUE(contains(result.out, "of the last logged batch")) << result.out;
+  auto train = read_metrics(folder / "mse/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 2u);
+  for (const nlohmann::json& entry : train) {
+    ASSERT_TRUE(entry["ms_ssim"].is_number()) << entry.dump();
+    EXPECT_GE(entry["ms_ssim"].get<double>(), 0.0);
+    EXPECT_LE(entry["ms_ssim"].get<double>(), 1.0);
+    // The loss is still lambda * 255^2 * mse + bpp, MS-SSIM no part of it.
+    const double loss = entry["loss"], mse = entry["mse"], bpp = entry["bpp"];
+    EXPECT_NEAR(loss, 0.01 * 255 * 255 * mse + bpp, 1e-5 * loss) << entry.dump();
+  }
+}
+
 TEST_F(PlexusAeTrain, TheSpecsLambdaIsTheDefaultAndTheCommandLineWins) {
   const std::string spec = tiny_with_loss(folder, "lambda", {{"lambda", 0.05}});
   for (const auto& [out, extra, lambda] : std::vector<std::tuple<std::string, std::vector<std::string>, double>>{
