@@ -9,6 +9,7 @@
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "elementwise/elementwise.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
+#include "ms_ssim/ms_ssim.h"
 #include "mse_loss/mse_loss.h"
 #include "fully_connected/fully_connected.h"
 #include "gain_unit/gain_unit.h"
@@ -36,6 +37,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_gaussian_conditional(registry);
   layers::register_quantize_around_mean(registry);
   layers::register_mse_loss(registry);
+  layers::register_ms_ssim(registry);
   layers::register_rate_loss(registry);
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);

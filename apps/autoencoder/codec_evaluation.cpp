@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "image_evaluation.h"
 #include "plexus/error.h"
 
 namespace plexus::ae {
@@ -30,6 +31,7 @@ CodecEvaluation evaluate_codec(CodecModel& codec, const data::Image& image) {
   result.bytes = bytes.size();
   result.bpp = 8.0 * static_cast<double>(bytes.size()) / (static_cast<double>(image.width) * image.height);
   result.psnr = data::psnr(image, decoded);
+  result.ms_ssim = ms_ssim_of_images(decoded, image);
   result.encode_ms = std::chrono::duration<double, std::milli>(encoded - start).count();
   result.decode_ms = std::chrono::duration<double, std::milli>(decoded_at - encoded).count();
   return result;

@@ -13,6 +13,7 @@ struct CodecEvaluation {
   std::size_t bytes = 0;                // the whole file, header and checksum included
   double bpp = 0;                       // 8 * bytes / original pixels
   double psnr = 0;                      // dB, of the decoded image against the original
+  double ms_ssim = 0;                   // of the decoded image against the original; NaN for a small image
   double encode_ms = 0, decode_ms = 0;  // wall time of compress and decompress
 };
 

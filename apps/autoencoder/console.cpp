@@ -66,10 +66,11 @@ ProgressBar::ProgressBar(bool interactive, std::int64_t plain_every)
 
 namespace {
 std::string render_numbers(const StepStats& s) {
-  char numbers[256];
+  char numbers[256], ms_ssim[32] = "";
   const int digits = static_cast<int>(std::to_string(s.total).size());
-  std::snprintf(numbers, sizeof numbers, " %*lld/%lld  avg loss %.4f  bpp %.3f  PSNR %.2f dB  %.1f img/s  ETA %s",
-                digits, static_cast<long long>(s.step), static_cast<long long>(s.total), s.loss, s.bpp, s.psnr,
+  if (!std::isnan(s.ms_ssim)) std::snprintf(ms_ssim, sizeof ms_ssim, "  MS-SSIM %.4f", s.ms_ssim);
+  std::snprintf(numbers, sizeof numbers, " %*lld/%lld  avg loss %.4f  bpp %.3f  PSNR %.2f dB%s  %.1f img/s  ETA %s",
+                digits, static_cast<long long>(s.step), static_cast<long long>(s.total), s.loss, s.bpp, s.psnr, ms_ssim,
                 s.images_per_second, format_duration(s.eta_seconds).c_str());
   return numbers;
 }

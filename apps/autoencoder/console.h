@@ -4,6 +4,7 @@
 // erases it and the bar is redrawn on its next update. Results (tables) go
 // to stdout.
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct StepStats {
   std::int64_t step = 0;               // steps completed
   std::int64_t total = 0;              // --steps
   double loss = 0, bpp = 0, psnr = 0;  // smoothed ("avg"): see SmoothedStats in train_progress.h
+  double ms_ssim = std::nan("");       // smoothed too; NaN (not shown) when the loss does not measure it
   double images_per_second = 0;
   double eta_seconds = 0;
 };

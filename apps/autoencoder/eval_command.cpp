@@ -4,6 +4,7 @@
 #include "eval_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -39,11 +40,12 @@ namespace fs = std::filesystem;
 namespace {
 
 // One image's results: the entropy model's estimate and, when the model
-// can be used as a codec, the real file's.
+// can be used as a codec, the real file's. MS-SSIM is NaN for an image
+// under kMsSsimMinSide pixels a side.
 struct ImageResult {
   std::string name;  // relative to --data
   int width = 0, height = 0;
-  double psnr = 0, bpp = 0;
+  double psnr = 0, bpp = 0, ms_ssim = 0;
   std::optional<CodecEvaluation> file;
   std::string reconstruction;  // the PNG written under --out; empty without --out
 };
@@ -51,6 +53,7 @@ struct ImageResult {
 struct EvalResults {
   std::vector<ImageResult> images;
   double mean_psnr = 0, mean_bpp = 0;
+  double mean_ms_ssim = 0;                   // over the images large enough for it; NaN: none
   std::optional<CodecEvaluation> mean_file;  // with the codec: the means of the files' values
 };
 
@@ -108,24 +111,35 @@ class ResultTable {
     std::size_t width = 5;
     for (std::size_t i = 0; i < images.size(); ++i) width = std::max(width, images.relative_path(i).size());
     name_width_ = static_cast<int>(width);
-    std::printf("%-*s  %9s  %9s  %7s", name_width_, "image", "size", "PSNR dB", "bpp");
-    if (with_file_) std::printf("  %8s  %8s  %7s  %7s", "file bpp", "file dB", "enc ms", "dec ms");
+    std::printf("%-*s  %9s  %9s  %7s  %7s", name_width_, "image", "size", "PSNR dB", "bpp", "MS-SSIM");
+    if (with_file_)
+      std::printf("  %8s  %8s  %12s  %7s  %7s", "file bpp", "file dB", "file MS-SSIM", "enc ms", "dec ms");
     std::printf("\n");
   }
   void print_row(const ImageResult& r) {
     const std::string size = std::to_string(r.width) + "x" + std::to_string(r.height);
-    print_line(r.name, size, r.psnr, r.bpp, r.file);
+    print_line(r.name, size, r.psnr, r.bpp, r.ms_ssim, r.file);
   }
   void print_means(const EvalResults& results) {
     print_line("mean", "n=" + std::to_string(results.images.size()), results.mean_psnr, results.mean_bpp,
-               results.mean_file);
+               results.mean_ms_ssim, results.mean_file);
   }
 
  private:
-  void print_line(const std::string& name, const std::string& size, double psnr, double bpp,
+  // "-" for an MS-SSIM not measured (an image too small for it).
+  static std::string ms_ssim_text(double value, int width) {
+    char text[32];
+    if (std::isnan(value)) std::snprintf(text, sizeof text, "%*s", width, "-");
+    else std::snprintf(text, sizeof text, "%*.4f", width, value);
+    return text;
+  }
+  void print_line(const std::string& name, const std::string& size, double psnr, double bpp, double ms_ssim,
                   const std::optional<CodecEvaluation>& file) {
-    std::printf("%-*s  %9s  %9.3f  %7.4f", name_width_, name.c_str(), size.c_str(), psnr, bpp);
-    if (file) std::printf("  %8.4f  %8.3f  %7.1f  %7.1f", file->bpp, file->psnr, file->encode_ms, file->decode_ms);
+    std::printf("%-*s  %9s  %9.3f  %7.4f  %s", name_width_, name.c_str(), size.c_str(), psnr, bpp,
+                ms_ssim_text(ms_ssim, 7).c_str());
+    if (file)
+      std::printf("  %8.4f  %8.3f  %s  %7.1f  %7.1f", file->bpp, file->psnr, ms_ssim_text(file->ms_ssim, 12).c_str(),
+                  file->encode_ms, file->decode_ms);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -137,23 +151,32 @@ class ResultTable {
 void compute_means(EvalResults& results, bool with_file, const std::string& data) {
   const int count = static_cast<int>(results.images.size());
   if (count == 0) throw IoError("no image in '" + data + "' could be decoded (see the warnings above)");
-  double psnr_sum = 0, bpp_sum = 0;
+  double psnr_sum = 0, bpp_sum = 0, ms_ssim_sum = 0;
+  int ms_ssim_count = 0;
   CodecEvaluation file_sum;
   for (const ImageResult& r : results.images) {
     psnr_sum += r.psnr;
     bpp_sum += r.bpp;
+    if (!std::isnan(r.ms_ssim)) {
+      ms_ssim_sum += r.ms_ssim;
+      ++ms_ssim_count;
+    }
     if (!r.file) continue;
     file_sum.bpp += r.file->bpp;
     file_sum.psnr += r.file->psnr;
+    if (!std::isnan(r.file->ms_ssim)) file_sum.ms_ssim += r.file->ms_ssim;
     file_sum.encode_ms += r.file->encode_ms;
     file_sum.decode_ms += r.file->decode_ms;
   }
   results.mean_psnr = psnr_sum / count;
   results.mean_bpp = bpp_sum / count;
+  // The same images measure MS-SSIM for the net and for the file (those large enough).
+  results.mean_ms_ssim = ms_ssim_count > 0 ? ms_ssim_sum / ms_ssim_count : std::nan("");
   if (with_file) {
     CodecEvaluation mean;
     mean.bpp = file_sum.bpp / count;
     mean.psnr = file_sum.psnr / count;
+    mean.ms_ssim = ms_ssim_count > 0 ? file_sum.ms_ssim / ms_ssim_count : std::nan("");
     mean.encode_ms = file_sum.encode_ms / count;
     mean.decode_ms = file_sum.decode_ms / count;
     results.mean_file = mean;
@@ -178,6 +201,7 @@ EvalResults evaluate_images(Evaluator& evaluator, data::ImageFolder& images, con
     ImageEvaluation e = evaluate_image(evaluator.net, evaluator.ctx, *image, evaluator.stride, evaluator.level);
     result.psnr = e.psnr;
     result.bpp = e.bpp;
+    result.ms_ssim = e.ms_ssim;
     if (evaluator.codec) result.file = evaluate_codec(*evaluator.codec, *image);
     evaluated(result);
     if (writer) result.reconstruction = writer->write(result.name, e.reconstruction);
@@ -186,9 +210,15 @@ EvalResults evaluate_images(Evaluator& evaluator, data::ImageFolder& images, con
   return results;
 }
 
+// A value for eval.json: null where it was not measured (MS-SSIM of a small image).
+nlohmann::json measured(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
+
 nlohmann::json file_json(const CodecEvaluation& file, bool with_bytes) {
-  nlohmann::json json{
-      {"bpp", file.bpp}, {"psnr", file.psnr}, {"encode_ms", file.encode_ms}, {"decode_ms", file.decode_ms}};
+  nlohmann::json json{{"bpp", file.bpp},
+                      {"psnr", file.psnr},
+                      {"ms_ssim", measured(file.ms_ssim)},
+                      {"encode_ms", file.encode_ms},
+                      {"decode_ms", file.decode_ms}};
   if (with_bytes) json["bytes"] = file.bytes;
   return json;
 }
@@ -197,7 +227,8 @@ nlohmann::json file_json(const CodecEvaluation& file, bool with_bytes) {
 void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ImageResult& r : results.images) {
-    nlohmann::json row{{"image", r.name}, {"width", r.width}, {"height", r.height}, {"psnr", r.psnr}, {"bpp", r.bpp}};
+    nlohmann::json row{{"image", r.name}, {"width", r.width}, {"height", r.height},
+                       {"psnr", r.psnr},  {"bpp", r.bpp},     {"ms_ssim", measured(r.ms_ssim)}};
     if (r.file) row["file"] = file_json(*r.file, true);
     if (!r.reconstruction.empty()) row["reconstruction"] = r.reconstruction;
     rows.push_back(row);
@@ -207,7 +238,8 @@ void write_report(const EvalOptions& o, std::int64_t step, const EvalResults& re
                         {"data", o.data},
                         {"images", rows},
                         {"mean_psnr", results.mean_psnr},
-                        {"mean_bpp", results.mean_bpp}};
+                        {"mean_bpp", results.mean_bpp},
+                        {"mean_ms_ssim", measured(results.mean_ms_ssim)}};
   if (results.mean_file) report["mean_file"] = file_json(*results.mean_file, false);
   if (o.level >= 0) report["level"] = o.level;
   // File names need not be UTF-8: replace what JSON cannot hold rather than fail.
@@ -247,7 +279,8 @@ void add_eval_options(CLI::App& eval, EvalOptions& o) {
 
 void add_eval_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<EvalOptions>();
-  CLI::App* command = app.add_subcommand("eval", "evaluate a trained model: PSNR and bits per pixel per image");
+  CLI::App* command =
+      app.add_subcommand("eval", "evaluate a trained model: PSNR, MS-SSIM and bits per pixel per image");
   command->option_defaults()->always_capture_default();
   add_eval_options(*command, *options);
   command->footer("Examples:\n"

@@ -2,9 +2,29 @@
 
 #include <cmath>
 
+#include "plexus/builtin_layers.h"
 #include "plexus/codec/autoencoder_contract.h"
+#include "plexus/error.h"
 
 namespace plexus::ae {
+
+double ms_ssim_of_images(const data::Image& a, const data::Image& b) {
+  if (a.width != b.width || a.height != b.height)
+    throw ShapeError("MS-SSIM of images of different sizes: " + std::to_string(a.width) + "x" +
+                     std::to_string(a.height) + " and " + std::to_string(b.width) + "x" + std::to_string(b.height));
+  if (a.width < kMsSsimMinSide || a.height < kMsSsimMinSide) return std::nan("");
+  static const Registry registry = builtin_registry();
+  const std::unique_ptr<Layer> layer = registry.create("MSSSIM", kMsSsim, nlohmann::json::object());
+  const Shape shape{1, 3, a.height, a.width};
+  const auto f64 = [&](const data::Image& image) {
+    return Tensor::from_values(data::image_to_tensor(image).to_values(), shape, DType::f64);
+  };
+  const Tensor x = f64(a), y = f64(b);
+  Tensor value(Shape{}, DType::f64);
+  Context ctx;
+  layer->forward(ctx, {&x, &y}, {&value});
+  return value.to_values().at(0);
+}
 
 ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image, int stride, double level) {
   const int padded_width = (image.width + stride - 1) / stride * stride;
@@ -25,6 +45,7 @@ ImageEvaluation evaluate_image(Net& net, Context& ctx, const data::Image& image,
   result.reconstruction =
       data::crop_top_left(data::tensor_to_image(net.blob(kReconstruction)), image.width, image.height);
   result.psnr = data::psnr(image, result.reconstruction);
+  result.ms_ssim = ms_ssim_of_images(result.reconstruction, image);
   result.mse = std::pow(10.0, -result.psnr / 10.0);
   return result;
 }

@@ -24,6 +24,8 @@ struct TrainOptions : train::TrainerOptions {
   std::string model = "bls2017";
   std::string out;  // default: runs/<model name>
   double lambda = 0.01;
+  // --distortion: "mse" or "ms_ssim" in place of the spec's "loss" distortion terms; empty: the spec's.
+  std::string distortion;
   // A variable-rate model's trade-offs, one per rate level, increasing (--lambdas).
   std::vector<double> lambdas;
   int patch = 256;

@@ -12,6 +12,7 @@
 #include "exit_codes.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
+#include "plexus/tensor_ops.h"
 #include "plexus/error.h"
 #include "plexus/train/run_clock.h"
 #include "rate_levels.h"
@@ -26,19 +27,18 @@ namespace {
 // A fall of this many dB in validation PSNR below the best so far is reported as divergence.
 constexpr double kPsnrCollapseDb = 3.0;
 
-// The loss the steps train: weight * mse + bpp, the terms in this order.
-constexpr std::size_t kMseTerm = 0, kBppTerm = 1;
-train::StepLoss codec_loss(double weight) { return {kImage, {{kDistortion, weight}, {kRate, 1.0}}}; }
-
 struct Validation {
   double psnr = 0, bpp = 0, loss = 0;
+  double ms_ssim = 0;  // NaN: no image large enough for MS-SSIM
   int images = 0;
+  int ms_ssim_images = 0;  // of at least kMsSsimMinSide pixels a side
 };
 
-// Mean PSNR and bpp over (up to `limit`) validation images in eval mode;
+// Mean PSNR, MS-SSIM and bpp over (up to `limit`) validation images in eval
+// mode, and the loss: lambda * (the distortion terms of their means) + bpp;
 // the net is put back to the training shape afterwards.
-Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, int stride, int limit, double weight,
-                           const Shape& training_shape, double level) {
+Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, int stride, int limit,
+                           const TrainingLoss& loss, double lambda, const Shape& training_shape, double level) {
   Validation v;
   double mse = 0;
   const std::size_t count = limit > 0 ? std::min<std::size_t>(images.size(), limit) : images.size();
@@ -50,14 +50,39 @@ Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, in
     v.bpp += e.bpp;
     mse += e.mse;
     ++v.images;
+    if (std::isnan(e.ms_ssim)) continue;
+    v.ms_ssim += e.ms_ssim;
+    ++v.ms_ssim_images;
   }
   net.reshape(model_input_shapes(net.spec(), training_shape));
   if (v.images == 0) throw IoError("no validation image in '" + images.folder() + "' could be decoded");
   v.psnr /= v.images;
   v.bpp /= v.images;
-  v.loss = weight * mse / v.images + v.bpp;
+  v.ms_ssim = v.ms_ssim_images > 0 ? v.ms_ssim / v.ms_ssim_images : std::nan("");
+  const double ms_ssim_weight = loss.distortion_weight(kMsSsim);
+  v.loss = distortion_weight(lambda * loss.distortion_weight(kDistortion)) * mse / v.images + v.bpp;
+  if (ms_ssim_weight > 0 && v.ms_ssim_images > 0) v.loss += lambda * ms_ssim_weight * (1.0 - v.ms_ssim);
   return v;
 }
+
+// The net validation runs: the training net itself, unless training added
+// nodes to the spec (an MS-SSIM loss, which takes no image under
+// kMsSsimMinSide pixels a side): then a net of the model's own spec holding
+// a copy of the training net's parameters, made for this validation.
+std::unique_ptr<Net> validation_net(TrainingRun& run) {
+  if (run.net.spec().nodes.size() == run.settings.spec.nodes.size()) return nullptr;
+  const ModelSpec& spec = run.settings.spec;
+  auto net = std::make_unique<Net>(spec, run.registry, model_input_shapes(spec, run.training_shape), DType::f32,
+                                   run.settings.device);
+  std::map<std::string, Parameter*> trained;
+  for (const NamedParameter& named : run.net.parameters()) trained[named.name] = named.parameter;
+  run.ctx.synchronize();  // the last update is done
+  for (const NamedParameter& named : net->parameters()) named.parameter->value.copy_from(trained.at(named.name)->value);
+  return net;
+}
+
+// A metric for the log: null where it was not measured.
+nlohmann::json measured(double value) { return std::isnan(value) ? nlohmann::json() : nlohmann::json(value); }
 
 std::unique_ptr<MetricsLog> open_metrics_log(const TrainingRun& run) {
   if (!run.root) return nullptr;
@@ -73,6 +98,30 @@ data::PatchSampler patch_sampler(const TrainingRun& run) {
 
 }  // namespace
 
+LossTerms loss_terms(const TrainingLoss& loss, double lambda) {
+  LossTerms terms;
+  std::vector<train::LossTerm>& step = terms.step.terms;
+  terms.step.input = kImage;
+  step.push_back({kDistortion, distortion_weight(lambda * loss.distortion_weight(kDistortion))});
+  double bpp_weight = 0;
+  for (const RateTerm& rate : loss.rate)
+    if (rate.blob == kRate) bpp_weight += rate.weight;
+  step.push_back({kRate, bpp_weight});
+  for (const RateTerm& rate : loss.rate)
+    if (rate.blob != kRate) step.push_back({rate.blob, rate.weight});
+  const double ms_ssim_weight = loss.distortion_weight(kMsSsim);
+  if (ms_ssim_weight > 0) {
+    terms.ms_ssim = step.size();
+    step.push_back({kMsSsim, -lambda * ms_ssim_weight});
+    terms.offset = lambda * ms_ssim_weight;
+  }
+  if (step.size() > static_cast<std::size_t>(StepMetrics::kMaxTerms))
+    throw ConfigError("the loss has " + std::to_string(step.size()) + " terms (mse, bpp, the other rate blobs" +
+                      (terms.ms_ssim ? ", ms_ssim" : "") + "); a training step records at most " +
+                      std::to_string(StepMetrics::kMaxTerms) + ": name fewer rate blobs in \"loss\"");
+  return terms;
+}
+
 TrainLoop::TrainLoop(TrainingRun& run)
     : run_(run),
       o_(run.settings.options),
@@ -80,11 +129,30 @@ TrainLoop::TrainLoop(TrainingRun& run)
       loader_(run.images.train, patch_sampler(run), run.step, o_.threads, 2 * std::max(1, o_.threads) + 1,
               run.settings.device),
       bar_(stderr_is_terminal(), o_.log_every),
+      terms_(loss_terms(run.settings.loss, run.lambda)),
       trainer_({run.net, run.adam, run.ctx, run.schedule, run.clipper.get(), run.parallel.get(), run.root, run.step,
                 run.start, o_.resume},
-               loader_, codec_loss(run.weight), o_, *this) {
+               loader_, terms_.step, o_, *this) {
   if (run.settings.rate_levels > 0) trainer_.training_step().set_before_step(draw_rate_levels(o_.lambdas));
   stats_.total = o_.steps;
+  if (!terms_.ms_ssim && o_.patch >= kMsSsimMinSide && run.root)
+    ms_ssim_monitor_ = run.registry.create("MSSSIM", kMsSsim, nlohmann::json::object());
+}
+
+double TrainLoop::last_batch_ms_ssim() {
+  if (!ms_ssim_monitor_) return std::nan("");
+  const Tensor& x_hat = run_.net.blob(kReconstruction);
+  const Tensor& image = run_.net.blob(kImage);
+  if (!monitor_x_hat_.defined()) {
+    monitor_x_hat_ = Tensor(x_hat.shape(), DType::f32, run_.settings.device);
+    monitor_image_ = Tensor(image.shape(), DType::f32, run_.settings.device);
+    monitor_value_ = Tensor(Shape{}, DType::f32, run_.settings.device);
+  }
+  // The blobs may be stored in bf16 (activation storage); MSSSIM computes in f32.
+  convert(run_.ctx, monitor_x_hat_, x_hat);
+  convert(run_.ctx, monitor_image_, image);
+  ms_ssim_monitor_->forward(run_.ctx, {&monitor_x_hat_, &monitor_image_}, {&monitor_value_});
+  return monitor_value_.to_values().at(0);
 }
 
 int TrainLoop::train() { return trainer_.train(); }
@@ -92,10 +160,12 @@ int TrainLoop::train() { return trainer_.train(); }
 void TrainLoop::end_line() { bar_.finish(); }
 
 void TrainLoop::on_step_values(const train::TrainingWindow& now) {
-  smoothed_.add(now.last_loss, now.last_terms[kMseTerm], now.last_terms[kBppTerm]);
+  smoothed_.add(now.last_loss + terms_.offset, now.last_terms[terms_.mse], now.last_terms[terms_.bpp],
+                terms_.ms_ssim ? now.last_terms[*terms_.ms_ssim] : std::nan(""));
   stats_.loss = smoothed_.loss;
   stats_.bpp = smoothed_.bpp;
   stats_.psnr = psnr_of_mse(smoothed_.mse);
+  if (!ms_ssim_monitor_) stats_.ms_ssim = smoothed_.ms_ssim;  // else the last logged batch's
 }
 
 void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
@@ -107,19 +177,25 @@ void TrainLoop::on_pace(std::int64_t step, double seconds_per_step) {
 }
 
 void TrainLoop::on_log(const train::TrainingWindow& window, double seconds, double loader_wait_seconds) {
-  const double mse = window.terms[kMseTerm], bpp = window.terms[kBppTerm];
+  const double mse = window.terms[terms_.mse], bpp = window.terms[terms_.bpp];
+  // MS-SSIM: the window's mean where the loss computes it, else the last step's batch (null for small patches).
+  const double ms_ssim = terms_.ms_ssim ? window.terms[*terms_.ms_ssim] : last_batch_ms_ssim();
+  const double loss = window.loss + terms_.offset;
+  if (ms_ssim_monitor_) stats_.ms_ssim = ms_ssim;
   if (!trainer_.training_step().checks_every_step()) {  // CUDA: the window's means, read here without a per-step wait
-    stats_.loss = window.loss;
+    stats_.loss = loss;
     stats_.bpp = bpp;
     stats_.psnr = psnr_of_mse(mse);
+    stats_.ms_ssim = ms_ssim;
   }
   if (log_)
     log_->write({{"kind", "train"},
                  {"step", run_.step},
-                 {"loss", window.loss},
+                 {"loss", loss},
                  {"mse", mse},
                  {"bpp", bpp},
                  {"psnr", psnr_of_mse(mse)},
+                 {"ms_ssim", measured(ms_ssim)},
                  {"lr", run_.adam.learning_rate()},
                  {"images_per_second", seconds > 0 ? window.steps * o_.batch * run_.world_size() / seconds : 0.0},
                  {"loader_wait_seconds", loader_wait_seconds},
@@ -133,15 +209,21 @@ void TrainLoop::after_step() {
 bool TrainLoop::validates() const { return run_.images.validation != nullptr; }
 
 double TrainLoop::validate() {
-  const Validation v = validate_images(run_.net, run_.ctx, *run_.images.validation, run_.settings.stride, o_.val_images,
-                                       run_.weight, run_.training_shape, run_.validation_level());
+  const std::unique_ptr<Net> separate = validation_net(run_);
+  const Validation v =
+      validate_images(separate ? *separate : run_.net, run_.ctx, *run_.images.validation, run_.settings.stride,
+                      o_.val_images, run_.settings.loss, run_.lambda, run_.training_shape, run_.validation_level());
   if (run_.root) bar_.finish();
-  spdlog::info("validation at step {}: PSNR {:.2f} dB, {:.4f} bpp over {} image(s) of '{}'", run_.step, v.psnr, v.bpp,
-               v.images, o_.val);
+  spdlog::info("validation at step {}: PSNR {:.2f} dB, MS-SSIM {}, {:.4f} bpp over {} image(s) of '{}'", run_.step,
+               v.psnr,
+               v.ms_ssim_images > 0 ? fmt::format("{:.4f}", v.ms_ssim)
+                                    : fmt::format("- (no image of {}+ pixels a side)", kMsSsimMinSide),
+               v.bpp, v.images, o_.val);
   if (log_)
     log_->write({{"kind", "val"},
                  {"step", run_.step},
                  {"psnr", v.psnr},
+                 {"ms_ssim", measured(v.ms_ssim)},
                  {"bpp", v.bpp},
                  {"loss", v.loss},
                  {"images", v.images},
@@ -156,7 +238,8 @@ double TrainLoop::validate() {
 }
 
 void TrainLoop::write_checkpoint() {
-  plexus::save_checkpoint(run_.settings.checkpoint_path, run_.net, &run_.adam, run_.step, run_.checkpoint_metadata());
+  plexus::save_checkpoint(run_.settings.checkpoint_path, run_.net, &run_.adam, run_.step, run_.checkpoint_metadata(),
+                          &run_.settings.spec);
 }
 
 std::string TrainLoop::checkpoint_path() const { return run_.settings.checkpoint_path; }
@@ -164,7 +247,7 @@ std::string TrainLoop::checkpoint_path() const { return run_.settings.checkpoint
 void TrainLoop::on_diverged(const train::Divergence& d, const std::string& kept) {
   spdlog::error("training diverged: the loss is {} at step {} (mse {}, bpp {}); stopped without saving. {} "
                 "Try a lower --lr (now {}) or check the data.",
-                std::isnan(d.loss) ? "NaN" : "infinite", d.step, d.terms[kMseTerm], d.terms[kBppTerm], kept, o_.lr);
+                std::isnan(d.loss) ? "NaN" : "infinite", d.step, d.terms[terms_.mse], d.terms[terms_.bpp], kept, o_.lr);
   warn_skipped_images(run_.images.train, "training");
 }
 
@@ -179,9 +262,13 @@ void TrainLoop::on_stopped(int signal_number) {
 
 void TrainLoop::on_finished() {
   run_.write_model();
+  const std::string ms_ssim =
+      std::isnan(stats_.ms_ssim)
+          ? ""
+          : fmt::format(", MS-SSIM {:.4f}{}", stats_.ms_ssim, ms_ssim_monitor_ ? " of the last logged batch" : "");
   std::printf(
-      "trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB (moving average of the last steps, training noise)\n",
-      static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr);
+      "trained %lld steps: loss %.4f, bpp %.4f, PSNR %.2f dB%s (moving average of the last steps, training noise)\n",
+      static_cast<long long>(run_.step), stats_.loss, stats_.bpp, stats_.psnr, ms_ssim.c_str());
   std::printf("model: %s\ncheckpoint: %s\nmetrics: %s\n", run_.settings.model_path.c_str(),
               run_.settings.checkpoint_path.c_str(), log_->path().c_str());
   warn_skipped_images(run_.images.train, "training");

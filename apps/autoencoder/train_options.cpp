@@ -24,9 +24,15 @@ TrainOptionTable train_option_table(const std::string& bundled_models) {
   t.add("model", &O::model, "a bundled model (" + bundled_models + ") or a JSON model spec file")
       .changes_the_run()
       .type("NAME|FILE");
-  t.add("lambda", &O::lambda, "rate-distortion trade-off: loss = lambda * 255^2 * MSE + bpp")
+  t.add("lambda", &O::lambda,
+        "rate-distortion trade-off: loss = lambda * D + bpp, D = 255^2 * MSE or 1 - MS-SSIM (the spec's \"loss\" "
+        "says which, and may set lambda; this option wins)")
       .changes_the_run()
       .range(Bounds::above(0).finite_only());
+  t.add("distortion", &O::distortion,
+        "mse or ms_ssim: the distortion D the model trains with, in place of its spec's \"loss\", which the "
+        "checkpoint records (MS-SSIM needs --patch of 161 or more; CompressAI's lambdas for it: 2.4 to 60.5)")
+      .type("D");
   t.add("lambdas", &O::lambdas,
         "a variable-rate model's trade-offs, one per rate level, increasing (e.g. "
         "0.0018,0.0035,0.0067,0.013,0.025,0.0483): each patch trains at a level drawn at random, with its lambda")

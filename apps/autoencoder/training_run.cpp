@@ -63,6 +63,29 @@ void check_patch(const TrainSettings& s) {
     throw ConfigError("--patch " + std::to_string(patch) + " is not a multiple of the model's stride " +
                       std::to_string(stride) + " (" + s.spec.source + "); try --patch " +
                       std::to_string(std::max(stride, (patch + stride / 2) / stride * stride)));
+  const int smallest = kMsSsimMinSide;
+  if (s.loss.distortion_weight(kMsSsim) > 0 && patch < smallest)
+    throw ConfigError("--patch " + std::to_string(patch) + " is too small for the \"ms_ssim\" distortion of " +
+                      s.spec.source + ": MS-SSIM's 5 scales need patches of at least " + std::to_string(smallest) +
+                      " pixels; try --patch " + std::to_string((smallest + stride - 1) / stride * stride));
+}
+
+// --distortion: the spec's "loss" distortion terms replaced by one of that type.
+void apply_distortion_option(TrainSettings& s) {
+  const std::string& distortion = s.options.distortion;
+  if (distortion.empty()) return;
+  if (distortion != kDistortion && distortion != kMsSsim)
+    throw ConfigError("--distortion must be mse or ms_ssim, got '" + distortion + "'");
+  if (!s.spec.loss.is_object()) s.spec.loss = nlohmann::json::object();
+  s.spec.loss["distortion"] = nlohmann::json::array({{{"type", distortion}, {"weight", 1}}});
+}
+
+// The spec's "lambda" and "lambdas" where the command line gives none (a
+// resumed run keeps the values its checkpoint recorded).
+void apply_spec_lambdas(TrainSettings& s, const std::set<std::string>& given) {
+  if (s.options.resume) return;
+  if (s.loss.lambda > 0 && !given.count("lambda")) s.options.lambda = s.loss.lambda;
+  if (!s.loss.lambdas.empty() && !given.count("lambdas")) s.options.lambdas = s.loss.lambdas;
 }
 
 // --resume: the checkpoint's settings for every option not in `given`, its
@@ -96,6 +119,17 @@ std::unique_ptr<data::ImageFolder> open_validation_images(const TrainOptions& o)
   if (o.val.empty()) return nullptr;
   return std::make_unique<data::ImageFolder>(o.val, data::ImageFolder::kDefaultCacheBytes, o.max_image_pixels,
                                              kPixelLimitHint);
+}
+
+// " on 1 - MS-SSIM" and the like; nothing for the default, 255^2 * MSE alone.
+std::string distortion_description(const TrainingLoss& loss) {
+  if (loss.distortion.size() == 1 && loss.distortion[0].type == kDistortion && loss.distortion[0].weight == 1)
+    return "";
+  std::string terms;
+  for (const DistortionTerm& term : loss.distortion)
+    terms += (terms.empty() ? "" : " + ") + (term.weight == 1 ? std::string() : fmt::format("{} * ", term.weight)) +
+             (term.type == kMsSsim ? "(1 - MS-SSIM)" : "255^2 * MSE");
+  return " on " + terms;
 }
 
 }  // namespace
@@ -134,8 +168,11 @@ TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTabl
                         "or choose another --out");
     s.spec = resolve_model(o.model);
   }
-  check_values(o, table);
   check_contract(s.spec);
+  apply_distortion_option(s);
+  s.loss = training_loss(s.spec);
+  apply_spec_lambdas(s, given);
+  check_values(o, table);
   s.rate_levels = rate_levels(s.spec);
   check_lambdas(s);
   s.stride = derive_stride(s.spec, registry);
@@ -158,13 +195,13 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const TrainOptionTable& 
       root(root),
       ctx(settings.device, settings.options.seed),
       training_shape{settings.options.batch, 3, settings.options.patch, settings.options.patch},
-      net(settings.spec, registry, model_input_shapes(settings.spec, training_shape), DType::f32, settings.device,
-          settings.options.seed),
+      net(training_spec(settings.spec, settings.loss), registry, model_input_shapes(settings.spec, training_shape),
+          DType::f32, settings.device, settings.options.seed),
       adam(settings.options.lr),
       schedule(settings.options),
       clipper(settings.options.clip_grad_norm > 0 ? std::make_unique<GradientClipper>(settings.options.clip_grad_norm)
                                                   : nullptr),
-      weight(distortion_weight(settings.loss_lambda())),
+      lambda(settings.loss_lambda()),
       settings_text(train_settings(table, settings.options, settings.stride).dump()),
       best_val_psnr(settings.earlier.best_validation) {
   const TrainOptions& o = settings.options;
@@ -200,14 +237,15 @@ void TrainingRun::log_start() const {
   const int ranks = world_size();
   spdlog::info(
       "{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches{}, "
-      "lambda {}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
+      "lambda {}{}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
       o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
       ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data, o.batch,
       o.patch, o.patch, ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(),
       settings.rate_levels > 0 ? nlohmann::json(o.lambdas).dump() + " (one per rate level; \"mse\" in the "
                                                                     "log is weighted lambda_level / their mean)"
                                : fmt::format("{}", o.lambda),
-      adam.learning_rate(), o.steps, o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
+      distortion_description(settings.loss), adam.learning_rate(), o.steps,
+      o.resume ? " from step " + std::to_string(step) : "", o.lr_schedule,
       o.clip_grad_norm > 0 ? fmt::format("{}", o.clip_grad_norm) : std::string("(off)"));
   if (net.activation_storage() == DType::bf16)
     spdlog::info("activations: {} of {} blobs stored in bf16, the rest in f32 (PLEXUS_BF16_STORAGE=0 keeps all f32)",
@@ -225,7 +263,7 @@ void TrainingRun::log_start() const {
 }
 
 void TrainingRun::write_model() {
-  save_checkpoint(settings.model_path, net, nullptr, step, checkpoint_metadata());
+  save_checkpoint(settings.model_path, net, nullptr, step, checkpoint_metadata(), &settings.spec);
   write_coding_tables(settings.model_path, registry);
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "options.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/context.h"
 #include "plexus/data/image_folder.h"
 #include "plexus/grad_clip.h"
@@ -30,7 +31,8 @@ namespace plexus::ae {
 // checkpoint's for every option not given again; checked.
 struct TrainSettings {
   TrainOptions options;
-  ModelSpec spec;
+  ModelSpec spec;              // the model, as its checkpoints record it
+  TrainingLoss loss;           // the spec's "loss" section (training_loss())
   train::RunProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
   int stride = 0;
   int rate_levels = 0;  // a variable-rate model's (rate_levels()); 0: a model of one rate
@@ -40,7 +42,7 @@ struct TrainSettings {
   std::string model_path;       // <out>/model.safetensors
   // The spec's name, else where it came from.
   std::string model_name() const;
-  // The trade-off weighting "mse" in the loss: --lambda, or the mean of --lambdas.
+  // The trade-off weighting the distortion in the loss: --lambda, or the mean of --lambdas.
   double loss_lambda() const;
 };
 
@@ -93,7 +95,7 @@ struct TrainingRun {
   std::unique_ptr<GradientClipper> clipper;           // null: --clip-grad-norm 0
   std::int64_t step = 0;                              // steps taken, by every run of this --out
   std::unique_ptr<train::DataParallelRank> parallel;  // null: a single process
-  const double weight;                                // of the distortion in the loss: distortion_weight(loss_lambda())
+  const double lambda;                                // of the distortion in the loss: settings.loss_lambda()
   const std::string settings_text;                    // train_settings() as JSON text
   double best_val_psnr;                               // NaN: no validation yet
   std::chrono::steady_clock::time_point start;        // of this run's training

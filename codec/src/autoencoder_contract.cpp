@@ -1,6 +1,7 @@
 #include "plexus/codec/autoencoder_contract.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "plexus/error.h"
@@ -15,6 +16,112 @@ double variable_rate_lambda(const std::vector<double>& lambdas) {
   double mean = 0;
   for (double lambda : lambdas) mean += lambda / static_cast<double>(lambdas.size());
   return mean;
+}
+
+namespace {
+
+// The keys of `object` (at `where`) must be among `known`.
+void check_keys(const nlohmann::json& object, const std::string& where, const std::vector<std::string>& known) {
+  std::string expected;
+  for (const std::string& key : known) expected += (expected.empty() ? "" : ", ") + key;
+  for (auto it = object.begin(); it != object.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end())
+      throw ConfigError(where + ": unknown key '" + it.key() + "' (expected " + expected + ")");
+}
+
+// A finite number > 0 at `where`.
+double positive_number(const nlohmann::json& value, const std::string& where) {
+  if (!value.is_number() || !(value.get<double>() > 0) || !std::isfinite(value.get<double>()))
+    throw ConfigError(where + " must be a number > 0, got " + value.dump());
+  return value.get<double>();
+}
+
+// An array of term objects at `where`, each handed to `term` with its own "where".
+template <typename Term>
+void for_each_term(const nlohmann::json& terms, const std::string& where, Term&& term) {
+  if (!terms.is_array()) throw ConfigError(where + " must be an array of terms, got " + terms.dump());
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const std::string at = where + "/" + std::to_string(i);
+    if (!terms[i].is_object()) throw ConfigError(at + " must be an object, got " + terms[i].dump());
+    term(terms[i], at);
+  }
+}
+
+double term_weight(const nlohmann::json& term, const std::string& at) {
+  return term.contains("weight") ? positive_number(term["weight"], at + "/weight") : 1.0;
+}
+
+}  // namespace
+
+double TrainingLoss::distortion_weight(const std::string& type) const {
+  double weight = 0;
+  for (const DistortionTerm& term : distortion)
+    if (term.type == type) weight += term.weight;
+  return weight;
+}
+
+TrainingLoss training_loss(const ModelSpec& spec) {
+  TrainingLoss loss;
+  const std::string where = spec.source + ": at /loss";
+  const nlohmann::json& section = spec.loss;
+  if (!section.is_null() && !section.is_object())
+    throw ConfigError(where + ": the loss must be an object, got " + section.dump());
+  if (section.is_object()) check_keys(section, where, {"distortion", "rate", "lambda", "lambdas"});
+  const bool has = section.is_object();
+  if (has && section.contains("distortion")) {
+    for_each_term(section["distortion"], where + "/distortion", [&](const nlohmann::json& term, const std::string& at) {
+      check_keys(term, at, {"type", "weight"});
+      if (!term.contains("type")) throw ConfigError(at + ": missing \"type\" (\"mse\" or \"ms_ssim\")");
+      const nlohmann::json& type = term["type"];
+      if (!type.is_string() || (type != "mse" && type != kMsSsim))
+        throw ConfigError(at + "/type: unknown distortion " + type.dump() + " (expected \"mse\" or \"ms_ssim\")");
+      loss.distortion.push_back({type.get<std::string>(), term_weight(term, at)});
+    });
+    if (loss.distortion.empty())
+      throw ConfigError(where + "/distortion is empty: give at least one term, e.g. {\"type\": \"mse\"}");
+  } else {
+    loss.distortion.push_back({kDistortion, 1.0});
+  }
+  std::set<std::string> produced;
+  for (const auto& node : spec.nodes) produced.insert(node.outputs.begin(), node.outputs.end());
+  if (has && section.contains("rate")) {
+    for_each_term(section["rate"], where + "/rate", [&](const nlohmann::json& term, const std::string& at) {
+      check_keys(term, at, {"blob", "weight"});
+      if (!term.contains("blob") || !term["blob"].is_string())
+        throw ConfigError(at + ": needs \"blob\", the name of a scalar rate the spec produces (e.g. \"bpp\")");
+      const std::string blob = term["blob"].get<std::string>();
+      if (!produced.count(blob)) throw ConfigError(at + "/blob: no node produces '" + blob + "'");
+      loss.rate.push_back({blob, term_weight(term, at)});
+    });
+  } else {
+    loss.rate.push_back({kRate, 1.0});
+  }
+  if (has && section.contains("lambda")) loss.lambda = positive_number(section["lambda"], where + "/lambda");
+  if (has && section.contains("lambdas")) {
+    const nlohmann::json& lambdas = section["lambdas"];
+    if (!lambdas.is_array() || lambdas.empty())
+      throw ConfigError(where + "/lambdas must be an array of numbers > 0, one per rate level, got " + lambdas.dump());
+    for (std::size_t k = 0; k < lambdas.size(); ++k)
+      loss.lambdas.push_back(positive_number(lambdas[k], where + "/lambdas/" + std::to_string(k)));
+  }
+  if (loss.distortion_weight(kMsSsim) > 0) {
+    if (std::find(spec.inputs.begin(), spec.inputs.end(), kRateLevel) != spec.inputs.end())
+      throw ConfigError(where + ": an \"ms_ssim\" distortion weights every image alike; a variable-rate model "
+                                "(it reads \"level\") trains with \"mse\" alone");
+    const bool named =
+        std::any_of(spec.nodes.begin(), spec.nodes.end(), [](const NodeSpec& node) { return node.name == kMsSsim; });
+    if (named || produced.count(kMsSsim))
+      throw ConfigError(where + ": an \"ms_ssim\" distortion adds a node and blob named \"ms_ssim\", which the "
+                                "spec already has; rename its own");
+  }
+  return loss;
+}
+
+ModelSpec training_spec(const ModelSpec& spec, const TrainingLoss& loss) {
+  ModelSpec result = spec;
+  if (loss.distortion_weight(kMsSsim) > 0)
+    result.add_node({kMsSsim, "MSSSIM", {kReconstruction, kImage}, {kMsSsim}, nlohmann::json::object()});
+  return result;
 }
 
 void check_contract(const ModelSpec& spec) {
@@ -40,6 +147,7 @@ void check_contract(const ModelSpec& spec) {
     throw ConfigError(spec.source + " does not fit plexus-ae: " + problems +
                       ". A plexus-ae model reads \"image\" and produces \"x_hat\" (reconstruction), "
                       "\"likelihoods\", \"mse\" and \"bpp\" (see apps/autoencoder/README.md)");
+  training_loss(spec);
 }
 
 int rate_levels(const ModelSpec& spec) {

@@ -448,7 +448,7 @@ std::int64_t first_non_finite(const Tensor& host) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimizer, std::int64_t step,
-                     const std::map<std::string, std::string>& metadata) {
+                     const std::map<std::string, std::string>& metadata, const ModelSpec* spec) {
   TensorFile file;
   for (const auto& [key, value] : metadata) {
     for (const char* reserved : kReservedMetadata)
@@ -458,7 +458,7 @@ void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimiz
     file.metadata[key] = value;
   }
   file.metadata["step"] = std::to_string(step);
-  file.metadata["model_spec"] = net.spec().to_json().dump();
+  file.metadata["model_spec"] = (spec ? *spec : net.spec()).to_json().dump();
   const nlohmann::json plugins = plugin_layers(net);
   if (!plugins.empty()) file.metadata[kPluginLayersKey] = plugins.dump();
   for (const NamedParameter& named : net.parameters()) file.tensors[named.name] = named.parameter->value;

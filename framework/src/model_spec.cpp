@@ -44,11 +44,16 @@ ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
   ModelSpec spec;
   spec.source = source;
   if (!json.is_object()) throw ConfigError(source + ": a model spec must be a JSON object");
-  static const std::set<std::string> known = {"name", "inputs", "nodes", "description"};
+  static const std::set<std::string> known = {"name", "inputs", "nodes", "description", "loss"};
   for (auto it = json.begin(); it != json.end(); ++it)
     if (!known.count(it.key()))
       throw ConfigError(source + ": unknown top-level key '" + it.key() +
-                        "' (expected name, description, inputs, nodes)");
+                        "' (expected name, description, inputs, nodes, loss)");
+  if (json.contains("loss")) {
+    if (!json["loss"].is_object())
+      throw ConfigError(source + ": at /loss: the loss must be an object, got " + json["loss"].dump());
+    spec.loss = json["loss"];
+  }
   if (json.contains("name") && !json["name"].is_string())
     throw ConfigError(source + ": at /name: the model name must be a string, got " + json["name"].dump());
   spec.name = json.value("name", "");
@@ -130,6 +135,7 @@ nlohmann::json ModelSpec::to_json() const {
   for (const auto& n : nodes)
     json["nodes"].push_back(
         {{"name", n.name}, {"type", n.type}, {"inputs", n.inputs}, {"outputs", n.outputs}, {"params", n.params}});
+  if (!loss.is_null()) json["loss"] = loss;
   return json;
 }
 

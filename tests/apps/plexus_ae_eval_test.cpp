@@ -90,6 +90,10 @@ TEST_F(PlexusAeEval, EvaluatesEveryImageAtFullSizeAndWritesReconstructions) {
   auto summary = nlohmann::json::parse(testing::read_bytes(folder / "recon/eval.json"));
   EXPECT_EQ(summary["images"].size(), 2u);
   EXPECT_NEAR(summary["mean_psnr"].get<double>(), mean_psnr, 0.001);
+  // Images under 161 pixels a side have no MS-SSIM (its 5 scales do not fit): "-" and null.
+  EXPECT_TRUE(contains(result.out, "MS-SSIM")) << result.out;
+  for (const auto& image : summary["images"]) EXPECT_TRUE(image["ms_ssim"].is_null()) << image.dump();
+  EXPECT_TRUE(summary["mean_ms_ssim"].is_null()) << summary.dump();
 }
 
 // The table without its last two columns, the codec's wall times (which differ from run to run),

@@ -1,8 +1,10 @@
 // plexus-ae train end to end on the CPU, with a tiny model (tests/apps/
 // models/tiny.json, N=8, stride 4) on tiny patches: the loss falls, resuming
 // is bit-identical to not stopping (after --resume and after Ctrl-C), a NaN
-// loss keeps the last good checkpoint, metrics are logged, and both bundled
-// models take training steps.
+// loss keeps the last good checkpoint, metrics are logged, both bundled
+// models take training steps, and the spec's "loss" section (MS-SSIM
+// training of a bundled model, whose eval reports MS-SSIM of the decoded
+// files; defaults; bad sections refused by name).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,7 +24,10 @@
 #include "apps/cli_runner.h"
 #include "apps/metrics_log_reader.h"
 #include "apps/same_tensors.h"
+#include "plexus/builtin_layers.h"
 #include "plexus/checkpoint.h"
+#include "plexus/context.h"
+#include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
 namespace {
@@ -348,6 +355,237 @@ TEST_F(PlexusAeTrain, InitFromAndResumeExcludeEachOther) {
   auto missing = run(tiny_run("other", 1, {"--init-from", folder / "no-such.safetensors"}));
   EXPECT_EQ(missing.exit_code, 1) << missing.describe();
   EXPECT_TRUE(contains(missing.err, "no-such.safetensors")) << missing.err;
+}
+
+// MS-SSIM of two 8-bit images by the MSSSIM layer (tested against its
+// definition in tests/layers/ms_ssim_test.cpp), on the CPU in f64.
+double layer_ms_ssim(const data::Image& a, const data::Image& b) {
+  const Registry registry = builtin_registry();
+  auto layer = registry.create("MSSSIM", "ms_ssim", nlohmann::json::object());
+  const Shape shape{1, 3, a.height, a.width};
+  const auto f64 = [&](const data::Image& image) {
+    return Tensor::from_values(data::image_to_tensor(image).to_values(), shape, DType::f64);
+  };
+  Tensor x = f64(a), y = f64(b), value(Shape{}, DType::f64);
+  Context ctx;
+  layer->forward(ctx, {&x, &y}, {&value});
+  return value.to_values().at(0);
+}
+
+// CompressAI's MS-SSIM recipe on a bundled model: loss = lambda (1 - MS-SSIM) + bpp.
+TEST_F(PlexusAeTrain, MsSsimLossTrainsABundledModelAndEvalReportsItFromTheFiles) {
+  testing::save_png(folder / "large/a.png", testing::position_image(200, 180));
+  auto trained = run({"train",
+                      "--data",
+                      folder / "large",
+                      "--val",
+                      folder / "large",
+                      "--model",
+                      "bmshj2018-factorized",
+                      "--distortion",
+                      "ms_ssim",
+                      "--lambda",
+                      "8.73",
+                      "--patch",
+                      "176",
+                      "--batch",
+                      "1",
+                      "--steps",
+                      "4",
+                      "--log-every",
+                      "2",
+                      "--device",
+                      "cpu",
+                      "--out",
+                      folder / "ms"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "lambda 8.73 on (1 - MS-SSIM)")) << trained.err;
+  auto train = read_metrics(folder / "ms/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 2u);
+  for (const nlohmann::json& entry : train) {
+    ASSERT_TRUE(entry["ms_ssim"].is_number()) << entry.dump();
+    const double ms_ssim = entry["ms_ssim"], bpp = entry["bpp"], loss = entry["loss"];
+    EXPECT_GT(ms_ssim, 0.0);
+    EXPECT_LE(ms_ssim, 1.0);
+    EXPECT_NEAR(loss, 8.73 * (1 - ms_ssim) + bpp, 1e-4 * loss) << entry.dump();
+    EXPECT_TRUE(entry["psnr"].is_number()) << entry.dump();  // from "mse", recorded though not trained on
+  }
+  auto val = read_metrics(folder / "ms/metrics.jsonl", "val");
+  ASSERT_EQ(val.size(), 1u);
+  ASSERT_TRUE(val[0]["ms_ssim"].is_number()) << val[0].dump();
+  EXPECT_NEAR(val[0]["loss"].get<double>(), 8.73 * (1 - val[0]["ms_ssim"].get<double>()) + val[0]["bpp"].get<double>(),
+              1e-9);
+  // The model file records the spec with its loss, not the node training added.
+  const ModelSpec spec = spec_from_checkpoint(load_safetensors(folder / "ms/model.safetensors"), "model");
+  EXPECT_EQ(spec.loss["distortion"][0]["type"], "ms_ssim") << spec.loss.dump();
+  for (const NodeSpec& node : spec.nodes) EXPECT_NE(node.type, "MSSSIM") << node.name;
+
+  auto eval = run({"eval", "--model", folder / "ms/model.safetensors", "--data", folder / "large", "--out",
+                   folder / "ms-eval", "--device", "cpu"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.describe();
+  EXPECT_TRUE(contains(eval.out, "MS-SSIM")) << eval.out;
+  EXPECT_TRUE(contains(eval.out, "file MS-SSIM")) << eval.out;
+  const auto report = nlohmann::json::parse(testing::read_bytes(folder / "ms-eval/eval.json"));
+  const nlohmann::json& image = report["images"].at(0);
+  const data::Image original = testing::position_image(200, 180);
+  const double expected = layer_ms_ssim(data::read_image(folder / "ms-eval/a.png"), original);
+  ASSERT_TRUE(image["ms_ssim"].is_number()) << image.dump();
+  EXPECT_NEAR(image["ms_ssim"].get<double>(), expected, 1e-9);
+  EXPECT_NEAR(report["mean_ms_ssim"].get<double>(), expected, 1e-9);
+  // The real file, compressed and decoded: its own MS-SSIM, a value in (0, 1].
+  ASSERT_TRUE(image["file"]["ms_ssim"].is_number()) << image.dump();
+  EXPECT_GT(image["file"]["ms_ssim"].get<double>(), 0.0);
+  EXPECT_LE(image["file"]["ms_ssim"].get<double>(), 1.0);
+}
+
+// On a GPU: MS-SSIM training on CUDA, its step recorded into a CUDA graph
+// (MSSSIM is capturable) and launched eagerly, logs the same losses (the two
+// devices draw different noise, so the CPU's are not the reference).
+TEST_F(PlexusAeTrain, MsSsimTrainingOnCudaRecordsItsStepInACudaGraph) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  testing::save_png(folder / "large/a.png", testing::position_image(200, 180));
+  std::map<std::string, std::vector<nlohmann::json>> logs;
+  for (const std::string graph : {"on", "off"}) {
+    auto result = run({"train",
+                       "--data",
+                       folder / "large",
+                       "--model",
+                       testing::test_model("tiny.json"),
+                       "--distortion",
+                       "ms_ssim",
+                       "--lambda",
+                       "8.73",
+                       "--patch",
+                       "164",
+                       "--batch",
+                       "2",
+                       "--steps",
+                       "6",
+                       "--log-every",
+                       "2",
+                       "--lr",
+                       "0.005",
+                       "--seed",
+                       "3",
+                       "--device",
+                       "cuda",
+                       "--cuda-graph",
+                       graph,
+                       "--out",
+                       folder / ("ms-" + graph)});
+    ASSERT_EQ(result.exit_code, 0) << result.describe();
+    if (graph == "on") EXPECT_TRUE(contains(result.err, "CUDA graph on")) << result.err;
+    logs[graph] = read_metrics(folder / ("ms-" + graph + "/metrics.jsonl"), "train");
+  }
+  ASSERT_EQ(logs["on"].size(), 3u);
+  ASSERT_EQ(logs["off"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& on = logs["on"][i];
+    const double loss = on["loss"], ms_ssim = on["ms_ssim"], bpp = on["bpp"];
+    EXPECT_GT(ms_ssim, 0.0);
+    EXPECT_LE(ms_ssim, 1.0);
+    EXPECT_NEAR(loss, 8.73 * (1 - ms_ssim) + bpp, 1e-4 * loss) << on.dump();
+    for (const char* key : {"loss", "ms_ssim", "bpp"})
+      EXPECT_NEAR(on[key].get<double>(), logs["off"][i][key].get<double>(), 1e-4 * std::abs(on[key].get<double>()))
+          << key << " at log line " << i;
+  }
+}
+
+// tiny.json with `loss` as its "loss" section, written to <scratch>/<name>.json.
+std::string tiny_with_loss(const ScratchFolder& folder, const std::string& name, const nlohmann::json& loss) {
+  nlohmann::json spec = nlohmann::json::parse(testing::read_bytes(testing::test_model("tiny.json")));
+  spec["loss"] = loss;
+  const std::string path = folder / (name + ".json");
+  testing::write_bytes(path, spec.dump());
+  return path;
+}
+
+TEST_F(PlexusAeTrain, TheDefaultLossSectionTrainsLikeNoSection) {
+  ASSERT_EQ(run(tiny_run("plain", 6, {"--lambda", "0.01"})).exit_code, 0);
+  const std::string spec = tiny_with_loss(folder, "explicit",
+                                          {{"distortion", {{{"type", "mse"}, {"weight", 1}}}},
+                                           {"rate", {{{"blob", "bpp"}, {"weight", 1}}}},
+                                           {"lambda", 0.01}});
+  auto explicit_run = run(with(tiny_run("explicit", 6), "--model", spec));
+  ASSERT_EQ(explicit_run.exit_code, 0) << explicit_run.describe();
+  auto plain = read_metrics(folder / "plain/metrics.jsonl", "train");
+  auto same = read_metrics(folder / "explicit/metrics.jsonl", "train");
+  ASSERT_EQ(plain.size(), same.size());
+  ASSERT_FALSE(plain.empty());
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i]["loss"], same[i]["loss"]) << i;
+    EXPECT_EQ(plain[i]["mse"], same[i]["mse"]) << i;
+    EXPECT_TRUE(plain[i]["ms_ssim"].is_null()) << plain[i].dump();  // 16-pixel patches: not measured
+  }
+}
+
+// A loss without MS-SSIM still logs it, for the last step's patches when they are large enough.
+TEST_F(PlexusAeTrain, MseTrainingLogsTheMsSsimOfItsPatches) {
+  testing::save_png(folder / "large/a.png", testing::position_image(200, 180));
+  auto result = run({"train", "--data", folder / "large", "--model", testing::test_model("tiny.json"), "--patch", "164",
+                     "--batch", "2", "--steps", "4", "--log-every", "2", "--lr", "0.005", "--device", "cpu", "--out",
+                     folder / "mse"});
+  ASSERT_EQ(result.exit_code, 0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "MS-SSIM ")) << result.err;  // the progress line
+  EXPECT_TRUE(contains(result.out, "of the last logged batch")) << result.out;
+  auto train = read_metrics(folder / "mse/metrics.jsonl", "train");
+  ASSERT_EQ(train.size(), 2u);
+  for (const nlohmann::json& entry : train) {
+    ASSERT_TRUE(entry["ms_ssim"].is_number()) << entry.dump();
+    EXPECT_GE(entry["ms_ssim"].get<double>(), 0.0);
+    EXPECT_LE(entry["ms_ssim"].get<double>(), 1.0);
+    // The loss is still lambda * 255^2 * mse + bpp, MS-SSIM no part of it.
+    const double loss = entry["loss"], mse = entry["mse"], bpp = entry["bpp"];
+    EXPECT_NEAR(loss, 0.01 * 255 * 255 * mse + bpp, 1e-5 * loss) << entry.dump();
+  }
+}
+
+TEST_F(PlexusAeTrain, TheSpecsLambdaIsTheDefaultAndTheCommandLineWins) {
+  const std::string spec = tiny_with_loss(folder, "lambda", {{"lambda", 0.05}});
+  for (const auto& [out, extra, lambda] : std::vector<std::tuple<std::string, std::vector<std::string>, double>>{
+           {"from-spec", {}, 0.05}, {"from-cli", {"--lambda", "0.002"}, 0.002}}) {
+    auto result = run(with(tiny_run(out, 4, extra), "--model", spec));
+    ASSERT_EQ(result.exit_code, 0) << result.describe();
+    for (const nlohmann::json& entry : read_metrics(folder / (out + "/metrics.jsonl"), "train")) {
+      const double loss = entry["loss"], mse = entry["mse"], bpp = entry["bpp"];
+      EXPECT_NEAR(loss, lambda * 255 * 255 * mse + bpp, 1e-5 * loss) << out << ": " << entry.dump();
+    }
+  }
+}
+
+TEST_F(PlexusAeTrain, BadLossSectionsAreRefusedByName) {
+  const std::vector<std::pair<nlohmann::json, std::string>> cases{
+      {3, "at /loss: the loss must be an object, got 3"},
+      {{{"lamda", 1}}, "at /loss: unknown key 'lamda' (expected distortion, rate, lambda, lambdas)"},
+      {{{"distortion", {{{"type", "ssim"}}}}},
+       "at /loss/distortion/0/type: unknown distortion \"ssim\" (expected \"mse\" or \"ms_ssim\")"},
+      {{{"distortion", {{{"type", "mse"}, {"weigth", 1}}}}}, "at /loss/distortion/0: unknown key 'weigth'"},
+      {{{"distortion", {{{"type", "mse"}, {"weight", "1"}}}}},
+       "at /loss/distortion/0/weight must be a number > 0, got \"1\""},
+      {{{"distortion", nlohmann::json::array()}}, "at /loss/distortion is empty"},
+      {{{"rate", {{{"blob", "bits"}}}}}, "at /loss/rate/0/blob: no node produces 'bits'"},
+      {{{"lambda", -1}}, "at /loss/lambda must be a number > 0, got -1"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string spec = tiny_with_loss(folder, "bad" + std::to_string(i), cases[i].first);
+    auto result = run(with(tiny_run("bad" + std::to_string(i), 1), "--model", spec));
+    EXPECT_NE(result.exit_code, 0) << result.describe();
+    EXPECT_TRUE(contains(result.err, spec + ": " + cases[i].second)) << result.err;
+  }
+  auto unknown = run(tiny_run("unknown", 1, {"--distortion", "ssim"}));
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_TRUE(contains(unknown.err, "--distortion must be mse or ms_ssim, got 'ssim'")) << unknown.err;
+  auto small = run(tiny_run("small", 1, {"--distortion", "ms_ssim"}));
+  EXPECT_NE(small.exit_code, 0);
+  EXPECT_TRUE(contains(small.err, "--patch 16 is too small for the \"ms_ssim\" distortion")) << small.err;
+  EXPECT_TRUE(contains(small.err, "try --patch 164")) << small.err;
+  auto variable_rate = run({"train", "--data", folder / "images", "--model", "mbt2018-mean-vr", "--distortion",
+                            "ms_ssim", "--patch", "192", "--device", "cpu", "--out", folder / "vr"});
+  EXPECT_NE(variable_rate.exit_code, 0);
+  EXPECT_TRUE(contains(variable_rate.err, "mbt2018-mean-vr.json: at /loss: an \"ms_ssim\" distortion weights every "
+                                          "image alike; a variable-rate model (it reads \"level\") trains with "
+                                          "\"mse\" alone"))
+      << variable_rate.err;
 }
 
 }  // namespace

@@ -20,12 +20,17 @@ TEST(TrainProgress, PsnrOfAnMseOfUnitValues) {
 
 TEST(TrainProgress, SmoothedStatsAreTheMeanAtFirstThenAMovingAverage) {
   SmoothedStats s;
-  s.add(4, 0.1, 1);
-  s.add(2, 0.3, 3);
+  s.add(4, 0.1, 1, 0.9);
+  s.add(2, 0.3, 3, 0.7);
   EXPECT_DOUBLE_EQ(s.loss, 3.0);
   EXPECT_DOUBLE_EQ(s.mse, 0.2);
-  for (int i = 0; i < 1000; ++i) s.add(7, 0.5, 2);
+  EXPECT_DOUBLE_EQ(s.ms_ssim, 0.8);
+  for (int i = 0; i < 1000; ++i) s.add(7, 0.5, 2, 0.95);
   EXPECT_NEAR(s.loss, 7.0, 1e-6);  // the early values have decayed away
+  EXPECT_NEAR(s.ms_ssim, 0.95, 1e-6);
+  SmoothedStats unmeasured;
+  unmeasured.add(4, 0.1, 1, std::nan(""));
+  EXPECT_TRUE(std::isnan(unmeasured.ms_ssim));  // not shown
 }
 
 TEST(FileProgress, LineCountsFromOneAndHasNoEtaBeforeAFileIsDone) {

@@ -62,6 +62,23 @@ TEST(ModelSpec, StructuralMistakesAreNamed) {
               ModelSpec::from_text(R"({"inputs": [], "nodes": [], "nodez": 1})", "m.json");
             }).find("unknown top-level key 'nodez'"),
             std::string::npos);
+  EXPECT_NE(error_of<ConfigError>([] {
+              ModelSpec::from_text(R"({"inputs": [], "nodes": [], "loss": [1]})", "m.json");
+            }).find("m.json: at /loss: the loss must be an object, got [1]"),
+            std::string::npos);
+}
+
+// The "loss" section is carried as it is (the application checks it) and
+// written back; a spec without one writes none, as before.
+TEST(ModelSpec, CarriesTheLossSection) {
+  const ModelSpec spec = ModelSpec::from_text(
+      R"({"inputs": ["x"], "nodes": [], "loss": {"distortion": [{"type": "ms_ssim"}], "lambda": 8.73}})");
+  EXPECT_EQ(spec.loss["distortion"][0]["type"], "ms_ssim");
+  EXPECT_EQ(spec.loss["lambda"], 8.73);
+  EXPECT_EQ(ModelSpec::from_json(spec.to_json()).loss, spec.loss);
+  const ModelSpec plain = ModelSpec::from_text(R"({"inputs": ["x"], "nodes": []})");
+  EXPECT_TRUE(plain.loss.is_null());
+  EXPECT_FALSE(plain.to_json().contains("loss"));
 }
 
 }  // namespace

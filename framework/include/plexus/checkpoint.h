@@ -62,9 +62,11 @@ class Registry;
 // A training checkpoint: every parameter of `net` under its name
 // ("g_a0.weight"), the optimiser's state under "optimizer/<slot>/<name>",
 // and metadata (step, optimiser name, model spec JSON, plus `metadata`).
+// The spec recorded is `spec` when given (a model whose training net has
+// nodes of its own, such as a loss its trainer adds), else the net's.
 // Written atomically (see save_safetensors).
 void save_checkpoint(const std::string& path, Net& net, const Optimizer* optimizer, std::int64_t step,
-                     const std::map<std::string, std::string>& metadata = {});
+                     const std::map<std::string, std::string>& metadata = {}, const ModelSpec* spec = nullptr);
 
 // The model spec a checkpoint carries (save_checkpoint records it). Throws
 // IoError naming `path` when it carries none (not a Plexus checkpoint) or an

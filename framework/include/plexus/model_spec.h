@@ -29,6 +29,10 @@ struct ModelSpec {
   std::string name;
   std::vector<std::string> inputs;
   std::vector<NodeSpec> nodes;
+  // The training loss an application reads from the spec (plexus-ae: a
+  // "loss" object, apps/autoencoder/README.md); null when the spec has none.
+  // Carried as it is: the application checks its keys.
+  nlohmann::json loss;
   std::string source = "<memory>";  // where it came from, for messages
 
   // Builder API: spec.add_input("x").add_node({...});

@@ -45,7 +45,9 @@ std::vector<std::string> blobs_of(const StepLoss& loss) {
 
 std::map<std::string, double> loss_weights_of(const StepLoss& loss) {
   std::map<std::string, double> weights;
-  for (const LossTerm& term : loss.terms) weights[term.blob] = term.weight;
+  // A term of weight 0 is recorded, never backpropagated: it adds nothing to the gradient.
+  for (const LossTerm& term : loss.terms)
+    if (term.weight != 0) weights[term.blob] += term.weight;
   return weights;
 }
 

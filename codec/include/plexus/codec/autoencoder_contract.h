@@ -7,7 +7,8 @@
 //                          the hyper-latent; "bpp" counts both)
 //           "mse"          scalar distortion, mean((x_hat - image)^2)
 //           "bpp"          scalar rate in bits per pixel of "image"
-// The training loss is lambda * 255^2 * mse + bpp. In eval mode
+// The training loss is lambda * 255^2 * mse + bpp unless the spec's "loss"
+// section says otherwise (TrainingLoss below). In eval mode
 // (Context::set_training(false)) the quantiser rounds instead of adding noise.
 //
 // A variable-rate model (one model for several rate-distortion trade-offs,
@@ -38,6 +39,49 @@ inline constexpr const char* kRate = "bpp";
 inline constexpr const char* kRateLevel = "level";
 inline constexpr const char* kMseWeight = "mse_weight";
 inline constexpr const char* kGainUnitType = "GainUnit";
+// The blob (and node) of MS-SSIM(x_hat, image) that training adds for an
+// "ms_ssim" distortion term (an MSSSIM layer).
+inline constexpr const char* kMsSsim = "ms_ssim";
+// The smallest image side MS-SSIM takes: its fifth scale, 16 times smaller,
+// must still hold the 11-pixel window ((11 - 1) * 16 + 1; MSSSIM's check).
+inline constexpr int kMsSsimMinSide = 161;
+
+// The loss a spec trains with, from its "loss" section:
+//   "loss": {"distortion": [{"type": "mse" | "ms_ssim", "weight": w}, ...],
+//            "rate": [{"blob": "bpp", "weight": r}, ...],
+//            "lambda": l, "lambdas": [l_0, ..., l_K-1]}
+//   loss = lambda * sum_k w_k D_k + sum_j r_j R_j,
+//   D_mse = 255^2 * mse,  D_ms_ssim = 1 - MS-SSIM(x_hat, image)
+// Every key is optional: distortion [{"type": "mse", "weight": 1}], rate
+// [{"blob": "bpp", "weight": 1}]; "lambda" and "lambdas" are the defaults of
+// --lambda and --lambdas (the command line's win). No section: today's
+// lambda * 255^2 * mse + bpp. CompressAI's MS-SSIM models:
+//   {"distortion": [{"type": "ms_ssim", "weight": 1}], "lambda": 2.4 to 60.5}
+struct DistortionTerm {
+  std::string type;  // "mse" or "ms_ssim"
+  double weight = 1;
+};
+struct RateTerm {
+  std::string blob;  // a scalar rate blob of the spec, "bpp" usually
+  double weight = 1;
+};
+struct TrainingLoss {
+  std::vector<DistortionTerm> distortion;
+  std::vector<RateTerm> rate;
+  double lambda = 0;            // 0: not in the spec
+  std::vector<double> lambdas;  // empty: not in the spec
+  // The summed weight of the distortion terms of `type` (0 when it has none).
+  double distortion_weight(const std::string& type) const;
+};
+
+// The spec's loss, checked: ConfigError naming the spec and the key, value
+// or term at fault (unknown keys and types, weights <= 0, a rate blob no
+// node produces, an "ms_ssim" node or blob the spec already has).
+TrainingLoss training_loss(const ModelSpec& spec);
+
+// The spec a training net is built from: `spec` itself, or with an
+// "ms_ssim" distortion an MSSSIM node "ms_ssim" reading "x_hat" and "image".
+ModelSpec training_spec(const ModelSpec& spec, const TrainingLoss& loss);
 
 // lambda * 255^2: the weight of "mse" in the loss (the rate's weight is 1).
 double distortion_weight(double lambda);
@@ -45,7 +89,8 @@ double distortion_weight(double lambda);
 // level k image's "mse_weight" is lambdas[k] / this).
 double variable_rate_lambda(const std::vector<double>& lambdas);
 
-// Throws ConfigError naming the spec and every missing input or output.
+// Throws ConfigError naming the spec and every missing input or output, or
+// what is wrong with its "loss" section (training_loss).
 void check_contract(const ModelSpec& spec);
 
 // K, the rate levels of a variable-rate model (the "levels" of its GainUnit

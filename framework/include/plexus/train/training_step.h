@@ -48,8 +48,10 @@ struct LossTerm {
 
 // What a step trains: the blob each batch is copied into, and the loss.
 struct StepLoss {
-  std::string input;            // e.g. "image"
-  std::vector<LossTerm> terms;  // loss = sum_k weight_k * blob_k (1 to StepMetrics::kMaxTerms terms)
+  std::string input;  // e.g. "image"
+  // loss = sum_k weight_k * blob_k (1 to StepMetrics::kMaxTerms terms); a
+  // term of weight 0 is recorded for the log and not backpropagated.
+  std::vector<LossTerm> terms;
 };
 
 struct Divergence {
