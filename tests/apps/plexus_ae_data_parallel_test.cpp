@@ -4,7 +4,8 @@
 // cpu`, which runs the whole data-parallel path (one worker process,
 // gradient buckets, agreement, replica checks) and must train exactly the
 // parameters of a single process. The supervisor is also driven directly
-// with shell workers, to show that the other workers are killed.
+// with shell workers, to show that the other workers are killed. Where the
+// build has MPI, `mpirun -np 2` runs the real multi-process path on the CPU.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -21,9 +22,11 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "apps/metrics_log_reader.h"
 #include "apps/same_tensors.h"
 #include "data/data_test_support.h"
 #include "plexus/context.h"
+#include "plexus/distributed/mpi_communicator.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/testing/gtest_helpers.h"
 #include "plexus/train/exit_codes.h"
@@ -53,8 +56,55 @@ class PlexusAeDataParallel : public ::testing::Test {
     args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
     return run(args);
   }
+  // tiny_run of the noiseless tiny model (below) with `batch` crops per rank.
+  std::vector<std::string> noiseless_run(const std::string& out, std::int64_t steps, const std::string& batch,
+                                         std::vector<std::string> extra = {}) {
+    auto args = tiny_run(out, steps, std::move(extra));
+    args[std::find(args.begin(), args.end(), "--model") - args.begin() + 1] = noiseless_tiny_model();
+    args[std::find(args.begin(), args.end(), "--batch") - args.begin() + 1] = batch;
+    return args;
+  }
+  // `mpirun -np ranks command...`. Open MPI's mpirun needs --oversubscribe
+  // to start more ranks than there are cores, and --allow-run-as-root where
+  // the suite runs as root (containers, CI).
+  testing::CommandResult mpirun(int ranks, const std::vector<std::string>& command) {
+    std::vector<std::string> args{"-np", std::to_string(ranks)};
+    if (contains(distributed::mpi_version(), "Open MPI")) {
+      args.push_back("--oversubscribe");
+      if (geteuid() == 0) args.push_back("--allow-run-as-root");
+    }
+    args.insert(args.end(), command.begin(), command.end());
+    return testing::Process(kMpirun, args, folder.path()).wait();
+  }
+  // The tiny model without its quantisation noise, which ranks other than 0
+  // draw from streams of their own (docs/multi-gpu.md): without it, 2 ranks
+  // of 2 crops train exactly the steps of 1 process of 4.
+  std::string noiseless_tiny_model() {
+    nlohmann::json spec = nlohmann::json::parse(testing::read_bytes(testing::test_model("tiny.json")));
+    nlohmann::json nodes = nlohmann::json::array();
+    for (auto node : spec["nodes"]) {
+      if (node["type"] == "UniformNoise") continue;
+      for (auto& input : node["inputs"])
+        if (input == "y_hat") input = "y";
+      nodes.push_back(node);
+    }
+    spec["nodes"] = nodes;
+    const std::string path = folder / "tiny_noiseless.json";
+    std::ofstream(path) << spec.dump();
+    return path;
+  }
+#ifdef PLEXUS_MPIEXEC
+  const std::string kMpirun = PLEXUS_MPIEXEC;
+#else
+  const std::string kMpirun;
+#endif
   ScratchFolder folder{"ae-data-parallel"};
 };
+
+// Skips a test that needs mpirun where this build has no MPI.
+#define SKIP_WITHOUT_MPI()                               \
+  if (!distributed::built_with_mpi() || kMpirun.empty()) \
+  GTEST_SKIP() << "this build has no MPI (framework/CMakeLists.txt; Debian: libopenmpi-dev openmpi-bin)"
 
 // 23 steps cross the first agreement point (step 10) and replica checks
 // (every 5): the checkpoints (parameters and Adam moments) are bit-identical.
@@ -213,6 +263,117 @@ TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
   unsetenv(train::kRankVariable);
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "PLEXUS_WORLD_SIZE is not set, but PLEXUS_RANK is")) << result.err;
+}
+
+// The real multi-process path on the CPU: `mpirun -np 2`, 2 crops per rank,
+// gradients averaged through MPI_Iallreduce, against one process with 4
+// crops. The logged losses (each the mean over the global batch) agree to
+// 1e-6 relative: they differ only by the order of the sums (a batch of 4,
+// against two batches of 2 averaged) and the f32 all-reduce that averages
+// the ranks' logged means (measured: 6e-8). The parameters are not compared
+// at that tolerance: Adam divides each gradient by its own root mean
+// square, so where a gradient is near zero (IGDN's gamma at its bound) a
+// rounding difference becomes a step of up to the learning rate.
+TEST_F(PlexusAeDataParallel, TwoMpiRanksLogTheLossesOfOneProcessWithTheDoubledBatch) {
+  SKIP_WITHOUT_MPI();
+  auto one = run(noiseless_run("one-process", 8, "4", {"--log-every", "1"}));
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  auto ranks = noiseless_run("two-ranks", 8, "2", {"--log-every", "1"});
+  ranks.insert(ranks.begin(), PLEXUS_AE_EXECUTABLE);
+  auto two = mpirun(2, ranks);
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  EXPECT_TRUE(contains(two.err, "data-parallel rank 0 of 2 on cpu (mpi ")) << two.err;
+  EXPECT_TRUE(contains(two.err, "started by Open MPI") || contains(two.err, "started by MPICH")) << two.err;
+  EXPECT_TRUE(contains(two.err, "on 2 CPU ranks")) << two.err;
+  const auto expected = testing::read_metrics(folder / "one-process/metrics.jsonl", "train");
+  const auto got = testing::read_metrics(folder / "two-ranks/metrics.jsonl", "train");
+  ASSERT_EQ(expected.size(), 8u);
+  ASSERT_EQ(got.size(), expected.size());
+  double largest = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["step"], expected[i]["step"]);
+    for (const char* key : {"loss", "mse", "bpp"}) {
+      const double a = expected[i][key], b = got[i][key];
+      const double relative = std::abs(a - b) / std::max(std::abs(a), 1e-12);
+      largest = std::max(largest, relative);
+      EXPECT_LE(relative, 1e-6) << key << " at step " << expected[i]["step"] << ": " << a << " against " << b;
+    }
+  }
+  std::printf("mpirun -np 2 against one process with the doubled batch: largest relative loss difference %g\n",
+              largest);
+  EXPECT_TRUE(std::filesystem::exists(folder / "two-ranks/model.safetensors"));
+}
+
+// The shell that mpirun starts as rank 1 runs the worker in the background,
+// waits until rank 0 has logged a step, then does `action` to it ($p).
+std::vector<std::string> rank_one_wrapper(const std::string& metrics, const std::string& action) {
+  const std::string script = "r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; if [ \"$r\" = 1 ]; then \"$0\" \"$@\" & p=$!; n=0; "
+                             "until [ -s " +
+                             metrics + " ] || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; " + action +
+                             "; fi; exec \"$0\" \"$@\"";
+  return {"/bin/sh", "-c", script, PLEXUS_AE_EXECUTABLE};
+}
+
+// Rank 1 is killed (SIGKILL) while the ranks train: the launcher ends the
+// job within seconds, with a non-zero exit and a message naming rank 1.
+TEST_F(PlexusAeDataParallel, AKilledMpiRankEndsTheJobNamingIt) {
+  SKIP_WITHOUT_MPI();
+  auto command = rank_one_wrapper(folder / "killed/metrics.jsonl", "kill -9 $p; kill -9 $$");
+  auto train = noiseless_run("killed", 100000, "2", {"--log-every", "1"});
+  command.insert(command.end(), train.begin(), train.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto result = mpirun(2, command);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.describe();
+  EXPECT_LT(seconds, 60.0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "step ") || contains(result.out, "step "))
+      << "rank 0 did train: " << result.describe();
+  // Open MPI: "mpirun noticed that process rank 1 with PID ... exited on signal 9 (Killed)".
+  const bool open_mpi = contains(distributed::mpi_version(), "Open MPI");
+  EXPECT_TRUE(contains(result.out + result.err, open_mpi ? "process rank 1 with PID" : "rank 1")) << result.describe();
+}
+
+// Rank 1 stops (SIGSTOP: alive, but never reaches the next all-reduce):
+// rank 0 waits --rank-timeout, says so naming itself, and ends the job.
+TEST_F(PlexusAeDataParallel, AnMpiRankThatHangsEndsTheJobAfterTheTimeout) {
+  SKIP_WITHOUT_MPI();
+  auto command = rank_one_wrapper(folder / "hung/metrics.jsonl", "kill -STOP $p; wait $p; exit $?");
+  auto train = noiseless_run("hung", 100000, "2", {"--log-every", "1", "--rank-timeout", "2"});
+  command.insert(command.end(), train.begin(), train.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto result = mpirun(2, command);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.describe();
+  EXPECT_LT(seconds, 60.0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "rank 0: MPI, rank 0 of 2 on ")) << result.describe();
+  EXPECT_TRUE(contains(result.err, "waited more than 2 s (--rank-timeout) for all_reduce")) << result.describe();
+}
+
+// Without an MPI launch, several CPU ranks are refused with a reason; and
+// --gpus N under a launcher that started a world of another size.
+TEST_F(PlexusAeDataParallel, LaunchesThatCannotTrainAreNamed) {
+  setenv("RANK", "0", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  auto torchrun_cpu = run(tiny_run("torchrun-cpu", 5));
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE"}) unsetenv(name);
+  EXPECT_EQ(torchrun_cpu.exit_code, 1) << torchrun_cpu.describe();
+  EXPECT_TRUE(contains(torchrun_cpu.err, "--device cpu in a data-parallel job of 2 ranks (rank 0 of 2 (local rank "
+                                         "0), started by torchrun)"))
+      << torchrun_cpu.err;
+  EXPECT_TRUE(contains(torchrun_cpu.err, distributed::built_with_mpi() ? "not torchrun" : "this build has none"))
+      << torchrun_cpu.err;
+
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+  auto gpus = run(tiny_run("gpus-under-mpirun", 5, {"--gpus", "2"}));
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"})
+    unsetenv(name);
+  EXPECT_EQ(gpus.exit_code, 1) << gpus.describe();
+  EXPECT_TRUE(contains(gpus.err, "--gpus 2, but this process is rank 0 of 1 (local rank 0), started by Open MPI: "
+                                 "--gpus starts workers of its own"))
+      << gpus.err;
 }
 
 // The supervisor with three shell workers: rank 1 exits with status 3 at

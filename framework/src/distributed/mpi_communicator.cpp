@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <exception>
 #include <thread>
 #endif
@@ -167,8 +168,10 @@ class MpiWorld : public MpiCommunicator {
       if (done) return;
       if (Clock::now() > deadline) {
         failed_ = true;
-        throw Error("MPI, " + who() + ": waited more than " + std::to_string(setup_.timeout_seconds) + " s for " +
-                    what + "; another rank has probably died or hangs");
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%g", setup_.timeout_seconds);
+        throw Error("MPI, " + who() + ": waited more than " + seconds + " s (--rank-timeout) for " + what +
+                    "; another rank has probably died or hangs");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(kLongestPauseMicroseconds));
