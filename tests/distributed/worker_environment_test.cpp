@@ -47,6 +47,10 @@ const Variables kOpenMpi{
 
 TEST(WorkerEnvironment, NoLauncherIsASingleProcess) {
   EXPECT_FALSE(read({}).has_value());
+  // One SLURM task (a batch script, srun -n 1) may run --gpus N itself.
+  EXPECT_FALSE(read({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS", "1"}}).has_value());
+  expect_place({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}},
+               Launcher::open_mpi, 0, 0, 1);
   EXPECT_FALSE(read({{"LOCAL_RANK", "0"}, {"MASTER_PORT", "29500"}, {"PLEXUS_RENDEZVOUS", "/x"}}).has_value());
 }
 

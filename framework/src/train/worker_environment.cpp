@@ -152,6 +152,9 @@ std::optional<WorkerEnvironment> worker_environment(const EnvironmentLookup& loo
     if (!started_by(lookup, *launcher)) continue;
     WorkerEnvironment environment = read_launcher(lookup, *launcher);
     check_mpi_launchers_agree(lookup, environment);
+    // A job of one SLURM task (its batch script, or `srun -n 1`) is a
+    // single process, which may still start --gpus N workers of its own.
+    if (environment.launcher == Launcher::slurm && environment.world_size == 1) return std::nullopt;
     return environment;
   }
   return std::nullopt;

@@ -50,7 +50,8 @@ struct WorkerEnvironment {
 using EnvironmentLookup = std::function<const char*(const char* name)>;
 
 // The worker variables of the first launcher above whose variables are set:
-// nullopt when none is; a ConfigError naming the variable when one of that
+// nullopt when none is, and for a SLURM job of one task (a single process,
+// as in a batch script that runs `plexus-ae train --gpus 8` itself); a ConfigError naming the variable when one of that
 // launcher's variables is missing or invalid (not an integer, a rank not
 // below the world size), or when two launchers of the same level (Open MPI
 // and MPICH) disagree.
