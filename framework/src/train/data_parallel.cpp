@@ -54,7 +54,9 @@ DataParallelRank::DataParallelRank(const WorkerEnvironment& environment, Device 
     setup.rendezvous_file = environment.rendezvous_file;
     setup.device = device.index;
     setup.timeout_seconds = timeout_seconds;
-    if (setup.rendezvous_file.empty()) {
+    if (setup.rendezvous_file.empty() && environment.world_size == 1) {
+      setup.share_unique_id = [](void*, std::size_t) {};  // rank 0 alone: its own id is everyone's
+    } else if (setup.rendezvous_file.empty()) {
       if (!distributed::built_with_mpi() || !mpi_launched(environment))
         throw ConfigError(environment.describe() + ": its ranks meet through " + kRendezvousVariable +
                           " (a file path every rank sees, not existing yet) or through MPI (ranks started by mpirun "

@@ -33,7 +33,8 @@ class DataParallelRank {
 
   // Joins the job. On a CUDA device through NCCL, whose id reaches the
   // ranks through PLEXUS_RENDEZVOUS's file when it is given, else through
-  // MPI (ranks started by an MPI launcher or srun, in a build with MPI). On
+  // MPI (ranks started by an MPI launcher or srun, in a build with MPI); a
+  // world of one rank needs neither. On
   // the CPU, one rank is an in-process group of one; several meet through
   // MPI. Waits up to `timeout_seconds` for the other ranks.
   DataParallelRank(const WorkerEnvironment& environment, Device device, double timeout_seconds);
