@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,9 +28,11 @@
 #include "data/data_test_support.h"
 #include "plexus/context.h"
 #include "plexus/distributed/mpi_communicator.h"
+#include "plexus/error.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/testing/gtest_helpers.h"
 #include "plexus/train/exit_codes.h"
+#include "plexus/train/worker_environment.h"
 #include "plexus/train/worker_launch.h"
 
 namespace plexus {
@@ -37,6 +40,31 @@ namespace {
 
 using testing::contains;
 using testing::ScratchFolder;
+
+#ifdef PLEXUS_MPIEXEC
+const std::string kMpirun = PLEXUS_MPIEXEC;
+#else
+const std::string kMpirun;
+#endif
+constexpr const char* kNoMpiReason =
+    "this build has no MPI (framework/CMakeLists.txt; Debian: libopenmpi-dev openmpi-bin)";
+bool mpirun_available() { return distributed::built_with_mpi() && !kMpirun.empty(); }
+
+// `mpirun -np ranks command...`. Open MPI's mpirun needs --oversubscribe to
+// start more ranks than there are cores, and --allow-run-as-root where the
+// suite runs as root (containers, CI); its shared-memory transport copies
+// through a buffer instead of reading the peer's memory, which containers
+// that forbid ptrace refuse.
+testing::CommandResult run_under_mpirun(int ranks, const std::vector<std::string>& command,
+                                        const std::string& scratch) {
+  std::vector<std::string> args{"-np", std::to_string(ranks)};
+  if (contains(distributed::mpi_version(), "Open MPI")) {
+    args.insert(args.end(), {"--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"});
+    if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  }
+  args.insert(args.end(), command.begin(), command.end());
+  return testing::Process(kMpirun, args, scratch).wait();
+}
 
 class PlexusAeDataParallel : public ::testing::Test {
  protected:
@@ -64,19 +92,8 @@ class PlexusAeDataParallel : public ::testing::Test {
     args[std::find(args.begin(), args.end(), "--batch") - args.begin() + 1] = batch;
     return args;
   }
-  // `mpirun -np ranks command...`. Open MPI's mpirun needs --oversubscribe
-  // to start more ranks than there are cores, and --allow-run-as-root where
-  // the suite runs as root (containers, CI); its shared-memory transport
-  // copies through a buffer instead of reading the peer's memory, which
-  // containers that forbid ptrace refuse.
   testing::CommandResult mpirun(int ranks, const std::vector<std::string>& command) {
-    std::vector<std::string> args{"-np", std::to_string(ranks)};
-    if (contains(distributed::mpi_version(), "Open MPI")) {
-      args.insert(args.end(), {"--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"});
-      if (geteuid() == 0) args.push_back("--allow-run-as-root");
-    }
-    args.insert(args.end(), command.begin(), command.end());
-    return testing::Process(kMpirun, args, folder.path()).wait();
+    return run_under_mpirun(ranks, command, folder.path());
   }
   // The tiny model without its quantisation noise, which ranks other than 0
   // draw from streams of their own (docs/multi-gpu.md): without it, 2 ranks
@@ -95,18 +112,8 @@ class PlexusAeDataParallel : public ::testing::Test {
     std::ofstream(path) << spec.dump();
     return path;
   }
-#ifdef PLEXUS_MPIEXEC
-  const std::string kMpirun = PLEXUS_MPIEXEC;
-#else
-  const std::string kMpirun;
-#endif
   ScratchFolder folder{"ae-data-parallel"};
 };
-
-// Skips a test that needs mpirun where this build has no MPI.
-#define SKIP_WITHOUT_MPI()                               \
-  if (!distributed::built_with_mpi() || kMpirun.empty()) \
-  GTEST_SKIP() << "this build has no MPI (framework/CMakeLists.txt; Debian: libopenmpi-dev openmpi-bin)"
 
 // 23 steps cross the first agreement point (step 10) and replica checks
 // (every 5): the checkpoints (parameters and Adam moments) are bit-identical.
@@ -277,7 +284,7 @@ TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
 // square, so where a gradient is near zero (IGDN's gamma at its bound) a
 // rounding difference becomes a step of up to the learning rate.
 TEST_F(PlexusAeDataParallel, TwoMpiRanksLogTheLossesOfOneProcessWithTheDoubledBatch) {
-  SKIP_WITHOUT_MPI();
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
   auto one = run(noiseless_run("one-process", 8, "4", {"--log-every", "1"}));
   ASSERT_EQ(one.exit_code, 0) << one.describe();
   auto ranks = noiseless_run("two-ranks", 8, "2", {"--log-every", "1"});
@@ -319,7 +326,7 @@ std::vector<std::string> rank_one_wrapper(const std::string& metrics, const std:
 // Rank 1 is killed (SIGKILL) while the ranks train: the launcher ends the
 // job within seconds, with a non-zero exit and a message naming rank 1.
 TEST_F(PlexusAeDataParallel, AKilledMpiRankEndsTheJobNamingIt) {
-  SKIP_WITHOUT_MPI();
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
   auto command = rank_one_wrapper(folder / "killed/metrics.jsonl", "kill -9 $p; kill -9 $$");
   auto train = noiseless_run("killed", 100000, "2", {"--log-every", "1"});
   command.insert(command.end(), train.begin(), train.end());
@@ -338,7 +345,7 @@ TEST_F(PlexusAeDataParallel, AKilledMpiRankEndsTheJobNamingIt) {
 // Rank 1 stops (SIGSTOP: alive, but never reaches the next all-reduce):
 // rank 0 waits --rank-timeout, says so naming itself, and ends the job.
 TEST_F(PlexusAeDataParallel, AnMpiRankThatHangsEndsTheJobAfterTheTimeout) {
-  SKIP_WITHOUT_MPI();
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
   auto command = rank_one_wrapper(folder / "hung/metrics.jsonl", "kill -STOP $p; wait $p; exit $?");
   auto train = noiseless_run("hung", 100000, "2", {"--log-every", "1", "--rank-timeout", "2"});
   command.insert(command.end(), train.begin(), train.end());
@@ -376,6 +383,62 @@ TEST_F(PlexusAeDataParallel, LaunchesThatCannotTrainAreNamed) {
   EXPECT_TRUE(contains(gpus.err, "--gpus 2, but this process is rank 0 of 1 (local rank 0), started by Open MPI: "
                                  "--gpus starts workers of its own"))
       << gpus.err;
+}
+
+// The MPI communicator itself, on 2 ranks: run outside mpirun, the test
+// starts this test binary (this test only) under `mpirun -np 2`, and the
+// ranks check sums and means of f32 and f64 buffers, broadcasts from rank
+// 1, raw bytes and the errors for bad buffers. Each rank holds (rank + 1)
+// times the same values, so the sums are 3 times and the means 1.5 times them.
+TEST(MpiCommunicator, SumsAveragesAndBroadcastsOnTwoRanks) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  const auto environment = train::worker_environment();
+  if (!environment) {
+    ScratchFolder folder("mpi-communicator");
+    auto result =
+        run_under_mpirun(2,
+                         {std::filesystem::read_symlink("/proc/self/exe").string(),
+                          "--gtest_filter=MpiCommunicator.SumsAveragesAndBroadcastsOnTwoRanks", "--gtest_color=no"},
+                         folder.path());
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    int passed = 0;  // one line from each rank
+    for (std::size_t at = 0; (at = result.out.find("[  PASSED  ] 1 test", at)) != std::string::npos; ++at) ++passed;
+    EXPECT_EQ(passed, 2) << result.describe();
+    return;
+  }
+  ASSERT_EQ(environment->world_size, 2);
+  auto mpi = distributed::make_mpi_communicator({environment->rank, 2, 30});
+  EXPECT_EQ(mpi->kind(), "mpi");
+  Context ctx;
+  const double own = mpi->rank() + 1;
+  const std::vector<double> values{0.1, -2.5, 1e-3, 7};
+  auto scaled = [&](double factor) {
+    std::vector<double> out;
+    for (double v : values) out.push_back(v * factor);
+    return out;
+  };
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const double tolerance = dtype == DType::f32 ? 1e-6 : 1e-15;
+    Tensor sum = Tensor::from_values(scaled(own), {4}, dtype);
+    mpi->all_reduce(ctx, sum, distributed::Reduction::sum);
+    Tensor mean = Tensor::from_values(scaled(own), {2, 2}, dtype);
+    mpi->all_reduce(ctx, mean, distributed::Reduction::average);
+    Tensor root = Tensor::from_values(scaled(own), {4}, dtype);
+    mpi->broadcast(ctx, root, 1);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      EXPECT_NEAR(sum.to_values()[i], 3 * values[i], tolerance * 3 * std::abs(values[i])) << i;
+      EXPECT_NEAR(mean.to_values()[i], 1.5 * values[i], tolerance * 1.5 * std::abs(values[i])) << i;
+      EXPECT_EQ(root.to_values()[i], Tensor::from_values(scaled(2), {4}, dtype).to_values()[i]) << i;
+    }
+  }
+  std::uint64_t id = mpi->rank() == 0 ? 0x0123456789abcdefULL : 0;
+  mpi->broadcast_bytes(&id, sizeof id, 0);
+  EXPECT_EQ(id, 0x0123456789abcdefULL);
+  Tensor bf16({4}, DType::bf16);
+  EXPECT_THROW(mpi->all_reduce(ctx, bf16, distributed::Reduction::sum), ConfigError);
+  Tensor f32({4});
+  EXPECT_THROW(mpi->broadcast(ctx, f32, 2), ConfigError);
+  mpi->barrier();
 }
 
 // The supervisor with three shell workers: rank 1 exits with status 3 at
