@@ -55,15 +55,18 @@ bool mpirun_available() { return distributed::built_with_mpi() && !kMpirun.empty
 // suite runs as root (containers, CI); its shared-memory transport copies
 // through a buffer instead of reading the peer's memory, which containers
 // that forbid ptrace refuse.
-testing::CommandResult run_under_mpirun(int ranks, const std::vector<std::string>& command,
-                                        const std::string& scratch) {
+std::vector<std::string> mpirun_arguments(int ranks, const std::vector<std::string>& command) {
   std::vector<std::string> args{"-np", std::to_string(ranks)};
   if (contains(distributed::mpi_version(), "Open MPI")) {
     args.insert(args.end(), {"--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"});
     if (geteuid() == 0) args.push_back("--allow-run-as-root");
   }
   args.insert(args.end(), command.begin(), command.end());
-  return testing::Process(kMpirun, args, scratch).wait();
+  return args;
+}
+testing::CommandResult run_under_mpirun(int ranks, const std::vector<std::string>& command,
+                                        const std::string& scratch) {
+  return testing::Process(kMpirun, mpirun_arguments(ranks, command), scratch).wait();
 }
 
 class PlexusAeDataParallel : public ::testing::Test {
@@ -356,6 +359,60 @@ TEST_F(PlexusAeDataParallel, AnMpiRankThatHangsEndsTheJobAfterTheTimeout) {
   EXPECT_LT(seconds, 60.0) << result.describe();
   EXPECT_TRUE(contains(result.err, "rank 0: MPI, rank 0 of 2 on ")) << result.describe();
   EXPECT_TRUE(contains(result.err, "waited more than 2 s (--rank-timeout) for all_reduce")) << result.describe();
+}
+
+// The scheduler's SIGTERM (SLURM sends it to every task at the time limit)
+// reaches both ranks of `mpirun -np 2` (3 crops each): they stop after an
+// agreed step, rank 0 saves, and the run resumes as one process with 6
+// crops and as 3 ranks with 2, which log the same losses (1e-6 relative,
+// as above: the noiseless model, the same 6 crops a step).
+TEST_F(PlexusAeDataParallel, SigtermToEveryMpiRankSavesAndTheRunResumesOnOneAndOnThreeRanks) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  // Each rank's shell writes its pid, then becomes the worker (exec keeps the pid).
+  const std::string pids = folder / "pid-";
+  std::vector<std::string> command{"/bin/sh", "-c",
+                                   "echo $$ > " + pids + "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; exec \"$0\" \"$@\"",
+                                   PLEXUS_AE_EXECUTABLE};
+  const auto train = noiseless_run("stopped", 100000, "3", {"--log-every", "1"});
+  command.insert(command.end(), train.begin(), train.end());
+  testing::Process job(kMpirun, mpirun_arguments(2, command), folder.path());
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return !job.running() || (std::filesystem::exists(folder / "stopped/metrics.jsonl") &&
+                                  std::filesystem::exists(pids + "0") && std::filesystem::exists(pids + "1"));
+      },
+      120))
+      << "no progress within 120 s";
+  for (const std::string rank : {"0", "1"}) kill(std::stoi(testing::read_bytes(pids + rank)), SIGTERM);
+  auto stopped = job.wait();
+  EXPECT_NE(stopped.exit_code, 0) << stopped.describe();
+  ASSERT_TRUE(contains(stopped.err, "interrupted by SIGTERM after step ")) << stopped.describe();
+  ASSERT_TRUE(std::filesystem::exists(folder / "stopped/checkpoint.safetensors"));
+  const std::int64_t step = testing::read_metrics(folder / "stopped/metrics.jsonl", "train").back()["step"];
+  EXPECT_GE(step, 10);  // the first agreement point
+  EXPECT_TRUE(contains(stopped.err, "after step " + std::to_string(step) + " of")) << stopped.err;
+
+  const std::string total = std::to_string(step + 3);
+  for (const std::string out : {"one", "three"}) std::filesystem::copy(folder / "stopped", folder / out);
+  auto resume = [&](const std::string& out, const std::string& batch) {
+    return std::vector<std::string>{"train", "--out",    folder / out, "--resume",  "--steps", total,         "--batch",
+                                    batch,   "--device", "cpu",        "--threads", "1",       "--log-every", "1"};
+  };
+  auto one = run(resume("one", "6"));
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  auto three_args = resume("three", "2");
+  three_args.insert(three_args.begin(), PLEXUS_AE_EXECUTABLE);
+  auto three = mpirun(3, three_args);
+  ASSERT_EQ(three.exit_code, 0) << three.describe();
+  EXPECT_TRUE(contains(three.err, "data-parallel rank 0 of 3 on cpu (mpi ")) << three.err;
+  const auto expected = testing::read_metrics(folder / "one/metrics.jsonl", "train");
+  const auto got = testing::read_metrics(folder / "three/metrics.jsonl", "train");
+  ASSERT_EQ(got.size(), expected.size());
+  ASSERT_EQ(expected.back()["step"], step + 3);
+  for (std::size_t i = expected.size() - 3; i < expected.size(); ++i) {
+    const double a = expected[i]["loss"], b = got[i]["loss"];
+    EXPECT_LE(std::abs(a - b) / std::abs(a), 1e-6) << "step " << expected[i]["step"] << ": " << a << " against " << b;
+  }
 }
 
 // Without an MPI launch, several CPU ranks are refused with a reason; and
