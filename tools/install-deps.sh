@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libeigen3-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libjpeg62-turbo-dev libpng-dev libgtest-dev
+          libopenmpi-dev openmpi-bin  # data-parallel training on CPUs, and its mpirun test
           python3-matplotlib   # tools/plot_metrics.py and its test
           clang-format)        # tools/format.sh and the suite's formatting check
 # With --codecs, what the rate-distortion comparison (lab/rd/compare.py) needs:

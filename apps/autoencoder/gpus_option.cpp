@@ -43,18 +43,24 @@ void check_gpus_option(const TrainOptions& o) {
 }
 
 Device worker_device(const TrainOptions& o, const train::WorkerEnvironment& environment) {
-  if (o.gpus != 0 && o.gpus != environment.world_size)
-    throw ConfigError("--gpus " + std::to_string(o.gpus) + " but " + train::kWorldSizeVariable + "=" +
-                      std::to_string(environment.world_size));
+  const std::string size = std::to_string(environment.world_size);
+  if (o.gpus != 0 && o.gpus != environment.world_size) {
+    if (environment.launcher == train::Launcher::plexus)
+      throw ConfigError("--gpus " + std::to_string(o.gpus) + " but " + train::kWorldSizeVariable + "=" + size);
+    throw ConfigError("--gpus " + std::to_string(o.gpus) + ", but this process is " + environment.describe() +
+                      ": --gpus starts workers of its own; leave it out and let " +
+                      train::launcher_name(environment.launcher) + " start one process per GPU");
+  }
   if (o.device == "cpu") {
-    if (environment.world_size > 1)
-      throw ConfigError("--device cpu in a data-parallel job of " + std::to_string(environment.world_size) +
-                        " ranks: only a single worker can run on the CPU");
+    if (const std::string missing = train::why_cpu_ranks_cannot_meet(environment); !missing.empty())
+      throw ConfigError("--device cpu in a data-parallel job of " + size + " ranks (" + environment.describe() +
+                        "): " + missing);
     return Device::cpu();
   }
   if (o.device != "auto" && o.device != "cuda")
-    throw ConfigError("a data-parallel worker trains on cuda:RANK: give --device auto or cuda, not '" + o.device + "'");
-  return choose_device("cuda:" + std::to_string(environment.rank));
+    throw ConfigError("a data-parallel worker trains on cuda:LOCAL_RANK: give --device auto or cuda, not '" + o.device +
+                      "'");
+  return choose_device("cuda:" + std::to_string(environment.local_rank));
 }
 
 }  // namespace plexus::ae

@@ -17,6 +17,7 @@
 #include "gpus_option.h"
 #include "model_catalog.h"
 #include "output_folder.h"
+#include "plexus/distributed/mpi_communicator.h"
 #include "plexus/error.h"
 #include "plexus/train/option_table_cli.h"
 #include "plexus/train/stop_signal.h"
@@ -52,6 +53,8 @@ int run_train_command(const TrainOptions& options, const TrainOptionTable& table
       return run_train(options, table, given, worker);
     } catch (const std::exception& e) {
       spdlog::error("rank {}: {}", worker->rank, e.what());
+      // Under MPI the peers may wait in a collective for this rank: end them all.
+      distributed::abort_mpi_job(kExitError);
       return kExitError;
     }
   }

@@ -235,12 +235,16 @@ std::map<std::string, std::string> TrainingRun::checkpoint_metadata() const {
 void TrainingRun::log_start() const {
   const TrainOptions& o = settings.options;
   const int ranks = world_size();
+  const std::string per_rank = settings.device.is_cpu() ? "CPU ranks" : "GPUs";
   spdlog::info(
       "{} {} ({} parameters, stride {}) on {}: {} image(s) from '{}', batch {} of {}x{} patches{}, "
       "lambda {}{}, lr {}, {} steps{}; lr schedule {}, gradient norm clipped at {}",
       o.resume ? "resuming" : "training", settings.model_name(), net.parameter_count(), settings.stride,
-      ranks > 1 ? std::to_string(ranks) + " GPUs" : settings.device.str(), images.train.size(), o.data, o.batch,
-      o.patch, o.patch, ranks > 1 ? " per GPU (" + std::to_string(ranks * o.batch) + " per step)" : std::string(),
+      ranks > 1 ? std::to_string(ranks) + " " + per_rank : settings.device.str(), images.train.size(), o.data, o.batch,
+      o.patch, o.patch,
+      ranks > 1
+          ? (settings.device.is_cpu() ? " per rank (" : " per GPU (") + std::to_string(ranks * o.batch) + " per step)"
+          : std::string(),
       settings.rate_levels > 0 ? nlohmann::json(o.lambdas).dump() + " (one per rate level; \"mse\" in the "
                                                                     "log is weighted lambda_level / their mean)"
                                : fmt::format("{}", o.lambda),

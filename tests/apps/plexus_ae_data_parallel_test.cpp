@@ -4,7 +4,8 @@
 // cpu`, which runs the whole data-parallel path (one worker process,
 // gradient buckets, agreement, replica checks) and must train exactly the
 // parameters of a single process. The supervisor is also driven directly
-// with shell workers, to show that the other workers are killed.
+// with shell workers, to show that the other workers are killed. Where the
+// build has MPI, `mpirun -np 2` runs the real multi-process path on the CPU.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,12 +23,16 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
+#include "apps/metrics_log_reader.h"
 #include "apps/same_tensors.h"
 #include "data/data_test_support.h"
 #include "plexus/context.h"
+#include "plexus/distributed/mpi_communicator.h"
+#include "plexus/error.h"
 #include "plexus/distributed/nccl_communicator.h"
 #include "plexus/testing/gtest_helpers.h"
 #include "plexus/train/exit_codes.h"
+#include "plexus/train/worker_environment.h"
 #include "plexus/train/worker_launch.h"
 
 namespace plexus {
@@ -34,6 +40,34 @@ namespace {
 
 using testing::contains;
 using testing::ScratchFolder;
+
+#ifdef PLEXUS_MPIEXEC
+const std::string kMpirun = PLEXUS_MPIEXEC;
+#else
+const std::string kMpirun;
+#endif
+constexpr const char* kNoMpiReason =
+    "this build has no MPI (framework/CMakeLists.txt; Debian: libopenmpi-dev openmpi-bin)";
+bool mpirun_available() { return distributed::built_with_mpi() && !kMpirun.empty(); }
+
+// `mpirun -np ranks command...`. Open MPI's mpirun needs --oversubscribe to
+// start more ranks than there are cores, and --allow-run-as-root where the
+// suite runs as root (containers, CI); its shared-memory transport copies
+// through a buffer instead of reading the peer's memory, which containers
+// that forbid ptrace refuse.
+std::vector<std::string> mpirun_arguments(int ranks, const std::vector<std::string>& command) {
+  std::vector<std::string> args{"-np", std::to_string(ranks)};
+  if (contains(distributed::mpi_version(), "Open MPI")) {
+    args.insert(args.end(), {"--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"});
+    if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  }
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+testing::CommandResult run_under_mpirun(int ranks, const std::vector<std::string>& command,
+                                        const std::string& scratch) {
+  return testing::Process(kMpirun, mpirun_arguments(ranks, command), scratch).wait();
+}
 
 class PlexusAeDataParallel : public ::testing::Test {
  protected:
@@ -52,6 +86,34 @@ class PlexusAeDataParallel : public ::testing::Test {
     auto args = tiny_run(out, steps, std::move(extra));
     args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
     return run(args);
+  }
+  // tiny_run of the noiseless tiny model (below) with `batch` crops per rank.
+  std::vector<std::string> noiseless_run(const std::string& out, std::int64_t steps, const std::string& batch,
+                                         std::vector<std::string> extra = {}) {
+    auto args = tiny_run(out, steps, std::move(extra));
+    args[std::find(args.begin(), args.end(), "--model") - args.begin() + 1] = noiseless_tiny_model();
+    args[std::find(args.begin(), args.end(), "--batch") - args.begin() + 1] = batch;
+    return args;
+  }
+  testing::CommandResult mpirun(int ranks, const std::vector<std::string>& command) {
+    return run_under_mpirun(ranks, command, folder.path());
+  }
+  // The tiny model without its quantisation noise, which ranks other than 0
+  // draw from streams of their own (docs/multi-gpu.md): without it, 2 ranks
+  // of 2 crops train exactly the steps of 1 process of 4.
+  std::string noiseless_tiny_model() {
+    nlohmann::json spec = nlohmann::json::parse(testing::read_bytes(testing::test_model("tiny.json")));
+    nlohmann::json nodes = nlohmann::json::array();
+    for (auto node : spec["nodes"]) {
+      if (node["type"] == "UniformNoise") continue;
+      for (auto& input : node["inputs"])
+        if (input == "y_hat") input = "y";
+      nodes.push_back(node);
+    }
+    spec["nodes"] = nodes;
+    const std::string path = folder / "tiny_noiseless.json";
+    std::ofstream(path) << spec.dump();
+    return path;
   }
   ScratchFolder folder{"ae-data-parallel"};
 };
@@ -213,6 +275,227 @@ TEST_F(PlexusAeDataParallel, AnIncompleteWorkerEnvironmentIsNamed) {
   unsetenv(train::kRankVariable);
   EXPECT_EQ(result.exit_code, 1) << result.describe();
   EXPECT_TRUE(contains(result.err, "PLEXUS_WORLD_SIZE is not set, but PLEXUS_RANK is")) << result.err;
+}
+
+// The real multi-process path on the CPU: `mpirun -np 2`, 2 crops per rank,
+// gradients averaged through MPI_Iallreduce, against one process with 4
+// crops. The logged losses (each the mean over the global batch) agree to
+// 1e-6 relative: they differ only by the order of the sums (a batch of 4,
+// against two batches of 2 averaged) and the f32 all-reduce that averages
+// the ranks' logged means (measured: 6e-8). The parameters are not compared
+// at that tolerance: Adam divides each gradient by its own root mean
+// square, so where a gradient is near zero (IGDN's gamma at its bound) a
+// rounding difference becomes a step of up to the learning rate.
+TEST_F(PlexusAeDataParallel, TwoMpiRanksLogTheLossesOfOneProcessWithTheDoubledBatch) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  auto one = run(noiseless_run("one-process", 8, "4", {"--log-every", "1"}));
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  auto ranks = noiseless_run("two-ranks", 8, "2", {"--log-every", "1"});
+  ranks.insert(ranks.begin(), PLEXUS_AE_EXECUTABLE);
+  auto two = mpirun(2, ranks);
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  EXPECT_TRUE(contains(two.err, "data-parallel rank 0 of 2 on cpu (mpi ")) << two.err;
+  EXPECT_TRUE(contains(two.err, "started by Open MPI") || contains(two.err, "started by MPICH")) << two.err;
+  EXPECT_TRUE(contains(two.err, "on 2 CPU ranks")) << two.err;
+  const auto expected = testing::read_metrics(folder / "one-process/metrics.jsonl", "train");
+  const auto got = testing::read_metrics(folder / "two-ranks/metrics.jsonl", "train");
+  ASSERT_EQ(expected.size(), 8u);
+  ASSERT_EQ(got.size(), expected.size());
+  double largest = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["step"], expected[i]["step"]);
+    for (const char* key : {"loss", "mse", "bpp"}) {
+      const double a = expected[i][key], b = got[i][key];
+      const double relative = std::abs(a - b) / std::max(std::abs(a), 1e-12);
+      largest = std::max(largest, relative);
+      EXPECT_LE(relative, 1e-6) << key << " at step " << expected[i]["step"] << ": " << a << " against " << b;
+    }
+  }
+  std::printf("mpirun -np 2 against one process with the doubled batch: largest relative loss difference %g\n",
+              largest);
+  EXPECT_TRUE(std::filesystem::exists(folder / "two-ranks/model.safetensors"));
+}
+
+// The shell that mpirun starts as rank 1 runs the worker in the background,
+// waits until rank 0 has logged a step, then does `action` to it ($p).
+std::vector<std::string> rank_one_wrapper(const std::string& metrics, const std::string& action) {
+  const std::string script = "r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; if [ \"$r\" = 1 ]; then \"$0\" \"$@\" & p=$!; n=0; "
+                             "until [ -s " +
+                             metrics + " ] || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; " + action +
+                             "; fi; exec \"$0\" \"$@\"";
+  return {"/bin/sh", "-c", script, PLEXUS_AE_EXECUTABLE};
+}
+
+// Rank 1 is killed (SIGKILL) while the ranks train: the launcher ends the
+// job within seconds, with a non-zero exit and a message naming rank 1.
+TEST_F(PlexusAeDataParallel, AKilledMpiRankEndsTheJobNamingIt) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  auto command = rank_one_wrapper(folder / "killed/metrics.jsonl", "kill -9 $p; kill -9 $$");
+  auto train = noiseless_run("killed", 100000, "2", {"--log-every", "1"});
+  command.insert(command.end(), train.begin(), train.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto result = mpirun(2, command);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.describe();
+  EXPECT_LT(seconds, 60.0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "step ") || contains(result.out, "step "))
+      << "rank 0 did train: " << result.describe();
+  // Open MPI: "mpirun noticed that process rank 1 with PID ... exited on signal 9 (Killed)".
+  const bool open_mpi = contains(distributed::mpi_version(), "Open MPI");
+  EXPECT_TRUE(contains(result.out + result.err, open_mpi ? "process rank 1 with PID" : "rank 1")) << result.describe();
+}
+
+// Rank 1 stops (SIGSTOP: alive, but never reaches the next all-reduce):
+// rank 0 waits --rank-timeout, says so naming itself, and ends the job.
+TEST_F(PlexusAeDataParallel, AnMpiRankThatHangsEndsTheJobAfterTheTimeout) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  auto command = rank_one_wrapper(folder / "hung/metrics.jsonl", "kill -STOP $p; wait $p; exit $?");
+  auto train = noiseless_run("hung", 100000, "2", {"--log-every", "1", "--rank-timeout", "2"});
+  command.insert(command.end(), train.begin(), train.end());
+  const auto start = std::chrono::steady_clock::now();
+  auto result = mpirun(2, command);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.describe();
+  EXPECT_LT(seconds, 60.0) << result.describe();
+  EXPECT_TRUE(contains(result.err, "rank 0: MPI, rank 0 of 2 on ")) << result.describe();
+  EXPECT_TRUE(contains(result.err, "waited more than 2 s (--rank-timeout) for all_reduce")) << result.describe();
+}
+
+// The scheduler's SIGTERM (SLURM sends it to every task at the time limit)
+// reaches both ranks of `mpirun -np 2` (3 crops each): they stop after an
+// agreed step, rank 0 saves, and the run resumes as one process with 6
+// crops and as 3 ranks with 2, which log the same losses (1e-6 relative,
+// as above: the noiseless model, the same 6 crops a step).
+TEST_F(PlexusAeDataParallel, SigtermToEveryMpiRankSavesAndTheRunResumesOnOneAndOnThreeRanks) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  // Each rank's shell writes its pid, then becomes the worker (exec keeps the pid).
+  const std::string pids = folder / "pid-";
+  std::vector<std::string> command{"/bin/sh", "-c",
+                                   "echo $$ > " + pids + "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; exec \"$0\" \"$@\"",
+                                   PLEXUS_AE_EXECUTABLE};
+  const auto train = noiseless_run("stopped", 100000, "3", {"--log-every", "1"});
+  command.insert(command.end(), train.begin(), train.end());
+  testing::Process job(kMpirun, mpirun_arguments(2, command), folder.path());
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return !job.running() || (std::filesystem::exists(folder / "stopped/metrics.jsonl") &&
+                                  std::filesystem::exists(pids + "0") && std::filesystem::exists(pids + "1"));
+      },
+      120))
+      << "no progress within 120 s";
+  for (const std::string rank : {"0", "1"}) kill(std::stoi(testing::read_bytes(pids + rank)), SIGTERM);
+  auto stopped = job.wait();
+  EXPECT_NE(stopped.exit_code, 0) << stopped.describe();
+  ASSERT_TRUE(contains(stopped.err, "interrupted by SIGTERM after step ")) << stopped.describe();
+  ASSERT_TRUE(std::filesystem::exists(folder / "stopped/checkpoint.safetensors"));
+  const std::int64_t step = testing::read_metrics(folder / "stopped/metrics.jsonl", "train").back()["step"];
+  EXPECT_GE(step, 10);  // the first agreement point
+  EXPECT_TRUE(contains(stopped.err, "after step " + std::to_string(step) + " of")) << stopped.err;
+
+  const std::string total = std::to_string(step + 3);
+  for (const std::string out : {"one", "three"}) std::filesystem::copy(folder / "stopped", folder / out);
+  auto resume = [&](const std::string& out, const std::string& batch) {
+    return std::vector<std::string>{"train", "--out",    folder / out, "--resume",  "--steps", total,         "--batch",
+                                    batch,   "--device", "cpu",        "--threads", "1",       "--log-every", "1"};
+  };
+  auto one = run(resume("one", "6"));
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  auto three_args = resume("three", "2");
+  three_args.insert(three_args.begin(), PLEXUS_AE_EXECUTABLE);
+  auto three = mpirun(3, three_args);
+  ASSERT_EQ(three.exit_code, 0) << three.describe();
+  EXPECT_TRUE(contains(three.err, "data-parallel rank 0 of 3 on cpu (mpi ")) << three.err;
+  const auto expected = testing::read_metrics(folder / "one/metrics.jsonl", "train");
+  const auto got = testing::read_metrics(folder / "three/metrics.jsonl", "train");
+  ASSERT_EQ(got.size(), expected.size());
+  ASSERT_EQ(expected.back()["step"], step + 3);
+  for (std::size_t i = expected.size() - 3; i < expected.size(); ++i) {
+    const double a = expected[i]["loss"], b = got[i]["loss"];
+    EXPECT_LE(std::abs(a - b) / std::abs(a), 1e-6) << "step " << expected[i]["step"] << ": " << a << " against " << b;
+  }
+}
+
+// Without an MPI launch, several CPU ranks are refused with a reason; and
+// --gpus N under a launcher that started a world of another size.
+TEST_F(PlexusAeDataParallel, LaunchesThatCannotTrainAreNamed) {
+  setenv("RANK", "0", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  auto torchrun_cpu = run(tiny_run("torchrun-cpu", 5));
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE"}) unsetenv(name);
+  EXPECT_EQ(torchrun_cpu.exit_code, 1) << torchrun_cpu.describe();
+  EXPECT_TRUE(contains(torchrun_cpu.err, "--device cpu in a data-parallel job of 2 ranks (rank 0 of 2 (local rank "
+                                         "0), started by torchrun)"))
+      << torchrun_cpu.err;
+  EXPECT_TRUE(contains(torchrun_cpu.err, distributed::built_with_mpi() ? "not torchrun" : "this build has none"))
+      << torchrun_cpu.err;
+
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+  auto gpus = run(tiny_run("gpus-under-mpirun", 5, {"--gpus", "2"}));
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"})
+    unsetenv(name);
+  EXPECT_EQ(gpus.exit_code, 1) << gpus.describe();
+  EXPECT_TRUE(contains(gpus.err, "--gpus 2, but this process is rank 0 of 1 (local rank 0), started by Open MPI: "
+                                 "--gpus starts workers of its own"))
+      << gpus.err;
+}
+
+// The MPI communicator itself, on 2 ranks: run outside mpirun, the test
+// starts this test binary (this test only) under `mpirun -np 2`, and the
+// ranks check sums and means of f32 and f64 buffers, broadcasts from rank
+// 1, raw bytes and the errors for bad buffers. Each rank holds (rank + 1)
+// times the same values, so the sums are 3 times and the means 1.5 times them.
+TEST(MpiCommunicator, SumsAveragesAndBroadcastsOnTwoRanks) {
+  if (!mpirun_available()) GTEST_SKIP() << kNoMpiReason;
+  const auto environment = train::worker_environment();
+  if (!environment) {
+    ScratchFolder folder("mpi-communicator");
+    auto result =
+        run_under_mpirun(2,
+                         {std::filesystem::read_symlink("/proc/self/exe").string(),
+                          "--gtest_filter=MpiCommunicator.SumsAveragesAndBroadcastsOnTwoRanks", "--gtest_color=no"},
+                         folder.path());
+    EXPECT_EQ(result.exit_code, 0) << result.describe();
+    int passed = 0;  // one line from each rank
+    for (std::size_t at = 0; (at = result.out.find("[  PASSED  ] 1 test", at)) != std::string::npos; ++at) ++passed;
+    EXPECT_EQ(passed, 2) << result.describe();
+    return;
+  }
+  ASSERT_EQ(environment->world_size, 2);
+  auto mpi = distributed::make_mpi_communicator({environment->rank, 2, 30});
+  EXPECT_EQ(mpi->kind(), "mpi");
+  Context ctx;
+  const double own = mpi->rank() + 1;
+  const std::vector<double> values{0.1, -2.5, 1e-3, 7};
+  auto scaled = [&](double factor) {
+    std::vector<double> out;
+    for (double v : values) out.push_back(v * factor);
+    return out;
+  };
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const double tolerance = dtype == DType::f32 ? 1e-6 : 1e-15;
+    Tensor sum = Tensor::from_values(scaled(own), {4}, dtype);
+    mpi->all_reduce(ctx, sum, distributed::Reduction::sum);
+    Tensor mean = Tensor::from_values(scaled(own), {2, 2}, dtype);
+    mpi->all_reduce(ctx, mean, distributed::Reduction::average);
+    Tensor root = Tensor::from_values(scaled(own), {4}, dtype);
+    mpi->broadcast(ctx, root, 1);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      EXPECT_NEAR(sum.to_values()[i], 3 * values[i], tolerance * 3 * std::abs(values[i])) << i;
+      EXPECT_NEAR(mean.to_values()[i], 1.5 * values[i], tolerance * 1.5 * std::abs(values[i])) << i;
+      EXPECT_EQ(root.to_values()[i], Tensor::from_values(scaled(2), {4}, dtype).to_values()[i]) << i;
+    }
+  }
+  std::uint64_t id = mpi->rank() == 0 ? 0x0123456789abcdefULL : 0;
+  mpi->broadcast_bytes(&id, sizeof id, 0);
+  EXPECT_EQ(id, 0x0123456789abcdefULL);
+  Tensor bf16({4}, DType::bf16);
+  EXPECT_THROW(mpi->all_reduce(ctx, bf16, distributed::Reduction::sum), ConfigError);
+  Tensor f32({4});
+  EXPECT_THROW(mpi->broadcast(ctx, f32, 2), ConfigError);
+  mpi->barrier();
 }
 
 // The supervisor with three shell workers: rank 1 exits with status 3 at

@@ -62,7 +62,7 @@ class NcclCommunicator : public Communicator {
     // non-blocking stream does not wait for.
     cuda::check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize", __FILE__, __LINE__);
     barrier();
-    if (setup.rank == 0) {  // every rank has joined: the id is used up
+    if (setup.rank == 0 && !setup.share_unique_id) {  // every rank has joined: the id is used up
       std::error_code ignored;
       std::filesystem::remove(setup.rendezvous_file, ignored);
     }
@@ -226,6 +226,11 @@ class NcclCommunicator : public Communicator {
   // Rank 0 publishes a fresh id; the others wait (up to the timeout) for it.
   ncclUniqueId rendezvous() {
     ncclUniqueId id{};
+    if (setup_.share_unique_id) {
+      if (setup_.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", __FILE__, __LINE__);
+      setup_.share_unique_id(&id, sizeof id);
+      return id;
+    }
     const std::string& path = setup_.rendezvous_file;
     if (path.empty()) throw ConfigError("NCCL, " + who() + ": no rendezvous file given");
     if (setup_.rank == 0) {

@@ -113,7 +113,27 @@ void TrainingStep::run(std::int64_t step) {
 
 TrainingWindow TrainingStep::read_window() {
   wait_for_reductions();
-  return window_of(metrics_.read(ctx_));
+  TrainingWindow window = window_of(metrics_.read(ctx_));
+  if (communicator_ && communicator_->world_size() > 1) average_over_ranks(window);
+  return window;
+}
+
+// Every rank reads its window after the same steps, of the same batch size:
+// the mean of the ranks' means is the mean over the global batch, what one
+// process with the whole batch logs (to f32's precision, the all-reduce's).
+void TrainingStep::average_over_ranks(TrainingWindow& window) {
+  const std::size_t terms = window.terms.size();
+  std::vector<double> values{window.loss, window.last_loss};
+  values.insert(values.end(), window.terms.begin(), window.terms.end());
+  values.insert(values.end(), window.last_terms.begin(), window.last_terms.end());
+  Tensor means = Tensor::from_values(values, {static_cast<std::int64_t>(values.size())}, DType::f32, ctx_.device());
+  communicator_->all_reduce(ctx_, means, distributed::Reduction::average);
+  communicator_->synchronize();
+  values = means.to_values();
+  window.loss = values[0];
+  window.last_loss = values[1];
+  for (std::size_t k = 0; k < terms; ++k) window.terms[k] = values[2 + k];
+  for (std::size_t k = 0; k < window.last_terms.size(); ++k) window.last_terms[k] = values[2 + terms + k];
 }
 
 TrainingWindow TrainingStep::peek_window() {

@@ -83,7 +83,10 @@ class TrainingStep {
 
   // Enqueues step `step` (0-based).
   void run(std::int64_t step);
-  // Means since the last read, and the divergence record; synchronises.
+  // Means since the last read, and the divergence record; synchronises. In
+  // data-parallel training the means are averaged over the ranks (a
+  // collective: every rank reads after the same steps); the divergence
+  // record stays this rank's.
   TrainingWindow read_window();
   // The same without starting a new window (the CPU's per-step progress line).
   TrainingWindow peek_window();
@@ -107,6 +110,7 @@ class TrainingStep {
 
  private:
   static TrainingWindow window_of(const StepMetrics::Window& w);
+  void average_over_ranks(TrainingWindow& window);
   std::uint64_t noise_seed(std::int64_t step) const;
   void wait_for_reductions();
   Net& net_;
