@@ -25,6 +25,8 @@
 #include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
+#include "window/window.h"
+#include "avg_pool2d/avg_pool2d.h"
 
 namespace plexus {
 
@@ -51,6 +53,9 @@ void register_builtin_layers(Registry& registry) {
   layers::register_leaky_relu(registry);
   layers::register_pixel_shuffle(registry);
   layers::register_gain_unit(registry);
+  layers::register_window_partition(registry);
+  layers::register_window_reverse(registry);
+  layers::register_avg_pool2d(registry);
 }
 
 Registry builtin_registry() {
