@@ -1,15 +1,19 @@
 // WindowPartition and WindowReverse: Swin's window order, shift and heads
 // on tiny examples worked out by hand, a reference that rolls the image and
 // cuts it as Swin's window_partition does, exact round trips, gradient
-// checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, shape and parameter
-// errors.
+// checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity, the pair with
+// AvgPool2d inside a Net at two image sizes, shape and parameter errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
 #include "plexus/testing/gtest_helpers.h"
 
 namespace plexus {
@@ -146,6 +150,61 @@ TEST(WindowReverse, UndoesWindowPartitionExactly) {
 TEST(WindowReverse, ShiftedImageByHand) {
   EXPECT_EQ(reverse({{"window", 2}, {"shift", 1}}, iota(16), {4, 1, 4, 1}, {1, 1, 4, 4}),
             (std::vector<double>{15, 10, 11, 14, 5, 0, 1, 4, 7, 2, 3, 6, 13, 8, 9, 12}));
+}
+
+// The pair inside a Net, as a windowed-attention block uses it: the
+// reference is the partitioned blob itself, the size comes from the image.
+const char* kWindowSpec = R"({
+  "name": "windows",
+  "inputs": ["image"],
+  "nodes": [
+    {"name": "stem", "type": "Conv2d", "inputs": ["image"], "outputs": ["h"],
+     "params": {"out_channels": 4, "kernel": 3, "stride": 1, "padding": 1}},
+    {"name": "cut", "type": "WindowPartition", "inputs": ["h"], "outputs": ["h_windows"],
+     "params": {"window": 4, "shift": 2, "heads": 2}},
+    {"name": "paste", "type": "WindowReverse", "inputs": ["h_windows", "h"], "outputs": ["r"],
+     "params": {"window": 4, "shift": 2}},
+    {"name": "pool", "type": "AvgPool2d", "inputs": ["r"], "outputs": ["p"],
+     "params": {"kernel": 3, "stride": 1, "padding": 1}},
+    {"name": "head", "type": "Conv2d", "inputs": ["p"], "outputs": ["x_hat"],
+     "params": {"out_channels": 3, "kernel": 1, "stride": 1, "padding": 0}},
+    {"name": "distortion", "type": "MSELoss", "inputs": ["x_hat", "image"], "outputs": ["mse"]}
+  ]
+})";
+
+TEST(WindowReverse, InANetTheStemWeightGradientMatchesCentralDifferences) {
+  for (std::int64_t side : {8, 12}) {
+    SCOPED_TRACE("image side " + std::to_string(side));
+    const Shape image{2, 3, side, side};
+    Net net(ModelSpec::from_text(kWindowSpec, "windows.json"), registry, {{"image", image}}, DType::f64, Device::cpu(),
+            21);
+    Context ctx;
+    net.input("image").copy_from(Tensor::from_values(random_values(shape_numel(image), 3), image, DType::f64));
+    auto loss = [&] {
+      net.forward(ctx);
+      return net.scalar("mse");
+    };
+    loss();
+    const std::int64_t windows = 2 * (side / 4) * (side / 4);
+    EXPECT_EQ(net.blob("h_windows").shape(), (Shape{windows, 2, 16, 2}));
+    EXPECT_EQ(net.blob("r").to_values(), net.blob("h").to_values());
+    net.zero_grad();
+    net.backward(ctx, {{"mse", 1.0}});
+    Parameter& weight = net.layer("stem").parameter("weight");
+    const std::vector<double> analytic = weight.grad.to_values(), values = weight.value.to_values();
+    const double step = 1e-5;
+    for (std::size_t k : {std::size_t{0}, values.size() / 2, values.size() - 1}) {
+      auto loss_at = [&](double value) {
+        std::vector<double> moved = values;
+        moved[k] = value;
+        weight.value.copy_from(Tensor::from_values(moved, weight.value.shape(), DType::f64));
+        return loss();
+      };
+      const double numeric = (loss_at(values[k] + step) - loss_at(values[k] - step)) / (2 * step);
+      EXPECT_NEAR(analytic[k], numeric, 1e-6 * std::max({std::abs(analytic[k]), std::abs(numeric), 1.0})) << k;
+      weight.value.copy_from(Tensor::from_values(values, weight.value.shape(), DType::f64));
+    }
+  }
 }
 
 TEST(WindowPartition, GradientsCpu) {
