@@ -23,6 +23,8 @@ class AvgPool2d : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // On CUDA x, y and their gradients may each be f32 or bf16 (summed in f32); the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
   // The sizes the kernels take.
   struct Geometry {

@@ -4,6 +4,7 @@
 // channels. One block moves a 32 x 32 tile (32 channels, 32 columns of one
 // row) through shared memory, so that reads and writes are both coalesced:
 // along the columns on the image side, along the channels on the windows side.
+// Each tensor f32 or bf16 (activation_elements.cuh), or all f64.
 #include "activation_elements.cuh"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"

@@ -41,6 +41,8 @@ class WindowPartition : public Layer {
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -73,6 +75,8 @@ class WindowReverse : public Layer {
   bool input_is_differentiable(int input_index) const override { return input_index == 0; }
   bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
   bool cuda_graph_capturable() const override { return true; }
+  // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
+  bool stores_bf16(Device device) const override { return device.is_cuda(); }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

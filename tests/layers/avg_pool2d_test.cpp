@@ -4,6 +4,9 @@
 // errors.
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "layers/bf16_storage_test_support.h"
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
@@ -117,6 +120,50 @@ TEST(AvgPool2d, ParityCpuCuda) {
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "AvgPool2d", params, {{4, 16, 33, 31}})));
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "AvgPool2d", params, {{2, 5, 17, 20}}, f64)));
   }
+}
+
+// y and dx on CUDA with x, dx stored in `input_dtype` and y, dy in `output_dtype`.
+std::pair<std::vector<double>, std::vector<double>> run_cuda(const nlohmann::json& params, const Shape& shape,
+                                                             const std::vector<double>& x,
+                                                             const std::vector<double>& dy, DType input_dtype,
+                                                             DType output_dtype) {
+  auto layer = registry.create("AvgPool2d", "pool", params);
+  const Shape output_shape = layer->output_shapes({shape})[0];
+  Context ctx(Device::cuda());
+  Tensor input = Tensor::from_values(x, shape, input_dtype, Device::cuda());
+  Tensor y(output_shape, output_dtype, Device::cuda());
+  Tensor output_grad = Tensor::from_values(dy, output_shape, output_dtype, Device::cuda());
+  Tensor input_grad(shape, input_dtype, Device::cuda());
+  layer->forward(ctx, {&input}, {&y});
+  layer->backward(ctx, {&input}, {&y}, {&output_grad}, {&input_grad});
+  return {y.to_values(), input_grad.to_values()};
+}
+
+// With bf16 storage the sums stay f32: y and dx are the all-f32 pass's, rounded to bf16 where stored in bf16.
+TEST(AvgPool2d, Bf16StorageGivesTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(13);
+  const Shape shape{2, 3, 9, 11};
+  for (const auto& params : kPoolings) {
+    SCOPED_TRACE(params.dump());
+    const Shape output_shape = registry.create("AvgPool2d", "pool", params)->output_shapes({shape})[0];
+    const std::vector<double> x = testing::bf16_values(shape_numel(shape), -2, 2, rng);
+    const std::vector<double> dy = testing::bf16_values(shape_numel(output_shape), -2, 2, rng);
+    const auto reference = run_cuda(params, shape, x, dy, DType::f32, DType::f32);
+    for (DType input_dtype : {DType::f32, DType::bf16})
+      for (DType output_dtype : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::string("x ") + dtype_name(input_dtype) + ", y " + dtype_name(output_dtype));
+        const auto stored = run_cuda(params, shape, x, dy, input_dtype, output_dtype);
+        testing::expect_stored(reference.first, stored.first, output_dtype, "y");
+        testing::expect_stored(reference.second, stored.second, input_dtype, "dx");
+      }
+  }
+}
+
+TEST(AvgPool2d, Bf16RefusedOnTheCpuByName) {
+  auto layer = registry.create("AvgPool2d", "pool", {{"kernel", 2}});
+  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  testing::expect_cpu_refuses_bf16_input(*layer, "pool", {1, 2, 4, 4});
 }
 
 TEST(AvgPool2d, RejectsInputsSmallerThanTheKernel) {

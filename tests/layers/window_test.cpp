@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "layers/bf16_storage_test_support.h"
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"
@@ -271,6 +272,70 @@ TEST(WindowReverse, UndoesWindowPartitionExactlyCuda) {
     EXPECT_EQ(windows, partition({{"window", 8}, {"shift", 3}, {"heads", 2}}, stored, shape, Device::cpu(), dtype));
     EXPECT_EQ(reverse({{"window", 8}, {"shift", 3}}, windows, {12, 2, 64, 20}, shape, Device::cuda(), dtype), stored);
   }
+}
+
+// One forward and one backward on CUDA with the given storage for the
+// windows side and the image side (and their gradients); returns the
+// forward's output and the backward's input gradient.
+struct CopyResult {
+  std::vector<double> output, input_grad;
+};
+CopyResult run_cuda(const std::string& type, const nlohmann::json& params, const std::vector<Shape>& shapes,
+                    const std::vector<double>& x, const std::vector<double>& dy, DType input_dtype,
+                    DType output_dtype) {
+  auto layer = registry.create(type, "w", params);
+  const Shape output_shape = layer->output_shapes(shapes)[0];
+  Context ctx(Device::cuda());
+  std::vector<Tensor> inputs;
+  for (const Shape& shape : shapes)
+    inputs.push_back(Tensor::from_values(inputs.empty() ? x : std::vector<double>(shape_numel(shape), 0.0), shape,
+                                         input_dtype, Device::cuda()));
+  ConstTensors in;
+  for (const Tensor& input : inputs) in.push_back(&input);
+  Tensor y(output_shape, output_dtype, Device::cuda());
+  Tensor output_grad = Tensor::from_values(dy, output_shape, output_dtype, Device::cuda());
+  Tensor input_grad(shapes[0], input_dtype, Device::cuda());
+  MutableTensors input_grads{&input_grad};
+  if (shapes.size() > 1) input_grads.push_back(nullptr);
+  layer->forward(ctx, in, {&y});
+  layer->backward(ctx, in, {&y}, {&output_grad}, input_grads);
+  return {y.to_values(), input_grad.to_values()};
+}
+
+// With bf16 storage the copies stay copies: each output and gradient is the
+// f32 one, rounded to bf16 where it is stored in bf16 (exact when both sides are bf16).
+TEST(WindowPartition, Bf16StorageCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(12);
+  const Shape image{2, 40, 8, 24};
+  const Shape windows{2 * 1 * 3, 2, 64, 20};
+  const std::vector<double> x = testing::bf16_values(shape_numel(image), -2, 2, rng);
+  const std::vector<double> dy = testing::bf16_values(shape_numel(windows), -2, 2, rng);
+  const nlohmann::json partition_params = {{"window", 8}, {"shift", 3}, {"heads", 2}};
+  const nlohmann::json reverse_params = {{"window", 8}, {"shift", 3}};
+  const CopyResult partition_f32 =
+      run_cuda("WindowPartition", partition_params, {image}, x, dy, DType::f32, DType::f32);
+  const CopyResult reverse_f32 =
+      run_cuda("WindowReverse", reverse_params, {windows, image}, dy, x, DType::f32, DType::f32);
+  for (DType image_dtype : {DType::f32, DType::bf16})
+    for (DType windows_dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string("image ") + dtype_name(image_dtype) + ", windows " + dtype_name(windows_dtype));
+      const CopyResult partition_result =
+          run_cuda("WindowPartition", partition_params, {image}, x, dy, image_dtype, windows_dtype);
+      testing::expect_stored(partition_f32.output, partition_result.output, windows_dtype, "windows");
+      testing::expect_stored(partition_f32.input_grad, partition_result.input_grad, image_dtype, "image gradient");
+      const CopyResult reverse_result =
+          run_cuda("WindowReverse", reverse_params, {windows, image}, dy, x, windows_dtype, image_dtype);
+      testing::expect_stored(reverse_f32.output, reverse_result.output, image_dtype, "image");
+      testing::expect_stored(reverse_f32.input_grad, reverse_result.input_grad, windows_dtype, "windows gradient");
+    }
+  EXPECT_EQ(partition_f32.output, partition(partition_params, x, image));
+}
+
+TEST(WindowPartition, Bf16RefusedOnTheCpuByName) {
+  auto layer = registry.create("WindowPartition", "cut", {{"window", 2}});
+  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  testing::expect_cpu_refuses_bf16_input(*layer, "cut", {1, 2, 4, 4});
 }
 
 TEST(WindowPartition, RejectsSizesNotMultiplesOfTheWindow) {
