@@ -4,6 +4,7 @@
 #include <string>
 
 #include "plexus/checked_math.h"
+#include "plexus/cpu_parallel.h"
 
 namespace plexus::layers {
 
@@ -58,7 +59,7 @@ void AvgPool2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableT
     const T* x = inputs[0]->data<T>();
     T* y = outputs[0]->data<T>();
     const T scale = T(1) / static_cast<T>(g.kernel * g.kernel);
-    for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    parallel_for(g.planes, [&](std::int64_t plane) {  // planes [n, c] are independent
       const T* x_plane = x + plane * g.height * g.width;
       for (std::int64_t oh = 0; oh < g.out_height; ++oh) {
         const std::int64_t h0 = std::max<std::int64_t>(oh * g.stride - g.padding, 0);
@@ -72,7 +73,7 @@ void AvgPool2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableT
           y[(plane * g.out_height + oh) * g.out_width + ow] = sum * scale;
         }
       }
-    }
+    });
   });
 }
 
@@ -85,7 +86,7 @@ void AvgPool2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTe
     const T* dy = output_grads[0]->data<T>();
     T* dx = input_grads[0]->data<T>();
     const T scale = T(1) / static_cast<T>(g.kernel * g.kernel);
-    for (std::int64_t plane = 0; plane < g.planes; ++plane) {
+    parallel_for(g.planes, [&](std::int64_t plane) {
       const T* dy_plane = dy + plane * g.out_height * g.out_width;
       for (std::int64_t h = 0; h < g.height; ++h) {
         std::int64_t oh0, oh1;
@@ -99,7 +100,7 @@ void AvgPool2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTe
           dx[(plane * g.height + h) * g.width + w] = sum * scale;
         }
       }
-    }
+    });
   });
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "plexus/checked_math.h"
+#include "plexus/cpu_parallel.h"
 
 namespace plexus::layers {
 
@@ -10,26 +11,27 @@ namespace {
 
 // Calls visit(image_index, window_index) with the flat indices of x[n, c, h, x]
 // and of the windows element that holds it (formula in window.h), for every
-// element, in the image's order.
+// element; the image's planes [n, c] spread over the CPU threads (each
+// element has one place in the windows, so planes write disjoint elements).
 template <typename Visit>
 void for_each_element(const WindowGeometry& g, Visit&& visit) {
   const std::int64_t w = g.window, depth = g.head_channels(), down = g.windows_down(), across = g.windows_across();
-  for (std::int64_t n = 0; n < g.batch; ++n)
-    for (std::int64_t c = 0; c < g.channels; ++c) {
-      const std::int64_t head = c / depth, d = c % depth;
-      for (std::int64_t row = 0; row < g.height; ++row) {
-        // The row's place in the shifted image, a*w + i = (row - s) mod H.
-        const std::int64_t shifted_row = (row - g.shift + g.height) % g.height;
-        const std::int64_t a = shifted_row / w, i = shifted_row % w;
-        const std::int64_t image_row = ((n * g.channels + c) * g.height + row) * g.width;
-        for (std::int64_t column = 0; column < g.width; ++column) {
-          const std::int64_t shifted_column = (column - g.shift + g.width) % g.width;
-          const std::int64_t b = shifted_column / w, j = shifted_column % w;
-          const std::int64_t window_index = ((n * down + a) * across + b) * g.heads + head;
-          visit(image_row + column, (window_index * w * w + i * w + j) * depth + d);
-        }
+  parallel_for(g.batch * g.channels, [&](std::int64_t plane) {
+    const std::int64_t n = plane / g.channels, c = plane % g.channels;
+    const std::int64_t head = c / depth, d = c % depth;
+    for (std::int64_t row = 0; row < g.height; ++row) {
+      // The row's place in the shifted image, a*w + i = (row - s) mod H.
+      const std::int64_t shifted_row = (row - g.shift + g.height) % g.height;
+      const std::int64_t a = shifted_row / w, i = shifted_row % w;
+      const std::int64_t image_row = (plane * g.height + row) * g.width;
+      for (std::int64_t column = 0; column < g.width; ++column) {
+        const std::int64_t shifted_column = (column - g.shift + g.width) % g.width;
+        const std::int64_t b = shifted_column / w, j = shifted_column % w;
+        const std::int64_t window_index = ((n * down + a) * across + b) * g.heads + head;
+        visit(image_row + column, (window_index * w * w + i * w + j) * depth + d);
       }
     }
+  });
 }
 
 std::int64_t read_shift(LayerConfig& config, std::int64_t window) {
