@@ -24,6 +24,8 @@
 #include "softmax_projection/softmax_projection.h"
 #include "softmax/softmax.h"
 #include "matmul/matmul.h"
+#include "window/window.h"
+#include "avg_pool2d/avg_pool2d.h"
 
 namespace plexus {
 
@@ -49,6 +51,9 @@ void register_builtin_layers(Registry& registry) {
   layers::register_softmax(registry);
   layers::register_matmul(registry);
   layers::register_normalization(registry);
+  layers::register_window_partition(registry);
+  layers::register_window_reverse(registry);
+  layers::register_avg_pool2d(registry);
 }
 
 Registry builtin_registry() {
