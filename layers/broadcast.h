@@ -89,14 +89,23 @@ struct IndexWalk {
     for (int d = 0; d < dims; ++d) n *= sizes[d];
     return n;
   }
-  PLEXUS_BROADCAST_FUNCTION void offsets(long long index, long long& first, long long& second) const {
+  // In Index arithmetic: the CUDA kernels take 32 bits where every offset
+  // fits (a 64-bit division costs several times a 32-bit one). The outermost
+  // coordinate is what is left of the index, with no division.
+  template <typename Index>
+  PLEXUS_BROADCAST_FUNCTION void offsets(Index index, Index& first, Index& second) const {
     first = 0;
     second = 0;
-    for (int d = dims - 1; d >= 0; --d) {
-      const long long coordinate = index % sizes[d];
-      index /= sizes[d];
-      first += coordinate * first_strides[d];
-      second += coordinate * second_strides[d];
+    for (int d = dims - 1; d > 0; --d) {
+      const Index size = static_cast<Index>(sizes[d]);
+      const Index coordinate = index % size;
+      index /= size;
+      first += coordinate * static_cast<Index>(first_strides[d]);
+      second += coordinate * static_cast<Index>(second_strides[d]);
+    }
+    if (dims > 0) {
+      first += index * static_cast<Index>(first_strides[0]);
+      second += index * static_cast<Index>(second_strides[0]);
     }
   }
 
@@ -203,11 +212,11 @@ void reduce_cpu(T* dx, const ReductionWalk& walk, Term&& term) {
 
 // y[i] = fn(a[i_a], b[i_b]): one thread per element of y, grid-stride so
 // any size fits the capped grid; y may be a itself.
-template <typename Fn, typename Elements>
+template <typename Index, typename Fn, typename Elements>
 __global__ void forward_kernel(Fn fn, Elements a, Elements b, Elements y, IndexWalk walk, long long n) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    long long a_offset, b_offset;
-    walk.offsets(i, a_offset, b_offset);
+    Index a_offset, b_offset;
+    walk.offsets(static_cast<Index>(i), a_offset, b_offset);
     y.store(i, fn(a.load(a_offset), b.load(b_offset)));
   }
 }
@@ -216,16 +225,16 @@ __global__ void forward_kernel(Fn fn, Elements a, Elements b, Elements y, IndexW
 // dx, each summing its r in order: used where y's innermost dimension is
 // one of x's own, so that neighbouring threads read neighbouring elements
 // (spatial gating: [N, 1, H, W] sums over C).
-template <typename Term, typename Elements>
+template <typename Index, typename Term, typename Elements>
 __global__ void reduce_per_thread(Term term, Elements dx, ReductionWalk walk, long long kept, long long reduced) {
   for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < kept;
        j += (long long)gridDim.x * blockDim.x) {
-    long long y_base, other_base;
-    walk.kept.offsets(j, y_base, other_base);
+    Index y_base, other_base;
+    walk.kept.offsets(static_cast<Index>(j), y_base, other_base);
     typename Elements::Value sum = 0;
     for (long long r = 0; r < reduced; ++r) {
-      long long y_offset, other_offset;
-      walk.reduced.offsets(r, y_offset, other_offset);
+      Index y_offset, other_offset;
+      walk.reduced.offsets(static_cast<Index>(r), y_offset, other_offset);
       sum += term(j, y_base + y_offset, other_base + other_offset);
     }
     dx.store(j, sum);
@@ -240,18 +249,18 @@ constexpr int kReduceThreads = 256;
 // sums over H*W). Thread t sums r = t, t + 256, ... in order, then a tree in
 // shared memory adds the 256 partial sums: a fixed order, so a replay gives
 // the same bits (no atomics).
-template <typename Term, typename Elements>
+template <typename Index, typename Term, typename Elements>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_per_block(Term term, Elements dx, ReductionWalk walk, long long kept, long long reduced) {
   using Value = typename Elements::Value;
   __shared__ Value partial[kReduceThreads];
   for (long long j = blockIdx.x; j < kept; j += gridDim.x) {
-    long long y_base, other_base;
-    walk.kept.offsets(j, y_base, other_base);
+    Index y_base, other_base;
+    walk.kept.offsets(static_cast<Index>(j), y_base, other_base);
     Value sum = 0;
     for (long long r = threadIdx.x; r < reduced; r += kReduceThreads) {
-      long long y_offset, other_offset;
-      walk.reduced.offsets(r, y_offset, other_offset);
+      Index y_offset, other_offset;
+      walk.reduced.offsets(static_cast<Index>(r), y_offset, other_offset);
       sum += term(j, y_base + y_offset, other_base + other_offset);
     }
     partial[threadIdx.x] = sum;
@@ -265,12 +274,16 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
 }
 
+// Whether every index and offset into tensors of at most n elements fits an unsigned int.
+inline bool fits_32_bits(long long n) { return n <= 0xffffffffLL; }
+
 // y = fn(a, b) broadcast, on `stream`.
 template <typename Fn, typename Elements>
 void forward_cuda(const Fn& fn, Elements a, Elements b, Elements y, const IndexWalk& walk, cudaStream_t stream) {
   const long long n = walk.count();
   if (n == 0) return;
-  forward_kernel<<<cuda::blocks_for(n), 256, 0, stream>>>(fn, a, b, y, walk, n);
+  if (fits_32_bits(n)) forward_kernel<unsigned int><<<cuda::blocks_for(n), 256, 0, stream>>>(fn, a, b, y, walk, n);
+  else forward_kernel<long long><<<cuda::blocks_for(n), 256, 0, stream>>>(fn, a, b, y, walk, n);
   cuda::check_launch("broadcast forward", __FILE__, __LINE__);
 }
 
@@ -283,11 +296,15 @@ void reduce_cuda(const Term& term, Elements dx, const ReductionWalk& walk, cudaS
   if (kept == 0) return;
   const IndexWalk& sums = walk.reduced;
   const bool innermost_summed = sums.dims > 0 && sums.first_strides[sums.dims - 1] == 1;
+  const bool narrow = fits_32_bits(kept * reduced);  // y's elements
   if (innermost_summed && reduced >= 32) {
     const unsigned int blocks = static_cast<unsigned int>(kept < 65536 ? kept : 65536);
-    reduce_per_block<<<blocks, kReduceThreads, 0, stream>>>(term, dx, walk, kept, reduced);
+    if (narrow) reduce_per_block<unsigned int><<<blocks, kReduceThreads, 0, stream>>>(term, dx, walk, kept, reduced);
+    else reduce_per_block<long long><<<blocks, kReduceThreads, 0, stream>>>(term, dx, walk, kept, reduced);
   } else {
-    reduce_per_thread<<<cuda::blocks_for(kept), 256, 0, stream>>>(term, dx, walk, kept, reduced);
+    const unsigned int blocks = cuda::blocks_for(kept);
+    if (narrow) reduce_per_thread<unsigned int><<<blocks, 256, 0, stream>>>(term, dx, walk, kept, reduced);
+    else reduce_per_thread<long long><<<blocks, 256, 0, stream>>>(term, dx, walk, kept, reduced);
   }
   cuda::check_launch("broadcast reduction", __FILE__, __LINE__);
 }
