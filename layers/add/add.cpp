@@ -53,7 +53,7 @@ void Add::copy_output_grad(Context& ctx, const ConstTensors& output_grads, const
   const Tensor& output_grad = *output_grads[0];
   for (Tensor* input_grad : input_grads) {
     if (!input_grad || input_grad->raw_data() == output_grad.raw_data()) continue;
-    if (input_grad->shape() != output_grad.shape()) continue;  // a broadcast input's: sum_output_grad
+    if (input_grad->shape() != output_grad.shape()) continue;  // a broadcast input: its gradient is a sum (backward)
     if (input_grad->dtype() == output_grad.dtype())
       copy_elements(ctx, *input_grad, 0, output_grad, 0, output_grad.numel());
     else convert(ctx, *input_grad, output_grad);
