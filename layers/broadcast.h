@@ -177,6 +177,7 @@ void for_each_offset(const IndexWalk& walk, Fn&& fn) {
   const int inner = walk.dims - 1;
   const long long size = walk.sizes[inner], first_stride = walk.first_strides[inner],
                   second_stride = walk.second_strides[inner];
+  if (size == 0) return;  // an empty tensor
   const long long rows = walk.count() / size;
   for (long long row = 0; row < rows; ++row) {
     long long first, second;

@@ -131,6 +131,18 @@ TEST(Add, BroadcastBackwardByHand) {
   EXPECT_EQ(drow.to_values(), (std::vector<double>{55.0, 77.0, 99.0}));  // 1+4+10+40, 2+5+20+50, 3+6+30+60
 }
 
+// An empty output: nothing to write, and a broadcast input's gradient is an empty sum, 0.
+TEST(Add, BroadcastToAnEmptyOutput) {
+  auto layer = registry.create("Add", "add", {});
+  EXPECT_EQ(layer->output_shapes({{2, 0}, {2, 1}}), (std::vector<Shape>{{2, 0}}));
+  Context ctx;
+  Tensor a({2, 0}), b = Tensor::from_values({1.0, 2.0}, {2, 1}), y({2, 0}), dy({2, 0}), da({2, 0});
+  Tensor db = Tensor::from_values({7.0, 7.0}, {2, 1});
+  layer->forward(ctx, {&a, &b}, {&y});
+  layer->backward(ctx, {&a, &b}, {&y}, {&dy}, {&da, &db});
+  EXPECT_EQ(db.to_values(), (std::vector<double>{0.0, 0.0}));
+}
+
 // relu(a + b) as it writes y, when the Net fuses the ReLU after the sum.
 TEST(Add, BroadcastAppliesTheFusedActivation) {
   auto layer = registry.create("Add", "add", {});
