@@ -345,15 +345,13 @@ TEST(Mul, RejectsThreeInputs) {
 
 // The gating and scaling patterns on [N, C, H, W] (as in Add's tests): a
 // channel gate, a spatial gate, a per-channel scale, each on either side,
-// both inputs broadcast at once, and a lone size 1 inside.
+// both inputs broadcast at once, a lone size 1 inside, and one scale for
+// the whole tensor.
 std::vector<std::vector<Shape>> broadcast_patterns() {
-  return {{{2, 3, 4, 5}, {2, 3, 1, 1}},
-          {{2, 3, 4, 5}, {2, 1, 4, 5}},
-          {{1, 3, 1, 1}, {2, 3, 4, 5}},
-          {{2, 1, 4, 5}, {2, 3, 4, 5}},
-          {{2, 1, 4, 5}, {1, 3, 1, 1}},
-          {{2, 3, 4, 5}, {2, 3, 1, 5}},
-          {{3, 1}, {1, 4}}};
+  return {{{2, 3, 4, 5}, {1, 1, 1, 1}}, {{2, 3, 4, 5}, {2, 3, 1, 1}},
+          {{2, 3, 4, 5}, {2, 1, 4, 5}}, {{1, 3, 1, 1}, {2, 3, 4, 5}},
+          {{2, 1, 4, 5}, {2, 3, 4, 5}}, {{2, 1, 4, 5}, {1, 3, 1, 1}},
+          {{2, 3, 4, 5}, {2, 3, 1, 5}}, {{3, 1}, {1, 4}}};
 }
 
 // y[n, c, h, w] = x[n, c, h, w] * s[0, c, 0, 0]; dL/dx = dL/dy * s, dL/ds[c] = sum_{n,h,w} dL/dy * x.
