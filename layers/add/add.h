@@ -10,6 +10,9 @@ namespace plexus::layers {
 
 // Add: y = sum_i x_i over two or more inputs of one shape;
 // dL/dx_i = dL/dy for every input. Residual connections: y = x + F(x).
+// Inputs may also broadcast (broadcast.h: one rank, each size the output's
+// or 1, as a bias [1, C, 1, 1] added to [N, C, H, W]); the gradient of a
+// broadcast input is dL/dy summed over the dimensions it is broadcast along.
 // No parameters.
 class Add : public Layer {
  public:
@@ -19,10 +22,11 @@ class Add : public Layer {
   bool cuda_graph_capturable() const override { return true; }
   // On CUDA each input, y and their gradients may be f32 or bf16; the CPU kernels take f32 and f64.
   bool stores_bf16(Device device) const override { return device.is_cuda(); }
-  // dL/dx_i = dL/dy: a Net lets an input's gradient share dL/dy's storage (no copy).
+  // dL/dx_i = dL/dy for an input of y's shape: a Net lets its gradient share dL/dy's storage (no copy).
   bool input_grad_is_output_grad(int) const override { return true; }
   // Forward applies a fused activation (Net::set_activation_fusion: a ReLU
-  // after a residual sum) to the sum as it writes y; backward reads no output.
+  // after a residual sum) to the sum as it writes y, broadcast or not;
+  // backward reads no output.
   bool fuses_output_activation(Device) const override { return true; }
   void set_output_activation(const FusedActivation& activation) override { activation_ = activation; }
 
@@ -37,7 +41,9 @@ class Add : public Layer {
 #endif
 
  private:
-  // dL/dx_i = dL/dy for every wanted input, on the context's device, each
+  // Whether the inputs' shapes differ (they broadcast): the element-wise passes take inputs of one shape.
+  static bool broadcasts(const ConstTensors& inputs);
+  // dL/dx_i = dL/dy for every wanted input of y's shape, on the context's device, each
   // in its own dtype (a bf16 gradient from an f32 dL/dy rounded to nearest
   // even); an input gradient that shares dL/dy's storage is left as it is.
   void copy_output_grad(Context& ctx, const ConstTensors& output_grads, const MutableTensors& input_grads);

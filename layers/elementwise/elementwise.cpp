@@ -9,6 +9,8 @@
 
 #include <Eigen/Core>
 
+#include "broadcast.h"
+
 namespace plexus::layers {
 
 namespace {
@@ -74,6 +76,21 @@ Op read_gelu(LayerConfig& config) {
   config.fail("approximate", "must be \"none\" (the exact erf form) or \"tanh\", got \"" + approximate + "\"");
 }
 
+// A binary op's partial derivatives where its inputs broadcast: dL/da
+// (x_is_a) or dL/db, each summed over the dimensions its input is
+// broadcast along.
+template <typename T, typename Op>
+void broadcast_input_grad(const Op& op, const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& dx, bool x_is_a) {
+  const Tensor &x = x_is_a ? a : b, &other = x_is_a ? b : a;
+  const T *x_values = x.data<T>(), *other_values = other.data<T>(), *dy_values = dy.data<T>();
+  broadcast::reduce_cpu(dx.data<T>(), broadcast::reduction_walk(x.shape(), other.shape(), dy.shape()),
+                        [&](long long j, long long y_offset, long long other_offset) {
+                          const T g = dy_values[y_offset];
+                          return x_is_a ? op.grad_a(x_values[j], other_values[other_offset], g)
+                                        : op.grad_b(other_values[other_offset], x_values[j], g);
+                        });
+}
+
 }  // namespace
 
 std::vector<Shape> ElementwiseLayer::output_shapes(const std::vector<Shape>& inputs) const {
@@ -81,11 +98,12 @@ std::vector<Shape> ElementwiseLayer::output_shapes(const std::vector<Shape>& inp
   if (inputs.size() != count)
     fail_shape("takes " + std::to_string(count) + (count == 1 ? " input" : " inputs") + ", got " +
                std::to_string(inputs.size()));
-  for (std::size_t k = 1; k < inputs.size(); ++k)
-    if (inputs[k] != inputs[0])
-      fail_shape("input " + std::to_string(k) + " is " + shape_str(inputs[k]) + " but input 0 is " +
-                 shape_str(inputs[0]) + "; " + type() + " needs inputs of one shape");
-  return {inputs[0]};
+  if (count == 1) return {inputs[0]};
+  const broadcast::BroadcastShape output = broadcast::broadcast_shape(inputs);
+  if (!output.error.empty())
+    fail_shape(output.error + "; " + type() +
+               " needs inputs of one shape, or of one rank with each size the output's or 1 (broadcasting)");
+  return {output.shape};
 }
 
 bool ElementwiseLayer::forward_in_place(Device device) const {
@@ -96,14 +114,23 @@ FusedActivation ElementwiseLayer::as_fused_activation() const {
   return std::visit([](const auto& op) { return fused_activation_of(op); }, op_);
 }
 
+// A binary op's inputs of two shapes broadcast (broadcast.h): the op's
+// formula one element at a time, along the index walk.
 void ElementwiseLayer::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
   std::visit(
       [&](const auto& op) {
         dispatch_float(inputs[0]->dtype(), [&](auto zero) {
           using T = decltype(zero);
-          if constexpr (elementwise::is_unary<decltype(op)>)
+          if constexpr (elementwise::is_unary<decltype(op)>) {
             values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]));
-          else values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]), values_of<T>(*inputs[1]));
+          } else if (inputs[0]->shape() != inputs[1]->shape()) {
+            const Tensor &a = *inputs[0], &b = *inputs[1];
+            broadcast::forward_cpu(a.data<T>(), b.data<T>(), outputs[0]->data<T>(),
+                                   broadcast::forward_walk(a.shape(), b.shape(), outputs[0]->shape()),
+                                   [&](T a_value, T b_value) { return op.forward(a_value, b_value); });
+          } else {
+            values_of<T>(*outputs[0]) = op.forward(values_of<T>(*inputs[0]), values_of<T>(*inputs[1]));
+          }
         });
       },
       op_);
@@ -125,6 +152,12 @@ void ElementwiseLayer::backward_cpu(Context&, const ConstTensors& inputs, const 
         } else {
           dispatch_float(inputs[0]->dtype(), [&](auto zero) {
             using T = decltype(zero);
+            if (inputs[0]->shape() != inputs[1]->shape()) {
+              for (int k = 0; k < 2; ++k)
+                if (input_grads[k])
+                  broadcast_input_grad<T>(op, *inputs[0], *inputs[1], *output_grads[0], *input_grads[k], k == 0);
+              return;
+            }
             const auto a = values_of<T>(*inputs[0]), b = values_of<T>(*inputs[1]);
             const auto dy = values_of<T>(*output_grads[0]);
             if (input_grads[0]) values_of<T>(*input_grads[0]) = op.grad_a(a, b, dy);
@@ -151,7 +184,8 @@ void register_elementwise(Registry& registry) {
       "GELU", [](LayerConfig& config) { return layer_of(read_gelu(config)); },
       "y = x * Phi(x) (Phi: the standard normal CDF; approximate \"tanh\": PyTorch's tanh form), element-wise");
   registry.add(
-      "Mul", [](LayerConfig&) { return layer_of(Mul{}); }, "y = a * b, element-wise, two inputs of one shape (gating)");
+      "Mul", [](LayerConfig&) { return layer_of(Mul{}); },
+      "y = a * b, element-wise, two inputs of one shape or broadcast along dimensions of size 1 (gating, scaling)");
 }
 
 }  // namespace plexus::layers

@@ -4,7 +4,10 @@
 // the CPU passes as one Eigen expression over the whole tensor
 // (elementwise.cpp), the CUDA passes as one grid-stride kernel
 // (elementwise.cu). An op of k inputs takes k tensors of one shape and
-// writes one of that shape. No parameters. On CUDA every input, output and
+// writes one of that shape; a binary op's two inputs may also broadcast
+// (broadcast.h: one rank, each size the output's or 1), each input's
+// gradient then summed over the dimensions it is broadcast along. No
+// parameters. On CUDA every input, output and
 // gradient may be f32 or bf16, each in its own dtype, computed on in f32
 // (activation_elements.cuh), or all f64; the CPU passes take f32 and f64.
 #include <vector>

@@ -171,6 +171,22 @@ TEST(ElementwiseBf16Storage, AddOfThreeInputsRoundsOnceCuda) {
     check_storage(add, storage, rng);
 }
 
+// Inputs that broadcast (channel and spatial gates, either side, three
+// inputs): the gradient's sums run in f32 and are rounded once, as stored.
+TEST(ElementwiseBf16Storage, BroadcastAddAndMulGiveTheF32ResultsRoundedCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  std::mt19937_64 rng(84);
+  const std::vector<std::vector<Shape>> pairs{
+      {kOddShape, {2, 3, 1, 1}}, {{2, 1, 5, 7}, kOddShape}, {{1, 3, 1, 1}, {2, 1, 5, 7}}};
+  for (const std::string type : {"Add", "Mul"})
+    for (const auto& shapes : pairs)
+      for (DType a : {DType::f32, DType::bf16})
+        for (DType y : {DType::f32, DType::bf16})
+          check_storage({type, nlohmann::json::object(), shapes}, {{a, DType::bf16}, y}, rng);
+  const LayerCase add{"Add", nlohmann::json::object(), {{1, 3, 1, 1}, kOddShape, {2, 1, 5, 7}}};
+  for (DType y : {DType::f32, DType::bf16}) check_storage(add, {{DType::bf16, DType::f32, DType::bf16}, y}, rng);
+}
+
 TEST(ElementwiseBf16Storage, StoredOnlyOnCuda) {
   for (const LayerCase& layer_case : one_input_layers()) {
     auto layer = registry.create(layer_case.type, "e", layer_case.params);

@@ -1,6 +1,7 @@
 // The element-wise layers (layers/elementwise/): for each type its forward
 // and backward at points with known values, f64 gradient checks (CPU; CUDA
-// on a GPU), CPU/CUDA parity, and its shape and parameter errors. Also the
+// on a GPU), CPU/CUDA parity, and its shape and parameter errors; Mul's
+// inputs also broadcast. Also the
 // fused activation of the CUDA kernels (fused_activation.cuh) against the
 // ReLU and LeakyReLU ops it writes out.
 #include <gtest/gtest.h>
@@ -338,6 +339,82 @@ TEST(Mul, RejectsThreeInputs) {
   auto layer = registry.create("Mul", "gate", {});
   std::string message = testing::shape_error_of([&] { layer->output_shapes({{2}, {2}, {2}}); });
   EXPECT_TRUE(testing::contains(message, "node 'gate' (Mul): takes 2 inputs, got 3")) << message;
+}
+
+// ---- Mul, broadcast ----
+
+// The gating and scaling patterns on [N, C, H, W] (as in Add's tests): a
+// channel gate, a spatial gate, a per-channel scale, each on either side,
+// both inputs broadcast at once, a lone size 1 inside, and one scale for
+// the whole tensor.
+std::vector<std::vector<Shape>> broadcast_patterns() {
+  return {{{2, 3, 4, 5}, {1, 1, 1, 1}}, {{2, 3, 4, 5}, {2, 3, 1, 1}},
+          {{2, 3, 4, 5}, {2, 1, 4, 5}}, {{1, 3, 1, 1}, {2, 3, 4, 5}},
+          {{2, 1, 4, 5}, {2, 3, 4, 5}}, {{2, 1, 4, 5}, {1, 3, 1, 1}},
+          {{2, 3, 4, 5}, {2, 3, 1, 5}}, {{3, 1}, {1, 4}}};
+}
+
+// y[n, c, h, w] = x[n, c, h, w] * s[0, c, 0, 0]; dL/dx = dL/dy * s, dL/ds[c] = sum_{n,h,w} dL/dy * x.
+TEST(Mul, BroadcastForwardAndBackwardByHand) {
+  auto layer = registry.create("Mul", "gate", {});
+  EXPECT_EQ(layer->output_shapes({{2, 2, 1, 2}, {1, 2, 1, 1}}), (std::vector<Shape>{{2, 2, 1, 2}}));
+  Context ctx;
+  Tensor x = Tensor::from_values({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 1, 2}, DType::f64);
+  Tensor s = Tensor::from_values({10, -1}, {1, 2, 1, 1}, DType::f64);
+  Tensor y({2, 2, 1, 2}, DType::f64), dx({2, 2, 1, 2}, DType::f64), ds({1, 2, 1, 1}, DType::f64);
+  layer->forward(ctx, {&x, &s}, {&y});
+  EXPECT_EQ(y.to_values(), (std::vector<double>{10, 20, -3, -4, 50, 60, -7, -8}));
+  Tensor dy = Tensor::from_values({1, 0, 0, 1, 2, 0, 0, -1}, {2, 2, 1, 2}, DType::f64);
+  layer->backward(ctx, {&x, &s}, {&y}, {&dy}, {&dx, &ds});
+  EXPECT_EQ(dx.to_values(), (std::vector<double>{10, 0, 0, -1, 20, 0, 0, 1}));
+  EXPECT_EQ(ds.to_values(), (std::vector<double>{1 * 1 + 2 * 5, 1 * 4 - 1 * 8}));
+  // The gate first: the same values, the gradients swapped.
+  Tensor ds0({1, 2, 1, 1}, DType::f64), dx1({2, 2, 1, 2}, DType::f64);
+  layer->forward(ctx, {&s, &x}, {&y});
+  EXPECT_EQ(y.to_values(), (std::vector<double>{10, 20, -3, -4, 50, 60, -7, -8}));
+  layer->backward(ctx, {&s, &x}, {&y}, {&dy}, {&ds0, &dx1});
+  EXPECT_EQ(ds0.to_values(), ds.to_values());
+  EXPECT_EQ(dx1.to_values(), dx.to_values());
+}
+
+TEST(Mul, BroadcastGradientsCpu) {
+  for (const auto& shapes : broadcast_patterns())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Mul", {}, shapes)))
+        << shape_str(shapes[0]) << " " << shape_str(shapes[1]);
+}
+
+TEST(Mul, BroadcastGradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  for (const auto& shapes : broadcast_patterns())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Mul", {}, shapes, Device::cuda())))
+        << shape_str(shapes[0]) << " " << shape_str(shapes[1]);
+}
+
+// Large enough that the CUDA sums take both layouts: a block per element of
+// the gradient (a channel gate, summed over H*W) and a thread per element (a
+// spatial gate, summed over C).
+TEST(Mul, BroadcastParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const std::vector<std::vector<Shape>> shapes{{{4, 16, 16, 16}, {4, 16, 1, 1}},
+                                               {{4, 16, 16, 16}, {4, 1, 16, 16}},
+                                               {{1, 16, 1, 1}, {4, 16, 16, 16}},
+                                               {{4, 1, 16, 16}, {1, 16, 1, 1}}};
+  for (const auto& inputs : shapes) {
+    ParityOptions options;
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Mul", {}, inputs, options))) << shape_str(inputs[1]);
+    options.dtype = DType::f64;
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Mul", {}, inputs, options))) << shape_str(inputs[1]);
+  }
+}
+
+TEST(Mul, RejectsShapesThatDoNotBroadcast) {
+  auto layer = registry.create("Mul", "gate", {});
+  std::string message = testing::shape_error_of([&] { layer->output_shapes({{2, 3, 8, 8}, {2, 2, 1, 1}}); });
+  EXPECT_TRUE(testing::contains(message, "node 'gate' (Mul): input 1 is [2, 2, 1, 1] but input 0 is [2, 3, 8, 8]"))
+      << message;
+  EXPECT_TRUE(testing::contains(message, "Mul needs inputs of one shape, or of one rank")) << message;
+  message = testing::shape_error_of([&] { layer->output_shapes({{2, 3, 8, 8}, {3, 1, 1}}); });
+  EXPECT_TRUE(testing::contains(message, "input 1 is [3, 1, 1] but input 0 is [2, 3, 8, 8]")) << message;
 }
 
 // ---- The fused activation of the CUDA kernels ----
