@@ -18,8 +18,8 @@ std::vector<Shape> ConvTranspose2d::output_shapes(const std::vector<Shape>& inpu
   check_column_size(x, g);
   if (g.height < 1 || g.width < 1)
     fail_shape("input " + shape_str(x) + " gives an empty output " +
-               shape_str({x[0], out_channels_, g.height, g.width}) +
-               ": (H - 1)*stride - 2*padding + dilation*(kernel - 1) + 1 + output_padding must be >= 1");
+               shape_str({x[0], out_channels_, g.height, g.width}) + ": (H - 1)*stride - 2*padding + " +
+               (dilation_ > 1 ? "dilation*(kernel - 1) + 1" : "kernel") + " + output_padding must be >= 1");
   return {{x[0], out_channels_, g.height, g.width}};
 }
 

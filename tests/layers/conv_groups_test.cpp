@@ -403,6 +403,11 @@ TEST(ConvGroups, ErrorsNameTheCulprit) {
   // A dilated kernel reaches d(k - 1) + 1 pixels.
   const std::string small = shape_error("Conv2d", {{"out_channels", 2}, {"kernel", 3}, {"dilation", 3}}, {1, 2, 6, 9});
   EXPECT_TRUE(testing::contains(small, "is smaller than the 3x3 kernel at dilation 3 (7x7)")) << small;
+  const std::string empty = shape_error(
+      "ConvTranspose2d", {{"out_channels", 2}, {"kernel", 3}, {"padding", 3}, {"dilation", 2}}, {1, 2, 1, 8});
+  EXPECT_TRUE(testing::contains(empty, "input [1, 2, 1, 8] gives an empty output [1, 2, -1, 6]: (H - 1)*stride - "
+                                       "2*padding + dilation*(kernel - 1) + 1 + output_padding must be >= 1"))
+      << empty;
   // output_padding < max(stride, dilation), as PyTorch.
   EXPECT_TRUE(testing::contains(
       config_error("ConvTranspose2d", {{"out_channels", 2}, {"kernel", 3}, {"dilation", 2}, {"output_padding", 2}}),
