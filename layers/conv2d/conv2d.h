@@ -11,8 +11,7 @@ namespace plexus::layers {
 // input [N, C, H, W] -> output [N, out, Ho, Wo], Ho = (H + 2p - d(k - 1) - 1)/s + 1 (floor).
 // Parameters: weight [out, C/G, k, k], bias [out] (PyTorch layouts), both
 // initialised U(-1/sqrt(C/G*k*k), 1/sqrt(C/G*k*k)) as in PyTorch.
-// Below, for G = d = 1:
-// As matrices, per image, with columns = im2col(x) [C*k*k, Ho*Wo]:
+// For G = d = 1, as matrices, per image, with columns = im2col(x) [C*k*k, Ho*Wo]:
 //   y = W columns + bias,   dW += dy columns^T,   dbias += sum_{a,b} dy,
 //   dx = col2im(W^T dy).
 // In convolution.h's terms X is the input and Y the output.

@@ -13,8 +13,8 @@ namespace plexus::layers {
 // input [N, C, H, W] -> output [N, out, Ho, Wo], Ho = (H - 1)s - 2p + d(k - 1) + 1 + output_padding.
 // Parameters: weight [C, out/G, k, k], bias [out] (PyTorch layouts), both
 // initialised U(-1/sqrt(out/G*k*k), 1/sqrt(out/G*k*k)) as in PyTorch (whose
-// fan_in for this layout is weight.size(1)*k*k). Below, for G = d = 1:
-// With im2col of the OUTPUT geometry (out channels, Ho x Wo image, H x W
+// fan_in for this layout is weight.size(1)*k*k).
+// For G = d = 1, with im2col of the OUTPUT geometry (out channels, Ho x Wo image, H x W
 // kernel positions), per image, W viewed as [C, out*k*k]:
 //   y = col2im(W^T x) + bias,   dx = W im2col(dy),
 //   dW += x im2col(dy)^T,       dbias += sum_{pixels} dy.
