@@ -1,9 +1,13 @@
 // CPU passes of Convolution for groups or dilation other than 1
 // (convolution.h): per image and group, im2col of the group's channels with
 // dilated taps and Eigen products with the group's rows of the weight; when
-// Ci/G = 1 (depthwise), direct loops without columns. Items (image, group)
-// or (image, channel) run in parallel; the weight gradient's per-image parts
-// are summed in image order, so results are the same for any thread count.
+// Ci/G = 1 (depthwise), direct loops without columns. Items (image, group,
+// block of rows) or (image, channel) run in parallel. forward and
+// backward_data (the passes that run on whole photos, in eval and
+// compress) cut each image into blocks of rows, as convolution.cpp's, so
+// that the columns grow with the image's width, not its area; the weight
+// gradient's per-image parts are summed in image order. Block sizes depend
+// on the shapes only: results are the same for any thread count.
 #include <algorithm>
 
 #include <Eigen/Core>
@@ -22,6 +26,31 @@ template <typename T>
 using Matrix = Eigen::Map<RowMajorMatrix<T>>;
 template <typename T>
 using ConstMatrix = Eigen::Map<const RowMajorMatrix<T>>;
+// A block of columns of a row-major matrix: rows of `stride` elements apart.
+template <typename T>
+using ColumnBlock = Eigen::Map<RowMajorMatrix<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstColumnBlock = Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStride<>>;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A block holds at least this many patches (columns of the product), as
+// convolution.cpp's blocks; backward_data's blocks of image rows also span
+// kHaloShare times the rows one kernel reaches, so that the patch rows two
+// blocks both compute (their halo) cost little beside the block.
+constexpr std::int64_t kBlockPatches = 256;
+constexpr std::int64_t kHaloShare = 8;
+
+// Patch rows per block of grouped_forward_cpu.
+std::int64_t patch_rows_per_block(const ConvGeometry& g) {
+  return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
+}
+
+// Image rows per block of grouped_backward_data_cpu: a multiple of the stride.
+std::int64_t image_rows_per_block(const ConvGeometry& g) {
+  const std::int64_t reach = g.dilation * (g.kernel - 1);
+  return std::max(patch_rows_per_block(g), ceil_div(kHaloShare * reach, g.stride)) * g.stride;
+}
 
 // The sizes of one pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw] in G groups.
 struct GroupSizes {
@@ -36,19 +65,21 @@ GroupSizes group_sizes(const ConvGeometry& g, std::int64_t y_channels, std::int6
           g.patches_high * g.patches_wide, g.height * g.width};
 }
 
-// columns[(c*k + i)*k + j, a*Pw + b] = x[c, a*s - p + i*d, b*s - p + j*d]
-// (0 in the padding) for the `channels` planes at `image`.
+// columns[(c*k + i)*k + j, (a - first)*Pw + b] = x[c, a*s - p + i*d, b*s - p + j*d]
+// (0 in the padding) for the `channels` planes at `image` and the patch rows
+// a in [first, end).
 template <typename T>
-void im2col_dilated(const T* image, const ConvGeometry& g, std::int64_t channels, T* columns) {
-  const std::int64_t patches = g.patches_high * g.patches_wide;
+void im2col_dilated(const T* image, const ConvGeometry& g, std::int64_t channels, std::int64_t first, std::int64_t end,
+                    T* columns) {
+  const std::int64_t patches = (end - first) * g.patches_wide;
   for (std::int64_t c = 0; c < channels; ++c) {
     const T* plane = image + c * g.height * g.width;
     for (std::int64_t i = 0; i < g.kernel; ++i)
       for (std::int64_t j = 0; j < g.kernel; ++j) {
         T* row = columns + ((c * g.kernel + i) * g.kernel + j) * patches;
-        for (std::int64_t a = 0; a < g.patches_high; ++a) {
+        for (std::int64_t a = first; a < end; ++a) {
           const std::int64_t y = a * g.stride - g.padding + i * g.dilation;
-          T* out = row + a * g.patches_wide;
+          T* out = row + (a - first) * g.patches_wide;
           if (y < 0 || y >= g.height) {
             std::fill(out, out + g.patches_wide, T(0));
             continue;
@@ -62,23 +93,25 @@ void im2col_dilated(const T* image, const ConvGeometry& g, std::int64_t channels
   }
 }
 
-// The adjoint: image[c, y, x] = sum of the column entries im2col_dilated
-// copies from that pixel, in rising (i, j, a, b); OVERWRITES the planes.
+// The adjoint: ADDS to the image rows [first_row, end_row) of the
+// `channels` planes the entries of `columns` (laid out as im2col_dilated's
+// for the patch rows [first, end)) that im2col_dilated copies from them,
+// each pixel's in rising (i, j, a, b).
 template <typename T>
-void col2im_dilated(const T* columns, const ConvGeometry& g, std::int64_t channels, T* image) {
-  const std::int64_t patches = g.patches_high * g.patches_wide;
-  std::fill(image, image + channels * g.height * g.width, T(0));
+void col2im_dilated(const T* columns, const ConvGeometry& g, std::int64_t channels, std::int64_t first,
+                    std::int64_t end, std::int64_t first_row, std::int64_t end_row, T* image) {
+  const std::int64_t patches = (end - first) * g.patches_wide;
   for (std::int64_t c = 0; c < channels; ++c) {
     T* plane = image + c * g.height * g.width;
     for (std::int64_t i = 0; i < g.kernel; ++i)
       for (std::int64_t j = 0; j < g.kernel; ++j) {
         const T* row = columns + ((c * g.kernel + i) * g.kernel + j) * patches;
-        for (std::int64_t a = 0; a < g.patches_high; ++a) {
+        for (std::int64_t a = first; a < end; ++a) {
           const std::int64_t y = a * g.stride - g.padding + i * g.dilation;
-          if (y < 0 || y >= g.height) continue;
+          if (y < first_row || y >= end_row) continue;
           for (std::int64_t b = 0; b < g.patches_wide; ++b) {
             const std::int64_t x = b * g.stride - g.padding + j * g.dilation;
-            if (x >= 0 && x < g.width) plane[y * g.width + x] += row[a * g.patches_wide + b];
+            if (x >= 0 && x < g.width) plane[y * g.width + x] += row[(a - first) * g.patches_wide + b];
           }
         }
       }
@@ -128,19 +161,21 @@ void depthwise_backward_plane(const T* x, const T* y, const T* w, const ConvGeom
     }
 }
 
-// Bias (when given) and the fused activation on `channels` planes of `plane` elements.
+// Bias (when given) and the fused activation on `count` elements of each of
+// `channels` planes `stride` elements apart.
 template <typename T>
-void finish_planes(T* planes, const T* bias, std::int64_t channels, std::int64_t plane,
+void finish_planes(T* planes, const T* bias, std::int64_t channels, std::int64_t count, std::int64_t stride,
                    const FusedActivation& activation) {
-  Matrix<T> values(planes, channels, plane);
+  ColumnBlock<T> values(planes, channels, count, Eigen::OuterStride<>(stride));
   if (bias) values.colwise() += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(bias, channels);
   apply_fused_activation(values.array(), activation);
 }
 
 }  // namespace
 
-// Per image n and group: Y_ng = W_g im2col(X_ng) (+ bias); depthwise, per
-// channel o of Y: the direct sum over its kernel.
+// Per image n, group and block of patch rows [a0, a1): the block's columns
+// of Y_ng = W_g im2col(X_ng) (+ bias); depthwise, per channel o of Y: the
+// direct sum over its kernel.
 void Convolution::grouped_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const GroupSizes s = group_sizes(g, y.dim(1), groups_);
@@ -156,25 +191,32 @@ void Convolution::grouped_forward_cpu(const Tensor& x, bool with_bias, const Fus
         T* y_plane = y.data<T>() + item * s.patches;
         depthwise_forward_plane(x.data<T>() + (n * g.channels + o / s.y_channels) * s.x_plane, weight + o * taps, g,
                                 y_plane);
-        finish_planes(y_plane, bias ? bias + o : nullptr, 1, s.patches, activation);
+        finish_planes(y_plane, bias ? bias + o : nullptr, 1, s.patches, s.patches, activation);
       });
       return;
     }
-    parallel_for(batch * groups_, [&](std::int64_t item) {
-      const std::int64_t n = item / groups_, group = item % groups_;
-      RowMajorMatrix<T> columns(s.rows, s.patches);
-      im2col_dilated(x.data<T>() + (n * g.channels + group * s.x_channels) * s.x_plane, g, s.x_channels,
+    const std::int64_t block_rows = patch_rows_per_block(g), blocks = ceil_div(g.patches_high, block_rows);
+    parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
+      const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
+      const std::int64_t first = item % blocks * block_rows, end = std::min(first + block_rows, g.patches_high);
+      const std::int64_t block_patches = (end - first) * g.patches_wide;
+      RowMajorMatrix<T> columns(s.rows, block_patches);
+      im2col_dilated(x.data<T>() + (n * g.channels + group * s.x_channels) * s.x_plane, g, s.x_channels, first, end,
                      columns.data());
-      T* y_group = y.data<T>() + (n * out + group * s.y_channels) * s.patches;
-      Matrix<T>(y_group, s.y_channels, s.patches).noalias() =
+      T* y_block = y.data<T>() + (n * out + group * s.y_channels) * s.patches + first * g.patches_wide;
+      ColumnBlock<T>(y_block, s.y_channels, block_patches, Eigen::OuterStride<>(s.patches)).noalias() =
           ConstMatrix<T>(weight + group * s.y_channels * s.rows, s.y_channels, s.rows) * columns;
-      finish_planes(y_group, bias ? bias + group * s.y_channels : nullptr, s.y_channels, s.patches, activation);
+      finish_planes(y_block, bias ? bias + group * s.y_channels : nullptr, s.y_channels, block_patches, s.patches,
+                    activation);
     });
   });
 }
 
-// Per image n and group: X_ng = col2im(W_g^T Y_ng) (+ bias); depthwise, per
-// channel c of X: the adjoint sums of the Co/G channels of Y that read it.
+// Per image n, group and block of image rows [h0, h1): the patch rows
+// [a0, a1) whose kernels reach those rows give columns = W_g^T Y_ng[:,
+// a0*Pw : a1*Pw], and the rows [h0, h1) of X_ng = col2im(columns) (+ bias);
+// blocks write disjoint rows. Depthwise, per channel c of X: the adjoint
+// sums of the Co/G channels of Y that read it.
 void Convolution::grouped_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation,
                                             Tensor& x) {
   const ConvGeometry g = geometry(x.shape(), y.shape());
@@ -193,19 +235,31 @@ void Convolution::grouped_backward_data_cpu(const Tensor& y, bool with_bias, con
         for (std::int64_t o = c * s.y_channels; o < (c + 1) * s.y_channels; ++o)
           depthwise_backward_plane<T>(nullptr, y.data<T>() + (n * out + o) * s.patches, weight + o * taps, g, x_plane,
                                       nullptr);
-        finish_planes(x_plane, bias ? bias + c : nullptr, 1, s.x_plane, activation);
+        finish_planes(x_plane, bias ? bias + c : nullptr, 1, s.x_plane, s.x_plane, activation);
       });
       return;
     }
-    parallel_for(batch * groups_, [&](std::int64_t item) {
-      const std::int64_t n = item / groups_, group = item % groups_;
-      RowMajorMatrix<T> columns(s.rows, s.patches);
-      columns.noalias() =
-          ConstMatrix<T>(weight + group * s.y_channels * s.rows, s.y_channels, s.rows).transpose() *
-          ConstMatrix<T>(y.data<T>() + (n * out + group * s.y_channels) * s.patches, s.y_channels, s.patches);
+    const std::int64_t block_rows = image_rows_per_block(g), blocks = ceil_div(g.height, block_rows);
+    parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
+      const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
+      const std::int64_t h0 = item % blocks * block_rows, h1 = std::min(h0 + block_rows, g.height);
+      // Patch row a reaches image rows a*s - p .. a*s - p + (k - 1)*d.
+      const std::int64_t lowest = h0 + g.padding - g.dilation * (g.kernel - 1);
+      const std::int64_t a0 = std::min(g.patches_high, lowest <= 0 ? 0 : ceil_div(lowest, g.stride));
+      const std::int64_t a1 = std::min(g.patches_high, (h1 - 1 + g.padding) / g.stride + 1);
       T* x_group = x.data<T>() + (n * g.channels + group * s.x_channels) * s.x_plane;
-      col2im_dilated(columns.data(), g, s.x_channels, x_group);
-      finish_planes(x_group, bias ? bias + group * s.x_channels : nullptr, s.x_channels, s.x_plane, activation);
+      for (std::int64_t c = 0; c < s.x_channels; ++c)
+        std::fill(x_group + c * s.x_plane + h0 * g.width, x_group + c * s.x_plane + h1 * g.width, T(0));
+      if (a0 < a1) {
+        RowMajorMatrix<T> columns(s.rows, (a1 - a0) * g.patches_wide);
+        columns.noalias() =
+            ConstMatrix<T>(weight + group * s.y_channels * s.rows, s.y_channels, s.rows).transpose() *
+            ConstColumnBlock<T>(y.data<T>() + (n * out + group * s.y_channels) * s.patches + a0 * g.patches_wide,
+                                s.y_channels, (a1 - a0) * g.patches_wide, Eigen::OuterStride<>(s.patches));
+        col2im_dilated(columns.data(), g, s.x_channels, a0, a1, h0, h1, x_group);
+      }
+      finish_planes(x_group + h0 * g.width, bias ? bias + group * s.x_channels : nullptr, s.x_channels,
+                    (h1 - h0) * g.width, s.x_plane, activation);
     });
   });
 }
@@ -245,7 +299,7 @@ void Convolution::grouped_backward_cpu(const Tensor& x, const Tensor& y, Tensor*
         ConstMatrix<T> y_group(y.data<T>() + (n * out + group * s.y_channels) * s.patches, s.y_channels, s.patches);
         const std::int64_t x_offset = (n * g.channels + group * s.x_channels) * s.x_plane;
         RowMajorMatrix<T> columns(s.rows, s.patches);
-        im2col_dilated(x.data<T>() + x_offset, g, s.x_channels, columns.data());
+        im2col_dilated(x.data<T>() + x_offset, g, s.x_channels, 0, g.patches_high, columns.data());
         if (y_grad)
           Matrix<T>(y_grad->data<T>() + (n * out + group * s.y_channels) * s.patches, s.y_channels, s.patches)
               .noalias() = w_group * columns;
@@ -253,7 +307,9 @@ void Convolution::grouped_backward_cpu(const Tensor& x, const Tensor& y, Tensor*
             .noalias() = y_group * columns.transpose();
         if (x_grad) {
           columns.noalias() = w_group.transpose() * y_group;  // the unfolded x is used: overwrite it
-          col2im_dilated(columns.data(), g, s.x_channels, x_grad->data<T>() + x_offset);
+          T* x_grad_group = x_grad->data<T>() + x_offset;
+          std::fill(x_grad_group, x_grad_group + s.x_channels * s.x_plane, T(0));
+          col2im_dilated(columns.data(), g, s.x_channels, 0, g.patches_high, 0, g.height, x_grad_group);
         }
       });
     }

@@ -173,10 +173,20 @@ void expect_near_all(const std::vector<double>& expected, const std::vector<doub
     ASSERT_NEAR(expected[i], actual[i], tolerance * std::max(1.0, std::abs(expected[i]))) << what << " [" << i << "]";
 }
 
-// The layer's forward in f64 on the CPU against the naive sum above.
+// The layer's forward in f64 on the CPU against the naive sum above: the
+// cases, and images wide and high enough that the CPU passes cut them into
+// several blocks of rows (Conv2d: blocks of 256 patches, 7 rows of 40;
+// ConvTranspose2d: blocks of 8 times the 4 rows a dilated 3x3 kernel
+// reaches, 32 of 81 rows), the blocks' halos overlapping.
 TEST(ConvGroups, ForwardMatchesNaiveSums) {
   std::mt19937_64 rng(17);
-  for (const Case& c : cases()) {
+  std::vector<Case> all = cases();
+  all.push_back(
+      {"Conv2d", {{"out_channels", 4}, {"kernel", 3}, {"padding", 2}, {"dilation", 2}, {"groups", 2}}, {2, 4, 45, 40}});
+  all.push_back({"ConvTranspose2d",
+                 {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"groups", 2}},
+                 {1, 4, 40, 40}});
+  for (const Case& c : all) {
     auto layer = make_layer(c, DType::f64, Device::cpu());
     const std::vector<double> x = random_vector(shape_numel(c.input), rng);
     std::vector<double> bias;
