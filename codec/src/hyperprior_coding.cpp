@@ -146,6 +146,9 @@ class Translator {
       refuse(name + " has " + std::to_string(node.inputs.size()) + " inputs");
     codec::FloatNode f;
     if (is_convolution(node)) {
+      // The integer networks hold dense, undilated kernels only.
+      if (node.params.value("groups", 1) != 1 || node.params.value("dilation", 1) != 1)
+        refuse(name + " has groups or dilation other than 1");
       f.op = codec::IntegerOp::convolution;
       f.inputs = {as_activation(tensor_for(node.inputs[0])).tensor};
       f.conv = convolution(node);

@@ -6,9 +6,14 @@ Conv2d::Conv2d(LayerConfig& config) : Convolution(config, ImageSide::kInput) {}
 
 std::vector<Shape> Conv2d::output_shapes(const std::vector<Shape>& inputs) const {
   const Shape& x = checked_input(inputs);
-  if (x[2] + 2 * padding_ < kernel_ || x[3] + 2 * padding_ < kernel_)
+  const std::int64_t reach = dilation_ * (kernel_ - 1) + 1;  // the rows (columns) one output pixel reads
+  if (x[2] + 2 * padding_ < reach || x[3] + 2 * padding_ < reach)
     fail_shape("input " + shape_str(x) + " with padding " + std::to_string(padding_) + " is smaller than the " +
-               std::to_string(kernel_) + "x" + std::to_string(kernel_) + " kernel: the output would be empty");
+               std::to_string(kernel_) + "x" + std::to_string(kernel_) + " kernel" +
+               (dilation_ > 1 ? " at dilation " + std::to_string(dilation_) + " (" + std::to_string(reach) + "x" +
+                                    std::to_string(reach) + ")"
+                              : std::string()) +
+               ": the output would be empty");
   const ConvGeometry g = geometry(x);
   check_column_size(x, g);
   return {{x[0], out_channels_, g.patches_high, g.patches_wide}};
@@ -22,8 +27,10 @@ ConvGeometry Conv2d::geometry(const Shape& input_shape) const {
   g.kernel = kernel_;
   g.stride = stride_;
   g.padding = padding_;
-  g.patches_high = (g.height + 2 * padding_ - kernel_) / stride_ + 1;
-  g.patches_wide = (g.width + 2 * padding_ - kernel_) / stride_ + 1;
+  g.dilation = dilation_;
+  const std::int64_t reach = dilation_ * (kernel_ - 1) + 1;
+  g.patches_high = (g.height + 2 * padding_ - reach) / stride_ + 1;
+  g.patches_wide = (g.width + 2 * padding_ - reach) / stride_ + 1;
   return g;
 }
 
@@ -42,7 +49,7 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
 void register_conv2d(Registry& registry) {
   registry.add(
       "Conv2d", [](LayerConfig& config) { return std::make_unique<Conv2d>(config); },
-      "2-D convolution (PyTorch Conv2d): weight [out, C, k, k], bias [out]");
+      "2-D convolution (PyTorch Conv2d): weight [out, C/groups, k, k], bias [out]");
 }
 
 }  // namespace plexus::layers

@@ -4,16 +4,20 @@
 
 namespace plexus::layers {
 
-// Conv2d: 2-D cross-correlation, PyTorch's nn.Conv2d (groups = dilation = 1):
-//   y[n, o, a, b] = bias[o] + sum_{c, i, j} W[o, c, i, j] x[n, c, a*s - p + i, b*s - p + j]
-// input [N, C, H, W] -> output [N, out, Ho, Wo], Ho = (H + 2p - k)/s + 1 (floor).
-// Parameters: weight [out, C, k, k], bias [out] (PyTorch layouts), both
-// initialised U(-1/sqrt(C*k*k), 1/sqrt(C*k*k)) as in PyTorch.
-// As matrices, per image, with columns = im2col(x) [C*k*k, Ho*Wo]:
+// Conv2d: 2-D cross-correlation, PyTorch's nn.Conv2d. With groups G and
+// dilation d, output channel o reads the C/G input channels of its group
+// g = o / (out/G):
+//   y[n, o, a, b] = bias[o] + sum_{c < C/G, i, j} W[o, c, i, j] x[n, g*C/G + c, a*s - p + i*d, b*s - p + j*d]
+// input [N, C, H, W] -> output [N, out, Ho, Wo], Ho = (H + 2p - d(k - 1) - 1)/s + 1 (floor).
+// Parameters: weight [out, C/G, k, k], bias [out] (PyTorch layouts), both
+// initialised U(-1/sqrt(C/G*k*k), 1/sqrt(C/G*k*k)) as in PyTorch.
+// For G = d = 1, as matrices, per image, with columns = im2col(x) [C*k*k, Ho*Wo]:
 //   y = W columns + bias,   dW += dy columns^T,   dbias += sum_{a,b} dy,
 //   dx = col2im(W^T dy).
 // In convolution.h's terms X is the input and Y the output.
-// Params: out_channels, kernel (square), stride = 1, padding = 0, bias = true.
+// Params: out_channels, kernel (square), stride = 1, padding = 0, groups = 1
+// (must divide C and out), dilation = 1, bias = true. groups = C = out is a
+// depthwise convolution.
 class Conv2d : public Convolution {
  public:
   explicit Conv2d(LayerConfig& config);

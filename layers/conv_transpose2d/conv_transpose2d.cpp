@@ -1,11 +1,15 @@
 #include "conv_transpose2d/conv_transpose2d.h"
 
+#include <algorithm>
+
 namespace plexus::layers {
 
 ConvTranspose2d::ConvTranspose2d(LayerConfig& config) : Convolution(config, ImageSide::kOutput) {
-  if (output_padding_ >= stride_)
-    config.fail("output_padding",
-                "must be < stride (" + std::to_string(stride_) + "), got " + std::to_string(output_padding_));
+  // As PyTorch: output_padding < max(stride, dilation).
+  if (output_padding_ >= std::max(stride_, dilation_))
+    config.fail("output_padding", "must be < stride (" + std::to_string(stride_) + ")" +
+                                      (dilation_ > 1 ? " or dilation (" + std::to_string(dilation_) + ")" : "") +
+                                      ", got " + std::to_string(output_padding_));
 }
 
 std::vector<Shape> ConvTranspose2d::output_shapes(const std::vector<Shape>& inputs) const {
@@ -14,21 +18,24 @@ std::vector<Shape> ConvTranspose2d::output_shapes(const std::vector<Shape>& inpu
   check_column_size(x, g);
   if (g.height < 1 || g.width < 1)
     fail_shape("input " + shape_str(x) + " gives an empty output " +
-               shape_str({x[0], out_channels_, g.height, g.width}) +
-               ": (H - 1)*stride - 2*padding + kernel + output_padding must be >= 1");
+               shape_str({x[0], out_channels_, g.height, g.width}) + ": (H - 1)*stride - 2*padding + " +
+               (dilation_ > 1 ? "dilation*(kernel - 1) + 1" : "kernel") + " + output_padding must be >= 1");
   return {{x[0], out_channels_, g.height, g.width}};
 }
 
 ConvGeometry ConvTranspose2d::geometry(const Shape& input_shape) const {
   ConvGeometry g;
   g.channels = out_channels_;
-  g.height = (input_shape[2] - 1) * stride_ - 2 * padding_ + kernel_ + output_padding_;
-  g.width = (input_shape[3] - 1) * stride_ - 2 * padding_ + kernel_ + output_padding_;
+  const std::int64_t reach = dilation_ * (kernel_ - 1) + 1;
+  g.height = (input_shape[2] - 1) * stride_ - 2 * padding_ + reach + output_padding_;
+  g.width = (input_shape[3] - 1) * stride_ - 2 * padding_ + reach + output_padding_;
   g.kernel = kernel_;
   g.stride = stride_;
   g.padding = padding_;
+  g.dilation = dilation_;
   // A stride-s convolution of the output maps it back to H x W, since
-  // (Ho + 2p - k)/s + 1 = H - 1 + floor(output_padding/s) + 1 = H.
+  // (Ho + 2p - reach)/s + 1 = H - 1 + floor(output_padding/s) + 1 = H
+  // (output_padding >= s, allowed when d > s, adds rows no patch reaches).
   g.patches_high = input_shape[2];
   g.patches_wide = input_shape[3];
   return g;
@@ -49,7 +56,7 @@ void ConvTranspose2d::backward_cpu(Context&, const ConstTensors& inputs, const C
 void register_conv_transpose2d(Registry& registry) {
   registry.add(
       "ConvTranspose2d", [](LayerConfig& config) { return std::make_unique<ConvTranspose2d>(config); },
-      "2-D transposed convolution (PyTorch ConvTranspose2d): weight [C, out, k, k], bias [out]");
+      "2-D transposed convolution (PyTorch ConvTranspose2d): weight [C, out/groups, k, k], bias [out]");
 }
 
 }  // namespace plexus::layers

@@ -20,17 +20,27 @@ Convolution::Convolution(LayerConfig& config, ImageSide image_side)
       output_padding_(image_side == ImageSide::kOutput
                           ? config.bounded_integer("output_padding", 0, 0, limits::kMaxConvolutionParameter)
                           : 0),
+      groups_(config.bounded_integer("groups", 1, 1, limits::kMaxChannels)),
+      dilation_(config.bounded_integer("dilation", 1, 1, limits::kMaxConvolutionParameter)),
       has_bias_(config.boolean("bias", true)),
-      image_side_(image_side) {}
+      image_side_(image_side) {
+  if (out_channels_ % groups_ != 0)
+    config.fail("groups", "must divide out_channels (" + std::to_string(out_channels_) +
+                              ") and the input's channels, got " + std::to_string(groups_));
+}
 
 const Shape& Convolution::checked_input(const std::vector<Shape>& inputs) const {
   if (inputs.size() != 1) fail_shape("takes 1 input, got " + std::to_string(inputs.size()));
   const Shape& x = inputs[0];
   if (x.size() != 4) fail_shape("input must be [N, C, H, W], got " + shape_str(x));
   if (x[1] < 1 || x[2] < 1 || x[3] < 1) fail_shape("input " + shape_str(x) + " must have C, H, W >= 1");
-  // The weight is [Co, Ci, k, k]: the input's channels are Ci of a Conv2d, Co of a ConvTranspose2d.
+  if (x[1] % groups_ != 0)
+    fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels: groups (" +
+               std::to_string(groups_) + ") must divide both the input's channels and out_channels (" +
+               std::to_string(out_channels_) + ")");
+  // The weight is [Co, Ci/G, k, k]: the input's channels are Ci of a Conv2d, Co of a ConvTranspose2d.
   const std::int64_t weight_channels =
-      weight_shape_.empty() ? 0 : weight_shape_[image_side_ == ImageSide::kInput ? 1 : 0];
+      weight_shape_.empty() ? 0 : (image_side_ == ImageSide::kInput ? weight_shape_[1] * groups_ : weight_shape_[0]);
   if (!weight_shape_.empty() && x[1] != weight_channels)
     fail_shape("input " + shape_str(x) + " has " + std::to_string(x[1]) + " channels but weight " +
                shape_str(weight_shape_) + " expects " + std::to_string(weight_channels));
@@ -51,8 +61,8 @@ void Convolution::create_parameters(const std::vector<Shape>& inputs) {
   const bool input_is_image = image_side_ == ImageSide::kInput;
   const std::int64_t image_channels = input_is_image ? channels : out_channels_;   // Ci
   const std::int64_t kernel_channels = input_is_image ? out_channels_ : channels;  // Co
-  const std::int64_t fan_in = image_channels * kernel_ * kernel_;
-  weight_shape_ = {kernel_channels, image_channels, kernel_, kernel_};
+  const std::int64_t fan_in = image_channels / groups_ * kernel_ * kernel_;
+  weight_shape_ = {kernel_channels, image_channels / groups_, kernel_, kernel_};
   declare_parameter("weight", weight_shape_, init::fan_in_uniform(fan_in));
   if (has_bias_) declare_parameter("bias", {out_channels_}, init::fan_in_uniform(fan_in));
 }
@@ -65,6 +75,7 @@ ConvGeometry Convolution::geometry(const Shape& x, const Shape& y) const {
   g.kernel = kernel_;
   g.stride = stride_;
   g.padding = padding_;
+  g.dilation = dilation_;
   g.patches_high = y[2];
   g.patches_wide = y[3];
   return g;
@@ -222,6 +233,7 @@ std::int64_t image_rows_per_block(const ConvGeometry& g) {
 // those rows; y_n[:, a0*Pw : a1*Pw] = activation(W columns (+ bias per row)).
 void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y,
                                    bool discard_x) {
+  if (grouped_or_dilated()) return grouped_forward_cpu(x, with_bias, activation, y);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = patch_rows_per_block(g);
@@ -259,6 +271,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedA
 // disjoint rows and every pixel sums its terms in col2im's order.
 void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation, Tensor& x,
                                          bool discard_y) {
+  if (grouped_or_dilated()) return grouped_backward_data_cpu(y, with_bias, activation, x);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t block_rows = image_rows_per_block(g);
@@ -310,6 +323,7 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const 
 // Per image n: columns = im2col(x_n); y_grad_n = W columns; dW += y_n
 // columns^T; x_grad_n = col2im(W^T y_n).
 void Convolution::conv_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad) {
+  if (grouped_or_dilated()) return grouped_backward_cpu(x, y, x_grad, y_grad);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   dispatch_float(x.dtype(), [&](auto zero) {

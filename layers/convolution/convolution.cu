@@ -56,6 +56,7 @@ std::int64_t Convolution::images_per_cuda_chunk(const ConvGeometry& geometry, st
 
 void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation,
                                     Tensor& y) {
+  if (grouped_or_dilated()) return grouped_forward_cuda(ctx, x, with_bias, activation, y);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;  // elements of one image of y
@@ -96,6 +97,7 @@ void Convolution::conv_forward_cuda(Context& ctx, const Tensor& x, bool with_bia
 
 void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias,
                                           const FusedActivation& activation, Tensor& x) {
+  if (grouped_or_dilated()) return grouped_backward_data_cuda(ctx, y, with_bias, activation, x);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
   const std::int64_t out_plane = out * patches;
@@ -135,6 +137,7 @@ void Convolution::conv_backward_data_cuda(Context& ctx, const Tensor& y, bool wi
 
 void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad,
                                      const Tensor& output_grad) {
+  if (grouped_or_dilated()) return grouped_backward_cuda(ctx, x, y, x_grad, y_grad, output_grad);
   if (x.dim(0) == 0) return;
   // The tensor-core engine where it takes the pass, im2col + cuBLAS for the rest.
   const implicit_gemm::ConvProblem problem = conv_problem(x.shape(), y.shape());

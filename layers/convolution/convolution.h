@@ -8,6 +8,14 @@
 //   forward          Y_n = W im2col(X_n)        (+ bias per channel of Y)
 //   backward_data    X_n = col2im(W^T Y_n)      (+ bias per channel of X)
 //   backward_weight  dW += Y_n im2col(X_n)^T
+// With groups G (params "groups", "dilation"), X's and Y's channels split
+// into G equal blocks, block g of Y reading block g of X only: the weight is
+// [Co, Ci/G, k, k], W_g its rows g*Co/G.. as [Co/G, (Ci/G)*k*k], and each
+// pass above runs per group on im2col's rows g*(Ci/G)*k*k.. (the group's
+// channels); dilation d spaces the taps d pixels apart. groups = dilation = 1
+// runs the paths below; any other runs grouped_convolution.cpp / .cu: per
+// group im2col + Eigen / cuBLAS, or, when each channel of Y reads a single
+// channel of X (depthwise: Ci/G = 1), direct kernels without columns.
 // A layer is an index mapping onto these. Conv2d's X is its input and Y its
 // output. ConvTranspose2d's X is its output and Y its input, so its forward
 // is backward_data, its input gradient forward, and its weight
@@ -85,11 +93,12 @@ class Convolution : public Layer {
   // Which of the layer's tensors is X, the image im2col unfolds.
   enum class ImageSide { kInput /* Conv2d */, kOutput /* ConvTranspose2d */ };
   // Reads out_channels, kernel (square), stride = 1, padding = 0, then, for
-  // ImageSide::kOutput only, output_padding = 0, then bias = true.
+  // ImageSide::kOutput only, output_padding = 0, then groups = 1 (dividing
+  // out_channels), dilation = 1, bias = true.
   Convolution(LayerConfig& config, ImageSide image_side);
 
   // The checks both layers make on their inputs: one input [N, C, H, W] with
-  // C, H, W >= 1, C the weight's input channels, sides within
+  // C, H, W >= 1, C divisible by groups and the weight's input channels, sides within
   // limits::kMaxTensorElements (so that the geometry's arithmetic cannot
   // overflow). Returns that input's shape.
   const Shape& checked_input(const std::vector<Shape>& inputs) const;
@@ -128,6 +137,8 @@ class Convolution : public Layer {
   std::int64_t stride_;
   std::int64_t padding_;
   std::int64_t output_padding_;  // ConvTranspose2d's; 0 for Conv2d, which has no such parameter
+  std::int64_t groups_;          // channel groups (above)
+  std::int64_t dilation_;        // pixels between kernel taps
   bool has_bias_;
   bool discard_input_ = false;         // set_discard_input; for the next forward only
   FusedActivation output_activation_;  // set_output_activation
@@ -149,6 +160,24 @@ class Convolution : public Layer {
   // unless the engine ran it, and the input gradient asked for.
   void conv_backward_im2col_cuda(Context& ctx, const Tensor& x, const Tensor& y, bool weight_grad, Tensor* x_grad,
                                  Tensor* y_grad);
+
+  // The passes for groups or dilation other than 1 (grouped_convolution.cpp
+  // and .cu), with the arguments of the passes above.
+  bool grouped_or_dilated() const { return groups_ != 1 || dilation_ != 1; }
+  // Depthwise: each channel of Y reads one channel of X (Ci/G = 1), which
+  // direct kernels run (a channel multiplier Co/G > 1 included).
+  bool depthwise(const Shape& x) const { return x[1] == groups_; }
+  void grouped_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y);
+  void grouped_backward_data_cpu(const Tensor& y, bool with_bias, const FusedActivation& activation, Tensor& x);
+  void grouped_backward_cpu(const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad);
+#if PLEXUS_WITH_CUDA
+  void grouped_forward_cuda(Context& ctx, const Tensor& x, bool with_bias, const FusedActivation& activation,
+                            Tensor& y);
+  void grouped_backward_data_cuda(Context& ctx, const Tensor& y, bool with_bias, const FusedActivation& activation,
+                                  Tensor& x);
+  void grouped_backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, Tensor* x_grad, Tensor* y_grad,
+                             const Tensor& output_grad);
+#endif
 
   ImageSide image_side_;
   std::size_t scratch_limit_ = std::size_t(512) << 20;

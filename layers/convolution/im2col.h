@@ -24,6 +24,10 @@ struct ConvGeometry {
   std::int64_t kernel = 1;
   std::int64_t stride = 1;
   std::int64_t padding = 0;
+  // Pixels between neighbouring kernel taps. The functions of this file
+  // take dilation 1 only; grouped_convolution.cpp and .cu unfold dilated
+  // kernels (tap (i, j) reads x[c, a*s - p + i*d, b*s - p + j*d]).
+  std::int64_t dilation = 1;
   std::int64_t patches_high = 0;  // Ph: kernel positions down (the conv output height)
   std::int64_t patches_wide = 0;  // Pw: kernel positions across (the conv output width)
 

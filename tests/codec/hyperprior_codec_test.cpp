@@ -185,6 +185,11 @@ TEST(WhyNotCodable, AnEntropyParameterNodeWithoutIntegerFormIsNamed) {
 }
 
 TEST(WhyNotCodable, EntropyParametersThatBreakTheIntegerRulesNameTheNode) {
+  // A grouped convolution: the integer networks hold dense kernels only.
+  const ModelSpec grouped = changed_tiny_spec("h_s1", [](NodeSpec& n) { n.params["groups"] = 2; });
+  EXPECT_TRUE(contains(why_not_codable(grouped, registry).value_or(""),
+                       "node 'h_s1' (ConvTranspose2d) has groups or dilation other than 1"))
+      << why_not_codable(grouped, registry).value_or("codable");
   // A node reading what the decoder does not have.
   const ModelSpec reads_y = changed_tiny_spec("h_s1", [](NodeSpec& n) { n.inputs = {"y"}; });
   EXPECT_TRUE(contains(why_not_codable(reads_y, registry).value_or(""),
