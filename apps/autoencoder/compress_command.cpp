@@ -16,8 +16,8 @@
 
 #include "codec_outputs.h"
 #include "console.h"
-#include "executable_path.h"
-#include "exit_codes.h"
+#include "model_catalog.h"
+#include "plexus/train/exit_codes.h"
 #include "plexus/atomic_file.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/autoencoder_contract.h"
@@ -256,7 +256,7 @@ int run_compress(const CompressOptions& options) {
     }
     progress.done(i);
   }
-  return failures == 0 ? kExitOk : kExitError;
+  return failures == 0 ? train::kExitOk : train::kExitError;
 }
 
 int run_decompress(const DecompressOptions& o) {
@@ -316,7 +316,7 @@ int run_decompress(const DecompressOptions& o) {
     }
     progress.done(i);
   }
-  return failures == 0 ? kExitOk : kExitError;
+  return failures == 0 ? train::kExitOk : train::kExitError;
 }
 
 int run_export(const ExportOptions& o) {
@@ -360,7 +360,7 @@ int run_export(const ExportOptions& o) {
               static_cast<long long>(model->tables().channels()),
               has_hyper_latent(model->kind()) ? " and the integer network's calibration" : "",
               fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
-  return kExitOk;
+  return train::kExitOk;
 }
 
 namespace {

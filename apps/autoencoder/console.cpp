@@ -12,6 +12,8 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "plexus/data/image_folder.h"
+
 namespace plexus::ae {
 
 namespace {
@@ -47,6 +49,15 @@ int terminal_width() {
 void configure_logging() {
   auto logger = std::make_shared<spdlog::logger>("plexus-ae", std::make_shared<StderrSink>());
   spdlog::set_default_logger(logger);
+}
+
+void warn_skipped_images(const data::ImageFolder& images, const std::string& role) {
+  const auto skipped = images.skipped();
+  if (skipped.empty()) return;
+  std::string list;
+  for (const auto& path : skipped) list += "\n  " + path;
+  spdlog::warn("{} {}image(s) in '{}' were skipped as unreadable:{}", skipped.size(), role.empty() ? "" : role + " ",
+               images.folder(), list);
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }

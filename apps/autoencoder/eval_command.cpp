@@ -18,7 +18,7 @@
 
 #include "plexus/codec/autoencoder_contract.h"
 #include "codec_evaluation.h"
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "image_evaluation.h"
 #include "output_folder.h"
 #include "plexus/atomic_file.h"
@@ -31,7 +31,7 @@
 #include "plexus/checkpoint.h"
 #include "plexus/model_spec.h"
 #include "session.h"
-#include "skipped_images.h"
+#include "console.h"
 
 namespace plexus::ae {
 
@@ -330,7 +330,7 @@ int run_eval(const EvalOptions& o) {
   table.print_means(results);
   if (!o.out.empty()) write_report(o, evaluator.step, results);
   warn_skipped_images(images);
-  return kExitOk;
+  return train::kExitOk;
 }
 
 }  // namespace plexus::ae

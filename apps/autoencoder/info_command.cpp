@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "compress_command.h"
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "plexus/codec/bitstream.h"
 #include "plexus/error.h"
 
@@ -49,7 +49,7 @@ void add_info_command(CLI::App& app, int& exit_code) {
       }
     }
     std::fflush(stdout);
-    exit_code = failures == 0 ? kExitOk : kExitError;
+    exit_code = failures == 0 ? train::kExitOk : train::kExitError;
   });
 }
 

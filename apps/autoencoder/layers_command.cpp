@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "plexus/error.h"
 #include "session.h"
 
@@ -55,7 +55,7 @@ std::string layer_listing(const Registry& registry) {
 int run_layers(const LayersOptions& options) {
   const Registry registry = make_registry(options.plugins);
   std::fputs(layer_listing(registry).c_str(), stdout);
-  return kExitOk;
+  return train::kExitOk;
 }
 
 void add_layers_command(CLI::App& app, int& exit_code) {

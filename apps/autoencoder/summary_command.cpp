@@ -5,7 +5,7 @@
 #include <memory>
 #include <regex>
 
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "model_catalog.h"
 #include "options.h"
 #include "plexus/codec/autoencoder_contract.h"
@@ -167,7 +167,7 @@ int run_summary(const SummaryOptions& options) {
               static_cast<long long>(image.width));
   std::fputs(net_summary(*net, options.batch, image).c_str(), stdout);
   std::fflush(stdout);
-  return kExitOk;
+  return train::kExitOk;
 }
 
 void add_summary_command(CLI::App& app, int& exit_code) {

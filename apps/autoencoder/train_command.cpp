@@ -12,8 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "executable_path.h"
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "gpus_option.h"
 #include "model_catalog.h"
 #include "output_folder.h"
@@ -54,8 +53,8 @@ int run_train_command(const TrainOptions& options, const TrainOptionTable& table
     } catch (const std::exception& e) {
       spdlog::error("rank {}: {}", worker->rank, e.what());
       // Under MPI the peers may wait in a collective for this rank: end them all.
-      distributed::abort_mpi_job(kExitError);
-      return kExitError;
+      distributed::abort_mpi_job(train::kExitError);
+      return train::kExitError;
     }
   }
   if (options.gpus > 0) return launch_train_workers(options, arguments);
@@ -121,11 +120,11 @@ int run_train(TrainOptions options, const TrainOptionTable& table, const std::se
   TrainingRun run(settings, table, registry, images, root, given, worker);
   run.log_start();
   if (run.step >= settings.options.steps) {
-    if (!root) return kExitOk;
+    if (!root) return train::kExitOk;
     run.write_model();
     spdlog::info("the checkpoint is already at step {} of --steps {}; wrote {}", run.step, settings.options.steps,
                  settings.model_path);
-    return kExitOk;
+    return train::kExitOk;
   }
   // Before the metrics log exists: once a run shows that it has started, a
   // Ctrl-C must save and stop it, never kill it.

@@ -5,24 +5,49 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "plexus/codec/autoencoder_contract.h"
-#include "exit_codes.h"
+#include "plexus/train/exit_codes.h"
 #include "image_evaluation.h"
 #include "plexus/checkpoint.h"
+#include "plexus/data/patch_sampler.h"
 #include "plexus/tensor_ops.h"
 #include "plexus/error.h"
 #include "plexus/train/run_clock.h"
-#include "rate_levels.h"
-#include "skipped_images.h"
+#include "console.h"
 
 namespace plexus::ae {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// A variable-rate model's training step (plexus/codec/autoencoder_contract.h):
+// each step draws every patch's rate level k uniformly from the stream
+// mix_seed(noise seed, 0, kRateLevelStream) and weights its MSE
+// lambdas[k] / mean(lambdas) (the loss weight of "mse" being
+// mean(lambdas) * 255^2): the hook TrainingStep::set_before_step takes.
+constexpr std::uint64_t kRateLevelStream = 3;  // the patches' rate levels, from the step's noise seed
+
+train::TrainingStep::BeforeStep draw_rate_levels(const std::vector<double>& lambdas) {
+  std::vector<double> mse_weights;  // per level, lambdas[k] / mean(lambdas)
+  const double mean = variable_rate_lambda(lambdas);
+  for (double lambda : lambdas) mse_weights.push_back(lambda / mean);
+  return [mse_weights](Context& ctx, Net& net, std::int64_t, std::uint64_t noise_seed) {
+    std::mt19937_64 generator(data::mix_seed(noise_seed, 0, kRateLevelStream));
+    const auto patches = static_cast<std::size_t>(net.input(kImage).dim(0));
+    std::vector<double> levels(patches), weights(patches);
+    for (std::size_t n = 0; n < patches; ++n) {
+      const std::size_t k = static_cast<std::size_t>(generator() % mse_weights.size());
+      levels[n] = static_cast<double>(k);
+      weights[n] = mse_weights[k];
+    }
+    set_rate_inputs(ctx, net, levels, weights);
+  };
+}
 
 // A fall of this many dB in validation PSNR below the best so far is reported as divergence.
 constexpr double kPsnrCollapseDb = 3.0;

@@ -46,6 +46,23 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
   accumulate_bias_grad_cpu(*output_grads[0]);
 }
 
+// CUDA Conv2d (math in conv2d.h): convolution.h's passes with X the input.
+// When the context allows TF32 or BF16 the implicit-GEMM tensor-core engine
+// (convolution/implicit_gemm.h) runs the passes it takes (the input gradient
+// onto <= 4 channels, e.g. of the 3->128 layer on an RGB image, through
+// few_channel_conv.h's kernel); the others run im2col + cuBLAS.
+#if PLEXUS_WITH_CUDA
+void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
+  conv_forward_cuda(ctx, *inputs[0], /*with_bias=*/true, output_activation_, *outputs[0]);
+}
+
+void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,
+                           const ConstTensors& output_grads, const MutableTensors& input_grads) {
+  conv_backward_cuda(ctx, *inputs[0], *output_grads[0], /*x_grad=*/input_grads[0], /*y_grad=*/nullptr,
+                     *output_grads[0]);
+}
+#endif  // PLEXUS_WITH_CUDA
+
 void register_conv2d(Registry& registry) {
   registry.add(
       "Conv2d", [](LayerConfig& config) { return std::make_unique<Conv2d>(config); },

@@ -1,4 +1,5 @@
-// few_channel_conv's block tiling and takes_backward_data (few_channel_tiling.h).
+// few_channel_conv's block tiling and which passes it takes: takes_forward,
+// takes_backward_weight (few_channel_conv.h), takes_backward_data (few_channel_tiling.h).
 // Host logic only, so CPU-only builds link it too.
 #include "convolution/few_channel_tiling.h"
 
@@ -7,6 +8,20 @@
 #include "convolution/few_channel_conv.h"
 
 namespace plexus::layers::few_channel_conv {
+
+namespace {
+
+bool few_channel_input(const implicit_gemm::ConvProblem& problem) {
+  return problem.in_channels >= 1 && problem.in_channels <= kMaxChannels && problem.kernel <= kMaxKernel &&
+         problem.in_channels * problem.kernel * problem.kernel <= kMaxTaps && problem.out_channels >= 1;
+}
+
+}  // namespace
+
+// Which convolutions the few-channel kernels take (few_channel_conv.h).
+bool takes_forward(const implicit_gemm::ConvProblem& problem) { return few_channel_input(problem); }
+
+bool takes_backward_weight(const implicit_gemm::ConvProblem& problem) { return few_channel_input(problem); }
 
 namespace {
 

@@ -1,5 +1,8 @@
+// The NCCL communicator; a build without NCCL (PLEXUS_WITH_NCCL 0) gets the
+// stand-in at the end of this file, which says what is missing.
 #include "plexus/distributed/nccl_communicator.h"
 
+#if PLEXUS_WITH_NCCL
 #include <nccl.h>
 
 #include <array>
@@ -267,3 +270,23 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclSetup& setup) {
 }
 
 }  // namespace plexus::distributed
+
+#else  // no NCCL
+
+#include "plexus/error.h"
+
+namespace plexus::distributed {
+
+bool built_with_nccl() { return false; }
+std::string nccl_version() { return ""; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclSetup&) {
+  throw ConfigError("this build of Plexus has no NCCL, which training on several GPUs needs: install NCCL (libnccl-dev "
+                    "from NVIDIA's CUDA package "
+                    "repository, or the nvidia-nccl Python wheel) and reconfigure, with -DNCCL_ROOT=<prefix> if CMake "
+                    "does not find it");
+}
+
+}  // namespace plexus::distributed
+
+#endif  // PLEXUS_WITH_NCCL
