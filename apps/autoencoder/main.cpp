@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
              "  plexus-ae summary bls2017        # a model's nodes: output shapes, parameters, FLOPs\n"
              "Run 'plexus-ae <command> --help' for every option of a command.");
 
-  int exit_code = ae::train::kExitOk;  // the parsed command's
+  int exit_code = plexus::train::kExitOk;  // the parsed command's
   ae::add_train_command(app, exit_code, std::vector<std::string>(argv + 1, argv + argc));
   ae::add_eval_command(app, exit_code);
   ae::add_compress_command(app, exit_code);
@@ -56,20 +56,20 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() != 0) {  // not --help or --version: first look for a misspelt name
       if (auto message = ae::diagnose_unknown_names(app, std::vector<std::string>(argv + 1, argv + argc))) {
         spdlog::error("{}", *message);
-        return ae::train::kExitError;
+        return plexus::train::kExitError;
       }
     }
     if (e.get_exit_code() == 0) return app.exit(e);  // prints help or version
     // In the style of every other error ("error: ..."), then where the options are listed.
     spdlog::error("{}", e.what());
     std::fputs("Run with --help for more information.\n", stderr);
-    return ae::train::kExitError;
+    return plexus::train::kExitError;
   } catch (const std::bad_alloc&) {
     spdlog::error("out of memory (try a smaller --batch or --patch, or a smaller model)");
-    return ae::train::kExitError;
+    return plexus::train::kExitError;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    return ae::train::kExitError;
+    return plexus::train::kExitError;
   }
   return exit_code;
 }
