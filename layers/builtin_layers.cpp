@@ -51,8 +51,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_softmax(registry);
   layers::register_matmul(registry);
   layers::register_normalization(registry);
-  layers::register_window_partition(registry);
-  layers::register_window_reverse(registry);
+  layers::register_window(registry);  // WindowPartition, WindowReverse
   layers::register_avg_pool2d(registry);
 }
 

@@ -134,13 +134,10 @@ void WindowReverse::backward_cpu(Context&, const ConstTensors& inputs, const Con
     gather_windows_cpu(geometry(inputs[0]->shape(), inputs[1]->shape()), *output_grads[0], *input_grads[0]);
 }
 
-void register_window_partition(Registry& registry) {
+void register_window(Registry& registry) {
   registry.add(
       "WindowPartition", [](LayerConfig& config) { return std::make_unique<WindowPartition>(config); },
       "Swin window partition: [N, C, H, W] -> [N*(H/w)*(W/w), heads, w*w, C/heads], after a cyclic shift by -shift");
-}
-
-void register_window_reverse(Registry& registry) {
   registry.add(
       "WindowReverse", [](LayerConfig& config) { return std::make_unique<WindowReverse>(config); },
       "inverse of WindowPartition: windows [B, heads, w*w, D] and a reference [N, C, H, W] -> [N, C, H, W]");

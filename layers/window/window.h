@@ -103,7 +103,7 @@ void gather_windows_cuda(Context& ctx, const WindowGeometry& g, const Tensor& im
 void gather_image_cuda(Context& ctx, const WindowGeometry& g, const Tensor& windows, Tensor& image);
 #endif
 
-void register_window_partition(Registry& registry);
-void register_window_reverse(Registry& registry);
+// WindowPartition and WindowReverse.
+void register_window(Registry& registry);
 
 }  // namespace plexus::layers
