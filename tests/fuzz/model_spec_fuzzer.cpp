@@ -1,5 +1,7 @@
-// libFuzzer harness: a model spec (JSON text) parsed and built into a Net
-// of the built-in layers, as `plexus-ae train --model spec.json` does.
+// libFuzzer harness: a model spec (JSON text) parsed, its "loss" section
+// read as training reads it (training_loss, training_spec), and the spec
+// built into a Net of the built-in layers, as `plexus-ae train --model
+// spec.json` does.
 // Every model input gets the shape [2, 3, 8, 8]; the Net is then reshaped
 // to [1, 3, 16, 12]. Any plexus::Error is a correct answer; anything else
 // escaping (another exception, a crash, a sanitizer report) is a bug.
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "plexus/builtin_layers.h"
+#include "plexus/codec/autoencoder_contract.h"
 #include "plexus/error.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
@@ -27,6 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const plexus::ModelSpec spec = plexus::ModelSpec::from_text(text, "fuzz.json");
+    try {
+      const plexus::ae::TrainingLoss loss = plexus::ae::training_loss(spec);
+      const plexus::ModelSpec training = plexus::ae::training_spec(spec, loss);
+      (void)training;
+    } catch (const plexus::Error&) {
+    }
     std::map<std::string, plexus::Shape> shapes, other_shapes;
     for (const auto& input : spec.inputs) {
       shapes[input] = {2, 3, 8, 8};
