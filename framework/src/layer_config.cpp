@@ -1,6 +1,7 @@
 #include "plexus/layer_config.h"
 
 #include <algorithm>
+#include <sstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -226,6 +227,12 @@ void LayerConfig::check_all_used() const {
   if (read_keys_.empty()) message += "no parameters";
   for (std::size_t i = 0; i < read_keys_.size(); ++i) message += (i ? ", " : "") + read_keys_[i];
   throw ConfigError(message);
+}
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
 }
 
 }  // namespace plexus

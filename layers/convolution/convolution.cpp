@@ -109,8 +109,8 @@ constexpr std::int64_t kBlockPatches = 256;
 // In the transposed pass a block of image rows also computes the columns of
 // the patch rows whose kernels reach its neighbours' rows too (its halo,
 // about (k - 1) / s patch rows, computed by both blocks); blocks of at least
-// kHaloShare * (k - 1) image rows keep that extra work below about
-// 1 / kHaloShare of the product.
+// kHaloShare times the rows one kernel reaches (d (k - 1), d the dilation)
+// keep that extra work below about 1 / kHaloShare of the product.
 constexpr std::int64_t kHaloShare = 8;
 
 // The transposed pass's columns of one block ([K, patches of about
@@ -215,19 +215,16 @@ void run_blocks(std::int64_t count, std::int64_t per_image, const std::function<
   });
 }
 
-// Patch rows (rows of y) per block of conv_forward_cpu.
-std::int64_t patch_rows_per_block(const ConvGeometry& g) {
+}  // namespace
+
+std::int64_t cpu_patch_rows_per_block(const ConvGeometry& g) {
   return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
 }
 
-// Image rows (rows of x) per block of conv_backward_data_cpu: a multiple of
-// the stride, covering kBlockPatches patches and kHaloShare * (k - 1) rows.
-std::int64_t image_rows_per_block(const ConvGeometry& g) {
-  const std::int64_t patch_rows = std::max(patch_rows_per_block(g), ceil_div(kHaloShare * (g.kernel - 1), g.stride));
-  return patch_rows * g.stride;
+std::int64_t cpu_image_rows_per_block(const ConvGeometry& g) {
+  const std::int64_t reach = g.dilation * (g.kernel - 1);
+  return std::max(cpu_patch_rows_per_block(g), ceil_div(kHaloShare * reach, g.stride)) * g.stride;
 }
-
-}  // namespace
 
 // Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
 // those rows; y_n[:, a0*Pw : a1*Pw] = activation(W columns (+ bias per row)).
@@ -236,7 +233,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedA
   if (grouped_or_dilated()) return grouped_forward_cpu(x, with_bias, activation, y);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
-  const std::int64_t block_rows = patch_rows_per_block(g);
+  const std::int64_t block_rows = cpu_patch_rows_per_block(g);
   const std::int64_t blocks = ceil_div(g.patches_high, block_rows);
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -274,7 +271,7 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const 
   if (grouped_or_dilated()) return grouped_backward_data_cpu(y, with_bias, activation, x);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
-  const std::int64_t block_rows = image_rows_per_block(g);
+  const std::int64_t block_rows = cpu_image_rows_per_block(g);
   const std::int64_t blocks = ceil_div(g.height, block_rows);
   const std::int64_t plane = g.height * g.width;
   dispatch_float(y.dtype(), [&](auto zero) {

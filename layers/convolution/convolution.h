@@ -55,6 +55,15 @@
 
 namespace plexus::layers {
 
+// The CPU forward and backward_data passes' blocks of rows (convolution.cpp
+// says why these sizes), for every groups and dilation:
+// patch rows (rows of Y) per block of the forward;
+std::int64_t cpu_patch_rows_per_block(const ConvGeometry& g);
+// image rows (rows of X) per block of backward_data: a multiple of the
+// stride, covering the forward's patches and kHaloShare times the rows one
+// kernel reaches (dilation * (k - 1)).
+std::int64_t cpu_image_rows_per_block(const ConvGeometry& g);
+
 class Convolution : public Layer {
  public:
   // Declares weight [Co, Ci, k, k] (Conv2d: [out, C, k, k]; ConvTranspose2d:

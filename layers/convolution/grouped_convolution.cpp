@@ -34,24 +34,6 @@ using ConstColumnBlock = Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStri
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// A block holds at least this many patches (columns of the product), as
-// convolution.cpp's blocks; backward_data's blocks of image rows also span
-// kHaloShare times the rows one kernel reaches, so that the patch rows two
-// blocks both compute (their halo) cost little beside the block.
-constexpr std::int64_t kBlockPatches = 256;
-constexpr std::int64_t kHaloShare = 8;
-
-// Patch rows per block of grouped_forward_cpu.
-std::int64_t patch_rows_per_block(const ConvGeometry& g) {
-  return std::max<std::int64_t>(1, ceil_div(kBlockPatches, g.patches_wide));
-}
-
-// Image rows per block of grouped_backward_data_cpu: a multiple of the stride.
-std::int64_t image_rows_per_block(const ConvGeometry& g) {
-  const std::int64_t reach = g.dilation * (g.kernel - 1);
-  return std::max(patch_rows_per_block(g), ceil_div(kHaloShare * reach, g.stride)) * g.stride;
-}
-
 // The sizes of one pass on X [N, Ci, H, W] and Y [N, Co, Ph, Pw] in G groups.
 struct GroupSizes {
   std::int64_t x_channels, y_channels;  // per group: Ci/G, Co/G
@@ -195,7 +177,7 @@ void Convolution::grouped_forward_cpu(const Tensor& x, bool with_bias, const Fus
       });
       return;
     }
-    const std::int64_t block_rows = patch_rows_per_block(g), blocks = ceil_div(g.patches_high, block_rows);
+    const std::int64_t block_rows = cpu_patch_rows_per_block(g), blocks = ceil_div(g.patches_high, block_rows);
     parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
       const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
       const std::int64_t first = item % blocks * block_rows, end = std::min(first + block_rows, g.patches_high);
@@ -239,7 +221,7 @@ void Convolution::grouped_backward_data_cpu(const Tensor& y, bool with_bias, con
       });
       return;
     }
-    const std::int64_t block_rows = image_rows_per_block(g), blocks = ceil_div(g.height, block_rows);
+    const std::int64_t block_rows = cpu_image_rows_per_block(g), blocks = ceil_div(g.height, block_rows);
     parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
       const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
       const std::int64_t h0 = item % blocks * block_rows, h1 = std::min(h0 + block_rows, g.height);

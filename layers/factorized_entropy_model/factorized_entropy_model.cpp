@@ -21,12 +21,6 @@ using RowArray = Eigen::Array<T, 1, Eigen::Dynamic>;
 template <typename T>
 using RowMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
-std::string format_number(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
 template <typename T>
 T softplus(T x) {  // log(1 + e^x) without overflow
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
@@ -175,10 +169,10 @@ FactorizedEntropyModel::FactorizedEntropyModel(LayerConfig& config) {
   }
   init_scale_ = config.number("init_scale", 10.0);
   if (!(init_scale_ > 0.0) || !std::isfinite(init_scale_))
-    config.fail("init_scale", "must be a finite number > 0, got " + format_number(init_scale_));
+    config.fail("init_scale", "must be a finite number > 0, got " + number_text(init_scale_));
   likelihood_bound_ = config.number("likelihood_bound", 1e-9);
   if (!(likelihood_bound_ >= 0.0 && likelihood_bound_ < 1.0))
-    config.fail("likelihood_bound", "must be in [0, 1), got " + format_number(likelihood_bound_));
+    config.fail("likelihood_bound", "must be in [0, 1), got " + number_text(likelihood_bound_));
 }
 
 std::vector<Shape> FactorizedEntropyModel::output_shapes(const std::vector<Shape>& inputs) const {

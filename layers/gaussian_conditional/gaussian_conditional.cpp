@@ -7,12 +7,6 @@ namespace plexus::layers {
 
 namespace {
 
-std::string format_number(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
 // Phi(x) = erfc(-x / sqrt 2) / 2: accurate on the lower tail, where p is computed.
 template <typename T>
 T standard_normal_cdf(T x) {
@@ -30,10 +24,10 @@ T standard_normal_density(T x) {
 GaussianConditional::GaussianConditional(LayerConfig& config) {
   scale_bound_ = config.number("scale_bound", 0.11);
   if (!(scale_bound_ > 0.0) || !std::isfinite(scale_bound_))
-    config.fail("scale_bound", "must be a finite number > 0, got " + format_number(scale_bound_));
+    config.fail("scale_bound", "must be a finite number > 0, got " + number_text(scale_bound_));
   likelihood_bound_ = config.number("likelihood_bound", 1e-9);
   if (!(likelihood_bound_ >= 0.0 && likelihood_bound_ < 1.0))
-    config.fail("likelihood_bound", "must be in [0, 1), got " + format_number(likelihood_bound_));
+    config.fail("likelihood_bound", "must be in [0, 1), got " + number_text(likelihood_bound_));
 }
 
 std::vector<Shape> GaussianConditional::output_shapes(const std::vector<Shape>& inputs) const {

@@ -16,12 +16,6 @@ namespace plexus::layers {
 
 namespace {
 
-std::string number_text(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
-
 // An input [N, C, d2, d3, ...] seen as N images of C channels and P pixels.
 struct Geometry {
   std::int64_t images;

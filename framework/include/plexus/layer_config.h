@@ -58,7 +58,8 @@ class LayerConfig {
   std::int64_t bounded_integer(const std::string& key, std::int64_t min, std::int64_t max);
   std::int64_t bounded_integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
 
-  // Throws ConfigError "node 'x' (T): <message>" for a bad value a layer found.
+  // Throws ConfigError "node 'x' (T): <message>" for a bad value a layer found
+  // (number_text below writes a number into such a message).
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
   // Throws ConfigError naming every key that no getter read.
   void check_all_used() const;
@@ -85,5 +86,9 @@ class LayerConfig {
   bool describing_ = false;
   std::vector<ParameterInfo> parameters_;
 };
+
+// A parameter's value as the layers' messages show it: the stream's shortest
+// form (0.01, 1e-09, 3).
+std::string number_text(double value);
 
 }  // namespace plexus
