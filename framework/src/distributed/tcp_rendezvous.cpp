@@ -319,11 +319,10 @@ class Host {
         std::vector<bool> present(static_cast<std::size_t>(setup_.world_size), false);
         for (int rank = 1; rank < setup_.world_size; ++rank) present[rank] = arrival_of_rank_[rank] >= 0;
         const std::vector<int> missing = ranks_missing(present);
-        fail(ranks_text(missing) + " did not reach the rendezvous within " +
-             seconds_text(setup_.timeout_seconds) + " s (" + std::to_string(arrived_ + 1) + " of " +
-             std::to_string(setup_.world_size) + " ranks came, rank 0 included); did " +
-             (missing.size() == 1 ? "it" : "they") + " start, with MASTER_ADDR:MASTER_PORT " + where_ +
-             " reachable from their nodes?");
+        fail(ranks_text(missing) + " did not reach the rendezvous within " + seconds_text(setup_.timeout_seconds) +
+             " s (" + std::to_string(arrived_ + 1) + " of " + std::to_string(setup_.world_size) +
+             " ranks came, rank 0 included); did " + (missing.size() == 1 ? "it" : "they") +
+             " start, with MASTER_ADDR:MASTER_PORT " + where_ + " reachable from their nodes?");
       }
       std::vector<pollfd> polled{{listener_, POLLIN, 0}};
       std::vector<std::size_t> polled_arrival;
@@ -375,8 +374,8 @@ class Host {
       spdlog::warn("{}: refused a connection from {}, which is not a Plexus rank (its first bytes are not a "
                    "rendezvous hello)",
                    who(), arrival.address);
-      tell_refused(arrival.socket.fd(), "this port is a Plexus rendezvous, and what was sent is not one of its messages",
-                   setup_.world_size);
+      tell_refused(arrival.socket.fd(),
+                   "this port is a Plexus rendezvous, and what was sent is not one of its messages", setup_.world_size);
       arrival.socket.close();
       return;
     }
@@ -464,8 +463,8 @@ class Host {
   int port_;
   const std::string& payload_;
   std::string where_;
-  std::vector<Arrival> arrivals_;      // every connection accepted, in order
-  std::vector<int> arrival_of_rank_;   // index into arrivals_, -1 until the rank's hello
+  std::vector<Arrival> arrivals_;     // every connection accepted, in order
+  std::vector<int> arrival_of_rank_;  // index into arrivals_, -1 until the rank's hello
   int arrived_ = 0;
 };
 
@@ -529,8 +528,8 @@ Socket connect_to_rank_zero(const TcpRendezvousSetup& setup, const std::string& 
     const auto now = Clock::now();
     if (now >= deadline)
       throw IoError(me + " could not reach the rendezvous at " + where + " within " +
-                    seconds_text(setup.timeout_seconds) + " s: " + last_error + " (did rank 0 start, and is " +
-                    where + " reachable from this node?)");
+                    seconds_text(setup.timeout_seconds) + " s: " + last_error + " (did rank 0 start, and is " + where +
+                    " reachable from this node?)");
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
@@ -589,11 +588,10 @@ TcpRendezvousListener::TcpRendezvousListener(const TcpRendezvousSetup& setup) : 
   address.sin_port = htons(static_cast<std::uint16_t>(setup.port));
   if (::bind(listener.fd(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     const int code = errno;
-    throw IoError(me + " could not listen for the rendezvous on port " + std::to_string(setup.port) + ": " +
-                  error_text(code) +
-                  (code == EADDRINUSE
-                       ? " (another process holds the port: another job, or a service; choose another MASTER_PORT)"
-                       : ""));
+    throw IoError(
+        me + " could not listen for the rendezvous on port " + std::to_string(setup.port) + ": " + error_text(code) +
+        (code == EADDRINUSE ? " (another process holds the port: another job, or a service; choose another MASTER_PORT)"
+                            : ""));
   }
   if (::listen(listener.fd(), SOMAXCONN) != 0)
     throw IoError(me + " could not listen for the rendezvous on port " + std::to_string(setup.port) + ": " +

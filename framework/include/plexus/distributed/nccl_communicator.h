@@ -2,10 +2,9 @@
 // The NCCL communicator: one process per GPU. Rank 0 creates NCCL's unique
 // id and writes it to a rendezvous file (atomically: temporary file, then
 // rename), or sends it through share_unique_id (MPI, or the TCP rendezvous
-// below); the other ranks wait for it, and every rank joins the communicator. The communicator is non-blocking, and every wait (joining,
-// synchronize(), barrier(), shutting down) polls ncclCommGetAsyncError
-// with a timeout: a peer that died or an NCCL error ends in an Error naming
-// this rank, after ncclCommAbort, never in a hang. Collectives run on a
+// below); the other ranks wait for it, and every rank joins the communicator. The communicator is non-blocking, and
+// every wait (joining, synchronize(), barrier(), shutting down) polls ncclCommGetAsyncError with a timeout: a peer that
+// died or an NCCL error ends in an Error naming this rank, after ncclCommAbort, never in a hang. Collectives run on a
 // stream of their own (see communicator.h).
 #include <cstddef>
 #include <functional>
