@@ -1,14 +1,25 @@
 // The NCCL communicator on one GPU (world size 1): the collectives, the
 // data-parallel step through NCCL against the plain step, and a missing rank
 // that must end in an error within the timeout, not a hang. Skipped (with
-// the reason) without a GPU or without NCCL in the build.
+// the reason) without a GPU or without NCCL in the build. The TCP rendezvous
+// that carries NCCL's id under torchrun runs on the CPU: ranks on threads
+// meeting on 127.0.0.1, at ports the system chose.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
+#include <random>
+#include <thread>
+#include <utility>
 
 #include "data/data_test_support.h"
 #include "plexus/builtin_layers.h"
@@ -217,6 +228,336 @@ TEST(NcclCommunicator, ARankWithoutAnIdToReadTimesOut) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 did not publish its id"), std::string::npos) << e.what();
   }
+}
+
+// The NCCL id through the TCP rendezvous, as under torchrun: a world of one
+// (rank 0 listens, nobody else comes) joins and reduces.
+TEST(NcclCommunicator, JoinsThroughTheTcpRendezvous) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  NcclSetup setup;
+  setup.timeout_seconds = 60;
+  TcpRendezvousSetup meeting;
+  meeting.host = "127.0.0.1";
+  meeting.timeout_seconds = 60;
+  setup.share_unique_id = [meeting](void* id, std::size_t bytes) { share_through_tcp_rendezvous(meeting, id, bytes); };
+  auto comm = make_nccl_communicator(setup);
+  Context ctx(Device::cuda(0));
+  Tensor values = Tensor::from_values({1, -2}, {2}, DType::f32, Device::cuda(0));
+  comm->all_reduce(ctx, values, Reduction::sum);
+  comm->synchronize();
+  EXPECT_EQ(values.to_values(), (std::vector<double>{1, -2}));
+}
+
+// The TCP rendezvous on the CPU.
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The message `body` throws, "" when it throws nothing.
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<char> random_bytes(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<char> bytes(count);
+  for (char& byte : bytes) byte = static_cast<char>(rng() & 0xFF);
+  return bytes;
+}
+
+TcpRendezvousSetup rank_setup(int rank, int world_size, int port, double timeout = 20) {
+  TcpRendezvousSetup setup;
+  setup.host = "127.0.0.1";
+  setup.port = port;
+  setup.rank = rank;
+  setup.world_size = world_size;
+  setup.timeout_seconds = timeout;
+  return setup;
+}
+
+// A socket of this test's own on 127.0.0.1: listening on a port the system
+// chooses, or connected to `port`. Closed at the end of its scope.
+class RawSocket {
+ public:
+  static RawSocket listening() {
+    RawSocket raw;
+    sockaddr_in address = loopback(0);
+    EXPECT_EQ(::bind(raw.fd_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+    EXPECT_EQ(::listen(raw.fd_, 8), 0);
+    socklen_t length = sizeof address;
+    getsockname(raw.fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    raw.port_ = ntohs(address.sin_port);
+    return raw;
+  }
+  static RawSocket connected(int port) {
+    RawSocket raw;
+    sockaddr_in address = loopback(port);
+    EXPECT_EQ(::connect(raw.fd_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+    return raw;
+  }
+  RawSocket(RawSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  int port() const { return port_; }
+  void send(const std::vector<char>& bytes) const {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  }
+  // Everything received until the peer closes, or until `seconds` pass
+  // (then `closed` is false).
+  std::string receive_until_closed(double seconds, bool* closed) const {
+    std::string received;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    *closed = false;
+    while (Clock::now() < deadline) {
+      pollfd entry{fd_, POLLIN, 0};
+      if (::poll(&entry, 1, 50) <= 0) continue;
+      char chunk[512];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) {
+        *closed = true;
+        break;
+      }
+      received.append(chunk, static_cast<std::size_t>(n));
+    }
+    return received;
+  }
+
+ private:
+  RawSocket() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {}
+  static sockaddr_in loopback(int port) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    return address;
+  }
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A port that was free a moment ago: the system's choice for a listener
+// that is closed again.
+int recently_free_port() { return RawSocket::listening().port(); }
+
+// Ranks 1 .. world_size-1 on threads, receiving into `received`; their
+// errors ("" for none) in `errors`.
+std::vector<std::thread> start_receivers(int world_size, int port, std::vector<std::vector<char>>& received,
+                                         std::vector<std::string>& errors, double timeout = 20) {
+  received.assign(static_cast<std::size_t>(world_size), std::vector<char>(128, 0));
+  errors.assign(static_cast<std::size_t>(world_size), "");
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < world_size; ++rank)
+    threads.emplace_back([&received, &errors, rank, world_size, port, timeout] {
+      TcpRendezvousSetup setup = rank_setup(rank, world_size, port, timeout);
+      if (rank == 2) setup.host = "localhost";  // a name, resolved through getaddrinfo
+      errors[rank] = error_of([&] { receive_from_tcp_rendezvous(setup, received[rank].data(), 128); });
+    });
+  return threads;
+}
+
+void join(std::vector<std::thread>& threads) {
+  for (std::thread& thread : threads) thread.join();
+}
+
+TEST(TcpRendezvous, EveryRankReceivesRankZerosBytes) {
+  const int world_size = 5;
+  TcpRendezvousListener listener(rank_setup(0, world_size, 0));
+  ASSERT_GT(listener.port(), 0);
+  const std::vector<char> id = random_bytes(128, 7);
+  std::vector<std::vector<char>> received;
+  std::vector<std::string> errors;
+  auto threads = start_receivers(world_size, listener.port(), received, errors);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  join(threads);
+  EXPECT_EQ(rank0_error, "");
+  for (int rank = 1; rank < world_size; ++rank) {
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+    EXPECT_EQ(received[rank], id) << "rank " << rank;
+  }
+}
+
+// Ranks that start first find nobody at the port, and retry until rank 0
+// listens there.
+TEST(TcpRendezvous, RanksThatStartBeforeRankZeroWaitForIt) {
+  const int world_size = 3, port = recently_free_port();
+  std::vector<std::vector<char>> received;
+  std::vector<std::string> errors;
+  auto threads = start_receivers(world_size, port, received, errors);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<char> id = random_bytes(128, 8);
+  const std::string rank0_error =
+      error_of([&] { share_through_tcp_rendezvous(rank_setup(0, world_size, port), id.data(), id.size()); });
+  join(threads);
+  EXPECT_EQ(rank0_error, "");
+  for (int rank = 1; rank < world_size; ++rank) {
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+    EXPECT_EQ(received[rank], id) << "rank " << rank;
+  }
+}
+
+// Rank 2 of 3 never comes: rank 0 gives up after its timeout naming it, and
+// tells rank 1, which came, why.
+TEST(TcpRendezvous, ARankThatNeverComesIsNamedWithinTheTimeout) {
+  TcpRendezvousListener listener(rank_setup(0, 3, 0, 1));
+  std::vector<char> into(128);
+  std::string rank1_error;
+  std::thread rank1([&] {
+    rank1_error =
+        error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 3, listener.port(), 1), into.data(), 128); });
+  });
+  const auto start = Clock::now();
+  const std::vector<char> id = random_bytes(128, 9);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  const double waited = seconds_since(start);
+  rank1.join();
+  EXPECT_TRUE(contains(rank0_error, "rank 0 of 3, the rendezvous at 127.0.0.1:" + std::to_string(listener.port())))
+      << rank0_error;
+  EXPECT_TRUE(contains(rank0_error, "rank 2 did not reach the rendezvous within 1 s (2 of 3 ranks came"))
+      << rank0_error;
+  EXPECT_TRUE(contains(rank1_error, "rank 1 of 3, at the rendezvous at 127.0.0.1:")) << rank1_error;
+  EXPECT_TRUE(contains(rank1_error, "rank 0 refused this rank: rank 2 did not reach the rendezvous")) << rank1_error;
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 5.0);
+}
+
+// Nobody listens: the rank gives up after its timeout, naming the address.
+TEST(TcpRendezvous, ARankThatCannotReachRankZeroSaysWhereWithinTheTimeout) {
+  const int port = recently_free_port();
+  std::vector<char> into(128);
+  const auto start = Clock::now();
+  const std::string error =
+      error_of([&] { receive_from_tcp_rendezvous(rank_setup(3, 4, port, 0.5), into.data(), 128); });
+  const double waited = seconds_since(start);
+  EXPECT_TRUE(contains(error, "rank 3 of 4 could not reach the rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                  " within 0.5 s: Connection refused"))
+      << error;
+  EXPECT_GE(waited, 0.5);
+  EXPECT_LT(waited, 4.0);
+  const std::string unknown = error_of([&] {
+    TcpRendezvousSetup setup = rank_setup(1, 2, port, 0.5);
+    setup.host = "no-such-host.invalid";
+    receive_from_tcp_rendezvous(setup, into.data(), 128);
+  });
+  EXPECT_TRUE(contains(unknown, "rank 1 of 2 could not resolve the rendezvous host 'no-such-host.invalid'")) << unknown;
+}
+
+// A rank of a world of another size (another job on the port, or a
+// mislaunched rank) ends the rendezvous on both sides at once, named.
+TEST(TcpRendezvous, AMismatchedWorldSizeIsRefused) {
+  TcpRendezvousListener listener(rank_setup(0, 3, 0, 20));
+  std::vector<char> into(128);
+  std::string stranger_error;
+  std::thread stranger([&] {
+    stranger_error =
+        error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 4, listener.port(), 20), into.data(), 128); });
+  });
+  const auto start = Clock::now();
+  const std::vector<char> id = random_bytes(128, 10);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  stranger.join();
+  EXPECT_LT(seconds_since(start), 10.0) << "refused at once, not after the timeout";
+  EXPECT_TRUE(contains(rank0_error, "rank 1 (from 127.0.0.1:")) << rank0_error;
+  EXPECT_TRUE(contains(rank0_error, "is in a world of 4 ranks, rank 0 in a world of 3")) << rank0_error;
+  EXPECT_TRUE(contains(stranger_error, "rank 0 refused this rank: rank 1 (from 127.0.0.1:")) << stranger_error;
+  EXPECT_TRUE(contains(stranger_error, "is in a world of 4 ranks, rank 0 in a world of 3")) << stranger_error;
+}
+
+TEST(TcpRendezvous, ARankThatArrivesTwiceIsRefused) {
+  TcpRendezvousListener listener(rank_setup(0, 3, 0, 20));
+  std::vector<std::vector<char>> into(2, std::vector<char>(128));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> twins;
+  for (int twin = 0; twin < 2; ++twin)
+    twins.emplace_back([&, twin] {
+      errors[twin] =
+          error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 3, listener.port(), 20), into[twin].data(), 128); });
+    });
+  const std::vector<char> id = random_bytes(128, 11);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  join(twins);
+  EXPECT_TRUE(contains(rank0_error, "rank 1 arrived twice, from 127.0.0.1:")) << rank0_error;
+  EXPECT_TRUE(contains(rank0_error, "were two processes given RANK=1?")) << rank0_error;
+  for (const std::string& error : errors) EXPECT_TRUE(contains(error, "rank 1 arrived twice")) << error;
+}
+
+// Random bytes at the port (a port scanner, another program) are refused
+// and ignored, as is a connection that says nothing: the ranks still meet.
+TEST(TcpRendezvous, AStrayConnectionIsRefusedAndTheRanksStillMeet) {
+  TcpRendezvousListener listener(rank_setup(0, 2, 0, 20));
+  RawSocket silent = RawSocket::connected(listener.port());
+  RawSocket stray = RawSocket::connected(listener.port());
+  std::vector<char> noise = random_bytes(64, 12);
+  noise[0] = 'G';  // never the magic's first byte
+  stray.send(noise);
+  std::vector<char> into(128);
+  std::string rank1_error;
+  std::thread rank1([&] {
+    rank1_error = error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 2, listener.port()), into.data(), 128); });
+  });
+  const std::vector<char> id = random_bytes(128, 13);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  rank1.join();
+  EXPECT_EQ(rank0_error, "");
+  EXPECT_EQ(rank1_error, "");
+  EXPECT_EQ(into, id);
+  bool closed = false;
+  const std::string answer = stray.receive_until_closed(5, &closed);
+  EXPECT_TRUE(closed) << "the stray connection is closed";
+  EXPECT_EQ(answer.rfind("PLEXUSRV", 0), 0u) << answer;
+  EXPECT_TRUE(contains(answer, "is not one of its messages")) << answer;
+}
+
+// The other way round: rank 0's port answers with something else.
+TEST(TcpRendezvous, AnAnswerThatIsNotRankZerosIsRefused) {
+  RawSocket impostor = RawSocket::listening();
+  std::thread answer([&] {
+    const int fd = ::accept(impostor.fd(), nullptr, nullptr);
+    if (fd < 0) return;
+    const std::vector<char> noise = random_bytes(64, 14);
+    ::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::close(fd);
+  });
+  std::vector<char> into(128);
+  const std::string error =
+      error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 2, impostor.port(), 5), into.data(), 128); });
+  answer.join();
+  EXPECT_TRUE(contains(error, "rank 1 of 2, at the rendezvous at 127.0.0.1:" + std::to_string(impostor.port()) +
+                                  ": the answer is not a Plexus rendezvous message"))
+      << error;
+}
+
+TEST(TcpRendezvous, APortInUseIsAClearError) {
+  RawSocket holder = RawSocket::listening();
+  const std::string error = error_of([&] { TcpRendezvousListener listener(rank_setup(0, 2, holder.port())); });
+  EXPECT_TRUE(contains(error, "rank 0 of 2 could not listen for the rendezvous on port " +
+                                  std::to_string(holder.port()) + ": Address already in use"))
+      << error;
+  EXPECT_TRUE(contains(error, "choose another MASTER_PORT")) << error;
+}
+
+TEST(TcpRendezvous, BadSetupsAreNamed) {
+  std::vector<char> into(128);
+  EXPECT_TRUE(contains(error_of([&] { receive_from_tcp_rendezvous(rank_setup(2, 2, 29500), into.data(), 128); }),
+                       "rank 2 of world size 2 is not a valid rank"));
+  EXPECT_TRUE(contains(error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 2, 0), into.data(), 128); }),
+                       "port 0 is not in [1, 65535]"));
+  EXPECT_TRUE(contains(error_of([&] { receive_from_tcp_rendezvous(rank_setup(1, 2, 29500, 0), into.data(), 128); }),
+                       "the timeout must be > 0 seconds"));
+  EXPECT_TRUE(contains(error_of([&] { receive_from_tcp_rendezvous(rank_setup(0, 2, 29500), into.data(), 128); }),
+                       "rank 0 sends the bytes"));
+  EXPECT_TRUE(
+      contains(error_of([&] { TcpRendezvousListener listener(rank_setup(1, 2, 29500)); }), "rank 1 cannot listen"));
 }
 
 }  // namespace
