@@ -73,6 +73,28 @@ TEST(WorkerEnvironment, ReadsEachLauncher) {
   EXPECT_EQ(read(kOpenMpi)->describe(), "rank 9 of 16 (local rank 1), started by Open MPI");
 }
 
+// The TCP rendezvous listens on MASTER_PORT, unless torchrun's agent says
+// that it holds that port itself (its store): then on the port after it.
+TEST(WorkerEnvironment, TheRendezvousPortAvoidsTorchrunsAgentStore) {
+  Variables torchrun{
+      {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+  EXPECT_FALSE(read(torchrun)->agent_holds_master_port);
+  EXPECT_EQ(read(torchrun)->rendezvous_port(), 29500);
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(read(torchrun)->rendezvous_port(), 29500);
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  EXPECT_TRUE(read(torchrun)->agent_holds_master_port);
+  EXPECT_EQ(read(torchrun)->rendezvous_port(), 29501);
+  torchrun["MASTER_PORT"] = "65535";
+  EXPECT_EQ(error_of(torchrun), "MASTER_PORT='65535' is not an integer in [1, 65534]");
+  torchrun.erase("MASTER_PORT");
+  EXPECT_EQ(read(torchrun)->rendezvous_port(), 0) << "no MASTER_PORT, no rendezvous port";
+  // Only torchrun's variables count: Open MPI's ranks do not read them.
+  Variables open_mpi = kOpenMpi;
+  open_mpi.insert({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(read(open_mpi)->rendezvous_port(), 0);
+}
+
 // srun's PMI sets PMI_RANK and PMI_SIZE without Hydra's MPI_LOCALRANKID:
 // the local rank is SLURM's, when SLURM describes the same task.
 TEST(WorkerEnvironment, MpichUnderSrunTakesSlurmsLocalRank) {

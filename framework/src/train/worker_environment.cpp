@@ -104,7 +104,11 @@ WorkerEnvironment read_launcher(const EnvironmentLookup& lookup, const LauncherV
                       " is: it names the file through which the workers meet");
   if (launcher.launcher == Launcher::torchrun) {
     if (const char* address = lookup("MASTER_ADDR")) environment.master_address = address;
-    if (reader.set("MASTER_PORT")) environment.master_port = reader.integer("MASTER_PORT", 1, 65535);
+    if (const char* agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE"))
+      environment.agent_holds_master_port = std::string(agent_store) == "True";  // as PyTorch reads it
+    // The rendezvous then listens on MASTER_PORT + 1, which must be a port too.
+    const int highest_port = environment.agent_holds_master_port ? 65534 : 65535;
+    if (reader.set("MASTER_PORT")) environment.master_port = reader.integer("MASTER_PORT", 1, highest_port);
   }
   return environment;
 }

@@ -33,8 +33,10 @@ class DataParallelRank {
 
   // Joins the job. On a CUDA device through NCCL, whose id reaches the
   // ranks through PLEXUS_RENDEZVOUS's file when it is given, else through
+  // the TCP rendezvous at torchrun's MASTER_ADDR (nccl_communicator.h; on
+  // WorkerEnvironment::rendezvous_port()) when they are set, else through
   // MPI (ranks started by an MPI launcher or srun, in a build with MPI); a
-  // world of one rank needs neither. On
+  // world of one rank needs none of them. On
   // the CPU, one rank is an in-process group of one; several meet through
   // MPI. Waits up to `timeout_seconds` for the other ranks.
   DataParallelRank(const WorkerEnvironment& environment, Device device, double timeout_seconds);

@@ -40,6 +40,16 @@ struct WorkerEnvironment {
   std::string rendezvous_file;  // PLEXUS_RENDEZVOUS, required by the plexus launcher only
   std::string master_address;   // torchrun's MASTER_ADDR and MASTER_PORT (0: not set)
   int master_port = 0;
+  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent on MASTER_ADDR
+  // listens on MASTER_PORT itself (its c10d store, for PyTorch's workers).
+  bool agent_holds_master_port = false;
+  // Where rank 0 listens for the TCP rendezvous (nccl_communicator.h):
+  // MASTER_PORT, or the port after it when torchrun's agent holds MASTER_PORT.
+  // 0 when MASTER_PORT is not set.
+  int rendezvous_port() const {
+    if (master_port == 0) return 0;
+    return agent_holds_master_port ? master_port + 1 : master_port;
+  }
   // Started by mpirun (Open MPI) or mpiexec (MPICH): MPI can join the ranks.
   bool started_by_mpi() const { return launcher == Launcher::open_mpi || launcher == Launcher::mpich; }
   // "rank 3 of 16 (local rank 3), started by Open MPI".
