@@ -8,7 +8,10 @@
 // build has MPI, `mpirun -np 2` runs the real multi-process path on the CPU.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -82,10 +86,13 @@ class PlexusAeDataParallel : public ::testing::Test {
     return testing::run_plexus_ae(args, folder.path());
   }
   // tiny_run on the GPU.
-  testing::CommandResult gpu_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra) {
+  std::vector<std::string> gpu_args(const std::string& out, std::int64_t steps, std::vector<std::string> extra) {
     auto args = tiny_run(out, steps, std::move(extra));
     args[std::find(args.begin(), args.end(), "--device") - args.begin() + 1] = "cuda";
-    return run(args);
+    return args;
+  }
+  testing::CommandResult gpu_run(const std::string& out, std::int64_t steps, std::vector<std::string> extra) {
+    return run(gpu_args(out, steps, std::move(extra)));
   }
   // tiny_run of the noiseless tiny model (below) with `batch` crops per rank.
   std::vector<std::string> noiseless_run(const std::string& out, std::int64_t steps, const std::string& batch,
@@ -183,6 +190,146 @@ TEST_F(PlexusAeDataParallel, TwoGpuWorkersTrainAlikeWithAndWithoutTheCudaGraph) 
   const double largest = testing::largest_difference(folder / "two-graph/checkpoint.safetensors",
                                                      folder / "two-eager/checkpoint.safetensors");
   std::printf("--gpus 2, CUDA graph on against off: largest checkpoint difference %g\n", largest);
+  EXPECT_LE(largest, 1e-6);
+}
+
+// A listener on 127.0.0.1 at a port the system chose, held while it lives
+// (torchrun's agent, in the tests below, holds MASTER_PORT so).
+class HeldPort {
+ public:
+  HeldPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd_, 4) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+      throw std::runtime_error("no port for the test");
+    port_ = ntohs(address.sin_port);
+  }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  ~HeldPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+// A port that was free a moment ago.
+int free_port() { return HeldPort().port(); }
+
+bool port_is_free(int port) {
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool free = port < 65536 && ::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  ::close(probe);
+  return free;
+}
+
+// torchrun's variables for one rank on 127.0.0.1, set while it lives.
+class TorchrunVariables {
+ public:
+  TorchrunVariables(int rank, int local_rank, int world_size, int master_port, bool agent_store = false) {
+    set("RANK", std::to_string(rank));
+    set("LOCAL_RANK", std::to_string(local_rank));
+    set("WORLD_SIZE", std::to_string(world_size));
+    set("MASTER_ADDR", "127.0.0.1");
+    set("MASTER_PORT", std::to_string(master_port));
+    if (agent_store) set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  }
+  TorchrunVariables(const TorchrunVariables&) = delete;
+  TorchrunVariables& operator=(const TorchrunVariables&) = delete;
+  ~TorchrunVariables() {
+    for (const std::string& name : names_) unsetenv(name.c_str());
+  }
+
+ private:
+  void set(const std::string& name, const std::string& value) {
+    setenv(name.c_str(), value.c_str(), 1);
+    names_.push_back(name);
+  }
+  std::vector<std::string> names_;
+};
+
+// torchrun's variables on one GPU, no PLEXUS_RENDEZVOUS: NCCL's id goes
+// through the TCP rendezvous (rank 0 alone listens at MASTER_PORT), and the
+// rank trains what one process trains (tolerance 1e-6, expected 0, as for
+// --gpus 1). A rank 1 whose rank 0 never comes stops after --rank-timeout,
+// naming the address it tried.
+TEST_F(PlexusAeDataParallel, OneGpuTorchrunRankTrainsWhatOneGpuProcessTrains) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  auto single = gpu_run("torchrun-single", 23, {});
+  ASSERT_EQ(single.exit_code, 0) << single.describe();
+  const int port = free_port();
+  testing::CommandResult rank;
+  {
+    TorchrunVariables torchrun(0, 0, 1, port);
+    rank = gpu_run("torchrun-rank", 23, {"--replica-check-every", "5"});
+  }
+  ASSERT_EQ(rank.exit_code, 0) << rank.describe();
+  EXPECT_TRUE(contains(rank.err, "data-parallel rank 0 of 1 on cuda:0 (nccl ")) << rank.err;
+  EXPECT_TRUE(contains(rank.err, ", id through the TCP rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                     "), local rank 0, started by torchrun"))
+      << rank.err;
+  const double largest = testing::largest_difference(folder / "torchrun-single/checkpoint.safetensors",
+                                                     folder / "torchrun-rank/checkpoint.safetensors");
+  std::printf("torchrun's variables, world of 1, against one process on the GPU: largest checkpoint difference %g\n",
+              largest);
+  EXPECT_LE(largest, 1e-6);
+
+  const int nobody = free_port();
+  testing::CommandResult lonely;
+  {
+    TorchrunVariables torchrun(1, 0, 2, nobody);
+    lonely = gpu_run("torchrun-lonely", 5, {"--rank-timeout", "2"});
+  }
+  EXPECT_EQ(lonely.exit_code, 1) << lonely.describe();
+  EXPECT_TRUE(contains(
+      lonely.err, "rank 1 of 2 could not reach the rendezvous at 127.0.0.1:" + std::to_string(nobody) + " within 2 s"))
+      << lonely.err;
+}
+
+// Two plexus-ae processes started as torchrun starts them (RANK,
+// LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a listener of the test
+// stands in for torchrun's agent, which holds MASTER_PORT and says so with
+// TORCHELASTIC_USE_AGENT_STORE=True) meet through the TCP rendezvous on
+// MASTER_PORT + 1 and train what `--gpus 2` trains: tolerance 1e-6, expected
+// 0 (the same kernels and collectives). Skipped without two GPUs.
+TEST_F(PlexusAeDataParallel, TwoGpuTorchrunRanksTrainWhatTwoWorkersTrain) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  const std::vector<std::string> options{"--replica-check-every", "5"};
+  auto workers = gpu_run("two-workers", 23, {"--gpus", "2", "--replica-check-every", "5"});
+  if (workers.exit_code != 0 && contains(workers.err, "GPU(s) are visible")) GTEST_SKIP() << "fewer than 2 GPUs here";
+  ASSERT_EQ(workers.exit_code, 0) << workers.describe();
+  // The agent's port, with the port after it free a moment ago.
+  std::unique_ptr<HeldPort> agent;
+  for (int attempt = 0; attempt < 20 && !agent; ++attempt) {
+    agent = std::make_unique<HeldPort>();
+    if (!port_is_free(agent->port() + 1)) agent.reset();
+  }
+  ASSERT_TRUE(agent) << "no port with a free port after it";
+  std::vector<std::unique_ptr<testing::Process>> ranks;
+  for (const int rank : {1, 0}) {  // rank 1 first: it waits for rank 0
+    TorchrunVariables torchrun(rank, rank, 2, agent->port(), true);
+    ranks.push_back(
+        std::make_unique<testing::Process>(PLEXUS_AE_EXECUTABLE, gpu_args("two-torchrun", 23, options), folder.path()));
+  }
+  const auto rank1 = ranks[0]->wait(), rank0 = ranks[1]->wait();
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.describe();
+  ASSERT_EQ(rank1.exit_code, 0) << rank1.describe();
+  EXPECT_TRUE(contains(rank0.err, "data-parallel rank 0 of 2 on cuda:0 (nccl ")) << rank0.err;
+  EXPECT_TRUE(contains(rank0.err, ", id through the TCP rendezvous at 127.0.0.1:" + std::to_string(agent->port() + 1)))
+      << rank0.err;
+  const double largest = testing::largest_difference(folder / "two-workers/checkpoint.safetensors",
+                                                     folder / "two-torchrun/checkpoint.safetensors");
+  std::printf("two ranks with torchrun's variables against --gpus 2: largest checkpoint difference %g\n", largest);
   EXPECT_LE(largest, 1e-6);
 }
 
