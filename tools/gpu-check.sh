@@ -93,11 +93,17 @@ run_ctest() {
   summary+=("ctest: ${tests_line:-no result} (rc=$rc); skipped: $skipped$([ "$gpus" -lt 2 ] && echo " (the two-GPU tests not counted: one GPU visible)")")
   # Data-parallel training through NCCL at world size 1 (tests/distributed/
   # nccl_communicator_test.cpp and the --gpus tests of plexus-ae); they skip,
-  # and so fail this check, when CMake did not find NCCL.
-  local nccl_tests nccl_total
+  # and so fail this check, when CMake did not find NCCL. Among them the
+  # torchrun-style launches (plexus-ae ranks started with RANK, LOCAL_RANK,
+  # WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT, NCCL's id through the
+  # TCP rendezvous): a world of one on one GPU, two ranks on two GPUs.
+  local nccl_tests nccl_total torchrun_tests torchrun_total
   nccl_tests=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Passed")
   nccl_total=$(grep -E "(NcclCommunicator|PlexusAeDataParallel)\." "$logs/ctest.log" | grep -cE "Test +#")
   summary+=("data-parallel (NCCL): $nccl_tests of $nccl_total passed; $(cat "$logs/nccl.txt" 2>/dev/null || echo "NCCL not reported by CMake")")
+  torchrun_tests=$(grep -E "(PlexusAeDataParallel\..*Torchrun|NcclCommunicator\..*TcpRendezvous)" "$logs/ctest.log" | grep -cE "Passed")
+  torchrun_total=$(grep -E "(PlexusAeDataParallel\..*Torchrun|NcclCommunicator\..*TcpRendezvous)" "$logs/ctest.log" | grep -cE "Test +#")
+  summary+=("torchrun-style launches (NCCL's id through the TCP rendezvous): $torchrun_tests of $torchrun_total passed")
   if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then failed=1; fi
 }
 
