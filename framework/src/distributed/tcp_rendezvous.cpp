@@ -321,8 +321,9 @@ class Host {
         const std::vector<int> missing = ranks_missing(present);
         fail(ranks_text(missing) + " did not reach the rendezvous within " + seconds_text(setup_.timeout_seconds) +
              " s (" + std::to_string(arrived_ + 1) + " of " + std::to_string(setup_.world_size) +
-             " ranks came, rank 0 included); did " + (missing.size() == 1 ? "it" : "they") +
-             " start, with MASTER_ADDR:MASTER_PORT " + where_ + " reachable from their nodes?");
+             " ranks came, rank 0 included); did " +
+             (missing.size() == 1 ? "it start, and can its node" : "they start, and can their nodes") + " reach " +
+             where_ + "?");
       }
       std::vector<pollfd> polled{{listener_, POLLIN, 0}};
       std::vector<std::size_t> polled_arrival;
