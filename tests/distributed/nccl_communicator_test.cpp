@@ -517,6 +517,41 @@ TEST(TcpRendezvous, AStrayConnectionIsRefusedAndTheRanksStillMeet) {
   EXPECT_TRUE(contains(answer, "is not one of its messages")) << answer;
 }
 
+// The hello of `rank` of `world_size` expecting 128 bytes, as the protocol
+// writes it (tcp_rendezvous.cpp): the magic, then version 1, kind 1 (hello),
+// rank, world size, length, big-endian.
+std::vector<char> hello_of(std::uint32_t rank, std::uint32_t world_size) {
+  std::vector<char> bytes{'P', 'L', 'E', 'X', 'U', 'S', 'R', 'V'};
+  for (const std::uint32_t field : {1u, 1u, rank, world_size, 128u})
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>((field >> shift) & 0xFF));
+  return bytes;
+}
+
+// Rank 1 says hello, takes the id and vanishes without confirming it: rank
+// 0 names it, and rank 2, which has the id, is not told that every rank has
+// it (the barrier) but why not.
+TEST(TcpRendezvous, ARankThatLeavesWithoutConfirmingIsNamedOnEveryRank) {
+  TcpRendezvousListener listener(rank_setup(0, 3, 0, 20));
+  std::thread rank1([&] {
+    RawSocket raw = RawSocket::connected(listener.port());
+    raw.send(hello_of(1, 3));
+    char header[28];
+    ::recv(raw.fd(), header, sizeof header, MSG_WAITALL);  // the start of the id, then gone
+  });
+  std::vector<char> into(128);
+  std::string rank2_error;
+  std::thread rank2([&] {
+    rank2_error = error_of([&] { receive_from_tcp_rendezvous(rank_setup(2, 3, listener.port()), into.data(), 128); });
+  });
+  const std::vector<char> id = random_bytes(128, 15);
+  const std::string rank0_error = error_of([&] { listener.send_to_every_rank(id.data(), id.size()); });
+  rank1.join();
+  rank2.join();
+  EXPECT_TRUE(contains(rank0_error, "waiting for rank 1 (at 127.0.0.1:")) << rank0_error;
+  EXPECT_TRUE(contains(rank0_error, "to confirm the id: failed: the rank closed its connection")) << rank0_error;
+  EXPECT_TRUE(contains(rank2_error, "rank 0 refused this rank: waiting for rank 1 (at 127.0.0.1:")) << rank2_error;
+}
+
 // The other way round: rank 0's port answers with something else.
 TEST(TcpRendezvous, AnAnswerThatIsNotRankZerosIsRefused) {
   RawSocket impostor = RawSocket::listening();

@@ -305,20 +305,13 @@ class Host {
     throw IoError(who() + ": " + reason);
   }
 
-  std::vector<int> ranks_missing(const std::vector<bool>& present) const {
-    std::vector<int> missing;
-    for (int rank = 1; rank < setup_.world_size; ++rank)
-      if (!present[static_cast<std::size_t>(rank)]) missing.push_back(rank);
-    return missing;
-  }
-
   void wait_for_every_rank() {
     const auto deadline = after(setup_.timeout_seconds);
     while (arrived_ < setup_.world_size - 1) {
       if (Clock::now() >= deadline) {
-        std::vector<bool> present(static_cast<std::size_t>(setup_.world_size), false);
-        for (int rank = 1; rank < setup_.world_size; ++rank) present[rank] = arrival_of_rank_[rank] >= 0;
-        const std::vector<int> missing = ranks_missing(present);
+        std::vector<int> missing;
+        for (int rank = 1; rank < setup_.world_size; ++rank)
+          if (arrival_of_rank_[static_cast<std::size_t>(rank)] < 0) missing.push_back(rank);
         fail(ranks_text(missing) + " did not reach the rendezvous within " + seconds_text(setup_.timeout_seconds) +
              " s (" + std::to_string(arrived_ + 1) + " of " + std::to_string(setup_.world_size) +
              " ranks came, rank 0 included); did " +
@@ -432,12 +425,8 @@ class Host {
       Arrival& peer = arrival_of(rank);
       const Received answer = receive_message(peer.socket.fd(), deadline);
       const std::string name = "rank " + std::to_string(rank) + " (at " + peer.address + ")";
-      if (answer.transfer.outcome == Outcome::timed_out) {
-        std::vector<bool> confirmed(static_cast<std::size_t>(setup_.world_size), false);
-        for (int earlier = 1; earlier < rank; ++earlier) confirmed[static_cast<std::size_t>(earlier)] = true;
-        fail(ranks_text(ranks_missing(confirmed)) + " did not confirm the id within " +
-             seconds_text(setup_.timeout_seconds) + " s");
-      }
+      if (answer.transfer.outcome == Outcome::timed_out)
+        fail(name + " did not confirm the id within " + seconds_text(setup_.timeout_seconds) + " s");
       if (answer.transfer.outcome != Outcome::done)
         fail("waiting for " + name + " to confirm the id: " + failure_text(answer.transfer));
       if (answer.foreign || answer.header.kind != Kind::confirm)
