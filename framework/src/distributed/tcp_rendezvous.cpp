@@ -546,7 +546,7 @@ Received expect(int fd, Kind kind, const TcpRendezvousSetup& setup, const std::s
   }
   if (answer.foreign)
     throw IoError(prefix + "the answer is not a Plexus rendezvous message: is " + where +
-                  " another service (torchrun's own store, when TORCHELASTIC_USE_AGENT_STORE is not honoured)?");
+                  " another program's port (torchrun's own store, for one)?");
   if (answer.header.version != kVersion)
     throw IoError(prefix + "rank 0 speaks version " + std::to_string(answer.header.version) +
                   " of the rendezvous, this rank version " + std::to_string(kVersion) +
