@@ -185,7 +185,7 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
                                       Precision precision) {
   const Device gpu = Device::cuda(0);
   ModelSpec spec = case_spec(m, root);
-  std::int64_t batch = m["batch"];
+  const std::int64_t batch = m["batch"];
   const std::map<std::string, Shape> inputs = case_inputs(spec, m, batch);
   const Shape image = inputs.at(ae::kImage);
   auto owned = std::make_unique<ModelCase>();
