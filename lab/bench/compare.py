@@ -20,8 +20,17 @@ Where torch_bench.py also measured the GPU's busy time per step
 GPU-bound images/s (batch / busy time; the best of its settings and rounds):
 what the same kernels would give if the GPU never waited for Python, and
 Plexus's CUDA-graph median over it.
-Usage: compare.py plexus.jsonl torch.jsonl"""
+Usage: compare.py plexus.jsonl torch.jsonl
+
+compare.py --precisions DIR [DIR ...], each DIR holding the plexus.jsonl and
+torch.jsonl of one precision (run.sh --precision a,b writes them), puts the
+runs side by side instead: the rows with a FLOP count (convolutions,
+SoftmaxProjection), for each layer a row per precision with both sides'
+forward and backward times, the speed ratios (fwd+bwd for both passes
+together) and the TFLOP/s each side achieves, plus each precision's matmul
+ceiling measured by PyTorch in the same run."""
 import json
+import os
 import statistics
 import sys
 
@@ -177,7 +186,44 @@ def print_layer_table(layers, torch, precision):
               f"| {both:.2f}x | {rates[0]} | {rates[1]} |")
 
 
+def print_precisions(folders):
+    """The --precisions table: for each layer with a FLOP count a row per precision (one folder each)."""
+    runs = []  # (precision, plexus rows, torch rows)
+    for folder in folders:
+        plexus = load(os.path.join(folder, "plexus.jsonl"))
+        torch = load(os.path.join(folder, "torch.jsonl"))
+        precision = next((r["precision"] for r in plexus.values() if "precision" in r), os.path.basename(folder))
+        runs.append((precision, plexus, torch))
+    for precision, _, torch in runs:
+        ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)
+        if ceiling:
+            print(f"- matmul ceiling at {precision} (PyTorch {ceiling['name']}): {ceiling['tflops']:.0f} TFLOP/s")
+    note = rounds_note(*[table for _, plexus, torch in runs for table in (plexus, torch)])
+    if note:
+        print("- " + note, end="")
+    print()
+    print("| layer (batch 16 unless named) | precision | Plexus fwd ms | PyTorch fwd ms | fwd speed-up | Plexus bwd ms "
+          "| PyTorch bwd ms | bwd speed-up | fwd+bwd speed-up | Plexus fwd / bwd TFLOP/s | PyTorch fwd / bwd TFLOP/s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    names = [n for n, r in runs[0][1].items() if r["kind"] == "layer" and r.get("pass_flops", 0) > 0] if runs else []
+    for name in names:
+        for precision, plexus, torch in runs:
+            if name not in plexus or name not in torch:
+                continue
+            p, t = plexus[name], torch[name]
+            flops = p["pass_flops"]
+            rates = [f"{tflops(flops, s['forward_ms']):.0f} / {tflops(2 * flops, s['backward_ms']):.0f}"
+                     for s in (p, t)]
+            both = (t["forward_ms"] + t["backward_ms"]) / (p["forward_ms"] + p["backward_ms"])
+            print(f"| {name} | {precision} | {p['forward_ms']:.3f} | {t['forward_ms']:.3f} "
+                  f"| {t['forward_ms'] / p['forward_ms']:.2f}x | {p['backward_ms']:.3f} | {t['backward_ms']:.3f} "
+                  f"| {t['backward_ms'] / p['backward_ms']:.2f}x | {both:.2f}x | {rates[0]} | {rates[1]} |")
+
+
 def main():
+    if sys.argv[1:2] == ["--precisions"]:
+        print_precisions(sys.argv[2:])
+        return
     plexus, torch = load(sys.argv[1]), load(sys.argv[2])
     precision = next((r.get("precision") for r in plexus.values() if "precision" in r), "f32")
     ceiling = next((r for r in torch.values() if r["kind"] == "ceiling"), None)

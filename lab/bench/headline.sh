@@ -24,7 +24,10 @@
 #    <model>.json, with the device from nvidia-smi, the commit from git and
 #    this command) and prints the markdown table (lab/bench/headline.py).
 # --only TEXT keeps the models whose name contains TEXT (e.g. --only bls2017),
-# for a shorter run; each model's file stands alone. --build-only stops after
+# for a shorter run; each model's file stands alone. --cases
+# lab/bench/layers_v2_cases.json runs tcm-small's step and the one-layer steps
+# of the newer layers (grouped, depthwise and dilated convolution, LayerNorm,
+# window attention), one at a time with --only NAME. --build-only stops after
 # step 1 (a later run then finds the build up to date). --adam picks the
 # strongest setting's capturable Adam (default fused). The raw JSON lines, the
 # build's and PyTorch's logs and the table go to $OUT (default

@@ -4,6 +4,9 @@
 // reads too, so both sides time the same work. Timing: CUDA events on the
 // context's stream, `--warmup` untimed runs, then the median of `--repeats`.
 //   plexus-bench --cases lab/bench/bench_cases.json [--precision f32|tf32|bf16] [--only TEXT] [--models]
+// A model case's "spec" is a path or the spec itself; "step_loss": "mse" makes
+// it a one-layer step (see layers_v2_cases.json). --check builds the model
+// cases on the CPU and times nothing.
 // Each line also carries the precision and, for convolutions and
 // SoftmaxProjection, the FLOPs of one pass (2*N*Cout*Hout*Wout*Cin*k*k,
 // 2*N*F*V; backward is two passes: input and weight gradients), so
@@ -122,14 +125,12 @@ struct ModelCase {
   std::unique_ptr<Context> ctx;
   Adam adam{1e-4};
   std::vector<NamedParameter> params;
-  double distortion_weight = 0;  // lambda * 255^2; the rate's weight is 1, as in plexus-ae train
-  std::map<std::string, double> loss_weights() const {
-    return {{ae::kDistortion, distortion_weight}, {ae::kRate, 1.0}};
-  }
+  // {"mse": lambda * 255^2, "bpp": 1}, as in plexus-ae train; a one-layer case ("step_loss": "mse") has no rate.
+  std::map<std::string, double> loss_weights;
   void step() {
     net->zero_grad();
     net->forward(*ctx);
-    net->backward(*ctx, loss_weights());
+    net->backward(*ctx, loss_weights);
     adam.step(*ctx, params);
   }
   // The same step, recorded into `graph` once and replayed; the optimiser's
@@ -139,7 +140,7 @@ struct ModelCase {
     graph.run(*ctx, net->layout_version(), [&] {
       net->zero_grad();
       net->forward(*ctx);
-      net->backward(*ctx, loss_weights());
+      net->backward(*ctx, loss_weights);
       adam.apply(*ctx, params);
     });
   }
@@ -152,20 +153,44 @@ double case_lambda(const json& m) {
   return m["lambda"].get<double>();
 }
 
+// A case whose loss is its spec's "mse" alone ("step_loss": "mse"): a
+// one-layer spec reading "image" of [batch, channels, patch, patch], not a
+// codec, so the autoencoder contract does not apply.
+bool layer_step(const json& m) { return m.value("step_loss", "") == "mse"; }
+
+// The spec of a case: "spec" a path under the repository root, or the spec itself (an object).
+ModelSpec case_spec(const json& m, const std::string& root) {
+  if (m.at("spec").is_object()) return ModelSpec::from_json(m["spec"], "case '" + m["name"].get<std::string>() + "'");
+  return ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
+}
+
+// The shapes of a case's inputs for `batch` images: a model's through the
+// autoencoder contract (checked), a one-layer step's "image" with "channels" channels.
+std::map<std::string, Shape> case_inputs(const ModelSpec& spec, const json& m, std::int64_t batch) {
+  const std::string step_loss = m.value("step_loss", "");
+  if (!step_loss.empty() && step_loss != "mse")
+    throw ConfigError("case '" + m["name"].get<std::string>() + "': \"step_loss\" must be \"mse\", got \"" + step_loss +
+                      "\"");
+  const std::int64_t patch = m["patch"], channels = m.value("channels", 3);
+  if (layer_step(m)) return {{ae::kImage, Shape{batch, channels, patch, patch}}};
+  ae::check_contract(spec);
+  return ae::model_input_shapes(spec, Shape{batch, 3, patch, patch});
+}
+
 // A training step of a model spec, built through the autoencoder contract as
 // plexus-ae train builds it: inputs from model_input_shapes, and for a
 // variable-rate model each patch n at level n mod K (every level trained)
-// with MSE weight 1.
+// with MSE weight 1. A one-layer case's step minimises its "mse" alone.
 std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, const std::string& root,
                                       Precision precision) {
   const Device gpu = Device::cuda(0);
-  ModelSpec spec = ModelSpec::from_file(root + "/" + m["spec"].get<std::string>());
-  ae::check_contract(spec);
-  std::int64_t batch = m["batch"], patch = m["patch"];
-  const Shape image{batch, 3, patch, patch};
+  ModelSpec spec = case_spec(m, root);
+  const std::int64_t batch = m["batch"];
+  const std::map<std::string, Shape> inputs = case_inputs(spec, m, batch);
+  const Shape image = inputs.at(ae::kImage);
   auto owned = std::make_unique<ModelCase>();
   ModelCase& c = *owned;
-  c.net = std::make_unique<Net>(spec, registry, ae::model_input_shapes(spec, image), DType::f32, gpu, 1);
+  c.net = std::make_unique<Net>(spec, registry, inputs, DType::f32, gpu, 1);
   c.ctx = std::make_unique<Context>(gpu, 1);
   c.ctx->set_precision(precision);
   c.net->set_activation_storage(activation_storage_for(precision, gpu));
@@ -179,8 +204,18 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
     ae::set_rate_inputs(*c.ctx, *c.net, level, weight);
   }
   c.params = c.net->trainable_parameters();
-  c.distortion_weight = ae::distortion_weight(case_lambda(m));
+  c.loss_weights = {{ae::kDistortion, ae::distortion_weight(case_lambda(m))}};
+  if (!layer_step(m)) c.loss_weights[ae::kRate] = 1.0;
   return owned;
+}
+
+// --check: a selected case's net built on the CPU for one image (its spec
+// read, its shapes inferred, the contract checked), without a GPU.
+json check_model(const Registry& registry, const json& m, const std::string& root) {
+  const ModelSpec spec = case_spec(m, root);
+  const Net net(spec, registry, case_inputs(spec, m, 1));
+  if (!net.has_blob(ae::kDistortion)) throw ConfigError("case '" + m["name"].get<std::string>() + "' has no \"mse\"");
+  return {{"kind", "check"}, {"name", m["name"]}, {"nodes", spec.nodes.size()}, {"parameters", net.parameter_count()}};
 }
 
 // Peak device memory of a case, in bytes: the high-water mark of the memory
@@ -440,7 +475,7 @@ json profile_model(const Registry& registry, const json& m, const std::string& r
 int main(int argc, char** argv) {
   CLI::App app{"plexus-bench: GPU timings of Plexus layers and training steps (JSON lines on stdout)"};
   std::string cases_path = "lab/bench/bench_cases.json", root = ".", only;
-  bool tf32_alias = false, profile = false, models_only = false;
+  bool tf32_alias = false, profile = false, models_only = false, check = false;
   std::string timeline_path;
   std::string precision = "f32";
   int warmup = 5, repeats = 20;
@@ -457,6 +492,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--models", models_only, "time only the models' training steps, not the layers");
   app.add_flag("--tf32", tf32_alias, "deprecated: same as --precision tf32");
+  app.add_flag("--check", check,
+               "time nothing: build each selected model case's net on the CPU for one image and print its "
+               "parameters (no GPU needed)");
   app.add_flag("--profile", profile, "also a per-node time breakdown of each model's step, with FLOP/byte floors");
   app.add_option("--timeline", timeline_path,
                  "also write every kernel, memset and copy of 5 replays of each model's CUDA-graph step, with its "
@@ -465,7 +503,6 @@ int main(int argc, char** argv) {
   if (tf32_alias) precision = "tf32";
   try {
     const Precision policy = parse_precision(precision);
-    if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
     std::ifstream file(cases_path);
     if (!file) throw IoError("cannot open benchmark cases '" + cases_path + "'");
     json cases = json::parse(file);
@@ -474,6 +511,12 @@ int main(int argc, char** argv) {
     const auto selected = [&](const json& c) {
       return only.empty() || c["name"].get<std::string>().find(only) != std::string::npos;
     };
+    if (check) {
+      for (const auto& m : cases["models"])
+        if (selected(m)) std::cout << check_model(registry, m, root).dump() << std::endl;
+      return 0;
+    }
+    if (!cuda_available()) throw DeviceError("plexus-bench needs a CUDA GPU, and none is visible");
     for (const auto& c : models_only ? json::array() : cases["layers"]) {
       if (!selected(c)) continue;
       json row = time_layer(registry, c, policy, warmup, repeats);

@@ -20,7 +20,7 @@
 # differ by a few percent for that reason alone.
 # With several precisions (comma-separated) each runs in turn into
 # $OUT/<precision>/, and the convolution rows of all of them are printed side
-# by side (lab/bench/compare_precisions.py) into $OUT/precisions.md.
+# by side (lab/bench/compare.py --precisions) into $OUT/precisions.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-bench-logs}  # made by run_one, so refused options leave no folder behind
@@ -82,5 +82,5 @@ else
     run_one "$precision" "$out/$precision"
     folders+=("$out/$precision")
   done
-  "$python" lab/bench/compare_precisions.py "${folders[@]}" | tee "$out/precisions.md"
+  "$python" lab/bench/compare.py --precisions "${folders[@]}" | tee "$out/precisions.md"
 fi

@@ -5,11 +5,18 @@ as Plexus names them ("<node>.<parameter>", e.g. "g_a0.weight"), and one
 forward that runs the nodes in dependency order.
 
 Each layer's math follows its Plexus header (layers/<name>/<name>.h):
-  Conv2d, ConvTranspose2d   nn.Conv2d / nn.ConvTranspose2d (weights [Co, Ci, k, k]
-                            and [Ci, Co, k, k], as Plexus stores them)
+  Conv2d, ConvTranspose2d   nn.Conv2d / nn.ConvTranspose2d with groups and dilation
+                            (weights [Co, Ci/G, k, k] and [Ci, Co/G, k, k], as Plexus
+                            stores them)
   GDN, IGDN                 y = x / sqrt(beta + gamma x^2) (IGDN: times), beta and
                             gamma reparametrised (stored = sqrt(value + pedestal))
-  ReLU, LeakyReLU, Sigmoid, Tanh (scale * tanh), Abs, Add, Mul
+  ReLU, LeakyReLU, Sigmoid, Tanh (scale * tanh), Abs, GELU, Add, Mul (broadcasting)
+  LayerNorm, GroupNorm      F.layer_norm over the channels of each pixel (channels-last,
+                            as Swin), F.group_norm; parameters gamma and beta
+  Softmax, MatMul           torch.softmax along the axis; scale * op(A) @ op(B), batched
+  WindowPartition/Reverse   Swin's window partition (torch.roll by -shift, heads split
+                            off the channels) and its inverse, by reshape and permute
+  AvgPool2d                 F.avg_pool2d, count_include_pad=True
   Concat, Split             along channels (axis 1)
   PixelShuffle              F.pixel_shuffle (the same channel order)
   GainUnit                  y = x exp(s), s interpolated between two levels' log_gains
@@ -131,6 +138,41 @@ class GainUnit(nn.Module):
         return x * torch.exp(s).view(s.shape + (1,) * (x.dim() - 2)).to(x.dtype)
 
 
+class Norm(nn.Module):
+    """LayerNorm (groups None: over the channels of each position, x [N, C, ...] moved to channels-last for
+    F.layer_norm) or GroupNorm (F.group_norm); parameters gamma and beta [C] as Plexus names them."""
+
+    def __init__(self, channels, affine=True, eps=1e-5, groups=None):
+        super().__init__()
+        self.eps, self.groups = eps, groups
+        self.gamma = nn.Parameter(torch.ones(channels)) if affine else None
+        self.beta = nn.Parameter(torch.zeros(channels)) if affine else None
+
+    def forward(self, x):
+        if self.groups is not None:
+            return F.group_norm(x, self.groups, self.gamma, self.beta, self.eps)
+        y = F.layer_norm(x.movedim(1, -1), (x.shape[1],), self.gamma, self.beta, self.eps)
+        return y.movedim(-1, 1)
+
+
+def window_partition(x, w, shift, heads):
+    """[N, C, H, W] -> [N*(H/w)*(W/w), heads, w*w, C/heads]: y[(n*H/w + a)*W/w + b, g, i*w + j, d] =
+    x[n, g*C/heads + d, (a*w + i + shift) mod H, (b*w + j + shift) mod W]."""
+    n, c, h, wd = x.shape
+    if shift:
+        x = torch.roll(x, (-shift, -shift), (2, 3))
+    x = x.reshape(n, heads, c // heads, h // w, w, wd // w, w).permute(0, 3, 5, 1, 4, 6, 2)
+    return x.reshape(n * (h // w) * (wd // w), heads, w * w, c // heads)
+
+
+def window_reverse(windows, shape, w, shift):
+    """The inverse of window_partition, back to `shape` [N, C, H, W]."""
+    n, c, h, wd = shape
+    heads, d = windows.shape[1], windows.shape[3]
+    x = windows.reshape(n, h // w, wd // w, heads, w, w, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(n, c, h, wd)
+    return torch.roll(x, (shift, shift), (2, 3)) if shift else x
+
+
 def _round_straight_through(y, mu):
     """round(y - mu) + mu, differentiated as y (gradient 1 to y, 0 to mu)."""
     return y + (torch.round(y - mu) + mu - y).detach()
@@ -181,6 +223,10 @@ def _output_channels(node, channels):
         return [None]
     if t == "QuantizeAroundMean":
         return [c[0]] * (2 if p.get("synthesis", "noise") == "straight_through" else 1)
+    if t == "WindowPartition":  # [B, heads, w*w, C/heads]: dimension 1 holds the heads
+        return [p.get("heads", 1)]
+    if t == "WindowReverse":  # the reference's shape
+        return [c[1]]
     return [c[0]]
 
 
@@ -188,11 +234,15 @@ def _make_module(node, in_channels):
     t, p = node["type"], node.get("params", {})
     if t == "Conv2d":
         return nn.Conv2d(in_channels, p["out_channels"], p["kernel"], p.get("stride", 1), p.get("padding", 0),
-                         bias=p.get("bias", True))
+                         dilation=p.get("dilation", 1), groups=p.get("groups", 1), bias=p.get("bias", True))
     if t == "ConvTranspose2d":
         return nn.ConvTranspose2d(in_channels, p["out_channels"], p["kernel"], p.get("stride", 1),
                                   p.get("padding", 0), output_padding=p.get("output_padding", 0),
-                                  bias=p.get("bias", True))
+                                  groups=p.get("groups", 1), bias=p.get("bias", True), dilation=p.get("dilation", 1))
+    if t == "LayerNorm":
+        return Norm(in_channels, p.get("elementwise_affine", True), p.get("eps", 1e-5))
+    if t == "GroupNorm":
+        return Norm(in_channels, p.get("affine", True), p.get("eps", 1e-5), groups=p["groups"])
     if t in ("GDN", "IGDN"):
         return GDN(in_channels, inverse=t == "IGDN", beta_min=p.get("beta_min", 1e-6),
                    gamma_init=p.get("gamma_init", 0.1), reparam_offset=p.get("reparam_offset", 2.0 ** -18))
@@ -204,8 +254,9 @@ def _make_module(node, in_channels):
     return None
 
 
-STATELESS = {"ReLU", "LeakyReLU", "Sigmoid", "Tanh", "Abs", "Add", "Mul", "Concat", "Split", "PixelShuffle",
-             "UniformNoise", "QuantizeAroundMean", "GaussianConditional", "MSELoss", "RateLoss"}
+STATELESS = {"ReLU", "LeakyReLU", "Sigmoid", "Tanh", "Abs", "GELU", "Add", "Mul", "Concat", "Split", "PixelShuffle",
+             "Softmax", "MatMul", "WindowPartition", "WindowReverse", "AvgPool2d", "UniformNoise",
+             "QuantizeAroundMean", "GaussianConditional", "MSELoss", "RateLoss"}
 
 
 class SpecModel(nn.Module):
@@ -256,6 +307,20 @@ class SpecModel(nn.Module):
             return [p.get("scale", 1.0) * torch.tanh(xs[0])]
         if t == "Abs":
             return [torch.abs(xs[0])]
+        if t == "GELU":
+            return [F.gelu(xs[0], approximate=p.get("approximate", "none"))]
+        if t == "Softmax":
+            return [torch.softmax(xs[0], dim=p.get("axis", 1))]
+        if t == "MatMul":
+            a = xs[0].transpose(-1, -2) if p.get("transpose_a", False) else xs[0]
+            b = xs[1].transpose(-1, -2) if p.get("transpose_b", False) else xs[1]
+            return [p.get("scale", 1.0) * torch.matmul(a, b)]
+        if t == "WindowPartition":
+            return [window_partition(xs[0], p["window"], p.get("shift", 0), p.get("heads", 1))]
+        if t == "WindowReverse":
+            return [window_reverse(xs[0], xs[1].shape, p["window"], p.get("shift", 0))]
+        if t == "AvgPool2d":
+            return [F.avg_pool2d(xs[0], p["kernel"], p.get("stride", p["kernel"]), p.get("padding", 0))]
         if t == "Add":
             out = xs[0]
             for x in xs[1:]:
@@ -296,7 +361,8 @@ class SpecModel(nn.Module):
 
     @staticmethod
     def layers_with_parameters():
-        return ("Conv2d", "ConvTranspose2d", "GDN", "IGDN", "FactorizedEntropyModel", "GainUnit")
+        return ("Conv2d", "ConvTranspose2d", "GDN", "IGDN", "FactorizedEntropyModel", "GainUnit", "LayerNorm",
+                "GroupNorm")
 
 
 def load_spec(path):

@@ -96,6 +96,36 @@ class TableTest(unittest.TestCase):
         self.assertNotIn("rounds", table)
 
 
+class PrecisionsTableTest(unittest.TestCase):
+    def test_a_row_per_precision_with_ratios_and_rates(self):
+        # bf16: Plexus 1 + 2 ms, PyTorch 2 + 3 ms: forward 2.00x, backward 1.50x, both 5/3 = 1.67x; 1e9 FLOPs
+        # a pass: Plexus 1e9 / 1 ms = 1 TFLOP/s forward, 2e9 / 2 ms = 1 backward; PyTorch 0.5 -> "0" (rounded
+        # half to even) and 0.67 -> "1". f32: Plexus 4 + 8 ms, PyTorch 4 + 4: 1.00x, 0.50x, 8/12 = 0.67x.
+        # The ceiling of each precision's torch.jsonl comes first.
+        f32 = [dict(layer(4.0, 8.0), precision="f32")]
+        with tempfile.TemporaryDirectory() as folder:
+            for name, plexus, torch_rows in (("bf16", [layer(1.0, 2.0)], [layer(2.0, 3.0)]),
+                                             ("f32", f32, [dict(layer(4.0, 4.0), precision="f32")])):
+                os.mkdir(os.path.join(folder, name))
+                write_lines(os.path.join(folder, name), "plexus.jsonl", plexus)
+                ceiling = {"kind": "ceiling", "name": "matmul 8192^3", "tflops": 700.0 if name == "bf16" else 50.0}
+                write_lines(os.path.join(folder, name), "torch.jsonl", [ceiling] + torch_rows)
+            out, saved = io.StringIO(), sys.argv
+            try:
+                sys.argv = [saved[0], "--precisions", os.path.join(folder, "bf16"), os.path.join(folder, "f32")]
+                with redirect_stdout(out):
+                    compare.main()
+            finally:
+                sys.argv = saved
+        table = out.getvalue()
+        self.assertIn("- matmul ceiling at bf16 (PyTorch matmul 8192^3): 700 TFLOP/s", table)
+        self.assertIn("- matmul ceiling at f32 (PyTorch matmul 8192^3): 50 TFLOP/s", table)
+        self.assertIn("| Conv2d 5x5/2 128->128 @64 | bf16 | 1.000 | 2.000 | 2.00x | 2.000 | 3.000 | 1.50x | 1.67x "
+                      "| 1 / 1 | 0 / 1 |", table)
+        self.assertIn("| Conv2d 5x5/2 128->128 @64 | f32 | 4.000 | 4.000 | 1.00x | 8.000 | 4.000 | 0.50x | 0.67x |",
+                      table)
+
+
 MIB = 2 ** 20
 
 

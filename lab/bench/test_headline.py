@@ -395,5 +395,66 @@ class HeadlineScriptTest(unittest.TestCase):
         self.assertIn("nvidia-smi not found", run.stderr)
 
 
+LAYERS_V2 = os.path.join(HERE, "layers_v2_cases.json")
+
+
+class LayersV2CasesTest(unittest.TestCase):
+    """layers_v2_cases.json, what headline.sh --cases runs for the layers' speed claims: each case is picked
+    alone by --only with its name; its one-layer specs are what the case says (two of one layer, or the
+    builder's window-attention block) with the step's loss "mse"."""
+
+    def setUp(self):
+        with open(LAYERS_V2) as f:
+            self.models = json.load(f)["models"]
+        self.by_name = {m["name"]: m for m in self.models}
+
+    def test_only_picks_each_case_alone(self):
+        self.assertEqual(len(self.by_name), len(self.models), "two cases share a name")
+        for name in self.by_name:
+            self.assertEqual([m["name"] for m in self.models if name in m["name"]], [name])
+        self.assertEqual(headline.read_cases(LAYERS_V2), self.models)
+
+    def test_tcm_small_is_the_bundled_spec_at_the_headline_size(self):
+        m = self.by_name["tcm-small"]
+        self.assertEqual((m["spec"], m["batch"], m["patch"]), ("models/specs/tcm-small.json", 16, 256))
+        self.assertTrue(os.path.exists(os.path.join(ROOT, m["spec"])))
+
+    def test_layer_cases_are_one_layer_steps_of_16_by_192_by_64_by_64(self):
+        layers = {
+            "layer-grouped-conv3x3-g4": ("Conv2d", {"kernel": 3, "padding": 1, "groups": 4}),
+            "layer-depthwise-conv3x3": ("Conv2d", {"kernel": 3, "padding": 1, "groups": 192}),
+            "layer-depthwise-conv5x5": ("Conv2d", {"kernel": 5, "padding": 2, "groups": 192}),
+            "layer-dilated-conv3x3-d2": ("Conv2d", {"kernel": 3, "padding": 2, "dilation": 2}),
+            "layer-layernorm": ("LayerNorm", {}),
+        }
+        for name, (kind, params) in layers.items():
+            with self.subTest(case=name):
+                m = self.by_name[name]
+                self.assertEqual((m["batch"], m["channels"], m["patch"], m["step_loss"]), (16, 192, 64, "mse"))
+                nodes = m["spec"]["nodes"]
+                self.assertEqual(m["spec"]["inputs"], ["image"])
+                self.assertEqual([(n["type"], n["inputs"], n["outputs"]) for n in nodes],
+                                 [(kind, ["image"], ["h"]), (kind, ["h"], ["out"]),
+                                  ("MSELoss", ["out", "image"], ["mse"])])
+                for n in nodes[:2]:
+                    got = n.get("params", {})
+                    self.assertEqual({k: got[k] for k in params}, params)
+                    if kind == "Conv2d":  # same size out: 192 channels, stride 1
+                        self.assertEqual((got["out_channels"], got.get("stride", 1)), (192, 1))
+
+    def test_the_attention_case_is_the_builders_block(self):
+        sys.path.insert(0, os.path.join(ROOT, "models", "builders"))
+        from spec_builder import SpecBuilder
+        spec = SpecBuilder()
+        spec.window_attention_block("block", "image", 192, window=8, heads=6, output="out")
+        spec.node("distortion", "MSELoss", ["out", "image"], ["mse"])
+        m = self.by_name["layer-window-attention"]
+        self.assertEqual((m["batch"], m["channels"], m["patch"], m["step_loss"]), (16, 192, 64, "mse"))
+        self.assertEqual(m["spec"]["nodes"], spec.nodes)
+        # 6 heads of 32 channels: the scores scaled by 1/sqrt(32)
+        scores = [n for n in spec.nodes if n["type"] == "MatMul" and n.get("params", {}).get("transpose_b")]
+        self.assertAlmostEqual(scores[0]["params"]["scale"], 32 ** -0.5)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -11,6 +11,7 @@ checks them there (WholeStepGraph.check_replay_trains). Run:
   python3 lab/bench/test_torch_strongest.py"""
 import contextlib
 import io
+import json
 import os
 import sys
 import unittest
@@ -67,6 +68,22 @@ class StrongestStepTest(unittest.TestCase):
         loss = graph.step()
         self.assertTrue(torch.isfinite(loss).item())
         self.assertAlmostEqual(loss.item(), expected.item(), delta=1e-5 * abs(expected.item()))
+
+    def test_a_one_layer_case_trains_on_its_mse_alone(self):
+        # layers_v2_cases.json's attention block at batch 2 of 16x16 (its 192 channels): the loss is
+        # lambda * 255^2 * mse = 650.25 * mse, no rate; the image has the case's channels, channels_last.
+        with open(os.path.join(HERE, "layers_v2_cases.json")) as f:
+            case = next(m for m in json.load(f)["models"] if m["name"] == "layer-window-attention")
+        graph = cpu_graph(dict(case, batch=2, patch=16))
+        image = graph.inputs["image"]
+        self.assertEqual(list(image.shape), [2, 192, 16, 16])
+        self.assertTrue(image.is_contiguous(memory_format=torch.channels_last))
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            blobs = graph.run.model(**graph.inputs)
+        self.assertNotIn("bpp", blobs)
+        loss = graph.step()
+        self.assertAlmostEqual(loss.item(), 650.25 * blobs["mse"].item(), delta=1e-5 * loss.item())
+        self.assertEqual(graph.adam_steps(), 1)
 
     def test_a_step_zeroes_the_gradients_then_takes_one_adam_step(self):
         graph = cpu_graph(BLS2017)

@@ -94,7 +94,7 @@ class TranslationTest(unittest.TestCase):
         return spec, self.spec_torch.SpecModel(spec)
 
     def test_every_spec_has_plexus_parameters(self):
-        self.assertEqual(len(SPECS), 7)
+        self.assertEqual(len(SPECS), 8)
         for spec_path in SPECS:
             with self.subTest(spec=os.path.basename(spec_path)):
                 plexus, _ = self.probe(spec_path)
@@ -179,6 +179,25 @@ class BenchStepTest(unittest.TestCase):
             with self.subTest(model=m["name"]):
                 torch.manual_seed(0)
                 step = torch_bench.spec_step(m, "f32", "eager", torch.device("cpu"))
+                params = [p for group in self.optimiser_of(step).param_groups for p in group["params"]]
+                self.check_steps(step, params)
+
+    def test_the_cases_of_layers_v2_at_small_sizes(self):
+        # tcm-small at 64x64 (its stride) and every one-layer case (an inline spec, 192 channels, the loss "mse"
+        # alone) at 16x16, a multiple of the attention's window of 8.
+        import torch_bench
+        with open(os.path.join(HERE, "layers_v2_cases.json")) as f:
+            cases = json.load(f)["models"]
+        self.assertEqual(len(cases), 7)
+        for m in cases:
+            with self.subTest(case=m["name"]):
+                small = dict(m, batch=BATCH, patch=PATCH if m["name"] == "tcm-small" else 16)
+                if isinstance(m["spec"], str):
+                    small["spec"] = os.path.join(ROOT, m["spec"])
+                torch.manual_seed(0)
+                step = torch_bench.spec_step(small, "f32", "eager", torch.device("cpu"))
+                cells = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))
+                self.assertEqual(cells["run"].rate, "step_loss" not in m)  # eager: run is the loss module
                 params = [p for group in self.optimiser_of(step).param_groups for p in group["params"]]
                 self.check_steps(step, params)
 

@@ -19,7 +19,9 @@ F.cross_entropy against integer labels (the case's labels_input).
 Models: one training step (forward, loss lambda * 255^2 * mse + bpp,
 backward, Adam) of a PyTorch module translated from the same model spec
 file plexus-bench reads (spec_torch.py), so the architecture is the same by
-construction. Each model is timed in these settings, "setting" in its rows
+construction. A case's "spec" may be the spec itself; "step_loss": "mse"
+(with "channels", the input's) makes it a one-layer step whose loss is
+lambda * 255^2 * mse alone (layers_v2_cases.json). Each model is timed in these settings, "setting" in its rows
 (--setting picks some, comma-separated; default all):
   eager          at the run's precision
   compile        torch.compile, at the run's precision
@@ -256,17 +258,20 @@ def settings_for(precision, compile_models):
 
 
 class RateDistortionStep(nn.Module):
-    """The loss of a translated spec, distortion_weight * mse + bpp: only the
+    """The loss of a translated spec, distortion_weight * mse + bpp (without
+    the rate: distortion_weight * mse, a one-layer case's loss): only the
     scalar leaves forward, so torch.compile may fuse every intermediate."""
 
-    def __init__(self, model, distortion_weight):
+    def __init__(self, model, distortion_weight, rate=True):
         super().__init__()
         self.model = model
         self.distortion_weight = distortion_weight
+        self.rate = rate
 
     def forward(self, **inputs):
         blobs = self.model(**inputs)
-        return self.distortion_weight * blobs["mse"] + blobs["bpp"]
+        loss = self.distortion_weight * blobs["mse"]
+        return loss + blobs["bpp"] if self.rate else loss
 
 
 def case_lambda(m):
@@ -274,10 +279,25 @@ def case_lambda(m):
     return statistics.fmean(m["lambdas"]) if "lambdas" in m else m["lambda"]
 
 
+def layer_step(m):
+    """Whether case `m` is a one-layer step: its loss the spec's "mse" alone, its "image" of "channels" channels."""
+    step_loss = m.get("step_loss")
+    if step_loss not in (None, "mse"):
+        raise ValueError(f"case '{m['name']}': \"step_loss\" must be \"mse\", got {json.dumps(step_loss)}")
+    return step_loss == "mse"
+
+
+def case_spec(m):
+    """The spec of case `m`: "spec" a path from the repository root, or the spec itself (an object)."""
+    return m["spec"] if isinstance(m["spec"], dict) else spec_torch.load_spec(m["spec"])
+
+
 def spec_inputs(spec, m, dev, fmt):
-    """image [N, 3, P, P] in [0, 1); a variable-rate spec also gets levels n mod K and MSE weights 1."""
+    """image [N, C, P, P] in [0, 1) (C = "channels", default 3); a variable-rate spec also gets levels n mod K
+    and MSE weights 1."""
     n = m["batch"]
-    inputs = {"image": torch.rand(n, 3, m["patch"], m["patch"], device=dev).contiguous(memory_format=fmt)}
+    image = torch.rand(n, m.get("channels", 3), m["patch"], m["patch"], device=dev)
+    inputs = {"image": image.contiguous(memory_format=fmt)}
     levels = spec_torch.rate_levels(spec)
     if levels:
         inputs["level"] = torch.tensor(spec_torch.spread_levels(n, levels), device=dev)
@@ -311,9 +331,10 @@ def autocast_on(device, precision):
 def spec_case(m, dev, fmt):
     """The spec of case `m` translated to PyTorch, on `dev` in memory format
     `fmt`, in training mode: (its loss module, its input tensors)."""
-    spec = spec_torch.load_spec(m["spec"])
-    model = spec_torch.SpecModel(spec).to(dev, memory_format=fmt).train()
-    return RateDistortionStep(model, case_lambda(m) * 255 ** 2), spec_inputs(spec, m, dev, fmt)
+    spec = case_spec(m)
+    model = spec_torch.SpecModel(spec, {"image": m.get("channels", 3)}).to(dev, memory_format=fmt).train()
+    loss = RateDistortionStep(model, case_lambda(m) * 255 ** 2, rate=not layer_step(m))
+    return loss, spec_inputs(spec, m, dev, fmt)
 
 
 def spec_step(m, precision, setting, dev):

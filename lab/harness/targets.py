@@ -80,7 +80,7 @@ def resolve_targets(targets, testing, timing):
         if target == "models" or target in model_names:
             if not timing:
                 raise UsageError(f"'{target}' is a model: test and grad take layer types and test binaries "
-                                 "(a model's tests: name their binaries, e.g. hyperprior_model_test)")
+                                 "(a model's tests: name their binaries, e.g. hyperprior_models_test)")
             model_cases += [m for m in cases["models"] if target in ("models", m["name"])]
         elif types and testing:
             binaries += [layer_binary(t, folders, sources) for t in types]

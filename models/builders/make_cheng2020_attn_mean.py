@@ -26,35 +26,9 @@ def relu(name, x):
     return spec.activation("ReLU", name, x)
 
 
-def add(name, a, b, out=None):
-    return node(name, "Add", [a, b], [out or name + "_out"])
-
-
-def subpel(name, x, out, r=2):
-    """conv 3x3 to out * r^2 channels, then PixelShuffle(r)."""
-    y = conv(name + "_conv", x, out * r * r, 3)
-    return node(name + "_shuffle", "PixelShuffle", [y], [name + "_out"], upscale_factor=r)
-
-
-def residual_block(name, x, channels):
-    """x + leaky(conv3x3(leaky(conv3x3(x))))."""
-    y = leaky(name + "_act0", conv(name + "_conv0", x, channels, 3))
-    y = leaky(name + "_act1", conv(name + "_conv1", y, channels, 3))
-    return add(name + "_add", x, y)
-
-
-def residual_block_with_stride(name, x, out, stride=2):
-    """GDN(conv3x3(leaky(conv3x3/stride(x)))) + conv1x1/stride(x)."""
-    y = leaky(name + "_act", conv(name + "_conv0", x, out, 3, stride))
-    y = node(name + "_gdn", "GDN", [conv(name + "_conv1", y, out, 3)], [name + "_gdn_out"])
-    return add(name + "_add", y, conv(name + "_skip", x, out, 1, stride))
-
-
-def residual_block_upsample(name, x, out):
-    """IGDN(conv3x3(leaky(subpel(x)))) + subpel(x)."""
-    y = leaky(name + "_act", subpel(name + "_up", x, out))
-    y = node(name + "_igdn", "IGDN", [conv(name + "_conv", y, out, 3)], [name + "_igdn_out"])
-    return add(name + "_add", y, subpel(name + "_skip", x, out))
+add = spec.add
+residual_block, residual_block_with_stride = spec.residual_block, spec.residual_block_with_stride
+residual_block_upsample, subpel = spec.residual_block_upsample, spec.subpel
 
 
 def residual_unit(name, x):

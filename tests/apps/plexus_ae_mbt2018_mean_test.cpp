@@ -2,13 +2,17 @@
 // on the CPU: two steps of one 64x64 crop, at the hyper-latent's stride 64,
 // evaluates the trained model, and compresses and decompresses with it
 // (format version 3). The bundled cheng2020-attn-mean (residual blocks and
-// attention in graph layers, the same hyperprior) trains and codes too; the
-// bundled minnen2020-channel trains and codes (format version 4).
+// attention in graph layers, the same hyperprior) trains and codes too, and so
+// does the bundled tcm-small (window attention: LayerNorm, WindowPartition,
+// MatMul, Softmax, GELU); the bundled minnen2020-channel trains and codes
+// (format version 4).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "apps/cli_runner.h"
+#include "apps/metrics_log_reader.h"
 
 namespace plexus {
 namespace {
@@ -65,6 +69,30 @@ TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu
   EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
   expect_round_trip(folder, folder / "images/a.png", 3, "64x64");
+}
+
+// Two steps of two 64x64 crops (the attention blocks at 8x8, one window; the
+// second block's shifted by 4) with a finite loss and rate (a falling loss is
+// not asked of two steps); then a 70x50 file (padded to 128x64 inside:
+// windows of 8 at 1/8) round-trips.
+TEST(PlexusAeMeanScaleHyperprior, TheWindowAttentionSpecTrainsAndCodesOnTheCpu) {
+  ScratchFolder folder{"ae-tcm-small"};
+  testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
+  testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
+  auto trained = testing::run_plexus_ae(
+      {"train", "--data", folder / "images", "--model", "tcm-small", "--patch", "64", "--batch", "2", "--steps", "2",
+       "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+      folder.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "tcm-small")) << trained.err;
+  EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
+  const auto logged = testing::read_metrics(folder / "run/metrics.jsonl", "train");
+  ASSERT_FALSE(logged.empty());
+  EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
+  EXPECT_GT(logged.back()["bpp"].get<double>(), 0.0) << logged.back().dump();
+  testing::save_png(folder / "c.png", testing::position_image(70, 50));
+  expect_round_trip(folder, folder / "c.png", 3, "70x50");  // version 3: the mean-scale hyperprior
 }
 
 TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCpu) {
