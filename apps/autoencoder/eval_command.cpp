@@ -62,7 +62,8 @@ struct EvalResults {
 struct Evaluator {
   Evaluator(const EvalOptions& o, const ModelSpec& spec, const Registry& registry, int stride, Device device,
             Precision precision)
-      : net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device),
+      : net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device, 0,
+            InitialParameters::for_loading),
         step(load_checkpoint(o.model, net, nullptr)),
         ctx(device, 0),
         codec(codec_for_eval(o.model, registry, device)),

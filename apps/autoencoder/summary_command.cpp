@@ -153,7 +153,8 @@ int run_summary(const SummaryOptions& options) {
   std::unique_ptr<Net> net;
   try {
     net = std::make_unique<Net>(spec, registry,
-                                model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}));
+                                model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}),
+                                DType::f32, Device::cpu(), 0, InitialParameters::for_loading);
   } catch (const ShapeError& e) {
     if (!builds_for(spec, registry, kDefaultSide)) throw;
     // The spec is sound and --patch is at fault: most often a side that is no multiple of the model's stride.

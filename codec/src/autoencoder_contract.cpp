@@ -207,7 +207,8 @@ struct ProbeResult {
 };
 
 ProbeResult probe(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
-  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}));
+  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}), DType::f32, Device::cpu(), 0,
+          InitialParameters::for_loading);
   ProbeResult result{net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape(), side};
   for (const NodeSpec& node : spec.nodes)
     for (const std::string& output : node.outputs) {

@@ -58,7 +58,8 @@ codec::FactorizedCodingTables build_tables(const TensorFile& file, const CodecGr
   // The tables and the calibration sum Eigen products on the CPU, perhaps
   // before this process has made any Context (which would fix the blocking).
   fix_cpu_gemm_blocking();
-  Net density(graph.density, registry, {{graph.factorized_latent, Shape{1, channels, 1, 1}}}, DType::f64);
+  Net density(graph.density, registry, {{graph.factorized_latent, Shape{1, channels, 1, 1}}}, DType::f64, Device::cpu(),
+              0, InitialParameters::for_loading);
   load_weights(density, file, who);
   const auto* model = dynamic_cast<const layers::FactorizedEntropyModel*>(&density.layer(graph.entropy_node));
   if (!model)
@@ -214,7 +215,7 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
                                           const Registry& registry) {
   analysis_shape_ = {1, 3, stride_, stride_};
   analysis_ = std::make_unique<Net>(graph.analysis, registry, model_input_shapes(graph.analysis, analysis_shape_),
-                                    DType::f32, device_);
+                                    DType::f32, device_, 0, InitialParameters::for_loading);
   load_weights(*analysis_, file, name_);
   Shape latent_shape{1, 0, latent_per_stride_, latent_per_stride_};
   for (const std::string& blob : analysed_) {
@@ -237,9 +238,9 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
     factorized_channels = z[1];
   }
   synthesis_shape_ = latent_shape;
-  synthesis_ =
-      std::make_unique<Net>(graph.synthesis, registry,
-                            model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32, device_);
+  synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
+                                     model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32,
+                                     device_, 0, InitialParameters::for_loading);
   load_weights(*synthesis_, file, name_);
   // Only ever run forward: each holds just what the codec reads, not every activation.
   std::vector<std::string> kept = analysed_;
@@ -262,18 +263,22 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
     computed_tables_ = true;
   }
   if (!has_hyper_latent(kind_)) return;
-  // The float network (f64 weights) is needed only to derive the integer one.
-  const codec::FloatNetwork float_network =
-      ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
-  const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
   IntegerNetworkCalibration calibration;
-  if (has_calibration(file, integer_prefix)) {
-    calibration = load_calibration(file, integer_prefix, float_network, "'" + name_ + "'");
-  } else {
-    calibrate_on_prior(float_network, tables_, calibration);
-    computed_tables_ = true;
+  codec::IntegerNetwork network;
+  {
+    // The float network (f64 weights) is needed only to derive the integer one,
+    // and is freed before the runner lays out its own copy of the weights.
+    codec::FloatNetwork float_network =
+        ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
+    const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
+    if (has_calibration(file, integer_prefix)) {
+      calibration = load_calibration(file, integer_prefix, float_network, "'" + name_ + "'");
+    } else {
+      calibrate_on_prior(float_network, tables_, calibration);
+      computed_tables_ = true;
+    }
+    network = ae::integer_entropy_parameters(std::move(float_network), calibration, "'" + name_ + "'");
   }
-  codec::IntegerNetwork network = ae::integer_entropy_parameters(float_network, calibration, "'" + name_ + "'");
   // The sizes for one hyper-latent position (ShapeError when they do not work out).
   const Shape scales = network.in_channels != factorized_channels ? Shape{} : network.output_shape(1, 1);
   if (scales != Shape{latent_channels_, latent_per_stride_, latent_per_stride_})

@@ -70,7 +70,8 @@ class Translator {
     }
     if (file_) network_.in_channels = input_channels_;
   }
-  codec::FloatNetwork network() const { return network_; }
+  // Moved out, not copied: the weights of a large model's network are hundreds of megabytes.
+  codec::FloatNetwork network() && { return std::move(network_); }
 
  private:
   enum class Kind { activation, accumulator, fixed_point };
@@ -348,12 +349,12 @@ IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::st
   return calibration;
 }
 
-codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
+codec::IntegerNetwork integer_entropy_parameters(codec::FloatNetwork network,
                                                  const IntegerNetworkCalibration& calibration, const std::string& who) {
   try {
-    codec::FloatNetwork with_table = network;
-    with_table.tanh_table = calibration.tanh_table;
-    return codec::quantize_network(with_table, calibration.ranges, calibration.scale_table, calibration.headroom);
+    network.tanh_table = calibration.tanh_table;
+    return codec::quantize_network(std::move(network), calibration.ranges, calibration.scale_table,
+                                   calibration.headroom);
   } catch (const ConfigError& e) {
     throw IoError(who + ": " + e.what());
   }

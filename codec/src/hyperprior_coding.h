@@ -81,8 +81,9 @@ void store_calibration(const IntegerNetworkCalibration& calibration, const std::
 // an increasing positive scale table); IoError starting with `who`.
 IntegerNetworkCalibration load_calibration(const TensorFile& file, const std::string& prefix,
                                            const codec::FloatNetwork& network, const std::string& who);
-// quantize_network of the calibration (IoError starting with `who` when it fails).
-codec::IntegerNetwork integer_entropy_parameters(const codec::FloatNetwork& network,
+// quantize_network of the calibration (IoError starting with `who` when it
+// fails). Takes the network by value: a caller done with it moves it in.
+codec::IntegerNetwork integer_entropy_parameters(codec::FloatNetwork network,
                                                  const IntegerNetworkCalibration& calibration, const std::string& who);
 
 // `count` hyper-latents [C, side, side] drawn from the factorized coding

@@ -9,10 +9,7 @@ namespace {
 
 class CpuBackend final : public IntegerNetworkRunner::Backend {
  public:
-  explicit CpuBackend(const IntegerNetwork& network) : network_(network), weights_(network.nodes.size()) {
-    for (std::size_t n = 0; n < network.nodes.size(); ++n)
-      if (network.nodes[n].op == IntegerOp::convolution) weights_[n] = weight_rows(network.nodes[n].conv);
-  }
+  explicit CpuBackend(const IntegerNetwork& network) : network_(network) {}
 
   void reset(const std::vector<Side>& sides) override {
     sides_ = sides;
@@ -33,7 +30,11 @@ class CpuBackend final : public IntegerNetworkRunner::Backend {
     std::vector<std::int64_t> y;
     switch (node.op) {
       case IntegerOp::convolution:
-        y = cpu_convolution<std::int64_t>(node.conv, weights_[t - 1], input(0),
+        // The f64 weight matrix is made for the pass and freed after it: kept for
+        // every layer, it would double the memory of a large model's network
+        // (hundreds of megabytes), and making it costs one read of the weights,
+        // against the product's one per output position.
+        y = cpu_convolution<std::int64_t>(node.conv, weight_rows(node.conv), input(0),
                                           sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t]);
         break;
       case IntegerOp::rescale:
@@ -97,7 +98,6 @@ class CpuBackend final : public IntegerNetworkRunner::Backend {
 
  private:
   const IntegerNetwork& network_;
-  std::vector<RowMatrix> weights_;  // per node; empty but for convolutions
   std::vector<Side> sides_;
   std::vector<std::vector<std::int64_t>> tensors_;
 };

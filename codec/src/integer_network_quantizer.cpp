@@ -302,7 +302,7 @@ FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::i
   return evaluation.outputs(0);
 }
 
-IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
+IntegerNetwork quantize_network(FloatNetwork network, const ActivationRanges& ranges,
                                 const std::vector<double>& scale_table, double headroom,
                                 std::vector<std::vector<double>>* steps_out) {
   const std::vector<std::int32_t> channels = tensor_channels(network);
@@ -326,7 +326,7 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
   result.decoded = network.decoded;
   std::vector<std::vector<double>> steps{std::vector<double>(static_cast<std::size_t>(network.in_channels), 1.0)};
   std::size_t rescale = 0;
-  for (const FloatNode& f : network.nodes) {
+  for (FloatNode& f : network.nodes) {
     IntegerNode node;
     node.op = f.op;
     node.inputs = f.inputs;
@@ -335,6 +335,7 @@ IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRan
     std::vector<double> out_steps;
     if (f.op == IntegerOp::convolution) {
       node.conv = quantize_conv(f.conv, in_steps, out_steps);
+      std::vector<double>().swap(f.conv.weight);
     } else if (f.op == IntegerOp::rescale) {
       const std::vector<double>& maxima = ranges.maxima[rescale++];
       if (maxima.size() != in_steps.size())

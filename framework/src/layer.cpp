@@ -116,4 +116,11 @@ void Layer::initialize_parameters(DType dtype, Device device, std::mt19937_64& r
   }
 }
 
+void Layer::allocate_parameters(DType dtype, Device device) {
+  for (auto& p : parameters_) {
+    p->value = Tensor(p->shape, dtype, device);
+    p->grad = Tensor();
+  }
+}
+
 }  // namespace plexus

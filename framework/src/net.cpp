@@ -76,8 +76,8 @@ std::string input_shapes_text(const ModelSpec& spec, const std::map<std::string,
 }  // namespace
 
 Net::Net(const ModelSpec& spec, const Registry& registry, const std::map<std::string, Shape>& input_shapes, DType dtype,
-         Device device, std::uint64_t seed)
-    : spec_(spec), dtype_(dtype), device_(device) {
+         Device device, std::uint64_t seed, InitialParameters initial)
+    : spec_(spec), dtype_(dtype), device_(device), has_gradients_(initial == InitialParameters::drawn) {
   if (dtype != DType::f32 && dtype != DType::f64)
     throw ConfigError(spec_.source + ": model '" + spec_.name + "': a net computes in f32 or f64, not " +
                       dtype_name(dtype));
@@ -91,6 +91,10 @@ Net::Net(const ModelSpec& spec, const Registry& registry, const std::map<std::st
   build_order();
   warn_about_unread_outputs();
   infer_shapes(input_shapes, /*first_time=*/true);
+  if (initial == InitialParameters::for_loading) {
+    for (auto& node : nodes_) node->layer->allocate_parameters(dtype_, device_);
+    return;
+  }
   // Parameters are drawn in spec order from one generator: equal seeds, equal nets.
   std::mt19937_64 rng(seed);
   std::map<std::string, Node*> by_name;
@@ -477,6 +481,8 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   // get here, and their memory is the activations alone.
   if (inference_only_)
     throw ConfigError(spec_.source + ": backward() on an inference-only net, which keeps no activations");
+  if (!has_gradients_)
+    throw ConfigError(spec_.source + ": backward() on a net built to load weights into, which has no gradients");
   if (grads_.empty()) allocate_grads();
   std::set<std::string> has_grad;
   for (const auto& entry : loss_weights) {
@@ -576,6 +582,7 @@ void Net::allocate_grads() {
 }
 
 void Net::zero_grad() {
+  if (!has_gradients_) return;
   std::vector<Tensor*> grads;
   for (auto& node : nodes_)
     for (Parameter* p : node->layer->parameters()) grads.push_back(&p->grad);

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -55,6 +58,31 @@ inline data::Image position_image(int width, int height) {
 inline void save_png(const std::string& path, const data::Image& image) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   data::write_png(path, image);
+}
+
+// An ICC profile of `colour_space` ("RGB " or "GRAY", 4 characters) as
+// libpng checks one (ICC.1:2010 section 7.2): a 128-byte header (its size,
+// class "mntr", the space, PCS "XYZ ", "acsp", the D50 illuminant), then a
+// tag table of one private tag "plxs" holding `payload_bytes` bytes that
+// depend on `seed`, so that a test sees whether every byte survived.
+inline std::vector<std::uint8_t> icc_profile(const char* colour_space, std::size_t payload_bytes, unsigned seed) {
+  const std::size_t size = 128 + 4 + 12 + payload_bytes;
+  std::vector<std::uint8_t> p(size, 0);
+  auto put32 = [&](std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[at + i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+  };
+  auto put4 = [&](std::size_t at, const char* text) { std::memcpy(&p[at], text, 4); };
+  put32(0, static_cast<std::uint32_t>(size));
+  p[8] = 2, p[9] = 0x10;  // version 2.1
+  put4(12, "mntr");
+  put4(16, colour_space);
+  put4(20, "XYZ ");
+  put4(36, "acsp");
+  put32(68, 0x0000F6D6), put32(72, 0x00010000), put32(76, 0x0000D32D);  // D50 in s15Fixed16
+  put32(128, 1);                                                        // one tag
+  put4(132, "plxs"), put32(136, 144), put32(140, static_cast<std::uint32_t>(payload_bytes));
+  for (std::size_t i = 0; i < payload_bytes; ++i) p[144 + i] = static_cast<std::uint8_t>((i * 131 + seed * 7) >> 1);
+  return p;
 }
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {

@@ -87,8 +87,9 @@ std::string orientation_payload(int orientation, bool big_endian = false) {
 }
 
 // The JPEG of stored_image() at quality 95 without chroma subsampling, with
-// an APP1 segment holding `app1` when it is not empty.
-std::string jpeg_with_app1(const std::string& app1) {
+// an APP1 segment holding `app1` when it is not empty, and `icc` as APP2
+// ICC_PROFILE segments when it is not empty.
+std::string jpeg_with_app1(const std::string& app1, const std::vector<std::uint8_t>& icc = {}) {
   jpeg_compress_struct info{};
   jpeg_error_mgr error{};
   info.err = jpeg_std_error(&error);
@@ -107,6 +108,7 @@ std::string jpeg_with_app1(const std::string& app1) {
   if (!app1.empty())
     jpeg_write_marker(&info, JPEG_APP0 + 1, reinterpret_cast<const JOCTET*>(app1.data()),
                       static_cast<unsigned>(app1.size()));
+  if (!icc.empty()) jpeg_write_icc_profile(&info, icc.data(), static_cast<unsigned>(icc.size()));
   Image image = stored_image();
   while (info.next_scanline < info.image_height) {
     JSAMPROW row = &image.pixels[static_cast<std::size_t>(info.next_scanline) * kWidth * 3];
@@ -192,6 +194,18 @@ TEST(ExifOrientation, FilesAndHeadersReportTheUprightSize) {
     EXPECT_EQ(size.height, turned ? kWidth : kHeight) << orientation;
     expect_shown_as(data::read_image(path), orientation, path);
   }
+}
+
+// A profile over 65,519 bytes takes several APP2 segments; turning the image
+// upright keeps it.
+TEST(ExifOrientation, AnIccProfileInSeveralSegmentsSurvivesTurningUpright) {
+  const std::vector<std::uint8_t> icc = testing::icc_profile("RGB ", 150000, 3);
+  for (int orientation : {1, 6}) {
+    const Image image = decode(jpeg_with_app1(orientation_payload(orientation), icc));
+    expect_shown_as(image, orientation, "with an ICC profile");
+    EXPECT_EQ(image.icc_profile, icc) << "orientation " << orientation;
+  }
+  EXPECT_TRUE(decode(jpeg_with_app1("")).icc_profile.empty());
 }
 
 TEST(ExifOrientation, NoExifOrAnotherApp1SegmentLeavesTheImageAsStored) {

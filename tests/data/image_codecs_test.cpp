@@ -242,6 +242,25 @@ TEST(ImageCodecs, ImageFolderSkipsImagesOverTheLimitNamingTheHint) {
       << log.text();
 }
 
+TEST(ImageCodecs, AnIccProfileSurvivesWritingAndReadingAPng) {
+  ScratchFolder folder("icc-png");
+  Image image = testing::position_image(kWidth, kHeight);
+  image.icc_profile = testing::icc_profile("RGB ", 3000, 1);
+  data::write_png(folder / "tagged.png", image);
+  Image back = data::read_image(folder / "tagged.png");
+  EXPECT_EQ(back.icc_profile, image.icc_profile);
+  EXPECT_EQ(back.pixels, image.pixels);
+  // A grey PNG carries a grey profile; an RGB profile does not describe it and is left out.
+  Image grey = image;
+  grey.icc_profile = testing::icc_profile("GRAY", 40, 2);
+  data::write_png(folder / "grey.png", grey, data::PngColour::grey);
+  EXPECT_EQ(data::read_image(folder / "grey.png").icc_profile, grey.icc_profile);
+  data::write_png(folder / "mismatch.png", image, data::PngColour::grey);
+  EXPECT_TRUE(data::read_image(folder / "mismatch.png").icc_profile.empty());
+  // An untagged PNG reads with no profile.
+  EXPECT_TRUE(decode("rgb.png").icc_profile.empty());
+}
+
 TEST(ImageCodecs, WritePngReportsTheSystemsReasonAndLeavesNoFile) {
   ScratchFolder folder("unwritable");
   testing::write_bytes(folder / "file", "x");

@@ -187,6 +187,23 @@ TEST(Net, SeededInitialisationIsReproducible) {
   EXPECT_NE(weights(7), weights(8));
 }
 
+TEST(Net, ANetForLoadingHasZeroParametersAndNoGradients) {
+  ModelSpec spec;
+  spec.add_input("x").add_node({"s", "TestScale", {"x"}, {"y"}, {{"initial", 5.0}}});
+  Net net(spec, test::test_registry(), {{"x", {3}}}, DType::f64, Device::cpu(), 0, InitialParameters::for_loading);
+  Parameter& a = net.layer("s").parameter("a");
+  EXPECT_EQ(a.value.to_values(), std::vector<double>{0.0});  // not drawn from its initializer (5)
+  EXPECT_FALSE(a.grad.defined());
+  // Weights copied in run forward; backward is refused with a reason, not a crash.
+  a.value.copy_from(Tensor::from_values({3.0}, {1}, DType::f64));
+  Context ctx;
+  net.input("x").copy_from(Tensor::from_values({1.0, -2.0, 4.0}, {3}, DType::f64));
+  net.forward(ctx);
+  EXPECT_EQ(net.blob("y").to_values(), (std::vector<double>{3.0, -6.0, 12.0}));
+  net.zero_grad();
+  expect_error<ConfigError>([&] { net.backward(ctx, {{"y", 1.0}}); }, {"no gradients"});
+}
+
 TEST(Net, AskingForAMissingGpuIsAClearError) {
   // One device past those visible: fails the same way with or without a GPU.
   int missing = cuda_available() ? 64 : 0;

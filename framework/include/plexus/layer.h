@@ -83,6 +83,9 @@ class Layer {
   // Allocates every parameter (value and zero grad) and fills it with its
   // initializer drawn from `rng`.
   void initialize_parameters(DType dtype, Device device, std::mt19937_64& rng);
+  // Allocates every parameter as zeros, without a gradient, for weights
+  // copied in next (InitialParameters::for_loading, plexus/net.h).
+  void allocate_parameters(DType dtype, Device device);
 
   // Whether a CUDA implementation exists; a layer that has none fails with
   // "layer 'x' (T) has no CUDA kernel" when asked to run on a GPU.

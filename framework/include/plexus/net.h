@@ -33,12 +33,21 @@ class NodeObserver {
   virtual void after(const std::string& node, const std::string& type, bool backward) = 0;
 };
 
+// What a new Net's parameters start as. drawn: values from their initializers,
+// seeded, with zero gradients. for_loading: zeros and no gradients, for a net
+// whose weights are copied in next and that only runs forward (a codec's
+// transforms): drawing millions of values only to overwrite them takes
+// seconds, and the gradients would double the memory. backward() on such a
+// net throws.
+enum class InitialParameters { drawn, for_loading };
+
 class Net {
  public:
   // `input_shapes` gives the shape of every spec input. Parameters are
   // initialised from `seed`, so equal seeds give equal nets.
   Net(const ModelSpec& spec, const Registry& registry, const std::map<std::string, Shape>& input_shapes,
-      DType dtype = DType::f32, Device device = Device::cpu(), std::uint64_t seed = 0);
+      DType dtype = DType::f32, Device device = Device::cpu(), std::uint64_t seed = 0,
+      InitialParameters initial = InitialParameters::drawn);
   ~Net();
 
   // New input shapes (e.g. another image size); parameters are kept.
@@ -191,6 +200,7 @@ class Net {
   std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
   std::map<std::string, std::size_t> producer_;  // blob -> position in nodes_ of the node writing it (not model inputs)
   bool inference_only_ = false;
+  bool has_gradients_ = true;  // false for InitialParameters::for_loading
   DType activation_storage_ = DType::f32;
   std::set<std::string> bf16_blobs_;
   bool activation_fusion_ = false;

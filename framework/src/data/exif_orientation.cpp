@@ -78,6 +78,7 @@ Image apply_orientation(const Image& stored, int orientation) {
   const int w = stored.width, h = stored.height;
   const bool swap = orientation_swaps_sides(orientation);
   Image upright(swap ? h : w, swap ? w : h);
+  upright.icc_profile = stored.icc_profile;
   for (int y = 0; y < upright.height; ++y)
     for (int x = 0; x < upright.width; ++x) {
       int sy = y, sx = x;

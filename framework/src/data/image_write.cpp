@@ -5,6 +5,7 @@
 #include <csetjmp>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "plexus/atomic_file.h"
@@ -41,6 +42,14 @@ void grey_row(const std::uint8_t* rgb, int width, std::vector<std::uint8_t>& row
         static_cast<std::uint8_t>((rgb[3 * x] + rgb[3 * x + 1] + rgb[3 * x + 2] + 1) / 3);
 }
 
+// Whether `profile` is an ICC profile of the PNG's colour space, bytes 16-19
+// of its header: "RGB " for an RGB PNG, "GRAY" for a grey one (libpng refuses
+// any other; a profile of another space is not written).
+bool profile_fits(const std::vector<std::uint8_t>& profile, bool grey) {
+  if (profile.size() < 132 || profile.size() > 0xFFFFFFFFu) return false;
+  return std::memcmp(&profile[16], grey ? "GRAY" : "RGB ", 4) == 0;
+}
+
 bool encode(Encoding& e, AtomicFile& file, const Image& image, PngColour colour, std::vector<std::uint8_t>& row) {
   if (setjmp(png_jmpbuf(e.png))) return false;
   const bool grey = colour == PngColour::grey;
@@ -48,6 +57,9 @@ bool encode(Encoding& e, AtomicFile& file, const Image& image, PngColour colour,
   png_set_IHDR(e.png, e.info, static_cast<png_uint_32>(image.width), static_cast<png_uint_32>(image.height), 8,
                grey ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                PNG_FILTER_TYPE_DEFAULT);
+  if (profile_fits(image.icc_profile, grey))
+    png_set_iCCP(e.png, e.info, "ICC profile", PNG_COMPRESSION_TYPE_BASE, image.icc_profile.data(),
+                 static_cast<png_uint_32>(image.icc_profile.size()));
   png_write_info(e.png, e.info);
   for (int y = 0; y < image.height; ++y) {
     const std::uint8_t* rgb = &image.pixels[static_cast<std::size_t>(y) * image.width * 3];

@@ -5,6 +5,7 @@
 // fill the damaged part with grey and train on it. The EXIF orientation
 // (a phone's rotation) is applied, so the image comes out upright.
 #include <cstdio>
+#include <cstdlib>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 
@@ -94,6 +95,7 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
   if (source.file) jpeg_stdio_src(&d.info, source.file);
   else jpeg_mem_src(&d.info, const_cast<unsigned char*>(source.bytes), static_cast<unsigned long>(source.size));
   jpeg_save_markers(&d.info, JPEG_APP0 + 1, 0xFFFF);
+  jpeg_save_markers(&d.info, JPEG_APP0 + 2, 0xFFFF);  // ICC_PROFILE segments
   jpeg_read_header(&d.info, TRUE);
   d.limit_problem = pixel_limit_problem(d.info.image_width, d.info.image_height, max_pixels);
   if (!d.limit_problem.empty()) return false;
@@ -116,6 +118,13 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
     return false;
   }
   *image = Image(static_cast<int>(d.info.output_width), static_cast<int>(d.info.output_height));
+  JOCTET* profile = nullptr;
+  unsigned int profile_size = 0;
+  if (jpeg_read_icc_profile(&d.info, &profile, &profile_size)) {
+    // A CMYK profile does not describe the RGB this decodes to (the conversion is reported).
+    if (!cmyk) image->icc_profile.assign(profile, profile + profile_size);
+    std::free(profile);
+  }
   if (cmyk) d.row.resize(static_cast<std::size_t>(d.info.output_width) * 4);
   while (d.info.output_scanline < d.info.output_height) {
     unsigned char* out = &image->pixels[static_cast<std::size_t>(d.info.output_scanline) * d.info.output_width * 3];

@@ -75,6 +75,13 @@ bool decode(Decoding& d, const Source& source, std::int64_t max_pixels, ImageSiz
     png_error(d.png, "unexpected pixel layout after conversion to 8-bit RGB");
   conversions.alpha_dropped = channels == 4;  // an alpha channel, or transparency (tRNS) expanded to one
   *image = Image(size.width, size.height);
+  // libpng has checked the profile's header against the image (an RGB or a grey profile).
+  png_charp profile_name = nullptr;
+  png_bytep profile = nullptr;
+  png_uint_32 profile_size = 0;
+  int compression = 0;
+  if (png_get_iCCP(d.png, d.info, &profile_name, &compression, &profile, &profile_size) == PNG_INFO_iCCP)
+    image->icc_profile.assign(profile, profile + profile_size);
   d.row.resize(static_cast<std::size_t>(width) * channels);
   // Interlaced images are read once per pass; each pass updates the row in place.
   for (int pass = 0; pass < passes; ++pass) {

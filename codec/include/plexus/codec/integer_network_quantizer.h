@@ -114,8 +114,11 @@ FloatOutputs float_forward(const FloatNetwork& network, const std::vector<std::i
 // Throws ConfigError when the nodes do not fit together, ranges do not fit
 // them, a value is not finite, or the scale table is not positive and
 // increasing. `steps`, when given, receives every tensor's per-channel step
-// (the scales' u: an output value times it is the float network's).
-IntegerNetwork quantize_network(const FloatNetwork& network, const ActivationRanges& ranges,
+// (the scales' u: an output value times it is the float network's). Takes
+// the network by value and frees each convolution's f64 weights once they
+// are quantised, so a caller that moves its network in never holds both
+// forms of a large model's weights at once.
+IntegerNetwork quantize_network(FloatNetwork network, const ActivationRanges& ranges,
                                 const std::vector<double>& scale_table, double headroom = kDefaultActivationHeadroom,
                                 std::vector<std::vector<double>>* steps = nullptr);
 

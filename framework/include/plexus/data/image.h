@@ -14,6 +14,10 @@ struct Image {
   int width = 0;
   int height = 0;
   std::vector<std::uint8_t> pixels;
+  // The ICC colour profile the file embeds (a PNG's iCCP chunk, a JPEG's
+  // APP2 ICC_PROFILE segments), uncompressed; empty when it has none, and
+  // the pixels are then taken to be sRGB. write_png writes it back.
+  std::vector<std::uint8_t> icc_profile;
 
   Image() = default;
   Image(int width, int height);  // black
@@ -76,7 +80,7 @@ bool read_image_size(const std::string& path, ImageSize& size, std::string& reas
 std::string pixel_limit_problem(std::int64_t width, std::int64_t height, std::int64_t max_pixels);
 // Writes a PNG (libpng) atomically (see plexus/atomic_file.h): RGB, or grey
 // (one channel, round((R + G + B) / 3), for an image that was grey before it
-// was expanded to RGB). Throws IoError naming the file and the system's
+// was expanded to RGB), with the image's ICC profile as an iCCP chunk. Throws IoError naming the file and the system's
 // reason when it cannot be written.
 enum class PngColour { rgb, grey };
 void write_png(const std::string& path, const Image& image, PngColour colour = PngColour::rgb);
