@@ -122,13 +122,12 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
   } else if (result.type == "gaussian") {
     check_keys(codec, {"type", "conditional", "distribution", "quantizer", "components"}, source, where);
     result.conditional = string_key(codec, "conditional", source, where);
-    result.distribution = codec.value("distribution", nlohmann::json("")).is_string()
-                              ? codec.value("distribution", std::string())
-                              : std::string("?");
+    const nlohmann::json distribution = codec.value("distribution", nlohmann::json());
+    result.distribution = distribution.is_string() ? distribution.get<std::string>() : std::string();
     if (result.distribution != "scale" && result.distribution != "mean_scale" && result.distribution != "mixture")
       malformed(source, where + "/distribution",
                 "must be \"scale\", \"mean_scale\" or \"mixture\", got " +
-                    (codec.contains("distribution") ? codec["distribution"].dump() : std::string("nothing")));
+                    (distribution.is_null() ? std::string("nothing") : distribution.dump()));
     if (result.distribution == "mean_scale") result.quantizer = string_key(codec, "quantizer", source, where);
     if (codec.contains("quantizer") && result.distribution != "mean_scale")
       malformed(source, where + "/quantizer", "applies only to a \"mean_scale\" distribution");

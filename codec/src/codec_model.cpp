@@ -447,7 +447,7 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
   // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
   const bool sectioned = format_version_ == kSectionedVersion;
-  const std::size_t streams = (hyperprior ? 1 : 0) + (hyperprior ? group_channels_.size() : 1);
+  const std::size_t streams = hyperprior ? 1 + group_channels_.size() : 1;
   std::vector<codec::RansEncoder> encoders(sectioned ? streams : 1);
   auto encoder = [&](std::size_t stream) -> codec::RansEncoder& { return encoders[sectioned ? stream : 0]; };
   // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
@@ -464,10 +464,13 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     // group by group (a group's values are contiguous: its channels, whole planes).
     const std::size_t latent_plane =
         static_cast<std::size_t>(latents.header.latent_height) * latents.header.latent_width;
-    std::size_t n = 0;
-    for (std::size_t k = 0; k < group_channels_.size(); ++k)
-      for (const std::size_t end = n + group_channels_[k] * latent_plane; n < end; ++n)
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < group_channels_.size(); ++k) {
+      const std::size_t last = first + group_channels_[k] * latent_plane;
+      for (std::size_t n = first; n < last; ++n)
         encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
+      first = last;
+    }
   }
   if (!sectioned) return write_bitstream(latents.header, encoders[0].finish());
   std::vector<CodedStream> coded;

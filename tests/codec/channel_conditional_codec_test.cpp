@@ -289,6 +289,12 @@ TEST(ChannelConditionalCodecSpec, ADeclaredSectionIsCheckedAgainstTheGraphNaming
       {[](nlohmann::json& c) { c["z"] = c["y"]; },
        "/codec/z is a 'channel_groups' latent codec; a hyperprior's hyper-latent is coded 'factorized'"},
       {[](nlohmann::json& c) { c["y"].erase("decoded"); }, "its codec section at /codec/y needs \"decoded\""},
+      {[](nlohmann::json& c) {
+         c["y"] = {{"type", "gaussian"}, {"conditional", "gaussian_conditional"}};
+       },
+       "its codec section at /codec/y/distribution must be \"scale\", \"mean_scale\" or \"mixture\", got "
+       "nothing"},
+      {[](nlohmann::json& c) { c["y"]["type"] = 4; }, "its codec section at /codec/y needs a \"type\""},
   };
   for (const auto& [change, expected] : cases) {
     const ModelSpec spec = with_section(change);
