@@ -21,6 +21,7 @@
 #include "plexus/atomic_file.h"
 #include "plexus/checkpoint.h"
 #include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec/bitstream.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/data/image_folder.h"
 #include "quality_catalog.h"
@@ -55,8 +56,9 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// What the first 24 bytes of a .pxae file say (docs/bitstream.md; the same
-// in every version): the model's fingerprint and the image size.
+// What the first 32 bytes of a .pxae file say (docs/bitstream.md): the
+// model's fingerprint (bytes 8..15 in every version) and the image size
+// (bytes 16..23 in versions 1 to 4, 24..31 in version 5).
 struct FileHead {
   std::uint64_t fingerprint = 0;
   std::uint32_t width = 0, height = 0;
@@ -66,7 +68,7 @@ struct FileHead {
 // stays 0 when the file ends before it).
 bool peek_head(const std::string& path, FileHead* head) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char bytes[24] = {};
+  unsigned char bytes[32] = {};
   in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
   if (in.gcount() < 16) return false;
   if (bytes[0] != 'P' || bytes[1] != 'X' || bytes[2] != 'A' || bytes[3] != 'E') return false;
@@ -76,8 +78,9 @@ bool peek_head(const std::string& path, FileHead* head) {
     return value;
   };
   head->fingerprint = little_endian(8, 8);
-  head->width = static_cast<std::uint32_t>(little_endian(16, 4));
-  head->height = static_cast<std::uint32_t>(little_endian(20, 4));
+  const int size_at = little_endian(4, 2) >= kSectionedVersion ? 24 : 16;
+  head->width = static_cast<std::uint32_t>(little_endian(size_at, 4));
+  head->height = static_cast<std::uint32_t>(little_endian(size_at + 4, 4));
   return true;
 }
 

@@ -89,6 +89,124 @@ std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const s
   return out;
 }
 
+std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& header,
+                                                    const std::vector<CodedStream>& streams) {
+  std::vector<std::uint8_t> out(kMagic, kMagic + 4);
+  put(out, kSectionedVersion, 2);
+  put(out, (header.grey ? kFlagGrey : 0) | (header.variable_rate ? kFlagRateLevel : 0), 2);
+  put(out, header.fingerprint, 8);
+  put(out, header.codec_fingerprint, 8);
+  put(out, header.width, 4);
+  put(out, header.height, 4);
+  put(out, header.variable_rate ? header.rate_level : 0, 4);
+  put(out, streams.size(), 2);
+  for (const CodedStream& stream : streams) {
+    put(out, kSectionCodedStream, 2);
+    put(out, kSectionRequired, 2);
+    put(out, kStreamSectionHeaderBytes + stream.bytes.size(), 4);
+    put(out, stream.channels, 4);
+    put(out, stream.height, 4);
+    put(out, stream.width, 4);
+    out.insert(out.end(), stream.bytes.begin(), stream.bytes.end());
+  }
+  put(out, plexus::crc32(out.data(), out.size()), 4);
+  return out;
+}
+
+namespace {
+
+void check_checksum(const std::uint8_t* bytes, std::size_t size) {
+  const std::uint32_t stored_crc = static_cast<std::uint32_t>(get(bytes + size - 4, 4));
+  const std::uint32_t actual_crc = plexus::crc32(bytes, size - 4);
+  if (stored_crc != actual_crc)
+    throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
+                  ", stored " + fingerprint_text(stored_crc).substr(8) + ")");
+}
+
+void check_flags(std::uint64_t flags) {
+  if ((flags & ~std::uint64_t(kFlagGrey | kFlagRateLevel)) != 0)
+    throw IoError("unknown flags " + std::to_string(flags) +
+                  " (this plexus-ae knows only bit 0, a grey image, and bit 1, a rate level)");
+}
+
+// Version 5: the header, then the sections, walked within [bytes, bytes + size).
+Bitstream read_sectioned(const std::uint8_t* bytes, std::size_t size) {
+  constexpr std::size_t overhead = kSectionedHeaderBytes + 4;
+  if (size < overhead)
+    throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(overhead) +
+                  "-byte header and checksum of format version " + std::to_string(kSectionedVersion));
+  const std::size_t count = static_cast<std::size_t>(get(bytes + 36, 2));
+  if (count < 1 || count > kMaxSections)
+    throw IoError("the header announces " + std::to_string(count) + " sections (1 to " + std::to_string(kMaxSections) +
+                  " are allowed)");
+  std::uint64_t end = kSectionedHeaderBytes;
+  std::vector<std::uint64_t> starts;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (end + kSectionHeaderBytes + 4 > size)
+      throw IoError("truncated: section " + std::to_string(k) + " of " + std::to_string(count) +
+                    " would start at byte " + std::to_string(end) + ", but the file has " + std::to_string(size) +
+                    " bytes with its checksum");
+    starts.push_back(end);
+    end += kSectionHeaderBytes + get(bytes + end + 4, 4);
+  }
+  const std::uint64_t expected_size = end + 4;
+  if (size < expected_size)
+    throw IoError("truncated: the sections announce " + std::to_string(expected_size) +
+                  " bytes in all, but the file has " + std::to_string(size));
+  if (size > expected_size)
+    throw IoError("extended: " + std::to_string(size - expected_size) +
+                  " unexpected byte(s) after the checksum (the sections announce " + std::to_string(expected_size) +
+                  " bytes in all)");
+  check_checksum(bytes, size);
+  const auto flags = get(bytes + 6, 2);
+  check_flags(flags);
+  Bitstream result;
+  BitstreamHeader& h = result.header;
+  h.version = kSectionedVersion;
+  h.grey = (flags & kFlagGrey) != 0;
+  h.variable_rate = (flags & kFlagRateLevel) != 0;
+  h.fingerprint = get(bytes + 8, 8);
+  h.codec_fingerprint = get(bytes + 16, 8);
+  h.width = static_cast<std::uint32_t>(get(bytes + 24, 4));
+  h.height = static_cast<std::uint32_t>(get(bytes + 28, 4));
+  h.rate_level = static_cast<std::uint32_t>(get(bytes + 32, 4));
+  if (!h.variable_rate && h.rate_level != 0)
+    throw IoError("a rate level of " + std::to_string(h.rate_level) + " without flag bit 1 (the field must be 0)");
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::uint8_t* at = bytes + starts[k];
+    const auto type = static_cast<std::uint16_t>(get(at, 2));
+    const auto section_flags = static_cast<std::uint16_t>(get(at + 2, 2));
+    const std::size_t length = static_cast<std::size_t>(get(at + 4, 4));
+    const std::string which = "section " + std::to_string(k) + " (type " + std::to_string(type) + ")";
+    if ((section_flags & ~kSectionRequired) != 0)
+      throw IoError(which + " has unknown section flags " + std::to_string(section_flags) +
+                    " (this plexus-ae knows only bit 0, required)");
+    if (type != kSectionCodedStream) {
+      if (section_flags & kSectionRequired)
+        throw IoError(which + " is marked required, but this plexus-ae does not know its type (a newer plexus-ae "
+                              "wrote it)");
+      ++result.skipped_sections;
+      continue;
+    }
+    if (!(section_flags & kSectionRequired))
+      throw IoError(which + ", a coded stream, is not marked required (every coded stream is)");
+    if (length < kStreamSectionHeaderBytes)
+      throw IoError(which + ", a coded stream, has " + std::to_string(length) + " bytes, fewer than its " +
+                    std::to_string(kStreamSectionHeaderBytes) + "-byte shape");
+    StreamView stream;
+    stream.channels = static_cast<std::uint32_t>(get(at + 8, 4));
+    stream.height = static_cast<std::uint32_t>(get(at + 12, 4));
+    stream.width = static_cast<std::uint32_t>(get(at + 16, 4));
+    stream.data = at + kSectionHeaderBytes + kStreamSectionHeaderBytes;
+    stream.size = length - kStreamSectionHeaderBytes;
+    result.streams.push_back(stream);
+  }
+  if (result.streams.empty()) throw IoError("no coded stream among its " + std::to_string(count) + " sections");
+  return result;
+}
+
+}  // namespace
+
 Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
   if (size < 6 || get(bytes, 4) != get(reinterpret_cast<const std::uint8_t*>(kMagic), 4))
     throw IoError("not a plexus-ae compressed image (it does not start with \"PXAE\")");
@@ -97,6 +215,7 @@ Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
     throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only versions 1 to " +
                   std::to_string(kBitstreamVersion) +
                   (version > kBitstreamVersion ? " (a newer plexus-ae wrote it)" : ""));
+  if (version == kSectionedVersion) return read_sectioned(bytes, size);
   const auto flags = size >= 8 ? get(bytes + 6, 2) : 0;
   const bool variable_rate = (flags & kFlagRateLevel) != 0;
   const std::size_t header_bytes =
@@ -114,17 +233,12 @@ Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
     throw IoError("extended: " + std::to_string(size - expected_size) +
                   " unexpected byte(s) after the checksum (the header announces " + std::to_string(expected_size) +
                   " bytes in all)");
-  const std::uint32_t stored_crc = static_cast<std::uint32_t>(get(bytes + size - 4, 4));
-  const std::uint32_t actual_crc = plexus::crc32(bytes, size - 4);
-  if (stored_crc != actual_crc)
-    throw IoError("checksum mismatch: the file is corrupt (CRC-32 " + fingerprint_text(actual_crc).substr(8) +
-                  ", stored " + fingerprint_text(stored_crc).substr(8) + ")");
-  if ((flags & ~std::uint64_t(kFlagGrey | kFlagRateLevel)) != 0)
-    throw IoError("unknown flags " + std::to_string(flags) +
-                  " (this plexus-ae knows only bit 0, a grey image, and bit 1, a rate level)");
+  check_checksum(bytes, size);
+  check_flags(flags);
 
   Bitstream result;
   BitstreamHeader& h = result.header;
+  h.version = version;
   h.grey = (flags & kFlagGrey) != 0;
   h.variable_rate = variable_rate;
   if (variable_rate) h.rate_level = static_cast<std::uint32_t>(get(bytes + header_bytes - 8, 4));
@@ -146,15 +260,24 @@ Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
   h.channels = static_cast<std::uint32_t>(get(bytes + 24, 4));
   h.latent_height = static_cast<std::uint32_t>(get(bytes + 28, 4));
   h.latent_width = static_cast<std::uint32_t>(get(bytes + 32, 4));
-  result.stream = bytes + header_bytes;
-  result.stream_size = static_cast<std::size_t>(stream_size);
+  StreamView stream;
+  stream.data = bytes + header_bytes;
+  stream.size = static_cast<std::size_t>(stream_size);
+  result.streams.push_back(stream);
   return result;
 }
 
 Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected) {
   Bitstream result = read_bitstream(bytes, size);
-  const BitstreamHeader& h = result.header;
+  BitstreamHeader& h = result.header;
   const bool variable_rate = h.variable_rate;
+  const bool sectioned = h.version >= kSectionedVersion;
+  if (sectioned && h.codec_fingerprint != expected.codec_fingerprint)
+    throw IoError("it was coded with the codec section of fingerprint " + fingerprint_text(h.codec_fingerprint) +
+                  ", but '" + expected.model + "' codes with " + fingerprint_text(expected.codec_fingerprint) +
+                  " (a different tree of latent codecs); decompress it with --model set to the model that "
+                  "compressed it");
+  if (sectioned) h.kind = expected.kind;
   if (h.kind != expected.kind)
     throw IoError(std::string("a ") + model_kind_name(h.kind) + " file (format version " +
                   std::to_string(format_version(h.kind)) + "), but '" + expected.model + "' is a " +
@@ -184,6 +307,34 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   const std::uint32_t latent_height = strides_high * expected.latent_per_stride;
   const std::uint32_t latent_width = strides_wide * expected.latent_per_stride;
   const std::string image = std::to_string(h.width) + "x" + std::to_string(h.height) + " image";
+  if (sectioned) {
+    // The streams in coding order: the hyper-latent's, then the latent's (one per channel group).
+    std::vector<StreamView> expected_streams;
+    if (has_hyper_latent(h.kind)) expected_streams.push_back({expected.hyper_channels, strides_high, strides_wide});
+    const std::vector<std::uint32_t> groups =
+        expected.group_channels.empty() ? std::vector<std::uint32_t>{expected.channels} : expected.group_channels;
+    for (std::uint32_t channels : groups) expected_streams.push_back({channels, latent_height, latent_width});
+    if (result.streams.size() != expected_streams.size())
+      throw IoError(std::to_string(result.streams.size()) + " coded stream(s), but '" + expected.model + "' codes " +
+                    std::to_string(expected_streams.size()));
+    for (std::size_t k = 0; k < expected_streams.size(); ++k) {
+      const StreamView& got = result.streams[k];
+      const StreamView& want = expected_streams[k];
+      if (got.channels != want.channels || got.height != want.height || got.width != want.width)
+        throw IoError("coded stream " + std::to_string(k) + " has shape " +
+                      shape_text(got.channels, got.height, got.width) + ", which does not fit a " + image +
+                      " under this model, which needs " + shape_text(want.channels, want.height, want.width));
+    }
+    h.channels = expected.channels;
+    h.latent_height = latent_height;
+    h.latent_width = latent_width;
+    if (has_hyper_latent(h.kind)) {
+      h.hyper_channels = expected.hyper_channels;
+      h.hyper_height = strides_high;
+      h.hyper_width = strides_wide;
+    }
+    return result;
+  }
   if (h.channels != expected.channels || h.latent_height != latent_height || h.latent_width != latent_width)
     throw IoError("latent shape " + shape_text(h.channels, h.latent_height, h.latent_width) + " does not fit a " +
                   image + " under this model, which needs " +

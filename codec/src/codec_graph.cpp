@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "plexus/checksum.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/net.h"
 
@@ -74,64 +75,106 @@ int latest_slice(const std::map<std::string, const NodeSpec*>& producer, const s
   return seen[blob] = latest;
 }
 
-// The channel-conditional structure (see split_for_coding), with `joined`
-// the Concat giving the GaussianConditional's latent.
-void split_channel_conditional(const ModelSpec& spec, const NodeSpec& gaussian, const NodeSpec& joined,
-                               CodecGraph& graph) {
-  const auto producer = producers(spec);
-  auto refuse = [&](const std::string& reason) {
-    throw NotCodable(spec.source, "its latent '" + graph.latent + "' joins " + std::to_string(joined.inputs.size()) +
-                                      " slices (a channel-conditional model), and " + reason);
-  };
-  const std::size_t slices = joined.inputs.size();
-  std::vector<std::string> means;
-  for (std::size_t k = 0; k < slices; ++k) {
-    const NodeSpec* q = producer_of(producer, joined.inputs[k]);
-    if (!q || q->type != kMeanQuantizerType || q->inputs.size() != 2 || q->outputs.size() != 2 ||
-        q->outputs[0] != joined.inputs[k])
-      refuse("slice " + std::to_string(k) + " ('" + joined.inputs[k] + "') must be the first output of a " +
-             kMeanQuantizerType + " node reading [y, means] whose second output, the rounded slice, the decoder reads");
-    graph.analysed.push_back(q->inputs[0]);
-    means.push_back(q->inputs[1]);
-    graph.parameter_blobs.rounded.push_back(q->outputs[1]);
-  }
-  const NodeSpec* means_join = producer_of(producer, gaussian.inputs[2]);
-  if (!means_join || means_join->type != "Concat" || means_join->inputs != means)
-    refuse("the means '" + gaussian.inputs[2] + "' must be a Concat of the slices' means, in slice order");
-  const NodeSpec* scales_join = producer_of(producer, gaussian.inputs[1]);
-  if (!scales_join || scales_join->type != "Concat" || scales_join->inputs.size() != slices)
-    refuse("the scales '" + gaussian.inputs[1] + "' must be a Concat of " + std::to_string(slices) +
-           " blobs, slice by slice");
-  std::map<std::string, int> seen;
-  for (std::size_t k = 0; k < slices; ++k)
-    for (const std::string& blob : {scales_join->inputs[k], means[k]}) {
-      const int latest = latest_slice(producer, graph.parameter_blobs.rounded, blob, seen);
-      if (latest >= static_cast<int>(k))
-        refuse("slice " + std::to_string(k) + "'s '" + blob + "' reads slice " + std::to_string(latest) +
-               ", which the decoder has not decoded yet (slice k's scales and means may read only slices before k)");
-    }
-  // The decoded latent: a Concat of, slice by slice, the rounded slice or an Add of it and another value.
-  for (const NodeSpec& node : spec.nodes) {
-    if (node.type != "Concat" || node.inputs.size() != slices || node.outputs.size() != 1) continue;
-    bool decoded = true;
-    for (std::size_t k = 0; k < slices && decoded; ++k) {
-      const std::string& rounded = graph.parameter_blobs.rounded[k];
-      const NodeSpec* add = producer_of(producer, node.inputs[k]);
-      decoded = node.inputs[k] == rounded || (add && add->type == "Add" && add->inputs.size() == 2 &&
-                                              (add->inputs[0] == rounded || add->inputs[1] == rounded));
-    }
-    if (decoded) graph.synthesis_input = node.outputs[0];
-  }
-  if (graph.synthesis_input.empty())
-    refuse("no Concat joins the decoded slices (each its rounded slice, or an Add of it and the latent residual "
-           "prediction) for the synthesis to read");
-  graph.parameter_blobs.decoded = graph.synthesis_input;
-  graph.kind = ModelKind::channel_conditional;
+const NodeSpec* node_named(const ModelSpec& spec, const std::string& name) {
+  for (const NodeSpec& node : spec.nodes)
+    if (node.name == name) return &node;
+  return nullptr;
 }
 
-}  // namespace
+// ---- The section: its keys ----
 
-CodecGraph split_for_coding(const ModelSpec& spec) {
+[[noreturn]] void malformed(const std::string& source, const std::string& where, const std::string& what) {
+  throw NotCodable(source, "its codec section at " + where + " " + what);
+}
+
+std::string string_key(const nlohmann::json& codec, const char* key, const std::string& source,
+                       const std::string& where) {
+  if (!codec.contains(key)) malformed(source, where, std::string("needs \"") + key + "\" (a node name)");
+  if (!codec[key].is_string() || codec[key].get<std::string>().empty())
+    malformed(source, where + "/" + key, "must be a node name, got " + codec[key].dump());
+  return codec[key].get<std::string>();
+}
+
+void check_keys(const nlohmann::json& codec, const std::vector<std::string>& known, const std::string& source,
+                const std::string& where) {
+  for (auto it = codec.begin(); it != codec.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+      std::string list;
+      for (const std::string& key : known) list += (list.empty() ? "" : ", ") + key;
+      malformed(source, where,
+                "has an unknown key '" + it.key() + "' (a '" + codec.value("type", "") + "' latent codec takes " +
+                    list + ")");
+    }
+}
+
+LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& source, const std::string& where) {
+  if (!codec.is_object()) malformed(source, where, "must be an object (a latent codec), got " + codec.dump());
+  if (!codec.contains("type") || !codec["type"].is_string())
+    malformed(source, where,
+              "needs a \"type\": factorized, gaussian, hyperprior or channel_groups (checkerboard and "
+              "autoregressive are not yet codable)");
+  LatentCodec result;
+  result.type = codec["type"].get<std::string>();
+  result.where = where;
+  if (result.type == "factorized") {
+    check_keys(codec, {"type", "entropy_model"}, source, where);
+    result.entropy_model = string_key(codec, "entropy_model", source, where);
+  } else if (result.type == "gaussian") {
+    check_keys(codec, {"type", "conditional", "distribution", "quantizer", "components"}, source, where);
+    result.conditional = string_key(codec, "conditional", source, where);
+    const nlohmann::json distribution = codec.value("distribution", nlohmann::json());
+    result.distribution = distribution.is_string() ? distribution.get<std::string>() : std::string();
+    if (result.distribution != "scale" && result.distribution != "mean_scale" && result.distribution != "mixture")
+      malformed(source, where + "/distribution",
+                "must be \"scale\", \"mean_scale\" or \"mixture\", got " +
+                    (distribution.is_null() ? std::string("nothing") : distribution.dump()));
+    if (result.distribution == "mean_scale") result.quantizer = string_key(codec, "quantizer", source, where);
+    if (codec.contains("quantizer") && result.distribution != "mean_scale")
+      malformed(source, where + "/quantizer", "applies only to a \"mean_scale\" distribution");
+    if (result.distribution == "mixture") {
+      if (!codec.contains("components") || !codec["components"].is_number_integer() ||
+          codec["components"].get<std::int64_t>() < 2 || codec["components"].get<std::int64_t>() > 16)
+        malformed(source, where + "/components", "must be the mixture's component count, 2 to 16");
+      result.components = codec["components"].get<int>();
+    } else if (codec.contains("components")) {
+      malformed(source, where + "/components", "applies only to a \"mixture\" distribution");
+    }
+  } else if (result.type == "hyperprior") {
+    check_keys(codec, {"type", "z", "y"}, source, where);
+    for (const char* part : {"z", "y"}) {
+      if (!codec.contains(part))
+        malformed(source, where,
+                  std::string("needs \"") + part + "\" (the latent codec of " +
+                      (part[0] == 'z' ? "the hyper-latent)" : "the latent)"));
+      result.children.push_back(parse_latent_codec(codec[part], source, where + "/" + part));
+    }
+  } else if (result.type == "channel_groups") {
+    check_keys(codec, {"type", "conditional", "groups", "decoded"}, source, where);
+    result.conditional = string_key(codec, "conditional", source, where);
+    result.decoded = string_key(codec, "decoded", source, where);
+    if (!codec.contains("groups") || !codec["groups"].is_array() || codec["groups"].size() < 2)
+      malformed(source, where + "/groups", "must list at least two groups, each {\"quantizer\": node}");
+    for (std::size_t k = 0; k < codec["groups"].size(); ++k) {
+      const nlohmann::json& group = codec["groups"][k];
+      const std::string at = where + "/groups/" + std::to_string(k);
+      if (!group.is_object()) malformed(source, at, "must be an object {\"quantizer\": node}, got " + group.dump());
+      for (auto it = group.begin(); it != group.end(); ++it)
+        if (it.key() != "quantizer")
+          malformed(source, at, "has an unknown key '" + it.key() + "' (a group takes quantizer)");
+      result.groups.push_back(string_key(group, "quantizer", source, at));
+    }
+  } else if (result.type == "checkerboard" || result.type == "autoregressive") {
+    malformed(source, where, "declares a '" + result.type + "' latent codec, which this plexus-ae cannot code yet");
+  } else {
+    malformed(source, where + "/type",
+              "is '" + result.type + "'; a latent codec is factorized, gaussian, hyperprior or channel_groups");
+  }
+  return result;
+}
+
+// ---- The section of a spec without one ----
+
+nlohmann::json infer_section(const ModelSpec& spec) {
   std::vector<const NodeSpec*> entropy, gaussian;
   for (const NodeSpec& node : spec.nodes) {
     if (node.type == kEntropyModelType) entropy.push_back(&node);
@@ -144,47 +187,257 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   if (gaussian.size() > 1)
     throw NotCodable(spec.source, "it has " + std::to_string(gaussian.size()) + " " + kGaussianType +
                                       " nodes; the scale hyperprior codes one latent");
-  CodecGraph graph;
-  graph.entropy_node = entropy[0]->name;
-  graph.factorized_latent = entropy[0]->inputs[0];
-  graph.latent = graph.factorized_latent;
-  graph.analysed = {graph.latent};
-  if (!gaussian.empty()) {
-    const NodeSpec& node = *gaussian[0];
-    if (node.inputs.size() != 2 && node.inputs.size() != 3)
-      throw NotCodable(spec.source, std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
-                                        std::to_string(node.inputs.size()) +
-                                        " inputs; the codec handles [latent, scales] and [latent, scales, means]");
-    const bool means = node.inputs.size() == 3;
-    graph.kind = means ? ModelKind::mean_scale_hyperprior : ModelKind::hyperprior;
-    graph.gaussian_node = node.name;
-    graph.latent = node.inputs[0];
-    graph.hyper_latent = graph.factorized_latent;
-    graph.parameter_blobs = EntropyParameterBlobs{};
-    graph.parameter_blobs.hyper_latent = graph.hyper_latent;
-    graph.parameter_blobs.scales = node.inputs[1];
-    if (means) graph.parameter_blobs.means = node.inputs[2];
-    graph.analysed = {graph.latent};
-    if (means) {
-      const NodeSpec* quantizer = nullptr;
-      for (const NodeSpec& candidate : spec.nodes)
-        for (const std::string& output : candidate.outputs)
-          if (output == graph.latent) quantizer = &candidate;
-      if (quantizer && quantizer->type == "Concat") {
-        graph.analysed.clear();
-        split_channel_conditional(spec, node, *quantizer, graph);
-      } else if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
-                 quantizer->inputs[1] != node.inputs[2]) {
-        throw NotCodable(spec.source, "its latent '" + graph.latent + "' must be the output of a " +
-                                          kMeanQuantizerType + " node reading [y, '" + node.inputs[2] +
-                                          "'] (the means of " + kGaussianType + " '" + node.name +
-                                          "'), so that the codec can quantise around the integer means");
-      } else {
-        graph.analysed = {quantizer->inputs[0]};
-        if (quantizer->outputs.size() == 2) graph.synthesis_input = quantizer->outputs[1];
+  const nlohmann::json factorized = {{"type", "factorized"}, {"entropy_model", entropy[0]->name}};
+  if (gaussian.empty()) return factorized;
+  const NodeSpec& node = *gaussian[0];
+  if (node.inputs.size() != 2 && node.inputs.size() != 3)
+    throw NotCodable(spec.source, std::string("its ") + kGaussianType + " node '" + node.name + "' has " +
+                                      std::to_string(node.inputs.size()) +
+                                      " inputs; the codec handles [latent, scales] and [latent, scales, means]");
+  nlohmann::json y = {{"type", "gaussian"}, {"conditional", node.name}, {"distribution", "scale"}};
+  if (node.inputs.size() == 3) {
+    const auto producer = producers(spec);
+    const NodeSpec* quantizer = producer_of(producer, node.inputs[0]);
+    if (quantizer && quantizer->type == "Concat") {
+      // A channel-conditional model: its slices' quantizers, and the Concat of their decoded values.
+      y = {{"type", "channel_groups"}, {"conditional", node.name}, {"groups", nlohmann::json::array()}};
+      std::vector<std::string> rounded;
+      for (std::size_t k = 0; k < quantizer->inputs.size(); ++k) {
+        const NodeSpec* q = producer_of(producer, quantizer->inputs[k]);
+        if (!q || q->type != kMeanQuantizerType || q->inputs.size() != 2 || q->outputs.size() != 2 ||
+            q->outputs[0] != quantizer->inputs[k])
+          throw NotCodable(spec.source,
+                           "its latent '" + node.inputs[0] + "' joins " + std::to_string(quantizer->inputs.size()) +
+                               " slices (a channel-conditional model), and slice " + std::to_string(k) + " ('" +
+                               quantizer->inputs[k] + "') must be the first output of a " + kMeanQuantizerType +
+                               " node reading [y, means] whose second output, the rounded slice, the "
+                               "decoder reads");
+        y["groups"].push_back({{"quantizer", q->name}});
+        rounded.push_back(q->outputs[1]);
       }
+      std::string decoded;
+      for (const NodeSpec& join : spec.nodes) {
+        if (join.type != "Concat" || join.inputs.size() != rounded.size() || join.outputs.size() != 1) continue;
+        bool joins_decoded = true;
+        for (std::size_t k = 0; k < rounded.size() && joins_decoded; ++k) {
+          const NodeSpec* add = producer_of(producer, join.inputs[k]);
+          joins_decoded =
+              join.inputs[k] == rounded[k] || (add && add->type == "Add" && add->inputs.size() == 2 &&
+                                               (add->inputs[0] == rounded[k] || add->inputs[1] == rounded[k]));
+        }
+        if (joins_decoded) decoded = join.name;
+      }
+      if (decoded.empty())
+        throw NotCodable(spec.source, "its latent '" + node.inputs[0] + "' joins " + std::to_string(rounded.size()) +
+                                          " slices (a channel-conditional model), and no Concat joins the decoded "
+                                          "slices (each its rounded slice, or an Add of it and the latent residual "
+                                          "prediction) for the synthesis to read");
+      y["decoded"] = decoded;
+    } else if (!quantizer || quantizer->type != kMeanQuantizerType || quantizer->inputs.size() != 2 ||
+               quantizer->inputs[1] != node.inputs[2]) {
+      throw NotCodable(spec.source, "its latent '" + node.inputs[0] + "' must be the output of a " +
+                                        kMeanQuantizerType + " node reading [y, '" + node.inputs[2] +
+                                        "'] (the means of " + kGaussianType + " '" + node.name +
+                                        "'), so that the codec can quantise around the integer means");
+    } else {
+      y = {{"type", "gaussian"},
+           {"conditional", node.name},
+           {"distribution", "mean_scale"},
+           {"quantizer", quantizer->name}};
     }
   }
+  return {{"type", "hyperprior"}, {"z", factorized}, {"y", y}};
+}
+
+// ---- The section against the graph ----
+
+class SectionCut {
+ public:
+  SectionCut(const ModelSpec& spec, CodecGraph& graph) : spec_(spec), graph_(graph), producer_(producers(spec)) {}
+
+  void cut(const LatentCodec& root) {
+    if (root.type == "factorized") {
+      factorized(root);
+      graph_.latent = graph_.factorized_latent;
+      graph_.analysed = {graph_.latent};
+      graph_.kind = ModelKind::factorized;
+    } else if (root.type == "hyperprior") {
+      const LatentCodec& z = root.children[0];
+      const LatentCodec& y = root.children[1];
+      if (z.type != "factorized")
+        refuse(z.where + " is a '" + z.type + "' latent codec; a hyperprior's hyper-latent is coded 'factorized'");
+      factorized(z);
+      graph_.hyper_latent = graph_.factorized_latent;
+      graph_.parameter_blobs.hyper_latent = graph_.hyper_latent;
+      if (y.type == "gaussian") gaussian(y);
+      else if (y.type == "channel_groups") channel_groups(y);
+      else
+        refuse(y.where + " is a '" + y.type +
+               "' latent codec; a hyperprior's latent is coded 'gaussian' or "
+               "'channel_groups'");
+      if (graph_.latent == graph_.hyper_latent)
+        refuse(y.where + " codes '" + graph_.latent + "', the hyper-latent " + z.where + " codes");
+    } else {
+      refuse(root.where + " is a '" + root.type +
+             "' latent codec; the codec codes a 'factorized' or a 'hyperprior' tree (a gaussian latent needs the "
+             "hyperprior that gives its parameters)");
+    }
+    covered({kEntropyModelType, kGaussianType});
+  }
+
+ private:
+  [[noreturn]] void refuse(const std::string& reason) const { throw NotCodable(spec_.source, reason); }
+
+  const NodeSpec& node(const std::string& name, const char* type, const std::string& where) {
+    const NodeSpec* found = node_named(spec_, name);
+    if (!found) refuse(where + " names '" + name + "', which is not a node of the spec");
+    if (found->type != type) refuse(where + " names node '" + name + "', a " + found->type + "; it must be a " + type);
+    named_.insert(name);
+    return *found;
+  }
+
+  void factorized(const LatentCodec& codec) {
+    const NodeSpec& entropy = node(codec.entropy_model, kEntropyModelType, codec.where + "/entropy_model");
+    if (entropy.inputs.size() != 1)
+      refuse("its " + std::string(kEntropyModelType) + " node '" + entropy.name + "' (" + codec.where +
+             "/entropy_model) has " + std::to_string(entropy.inputs.size()) + " inputs; it reads the latent it codes");
+    graph_.entropy_node = entropy.name;
+    graph_.factorized_latent = entropy.inputs[0];
+  }
+
+  void gaussian(const LatentCodec& codec) {
+    if (codec.distribution == "mixture")
+      refuse(codec.where + " declares a " + std::to_string(codec.components) +
+             "-component Gaussian mixture, which this plexus-ae cannot code yet (a scale or mean_scale "
+             "distribution can be coded)");
+    const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
+    const bool means = codec.distribution == "mean_scale";
+    if (conditional.inputs.size() != (means ? 3u : 2u))
+      refuse("its " + std::string(kGaussianType) + " node '" + conditional.name + "' has " +
+             std::to_string(conditional.inputs.size()) + " inputs, but " + codec.where + " declares a " +
+             codec.distribution + " distribution, which reads " +
+             (means ? "[latent, scales, means]" : "[latent, scales]"));
+    graph_.kind = means ? ModelKind::mean_scale_hyperprior : ModelKind::hyperprior;
+    graph_.gaussian_node = conditional.name;
+    graph_.latent = conditional.inputs[0];
+    graph_.parameter_blobs.scales = conditional.inputs[1];
+    graph_.analysed = {graph_.latent};
+    if (!means) return;
+    graph_.parameter_blobs.means = conditional.inputs[2];
+    const NodeSpec& quantizer = node(codec.quantizer, kMeanQuantizerType, codec.where + "/quantizer");
+    if (quantizer.inputs.size() != 2 || quantizer.inputs[1] != conditional.inputs[2] || quantizer.outputs.empty() ||
+        quantizer.outputs[0] != graph_.latent)
+      refuse("its latent '" + graph_.latent + "' must be the output of " + kMeanQuantizerType + " '" + quantizer.name +
+             "' (" + codec.where + "/quantizer) reading [y, '" + conditional.inputs[2] + "'] (the means of " +
+             kGaussianType + " '" + conditional.name + "'), so that the codec can quantise around the integer means");
+    graph_.analysed = {quantizer.inputs[0]};
+    if (quantizer.outputs.size() == 2) graph_.synthesis_input = quantizer.outputs[1];
+  }
+
+  // The channel-conditional structure: the conditional reads [y_hat, scales,
+  // means], y_hat a Concat of the groups' first quantizer outputs, means a
+  // Concat of their means, scales a Concat of as many blobs; group k's scales
+  // and means read no group >= k; the decoded Concat joins, group by group,
+  // the rounded group or an Add of it and another value.
+  void channel_groups(const LatentCodec& codec) {
+    const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
+    const std::size_t groups = codec.groups.size();
+    auto refuse_groups = [&](const std::string& reason) {
+      refuse(codec.where + " codes '" + (conditional.inputs.empty() ? std::string() : conditional.inputs[0]) + "' in " +
+             std::to_string(groups) + " channel groups, and " + reason);
+    };
+    if (conditional.inputs.size() != 3)
+      refuse_groups("its " + std::string(kGaussianType) + " node '" + conditional.name + "' has " +
+                    std::to_string(conditional.inputs.size()) + " inputs, not [latent, scales, means]");
+    graph_.kind = ModelKind::channel_conditional;
+    graph_.gaussian_node = conditional.name;
+    graph_.latent = conditional.inputs[0];
+    graph_.parameter_blobs.scales = conditional.inputs[1];
+    graph_.parameter_blobs.means = conditional.inputs[2];
+    std::vector<std::string> firsts, means;
+    for (std::size_t k = 0; k < groups; ++k) {
+      const std::string where = codec.where + "/groups/" + std::to_string(k) + "/quantizer";
+      const NodeSpec& q = node(codec.groups[k], kMeanQuantizerType, where);
+      if (q.inputs.size() != 2 || q.outputs.size() != 2)
+        refuse_groups("group " + std::to_string(k) + "'s " + kMeanQuantizerType + " '" + q.name + "' (" + where +
+                      ") must read [y, means] and give the quantised group and the rounded group the decoder reads");
+      graph_.analysed.push_back(q.inputs[0]);
+      means.push_back(q.inputs[1]);
+      firsts.push_back(q.outputs[0]);
+      graph_.parameter_blobs.rounded.push_back(q.outputs[1]);
+    }
+    const NodeSpec* joined = producer_of(producer_, graph_.latent);
+    if (!joined || joined->type != "Concat" || joined->inputs != firsts)
+      refuse_groups("'" + graph_.latent + "' must be a Concat of the groups' quantised values, in group order");
+    const NodeSpec* means_join = producer_of(producer_, conditional.inputs[2]);
+    if (!means_join || means_join->type != "Concat" || means_join->inputs != means)
+      refuse_groups("the means '" + conditional.inputs[2] + "' must be a Concat of the groups' means, in group order");
+    const NodeSpec* scales_join = producer_of(producer_, conditional.inputs[1]);
+    if (!scales_join || scales_join->type != "Concat" || scales_join->inputs.size() != groups)
+      refuse_groups("the scales '" + conditional.inputs[1] + "' must be a Concat of " + std::to_string(groups) +
+                    " blobs, group by group");
+    std::map<std::string, int> seen;
+    for (std::size_t k = 0; k < groups; ++k)
+      for (const std::string& blob : {scales_join->inputs[k], means[k]}) {
+        const int latest = latest_slice(producer_, graph_.parameter_blobs.rounded, blob, seen);
+        if (latest >= static_cast<int>(k))
+          refuse_groups("slice " + std::to_string(k) + "'s '" + blob + "' reads slice " + std::to_string(latest) +
+                        ", which the decoder has not decoded yet (slice k's scales and means may read only slices "
+                        "before k)");
+      }
+    const NodeSpec* decoded = node_named(spec_, codec.decoded);
+    if (!decoded) refuse(codec.where + "/decoded names '" + codec.decoded + "', which is not a node of the spec");
+    bool joins_decoded = decoded->type == "Concat" && decoded->inputs.size() == groups && decoded->outputs.size() == 1;
+    for (std::size_t k = 0; k < groups && joins_decoded; ++k) {
+      const std::string& rounded = graph_.parameter_blobs.rounded[k];
+      const NodeSpec* add = producer_of(producer_, decoded->inputs[k]);
+      joins_decoded = decoded->inputs[k] == rounded || (add && add->type == "Add" && add->inputs.size() == 2 &&
+                                                        (add->inputs[0] == rounded || add->inputs[1] == rounded));
+    }
+    if (!joins_decoded)
+      refuse_groups("its decoded latent, node '" + decoded->name + "' (" + codec.where +
+                    "/decoded), must be a Concat joining, group by group, the rounded group or an Add of it and "
+                    "another value (the latent residual prediction)");
+    graph_.synthesis_input = decoded->outputs[0];
+    graph_.parameter_blobs.decoded = graph_.synthesis_input;
+  }
+
+  // Every node of `types` in the spec is one the section names: a latent the
+  // section leaves out would be trained but never coded.
+  void covered(const std::vector<const char*>& types) const {
+    for (const NodeSpec& n : spec_.nodes)
+      for (const char* type : types)
+        if (n.type == type && !named_.count(n.name))
+          refuse("its " + std::string(type) + " node '" + n.name +
+                 "' is not in the codec section, which would leave its latent uncoded");
+  }
+
+  const ModelSpec& spec_;
+  CodecGraph& graph_;
+  std::map<std::string, const NodeSpec*> producer_;
+  std::set<std::string> named_;
+};
+
+}  // namespace
+
+nlohmann::json codec_section(const ModelSpec& spec) { return spec.codec.is_null() ? infer_section(spec) : spec.codec; }
+
+LatentCodec parse_codec_section(const nlohmann::json& section, const std::string& source) {
+  return parse_latent_codec(section, source, "/codec");
+}
+
+std::uint64_t codec_fingerprint(const nlohmann::json& section) {
+  plexus::Fnv1a64 hash;
+  hash.add_field("plexus-ae codec section");
+  hash.add_field(section.dump());
+  return hash.value();
+}
+
+CodecGraph split_for_coding(const ModelSpec& spec) {
+  CodecGraph graph;
+  graph.section = codec_section(spec);
+  graph.section_fingerprint = codec_fingerprint(graph.section);
+  SectionCut(spec, graph).cut(parse_codec_section(graph.section, spec.source));
   std::vector<std::string> analysed = graph.analysed;
   if (!graph.hyper_latent.empty()) analysed.push_back(graph.hyper_latent);
   graph.analysis.name = spec.name + " analysis";
@@ -200,7 +453,7 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   add_rate_level_input(graph.synthesis);
   graph.density.source = spec.source + " (entropy model)";
   graph.density.inputs = {graph.factorized_latent};
-  graph.density.nodes = {*entropy[0]};
+  graph.density.nodes = {*node_named(spec, graph.entropy_node)};
   return graph;
 }
 

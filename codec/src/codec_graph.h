@@ -2,10 +2,16 @@
 // The cut of a plexus-ae model at its latent that CodecModel runs
 // (codec_model.h): which nodes analyse the image, which synthesise it, which
 // give the factorized entropy model's density, and for a hyperprior where its
-// entropy parameters come from. Judged from the spec alone; NotCodable names
-// what the codec cannot code.
+// entropy parameters come from. Found from the spec's "codec" section, the
+// tree of latent codecs that names those nodes (docs/writing-models.md), or
+// for a spec without one from the section inferred for the four kinds that
+// came before sections. Judged from the spec alone; NotCodable names what
+// the codec cannot code.
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hyperprior_coding.h"
 #include "plexus/codec/bitstream.h"
@@ -18,6 +24,41 @@ namespace plexus::ae {
 inline constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 inline constexpr const char* kGaussianType = "GaussianConditional";
 inline constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
+
+// One latent codec of a "codec" section, checked for its keys (not yet
+// against the graph). The tree's types and what each names:
+//   factorized      entropy_model: a FactorizedEntropyModel node, whose input is the coded latent
+//   gaussian        conditional: a GaussianConditional node; distribution: "scale" (it reads
+//                   [latent, scales]), "mean_scale" (reads [latent, scales, means], and quantizer:
+//                   the QuantizeAroundMean node reading [y, means] that gives the latent) or
+//                   "mixture" (components: K; declared, not yet codable)
+//   hyperprior      z: a factorized codec of the hyper-latent; y: a gaussian or channel_groups codec
+//                   whose parameters the integer network computes from z
+//   channel_groups  conditional: as gaussian's; groups: [{"quantizer": a QuantizeAroundMean node}, ...]
+//                   in coding order, each group's parameters computed from z and the groups before it;
+//                   decoded: the Concat node giving the decoded latent the synthesis reads
+struct LatentCodec {
+  std::string type;
+  std::string where;  // its path in the spec, "/codec/y", for messages
+  std::string entropy_model;
+  std::string conditional;
+  std::string distribution;
+  int components = 1;
+  std::string quantizer;
+  std::vector<std::string> groups;
+  std::string decoded;
+  std::vector<LatentCodec> children;  // hyperprior: z, y
+};
+
+// The spec's "codec" section, or for a spec without one the section of its
+// kind, inferred from its FactorizedEntropyModel, GaussianConditional and
+// QuantizeAroundMean nodes (NotCodable when none fits).
+nlohmann::json codec_section(const ModelSpec& spec);
+// NotCodable naming the path and key of a malformed section.
+LatentCodec parse_codec_section(const nlohmann::json& section, const std::string& source);
+// FNV-1a 64 over the section's compact JSON (keys sorted): the codec tree a
+// version-5 file names.
+std::uint64_t codec_fingerprint(const nlohmann::json& section);
 
 // The model's graph cut at the latent: three sub-specs that run the parts
 // of the model a codec needs, with the parameter names of the whole.
@@ -43,6 +84,9 @@ struct CodecGraph {
   // same values), or a channel-conditional model's decoded latent (the
   // integer network's `decoded`).
   std::string synthesis_input;
+  // The codec section it was cut by, and its fingerprint.
+  nlohmann::json section;
+  std::uint64_t section_fingerprint = 0;
 };
 
 // A spec the codec cannot code: what() is "<source> cannot be used as a
@@ -57,9 +101,13 @@ class NotCodable : public ConfigError {
   std::string reason_;
 };
 
-// Throws NotCodable when `spec` has no single FactorizedEntropyModel, more
-// than one GaussianConditional, a latent the codec cannot quantise, or a
-// reconstruction that needs more than the latent.
+// The cut by codec_section(spec). Throws NotCodable when the section names
+// a node the spec lacks or of the wrong type or wiring (naming the node and
+// the section's key), when a FactorizedEntropyModel or GaussianConditional of
+// the spec is not in the section, when the tree is not one the codec can code
+// yet, or when the reconstruction needs more than the latent. Without a
+// section, a spec must have one FactorizedEntropyModel and at most one
+// GaussianConditional.
 //
 // A channel-conditional model: the GaussianConditional reads [y_hat,
 // scales, means] with y_hat a Concat of slices, slice k the first output of

@@ -184,6 +184,8 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   stride_ = derive_stride(spec, registry);
   CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
+  codec_section_ = graph.section;
+  codec_fingerprint_ = graph.section_fingerprint;
   latent_ = graph.latent;
   synthesis_input_ = graph.synthesis_input;
   analysed_ = graph.analysed;
@@ -226,6 +228,7 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
                         ", not [1, C, " + std::to_string(latent_per_stride_) + ", " +
                         std::to_string(latent_per_stride_) + "]");
     latent_shape[1] += shape[1];
+    group_channels_.push_back(static_cast<std::uint32_t>(shape[1]));
   }
   latent_channels_ = latent_shape[1];
   std::int64_t factorized_channels = latent_channels_;
@@ -311,6 +314,14 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
 
 CodecModel::~CodecModel() = default;
 
+void CodecModel::set_format_version(std::uint16_t version) {
+  if (version != kSectionedVersion && version != ae::format_version(kind_))
+    throw ConfigError("'" + name_ + "' writes format version " + std::to_string(kSectionedVersion) + " or " +
+                      std::to_string(ae::format_version(kind_)) + " (that of a " + model_kind_name(kind_) +
+                      " model), not " + std::to_string(version));
+  format_version_ = version;
+}
+
 void CodecModel::set_rate_level(double level) {
   if (rate_levels_ == 0)
     throw ConfigError("'" + name_ + "' is a model of one rate; a rate level applies only to a variable-rate model");
@@ -356,7 +367,9 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
   }
   if (has_hyper_latent(kind_)) latents.hyper_latent = host(hyper_latent_);
   BitstreamHeader& header = latents.header;
+  header.version = format_version_;
   header.kind = kind_;
+  header.codec_fingerprint = codec_fingerprint_;
   header.fingerprint = fingerprint_;
   header.width = static_cast<std::uint32_t>(image.width);
   header.height = static_cast<std::uint32_t>(image.height);
@@ -380,7 +393,7 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   check_latent_values(latents.latent, "latent");
   const Tensor y = std::move(latents.latent);  // code_groups replaces it with y_hat
   const float* values = y.data<float>();
-  code_groups(z, latents, [&](std::size_t first, const codec::IntegerOutputs& outputs) {
+  code_groups(z, latents, [&](std::size_t, std::size_t first, const codec::IntegerOutputs& outputs) {
     std::vector<std::int32_t> symbols(outputs.indices.size());
     for (std::size_t n = 0; n < symbols.size(); ++n) {
       const double v = values[first + n];
@@ -392,9 +405,9 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   return latents;
 }
 
-void CodecModel::code_groups(
-    const std::vector<std::int32_t>& z, Latents& latents,
-    const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of) {
+void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latents,
+                             const std::function<std::vector<std::int32_t>(std::size_t, std::size_t,
+                                                                           const codec::IntegerOutputs&)>& symbols_of) {
   const BitstreamHeader& header = latents.header;
   runner_->start(z, header.hyper_height, header.hyper_width);
   latents.indices.clear();
@@ -403,7 +416,7 @@ void CodecModel::code_groups(
   const std::size_t groups = runner_->groups().size();
   for (std::size_t k = 0; k < groups; ++k) {
     const codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
-    const std::vector<std::int32_t> symbols = symbols_of(latents.symbols.size(), outputs);
+    const std::vector<std::int32_t> symbols = symbols_of(k, latents.symbols.size(), outputs);
     if (kind_ == ModelKind::channel_conditional) {
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
@@ -436,23 +449,42 @@ Tensor CodecModel::encode_latent(const data::Image& image) { return encode_laten
 std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool grey) {
   Latents latents = encode_latents(image);
   latents.header.grey = grey;
-  codec::RansEncoder encoder;
-  // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
+  // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
+  const bool sectioned = format_version_ == kSectionedVersion;
+  const std::size_t streams = hyperprior ? 1 + group_channels_.size() : 1;
+  std::vector<codec::RansEncoder> encoders(sectioned ? streams : 1);
+  auto encoder = [&](std::size_t stream) -> codec::RansEncoder& { return encoders[sectioned ? stream : 0]; };
+  // The factorized symbols s = v - m_c, channel by channel: the latent, or a hyperprior's hyper-latent.
   const Tensor& factorized = hyperprior ? latents.hyper_latent : latents.latent;
   const std::vector<std::int32_t> values = latent_integers(factorized, hyperprior ? "hyper-latent" : "latent");
   const std::int64_t plane = factorized.dim(2) * factorized.dim(3);
   for (std::size_t n = 0; n < values.size(); ++n) {
     const std::int64_t c = static_cast<std::int64_t>(n) / plane;
-    encoder.put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])),
-                tables_.tables[c]);
+    encoder(0).put(static_cast<std::int32_t>(values[n] - static_cast<std::int64_t>(tables_.medians[c])),
+                   tables_.tables[c]);
   }
   if (hyperprior) {
-    // Then the latent's symbols (y_hat, or round(y - mean)), each with the Gaussian table of its index.
-    for (std::size_t n = 0; n < latents.symbols.size(); ++n)
-      encoder.put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
+    // Then the latent's symbols (y_hat, or round(y - mean)), each with the Gaussian table of its index,
+    // group by group (a group's values are contiguous: its channels, whole planes).
+    const std::size_t latent_plane =
+        static_cast<std::size_t>(latents.header.latent_height) * latents.header.latent_width;
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < group_channels_.size(); ++k) {
+      const std::size_t last = first + group_channels_[k] * latent_plane;
+      for (std::size_t n = first; n < last; ++n)
+        encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
+      first = last;
+    }
   }
-  return write_bitstream(latents.header, encoder.finish());
+  if (!sectioned) return write_bitstream(latents.header, encoders[0].finish());
+  std::vector<CodedStream> coded;
+  if (hyperprior)
+    coded.push_back({latents.header.hyper_channels, latents.header.hyper_height, latents.header.hyper_width, {}});
+  for (std::uint32_t channels : hyperprior ? group_channels_ : std::vector<std::uint32_t>{latents.header.channels})
+    coded.push_back({channels, latents.header.latent_height, latents.header.latent_width, {}});
+  for (std::size_t k = 0; k < coded.size(); ++k) coded[k].bytes = encoders[k].finish();
+  return write_sectioned_bitstream(latents.header, coded);
 }
 
 CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::size_t size) {
@@ -466,11 +498,19 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
   expected.hyper_channels = has_hyper_latent(kind_) ? static_cast<std::uint32_t>(tables_.channels()) : 0;
   expected.rate_levels = static_cast<std::uint32_t>(rate_levels_);
   expected.max_pixels = max_pixels_;
+  expected.codec_fingerprint = codec_fingerprint_;
+  expected.group_channels = group_channels_;
   const Bitstream file = parse_bitstream(bytes, size, expected);
   Latents latents;
   latents.header = file.header;
   const BitstreamHeader& header = file.header;
-  codec::RansDecoder decoder(file.stream, file.stream_size);
+  // One decoder per coded stream (version 5: the hyper-latent's, then each group's), or one for all.
+  std::vector<codec::RansDecoder> decoders;
+  for (const StreamView& stream : file.streams) decoders.emplace_back(stream.data, stream.size);
+  auto decoder_of = [&](std::size_t stream) -> codec::RansDecoder& {
+    return decoders[std::min(stream, decoders.size() - 1)];
+  };
+  codec::RansDecoder& decoder = decoders[0];
   // The factorized part: the latent, or the hyper-latent.
   const bool hyperprior = has_hyper_latent(kind_);
   const Shape factorized_shape = hyperprior ? Shape{1, header.hyper_channels, header.hyper_height, header.hyper_width}
@@ -496,12 +536,13 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
     return latents;
   }
   latents.hyper_latent = factorized;
-  code_groups(integers, latents, [&](std::size_t, const codec::IntegerOutputs& outputs) {
+  code_groups(integers, latents, [&](std::size_t group, std::size_t, const codec::IntegerOutputs& outputs) {
+    codec::RansDecoder& stream = decoder_of(1 + group);
     std::vector<std::int32_t> symbols(outputs.indices.size());
-    for (std::size_t n = 0; n < symbols.size(); ++n) symbols[n] = decoder.get(gaussian_.tables[outputs.indices[n]]);
+    for (std::size_t n = 0; n < symbols.size(); ++n) symbols[n] = stream.get(gaussian_.tables[outputs.indices[n]]);
     return symbols;
   });
-  decoder.finish();
+  for (const codec::RansDecoder& each : decoders) each.finish();
   return latents;
 }
 
@@ -514,13 +555,15 @@ Tensor CodecModel::decode_latent(const std::uint8_t* bytes, std::size_t size, Bi
 std::uint64_t CodecModel::max_file_bytes() const {
   const std::uint64_t stride = static_cast<std::uint64_t>(stride_);
   const std::uint64_t positions = max_pixels_ / (stride * stride) + 2 * kMaxImageSide / stride + 1;
-  // An escaped symbol: at most 16 + 3 + 32 bits, so under 8 bytes.
-  if (!has_hyper_latent(kind_))
-    return kBitstreamOverheadBytes + 8 * static_cast<std::uint64_t>(latent_channels_) * positions;
+  // An escaped symbol: at most 16 + 3 + 32 bits, so under 8 bytes; the
+  // sections of version 5 add their headers and each stream's final state.
+  const std::uint64_t sections =
+      kSectionedHeaderBytes + 4 + (group_channels_.size() + 1) * (kSectionHeaderBytes + kStreamSectionHeaderBytes + 8);
+  if (!has_hyper_latent(kind_)) return sections + 8 * static_cast<std::uint64_t>(latent_channels_) * positions;
   const std::uint64_t per_position =
       static_cast<std::uint64_t>(tables_.channels()) +
       static_cast<std::uint64_t>(latent_channels_) * latent_per_stride_ * latent_per_stride_;
-  return kHyperpriorOverheadBytes + 8 * per_position * positions;
+  return sections + kHyperpriorOverheadBytes + 8 * per_position * positions;
 }
 
 Tensor CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_level) {

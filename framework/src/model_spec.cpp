@@ -44,11 +44,16 @@ ModelSpec parse_spec(const nlohmann::json& json, const std::string& source) {
   ModelSpec spec;
   spec.source = source;
   if (!json.is_object()) throw ConfigError(source + ": a model spec must be a JSON object");
-  static const std::set<std::string> known = {"name", "inputs", "nodes", "description", "loss"};
+  static const std::set<std::string> known = {"name", "inputs", "nodes", "description", "loss", "codec"};
   for (auto it = json.begin(); it != json.end(); ++it)
     if (!known.count(it.key()))
       throw ConfigError(source + ": unknown top-level key '" + it.key() +
-                        "' (expected name, description, inputs, nodes, loss)");
+                        "' (expected name, description, inputs, nodes, loss, codec)");
+  if (json.contains("codec")) {
+    if (!json["codec"].is_object())
+      throw ConfigError(source + ": at /codec: the codec section must be an object, got " + json["codec"].dump());
+    spec.codec = json["codec"];
+  }
   if (json.contains("loss")) {
     if (!json["loss"].is_object())
       throw ConfigError(source + ": at /loss: the loss must be an object, got " + json["loss"].dump());
@@ -136,6 +141,7 @@ nlohmann::json ModelSpec::to_json() const {
     json["nodes"].push_back(
         {{"name", n.name}, {"type", n.type}, {"inputs", n.inputs}, {"outputs", n.outputs}, {"params", n.params}});
   if (!loss.is_null()) json["loss"] = loss;
+  if (!codec.is_null()) json["codec"] = codec;
   return json;
 }
 

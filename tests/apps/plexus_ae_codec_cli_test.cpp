@@ -192,19 +192,22 @@ TEST_F(PlexusAeCodec, CompressRefusesImagesOverItsPixelLimitAndAbsurdThreadCount
   }
 }
 
-// info reads a file without its model: the size and bits per pixel, the format version and kind, and the
-// fingerprint stored at bytes 8-15 (little-endian, docs/bitstream.md); a corrupt file or another kind of file
-// is named with what is wrong, and exits 1.
+// info reads a file without its model: the size and bits per pixel, the format version, its coded streams and
+// the codec section's fingerprint (bytes 16-23), and the model's fingerprint stored at bytes 8-15
+// (little-endian, docs/bitstream.md); a corrupt file or another kind of file is named with what is wrong, and
+// exits 1.
 TEST_F(PlexusAeCodec, InfoDescribesAFileWithoutItsModel) {
   const std::vector<std::uint8_t> file = compress_odd("odd.pxae");
   ASSERT_GT(file.size(), 24u);
-  std::uint64_t fingerprint = 0;
+  std::uint64_t fingerprint = 0, codec = 0;
   for (int k = 0; k < 8; ++k) fingerprint |= std::uint64_t{file[8 + k]} << (8 * k);
-  char expected[160];
+  for (int k = 0; k < 8; ++k) codec |= std::uint64_t{file[16 + k]} << (8 * k);
+  char expected[200];
   std::snprintf(expected, sizeof expected,
-                "odd.pxae: 21x13 RGB, %zu bytes, %.4f bpp; format version 1 (factorized-prior), model fingerprint "
-                "%016llx\n",
-                file.size(), 8.0 * file.size() / (21 * 13), static_cast<unsigned long long>(fingerprint));
+                "odd.pxae: 21x13 RGB, %zu bytes, %.4f bpp; format version 5 (1 coded stream, codec section %016llx), "
+                "model fingerprint %016llx\n",
+                file.size(), 8.0 * file.size() / (21 * 13), static_cast<unsigned long long>(codec),
+                static_cast<unsigned long long>(fingerprint));
   auto info = run({"info", folder / "odd.pxae"});
   EXPECT_EQ(info.exit_code, 0) << info.describe();
   EXPECT_TRUE(contains(info.out, expected)) << "expected: " << expected << info.describe();
@@ -240,7 +243,7 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   newer[4] = 7;
   const std::uint32_t crc = plexus::crc32(newer.data(), newer.size() - 4);
   for (int k = 0; k < 4; ++k) newer[newer.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
-  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 4");
+  check("newer.pxae", newer, "format version 7, but this plexus-ae reads only versions 1 to 5");
   check("text.pxae", {'h', 'e', 'l', 'l', 'o', '\n'}, "not a plexus-ae compressed image");
 
   // A file of another model: trained with another seed.
@@ -455,7 +458,7 @@ TEST(PlexusAeCompressQuality, TheShippedQualitiesCodeAnImage) {
   auto info = testing::run_plexus_ae({"info", folder / "q3.5.pxae"}, folder.path());
   EXPECT_EQ(info.exit_code, 0) << info.describe();
   EXPECT_TRUE(contains(info.out, "500x500 RGB")) << info.out;
-  EXPECT_TRUE(contains(info.out, "format version 3 (mean-scale-hyperprior)")) << info.out;
+  EXPECT_TRUE(contains(info.out, "format version 5 (2 coded streams, codec section ")) << info.out;
   EXPECT_TRUE(contains(info.out, "rate level 2.5\n")) << info.out;
   // Without --model or --quality: the file of quality 3.
   const std::string q3 = folder / "q3.pxae", plain = folder / "plain.pxae";

@@ -1,11 +1,11 @@
 // plexus-ae trains the bundled mbt2018-mean model (a mean-scale hyperprior)
 // on the CPU: two steps of one 64x64 crop, at the hyper-latent's stride 64,
 // evaluates the trained model, and compresses and decompresses with it
-// (format version 3). The bundled cheng2020-attn-mean (residual blocks and
-// attention in graph layers, the same hyperprior) trains and codes too, and so
-// does the bundled tcm-small (window attention: LayerNorm, WindowPartition,
-// MatMul, Softmax, GELU); the bundled minnen2020-channel trains and codes
-// (format version 4).
+// (format version 5: the hyper-latent's stream and the latent's). The bundled
+// cheng2020-attn-mean (residual blocks and attention in graph layers, the same
+// hyperprior) trains and codes too, and so does the bundled tcm-small (window
+// attention: LayerNorm, WindowPartition, MatMul, Softmax, GELU); the bundled
+// minnen2020-channel trains and codes (one stream per channel group).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,16 +21,17 @@ using testing::contains;
 using testing::ScratchFolder;
 
 // compress `image` with the trained folder/run/model.safetensors on the CPU:
-// a file of format `version`, which decompress decodes to a `size` image.
-void expect_round_trip(const ScratchFolder& folder, const std::string& image, int version, const std::string& size) {
+// a version-5 file of `streams` coded streams, which decompress decodes to a `size` image.
+void expect_round_trip(const ScratchFolder& folder, const std::string& image, int streams, const std::string& size) {
   auto compressed = testing::run_plexus_ae(
       {"compress", "--model", folder / "run/model.safetensors", image, "-o", folder / "b.pxae", "--device", "cpu"},
       folder.path());
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   std::ifstream file(folder / "b.pxae", std::ios::binary);
-  char header[6] = {};
+  char header[38] = {};
   ASSERT_TRUE(file.read(header, sizeof header));
-  EXPECT_EQ(header[4], version) << "format version";
+  EXPECT_EQ(header[4], 5) << "format version";
+  EXPECT_EQ(header[36], streams) << "sections, one per coded stream";
   auto decompressed = testing::run_plexus_ae({"decompress", "--model", folder / "run/model.safetensors",
                                               folder / "b.pxae", "-o", folder / "b-decoded.png", "--device", "cpu"},
                                              folder.path());
@@ -55,7 +56,7 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
   EXPECT_TRUE(contains(evaluated.out, "a.png")) << evaluated.out;
   EXPECT_TRUE(contains(evaluated.err, "mbt2018-mean")) << evaluated.err;
-  expect_round_trip(folder, folder / "images/b.png", 3, "70x64");  // version 3: the mean-scale hyperprior
+  expect_round_trip(folder, folder / "images/b.png", 2, "70x64");  // the mean-scale hyperprior: z, y
 }
 
 TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu) {
@@ -68,7 +69,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
-  expect_round_trip(folder, folder / "images/a.png", 3, "64x64");
+  expect_round_trip(folder, folder / "images/a.png", 2, "64x64");
 }
 
 // Two steps of two 64x64 crops (the attention blocks at 8x8, one window; the
@@ -92,7 +93,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheWindowAttentionSpecTrainsAndCodesOnTheCpu) 
   EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
   EXPECT_GT(logged.back()["bpp"].get<double>(), 0.0) << logged.back().dump();
   testing::save_png(folder / "c.png", testing::position_image(70, 50));
-  expect_round_trip(folder, folder / "c.png", 3, "70x50");  // version 3: the mean-scale hyperprior
+  expect_round_trip(folder, folder / "c.png", 2, "70x50");  // the mean-scale hyperprior: z, y
 }
 
 TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCpu) {
@@ -106,7 +107,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCp
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
   testing::save_png(folder / "b.png", testing::position_image(70, 50));
-  expect_round_trip(folder, folder / "b.png", 4, "70x50");  // version 4: the channel-conditional model
+  expect_round_trip(folder, folder / "b.png", 11, "70x50");  // z, then the ten channel groups
 }
 
 }  // namespace

@@ -33,6 +33,38 @@ inline void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_
   for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
 }
 
+// A version-5 file's sections, read as docs/bitstream.md lays them out:
+// [type, flags, payload offset, payload length] each, and for a coded
+// stream its [channels, height, width] and the rANS stream's offset.
+struct SectionView {
+  std::uint32_t type = 0, flags = 0;
+  std::size_t payload = 0, length = 0;
+  std::uint32_t channels = 0, height = 0, width = 0;
+  std::size_t stream = 0;
+};
+inline std::vector<SectionView> sections_of(const std::vector<std::uint8_t>& bytes) {
+  std::vector<SectionView> sections;
+  const std::size_t count = bytes[36] | bytes[37] << 8;
+  std::size_t at = 38;
+  for (std::size_t k = 0; k < count; ++k) {
+    SectionView section;
+    section.type = bytes[at] | bytes[at + 1] << 8;
+    section.flags = bytes[at + 2] | bytes[at + 3] << 8;
+    section.length = get32(bytes, at + 4);
+    section.payload = at + 8;
+    if (section.type == 1) {
+      section.channels = get32(bytes, at + 8);
+      section.height = get32(bytes, at + 12);
+      section.width = get32(bytes, at + 16);
+      section.stream = at + 20;
+    }
+    sections.push_back(section);
+    at = section.payload + section.length;
+  }
+  EXPECT_EQ(at + 4, bytes.size()) << "the sections and the checksum fill the file";
+  return sections;
+}
+
 // Recomputes the trailing CRC-32 over everything before it.
 inline void reseal(std::vector<std::uint8_t>& bytes) {
   put32(bytes, bytes.size() - 4, plexus::crc32(bytes.data(), bytes.size() - 4));

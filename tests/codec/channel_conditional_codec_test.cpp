@@ -9,6 +9,8 @@
 // same latents on the CPU, for the tiny spec and the bundled minnen2020-channel.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -145,6 +147,7 @@ TEST_F(ChannelConditionalCodec, TheDecodedLatentFollowsTheFloatModelAndTheRecons
 }
 
 TEST_F(ChannelConditionalCodec, HeaderIsVersionFourWithKindFour) {
+  model.set_format_version(4);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   ASSERT_GE(bytes.size(), kHyperpriorOverheadBytes);
   EXPECT_EQ(bytes[4] | bytes[5] << 8, 4);
@@ -179,7 +182,34 @@ TEST_F(ChannelConditionalCodec, TheStoredCalibrationAndTanhTableAreTheOnesComput
                        "the tanh table must rise from 0 to at most 1"));
 }
 
+TEST_F(ChannelConditionalCodec, VersionFiveCodesEachGroupInItsOwnSection) {
+  const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
+  const std::vector<testing::SectionView> sections = testing::sections_of(bytes);
+  ASSERT_EQ(sections.size(), 4u);  // z, then the groups of 2, 2 and 4 channels
+  std::vector<std::uint32_t> channels;
+  for (const testing::SectionView& section : sections) channels.push_back(section.channels);
+  EXPECT_EQ(channels, (std::vector<std::uint32_t>{6, 2, 2, 4}));
+  EXPECT_EQ(sections[3].height * 100 + sections[3].width, 810u);
+  const nlohmann::json& section = model.codec_section();
+  EXPECT_EQ(section["y"]["type"], "channel_groups");
+  EXPECT_EQ(section["y"]["decoded"], "y_decoded_join");
+  EXPECT_EQ(section["y"]["groups"][2]["quantizer"], "slice2_quantizer");
+  model.set_format_version(4);
+  const std::vector<std::uint8_t> version4 = model.compress(testing::position_image(37, 29));
+  const CodecModel::Latents v5 = model.decode_latents(bytes.data(), bytes.size());
+  const CodecModel::Latents v4 = model.decode_latents(version4.data(), version4.size());
+  EXPECT_EQ(v5.latent.to_values(), v4.latent.to_values());
+  EXPECT_EQ(v5.symbols, v4.symbols);
+  // The last group's stream damaged behind a valid checksum: refused naming the coded stream, or decoded.
+  const testing::BitFlipOutcome flips =
+      testing::flip_coded_stream_bits(bytes, sections[3].stream, 3, 3, [&](const std::vector<std::uint8_t>& flipped) {
+        return error_or_none([&] { model.decompress(flipped.data(), flipped.size()); });
+      });
+  EXPECT_GT(flips.rejected, flips.total * 7 / 10) << flips.rejected << " of " << flips.total;
+}
+
 TEST_F(ChannelConditionalCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
+  model.set_format_version(4);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   auto decode_error = [&](const std::vector<std::uint8_t>& b) {
     return error_or_none([&] { model.decompress(b.data(), b.size()); });
@@ -198,7 +228,7 @@ TEST_F(ChannelConditionalCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   CodecModel other(tiny_spec(), tiny_weights(4), registry, Device::cpu(), "other.safetensors");
   const std::vector<std::uint8_t> foreign = other.compress(testing::position_image(37, 29));
   EXPECT_TRUE(contains(decode_error(foreign), "fingerprint")) << decode_error(foreign);
-  // This file to the mean-scale model of tiny_mean_scale.json.
+  // This file to the mean-scale model of tiny_mean_scale.json (version 4: named by kind).
   const ModelSpec mean_scale = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json");
   CodecModel ms(mean_scale, testing::untrained_weights(mean_scale, registry, 3, {}), registry, Device::cpu(),
                 "ms.safetensors");
@@ -209,6 +239,78 @@ TEST_F(ChannelConditionalCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
       testing::flip_coded_stream_bits(bytes, kHyperpriorHeaderBytes, 7, 3,
                                       [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
   EXPECT_GT(flips.rejected, flips.total * 8 / 10) << flips.rejected << " of " << flips.total;
+}
+
+// The section of tiny_channel.json written out, changed by `change`.
+ModelSpec with_section(const std::function<void(nlohmann::json&)>& change) {
+  ModelSpec spec = tiny_spec();
+  spec.codec = nlohmann::json::parse(R"({"type": "hyperprior",
+      "z": {"type": "factorized", "entropy_model": "hyper_entropy_model"},
+      "y": {"type": "channel_groups", "conditional": "gaussian_conditional", "decoded": "y_decoded_join",
+            "groups": [{"quantizer": "slice0_quantizer"}, {"quantizer": "slice1_quantizer"},
+                       {"quantizer": "slice2_quantizer"}]}})");
+  change(spec.codec);
+  return spec;
+}
+
+TEST(ChannelConditionalCodecSpec, ADeclaredSectionIsCheckedAgainstTheGraphNamingTheNode) {
+  EXPECT_EQ(why_not_codable(with_section([](nlohmann::json&) {}), registry), std::nullopt);
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c["z"]["entropy_model"] = "hyper_entropy"; },
+       "/codec/z/entropy_model names 'hyper_entropy', which is not a node of the spec"},
+      {[](nlohmann::json& c) { c["y"]["conditional"] = "y_hat_join"; },
+       "/codec/y/conditional names node 'y_hat_join', a Concat; it must be a GaussianConditional"},
+      {[](nlohmann::json& c) { std::swap(c["y"]["groups"][0], c["y"]["groups"][1]); },
+       "'y_hat' must be a Concat of the groups' quantised values, in group order"},
+      {[](nlohmann::json& c) { c["y"]["decoded"] = "scales_join"; },
+       "its decoded latent, node 'scales_join' (/codec/y/decoded), must be a Concat joining"},
+      {[](nlohmann::json& c) { c["y"]["groups"][1]["quantizer"] = "slice1_lrp_support"; },
+       "/codec/y/groups/1/quantizer names node 'slice1_lrp_support', a Concat; it must be a QuantizeAroundMean"},
+      {[](nlohmann::json& c) { c["y"]["groups"][1]["quantiser"] = "x"; },
+       "its codec section at /codec/y/groups/1 has an unknown key 'quantiser' (a group takes quantizer)"},
+      {[](nlohmann::json& c) { c["y"]["type"] = "checkerboard"; },
+       "its codec section at /codec/y declares a 'checkerboard' latent codec, which this plexus-ae cannot code "
+       "yet"},
+      {[](nlohmann::json& c) {
+         c["y"] = {{"type", "gaussian"},
+                   {"conditional", "gaussian_conditional"},
+                   {"distribution", "mixture"},
+                   {"components", 3}};
+       },
+       "/codec/y declares a 3-component Gaussian mixture, which this plexus-ae cannot code yet"},
+      {[](nlohmann::json& c) {
+         c["y"] = {{"type", "gaussian"}, {"conditional", "gaussian_conditional"}, {"distribution", "scale"}};
+       },
+       "its GaussianConditional node 'gaussian_conditional' has 3 inputs, but /codec/y declares a scale "
+       "distribution, which reads [latent, scales]"},
+      {[](nlohmann::json& c) { c = c["z"]; },
+       "its GaussianConditional node 'gaussian_conditional' is not in the codec section, which would leave its "
+       "latent uncoded"},
+      {[](nlohmann::json& c) { c["z"] = c["y"]; },
+       "/codec/z is a 'channel_groups' latent codec; a hyperprior's hyper-latent is coded 'factorized'"},
+      {[](nlohmann::json& c) { c["y"].erase("decoded"); }, "its codec section at /codec/y needs \"decoded\""},
+      {[](nlohmann::json& c) {
+         c["y"] = {{"type", "gaussian"}, {"conditional", "gaussian_conditional"}};
+       },
+       "its codec section at /codec/y/distribution must be \"scale\", \"mean_scale\" or \"mixture\", got "
+       "nothing"},
+      {[](nlohmann::json& c) { c["y"]["type"] = 4; }, "its codec section at /codec/y needs a \"type\""},
+  };
+  for (const auto& [change, expected] : cases) {
+    const ModelSpec spec = with_section(change);
+    const std::optional<std::string> problem = why_not_codable(spec, registry);
+    ASSERT_TRUE(problem.has_value()) << spec.codec.dump();
+    EXPECT_TRUE(contains(*problem, expected)) << *problem;
+    // CodecModel refuses it with the same reason.
+    const std::string refused = error_or_none([&] { CodecModel(spec, tiny_weights(3), registry, Device::cpu(), "m"); });
+    EXPECT_EQ(refused, spec.source + " cannot be used as a codec: " + *problem);
+  }
+  // The spec parser carries the section, and refuses one that is not an object.
+  nlohmann::json json = with_section([](nlohmann::json&) {}).to_json();
+  EXPECT_EQ(ModelSpec::from_json(json).codec, json["codec"]);
+  json["codec"] = 3;
+  EXPECT_TRUE(contains(error_or_none([&] { ModelSpec::from_json(json, "m.json"); }),
+                       "m.json: at /codec: the codec section must be an object, got 3"));
 }
 
 TEST(ChannelConditionalCodecSpec, SlicesReadingLaterSlicesAreRefusedNamingThem) {

@@ -1,7 +1,8 @@
 // The codec (CodecModel, bitstream.h) as a library: round trips that give
-// exactly the eval reconstruction, determinism, the header layout, and a
-// decoder that rejects truncated, extended, bit-flipped, foreign-model and
-// other-version files with a message saying what is wrong. With the shipped
+// exactly the eval reconstruction, determinism, the header layout (version 1,
+// which the fixture writes, and the sectioned version 5 written by default),
+// and a decoder that rejects truncated, extended, bit-flipped, foreign-model
+// and other-version files with a message saying what is wrong. With the shipped
 // bls2017 model: the real file size against the estimate, and (on a GPU)
 // files compressed on CUDA decoding to the same latent on the CPU and CUDA.
 #include <gtest/gtest.h>
@@ -54,9 +55,13 @@ using testing::get32;
 using testing::put32;
 using testing::reseal;
 
+// Version 1's layout (what earlier releases wrote, still decoded and, on
+// request, written); SectionedCodec below holds version 5's.
 class Codec : public ::testing::Test {
  protected:
-  Codec() : model(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "tiny.safetensors") {}
+  Codec() : model(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "tiny.safetensors") {
+    model.set_format_version(1);
+  }
   std::vector<std::uint8_t> compressed(int width = 21, int height = 13) {
     return model.compress(testing::position_image(width, height));
   }
@@ -116,6 +121,7 @@ TEST_F(Codec, CompressingTwiceGivesTheSameBytes) {
   const std::vector<std::uint8_t> first = compressed();
   EXPECT_EQ(compressed(), first);
   CodecModel again(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "again");
+  again.set_format_version(1);
   EXPECT_EQ(again.fingerprint(), model.fingerprint());
   EXPECT_EQ(again.compress(testing::position_image(21, 13)), first);
 }
@@ -180,10 +186,11 @@ TEST_F(Codec, EverySingleBitFlipIsRejected) {
       flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
       const std::string message = decode_error(flipped);
       // CRC-32 catches every single-bit error; flips in the magic, version
-      // and length fields are named before the checksum is looked at.
+      // and length fields are named before the checksum is looked at (version
+      // 1 read as version 5: its section count).
       EXPECT_TRUE(contains(message, "checksum mismatch") || contains(message, "not a plexus-ae") ||
                   contains(message, "format version") || contains(message, "truncated") ||
-                  contains(message, "extended"))
+                  contains(message, "extended") || contains(message, "sections (1 to 64 are allowed)"))
           << "byte " << byte << " bit " << bit << ": " << message;
     }
 }
@@ -201,9 +208,9 @@ TEST_F(Codec, FileOfAnotherModelNamesBothFingerprints) {
 TEST_F(Codec, OtherVersionsAndFlagsAreRejected) {
   std::vector<std::uint8_t> bytes = compressed();
   std::vector<std::uint8_t> newer = bytes;
-  newer[4] = 5;
+  newer[4] = 6;
   reseal(newer);
-  EXPECT_TRUE(contains(decode_error(newer), "format version 5, but this plexus-ae reads only versions 1 to 4"))
+  EXPECT_TRUE(contains(decode_error(newer), "format version 6, but this plexus-ae reads only versions 1 to 5"))
       << decode_error(newer);
   // Version 2 is the scale hyperprior's layout: kind and hyper-latent shape
   // after the latent's. Such a file is of a kind this model is not; a kind
@@ -307,6 +314,150 @@ TEST_F(Codec, CorruptStreamsBehindAValidChecksumFailCleanly) {
   const testing::BitFlipOutcome flips = testing::flip_coded_stream_bits(
       bytes, 40, 1, 1, [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
   EXPECT_GT(flips.rejected, flips.total * 9 / 10) << flips.rejected << " of " << flips.total;
+}
+
+// Version 5: the header, the codec section's fingerprint, one section per coded stream.
+class SectionedCodec : public Codec {
+ protected:
+  SectionedCodec() { model.set_format_version(kSectionedVersion); }
+};
+
+TEST_F(SectionedCodec, IsWrittenByDefaultAndLaidOutAsTheFormatSays) {
+  CodecModel fresh(tiny_spec(), tiny_weights(3), registry, Device::cpu(), "fresh");
+  EXPECT_EQ(fresh.format_version(), 5);
+  const std::vector<std::uint8_t> bytes = compressed();
+  EXPECT_EQ(fresh.compress(testing::position_image(21, 13)), bytes);
+  ASSERT_GE(bytes.size(), 62u);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PXAE");
+  EXPECT_EQ(bytes[4] | bytes[5] << 8, 5);
+  EXPECT_EQ(bytes[6] | bytes[7] << 8, 0);
+  auto get64 = [&](std::size_t at) { return get32(bytes, at) | std::uint64_t(get32(bytes, at + 4)) << 32; };
+  EXPECT_EQ(get64(8), model.fingerprint());
+  // The codec section inferred for a factorized spec, and its fingerprint.
+  EXPECT_EQ(model.codec_section(),
+            nlohmann::json::parse(R"({"type": "factorized", "entropy_model": "entropy_model"})"));
+  plexus::Fnv1a64 section_hash;
+  section_hash.add_field("plexus-ae codec section");
+  section_hash.add_field(R"({"entropy_model":"entropy_model","type":"factorized"})");
+  EXPECT_EQ(model.codec_fingerprint(), section_hash.value());
+  EXPECT_EQ(get64(16), model.codec_fingerprint());
+  EXPECT_EQ(get32(bytes, 24), 21u);
+  EXPECT_EQ(get32(bytes, 28), 13u);
+  EXPECT_EQ(get32(bytes, 32), 0u);                     // no rate level
+  EXPECT_EQ(bytes[36] | bytes[37] << 8, 1);            // one section
+  EXPECT_EQ(bytes[38] | bytes[39] << 8, 1);            // a coded stream
+  EXPECT_EQ(bytes[40] | bytes[41] << 8, 1);            // required
+  EXPECT_EQ(get32(bytes, 42), bytes.size() - 4 - 46);  // its payload: everything up to the checksum
+  EXPECT_EQ(get32(bytes, 46), 8u);                     // channels
+  EXPECT_EQ(get32(bytes, 50), 4u);                     // ceil(13 / 4)
+  EXPECT_EQ(get32(bytes, 54), 6u);                     // ceil(21 / 4)
+  EXPECT_EQ(get32(bytes, bytes.size() - 4), plexus::crc32(bytes.data(), bytes.size() - 4));
+  // The same rANS stream as version 1's, only framed differently.
+  model.set_format_version(1);
+  const std::vector<std::uint8_t> version1 = compressed();
+  EXPECT_TRUE(std::equal(version1.begin() + 40, version1.end() - 4, bytes.begin() + 58, bytes.end() - 4));
+  EXPECT_EQ(model.decode_latent(bytes.data(), bytes.size()).to_values(),
+            model.decode_latent(version1.data(), version1.size()).to_values());
+  EXPECT_EQ(decode_error(bytes), "no error");
+}
+
+TEST_F(SectionedCodec, RoundTripGivesTheEncodedLatentAndOnlyTheKindsVersionsAreWritten) {
+  const data::Image image = testing::position_image(23, 17);
+  const std::vector<std::uint8_t> bytes = model.compress(image);
+  EXPECT_EQ(model.decode_latent(bytes.data(), bytes.size()).to_values(), model.encode_latent(image).to_values());
+  const data::Image decoded = model.decompress(bytes.data(), bytes.size());
+  EXPECT_EQ(decoded.width, 23);
+  EXPECT_EQ(decoded.height, 17);
+  EXPECT_TRUE(contains(error_or_none([&] { model.set_format_version(2); }),
+                       "writes format version 5 or 1 (that of a factorized-prior model), not 2"));
+}
+
+TEST_F(SectionedCodec, TruncatedExtendedAndBitFlippedFilesAreRefusedSayingWhy) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  for (std::size_t size = 0; size < bytes.size(); ++size) {
+    const std::string message = decode_error({bytes.begin(), bytes.begin() + size});
+    EXPECT_TRUE(contains(message, size < 6 ? "not a plexus-ae compressed image" : "truncated"))
+        << size << ": " << message;
+  }
+  std::vector<std::uint8_t> extended = bytes;
+  extended.push_back(0);
+  EXPECT_TRUE(contains(decode_error(extended), "extended: 1 unexpected byte(s) after the checksum"))
+      << decode_error(extended);
+  for (std::size_t byte = 0; byte < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      const std::string message = decode_error(flipped);
+      EXPECT_TRUE(contains(message, "checksum mismatch") || contains(message, "not a plexus-ae") ||
+                  contains(message, "format version") || contains(message, "truncated") ||
+                  contains(message, "extended") || contains(message, "sections (1 to 64 are allowed)"))
+          << "byte " << byte << " bit " << bit << ": " << message;
+    }
+  // Behind a valid checksum: the rANS decoder sees damage to the stream itself.
+  const testing::BitFlipOutcome flips = testing::flip_coded_stream_bits(
+      compressed(32, 32), 58, 1, 1, [&](const std::vector<std::uint8_t>& flipped) { return decode_error(flipped); });
+  EXPECT_GT(flips.rejected, flips.total * 9 / 10) << flips.rejected << " of " << flips.total;
+}
+
+// A section of `type` with `flags` and a 3-byte payload, added before the
+// coded stream (the section count raised, the checksum recomputed).
+std::vector<std::uint8_t> with_extra_section(std::vector<std::uint8_t> bytes, std::uint16_t type, std::uint16_t flags) {
+  const std::uint8_t section[] = {static_cast<std::uint8_t>(type),
+                                  static_cast<std::uint8_t>(type >> 8),
+                                  static_cast<std::uint8_t>(flags),
+                                  static_cast<std::uint8_t>(flags >> 8),
+                                  3,
+                                  0,
+                                  0,
+                                  0,
+                                  'i',
+                                  'c',
+                                  'c'};
+  bytes.insert(bytes.begin() + 38, std::begin(section), std::end(section));
+  bytes[36] += 1;
+  reseal(bytes);
+  return bytes;
+}
+
+TEST_F(SectionedCodec, UnknownOptionalSectionsAreSkippedAndUnknownRequiredOnesRefused) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  const std::vector<std::uint8_t> optional = with_extra_section(bytes, 2, 0);
+  EXPECT_EQ(decode_error(optional), "no error");
+  EXPECT_EQ(model.decode_latent(optional.data(), optional.size()).to_values(),
+            model.decode_latent(bytes.data(), bytes.size()).to_values());
+  EXPECT_EQ(read_bitstream(optional.data(), optional.size()).skipped_sections, 1u);
+  EXPECT_TRUE(contains(decode_error(with_extra_section(bytes, 2, 1)),
+                       "section 0 (type 2) is marked required, but this plexus-ae does not know its type"))
+      << decode_error(with_extra_section(bytes, 2, 1));
+  EXPECT_TRUE(
+      contains(decode_error(with_extra_section(bytes, 2, 4)), "section 0 (type 2) has unknown section flags 4"));
+  // A second coded stream: this model codes one.
+  EXPECT_TRUE(contains(decode_error(with_extra_section(bytes, 1, 1)), "has 3 bytes, fewer than its 12-byte shape"));
+  std::vector<std::uint8_t> unflagged = bytes;
+  unflagged[40] = 0;
+  reseal(unflagged);
+  EXPECT_TRUE(contains(decode_error(unflagged), "a coded stream, is not marked required")) << decode_error(unflagged);
+  std::vector<std::uint8_t> none = bytes;
+  none[36] = 0;
+  reseal(none);
+  EXPECT_TRUE(contains(decode_error(none), "announces 0 sections (1 to 64 are allowed)")) << decode_error(none);
+}
+
+TEST_F(SectionedCodec, FieldsThatDoNotFitTheModelAreNamed) {
+  const std::vector<std::uint8_t> bytes = compressed();
+  auto with_field = [&](std::size_t at, std::uint32_t value) {
+    std::vector<std::uint8_t> changed = bytes;
+    put32(changed, at, value);
+    reseal(changed);
+    return decode_error(changed);
+  };
+  EXPECT_TRUE(contains(with_field(16, 1), "it was coded with the codec section of fingerprint")) << with_field(16, 1);
+  EXPECT_TRUE(contains(with_field(16, 1), "(a different tree of latent codecs)"));
+  EXPECT_TRUE(contains(with_field(24, 0), "image size 0x13 is out of range")) << with_field(24, 0);
+  EXPECT_TRUE(contains(with_field(32, 5), "a rate level of 5 without flag bit 1")) << with_field(32, 5);
+  EXPECT_TRUE(contains(with_field(46, 9), "coded stream 0 has shape [9, 4, 6], which does not fit a 21x13 image"))
+      << with_field(46, 9);
+  EXPECT_TRUE(contains(with_field(42, 0xFFFFFFF0u), "truncated: the sections announce")) << with_field(42, 0xFFFFFFF0u);
 }
 
 // The shipped bls2017 model on a bundled Kodak image: the done-when of the

@@ -97,6 +97,7 @@ TEST_F(HyperpriorCodec, RoundTripGivesTheLatentsAndTheEvalReconstruction) {
 }
 
 TEST_F(HyperpriorCodec, HeaderIsVersionTwoWithTheKindAndTheHyperLatentShape) {
+  model.set_format_version(2);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   ASSERT_GE(bytes.size(), kHyperpriorOverheadBytes);
   EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PXAE");
@@ -269,7 +270,37 @@ TEST_F(HyperpriorCodec, IntegerIndicesAgreeWithTheFloatModelsScales) {
   EXPECT_EQ(far, 0u);
 }
 
+TEST_F(HyperpriorCodec, VersionFiveCodesTheHyperLatentAndTheLatentInTwoSections) {
+  const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
+  EXPECT_EQ(bytes[4] | bytes[5] << 8, 5);
+  const std::vector<testing::SectionView> sections = testing::sections_of(bytes);
+  ASSERT_EQ(sections.size(), 2u);
+  for (const testing::SectionView& section : sections) EXPECT_EQ(section.type * 16 + section.flags, 17u);
+  EXPECT_EQ(std::vector<std::uint32_t>({sections[0].channels, sections[0].height, sections[0].width}),
+            std::vector<std::uint32_t>({6, 4, 5}));  // z
+  EXPECT_EQ(std::vector<std::uint32_t>({sections[1].channels, sections[1].height, sections[1].width}),
+            std::vector<std::uint32_t>({8, 8, 10}));  // y
+  EXPECT_EQ(model.codec_section()["type"], "hyperprior");
+  EXPECT_EQ(model.codec_section()["y"]["distribution"], "scale");
+  // The same latents as the version-2 file of the same image.
+  const CodecModel::Latents v5 = model.decode_latents(bytes.data(), bytes.size());
+  model.set_format_version(2);
+  const std::vector<std::uint8_t> version2 = model.compress(testing::position_image(37, 29));
+  const CodecModel::Latents v2 = model.decode_latents(version2.data(), version2.size());
+  EXPECT_EQ(v5.latent.to_values(), v2.latent.to_values());
+  EXPECT_EQ(v5.hyper_latent.to_values(), v2.hyper_latent.to_values());
+  EXPECT_EQ(v5.indices, v2.indices);
+  // A second stream shaped for another image is named.
+  std::vector<std::uint8_t> changed = bytes;
+  put32(changed, sections[1].payload, 7);
+  reseal(changed);
+  EXPECT_TRUE(contains(error_or_none([&] { model.decompress(changed.data(), changed.size()); }),
+                       "coded stream 1 has shape [7, 8, 10], which does not fit a 37x29 image under this model, which "
+                       "needs [8, 8, 10]"));
+}
+
 TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
+  model.set_format_version(2);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   auto decode_error = [&](const std::vector<std::uint8_t>& b) {
     return error_or_none([&] { model.decompress(b.data(), b.size()); });
@@ -294,6 +325,13 @@ TEST_F(HyperpriorCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   for (const NamedParameter& named : net.parameters())
     factorized_file.tensors[named.name] = named.parameter->value.clone();
   CodecModel other(factorized, factorized_file, registry, Device::cpu(), "tiny.safetensors");
+  // Version 5 names the codec section: a factorized tree is not this hyperprior's.
+  const std::vector<std::uint8_t> version5 = other.compress(testing::position_image(21, 13));
+  EXPECT_TRUE(contains(decode_error(version5),
+                       "coded with the codec section of fingerprint " + fingerprint_text(other.codec_fingerprint()) +
+                           ", but 'tiny-hp.safetensors' codes with " + fingerprint_text(model.codec_fingerprint())))
+      << decode_error(version5);
+  other.set_format_version(1);
   const std::vector<std::uint8_t> version1 = other.compress(testing::position_image(21, 13));
   EXPECT_TRUE(contains(decode_error(version1), "a factorized-prior file (format version 1), but 'tiny-hp.safetensors' "
                                                "is a scale-hyperprior model"))

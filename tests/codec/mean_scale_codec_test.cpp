@@ -114,6 +114,7 @@ TEST_F(MeanScaleCodec, MeansFollowTheFloatModelAndTheReconstructionEval) {
 }
 
 TEST_F(MeanScaleCodec, HeaderIsVersionThreeWithKindThree) {
+  model.set_format_version(3);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   ASSERT_GE(bytes.size(), kHyperpriorOverheadBytes);
   EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "PXAE");
@@ -144,7 +145,35 @@ TEST_F(MeanScaleCodec, TheStoredCalibrationIsTheOneComputedOnLoad) {
                        "activation_max0"));
 }
 
+TEST_F(MeanScaleCodec, VersionFiveNamesItsCodecSectionAndCodesTwoStreams) {
+  const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
+  EXPECT_EQ(bytes[4] | bytes[5] << 8, 5);
+  const std::vector<testing::SectionView> sections = testing::sections_of(bytes);
+  ASSERT_EQ(sections.size(), 2u);
+  EXPECT_EQ(sections[0].channels, 6u);
+  EXPECT_EQ(sections[1].channels, 8u);
+  EXPECT_EQ(model.codec_section(), nlohmann::json::parse(R"({"type": "hyperprior",
+      "z": {"type": "factorized", "entropy_model": "hyper_entropy_model"},
+      "y": {"type": "gaussian", "conditional": "gaussian_conditional", "distribution": "mean_scale",
+            "quantizer": "quantizer"}})"));
+  model.set_format_version(3);
+  const std::vector<std::uint8_t> version3 = model.compress(testing::position_image(37, 29));
+  const CodecModel::Latents v5 = model.decode_latents(bytes.data(), bytes.size());
+  const CodecModel::Latents v3 = model.decode_latents(version3.data(), version3.size());
+  EXPECT_EQ(v5.latent.to_values(), v3.latent.to_values());
+  EXPECT_EQ(v5.symbols, v3.symbols);
+  EXPECT_EQ(v5.means, v3.means);
+  // The same spec with the section written out: the same codec fingerprint, so the file decodes.
+  ModelSpec declared = tiny_spec();
+  declared.codec = model.codec_section();
+  CodecModel explicit_section(declared, file, registry, Device::cpu(), "declared");
+  EXPECT_EQ(explicit_section.codec_fingerprint(), model.codec_fingerprint());
+  // (the spec JSON is in the model fingerprint, which now differs)
+  EXPECT_NE(explicit_section.fingerprint(), model.fingerprint());
+}
+
 TEST_F(MeanScaleCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
+  model.set_format_version(3);
   const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(37, 29));
   auto decode_error = [&](const std::vector<std::uint8_t>& b) {
     return error_or_none([&] { model.decompress(b.data(), b.size()); });
@@ -172,6 +201,7 @@ TEST_F(MeanScaleCodec, CorruptAndForeignFilesAreRefusedSayingWhy) {
   const ModelSpec scale_only = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_hyperprior.json");
   CodecModel hyperprior(scale_only, testing::untrained_weights(scale_only, registry, 3, {}), registry, Device::cpu(),
                         "hp.safetensors");
+  hyperprior.set_format_version(2);
   EXPECT_TRUE(contains(error_or_none([&] { hyperprior.decompress(bytes.data(), bytes.size()); }),
                        "a mean-scale-hyperprior file (format version 3), but 'hp.safetensors' is a "
                        "scale-hyperprior model"));

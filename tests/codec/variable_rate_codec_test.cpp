@@ -61,7 +61,31 @@ TEST_F(VariableRateCodec, HasTheLevelsOfItsGainUnits) {
             std::nullopt);
 }
 
+TEST_F(VariableRateCodec, AVersionFiveFileRecordsTheLevelInItsHeader) {
+  for (double level : {0.0, 1.25, 2.0}) {
+    model.set_rate_level(level);
+    const std::vector<std::uint8_t> bytes = model.compress(image);
+    EXPECT_EQ(get32(bytes, 4), 5u | unsigned(kFlagRateLevel) << 16) << "format version 5, the rate-level flag";
+    EXPECT_EQ(get32(bytes, 32), static_cast<std::uint32_t>(level * 65536)) << level;
+    CodecModel decoder(tiny_spec(), file, registry, Device::cpu(), "tiny-vr");
+    const CodecModel::Latents decoded = decoder.decode_latents(bytes.data(), bytes.size());
+    EXPECT_EQ(decoded.header.rate_level, static_cast<std::uint32_t>(level * 65536));
+    EXPECT_EQ(decoded.symbols, model.encode_latents(image).symbols) << level;
+  }
+  // Without the flag, the level field must be 0; a one-rate model refuses a file with a level.
+  std::vector<std::uint8_t> bytes = model.compress(image);
+  bytes[6] = 0;
+  reseal(bytes);
+  EXPECT_TRUE(contains(error_or_none([&] { model.decode_latents(bytes.data(), bytes.size()); }),
+                       "a rate level of 131072 without flag bit 1"));
+  put32(bytes, 32, 0);
+  reseal(bytes);
+  EXPECT_TRUE(contains(error_or_none([&] { model.decode_latents(bytes.data(), bytes.size()); }),
+                       "it holds no rate level, but 'tiny-vr' is a variable-rate model"));
+}
+
 TEST_F(VariableRateCodec, TheFileRecordsTheLevelAndDecodesAtIt) {
+  model.set_format_version(3);
   for (double level : {0.0, 1.25, 2.0}) {
     model.set_rate_level(level);
     const std::vector<std::uint8_t> bytes = model.compress(image);
@@ -108,6 +132,7 @@ TEST_F(VariableRateCodec, RefusesLevelsOutsideItsRange) {
 }
 
 TEST_F(VariableRateCodec, RefusesALevelTheModelDoesNotHave) {
+  model.set_format_version(3);
   model.set_rate_level(2);
   std::vector<std::uint8_t> bytes = model.compress(image);
   put32(bytes, 52, 2 * 65536 + 1);  // just above level 2
@@ -117,6 +142,7 @@ TEST_F(VariableRateCodec, RefusesALevelTheModelDoesNotHave) {
 }
 
 TEST_F(VariableRateCodec, FilesWithAndWithoutALevelNeedTheirKindOfModel) {
+  model.set_format_version(3);
   const std::vector<std::uint8_t> variable = model.compress(image);
   BitstreamExpectation one_rate;
   one_rate.kind = ModelKind::mean_scale_hyperprior;

@@ -26,8 +26,13 @@
 //   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 //   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
+// Every model decodes the files of its kind's own version (1 to 4) and the
+// sectioned version 5.
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
-// files for both models (the committed corpus/bitstream_fuzzer/).
+// files for every model (the committed corpus/bitstream_fuzzer/): seed-0 to
+// seed-49 in the kinds' versions 1 to 4, seed-50 to seed-89 the same images
+// up to 32x17 in version 5, and seed-90 to seed-99 version-5 files with an
+// unknown optional section (metadata, such as an ICC profile, the decoder skips).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -229,19 +234,44 @@ ae::CodecModel& model(std::uint8_t mode) {
   return (mode & 16) ? *channel : (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
 }
 
+// A version-5 file with an optional section of type 9 ("icc" and a few
+// bytes) before its coded streams, the count raised and the checksum redone.
+std::vector<std::uint8_t> with_optional_section(std::vector<std::uint8_t> bytes) {
+  const std::uint8_t section[] = {9, 0, 0, 0, 6, 0, 0, 0, 'i', 'c', 'c', 1, 2, 3};
+  bytes.insert(bytes.begin() + 38, std::begin(section), std::end(section));
+  bytes[36] = static_cast<std::uint8_t>(bytes[36] + 1);
+  const std::uint32_t crc = plexus::crc32(bytes.data(), bytes.size() - 4);
+  for (int k = 0; k < 4; ++k) bytes[bytes.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
+  return bytes;
+}
+
 void write_seeds(const std::string& folder) {
   int index = 0;
-  for (std::uint8_t kind : {0, 4, 8, 16, 32})
-    for (const auto& [width, height] : std::vector<std::pair<int, int>>{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}}) {
-      data::Image image(width, height);
-      for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
-      const std::vector<std::uint8_t> bytes = model(kind).compress(image);
-      for (std::uint8_t mode : {0, 3}) {
-        std::ofstream out(folder + "/seed-" + std::to_string(index++), std::ios::binary);
-        out.put(static_cast<char>(mode | kind));
-        out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  auto write = [&](std::uint8_t mode, const std::vector<std::uint8_t>& bytes) {
+    std::ofstream out(folder + "/seed-" + std::to_string(index++), std::ios::binary);
+    out.put(static_cast<char>(mode));
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  };
+  const std::vector<std::pair<int, int>> sizes{{1, 1}, {8, 8}, {13, 7}, {32, 17}, {64, 64}};
+  auto image_of = [](int width, int height) {
+    data::Image image(width, height);
+    for (std::size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = static_cast<std::uint8_t>(i * 37 % 251);
+    return image;
+  };
+  for (bool sectioned : {false, true})
+    for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
+      ae::CodecModel& coder = model(kind);
+      coder.set_format_version(sectioned ? ae::kSectionedVersion : ae::format_version(coder.kind()));
+      for (const auto& [width, height] : sizes) {
+        if (sectioned && width == 64) continue;  // the largest seeds only once, in the kinds' versions
+        const std::vector<std::uint8_t> bytes = coder.compress(image_of(width, height));
+        for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
       }
     }
+  for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
+    const std::vector<std::uint8_t> bytes = with_optional_section(model(kind).compress(image_of(13, 7)));
+    for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
+  }
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ struct ModelSpec {
   // "loss" object, apps/autoencoder/README.md); null when the spec has none.
   // Carried as it is: the application checks its keys.
   nlohmann::json loss;
+  // How an application codes the model's latents (plexus-ae: a "codec"
+  // object, docs/writing-models.md); null when the spec has none. Carried as
+  // it is: the application checks it against the graph.
+  nlohmann::json codec;
   std::string source = "<memory>";  // where it came from, for messages
 
   // Builder API: spec.add_input("x").add_node({...});

@@ -36,9 +36,31 @@
 // offset 36 in version 1, 52 in versions 2 to 4), moving S, the stream and
 // the checksum 4 bytes on. Models of one rate never set it, so their files
 // are unchanged.
-// plexus-ae writes version 1 for factorized-prior models (the same bytes as
-// before version 2 existed), 2 for scale-hyperprior, 3 for mean-scale and 4
-// for channel-conditional models.
+// Version 5, sectioned, for every model: a header, the fingerprint of the
+// model's codec section (its tree of latent codecs), then sections, one per
+// coded stream, each its own rANS stream:
+//   0       4     magic "PXAE"
+//   4       2     format version (5)
+//   6       2     flags (as above; bit 1 says the rate level field is used)
+//   8       8     model fingerprint
+//   16      8     codec fingerprint (codec_fingerprint of the codec section)
+//   24      4     image width
+//   28      4     image height
+//   32      4     rate level, units of 2^-16 (0 without flag bit 1)
+//   36      2     N, the number of sections (1..kMaxSections)
+//   38            N sections, each: 2 type, 2 section flags (bit 0: required),
+//                 4 payload length L, L payload bytes
+//   end - 4 4     CRC-32 of every byte before it
+// A coded-stream section (type 1, required) holds 4 channels, 4 height,
+// 4 width, then the rANS stream; the streams come in the codec tree's coding
+// order: a factorized model's latent; a hyperprior's hyper-latent, then its
+// latent, or a channel-grouped latent's groups one section each. A reader
+// skips a section of a type it does not know unless bit 0 says it is
+// required, and then refuses the file (room for metadata such as an ICC profile).
+// plexus-ae writes version 5; CodecModel::set_format_version writes the
+// version of the model's kind instead (1 for factorized-prior models, 2 for
+// scale-hyperprior, 3 for mean-scale and 4 for channel-conditional ones), the
+// bytes earlier plexus-ae wrote.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -46,11 +68,18 @@
 
 namespace plexus::ae {
 
-inline constexpr std::uint16_t kBitstreamVersion = 4;     // the newest version this plexus-ae reads
+inline constexpr std::uint16_t kBitstreamVersion = 5;     // the newest version this plexus-ae reads (and writes)
+inline constexpr std::uint16_t kSectionedVersion = 5;     // the first sectioned version
 inline constexpr std::size_t kBitstreamHeaderBytes = 40;  // version 1
 inline constexpr std::size_t kBitstreamOverheadBytes = kBitstreamHeaderBytes + 4;
 inline constexpr std::size_t kHyperpriorHeaderBytes = 56;  // versions 2, 3 and 4
 inline constexpr std::size_t kHyperpriorOverheadBytes = kHyperpriorHeaderBytes + 4;
+inline constexpr std::size_t kSectionedHeaderBytes = 38;      // version 5, before its sections
+inline constexpr std::size_t kSectionHeaderBytes = 8;         // type, flags, payload length
+inline constexpr std::size_t kStreamSectionHeaderBytes = 12;  // a coded stream's channels, height, width
+inline constexpr std::size_t kMaxSections = 64;
+inline constexpr std::uint16_t kSectionCodedStream = 1;
+inline constexpr std::uint16_t kSectionRequired = 1;  // section flag bit 0
 
 // What kind of model wrote a file, so what its stream holds.
 enum class ModelKind : std::uint32_t {
@@ -76,8 +105,13 @@ inline constexpr std::uint16_t kFlagRateLevel = 2;
 inline constexpr std::uint32_t kRateLevelOne = 1u << 16;  // the rate level's fixed point
 
 struct BitstreamHeader {
+  std::uint16_t version = kBitstreamVersion;
+  // Versions 1 to 4 name the kind; version 5 names the codec section
+  // (codec_fingerprint) instead, and parse_bitstream sets the kind of the
+  // model it matches.
   ModelKind kind = ModelKind::factorized;
-  bool grey = false;  // kFlagGrey
+  std::uint64_t codec_fingerprint = 0;  // version 5
+  bool grey = false;                    // kFlagGrey
   std::uint64_t fingerprint = 0;
   std::uint32_t width = 0, height = 0;
   std::uint32_t channels = 0, latent_height = 0, latent_width = 0;
@@ -88,13 +122,32 @@ struct BitstreamHeader {
   std::uint32_t rate_level = 0;
 };
 
+// A file of version format_version(header.kind) (1 to 4): one stream.
 std::vector<std::uint8_t> write_bitstream(const BitstreamHeader& header, const std::vector<std::uint8_t>& stream);
 
-// A parsed file: the header and where its coded stream lies in `bytes`.
+// One coded stream of a version-5 file: the shape of what it codes and its bytes.
+struct CodedStream {
+  std::uint32_t channels = 0, height = 0, width = 0;
+  std::vector<std::uint8_t> bytes;
+};
+// A version-5 file: header.fingerprint, codec_fingerprint, width, height,
+// grey, variable_rate and rate_level, then one section per stream.
+std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& header,
+                                                    const std::vector<CodedStream>& streams);
+
+// A coded stream where it lies in a file's bytes.
+struct StreamView {
+  std::uint32_t channels = 0, height = 0, width = 0;
+  const std::uint8_t* data = nullptr;
+  std::size_t size = 0;
+};
+
+// A parsed file: the header and where its coded streams lie in `bytes`
+// (versions 1 to 4: one stream, the latent's symbols after the hyper-latent's).
 struct Bitstream {
   BitstreamHeader header;
-  const std::uint8_t* stream = nullptr;
-  std::size_t stream_size = 0;
+  std::vector<StreamView> streams;
+  std::size_t skipped_sections = 0;  // optional sections of unknown types (version 5)
 };
 
 // What the decoding model expects of a file.
@@ -109,6 +162,10 @@ struct BitstreamExpectation {
   std::uint32_t stride = 1;
   std::uint32_t latent_per_stride = 1;
   std::uint32_t hyper_channels = 0;
+  // Version 5: the codec section's fingerprint, and the channels of each
+  // coded stream of the latent (one, or one per channel group).
+  std::uint64_t codec_fingerprint = 0;
+  std::vector<std::uint32_t> group_channels;
   // A variable-rate model's levels K (0: a model of one rate): its files
   // carry a rate level in [0, K-1] (units of 2^-16).
   std::uint32_t rate_levels = 0;
@@ -123,7 +180,8 @@ Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size);
 
 // read_bitstream, then the file against the model that decodes it, before
 // anything is used: model kind, rate level, fingerprint, image size, latent
-// shapes. Throws IoError whose message says what is wrong (the caller
+// shapes (version 5: the codec fingerprint and every stream's shape; the
+// header gets the model's kind and the latent shapes). Throws IoError whose message says what is wrong (the caller
 // prefixes the file name). Never reads outside [bytes, bytes + size).
 Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const BitstreamExpectation& expected);
 

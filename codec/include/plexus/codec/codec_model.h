@@ -112,6 +112,15 @@ class CodecModel {
   Latents decode_latents(const std::uint8_t* bytes, std::size_t size);
 
   ModelKind kind() const { return kind_; }
+  // The codec section this model codes by (its own, or the one inferred for
+  // its kind) and its fingerprint, which version-5 files carry.
+  const nlohmann::json& codec_section() const { return codec_section_; }
+  std::uint64_t codec_fingerprint() const { return codec_fingerprint_; }
+  // The version compress writes: 5 (the default), or the version of the
+  // model's kind (format_version(kind())), for readers of the older format.
+  // ConfigError for any other.
+  void set_format_version(std::uint16_t version);
+  std::uint16_t format_version() const { return format_version_; }
   // A variable-rate model's levels K (GainUnit nodes; 0: a model of one
   // rate). compress codes at the level set here (default 0), rounded to
   // units of 2^-16 and written to the file; decompress uses the file's.
@@ -158,15 +167,19 @@ class CodecModel {
   Tensor synthesize(const Tensor& latent, std::uint32_t rate_level);
   // The latent's groups (one, or a channel-conditional model's slices) run
   // through the integer network from the hyper-latent z: for each group its
-  // indices and means, then `symbols_of(group's first value, outputs)` gives
-  // its symbols (the encoder's from y, the decoder's from the stream).
+  // indices and means, then `symbols_of(group, group's first value, outputs)`
+  // gives its symbols (the encoder's from y, the decoder's from the stream).
   // Fills latents.indices, symbols, means and latent (y_hat).
-  void code_groups(
-      const std::vector<std::int32_t>& z, Latents& latents,
-      const std::function<std::vector<std::int32_t>(std::size_t, const codec::IntegerOutputs&)>& symbols_of);
+  void code_groups(const std::vector<std::int32_t>& z, Latents& latents,
+                   const std::function<std::vector<std::int32_t>(std::size_t, std::size_t,
+                                                                 const codec::IntegerOutputs&)>& symbols_of);
   std::string name_;
   Device device_;
   ModelKind kind_ = ModelKind::factorized;
+  nlohmann::json codec_section_;
+  std::uint64_t codec_fingerprint_ = 0;
+  std::uint16_t format_version_ = kBitstreamVersion;
+  std::vector<std::uint32_t> group_channels_;  // the latent's coded streams: one, or one per channel group
   int stride_ = 0;
   int latent_per_stride_ = 1;
   int rate_levels_ = 0;
