@@ -243,6 +243,15 @@ int run_compress(const CompressOptions& options) {
       data::warn_about_conversions(o.inputs[i], lossy);
       if (conversions.grey_expanded)
         spdlog::info("'{}' is grey: coded as RGB, decompressed to grey again", o.inputs[i]);
+      if (o.metadata == "none") {
+        image.icc_profile.clear();
+      } else if (!image.icc_profile.empty() &&
+                 (image.icc_profile.size() < kMinIccProfileBytes || image.icc_profile.size() > kMaxIccProfileBytes)) {
+        spdlog::warn("'{}' has an ICC colour profile of {} bytes, outside the {} to {} a profile has: not kept (its "
+                     "colours will be shown as sRGB)",
+                     o.inputs[i], image.icc_profile.size(), kMinIccProfileBytes, kMaxIccProfileBytes);
+        image.icc_profile.clear();
+      }
       const auto start = std::chrono::steady_clock::now();
       // A grey image is coded as RGB and comes back grey (the file's grey flag).
       const std::vector<std::uint8_t> bytes = model->compress(image, conversions.grey_expanded);
@@ -405,6 +414,13 @@ void add_compress_command(CLI::App& app, int& exit_code) {
                       "threads the CPU kernels use (0: every core); the file is the same for any count");
   add_max_image_pixels_option(*command, c.max_image_pixels,
                               "refuse images of more pixels than this, read from the header before decoding");
+  command
+      ->add_option("--metadata", c.metadata,
+                   "icc: keep the image's ICC colour profile (a PNG's iCCP, a JPEG's ICC_PROFILE) in the file, and "
+                   "decompress writes it into the PNG; none: leave it out (the colours are then shown as sRGB). "
+                   "EXIF and XMP are not kept")
+      ->check(CLI::IsMember({"icc", "none"}))
+      ->type_name("icc|none");
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"

@@ -25,6 +25,9 @@ struct CompressOptions {
   int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
   // Larger images are refused from their header (data::kDefaultMaxImagePixels, as decompress, train and eval).
   std::int64_t max_image_pixels = 50'000'000;
+  // --metadata: "icc" carries the image's ICC colour profile in the file (decompress writes it back), "none" leaves
+  // it out.
+  std::string metadata = "icc";
 };
 
 struct DecompressOptions {

@@ -31,6 +31,7 @@ std::string describe_compressed_file(const std::vector<std::uint8_t>& bytes) {
     std::snprintf(level, sizeof level, "%g", header.rate_level / static_cast<double>(kRateLevelOne));
     text += std::string(", rate level ") + level;
   }
+  if (!header.icc_profile.empty()) text += ", ICC profile of " + std::to_string(header.icc_profile.size()) + " bytes";
   return text;
 }
 

@@ -99,7 +99,11 @@ std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& heade
   put(out, header.width, 4);
   put(out, header.height, 4);
   put(out, header.variable_rate ? header.rate_level : 0, 4);
-  put(out, streams.size(), 2);
+  const std::size_t icc = header.icc_profile.size();
+  if (icc != 0 && (icc < kMinIccProfileBytes || icc > kMaxIccProfileBytes))
+    throw ConfigError("an ICC profile of " + std::to_string(icc) + " bytes (a file holds one of " +
+                      std::to_string(kMinIccProfileBytes) + " to " + std::to_string(kMaxIccProfileBytes) + " bytes)");
+  put(out, streams.size() + (icc != 0 ? 1 : 0), 2);
   for (const CodedStream& stream : streams) {
     put(out, kSectionCodedStream, 2);
     put(out, kSectionRequired, 2);
@@ -108,6 +112,12 @@ std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& heade
     put(out, stream.height, 4);
     put(out, stream.width, 4);
     out.insert(out.end(), stream.bytes.begin(), stream.bytes.end());
+  }
+  if (icc != 0) {
+    put(out, kSectionIccProfile, 2);
+    put(out, 0, 2);  // optional: a reader without colour management may skip it
+    put(out, icc, 4);
+    out.insert(out.end(), header.icc_profile.begin(), header.icc_profile.end());
   }
   put(out, plexus::crc32(out.data(), out.size()), 4);
   return out;
@@ -181,6 +191,14 @@ Bitstream read_sectioned(const std::uint8_t* bytes, std::size_t size) {
     if ((section_flags & ~kSectionRequired) != 0)
       throw IoError(which + " has unknown section flags " + std::to_string(section_flags) +
                     " (this plexus-ae knows only bit 0, required)");
+    if (type == kSectionIccProfile) {
+      if (!h.icc_profile.empty()) throw IoError(which + " is a second ICC profile (a file holds one at most)");
+      if (length < kMinIccProfileBytes || length > kMaxIccProfileBytes)
+        throw IoError(which + ", an ICC profile, has " + std::to_string(length) + " bytes (a profile has " +
+                      std::to_string(kMinIccProfileBytes) + " to " + std::to_string(kMaxIccProfileBytes) + ")");
+      h.icc_profile.assign(at + kSectionHeaderBytes, at + kSectionHeaderBytes + length);
+      continue;
+    }
     if (type != kSectionCodedStream) {
       if (section_flags & kSectionRequired)
         throw IoError(which + " is marked required, but this plexus-ae does not know its type (a newer plexus-ae "

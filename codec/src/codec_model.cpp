@@ -484,6 +484,7 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
   for (std::uint32_t channels : hyperprior ? group_channels_ : std::vector<std::uint32_t>{latents.header.channels})
     coded.push_back({channels, latents.header.latent_height, latents.header.latent_width, {}});
   for (std::size_t k = 0; k < coded.size(); ++k) coded[k].bytes = encoders[k].finish();
+  latents.header.icc_profile = image.icc_profile;
   return write_sectioned_bitstream(latents.header, coded);
 }
 
@@ -587,8 +588,11 @@ data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, 
       shape[3] < static_cast<std::int64_t>(header.width))
     throw ShapeError(name_ + ": the synthesis gives \"x_hat\" " + shape_str(shape) + ", too small for a " +
                      std::to_string(header.width) + "x" + std::to_string(header.height) + " image");
-  return data::crop_top_left(data::tensor_to_image(reconstruction), static_cast<int>(header.width),
-                             static_cast<int>(header.height));
+  data::Image image = data::crop_top_left(data::tensor_to_image(reconstruction), static_cast<int>(header.width),
+                                          static_cast<int>(header.height));
+  image.icc_profile = std::move(header.icc_profile);
+  if (header_out) header_out->icc_profile = image.icc_profile;
+  return image;
 }
 
 bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& registry,

@@ -140,6 +140,35 @@ TEST_F(PlexusAeCodec, AGreyImageComesBackGrey) {
   EXPECT_EQ(read_all(folder / "out.png")[25], 2) << "PNG colour type 2, RGB";
 }
 
+// A PNG's ICC profile goes into the file as its own section and comes back
+// in the decoded PNG, byte for byte; the pixels do not depend on it, and
+// --metadata none leaves it out.
+TEST_F(PlexusAeCodec, AnIccProfileIsKeptThroughCompressAndDecompress) {
+  data::Image tagged = testing::position_image(21, 13);
+  tagged.icc_profile = testing::icc_profile("RGB ", 1000, 5);
+  data::write_png(folder / "images/tagged.png", tagged);
+  auto compressed = run(
+      {"compress", "--model", model, folder / "images/tagged.png", "-o", folder / "tagged.pxae", "--device", "cpu"});
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
+  auto info = run({"info", folder / "tagged.pxae"});
+  EXPECT_TRUE(contains(info.out, "ICC profile of 1144 bytes")) << info.describe();
+  ASSERT_EQ(decompress(folder / "tagged.pxae").exit_code, 0);
+  const data::Image decoded = data::read_image(folder / "out.png");
+  EXPECT_EQ(decoded.icc_profile, tagged.icc_profile);
+  const std::vector<std::uint8_t> untagged = compress_odd("untagged.pxae");
+  EXPECT_EQ(read_all(folder / "tagged.pxae").size(), untagged.size() + 8 + 1144) << "one 8-byte section header more";
+  ASSERT_EQ(decompress(folder / "untagged.pxae").exit_code, 0);
+  EXPECT_EQ(data::read_image(folder / "out.png").pixels, decoded.pixels);
+  EXPECT_TRUE(data::read_image(folder / "out.png").icc_profile.empty());
+  auto stripped = run({"compress", "--model", model, folder / "images/tagged.png", "-o", folder / "stripped.pxae",
+                       "--device", "cpu", "--metadata", "none"});
+  ASSERT_EQ(stripped.exit_code, 0) << stripped.describe();
+  EXPECT_EQ(read_all(folder / "stripped.pxae"), untagged);
+  auto bad = run({"compress", "--model", model, folder / "images/tagged.png", "--metadata", "exif"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(contains(bad.err, "--metadata")) << bad.err;
+}
+
 TEST_F(PlexusAeCodec, CompressingTwiceGivesTheSameBytes) { EXPECT_EQ(compress_odd("a.pxae"), compress_odd("b.pxae")); }
 
 // --cpu-threads: the same file and the same decoded image for 1 and 2

@@ -421,16 +421,16 @@ std::vector<std::uint8_t> with_extra_section(std::vector<std::uint8_t> bytes, st
 
 TEST_F(SectionedCodec, UnknownOptionalSectionsAreSkippedAndUnknownRequiredOnesRefused) {
   const std::vector<std::uint8_t> bytes = compressed();
-  const std::vector<std::uint8_t> optional = with_extra_section(bytes, 2, 0);
+  const std::vector<std::uint8_t> optional = with_extra_section(bytes, 7, 0);
   EXPECT_EQ(decode_error(optional), "no error");
   EXPECT_EQ(model.decode_latent(optional.data(), optional.size()).to_values(),
             model.decode_latent(bytes.data(), bytes.size()).to_values());
   EXPECT_EQ(read_bitstream(optional.data(), optional.size()).skipped_sections, 1u);
-  EXPECT_TRUE(contains(decode_error(with_extra_section(bytes, 2, 1)),
-                       "section 0 (type 2) is marked required, but this plexus-ae does not know its type"))
-      << decode_error(with_extra_section(bytes, 2, 1));
+  EXPECT_TRUE(contains(decode_error(with_extra_section(bytes, 7, 1)),
+                       "section 0 (type 7) is marked required, but this plexus-ae does not know its type"))
+      << decode_error(with_extra_section(bytes, 7, 1));
   EXPECT_TRUE(
-      contains(decode_error(with_extra_section(bytes, 2, 4)), "section 0 (type 2) has unknown section flags 4"));
+      contains(decode_error(with_extra_section(bytes, 7, 4)), "section 0 (type 7) has unknown section flags 4"));
   // A second coded stream: this model codes one.
   EXPECT_TRUE(contains(decode_error(with_extra_section(bytes, 1, 1)), "has 3 bytes, fewer than its 12-byte shape"));
   std::vector<std::uint8_t> unflagged = bytes;
@@ -441,6 +441,47 @@ TEST_F(SectionedCodec, UnknownOptionalSectionsAreSkippedAndUnknownRequiredOnesRe
   none[36] = 0;
   reseal(none);
   EXPECT_TRUE(contains(decode_error(none), "announces 0 sections (1 to 64 are allowed)")) << decode_error(none);
+}
+
+// An image's ICC profile: an optional section after the coded streams,
+// given back by decompress; the coded streams and pixels are those of the
+// image without it. A second profile, or one of an impossible length, is refused.
+TEST_F(SectionedCodec, AnIccProfileTravelsInItsOwnSection) {
+  data::Image image = testing::position_image(21, 13);
+  const std::vector<std::uint8_t> plain = model.compress(image);
+  image.icc_profile = testing::icc_profile("RGB ", 500, 9);
+  const std::size_t icc = image.icc_profile.size();
+  const std::vector<std::uint8_t> bytes = model.compress(image);
+  ASSERT_EQ(bytes.size(), plain.size() + 8 + icc);
+  EXPECT_EQ(bytes[36] | bytes[37] << 8, 2);                                          // the coded stream and the profile
+  EXPECT_TRUE(std::equal(plain.begin() + 38, plain.end() - 4, bytes.begin() + 38));  // the stream first, unchanged
+  const std::size_t at = plain.size() - 4;
+  EXPECT_EQ(bytes[at] | bytes[at + 1] << 8, kSectionIccProfile);
+  EXPECT_EQ(bytes[at + 2] | bytes[at + 3] << 8, 0);  // optional
+  EXPECT_EQ(get32(bytes, at + 4), icc);
+  EXPECT_TRUE(std::equal(image.icc_profile.begin(), image.icc_profile.end(), bytes.begin() + at + 8));
+  BitstreamHeader header;
+  const data::Image decoded = model.decompress(bytes.data(), bytes.size(), &header);
+  EXPECT_EQ(decoded.icc_profile, image.icc_profile);
+  EXPECT_EQ(header.icc_profile, image.icc_profile);
+  EXPECT_EQ(decoded.pixels, model.decompress(plain.data(), plain.size()).pixels);
+  EXPECT_EQ(read_bitstream(bytes.data(), bytes.size()).skipped_sections, 0u);
+  // Two profiles; a profile shorter than a profile's header.
+  std::vector<std::uint8_t> twice = bytes;
+  twice.insert(twice.end() - 4, bytes.begin() + at, bytes.end() - 4);
+  twice[36] = 3;
+  reseal(twice);
+  EXPECT_TRUE(contains(decode_error(twice), "section 2 (type 2) is a second ICC profile")) << decode_error(twice);
+  const std::vector<std::uint8_t> short_profile = with_extra_section(plain, kSectionIccProfile, 0);
+  EXPECT_TRUE(contains(decode_error(short_profile), "an ICC profile, has 3 bytes (a profile has 132 to"))
+      << decode_error(short_profile);
+  image.icc_profile.resize(100);
+  EXPECT_TRUE(contains(error_or_none([&] { model.compress(image); }), "an ICC profile of 100 bytes"));
+  // Versions 1 to 4 have no place for it: the same file as without.
+  image.icc_profile = testing::icc_profile("RGB ", 500, 9);
+  model.set_format_version(1);
+  const std::vector<std::uint8_t> version1 = model.compress(image);
+  EXPECT_TRUE(model.decompress(version1.data(), version1.size()).icc_profile.empty());
 }
 
 TEST_F(SectionedCodec, FieldsThatDoNotFitTheModelAreNamed) {

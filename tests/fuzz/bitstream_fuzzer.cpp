@@ -32,7 +32,8 @@
 // files for every model (the committed corpus/bitstream_fuzzer/): seed-0 to
 // seed-49 in the kinds' versions 1 to 4, seed-50 to seed-89 the same images
 // up to 32x17 in version 5, and seed-90 to seed-99 version-5 files with an
-// unknown optional section (metadata, such as an ICC profile, the decoder skips).
+// unknown optional section (the decoder skips it), and seed-100 to seed-109
+// version-5 files with an ICC profile section.
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -270,6 +271,16 @@ void write_seeds(const std::string& folder) {
     }
   for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
     const std::vector<std::uint8_t> bytes = with_optional_section(model(kind).compress(image_of(13, 7)));
+    for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
+  }
+  // Files with an ICC profile section (a 132-byte header of an RGB profile, no tags).
+  data::Image tagged = image_of(9, 5);
+  tagged.icc_profile.assign(ae::kMinIccProfileBytes, 0);
+  const std::uint8_t profile_header[] = {0, 0, 0,   132, 0,   0,   0,   0,   2,   0x10,
+                                         0, 0, 'm', 'n', 't', 'r', 'R', 'G', 'B', ' '};
+  std::copy(std::begin(profile_header), std::end(profile_header), tagged.icc_profile.begin());
+  for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
+    const std::vector<std::uint8_t> bytes = model(kind).compress(tagged);
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
   }
 }

@@ -79,6 +79,12 @@ inline constexpr std::size_t kSectionHeaderBytes = 8;         // type, flags, pa
 inline constexpr std::size_t kStreamSectionHeaderBytes = 12;  // a coded stream's channels, height, width
 inline constexpr std::size_t kMaxSections = 64;
 inline constexpr std::uint16_t kSectionCodedStream = 1;
+// An ICC colour profile of the source image, optional: its bytes, as the
+// image file held them, at most kMaxIccProfileBytes and at least the
+// 132 bytes of a profile's header and tag count.
+inline constexpr std::uint16_t kSectionIccProfile = 2;
+inline constexpr std::size_t kMinIccProfileBytes = 132;
+inline constexpr std::size_t kMaxIccProfileBytes = std::size_t(1) << 24;
 inline constexpr std::uint16_t kSectionRequired = 1;  // section flag bit 0
 
 // What kind of model wrote a file, so what its stream holds.
@@ -120,6 +126,8 @@ struct BitstreamHeader {
   // A variable-rate model's rate level, in units of 2^-16 (kFlagRateLevel).
   bool variable_rate = false;
   std::uint32_t rate_level = 0;
+  // Version 5: the source image's ICC profile (kSectionIccProfile), empty when none.
+  std::vector<std::uint8_t> icc_profile;
 };
 
 // A file of version format_version(header.kind) (1 to 4): one stream.
@@ -131,7 +139,9 @@ struct CodedStream {
   std::vector<std::uint8_t> bytes;
 };
 // A version-5 file: header.fingerprint, codec_fingerprint, width, height,
-// grey, variable_rate and rate_level, then one section per stream.
+// grey, variable_rate and rate_level, then one section per stream, then
+// header.icc_profile's section when it is not empty (ConfigError when it is
+// shorter than kMinIccProfileBytes or longer than kMaxIccProfileBytes).
 std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& header,
                                                     const std::vector<CodedStream>& streams);
 

@@ -79,7 +79,9 @@ class CodecModel {
   ~CodecModel();
 
   // `grey`: the image was grey before it was read as RGB; the file says so
-  // (kFlagGrey) and decompress gives a grey image back.
+  // (kFlagGrey) and decompress gives a grey image back. The image's ICC
+  // profile goes into a version-5 file (kSectionIccProfile), and decompress
+  // gives it back; versions 1 to 4 have no place for one.
   std::vector<std::uint8_t> compress(const data::Image& image, bool grey = false);
   // A whole file; IoError saying what is wrong when it is not a valid file
   // for this model (the caller adds the file name).
