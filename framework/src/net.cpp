@@ -17,8 +17,12 @@ struct Net::Node {
   // Gradient buffers for inputs that other nodes also read: this node's
   // contribution is written here, then added into the blob's gradient.
   std::vector<Tensor> scratch_grads;
+  // What the layer runs and allows on the net's device, asked once per layout.
+  LayerTraits traits;
   // An activation its input's producer applies (Net::set_activation_fusion): forward skips it.
   bool applied_by_producer = false;
+  // What forward is told: the activation it applies to output 0 (Net::set_activation_fusion).
+  ForwardOptions options;
 };
 
 namespace {
@@ -198,6 +202,7 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
 }
 
 void Net::allocate_blobs() {
+  for (auto& node : nodes_) node->traits = node->layer->traits(device_);
   plan_blob_dtypes();
   plan_activation_fusion();
   blobs_.clear();
@@ -215,22 +220,21 @@ void Net::plan_activation_fusion() {
   fused_blobs_.clear();
   for (auto& node : nodes_) {
     node->applied_by_producer = false;
-    if (node->layer->fuses_output_activation(device_)) node->layer->set_output_activation({});
+    node->options = ForwardOptions{};
   }
   if (!activation_fusion_ || inference_only_) return;
   for (auto& node : nodes_) {
-    const FusedActivation activation = node->layer->as_fused_activation();
+    const FusedActivation activation = node->traits.fused_activation;
     if (!activation.active || node->spec.inputs.size() != 1 || node->spec.outputs.size() != 1) continue;
     const std::string& blob = node->spec.inputs[0];
     const std::string& output = node->spec.outputs[0];
     const auto producer = producer_.find(blob);
     if (producer == producer_.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output)) continue;
-    const Node& source = *nodes_[producer->second];
+    Node& source = *nodes_[producer->second];
     if (source.spec.outputs[0] != blob) continue;  // a producer applies activations to its output 0 only
-    Layer& layer = *source.layer;
     const bool bf16_output = bf16_blobs_.count(output) > 0;
-    if (!layer.fuses_output_activation(device_) || (bf16_output && !layer.accepts_bf16(device_))) continue;
-    layer.set_output_activation(activation);
+    if (!source.traits.applies_output_activation || (bf16_output && !source.traits.takes_bf16())) continue;
+    source.options.output_activation = activation;
     node->applied_by_producer = true;
     fused_blobs_[blob] = {node->spec.name, output};
     if (bf16_output) bf16_blobs_.insert(blob);
@@ -249,7 +253,7 @@ void Net::plan_blob_dtypes() {
   for (const auto& [blob, producer] : producer_) {
     const auto readers = consumers_.find(blob);
     if (readers == consumers_.end() || readers->second != 1) continue;  // none, or several (their sum is f32)
-    if (nodes_[producer]->layer->stores_bf16(device_) && nodes_[last_reader_.at(blob)]->layer->stores_bf16(device_))
+    if (nodes_[producer]->traits.stores_bf16 && nodes_[last_reader_.at(blob)]->traits.stores_bf16)
       bf16_blobs_.insert(blob);
   }
 }
@@ -347,7 +351,7 @@ void Net::allocate_outputs(std::size_t index) {
   for (std::size_t k = 0; k < node.spec.outputs.size(); ++k) {
     const std::string& output = node.spec.outputs[k];
     if (blobs_.at(output).defined()) continue;
-    const bool in_place = k == 0 && !inputs.empty() && node.layer->forward_in_place(device_) &&
+    const bool in_place = k == 0 && !inputs.empty() && node.traits.forward_in_place &&
                           !holds_between_passes(inputs[0]) && last_reader_.at(inputs[0]) == index &&
                           std::count(inputs.begin(), inputs.end(), inputs[0]) == 1 &&
                           shapes_.at(inputs[0]) == shapes_.at(output) && blob_dtype(inputs[0]) == blob_dtype(output);
@@ -392,7 +396,7 @@ Tensor& Net::input(const std::string& name) {
 
 bool Net::cuda_graph_capturable(std::string* culprit) const {
   for (const auto& node : nodes_)
-    if (!node->layer->cuda_graph_capturable()) {
+    if (!node->traits.cuda_graph_capturable) {
       if (culprit) *culprit = "node '" + node->spec.name + "' (" + node->spec.type + ")";
       return false;
     }
@@ -452,18 +456,17 @@ void Net::forward(Context& ctx) {
     if (node.applied_by_producer) {
       // its input's producer wrote the activated values into the output
     } else if (!inference_only_) {
-      node.layer->forward(ctx, in, out);
+      node.layer->forward(ctx, in, out, node.options);
     } else {
-      node.layer->set_discard_input(input_expires(index));
+      ForwardOptions options = node.options;
+      options.discard_input = input_expires(index);
       try {
-        node.layer->forward(ctx, in, out);
+        node.layer->forward(ctx, in, out, options);
       } catch (...) {
         // The inputs may be partly given back: the next pass must have them filled again.
-        node.layer->set_discard_input(false);
         for (const auto& input : spec_.inputs) blobs_[input] = Tensor();
         throw;
       }
-      node.layer->set_discard_input(false);
       release_after(index);
     }
     if (observer_) observer_->after(node.spec.name, node.spec.type, false);
@@ -520,7 +523,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       const std::string& input = node.spec.inputs[i];
       in.push_back(&blobs_.at(input));
-      bool wanted = !model_inputs.count(input) && node.layer->input_is_differentiable(static_cast<int>(i));
+      bool wanted = !model_inputs.count(input) && node.traits.input_is_differentiable(static_cast<int>(i));
       if (!wanted) {
         din.push_back(nullptr);
       } else if (!has_grad.count(input) && written_directly.insert(input).second) {
@@ -554,7 +557,7 @@ void Net::allocate_grads() {
     for (std::size_t i = 0; i < node->spec.inputs.size(); ++i) {
       const std::string& input = node->spec.inputs[i];
       const std::string& output = node->spec.outputs[0];
-      if (node->layer->input_grad_is_output_grad(static_cast<int>(i)) && consumers_.at(input) == 1 &&
+      if (node->traits.input_gradient(static_cast<int>(i)) == InputGradient::kOutputGrad && consumers_.at(input) == 1 &&
           !model_inputs.count(input) && shapes_.at(input) == shapes_.at(output) &&
           blob_dtype(input) == blob_dtype(output) && shape_numel(shapes_.at(output)) > 1)
         shared_with[input] = output;

@@ -103,8 +103,9 @@ json time_layer(const Registry& registry, const json& c, Precision precision, in
   }
   for (auto& t : output_grads) dout.push_back(&t);
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    input_grads.push_back(layer->input_is_differentiable(static_cast<int>(i)) ? Tensor(input_shapes[i], DType::f32, gpu)
-                                                                              : Tensor());
+    input_grads.push_back(layer->traits(gpu).input_is_differentiable(static_cast<int>(i))
+                              ? Tensor(input_shapes[i], DType::f32, gpu)
+                              : Tensor());
   for (auto& t : input_grads) din.push_back(t.defined() ? &t : nullptr);
   Timer timer;
   double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });

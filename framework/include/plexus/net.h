@@ -48,9 +48,9 @@ class Net {
   // it holds only the blobs in `kept` between passes. forward() allocates
   // each blob just before the node that writes it and frees it after the
   // last node that reads it unless it is kept, lets a node whose layer allows
-  // it (Layer::forward_in_place) write its output over an input read by
+  // it (LayerTraits::forward_in_place) write its output over an input read by
   // nobody later, tells a node that is the last reader of its input so
-  // (Layer::set_discard_input: a convolution gives the input's memory back
+  // (ForwardOptions::discard_input: a convolution gives the input's memory back
   // as it goes), and frees the model inputs too, so that a pass holds little
   // more than the blobs alive at one node. Each forward() needs its inputs filled
   // again through input(); blob() of a blob not kept (or not yet computed at
@@ -62,15 +62,15 @@ class Net {
   // How blobs are stored. DType::f32 (the default): every blob and its
   // gradient in the net's dtype. DType::bf16 (an f32 net only, else
   // ConfigError): a blob that is no model input, whose producer and whose
-  // one reader both store bf16 (Layer::stores_bf16 on the net's device), is
+  // one reader both store bf16 (LayerTraits::stores_bf16 on the net's device), is
   // stored in bf16, its gradient too; every other blob stays f32 (a blob fused
   // away by set_activation_fusion takes its activation output's dtype).
   // Parameters and their gradients stay f32. Reallocates the blobs, as reshape() does.
   void set_activation_storage(DType storage);
   DType activation_storage() const { return activation_storage_; }
   // Activation fusion, off by default (the trainer turns it on). On: a
-  // ReLU or LeakyReLU node (Layer::as_fused_activation) whose one input is
-  // output 0 of a node that applies activations (Layer::fuses_output_activation:
+  // ReLU or LeakyReLU node (LayerTraits::fused_activation) whose one input is
+  // output 0 of a node that applies activations (LayerTraits::applies_output_activation:
   // the convolutions, Add), read by that node alone, is applied by the producer
   // as it writes. The activation's output takes over the producer's output
   // storage (and its dtype), the activation's forward is skipped, and its
@@ -172,7 +172,7 @@ class Net {
   void plan_activation_fusion();
   // Every blob's gradient, and a scratch gradient for each input of a node
   // that other nodes also read. A blob whose one reader passes its output's
-  // gradient on unchanged (Layer::input_grad_is_output_grad: Add's inputs)
+  // gradient on unchanged (LayerTraits::input_gradients: Add's inputs)
   // shares that gradient's storage, when both are stored alike and it is no
   // scalar (backward() sets the losses' gradients itself): no copy is made,
   // and no memory held, for it.
