@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "plexus/environment_switch.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 
@@ -232,15 +231,11 @@ void Net::set_activation_storage(DType storage) {
   allocate_blobs();
 }
 
-DType activation_storage_for(Precision precision, Device device) {
-  static const bool allowed = !switched_off_by_environment("PLEXUS_BF16_STORAGE");
-  return precision == Precision::bf16 && device.is_cuda() && allowed ? DType::bf16 : DType::f32;
+DType activation_storage_for(Precision precision, Device device, const KernelSettings& settings) {
+  return precision == Precision::bf16 && device.is_cuda() && settings.bf16_storage ? DType::bf16 : DType::f32;
 }
 
-bool activation_fusion_for_training() {
-  static const bool fuse = !switched_off_by_environment("PLEXUS_FUSE_ACTIVATIONS");
-  return fuse;
-}
+bool activation_fusion_for_training(const KernelSettings& settings) { return settings.fuse_activations; }
 
 DType Net::blob_dtype(const std::string& name) const {
   if (!shapes_.count(name)) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");

@@ -169,8 +169,8 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   c.net = std::make_unique<Net>(spec, registry, ae::model_input_shapes(spec, image), DType::f32, gpu, 1);
   c.ctx = std::make_unique<Context>(gpu, 1);
   c.ctx->set_precision(precision);
-  c.net->set_activation_storage(activation_storage_for(precision, gpu));
-  c.net->set_activation_fusion(activation_fusion_for_training());
+  c.net->set_activation_storage(activation_storage_for(precision, gpu, c.ctx->kernel_settings()));
+  c.net->set_activation_fusion(activation_fusion_for_training(c.ctx->kernel_settings()));
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
   c.net->input(ae::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));

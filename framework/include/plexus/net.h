@@ -195,12 +195,14 @@ class Net {
 };
 
 // Whether training nets fuse activations (Net::set_activation_fusion): yes,
-// unless the environment variable PLEXUS_FUSE_ACTIVATIONS is "0" (to compare).
-bool activation_fusion_for_training();
+// unless settings.fuse_activations is off (PLEXUS_FUSE_ACTIVATIONS=0, to
+// compare). Pass the training Context's kernel_settings().
+bool activation_fusion_for_training(const KernelSettings& settings = KernelSettings{});
 
 // The activation storage a training precision implies: bf16 under
-// Precision::bf16 on CUDA (unless the environment variable
-// PLEXUS_BF16_STORAGE is "0", to compare), else f32. For Net::set_activation_storage.
-DType activation_storage_for(Precision precision, Device device);
+// Precision::bf16 on CUDA (unless settings.bf16_storage is off:
+// PLEXUS_BF16_STORAGE=0, to compare), else f32. For Net::set_activation_storage;
+// pass the training Context's kernel_settings().
+DType activation_storage_for(Precision precision, Device device, const KernelSettings& settings = KernelSettings{});
 
 }  // namespace plexus
