@@ -35,7 +35,7 @@
 // Scratch buffers are cached in the layer (scratch.h). Every step runs on
 // the context's stream.
 //
-// On CUDA the layers store activations in bf16 (stores_bf16): with f32
+// On CUDA the layers store activations in bf16 (LayerTraits::stores_bf16): with f32
 // parameters each of X, Y and their gradients may be f32 or bf16,
 // independently, and every pass computes in f32 as with f32 tensors of the
 // same values. The engine reads and writes bf16 natively in its tap-major

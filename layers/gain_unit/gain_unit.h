@@ -25,7 +25,7 @@ namespace plexus::layers {
 //   dx = dy exp(s)
 //   dlog_gains[i, c]   += (1-t) exp(s[n, c]) S[n, c]
 //   dlog_gains[i+1, c] += t     exp(s[n, c]) S[n, c]     (summed over n)
-// level carries no gradient (input_is_differentiable(1) is false; a gradient
+// level carries no gradient (InputGradient::kNone in its traits; a gradient
 // tensor passed for it anyway is zeroed): it is the rate the caller asks for,
 // not something to learn, and y is not differentiable in it at the integers
 // (dy/dq = y (log_gains[i+1, c] - log_gains[i, c]) jumps there) nor outside

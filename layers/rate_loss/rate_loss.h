@@ -14,7 +14,7 @@ namespace plexus::layers {
 //   dR/dp^(k)_i = dy * -1 / (p^(k)_i ln 2 N H W)
 // Several likelihood inputs give the total rate of several latents, as the
 // scale hyperprior needs (y and the hyper-latent z). The image carries no
-// gradient (input_is_differentiable is false for it; a gradient tensor
+// gradient (InputGradient::kNone in its traits; a gradient tensor
 // passed for it anyway is zeroed).
 // Assumption: every p_i > 0. The entropy model lower-bounds its likelihoods
 // at likelihood_bound (1e-9 by default), so this holds in a model; RateLoss
