@@ -5,7 +5,7 @@
 // even, as convert() does.
 //
 // Activation tensors as an element-wise CUDA kernel sees them. With bf16
-// activation storage (Layer::stores_bf16) each input, output and gradient
+// activation storage (LayerTraits::stores_bf16) each input, output and gradient
 // of a layer is f32 or bf16, each in its own dtype. A kernel takes every
 // tensor as F32OrBf16Elements and computes in f32: load() widens a bf16
 // element (exact), store() rounds to the nearest bf16, ties to even (as

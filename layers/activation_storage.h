@@ -1,5 +1,5 @@
 #pragma once
-// f32 stand-ins for activations stored in bf16 (Layer::stores_bf16). On
+// f32 stand-ins for activations stored in bf16 (LayerTraits::stores_bf16). On
 // CUDA each activation tensor of a pass (its image, its output, their
 // gradients) may be f32 or bf16, independently; parameters, their
 // gradients and every sum stay f32. The kernels that move the most bytes

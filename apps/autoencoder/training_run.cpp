@@ -206,8 +206,8 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const TrainOptionTable& 
       best_val_psnr(settings.earlier.best_validation) {
   const TrainOptions& o = settings.options;
   ctx.set_precision(settings.precision);
-  net.set_activation_storage(activation_storage_for(settings.precision, settings.device));
-  net.set_activation_fusion(activation_fusion_for_training());
+  net.set_activation_storage(activation_storage_for(settings.precision, settings.device, ctx.kernel_settings()));
+  net.set_activation_fusion(activation_fusion_for_training(ctx.kernel_settings()));
   if (!o.init_from.empty()) load_initial_weights(o.init_from, net, settings.model_name());
   if (o.resume) {
     step = load_checkpoint(settings.checkpoint_path, net, &adam);

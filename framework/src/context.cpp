@@ -1,12 +1,33 @@
 #include "plexus/context.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend.h"
 #include "plexus/cpu_gemm_blocking.h"
 #include "plexus/error.h"
 
 namespace plexus {
 
-Context::Context(Device device, std::uint64_t seed) : device_(device) {
+KernelSettings KernelSettings::from_environment() {
+  const auto on = [](const char* name) {
+    const char* setting = std::getenv(name);
+    return !(setting && std::strcmp(setting, "0") == 0);
+  };
+  KernelSettings settings;
+  settings.conv_wgmma = on("PLEXUS_CONV_WGMMA");
+  settings.conv_wgmma_tma = on("PLEXUS_CONV_WGMMA_TMA");
+  settings.conv_wgmma_weight_grad_nhwc = on("PLEXUS_CONV_WGMMA_WGRAD_NHWC");
+  settings.conv_branch = on("PLEXUS_CONV_BRANCH");
+  settings.gdn_bf16 = on("PLEXUS_GDN_BF16");
+  settings.gdn_bf16_tiles = on("PLEXUS_GDN_BF16_TILES");
+  settings.bf16_storage = on("PLEXUS_BF16_STORAGE");
+  settings.fuse_activations = on("PLEXUS_FUSE_ACTIVATIONS");
+  return settings;
+}
+
+Context::Context(Device device, std::uint64_t seed)
+    : device_(device), kernel_settings_(KernelSettings::from_environment()) {
   fix_cpu_gemm_blocking();
   if (device.is_cuda()) cuda_ = {cuda::create_resources(device.index, seed), &cuda::destroy_resources};
   reseed(seed);

@@ -183,7 +183,7 @@ GradCheckResult check_gradients(const Registry& registry, const std::string& typ
   std::vector<std::vector<double>> input_garbage;
   MutableTensors din;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    bool differentiable = layer.input_is_differentiable(static_cast<int>(i));
+    bool differentiable = layer.traits(device).input_is_differentiable(static_cast<int>(i));
     input_garbage.push_back(differentiable ? random_values(shape_numel(input_shapes[i]), -1.0, 1.0, prefill_rng)
                                            : std::vector<double>());
     input_grads.push_back(differentiable ? Tensor::from_values(input_garbage.back(), input_shapes[i], dtype, device)
@@ -319,7 +319,7 @@ ParityResult check_parity(const Registry& registry, const std::string& type, con
       side.output_grads.push_back(Tensor::from_values(dout_values[k], cpu.output_shapes[k], options.dtype, device));
     }
     for (std::size_t i = 0; i < input_shapes.size(); ++i)
-      side.input_grads.push_back(layer.input_is_differentiable(static_cast<int>(i))
+      side.input_grads.push_back(layer.traits(device).input_is_differentiable(static_cast<int>(i))
                                      ? Tensor(input_shapes[i], options.dtype, device)
                                      : Tensor());
     for (auto& t : side.inputs) in.push_back(&t);

@@ -4,15 +4,7 @@ namespace plexus {
 
 void Layer::create_parameters(const std::vector<Shape>&) {}
 
-bool Layer::input_is_differentiable(int) const { return true; }
-
-bool Layer::input_grad_is_output_grad(int) const { return false; }
-
-FusedActivation Layer::as_fused_activation() const { return {}; }
-
-bool Layer::fuses_output_activation(Device) const { return false; }
-
-void Layer::set_output_activation(const FusedActivation&) {}
+LayerTraits Layer::traits(Device) const { return {}; }
 
 std::string Layer::who() const { return "node '" + name_ + "' (" + type_ + ")"; }
 
@@ -31,9 +23,9 @@ void Layer::check_storage(const Context& ctx, const Tensors& tensors, const char
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i] || !tensors[i]->defined() || tensors[i]->dtype() != DType::bf16) continue;
     const std::string tensor = std::string(role) + " " + std::to_string(i) + " is " + tensors[i]->describe();
-    if (!accepts_bf16(ctx.device()))
+    if (!traits(ctx.device()).takes_bf16())
       throw ConfigError(who() + ": " + tensor + ", but this layer takes no bf16 tensors on " + ctx.device().str() +
-                        " (Layer::accepts_bf16)");
+                        " (LayerTraits::accepts_bf16)");
     for (const auto& p : parameters_)
       if (p->value.defined() && p->value.dtype() != DType::f32)
         throw ConfigError(who() + ": " + tensor + " with " + dtype_name(p->value.dtype()) +
@@ -41,12 +33,20 @@ void Layer::check_storage(const Context& ctx, const Tensors& tensors, const char
   }
 }
 
-void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
+void Layer::forward(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs,
+                    const ForwardOptions& options) {
   check_device(ctx, inputs, "input");
   check_storage(ctx, inputs, "input");
   check_storage(ctx, outputs, "output");
+  // The kernels read the options through forward_options() for this call only.
+  struct OptionsForThisCall {
+    ForwardOptions& held;
+    ~OptionsForThisCall() { held = ForwardOptions{}; }
+  } reset{forward_options_};
+  forward_options_ = options;
   if (ctx.device().is_cuda()) {
-    if (!has_cuda()) throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
+    if (!traits(ctx.device()).has_cuda)
+      throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
     forward_cuda(ctx, inputs, outputs);
   } else {
     forward_cpu(ctx, inputs, outputs);
@@ -60,7 +60,8 @@ void Layer::backward(Context& ctx, const ConstTensors& inputs, const ConstTensor
   check_storage(ctx, output_grads, "output gradient");
   check_storage(ctx, input_grads, "input gradient");
   if (ctx.device().is_cuda()) {
-    if (!has_cuda()) throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
+    if (!traits(ctx.device()).has_cuda)
+      throw DeviceError("layer " + who() + " has no CUDA kernel; run it with --device cpu");
     backward_cuda(ctx, inputs, outputs, output_grads, input_grads);
   } else {
     backward_cpu(ctx, inputs, outputs, output_grads, input_grads);

@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "plexus/environment_switch.h"
 #include "plexus/error.h"
 #include "plexus/tensor_ops.h"
 
@@ -17,8 +16,6 @@ struct Net::Node {
   // Gradient buffers for inputs that other nodes also read: this node's
   // contribution is written here, then added into the blob's gradient.
   std::vector<Tensor> scratch_grads;
-  // An activation its input's producer applies (Net::set_activation_fusion): forward skips it.
-  bool applied_by_producer = false;
 };
 
 namespace {
@@ -153,14 +150,14 @@ void Net::build_order() {
     pending.erase(ready);
   }
   nodes_ = std::move(ordered);
-  consumers_.clear();
-  last_reader_.clear();
-  producer_.clear();
+  graph_ = BlobGraph{};
+  graph_.model_inputs.insert(spec_.inputs.begin(), spec_.inputs.end());
   for (std::size_t index = 0; index < nodes_.size(); ++index) {
-    for (const auto& output : nodes_[index]->spec.outputs) producer_[output] = index;
+    graph_.nodes.push_back(&nodes_[index]->spec);
+    for (const auto& output : nodes_[index]->spec.outputs) graph_.producer[output] = index;
     for (const auto& input : nodes_[index]->spec.inputs) {
-      consumers_[input]++;
-      last_reader_[input] = index;
+      graph_.consumers[input]++;
+      graph_.last_reader[input] = index;
     }
   }
 }
@@ -202,60 +199,31 @@ void Net::infer_shapes(const std::map<std::string, Shape>& input_shapes, bool fi
 }
 
 void Net::allocate_blobs() {
-  plan_blob_dtypes();
-  plan_activation_fusion();
+  traits_.clear();
+  for (auto& node : nodes_) traits_.push_back(node->layer->traits(device_));
+  storage_plan_.plan(graph_, traits_, shapes_, activation_storage_, activation_fusion_ && !inference_only_);
+  plan_memory();
   blobs_.clear();
   grads_.clear();  // allocated by the first backward(): a net that only runs forward never holds them
   ++layout_version_;
+  const auto& fused_blobs = storage_plan_.fused_blobs();
   // An inference-only net allocates each blob when its producer runs (input(): a model input).
   for (const auto& entry : shapes_)
-    if (!fused_blobs_.count(entry.first))
+    if (!fused_blobs.count(entry.first))
       blobs_[entry.first] = inference_only_ ? Tensor() : Tensor(entry.second, blob_dtype(entry.first), device_);
-  for (const auto& [blob, fused] : fused_blobs_) blobs_[blob] = blobs_.at(fused.output);
+  for (const auto& [blob, fused] : fused_blobs) blobs_[blob] = blobs_.at(fused.output);
   for (auto& node : nodes_) node->scratch_grads.clear();
 }
 
-void Net::plan_activation_fusion() {
-  fused_blobs_.clear();
-  for (auto& node : nodes_) {
-    node->applied_by_producer = false;
-    if (node->layer->fuses_output_activation(device_)) node->layer->set_output_activation({});
-  }
-  if (!activation_fusion_ || inference_only_) return;
-  for (auto& node : nodes_) {
-    const FusedActivation activation = node->layer->as_fused_activation();
-    if (!activation.active || node->spec.inputs.size() != 1 || node->spec.outputs.size() != 1) continue;
-    const std::string& blob = node->spec.inputs[0];
-    const std::string& output = node->spec.outputs[0];
-    const auto producer = producer_.find(blob);
-    if (producer == producer_.end() || consumers_.at(blob) != 1 || shapes_.at(blob) != shapes_.at(output)) continue;
-    const Node& source = *nodes_[producer->second];
-    if (source.spec.outputs[0] != blob) continue;  // a producer applies activations to its output 0 only
-    Layer& layer = *source.layer;
-    const bool bf16_output = bf16_blobs_.count(output) > 0;
-    if (!layer.fuses_output_activation(device_) || (bf16_output && !layer.accepts_bf16(device_))) continue;
-    layer.set_output_activation(activation);
-    node->applied_by_producer = true;
-    fused_blobs_[blob] = {node->spec.name, output};
-    if (bf16_output) bf16_blobs_.insert(blob);
-    else bf16_blobs_.erase(blob);
-  }
+void Net::plan_memory() {
+  memory_plan_.plan(
+      graph_, traits_, shapes_, [this](const std::string& blob) { return blob_dtype(blob); },
+      inference_only_ ? &kept_ : nullptr);
 }
 
 void Net::set_activation_fusion(bool on) {
   activation_fusion_ = on;
   allocate_blobs();
-}
-
-void Net::plan_blob_dtypes() {
-  bf16_blobs_.clear();
-  if (activation_storage_ != DType::bf16) return;
-  for (const auto& [blob, producer] : producer_) {
-    const auto readers = consumers_.find(blob);
-    if (readers == consumers_.end() || readers->second != 1) continue;  // none, or several (their sum is f32)
-    if (nodes_[producer]->layer->stores_bf16(device_) && nodes_[last_reader_.at(blob)]->layer->stores_bf16(device_))
-      bf16_blobs_.insert(blob);
-  }
 }
 
 void Net::set_activation_storage(DType storage) {
@@ -267,19 +235,15 @@ void Net::set_activation_storage(DType storage) {
   allocate_blobs();
 }
 
-DType activation_storage_for(Precision precision, Device device) {
-  static const bool allowed = !switched_off_by_environment("PLEXUS_BF16_STORAGE");
-  return precision == Precision::bf16 && device.is_cuda() && allowed ? DType::bf16 : DType::f32;
+DType activation_storage_for(Precision precision, Device device, const KernelSettings& settings) {
+  return precision == Precision::bf16 && device.is_cuda() && settings.bf16_storage ? DType::bf16 : DType::f32;
 }
 
-bool activation_fusion_for_training() {
-  static const bool fuse = !switched_off_by_environment("PLEXUS_FUSE_ACTIVATIONS");
-  return fuse;
-}
+bool activation_fusion_for_training(const KernelSettings& settings) { return settings.fuse_activations; }
 
 DType Net::blob_dtype(const std::string& name) const {
   if (!shapes_.count(name)) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
-  return bf16_blobs_.count(name) ? DType::bf16 : dtype_;
+  return storage_plan_.stored_bf16(name) ? DType::bf16 : dtype_;
 }
 
 std::string Net::shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
@@ -291,10 +255,10 @@ std::string Net::shape_failure(const Node& node, const std::string& what, const 
   for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
     const std::string& input = node.spec.inputs[i];
     message += (i ? ", '" : "'") + input + "' " + shape_str(shapes.at(input));
-    const auto producer = producer_.find(input);
-    message += producer == producer_.end() ? " (a model input)"
-                                           : " (from node '" + nodes_[producer->second]->spec.name + "' (" +
-                                                 nodes_[producer->second]->spec.type + "))";
+    const auto producer = graph_.producer.find(input);
+    message += producer == graph_.producer.end() ? " (a model input)"
+                                                 : " (from node '" + nodes_[producer->second]->spec.name + "' (" +
+                                                       nodes_[producer->second]->spec.type + "))";
   }
   if (node.spec.inputs.empty()) message += "none";
   message += (first_time ? "; while building for " : "; while reshaping for ") + input_shapes_text(spec_, input_shapes);
@@ -307,7 +271,7 @@ void Net::warn_about_unread_outputs() const {
   // several outputs, some read and some not, most likely has a wire missing.
   for (const auto& node : nodes_) {
     const auto& outputs = node->spec.outputs;
-    const auto unread = [&](const std::string& blob) { return consumers_.count(blob) == 0; };
+    const auto unread = [&](const std::string& blob) { return graph_.consumers.count(blob) == 0; };
     if (outputs.size() < 2 || std::all_of(outputs.begin(), outputs.end(), unread)) continue;
     for (const auto& output : outputs)
       if (unread(output))
@@ -333,53 +297,35 @@ void Net::set_inference_only(const std::vector<std::string>& kept) {
     }
   inference_only_ = true;
   kept_ = std::set<std::string>(kept.begin(), kept.end());
-  plan_activation_fusion();  // none: an inference-only net runs every node
+  storage_plan_.drop_fusion();  // an inference-only net runs every node
+  plan_memory();
   grads_.clear();
   for (auto& node : nodes_) node->scratch_grads.clear();
   for (auto& entry : blobs_) entry.second = Tensor();  // allocated again by the passes
 }
 
-bool Net::holds_between_passes(const std::string& blob) const { return kept_.count(blob) > 0; }
-
 // A fresh (zeroed) tensor for each output not held (a kept blob is held
 // from the first pass at a layout), as a net that keeps everything has from
-// reshape; output 0 takes over input 0's storage when the layer allows it
-// and no later node and no caller reads that input.
+// reshape; output 0 takes over input 0's storage where the memory plan allows it.
 void Net::allocate_outputs(std::size_t index) {
   Node& node = *nodes_[index];
-  const auto& inputs = node.spec.inputs;
   for (std::size_t k = 0; k < node.spec.outputs.size(); ++k) {
     const std::string& output = node.spec.outputs[k];
     if (blobs_.at(output).defined()) continue;
-    const bool in_place = k == 0 && !inputs.empty() && node.layer->forward_in_place(device_) &&
-                          !holds_between_passes(inputs[0]) && last_reader_.at(inputs[0]) == index &&
-                          std::count(inputs.begin(), inputs.end(), inputs[0]) == 1 &&
-                          shapes_.at(inputs[0]) == shapes_.at(output) && blob_dtype(inputs[0]) == blob_dtype(output);
-    blobs_[output] = in_place ? blobs_.at(inputs[0]) : Tensor(shapes_.at(output), blob_dtype(output), device_);
+    const bool in_place = k == 0 && memory_plan_.output_in_place(index);
+    blobs_[output] =
+        in_place ? blobs_.at(node.spec.inputs[0]) : Tensor(shapes_.at(output), blob_dtype(output), device_);
   }
 }
 
 // Whether node `index` is the last reader of its input 0, which it reads
 // once and which none of its outputs shares (in place).
 bool Net::input_expires(std::size_t index) const {
+  if (!memory_plan_.last_read_of_input(index)) return false;
   const Node& node = *nodes_[index];
-  const auto& inputs = node.spec.inputs;
-  if (inputs.empty() || holds_between_passes(inputs[0]) || last_reader_.at(inputs[0]) != index ||
-      std::count(inputs.begin(), inputs.end(), inputs[0]) != 1)
-    return false;
-  const void* storage = blobs_.at(inputs[0]).raw_data();
+  const void* storage = blobs_.at(node.spec.inputs[0]).raw_data();
   return std::none_of(node.spec.outputs.begin(), node.spec.outputs.end(),
                       [&](const std::string& output) { return blobs_.at(output).raw_data() == storage; });
-}
-
-// Frees the inputs node `index` was the last to read and the outputs no
-// node reads, unless kept.
-void Net::release_after(std::size_t index) {
-  const Node& node = *nodes_[index];
-  for (const auto& input : node.spec.inputs)
-    if (last_reader_.at(input) == index && !holds_between_passes(input)) blobs_[input] = Tensor();
-  for (const auto& output : node.spec.outputs)
-    if (!consumers_.count(output) && !holds_between_passes(output)) blobs_[output] = Tensor();
 }
 
 bool Net::has_input(const std::string& name) const {
@@ -396,7 +342,7 @@ Tensor& Net::input(const std::string& name) {
 
 bool Net::cuda_graph_capturable(std::string* culprit) const {
   for (const auto& node : nodes_)
-    if (!node->layer->cuda_graph_capturable()) {
+    if (!node->layer->traits(device_).cuda_graph_capturable) {
       if (culprit) *culprit = "node '" + node->spec.name + "' (" + node->spec.type + ")";
       return false;
     }
@@ -408,8 +354,8 @@ bool Net::has_blob(const std::string& name) const { return blobs_.count(name) > 
 const Tensor& Net::blob(const std::string& name) const {
   auto it = blobs_.find(name);
   if (it == blobs_.end()) throw ConfigError(spec_.source + ": the model has no blob named '" + name + "'");
-  const auto fused = fused_blobs_.find(name);
-  if (fused != fused_blobs_.end())
+  const auto fused = storage_plan_.fused_blobs().find(name);
+  if (fused != storage_plan_.fused_blobs().end())
     throw ConfigError(spec_.source + ": blob '" + name + "' is not held: its producer applies node '" +
                       fused->second.activation + "' as it writes it, so its storage holds '" + fused->second.output +
                       "' (Net::set_activation_fusion)");
@@ -427,7 +373,8 @@ const Shape& Net::blob_shape(const std::string& name) const {
 }
 
 const Tensor& Net::blob_grad(const std::string& name) const {
-  if (!fused_blobs_.count(name)) blob(name);  // names a blob that does not exist (a fused one's gradient is kept)
+  if (!storage_plan_.fused_blobs().count(name))
+    blob(name);  // names a blob that does not exist (a fused one's gradient is kept)
   if (grads_.empty())
     throw ConfigError(spec_.source + ": blob gradients exist only after backward(); '" + name + "' has none yet");
   return grads_.at(name);
@@ -453,22 +400,22 @@ void Net::forward(Context& ctx) {
     for (const auto& input : node.spec.inputs) in.push_back(&blobs_.at(input));
     for (const auto& output : node.spec.outputs) out.push_back(&blobs_.at(output));
     if (observer_) observer_->before(node.spec.name, node.spec.type, false);
-    if (node.applied_by_producer) {
+    ForwardOptions options;
+    options.output_activation = storage_plan_.output_activation(index);
+    if (storage_plan_.applied_by_producer(index)) {
       // its input's producer wrote the activated values into the output
     } else if (!inference_only_) {
-      node.layer->forward(ctx, in, out);
+      node.layer->forward(ctx, in, out, options);
     } else {
-      node.layer->set_discard_input(input_expires(index));
+      options.discard_input = input_expires(index);
       try {
-        node.layer->forward(ctx, in, out);
+        node.layer->forward(ctx, in, out, options);
       } catch (...) {
         // The inputs may be partly given back: the next pass must have them filled again.
-        node.layer->set_discard_input(false);
         for (const auto& input : spec_.inputs) blobs_[input] = Tensor();
         throw;
       }
-      node.layer->set_discard_input(false);
-      release_after(index);
+      for (const auto& blob : memory_plan_.freed_after(index)) blobs_[blob] = Tensor();
     }
     if (observer_) observer_->after(node.spec.name, node.spec.type, false);
   }
@@ -502,8 +449,8 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
   const auto gradients_ready = [&](const std::string& node_name) {
     if (gradients_ready_) gradients_ready_(ctx, node_name);
   };
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-    Node& node = **it;
+  for (std::size_t index = nodes_.size(); index-- > 0;) {
+    Node& node = *nodes_[index];
     bool any = false;
     for (const auto& output : node.spec.outputs) any = any || has_grad.count(output);
     if (!any) {  // nothing downstream of this node reaches a loss
@@ -526,7 +473,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
     for (std::size_t i = 0; i < node.spec.inputs.size(); ++i) {
       const std::string& input = node.spec.inputs[i];
       in.push_back(&blobs_.at(input));
-      bool wanted = !model_inputs.count(input) && node.layer->input_is_differentiable(static_cast<int>(i));
+      bool wanted = !model_inputs.count(input) && traits_[index].input_is_differentiable(static_cast<int>(i));
       if (!wanted) {
         din.push_back(nullptr);
       } else if (!has_grad.count(input) && written_directly.insert(input).second) {
@@ -554,17 +501,7 @@ void Net::backward(Context& ctx, const std::map<std::string, double>& loss_weigh
 }
 
 void Net::allocate_grads() {
-  std::set<std::string> model_inputs(spec_.inputs.begin(), spec_.inputs.end());
-  std::map<std::string, std::string> shared_with;  // blob -> the blob whose gradient it shares
-  for (const auto& node : nodes_)
-    for (std::size_t i = 0; i < node->spec.inputs.size(); ++i) {
-      const std::string& input = node->spec.inputs[i];
-      const std::string& output = node->spec.outputs[0];
-      if (node->layer->input_grad_is_output_grad(static_cast<int>(i)) && consumers_.at(input) == 1 &&
-          !model_inputs.count(input) && shapes_.at(input) == shapes_.at(output) &&
-          blob_dtype(input) == blob_dtype(output) && shape_numel(shapes_.at(output)) > 1)
-        shared_with[input] = output;
-    }
+  const auto& shared_with = memory_plan_.shared_gradients();
   // Blobs in reverse order of production: a node's output (shared with a
   // later node's output, or made) before the inputs that share it.
   const auto made_or_shared = [&](const std::string& blob) {
@@ -577,8 +514,8 @@ void Net::allocate_grads() {
   for (const auto& input : spec_.inputs) made_or_shared(input);
   for (auto& node : nodes_)
     for (const auto& input : node->spec.inputs)
-      node->scratch_grads.push_back(consumers_[input] > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_)
-                                                          : Tensor());
+      node->scratch_grads.push_back(
+          graph_.consumers.at(input) > 1 ? Tensor(shapes_.at(input), blob_dtype(input), device_) : Tensor());
 }
 
 void Net::zero_grad() {

@@ -49,9 +49,15 @@ LoadedPlugin load_plugin(const std::string& path, Registry& registry) {
   int version = abi_version();
   if (version != kPluginAbiVersion) {
     dlclose(handle);
-    throw PluginError("plugin '" + path + "' was built for Plexus plugin ABI version " + std::to_string(version) +
-                      ", but this Plexus has ABI version " + std::to_string(kPluginAbiVersion) +
-                      "; rebuild the plugin against this Plexus");
+    std::string message = "plugin '" + path + "' was built for Plexus plugin ABI version " + std::to_string(version) +
+                          ", but this Plexus has ABI version " + std::to_string(kPluginAbiVersion);
+    if (version >= 1 && version <= kLastAbiWithLayerHints)
+      message += "; ABI 8 replaced the Layer hint methods (has_cuda(), cuda_graph_capturable(), stores_bf16(), "
+                 "input_is_differentiable(), set_discard_input(), set_output_activation(), ...) by one "
+                 "traits(device) method returning plexus::LayerTraits and ForwardOptions passed with forward: "
+                 "see docs/writing-plugins.md, 'Migrating from ABI 7', change the plugin's Layer classes, and";
+    else message += ";";
+    throw PluginError(message + " rebuild the plugin against this Plexus");
   }
   const std::vector<std::string> before = registry.types();
   registry.set_origin("plugin " + path);

@@ -106,8 +106,9 @@ json time_layer(const Registry& registry, const json& c, Precision precision, in
   }
   for (auto& t : output_grads) dout.push_back(&t);
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    input_grads.push_back(layer->input_is_differentiable(static_cast<int>(i)) ? Tensor(input_shapes[i], DType::f32, gpu)
-                                                                              : Tensor());
+    input_grads.push_back(layer->traits(gpu).input_is_differentiable(static_cast<int>(i))
+                              ? Tensor(input_shapes[i], DType::f32, gpu)
+                              : Tensor());
   for (auto& t : input_grads) din.push_back(t.defined() ? &t : nullptr);
   Timer timer;
   double forward_ms = timer.median_ms(ctx, warmup, repeats, [&] { layer->forward(ctx, in, out_mutable); });
@@ -193,8 +194,8 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   c.net = std::make_unique<Net>(spec, registry, inputs, DType::f32, gpu, 1);
   c.ctx = std::make_unique<Context>(gpu, 1);
   c.ctx->set_precision(precision);
-  c.net->set_activation_storage(activation_storage_for(precision, gpu));
-  c.net->set_activation_fusion(activation_fusion_for_training());
+  c.net->set_activation_storage(activation_storage_for(precision, gpu, c.ctx->kernel_settings()));
+  c.net->set_activation_fusion(activation_fusion_for_training(c.ctx->kernel_settings()));
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
   c.net->input(ae::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));

@@ -45,7 +45,7 @@ void Add::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
       y = input(0) + input(1);
       for (std::size_t i = 2; i < inputs.size(); ++i) y += input(i);
     }
-    apply_fused_activation(y, activation_);
+    apply_fused_activation(y, forward_options().output_activation);
   });
 }
 

@@ -61,8 +61,8 @@ void Add::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTe
       const Tensor* sum_so_far = i == 1 ? inputs[0] : partial_sum;
       Tensor* sum = last ? y : partial_sum;
       using Value = typename Elements::Value;
-      const bool activate = last && activation_.active;
-      const auto negative_slope = static_cast<Value>(activation_.negative_slope);
+      const bool activate = last && forward_options().output_activation.active;
+      const auto negative_slope = static_cast<Value>(forward_options().output_activation.negative_slope);
       if (broadcasting) {
         broadcast::forward_cuda(ActivatedSum<Value>{activate, negative_slope}, Elements::of(sum_so_far),
                                 Elements::of(inputs[i]), Elements::of(sum),

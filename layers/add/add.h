@@ -18,17 +18,20 @@ class Add : public Layer {
  public:
   explicit Add(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // On CUDA each input, y and their gradients may be f32 or bf16; the CPU kernels take f32 and f64.
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
-  // dL/dx_i = dL/dy for an input of y's shape: a Net lets its gradient share dL/dy's storage (no copy).
-  bool input_grad_is_output_grad(int) const override { return true; }
-  // Forward applies a fused activation (Net::set_activation_fusion: a ReLU
-  // after a residual sum) to the sum as it writes y, broadcast or not;
-  // backward reads no output.
-  bool fuses_output_activation(Device) const override { return true; }
-  void set_output_activation(const FusedActivation& activation) override { activation_ = activation; }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // On CUDA each input, y and their gradients may be f32 or bf16; the CPU kernels take f32 and f64.
+    traits.stores_bf16 = device.is_cuda();
+    // dL/dx_i = dL/dy for an input of y's shape: a Net lets its gradient share dL/dy's storage (no copy).
+    traits.other_inputs_gradient = InputGradient::kOutputGrad;
+    // Forward applies a fused activation (Net::set_activation_fusion: a ReLU
+    // after a residual sum) to the sum as it writes y, broadcast or not;
+    // backward reads no output.
+    traits.applies_output_activation = true;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -52,7 +55,6 @@ class Add : public Layer {
   // y's shape; allocated again only when that changes, so a recorded CUDA
   // graph stays valid).
   Tensor partial_sum_;
-  FusedActivation activation_;  // set_output_activation
 };
 
 void register_add(Registry& registry);

@@ -21,10 +21,14 @@ class AvgPool2d : public Layer {
  public:
   explicit AvgPool2d(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // On CUDA x, y and their gradients may each be f32 or bf16 (summed in f32); the CPU kernels take f32 and f64.
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // On CUDA x, y and their gradients may each be f32 or bf16 (summed in f32); the CPU kernels take f32 and f64.
+    traits.stores_bf16 = device.is_cuda();
+    return traits;
+  }
 
   // The sizes the kernels take.
   struct Geometry {

@@ -36,7 +36,8 @@ ConvGeometry Conv2d::geometry(const Shape& input_shape) const {
 
 // y = W im2col(x) + bias.
 void Conv2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_forward_cpu(*inputs[0], /*with_bias=*/true, output_activation_, *outputs[0], discard_input_);
+  conv_forward_cpu(*inputs[0], /*with_bias=*/true, forward_options().output_activation, *outputs[0],
+                   forward_options().discard_input);
 }
 
 // dW += dy im2col(x)^T; dbias += sums of dy; dx = col2im(W^T dy).
@@ -53,7 +54,7 @@ void Conv2d::backward_cpu(Context&, const ConstTensors& inputs, const ConstTenso
 // few_channel_conv.h's kernel); the others run im2col + cuBLAS.
 #if PLEXUS_WITH_CUDA
 void Conv2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_forward_cuda(ctx, *inputs[0], /*with_bias=*/true, output_activation_, *outputs[0]);
+  conv_forward_cuda(ctx, *inputs[0], /*with_bias=*/true, forward_options().output_activation, *outputs[0]);
 }
 
 void Conv2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,

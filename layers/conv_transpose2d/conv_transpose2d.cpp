@@ -43,7 +43,8 @@ ConvGeometry ConvTranspose2d::geometry(const Shape& input_shape) const {
 
 // y = col2im(W^T x) + bias: the backward_data of the Conv2d from y to x.
 void ConvTranspose2d::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_backward_data_cpu(*inputs[0], /*with_bias=*/true, output_activation_, *outputs[0], discard_input_);
+  conv_backward_data_cpu(*inputs[0], /*with_bias=*/true, forward_options().output_activation, *outputs[0],
+                         forward_options().discard_input);
 }
 
 // With columns = im2col(dy): dx = W columns; dW += x columns^T; dbias += sums of dy.
@@ -63,7 +64,7 @@ void ConvTranspose2d::backward_cpu(Context&, const ConstTensors& inputs, const C
 // the others run cuBLAS plus col2im / im2col of the output geometry.
 #if PLEXUS_WITH_CUDA
 void ConvTranspose2d::forward_cuda(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) {
-  conv_backward_data_cuda(ctx, *inputs[0], /*with_bias=*/true, output_activation_, *outputs[0]);
+  conv_backward_data_cuda(ctx, *inputs[0], /*with_bias=*/true, forward_options().output_activation, *outputs[0]);
 }
 
 void ConvTranspose2d::backward_cuda(Context& ctx, const ConstTensors& inputs, const ConstTensors&,

@@ -152,7 +152,7 @@ struct RowRange {
   std::int64_t first, end;
 };
 
-// A pass that may discard its input (Layer::set_discard_input) gives its
+// A pass that may discard its input (ForwardOptions::discard_input) gives its
 // rows back in bands of at least this many bytes of each channel plane: a
 // thread holds at most one band per plane it has finished reading (8 MiB
 // for 128 channels), and gives each band back in one call per plane.

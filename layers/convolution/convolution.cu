@@ -11,7 +11,6 @@
 #include "convolution/scratch.h"
 #include "plexus/cuda/blas.h"
 #include "plexus/cuda/branch.h"
-#include "plexus/environment_switch.h"
 
 namespace plexus::layers {
 
@@ -25,11 +24,8 @@ implicit_gemm::Scratch& engine_scratch(Context& ctx) {
 ColumnScratch& column_scratch(Context& ctx) { return ctx.shared_state<ColumnScratch>("convolution.column_scratch"); }
 
 // Whether the backward pass runs the parameter gradients on a cuda::Branch:
-// unless the environment variable PLEXUS_CONV_BRANCH is "0" (to compare).
-bool parameter_gradients_beside() {
-  static const bool beside = !switched_off_by_environment("PLEXUS_CONV_BRANCH");
-  return beside;
-}
+// unless KernelSettings::conv_branch is off (to compare).
+bool parameter_gradients_beside(const Context& ctx) { return ctx.kernel_settings().conv_branch; }
 
 }  // namespace
 
@@ -162,7 +158,7 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   // on each: one stand-in made for both could be overwritten by the next
   // layers' passes while the branch still reads it.
   std::optional<cuda::Branch> branch;
-  if (parameter_gradients_beside()) {
+  if (parameter_gradients_beside(ctx)) {
     branch.emplace(ctx);
     branch->run(parameter_gradients);
   } else {

@@ -35,7 +35,7 @@
 // Scratch buffers are cached in the layer (scratch.h). Every step runs on
 // the context's stream.
 //
-// On CUDA the layers store activations in bf16 (stores_bf16): with f32
+// On CUDA the layers store activations in bf16 (LayerTraits::stores_bf16): with f32
 // parameters each of X, Y and their gradients may be f32 or bf16,
 // independently, and every pass computes in f32 as with f32 tensors of the
 // same values. The engine reads and writes bf16 natively in its tap-major
@@ -70,15 +70,27 @@ class Convolution : public Layer {
   // [C, out, k, k]) and bias [out], both U(-1/sqrt(Ci*k*k), 1/sqrt(Ci*k*k))
   // as in PyTorch, whose fan_in is weight.size(1)*k*k for both layers.
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // On CUDA every activation tensor may be f32 or bf16 (above), and the Net
-  // may store bf16 around every convolution: next to an RGB image too, where
-  // the few-channel kernels read and write the many-channel side natively
-  // (the image side, an input or a loss's operand, stays f32 in the bundled
-  // models).
-  bool accepts_bf16(Device device) const override { return PLEXUS_WITH_CUDA && device.is_cuda(); }
-  bool stores_bf16(Device device) const override { return accepts_bf16(device); }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // On CUDA every activation tensor may be f32 or bf16 (above), and the Net
+    // may store bf16 around every convolution: next to an RGB image too, where
+    // the few-channel kernels read and write the many-channel side natively
+    // (the image side, an input or a loss's operand, stays f32 in the bundled
+    // models).
+    traits.accepts_bf16 = PLEXUS_WITH_CUDA && device.is_cuda();
+    traits.stores_bf16 = traits.accepts_bf16;
+    // The CPU forward gives its input's rows back as it finishes with them
+    // when told it may (ForwardOptions::discard_input).
+    // Forward applies a fused activation (ReLU, LeakyReLU: Net::set_activation_fusion)
+    // to each output value after the bias, on both devices: on CUDA in the
+    // engine's epilogues (the gather's tile store, the split-K sum, the
+    // few-channel forward's store) or in the bias pass of the other paths.
+    // Backward reads no output.
+    traits.applies_output_activation = true;
+    return traits;
+  }
   // Caps the CUDA scratch (column buffer plus per-image weight gradients); a
   // batch whose scratch would exceed it runs in chunks of images (default
   // 512 MiB; tests lower it to exercise the chunking).
@@ -88,15 +100,6 @@ class Convolution : public Layer {
   // with the same values (convolution.cpp says why). Default 16 MiB; tests
   // lower it to exercise the chunks.
   void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
-  // The CPU forward gives its input's rows back as it finishes with them.
-  void set_discard_input(bool discard) override { discard_input_ = discard; }
-  // Forward applies a fused activation (ReLU, LeakyReLU: Net::set_activation_fusion)
-  // to each output value after the bias, on both devices: on CUDA in the
-  // engine's epilogues (the gather's tile store, the split-K sum, the
-  // few-channel forward's store) or in the bias pass of the other paths.
-  // Backward reads no output.
-  bool fuses_output_activation(Device) const override { return true; }
-  void set_output_activation(const FusedActivation& activation) override { output_activation_ = activation; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -149,8 +152,6 @@ class Convolution : public Layer {
   std::int64_t groups_;          // channel groups (above)
   std::int64_t dilation_;        // pixels between kernel taps
   bool has_bias_;
-  bool discard_input_ = false;         // set_discard_input; for the next forward only
-  FusedActivation output_activation_;  // set_output_activation
   // X's NHWC copy from a training forward (or from a ConvTranspose2d's
   // backward), read by the weight gradient of the same step.
   implicit_gemm::KeptSource kept_source_;

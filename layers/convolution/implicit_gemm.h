@@ -43,7 +43,7 @@
 // fragments by ldmatrix with no conversion in the inner loop.
 // Strict f32 never comes here.
 //
-// Activations stored in bf16 (Layer::stores_bf16): each of X and Y may be f32
+// Activations stored in bf16 (LayerTraits::stores_bf16): each of X and Y may be f32
 // or bf16, independently; the weight, bias, weight gradient and every
 // partial sum stay f32. Read natively, at 2 bytes per element and widened
 // exactly: the tap-major NHWC copies (forward's X, backward_data's Y,

@@ -14,7 +14,6 @@
 
 #include "convolution/implicit_gemm_gather.cuh"
 #include "convolution/wgmma.cuh"
-#include "plexus/environment_switch.h"
 
 namespace plexus::layers::implicit_gemm {
 
@@ -171,17 +170,18 @@ void launch_wgmma_gather(const Context& ctx, const GatherParams& params, dim3 gr
 
 bool uses_wgmma(const Context& ctx) {
 #if defined(PLEXUS_CONV_WGMMA)
-  // Decided once per process and device: 0 unknown, 1 no, 2 yes.
+  // Whether the device is a Hopper (9.0), asked once per process and device: 0 unknown, 1 no, 2 yes.
   constexpr int kDevices = 64;
   static std::atomic<int> decided[kDevices];
   const int device = cuda::resources(ctx).device;
+  if (!ctx.kernel_settings().conv_wgmma) return false;
   if (device >= 0 && device < kDevices && decided[device].load() != 0) return decided[device].load() == 2;
   int major = 0, minor = 0;
   cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
   cuda::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
                    "cudaDeviceGetAttribute(compute capability)", __FILE__, __LINE__);
-  const bool wgmma = major == 9 && minor == 0 && !switched_off_by_environment("PLEXUS_CONV_WGMMA");
+  const bool wgmma = major == 9 && minor == 0;
   if (device >= 0 && device < kDevices) decided[device].store(wgmma ? 2 : 1);
   return wgmma;
 #else

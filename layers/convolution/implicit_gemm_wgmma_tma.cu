@@ -28,7 +28,6 @@
 #include "convolution/implicit_gemm_tma_tiling.h"
 #include "convolution/tensor_maps.h"
 #include "convolution/wgmma.cuh"
-#include "plexus/environment_switch.h"
 
 namespace plexus::layers::implicit_gemm::detail {
 
@@ -152,8 +151,9 @@ void launch(const Context& ctx, const TmaGatherMaps& maps, const GatherParams& p
 }  // namespace
 
 bool run_wgmma_tma_gather(const Context& ctx, GatherParams& params, Tensor& partial_sums) {
-  static const bool switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_TMA");
-  if (!switched_on || params.channel_pad <= 0 || params.part_count < 1 || params.part_count > kMaxPhases) return false;
+  if (!ctx.kernel_settings().conv_wgmma_tma || params.channel_pad <= 0 || params.part_count < 1 ||
+      params.part_count > kMaxPhases)
+    return false;
   GridSize grids[kMaxPhases];
   for (int p = 0; p < params.part_count; ++p) grids[p] = {params.parts[p].grid_h, params.parts[p].grid_w};
   TmaTiling tiling;

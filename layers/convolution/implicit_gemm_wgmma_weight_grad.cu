@@ -54,7 +54,6 @@
 #include "convolution/tensor_maps.h"
 #include "convolution/wgmma.cuh"
 #include "convolution/weight_grad_layout.h"
-#include "plexus/environment_switch.h"
 #include "plexus/error.h"
 
 namespace plexus::layers::implicit_gemm::detail {
@@ -452,8 +451,7 @@ void launch_weight_grad(const Context& ctx, dim3 grid, const WeightGradOperands&
 void wgmma_weight_grad(const Context& ctx, const ConvProblem& p, const Tensor& x, const Tensor& y, float* weight_grad,
                        Scratch& scratch, const KeptSource* kept) {
   const bool bf16 = ctx.bf16_products();
-  static const bool nhwc_switched_on = !switched_off_by_environment("PLEXUS_CONV_WGMMA_WGRAD_NHWC");
-  const bool nhwc = bf16 && nhwc_switched_on;
+  const bool nhwc = bf16 && ctx.kernel_settings().conv_wgmma_weight_grad_nhwc;
   const int tile_pixels = row_pixels(p, bf16);
   const int rows_per_tile = stage_pixels(bf16) / tile_pixels;
   const WeightGradOperands operands =

@@ -43,7 +43,7 @@ FusedActivation fused_activation_of(const Op&) {
   return {};
 }
 
-// ReLU's CPU forward may write over its input (Layer::forward_in_place):
+// ReLU's CPU forward may write over its input (LayerTraits::forward_in_place):
 // Eigen reads each x[i] before it writes y[i]. Any unary op here could say
 // so; ReLU alone does, which keeps the memory plans of inference nets as
 // they are.
@@ -106,12 +106,14 @@ std::vector<Shape> ElementwiseLayer::output_shapes(const std::vector<Shape>& inp
   return {output.shape};
 }
 
-bool ElementwiseLayer::forward_in_place(Device device) const {
-  return device.is_cpu() && std::visit([](const auto& op) { return in_place_on_cpu(op); }, op_);
-}
-
-FusedActivation ElementwiseLayer::as_fused_activation() const {
-  return std::visit([](const auto& op) { return fused_activation_of(op); }, op_);
+LayerTraits ElementwiseLayer::traits(Device device) const {
+  LayerTraits traits;
+  traits.has_cuda = PLEXUS_WITH_CUDA;
+  traits.cuda_graph_capturable = true;
+  traits.stores_bf16 = device.is_cuda();
+  traits.forward_in_place = device.is_cpu() && std::visit([](const auto& op) { return in_place_on_cpu(op); }, op_);
+  traits.fused_activation = std::visit([](const auto& op) { return fused_activation_of(op); }, op_);
+  return traits;
 }
 
 // A binary op's inputs of two shapes broadcast (broadcast.h): the op's

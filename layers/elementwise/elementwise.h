@@ -23,11 +23,9 @@ class ElementwiseLayer final : public Layer {
  public:
   explicit ElementwiseLayer(elementwise::Op op) : op_(op) {}
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  bool forward_in_place(Device device) const override;
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
-  FusedActivation as_fused_activation() const override;
+  // CUDA kernels, capturable; bf16 storage on CUDA; ReLU in place on the
+  // CPU; ReLU and LeakyReLU (a slope >= 0) as fused activations.
+  LayerTraits traits(Device device) const override;
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

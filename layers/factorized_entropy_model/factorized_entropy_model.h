@@ -54,8 +54,12 @@ class FactorizedEntropyModel : public Layer {
   explicit FactorizedEntropyModel(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   // C, once the parameters exist (-1 before).
   std::int64_t channels() const { return channels_; }

@@ -25,7 +25,7 @@ namespace plexus::layers {
 //   dx = dy exp(s)
 //   dlog_gains[i, c]   += (1-t) exp(s[n, c]) S[n, c]
 //   dlog_gains[i+1, c] += t     exp(s[n, c]) S[n, c]     (summed over n)
-// level carries no gradient (input_is_differentiable(1) is false; a gradient
+// level carries no gradient (InputGradient::kNone in its traits; a gradient
 // tensor passed for it anyway is zeroed): it is the rate the caller asks for,
 // not something to learn, and y is not differentiable in it at the integers
 // (dy/dq = y (log_gains[i+1, c] - log_gains[i, c]) jumps there) nor outside
@@ -35,10 +35,15 @@ class GainUnit : public Layer {
   explicit GainUnit(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool input_is_differentiable(int input_index) const override { return input_index == 0; }
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  // The CUDA backward's scratch tensor is allocated only when the shape changes.
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.input_gradients = {InputGradient::kComputed};
+    traits.other_inputs_gradient = InputGradient::kNone;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    // The CUDA backward's scratch tensor is allocated only when the shape changes.
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   std::int64_t levels() const { return levels_; }
 

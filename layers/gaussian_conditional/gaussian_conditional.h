@@ -41,8 +41,12 @@ class GaussianConditional : public Layer {
  public:
   explicit GaussianConditional(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   double scale_bound() const { return scale_bound_; }
   double likelihood_bound() const { return likelihood_bound_; }

@@ -45,13 +45,17 @@ class GDN : public Layer {
   GDN(LayerConfig& config, bool inverse);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // The CPU kernel computes a block's norms from x before it writes y.
-  bool forward_in_place(Device device) const override { return device.is_cpu(); }
-  // On CUDA x, y and their gradients may each be f32 or bf16 (gdn.cu says
-  // which calls read and write bf16 themselves); the CPU kernels take f32 and f64.
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // The CPU kernel computes a block's norms from x before it writes y.
+    traits.forward_in_place = device.is_cpu();
+    // On CUDA x, y and their gradients may each be f32 or bf16 (gdn.cu says
+    // which calls read and write bf16 themselves); the CPU kernels take f32 and f64.
+    traits.stores_bf16 = device.is_cuda();
+    return traits;
+  }
 
   bool inverse() const { return inverse_; }
 

@@ -43,7 +43,6 @@
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
-#include "plexus/environment_switch.h"
 
 namespace plexus::layers::gdn_cuda {
 
@@ -520,10 +519,9 @@ __global__ void __launch_bounds__(L::threads, L::min_blocks)
 
 // Whether the bf16-tile kernels take a call: bf16 everywhere, C <= 192,
 // pixels per image a multiple of 8, 16-byte aligned tensors, unless
-// PLEXUS_GDN_BF16_TILES is "0" (then gdn_tensor_core.cu's kernels run, to compare).
-bool takes(const Problem& problem, std::initializer_list<const Tensor*> tensors) {
-  static const bool allowed = !switched_off_by_environment("PLEXUS_GDN_BF16_TILES");
-  if (!allowed || problem.channels > 192 || problem.pixels % kRun != 0) return false;
+// KernelSettings::gdn_bf16_tiles is off (then gdn_tensor_core.cu's kernels run, to compare).
+bool takes(const Context& ctx, const Problem& problem, std::initializer_list<const Tensor*> tensors) {
+  if (!ctx.kernel_settings().gdn_bf16_tiles || problem.channels > 192 || problem.pixels % kRun != 0) return false;
   for (const Tensor* tensor : tensors)
     if (tensor && (tensor->dtype() != DType::bf16 || !aligned16(tensor->raw_data()))) return false;
   return true;
@@ -579,7 +577,7 @@ auto with_padded_channels(int channels, Fn&& fn) {
 
 bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& stored_beta, const Tensor& stored_gamma,
                        const Problem& problem, Reparametrization<float> rp, bool inverse) {
-  if (!takes(problem, {&x, &y})) return false;
+  if (!takes(ctx, problem, {&x, &y})) return false;
   return with_padded_channels(problem.channels, [&](auto padded) {
     constexpr int CP = decltype(padded)::value;
     return inverse ? launch_forward<CP, true>(ctx, x, y, stored_beta, stored_gamma, problem, rp)
@@ -590,7 +588,7 @@ bool bf16_tile_forward(Context& ctx, const Tensor& x, Tensor& y, const Tensor& s
 Tensor bf16_tile_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, const Tensor& stored_beta,
                           const Tensor& stored_gamma, const Problem& problem, Reparametrization<float> rp, bool inverse,
                           Tensor& partials_cache) {
-  if (!takes(problem, {&x, &dy, dx})) return Tensor();
+  if (!takes(ctx, problem, {&x, &dy, dx})) return Tensor();
   return with_padded_channels(problem.channels, [&](auto padded) {
     constexpr int CP = decltype(padded)::value;
     return inverse ? launch_backward<CP, true>(ctx, x, dy, dx, stored_beta, stored_gamma, problem, rp, partials_cache)

@@ -59,7 +59,6 @@
 #include "gdn/gdn_cuda.cuh"
 #include "plexus/cuda/shared_memory_ops.h"
 #include "plexus/cuda/tensor_core_product.h"
-#include "plexus/environment_switch.h"
 
 namespace plexus::layers::gdn_cuda {
 
@@ -1048,11 +1047,8 @@ Result with_storage(bool bf16_products, DType in, DType out, Result fallback, Fn
 }
 
 // Whether the contractions run as BF16 products: at bf16 precision, unless
-// the environment variable PLEXUS_GDN_BF16 is "0" (TF32 products, to compare).
-bool bf16_products(const Context& ctx) {
-  static const bool allowed = !switched_off_by_environment("PLEXUS_GDN_BF16");
-  return allowed && ctx.bf16_products();
-}
+// KernelSettings::gdn_bf16 is off (TF32 products, to compare).
+bool bf16_products(const Context& ctx) { return ctx.kernel_settings().gdn_bf16 && ctx.bf16_products(); }
 
 }  // namespace
 

@@ -27,8 +27,12 @@ class MatMul : public Layer {
  public:
   explicit MatMul(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   // The sizes of one call: `batch` products of op(A) [rows, inner] by op(B) [inner, columns].
   struct Sizes {

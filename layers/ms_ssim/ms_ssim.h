@@ -48,9 +48,13 @@ class MSSSIM : public Layer {
  public:
   explicit MSSSIM(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  // Scratch is allocated only when the shape changes; every value stays on the device.
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    // Scratch is allocated only when the shape changes; every value stays on the device.
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

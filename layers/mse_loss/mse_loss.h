@@ -19,9 +19,13 @@ class MSELoss : public Layer {
  public:
   explicit MSELoss(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  // The weighted CUDA path's scratch tensor is allocated only when the shape changes.
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    // The weighted CUDA path's scratch tensor is allocated only when the shape changes.
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -28,9 +28,13 @@ class Normalization : public Layer {
  public:
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  // The CUDA backward's scratch tensors are allocated only when the shape changes.
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    // The CUDA backward's scratch tensors are allocated only when the shape changes.
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   double eps() const { return eps_; }
   bool affine() const { return affine_; }

@@ -33,8 +33,12 @@ class QuantizeAroundMean : public Layer {
  public:
   explicit QuantizeAroundMean(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
   bool straight_through() const { return straight_through_; }
 

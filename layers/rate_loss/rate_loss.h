@@ -14,7 +14,7 @@ namespace plexus::layers {
 //   dR/dp^(k)_i = dy * -1 / (p^(k)_i ln 2 N H W)
 // Several likelihood inputs give the total rate of several latents, as the
 // scale hyperprior needs (y and the hyper-latent z). The image carries no
-// gradient (input_is_differentiable is false for it; a gradient tensor
+// gradient (InputGradient::kNone in its traits; a gradient tensor
 // passed for it anyway is zeroed).
 // Assumption: every p_i > 0. The entropy model lower-bounds its likelihoods
 // at likelihood_bound (1e-9 by default), so this holds in a model; RateLoss
@@ -24,9 +24,14 @@ class RateLoss : public Layer {
  public:
   explicit RateLoss(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool input_is_differentiable(int input_index) const override { return input_index < likelihood_inputs_; }
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.input_gradients.assign(static_cast<std::size_t>(likelihood_inputs_), InputGradient::kComputed);
+    traits.other_inputs_gradient = InputGradient::kNone;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

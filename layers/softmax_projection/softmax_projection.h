@@ -32,8 +32,13 @@ class SoftmaxProjection : public Layer {
   explicit SoftmaxProjection(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool input_is_differentiable(int input_index) const override { return input_index == 0; }
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.input_gradients = {InputGradient::kComputed};
+    traits.other_inputs_gradient = InputGradient::kNone;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -39,10 +39,14 @@ class WindowPartition : public Layer {
  public:
   explicit WindowPartition(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
+    traits.stores_bf16 = device.is_cuda();
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -72,11 +76,16 @@ class WindowReverse : public Layer {
  public:
   explicit WindowReverse(LayerConfig& config);
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
-  bool input_is_differentiable(int input_index) const override { return input_index == 0; }
-  bool has_cuda() const override { return PLEXUS_WITH_CUDA; }
-  bool cuda_graph_capturable() const override { return true; }
-  // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
-  bool stores_bf16(Device device) const override { return device.is_cuda(); }
+  LayerTraits traits(Device device) const override {
+    LayerTraits traits;
+    traits.input_gradients = {InputGradient::kComputed};  // the reference gets no gradient
+    traits.other_inputs_gradient = InputGradient::kNone;
+    traits.has_cuda = PLEXUS_WITH_CUDA;
+    traits.cuda_graph_capturable = true;
+    // On CUDA each tensor may be f32 or bf16 (a copy, exact between equal dtypes); the CPU kernels take f32 and f64.
+    traits.stores_bf16 = device.is_cuda();
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

@@ -26,7 +26,11 @@ class Bf16Scale : public Layer {
     return {in[0]};
   }
   void create_parameters(const std::vector<Shape>&) override { declare_parameter("a", {1}, init::constant(initial_)); }
-  bool stores_bf16(Device) const override { return true; }
+  LayerTraits traits(Device) const override {
+    LayerTraits traits;
+    traits.stores_bf16 = true;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context&, const ConstTensors& in, const MutableTensors& out) override {

@@ -145,6 +145,17 @@ TEST(PluginLoader, AbiMismatchNamesBothVersions) {
   EXPECT_FALSE(registry.contains("AbiMismatchLayer")) << "the register function must not run";
 }
 
+// A plugin built against ABI 7 has Layer classes with the hint methods that
+// traits() replaced: the message says what to change, where to read how.
+TEST(PluginLoader, Abi7PluginIsToldHowToMigrate) {
+  Registry registry;
+  expect_error<PluginError>(
+      [&] { load_plugin(TEST_ABI_7_PLUGIN, registry); },
+      {"built for Plexus plugin ABI version 7", "this Plexus has ABI version 8", "traits(device)", "ForwardOptions",
+       "docs/writing-plugins.md, 'Migrating from ABI 7'", "rebuild the plugin"});
+  EXPECT_FALSE(registry.contains("AbiMismatchLayer")) << "the register function must not run";
+}
+
 TEST(PluginLoader, TypeRegisteredTwiceNamesBothOrigins) {
   Registry registry = builtin_registry();
   expect_error<PluginError>([&] { load_plugin(TEST_DUPLICATE_RELU_PLUGIN, registry); },

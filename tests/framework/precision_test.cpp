@@ -1,8 +1,12 @@
 // The precision policy on the Context: parsing, and the TF32 and BF16
-// switches it drives.
+// switches it drives; the kernel settings the Context reads from the
+// environment.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "plexus/context.h"
 #include "plexus/error.h"
@@ -50,6 +54,37 @@ TEST(Precision, Bf16UsesBf16ProductsAndTf32ForEverythingElse) {
   ctx.set_precision(Precision::f32);
   EXPECT_FALSE(ctx.bf16_products());
   EXPECT_FALSE(ctx.allow_tf32());
+}
+
+// Each variable set to "0" turns its own path off and no other; unset or
+// any other value leaves it on. A Context takes them when it is made.
+TEST(KernelSettings, EachVariableTurnsItsPathOffInTheContext) {
+  const std::vector<std::pair<const char*, bool KernelSettings::*>> switches = {
+      {"PLEXUS_CONV_WGMMA", &KernelSettings::conv_wgmma},
+      {"PLEXUS_CONV_WGMMA_TMA", &KernelSettings::conv_wgmma_tma},
+      {"PLEXUS_CONV_WGMMA_WGRAD_NHWC", &KernelSettings::conv_wgmma_weight_grad_nhwc},
+      {"PLEXUS_CONV_BRANCH", &KernelSettings::conv_branch},
+      {"PLEXUS_GDN_BF16", &KernelSettings::gdn_bf16},
+      {"PLEXUS_GDN_BF16_TILES", &KernelSettings::gdn_bf16_tiles},
+      {"PLEXUS_BF16_STORAGE", &KernelSettings::bf16_storage},
+      {"PLEXUS_FUSE_ACTIVATIONS", &KernelSettings::fuse_activations}};
+  for (const auto& entry : switches) unsetenv(entry.first);
+  for (const auto& entry : switches) EXPECT_TRUE(Context().kernel_settings().*entry.second) << entry.first;
+  for (const auto& [name, field] : switches) {
+    setenv(name, "1", 1);
+    EXPECT_TRUE(KernelSettings::from_environment().*field) << name << "=1";
+    setenv(name, "0", 1);
+    const KernelSettings settings = Context().kernel_settings();
+    for (const auto& other : switches)
+      EXPECT_EQ(settings.*other.second, other.second != field) << name << "=0, " << other.first;
+    unsetenv(name);
+  }
+  Context ctx;
+  KernelSettings settings;
+  settings.conv_branch = false;
+  ctx.set_kernel_settings(settings);
+  EXPECT_FALSE(ctx.kernel_settings().conv_branch);
+  EXPECT_TRUE(ctx.kernel_settings().gdn_bf16);
 }
 
 }  // namespace

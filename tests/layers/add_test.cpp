@@ -146,12 +146,13 @@ TEST(Add, BroadcastToAnEmptyOutput) {
 // relu(a + b) as it writes y, when the Net fuses the ReLU after the sum.
 TEST(Add, BroadcastAppliesTheFusedActivation) {
   auto layer = registry.create("Add", "add", {});
-  layer->set_output_activation({true, 0.25});
   Context ctx;
   Tensor a = Tensor::from_values({1.0, -2.0, 3.0, -4.0}, {1, 1, 2, 2});
   Tensor b = Tensor::from_values({-2.0}, {1, 1, 1, 1});
   Tensor y({1, 1, 2, 2});
-  layer->forward(ctx, {&a, &b}, {&y});
+  ForwardOptions options;
+  options.output_activation = {true, 0.25};
+  layer->forward(ctx, {&a, &b}, {&y}, options);
   EXPECT_EQ(y.to_values(), (std::vector<double>{-0.25, -1.0, 1.0, -1.5}));
 }
 

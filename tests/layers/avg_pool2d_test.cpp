@@ -162,7 +162,7 @@ TEST(AvgPool2d, Bf16StorageGivesTheF32ResultsRoundedCuda) {
 
 TEST(AvgPool2d, Bf16RefusedOnTheCpuByName) {
   auto layer = registry.create("AvgPool2d", "pool", {{"kernel", 2}});
-  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  EXPECT_TRUE(layer->traits(Device::cuda()).stores_bf16);
   testing::expect_cpu_refuses_bf16_input(*layer, "pool", {1, 2, 4, 4});
 }
 

@@ -49,7 +49,7 @@ inline void expect_stored(const std::vector<double>& reference, const std::vecto
 // refuse a bf16 input on the CPU, whose kernels take f32 or f64 only, with a
 // ConfigError that names the node, bf16 and the input.
 inline void expect_cpu_refuses_bf16_input(Layer& layer, const std::string& name, const Shape& shape) {
-  EXPECT_FALSE(layer.accepts_bf16(Device::cpu()));
+  EXPECT_FALSE(layer.traits(Device::cpu()).takes_bf16());
   Context ctx(Device::cpu());
   Tensor input(shape, DType::bf16, Device::cpu());
   input.fill_zero();

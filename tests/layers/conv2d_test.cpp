@@ -478,9 +478,7 @@ TEST(Conv2d, TensorCoreEngineUsesWgmmaExactlyOnHopperCuda) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
-  const char* setting = std::getenv("PLEXUS_CONV_WGMMA");
-  const bool disabled = setting && std::string(setting) == "0";
-  const bool expected = major == 9 && minor == 0 && !disabled;
+  const bool expected = major == 9 && minor == 0 && ctx.kernel_settings().conv_wgmma;
   std::cout << "compute capability " << major << "." << minor << ": tap-major passes run "
             << (implicit_gemm::uses_wgmma(ctx) ? "wgmma" : "mma.sync") << "\n";
   EXPECT_EQ(implicit_gemm::uses_wgmma(ctx), expected);

@@ -1,4 +1,4 @@
-// Conv2d and ConvTranspose2d storing activations in bf16 (Layer::stores_bf16).
+// Conv2d and ConvTranspose2d storing activations in bf16 (LayerTraits::stores_bf16).
 // The contract: storing a tensor in bf16 changes nothing but its rounding.
 // With inputs whose values are bf16 values (so the bf16 and the f32 tensors
 // hold the same numbers), every output stored in bf16 is the f32 path's
@@ -179,7 +179,7 @@ TEST(ConvBf16Storage, StoredResultsAreTheF32ResultsRoundedCuda) {
   std::mt19937_64 rng(2024);
   for (const Problem& problem : problems()) {
     auto layer = make_layer(problem.type, problem.params, problem.input, Device::cuda());
-    ASSERT_TRUE(layer->accepts_bf16(Device::cuda())) << problem.type;
+    ASSERT_TRUE(layer->traits(Device::cuda()).takes_bf16()) << problem.type;
     const Shape output_shape = layer->output_shapes({problem.input})[0];
     const std::vector<double> x = bf16_values(static_cast<std::size_t>(shape_numel(problem.input)), -1.0, 1.0, rng);
     const std::vector<double> dy = bf16_values(static_cast<std::size_t>(shape_numel(output_shape)), -1.0, 1.0, rng);
@@ -293,8 +293,8 @@ TEST(ConvBf16Storage, RefusesBf16TensorsWithF64ParametersCuda) {
 TEST(ConvBf16Storage, StoresBf16OnlyOnCuda) {
   for (const std::string type : {"Conv2d", "ConvTranspose2d"}) {
     auto layer = registry.create(type, "c", json{{"out_channels", 4}, {"kernel", 3}});
-    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << type;
-    EXPECT_EQ(layer->stores_bf16(Device::cuda()), static_cast<bool>(PLEXUS_WITH_CUDA)) << type;
+    EXPECT_FALSE(layer->traits(Device::cpu()).stores_bf16) << type;
+    EXPECT_EQ(layer->traits(Device::cuda()).stores_bf16, static_cast<bool>(PLEXUS_WITH_CUDA)) << type;
   }
 }
 
@@ -314,9 +314,9 @@ TEST(ConvBf16Storage, FewChannelLayersAskForBf16Storage) {
     const Shape input{1, c.in_channels, 8, 8};
     auto layer = make_layer(c.type, json{{"out_channels", c.out_channels}, {"kernel", 3}}, input, Device::cpu());
     const std::string what = c.type + " " + std::to_string(c.in_channels) + "->" + std::to_string(c.out_channels);
-    EXPECT_EQ(layer->stores_bf16(cuda), with_cuda) << what;
-    EXPECT_EQ(layer->accepts_bf16(cuda), with_cuda) << what;
-    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << what;
+    EXPECT_EQ(layer->traits(cuda).stores_bf16, with_cuda) << what;
+    EXPECT_EQ(layer->traits(cuda).takes_bf16(), with_cuda) << what;
+    EXPECT_FALSE(layer->traits(Device::cpu()).stores_bf16) << what;
   }
 }
 

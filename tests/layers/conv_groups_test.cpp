@@ -368,11 +368,10 @@ TEST(ConvGroups, ForwardAppliesFusedActivation) {
     Tensor x = Tensor::from_values(random_vector(shape_numel(c.input), rng), c.input, DType::f64);
     Tensor plain(y_shape, DType::f64), fused(y_shape, DType::f64);
     layer->forward(ctx, {&x}, {&plain});
-    FusedActivation leaky;
-    leaky.active = true;
-    leaky.negative_slope = 0.25;
-    layer->set_output_activation(leaky);
-    layer->forward(ctx, {&x}, {&fused});
+    ForwardOptions leaky;
+    leaky.output_activation.active = true;
+    leaky.output_activation.negative_slope = 0.25;
+    layer->forward(ctx, {&x}, {&fused}, leaky);
     std::vector<double> expected = plain.to_values();
     for (double& v : expected) v = v > 0 ? v : 0.25 * v;
     expect_near_all(expected, fused.to_values(), 0, describe(c));

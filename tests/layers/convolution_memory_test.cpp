@@ -6,7 +6,7 @@
 // growth noted on the context (StepGraph records again after one).
 //
 // Conv2d and ConvTranspose2d told to discard their input
-// (Layer::set_discard_input) give the memory of the rows they have read back
+// (ForwardOptions::discard_input) give the memory of the rows they have read back
 // to the system as they go: on inputs large enough to be mapped buffers
 // (host_memory.h), with one and two images, strides 1 and 2, and 1, 2 and 3
 // threads, the outputs must be bit-identical to those of a forward that
@@ -123,9 +123,9 @@ void expect_same_with_discard(const std::string& type, const json& params, const
     Tensor consumed = input.clone();
     Tensor actual(output_shape);
     const std::size_t before = host_memory::discarded_bytes();
-    layer->set_discard_input(true);
-    layer->forward(ctx, {&consumed}, {&actual});
-    layer->set_discard_input(false);
+    ForwardOptions discard;
+    discard.discard_input = true;
+    layer->forward(ctx, {&consumed}, {&actual}, discard);
     EXPECT_GT(host_memory::discarded_bytes() - before, consumed.nbytes() / 2) << type << " " << threads << " threads";
     ASSERT_EQ(std::memcmp(expected.raw_data(), actual.raw_data(), expected.nbytes()), 0)
         << type << " " << params.dump() << " " << shape_str(input_shape) << ", " << threads << " threads";

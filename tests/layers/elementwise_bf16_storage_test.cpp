@@ -1,5 +1,5 @@
 // The element-wise layers (ReLU, LeakyReLU, Abs, Tanh, Sigmoid, GELU, Add,
-// Mul, PixelShuffle) with bf16 activation storage (Layer::stores_bf16): storing
+// Mul, PixelShuffle) with bf16 activation storage (LayerTraits::stores_bf16): storing
 // in bf16 changes nothing but the rounding of the stored tensors. With
 // inputs and output gradients whose values are bf16 numbers, a pass on CUDA
 // with each tensor f32 or bf16 must give exactly the f32 pass's output and
@@ -190,13 +190,13 @@ TEST(ElementwiseBf16Storage, BroadcastAddAndMulGiveTheF32ResultsRoundedCuda) {
 TEST(ElementwiseBf16Storage, StoredOnlyOnCuda) {
   for (const LayerCase& layer_case : one_input_layers()) {
     auto layer = registry.create(layer_case.type, "e", layer_case.params);
-    EXPECT_TRUE(layer->stores_bf16(Device::cuda())) << layer_case.type;
-    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << layer_case.type;
+    EXPECT_TRUE(layer->traits(Device::cuda()).stores_bf16) << layer_case.type;
+    EXPECT_FALSE(layer->traits(Device::cpu()).stores_bf16) << layer_case.type;
   }
   for (const std::string type : {"Add", "Mul"}) {
     auto layer = registry.create(type, "e", nlohmann::json::object());
-    EXPECT_TRUE(layer->stores_bf16(Device::cuda())) << type;
-    EXPECT_FALSE(layer->stores_bf16(Device::cpu())) << type;
+    EXPECT_TRUE(layer->traits(Device::cuda()).stores_bf16) << type;
+    EXPECT_FALSE(layer->traits(Device::cpu()).stores_bf16) << type;
   }
 }
 

@@ -110,8 +110,8 @@ TEST(GainUnit, BackwardByHand) {
 
 TEST(GainUnit, LevelIsNotDifferentiable) {
   auto layer = registry.create("GainUnit", "gain", {{"levels", 4}});
-  EXPECT_TRUE(layer->input_is_differentiable(0));
-  EXPECT_FALSE(layer->input_is_differentiable(1));
+  EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(0));
+  EXPECT_FALSE(layer->traits(Device::cpu()).input_is_differentiable(1));
 }
 
 // Levels in [-0.5, K - 0.5]: fractional ones, and some below 0 or above K-1 (clamped).

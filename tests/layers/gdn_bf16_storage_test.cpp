@@ -1,4 +1,4 @@
-// GDN and IGDN with bf16 activation storage (Layer::stores_bf16): storing in
+// GDN and IGDN with bf16 activation storage (LayerTraits::stores_bf16): storing in
 // bf16 changes nothing but the rounding of the stored tensors. With inputs
 // whose values are bf16 numbers, a pass on bf16 tensors must give exactly
 // the f32 pass's output and input gradient rounded to bf16 (nearest even),
@@ -171,8 +171,8 @@ TEST(GDNBf16Storage, RefusedOnTheCpuByName) {
   layer->create_parameters({shape});
   std::mt19937_64 rng(0);
   layer->initialize_parameters(DType::f32, Device::cpu(), rng);
-  EXPECT_FALSE(layer->stores_bf16(Device::cpu()));
-  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  EXPECT_FALSE(layer->traits(Device::cpu()).stores_bf16);
+  EXPECT_TRUE(layer->traits(Device::cuda()).stores_bf16);
   testing::expect_cpu_refuses_bf16_input(*layer, "g", shape);
 }
 

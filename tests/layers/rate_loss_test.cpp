@@ -57,8 +57,8 @@ TEST(RateLoss, GradientIsMinusOneOverPLn2PerPixel) {
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(actual[i], expected[i], 1e-12);
   // A gradient asked for the image anyway is overwritten with zeros.
   EXPECT_EQ(dimage.to_values(), std::vector<double>(12, 0.0));
-  EXPECT_FALSE(layer->input_is_differentiable(1));
-  EXPECT_TRUE(layer->input_is_differentiable(0));
+  EXPECT_FALSE(layer->traits(Device::cpu()).input_is_differentiable(1));
+  EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(0));
 }
 
 GradCheckOptions rate_options() {
@@ -125,9 +125,9 @@ TEST(RateLoss, SumsTheBitsOfSeveralLikelihoodInputs) {
     auto layer = registry.create("RateLoss", "rate", {});
     const std::vector<Shape> shapes = {{1, 1, 2, 2}, {1, 2, 1, 1}, {1, 3, 4, 4}};
     EXPECT_EQ(layer->output_shapes(shapes), std::vector<Shape>{Shape{}});
-    EXPECT_TRUE(layer->input_is_differentiable(0));
-    EXPECT_TRUE(layer->input_is_differentiable(1));
-    EXPECT_FALSE(layer->input_is_differentiable(2));
+    EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(0));
+    EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(1));
+    EXPECT_FALSE(layer->traits(Device::cpu()).input_is_differentiable(2));
     Context ctx;
     // y: 1 + 2 + 0 + 3 bits, z: 4 + 1 bits, over 4 * 4 pixels.
     Tensor y = Tensor::from_values({0.5, 0.25, 1.0, 0.125}, shapes[0], dtype);

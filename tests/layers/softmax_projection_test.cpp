@@ -291,8 +291,8 @@ TEST(SoftmaxProjection, TensorCorePrecisionsMatchF64ReferenceCuda) {
 
 TEST(SoftmaxProjection, LabelsAreNotDifferentiable) {
   auto layer = make_layer({{"vocab_size", 3}}, {2, 2});
-  EXPECT_TRUE(layer->input_is_differentiable(0));
-  EXPECT_FALSE(layer->input_is_differentiable(1));
+  EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(0));
+  EXPECT_FALSE(layer->traits(Device::cpu()).input_is_differentiable(1));
 }
 
 void expect_label_errors(Device device) {

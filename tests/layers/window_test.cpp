@@ -223,8 +223,8 @@ TEST(WindowReverse, GradientsCpu) {
 
 TEST(WindowReverse, ReferenceGetsNoGradient) {
   auto layer = registry.create("WindowReverse", "wr", {{"window", 2}});
-  EXPECT_TRUE(layer->input_is_differentiable(0));
-  EXPECT_FALSE(layer->input_is_differentiable(1));
+  EXPECT_TRUE(layer->traits(Device::cpu()).input_is_differentiable(0));
+  EXPECT_FALSE(layer->traits(Device::cpu()).input_is_differentiable(1));
 }
 
 TEST(WindowPartition, GradientsCuda) {
@@ -334,7 +334,7 @@ TEST(WindowPartition, Bf16StorageCuda) {
 
 TEST(WindowPartition, Bf16RefusedOnTheCpuByName) {
   auto layer = registry.create("WindowPartition", "cut", {{"window", 2}});
-  EXPECT_TRUE(layer->stores_bf16(Device::cuda()));
+  EXPECT_TRUE(layer->traits(Device::cuda()).stores_bf16);
   testing::expect_cpu_refuses_bf16_input(*layer, "cut", {1, 2, 4, 4});
 }
 

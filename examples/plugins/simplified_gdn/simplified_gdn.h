@@ -66,7 +66,11 @@ class SimplifiedGDN : public plexus::Layer {
 
   std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const override;
   void create_parameters(const std::vector<Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_PLUGIN_WITH_CUDA; }
+  plexus::LayerTraits traits(plexus::Device) const override {
+    plexus::LayerTraits traits;
+    traits.has_cuda = PLEXUS_PLUGIN_WITH_CUDA;
+    return traits;
+  }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;

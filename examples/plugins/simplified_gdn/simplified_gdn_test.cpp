@@ -94,7 +94,10 @@ std::vector<double> backward(Layer& layer, const std::vector<double>& x_values, 
 }
 
 bool plugin_has_cuda() {
-  return plugin_registry().create("SimplifiedGDN", "probe", nlohmann::json::object())->has_cuda();
+  return plugin_registry()
+      .create("SimplifiedGDN", "probe", nlohmann::json::object())
+      ->traits(plexus::Device::cuda())
+      .has_cuda;
 }
 
 #define SKIP_WITHOUT_CUDA()                                                     \

@@ -31,7 +31,7 @@ struct CudaProbe {
 };
 
 inline bool plugin_has_cuda(const CudaProbe& probe) {
-  return plugin_registry().create(probe.type, "probe", probe.params)->has_cuda();
+  return plugin_registry().create(probe.type, "probe", probe.params)->traits(plexus::Device::cuda()).has_cuda;
 }
 
 // A macro because GTEST_SKIP must return from the test body itself.

@@ -39,10 +39,15 @@ class PrunedConv : public plexus::Layer {
   PrunedConv(plexus::LayerConfig& config, const std::string& dense_type);
   std::vector<plexus::Shape> output_shapes(const std::vector<plexus::Shape>& inputs) const override;
   void create_parameters(const std::vector<plexus::Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_PLUGIN_WITH_CUDA && dense_->has_cuda(); }
-  // forward and backward only enqueue what the built-in layer enqueues plus
-  // two element-wise kernels; pruning runs in after_update, outside the graph.
-  bool cuda_graph_capturable() const override { return dense_->cuda_graph_capturable(); }
+  plexus::LayerTraits traits(plexus::Device device) const override {
+    const plexus::LayerTraits dense = dense_->traits(device);
+    plexus::LayerTraits traits;
+    traits.has_cuda = PLEXUS_PLUGIN_WITH_CUDA && dense.has_cuda;
+    // forward and backward only enqueue what the built-in layer enqueues plus
+    // two element-wise kernels; pruning runs in after_update, outside the graph.
+    traits.cuda_graph_capturable = dense.cuda_graph_capturable;
+    return traits;
+  }
   void after_update(plexus::Context& ctx, std::int64_t updates_taken) override;
 
   const PruningSchedule& schedule() const { return schedule_; }

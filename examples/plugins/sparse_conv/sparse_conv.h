@@ -32,7 +32,11 @@ class SparseConv : public plexus::Layer {
   SparseConv(plexus::LayerConfig& config, const std::string& dense_type);
   std::vector<plexus::Shape> output_shapes(const std::vector<plexus::Shape>& inputs) const override;
   void create_parameters(const std::vector<plexus::Shape>& inputs) override;
-  bool has_cuda() const override { return PLEXUS_PLUGIN_WITH_CUDA; }
+  plexus::LayerTraits traits(plexus::Device) const override {
+    plexus::LayerTraits traits;
+    traits.has_cuda = PLEXUS_PLUGIN_WITH_CUDA;
+    return traits;
+  }
 
  protected:
   void forward_cpu(plexus::Context& ctx, const plexus::ConstTensors& inputs,

@@ -28,6 +28,42 @@ namespace plexus {
 // f64 tensors are never affected.
 enum class Precision { f32, tf32, bf16 };
 
+// Kernel paths that can be turned off, to compare them with what replaces
+// them in one build (a benchmark times both). Every one is on by default.
+// A Context reads them from the environment when it is made
+// (from_environment, the one place that reads these variables): a variable
+// set to "0" turns its path off. Kernels read them from the Context
+// (Context::kernel_settings); set_kernel_settings overrides them.
+struct KernelSettings {
+  // PLEXUS_CONV_WGMMA: the convolutions' sm_90a wgmma kernels on a Hopper
+  // GPU (off: the mma.sync kernels).
+  bool conv_wgmma = true;
+  // PLEXUS_CONV_WGMMA_TMA: the wgmma gather's TMA loads of the source (off:
+  // the copies by threads).
+  bool conv_wgmma_tma = true;
+  // PLEXUS_CONV_WGMMA_WGRAD_NHWC: the wgmma weight gradient reads the NHWC
+  // copy of X at bf16 precision (off: the phase copies).
+  bool conv_wgmma_weight_grad_nhwc = true;
+  // PLEXUS_CONV_BRANCH: the convolutions' parameter gradients run on a
+  // stream branch beside the input gradient (off: in line).
+  bool conv_branch = true;
+  // PLEXUS_GDN_BF16: GDN's tensor-core contractions as BF16 products at bf16
+  // precision (off: TF32 products).
+  bool gdn_bf16 = true;
+  // PLEXUS_GDN_BF16_TILES: GDN's kernels on bf16 tiles when every tensor is
+  // bf16 (off: gdn_tensor_core.cu's kernels).
+  bool gdn_bf16_tiles = true;
+  // PLEXUS_BF16_STORAGE: bf16 activation storage under bf16 precision on
+  // CUDA (activation_storage_for, plexus/net.h; off: f32 blobs).
+  bool bf16_storage = true;
+  // PLEXUS_FUSE_ACTIVATIONS: training nets fuse activations into their
+  // producers (activation_fusion_for_training, plexus/net.h; off: unfused).
+  bool fuse_activations = true;
+
+  // The defaults, with each path whose variable is "0" turned off.
+  static KernelSettings from_environment();
+};
+
 // "f32", "tf32", "bf16" -> Precision; anything else throws ConfigError naming the text.
 Precision parse_precision(const std::string& text);
 const char* precision_name(Precision precision);
@@ -72,6 +108,11 @@ class Context {
   // engine, cuda::gemm's f32 products) use it: precision() == bf16.
   bool bf16_products() const { return precision_ == Precision::bf16; }
   void set_allow_tf32(bool allow) { set_precision(allow ? Precision::tf32 : Precision::f32); }
+
+  // The kernel paths in use (KernelSettings); from the environment when the
+  // Context is made.
+  const KernelSettings& kernel_settings() const { return kernel_settings_; }
+  void set_kernel_settings(const KernelSettings& settings) { kernel_settings_ = settings; }
 
   // Waits for queued device work, branches included; a no-op on the CPU.
   void synchronize();
@@ -122,6 +163,7 @@ class Context {
   Device device_;
   bool training_ = true;
   Precision precision_ = Precision::f32;
+  KernelSettings kernel_settings_;
   std::uint64_t seed_ = 0;
   std::mt19937_64 random_;
   std::unique_ptr<cuda::CudaResources, void (*)(cuda::CudaResources*)> cuda_{nullptr, nullptr};

@@ -5,7 +5,7 @@
 // takes memory only as it is written; and the pages of a part of one that is
 // no longer needed can be given back while the rest is still in use
 // (discard), which a layer that is the last reader of its input does as it
-// goes (Layer::set_discard_input).
+// goes (ForwardOptions::discard_input).
 #include <cstddef>
 
 namespace plexus::host_memory {

@@ -15,6 +15,7 @@
 
 #include "plexus/layer.h"
 #include "plexus/model_spec.h"
+#include "plexus/net_plans.h"
 #include "plexus/registry.h"
 
 namespace plexus {
@@ -57,9 +58,9 @@ class Net {
   // it holds only the blobs in `kept` between passes. forward() allocates
   // each blob just before the node that writes it and frees it after the
   // last node that reads it unless it is kept, lets a node whose layer allows
-  // it (Layer::forward_in_place) write its output over an input read by
+  // it (LayerTraits::forward_in_place) write its output over an input read by
   // nobody later, tells a node that is the last reader of its input so
-  // (Layer::set_discard_input: a convolution gives the input's memory back
+  // (ForwardOptions::discard_input: a convolution gives the input's memory back
   // as it goes), and frees the model inputs too, so that a pass holds little
   // more than the blobs alive at one node. Each forward() needs its inputs filled
   // again through input(); blob() of a blob not kept (or not yet computed at
@@ -71,15 +72,15 @@ class Net {
   // How blobs are stored. DType::f32 (the default): every blob and its
   // gradient in the net's dtype. DType::bf16 (an f32 net only, else
   // ConfigError): a blob that is no model input, whose producer and whose
-  // one reader both store bf16 (Layer::stores_bf16 on the net's device), is
+  // one reader both store bf16 (LayerTraits::stores_bf16 on the net's device), is
   // stored in bf16, its gradient too; every other blob stays f32 (a blob fused
   // away by set_activation_fusion takes its activation output's dtype).
   // Parameters and their gradients stay f32. Reallocates the blobs, as reshape() does.
   void set_activation_storage(DType storage);
   DType activation_storage() const { return activation_storage_; }
   // Activation fusion, off by default (the trainer turns it on). On: a
-  // ReLU or LeakyReLU node (Layer::as_fused_activation) whose one input is
-  // output 0 of a node that applies activations (Layer::fuses_output_activation:
+  // ReLU or LeakyReLU node (LayerTraits::fused_activation) whose one input is
+  // output 0 of a node that applies activations (LayerTraits::applies_output_activation:
   // the convolutions, Add), read by that node alone, is applied by the producer
   // as it writes. The activation's output takes over the producer's output
   // storage (and its dtype), the activation's forward is skipped, and its
@@ -93,16 +94,16 @@ class Net {
   // (set_inference_only turns it off). Reallocates the blobs, as reshape() does.
   void set_activation_fusion(bool on);
   // How many activation nodes are applied by their producer at this layout.
-  std::size_t fused_activation_count() const { return fused_blobs_.size(); }
+  std::size_t fused_activation_count() const { return storage_plan_.fused_blobs().size(); }
   // The dtype blob `name` is stored in (its gradient's too).
   DType blob_dtype(const std::string& name) const;
   // How many blobs the net has, and how many of them are stored in bf16.
   std::size_t blob_count() const { return shapes_.size(); }
-  std::size_t bf16_blob_count() const { return bf16_blobs_.size(); }
+  std::size_t bf16_blob_count() const { return storage_plan_.bf16_blob_count(); }
   // Changes whenever blobs are reallocated (construction, reshape): a CUDA
   // graph recorded at one layout must not be replayed at another.
   std::uint64_t layout_version() const { return layout_version_; }
-  // True when every layer is cuda_graph_capturable(); otherwise false, with
+  // True when every layer is cuda_graph_capturable (LayerTraits); otherwise false, with
   // "node 'x' (T)" of the first one that is not in *culprit.
   bool cuda_graph_capturable(std::string* culprit) const;
 
@@ -167,28 +168,20 @@ class Net {
   std::string shape_failure(const Node& node, const std::string& what, const std::map<std::string, Shape>& shapes,
                             const std::map<std::string, Shape>& input_shapes, bool first_time) const;
   void warn_about_unread_outputs() const;
-  // Inference-only nets: whether a pass keeps `blob` (a model input until
-  // forward starts, or a kept blob), the allocation of node `index`'s
-  // outputs before it runs, and the release of what it was the last to read.
-  bool holds_between_passes(const std::string& blob) const;
+  // Inference-only nets: the allocation of node `index`'s outputs before it
+  // runs, and whether it is the last reader of its input 0 (MemoryPlan).
   void allocate_outputs(std::size_t index);
-  void release_after(std::size_t index);
   bool input_expires(std::size_t index) const;
-  // The blobs stored in bf16 under the current activation storage.
-  void plan_blob_dtypes();
-  // The activations their producers apply (set_activation_fusion), told to
-  // the producers, each fused-away blob stored in its activation's output's dtype.
-  void plan_activation_fusion();
   // Every blob's gradient, and a scratch gradient for each input of a node
-  // that other nodes also read. A blob whose one reader passes its output's
-  // gradient on unchanged (Layer::input_grad_is_output_grad: Add's inputs)
-  // shares that gradient's storage, when both are stored alike and it is no
-  // scalar (backward() sets the losses' gradients itself): no copy is made,
-  // and no memory held, for it.
+  // that other nodes also read; a blob the memory plan has share another's
+  // gradient (MemoryPlan::shared_gradients) gets that gradient's storage:
+  // no copy is made, and no memory held, for it.
   void allocate_grads();
-  // Plans the blobs' dtypes and allocates the blobs at the current shapes
-  // (none for an inference-only net); gradients wait for backward().
+  // Asks the layers' traits, plans the blobs' storage and memory, and
+  // allocates the blobs at the current shapes (none for an inference-only
+  // net); gradients wait for backward().
   void allocate_blobs();
+  void plan_memory();
   ModelSpec spec_;
   DType dtype_;
   Device device_;
@@ -196,21 +189,14 @@ class Net {
   std::map<std::string, Tensor> blobs_;       // an inference-only net: undefined while not held
   std::map<std::string, Shape> shapes_;       // every blob's shape at the current layout
   std::map<std::string, Tensor> grads_;
-  std::map<std::string, int> consumers_;            // how many node inputs read each blob
-  std::map<std::string, std::size_t> last_reader_;  // blob -> position in nodes_ of the last node reading it
-  std::map<std::string, std::size_t> producer_;  // blob -> position in nodes_ of the node writing it (not model inputs)
+  BlobGraph graph_;                  // who writes and who reads each blob
+  std::vector<LayerTraits> traits_;  // each node's, in execution order, on device_, at this layout
   bool inference_only_ = false;
   bool has_gradients_ = true;  // false for InitialParameters::for_loading
   DType activation_storage_ = DType::f32;
-  std::set<std::string> bf16_blobs_;
   bool activation_fusion_ = false;
-  // A producer's output whose activation the producer applies -> that
-  // activation node's name and its output, whose storage the blob shares.
-  struct FusedBlob {
-    std::string activation;
-    std::string output;
-  };
-  std::map<std::string, FusedBlob> fused_blobs_;
+  StoragePlan storage_plan_;
+  MemoryPlan memory_plan_;
   std::set<std::string> kept_;  // what an inference-only net holds between passes
   std::map<std::string, std::string> layer_type_origins_;
   std::uint64_t layout_version_ = 0;
@@ -219,12 +205,14 @@ class Net {
 };
 
 // Whether training nets fuse activations (Net::set_activation_fusion): yes,
-// unless the environment variable PLEXUS_FUSE_ACTIVATIONS is "0" (to compare).
-bool activation_fusion_for_training();
+// unless settings.fuse_activations is off (PLEXUS_FUSE_ACTIVATIONS=0, to
+// compare). Pass the training Context's kernel_settings().
+bool activation_fusion_for_training(const KernelSettings& settings = KernelSettings{});
 
 // The activation storage a training precision implies: bf16 under
-// Precision::bf16 on CUDA (unless the environment variable
-// PLEXUS_BF16_STORAGE is "0", to compare), else f32. For Net::set_activation_storage.
-DType activation_storage_for(Precision precision, Device device);
+// Precision::bf16 on CUDA (unless settings.bf16_storage is off:
+// PLEXUS_BF16_STORAGE=0, to compare), else f32. For Net::set_activation_storage;
+// pass the training Context's kernel_settings().
+DType activation_storage_for(Precision precision, Device device, const KernelSettings& settings = KernelSettings{});
 
 }  // namespace plexus

@@ -18,7 +18,12 @@ namespace plexus {
 
 // Bumped whenever Layer, LayerConfig, Registry, Tensor or Context change
 // layout or virtuals (a plugin may hold a LayerConfig of its own).
-inline constexpr int kPluginAbiVersion = 7;  // 7: output activation fusion (Layer::as_fused_activation, ...)
+// 8: Layer::traits() (LayerTraits) in place of the hint methods, ForwardOptions
+// passed with forward, KernelSettings on Context.
+inline constexpr int kPluginAbiVersion = 8;
+// The last ABI whose Layer had the hint methods (has_cuda(), stores_bf16(), ...):
+// the loader tells a plugin built against it or earlier how to migrate.
+inline constexpr int kLastAbiWithLayerHints = 7;
 inline constexpr const char* kPluginAbiVersionSymbol = "plexus_plugin_abi_version";
 inline constexpr const char* kPluginRegisterSymbol = "plexus_plugin_register";
 
