@@ -358,7 +358,7 @@ TEST(ConvGroups, Bf16StorageOnCudaIsTheF32ResultRounded) {
 
 // The fused activation (Net::set_activation_fusion) applies after the bias
 // on the grouped passes too: forward with a fused LeakyReLU equals
-// LeakyReLU of the plain forward.
+// LeakyReLU of the plain forward, and applies it in that call alone.
 TEST(ConvGroups, ForwardAppliesFusedActivation) {
   std::mt19937_64 rng(4);
   for (const Case& c : cases()) {
@@ -375,6 +375,10 @@ TEST(ConvGroups, ForwardAppliesFusedActivation) {
     std::vector<double> expected = plain.to_values();
     for (double& v : expected) v = v > 0 ? v : 0.25 * v;
     expect_near_all(expected, fused.to_values(), 0, describe(c));
+    // The activation was given with that call only: the next plain call is plain again.
+    Tensor again(y_shape, DType::f64);
+    layer->forward(ctx, {&x}, {&again});
+    EXPECT_EQ(again.to_values(), plain.to_values()) << describe(c);
   }
 }
 
