@@ -5,30 +5,14 @@ without the context model, as CompressAI's mbt2018-mean (N = 128, M = 192).
 
 usage: models/builders/make_mbt2018_mean.py > models/specs/mbt2018-mean.json
 """
-from balle_transforms import GAUSSIAN, analysis, factorized_entropy_model, four_stages, losses, synthesis
+from balle_transforms import analysis, four_stages, losses, mean_scale_hyperprior, synthesis
 from spec_builder import SpecBuilder
 
 M = 192
 spec = SpecBuilder()
-node, conv = spec.node, spec.conv
-
-
-def leaky(name, x):
-    return node(name + "_act", "LeakyReLU", [x], [name + "_leaky"])
-
 
 analysis(spec, four_stages(M))
-x = leaky("h_a0", conv("h_a0", "y", 128, 3))
-x = leaky("h_a1", conv("h_a1", x, 128, 5, 2))
-conv("h_a2", x, 128, 5, 2, output="z")
-node("hyper_quantizer", "UniformNoise", ["z"], ["z_hat"])
-factorized_entropy_model(spec, "hyper_entropy_model", "z_hat", "z_likelihoods")
-x = leaky("h_s0", conv("h_s0", "z_hat", M, 5, 2, transposed=True))
-x = leaky("h_s1", conv("h_s1", x, M * 3 // 2, 5, 2, transposed=True))
-conv("h_s2", x, 2 * M, 3, output="gaussian_params")
-node("gaussian_params_split", "Split", ["gaussian_params"], ["scales", "means"], sizes=[M, M])
-node("quantizer", "QuantizeAroundMean", ["y", "means"], ["y_hat"], synthesis="noise")
-node("gaussian_conditional", "GaussianConditional", ["y_hat", "scales", "means"], ["likelihoods"], **GAUSSIAN)
+mean_scale_hyperprior(spec, 128, M)
 synthesis(spec, four_stages(3))
 losses(spec, ["likelihoods", "z_likelihoods"])
 spec.print_spec("mbt2018-mean", (

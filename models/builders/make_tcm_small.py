@@ -10,17 +10,13 @@ hyperprior in place of TCM's channel-wise entropy model with attention, so that 
 
 usage: models/builders/make_tcm_small.py > models/specs/tcm-small.json
 """
-from balle_transforms import GAUSSIAN, factorized_entropy_model, losses
+from balle_transforms import losses, mean_scale_hyperprior
 from spec_builder import SpecBuilder
 
 N, M = 128, 192
 WINDOW, HEAD_DIM = 8, 32  # TCM's window and channels per head
 spec = SpecBuilder()
-node, conv = spec.node, spec.conv
-
-
-def leaky(name, x):
-    return spec.activation("LeakyReLU", name + "_act", x)
+conv = spec.conv
 
 
 def transformer_blocks(name, x, count):
@@ -37,18 +33,7 @@ x = spec.residual_block_with_stride("g_a2", x, N)
 x = transformer_blocks("g_a3_", x, 2)
 conv("g_a4", x, M, 3, 2, output="y")
 
-# Mean-scale hyperprior, as mbt2018-mean.
-x = leaky("h_a0", conv("h_a0", "y", N, 3))
-x = leaky("h_a1", conv("h_a1", x, N, 5, 2))
-conv("h_a2", x, N, 5, 2, output="z")
-node("hyper_quantizer", "UniformNoise", ["z"], ["z_hat"])
-factorized_entropy_model(spec, "hyper_entropy_model", "z_hat", "z_likelihoods")
-x = leaky("h_s0", conv("h_s0", "z_hat", M, 5, 2, transposed=True))
-x = leaky("h_s1", conv("h_s1", x, M * 3 // 2, 5, 2, transposed=True))
-conv("h_s2", x, 2 * M, 3, output="gaussian_params")
-node("gaussian_params_split", "Split", ["gaussian_params"], ["scales", "means"], sizes=[M, M])
-node("quantizer", "QuantizeAroundMean", ["y", "means"], ["y_hat"], synthesis="noise")
-node("gaussian_conditional", "GaussianConditional", ["y_hat", "scales", "means"], ["likelihoods"], **GAUSSIAN)
+mean_scale_hyperprior(spec, N, M)  # as mbt2018-mean
 
 # Synthesis: y_hat -> x_hat, mirrored.
 x = spec.residual_block_upsample("g_s0", "y_hat", N)
