@@ -5,6 +5,7 @@
 
 #include "cpu_convolution.h"
 #include "network_structure.h"
+#include "plexus/cpu_parallel.h"
 #include "plexus/error.h"
 
 namespace plexus::codec {
@@ -127,31 +128,37 @@ IntegerConvLayer quantize_conv(const FloatConvLayer& f, const std::vector<double
   layer.padding = f.padding;
   layer.output_padding = f.output_padding;
   const std::int64_t k2 = std::int64_t(f.kernel) * f.kernel;
-  // The input channel and the output of weight element n (layout-dependent).
-  auto channel_of = [&](std::size_t n) {
-    return f.transposed ? static_cast<std::int64_t>(n) / (f.out_channels * k2)
-                        : static_cast<std::int64_t>(n) / k2 % f.in_channels;
-  };
-  auto output_of = [&](std::size_t n) {
-    return f.transposed ? static_cast<std::int64_t>(n) / k2 % f.out_channels
-                        : static_cast<std::int64_t>(n) / (f.in_channels * k2);
+  // The weights are [O, C, k, k], or [C, O, k, k] transposed: rows of k^2
+  // taps, `inner` rows per `outer` index. fn(n, c, o) visits the taps of
+  // outer index i, n their position, c their input channel, o their output.
+  const bool by_input = f.transposed;
+  const std::int64_t outer = by_input ? f.in_channels : f.out_channels;
+  const std::int64_t inner = by_input ? f.out_channels : f.in_channels;
+  auto for_taps_of = [&](std::int64_t i, auto&& fn) {
+    std::size_t n = static_cast<std::size_t>(i * inner * k2);
+    for (std::int64_t j = 0; j < inner; ++j)
+      for (std::int64_t t = 0; t < k2; ++t, ++n) fn(n, by_input ? i : j, by_input ? j : i);
   };
   std::vector<double> largest(static_cast<std::size_t>(f.out_channels), 0.0);
-  for (std::size_t n = 0; n < f.weight.size(); ++n) {
-    double& m = largest[output_of(n)];
-    m = std::max(m, std::abs(f.weight[n] * in_steps[channel_of(n)]));
-  }
+  for (std::int64_t i = 0; i < outer; ++i)
+    for_taps_of(i, [&](std::size_t n, std::int64_t c, std::int64_t o) {
+      double& m = largest[o];
+      m = std::max(m, std::abs(f.weight[n] * in_steps[c]));
+    });
   out_steps.assign(static_cast<std::size_t>(f.out_channels), 1.0);
   for (std::int64_t o = 0; o < f.out_channels; ++o) {
     const double step = std::max(largest[o] / kIntegerWeightMax, std::abs(f.bias[o]) / std::ldexp(1.0, 45));
     out_steps[o] = step > 0 ? step : 1.0;
     layer.bias.push_back(static_cast<std::int64_t>(std::nearbyint(f.bias[o] / out_steps[o])));
   }
+  // Each weight on its own, so the threads' split does not change a bit.
   layer.weight.resize(f.weight.size());
-  for (std::size_t n = 0; n < f.weight.size(); ++n)
-    layer.weight[n] = static_cast<std::int32_t>(
-        std::clamp(std::nearbyint(f.weight[n] * in_steps[channel_of(n)] / out_steps[output_of(n)]),
-                   -double(kIntegerWeightMax), double(kIntegerWeightMax)));
+  parallel_for(outer, [&](std::int64_t i) {
+    for_taps_of(i, [&](std::size_t n, std::int64_t c, std::int64_t o) {
+      layer.weight[n] = static_cast<std::int32_t>(std::clamp(std::nearbyint(f.weight[n] * in_steps[c] / out_steps[o]),
+                                                             -double(kIntegerWeightMax), double(kIntegerWeightMax)));
+    });
+  });
   return layer;
 }
 
