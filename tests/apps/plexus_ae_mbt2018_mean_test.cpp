@@ -20,6 +20,15 @@ namespace {
 using testing::contains;
 using testing::ScratchFolder;
 
+// plexus-ae train of `model` on folder/images into folder/run: `steps` steps of
+// `batch` 64x64 crops on the CPU.
+testing::CommandResult train_on_cpu(const ScratchFolder& folder, const std::string& model, int batch, int steps) {
+  return testing::run_plexus_ae({"train", "--data", folder / "images", "--model", model, "--patch", "64", "--batch",
+                                 std::to_string(batch), "--steps", std::to_string(steps), "--device", "cpu",
+                                 "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
+                                folder.path());
+}
+
 // compress `image` with the trained folder/run/model.safetensors on the CPU:
 // a version-5 file of `streams` coded streams, which decompress decodes to a `size` image.
 void expect_round_trip(const ScratchFolder& folder, const std::string& image, int streams, const std::string& size) {
@@ -43,10 +52,7 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
   ScratchFolder folder{"ae-mbt2018-mean"};
   testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
   testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
-  auto trained = testing::run_plexus_ae(
-      {"train", "--data", folder / "images", "--model", "mbt2018-mean", "--patch", "64", "--batch", "1", "--steps", "2",
-       "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-      folder.path());
+  auto trained = train_on_cpu(folder, "mbt2018-mean", 1, 2);
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   ASSERT_TRUE(std::filesystem::exists(folder / "run/model.safetensors"));
@@ -62,10 +68,7 @@ TEST(PlexusAeMeanScaleHyperprior, TrainsOnTheCpu) {
 TEST(PlexusAeMeanScaleHyperprior, TheResidualAttentionSpecTrainsAndCodesOnTheCpu) {
   ScratchFolder folder{"ae-cheng2020"};
   testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
-  auto trained = testing::run_plexus_ae(
-      {"train", "--data", folder / "images", "--model", "cheng2020-attn-mean", "--patch", "64", "--batch", "1",
-       "--steps", "1", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-      folder.path());
+  auto trained = train_on_cpu(folder, "cheng2020-attn-mean", 1, 1);
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "cheng2020-attn-mean")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
@@ -80,10 +83,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheWindowAttentionSpecTrainsAndCodesOnTheCpu) 
   ScratchFolder folder{"ae-tcm-small"};
   testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
   testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
-  auto trained = testing::run_plexus_ae(
-      {"train", "--data", folder / "images", "--model", "tcm-small", "--patch", "64", "--batch", "2", "--steps", "2",
-       "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-      folder.path());
+  auto trained = train_on_cpu(folder, "tcm-small", 2, 2);
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "tcm-small")) << trained.err;
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
@@ -99,10 +99,7 @@ TEST(PlexusAeMeanScaleHyperprior, TheWindowAttentionSpecTrainsAndCodesOnTheCpu) 
 TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCpu) {
   ScratchFolder folder{"ae-minnen2020"};
   testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
-  auto trained = testing::run_plexus_ae(
-      {"train", "--data", folder / "images", "--model", "minnen2020-channel", "--patch", "64", "--batch", "1",
-       "--steps", "1", "--device", "cpu", "--threads", "1", "--lr-schedule", "final", "--out", folder / "run"},
-      folder.path());
+  auto trained = train_on_cpu(folder, "minnen2020-channel", 1, 1);
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
