@@ -245,8 +245,7 @@ int run_compress(const CompressOptions& options) {
         spdlog::info("'{}' is grey: coded as RGB, decompressed to grey again", o.inputs[i]);
       if (o.metadata == "none") {
         image.icc_profile.clear();
-      } else if (!image.icc_profile.empty() &&
-                 (image.icc_profile.size() < kMinIccProfileBytes || image.icc_profile.size() > kMaxIccProfileBytes)) {
+      } else if (!image.icc_profile.empty() && !icc_profile_size_fits(image.icc_profile.size())) {
         spdlog::warn("'{}' has an ICC colour profile of {} bytes, outside the {} to {} a profile has: not kept (its "
                      "colours will be shown as sRGB)",
                      o.inputs[i], image.icc_profile.size(), kMinIccProfileBytes, kMaxIccProfileBytes);

@@ -100,7 +100,7 @@ std::vector<std::uint8_t> write_sectioned_bitstream(const BitstreamHeader& heade
   put(out, header.height, 4);
   put(out, header.variable_rate ? header.rate_level : 0, 4);
   const std::size_t icc = header.icc_profile.size();
-  if (icc != 0 && (icc < kMinIccProfileBytes || icc > kMaxIccProfileBytes))
+  if (icc != 0 && !icc_profile_size_fits(icc))
     throw ConfigError("an ICC profile of " + std::to_string(icc) + " bytes (a file holds one of " +
                       std::to_string(kMinIccProfileBytes) + " to " + std::to_string(kMaxIccProfileBytes) + " bytes)");
   put(out, streams.size() + (icc != 0 ? 1 : 0), 2);
@@ -193,7 +193,7 @@ Bitstream read_sectioned(const std::uint8_t* bytes, std::size_t size) {
                     " (this plexus-ae knows only bit 0, required)");
     if (type == kSectionIccProfile) {
       if (!h.icc_profile.empty()) throw IoError(which + " is a second ICC profile (a file holds one at most)");
-      if (length < kMinIccProfileBytes || length > kMaxIccProfileBytes)
+      if (!icc_profile_size_fits(length))
         throw IoError(which + ", an ICC profile, has " + std::to_string(length) + " bytes (a profile has " +
                       std::to_string(kMinIccProfileBytes) + " to " + std::to_string(kMaxIccProfileBytes) + ")");
       h.icc_profile.assign(at + kSectionHeaderBytes, at + kSectionHeaderBytes + length);

@@ -85,6 +85,9 @@ inline constexpr std::uint16_t kSectionCodedStream = 1;
 inline constexpr std::uint16_t kSectionIccProfile = 2;
 inline constexpr std::size_t kMinIccProfileBytes = 132;
 inline constexpr std::size_t kMaxIccProfileBytes = std::size_t(1) << 24;
+inline constexpr bool icc_profile_size_fits(std::size_t bytes) {
+  return bytes >= kMinIccProfileBytes && bytes <= kMaxIccProfileBytes;
+}
 inline constexpr std::uint16_t kSectionRequired = 1;  // section flag bit 0
 
 // What kind of model wrote a file, so what its stream holds.
