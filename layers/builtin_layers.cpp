@@ -26,6 +26,7 @@
 #include "matmul/matmul.h"
 #include "window/window.h"
 #include "avg_pool2d/avg_pool2d.h"
+#include "checkerboard_mask/checkerboard_mask.h"
 
 namespace plexus {
 
@@ -53,6 +54,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_normalization(registry);
   layers::register_window(registry);  // WindowPartition, WindowReverse
   layers::register_avg_pool2d(registry);
+  layers::register_checkerboard_mask(registry);
 }
 
 Registry builtin_registry() {
