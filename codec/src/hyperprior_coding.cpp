@@ -20,6 +20,7 @@ constexpr const char* kConcat = "Concat";
 constexpr const char* kSplit = "Split";
 constexpr const char* kTanh = "Tanh";
 constexpr const char* kAdd = "Add";
+constexpr const char* kCheckerboardMask = "CheckerboardMask";
 
 // A spec whose entropy parameters have no integer form; what() is the reason.
 class NoIntegerForm : public ConfigError {
@@ -87,7 +88,7 @@ class Translator {
                         (blobs_.means.empty() ? "" : " and means") +
                         ") need an exact integer form, built from Conv2d, ConvTranspose2d, ReLU, LeakyReLU, "
                         "Concat and Split" +
-                        (blobs_.rounded.empty() ? "" : ", Tanh and Add") + "; " + reason);
+                        (blobs_.rounded.empty() ? "" : ", Tanh, Add and CheckerboardMask") + "; " + reason);
   }
 
   Ref add(codec::FloatNode node, Kind kind) {
@@ -186,6 +187,15 @@ class Translator {
       f.op = codec::IntegerOp::add;
       f.inputs = {a.tensor, b.tensor};
       return add(std::move(f), Kind::fixed_point);
+    }
+    if (node.type == kCheckerboardMask && !blobs_.rounded.empty()) {
+      const Ref input = tensor_for(node.inputs[0]);
+      const std::string keep = node.params.value("keep", std::string());
+      if (keep != "even" && keep != "odd") refuse(name + " keeps neither \"even\" nor \"odd\" positions");
+      f.op = codec::IntegerOp::checkerboard_mask;
+      f.inputs = {input.tensor};
+      f.parity = keep == "odd" ? 1 : 0;
+      return add(std::move(f), input.kind);
     }
     if (node.type == kConcat) {
       std::vector<Ref> inputs;

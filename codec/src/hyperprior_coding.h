@@ -12,7 +12,9 @@
 // rounded latents and gives the decoded latent: there a Tanh may read a
 // convolution's output (latent residual prediction) and an Add may add two
 // of the fixed-point values (a rounded latent, a Tanh's output, their sums),
-// and slice k's scales and means must not read slice k or a later one. A convolution that reads another's output
+// and slice k's scales and means must not read slice k or a later one; a
+// checkerboard model's graph reads the decoded anchors (one rounded latent)
+// and may mask by the checkerboard (CheckerboardMask). A convolution that reads another's output
 // directly gets a rescale without activation function; a ReLU that gives the scales is absorbed into the thresholds
 // (they are positive, so acc > T is the same test on max(acc, 0)).
 //

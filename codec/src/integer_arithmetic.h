@@ -96,6 +96,11 @@ PLEXUS_INTEGER_FUNCTION std::int64_t table_tanh(std::int64_t acc, std::int64_t m
   return acc >= 0 ? value : -value;
 }
 
+// The checkerboard_mask node: whether position (y, x) is kept, (y + x) mod 2 = parity.
+PLEXUS_INTEGER_FUNCTION bool checkerboard_kept(std::int64_t y, std::int64_t x, std::int32_t parity) {
+  return ((y + x) & 1) == parity;
+}
+
 }  // namespace plexus::codec::arithmetic
 
 #undef PLEXUS_INTEGER_FUNCTION

@@ -151,6 +151,11 @@ std::vector<TensorInfo> describe(const IntegerNetwork& network, const std::strin
         }
         out = {first.channels, Kind::fixed_point};
         break;
+      case IntegerOp::checkerboard_mask:
+        if (node.parity != 0 && node.parity != 1)
+          fail(who, name + " keeps the positions of parity " + std::to_string(node.parity) + " (0 or 1 expected)");
+        out = first;
+        break;
       case IntegerOp::add: {
         const TensorInfo& second = tensors[static_cast<std::size_t>(node.inputs[1])];
         if (first.kind != Kind::fixed_point || second.kind != Kind::fixed_point || first.channels != second.channels)
@@ -187,6 +192,8 @@ const char* integer_op_name(IntegerOp op) {
       return "tanh";
     case IntegerOp::add:
       return "add";
+    case IntegerOp::checkerboard_mask:
+      return "checkerboard mask";
   }
   return "unknown";
 }
@@ -312,6 +319,7 @@ void IntegerNetworkRunner::set_input(std::int32_t group, const std::vector<std::
   std::vector<std::int64_t> clamped(values.size());
   for (std::size_t n = 0; n < values.size(); ++n) clamped[n] = arithmetic::clamp_fixed(values[n]);
   backend_->set(tensor, clamped);
+  forget_dependents(network_, tensor, state_->ready);
   state_->ready[static_cast<std::size_t>(tensor)] = true;
 }
 

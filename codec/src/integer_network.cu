@@ -110,6 +110,14 @@ __global__ void add_kernel(const std::int64_t* a, const std::int64_t* b, std::in
   sum[n] = arithmetic::clamp_fixed(a[n] + b[n]);
 }
 
+__global__ void checkerboard_mask_kernel(const std::int64_t* x, std::int64_t width, std::int64_t plane,
+                                         std::int32_t parity, std::int64_t count, std::int64_t* y) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count) return;
+  const std::int64_t position = n % plane;
+  y[n] = arithmetic::checkerboard_kept(position / width, position % width, parity) ? x[n] : 0;
+}
+
 __global__ void index_kernel(const std::int64_t* scales, const std::int64_t* thresholds, std::int32_t levels_minus_one,
                              std::int64_t plane, std::int64_t count, std::int32_t* indices) {
   const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
@@ -222,6 +230,11 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
       case IntegerOp::add:
         add_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), input(1).get(), count, out.get());
         cuda::check_launch("add_kernel", __FILE__, __LINE__);
+        break;
+      case IntegerOp::checkerboard_mask:
+        checkerboard_mask_kernel<<<blocks_for(count), kThreads>>>(input(0).get(), sides_[t].second, plane, node.parity,
+                                                                  count, out.get());
+        cuda::check_launch("checkerboard_mask_kernel", __FILE__, __LINE__);
         break;
       case IntegerOp::concat: {
         std::size_t offset = 0;

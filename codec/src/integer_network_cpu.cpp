@@ -56,6 +56,14 @@ class CpuBackend final : public IntegerNetworkRunner::Backend {
         y = input(0);
         for (std::size_t n = 0; n < y.size(); ++n) y[n] = arithmetic::clamp_fixed(y[n] + input(1)[n]);
         break;
+      case IntegerOp::checkerboard_mask:
+        y = input(0);
+        for (std::size_t n = 0; n < y.size(); ++n) {
+          const std::int64_t position = static_cast<std::int64_t>(n) % plane;
+          if (!arithmetic::checkerboard_kept(position / sides_[t].second, position % sides_[t].second, node.parity))
+            y[n] = 0;
+        }
+        break;
       case IntegerOp::concat:
         for (std::size_t k = 0; k < node.inputs.size(); ++k) y.insert(y.end(), input(k).begin(), input(k).end());
         break;

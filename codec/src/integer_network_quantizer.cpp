@@ -60,6 +60,8 @@ std::vector<std::int32_t> tensor_channels(const FloatNetwork& network) {
       if (node.count < 1) throw ConfigError(name + " has no channels");
     } else if (node.op == IntegerOp::tanh) {
       if (!std::isfinite(node.scale)) throw ConfigError(name + " has a scale that is not finite");
+    } else if (node.op == IntegerOp::checkerboard_mask) {
+      if (node.parity != 0 && node.parity != 1) throw ConfigError(name + " keeps a parity other than 0 or 1");
     } else if (node.op == IntegerOp::add) {
       if (channels[static_cast<std::size_t>(node.inputs[1])] != first)
         throw ConfigError(name + " adds tensors of different channels");
@@ -220,6 +222,7 @@ void FloatEvaluation::set_input(std::int32_t group, std::vector<double> values) 
   const double limit = std::ldexp(double(kFixedPointMax), -kMeanFractionBits);
   for (double& v : values) v = std::clamp(v, -limit, limit);
   values_[t] = std::move(values);
+  forget_dependents(network_, static_cast<std::int32_t>(t), ready_);
   ready_[t] = true;
 }
 
@@ -262,6 +265,14 @@ const std::vector<double>& FloatEvaluation::compute(std::int32_t tensor) {
     case IntegerOp::add:
       y = input(0);
       for (std::size_t n = 0; n < y.size(); ++n) y[n] += input(1)[n];
+      break;
+    case IntegerOp::checkerboard_mask:
+      y = input(0);
+      for (std::size_t n = 0; n < y.size(); ++n) {
+        const std::int64_t position = static_cast<std::int64_t>(n) % plane;
+        if (!arithmetic::checkerboard_kept(position / sides_[t].second, position % sides_[t].second, node.parity))
+          y[n] = 0;
+      }
       break;
     case IntegerOp::concat:
       for (std::size_t k = 0; k < node.inputs.size(); ++k) y.insert(y.end(), input(k).begin(), input(k).end());
@@ -367,6 +378,9 @@ IntegerNetwork quantize_network(FloatNetwork network, const ActivationRanges& ra
         const std::vector<double>& part = steps[static_cast<std::size_t>(input)];
         out_steps.insert(out_steps.end(), part.begin(), part.end());
       }
+    } else if (f.op == IntegerOp::checkerboard_mask) {
+      node.parity = f.parity;
+      out_steps = in_steps;
     } else if (f.op == IntegerOp::slice) {
       node.begin = f.begin;
       node.count = f.count;

@@ -57,6 +57,7 @@ void hash_integer_network(plexus::Fnv1a64& hash, const codec::IntegerNetwork& ne
     hash_values(hash, node.negative_multiplier);
     hash_values(hash, node.shift);
     if (node.op == codec::IntegerOp::tanh) hash_values(hash, node.table);
+    if (node.op == codec::IntegerOp::checkerboard_mask) hash.add(&node.parity, sizeof node.parity);
   }
   const std::int32_t outputs[] = {network.scales, network.means};
   hash.add(outputs, sizeof outputs);

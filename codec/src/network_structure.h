@@ -123,6 +123,20 @@ ChannelRange resolve_range(const Network& network, const std::vector<std::int32_
   return range;
 }
 
+// Marks every tensor computed from `tensor` (directly or not) as not
+// `ready`, so that an input given again is read again.
+template <typename Network>
+void forget_dependents(const Network& network, std::int32_t tensor, std::vector<bool>& ready) {
+  std::vector<bool> depends(network.nodes.size() + 1, false);
+  depends[static_cast<std::size_t>(tensor)] = true;
+  for (std::size_t n = static_cast<std::size_t>(tensor); n < network.nodes.size(); ++n)
+    for (std::int32_t input : network.nodes[n].inputs)
+      if (depends[static_cast<std::size_t>(input)]) {
+        depends[n + 1] = true;
+        ready[n + 1] = false;
+      }
+}
+
 // The tensors of the input nodes, in node order (latent group k's is the k-th).
 template <typename Network>
 std::vector<std::int32_t> input_tensors(const Network& network) {

@@ -709,6 +709,156 @@ TEST(IntegerNetwork, LatentGroupsAreBitIdenticalOnCpuAndCuda) {
   }
 }
 
+// A checkerboard context model's entropy parameters, narrower: the
+// hyper-latent's parameters (convT 5x5/2 to 4 channels); the context, a
+// 3x3 convolution of the anchors (the even positions of the rounded latent
+// of 2 channels) kept at the odd positions; the scales and means a 1x1
+// convolution of both. The decoded latent is the rounded latent itself.
+FloatNetwork checkerboard(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  FloatNetwork network;
+  network.in_channels = 4;
+  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) {
+    FloatNode n;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    network.nodes.push_back(n);
+    return static_cast<std::int32_t>(network.nodes.size());
+  };
+  auto conv = [&](std::int32_t input, FloatConvLayer layer) {
+    const std::int32_t t = node(IntegerOp::convolution, {input});
+    network.nodes.back().conv = std::move(layer);
+    return t;
+  };
+  auto mask = [&](std::int32_t input, std::int32_t parity) {
+    const std::int32_t t = node(IntegerOp::checkerboard_mask, {input});
+    network.nodes.back().parity = parity;
+    return t;
+  };
+  auto rescale = [&](std::int32_t input, double slope) {
+    const std::int32_t t = node(IntegerOp::rescale, {input});
+    network.nodes.back().negative_slope = slope;
+    return t;
+  };
+  const std::int32_t rounded = node(IntegerOp::input, {});
+  network.nodes.back().count = 2;
+  const std::int32_t hyper = conv(0, random_layer(rng, true, 4, 4, 5, 2, 2, 1, 0.4));
+  const std::int32_t anchors = rescale(mask(rounded, 0), 1);
+  const std::int32_t context = mask(conv(anchors, random_layer(rng, false, 2, 4, 3, 1, 1, 0, 0.5)), 1);
+  FloatConvLayer parameters = random_layer(rng, false, 8, 4, 1, 1, 0, 0, 0.5);
+  for (double& w : parameters.weight) w *= 10;
+  const std::int32_t joined = rescale(node(IntegerOp::concat, {hyper, context}), 0.01);
+  const std::int32_t out = conv(joined, parameters);
+  network.scales = node(IntegerOp::slice, {out});
+  network.nodes.back().count = 2;
+  network.means = node(IntegerOp::slice, {out});
+  network.nodes.back().begin = 2;
+  network.nodes.back().count = 2;
+  network.decoded = rounded;
+  return network;
+}
+
+// Calibrated on both passes: the rounded latent zero, then a random one at the anchors.
+IntegerNetwork calibrated_checkerboard(std::uint32_t seed) {
+  const FloatNetwork network = checkerboard(seed);
+  std::mt19937 rng(seed + 1);
+  ActivationRanges ranges;
+  std::uniform_int_distribution<int> u(-20, 20);
+  for (int n = 0; n < 4; ++n) {
+    FloatEvaluation evaluation(network, random_latent(rng, 4 * 3 * 4, 6), 3, 4, &ranges);
+    evaluation.set_input(0, std::vector<double>(2 * 6 * 8, 0.0));
+    evaluation.outputs(0);
+    std::vector<double> anchors(2 * 6 * 8);
+    for (double& v : anchors) v = u(rng);
+    evaluation.set_input(0, anchors);
+    evaluation.outputs(0);
+  }
+  return quantize_network(network, ranges, log_scale_table());
+}
+
+TEST(IntegerNetwork, ACheckerboardMaskKeepsOneColourExactly) {
+  const IntegerNetwork network = calibrated_checkerboard(41);
+  IntegerNetworkRunner runner(network, Device::cpu());
+  std::mt19937 rng(42);
+  runner.start(random_latent(rng, 4 * 3 * 4, 6), 3, 4);
+  std::vector<std::int64_t> rounded(2 * 6 * 8);
+  for (std::size_t n = 0; n < rounded.size(); ++n) rounded[n] = (static_cast<std::int64_t>(n) - 40) * 65536 + 7;
+  runner.set_input(0, rounded);
+  // Tensor 3 is the anchors mask (node 2): the input at (Y + X) even, 0 at odd positions.
+  ASSERT_EQ(network.nodes[2].op, IntegerOp::checkerboard_mask);
+  const std::vector<std::int64_t> anchors = runner.values(3, 0, 2);
+  ASSERT_EQ(anchors.size(), rounded.size());
+  for (std::size_t n = 0; n < rounded.size(); ++n) {
+    const std::size_t y = n % 48 / 8, x = n % 8;
+    EXPECT_EQ(anchors[n], (y + x) % 2 == 0 ? rounded[n] : 0) << n;
+  }
+}
+
+TEST(IntegerNetwork, CheckerboardAnchorsReadOnlyTheHyperLatentAndTheOthersOnlyTheAnchors) {
+  const IntegerNetwork network = calibrated_checkerboard(43);
+  IntegerNetworkRunner runner(network, Device::cpu());
+  std::mt19937 rng(44);
+  const std::vector<std::int32_t> z = random_latent(rng, 4 * 3 * 4, 6);
+  auto outputs_for = [&](const std::vector<std::int64_t>& rounded) {
+    runner.set_input(0, rounded);  // again: what was computed from the first is forgotten
+    return runner.outputs(0);
+  };
+  runner.start(z, 3, 4);
+  const std::vector<std::int64_t> zero(2 * 6 * 8, 0);
+  std::vector<std::int64_t> anchors = zero, everything = zero;
+  for (std::size_t n = 0; n < zero.size(); ++n) {
+    const std::int64_t v = static_cast<std::int64_t>(rng() % 41) * 65536 - 20 * 65536 + 300;
+    everything[n] = v;
+    if ((n % 48 / 8 + n % 8) % 2 == 0) anchors[n] = v;
+  }
+  const IntegerOutputs first = outputs_for(zero), second = outputs_for(anchors), third = outputs_for(everything);
+  std::size_t anchor_changed = 0, other_changed = 0;
+  for (std::size_t n = 0; n < zero.size(); ++n) {
+    const bool anchor = (n % 48 / 8 + n % 8) % 2 == 0;
+    if (anchor) {
+      EXPECT_EQ(second.means[n], first.means[n]) << n;
+      EXPECT_EQ(second.indices[n], first.indices[n]) << n;
+    } else {
+      other_changed += second.means[n] != first.means[n];
+    }
+    anchor_changed += third.means[n] != second.means[n] || third.indices[n] != second.indices[n];
+  }
+  EXPECT_GT(other_changed, zero.size() / 4) << "the non-anchors read the anchors";
+  EXPECT_EQ(anchor_changed, 0u) << "the non-anchors' own values are never read";
+  EXPECT_EQ(runner.values(network.decoded, 0, 2), everything);
+}
+
+TEST(IntegerNetwork, ACheckerboardMaskOfAnotherParityIsRefused) {
+  IntegerNetwork bad = calibrated_checkerboard(45);
+  EXPECT_NO_THROW(check_network(bad, "model.safetensors"));
+  bad.nodes[2].parity = 2;
+  expect_refused(bad, "node 2 (checkerboard mask) keeps the positions of parity 2");
+}
+
+TEST(IntegerNetwork, CheckerboardPassesAreBitIdenticalOnCpuAndCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  const IntegerNetwork network = calibrated_checkerboard(47);
+  std::mt19937 rng(48);
+  for (const auto& [height, width] : std::vector<std::pair<int, int>>{{3, 4}, {1, 1}, {9, 5}}) {
+    const std::vector<std::int32_t> z = random_latent(rng, 4 * height * width, 40);
+    std::vector<std::int64_t> anchors(static_cast<std::size_t>(2 * 4 * height * width));
+    for (std::int64_t& v : anchors) v = static_cast<std::int64_t>(rng() % 81) * 65536 - 40 * 65536 + 1234;
+    std::vector<IntegerOutputs> passes[2];
+    for (int device = 0; device < 2; ++device) {
+      IntegerNetworkRunner runner(network, device == 0 ? Device::cpu() : Device::cuda());
+      runner.start(z, height, width);
+      runner.set_input(0, std::vector<std::int64_t>(anchors.size(), 0));
+      passes[device].push_back(runner.outputs(0));
+      runner.set_input(0, anchors);
+      passes[device].push_back(runner.outputs(0));
+    }
+    for (std::size_t pass = 0; pass < 2; ++pass) {
+      EXPECT_EQ(passes[0][pass].indices, passes[1][pass].indices) << height << "x" << width << " pass " << pass;
+      EXPECT_EQ(passes[0][pass].means, passes[1][pass].means) << height << "x" << width << " pass " << pass;
+    }
+  }
+}
+
 TEST(IntegerNetwork, IndicesAndMeansAreBitIdenticalOnCpuAndCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   std::mt19937 rng(17);

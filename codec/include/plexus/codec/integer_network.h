@@ -45,7 +45,10 @@
 //  T (T[i] ~ 2^16 scale tanh(i / 2^10), stored with the model, so that no
 //  machine's tanh enters):
 //    v = sign(acc) T[min((|acc| M[o] + r) >> S[o], L - 1)]   (M / 2^S ~ w[o] 2^10);
-//  add (fixed point + fixed point -> fixed point): the sum, clamped to +-2^31.
+//  add (fixed point + fixed point -> fixed point): the sum, clamped to +-2^31;
+//  checkerboard_mask (any kind, kept): v[c, Y, X] unchanged where
+//  (Y + X) mod 2 = parity, 0 elsewhere (CheckerboardMask; 0 is a value of
+//  every kind), the masks of a checkerboard context model.
 // The outputs, read from any tensor (values v, step u[c]); for a
 // channel-conditional model the scales and means are the concatenations of
 // the slices' and are read slice by slice:
@@ -97,7 +100,8 @@ enum class IntegerOp : std::int32_t {
   slice = 4,
   input = 5,
   tanh = 6,
-  add = 7
+  add = 7,
+  checkerboard_mask = 8
 };
 const char* integer_op_name(IntegerOp op);
 
@@ -121,6 +125,7 @@ struct IntegerNode {
   std::vector<std::int32_t> shift;
   std::int32_t begin = 0, count = 0;  // slice; count: an input's channels
   std::vector<std::int64_t> table;    // tanh: T, in units of 2^-16
+  std::int32_t parity = 0;            // checkerboard_mask: the positions kept, (Y + X) mod 2 = parity
 };
 
 struct IntegerNetwork {
@@ -182,7 +187,8 @@ class IntegerNetworkRunner {
   // The indices and means of group k, [C_k, H', W'].
   IntegerOutputs outputs(std::int32_t group);
   // Group k's rounded latent, symbol * 2^16 + mean, [C_k, H', W'] (a
-  // network with input nodes only).
+  // network with input nodes only). Setting it again (a checkerboard's
+  // second pass) forgets every tensor computed from it.
   void set_input(std::int32_t group, const std::vector<std::int64_t>& values);
   // Channels [begin, begin + count) of a tensor (the decoded latent, tests).
   std::vector<std::int64_t> values(std::int32_t tensor, std::int32_t begin, std::int32_t count);

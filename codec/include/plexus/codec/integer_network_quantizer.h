@@ -17,7 +17,7 @@
 //     [1, 2^16)), N = nearbyint(slope * M-ratio * 2^S) (N = M for no activation);
 //   a convolution's output: w[o] = max(max_{c, taps} |W a[c]| / 32767, |b[o]| / 2^45),
 //     or 1 when both are 0: V = round(W a[c] / w[o]), B = round(b[o] / w[o]);
-//   concat and slice: the steps of their inputs' channels;
+//   concat, slice and checkerboard_mask: the steps of their inputs' channels;
 //   input, tanh and add: 2^-16 (fixed point); a tanh's table index
 //     M / 2^S = w[c] 2^10, its table T[i] = nearbyint(2^16 scale t[i]) from
 //     the stored t[i] = tanh(i / 2^10) (FloatNetwork::tanh_table);
@@ -54,6 +54,7 @@ struct FloatNode {
   double negative_slope = 0;          // rescale: y = x for x > 0, slope * x otherwise (ReLU 0, none 1)
   double scale = 1;                   // tanh: y = scale tanh(x)
   std::int32_t begin = 0, count = 0;  // slice; count: an input's channels
+  std::int32_t parity = 0;            // checkerboard_mask: the positions kept, (Y + X) mod 2 = parity
 };
 
 struct FloatNetwork {
@@ -93,7 +94,8 @@ class FloatEvaluation {
   const std::vector<std::int32_t>& groups() const { return groups_; }
   // The scales and means of group k, [C_k, H', W'].
   FloatOutputs outputs(std::int32_t group);
-  // Group k's rounded latent (the float network's values, clamped to +-2^15).
+  // Group k's rounded latent (the float network's values, clamped to +-2^15);
+  // setting it again forgets every tensor computed from it.
   void set_input(std::int32_t group, std::vector<double> values);
   std::vector<double> values(std::int32_t tensor, std::int32_t begin, std::int32_t count);
 
