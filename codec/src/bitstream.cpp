@@ -39,6 +39,8 @@ const char* model_kind_name(ModelKind kind) {
       return "mean-scale-hyperprior";
     case ModelKind::channel_conditional:
       return "channel-conditional";
+    case ModelKind::checkerboard:
+      return "checkerboard";
   }
   return "unknown";
 }
@@ -55,6 +57,8 @@ std::uint16_t format_version(ModelKind kind) {
       return 3;
     case ModelKind::channel_conditional:
       return 4;
+    case ModelKind::checkerboard:
+      return kSectionedVersion;
   }
   return 0;
 }

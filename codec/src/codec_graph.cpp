@@ -111,8 +111,8 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
   if (!codec.is_object()) malformed(source, where, "must be an object (a latent codec), got " + codec.dump());
   if (!codec.contains("type") || !codec["type"].is_string())
     malformed(source, where,
-              "needs a \"type\": factorized, gaussian, hyperprior or channel_groups (checkerboard and "
-              "autoregressive are not yet codable)");
+              "needs a \"type\": factorized, gaussian, hyperprior, channel_groups or checkerboard (autoregressive "
+              "is not yet codable)");
   LatentCodec result;
   result.type = codec["type"].get<std::string>();
   result.where = where;
@@ -163,11 +163,20 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
           malformed(source, at, "has an unknown key '" + it.key() + "' (a group takes quantizer)");
       result.groups.push_back(string_key(group, "quantizer", source, at));
     }
-  } else if (result.type == "checkerboard" || result.type == "autoregressive") {
+  } else if (result.type == "checkerboard") {
+    check_keys(codec, {"type", "conditional", "quantizer", "context_input", "anchor_mask", "context_mask"}, source,
+               where);
+    result.conditional = string_key(codec, "conditional", source, where);
+    result.quantizer = string_key(codec, "quantizer", source, where);
+    result.context_input = string_key(codec, "context_input", source, where);
+    result.anchor_mask = string_key(codec, "anchor_mask", source, where);
+    result.context_mask = string_key(codec, "context_mask", source, where);
+  } else if (result.type == "autoregressive") {
     malformed(source, where, "declares a '" + result.type + "' latent codec, which this plexus-ae cannot code yet");
   } else {
-    malformed(source, where + "/type",
-              "is '" + result.type + "'; a latent codec is factorized, gaussian, hyperprior or channel_groups");
+    malformed(
+        source, where + "/type",
+        "is '" + result.type + "'; a latent codec is factorized, gaussian, hyperprior, channel_groups or checkerboard");
   }
   return result;
 }
@@ -271,10 +280,10 @@ class SectionCut {
       graph_.parameter_blobs.hyper_latent = graph_.hyper_latent;
       if (y.type == "gaussian") gaussian(y);
       else if (y.type == "channel_groups") channel_groups(y);
+      else if (y.type == "checkerboard") checkerboard(y);
       else
         refuse(y.where + " is a '" + y.type +
-               "' latent codec; a hyperprior's latent is coded 'gaussian' or "
-               "'channel_groups'");
+               "' latent codec; a hyperprior's latent is coded 'gaussian', 'channel_groups' or 'checkerboard'");
       if (graph_.latent == graph_.hyper_latent)
         refuse(y.where + " codes '" + graph_.latent + "', the hyper-latent " + z.where + " codes");
     } else {
@@ -400,6 +409,76 @@ class SectionCut {
                     "another value (the latent residual prediction)");
     graph_.synthesis_input = decoded->outputs[0];
     graph_.parameter_blobs.decoded = graph_.synthesis_input;
+  }
+
+  // The checkerboard structure (codec_graph.h): a mean-scale conditional and
+  // quantizer; the context input a UniformNoise of the quantizer's y; the
+  // anchor mask ("even") reading it; the context mask ("odd"); the scales and
+  // means reading the context input only through the context mask, and the
+  // context mask's input only through the anchor mask.
+  void checkerboard(const LatentCodec& codec) {
+    const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
+    if (conditional.inputs.size() != 3)
+      refuse("its " + std::string(kGaussianType) + " node '" + conditional.name + "' (" + codec.where +
+             "/conditional) has " + std::to_string(conditional.inputs.size()) +
+             " inputs; a checkerboard latent codec reads [latent, scales, means]");
+    graph_.kind = ModelKind::checkerboard;
+    graph_.gaussian_node = conditional.name;
+    graph_.latent = conditional.inputs[0];
+    graph_.parameter_blobs.scales = conditional.inputs[1];
+    graph_.parameter_blobs.means = conditional.inputs[2];
+    const NodeSpec& quantizer = node(codec.quantizer, kMeanQuantizerType, codec.where + "/quantizer");
+    if (quantizer.inputs.size() != 2 || quantizer.inputs[1] != conditional.inputs[2] || quantizer.outputs.empty() ||
+        quantizer.outputs[0] != graph_.latent)
+      refuse("its latent '" + graph_.latent + "' must be the output of " + kMeanQuantizerType + " '" + quantizer.name +
+             "' (" + codec.where + "/quantizer) reading [y, '" + conditional.inputs[2] + "'] (the means of " +
+             kGaussianType + " '" + conditional.name + "'), so that the codec can quantise around the integer means");
+    graph_.analysed = {quantizer.inputs[0]};
+    if (quantizer.outputs.size() == 2) graph_.synthesis_input = quantizer.outputs[1];
+    const NodeSpec& input = node(codec.context_input, kContextInputType, codec.where + "/context_input");
+    if (input.inputs != std::vector<std::string>{quantizer.inputs[0]} || input.outputs.size() != 1)
+      refuse("node '" + input.name + "' (" + codec.where + "/context_input) must read the latent '" +
+             quantizer.inputs[0] + "' that " + kMeanQuantizerType + " '" + quantizer.name +
+             "' quantises, and give the rounded latent the context reads");
+    const std::string& rounded = input.outputs[0];
+    const NodeSpec& anchors = mask(codec.anchor_mask, "even", codec.where + "/anchor_mask");
+    if (anchors.inputs[0] != rounded)
+      refuse("node '" + anchors.name + "' (" + codec.where + "/anchor_mask) must read '" + rounded +
+             "', the output of the context input '" + input.name + "'");
+    const NodeSpec& context = mask(codec.context_mask, "odd", codec.where + "/context_mask");
+    for (const std::string& blob : {conditional.inputs[1], conditional.inputs[2]})
+      if (reads(blob, rounded, context.outputs[0]))
+        refuse("'" + blob + "' reads the rounded latent '" + rounded + "' other than through node '" + context.name +
+               "' (" + codec.where + "/context_mask), so the parameters would read latent values not yet decoded");
+    if (!reads(context.inputs[0], rounded, "") || reads(context.inputs[0], rounded, anchors.outputs[0]))
+      refuse("node '" + context.name + "' (" + codec.where + "/context_mask) must read the context computed from '" +
+             rounded + "' through node '" + anchors.name + "' (" + codec.where +
+             "/anchor_mask) alone, so that the other positions' parameters read only decoded anchors");
+    graph_.parameter_blobs.rounded = {rounded};
+    graph_.parameter_blobs.decoded = rounded;
+  }
+
+  // A CheckerboardMask node of one input and output keeping `keep` positions.
+  const NodeSpec& mask(const std::string& name, const char* keep, const std::string& where) {
+    const NodeSpec& found = node(name, kCheckerboardMaskType, where);
+    if (found.inputs.size() != 1 || found.outputs.size() != 1 || found.params.value("keep", std::string()) != keep)
+      refuse("node '" + name + "' (" + where + ") must keep the \"" + keep + "\" positions of one input");
+    return found;
+  }
+
+  // Whether `blob` is computed from `source` along a path that does not pass `cut`.
+  bool reads(const std::string& blob, const std::string& source, const std::string& cut) const {
+    std::set<std::string> seen;
+    std::vector<std::string> pending{blob};
+    while (!pending.empty()) {
+      const std::string at = pending.back();
+      pending.pop_back();
+      if (at == source) return true;
+      if (at == cut || !seen.insert(at).second) continue;
+      if (const NodeSpec* n = producer_of(producer_, at))
+        pending.insert(pending.end(), n->inputs.begin(), n->inputs.end());
+    }
+    return false;
   }
 
   // Every node of `types` in the spec is one the section names: a latent the

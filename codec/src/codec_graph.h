@@ -24,6 +24,8 @@ namespace plexus::ae {
 inline constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 inline constexpr const char* kGaussianType = "GaussianConditional";
 inline constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
+inline constexpr const char* kContextInputType = "UniformNoise";
+inline constexpr const char* kCheckerboardMaskType = "CheckerboardMask";
 
 // One latent codec of a "codec" section, checked for its keys (not yet
 // against the graph). The tree's types and what each names:
@@ -32,11 +34,17 @@ inline constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
 //                   [latent, scales]), "mean_scale" (reads [latent, scales, means], and quantizer:
 //                   the QuantizeAroundMean node reading [y, means] that gives the latent) or
 //                   "mixture" (components: K; declared, not yet codable)
-//   hyperprior      z: a factorized codec of the hyper-latent; y: a gaussian or channel_groups codec
-//                   whose parameters the integer network computes from z
+//   hyperprior      z: a factorized codec of the hyper-latent; y: a gaussian, channel_groups or
+//                   checkerboard codec whose parameters the integer network computes from z
 //   channel_groups  conditional: as gaussian's; groups: [{"quantizer": a QuantizeAroundMean node}, ...]
 //                   in coding order, each group's parameters computed from z and the groups before it;
 //                   decoded: the Concat node giving the decoded latent the synthesis reads
+//   checkerboard    conditional, quantizer: as a mean_scale gaussian's; context_input: the UniformNoise
+//                   node reading the quantizer's y, whose output (the rounded latent) the context reads;
+//                   anchor_mask: the CheckerboardMask keeping "even" positions (the anchors) of it;
+//                   context_mask: the CheckerboardMask keeping "odd" positions of the context network's
+//                   output. The anchors are coded first, their parameters from z alone; then the others,
+//                   from z and the decoded anchors
 struct LatentCodec {
   std::string type;
   std::string where;  // its path in the spec, "/codec/y", for messages
@@ -47,6 +55,7 @@ struct LatentCodec {
   std::string quantizer;
   std::vector<std::string> groups;
   std::string decoded;
+  std::string context_input, anchor_mask, context_mask;
   std::vector<LatentCodec> children;  // hyperprior: z, y
 };
 
@@ -117,6 +126,10 @@ class NotCodable : public ConfigError {
 // later one; the synthesis reads a Concat of the slices' decoded values,
 // each the rounded slice or an Add of it and another value (the latent
 // residual prediction).
+//
+// A checkerboard model: as a mean-scale one, and the scales and means read
+// the context input (the decoder's decoded anchors) only through the context
+// mask, whose input reads it only through the anchor mask.
 CodecGraph split_for_coding(const ModelSpec& spec);
 
 // A hyperprior pads to the hyper-latent's stride, 256 / Z for a 256-pixel

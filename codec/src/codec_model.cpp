@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -15,6 +16,7 @@
 #include "codec_graph.h"
 #include "hyperprior_coding.h"
 #include "model_fingerprint.h"
+#include "network_structure.h"
 #include "plexus/checksum.h"
 #include "plexus/cpu_gemm_blocking.h"
 #include "plexus/codec/rans.h"
@@ -77,6 +79,40 @@ struct CalibrationSample {
   std::vector<float> latent;
 };
 
+bool is_checkerboard(const codec::FloatNetwork& network) {
+  return std::any_of(network.nodes.begin(), network.nodes.end(),
+                     [](const codec::FloatNode& node) { return node.op == codec::IntegerOp::checkerboard_mask; });
+}
+
+// Whether latent element n of a [C, h, w] latent (plane = h w) is a
+// checkerboard's anchor, (row + column) even: coded in the first pass.
+bool is_anchor(std::size_t n, std::size_t plane, std::size_t width) {
+  const std::size_t position = n % plane;
+  return (position / width + position % width) % 2 == 0;
+}
+
+// A checkerboard's two passes on one calibration sample, as the codec runs
+// them: the rounded latent zero, then the anchors' round(y - mean) + mean
+// (or mean + round(scale * N(0, 1))) with the other positions zero.
+void calibrate_checkerboard(const codec::FloatNetwork& network, codec::FloatEvaluation& evaluation,
+                            const CalibrationSample& sample, std::mt19937_64& random) {
+  const codec::Side side = codec::network_sides(
+      network, sample.height, sample.width)[static_cast<std::size_t>(codec::input_tensors(network)[0])];
+  const std::size_t plane = static_cast<std::size_t>(side.first * side.second);
+  std::vector<double> rounded(static_cast<std::size_t>(evaluation.groups()[0]) * plane, 0.0);
+  evaluation.set_input(0, rounded);
+  const codec::FloatOutputs anchors = evaluation.outputs(0);
+  std::normal_distribution<double> normal;
+  for (std::size_t n = 0; n < rounded.size(); ++n) {
+    if (!is_anchor(n, plane, static_cast<std::size_t>(side.second))) continue;
+    const double mean = anchors.means[n];
+    rounded[n] = mean + (sample.latent.empty() ? std::round(std::max(anchors.scales[n], 0.11) * normal(random))
+                                               : std::round(sample.latent[n] - mean));
+  }
+  evaluation.set_input(0, std::move(rounded));
+  evaluation.outputs(0);
+}
+
 // The calibration of the entropy parameters on `samples`: the float network
 // evaluated group by group as the codec does, each group's rounded latent
 // round(y - mean) + mean (or mean + round(scale * N(0, 1))) fed back.
@@ -88,6 +124,10 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
   const bool grouped = network.decoded >= 0;
   for (const CalibrationSample& sample : samples) {
     codec::FloatEvaluation evaluation(network, sample.hyper_latent, sample.height, sample.width, &calibration.ranges);
+    if (is_checkerboard(network)) {
+      calibrate_checkerboard(network, evaluation, sample, random);
+      continue;
+    }
     std::size_t offset = 0;
     for (std::size_t k = 0; k < evaluation.groups().size(); ++k) {
       const codec::FloatOutputs outputs = evaluation.outputs(static_cast<std::int32_t>(k));
@@ -192,6 +232,7 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   hyper_latent_ = graph.hyper_latent;
   if (has_hyper_latent(kind_)) probe_hyperprior_stride(graph, spec, registry);
   const std::int64_t factorized_channels = build_transforms(graph, spec, file, registry);
+  if (kind_ == ModelKind::checkerboard) group_channels_.push_back(group_channels_[0]);  // anchors, then the others
   const auto start = std::chrono::steady_clock::now();
   load_tables(graph, spec, file, registry, factorized_channels);
   if (computed_tables_)
@@ -208,7 +249,7 @@ void CodecModel::probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spe
   const HyperpriorGeometry geometry = probe_hyperprior_geometry(graph, spec, registry);
   latent_per_stride_ = geometry.latent_per_stride;
   stride_ = geometry.stride;
-  if (graph.kind == ModelKind::channel_conditional) graph.parameter_blobs.rounded_channels = geometry.analysed_channels;
+  if (!graph.parameter_blobs.rounded.empty()) graph.parameter_blobs.rounded_channels = geometry.analysed_channels;
 }
 
 // The analysis and synthesis nets with the file's weights, shaped for one
@@ -393,30 +434,32 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
   check_latent_values(latents.latent, "latent");
   const Tensor y = std::move(latents.latent);  // code_groups replaces it with y_hat
   const float* values = y.data<float>();
-  code_groups(z, latents, [&](std::size_t, std::size_t first, const codec::IntegerOutputs& outputs) {
-    std::vector<std::int32_t> symbols(outputs.indices.size());
-    for (std::size_t n = 0; n < symbols.size(); ++n) {
-      const double v = values[first + n];
-      symbols[n] = static_cast<std::int32_t>(
-          outputs.means.empty() ? std::llround(v) : std::llround(std::round(v - mean_value(outputs.means[n]))));
-    }
-    return symbols;
-  });
+  code_groups(
+      z, latents, [&](std::size_t, const std::vector<std::size_t>& elements, const codec::IntegerOutputs& outputs) {
+        std::vector<std::int32_t> symbols(outputs.indices.size());
+        for (std::size_t n = 0; n < symbols.size(); ++n) {
+          const double v = values[elements[n]];
+          symbols[n] = static_cast<std::int32_t>(
+              outputs.means.empty() ? std::llround(v) : std::llround(std::round(v - mean_value(outputs.means[n]))));
+        }
+        return symbols;
+      });
   return latents;
 }
 
-void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latents,
-                             const std::function<std::vector<std::int32_t>(std::size_t, std::size_t,
-                                                                           const codec::IntegerOutputs&)>& symbols_of) {
+void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latents, const SymbolSource& symbols_of) {
   const BitstreamHeader& header = latents.header;
   runner_->start(z, header.hyper_height, header.hyper_width);
   latents.indices.clear();
   latents.symbols.clear();
   latents.means.clear();
-  const std::size_t groups = runner_->groups().size();
+  const std::size_t groups = kind_ == ModelKind::checkerboard ? 0 : runner_->groups().size();
+  if (kind_ == ModelKind::checkerboard) code_checkerboard(latents, symbols_of);
   for (std::size_t k = 0; k < groups; ++k) {
     const codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
-    const std::vector<std::int32_t> symbols = symbols_of(k, latents.symbols.size(), outputs);
+    std::vector<std::size_t> elements(outputs.indices.size());
+    std::iota(elements.begin(), elements.end(), latents.symbols.size());
+    const std::vector<std::int32_t> symbols = symbols_of(k, elements, outputs);
     if (kind_ == ModelKind::channel_conditional) {
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
@@ -442,6 +485,41 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
                                    : reconstruct(latents.symbols[n], latents.means[n]);
   }
   latents.latent = latent;
+}
+
+// Pass 0 codes the anchors with the parameters the network gives for a
+// rounded latent of zeros (from z alone); pass 1 the other positions, with
+// the decoded anchors (symbol * 2^16 + mean, the others 0) as the rounded
+// latent. Each pass computes every position at once and keeps its own.
+void CodecModel::code_checkerboard(Latents& latents, const SymbolSource& symbols_of) {
+  const BitstreamHeader& header = latents.header;
+  const std::size_t width = header.latent_width, plane = std::size_t(header.latent_height) * width;
+  const std::size_t count = header.channels * plane;
+  latents.indices.assign(count, 0);
+  latents.symbols.assign(count, 0);
+  latents.means.assign(count, 0);
+  std::vector<std::int64_t> rounded(count, 0);
+  for (std::size_t pass = 0; pass < 2; ++pass) {
+    runner_->set_input(0, rounded);
+    const codec::IntegerOutputs all = runner_->outputs(0);
+    codec::IntegerOutputs outputs;
+    std::vector<std::size_t> elements;
+    for (std::size_t n = 0; n < count; ++n)
+      if (is_anchor(n, plane, width) == (pass == 0)) {
+        elements.push_back(n);
+        outputs.indices.push_back(all.indices[n]);
+        outputs.means.push_back(all.means[n]);
+      }
+    const std::vector<std::int32_t> symbols = symbols_of(pass, elements, outputs);
+    for (std::size_t k = 0; k < elements.size(); ++k) {
+      const std::size_t n = elements[k];
+      latents.indices[n] = outputs.indices[k];
+      latents.symbols[n] = symbols[k];
+      latents.means[n] = outputs.means[k];
+      rounded[n] =
+          static_cast<std::int64_t>(symbols[k]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[k];
+    }
+  }
 }
 
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
@@ -470,12 +548,16 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     const std::size_t latent_plane =
         static_cast<std::size_t>(latents.header.latent_height) * latents.header.latent_width;
     std::size_t first = 0;
-    for (std::size_t k = 0; k < group_channels_.size(); ++k) {
+    for (std::size_t k = 0; k < group_channels_.size() && kind_ != ModelKind::checkerboard; ++k) {
       const std::size_t last = first + group_channels_[k] * latent_plane;
       for (std::size_t n = first; n < last; ++n)
         encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
       first = last;
     }
+    // A checkerboard's anchors in stream 1, the other positions in stream 2, each in the latent's order.
+    for (std::size_t n = 0; n < latents.symbols.size() && kind_ == ModelKind::checkerboard; ++n)
+      encoder(is_anchor(n, latent_plane, latents.header.latent_width) ? 1 : 2)
+          .put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
   }
   if (!sectioned) return write_bitstream(latents.header, encoders[0].finish());
   std::vector<CodedStream> coded;
@@ -537,12 +619,14 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
     return latents;
   }
   latents.hyper_latent = factorized;
-  code_groups(integers, latents, [&](std::size_t group, std::size_t, const codec::IntegerOutputs& outputs) {
-    codec::RansDecoder& stream = decoder_of(1 + group);
-    std::vector<std::int32_t> symbols(outputs.indices.size());
-    for (std::size_t n = 0; n < symbols.size(); ++n) symbols[n] = stream.get(gaussian_.tables[outputs.indices[n]]);
-    return symbols;
-  });
+  code_groups(integers, latents,
+              [&](std::size_t group, const std::vector<std::size_t>&, const codec::IntegerOutputs& outputs) {
+                codec::RansDecoder& stream = decoder_of(1 + group);
+                std::vector<std::int32_t> symbols(outputs.indices.size());
+                for (std::size_t n = 0; n < symbols.size(); ++n)
+                  symbols[n] = stream.get(gaussian_.tables[outputs.indices[n]]);
+                return symbols;
+              });
   for (const codec::RansDecoder& each : decoders) each.finish();
   return latents;
 }
@@ -612,7 +696,7 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   if (!has_hyper_latent(graph.kind)) return true;
   const std::string prefix = integer_network_prefix(graph.gaussian_node);
   if (calibration_images.empty() && !recalibrate && has_calibration(file, prefix)) return true;
-  if (graph.kind == ModelKind::channel_conditional)
+  if (!graph.parameter_blobs.rounded.empty())
     graph.parameter_blobs.rounded_channels = probe_hyperprior_geometry(graph, spec, registry).analysed_channels;
   const codec::FloatNetwork network = float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, spec.source);
   IntegerNetworkCalibration calibration;
@@ -631,7 +715,7 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
         const CodecModel::Latents latents = model.analyse(image);
         const Tensor& z = latents.hyper_latent;
         CalibrationSample sample{latent_integers(z, "hyper-latent"), z.dim(2), z.dim(3), {}};
-        if (graph.kind == ModelKind::channel_conditional)
+        if (!graph.parameter_blobs.rounded.empty())
           sample.latent.assign(latents.latent.data<float>(), latents.latent.data<float>() + latents.latent.numel());
         samples.push_back(std::move(sample));
       }

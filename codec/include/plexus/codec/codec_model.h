@@ -167,14 +167,17 @@ class CodecModel {
                    std::int64_t factorized_channels);
   std::uint64_t compute_fingerprint(const ModelSpec& spec);
   Tensor synthesize(const Tensor& latent, std::uint32_t rate_level);
-  // The latent's groups (one, or a channel-conditional model's slices) run
-  // through the integer network from the hyper-latent z: for each group its
-  // indices and means, then `symbols_of(group, group's first value, outputs)`
-  // gives its symbols (the encoder's from y, the decoder's from the stream).
+  // The latent's groups (one, a channel-conditional model's slices, or a
+  // checkerboard's two passes) run through the integer network from the
+  // hyper-latent z: for each group its indices and means, then
+  // `symbols_of(group, its latent elements, outputs)` gives its symbols (the
+  // encoder's from y, the decoder's from the stream), element k of the
+  // outputs being the latent's element elements[k] (channel, row, column order).
   // Fills latents.indices, symbols, means and latent (y_hat).
-  void code_groups(const std::vector<std::int32_t>& z, Latents& latents,
-                   const std::function<std::vector<std::int32_t>(std::size_t, std::size_t,
-                                                                 const codec::IntegerOutputs&)>& symbols_of);
+  using SymbolSource = std::function<std::vector<std::int32_t>(std::size_t, const std::vector<std::size_t>&,
+                                                               const codec::IntegerOutputs&)>;
+  void code_groups(const std::vector<std::int32_t>& z, Latents& latents, const SymbolSource& symbols_of);
+  void code_checkerboard(Latents& latents, const SymbolSource& symbols_of);
   std::string name_;
   Device device_;
   ModelKind kind_ = ModelKind::factorized;
