@@ -31,11 +31,13 @@ def factorized_entropy_model(spec, name, x, likelihoods):
     return spec.node(name, "FactorizedEntropyModel", [x], [likelihoods], **FACTORIZED)
 
 
-def mean_scale_hyperprior(spec, hyper, latent):
+def mean_scale_hyperprior(spec, hyper, latent, context=None):
     """mbt2018-mean's hyperprior on y of `latent` channels: hyper-analysis y -> conv 3x3/1 -> LeakyReLU ->
     conv 5x5/2 -> LeakyReLU -> conv 5x5/2 = z (`hyper` channels), z_hat under a factorized entropy model,
     hyper-synthesis to the scales and means of y (transposed 5x5/2 twice, then 3x3 to 2 * latent), y_hat
-    quantised around the means under the Gaussian conditional ("likelihoods", "z_likelihoods")."""
+    quantised around the means under the Gaussian conditional ("likelihoods", "z_likelihoods"). With a
+    `context`, a function of (spec, the hyper-synthesis output) giving the blob the scales and means are
+    split from, the hyper-synthesis gives "hyper_params" and the context model the "gaussian_params"."""
 
     def leaky(name, x):
         return spec.node(name + "_act", "LeakyReLU", [x], [name + "_leaky"])
@@ -47,11 +49,43 @@ def mean_scale_hyperprior(spec, hyper, latent):
     factorized_entropy_model(spec, "hyper_entropy_model", "z_hat", "z_likelihoods")
     x = leaky("h_s0", spec.conv("h_s0", "z_hat", latent, 5, 2, transposed=True))
     x = leaky("h_s1", spec.conv("h_s1", x, latent * 3 // 2, 5, 2, transposed=True))
-    spec.conv("h_s2", x, 2 * latent, 3, output="gaussian_params")
-    spec.node("gaussian_params_split", "Split", ["gaussian_params"], ["scales", "means"], sizes=[latent, latent])
+    params = spec.conv("h_s2", x, 2 * latent, 3, output="hyper_params" if context else "gaussian_params")
+    if context:
+        params = context(spec, params)
+    spec.node("gaussian_params_split", "Split", [params], ["scales", "means"], sizes=[latent, latent])
     spec.node("quantizer", "QuantizeAroundMean", ["y", "means"], ["y_hat"], synthesis="noise")
     spec.node("gaussian_conditional", "GaussianConditional", ["y_hat", "scales", "means"], ["likelihoods"],
               **GAUSSIAN)
+
+
+def checkerboard_context(spec, latent, hyper_params):
+    """He et al. 2021's checkerboard context model on y of `latent` channels, in the mean-scale hyperprior: the
+    rounded latent (UniformNoise: noise in training, rounding in eval) kept at the anchors (h + w even), a 5x5
+    convolution to 2 * latent channels kept at the other positions (the context, 0 at the anchors), and the
+    entropy parameters, 1x1 convolutions of [hyper_params, context] through 10/3 and 8/3 * latent channels
+    with LeakyReLU between, to the 2 * latent channels the scales and means are split from (mbt2018's shape).
+    Returns that blob, "gaussian_params"."""
+
+    def leaky(name, x):
+        return spec.node(name + "_act", "LeakyReLU", [x], [name + "_leaky"])
+
+    spec.node("context_quantizer", "UniformNoise", ["y"], ["y_context"])
+    spec.node("anchor_mask", "CheckerboardMask", ["y_context"], ["y_anchors"], keep="even")
+    x = spec.conv("context_prediction", "y_anchors", 2 * latent, 5)
+    spec.node("context_mask", "CheckerboardMask", [x], ["context"], keep="odd")
+    x = spec.node("entropy_parameters_join", "Concat", [hyper_params, "context"], ["entropy_parameters_in"])
+    x = leaky("entropy_parameters0", spec.conv("entropy_parameters0", x, latent * 10 // 3, 1))
+    x = leaky("entropy_parameters1", spec.conv("entropy_parameters1", x, latent * 8 // 3, 1))
+    return spec.conv("entropy_parameters2", x, 2 * latent, 1, output="gaussian_params")
+
+
+# The codec section of a checkerboard mean-scale hyperprior with the node names above.
+CHECKERBOARD_CODEC = {
+    "type": "hyperprior",
+    "z": {"type": "factorized", "entropy_model": "hyper_entropy_model"},
+    "y": {"type": "checkerboard", "conditional": "gaussian_conditional", "quantizer": "quantizer",
+          "context_input": "context_quantizer", "anchor_mask": "anchor_mask", "context_mask": "context_mask"},
+}
 
 
 def losses(spec, likelihoods):

@@ -94,11 +94,14 @@ class SpecBuilder:
         joined = self.node(name + "_concat", "Concat", [c, t], [name + "_joined"])
         return self.add(name + "_add", x, self.conv(name + "_out", joined, channels, 1), output)
 
-    def print_spec(self, name, description):
+    def print_spec(self, name, description, codec=None):
+        """Prints the spec; `codec`, when given, is its codec section (one line)."""
         print("{")
         print(f'  "name": {json.dumps(name)},')
         print(f'  "description": {json.dumps(description)},')
         print('  "inputs": ["image"],')
+        if codec:
+            print(f'  "codec": {json.dumps(codec)},')
         print('  "nodes": [')
         print(",\n".join("    " + json.dumps(n) for n in self.nodes))
         print("  ]")
