@@ -5,7 +5,9 @@
 // cheng2020-attn-mean (residual blocks and attention in graph layers, the same
 // hyperprior) trains and codes too, and so does the bundled tcm-small (window
 // attention: LayerNorm, WindowPartition, MatMul, Softmax, GELU); the bundled
-// minnen2020-channel trains and codes (one stream per channel group).
+// minnen2020-channel trains and codes (one stream per channel group), and so
+// does the bundled checkerboard-mean-scale (the anchors' stream, then the
+// other positions').
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,6 +107,21 @@ TEST(PlexusAeMeanScaleHyperprior, TheChannelConditionalSpecTrainsAndCodesOnTheCp
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
   testing::save_png(folder / "b.png", testing::position_image(70, 50));
   expect_round_trip(folder, folder / "b.png", 11, "70x50");  // z, then the ten channel groups
+}
+
+TEST(PlexusAeMeanScaleHyperprior, TheCheckerboardSpecTrainsAndCodesOnTheCpu) {
+  ScratchFolder folder{"ae-checkerboard"};
+  testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
+  testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
+  auto trained = train_on_cpu(folder, "checkerboard-mean-scale", 1, 2);
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "checkerboard-mean-scale")) << trained.err;
+  EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
+  const auto logged = testing::read_metrics(folder / "run/metrics.jsonl", "train");
+  ASSERT_FALSE(logged.empty());
+  EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
+  expect_round_trip(folder, folder / "images/b.png", 3, "70x64");  // z, the anchors, the other positions
 }
 
 }  // namespace

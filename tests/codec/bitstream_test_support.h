@@ -70,7 +70,8 @@ inline void reseal(std::vector<std::uint8_t>& bytes) {
   put32(bytes, bytes.size() - 4, plexus::crc32(bytes.data(), bytes.size() - 4));
 }
 
-// Flips bits of the coded stream (bytes [first_byte, size - 4), every
+// Flips bits of the coded stream (bytes [first_byte, end), end the checksum
+// unless given: a stream followed by other sections ends earlier; every
 // `byte_step`-th byte, bits 0, bit_step, 2 bit_step, ...), reseals each copy
 // and returns how many of those files `decode_error` refused (rejected) out
 // of how many it saw (total). A refusal must name the coded stream; a file
@@ -81,9 +82,10 @@ struct BitFlipOutcome {
 };
 inline BitFlipOutcome flip_coded_stream_bits(
     const std::vector<std::uint8_t>& bytes, std::size_t first_byte, std::size_t byte_step, int bit_step,
-    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error, std::size_t end = 0) {
   BitFlipOutcome outcome;
-  for (std::size_t byte = first_byte; byte + 4 < bytes.size(); byte += byte_step)
+  if (end == 0) end = bytes.size() - 4;
+  for (std::size_t byte = first_byte; byte < end; byte += byte_step)
     for (int bit = 0; bit < 8; bit += bit_step) {
       std::vector<std::uint8_t> flipped = bytes;
       flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
@@ -96,6 +98,24 @@ inline BitFlipOutcome flip_coded_stream_bits(
       }
     }
   return outcome;
+}
+
+// CRC-32 catches every single-bit error; flips in the magic, version and
+// length fields are named before the checksum is looked at (version 1 read
+// as version 5: its section count).
+inline void expect_every_bit_flip_refused(
+    const std::vector<std::uint8_t>& bytes,
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
+  for (std::size_t byte = 0; byte < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      const std::string message = decode_error(flipped);
+      auto says = [&](const char* part) { return message.find(part) != std::string::npos; };
+      EXPECT_TRUE(says("checksum mismatch") || says("not a plexus-ae") || says("format version") || says("truncated") ||
+                  says("extended") || says("sections (1 to 64 are allowed)"))
+          << "byte " << byte << " bit " << bit << ": " << message;
+    }
 }
 
 }  // namespace plexus::testing

@@ -68,20 +68,8 @@ class Codec : public ::testing::Test {
   std::string decode_error(const std::vector<std::uint8_t>& bytes) {
     return error_or_none([&] { model.decompress(bytes.data(), bytes.size()); });
   }
-  // CRC-32 catches every single-bit error; flips in the magic, version and
-  // length fields are named before the checksum is looked at (version 1 read
-  // as version 5: its section count).
   void expect_every_bit_flip_refused(const std::vector<std::uint8_t>& bytes) {
-    for (std::size_t byte = 0; byte < bytes.size(); ++byte)
-      for (int bit = 0; bit < 8; ++bit) {
-        std::vector<std::uint8_t> flipped = bytes;
-        flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
-        const std::string message = decode_error(flipped);
-        EXPECT_TRUE(contains(message, "checksum mismatch") || contains(message, "not a plexus-ae") ||
-                    contains(message, "format version") || contains(message, "truncated") ||
-                    contains(message, "extended") || contains(message, "sections (1 to 64 are allowed)"))
-            << "byte " << byte << " bit " << bit << ": " << message;
-      }
+    testing::expect_every_bit_flip_refused(bytes, [&](const std::vector<std::uint8_t>& b) { return decode_error(b); });
   }
   CodecModel model;
 };

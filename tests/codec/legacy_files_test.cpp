@@ -5,9 +5,16 @@
 // are never regenerated: crop.png (a 150x100 crop of Kodak image 23),
 // compressed by plexus-ae with the shipped bls2017 model (bls2017.pxae), and
 // the file decompressed (bls2017.decoded.png), on the CPU.
+//
+// The committed seed corpus of the bitstream fuzzer
+// (tests/fuzz/corpus/bitstream_fuzzer.zip, unpacked by CMake) is replayed
+// through the harness itself, here in the ordinary test suite, so the harness
+// and its seeds (valid files for the harness's built-in models) keep building
+// and running without clang or libFuzzer.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <ostream>
@@ -19,6 +26,9 @@
 #include "plexus/context.h"
 #include "plexus/data/image.h"
 #include "plexus/testing/gtest_helpers.h"
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
 namespace plexus {
 namespace {
@@ -91,6 +101,23 @@ TEST_P(LegacyFiles, DecodeToTheSameLatentsOnCuda) {
 INSTANTIATE_TEST_SUITE_P(ShippedModels, LegacyFiles,
                          ::testing::Values(LegacyCase{"bls2017/model.safetensors", "bls2017"}),
                          [](const auto& info) { return std::string(info.param.file); });
+
+TEST(BitstreamFuzzerCorpus, EverySeedRunsThroughTheHarness) {
+  LLVMFuzzerInitialize(nullptr, nullptr);
+  const std::filesystem::path corpus = std::filesystem::path(PLEXUS_SEED_CORPUS_DIR) / "bitstream_fuzzer";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(LLVMFuzzerTestOneInput(bytes.data(), bytes.size()), 0) << entry.path();
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 10);
+  // The empty input and a lone mode byte are refused quietly too.
+  const std::uint8_t mode = 3;
+  EXPECT_EQ(LLVMFuzzerTestOneInput(&mode, 0), 0);
+  EXPECT_EQ(LLVMFuzzerTestOneInput(&mode, 1), 0);
+}
 
 }  // namespace
 }  // namespace plexus

@@ -17,7 +17,11 @@
 //     values, each slice with a latent residual prediction (Tanh, Add);
 //   variable-rate mean-scale (version-3 files with a rate level, flag bit 1):
 //     the mean-scale model with GainUnit nodes of 3 levels on y and before
-//     the synthesis; its seeds are coded at level 1.5.
+//     the synthesis; its seeds are coded at level 1.5;
+//   checkerboard (version-5 files only): the mean-scale model's y and z, the
+//     hyper-synthesis to 8 parameters, and a checkerboard context (the
+//     rounded y's anchors, a Conv2d 3x3 kept at the other positions) joined
+//     to them by a Conv2d 1x1 to the scales and means.
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
@@ -26,6 +30,7 @@
 //   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 //   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
+//   bit 6: decode with the checkerboard model (before bits 2 to 5)
 // Every model decodes the files of its kind's own version (1 to 4) and the
 // sectioned version 5.
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
@@ -33,7 +38,9 @@
 // seed-49 in the kinds' versions 1 to 4, seed-50 to seed-89 the same images
 // up to 32x17 in version 5, and seed-90 to seed-99 version-5 files with an
 // unknown optional section (the decoder skips it), and seed-100 to seed-109
-// version-5 files with an ICC profile section.
+// version-5 files with an ICC profile section; seed-110 to seed-123 the
+// checkerboard model's files (of every size, then with an unknown optional
+// section and with an ICC profile).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -207,6 +214,35 @@ ModelSpec fuzz_channel_spec() {
   return spec;
 }
 
+ModelSpec fuzz_checkerboard_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-checkerboard";
+  spec.add_input("image");
+  spec.codec = {{"type", "hyperprior"},
+                {"z", {{"type", "factorized"}, {"entropy_model", "hyper_entropy_model"}}},
+                {"y",
+                 {{"type", "checkerboard"},
+                  {"conditional", "gaussian_conditional"},
+                  {"quantizer", "quantizer"},
+                  {"context_input", "context_quantizer"},
+                  {"anchor_mask", "anchor_mask"},
+                  {"context_mask", "context_mask"}}}};
+  for (NodeSpec node : fuzz_mean_scale_spec().nodes) {
+    if (node.name == "h_s1") node.outputs = {"hyper_params"};
+    if (node.name == "split") {
+      spec.add_node({"context_quantizer", "UniformNoise", {"y"}, {"y_context"}});
+      spec.add_node({"anchor_mask", "CheckerboardMask", {"y_context"}, {"y_anchors"}, {{"keep", "even"}}});
+      spec.add_node(
+          {"context", "Conv2d", {"y_anchors"}, {"context_out"}, {{"out_channels", 4}, {"kernel", 3}, {"padding", 1}}});
+      spec.add_node({"context_mask", "CheckerboardMask", {"context_out"}, {"context_values"}, {{"keep", "odd"}}});
+      spec.add_node({"parameters_join", "Concat", {"hyper_params", "context_values"}, {"joined"}});
+      spec.add_node({"parameters", "Conv2d", {"joined"}, {"gaussian_params"}, {{"out_channels", 8}, {"kernel", 1}}});
+    }
+    spec.add_node(node);
+  }
+  return spec;
+}
+
 std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
   Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 4, 4}), DType::f32, Device::cpu(), 1);
@@ -214,7 +250,8 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
     if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight" ||
-        named.name == "h_s1.weight" || named.name == "slice0_mean.weight" || named.name == "slice1_mean.weight")
+        named.name == "h_s1.weight" || named.name == "slice0_mean.weight" || named.name == "slice1_mean.weight" ||
+        named.name == "context.weight" || named.name == "parameters.weight")
       for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
@@ -224,8 +261,10 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
   return model;
 }
 
-// The model of input mode `mode` (bits 2 to 5).
+// The model of input mode `mode` (bits 2 to 6).
 ae::CodecModel& model(std::uint8_t mode) {
+  static std::unique_ptr<ae::CodecModel> checkerboard = make_model(fuzz_checkerboard_spec());
+  if (mode & 64) return *checkerboard;
   static std::unique_ptr<ae::CodecModel> variable_rate = make_model(fuzz_variable_rate_spec());
   if (mode & 32) return *variable_rate;
   static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
@@ -283,6 +322,14 @@ void write_seeds(const std::string& folder) {
     const std::vector<std::uint8_t> bytes = model(kind).compress(tagged);
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
   }
+  // The checkerboard model (version 5 only), after the seeds above so that their numbers stay.
+  ae::CodecModel& checkerboard = model(64);
+  std::vector<std::vector<std::uint8_t>> files;
+  for (const auto& [width, height] : sizes) files.push_back(checkerboard.compress(image_of(width, height)));
+  files.push_back(with_optional_section(checkerboard.compress(image_of(13, 7))));
+  for (const std::vector<std::uint8_t>& bytes : files)
+    for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), bytes);
+  for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), checkerboard.compress(tagged));
 }
 
 }  // namespace
@@ -291,7 +338,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16, 32}) model(kind);
+  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64}) model(kind);
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
