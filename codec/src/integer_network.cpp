@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "integer_arithmetic.h"
-#include "integer_network_backend.h"
 #include "network_structure.h"
 #include "plexus/error.h"
 

@@ -1,4 +1,4 @@
-// The integer network's CUDA backend (integer_network_backend.h): the
+// The integer network's CUDA backend (IntegerNetworkRunner::Backend, network_structure.h): the
 // element formulas are integer_arithmetic.h's, shared with the CPU backend,
 // and the convolutions are f64 GEMMs of integers (cuBLAS, pedantic math: no
 // reduced-precision or emulated paths), exact in any order, so the outputs
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "integer_arithmetic.h"
-#include "integer_network_backend.h"
+#include "network_structure.h"
 #include "plexus/cuda/cuda_check.h"
 
 namespace plexus::codec {

@@ -1,7 +1,7 @@
-// The integer network's CPU backend (integer_network_backend.h).
+// The integer network's CPU backend (IntegerNetworkRunner::Backend, network_structure.h).
 #include "cpu_convolution.h"
 #include "integer_arithmetic.h"
-#include "integer_network_backend.h"
+#include "network_structure.h"
 
 namespace plexus::codec {
 
