@@ -16,7 +16,6 @@
 #include <random>
 
 #include "apps/cli_runner.h"
-#include "codec/bitstream_test_support.h"
 #include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"

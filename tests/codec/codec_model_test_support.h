@@ -1,27 +1,136 @@
 #pragma once
 // Helpers of the CodecModel tests: untrained weights with chosen tensors
 // scaled, the whole model run as eval runs it, the bits a value costs under a
-// coding table, and the cross-device check (files compressed on CUDA decode
-// to the same latents on the CPU).
+// coding table, the cross-device check (files compressed on CUDA decode
+// to the same latents on the CPU); and for taking compressed files apart: the
+// message of a refused file, and little-endian fields rewritten with the
+// trailing CRC-32 recomputed, so a corruption reaches the checks behind the
+// checksum.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "apps/cli_runner.h"
 #include "image_evaluation.h"
+#include "plexus/checksum.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/codec/rans.h"
 #include "plexus/data/image.h"
+#include "plexus/error.h"
 #include "plexus/net.h"
 
 namespace plexus::testing {
+
+// The message of the plexus::Error `action` throws, or "no error".
+inline std::string error_or_none(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+inline std::uint32_t get32(const std::vector<std::uint8_t>& bytes, std::size_t at) {
+  return bytes[at] | bytes[at + 1] << 8 | bytes[at + 2] << 16 | static_cast<std::uint32_t>(bytes[at + 3]) << 24;
+}
+
+inline void put32(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint32_t value) {
+  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<std::uint8_t>(value >> (8 * k));
+}
+
+// A version-5 file's sections, read as docs/bitstream.md lays them out:
+// [type, flags, payload offset, payload length] each, and for a coded
+// stream its [channels, height, width] and the rANS stream's offset.
+struct SectionView {
+  std::uint32_t type = 0, flags = 0;
+  std::size_t payload = 0, length = 0;
+  std::uint32_t channels = 0, height = 0, width = 0;
+  std::size_t stream = 0;
+};
+inline std::vector<SectionView> sections_of(const std::vector<std::uint8_t>& bytes) {
+  std::vector<SectionView> sections;
+  const std::size_t count = bytes[36] | bytes[37] << 8;
+  std::size_t at = 38;
+  for (std::size_t k = 0; k < count; ++k) {
+    SectionView section;
+    section.type = bytes[at] | bytes[at + 1] << 8;
+    section.flags = bytes[at + 2] | bytes[at + 3] << 8;
+    section.length = get32(bytes, at + 4);
+    section.payload = at + 8;
+    if (section.type == 1) {
+      section.channels = get32(bytes, at + 8);
+      section.height = get32(bytes, at + 12);
+      section.width = get32(bytes, at + 16);
+      section.stream = at + 20;
+    }
+    sections.push_back(section);
+    at = section.payload + section.length;
+  }
+  EXPECT_EQ(at + 4, bytes.size()) << "the sections and the checksum fill the file";
+  return sections;
+}
+
+// Recomputes the trailing CRC-32 over everything before it.
+inline void reseal(std::vector<std::uint8_t>& bytes) {
+  put32(bytes, bytes.size() - 4, plexus::crc32(bytes.data(), bytes.size() - 4));
+}
+
+// Flips bits of the coded stream (bytes [first_byte, end), end the checksum
+// unless given: a stream followed by other sections ends earlier; every
+// `byte_step`-th byte, bits 0, bit_step, 2 bit_step, ...), reseals each copy
+// and returns how many of those files `decode_error` refused (rejected) out
+// of how many it saw (total). A refusal must name the coded stream; a file
+// that decodes is fine: only a crash or a wrong message is a failure.
+struct BitFlipOutcome {
+  int rejected = 0;
+  int total = 0;
+};
+inline BitFlipOutcome flip_coded_stream_bits(
+    const std::vector<std::uint8_t>& bytes, std::size_t first_byte, std::size_t byte_step, int bit_step,
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error, std::size_t end = 0) {
+  BitFlipOutcome outcome;
+  if (end == 0) end = bytes.size() - 4;
+  for (std::size_t byte = first_byte; byte < end; byte += byte_step)
+    for (int bit = 0; bit < 8; bit += bit_step) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      reseal(flipped);
+      ++outcome.total;
+      const std::string message = decode_error(flipped);
+      if (message != "no error") {
+        ++outcome.rejected;
+        EXPECT_NE(message.find("coded stream"), std::string::npos) << message;
+      }
+    }
+  return outcome;
+}
+
+// CRC-32 catches every single-bit error; flips in the magic, version and
+// length fields are named before the checksum is looked at (version 1 read
+// as version 5: its section count).
+inline void expect_every_bit_flip_refused(
+    const std::vector<std::uint8_t>& bytes,
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
+  for (std::size_t byte = 0; byte < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::uint8_t> flipped = bytes;
+      flipped[byte] ^= static_cast<std::uint8_t>(1u << bit);
+      const std::string message = decode_error(flipped);
+      auto says = [&](const char* part) { return message.find(part) != std::string::npos; };
+      EXPECT_TRUE(says("checksum mismatch") || says("not a plexus-ae") || says("format version") || says("truncated") ||
+                  says("extended") || says("sections (1 to 64 are allowed)"))
+          << "byte " << byte << " bit " << bit << ": " << message;
+    }
+}
 
 // Untrained weights of `spec`; `scaled` weights multiplied by their factor
 // so the latents span many integers (and the scales many table entries).
@@ -116,7 +225,7 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
   }
 }
 
-// A test spec of tests/apps/models/ trained by plexus-ae train for 300 steps
+// A test spec of tests/apps/models/ (or at a path starting with '/') trained by plexus-ae train for 300 steps
 // at lr 0.005 on the bundled training images, in `folder`; returns the model
 // file (with the tables and calibration train stores). Trained for 150 steps
 // at lr 0.01, the tiny models' files came out up to 12% under the estimate
@@ -124,11 +233,11 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
 // roots in GDN.
 inline std::string train_for_rate_test(const std::string& spec_file, const std::string& folder) {
   const std::string source = PLEXUS_SOURCE_DIR;
-  auto trained =
-      run_plexus_ae({"train", "--data", source + "/data/train-sample", "--model",
-                     std::string(PLEXUS_TEST_MODELS) + "/" + spec_file, "--lambda", "0.01", "--patch", "32", "--batch",
-                     "4", "--steps", "300", "--lr", "0.005", "--device", "cpu", "--out", folder + "/run"},
-                    folder);
+  auto trained = run_plexus_ae(
+      {"train", "--data", source + "/data/train-sample", "--model",
+       spec_file[0] == '/' ? spec_file : std::string(PLEXUS_TEST_MODELS) + "/" + spec_file, "--lambda", "0.01",
+       "--patch", "32", "--batch", "4", "--steps", "300", "--lr", "0.005", "--device", "cpu", "--out", folder + "/run"},
+      folder);
   EXPECT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_EQ(trained.err.find("cannot code"), std::string::npos) << trained.err;
   return folder + "/run/model.safetensors";

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "apps/cli_runner.h"
-#include "codec/bitstream_test_support.h"
+#include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
 #include "plexus/builtin_layers.h"

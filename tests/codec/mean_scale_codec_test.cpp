@@ -12,7 +12,6 @@
 #include <set>
 
 #include "apps/cli_runner.h"
-#include "codec/bitstream_test_support.h"
 #include "codec/codec_model_test_support.h"
 #include "data/data_test_support.h"
 #include "image_evaluation.h"

@@ -14,9 +14,9 @@ BUILDERS = ROOT / "models" / "builders"
 
 # (builder and its arguments, the committed spec it writes), as the builders' usage lines say.
 BUILDS = [
-    (["make_bmshj2018_factorized.py", "--bls2017"], "models/specs/bls2017.json"),
-    (["make_bmshj2018_factorized.py"], "models/specs/bmshj2018-factorized.json"),
-    (["make_bmshj2018_hyperprior.py"], "models/specs/bmshj2018-hyperprior.json"),
+    (["make_bmshj2018.py", "--bls2017"], "models/specs/bls2017.json"),
+    (["make_bmshj2018.py"], "models/specs/bmshj2018-factorized.json"),
+    (["make_bmshj2018.py", "--hyperprior"], "models/specs/bmshj2018-hyperprior.json"),
     (["make_mbt2018_mean.py"], "models/specs/mbt2018-mean.json"),
     (["make_mbt2018_mean.py", "--checkerboard"], "models/specs/checkerboard-mean-scale.json"),
     (["make_mbt2018_mean_vr.py"], "models/specs/mbt2018-mean-vr.json"),
