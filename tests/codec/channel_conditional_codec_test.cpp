@@ -267,8 +267,8 @@ TEST(ChannelConditionalCodecSpec, ADeclaredSectionIsCheckedAgainstTheGraphNaming
        "/codec/y/groups/1/quantizer names node 'slice1_lrp_support', a Concat; it must be a QuantizeAroundMean"},
       {[](nlohmann::json& c) { c["y"]["groups"][1]["quantiser"] = "x"; },
        "its codec section at /codec/y/groups/1 has an unknown key 'quantiser' (a group takes quantizer)"},
-      {[](nlohmann::json& c) { c["y"]["type"] = "checkerboard"; },
-       "its codec section at /codec/y declares a 'checkerboard' latent codec, which this plexus-ae cannot code "
+      {[](nlohmann::json& c) { c["y"]["type"] = "autoregressive"; },
+       "its codec section at /codec/y declares a 'autoregressive' latent codec, which this plexus-ae cannot code "
        "yet"},
       {[](nlohmann::json& c) {
          c["y"] = {{"type", "gaussian"},
