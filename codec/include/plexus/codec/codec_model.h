@@ -37,6 +37,12 @@
 // latent the synthesis reads (the rounded slices plus their latent residual
 // predictions, in fixed point).
 //
+// Checkerboard (He et al. 2021; a "checkerboard" latent codec in the spec's
+// codec section): as the mean-scale hyperprior, in two passes over the
+// latent's positions: the anchors ((row + column) even) with the integer
+// network's parameters for a rounded latent of zeros, then the others with
+// the decoded anchors as the context's input; one stream per pass.
+//
 // Every way, the symbols, tables and means depend only on rounded latents
 // and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).

@@ -12,7 +12,9 @@
 // groups of channels (slices), and the scales and means of a slice depend on
 // the slices decoded before it: the network then has one extra input per
 // slice, that slice's rounded latent, and is evaluated slice by slice
-// (IntegerNetworkRunner below).
+// (IntegerNetworkRunner below). A checkerboard context model's network has
+// one input, the decoded anchors, given twice: all 0 (the anchors' pass),
+// then the anchors' values (the other positions' pass).
 //
 // Tensors are numbered: 0 is the input, n + 1 the output of node n; a node
 // reads only lower-numbered tensors. Each is [C, H, W] row-major, of one of
