@@ -33,6 +33,7 @@ constexpr int kPriorSamples = 8;
 constexpr int kPriorSide = 6;
 constexpr int kGroupedPriorSamples = 8;
 constexpr int kGroupedPriorSide = 4;
+constexpr double kContextRangeWidening = 8;
 
 // Copies every parameter of `net` from the file's tensor of the same name.
 void load_weights(Net& net, const TensorFile& file, const std::string& who) {
@@ -113,6 +114,24 @@ void calibrate_checkerboard(const codec::FloatNetwork& network, codec::FloatEval
   evaluation.outputs(0);
 }
 
+// Anchors drawn independently position by position (calibration on the
+// prior) make the context network's outputs smaller than an image's, whose
+// neighbouring anchors move together: the rescales computed from the rounded
+// latent get ranges widened by kContextRangeWidening, 3 bits of their 15.
+void widen_context_ranges(const codec::FloatNetwork& network, IntegerNetworkCalibration& calibration) {
+  std::vector<bool> from_latent(network.nodes.size() + 1, false);
+  std::size_t rescale = 0;
+  for (std::size_t n = 0; n < network.nodes.size(); ++n) {
+    const codec::FloatNode& node = network.nodes[n];
+    from_latent[n + 1] = node.op == codec::IntegerOp::input;
+    for (std::int32_t input : node.inputs) from_latent[n + 1] = from_latent[n + 1] || from_latent[input];
+    if (node.op != codec::IntegerOp::rescale) continue;
+    if (from_latent[n + 1])
+      for (double& maximum : calibration.ranges.maxima[rescale]) maximum *= kContextRangeWidening;
+    ++rescale;
+  }
+}
+
 // The calibration of the entropy parameters on `samples`: the float network
 // evaluated group by group as the codec does, each group's rounded latent
 // round(y - mean) + mean (or mean + round(scale * N(0, 1))) fed back.
@@ -143,6 +162,7 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
     }
     if (grouped) evaluation.values(network.decoded, 0, network.channels()[static_cast<std::size_t>(network.decoded)]);
   }
+  if (is_checkerboard(network) && !samples.empty() && samples[0].latent.empty()) widen_context_ranges(network, calibration);
   calibration.scale_table = codec::log_scale_table();
   const bool tanh = std::any_of(network.nodes.begin(), network.nodes.end(),
                                 [](const codec::FloatNode& node) { return node.op == codec::IntegerOp::tanh; });
