@@ -162,7 +162,8 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
     }
     if (grouped) evaluation.values(network.decoded, 0, network.channels()[static_cast<std::size_t>(network.decoded)]);
   }
-  if (is_checkerboard(network) && !samples.empty() && samples[0].latent.empty()) widen_context_ranges(network, calibration);
+  if (is_checkerboard(network) && !samples.empty() && samples[0].latent.empty())
+    widen_context_ranges(network, calibration);
   calibration.scale_table = codec::log_scale_table();
   const bool tanh = std::any_of(network.nodes.begin(), network.nodes.end(),
                                 [](const codec::FloatNode& node) { return node.op == codec::IntegerOp::tanh; });
