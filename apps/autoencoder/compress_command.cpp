@@ -295,7 +295,17 @@ int run_decompress(const DecompressOptions& o) {
     const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {
       auto& model = models[path];
-      if (!model) model = CodecModel::from_file(path, registry, device);
+      if (!model) {
+        // A model file that records its fingerprint is loaded only when it is the one wanted; one that records
+        // none (or cannot be read here) is loaded to compute it, as loading reports what is wrong with it.
+        std::optional<std::uint64_t> recorded;
+        try {
+          recorded = recorded_fingerprint(path);
+        } catch (const Error&) {
+        }
+        if (tagged && recorded && *recorded != wanted) continue;
+        model = CodecModel::from_file(path, registry, device);
+      }
       if (!tagged || model->fingerprint() == wanted) return *model;
     }
     if (candidates.empty()) throw ConfigError("no --model given and no shipped model found; pass --model");
@@ -364,8 +374,12 @@ int run_export(const ExportOptions& o) {
   }
   if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
+  // The fingerprint the files of this model will carry, recorded so that decompress finds the model of a file
+  // from the model files' headers (file holds what the stored file loads, so the model is the one loaded below).
+  file.metadata[kFingerprintMetadataKey] =
+      fingerprint_text(CodecModel(spec, file, registry, Device::cpu(), out).fingerprint());
   save_safetensors(out, file, storage);
-  // Loading it back checks the tables and gives the fingerprint files will carry.
+  // Loading it back checks the tables and the recorded fingerprint.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
   std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
               static_cast<long long>(model->tables().channels()),

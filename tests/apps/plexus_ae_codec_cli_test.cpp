@@ -331,6 +331,12 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
                      "--overwrite", "--device", "cpu"});
   ASSERT_EQ(stored.exit_code, 0) << stored.describe();
   EXPECT_FALSE(contains(stored.err, "no coding tables")) << stored.err;
+  // export records the fingerprint the model's files carry (bytes 8..15, little-endian).
+  const std::vector<std::uint8_t> coded = read_all(folder / "old.pxae");
+  ASSERT_GE(coded.size(), 16u);
+  char digits[17];
+  for (int k = 0; k < 8; ++k) std::snprintf(digits + 2 * k, 3, "%02x", coded[15 - k]);
+  EXPECT_EQ(load_safetensors(old_model).metadata["plexus_ae.model_fingerprint"], std::string(digits));
 
   auto checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors"});
   EXPECT_EQ(checkpoint.exit_code, 1);

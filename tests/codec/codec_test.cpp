@@ -498,6 +498,8 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors";
   auto model = CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "the shipped model should carry its tables (plexus-ae export)";
+  EXPECT_EQ(recorded_fingerprint(path), std::optional<std::uint64_t>(model->fingerprint()))
+      << "the shipped model should record its fingerprint (plexus-ae export)";
   const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
   const std::vector<std::uint8_t> bytes = model->compress(image);
   const data::Image decoded = model->decompress(bytes.data(), bytes.size());
@@ -512,6 +514,37 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   EXPECT_GE(file_bpp, eval.bpp * 0.999);  // a real code cannot beat the information content by much
   EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, 0.01);
   EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
+}
+
+// A model file records its fingerprint (export): loading checks it against
+// the weights and tables, and refuses a value that is not 16 hex digits.
+TEST(CodecRecordedFingerprint, LoadingChecksIt) {
+  testing::ScratchFolder folder{"codec-recorded-fingerprint"};
+  TensorFile file = tiny_weights(3);
+  ASSERT_TRUE(add_coding_tables(file, tiny_spec(), registry));
+  file.metadata["model_spec"] = tiny_spec().to_json().dump();
+  const std::uint64_t fingerprint = CodecModel(tiny_spec(), file, registry, Device::cpu(), "tiny").fingerprint();
+  const std::string path = folder / "model.safetensors";
+  auto load_with = [&](const std::string& recorded) {
+    file.metadata[kFingerprintMetadataKey] = recorded;
+    save_safetensors(path, file);
+    return error_or_none([&] { CodecModel::from_file(path, registry, Device::cpu()); });
+  };
+  EXPECT_EQ(load_with(fingerprint_text(fingerprint)), "no error");
+  EXPECT_EQ(recorded_fingerprint(path), std::optional<std::uint64_t>(fingerprint));
+  const std::string changed = load_with(fingerprint_text(fingerprint ^ 1));
+  EXPECT_TRUE(contains(changed, "'" + path + "' records the model fingerprint " + fingerprint_text(fingerprint ^ 1) +
+                                    " but its weights and tables give " + fingerprint_text(fingerprint) +
+                                    ": the file was changed after export"))
+      << changed;
+  for (const char* bad : {"12345", "0123456789ABCDEF", "0123456789abcdeg"})
+    EXPECT_TRUE(contains(load_with(bad),
+                         "\"plexus_ae.model_fingerprint\" is '" + std::string(bad) + "', not 16 lowercase hex digits"))
+        << bad;
+  // New coding tables drop a recorded fingerprint, which they would make stale.
+  file.metadata[kFingerprintMetadataKey] = fingerprint_text(fingerprint ^ 1);
+  ASSERT_TRUE(add_coding_tables(file, tiny_spec(), registry));
+  EXPECT_EQ(file.metadata.count(kFingerprintMetadataKey), 0u);
 }
 
 // Compress on CUDA; decode on the CPU and on CUDA: the same latent exactly,
