@@ -24,7 +24,7 @@
 #include "plexus/codec/bitstream.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/data/image_folder.h"
-#include "quality_catalog.h"
+#include "plexus/codec/quality_catalog.h"
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "output_folder.h"
@@ -56,31 +56,17 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// What the first 32 bytes of a .pxae file say (docs/bitstream.md): the
-// model's fingerprint (bytes 8..15 in every version) and the image size
-// (bytes 16..23 in versions 1 to 4, 24..31 in version 5).
-struct FileHead {
-  std::uint64_t fingerprint = 0;
-  std::uint32_t width = 0, height = 0;
-};
-
-// The head of a file, when it has the magic and a fingerprint (the size
-// stays 0 when the file ends before it).
-bool peek_head(const std::string& path, FileHead* head) {
+// The head of a file (read_bitstream_head), when it has the magic and a
+// fingerprint (the size stays 0x0 when the file ends before it).
+bool peek_head(const std::string& path, BitstreamHead* head) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char bytes[32] = {};
+  std::uint8_t bytes[kBitstreamHeadBytes] = {};
   in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
-  if (in.gcount() < 16) return false;
-  if (bytes[0] != 'P' || bytes[1] != 'X' || bytes[2] != 'A' || bytes[3] != 'E') return false;
-  auto little_endian = [&](int offset, int size) {
-    std::uint64_t value = 0;
-    for (int k = 0; k < size; ++k) value |= static_cast<std::uint64_t>(bytes[offset + k]) << (8 * k);
-    return value;
-  };
-  head->fingerprint = little_endian(8, 8);
-  const int size_at = little_endian(4, 2) >= kSectionedVersion ? 24 : 16;
-  head->width = static_cast<std::uint32_t>(little_endian(size_at, 4));
-  head->height = static_cast<std::uint32_t>(little_endian(size_at + 4, 4));
+  try {
+    *head = read_bitstream_head(bytes, static_cast<std::size_t>(in.gcount()));
+  } catch (const IoError&) {
+    return false;  // the full read says what is wrong
+  }
   return true;
 }
 
@@ -93,7 +79,7 @@ void refuse_over_pixel_limit(std::int64_t width, std::int64_t height, std::int64
 }
 
 void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
-  FileHead head;
+  BitstreamHead head;
   if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
   refuse_over_pixel_limit(head.width, head.height, max_pixels);
 }
@@ -111,7 +97,7 @@ void check_image_pixel_limit(const std::string& path, std::int64_t max_pixels) {
 // whose model is present; "" when the catalog cannot be read.
 std::string quality_choices() {
   try {
-    const QualityCatalog catalog = load_quality_catalog(quality_catalog_path());
+    const QualityCatalog catalog = load_quality_catalog(shipped_quality_catalog_path());
     if (catalog.entries.empty()) return "";
     std::string shipped;
     for (const QualityEntry& entry : catalog.entries) {
@@ -192,23 +178,13 @@ std::vector<std::string> shipped_models() {
   return models;
 }
 
-std::string quality_catalog_path() {
-  if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
-  if (const auto data = installed_data_folder()) {
-    const fs::path installed = *data / "trained/quality-catalog.json";
-    std::error_code error;
-    if (fs::is_regular_file(installed, error)) return installed.string();
-  }
-  return std::string(PLEXUS_AE_SOURCE_TRAINED) + "/quality-catalog.json";
-}
-
 int run_compress(const CompressOptions& options) {
   CompressOptions o = options;
   if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
   if (o.model.empty() && o.quality == 0) o.quality = kDefaultQuality;
   if (o.quality != 0) {
     if (o.level) throw ConfigError("give --level with --model; --quality chooses the level itself");
-    const QualityChoice choice = choose_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+    const QualityChoice choice = choose_quality(load_quality_catalog(shipped_quality_catalog_path()), o.quality);
     o.model = choice.path;
     o.level = choice.level;
   }
@@ -290,7 +266,7 @@ int run_decompress(const DecompressOptions& o) {
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
-    FileHead head;
+    BitstreamHead head;
     const bool tagged = peek_head(input, &head);
     const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {

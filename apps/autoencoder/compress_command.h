@@ -15,7 +15,8 @@ inline constexpr double kDefaultQuality = 3;
 
 struct CompressOptions {
   std::string model;
-  double quality = 0;  // 0: none (kDefaultQuality without --model); else the catalog's model (quality_catalog.h)
+  double quality =
+      0;  // 0: none (kDefaultQuality without --model); else the catalog's model (plexus/codec/quality_catalog.h)
   std::optional<double> level;  // a variable-rate model's rate level (--level, or the quality's)
   std::vector<std::string> inputs;
   std::string out;
@@ -71,10 +72,5 @@ std::vector<std::string> shipped_models();
 // The whole of a compressed file, refused unread (IoError naming it) when it
 // is not a regular file or is longer than `limit` bytes.
 std::vector<std::uint8_t> read_compressed_file(const std::string& path, std::uint64_t limit);
-
-// The quality catalog compress --quality reads: $PLEXUS_AE_QUALITY_CATALOG when
-// set, else <executable>/../share/plexus/autoencoder/trained/quality-catalog.json
-// (installed), else the source tree's models/trained/quality-catalog.json.
-std::string quality_catalog_path();
 
 }  // namespace plexus::ae

@@ -516,6 +516,27 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
 }
 
+// The head of a file, read from its first bytes in every version: what the
+// full read gives for the version, fingerprint and size.
+TEST(CodecBitstreamHead, GivesTheVersionFingerprintAndSizeOfEveryVersion) {
+  CodecModel model(tiny_spec(), tiny_weights(5), registry, Device::cpu(), "tiny");
+  for (std::uint16_t version : {std::uint16_t(1), kSectionedVersion}) {
+    model.set_format_version(version);
+    const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(21, 13));
+    const BitstreamHead head = read_bitstream_head(bytes.data(), kBitstreamHeadBytes);
+    EXPECT_EQ(head.version, version);
+    EXPECT_EQ(head.fingerprint, model.fingerprint());
+    EXPECT_EQ(head.width, 21u);
+    EXPECT_EQ(head.height, 13u);
+    const BitstreamHead shorter = read_bitstream_head(bytes.data(), 16);
+    EXPECT_EQ(shorter.fingerprint, model.fingerprint());
+    EXPECT_EQ(shorter.width, 0u);
+    EXPECT_TRUE(contains(error_or_none([&] { read_bitstream_head(bytes.data(), 15); }), "truncated: 15 bytes"));
+  }
+  const std::uint8_t text[] = "hello, world, and more";
+  EXPECT_TRUE(contains(error_or_none([&] { read_bitstream_head(text, sizeof text); }), "not a plexus-ae compressed"));
+}
+
 // A model file records its fingerprint (export): loading checks it against
 // the weights and tables, and refuses a value that is not 16 hex digits.
 TEST(CodecRecordedFingerprint, LoadingChecksIt) {
