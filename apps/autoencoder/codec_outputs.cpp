@@ -1,4 +1,4 @@
-#include "codec_outputs.h"
+#include "compress_command.h"
 
 #include <algorithm>
 #include <cctype>
