@@ -4,13 +4,17 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
+
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -42,9 +46,37 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The largest input read from a pipe: a file of the largest image at 24 bits
+// per pixel, or a PNG of 50 megapixels, stays well below it.
+constexpr std::uint64_t kMaxStandardInputBytes = std::uint64_t{1} << 30;
+
+// All of standard input; IoError past `limit` bytes or on a read error.
+std::vector<std::uint8_t> read_standard_input(std::uint64_t limit) {
+  std::vector<std::uint8_t> bytes;
+  std::uint8_t block[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(block, 1, sizeof block, stdin);
+    bytes.insert(bytes.end(), block, block + got);
+    if (bytes.size() > limit)
+      throw IoError("standard input holds more than " + std::to_string(limit) + " bytes; give a file instead");
+    if (got < sizeof block) break;
+  }
+  if (std::ferror(stdin)) throw IoError("cannot read standard input: " + std::string(std::strerror(errno)));
+  return bytes;
+}
+
+void write_standard_output(const std::uint8_t* bytes, std::size_t size) {
+  if (std::fwrite(bytes, 1, size, stdout) != size || std::fflush(stdout) != 0)
+    throw IoError("cannot write standard output: " + std::string(std::strerror(errno)));
+}
+
+// Where the line saying what was written goes: stderr when the output itself is standard output.
+std::FILE* report_stream(const std::string& output) { return output == kStandardStream ? stderr : stdout; }
+
 // Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half
-// file; the error names the file and the system's reason.
+// file; the error names the file and the system's reason. "-": standard output.
 void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  if (path == kStandardStream) return write_standard_output(bytes.data(), bytes.size());
   create_parent_folders(path);
   AtomicFile file(path, "compressed image");
   file.write(bytes.data(), bytes.size());
@@ -55,18 +87,46 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// The head of a file (read_bitstream_head), when it has the magic and a
-// fingerprint (the size stays 0x0 when the file ends before it).
-bool peek_head(const std::string& path, BitstreamHead* head) {
-  std::ifstream in(path, std::ios::binary);
-  std::uint8_t bytes[kBitstreamHeadBytes] = {};
-  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+// The head of a file's bytes (read_bitstream_head), when they have the magic
+// and a fingerprint (the size stays 0x0 when they end before it).
+bool head_of(const std::vector<std::uint8_t>& bytes, BitstreamHead* head) {
   try {
-    *head = read_bitstream_head(bytes, static_cast<std::size_t>(in.gcount()));
+    *head = read_bitstream_head(bytes.data(), bytes.size());
   } catch (const IoError&) {
     return false;  // the full read says what is wrong
   }
   return true;
+}
+
+// The head of the file at `path`, from its first kBitstreamHeadBytes.
+bool peek_head(const std::string& path, BitstreamHead* head) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::uint8_t> bytes(kBitstreamHeadBytes);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  return head_of(bytes, head);
+}
+
+// A PNG at `path`, or on standard output for "-" (written to a temporary
+// file first: the PNG writer writes files).
+void write_decoded_png(const std::string& path, const data::Image& image, data::PngColour colour) {
+  if (path != kStandardStream) {
+    create_parent_folders(path);
+    return data::write_png(path, image, colour);
+  }
+  const fs::path temporary = fs::temp_directory_path() / ("plexus-ae-" + std::to_string(::getpid()) + ".png");
+  struct Removal {
+    fs::path path;
+    ~Removal() {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+  } removal{temporary};
+  data::write_png(temporary.string(), image, colour);
+  std::ifstream in(temporary, std::ios::binary);
+  const std::vector<std::uint8_t> png{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (!in.good() && !in.eof()) throw IoError("cannot read back the PNG written to '" + temporary.string() + "'");
+  write_standard_output(png.data(), png.size());
 }
 
 // Refuses, from its header and before any model or decoding, a file whose
@@ -75,12 +135,6 @@ bool peek_head(const std::string& path, BitstreamHead* head) {
 void refuse_over_pixel_limit(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
   const std::string problem = data::pixel_limit_problem(width, height, max_pixels);
   if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
-}
-
-void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
-  BitstreamHead head;
-  if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
-  refuse_over_pixel_limit(head.width, head.height, max_pixels);
 }
 
 // Refuses, from its header and before decoding, an image of more than
@@ -209,9 +263,15 @@ int run_compress(const CompressOptions& options) {
       data::Image image;
       std::string reason;
       data::ImageConversions conversions;
-      check_image_pixel_limit(o.inputs[i], o.max_image_pixels);
-      if (!data::try_read_image(o.inputs[i], image, reason, o.max_image_pixels, &conversions))
-        throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
+      if (o.inputs[i] == kStandardStream) {
+        const std::vector<std::uint8_t> piped = read_standard_input(kMaxStandardInputBytes);
+        if (!data::decode_image(piped.data(), piped.size(), o.max_image_pixels, image, reason, &conversions))
+          throw IoError("cannot read an image from standard input: " + reason);
+      } else {
+        check_image_pixel_limit(o.inputs[i], o.max_image_pixels);
+        if (!data::try_read_image(o.inputs[i], image, reason, o.max_image_pixels, &conversions))
+          throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
+      }
       // Grey is no loss here: the file says so and decompress writes grey again.
       data::ImageConversions lossy = conversions;
       lossy.grey_expanded = false;
@@ -232,10 +292,11 @@ int run_compress(const CompressOptions& options) {
       const double ms = milliseconds_since(start);
       write_file(outputs[i], bytes);
       progress.erase();
-      std::printf("%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
-                  size_text(image.width, image.height).c_str(), bytes.size(),
-                  8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
-      std::fflush(stdout);
+      std::FILE* report = report_stream(outputs[i]);
+      std::fprintf(report, "%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                   size_text(image.width, image.height).c_str(), bytes.size(),
+                   8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
+      std::fflush(report);
     } catch (const Error& e) {
       spdlog::error("cannot compress '{}': {}", o.inputs[i], e.what());
       ++failures;
@@ -256,18 +317,15 @@ int run_decompress(const DecompressOptions& o) {
   const Device device = choose_device(o.device);
 
   // With --model, that model decodes everything; without, each file gets
-  // the shipped model whose fingerprint it carries.
+  // the shipped model whose fingerprint it carries (`head`, when the file has one).
   std::map<std::string, std::unique_ptr<CodecModel>> models;  // by path
-  auto model_for = [&](const std::string& input) -> CodecModel& {
+  auto model_for = [&](const std::optional<BitstreamHead>& head) -> CodecModel& {
     if (!o.model.empty()) {
       auto& model = models[o.model];
       if (!model) model = CodecModel::from_file(o.model, registry, device);
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
-    BitstreamHead head;
-    const bool tagged = peek_head(input, &head);
-    const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {
       auto& model = models[path];
       if (!model) {
@@ -278,13 +336,13 @@ int run_decompress(const DecompressOptions& o) {
           recorded = recorded_fingerprint(path);
         } catch (const Error&) {
         }
-        if (tagged && recorded && *recorded != wanted) continue;
+        if (head && recorded && *recorded != head->fingerprint) continue;
         model = CodecModel::from_file(path, registry, device);
       }
-      if (!tagged || model->fingerprint() == wanted) return *model;
+      if (!head || model->fingerprint() == head->fingerprint) return *model;
     }
     if (candidates.empty()) throw ConfigError("no --model given and no shipped model found; pass --model");
-    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(wanted) +
+    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(head->fingerprint) +
                       ", which is none of the shipped models; pass --model with the model that compressed it");
   };
 
@@ -293,19 +351,30 @@ int run_decompress(const DecompressOptions& o) {
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
     try {
-      check_pixel_limit(o.inputs[i], o.max_image_pixels);
-      CodecModel& model = model_for(o.inputs[i]);
-      const std::vector<std::uint8_t> bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
+      const bool piped = o.inputs[i] == kStandardStream;
+      std::vector<std::uint8_t> bytes;
+      if (piped) bytes = read_standard_input(kMaxStandardInputBytes);
+      // The head first: an image over the pixel limit is refused, and the model chosen, before the file is read.
+      BitstreamHead head;
+      const bool tagged = piped ? head_of(bytes, &head) : peek_head(o.inputs[i], &head);
+      if (tagged && head.width != 0 && head.height != 0)
+        refuse_over_pixel_limit(head.width, head.height, o.max_image_pixels);
+      CodecModel& model = model_for(tagged ? std::optional<BitstreamHead>(head) : std::nullopt);
+      if (!piped) bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
+      else if (bytes.size() > model.max_file_bytes())
+        throw IoError("standard input: " + std::to_string(bytes.size()) +
+                      " bytes, more than any file the model can have written (" +
+                      std::to_string(model.max_file_bytes()) + "); not a plexus-ae compressed image for it");
       const auto start = std::chrono::steady_clock::now();
       BitstreamHeader header;
       const data::Image image = model.decompress(bytes.data(), bytes.size(), &header);
       const double ms = milliseconds_since(start);
-      create_parent_folders(outputs[i]);
-      data::write_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
+      write_decoded_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
       progress.erase();
-      std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
-                  size_text(image.width, image.height).c_str(), ms);
-      std::fflush(stdout);
+      std::FILE* report = report_stream(outputs[i]);
+      std::fprintf(report, "%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                   size_text(image.width, image.height).c_str(), ms);
+      std::fflush(report);
     } catch (const Error& e) {
       spdlog::error("cannot decompress '{}': {}", o.inputs[i], e.what());
       ++failures;
@@ -373,7 +442,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("compress", "compress images into .pxae files with a trained model");
   command->option_defaults()->always_capture_default();
   CompressOptions& c = *options;
-  command->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
+  command->add_option("images", c.inputs, "PNG or JPEG images to compress ('-': standard input)")
+      ->required()
+      ->type_name("IMAGE");
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
   // Read as text, so that a value that is not a whole number gets a message naming the qualities.
   auto quality = std::make_shared<std::string>();
@@ -386,8 +457,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command
       ->add_option(
           "-o,--out", c.out,
-          "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
-          "default: each image's path with .pxae (photo.png -> photo.pxae)")
+          "output file (one image; '-': standard output), or a folder (ending in '/' or existing; created when "
+          "missing) for several; default: each image's path with .pxae (photo.png -> photo.pxae), standard output "
+          "for '-'")
       ->type_name("PATH");
   auto level = std::make_shared<std::string>();
   command
@@ -416,6 +488,7 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress photo.png                                                          # quality 3\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
+      "  cat photo.png | plexus-ae compress - > photo.pxae                                     # a pipe\n"
       "The file format is described in docs/bitstream.md.");
   command->callback([options, quality, level, &exit_code] {
     if (!quality->empty()) options->quality = parse_quality(*quality);
@@ -430,14 +503,17 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
   command->option_defaults()->always_capture_default();
   DecompressOptions& d = *options;
-  command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
+  command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress ('-': standard input)")
+      ->required()
+      ->type_name("FILE");
   command
       ->add_option("--model", d.model,
                    "the model that compressed them (default: the shipped model whose fingerprint the file carries)")
       ->type_name("FILE");
   command
       ->add_option("-o,--out", d.out,
-                   "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
+                   "output .png (one file; '-': standard output), or a folder (ending in '/' or existing; created when "
+                   "missing) for several; "
                    "default: each file's path with its extension replaced by .decoded.png (photo.pxae -> "
                    "photo.decoded.png), never the name of the original image")
       ->type_name("PATH");
@@ -453,6 +529,7 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.decoded.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
+      "  plexus-ae decompress - < photo.pxae > decoded.png      # a pipe\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
   command->callback([options, &exit_code] {

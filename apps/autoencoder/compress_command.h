@@ -14,6 +14,13 @@ namespace plexus::ae {
 // checked before any model is loaded or any image coded, so that a mistake
 // in -o costs nothing and leaves nothing behind.
 
+// "-" as an input is standard input, as an output standard output (as
+// cwebp, dwebp, cjpeg and djpeg take it): compress reads a PNG or JPEG and
+// writes the .pxae bytes, decompress reads the .pxae bytes and writes a PNG;
+// "-" in, without -o, is "-" out. The lines that say what was written go
+// to stderr when the output is standard output.
+inline constexpr const char* kStandardStream = "-";
+
 // The two commands' naming rules.
 enum class CodecOutput {
   compressed,  // compress: .pxae files
@@ -28,6 +35,7 @@ enum class CodecOutput {
 //   -o ending in '/' or naming an existing folder: in that folder, the
 //           input's file name with its extension replaced (x.png -> DIR/x.pxae,
 //           x.pxae -> DIR/x.png);
+//   "-" in without -o, or -o -: standard output (for one input only);
 //   other -o: that file, for one input only (decompress: it must end in .png;
 //           compress: it must not end in .png, .jpg or .jpeg).
 // ConfigError, before anything is created, for several inputs with a file -o,
