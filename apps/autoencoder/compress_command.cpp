@@ -31,7 +31,6 @@
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "output_folder.h"
-#include "parameter_storage.h"
 #include "plexus/checkpoint.h"
 #include "plexus/model_spec.h"
 #include "session.h"

@@ -1,12 +1,19 @@
 #pragma once
 // `plexus-ae compress`, `plexus-ae decompress`, `plexus-ae export` and
-// `plexus-ae info`: the codec commands (codec_model.h does the work; docs/bitstream.md is the format).
+// `plexus-ae info`: the codec commands (codec_model.h does the work;
+// docs/bitstream.md is the format), where they write (codec_outputs.cpp)
+// and how export stores parameters (parameter_storage.cpp).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "plexus/checkpoint.h"
+#include "plexus/model_spec.h"
+#include "plexus/registry.h"
 
 namespace plexus::ae {
 
@@ -119,7 +126,7 @@ struct ExportOptions {
   // A hyperprior's integer network (entropy parameters): calibrated on the images
   // of this folder (empty: kept when the file has a calibration, else the prior's samples).
   std::string calibration_images;
-  std::string storage = "f32";  // f32, f16 or int8 (parameter_storage.h)
+  std::string storage = "f32";  // f32, f16 or int8 (store_parameters_as, below)
 };
 
 // Each declares its subcommand and options on `app`; once parsed, it runs
@@ -157,5 +164,27 @@ std::string describe_compressed_file(const std::vector<std::uint8_t>& bytes);
 // Declares the subcommand on `app`; once parsed, it prints a line per file
 // and leaves its exit code in `exit_code` (1 when a file could not be read).
 void add_info_command(CLI::App& app, int& exit_code);
+
+// How `plexus-ae export --storage` stores a model's parameters:
+//   f32   as they are;
+//   f16   every parameter as F16, rounded to the nearest (plexus/half.h);
+//   int8  the weight of each Conv2d, ConvTranspose2d and FullyConnected node
+//         as I8 with an f32 scale per output channel (plexus/int8.h), every
+//         other parameter (biases, GDN, the entropy models) as F16.
+// The coding tables export adds are not parameters: they stay as they are.
+// The output-channel axis of the weight of a node of type `type`, for the
+// types whose weight int8 storage quantises: Conv2d [Co, Ci, k, k] -> 0,
+// ConvTranspose2d [Ci, Co, k, k] -> 1, FullyConnected [out, in] -> 0;
+// -1 for every other type.
+int int8_weight_channel_axis(const std::string& type);
+
+// Replaces each parameter of `file` (those of `spec`'s net) by the f32
+// values the stored file will load, so that what export derives from them
+// (the coding tables, the integer network) matches the file, and returns
+// how save_safetensors is to store them. `storage` is f32, f16 or int8;
+// IoError naming `who` for a parameter missing from the file or one that
+// does not fit the storage.
+CompactStorage store_parameters_as(const std::string& storage, TensorFile& file, const ModelSpec& spec,
+                                   const Registry& registry, const std::string& who);
 
 }  // namespace plexus::ae

@@ -17,7 +17,6 @@
 #include "eval_command.h"
 #include "plexus/registry.h"
 #include "plexus/train/exit_codes.h"
-#include "layers_command.h"
 #include "summary_command.h"
 #include "train_command.h"
 
