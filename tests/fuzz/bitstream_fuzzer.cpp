@@ -263,22 +263,26 @@ ae::CodecModel& model(std::uint8_t mode) {
 // the temporary folder and opened with plexus_codec_open_file, so that it
 // decodes the same files as model(mode).
 plexus_codec_model* c_api_model(std::uint8_t mode) {
-  static std::map<std::string, plexus_codec_model*> opened;
+  // Closed at exit, so that the leak check sees every handle released.
+  static std::map<std::string, std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>> opened;
   const ModelSpec spec = (mode & 32)   ? fuzz_variable_rate_spec()
                          : (mode & 16) ? fuzz_channel_spec()
                          : (mode & 8)  ? fuzz_mean_scale_spec()
                          : (mode & 4)  ? fuzz_hyperprior_spec()
                                        : fuzz_spec();
-  plexus_codec_model*& handle = opened[spec.name];
-  if (handle) return handle;
+  auto known = opened.find(spec.name);
+  if (known != opened.end()) return known->second.get();
   const std::string path = std::filesystem::temp_directory_path() /
                            ("plexus-c-api-fuzz-" + std::to_string(::getpid()) + "-" + spec.name + ".safetensors");
   save_safetensors(path, model_file(spec));
+  plexus_codec_model* handle = nullptr;
   if (plexus_codec_open_file(path.c_str(), "cpu", &handle) != PLEXUS_CODEC_OK) {
     std::fprintf(stderr, "cannot open the fuzz model: %s\n", plexus_codec_last_error());
     std::abort();
   }
   std::filesystem::remove(path);
+  opened.emplace(spec.name,
+                 std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>(handle, plexus_codec_close));
   if (plexus_codec_model_fingerprint(handle) != model(mode).fingerprint()) std::abort();
   return handle;
 }
@@ -288,8 +292,11 @@ plexus_codec_model* c_api_model(std::uint8_t mode) {
 // A status outside the enum, a refusal without a message, or a decode that
 // succeeds where get_info refused, is a bug.
 void fuzz_c_api(std::uint8_t mode, const std::vector<std::uint8_t>& bytes) {
+  // An empty input as zero bytes at a valid address (NULL is an invalid argument, refused as such).
+  static const std::uint8_t nothing = 0;
+  const std::uint8_t* data = bytes.empty() ? &nothing : bytes.data();
   plexus_codec_info info{};
-  const plexus_codec_status info_status = plexus_codec_get_info(bytes.data(), bytes.size(), &info);
+  const plexus_codec_status info_status = plexus_codec_get_info(data, bytes.size(), &info);
   if (info_status != PLEXUS_CODEC_OK && (info_status != PLEXUS_CODEC_BAD_FILE || !*plexus_codec_last_error()))
     std::abort();
   const bool known = info_status == PLEXUS_CODEC_OK;
@@ -298,11 +305,10 @@ void fuzz_c_api(std::uint8_t mode, const std::vector<std::uint8_t>& bytes) {
   const std::size_t channels = (mode & 64) ? 4 : 3;
   std::vector<std::uint8_t> pixels(width * height * channels);
   plexus_codec_model* decoder = c_api_model(mode);
-  const plexus_codec_status status = channels == 4
-                                         ? plexus_codec_decode_rgba(decoder, bytes.data(), bytes.size(), pixels.data(),
-                                                                    pixels.size(), width * channels)
-                                         : plexus_codec_decode_rgb(decoder, bytes.data(), bytes.size(), pixels.data(),
-                                                                   pixels.size(), width * channels);
+  const plexus_codec_status status =
+      channels == 4
+          ? plexus_codec_decode_rgba(decoder, data, bytes.size(), pixels.data(), pixels.size(), width * channels)
+          : plexus_codec_decode_rgb(decoder, data, bytes.size(), pixels.data(), pixels.size(), width * channels);
   if (status == PLEXUS_CODEC_OK && !known) std::abort();
   if (status != PLEXUS_CODEC_OK &&
       (status < PLEXUS_CODEC_INVALID_ARGUMENT || status > PLEXUS_CODEC_INTERNAL_ERROR || !*plexus_codec_last_error()))
@@ -366,7 +372,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16, 32}) model(kind);
+  for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
+    model(kind);
+    if (kThroughCApi) c_api_model(kind);
+  }
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
