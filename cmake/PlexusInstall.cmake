@@ -1,10 +1,13 @@
 # `cmake --install build --prefix P` installs what an out-of-tree plugin
-# needs: the headers, libplexus.so, the plexus-ae app, and a CMake package so
-# that a plugin's CMakeLists says find_package(plexus) and links plexus::plexus
-# (docs/writing-plugins.md walks through it).
+# or a program using the codec needs: the headers, libplexus.so,
+# libplexus_codec.so, the plexus-ae app, and a CMake package so that a
+# plugin's CMakeLists says find_package(plexus) and links plexus::plexus
+# (docs/writing-plugins.md walks through it), and a program
+# find_package(plexus COMPONENTS codec) and plexus::codec.
 #
-#   P/include/plexus/...                   public headers
-#   P/lib/libplexus.so
+#   P/include/plexus/...                   public headers (plexus/codec.h: the codec's C API)
+#   P/lib/libplexus.so, libplexus_codec.so
+#   P/lib/pkgconfig/plexus-codec.pc        pkg-config --cflags --libs plexus-codec
 #   P/bin/plexus-ae                        when the app is part of the build
 #   P/lib/cmake/plexus/plexusConfig.cmake  + version file, exported targets,
 #                                          PlexusPlugin.cmake (plexus_add_plugin)
@@ -32,6 +35,26 @@ install(TARGETS plexus EXPORT plexusTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/plexus ${PROJECT_SOURCE_DIR}/layers/include/plexus
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# The codec: plexus::codec in the package, libplexus found next door.
+target_compile_features(plexus_codec PUBLIC cxx_std_17)
+set_target_properties(plexus_codec PROPERTIES EXPORT_NAME codec INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
+install(TARGETS plexus_codec EXPORT plexusTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/codec/include/plexus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The pkg-config file, relative to its own folder so that the prefix may move.
+file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/package/plexus-codec.pc @ONLY CONTENT [[
+prefix=${pcfiledir}/../..
+libdir=${prefix}/@CMAKE_INSTALL_LIBDIR@
+includedir=${prefix}/@CMAKE_INSTALL_INCLUDEDIR@
+
+Name: plexus-codec
+Description: the Plexus learned image codec (C API: plexus/codec.h)
+Version: @PROJECT_VERSION@
+Libs: -L${libdir} -lplexus_codec
+Cflags: -I${includedir}
+]])
+install(FILES ${PROJECT_BINARY_DIR}/package/plexus-codec.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 if(TARGET plexus-ae)
   set_target_properties(plexus-ae PROPERTIES

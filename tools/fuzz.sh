@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz/: model spec + Net, safetensors
-# + checkpoint loading, PNG/JPEG decoding, ...) with clang, AddressSanitizer
+# + checkpoint loading, PNG/JPEG decoding, the codec's decoder and its C API, ...) with clang, AddressSanitizer
 # and UndefinedBehaviorSanitizer in build-fuzz/ (CPU only), then runs each
 # for SECONDS seconds (default 20) from its committed seed corpus.
 #

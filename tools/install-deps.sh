@@ -10,6 +10,7 @@ packages=(build-essential cmake ninja-build pkg-config
           libjpeg62-turbo-dev libpng-dev libgtest-dev
           libopenmpi-dev openmpi-bin  # data-parallel training on CPUs, and its mpirun test
           python3-matplotlib   # tools/plot_metrics.py and its test
+          pybind11-dev python3-dev python3-numpy python3-pytest  # the Python module plexus.codec and its tests
           clang-format)        # tools/format.sh and the suite's formatting check
 # With --codecs, what the rate-distortion comparison (lab/rd/compare.py) needs:
 # the standard codecs' command-line encoders and decoders (libjpeg-turbo's

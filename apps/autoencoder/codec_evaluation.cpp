@@ -1,4 +1,4 @@
-#include "codec_evaluation.h"
+#include "eval_command.h"
 
 #include <chrono>
 

@@ -1,4 +1,4 @@
-#include "codec_outputs.h"
+#include "compress_command.h"
 
 #include <algorithm>
 #include <cctype>
@@ -87,7 +87,14 @@ std::string another_name(const std::string& input) {
 
 std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, const std::string& out,
                                       CodecOutput kind) {
+  if (std::count(inputs.begin(), inputs.end(), kStandardStream) > 1)
+    throw ConfigError("'-' (standard input) is given more than once");
   const bool folder = names_folder(out);
+  if (out == kStandardStream) {
+    if (inputs.size() > 1)
+      throw ConfigError("-o - (standard output) takes one input, not " + std::to_string(inputs.size()));
+    return {out};
+  }
   if (!out.empty() && !folder) {
     if (inputs.size() > 1)
       throw ConfigError("several inputs need -o to be a folder: end it with '/' or name an existing folder (-o '" +
@@ -104,7 +111,10 @@ std::vector<std::string> plan_outputs(const std::vector<std::string>& inputs, co
   }
   std::vector<std::string> outputs;
   for (const std::string& input : inputs) {
-    if (out.empty()) outputs.push_back(default_output(input, kind));
+    if (input == kStandardStream && out.empty()) outputs.push_back(kStandardStream);  // a pipe, as cwebp and dwebp
+    else if (input == kStandardStream && folder)
+      throw ConfigError("'-' (standard input) has no file name to write into -o '" + out + "'; give -o a file name");
+    else if (out.empty()) outputs.push_back(default_output(input, kind));
     else if (folder)
       outputs.push_back((fs::path(out) / fs::path(input).filename().replace_extension(extension_of(kind))).string());
     else outputs.push_back(out);
@@ -118,11 +128,12 @@ void check_outputs(const std::vector<std::string>& inputs, const std::vector<std
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::string& input = inputs[i];
     const std::string& output = outputs[i];
+    if (output == kStandardStream) continue;  // standard output: nothing to replace or create
     std::error_code error;
     const fs::file_status status = fs::status(output, error);
     if (fs::is_directory(status))
       throw ConfigError("cannot write '" + output + "': it is a folder; choose another output with -o");
-    if (fs::exists(status) && fs::equivalent(input, output, error))
+    if (fs::exists(status) && input != kStandardStream && fs::equivalent(input, output, error))
       throw ConfigError("'" + input + "' would be written over itself; choose another -o");
     if (fs::exists(status) && !overwrite) {
       if (default_names && kind == CodecOutput::image)
@@ -138,7 +149,7 @@ void check_outputs(const std::vector<std::string>& inputs, const std::vector<std
 void check_inputs_are_files(const std::vector<std::string>& inputs, CodecOutput kind) {
   for (const std::string& input : inputs) {
     std::error_code error;
-    if (!fs::is_directory(input, error)) continue;
+    if (input == kStandardStream || !fs::is_directory(input, error)) continue;
     std::string folder = input;
     while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
     if (kind == CodecOutput::compressed)
@@ -148,6 +159,7 @@ void check_inputs_are_files(const std::vector<std::string>& inputs, CodecOutput 
 }
 
 void create_parent_folders(const std::string& output) {
+  if (output == kStandardStream) return;
   const fs::path folder = fs::path(output).parent_path();
   if (folder.empty()) return;
   std::error_code error;

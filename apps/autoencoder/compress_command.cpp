@@ -4,7 +4,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -12,9 +14,10 @@
 #include <memory>
 #include <set>
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
-#include "codec_outputs.h"
 #include "console.h"
 #include "model_catalog.h"
 #include "plexus/train/exit_codes.h"
@@ -24,11 +27,10 @@
 #include "plexus/codec/bitstream.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/data/image_folder.h"
-#include "quality_catalog.h"
+#include "plexus/codec/quality_catalog.h"
 #include "plexus/error.h"
 #include "plexus/net.h"
 #include "output_folder.h"
-#include "parameter_storage.h"
 #include "plexus/checkpoint.h"
 #include "plexus/model_spec.h"
 #include "session.h"
@@ -43,9 +45,37 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The largest input read from a pipe: a file of the largest image at 24 bits
+// per pixel, or a PNG of 50 megapixels, stays well below it.
+constexpr std::uint64_t kMaxStandardInputBytes = std::uint64_t{1} << 30;
+
+// All of standard input; IoError past `limit` bytes or on a read error.
+std::vector<std::uint8_t> read_standard_input(std::uint64_t limit) {
+  std::vector<std::uint8_t> bytes;
+  std::uint8_t block[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(block, 1, sizeof block, stdin);
+    bytes.insert(bytes.end(), block, block + got);
+    if (bytes.size() > limit)
+      throw IoError("standard input holds more than " + std::to_string(limit) + " bytes; give a file instead");
+    if (got < sizeof block) break;
+  }
+  if (std::ferror(stdin)) throw IoError("cannot read standard input: " + std::string(std::strerror(errno)));
+  return bytes;
+}
+
+void write_standard_output(const std::uint8_t* bytes, std::size_t size) {
+  if (std::fwrite(bytes, 1, size, stdout) != size || std::fflush(stdout) != 0)
+    throw IoError("cannot write standard output: " + std::string(std::strerror(errno)));
+}
+
+// Where the line saying what was written goes: stderr when the output itself is standard output.
+std::FILE* report_stream(const std::string& output) { return output == kStandardStream ? stderr : stdout; }
+
 // Written to "<path>.tmp-<pid>" then renamed, so a failure leaves no half
-// file; the error names the file and the system's reason.
+// file; the error names the file and the system's reason. "-": standard output.
 void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  if (path == kStandardStream) return write_standard_output(bytes.data(), bytes.size());
   create_parent_folders(path);
   AtomicFile file(path, "compressed image");
   file.write(bytes.data(), bytes.size());
@@ -56,32 +86,46 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-// What the first 32 bytes of a .pxae file say (docs/bitstream.md): the
-// model's fingerprint (bytes 8..15 in every version) and the image size
-// (bytes 16..23 in versions 1 to 4, 24..31 in version 5).
-struct FileHead {
-  std::uint64_t fingerprint = 0;
-  std::uint32_t width = 0, height = 0;
-};
-
-// The head of a file, when it has the magic and a fingerprint (the size
-// stays 0 when the file ends before it).
-bool peek_head(const std::string& path, FileHead* head) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char bytes[32] = {};
-  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
-  if (in.gcount() < 16) return false;
-  if (bytes[0] != 'P' || bytes[1] != 'X' || bytes[2] != 'A' || bytes[3] != 'E') return false;
-  auto little_endian = [&](int offset, int size) {
-    std::uint64_t value = 0;
-    for (int k = 0; k < size; ++k) value |= static_cast<std::uint64_t>(bytes[offset + k]) << (8 * k);
-    return value;
-  };
-  head->fingerprint = little_endian(8, 8);
-  const int size_at = little_endian(4, 2) >= kSectionedVersion ? 24 : 16;
-  head->width = static_cast<std::uint32_t>(little_endian(size_at, 4));
-  head->height = static_cast<std::uint32_t>(little_endian(size_at + 4, 4));
+// The head of a file's bytes (read_bitstream_head), when they have the magic
+// and a fingerprint (the size stays 0x0 when they end before it).
+bool head_of(const std::vector<std::uint8_t>& bytes, BitstreamHead* head) {
+  try {
+    *head = read_bitstream_head(bytes.data(), bytes.size());
+  } catch (const IoError&) {
+    return false;  // the full read says what is wrong
+  }
   return true;
+}
+
+// The head of the file at `path`, from its first kBitstreamHeadBytes.
+bool peek_head(const std::string& path, BitstreamHead* head) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::uint8_t> bytes(kBitstreamHeadBytes);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  return head_of(bytes, head);
+}
+
+// A PNG at `path`, or on standard output for "-" (written to a temporary
+// file first: the PNG writer writes files).
+void write_decoded_png(const std::string& path, const data::Image& image, data::PngColour colour) {
+  if (path != kStandardStream) {
+    create_parent_folders(path);
+    return data::write_png(path, image, colour);
+  }
+  const fs::path temporary = fs::temp_directory_path() / ("plexus-ae-" + std::to_string(::getpid()) + ".png");
+  struct Removal {
+    fs::path path;
+    ~Removal() {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+  } removal{temporary};
+  data::write_png(temporary.string(), image, colour);
+  std::ifstream in(temporary, std::ios::binary);
+  const std::vector<std::uint8_t> png{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (!in.good() && !in.eof()) throw IoError("cannot read back the PNG written to '" + temporary.string() + "'");
+  write_standard_output(png.data(), png.size());
 }
 
 // Refuses, from its header and before any model or decoding, a file whose
@@ -90,12 +134,6 @@ bool peek_head(const std::string& path, FileHead* head) {
 void refuse_over_pixel_limit(std::int64_t width, std::int64_t height, std::int64_t max_pixels) {
   const std::string problem = data::pixel_limit_problem(width, height, max_pixels);
   if (!problem.empty()) throw ConfigError(problem + "; " + kPixelLimitHint);
-}
-
-void check_pixel_limit(const std::string& path, std::int64_t max_pixels) {
-  FileHead head;
-  if (!peek_head(path, &head) || head.width == 0 || head.height == 0) return;  // the parser says what is wrong
-  refuse_over_pixel_limit(head.width, head.height, max_pixels);
 }
 
 // Refuses, from its header and before decoding, an image of more than
@@ -111,7 +149,7 @@ void check_image_pixel_limit(const std::string& path, std::int64_t max_pixels) {
 // whose model is present; "" when the catalog cannot be read.
 std::string quality_choices() {
   try {
-    const QualityCatalog catalog = load_quality_catalog(quality_catalog_path());
+    const QualityCatalog catalog = load_quality_catalog(shipped_quality_catalog_path());
     if (catalog.entries.empty()) return "";
     std::string shipped;
     for (const QualityEntry& entry : catalog.entries) {
@@ -192,23 +230,13 @@ std::vector<std::string> shipped_models() {
   return models;
 }
 
-std::string quality_catalog_path() {
-  if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
-  if (const auto data = installed_data_folder()) {
-    const fs::path installed = *data / "trained/quality-catalog.json";
-    std::error_code error;
-    if (fs::is_regular_file(installed, error)) return installed.string();
-  }
-  return std::string(PLEXUS_AE_SOURCE_TRAINED) + "/quality-catalog.json";
-}
-
 int run_compress(const CompressOptions& options) {
   CompressOptions o = options;
   if (!o.model.empty() && o.quality != 0) throw ConfigError("give --model or --quality, not both");
   if (o.model.empty() && o.quality == 0) o.quality = kDefaultQuality;
   if (o.quality != 0) {
     if (o.level) throw ConfigError("give --level with --model; --quality chooses the level itself");
-    const QualityChoice choice = choose_quality(load_quality_catalog(quality_catalog_path()), o.quality);
+    const QualityChoice choice = choose_quality(load_quality_catalog(shipped_quality_catalog_path()), o.quality);
     o.model = choice.path;
     o.level = choice.level;
   }
@@ -234,9 +262,15 @@ int run_compress(const CompressOptions& options) {
       data::Image image;
       std::string reason;
       data::ImageConversions conversions;
-      check_image_pixel_limit(o.inputs[i], o.max_image_pixels);
-      if (!data::try_read_image(o.inputs[i], image, reason, o.max_image_pixels, &conversions))
-        throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
+      if (o.inputs[i] == kStandardStream) {
+        const std::vector<std::uint8_t> piped = read_standard_input(kMaxStandardInputBytes);
+        if (!data::decode_image(piped.data(), piped.size(), o.max_image_pixels, image, reason, &conversions))
+          throw IoError("cannot read an image from standard input: " + reason);
+      } else {
+        check_image_pixel_limit(o.inputs[i], o.max_image_pixels);
+        if (!data::try_read_image(o.inputs[i], image, reason, o.max_image_pixels, &conversions))
+          throw IoError("cannot read image '" + o.inputs[i] + "': " + reason);
+      }
       // Grey is no loss here: the file says so and decompress writes grey again.
       data::ImageConversions lossy = conversions;
       lossy.grey_expanded = false;
@@ -257,10 +291,11 @@ int run_compress(const CompressOptions& options) {
       const double ms = milliseconds_since(start);
       write_file(outputs[i], bytes);
       progress.erase();
-      std::printf("%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
-                  size_text(image.width, image.height).c_str(), bytes.size(),
-                  8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
-      std::fflush(stdout);
+      std::FILE* report = report_stream(outputs[i]);
+      std::fprintf(report, "%s -> %s: %s, %zu bytes, %.4f bpp, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                   size_text(image.width, image.height).c_str(), bytes.size(),
+                   8.0 * bytes.size() / (static_cast<double>(image.width) * image.height), ms);
+      std::fflush(report);
     } catch (const Error& e) {
       spdlog::error("cannot compress '{}': {}", o.inputs[i], e.what());
       ++failures;
@@ -281,25 +316,32 @@ int run_decompress(const DecompressOptions& o) {
   const Device device = choose_device(o.device);
 
   // With --model, that model decodes everything; without, each file gets
-  // the shipped model whose fingerprint it carries.
+  // the shipped model whose fingerprint it carries (`head`, when the file has one).
   std::map<std::string, std::unique_ptr<CodecModel>> models;  // by path
-  auto model_for = [&](const std::string& input) -> CodecModel& {
+  auto model_for = [&](const std::optional<BitstreamHead>& head) -> CodecModel& {
     if (!o.model.empty()) {
       auto& model = models[o.model];
       if (!model) model = CodecModel::from_file(o.model, registry, device);
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
-    FileHead head;
-    const bool tagged = peek_head(input, &head);
-    const std::uint64_t wanted = head.fingerprint;
     for (const std::string& path : candidates) {
       auto& model = models[path];
-      if (!model) model = CodecModel::from_file(path, registry, device);
-      if (!tagged || model->fingerprint() == wanted) return *model;
+      if (!model) {
+        // A model file that records its fingerprint is loaded only when it is the one wanted; one that records
+        // none (or cannot be read here) is loaded to compute it, as loading reports what is wrong with it.
+        std::optional<std::uint64_t> recorded;
+        try {
+          recorded = recorded_fingerprint(path);
+        } catch (const Error&) {
+        }
+        if (head && recorded && *recorded != head->fingerprint) continue;
+        model = CodecModel::from_file(path, registry, device);
+      }
+      if (!head || model->fingerprint() == head->fingerprint) return *model;
     }
     if (candidates.empty()) throw ConfigError("no --model given and no shipped model found; pass --model");
-    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(wanted) +
+    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(head->fingerprint) +
                       ", which is none of the shipped models; pass --model with the model that compressed it");
   };
 
@@ -308,19 +350,30 @@ int run_decompress(const DecompressOptions& o) {
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
     try {
-      check_pixel_limit(o.inputs[i], o.max_image_pixels);
-      CodecModel& model = model_for(o.inputs[i]);
-      const std::vector<std::uint8_t> bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
+      const bool piped = o.inputs[i] == kStandardStream;
+      std::vector<std::uint8_t> bytes;
+      if (piped) bytes = read_standard_input(kMaxStandardInputBytes);
+      // The head first: an image over the pixel limit is refused, and the model chosen, before the file is read.
+      BitstreamHead head;
+      const bool tagged = piped ? head_of(bytes, &head) : peek_head(o.inputs[i], &head);
+      if (tagged && head.width != 0 && head.height != 0)
+        refuse_over_pixel_limit(head.width, head.height, o.max_image_pixels);
+      CodecModel& model = model_for(tagged ? std::optional<BitstreamHead>(head) : std::nullopt);
+      if (!piped) bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
+      else if (bytes.size() > model.max_file_bytes())
+        throw IoError("standard input: " + std::to_string(bytes.size()) +
+                      " bytes, more than any file the model can have written (" +
+                      std::to_string(model.max_file_bytes()) + "); not a plexus-ae compressed image for it");
       const auto start = std::chrono::steady_clock::now();
       BitstreamHeader header;
       const data::Image image = model.decompress(bytes.data(), bytes.size(), &header);
       const double ms = milliseconds_since(start);
-      create_parent_folders(outputs[i]);
-      data::write_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
+      write_decoded_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
       progress.erase();
-      std::printf("%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
-                  size_text(image.width, image.height).c_str(), ms);
-      std::fflush(stdout);
+      std::FILE* report = report_stream(outputs[i]);
+      std::fprintf(report, "%s -> %s: %s, %.1f ms\n", o.inputs[i].c_str(), outputs[i].c_str(),
+                   size_text(image.width, image.height).c_str(), ms);
+      std::fflush(report);
     } catch (const Error& e) {
       spdlog::error("cannot decompress '{}': {}", o.inputs[i], e.what());
       ++failures;
@@ -364,8 +417,12 @@ int run_export(const ExportOptions& o) {
   }
   if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
+  // The fingerprint the files of this model will carry, recorded so that decompress finds the model of a file
+  // from the model files' headers (file holds what the stored file loads, so the model is the one loaded below).
+  file.metadata[kFingerprintMetadataKey] =
+      fingerprint_text(CodecModel(spec, file, registry, Device::cpu(), out).fingerprint());
   save_safetensors(out, file, storage);
-  // Loading it back checks the tables and gives the fingerprint files will carry.
+  // Loading it back checks the tables and the recorded fingerprint.
   auto model = CodecModel::from_file(out, registry, Device::cpu());
   std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
               static_cast<long long>(model->tables().channels()),
@@ -384,7 +441,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("compress", "compress images into .pxae files with a trained model");
   command->option_defaults()->always_capture_default();
   CompressOptions& c = *options;
-  command->add_option("images", c.inputs, "PNG or JPEG images to compress")->required()->type_name("IMAGE");
+  command->add_option("images", c.inputs, "PNG or JPEG images to compress ('-': standard input)")
+      ->required()
+      ->type_name("IMAGE");
   command->add_option("--model", c.model, "model.safetensors written by plexus-ae train or export")->type_name("FILE");
   // Read as text, so that a value that is not a whole number gets a message naming the qualities.
   auto quality = std::make_shared<std::string>();
@@ -397,8 +456,9 @@ void add_compress_command(CLI::App& app, int& exit_code) {
   command
       ->add_option(
           "-o,--out", c.out,
-          "output file (one image), or a folder (ending in '/' or existing; created when missing) for several; "
-          "default: each image's path with .pxae (photo.png -> photo.pxae)")
+          "output file (one image; '-': standard output), or a folder (ending in '/' or existing; created when "
+          "missing) for several; default: each image's path with .pxae (photo.png -> photo.pxae), standard output "
+          "for '-'")
       ->type_name("PATH");
   auto level = std::make_shared<std::string>();
   command
@@ -427,6 +487,7 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress photo.png                                                          # quality 3\n"
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
+      "  cat photo.png | plexus-ae compress - > photo.pxae                                     # a pipe\n"
       "The file format is described in docs/bitstream.md.");
   command->callback([options, quality, level, &exit_code] {
     if (!quality->empty()) options->quality = parse_quality(*quality);
@@ -441,14 +502,17 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("decompress", "decompress .pxae files into PNG images");
   command->option_defaults()->always_capture_default();
   DecompressOptions& d = *options;
-  command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
+  command->add_option("files", d.inputs, ".pxae files written by plexus-ae compress ('-': standard input)")
+      ->required()
+      ->type_name("FILE");
   command
       ->add_option("--model", d.model,
                    "the model that compressed them (default: the shipped model whose fingerprint the file carries)")
       ->type_name("FILE");
   command
       ->add_option("-o,--out", d.out,
-                   "output .png (one file), or a folder (ending in '/' or existing; created when missing) for several; "
+                   "output .png (one file; '-': standard output), or a folder (ending in '/' or existing; created when "
+                   "missing) for several; "
                    "default: each file's path with its extension replaced by .decoded.png (photo.pxae -> "
                    "photo.decoded.png), never the name of the original image")
       ->type_name("PATH");
@@ -464,6 +528,7 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.decoded.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
+      "  plexus-ae decompress - < photo.pxae > decoded.png      # a pipe\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
   command->callback([options, &exit_code] {
@@ -507,6 +572,57 @@ void add_export_command(CLI::App& app, int& exit_code) {
                   "  plexus-ae export --model runs/demo/checkpoint.safetensors --out runs/demo/step-5000.safetensors\n"
                   "plexus-ae train already writes the tables into model.safetensors; older models get them on load.");
   command->callback([options, &exit_code] { exit_code = run_export(*options); });
+}
+
+std::string describe_compressed_file(const std::vector<std::uint8_t>& bytes) {
+  const Bitstream file = read_bitstream(bytes.data(), bytes.size());
+  const BitstreamHeader& header = file.header;
+  const double pixels = static_cast<double>(header.width) * header.height;
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, "%ux%u %s, %zu bytes, %.4f bpp", header.width, header.height,
+                header.grey ? "grey" : "RGB", bytes.size(), pixels > 0 ? 8.0 * bytes.size() / pixels : 0.0);
+  // Version 5 names its codec section by fingerprint, not a kind: the tree needs the model to be read.
+  const std::string format = header.version >= kSectionedVersion
+                                 ? std::to_string(file.streams.size()) + " coded stream" +
+                                       (file.streams.size() == 1 ? "" : "s") + ", codec section " +
+                                       fingerprint_text(header.codec_fingerprint)
+                                 : std::string(model_kind_name(header.kind));
+  std::string text = std::string(numbers) + "; format version " + std::to_string(header.version) + " (" + format +
+                     "), model fingerprint " + fingerprint_text(header.fingerprint);
+  if (header.variable_rate) {
+    char level[32];
+    std::snprintf(level, sizeof level, "%g", header.rate_level / static_cast<double>(kRateLevelOne));
+    text += std::string(", rate level ") + level;
+  }
+  if (!header.icc_profile.empty()) text += ", ICC profile of " + std::to_string(header.icc_profile.size()) + " bytes";
+  return text;
+}
+
+void add_info_command(CLI::App& app, int& exit_code) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  CLI::App* command = app.add_subcommand(
+      "info", "what .pxae files hold, read without their model: size, bits per pixel, format, model fingerprint");
+  command->add_option("files", *files, ".pxae files written by plexus-ae compress")->required()->type_name("FILE");
+  command->footer(
+      "Example:\n"
+      "  plexus-ae info photo.pxae\n"
+      "  photo.pxae: 768x512 RGB, 23456 bytes, 0.4772 bpp; format version 5 (2 coded streams, codec section "
+      "0123456789abcdef), model fingerprint 0123456789abcdef, rate level 2\n"
+      "The file format is described in docs/bitstream.md.");
+  command->callback([files, &exit_code] {
+    int failures = 0;
+    for (const std::string& file : *files) {
+      try {
+        const std::string line = describe_compressed_file(read_compressed_file(file, kMaxInfoFileBytes));
+        std::printf("%s: %s\n", file.c_str(), line.c_str());
+      } catch (const Error& e) {
+        spdlog::error("cannot read '{}': {}", file, e.what());
+        ++failures;
+      }
+    }
+    std::fflush(stdout);
+    exit_code = failures == 0 ? train::kExitOk : train::kExitError;
+  });
 }
 
 }  // namespace plexus::ae

@@ -17,7 +17,6 @@
 #include <spdlog/spdlog.h>
 
 #include "plexus/codec/autoencoder_contract.h"
-#include "codec_evaluation.h"
 #include "plexus/train/exit_codes.h"
 #include "image_evaluation.h"
 #include "output_folder.h"

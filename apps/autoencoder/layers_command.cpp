@@ -1,4 +1,4 @@
-#include "layers_command.h"
+#include "summary_command.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -5,21 +5,97 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "cli_suggestions.h"
 #include "compress_command.h"
 #include "console.h"
 #include "eval_command.h"
+#include "plexus/registry.h"
 #include "plexus/train/exit_codes.h"
-#include "info_command.h"
-#include "layers_command.h"
 #include "summary_command.h"
 #include "train_command.h"
+
+namespace {
+
+// "Did you mean" for the command line: after CLI11 rejects the arguments,
+// looks for the first subcommand or --option that no command registered and
+// suggests the closest registered one. Works over whatever subcommands and
+// options the CLI11 app holds, so commands added later are covered too.
+
+// "--steps", "--help": every long name a command accepts.
+std::vector<std::string> long_options(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options())
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  return names;
+}
+
+const CLI::Option* find_long_option(const CLI::App& command, const std::string& name) {
+  for (const CLI::Option* option : command.get_options())
+    for (const std::string& known : option->get_lnames())
+      if ("--" + known == name) return option;
+  return nullptr;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
+  return text;
+}
+
+// "; did you mean 'train'?" or, without a close name, "; known: 'train', 'eval'".
+std::string hint(const std::string& name, const std::vector<std::string>& known, const char* kind) {
+  const auto close = plexus::close_matches(name, known, 1);  // the closest only
+  if (!close.empty()) return "; did you mean " + quoted_list(close) + "?";
+  return std::string("; ") + kind + ": " + quoted_list(known);
+}
+
+// A message such as "unknown command 'trian'; did you mean 'train'?" or
+// "'plexus-ae train' has no option '--step'; did you mean '--steps'?", or
+// nothing when every name in `args` (argv without the program name) is known.
+std::optional<std::string> diagnose_unknown_names(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* command = &app;
+  std::string command_name = app.get_name();
+  bool expect_value = false;
+  for (const std::string& arg : args) {
+    if (arg == "--") break;  // everything after is positional
+    if (expect_value) {
+      expect_value = false;
+      continue;
+    }
+    if (arg.rfind("--", 0) == 0) {
+      const std::string name = arg.substr(0, arg.find('='));
+      const CLI::Option* option = find_long_option(*command, name);
+      if (!option)
+        return "'" + command_name + "' has no option '" + name + "'" + hint(name, long_options(*command), "options") +
+               " (see '" + command_name + " --help')";
+      expect_value = option->get_type_size() != 0 && arg.find('=') == std::string::npos;
+      continue;
+    }
+    if (arg.rfind('-', 0) == 0) continue;  // short options: CLI11's own message
+    // A bare word: the next subcommand, where the command has any.
+    const auto subcommands = command->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) continue;  // a positional value
+    const CLI::App* next = nullptr;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : subcommands) {
+      names.push_back(sub->get_name());
+      if (sub->check_name(arg)) next = sub;
+    }
+    if (!next)
+      return "unknown command '" + arg + "'" + hint(arg, names, "commands") + " (see '" + command_name + " --help')";
+    command = next;
+    command_name += " " + next->get_name();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace ae = plexus::ae;
@@ -54,7 +130,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);  // and runs the command
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {  // not --help or --version: first look for a misspelt name
-      if (auto message = ae::diagnose_unknown_names(app, std::vector<std::string>(argv + 1, argv + argc))) {
+      if (auto message = diagnose_unknown_names(app, std::vector<std::string>(argv + 1, argv + argc))) {
         spdlog::error("{}", *message);
         return plexus::train::kExitError;
       }

@@ -1,4 +1,4 @@
-#include "parameter_storage.h"
+#include "compress_command.h"
 
 #include <vector>
 

@@ -1,5 +1,6 @@
 #pragma once
-// `plexus-ae summary SPEC`: the net a model spec builds for images of a
+// The commands that describe without running: `plexus-ae layers` (below)
+// and `plexus-ae summary SPEC`: the net a model spec builds for images of a
 // given size, one row per node (type, output shape, parameters, forward
 // FLOPs), then the totals; built on the CPU, never run.
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "plexus/net.h"
+#include "plexus/registry.h"
 
 namespace plexus::ae {
 
@@ -41,5 +43,21 @@ std::string net_summary(Net& net, std::int64_t batch, const ImageSize& image);
 void add_summary_command(CLI::App& app, int& exit_code);
 
 int run_summary(const SummaryOptions& options);
+
+// `plexus-ae layers`: every layer type a model spec can name (the built-in
+// layers and those of the --plugin files), with where it comes from, what it
+// computes and the "params" it takes with their defaults.
+struct LayersOptions {
+  std::vector<std::string> plugins;
+};
+
+// The listing of every type of `registry`, sorted by name.
+std::string layer_listing(const Registry& registry);
+
+// Declares the subcommand on `app`; once parsed, it prints the listing and
+// leaves its exit code in `exit_code`.
+void add_layers_command(CLI::App& app, int& exit_code);
+
+int run_layers(const LayersOptions& options);
 
 }  // namespace plexus::ae

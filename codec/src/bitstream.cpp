@@ -229,9 +229,31 @@ Bitstream read_sectioned(const std::uint8_t* bytes, std::size_t size) {
 
 }  // namespace
 
-Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
+namespace {
+
+void check_magic(const std::uint8_t* bytes, std::size_t size) {
   if (size < 6 || get(bytes, 4) != get(reinterpret_cast<const std::uint8_t*>(kMagic), 4))
     throw IoError("not a plexus-ae compressed image (it does not start with \"PXAE\")");
+}
+
+}  // namespace
+
+BitstreamHead read_bitstream_head(const std::uint8_t* bytes, std::size_t size) {
+  check_magic(bytes, size);
+  if (size < 16) throw IoError("truncated: " + std::to_string(size) + " bytes, shorter than the model fingerprint");
+  BitstreamHead head;
+  head.version = static_cast<std::uint16_t>(get(bytes + 4, 2));
+  head.fingerprint = get(bytes + 8, 8);
+  const std::size_t size_at = head.version >= kSectionedVersion ? 24 : 16;  // width, then height
+  if (size >= size_at + 8) {
+    head.width = static_cast<std::uint32_t>(get(bytes + size_at, 4));
+    head.height = static_cast<std::uint32_t>(get(bytes + size_at + 4, 4));
+  }
+  return head;
+}
+
+Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size) {
+  check_magic(bytes, size);
   const auto version = static_cast<std::uint16_t>(get(bytes + 4, 2));
   if (version < 1 || version > kBitstreamVersion)
     throw IoError("format version " + std::to_string(version) + ", but this plexus-ae reads only versions 1 to " +

@@ -262,6 +262,11 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
                  name_, has_hyper_latent(kind_) ? " or calibrated integer network" : "",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), name_);
   fingerprint_ = compute_fingerprint(spec);
+  if (const auto recorded = recorded_fingerprint(file.metadata, "'" + name_ + "'");
+      recorded && *recorded != fingerprint_)
+    throw IoError("'" + name_ + "' records the model fingerprint " + fingerprint_text(*recorded) +
+                  " but its weights and tables give " + fingerprint_text(fingerprint_) +
+                  ": the file was changed after export; export it again");
   ctx_ = std::make_unique<Context>(device, 0);
   ctx_->set_training(false);
 }
@@ -709,6 +714,7 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
   const std::int64_t channels = latent_channels(file, graph, spec.source);
   const codec::FactorizedCodingTables tables = build_tables(file, graph, registry, channels, spec.source);
   codec::store_coding_tables(tables, codec::coding_tables_prefix(graph.entropy_node), file);
+  file.metadata.erase(kFingerprintMetadataKey);  // new tables, so a new fingerprint (export records it)
   file.metadata[kTablesMetadataKey] = nlohmann::json{
       {"coder", "rANS"},
       {"precision_bits", codec::kPrecisionBits},

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "plexus/codec/codec_model.h"
+#include "plexus/error.h"
+
 namespace plexus::ae {
 
 namespace {
@@ -85,6 +88,28 @@ void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network
     hash.add(&table.min, sizeof table.min);
     hash_values(hash, table.cdf);
   }
+}
+
+std::optional<std::uint64_t> recorded_fingerprint(const std::map<std::string, std::string>& metadata,
+                                                  const std::string& who) {
+  auto it = metadata.find(kFingerprintMetadataKey);
+  if (it == metadata.end()) return std::nullopt;
+  const std::string& text = it->second;
+  std::uint64_t value = 0;
+  bool hex = text.size() == 16;
+  for (char c : text) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    hex = hex && digit >= 0;
+    value = value << 4 | static_cast<std::uint64_t>(digit < 0 ? 0 : digit);
+  }
+  if (!hex)
+    throw IoError(who + ": the metadata \"" + kFingerprintMetadataKey + "\" is '" + text.substr(0, 40) +
+                  "', not 16 lowercase hex digits");
+  return value;
+}
+
+std::optional<std::uint64_t> recorded_fingerprint(const std::string& path) {
+  return recorded_fingerprint(load_safetensors_metadata(path), "'" + path + "'");
 }
 
 }  // namespace plexus::ae

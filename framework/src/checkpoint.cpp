@@ -279,12 +279,22 @@ Tensor int8_tensor(const std::string& path, const std::string& name, const std::
 
 }  // namespace
 
-TensorFile load_safetensors(const std::string& path) {
+namespace {
+
+// An open safetensors file, its header read and checked as JSON.
+struct SafetensorsHeader {
+  std::ifstream in;  // at the first data byte
+  std::uint64_t file_size = 0, header_size = 0;
+  nlohmann::json json;
+};
+
+void read_header(const std::string& path, SafetensorsHeader& header) {
   require_little_endian(path);
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) fail(path, "cannot open it: " + errno_text());
   if (!S_ISREG(info.st_mode)) fail(path, "it is not a regular file");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream& in = header.in;
+  in.open(path, std::ios::binary);
   if (!in) fail(path, "cannot open it: " + errno_text());
   in.seekg(0, std::ios::end);
   const std::uint64_t file_size = static_cast<std::uint64_t>(in.tellg());
@@ -314,24 +324,48 @@ TensorFile load_safetensors(const std::string& path) {
     fail(path, "the header has " + std::to_string(keys.tensor_entries) + " tensor entries, more than the limit of " +
                    std::to_string(limits::kMaxCheckpointTensors));
   if (!keys.duplicate.empty()) fail(path, "the header names tensor '" + keys.duplicate + "' twice");
-  nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header.json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!header.is_object()) fail(path, "the header must be a JSON object, got " + header.dump().substr(0, 80));
+  if (!header.json.is_object()) fail(path, "the header must be a JSON object, got " + header.json.dump().substr(0, 80));
+  header.file_size = file_size;
+  header.header_size = header_size;
+}
+
+std::map<std::string, std::string> header_metadata(const std::string& path, const nlohmann::json& value) {
+  if (!value.is_object()) fail(path, "\"__metadata__\" must be an object of strings");
+  std::map<std::string, std::string> metadata;
+  for (auto m = value.begin(); m != value.end(); ++m) {
+    if (!m.value().is_string())
+      fail(path, "\"__metadata__\" entry '" + m.key() + "' must be a string, got " + m.value().dump());
+    metadata[m.key()] = m.value().get<std::string>();
+  }
+  return metadata;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
+  SafetensorsHeader header;
+  read_header(path, header);
+  auto it = header.json.find(kMetadataKey);
+  return it == header.json.end() ? std::map<std::string, std::string>{} : header_metadata(path, *it);
+}
+
+TensorFile load_safetensors(const std::string& path) {
+  SafetensorsHeader read;
+  read_header(path, read);
+  std::ifstream& in = read.in;
+  const std::uint64_t file_size = read.file_size, header_size = read.header_size;
+  const nlohmann::json& header = read.json;
 
   TensorFile result;
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == kMetadataKey) {
-      if (!it.value().is_object()) fail(path, "\"__metadata__\" must be an object of strings");
-      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        if (!m.value().is_string())
-          fail(path, "\"__metadata__\" entry '" + m.key() + "' must be a string, got " + m.value().dump());
-        result.metadata[m.key()] = m.value().get<std::string>();
-      }
+      result.metadata = header_metadata(path, it.value());
       continue;
     }
     entries.push_back(parse_entry(path, it.key(), it.value()));

@@ -34,8 +34,10 @@ struct CommandResult {
 
 class Process {
  public:
-  // Starts `executable args...` with stdout and stderr sent to files in `scratch`.
-  Process(const std::string& executable, const std::vector<std::string>& args, const std::string& scratch) {
+  // Starts `executable args...` with stdout and stderr sent to files in
+  // `scratch`, and standard input read from the file `input`.
+  Process(const std::string& executable, const std::vector<std::string>& args, const std::string& scratch,
+          const std::string& input = "/dev/null") {
     static int counter = 0;
     const std::string tag = std::to_string(counter++);
     out_path_ = scratch + "/.stdout-" + tag;
@@ -56,7 +58,7 @@ class Process {
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
-      int in = open("/dev/null", O_RDONLY);
+      int in = open(input.c_str(), O_RDONLY);
       int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(in, 0);
@@ -98,8 +100,9 @@ class Process {
   std::string out_path_, err_path_, command_;
 };
 
-inline CommandResult run_plexus_ae(const std::vector<std::string>& args, const std::string& scratch) {
-  return Process(PLEXUS_AE_EXECUTABLE, args, scratch).wait();
+inline CommandResult run_plexus_ae(const std::vector<std::string>& args, const std::string& scratch,
+                                   const std::string& input = "/dev/null") {
+  return Process(PLEXUS_AE_EXECUTABLE, args, scratch, input).wait();
 }
 
 // Polls `condition` every 20 ms for up to `seconds`.

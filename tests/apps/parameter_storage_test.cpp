@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "parameter_storage.h"
+#include "compress_command.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/context.h"
 #include "plexus/net.h"

@@ -292,6 +292,49 @@ TEST_F(PlexusAeCodec, BadFilesExitWithOneAndSayWhatIsWrong) {
   EXPECT_TRUE(contains(guessed.err, "which is none of the shipped models")) << guessed.err;
 }
 
+// "-" is standard input and output, as for cwebp and dwebp: the same bytes
+// and pixels as through files, the report lines on stderr.
+TEST_F(PlexusAeCodec, StandardInputAndOutputWorkAsFilesDo) {
+  const std::vector<std::uint8_t> file = compress_odd("odd.pxae");
+  auto piped = testing::run_plexus_ae({"compress", "--model", model, "-", "--device", "cpu"}, folder.path(),
+                                      folder / "images/odd.png");
+  ASSERT_EQ(piped.exit_code, 0) << piped.describe();
+  EXPECT_TRUE(std::vector<std::uint8_t>(piped.out.begin(), piped.out.end()) == file) << "compress - > stdout";
+  EXPECT_TRUE(contains(piped.err, "- -> -: 21x13, " + std::to_string(file.size()) + " bytes")) << piped.err;
+  auto to_stdout = run({"compress", "--model", model, folder / "images/odd.png", "-o", "-", "--device", "cpu"});
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.describe();
+  EXPECT_TRUE(std::vector<std::uint8_t>(to_stdout.out.begin(), to_stdout.out.end()) == file) << "compress -o -";
+
+  ASSERT_EQ(decompress(folder / "odd.pxae").exit_code, 0);  // out.png, the reference
+  auto decoded = testing::run_plexus_ae({"decompress", "--model", model, "-", "--device", "cpu"}, folder.path(),
+                                        folder / "odd.pxae");
+  ASSERT_EQ(decoded.exit_code, 0) << decoded.describe();
+  EXPECT_TRUE(contains(decoded.err, "- -> -: 21x13")) << decoded.err;
+  write_all(folder / "piped.png", std::vector<std::uint8_t>(decoded.out.begin(), decoded.out.end()));
+  EXPECT_EQ(data::read_image(folder / "piped.png").pixels, data::read_image(folder / "out.png").pixels);
+  // Without --model: the shipped models are looked up from the piped file's head (none fits it).
+  auto guessed = testing::run_plexus_ae({"decompress", "-", "-o", folder / "guess.png", "--device", "cpu"},
+                                        folder.path(), folder / "odd.pxae");
+  EXPECT_EQ(guessed.exit_code, 1);
+  EXPECT_TRUE(contains(guessed.err, "cannot decompress '-': it needs the model of fingerprint")) << guessed.err;
+
+  auto bad = testing::run_plexus_ae({"decompress", "--model", model, "-", "--device", "cpu"}, folder.path(),
+                                    folder / "images/odd.png");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.err, "cannot decompress '-': not a plexus-ae compressed image")) << bad.err;
+  EXPECT_TRUE(bad.out.empty());
+  auto twice = run({"compress", "--model", model, "-", "-", "--device", "cpu"});
+  EXPECT_EQ(twice.exit_code, 1);
+  EXPECT_TRUE(contains(twice.err, "'-' (standard input) is given more than once")) << twice.err;
+  auto two_to_stdout = run({"compress", "--model", model, folder / "images/odd.png", folder / "images/tall.png", "-o",
+                            "-", "--device", "cpu"});
+  EXPECT_EQ(two_to_stdout.exit_code, 1);
+  EXPECT_TRUE(contains(two_to_stdout.err, "-o - (standard output) takes one input, not 2")) << two_to_stdout.err;
+  auto into_folder = run({"compress", "--model", model, "-", "-o", folder / "dir/", "--device", "cpu"});
+  EXPECT_EQ(into_folder.exit_code, 1);
+  EXPECT_TRUE(contains(into_folder.err, "'-' (standard input) has no file name to write into -o")) << into_folder.err;
+}
+
 TEST_F(PlexusAeCodec, OneBadFileAmongSeveralStillDecodesTheOthers) {
   compress_odd("good.pxae");
   write_all(folder / "bad.pxae", {'P', 'X', 'A', 'E', 1, 0});
@@ -331,6 +374,12 @@ TEST_F(PlexusAeCodec, AModelWithoutTablesGetsThemOnLoadAndExportStoresThem) {
                      "--overwrite", "--device", "cpu"});
   ASSERT_EQ(stored.exit_code, 0) << stored.describe();
   EXPECT_FALSE(contains(stored.err, "no coding tables")) << stored.err;
+  // export records the fingerprint the model's files carry (bytes 8..15, little-endian).
+  const std::vector<std::uint8_t> coded = read_all(folder / "old.pxae");
+  ASSERT_GE(coded.size(), 16u);
+  char digits[17];
+  for (int k = 0; k < 8; ++k) std::snprintf(digits + 2 * k, 3, "%02x", coded[15 - k]);
+  EXPECT_EQ(load_safetensors(old_model).metadata["plexus_ae.model_fingerprint"], std::string(digits));
 
   auto checkpoint = run({"export", "--model", folder / "run/checkpoint.safetensors"});
   EXPECT_EQ(checkpoint.exit_code, 1);

@@ -15,6 +15,7 @@
 #include "data/data_test_support.h"
 #include "image_evaluation.h"
 #include "plexus/builtin_layers.h"
+#include "plexus/codec.h"
 #include "plexus/checksum.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
@@ -486,6 +487,8 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors";
   auto model = CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "the shipped model should carry its tables (plexus-ae export)";
+  EXPECT_EQ(recorded_fingerprint(path), std::optional<std::uint64_t>(model->fingerprint()))
+      << "the shipped model should record its fingerprint (plexus-ae export)";
   const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
   const std::vector<std::uint8_t> bytes = model->compress(image);
   const data::Image decoded = model->decompress(bytes.data(), bytes.size());
@@ -500,6 +503,160 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   EXPECT_GE(file_bpp, eval.bpp * 0.999);  // a real code cannot beat the information content by much
   EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, 0.01);
   EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
+}
+
+// The head of a file, read from its first bytes in every version: what the
+// full read gives for the version, fingerprint and size.
+TEST(CodecBitstreamHead, GivesTheVersionFingerprintAndSizeOfEveryVersion) {
+  CodecModel model(tiny_spec(), tiny_weights(5), registry, Device::cpu(), "tiny");
+  for (std::uint16_t version : {std::uint16_t(1), kSectionedVersion}) {
+    model.set_format_version(version);
+    const std::vector<std::uint8_t> bytes = model.compress(testing::position_image(21, 13));
+    const BitstreamHead head = read_bitstream_head(bytes.data(), kBitstreamHeadBytes);
+    EXPECT_EQ(head.version, version);
+    EXPECT_EQ(head.fingerprint, model.fingerprint());
+    EXPECT_EQ(head.width, 21u);
+    EXPECT_EQ(head.height, 13u);
+    const BitstreamHead shorter = read_bitstream_head(bytes.data(), 16);
+    EXPECT_EQ(shorter.fingerprint, model.fingerprint());
+    EXPECT_EQ(shorter.width, 0u);
+    EXPECT_TRUE(contains(error_or_none([&] { read_bitstream_head(bytes.data(), 15); }), "truncated: 15 bytes"));
+  }
+  const std::uint8_t text[] = "hello, world, and more";
+  EXPECT_TRUE(contains(error_or_none([&] { read_bitstream_head(text, sizeof text); }), "not a plexus-ae compressed"));
+}
+
+// A model file records its fingerprint (export): loading checks it against
+// the weights and tables, and refuses a value that is not 16 hex digits.
+TEST(CodecRecordedFingerprint, LoadingChecksIt) {
+  testing::ScratchFolder folder{"codec-recorded-fingerprint"};
+  TensorFile file = tiny_weights(3);
+  ASSERT_TRUE(add_coding_tables(file, tiny_spec(), registry));
+  file.metadata["model_spec"] = tiny_spec().to_json().dump();
+  const std::uint64_t fingerprint = CodecModel(tiny_spec(), file, registry, Device::cpu(), "tiny").fingerprint();
+  const std::string path = folder / "model.safetensors";
+  auto load_with = [&](const std::string& recorded) {
+    file.metadata[kFingerprintMetadataKey] = recorded;
+    save_safetensors(path, file);
+    return error_or_none([&] { CodecModel::from_file(path, registry, Device::cpu()); });
+  };
+  EXPECT_EQ(load_with(fingerprint_text(fingerprint)), "no error");
+  EXPECT_EQ(recorded_fingerprint(path), std::optional<std::uint64_t>(fingerprint));
+  const std::string changed = load_with(fingerprint_text(fingerprint ^ 1));
+  EXPECT_TRUE(contains(changed, "'" + path + "' records the model fingerprint " + fingerprint_text(fingerprint ^ 1) +
+                                    " but its weights and tables give " + fingerprint_text(fingerprint) +
+                                    ": the file was changed after export"))
+      << changed;
+  for (const char* bad : {"12345", "0123456789ABCDEF", "0123456789abcdeg"})
+    EXPECT_TRUE(contains(load_with(bad),
+                         "\"plexus_ae.model_fingerprint\" is '" + std::string(bad) + "', not 16 lowercase hex digits"))
+        << bad;
+  // New coding tables drop a recorded fingerprint, which they would make stale.
+  file.metadata[kFingerprintMetadataKey] = fingerprint_text(fingerprint ^ 1);
+  ASSERT_TRUE(add_coding_tables(file, tiny_spec(), registry));
+  EXPECT_EQ(file.metadata.count(kFingerprintMetadataKey), 0u);
+}
+
+// The C API (plexus/codec.h) with the shipped bls2017 model: a round trip
+// with strides and alpha gives CodecModel's own bytes and pixels, info reads
+// a file without a model, and every misuse is a status and a message.
+class CodecCApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(plexus_codec_open_file(path.c_str(), "cpu", &model), PLEXUS_CODEC_OK) << plexus_codec_last_error();
+  }
+  void TearDown() override { plexus_codec_close(model); }
+  const std::string path = std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors";
+  plexus_codec_model* model = nullptr;
+};
+
+TEST_F(CodecCApi, RoundTripsWithStridesAndAlphaAsCodecModelDoes) {
+  const data::Image image = testing::position_image(37, 21);
+  auto reference = CodecModel::from_file(path, registry, Device::cpu());
+  const std::vector<std::uint8_t> expected_file = reference->compress(image);
+  const data::Image expected = reference->decompress(expected_file.data(), expected_file.size());
+  EXPECT_EQ(plexus_codec_model_fingerprint(model), reference->fingerprint());
+  // RGBA rows 160 bytes apart (alpha and padding must not matter).
+  const std::size_t stride = 160;
+  std::vector<std::uint8_t> rgba(stride * 21, 77);
+  for (int y = 0; y < 21; ++y)
+    for (int x = 0; x < 37; ++x)
+      for (int c = 0; c < 4; ++c) rgba[y * stride + x * 4 + c] = c < 3 ? image.at(y, x, c) : std::uint8_t(x * 7);
+  std::uint8_t* file = nullptr;
+  std::size_t file_size = 0;
+  ASSERT_EQ(plexus_codec_encode_rgba(model, rgba.data(), 37, 21, stride, &file, &file_size), PLEXUS_CODEC_OK)
+      << plexus_codec_last_error();
+  EXPECT_EQ(std::vector<std::uint8_t>(file, file + file_size), expected_file);
+  EXPECT_STREQ(plexus_codec_last_error(), "");
+
+  plexus_codec_info info{};
+  ASSERT_EQ(plexus_codec_get_info(file, file_size, &info), PLEXUS_CODEC_OK) << plexus_codec_last_error();
+  EXPECT_EQ(info.width, 37u);
+  EXPECT_EQ(info.height, 21u);
+  EXPECT_EQ(info.model_fingerprint, reference->fingerprint());
+  EXPECT_EQ(info.format_version, kBitstreamVersion);
+  EXPECT_EQ(info.grey, 0);
+  EXPECT_EQ(info.variable_rate, 0);
+
+  // Decoded into RGB rows 120 bytes apart and RGBA rows 150 apart: the padding is left alone.
+  std::vector<std::uint8_t> rgb(120 * 20 + 37 * 3, 5), decoded_rgba(150 * 21, 5);
+  ASSERT_EQ(plexus_codec_decode_rgb(model, file, file_size, rgb.data(), rgb.size(), 120), PLEXUS_CODEC_OK)
+      << plexus_codec_last_error();
+  ASSERT_EQ(plexus_codec_decode_rgba(model, file, file_size, decoded_rgba.data(), decoded_rgba.size(), 150),
+            PLEXUS_CODEC_OK);
+  for (int y = 0; y < 21; ++y)
+    for (int x = 0; x < 37; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(rgb[y * 120 + x * 3 + c], expected.at(y, x, c)) << x << "," << y;
+        ASSERT_EQ(decoded_rgba[y * 150 + x * 4 + c], expected.at(y, x, c)) << x << "," << y;
+      }
+      ASSERT_EQ(decoded_rgba[y * 150 + x * 4 + 3], 255);
+    }
+  EXPECT_EQ(rgb[111], 5);  // past the first row's 111 bytes
+  EXPECT_EQ(decoded_rgba[148], 5);
+  plexus_codec_free(file);
+}
+
+TEST_F(CodecCApi, FailuresAreAStatusAndAMessage) {
+  auto expect = [](plexus_codec_status status, plexus_codec_status expected, const std::string& message) {
+    EXPECT_EQ(status, expected) << plexus_codec_last_error();
+    EXPECT_TRUE(contains(plexus_codec_last_error(), message)) << plexus_codec_last_error();
+  };
+  const std::uint8_t text[] = "hello, this is not an image file";
+  plexus_codec_info info{};
+  expect(plexus_codec_get_info(text, sizeof text, &info), PLEXUS_CODEC_BAD_FILE,
+         "plexus_codec_get_info: not a plexus-ae compressed image");
+  expect(plexus_codec_get_info(nullptr, 0, &info), PLEXUS_CODEC_INVALID_ARGUMENT, "data is NULL");
+  std::vector<std::uint8_t> pixels(30 * 20 * 3, 128);
+  std::uint8_t* file = nullptr;
+  std::size_t file_size = 0;
+  expect(plexus_codec_encode_rgb(model, pixels.data(), 30, 20, 89, &file, &file_size), PLEXUS_CODEC_INVALID_ARGUMENT,
+         "stride 89 is less than a row's 90 bytes");
+  expect(plexus_codec_encode_rgb(model, pixels.data(), 0, 20, 90, &file, &file_size), PLEXUS_CODEC_INVALID_ARGUMENT,
+         "image size 0x20 is not in 1x1 to 65535x65535");
+  EXPECT_EQ(file, nullptr);
+  ASSERT_EQ(plexus_codec_encode_rgb(model, pixels.data(), 30, 20, 90, &file, &file_size), PLEXUS_CODEC_OK);
+  std::vector<std::uint8_t> out(pixels.size());
+  expect(plexus_codec_decode_rgb(model, file, file_size, out.data(), out.size() - 1, 90), PLEXUS_CODEC_BUFFER_TOO_SMALL,
+         "a 30x20 image with stride 90 needs 1800 bytes, the buffer has 1799");
+  std::vector<std::uint8_t> flipped(file, file + file_size);
+  flipped[flipped.size() / 2] ^= 4;
+  expect(plexus_codec_decode_rgb(model, flipped.data(), flipped.size(), out.data(), out.size(), 90),
+         PLEXUS_CODEC_BAD_FILE, "checksum mismatch");
+  plexus_codec_free(file);
+  expect(plexus_codec_set_level(model, 1), PLEXUS_CODEC_INVALID_ARGUMENT, "plexus_codec_set_level: ");
+  EXPECT_EQ(plexus_codec_rate_levels(model), 0);
+
+  plexus_codec_model* other = nullptr;
+  expect(plexus_codec_open_file("/no/such/model.safetensors", "cpu", &other), PLEXUS_CODEC_MODEL_ERROR,
+         "plexus_codec_open_file: safetensors file '/no/such/model.safetensors': cannot open it");
+  expect(plexus_codec_open_file(path.c_str(), "tpu", &other), PLEXUS_CODEC_INVALID_ARGUMENT, "device: ");
+  expect(plexus_codec_open_file_abi(PLEXUS_CODEC_ABI_VERSION + 0x100, path.c_str(), "cpu", &other),
+         PLEXUS_CODEC_ABI_MISMATCH, "another major version");
+  expect(plexus_codec_open_quality(0.5, "cpu", &other), PLEXUS_CODEC_INVALID_ARGUMENT, "is not in [1, 99]");
+  expect(plexus_codec_open_quality(98, "cpu", &other), PLEXUS_CODEC_INVALID_ARGUMENT, "no quality 98 in '");
+  EXPECT_EQ(other, nullptr);
+  EXPECT_EQ(plexus_codec_abi_version(), PLEXUS_CODEC_ABI_VERSION);
 }
 
 // Compress on CUDA; decode on the CPU and on CUDA: the same latent exactly,

@@ -19,7 +19,7 @@
 #include "plexus/codec/bitstream.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/testing/gtest_helpers.h"
-#include "quality_catalog.h"
+#include "plexus/codec/quality_catalog.h"
 
 namespace plexus::ae {
 namespace {

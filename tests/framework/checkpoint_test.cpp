@@ -102,6 +102,28 @@ TEST_F(CheckpointTest, SafetensorsRoundTrip) {
   EXPECT_NE(::access((path("a.safetensors") + ".tmp-" + std::to_string(::getpid())).c_str(), F_OK), 0);
 }
 
+// The metadata alone: the same strings, the header checked as a full load
+// checks it, and no tensor read (a data section that a full load refuses
+// does not matter).
+TEST_F(CheckpointTest, MetadataAloneIsReadFromTheHeader) {
+  save_safetensors(path("a.safetensors"), sample_file());
+  EXPECT_EQ(load_safetensors_metadata(path("a.safetensors")), sample_file().metadata);
+  write_bytes(path("none"), raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8));
+  EXPECT_TRUE(load_safetensors_metadata(path("none")).empty());
+  write_bytes(path("short_data"), raw_file(R"({"__metadata__": {"k": "v"}, "a": {"dtype": "F32", "shape": [2], )"
+                                           R"("data_offsets": [0, 8]}})",
+                                           3));
+  EXPECT_EQ(load_safetensors_metadata(path("short_data")), (std::map<std::string, std::string>{{"k", "v"}}));
+  EXPECT_TRUE(contains(error_of([&] { load_safetensors(path("short_data")); }), "beyond the data section"));
+  write_bytes(path("bad_metadata"), raw_file(R"({"__metadata__": {"step": 3}})", 0));
+  EXPECT_TRUE(contains(error_of([&] { load_safetensors_metadata(path("bad_metadata")); }),
+                       "safetensors file '" + path("bad_metadata") +
+                           "': \"__metadata__\" entry 'step' must be a "
+                           "string, got 3"));
+  EXPECT_TRUE(contains(error_of([&] { load_safetensors_metadata(path("missing")); }),
+                       "safetensors file '" + path("missing") + "': cannot open it: No such file or directory"));
+}
+
 TEST_F(CheckpointTest, FileFollowsTheSafetensorsLayout) {
   save_safetensors(path("a.safetensors"), sample_file());
   std::string bytes = read_bytes(path("a.safetensors"));

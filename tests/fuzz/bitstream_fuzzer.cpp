@@ -31,8 +31,11 @@
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 //   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
 //   bit 6: decode with the checkerboard model (before bits 2 to 5)
+//   bit 7: (the C API target) decode into RGBA rather than RGB
 // Every model decodes the files of its kind's own version (1 to 4) and the
-// sectioned version 5.
+// sectioned version 5. Built as c_api_fuzzer (PLEXUS_FUZZ_C_API=1), each
+// input goes to the C API instead (plexus/codec.h): plexus_codec_get_info,
+// then plexus_codec_decode_rgb or _rgba with a model opened from its file.
 // Seed files: PLEXUS_FUZZ_WRITE_SEEDS=<folder> <fuzzer> -runs=0 writes valid
 // files for every model (the committed corpus/bitstream_fuzzer/): seed-0 to
 // seed-49 in the kinds' versions 1 to 4, seed-50 to seed-89 the same images
@@ -42,14 +45,20 @@
 // checkerboard model's files (of every size, then with an unknown optional
 // section and with an ICC profile).
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "plexus/builtin_layers.h"
 #include "plexus/codec/autoencoder_contract.h"
+#include "plexus/codec.h"
 #include "plexus/codec/codec_model.h"
 #include "plexus/checksum.h"
 #include "plexus/cpu_parallel.h"
@@ -58,6 +67,14 @@
 namespace {
 
 using namespace plexus;
+
+// The c_api_fuzzer target compiles this harness with PLEXUS_FUZZ_C_API=1:
+// the same models and seeds, the input given to the C API (plexus/codec.h)
+// instead of CodecModel.
+#ifndef PLEXUS_FUZZ_C_API
+#define PLEXUS_FUZZ_C_API 0
+#endif
+constexpr bool kThroughCApi = PLEXUS_FUZZ_C_API != 0;
 
 ModelSpec fuzz_spec() {
   ModelSpec spec;
@@ -243,7 +260,8 @@ ModelSpec fuzz_checkerboard_spec() {
   return spec;
 }
 
-std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
+// The weights of a model of `spec` (no coding tables: they are computed on load).
+TensorFile model_file(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
   Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 4, 4}), DType::f32, Device::cpu(), 1);
   TensorFile file;
@@ -255,7 +273,13 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
       for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
-  auto model = std::make_unique<ae::CodecModel>(spec, file, registry, Device::cpu(), spec.name + " model");
+  file.metadata["model_spec"] = spec.to_json().dump();
+  return file;
+}
+
+std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
+  const Registry registry = builtin_registry();
+  auto model = std::make_unique<ae::CodecModel>(spec, model_file(spec), registry, Device::cpu(), spec.name + " model");
   model->set_max_pixels(64 * 64);
   if (model->rate_levels() > 0) model->set_rate_level(1.5);
   return model;
@@ -272,6 +296,64 @@ ae::CodecModel& model(std::uint8_t mode) {
   static std::unique_ptr<ae::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
   static std::unique_ptr<ae::CodecModel> channel = make_model(fuzz_channel_spec());
   return (mode & 16) ? *channel : (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
+}
+
+// The C API's handle of the model of input mode `mode`: its file written to
+// the temporary folder and opened with plexus_codec_open_file, so that it
+// decodes the same files as model(mode).
+plexus_codec_model* c_api_model(std::uint8_t mode) {
+  // Closed at exit, so that the leak check sees every handle released.
+  static std::map<std::string, std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>> opened;
+  const ModelSpec spec = (mode & 64)   ? fuzz_checkerboard_spec()
+                         : (mode & 32) ? fuzz_variable_rate_spec()
+                         : (mode & 16) ? fuzz_channel_spec()
+                         : (mode & 8)  ? fuzz_mean_scale_spec()
+                         : (mode & 4)  ? fuzz_hyperprior_spec()
+                                       : fuzz_spec();
+  auto known = opened.find(spec.name);
+  if (known != opened.end()) return known->second.get();
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("plexus-c-api-fuzz-" + std::to_string(::getpid()) + "-" + spec.name + ".safetensors");
+  save_safetensors(path, model_file(spec));
+  plexus_codec_model* handle = nullptr;
+  if (plexus_codec_open_file(path.c_str(), "cpu", &handle) != PLEXUS_CODEC_OK) {
+    std::fprintf(stderr, "cannot open the fuzz model: %s\n", plexus_codec_last_error());
+    std::abort();
+  }
+  std::filesystem::remove(path);
+  opened.emplace(spec.name,
+                 std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>(handle, plexus_codec_close));
+  if (plexus_codec_model_fingerprint(handle) != model(mode).fingerprint()) std::abort();
+  return handle;
+}
+
+// The C API on the input: get_info, then decode into a buffer of the size
+// get_info gives (64x64 when it refuses the file), as RGB or RGBA (bit 7).
+// A status outside the enum, a refusal without a message, or a decode that
+// succeeds where get_info refused, is a bug.
+void fuzz_c_api(std::uint8_t mode, const std::vector<std::uint8_t>& bytes) {
+  // An empty input as zero bytes at a valid address (NULL is an invalid argument, refused as such).
+  static const std::uint8_t nothing = 0;
+  const std::uint8_t* data = bytes.empty() ? &nothing : bytes.data();
+  plexus_codec_info info{};
+  const plexus_codec_status info_status = plexus_codec_get_info(data, bytes.size(), &info);
+  if (info_status != PLEXUS_CODEC_OK && (info_status != PLEXUS_CODEC_BAD_FILE || !*plexus_codec_last_error()))
+    std::abort();
+  const bool known = info_status == PLEXUS_CODEC_OK;
+  const std::size_t width = known ? info.width : 64, height = known ? info.height : 64;
+  if (width * height > 64 * 64) return;  // a valid file of a larger image: the decoder's limits are not the point
+  const std::size_t channels = (mode & 128) ? 4 : 3;
+  std::vector<std::uint8_t> pixels(width * height * channels);
+  plexus_codec_model* decoder = c_api_model(mode);
+  const plexus_codec_status status =
+      channels == 4
+          ? plexus_codec_decode_rgba(decoder, data, bytes.size(), pixels.data(), pixels.size(), width * channels)
+          : plexus_codec_decode_rgb(decoder, data, bytes.size(), pixels.data(), pixels.size(), width * channels);
+  if (status == PLEXUS_CODEC_OK && !known) std::abort();
+  if (status != PLEXUS_CODEC_OK &&
+      (status < PLEXUS_CODEC_INVALID_ARGUMENT || status > PLEXUS_CODEC_INTERNAL_ERROR || !*plexus_codec_last_error()))
+    std::abort();
+  if (status == PLEXUS_CODEC_INTERNAL_ERROR || status == PLEXUS_CODEC_OUT_OF_MEMORY) std::abort();
 }
 
 // A version-5 file with an optional section of type 9 ("icc" and a few
@@ -338,7 +420,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64}) model(kind);
+  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64}) {
+    model(kind);
+    if (kThroughCApi) c_api_model(kind);
+  }
   if (const char* folder = std::getenv("PLEXUS_FUZZ_WRITE_SEEDS")) write_seeds(folder);
   return 0;
 }
@@ -356,6 +441,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::uint32_t crc = plexus::crc32(bytes.data(), bytes.size() - 4);
     for (int k = 0; k < 4; ++k) bytes[bytes.size() - 4 + k] = static_cast<std::uint8_t>(crc >> (8 * k));
   }
+  if (kThroughCApi) return fuzz_c_api(mode, bytes), 0;
   try {
     const data::Image image = decoder.decompress(bytes.data(), bytes.size());
     if (image.pixels.size() != static_cast<std::size_t>(image.width) * image.height * 3) std::abort();

@@ -47,6 +47,9 @@ void save_safetensors(const std::string& path, const TensorFile& file, const std
 // float(q) * scale (broadcast), and its scale tensor is not returned. A
 // tensor named "*.int8_scale" without its I8 tensor is refused too.
 TensorFile load_safetensors(const std::string& path);
+// Only the "__metadata__" strings, the header checked as load_safetensors
+// checks it but no tensor read: a few kilobytes of a file of any size.
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
 }  // namespace plexus
 

@@ -193,6 +193,19 @@ struct BitstreamExpectation {
 // file name). Never reads outside [bytes, bytes + size).
 Bitstream read_bitstream(const std::uint8_t* bytes, std::size_t size);
 
+// What the first kBitstreamHeadBytes of a file say in every version: the
+// format version, the model's fingerprint and the image size (0x0 when
+// `size` ends before it), for a look before the file is read whole or its
+// model loaded. IoError when it does not start with the magic, or ends
+// before the fingerprint. Nothing else is checked (read_bitstream checks all).
+inline constexpr std::size_t kBitstreamHeadBytes = 32;
+struct BitstreamHead {
+  std::uint16_t version = 0;
+  std::uint64_t fingerprint = 0;
+  std::uint32_t width = 0, height = 0;
+};
+BitstreamHead read_bitstream_head(const std::uint8_t* bytes, std::size_t size);
+
 // read_bitstream, then the file against the model that decodes it, before
 // anything is used: model kind, rate level, fingerprint, image size, latent
 // shapes (version 5: the codec fingerprint and every stream's shape; the

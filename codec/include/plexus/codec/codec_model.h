@@ -48,6 +48,7 @@
 // device (CPU or CUDA).
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -237,5 +238,18 @@ bool add_coding_tables(TensorFile& file, const ModelSpec& spec, const Registry& 
 // spec without an entropy model leaves the file as it is, and any failure
 // (a density too degenerate for tables, say) only warns.
 void write_coding_tables(const std::string& path, const Registry& registry);
+
+// The metadata key of a model file's fingerprint (CodecModel::fingerprint,
+// 16 hex digits), written by plexus-ae export. Loading a file that records
+// one checks it; decompress without --model reads it, and only the header
+// it lies in, to find the one shipped model that decodes a file.
+inline constexpr const char* kFingerprintMetadataKey = "plexus_ae.model_fingerprint";
+// The fingerprint `metadata` records; nullopt when it records none (a file
+// exported before the key existed, or one train wrote). IoError naming
+// `who` when the value is not 16 hex digits.
+std::optional<std::uint64_t> recorded_fingerprint(const std::map<std::string, std::string>& metadata,
+                                                  const std::string& who);
+// The same of the model file at `path`, reading only its header.
+std::optional<std::uint64_t> recorded_fingerprint(const std::string& path);
 
 }  // namespace plexus::ae

@@ -1,5 +1,6 @@
 #pragma once
-// `plexus-ae compress --quality N`: a small catalog of shipped models, one
+// The quality of `plexus-ae compress --quality N` and of the C API's
+// plexus_codec_open_quality: a small catalog of shipped models, one
 // per rate-distortion trade-off (models/trained/quality-catalog.json):
 //   {"qualities": [{"quality": 3, "spec": "bmshj2018-hyperprior",
 //                   "lambda": 0.0067, "model": "hyperprior-q3/model.safetensors"}, ...]}
@@ -50,6 +51,12 @@ struct QualityChoice {
   std::optional<double> level;
 };
 QualityChoice choose_quality(const QualityCatalog& catalog, double quality);
+
+// The catalog of the shipped models: $PLEXUS_AE_QUALITY_CATALOG when set,
+// else <prefix>/share/plexus/autoencoder/trained/quality-catalog.json of the
+// prefix this library is installed in (<prefix>/lib/libplexus_codec.so),
+// else the source tree's models/trained/quality-catalog.json (a build tree).
+std::string shipped_quality_catalog_path();
 
 // The commands that train the entry's model and export it where the catalog
 // expects it (a variable-rate model: with --lambdas of every entry it serves).

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "plexus/error.h"
-#include "quality_catalog.h"
+#include "plexus/codec/quality_catalog.h"
 
 namespace plexus::ae {
 namespace {

@@ -1,7 +1,10 @@
-#include "quality_catalog.h"
+#include "plexus/codec/quality_catalog.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -149,6 +152,19 @@ QualityChoice choose_quality(const QualityCatalog& catalog, double quality) {
   QualityChoice choice{model_for_quality(catalog, below->quality), std::nullopt};
   choice.level = *below->level + (quality - whole) * (*above->level - *below->level);
   return choice;
+}
+
+std::string shipped_quality_catalog_path() {
+  if (const char* env = std::getenv("PLEXUS_AE_QUALITY_CATALOG")) return env;
+  Dl_info library{};
+  if (::dladdr(reinterpret_cast<void*>(&shipped_quality_catalog_path), &library) != 0 && library.dli_fname) {
+    std::error_code error;
+    const fs::path lib = fs::weakly_canonical(library.dli_fname, error);
+    const fs::path installed =
+        lib.parent_path().parent_path() / "share/plexus/autoencoder/trained/quality-catalog.json";
+    if (!error && fs::is_regular_file(installed, error)) return installed.string();
+  }
+  return std::string(PLEXUS_CODEC_SOURCE_TRAINED) + "/quality-catalog.json";
 }
 
 }  // namespace plexus::ae
