@@ -57,7 +57,7 @@ void accumulate_stored_gradient(const Tensor& stored, Tensor& grad, const RowMaj
 // another shape in another order, so fixed blocks keep every output bit the
 // same for any number of threads. 1024 pixels make a product long enough to
 // run at full speed and keep a block's norm ([C, 1024]) in cache.
-constexpr std::int64_t kForwardBlockPixels = 1024;
+constexpr std::int64_t kForwardBlockPixels = kGdnForwardBlockPixels;
 
 }  // namespace
 

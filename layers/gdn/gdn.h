@@ -7,6 +7,12 @@
 
 namespace plexus::layers {
 
+// The CPU forward pass runs on blocks of this many pixels of one image's
+// plane, counted from its first pixel (gdn.cpp says why). A pixel's bits
+// depend on where its block starts: a caller that runs a part of an image
+// (the codec's bands of rows) starts it at a multiple of this many pixels.
+inline constexpr std::int64_t kGdnForwardBlockPixels = 1024;
+
 // Generalized divisive normalization (Ballé, Laparra, Simoncelli 2016), per
 // pixel of an input [N, C, ...] (channel axis 1, any rank >= 2):
 //   n_i = beta_i + sum_j gamma_ij x_j^2
