@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -226,10 +227,12 @@ int run_compress(const CompressOptions& options) {
                       " rate levels: give --level, 0 (the lowest rate) to " + std::to_string(model->rate_levels() - 1) +
                       " (fractional levels interpolate), or --quality");
   if (o.level) model->set_rate_level(*o.level);
+  model->set_max_memory(o.max_memory);
   int failures = 0;
-  FileProgress progress(stderr_is_terminal(), o.inputs);
+  FileProgress progress(o.progress || stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
+    model->set_progress([&progress, i](double fraction) { progress.within(i, fraction); });
     try {
       data::Image image;
       std::string reason;
@@ -304,12 +307,14 @@ int run_decompress(const DecompressOptions& o) {
   };
 
   int failures = 0;
-  FileProgress progress(stderr_is_terminal(), o.inputs);
+  FileProgress progress(o.progress || stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
     try {
       check_pixel_limit(o.inputs[i], o.max_image_pixels);
       CodecModel& model = model_for(o.inputs[i]);
+      model.set_max_memory(o.max_memory);
+      model.set_progress([&progress, i](double fraction) { progress.within(i, fraction); });
       const std::vector<std::uint8_t> bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
       const auto start = std::chrono::steady_clock::now();
       BitstreamHeader header;
@@ -377,6 +382,37 @@ int run_export(const ExportOptions& o) {
 namespace {
 const char* const kDeviceHelp = "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)";
 const char* const kPluginHelp = "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)";
+// "1.5G", "800M", "2000000000": bytes (K, M, G, T: powers of 1000; a trailing B allowed).
+std::uint64_t parse_memory_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  std::string unit = text.substr(std::min(used, text.size()));
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K" || unit == "k") scale = 1e3;
+  else if (unit == "M" || unit == "m") scale = 1e6;
+  else if (unit == "G" || unit == "g") scale = 1e9;
+  else if (unit == "T" || unit == "t") scale = 1e12;
+  if (!(value > 0) || scale == 0 || !std::isfinite(value * scale) || value * scale > 1e18)
+    throw ConfigError("--max-memory " + text + " is not a size (a number of bytes, or with K, M, G: 1.5G, 800M)");
+  return static_cast<std::uint64_t>(value * scale);
+}
+
+void add_memory_options(CLI::App& command, std::shared_ptr<std::string> max_memory, bool& progress) {
+  command
+      .add_option("--max-memory", *max_memory,
+                  "bound the memory of each image: the transforms run in bands of rows chosen to fit, and an image "
+                  "that cannot fit is refused before any work (docs/performance.md gives the estimate)")
+      ->type_name("SIZE");
+  command.add_flag("--progress", progress,
+                   "show the progress line (per file, with an ETA) on stderr even when it is not a terminal");
+}
+
 }  // namespace
 
 void add_compress_command(CLI::App& app, int& exit_code) {
@@ -420,6 +456,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
                    "EXIF and XMP are not kept")
       ->check(CLI::IsMember({"icc", "none"}))
       ->type_name("icc|none");
+  auto max_memory = std::make_shared<std::string>();
+  add_memory_options(*command, max_memory, c.progress);
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
@@ -428,7 +466,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress --quality 3 photo.png                                              # a shipped model\n"
       "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
       "The file format is described in docs/bitstream.md.");
-  command->callback([options, quality, level, &exit_code] {
+  command->callback([options, quality, level, max_memory, &exit_code] {
+    if (!max_memory->empty()) options->max_memory = parse_memory_size(*max_memory);
     if (!quality->empty()) options->quality = parse_quality(*quality);
     if (!level->empty()) options->level = parse_level(*level);
     use_cpu_threads(options->cpu_threads);
@@ -460,13 +499,16 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   add_max_image_pixels_option(*command, d.max_image_pixels,
                               "refuse files of images of more pixels than this, read from the file's header before "
                               "decoding");
+  auto max_memory = std::make_shared<std::string>();
+  add_memory_options(*command, max_memory, d.progress);
   command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.decoded.png\n"
       "  plexus-ae decompress photo.pxae -o photo-decoded.png\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
-  command->callback([options, &exit_code] {
+  command->callback([options, max_memory, &exit_code] {
+    if (!max_memory->empty()) options->max_memory = parse_memory_size(*max_memory);
     use_cpu_threads(options->cpu_threads);
     exit_code = run_decompress(*options);
   });
