@@ -183,9 +183,10 @@ float reconstruct(std::int32_t symbol, std::int64_t mean) {
 // CPU layer's result depends on where its blocks of rows or pixels start
 // (Eigen sums a product's entries near a block's end in another order, and a
 // vectorised loop peels by address), so each band starts where every
-// layer's blocks start in the whole image, every output row of a band lies
-// in blocks that the band holds whole, and GDN's planes keep their size modulo
-// a vector's width. Known layer kinds only: a node of any other kind (a
+// convolution's blocks start in the whole image, tells each GDN where it
+// starts in the whole plane (GDN::set_cpu_block_origin), holds whole every
+// block its output rows need, and keeps GDN's planes' sizes modulo a
+// vector's width. Known layer kinds only: a node of any other kind (a
 // pooling, an attention window, an unknown plugin) has no bounded halo here,
 // and the transform runs on the whole image.
 
@@ -215,6 +216,10 @@ struct RowScale {
 
 // What a node does to rows.
 enum class RowOp { pointwise, conv, conv_transposed, gdn, pixel_shuffle };
+
+// The floats of the widest vector (AVX-512): a GDN band starts, and its
+// planes' sizes agree with the whole image's, modulo this many pixels.
+constexpr std::int64_t kVectorFloats = 16;
 
 const std::set<std::string>& pointwise_types() {
   static const std::set<std::string> types{
@@ -363,6 +368,17 @@ class BandedTransform {
     }
   }
 
+  // Tells each GDN node where the band from input row `first` starts in the
+  // whole plane, so that its CPU blocks are the whole image's.
+  void set_origins(std::int64_t first) {
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::gdn) continue;
+      auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
+      const std::string& blob = nodes_.at(name)->inputs[0];
+      if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+    }
+  }
+
   // "" when it runs in bands; else why it runs on the whole image.
   const std::string& whole_reason() const { return whole_reason_; }
 
@@ -479,8 +495,9 @@ class BandedTransform {
         g.patches_wide = widths_.at(patches);
         block = transposed ? layers::cpu_image_rows_per_block(g) : layers::cpu_patch_rows_per_block(g);
       } else if (op == RowOp::gdn) {
+        // Its blocks follow the band's origin (set_origins); a band still starts on a vector's width of pixels.
         at = &node.inputs[0];
-        block = layers::kGdnForwardBlockPixels / std::gcd(widths_.at(*at), layers::kGdnForwardBlockPixels);
+        block = kVectorFloats / std::gcd(widths_.at(*at), kVectorFloats);
       }
       if (block == 0) continue;
       blocks_[name] = block;
@@ -578,7 +595,7 @@ class BandedTransform {
       if (op != RowOp::gdn) continue;
       const std::string& blob = nodes_.at(name)->inputs[0];
       const std::int64_t width = widths_.at(blob);
-      if ((net_.blob_shape(blob)[2] * width - heights_.at(blob) * width) % 16 != 0) return false;
+      if ((net_.blob_shape(blob)[2] * width - heights_.at(blob) * width) % kVectorFloats != 0) return false;
     }
     return true;
   }
@@ -816,6 +833,7 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
       }
     }
     analysis_->input(kImage).copy_from(input);
+    banded_analysis_->set_origins(band.input.first);
     ae::set_rate_level(*ctx_, *analysis_, rate_level());
     analysis_->forward(*ctx_);
     for (const std::string& blob : analysis_outputs_) {
@@ -897,8 +915,8 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   latents.means.clear();
   const std::size_t groups = runner_->groups().size();
   for (std::size_t k = 0; k < groups; ++k) {
-    const codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
-    const std::vector<std::int32_t> symbols = symbols_of(k, latents.symbols.size(), outputs);
+    codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
+    std::vector<std::int32_t> symbols = symbols_of(k, latents.symbols.size(), outputs);
     if (kind_ == ModelKind::channel_conditional) {
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
@@ -907,9 +925,15 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
             static_cast<std::int64_t>(symbols[n]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[n];
       runner_->set_input(static_cast<std::int32_t>(k), rounded);
     }
-    latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
-    latents.means.insert(latents.means.end(), outputs.means.begin(), outputs.means.end());
-    latents.symbols.insert(latents.symbols.end(), symbols.begin(), symbols.end());
+    if (groups == 1) {  // moved, not copied: a 12-megapixel photo's take 150 MB
+      latents.indices = std::move(outputs.indices);
+      latents.means = std::move(outputs.means);
+      latents.symbols = std::move(symbols);
+    } else {
+      latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
+      latents.means.insert(latents.means.end(), outputs.means.begin(), outputs.means.end());
+      latents.symbols.insert(latents.symbols.end(), symbols.begin(), symbols.end());
+    }
   }
   Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
   float* y = latent.data<float>();
@@ -924,12 +948,17 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
                                    : reconstruct(latents.symbols[n], latents.means[n]);
   }
   latents.latent = latent;
+  // The runner holds the image's tensors until the next image: a 1x1 one frees them.
+  runner_->start(std::vector<std::int32_t>(static_cast<std::size_t>(runner_->network().in_channels), 0), 1, 1);
 }
 
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
 
 std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool grey) {
   Latents latents = encode_latents(image);
+  // The coding reads the symbols and indices (and the factorized latent): the rest goes first.
+  if (has_hyper_latent(kind_)) latents.latent = Tensor();
+  std::vector<std::int64_t>().swap(latents.means);
   latents.header.grey = grey;
   // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
@@ -1163,6 +1192,7 @@ data::Image CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_leve
       copy_rows(latent, band.input.first, input, 0, rows);
       synthesis_->input(synthesis_input_).copy_from(input);
     }
+    banded_synthesis_->set_origins(band.input.first);
     ae::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
     synthesis_->forward(*ctx_);
     const Tensor& value = synthesis_->blob(kReconstruction);

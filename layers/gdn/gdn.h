@@ -8,9 +8,9 @@
 namespace plexus::layers {
 
 // The CPU forward pass runs on blocks of this many pixels of one image's
-// plane, counted from its first pixel (gdn.cpp says why). A pixel's bits
-// depend on where its block starts: a caller that runs a part of an image
-// (the codec's bands of rows) starts it at a multiple of this many pixels.
+// plane (gdn.cpp says why). A pixel's bits depend on its place in its block:
+// a caller that runs a part of an image (the codec's bands of rows) says
+// where the part starts (GDN::set_cpu_block_origin) to get the whole image's.
 inline constexpr std::int64_t kGdnForwardBlockPixels = 1024;
 
 // Generalized divisive normalization (Ballé, Laparra, Simoncelli 2016), per
@@ -64,6 +64,12 @@ class GDN : public Layer {
   }
 
   bool inverse() const { return inverse_; }
+  // The CPU forward's blocks end where origin + pixel is a multiple of
+  // kGdnForwardBlockPixels: `origin` is the index, in a whole plane, of this
+  // input's first pixel when the input is a part of that plane (0, the
+  // default: blocks from the first pixel). Any origin gives each pixel the
+  // bits it gets in the whole plane, where its block lies whole in the part.
+  void set_cpu_block_origin(std::int64_t origin) { cpu_block_origin_ = origin; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -86,6 +92,7 @@ class GDN : public Layer {
   double beta_min_;
   double gamma_init_;
   double reparam_offset_;
+  std::int64_t cpu_block_origin_ = 0;
   // CUDA scratch, kept between calls (see convolution/scratch.h): the tensor-core
   // backward's per-block dgamma/dbeta partial sums [blocks, C*C + C].
   Tensor partials_;

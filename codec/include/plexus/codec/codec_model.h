@@ -178,7 +178,7 @@ class CodecModel {
   // is chosen to fit, and a size that cannot fit is refused (Error naming the
   // bound and what it needs) before any work. Without a bound, the bands'
   // activations take about kDefaultBandBytes.
-  static constexpr std::uint64_t kDefaultBandBytes = std::uint64_t(192) << 20;
+  static constexpr std::uint64_t kDefaultBandBytes = std::uint64_t(512) << 20;
   void set_max_memory(std::uint64_t bytes) { max_memory_ = bytes; }
   std::uint64_t max_memory() const { return max_memory_; }
   // Input rows per band, rounded up to the transform's alignment (0: chosen
