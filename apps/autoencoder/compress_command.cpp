@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cerrno>
 #include <cstdlib>
@@ -254,10 +255,12 @@ int run_compress(const CompressOptions& options) {
                       " rate levels: give --level, 0 (the lowest rate) to " + std::to_string(model->rate_levels() - 1) +
                       " (fractional levels interpolate), or --quality");
   if (o.level) model->set_rate_level(*o.level);
+  model->set_max_memory(o.max_memory);
   int failures = 0;
-  FileProgress progress(stderr_is_terminal(), o.inputs);
+  FileProgress progress(o.progress || stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
+    model->set_progress([&progress, i](double fraction) { progress.within(i, fraction); });
     try {
       data::Image image;
       std::string reason;
@@ -346,7 +349,7 @@ int run_decompress(const DecompressOptions& o) {
   };
 
   int failures = 0;
-  FileProgress progress(stderr_is_terminal(), o.inputs);
+  FileProgress progress(o.progress || stderr_is_terminal(), o.inputs);
   for (std::size_t i = 0; i < o.inputs.size(); ++i) {
     progress.start(i);
     try {
@@ -359,6 +362,8 @@ int run_decompress(const DecompressOptions& o) {
       if (tagged && head.width != 0 && head.height != 0)
         refuse_over_pixel_limit(head.width, head.height, o.max_image_pixels);
       CodecModel& model = model_for(tagged ? std::optional<BitstreamHead>(head) : std::nullopt);
+      model.set_max_memory(o.max_memory);
+      model.set_progress([&progress, i](double fraction) { progress.within(i, fraction); });
       if (!piped) bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
       else if (bytes.size() > model.max_file_bytes())
         throw IoError("standard input: " + std::to_string(bytes.size()) +
@@ -434,6 +439,37 @@ int run_export(const ExportOptions& o) {
 namespace {
 const char* const kDeviceHelp = "cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)";
 const char* const kPluginHelp = "a layer plugin .so the model needs (repeatable; PLEXUS_PLUGIN_PATH is also read)";
+// "1.5G", "800M", "2000000000": bytes (K, M, G, T: powers of 1000; a trailing B allowed).
+std::uint64_t parse_memory_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  std::string unit = text.substr(std::min(used, text.size()));
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K" || unit == "k") scale = 1e3;
+  else if (unit == "M" || unit == "m") scale = 1e6;
+  else if (unit == "G" || unit == "g") scale = 1e9;
+  else if (unit == "T" || unit == "t") scale = 1e12;
+  if (!(value > 0) || scale == 0 || !std::isfinite(value * scale) || value * scale > 1e18)
+    throw ConfigError("--max-memory " + text + " is not a size (a number of bytes, or with K, M, G: 1.5G, 800M)");
+  return static_cast<std::uint64_t>(value * scale);
+}
+
+void add_memory_options(CLI::App& command, std::shared_ptr<std::string> max_memory, bool& progress) {
+  command
+      .add_option("--max-memory", *max_memory,
+                  "bound the memory of each image: the transforms run in bands of rows chosen to fit, and an image "
+                  "that cannot fit is refused before any work (docs/performance.md gives the estimate)")
+      ->type_name("SIZE");
+  command.add_flag("--progress", progress,
+                   "show the progress line (per file, with an ETA) on stderr even when it is not a terminal");
+}
+
 }  // namespace
 
 void add_compress_command(CLI::App& app, int& exit_code) {
@@ -480,6 +516,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
                    "EXIF and XMP are not kept")
       ->check(CLI::IsMember({"icc", "none"}))
       ->type_name("icc|none");
+  auto max_memory = std::make_shared<std::string>();
+  add_memory_options(*command, max_memory, c.progress);
   command->footer(
       "Examples:\n"
       "  plexus-ae compress --model models/trained/bls2017/model.safetensors photo.png    # writes photo.pxae\n"
@@ -489,7 +527,8 @@ void add_compress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae compress --quality 3.5 photo.png                                            # between 3 and 4\n"
       "  cat photo.png | plexus-ae compress - > photo.pxae                                     # a pipe\n"
       "The file format is described in docs/bitstream.md.");
-  command->callback([options, quality, level, &exit_code] {
+  command->callback([options, quality, level, max_memory, &exit_code] {
+    if (!max_memory->empty()) options->max_memory = parse_memory_size(*max_memory);
     if (!quality->empty()) options->quality = parse_quality(*quality);
     if (!level->empty()) options->level = parse_level(*level);
     use_cpu_threads(options->cpu_threads);
@@ -524,6 +563,8 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
   add_max_image_pixels_option(*command, d.max_image_pixels,
                               "refuse files of images of more pixels than this, read from the file's header before "
                               "decoding");
+  auto max_memory = std::make_shared<std::string>();
+  add_memory_options(*command, max_memory, d.progress);
   command->footer(
       "Examples:\n"
       "  plexus-ae decompress photo.pxae                      # writes photo.decoded.png\n"
@@ -531,7 +572,8 @@ void add_decompress_command(CLI::App& app, int& exit_code) {
       "  plexus-ae decompress - < photo.pxae > decoded.png      # a pipe\n"
       "  plexus-ae decompress --model runs/demo/model.safetensors compressed/*.pxae -o decoded/\n"
       "A file is checked completely (format version, model fingerprint, sizes, checksum) before it is decoded.");
-  command->callback([options, &exit_code] {
+  command->callback([options, max_memory, &exit_code] {
+    if (!max_memory->empty()) options->max_memory = parse_memory_size(*max_memory);
     use_cpu_threads(options->cpu_threads);
     exit_code = run_decompress(*options);
   });

@@ -105,6 +105,8 @@ struct CompressOptions {
   // --metadata: "icc" carries the image's ICC colour profile in the file (decompress writes it back), "none" leaves
   // it out.
   std::string metadata = "icc";
+  std::uint64_t max_memory = 0;  // --max-memory in bytes (0: no bound; CodecModel::set_max_memory)
+  bool progress = false;         // --progress: the progress line on stderr even when it is no terminal
 };
 
 struct DecompressOptions {
@@ -116,7 +118,9 @@ struct DecompressOptions {
   bool overwrite = false;
   // Files of larger images are refused from their header (data::kDefaultMaxImagePixels, as train and eval).
   std::int64_t max_image_pixels = 50'000'000;
-  int cpu_threads = 0;  // threads of the CPU kernels; 0: every core
+  int cpu_threads = 0;           // threads of the CPU kernels; 0: every core
+  std::uint64_t max_memory = 0;  // --max-memory in bytes (0: no bound)
+  bool progress = false;         // --progress: as compress's
 };
 
 struct ExportOptions {

@@ -136,10 +136,14 @@ FileProgress::FileProgress(bool interactive, const std::vector<std::string>& inp
   }
 }
 
-void FileProgress::start(std::size_t index) {
+void FileProgress::start(std::size_t index) { within(index, 0); }
+
+void FileProgress::within(std::size_t index, double fraction) {
   if (!interactive_) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  std::string line = file_progress_line(index, inputs_.size(), inputs_[index], elapsed, bytes_done_, bytes_total_);
+  std::string line = file_progress_line(index, inputs_.size(), inputs_[index], elapsed,
+                                        bytes_done_ + fraction * bytes_[index], bytes_total_);
+  if (fraction > 0) line += "  (" + std::to_string(static_cast<int>(100 * fraction)) + "% of this file)";
   const int width = terminal_width();
   if (static_cast<int>(line.size()) >= width) line.resize(width - 1);
   std::lock_guard<std::mutex> lock(terminal_mutex);

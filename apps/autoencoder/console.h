@@ -69,8 +69,10 @@ class FileProgress {
   // `inputs`: the batch's files, whose sizes weigh the ETA.
   FileProgress(bool interactive, const std::vector<std::string>& inputs);
   void start(std::size_t index);  // before inputs[index] is read
-  void erase();                   // before printing its result line
-  void done(std::size_t index);   // after it, processed or failed
+  // Within inputs[index]: `fraction` (0..1) of its work done (the codec's bands), counted in the ETA.
+  void within(std::size_t index, double fraction);
+  void erase();                  // before printing its result line
+  void done(std::size_t index);  // after it, processed or failed
 
  private:
   bool interactive_;

@@ -2,6 +2,8 @@
 // compress images with them. Each command declares its options on the
 // command line (add_<command>_command) and runs once CLI11 has parsed them.
 // Every error ends in one message on stderr and exit code 1.
+#include <malloc.h>
+
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -99,6 +101,11 @@ std::optional<std::string> diagnose_unknown_names(const CLI::App& app, const std
 
 int main(int argc, char** argv) {
   namespace ae = plexus::ae;
+  // Buffers of a megabyte or more come straight from the system and go back
+  // to it when freed: glibc's default threshold rises after each large free,
+  // and the codec's phases (the bands, the integer network, the coding) then
+  // each left hundreds of megabytes in the heap that the next phase could not use whole.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   ae::configure_logging();
   CLI::App app{"plexus-ae: train and evaluate learned image-compression autoencoders (Plexus)."};
   app.name("plexus-ae");

@@ -6,19 +6,23 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "plexus/codec/autoencoder_contract.h"
+#include "convolution/convolution.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
+#include "gdn/gdn.h"
 #include "codec_graph.h"
 #include "hyperprior_coding.h"
 #include "model_fingerprint.h"
 #include "network_structure.h"
 #include "plexus/checksum.h"
 #include "plexus/cpu_gemm_blocking.h"
+#include "plexus/cpu_parallel.h"
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 
@@ -230,7 +234,444 @@ float reconstruct(std::int32_t symbol, std::int64_t mean) {
   return static_cast<float>(static_cast<double>(symbol) + mean_value(mean));
 }
 
+// ---- The transforms in bands of rows ----
+//
+// A transform (the analysis up to the latent, the synthesis) is run on bands
+// of rows of its input, each with the halo its outputs' rows need, so that it
+// holds a band's activations, not the image's. Every output value is the
+// bit pattern the whole-image pass gives: besides the rows a kernel reads, a
+// CPU layer's result depends on where its blocks of rows or pixels start
+// (Eigen sums a product's entries near a block's end in another order, and a
+// vectorised loop peels by address), so each band starts where every
+// convolution's blocks start in the whole image, tells each GDN where it
+// starts in the whole plane (GDN::set_cpu_block_origin), holds whole every
+// block its output rows need, and keeps GDN's planes' sizes modulo a
+// vector's width. Known layer kinds only: a node of any other kind (a
+// pooling, an attention window, an unknown plugin) has no bounded halo here,
+// and the transform runs on the whole image.
+
+struct Rows {
+  std::int64_t first = 0, end = 0;
+  bool empty() const { return end <= first; }
+};
+
+Rows joined(Rows a, Rows b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return {std::min(a.first, b.first), std::max(a.end, b.end)};
+}
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
+
+// Rows of a blob per row of the transform's input: num / den (reduced).
+struct RowScale {
+  std::int64_t num = 1, den = 1;
+  RowScale times(std::int64_t n, std::int64_t d) const {
+    const std::int64_t a = num * n, b = den * d, g = std::gcd(a, b);
+    return {a / g, b / g};
+  }
+  bool operator==(const RowScale& other) const { return num == other.num && den == other.den; }
+};
+
+// What a node does to rows.
+enum class RowOp { pointwise, conv, conv_transposed, gdn, pixel_shuffle };
+
+// The floats of the widest vector (AVX-512): a GDN band starts, and its
+// planes' sizes agree with the whole image's, modulo this many pixels.
+constexpr std::int64_t kVectorFloats = 16;
+
+const std::set<std::string>& pointwise_types() {
+  static const std::set<std::string> types{
+      "ReLU",         "LeakyReLU",          "Tanh",  "Sigmoid", "GELU", "Abs", "GainUnit",
+      "UniformNoise", "QuantizeAroundMean", "Split", "Concat",  "Add",  "Mul", "Identity"};
+  return types;
+}
+
+std::int64_t int_param(const NodeSpec& node, const char* key, std::int64_t fallback) {
+  auto it = node.params.find(key);
+  return it != node.params.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+}
+
+// The nodes of an analysis that its blobs `targets` need (their ancestors),
+// run in bands, and the rest (a hyperprior's hyper-analysis, which reads
+// the latent whole), reading the blobs it takes from the first part.
+struct AnalysisParts {
+  ModelSpec front, rest;
+  std::vector<std::string> boundary;  // what the front gives: the targets and what the rest reads of it
+};
+
+AnalysisParts split_analysis(const ModelSpec& spec, const std::vector<std::string>& targets) {
+  std::map<std::string, const NodeSpec*> producer;
+  for (const NodeSpec& node : spec.nodes)
+    for (const std::string& out : node.outputs) producer[out] = &node;
+  std::set<std::string> front_nodes;
+  std::vector<std::string> pending = targets;
+  while (!pending.empty()) {
+    const std::string blob = pending.back();
+    pending.pop_back();
+    auto it = producer.find(blob);
+    if (it == producer.end() || !front_nodes.insert(it->second->name).second) continue;
+    pending.insert(pending.end(), it->second->inputs.begin(), it->second->inputs.end());
+  }
+  AnalysisParts parts;
+  parts.front.name = parts.rest.name = spec.name;
+  parts.front.source = parts.rest.source = spec.source;
+  parts.boundary = targets;
+  const auto add_once = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+  };
+  for (const NodeSpec& node : spec.nodes) {
+    if (front_nodes.count(node.name)) {
+      parts.front.nodes.push_back(node);
+      continue;
+    }
+    parts.rest.nodes.push_back(node);
+    for (const std::string& in : node.inputs) {
+      auto it = producer.find(in);
+      const bool from_front = it != producer.end() && front_nodes.count(it->second->name);
+      if (from_front) add_once(parts.boundary, in);
+      if (from_front || (it == producer.end() && in != kImage)) add_once(parts.rest.inputs, in);
+      if (it == producer.end() && in == kImage) return {spec, {}, {}};  // the rest reads the image: no split
+    }
+  }
+  for (const std::string& input : spec.inputs)
+    for (const NodeSpec& node : parts.front.nodes)
+      if (std::find(node.inputs.begin(), node.inputs.end(), input) != node.inputs.end()) {
+        add_once(parts.front.inputs, input);
+        break;
+      }
+  return parts;
+}
+
+// Copies rows [first, end) of `from` [1, C, h, w] (f32, CPU), starting at its
+// row `from_row`, to the same rows of `to` [1, C, H, w] at `to_row`.
+void copy_rows(const Tensor& from, std::int64_t from_row, Tensor& to, std::int64_t to_row, std::int64_t rows) {
+  const std::int64_t channels = from.dim(1), width = from.dim(3);
+  const std::int64_t from_plane = from.dim(2) * width, to_plane = to.dim(2) * width;
+  const float* in = from.data<float>();
+  float* out = to.data<float>();
+  for (std::int64_t c = 0; c < channels; ++c)
+    std::copy(in + c * from_plane + from_row * width, in + c * from_plane + (from_row + rows) * width,
+              out + c * to_plane + to_row * width);
+}
+
 }  // namespace
+
+class BandedTransform {
+ public:
+  struct Band {
+    Rows input;   // the input rows it reads
+    Rows output;  // the output rows it gives (rows of every output)
+  };
+
+  // `net`: an inference-only net reading `input` [1, C, H, W] (and perhaps
+  // inputs without rows, such as "level"), giving `outputs`, all of one scale.
+  BandedTransform(Net& net, std::string input, std::vector<std::string> outputs)
+      : net_(net), input_(std::move(input)), outputs_(std::move(outputs)) {
+    for (const NodeSpec& node : net.spec().nodes) nodes_[node.name] = &node;
+    order_ = net.execution_order();
+    scales_[input_] = RowScale{};
+    for (const std::string& name : order_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::optional<RowScale> scale;
+      for (const std::string& in : node.inputs) {
+        auto it = scales_.find(in);
+        if (it == scales_.end()) continue;  // no rows: "level", or a blob made from such inputs only
+        if (scale && !(*scale == it->second)) {
+          refuse(node, "reads blobs of different row scales");
+          return;
+        }
+        scale = it->second;
+      }
+      if (!scale) continue;
+      RowOp op = RowOp::pointwise;
+      if (node.type == "Conv2d") {
+        op = RowOp::conv;
+        scale = scale->times(1, int_param(node, "stride", 1));
+      } else if (node.type == "ConvTranspose2d") {
+        op = RowOp::conv_transposed;
+        scale = scale->times(int_param(node, "stride", 1), 1);
+      } else if (node.type == "GDN" || node.type == "IGDN") {
+        op = RowOp::gdn;
+      } else if (node.type == "PixelShuffle") {
+        op = RowOp::pixel_shuffle;
+        scale = scale->times(int_param(node, "upscale_factor", int_param(node, "factor", 0)), 1);
+        if (scale->num == 0) {
+          refuse(node, "has no upscale factor this reads");
+          return;
+        }
+      } else if (node.type == "Concat" || node.type == "Split") {
+        if (int_param(node, "axis", 1) != 1) {
+          refuse(node, "joins or splits along another axis than channels");
+          return;
+        }
+      } else if (!pointwise_types().count(node.type)) {
+        {
+          refuse(node, "has no bounded halo in rows");
+          return;
+        }
+      }
+      ops_[name] = op;
+      for (const std::string& out : node.outputs) scales_[out] = *scale;
+    }
+    for (const std::string& out : outputs_) {
+      auto it = scales_.find(out);
+      if (it == scales_.end()) {
+        refuse_text("'" + out + "' does not depend on the input's rows");
+        return;
+      }
+      if (!(it->second == scales_.at(outputs_[0]))) {
+        refuse_text("its outputs have different row scales");
+        return;
+      }
+    }
+  }
+
+  // Tells each GDN node where the band from input row `first` starts in the
+  // whole plane, so that its CPU blocks are the whole image's.
+  void set_origins(std::int64_t first) {
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::gdn) continue;
+      auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
+      const std::string& blob = nodes_.at(name)->inputs[0];
+      if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+    }
+  }
+
+  // "" when it runs in bands; else why it runs on the whole image.
+  const std::string& whole_reason() const { return whole_reason_; }
+
+  // The bands for an input of `shape` [1, C, H, W] whose steps are about
+  // `rows` input rows (at least the alignment): one band of the whole when
+  // the transform cannot run in bands or `rows` covers the image.
+  std::vector<Band> plan(const Shape& shape, std::int64_t rows) {
+    layout(shape);
+    const std::int64_t height = shape[2];
+    const std::int64_t out_height = heights_.at(outputs_[0]);
+    if (!whole_reason_.empty() || rows >= height) return {{{0, height}, {0, out_height}}};
+    const std::int64_t step = std::max(alignment_, ceil_div(rows, alignment_) * alignment_);
+    std::vector<std::int64_t> firsts;  // each band's first output row
+    for (std::int64_t start = 0; start < height; start += step) {
+      // The first output row whose rows all lie at or below `start`.
+      std::int64_t low = 0, high = out_height;
+      while (low < high) {
+        const std::int64_t mid = (low + high) / 2;
+        if (needed({mid, mid + 1}).first >= start) high = mid;
+        else low = mid + 1;
+      }
+      if (start == 0) low = 0;
+      if (low < out_height && (firsts.empty() || low > firsts.back())) firsts.push_back(low);
+    }
+    std::vector<Band> bands;
+    for (std::size_t k = 0; k < firsts.size(); ++k) {
+      const Rows output{firsts[k], k + 1 < firsts.size() ? firsts[k + 1] : out_height};
+      const std::int64_t first = floor_div(needed(output).first, alignment_) * alignment_;
+      bands.push_back({{first, band_end(first, output)}, output});
+    }
+    layout(shape);
+    return bands;
+  }
+
+  // The bytes of activations one pass over an input of `shape` holds at its
+  // peak, about: the most any node holds at once (its inputs and outputs).
+  std::uint64_t pass_bytes(const Shape& shape) {
+    reshape(shape);
+    std::uint64_t most = 0;
+    for (const std::string& name : order_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::uint64_t held = 0;
+      for (const auto* blobs : {&node.inputs, &node.outputs})
+        for (const std::string& blob : *blobs)
+          held += 4 * static_cast<std::uint64_t>(shape_numel(net_.blob_shape(blob)));
+      most = std::max(most, held);
+    }
+    return most;
+  }
+
+  // Input rows per step of the bands: whole multiples of this.
+  std::int64_t alignment(const Shape& shape) {
+    layout(shape);
+    return alignment_;
+  }
+  // The rows of a blob at input row `input_row` (a band's first).
+  std::int64_t blob_row(const std::string& blob, std::int64_t input_row) const {
+    const RowScale& scale = scales_.at(blob);
+    return input_row * scale.num / scale.den;
+  }
+  void reshape(const Shape& shape) {
+    if (shape == shape_) return;
+    std::map<std::string, Shape> shapes = model_input_shapes(net_.spec(), input_, shape);
+    net_.reshape(shapes);
+    shape_ = shape;
+  }
+
+ private:
+  void refuse(const NodeSpec& node, const std::string& why) {
+    refuse_text("node '" + node.name + "' (" + node.type + ") " + why);
+  }
+  void refuse_text(const std::string& why) { whole_reason_ = why; }
+  static std::int64_t shape_numel(const Shape& shape) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    return n;
+  }
+  bool has_rows(const std::string& blob) const { return scales_.count(blob) && net_.blob_shape(blob).size() == 4; }
+
+  // The whole image's heights and widths and the blocks of its layers.
+  void layout(const Shape& shape) {
+    reshape(shape);
+    if (shape == laid_out_) return;
+    laid_out_ = shape;
+    heights_.clear();
+    widths_.clear();
+    for (const auto& [blob, scale] : scales_) {
+      const Shape& s = net_.blob_shape(blob);
+      if (s.size() != 4) continue;
+      heights_[blob] = s[2];
+      widths_[blob] = s[3];
+    }
+    blocks_.clear();
+    alignment_ = 1;
+    for (const auto& [blob, scale] : scales_)
+      if (heights_.count(blob)) alignment_ = std::lcm(alignment_, scale.den);
+    for (const auto& [name, op] : ops_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::int64_t block = 0;  // rows per block, of the blob `at`
+      const std::string* at = &node.outputs[0];
+      if (op == RowOp::conv || op == RowOp::conv_transposed) {
+        layers::ConvGeometry g;
+        const bool transposed = op == RowOp::conv_transposed;
+        const std::string& image = transposed ? node.outputs[0] : node.inputs[0];
+        const std::string& patches = transposed ? node.inputs[0] : node.outputs[0];
+        g.channels = net_.blob_shape(image)[1];
+        g.height = heights_.at(image);
+        g.width = widths_.at(image);
+        g.kernel = int_param(node, "kernel", 1);
+        g.stride = int_param(node, "stride", 1);
+        g.padding = int_param(node, "padding", 0);
+        g.dilation = int_param(node, "dilation", 1);
+        g.patches_high = heights_.at(patches);
+        g.patches_wide = widths_.at(patches);
+        block = transposed ? layers::cpu_image_rows_per_block(g) : layers::cpu_patch_rows_per_block(g);
+      } else if (op == RowOp::gdn) {
+        // Its blocks follow the band's origin (set_origins); a band still starts on a vector's width of pixels.
+        at = &node.inputs[0];
+        block = kVectorFloats / std::gcd(widths_.at(*at), kVectorFloats);
+      }
+      if (block == 0) continue;
+      blocks_[name] = block;
+      const RowScale& scale = scales_.at(*at);
+      // A band's first row of `at`, first * num / den, a multiple of `block`.
+      alignment_ = std::lcm(alignment_, scale.den * (block / std::gcd(scale.num, block)));
+    }
+  }
+
+  // The rows of every blob that the output rows `output` need, in the whole
+  // image's rows: what their kernels read, widened to the blocks that compute them.
+  Rows needed(Rows output) { return needed_rows(output).at(input_); }
+  std::map<std::string, Rows> needed_rows(Rows output) {
+    std::map<std::string, Rows> need;
+    for (const std::string& out : outputs_) need[out] = output;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      auto op_it = ops_.find(*it);
+      if (op_it == ops_.end()) continue;
+      const NodeSpec& node = *nodes_.at(*it);
+      Rows rows;
+      for (const std::string& out : node.outputs)
+        if (need.count(out)) rows = joined(rows, need[out]);
+      if (rows.empty()) continue;
+      const std::int64_t out_height = heights_.at(node.outputs[0]);
+      const std::int64_t in_height = heights_.at(node.inputs[0]);
+      Rows in = rows;
+      const std::int64_t k = int_param(node, "kernel", 1), s = int_param(node, "stride", 1);
+      const std::int64_t p = int_param(node, "padding", 0), reach = int_param(node, "dilation", 1) * (k - 1);
+      switch (op_it->second) {
+        case RowOp::pointwise:
+          break;
+        case RowOp::gdn: {
+          const std::int64_t width = widths_.at(node.inputs[0]), block = layers::kGdnForwardBlockPixels;
+          const std::int64_t first = floor_div(rows.first * width, block) * block;
+          const std::int64_t end = std::min(in_height * width, ceil_div(rows.end * width, block) * block);
+          in = {first / width, ceil_div(end, width)};
+          break;
+        }
+        case RowOp::conv: {
+          const std::int64_t block = blocks_.at(node.name);
+          const Rows whole{floor_div(rows.first, block) * block,
+                           std::min(out_height, ceil_div(rows.end, block) * block)};
+          in = {whole.first * s - p, (whole.end - 1) * s - p + reach + 1};
+          break;
+        }
+        case RowOp::conv_transposed: {
+          // As convolution.cpp's backward_data: image rows [h0, h1) read the patch rows [a0, a1).
+          const std::int64_t block = blocks_.at(node.name);
+          const std::int64_t h0 = floor_div(rows.first, block) * block;
+          const std::int64_t h1 = std::min(out_height, ceil_div(rows.end, block) * block);
+          const std::int64_t lowest = h0 + p - reach;
+          in = {lowest <= 0 ? 0 : ceil_div(lowest, s), floor_div(h1 - 1 + p, s) + 1};
+          break;
+        }
+        case RowOp::pixel_shuffle: {
+          const RowScale ratio =
+              scales_.at(node.outputs[0]).times(scales_.at(node.inputs[0]).den, scales_.at(node.inputs[0]).num);
+          in = {floor_div(rows.first, ratio.num), ceil_div(rows.end, ratio.num)};
+          break;
+        }
+      }
+      in = {std::max<std::int64_t>(0, in.first), std::min(in_height, in.end)};
+      for (const std::string& blob : node.inputs)
+        if (heights_.count(blob)) need[blob] = joined(need[blob], in);
+    }
+    return need;
+  }
+
+  // Where a band from input row `first` that gives `output` ends: past the
+  // rows it needs, at a height every blob's rows divide, with each GDN plane
+  // of the size modulo 16 of the whole image's, and holding every row of
+  // every blob that the output needs (checked by shape inference at the band).
+  std::int64_t band_end(std::int64_t first, Rows output) {
+    const std::int64_t height = laid_out_[2];
+    std::int64_t unit = 1;
+    for (const auto& [blob, scale] : scales_)
+      if (heights_.count(blob)) unit = std::lcm(unit, scale.den);
+    const std::map<std::string, Rows> need = needed_rows(output);
+    const std::int64_t last = need.at(input_).end;
+    for (std::int64_t end = std::min(height, ceil_div(last, unit) * unit);; end = std::min(height, end + unit)) {
+      if (end == height || band_fits(first, end, need)) return end;
+    }
+  }
+
+  bool band_fits(std::int64_t first, std::int64_t end, const std::map<std::string, Rows>& need) {
+    Shape shape = laid_out_;
+    shape[2] = end - first;
+    reshape(shape);
+    for (const auto& [blob, rows] : need) {
+      if (rows.empty() || !heights_.count(blob)) continue;
+      const std::int64_t start = blob_row(blob, first), held = net_.blob_shape(blob)[2];
+      if (rows.first < start || rows.end > start + held) return false;
+    }
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::gdn) continue;
+      const std::string& blob = nodes_.at(name)->inputs[0];
+      const std::int64_t width = widths_.at(blob);
+      if ((net_.blob_shape(blob)[2] * width - heights_.at(blob) * width) % kVectorFloats != 0) return false;
+    }
+    return true;
+  }
+
+  Net& net_;
+  std::string input_;
+  std::vector<std::string> outputs_;
+  std::map<std::string, const NodeSpec*> nodes_;
+  std::vector<std::string> order_;
+  std::map<std::string, RowScale> scales_;  // the blobs with rows
+  std::map<std::string, RowOp> ops_;        // the nodes that read rows
+  std::string whole_reason_;
+  Shape shape_, laid_out_;
+  std::map<std::string, std::int64_t> heights_, widths_, blocks_;
+  std::int64_t alignment_ = 1;
+};
 
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
   const TensorFile file = load_safetensors(path);
@@ -282,13 +723,23 @@ void CodecModel::probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spe
 // stride-sized image; returns the channels the factorized tables cover.
 std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
                                           const Registry& registry) {
-  analysis_shape_ = {1, 3, stride_, stride_};
-  analysis_ = std::make_unique<Net>(graph.analysis, registry, model_input_shapes(graph.analysis, analysis_shape_),
-                                    DType::f32, device_, 0, InitialParameters::for_loading);
+  const Shape image_shape{1, 3, stride_, stride_};
+  AnalysisParts parts = split_analysis(graph.analysis, analysed_);
+  analysis_outputs_ = parts.boundary;
+  analysis_ = std::make_unique<Net>(parts.front, registry, model_input_shapes(parts.front, image_shape), DType::f32,
+                                    device_, 0, InitialParameters::for_loading);
   load_weights(*analysis_, file, name_);
+  if (!parts.rest.nodes.empty()) {
+    std::map<std::string, Shape> shapes;
+    for (const std::string& input : parts.rest.inputs)
+      shapes[input] = analysis_->has_blob(input) ? analysis_->blob_shape(input) : Shape{1};
+    hyper_analysis_ =
+        std::make_unique<Net>(parts.rest, registry, shapes, DType::f32, device_, 0, InitialParameters::for_loading);
+    load_weights(*hyper_analysis_, file, name_);
+  }
   Shape latent_shape{1, 0, latent_per_stride_, latent_per_stride_};
   for (const std::string& blob : analysed_) {
-    const Shape& shape = analysis_->blob(blob).shape();
+    const Shape& shape = analysis_->blob_shape(blob);
     if (shape.size() != 4 || shape[2] != latent_per_stride_ || shape[3] != latent_per_stride_)
       throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
                         std::to_string(stride_) + " image gives a latent '" + blob + "' of " + shape_str(shape) +
@@ -300,23 +751,35 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
   latent_channels_ = latent_shape[1];
   std::int64_t factorized_channels = latent_channels_;
   if (has_hyper_latent(kind_)) {
-    const Shape& z = analysis_->blob(hyper_latent_).shape();
+    const Net& hyper = hyper_analysis_ ? *hyper_analysis_ : *analysis_;
+    const Shape& z = hyper.blob_shape(hyper_latent_);
     if (z.size() != 4 || z[2] != 1 || z[3] != 1)
       throw ConfigError(spec.source + " cannot be used as a codec: a " + std::to_string(stride_) + "x" +
                         std::to_string(stride_) + " image gives a hyper-latent '" + hyper_latent_ + "' of " +
                         shape_str(z) + ", not [1, Cz, 1, 1]");
     factorized_channels = z[1];
   }
-  synthesis_shape_ = latent_shape;
   synthesis_ = std::make_unique<Net>(graph.synthesis, registry,
                                      model_input_shapes(graph.synthesis, synthesis_input_, latent_shape), DType::f32,
                                      device_, 0, InitialParameters::for_loading);
   load_weights(*synthesis_, file, name_);
   // Only ever run forward: each holds just what the codec reads, not every activation.
-  std::vector<std::string> kept = analysed_;
-  if (has_hyper_latent(kind_)) kept.push_back(hyper_latent_);
-  analysis_->set_inference_only(kept);
+  if (hyper_analysis_) {
+    analysis_->set_inference_only(analysis_outputs_);
+    hyper_analysis_->set_inference_only({hyper_latent_});
+  } else {
+    std::vector<std::string> kept = analysis_outputs_;
+    if (has_hyper_latent(kind_)) kept.push_back(hyper_latent_);
+    analysis_->set_inference_only(kept);
+  }
   synthesis_->set_inference_only({kReconstruction});
+  banded_analysis_ = std::make_unique<BandedTransform>(*analysis_, kImage, analysis_outputs_);
+  banded_synthesis_ =
+      std::make_unique<BandedTransform>(*synthesis_, synthesis_input_, std::vector<std::string>{kReconstruction});
+  for (Net* net : {analysis_.get(), hyper_analysis_.get(), synthesis_.get()})
+    if (net)
+      for (const NamedParameter& named : net->parameters())
+        weight_bytes_ += static_cast<std::uint64_t>(named.parameter->value.numel()) * 4;
   return factorized_channels;
 }
 
@@ -366,8 +829,9 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
   hash.add_field("plexus-ae codec model");
   hash.add_field(spec.to_json().dump());
   std::map<std::string, const Tensor*> weights;  // sorted by name
-  for (Net* net : {analysis_.get(), synthesis_.get()})
-    for (const NamedParameter& named : net->parameters()) weights[named.name] = &named.parameter->value;
+  for (Net* net : {analysis_.get(), hyper_analysis_.get(), synthesis_.get()})
+    if (net)
+      for (const NamedParameter& named : net->parameters()) weights[named.name] = &named.parameter->value;
   for (const auto& [weight_name, tensor] : weights) hash_tensor(hash, weight_name, *tensor);
   for (std::int64_t c = 0; c < tables_.channels(); ++c) {
     const codec::CodingTable& table = tables_.tables[c];
@@ -412,27 +876,62 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
                       ", at most " + std::to_string(max_pixels_) + " pixels)");
   const int padded_width = (image.width + stride_ - 1) / stride_ * stride_;
   const int padded_height = (image.height + stride_ - 1) / stride_ * stride_;
+  check_memory(image.width, image.height, false);
   const Shape shape{1, 3, padded_height, padded_width};
-  if (shape != analysis_shape_) {
-    analysis_->reshape(model_input_shapes(analysis_->spec(), shape));
-    analysis_shape_ = shape;
+  const std::vector<BandedTransform::Band> bands =
+      banded_analysis_->plan(shape, band_rows(*banded_analysis_, shape, false));
+  std::map<std::string, Tensor> whole;  // the analysis's outputs, whole, on the CPU
+  for (const std::string& blob : analysis_outputs_) whole.emplace(blob, Tensor(analysis_->blob_shape(blob)));
+  for (std::size_t k = 0; k < bands.size(); ++k) {
+    const BandedTransform::Band& band = bands[k];
+    const std::int64_t rows = band.input.end - band.input.first;
+    banded_analysis_->reshape({1, 3, rows, padded_width});
+    // The band's rows of the image padded by repeating its edge pixels, as data::pad_replicate and image_to_tensor.
+    Tensor input({1, 3, rows, padded_width});
+    float* values = input.data<float>();
+    const std::size_t plane = static_cast<std::size_t>(rows) * padded_width;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const int source_row = std::min(static_cast<int>(band.input.first + r), image.height - 1);
+      for (int x = 0; x < padded_width; ++x) {
+        const int source_x = std::min(x, image.width - 1);
+        const std::size_t pixel = static_cast<std::size_t>(r) * padded_width + x;
+        for (int c = 0; c < 3; ++c) values[c * plane + pixel] = image.at(source_row, source_x, c) / 255.0f;
+      }
+    }
+    analysis_->input(kImage).copy_from(input);
+    banded_analysis_->set_origins(band.input.first);
+    ae::set_rate_level(*ctx_, *analysis_, rate_level());
+    analysis_->forward(*ctx_);
+    for (const std::string& blob : analysis_outputs_) {
+      const Tensor& value = analysis_->blob(blob);
+      const Tensor host = device_.is_cpu() ? Tensor() : value.to(Device::cpu());
+      copy_rows(device_.is_cpu() ? value : host, band.output.first - banded_analysis_->blob_row(blob, band.input.first),
+                whole.at(blob), band.output.first, band.output.end - band.output.first);
+    }
+    if (progress_) progress_((k + 1.0) / bands.size());
   }
-  analysis_->input(kImage).copy_from(data::image_to_tensor(data::pad_replicate(image, padded_width, padded_height)));
-  ae::set_rate_level(*ctx_, *analysis_, rate_level());
-  analysis_->forward(*ctx_);
   Latents latents;
-  auto host = [&](const std::string& blob) {
-    const Tensor& value = analysis_->blob(blob);
-    return device_.is_cpu() ? value.clone() : value.to(Device::cpu());
-  };
   if (analysed_.size() == 1) {
-    latents.latent = host(analysed_[0]);
+    latents.latent = whole.at(analysed_[0]);
   } else {  // a channel-conditional model's slices, joined
     std::vector<Tensor> slices;
-    for (const std::string& blob : analysed_) slices.push_back(host(blob));
+    for (const std::string& blob : analysed_) slices.push_back(whole.at(blob));
     latents.latent = concat_channels(slices);
   }
-  if (has_hyper_latent(kind_)) latents.hyper_latent = host(hyper_latent_);
+  if (hyper_analysis_) {
+    std::map<std::string, Shape> shapes;
+    for (const std::string& input : hyper_analysis_->spec().inputs)
+      shapes[input] = whole.count(input) ? whole.at(input).shape() : Shape{1};
+    hyper_analysis_->reshape(shapes);
+    for (const std::string& input : hyper_analysis_->spec().inputs)
+      if (whole.count(input)) hyper_analysis_->input(input).copy_from(whole.at(input));
+    ae::set_rate_level(*ctx_, *hyper_analysis_, rate_level());
+    hyper_analysis_->forward(*ctx_);
+    const Tensor& z = hyper_analysis_->blob(hyper_latent_);
+    latents.hyper_latent = device_.is_cpu() ? z.clone() : z.to(Device::cpu());
+  } else if (has_hyper_latent(kind_)) {
+    throw Error("'" + name_ + "': the hyper-latent '" + hyper_latent_ + "' is not computed from the latent");
+  }
   BitstreamHeader& header = latents.header;
   header.version = format_version_;
   header.kind = kind_;
@@ -482,10 +981,10 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   const std::size_t groups = kind_ == ModelKind::checkerboard ? 0 : runner_->groups().size();
   if (kind_ == ModelKind::checkerboard) code_checkerboard(latents, symbols_of);
   for (std::size_t k = 0; k < groups; ++k) {
-    const codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
+    codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
     std::vector<std::size_t> elements(outputs.indices.size());
     std::iota(elements.begin(), elements.end(), latents.symbols.size());
-    const std::vector<std::int32_t> symbols = symbols_of(k, elements, outputs);
+    std::vector<std::int32_t> symbols = symbols_of(k, elements, outputs);
     if (kind_ == ModelKind::channel_conditional) {
       // The rounded slice symbol + mean, in units of 2^-16, for the slices after it.
       std::vector<std::int64_t> rounded(symbols.size());
@@ -494,9 +993,15 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
             static_cast<std::int64_t>(symbols[n]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[n];
       runner_->set_input(static_cast<std::int32_t>(k), rounded);
     }
-    latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
-    latents.means.insert(latents.means.end(), outputs.means.begin(), outputs.means.end());
-    latents.symbols.insert(latents.symbols.end(), symbols.begin(), symbols.end());
+    if (groups == 1) {  // moved, not copied: a 12-megapixel photo's take 150 MB
+      latents.indices = std::move(outputs.indices);
+      latents.means = std::move(outputs.means);
+      latents.symbols = std::move(symbols);
+    } else {
+      latents.indices.insert(latents.indices.end(), outputs.indices.begin(), outputs.indices.end());
+      latents.means.insert(latents.means.end(), outputs.means.begin(), outputs.means.end());
+      latents.symbols.insert(latents.symbols.end(), symbols.begin(), symbols.end());
+    }
   }
   Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
   float* y = latent.data<float>();
@@ -511,6 +1016,8 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
                                    : reconstruct(latents.symbols[n], latents.means[n]);
   }
   latents.latent = latent;
+  // The runner holds the image's tensors until the next image: a 1x1 one frees them.
+  runner_->start(std::vector<std::int32_t>(static_cast<std::size_t>(runner_->network().in_channels), 0), 1, 1);
 }
 
 // Pass 0 codes the anchors with the parameters the network gives for a
@@ -552,6 +1059,9 @@ Tensor CodecModel::encode_latent(const data::Image& image) { return encode_laten
 
 std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool grey) {
   Latents latents = encode_latents(image);
+  // The coding reads the symbols and indices (and the factorized latent): the rest goes first.
+  if (has_hyper_latent(kind_)) latents.latent = Tensor();
+  std::vector<std::int64_t>().swap(latents.means);
   latents.header.grey = grey;
   // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
@@ -610,6 +1120,7 @@ CodecModel::Latents CodecModel::decode_latents(const std::uint8_t* bytes, std::s
   expected.codec_fingerprint = codec_fingerprint_;
   expected.group_channels = group_channels_;
   const Bitstream file = parse_bitstream(bytes, size, expected);
+  check_memory(file.header.width, file.header.height, true, size);
   Latents latents;
   latents.header = file.header;
   const BitstreamHeader& header = file.header;
@@ -677,29 +1188,147 @@ std::uint64_t CodecModel::max_file_bytes() const {
   return sections + kHyperpriorOverheadBytes + 8 * per_position * positions;
 }
 
-Tensor CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_level) {
-  if (latent.shape() != synthesis_shape_) {
-    synthesis_->reshape(model_input_shapes(synthesis_->spec(), synthesis_input_, latent.shape()));
-    synthesis_shape_ = latent.shape();
+namespace {
+// Estimates of what coding holds besides the bands (calibrated against
+// /usr/bin/time -v on the shipped models, docs/performance.md): bytes per
+// latent element while its symbols, indices, means and the integer
+// network's values are live, and what a process holds before any image
+// (the libraries, the allocator's arenas) beside twice the weights.
+constexpr std::uint64_t kCodingBytesPerLatentElement = 40;
+constexpr std::uint64_t kProcessBytes = std::uint64_t(48) << 20;
+// Per thread: a convolution block's columns or a transposed pass's chunk (convolution.cpp: 16 MiB).
+constexpr std::uint64_t kScratchBytesPerThread = std::uint64_t(20) << 20;
+
+std::string bytes_text(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+  return text;
+}
+}  // namespace
+
+std::string CodecModel::banded_whole_reason(bool synthesis) const {
+  if (!device_.is_cpu()) return "bands run on the CPU only";
+  return (synthesis ? banded_synthesis_ : banded_analysis_)->whole_reason();
+}
+
+std::int64_t CodecModel::band_rows(BandedTransform& transform, const Shape& shape, bool decoding) {
+  if (band_rows_ > 0) return band_rows_;
+  if (!device_.is_cpu() || !transform.whole_reason().empty()) return shape[2];
+  const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());
+  std::uint64_t budget = kDefaultBandBytes;
+  if (max_memory_ > 0) {
+    const std::int64_t scale = decoding ? banded_synthesis_->blob_row(kReconstruction, 1) : 1;
+    const CodingMemory fixed = memory_needed(shape[3] * scale, shape[2] * scale, decoding, 0, /*fixed_only=*/true);
+    budget = max_memory_ > fixed.fixed + scratch ? max_memory_ - fixed.fixed - scratch : 0;
   }
-  synthesis_->input(synthesis_input_).copy_from(latent);
-  ae::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
-  synthesis_->forward(*ctx_);
-  return synthesis_->blob(kReconstruction);
+  // The largest step (a multiple of the alignment) whose tallest band fits the budget.
+  const std::int64_t unit = transform.alignment(shape), steps = ceil_div(shape[2], unit);
+  std::int64_t low = 1, high = steps;
+  while (low < high) {
+    const std::int64_t mid = (low + high + 1) / 2;
+    if (band_bytes(transform, shape, mid * unit) <= budget) low = mid;
+    else high = mid - 1;
+  }
+  return low * unit;
+}
+
+std::uint64_t CodecModel::band_bytes(BandedTransform& transform, const Shape& shape, std::int64_t rows) {
+  std::int64_t tallest = 0;
+  for (const BandedTransform::Band& band : transform.plan(shape, rows))
+    tallest = std::max(tallest, band.input.end - band.input.first);
+  Shape band_shape = shape;
+  band_shape[2] = tallest;
+  const std::uint64_t bytes = transform.pass_bytes(band_shape);
+  transform.reshape(shape);
+  return bytes;
+}
+
+CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes,
+                                       bool fixed_only) {
+  const std::int64_t padded_width = (width + stride_ - 1) / stride_ * stride_;
+  const std::int64_t padded_height = (height + stride_ - 1) / stride_ * stride_;
+  const std::uint64_t pixels = static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height);
+  const std::uint64_t latent_elements = static_cast<std::uint64_t>(latent_channels_) * (padded_height / stride_) *
+                                        (padded_width / stride_) * latent_per_stride_ * latent_per_stride_;
+  CodingMemory memory;
+  // The model (its nets and, for a hyperprior, the integer network), the image (read, or
+  // decoded), the latent (and y_hat beside y), the coding state and the file.
+  memory.fixed = kProcessBytes + 2 * weight_bytes_ + 3 * pixels + 8 * latent_elements +
+                 (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
+                 (decoding ? file_bytes : 2 * latent_elements);
+  if (fixed_only) return memory;
+  const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());
+  BandedTransform& transform = decoding ? *banded_synthesis_ : *banded_analysis_;
+  const Shape shape = decoding ? Shape{1, latent_channels_, padded_height / stride_ * latent_per_stride_,
+                                       padded_width / stride_ * latent_per_stride_}
+                               : Shape{1, 3, padded_height, padded_width};
+  memory.band_rows = band_rows(transform, shape, decoding);
+  memory.per_band = band_bytes(transform, shape, memory.band_rows) + scratch;
+  return memory;
+}
+
+void CodecModel::check_memory(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes) {
+  if (max_memory_ == 0) return;
+  const CodingMemory memory = memory_needed(width, height, decoding, file_bytes);
+  if (memory.total() <= max_memory_) return;
+  throw Error("cannot " + std::string(decoding ? "decompress" : "compress") + " a " + std::to_string(width) + "x" +
+              std::to_string(height) + " image within --max-memory " + bytes_text(max_memory_) + ": it needs about " +
+              bytes_text(memory.total()) + " (" + bytes_text(memory.fixed) +
+              " for the model, the image and the latents, " + bytes_text(memory.per_band) + " for the " +
+              (transform_whole(decoding) ? std::string("whole image's transform") : "smallest band of rows") + ")");
+}
+
+bool CodecModel::transform_whole(bool decoding) const { return !banded_whole_reason(decoding).empty(); }
+
+data::Image CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_level, int width, int height) {
+  const std::vector<BandedTransform::Band> bands =
+      banded_synthesis_->plan(latent.shape(), band_rows(*banded_synthesis_, latent.shape(), true));
+  const Shape& shape = synthesis_->blob_shape(kReconstruction);  // of the whole latent (plan leaves it so)
+  if (shape.size() != 4 || shape[1] != 3 || shape[2] < height || shape[3] < width)
+    throw ShapeError(name_ + ": the synthesis gives \"x_hat\" " + shape_str(shape) + ", too small for a " +
+                     std::to_string(width) + "x" + std::to_string(height) + " image");
+  data::Image image(width, height);
+  const std::int64_t latent_rows = latent.dim(2), latent_width = latent.dim(3);
+  for (std::size_t k = 0; k < bands.size(); ++k) {
+    const BandedTransform::Band& band = bands[k];
+    const std::int64_t rows = band.input.end - band.input.first;
+    const Shape band_shape{1, latent.dim(1), rows, latent_width};
+    banded_synthesis_->reshape(band_shape);
+    if (rows == latent_rows) {
+      synthesis_->input(synthesis_input_).copy_from(latent);
+    } else {
+      Tensor input(band_shape);
+      copy_rows(latent, band.input.first, input, 0, rows);
+      synthesis_->input(synthesis_input_).copy_from(input);
+    }
+    banded_synthesis_->set_origins(band.input.first);
+    ae::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
+    synthesis_->forward(*ctx_);
+    const Tensor& value = synthesis_->blob(kReconstruction);
+    const Tensor host = device_.is_cpu() ? Tensor() : value.to(Device::cpu());
+    const Tensor& x_hat = device_.is_cpu() ? value : host;
+    // The rows this band gives, as data::tensor_to_image and crop_top_left make them.
+    const std::int64_t offset = banded_synthesis_->blob_row(kReconstruction, band.input.first);
+    const std::size_t plane = static_cast<std::size_t>(x_hat.dim(2)) * x_hat.dim(3);
+    const float* in = x_hat.data<float>();
+    for (std::int64_t y = band.output.first; y < std::min<std::int64_t>(band.output.end, height); ++y)
+      for (int x = 0; x < width; ++x)
+        for (int c = 0; c < 3; ++c) {
+          float v = in[c * plane + static_cast<std::size_t>(y - offset) * x_hat.dim(3) + x];
+          v = std::isnan(v) ? 0.0f : std::min(1.0f, std::max(0.0f, v));
+          image.at(static_cast<int>(y), x, c) = static_cast<std::uint8_t>(std::lround(v * 255.0f));
+        }
+    if (progress_) progress_((k + 1.0) / bands.size());
+  }
+  return image;
 }
 
 data::Image CodecModel::decompress(const std::uint8_t* bytes, std::size_t size, BitstreamHeader* header_out) {
   BitstreamHeader header;
   const Tensor latent = decode_latent(bytes, size, &header);
   if (header_out) *header_out = header;
-  const Tensor& reconstruction = synthesize(latent, header.rate_level);
-  const Shape& shape = reconstruction.shape();
-  if (shape.size() != 4 || shape[1] != 3 || shape[2] < static_cast<std::int64_t>(header.height) ||
-      shape[3] < static_cast<std::int64_t>(header.width))
-    throw ShapeError(name_ + ": the synthesis gives \"x_hat\" " + shape_str(shape) + ", too small for a " +
-                     std::to_string(header.width) + "x" + std::to_string(header.height) + " image");
-  data::Image image = data::crop_top_left(data::tensor_to_image(reconstruction), static_cast<int>(header.width),
-                                          static_cast<int>(header.height));
+  data::Image image =
+      synthesize(latent, header.rate_level, static_cast<int>(header.width), static_cast<int>(header.height));
   image.icc_profile = std::move(header.icc_profile);
   if (header_out) header_out->icc_profile = image.icc_profile;
   return image;

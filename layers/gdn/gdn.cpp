@@ -57,7 +57,7 @@ void accumulate_stored_gradient(const Tensor& stored, Tensor& grad, const RowMaj
 // another shape in another order, so fixed blocks keep every output bit the
 // same for any number of threads. 1024 pixels make a product long enough to
 // run at full speed and keep a block's norm ([C, 1024]) in cache.
-constexpr std::int64_t kForwardBlockPixels = 1024;
+constexpr std::int64_t kForwardBlockPixels = kGdnForwardBlockPixels;
 
 }  // namespace
 
@@ -126,10 +126,15 @@ void GDN::forward_cpu(Context&, const ConstTensors& inputs, const MutableTensors
     const RowMajorMatrix<T> gamma =
         effective<T>(parameter("gamma").value, g.channels, g.channels, static_cast<T>(gamma_bound()), pedestal);
     const std::int64_t image_size = g.channels * g.pixels;
-    const std::int64_t blocks = (g.pixels + kForwardBlockPixels - 1) / kForwardBlockPixels;
+    // Pixels before the first block boundary (set_cpu_block_origin), then whole blocks.
+    const std::int64_t head =
+        std::min(g.pixels, (kForwardBlockPixels - cpu_block_origin_ % kForwardBlockPixels) % kForwardBlockPixels);
+    const std::int64_t lead = head > 0 ? 1 : 0;
+    const std::int64_t blocks = lead + (g.pixels - head + kForwardBlockPixels - 1) / kForwardBlockPixels;
     parallel_for(g.images * blocks, [&](std::int64_t item) {  // pixels are independent
-      const std::int64_t b = item / blocks, first = item % blocks * kForwardBlockPixels;
-      const std::int64_t count = std::min(kForwardBlockPixels, g.pixels - first);
+      const std::int64_t b = item / blocks, block = item % blocks;
+      const std::int64_t first = block < lead ? 0 : head + (block - lead) * kForwardBlockPixels;
+      const std::int64_t count = block < lead ? head : std::min(kForwardBlockPixels, g.pixels - first);
       const std::int64_t offset = b * image_size + first;
       const Eigen::OuterStride<> stride(g.pixels);
       Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStride<>> x(inputs[0]->data<T>() + offset, g.channels, count,

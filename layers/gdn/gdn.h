@@ -7,6 +7,12 @@
 
 namespace plexus::layers {
 
+// The CPU forward pass runs on blocks of this many pixels of one image's
+// plane (gdn.cpp says why). A pixel's bits depend on its place in its block:
+// a caller that runs a part of an image (the codec's bands of rows) says
+// where the part starts (GDN::set_cpu_block_origin) to get the whole image's.
+inline constexpr std::int64_t kGdnForwardBlockPixels = 1024;
+
 // Generalized divisive normalization (Ballé, Laparra, Simoncelli 2016), per
 // pixel of an input [N, C, ...] (channel axis 1, any rank >= 2):
 //   n_i = beta_i + sum_j gamma_ij x_j^2
@@ -58,6 +64,12 @@ class GDN : public Layer {
   }
 
   bool inverse() const { return inverse_; }
+  // The CPU forward's blocks end where origin + pixel is a multiple of
+  // kGdnForwardBlockPixels: `origin` is the index, in a whole plane, of this
+  // input's first pixel when the input is a part of that plane (0, the
+  // default: blocks from the first pixel). Any origin gives each pixel the
+  // bits it gets in the whole plane, where its block lies whole in the part.
+  void set_cpu_block_origin(std::int64_t origin) { cpu_block_origin_ = origin; }
 
  protected:
   void forward_cpu(Context& ctx, const ConstTensors& inputs, const MutableTensors& outputs) override;
@@ -80,6 +92,7 @@ class GDN : public Layer {
   double beta_min_;
   double gamma_init_;
   double reparam_offset_;
+  std::int64_t cpu_block_origin_ = 0;
   // CUDA scratch, kept between calls (see convolution/scratch.h): the tensor-core
   // backward's per-block dgamma/dbeta partial sums [blocks, C*C + C].
   Tensor partials_;

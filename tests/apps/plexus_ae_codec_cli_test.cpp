@@ -221,6 +221,31 @@ TEST_F(PlexusAeCodec, CompressRefusesImagesOverItsPixelLimitAndAbsurdThreadCount
   }
 }
 
+// --max-memory refuses before work, naming the bound and the need, and an absurd size; a bound that fits
+// gives the same file. --progress writes the per-file line to stderr, which is no terminal here.
+TEST_F(PlexusAeCodec, MaxMemoryRefusesBeforeWorkAndProgressShowsOnRequest) {
+  const std::string odd = folder / "images/odd.png";
+  auto refused =
+      run({"compress", "--model", model, odd, "-o", folder / "tight.pxae", "--device", "cpu", "--max-memory", "1M"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.describe();
+  EXPECT_TRUE(contains(refused.err, "within --max-memory 0.00 GB: it needs about")) << refused.describe();
+  EXPECT_FALSE(std::filesystem::exists(folder / "tight.pxae"));
+  auto bad = run({"compress", "--model", model, odd, "--device", "cpu", "--max-memory", "lots"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.describe();
+  EXPECT_TRUE(contains(bad.err, "--max-memory lots is not a size")) << bad.describe();
+  auto fits = run({"compress", "--model", model, odd, "-o", folder / "fits.pxae", "--device", "cpu", "--max-memory",
+                   "4G", "--progress"});
+  EXPECT_EQ(fits.exit_code, 0) << fits.describe();
+  EXPECT_TRUE(read_all(folder / "fits.pxae") == compress_odd("default.pxae"));
+  EXPECT_TRUE(contains(fits.err, "[1/1] " + odd)) << fits.describe();
+  auto quiet = run({"compress", "--model", model, odd, "-o", folder / "quiet.pxae", "--device", "cpu"});
+  EXPECT_FALSE(contains(quiet.err, "[1/1]")) << quiet.describe();
+  auto decoded = run({"decompress", "--model", model, folder / "fits.pxae", "-o", folder / "fits.png", "--device",
+                      "cpu", "--max-memory", "1M"});
+  EXPECT_EQ(decoded.exit_code, 1) << decoded.describe();
+  EXPECT_TRUE(contains(decoded.err, "cannot decompress a 21x13 image within --max-memory")) << decoded.describe();
+}
+
 // info reads a file without its model: the size and bits per pixel, the format version, its coded streams and
 // the codec section's fingerprint (bytes 16-23), and the model's fingerprint stored at bytes 8-15
 // (little-endian, docs/bitstream.md); a corrupt file or another kind of file is named with what is wrong, and

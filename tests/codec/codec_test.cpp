@@ -659,6 +659,78 @@ TEST_F(CodecCApi, FailuresAreAStatusAndAMessage) {
   EXPECT_EQ(plexus_codec_abi_version(), PLEXUS_CODEC_ABI_VERSION);
 }
 
+// Bands of rows: the shipped models (factorized bls2017, the variable-rate
+// mean-scale hyperprior) and an untrained scale hyperprior, whose
+// hyper-analysis reads y beside y_hat, on images whose sides are multiples of
+// neither the band nor the stride, cut into the smallest bands and into one
+// band of the whole image: the same file bytes and decoded pixels. The whole
+// band is the pass of the whole nets (the round-trip tests above check it
+// against eval's reconstruction).
+void expect_bands_change_nothing(CodecModel& model, const data::Image& image, int expected_bands) {
+  model.set_band_rows(1 << 20);
+  const std::vector<std::uint8_t> whole = model.compress(image);
+  const data::Image decoded_whole = model.decompress(whole.data(), whole.size());
+  model.set_band_rows(1);
+  int analysis_bands = 0, synthesis_bands = 0;
+  int* counter = &analysis_bands;
+  model.set_progress([&](double) { ++*counter; });
+  const std::vector<std::uint8_t> banded = model.compress(image);
+  counter = &synthesis_bands;
+  const data::Image decoded = model.decompress(banded.data(), banded.size());
+  model.set_progress({});
+  EXPECT_EQ(banded, whole) << model.name();
+  EXPECT_EQ(decoded.pixels, decoded_whole.pixels) << model.name();
+  EXPECT_GE(analysis_bands, expected_bands) << model.name();
+  EXPECT_GE(synthesis_bands, expected_bands) << model.name();
+}
+
+TEST(CodecBands, FilesAndPixelsAreThoseOfTheWholeImage) {
+  // 500x1400 from a Kodak photo, its rows mirrored (the synthesis's halo is about 30 latent rows).
+  const data::Image photo = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png");
+  data::Image image(500, 1400);
+  for (int y = 0; y < image.height; ++y) {
+    const int period = y % (2 * photo.height), row = period < photo.height ? period : 2 * photo.height - 1 - period;
+    for (int x = 0; x < image.width; ++x)
+      for (int c = 0; c < 3; ++c) image.at(y, x, c) = photo.at(row, x, c);
+  }
+  for (const char* name : {"bls2017", "mbt2018-mean-vr"}) {
+    auto model = CodecModel::from_file(
+        std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + name + "/model.safetensors", registry, Device::cpu());
+    EXPECT_EQ(model->banded_whole_reason(false), "");
+    EXPECT_EQ(model->banded_whole_reason(true), "");
+    if (model->rate_levels() > 0) model->set_rate_level(3.5);
+    expect_bands_change_nothing(*model, image, 2);
+  }
+  const ModelSpec spec =
+      ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-hyperprior.json");
+  CodecModel hyperprior(spec, testing::untrained_weights(spec, registry, 5, {{"g_a3.weight", 20.0}}), registry,
+                        Device::cpu(), "bmshj2018-hyperprior");
+  expect_bands_change_nothing(hyperprior, data::crop_top_left(image, 500, 1300), 2);
+}
+
+// The bound on memory: a size that cannot fit is refused before any work,
+// naming the bound and the need; a bound that fits chooses bands to fit.
+TEST(CodecBands, MaxMemoryRefusesWhatCannotFitAndBandsWhatCan) {
+  auto model = CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/bls2017/model.safetensors",
+                                     registry, Device::cpu());
+  const CodingMemory unbounded = model->memory_needed(4000, 3000, false);
+  const std::uint64_t bound = unbounded.total() - (std::uint64_t(64) << 20);
+  model->set_max_memory(bound);
+  const CodingMemory bounded = model->memory_needed(4000, 3000, false);
+  EXPECT_LE(bounded.total(), bound) << bounded.fixed << " + " << bounded.per_band;
+  EXPECT_LT(bounded.band_rows, unbounded.band_rows);
+  model->set_max_memory(std::uint64_t(100) << 20);
+  const data::Image image = testing::position_image(700, 300);
+  const std::string message = error_or_none([&] { model->check_memory(4000, 3000, false); });
+  EXPECT_TRUE(contains(message, "--max-memory 0.10 GB")) << message;
+  EXPECT_TRUE(contains(message, "it needs about")) << message;
+  model->set_max_memory(0);
+  const std::vector<std::uint8_t> bytes = model->compress(image);
+  model->set_max_memory(std::uint64_t(60) << 20);
+  EXPECT_TRUE(
+      contains(error_or_none([&] { model->decompress(bytes.data(), bytes.size()); }), "cannot decompress a 700x300"));
+}
+
 // Compress on CUDA; decode on the CPU and on CUDA: the same latent exactly,
 // reconstructions equal within float rounding (at most one 8-bit level).
 TEST(CodecCrossDevice, CudaFilesDecodeToTheSameLatentOnCpuAndCuda) {

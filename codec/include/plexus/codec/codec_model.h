@@ -69,7 +69,17 @@
 
 namespace plexus::ae {
 
-struct CodecGraph;  // the model's graph cut at the latent (src/codec_graph.h)
+struct CodecGraph;      // the model's graph cut at the latent (src/codec_graph.h)
+class BandedTransform;  // a transform run in bands of rows (src/codec_model.cpp)
+
+// What coding one image holds at its peak, estimated before any work from the
+// model, the image's size and the band of rows its transforms run on.
+struct CodingMemory {
+  std::uint64_t fixed = 0;     // the model, the image, the latents, the file and the coding state
+  std::uint64_t per_band = 0;  // the activations of the transform's band
+  std::int64_t band_rows = 0;  // input rows per step of the bands (the whole height: no bands)
+  std::uint64_t total() const { return fixed + per_band; }
+};
 
 class CodecModel {
  public:
@@ -165,6 +175,36 @@ class CodecModel {
   // Caps the image size a file may describe (the fuzz harness keeps it small).
   void set_max_pixels(std::uint64_t pixels) { max_pixels_ = pixels; }
 
+  // Bounded memory. On the CPU the analysis (up to the latent) and the
+  // synthesis run in bands of rows, each with the halo its layers need, so
+  // that their activations grow with the width times the band, not with the
+  // pixels; the latents, files and decoded pixels are bit for bit those of a
+  // pass over the whole image (codec_model.cpp says how). A transform with a
+  // layer of unknown reach (banded_whole_reason) runs on the whole image.
+  // `bytes` (0: no bound) bounds what compress and decompress hold: the band
+  // is chosen to fit, and a size that cannot fit is refused (Error naming the
+  // bound and what it needs) before any work. Without a bound, the bands'
+  // activations take about kDefaultBandBytes.
+  static constexpr std::uint64_t kDefaultBandBytes = std::uint64_t(512) << 20;
+  void set_max_memory(std::uint64_t bytes) { max_memory_ = bytes; }
+  std::uint64_t max_memory() const { return max_memory_; }
+  // Input rows per band, rounded up to the transform's alignment (0: chosen
+  // from the memory bound); tests set it to cut small images into several bands.
+  void set_band_rows(std::int64_t rows) { band_rows_ = rows; }
+  // The estimate for compressing (`decoding` false) or decompressing a
+  // width x height image at the bound set (the band chosen); `file_bytes`:
+  // the compressed file's size when known.
+  // `fixed_only`: the fixed part alone (no band is planned).
+  CodingMemory memory_needed(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes = 0,
+                             bool fixed_only = false);
+  // Error naming the bound and the estimate when memory_needed exceeds max_memory().
+  void check_memory(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes = 0);
+  // Why the analysis or the synthesis runs on the whole image ("" when in bands).
+  std::string banded_whole_reason(bool synthesis) const;
+  // Called after each band of a transform with the fraction done (0..1) of
+  // that image's work, for a progress line; empty: none.
+  void set_progress(std::function<void(double)> progress) { progress_ = std::move(progress); }
+
  private:
   // The steps of the constructor.
   void probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
@@ -173,7 +213,13 @@ class CodecModel {
   void load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file, const Registry& registry,
                    std::int64_t factorized_channels);
   std::uint64_t compute_fingerprint(const ModelSpec& spec);
-  Tensor synthesize(const Tensor& latent, std::uint32_t rate_level);
+  // The synthesis of `latent` into the width x height image (cropped), band by band.
+  data::Image synthesize(const Tensor& latent, std::uint32_t rate_level, int width, int height);
+  // Input rows per band for a transform whose whole input is `shape`.
+  std::int64_t band_rows(BandedTransform& transform, const Shape& shape, bool decoding);
+  // The activations of the tallest band of steps of `rows` input rows.
+  std::uint64_t band_bytes(BandedTransform& transform, const Shape& shape, std::int64_t rows);
+  bool transform_whole(bool decoding) const;
   // The latent's groups (one, a channel-conditional model's slices, or a
   // checkerboard's two passes) run through the integer network from the
   // hyper-latent z: for each group its indices and means, then
@@ -202,8 +248,15 @@ class CodecModel {
   std::string
       synthesis_input_;  // what the synthesis reads it as (y_hat, or a straight-through quantiser's rounded output)
   std::string hyper_latent_;  // the hyper-latent's (hyperprior kinds only)
-  std::unique_ptr<Net> analysis_, synthesis_;
-  Shape analysis_shape_, synthesis_shape_;  // what each net is shaped for now
+  // The analysis up to the latent (run in bands), the rest of it (a
+  // hyperprior's hyper-analysis, on the whole latent; null when none) and the synthesis.
+  std::unique_ptr<Net> analysis_, hyper_analysis_, synthesis_;
+  std::vector<std::string> analysis_outputs_;  // what analysis_ gives: analysed_ and what hyper_analysis_ reads
+  std::unique_ptr<BandedTransform> banded_analysis_, banded_synthesis_;
+  std::uint64_t weight_bytes_ = 0;
+  std::uint64_t max_memory_ = 0;
+  std::int64_t band_rows_ = 0;
+  std::function<void(double)> progress_;
   std::unique_ptr<Context> ctx_;
   codec::FactorizedCodingTables tables_;
   std::unique_ptr<codec::IntegerNetworkRunner> runner_;  // a hyperprior's integer network, on the device
