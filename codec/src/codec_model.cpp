@@ -448,8 +448,10 @@ class BandedTransform {
   std::vector<Band> plan(const Shape& shape, std::int64_t rows) {
     layout(shape);
     const std::int64_t height = shape[2];
+    // A refused transform knows no row scales past the node it refused: its output's height is the net's.
+    if (!whole_reason_.empty()) return {{{0, height}, {0, net_.blob_shape(outputs_[0])[2]}}};
     const std::int64_t out_height = heights_.at(outputs_[0]);
-    if (!whole_reason_.empty() || rows >= height) return {{{0, height}, {0, out_height}}};
+    if (rows >= height) return {{{0, height}, {0, out_height}}};
     const std::int64_t step = std::max(alignment_, ceil_div(rows, alignment_) * alignment_);
     std::vector<std::int64_t> firsts;  // each band's first output row
     for (std::int64_t start = 0; start < height; start += step) {
@@ -496,8 +498,13 @@ class BandedTransform {
   }
   // The rows of a blob at input row `input_row` (a band's first).
   std::int64_t blob_row(const std::string& blob, std::int64_t input_row) const {
-    const RowScale& scale = scales_.at(blob);
-    return input_row * scale.num / scale.den;
+    auto it = scales_.find(blob);
+    if (it == scales_.end()) {
+      // Past the node a refused transform stopped at: it runs one band, from row 0.
+      if (input_row != 0) throw Error("internal: no row scale of '" + blob + "' for a band");
+      return 0;
+    }
+    return input_row * it->second.num / it->second.den;
   }
   void reshape(const Shape& shape) {
     if (shape == shape_) return;
