@@ -1,0 +1,464 @@
+#pragma once
+// The analysis and synthesis in bands of rows (CodecModel, codec_model.cpp):
+// which rows of each blob a band needs, and the plan of bands.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "convolution/convolution.h"
+#include "gdn/gdn.h"
+#include "plexus/error.h"
+#include "plexus/model_spec.h"
+#include "plexus/net.h"
+#include "plexus/tensor.h"
+
+namespace plexus::ae {
+
+// A transform (the analysis up to the latent, the synthesis) is run on bands
+// of rows of its input, each with the halo its outputs' rows need, so that it
+// holds a band's activations, not the image's. Every output value is the
+// bit pattern the whole-image pass gives: besides the rows a kernel reads, a
+// CPU layer's result depends on where its blocks of rows or pixels start
+// (Eigen sums a product's entries near a block's end in another order, and a
+// vectorised loop peels by address), so each band starts where every
+// convolution's blocks start in the whole image, tells each GDN where it
+// starts in the whole plane (GDN::set_cpu_block_origin), holds whole every
+// block its output rows need, and keeps GDN's planes' sizes modulo a
+// vector's width. Known layer kinds only: a node of any other kind (a
+// pooling, an attention window, an unknown plugin) has no bounded halo here,
+// and the transform runs on the whole image.
+
+struct Rows {
+  std::int64_t first = 0, end = 0;
+  bool empty() const { return end <= first; }
+};
+
+inline Rows joined(Rows a, Rows b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return {std::min(a.first, b.first), std::max(a.end, b.end)};
+}
+
+inline std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
+
+// Rows of a blob per row of the transform's input: num / den (reduced).
+struct RowScale {
+  std::int64_t num = 1, den = 1;
+  RowScale times(std::int64_t n, std::int64_t d) const {
+    const std::int64_t a = num * n, b = den * d, g = std::gcd(a, b);
+    return {a / g, b / g};
+  }
+  bool operator==(const RowScale& other) const { return num == other.num && den == other.den; }
+};
+
+// What a node does to rows.
+enum class RowOp { pointwise, conv, conv_transposed, gdn, pixel_shuffle };
+
+// The floats of the widest vector (AVX-512): a GDN band starts, and its
+// planes' sizes agree with the whole image's, modulo this many pixels.
+constexpr std::int64_t kVectorFloats = 16;
+
+inline const std::set<std::string>& pointwise_types() {
+  static const std::set<std::string> types{
+      "ReLU",         "LeakyReLU",          "Tanh",  "Sigmoid", "GELU", "Abs", "GainUnit",
+      "UniformNoise", "QuantizeAroundMean", "Split", "Concat",  "Add",  "Mul", "Identity"};
+  return types;
+}
+
+inline std::int64_t int_param(const NodeSpec& node, const char* key, std::int64_t fallback) {
+  auto it = node.params.find(key);
+  return it != node.params.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+}
+
+// The nodes of an analysis that its blobs `targets` need (their ancestors),
+// run in bands, and the rest (a hyperprior's hyper-analysis, which reads
+// the latent whole), reading the blobs it takes from the first part.
+struct AnalysisParts {
+  ModelSpec front, rest;
+  std::vector<std::string> boundary;  // what the front gives: the targets and what the rest reads of it
+};
+
+inline AnalysisParts split_analysis(const ModelSpec& spec, const std::vector<std::string>& targets) {
+  std::map<std::string, const NodeSpec*> producer;
+  for (const NodeSpec& node : spec.nodes)
+    for (const std::string& out : node.outputs) producer[out] = &node;
+  std::set<std::string> front_nodes;
+  std::vector<std::string> pending = targets;
+  while (!pending.empty()) {
+    const std::string blob = pending.back();
+    pending.pop_back();
+    auto it = producer.find(blob);
+    if (it == producer.end() || !front_nodes.insert(it->second->name).second) continue;
+    pending.insert(pending.end(), it->second->inputs.begin(), it->second->inputs.end());
+  }
+  AnalysisParts parts;
+  parts.front.name = parts.rest.name = spec.name;
+  parts.front.source = parts.rest.source = spec.source;
+  parts.boundary = targets;
+  const auto add_once = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+  };
+  for (const NodeSpec& node : spec.nodes) {
+    if (front_nodes.count(node.name)) {
+      parts.front.nodes.push_back(node);
+      continue;
+    }
+    parts.rest.nodes.push_back(node);
+    for (const std::string& in : node.inputs) {
+      auto it = producer.find(in);
+      const bool from_front = it != producer.end() && front_nodes.count(it->second->name);
+      if (from_front) add_once(parts.boundary, in);
+      if (from_front || (it == producer.end() && in != kImage)) add_once(parts.rest.inputs, in);
+      if (it == producer.end() && in == kImage) return {spec, {}, {}};  // the rest reads the image: no split
+    }
+  }
+  for (const std::string& input : spec.inputs)
+    for (const NodeSpec& node : parts.front.nodes)
+      if (std::find(node.inputs.begin(), node.inputs.end(), input) != node.inputs.end()) {
+        add_once(parts.front.inputs, input);
+        break;
+      }
+  return parts;
+}
+
+// Copies rows [first, end) of `from` [1, C, h, w] (f32, CPU), starting at its
+// row `from_row`, to the same rows of `to` [1, C, H, w] at `to_row`.
+inline void copy_rows(const Tensor& from, std::int64_t from_row, Tensor& to, std::int64_t to_row, std::int64_t rows) {
+  const std::int64_t channels = from.dim(1), width = from.dim(3);
+  const std::int64_t from_plane = from.dim(2) * width, to_plane = to.dim(2) * width;
+  const float* in = from.data<float>();
+  float* out = to.data<float>();
+  for (std::int64_t c = 0; c < channels; ++c)
+    std::copy(in + c * from_plane + from_row * width, in + c * from_plane + (from_row + rows) * width,
+              out + c * to_plane + to_row * width);
+}
+
+class BandedTransform {
+ public:
+  struct Band {
+    Rows input;   // the input rows it reads
+    Rows output;  // the output rows it gives (rows of every output)
+  };
+
+  // `net`: an inference-only net reading `input` [1, C, H, W] (and perhaps
+  // inputs without rows, such as "level"), giving `outputs`, all of one scale.
+  BandedTransform(Net& net, std::string input, std::vector<std::string> outputs)
+      : net_(net), input_(std::move(input)), outputs_(std::move(outputs)) {
+    for (const NodeSpec& node : net.spec().nodes) nodes_[node.name] = &node;
+    order_ = net.execution_order();
+    scales_[input_] = RowScale{};
+    for (const std::string& name : order_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::optional<RowScale> scale;
+      for (const std::string& in : node.inputs) {
+        auto it = scales_.find(in);
+        if (it == scales_.end()) continue;  // no rows: "level", or a blob made from such inputs only
+        if (scale && !(*scale == it->second)) {
+          refuse(node, "reads blobs of different row scales");
+          return;
+        }
+        scale = it->second;
+      }
+      if (!scale) continue;
+      RowOp op = RowOp::pointwise;
+      if (node.type == "Conv2d") {
+        op = RowOp::conv;
+        scale = scale->times(1, int_param(node, "stride", 1));
+      } else if (node.type == "ConvTranspose2d") {
+        op = RowOp::conv_transposed;
+        scale = scale->times(int_param(node, "stride", 1), 1);
+      } else if (node.type == "GDN" || node.type == "IGDN") {
+        op = RowOp::gdn;
+      } else if (node.type == "PixelShuffle") {
+        op = RowOp::pixel_shuffle;
+        scale = scale->times(int_param(node, "upscale_factor", int_param(node, "factor", 0)), 1);
+        if (scale->num == 0) {
+          refuse(node, "has no upscale factor this reads");
+          return;
+        }
+      } else if (node.type == "Concat" || node.type == "Split") {
+        if (int_param(node, "axis", 1) != 1) {
+          refuse(node, "joins or splits along another axis than channels");
+          return;
+        }
+      } else if (!pointwise_types().count(node.type)) {
+        {
+          refuse(node, "has no bounded halo in rows");
+          return;
+        }
+      }
+      ops_[name] = op;
+      for (const std::string& out : node.outputs) scales_[out] = *scale;
+    }
+    for (const std::string& out : outputs_) {
+      auto it = scales_.find(out);
+      if (it == scales_.end()) {
+        refuse_text("'" + out + "' does not depend on the input's rows");
+        return;
+      }
+      if (!(it->second == scales_.at(outputs_[0]))) {
+        refuse_text("its outputs have different row scales");
+        return;
+      }
+    }
+  }
+
+  // Tells each GDN node where the band from input row `first` starts in the
+  // whole plane, so that its CPU blocks are the whole image's.
+  void set_origins(std::int64_t first) {
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::gdn) continue;
+      auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
+      const std::string& blob = nodes_.at(name)->inputs[0];
+      if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+    }
+  }
+
+  // "" when it runs in bands; else why it runs on the whole image.
+  const std::string& whole_reason() const { return whole_reason_; }
+
+  // The bands for an input of `shape` [1, C, H, W] whose steps are about
+  // `rows` input rows (at least the alignment): one band of the whole when
+  // the transform cannot run in bands or `rows` covers the image.
+  std::vector<Band> plan(const Shape& shape, std::int64_t rows) {
+    layout(shape);
+    const std::int64_t height = shape[2];
+    // A refused transform knows no row scales past the node it refused: its output's height is the net's.
+    if (!whole_reason_.empty()) return {{{0, height}, {0, net_.blob_shape(outputs_[0])[2]}}};
+    const std::int64_t out_height = heights_.at(outputs_[0]);
+    if (rows >= height) return {{{0, height}, {0, out_height}}};
+    const std::int64_t step = std::max(alignment_, ceil_div(rows, alignment_) * alignment_);
+    std::vector<std::int64_t> firsts;  // each band's first output row
+    for (std::int64_t start = 0; start < height; start += step) {
+      // The first output row whose rows all lie at or below `start`.
+      std::int64_t low = 0, high = out_height;
+      while (low < high) {
+        const std::int64_t mid = (low + high) / 2;
+        if (needed({mid, mid + 1}).first >= start) high = mid;
+        else low = mid + 1;
+      }
+      if (start == 0) low = 0;
+      if (low < out_height && (firsts.empty() || low > firsts.back())) firsts.push_back(low);
+    }
+    std::vector<Band> bands;
+    for (std::size_t k = 0; k < firsts.size(); ++k) {
+      const Rows output{firsts[k], k + 1 < firsts.size() ? firsts[k + 1] : out_height};
+      const std::int64_t first = floor_div(needed(output).first, alignment_) * alignment_;
+      bands.push_back({{first, band_end(first, output)}, output});
+    }
+    layout(shape);
+    return bands;
+  }
+
+  // The bytes of activations one pass over an input of `shape` holds at its
+  // peak, about: the most any node holds at once (its inputs and outputs).
+  std::uint64_t pass_bytes(const Shape& shape) {
+    reshape(shape);
+    std::uint64_t most = 0;
+    for (const std::string& name : order_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::uint64_t held = 0;
+      for (const auto* blobs : {&node.inputs, &node.outputs})
+        for (const std::string& blob : *blobs)
+          held += 4 * static_cast<std::uint64_t>(shape_numel(net_.blob_shape(blob)));
+      most = std::max(most, held);
+    }
+    return most;
+  }
+
+  // Input rows per step of the bands: whole multiples of this.
+  std::int64_t alignment(const Shape& shape) {
+    layout(shape);
+    return alignment_;
+  }
+  // The rows of a blob at input row `input_row` (a band's first).
+  std::int64_t blob_row(const std::string& blob, std::int64_t input_row) const {
+    auto it = scales_.find(blob);
+    if (it == scales_.end()) {
+      // Past the node a refused transform stopped at: it runs one band, from row 0.
+      if (input_row != 0) throw Error("internal: no row scale of '" + blob + "' for a band");
+      return 0;
+    }
+    return input_row * it->second.num / it->second.den;
+  }
+  void reshape(const Shape& shape) {
+    if (shape == shape_) return;
+    std::map<std::string, Shape> shapes = model_input_shapes(net_.spec(), input_, shape);
+    net_.reshape(shapes);
+    shape_ = shape;
+  }
+
+ private:
+  void refuse(const NodeSpec& node, const std::string& why) {
+    refuse_text("node '" + node.name + "' (" + node.type + ") " + why);
+  }
+  void refuse_text(const std::string& why) { whole_reason_ = why; }
+  static std::int64_t shape_numel(const Shape& shape) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    return n;
+  }
+  bool has_rows(const std::string& blob) const { return scales_.count(blob) && net_.blob_shape(blob).size() == 4; }
+
+  // The whole image's heights and widths and the blocks of its layers.
+  void layout(const Shape& shape) {
+    reshape(shape);
+    if (shape == laid_out_) return;
+    laid_out_ = shape;
+    heights_.clear();
+    widths_.clear();
+    for (const auto& [blob, scale] : scales_) {
+      const Shape& s = net_.blob_shape(blob);
+      if (s.size() != 4) continue;
+      heights_[blob] = s[2];
+      widths_[blob] = s[3];
+    }
+    blocks_.clear();
+    alignment_ = 1;
+    for (const auto& [blob, scale] : scales_)
+      if (heights_.count(blob)) alignment_ = std::lcm(alignment_, scale.den);
+    for (const auto& [name, op] : ops_) {
+      const NodeSpec& node = *nodes_.at(name);
+      std::int64_t block = 0;  // rows per block, of the blob `at`
+      const std::string* at = &node.outputs[0];
+      if (op == RowOp::conv || op == RowOp::conv_transposed) {
+        layers::ConvGeometry g;
+        const bool transposed = op == RowOp::conv_transposed;
+        const std::string& image = transposed ? node.outputs[0] : node.inputs[0];
+        const std::string& patches = transposed ? node.inputs[0] : node.outputs[0];
+        g.channels = net_.blob_shape(image)[1];
+        g.height = heights_.at(image);
+        g.width = widths_.at(image);
+        g.kernel = int_param(node, "kernel", 1);
+        g.stride = int_param(node, "stride", 1);
+        g.padding = int_param(node, "padding", 0);
+        g.dilation = int_param(node, "dilation", 1);
+        g.patches_high = heights_.at(patches);
+        g.patches_wide = widths_.at(patches);
+        block = transposed ? layers::cpu_image_rows_per_block(g) : layers::cpu_patch_rows_per_block(g);
+      } else if (op == RowOp::gdn) {
+        // Its blocks follow the band's origin (set_origins); a band still starts on a vector's width of pixels.
+        at = &node.inputs[0];
+        block = kVectorFloats / std::gcd(widths_.at(*at), kVectorFloats);
+      }
+      if (block == 0) continue;
+      blocks_[name] = block;
+      const RowScale& scale = scales_.at(*at);
+      // A band's first row of `at`, first * num / den, a multiple of `block`.
+      alignment_ = std::lcm(alignment_, scale.den * (block / std::gcd(scale.num, block)));
+    }
+  }
+
+  // The rows of every blob that the output rows `output` need, in the whole
+  // image's rows: what their kernels read, widened to the blocks that compute them.
+  Rows needed(Rows output) { return needed_rows(output).at(input_); }
+  std::map<std::string, Rows> needed_rows(Rows output) {
+    std::map<std::string, Rows> need;
+    for (const std::string& out : outputs_) need[out] = output;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      auto op_it = ops_.find(*it);
+      if (op_it == ops_.end()) continue;
+      const NodeSpec& node = *nodes_.at(*it);
+      Rows rows;
+      for (const std::string& out : node.outputs)
+        if (need.count(out)) rows = joined(rows, need[out]);
+      if (rows.empty()) continue;
+      const std::int64_t out_height = heights_.at(node.outputs[0]);
+      const std::int64_t in_height = heights_.at(node.inputs[0]);
+      Rows in = rows;
+      const std::int64_t k = int_param(node, "kernel", 1), s = int_param(node, "stride", 1);
+      const std::int64_t p = int_param(node, "padding", 0), reach = int_param(node, "dilation", 1) * (k - 1);
+      switch (op_it->second) {
+        case RowOp::pointwise:
+          break;
+        case RowOp::gdn: {
+          const std::int64_t width = widths_.at(node.inputs[0]), block = layers::kGdnForwardBlockPixels;
+          const std::int64_t first = floor_div(rows.first * width, block) * block;
+          const std::int64_t end = std::min(in_height * width, ceil_div(rows.end * width, block) * block);
+          in = {first / width, ceil_div(end, width)};
+          break;
+        }
+        case RowOp::conv: {
+          const std::int64_t block = blocks_.at(node.name);
+          const Rows whole{floor_div(rows.first, block) * block,
+                           std::min(out_height, ceil_div(rows.end, block) * block)};
+          in = {whole.first * s - p, (whole.end - 1) * s - p + reach + 1};
+          break;
+        }
+        case RowOp::conv_transposed: {
+          // As convolution.cpp's backward_data: image rows [h0, h1) read the patch rows [a0, a1).
+          const std::int64_t block = blocks_.at(node.name);
+          const std::int64_t h0 = floor_div(rows.first, block) * block;
+          const std::int64_t h1 = std::min(out_height, ceil_div(rows.end, block) * block);
+          const std::int64_t lowest = h0 + p - reach;
+          in = {lowest <= 0 ? 0 : ceil_div(lowest, s), floor_div(h1 - 1 + p, s) + 1};
+          break;
+        }
+        case RowOp::pixel_shuffle: {
+          const RowScale ratio =
+              scales_.at(node.outputs[0]).times(scales_.at(node.inputs[0]).den, scales_.at(node.inputs[0]).num);
+          in = {floor_div(rows.first, ratio.num), ceil_div(rows.end, ratio.num)};
+          break;
+        }
+      }
+      in = {std::max<std::int64_t>(0, in.first), std::min(in_height, in.end)};
+      for (const std::string& blob : node.inputs)
+        if (heights_.count(blob)) need[blob] = joined(need[blob], in);
+    }
+    return need;
+  }
+
+  // Where a band from input row `first` that gives `output` ends: past the
+  // rows it needs, at a height every blob's rows divide, with each GDN plane
+  // of the size modulo 16 of the whole image's, and holding every row of
+  // every blob that the output needs (checked by shape inference at the band).
+  std::int64_t band_end(std::int64_t first, Rows output) {
+    const std::int64_t height = laid_out_[2];
+    std::int64_t unit = 1;
+    for (const auto& [blob, scale] : scales_)
+      if (heights_.count(blob)) unit = std::lcm(unit, scale.den);
+    const std::map<std::string, Rows> need = needed_rows(output);
+    const std::int64_t last = need.at(input_).end;
+    for (std::int64_t end = std::min(height, ceil_div(last, unit) * unit);; end = std::min(height, end + unit)) {
+      if (end == height || band_fits(first, end, need)) return end;
+    }
+  }
+
+  bool band_fits(std::int64_t first, std::int64_t end, const std::map<std::string, Rows>& need) {
+    Shape shape = laid_out_;
+    shape[2] = end - first;
+    reshape(shape);
+    for (const auto& [blob, rows] : need) {
+      if (rows.empty() || !heights_.count(blob)) continue;
+      const std::int64_t start = blob_row(blob, first), held = net_.blob_shape(blob)[2];
+      if (rows.first < start || rows.end > start + held) return false;
+    }
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::gdn) continue;
+      const std::string& blob = nodes_.at(name)->inputs[0];
+      const std::int64_t width = widths_.at(blob);
+      if ((net_.blob_shape(blob)[2] * width - heights_.at(blob) * width) % kVectorFloats != 0) return false;
+    }
+    return true;
+  }
+
+  Net& net_;
+  std::string input_;
+  std::vector<std::string> outputs_;
+  std::map<std::string, const NodeSpec*> nodes_;
+  std::vector<std::string> order_;
+  std::map<std::string, RowScale> scales_;  // the blobs with rows
+  std::map<std::string, RowOp> ops_;        // the nodes that read rows
+  std::string whole_reason_;
+  Shape shape_, laid_out_;
+  std::map<std::string, std::int64_t> heights_, widths_, blocks_;
+  std::int64_t alignment_ = 1;
+};
+
+}  // namespace plexus::ae
