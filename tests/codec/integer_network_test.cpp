@@ -523,6 +523,28 @@ TEST(IntegerNetwork, GraphsThatBreakTheRulesAreRefused) {
   expect_refused(bad, "unknown operation 9");
 }
 
+// Adds nodes to a FloatNetwork; each call returns the new node's index (1-based: 0 is the hyper-latent).
+struct NetworkBuilder {
+  FloatNetwork& network;
+  std::int32_t node(IntegerOp op, std::vector<std::int32_t> inputs) {
+    FloatNode n;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    network.nodes.push_back(n);
+    return static_cast<std::int32_t>(network.nodes.size());
+  }
+  std::int32_t conv(std::int32_t input, FloatConvLayer layer) {
+    const std::int32_t t = node(IntegerOp::convolution, {input});
+    network.nodes.back().conv = std::move(layer);
+    return t;
+  }
+  std::int32_t rescale(std::int32_t input, double slope) {
+    const std::int32_t t = node(IntegerOp::rescale, {input});
+    network.nodes.back().negative_slope = slope;
+    return t;
+  }
+};
+
 // Two latent groups of 2 channels, as a channel-conditional model: group 0's
 // scales and means from the hyper-latent; group 1's also from group 0's
 // rounded latent; the decoded latent = rounded + 0.5 tanh(conv(...)).
@@ -530,23 +552,10 @@ FloatNetwork grouped(std::uint32_t seed) {
   std::mt19937 rng(seed);
   FloatNetwork network;
   network.in_channels = 4;
-  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) {
-    FloatNode n;
-    n.op = op;
-    n.inputs = std::move(inputs);
-    network.nodes.push_back(n);
-    return static_cast<std::int32_t>(network.nodes.size());
-  };
-  auto conv = [&](std::int32_t input, FloatConvLayer layer) {
-    const std::int32_t t = node(IntegerOp::convolution, {input});
-    network.nodes.back().conv = std::move(layer);
-    return t;
-  };
-  auto rescale = [&](std::int32_t input, double slope) {
-    const std::int32_t t = node(IntegerOp::rescale, {input});
-    network.nodes.back().negative_slope = slope;
-    return t;
-  };
+  NetworkBuilder build{network};
+  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) { return build.node(op, std::move(inputs)); };
+  auto conv = [&](std::int32_t input, FloatConvLayer layer) { return build.conv(input, std::move(layer)); };
+  auto rescale = [&](std::int32_t input, double slope) { return build.rescale(input, slope); };
   auto slice = [&](std::int32_t input, std::int32_t begin, std::int32_t count) {
     const std::int32_t t = node(IntegerOp::slice, {input});
     network.nodes.back().begin = begin;
@@ -718,26 +727,13 @@ FloatNetwork checkerboard(std::uint32_t seed) {
   std::mt19937 rng(seed);
   FloatNetwork network;
   network.in_channels = 4;
-  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) {
-    FloatNode n;
-    n.op = op;
-    n.inputs = std::move(inputs);
-    network.nodes.push_back(n);
-    return static_cast<std::int32_t>(network.nodes.size());
-  };
-  auto conv = [&](std::int32_t input, FloatConvLayer layer) {
-    const std::int32_t t = node(IntegerOp::convolution, {input});
-    network.nodes.back().conv = std::move(layer);
-    return t;
-  };
+  NetworkBuilder build{network};
+  auto node = [&](IntegerOp op, std::vector<std::int32_t> inputs) { return build.node(op, std::move(inputs)); };
+  auto conv = [&](std::int32_t input, FloatConvLayer layer) { return build.conv(input, std::move(layer)); };
+  auto rescale = [&](std::int32_t input, double slope) { return build.rescale(input, slope); };
   auto mask = [&](std::int32_t input, std::int32_t parity) {
     const std::int32_t t = node(IntegerOp::checkerboard_mask, {input});
     network.nodes.back().parity = parity;
-    return t;
-  };
-  auto rescale = [&](std::int32_t input, double slope) {
-    const std::int32_t t = node(IntegerOp::rescale, {input});
-    network.nodes.back().negative_slope = slope;
     return t;
   };
   const std::int32_t rounded = node(IntegerOp::input, {});
