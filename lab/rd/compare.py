@@ -4,7 +4,8 @@ and AVIF on a folder of PNG images, from real files.
 
 Every image is encoded with every standard codec at settings spanning about
 0.1 to 1.5 bpp (lab/rd/standard_codecs.py) and with every Plexus model given
-(`plexus-ae compress`, then `plexus-ae decompress`); bpp is 8 x file bytes
+(the Python package `plexus.codec` when it is importable, else `plexus-ae
+compress` then `plexus-ae decompress`; --plexus-runner picks); bpp is 8 x file bytes
 over pixels, PSNR and MS-SSIM are measured on the decoded 8-bit RGB image
 (lab/rd/quality.py). Per codec and setting the means over images make a
 curve; every Plexus curve gets a BD-rate against every codec
@@ -30,7 +31,7 @@ Writes into --out: points.csv (every image at every setting), curves.json
 printed), rd-psnr.png, rd-ms-ssim.png, results/ (one compact result file per
 curve, result_files.py: what lab/results/codec/ holds and plot_results.py
 reads), files/ (the compressed files) and cache.json. A result is reused while its image, codec setting and encoder
-version (for Plexus: the model file and the plexus-ae binary) are unchanged,
+version (for Plexus: the model file and the package or plexus-ae binary) are unchanged,
 so adding a model to a finished comparison runs only that model;
 --codecs none leaves the standard codecs out of the run but keeps their
 cached results in the tables.
@@ -184,8 +185,36 @@ def cached_standard(codec, originals, cache):
     return found
 
 
-def run_plexus(point, plexus_ae, binary_digest, device, originals, work, cache, pool):
-    """One point: compress every image to a .pxae file, decompress them all, measure."""
+def code_with_package(point, device, originals, compressed_dir, decoded_dir):
+    """Compresses and decompresses every image in this process, through plexus.codec."""
+    from plexus import codec as plexus_codec
+    try:
+        model = plexus_codec.Model(path=str(point.model), device=device, level=point.level)
+        for original, _ in originals:
+            data = model.compress(load_rgb(original))
+            (compressed_dir / (original.stem + ".pxae")).write_bytes(data)
+            Image.fromarray(model.decompress(data)).save(decoded_dir / (original.stem + ".png"))
+    except plexus_codec.Error as error:
+        raise SystemExit(f"compare: plexus.codec on '{point.model}' ({point.setting}) failed: {error}") from None
+
+
+def code_with_cli(point, plexus_ae, device, originals, compressed_dir, decoded_dir):
+    """Compresses and decompresses every image with two plexus-ae commands."""
+    images = [str(o) for o, _ in originals]
+    files = [str(compressed_dir / (o.stem + ".pxae")) for o, _ in originals]
+    for argv in ([plexus_ae, "compress", *point.compress_args, "--device", device, *images,
+                  "-o", str(compressed_dir) + "/"],
+                 [plexus_ae, "decompress", *point.decompress_args, "--device", device, *files,
+                  "-o", str(decoded_dir) + "/"]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=plexus_points.environment_for(point))
+        if done.returncode != 0:
+            shown = " ".join(argv[:argv.index("--device")])
+            raise SystemExit(f"compare: {shown} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
+
+
+def run_plexus(point, runner, binary_digest, device, originals, work, cache, pool):
+    """One point: compress every image to a .pxae file, decompress them all, measure. `runner` is
+    "package" or the plexus-ae binary."""
     model_digest = sha256_of(point.model)
     codec = f"plexus-{point.curve}"
     label = f"Plexus {point.curve}"
@@ -199,19 +228,13 @@ def run_plexus(point, plexus_ae, binary_digest, device, originals, work, cache, 
     for folder in (compressed_dir, decoded_dir):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-    images = [str(o) for o, _ in originals]
-    files = [str(compressed_dir / (o.stem + ".pxae")) for o, _ in originals]
     started = time.time()
-    for argv in ([plexus_ae, "compress", *point.compress_args, "--device", device, *images,
-                  "-o", str(compressed_dir) + "/"],
-                 [plexus_ae, "decompress", *point.decompress_args, "--device", device, *files,
-                  "-o", str(decoded_dir) + "/"]):
-        done = subprocess.run(argv, capture_output=True, text=True, env=plexus_points.environment_for(point))
-        if done.returncode != 0:
-            shown = " ".join(argv[:argv.index("--device")])
-            raise SystemExit(f"compare: {shown} ... failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
-    print(f"  {codec} {point.setting}: compress + decompress of {len(images)} images in {time.time() - started:.0f} s",
-          file=sys.stderr)
+    if runner == "package":
+        code_with_package(point, device, originals, compressed_dir, decoded_dir)
+    else:
+        code_with_cli(point, runner, device, originals, compressed_dir, decoded_dir)
+    print(f"  {codec} {point.setting}: compress + decompress of {len(originals)} images in "
+          f"{time.time() - started:.0f} s", file=sys.stderr)
     futures = [pool.submit(measure, o, compressed_dir / (o.stem + ".pxae"), decoded_dir / (o.stem + ".png"),
                            codec, label, point.setting) for o, _ in originals]
     results = []
@@ -262,6 +285,22 @@ def read_published_curves(path, names):
     return published.select(published.read_published(path), chosen, path)
 
 
+def plexus_runner(args):
+    """("package", the extension module's file) or (the plexus-ae binary, the same): how Plexus points
+    are coded, and the file whose digest keys their cached results."""
+    if args.plexus_runner != "cli":
+        try:
+            from plexus import codec as plexus_codec
+            return "package", plexus_codec.__file__
+        except ImportError as missing:
+            if args.plexus_runner == "package":
+                raise SystemExit(f"compare: --plexus-runner package: {missing} (pip install . from the "
+                                 "repository, or put the build's python/ folder on PYTHONPATH)") from None
+    if not os.access(args.plexus_ae, os.X_OK):
+        raise SystemExit(f"compare: plexus-ae not found at '{args.plexus_ae}' (build it, or pass --plexus-ae)")
+    return args.plexus_ae, args.plexus_ae
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("images", help="folder of PNG images (e.g. the 24 Kodak images)")
@@ -278,7 +317,10 @@ def main():
                     help="the quality catalog of --plexus-quality, given to plexus-ae too (default: "
                          "$PLEXUS_AE_QUALITY_CATALOG, else models/trained/quality-catalog.json)")
     ap.add_argument("--plexus-ae", default=str(REPOSITORY / "build" / "bin" / "plexus-ae"), help="the plexus-ae binary")
-    ap.add_argument("--device", default="auto", help="plexus-ae --device (cpu, cuda, auto)")
+    ap.add_argument("--device", default="auto", help="the device Plexus codes on (cpu, cuda, auto)")
+    ap.add_argument("--plexus-runner", choices=["auto", "package", "cli"], default="auto",
+                    help="code through the Python package plexus.codec (in this process) or plexus-ae "
+                         "(subprocesses); auto: the package when it is importable")
     ap.add_argument("--codecs", default="jpeg,webp,jpeg2000,avif",
                     help="standard codecs to run, comma-separated, or 'none' (cached results are still reported)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel encoder processes")
@@ -299,8 +341,7 @@ def main():
                                   + plexus_points.quality_points(args.plexus_quality, args.quality_catalog))
     published_curves = read_published_curves(args.published, args.published_codecs)
     chosen = [] if args.codecs == "none" else [standard_codecs.codec_by_name(n.strip()) for n in args.codecs.split(",")]
-    if points and not os.access(args.plexus_ae, os.X_OK):
-        raise SystemExit(f"compare: plexus-ae not found at '{args.plexus_ae}' (build it, or pass --plexus-ae)")
+    runner, runner_file = plexus_runner(args) if points else (None, None)
     started = time.time()
     originals = prepare_originals(args.images, work)
     print(f"compare: {len(originals)} images from {args.images}", file=sys.stderr)
@@ -314,9 +355,9 @@ def main():
                 measurements += cached_standard(codec, originals, cache)
             kinds[codec.name] = "standard"
         if points:
-            binary_digest = sha256_of(args.plexus_ae)
+            binary_digest = sha256_of(runner_file)
             for point in points:
-                measurements += run_plexus(point, args.plexus_ae, binary_digest, args.device, originals,
+                measurements += run_plexus(point, runner, binary_digest, args.device, originals,
                                            work, cache, pool)
                 kinds[f"plexus-{point.curve}"] = "plexus"
 

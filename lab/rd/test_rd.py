@@ -3,11 +3,14 @@
 MS-SSIM, BD-rate, the published-curves file, the Plexus points of the
 command line, the compact result files (lab/results/codec/). python3 + numpy only; run:
 python3 lab/rd/test_rd.py   (exit 77, a skip, without numpy)
+CompareRunnersTest also needs PIL, matplotlib, plexus.codec importable and PLEXUS_AE (else it skips).
 Expected values come from the definitions worked by hand, not from the code."""
 import json
 import math
 import os
 import pathlib
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -462,6 +465,48 @@ class PlexusPointsTest(unittest.TestCase):
             [f"bls={self.model}", f"bls={self.model}"])
         self.assertEqual([(p.curve, p.level) for p in plexus_points.unique(points)],
                          [("gain", 1.0), ("gain", 2.0), ("bls", None)])
+
+
+def plexus_package_and_cli():
+    """Why CompareRunnersTest cannot run here, or None."""
+    try:
+        import matplotlib  # noqa: F401
+        import PIL  # noqa: F401
+        import plexus.codec  # noqa: F401
+    except ImportError as missing:
+        return f"{missing}"
+    return None if os.environ.get("PLEXUS_AE") else "PLEXUS_AE (the plexus-ae executable) is not set"
+
+
+@unittest.skipIf(plexus_package_and_cli(), plexus_package_and_cli())
+class CompareRunnersTest(unittest.TestCase):
+    """compare.py codes Plexus points in process through plexus.codec, or with plexus-ae: the same
+    files and the same measurements either way."""
+    REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+    def compare(self, work, runner):
+        model = self.REPOSITORY / "models" / "trained" / "bls2017" / "model.safetensors"
+        done = subprocess.run([sys.executable, str(self.REPOSITORY / "lab" / "rd" / "compare.py"), str(work / "images"),
+                               "--out", str(work / runner), "--codecs", "none", "--device", "cpu", "--jobs", "1",
+                               "--plexus-ae", os.environ["PLEXUS_AE"], "--plexus-runner", runner,
+                               "--plexus", f"bls2017={model}"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return work / runner
+
+    def test_package_and_cli_give_the_same_files_and_points(self):
+        from PIL import Image
+        with tempfile.TemporaryDirectory() as folder:
+            work = pathlib.Path(folder)
+            (work / "images").mkdir()
+            with Image.open(self.REPOSITORY / "data" / "eval-sample" / "kodim04.png") as image:
+                image.crop((0, 0, 192, 176)).save(work / "images" / "crop.png")
+            package, cli = self.compare(work, "package"), self.compare(work, "cli")
+            (package_file,) = (package / "files").rglob("crop.pxae")
+            (cli_file,) = (cli / "files").rglob("crop.pxae")
+            self.assertGreater(package_file.stat().st_size, 16)
+            self.assertEqual(package_file.read_bytes(), cli_file.read_bytes())
+            self.assertEqual((package / "points.csv").read_text(), (cli / "points.csv").read_text())
+            shutil.rmtree(work / "package")
 
 
 if __name__ == "__main__":
