@@ -17,6 +17,7 @@ Each layer's math follows its Plexus header (layers/<name>/<name>.h):
   WindowPartition/Reverse   Swin's window partition (torch.roll by -shift, heads split
                             off the channels) and its inverse, by reshape and permute
   AvgPool2d                 F.avg_pool2d, count_include_pad=True
+  CheckerboardMask          x where (h + w) is even ("keep": "even") or odd, else 0
   Concat, Split             along channels (axis 1)
   PixelShuffle              F.pixel_shuffle (the same channel order)
   GainUnit                  y = x exp(s), s interpolated between two levels' log_gains
@@ -255,7 +256,7 @@ def _make_module(node, in_channels):
 
 
 STATELESS = {"ReLU", "LeakyReLU", "Sigmoid", "Tanh", "Abs", "GELU", "Add", "Mul", "Concat", "Split", "PixelShuffle",
-             "Softmax", "MatMul", "WindowPartition", "WindowReverse", "AvgPool2d", "UniformNoise",
+             "Softmax", "MatMul", "WindowPartition", "WindowReverse", "AvgPool2d", "CheckerboardMask", "UniformNoise",
              "QuantizeAroundMean", "GaussianConditional", "MSELoss", "RateLoss"}
 
 
@@ -321,6 +322,10 @@ class SpecModel(nn.Module):
             return [window_reverse(xs[0], xs[1].shape, p["window"], p.get("shift", 0))]
         if t == "AvgPool2d":
             return [F.avg_pool2d(xs[0], p["kernel"], p.get("stride", p["kernel"]), p.get("padding", 0))]
+        if t == "CheckerboardMask":
+            h, w = xs[0].shape[-2:]
+            parity = (torch.arange(h, device=xs[0].device)[:, None] + torch.arange(w, device=xs[0].device)) % 2
+            return [xs[0] * (parity == (0 if p.get("keep", "even") == "even" else 1)).to(xs[0].dtype)]
         if t == "Add":
             out = xs[0]
             for x in xs[1:]:

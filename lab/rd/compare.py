@@ -379,10 +379,8 @@ def main():
                               result_extras(curves, description, comparisons))
     table = report.markdown(curves, comparisons, len(originals), args.bd_fit)
     (work / "table.md").write_text(table)
-    import plot  # matplotlib only now, after the measurements
     title = args.title or f"{pathlib.Path(args.images).name}: {len(originals)} images"
-    plot.plot(curves, "psnr", "PSNR (dB, RGB)", title, work / "rd-psnr.png")
-    plot.plot(curves, "ms_ssim_db", "MS-SSIM (dB, RGB): -10 log10(1 - MS-SSIM)", title, work / "rd-ms-ssim.png")
+    report.plot_rd(curves, title, work)
     print(table)
     print(f"compare: {len(measurements)} measurements in {time.time() - started:.0f} s; "
           f"wrote {work}/points.csv, curves.json, table.md, rd-psnr.png, rd-ms-ssim.png, results/", file=sys.stderr)

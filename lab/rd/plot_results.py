@@ -42,11 +42,9 @@ def main():
     counts = {p["images"] for c in curves.values() for p in c["points"]} - {None}
     print(report.markdown(curves, comparisons, counts.pop() if len(counts) == 1 else "the", args.bd_fit))
 
-    import plot  # matplotlib only now, after the files are read
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plot.plot(curves, "psnr", "PSNR (dB, RGB)", args.title, out / "rd-psnr.png")
-    plot.plot(curves, "ms_ssim_db", "MS-SSIM (dB, RGB): -10 log10(1 - MS-SSIM)", args.title, out / "rd-ms-ssim.png")
+    report.plot_rd(curves, args.title, out)
     print(f"plot_results: wrote {out}/rd-psnr.png and {out}/rd-ms-ssim.png", file=sys.stderr)
 
 

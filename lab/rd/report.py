@@ -1,5 +1,5 @@
 """From per-image measurements to curves, BD-rates, a CSV, a JSON and
-Markdown tables.
+Markdown tables, and the plots.
 
 A measurement is a dict with codec, label, setting, image, bytes, pixels,
 bpp, psnr, ms_ssim. A curve is one codec (or one named Plexus family): one
@@ -120,3 +120,47 @@ def markdown(curves, comparisons, image_count, fit):
             lines.append(f"| {row['plexus_label']} | {row['codec_label']} | {_percent(row['psnr'])}{note} | "
                          f"{_percent(row['ms_ssim'])}{ms_note} |")
     return "\n".join(lines) + "\n"
+
+
+# The plots' rate range (bpp); their vertical range is that of the points inside it.
+MAX_BPP = 1.6
+
+
+def plot_rd(curves, title, folder):
+    """rd-psnr.png (PSNR against bpp) and rd-ms-ssim.png (MS-SSIM in dB against bpp) in `folder`:
+    every standard codec as a line, every published curve dashed (on the PSNR plot only: they have
+    no MS-SSIM) and every Plexus curve in bold (a one-model curve as a single large marker).
+    matplotlib is imported here, so that the rest of the module needs only numpy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for quality, ylabel, name in (("psnr", "PSNR (dB, RGB)", "rd-psnr.png"),
+                                  ("ms_ssim_db", "MS-SSIM (dB, RGB): -10 log10(1 - MS-SSIM)", "rd-ms-ssim.png")):
+        _plot(plt, curves, quality, ylabel, title, folder / name)
+
+def _plot(plt, curves, quality, ylabel, title, path):
+    figure, axes = plt.subplots(figsize=(7, 5), dpi=100)
+    visible = []  # the qualities inside the plotted rate range, which set the vertical range
+    for curve in curves.values():
+        if any(p[quality] is None for p in curve["points"]):
+            continue
+        xs = [p["bpp"] for p in curve["points"]]
+        ys = [p[quality] for p in curve["points"]]
+        visible += [y for x, y in zip(xs, ys) if x <= MAX_BPP and math.isfinite(y)]
+        if curve["kind"] == "published":
+            axes.plot(xs, ys, linestyle="--", marker="s", markersize=3, linewidth=1.2, label=curve["label"])
+        elif curve["kind"] == "plexus":
+            axes.plot(xs, ys, marker="*", markersize=14 if len(xs) == 1 else 9, linewidth=2.5, label=curve["label"])
+        else:
+            axes.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.2, label=curve["label"])
+    axes.set_xlabel("bits per pixel (file size)")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.set_xlim(0, MAX_BPP)
+    if visible:
+        axes.set_ylim(min(visible) - 1, max(visible) + 1)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

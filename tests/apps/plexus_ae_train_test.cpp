@@ -482,7 +482,9 @@ TEST_F(PlexusAeTrain, MsSsimTrainingOnCudaRecordsItsStepInACudaGraph) {
   for (std::size_t i = 0; i < 3; ++i) {
     const nlohmann::json& on = logs["on"][i];
     const double loss = on["loss"], ms_ssim = on["ms_ssim"], bpp = on["bpp"];
-    EXPECT_GT(ms_ssim, 0.0);
+    // A tiny untrained model's MS-SSIM of this image is near zero, and the layer clamps each scale's
+    // contrast-structure term at zero (as CompressAI does), so a line may log exactly 0.
+    EXPECT_GE(ms_ssim, 0.0);
     EXPECT_LE(ms_ssim, 1.0);
     EXPECT_NEAR(loss, 8.73 * (1 - ms_ssim) + bpp, 1e-4 * loss) << on.dump();
     for (const char* key : {"loss", "ms_ssim", "bpp"})
