@@ -65,8 +65,8 @@ ModelSpec tiny_spec() {
                      {"y_anchors" + n},
                      {g + "_spatial_out"},
                      {{"out_channels", 2 * c}, {"kernel", 3}, {"padding", 1}}});
-      spec.add_node({g + "_context_mask", "CheckerboardMask", {g + "_spatial_out"}, {g + "_spatial_context"},
-                     {{"keep", "odd"}}});
+      spec.add_node(
+          {g + "_context_mask", "CheckerboardMask", {g + "_spatial_out"}, {g + "_spatial_context"}, {{"keep", "odd"}}});
       std::vector<std::string> parts{"hyper_params", g + "_spatial_context"};
       if (k > 0) {
         std::string before = rounded[0];
@@ -308,7 +308,9 @@ TEST(GroupedCheckerboardCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNami
        group1 + "/anchor_mask names node 'group1_context_quantizer', a UniformNoise; it must be a CheckerboardMask"},
       {[](ModelSpec& s) { s.codec["y"]["groups"][1]["context_mask"] = "group1_masks"; },
        group1 + "/context_mask names 'group1_masks', which is not a node of the spec"},
-      {[](ModelSpec& s) { std::swap(s.codec["y"]["groups"][2]["anchor_mask"], s.codec["y"]["groups"][2]["context_mask"]); },
+      {[](ModelSpec& s) {
+         std::swap(s.codec["y"]["groups"][2]["anchor_mask"], s.codec["y"]["groups"][2]["context_mask"]);
+       },
        "node 'group2_context_mask' (/codec/y/groups/2/anchor_mask) must keep the \"even\" positions of one input"},
       {[](ModelSpec& s) { s.codec["y"]["groups"][1]["context_input"] = "group0_context_quantizer"; },
        "node 'group0_context_quantizer' (" + group1 + "/context_input) must read group 1's latent 'y1'"},
@@ -325,16 +327,17 @@ TEST(GroupedCheckerboardCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNami
       // Group 1's parameters read its own rounded latent around the context mask.
       {[](ModelSpec& s) { node_of(s, "group1_aggregation_join").inputs.push_back("y_anchors1"); },
        "group 1's 'scales1' reads its rounded latent 'y_context1' other than through node 'group1_context_mask' "
-       "(" + group1 + "/context_mask)"},
+       "(" +
+           group1 + "/context_mask)"},
       // Group 0's parameters read group 2, not yet decoded.
-      {[](ModelSpec& s) {
-         node_of(s, "group0_aggregation_join").inputs.push_back("group2_spatial_context");
-       },
+      {[](ModelSpec& s) { node_of(s, "group0_aggregation_join").inputs.push_back("group2_spatial_context"); },
        "group 0's 'scales0' reads group 2's rounded latent 'y_context2', which the decoder has not decoded yet"},
       // The spatial context reads the whole rounded group, not its anchors alone.
       {[](ModelSpec& s) { node_of(s, "group1_spatial").inputs = {"y_context1"}; },
-       "node 'group1_context_mask' (" + group1 + "/context_mask) must read the context computed from 'y_context1' "
-       "through node 'group1_anchor_mask' (" + group1 + "/anchor_mask) alone"},
+       "node 'group1_context_mask' (" + group1 +
+           "/context_mask) must read the context computed from 'y_context1' "
+           "through node 'group1_anchor_mask' (" +
+           group1 + "/anchor_mask) alone"},
   };
   for (const auto& [change, expected] : cases) {
     ModelSpec spec = tiny_spec();
@@ -363,18 +366,17 @@ TEST(GroupedCheckerboardCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
 TEST(GroupedCheckerboardCodecBundled, ElicTrainsAStepAndCodesFromTheCommandLine) {
   testing::ScratchFolder folder{"ae-elic"};
   testing::save_png(folder / "images/a.png", testing::position_image(64, 64));
-  auto trained = testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "elic", "--patch", "64",
-                                         "--batch", "1", "--steps", "1", "--device", "cpu", "--lr-schedule", "final",
-                                         "--out", folder / "run"},
-                                        folder.path());
+  auto trained =
+      testing::run_plexus_ae({"train", "--data", folder / "images", "--model", "elic", "--patch", "64", "--batch", "1",
+                              "--steps", "1", "--device", "cpu", "--lr-schedule", "final", "--out", folder / "run"},
+                             folder.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
   testing::save_png(folder / "b.png", testing::position_image(70, 50));
-  auto compressed = testing::run_plexus_ae(
-      {"compress", "--model", folder / "run/model.safetensors", folder / "b.png", "-o", folder / "b.pxae", "--device",
-       "cpu"},
-      folder.path());
+  auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", folder / "b.png",
+                                            "-o", folder / "b.pxae", "--device", "cpu"},
+                                           folder.path());
   ASSERT_EQ(compressed.exit_code, 0) << compressed.describe();
   std::ifstream file(folder / "b.pxae", std::ios::binary);
   const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
