@@ -378,6 +378,11 @@ TEST(GroupedCheckerboardCodecBundled, ElicTrainsAStepAndCodesFromTheCommandLine)
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
   EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
+  const auto model = CodecModel::from_file(folder / "run/model.safetensors", registry, Device::cpu());
+  EXPECT_EQ(model->kind(), ModelKind::grouped_checkerboard);
+  EXPECT_EQ(model->channels(), 320);
+  EXPECT_EQ(model->integer_network().groups(), (std::vector<std::int32_t>{16, 16, 32, 64, 192}));
+  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
   testing::save_png(folder / "b.png", testing::position_image(70, 50));
   auto compressed = testing::run_plexus_ae({"compress", "--model", folder / "run/model.safetensors", folder / "b.png",
                                             "-o", folder / "b.pxae", "--device", "cpu"},
