@@ -180,8 +180,8 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
             it.key() != "context_mask")
           malformed(source, at,
                     "has an unknown key '" + it.key() +
-                        "' (a group takes quantizer, and for a checkerboard-coded group context_input, anchor_mask "
-                        "and context_mask)");
+                        "' (a group takes quantizer); a checkerboard-coded group also takes context_input, "
+                        "anchor_mask and context_mask");
       result.groups.push_back(string_key(group, "quantizer", source, at));
       parse_group_checkerboard(group, k, source, at, result);
     }

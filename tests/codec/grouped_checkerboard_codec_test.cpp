@@ -322,8 +322,8 @@ TEST(GroupedCheckerboardCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNami
        "its codec section at /codec/y/groups/2 lacks a checkerboard's keys (context_input, anchor_mask, "
        "context_mask) where group 0 holds them"},
       {[](ModelSpec& s) { s.codec["y"]["groups"][0]["context"] = "x"; },
-       "has an unknown key 'context' (a group takes quantizer, and for a checkerboard-coded group context_input, "
-       "anchor_mask and context_mask)"},
+       "has an unknown key 'context' (a group takes quantizer); a checkerboard-coded group also takes "
+       "context_input, anchor_mask and context_mask"},
       // Group 1's parameters read its own rounded latent around the context mask.
       {[](ModelSpec& s) { node_of(s, "group1_aggregation_join").inputs.push_back("y_anchors1"); },
        "group 1's 'scales1' reads its rounded latent 'y_context1' other than through node 'group1_context_mask' "
