@@ -107,6 +107,23 @@ void check_keys(const nlohmann::json& codec, const std::vector<std::string>& kno
     }
 }
 
+// A channel group's checkerboard keys: all three or none, and every group alike.
+void parse_group_checkerboard(const nlohmann::json& group, std::size_t k, const std::string& source,
+                              const std::string& at, LatentCodec& result) {
+  const bool checkerboard =
+      group.contains("context_input") || group.contains("anchor_mask") || group.contains("context_mask");
+  if (k > 0 && checkerboard != !result.group_checkerboards.empty())
+    malformed(source, at,
+              std::string(checkerboard ? "holds" : "lacks") +
+                  " a checkerboard's keys (context_input, anchor_mask, context_mask) where group 0 " +
+                  (checkerboard ? "does not" : "holds them") +
+                  "; the groups are all coded as checkerboards or all whole");
+  if (!checkerboard) return;
+  result.group_checkerboards.push_back({string_key(group, "context_input", source, at),
+                                        string_key(group, "anchor_mask", source, at),
+                                        string_key(group, "context_mask", source, at)});
+}
+
 LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& source, const std::string& where) {
   if (!codec.is_object()) malformed(source, where, "must be an object (a latent codec), got " + codec.dump());
   if (!codec.contains("type") || !codec["type"].is_string())
@@ -159,9 +176,14 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
       const std::string at = where + "/groups/" + std::to_string(k);
       if (!group.is_object()) malformed(source, at, "must be an object {\"quantizer\": node}, got " + group.dump());
       for (auto it = group.begin(); it != group.end(); ++it)
-        if (it.key() != "quantizer")
-          malformed(source, at, "has an unknown key '" + it.key() + "' (a group takes quantizer)");
+        if (it.key() != "quantizer" && it.key() != "context_input" && it.key() != "anchor_mask" &&
+            it.key() != "context_mask")
+          malformed(source, at,
+                    "has an unknown key '" + it.key() +
+                        "' (a group takes quantizer); a checkerboard-coded group also takes context_input, "
+                        "anchor_mask and context_mask");
       result.groups.push_back(string_key(group, "quantizer", source, at));
+      parse_group_checkerboard(group, k, source, at, result);
     }
   } else if (result.type == "checkerboard") {
     check_keys(codec, {"type", "conditional", "quantizer", "context_input", "anchor_mask", "context_mask"}, source,
@@ -394,6 +416,7 @@ class SectionCut {
                         ", which the decoder has not decoded yet (slice k's scales and means may read only slices "
                         "before k)");
       }
+    if (!codec.group_checkerboards.empty()) group_checkerboards(codec, scales_join->inputs, means);
     const NodeSpec* decoded = node_named(spec_, codec.decoded);
     if (!decoded) refuse(codec.where + "/decoded names '" + codec.decoded + "', which is not a node of the spec");
     bool joins_decoded = decoded->type == "Concat" && decoded->inputs.size() == groups && decoded->outputs.size() == 1;
@@ -409,6 +432,53 @@ class SectionCut {
                     "another value (the latent residual prediction)");
     graph_.synthesis_input = decoded->outputs[0];
     graph_.parameter_blobs.decoded = graph_.synthesis_input;
+  }
+
+  // Channel groups coded as checkerboards (codec_graph.h): group k's context
+  // input a UniformNoise of its y, its anchor mask ("even") reading it, its
+  // context mask ("odd"); group k's scales and means read its context input
+  // only through its context mask, whose input reads it only through its
+  // anchor mask, and read no later group's context input.
+  void group_checkerboards(const LatentCodec& codec, const std::vector<std::string>& scales,
+                           const std::vector<std::string>& means) {
+    graph_.kind = ModelKind::grouped_checkerboard;
+    std::vector<std::string> rounded;
+    for (std::size_t k = 0; k < codec.groups.size(); ++k) {
+      const std::string where = codec.where + "/groups/" + std::to_string(k);
+      const NodeSpec& input =
+          node(codec.group_checkerboards[k].context_input, kContextInputType, where + "/context_input");
+      if (input.inputs != std::vector<std::string>{graph_.analysed[k]} || input.outputs.size() != 1)
+        refuse("node '" + input.name + "' (" + where + "/context_input) must read group " + std::to_string(k) +
+               "'s latent '" + graph_.analysed[k] + "' that its quantizer '" + codec.groups[k] +
+               "' quantises, and give the rounded group the context reads");
+      rounded.push_back(input.outputs[0]);
+    }
+    for (std::size_t k = 0; k < codec.groups.size(); ++k) {
+      const std::string where = codec.where + "/groups/" + std::to_string(k);
+      const LatentCodec::GroupCheckerboard& keys = codec.group_checkerboards[k];
+      const NodeSpec& anchors = mask(keys.anchor_mask, "even", where + "/anchor_mask");
+      if (anchors.inputs[0] != rounded[k])
+        refuse("node '" + anchors.name + "' (" + where + "/anchor_mask) must read '" + rounded[k] +
+               "', the output of group " + std::to_string(k) + "'s context input '" + keys.context_input + "'");
+      const NodeSpec& context = mask(keys.context_mask, "odd", where + "/context_mask");
+      for (const std::string& blob : {scales[k], means[k]}) {
+        if (reads(blob, rounded[k], context.outputs[0]))
+          refuse("group " + std::to_string(k) + "'s '" + blob + "' reads its rounded latent '" + rounded[k] +
+                 "' other than through node '" + context.name + "' (" + where +
+                 "/context_mask), so its parameters would read latent values not yet decoded");
+        for (std::size_t later = k + 1; later < rounded.size(); ++later)
+          if (reads(blob, rounded[later], ""))
+            refuse("group " + std::to_string(k) + "'s '" + blob + "' reads group " + std::to_string(later) +
+                   "'s rounded latent '" + rounded[later] +
+                   "', which the decoder has not decoded yet (group k's parameters may read only groups before k "
+                   "and its own anchors)");
+      }
+      if (!reads(context.inputs[0], rounded[k], "") || reads(context.inputs[0], rounded[k], anchors.outputs[0]))
+        refuse("node '" + context.name + "' (" + where + "/context_mask) must read the context computed from '" +
+               rounded[k] + "' through node '" + anchors.name + "' (" + where +
+               "/anchor_mask) alone, so that the other positions' parameters read only decoded anchors");
+    }
+    graph_.parameter_blobs.context_inputs = rounded;
   }
 
   // The checkerboard structure (codec_graph.h): a mean-scale conditional and

@@ -38,7 +38,10 @@ inline constexpr const char* kCheckerboardMaskType = "CheckerboardMask";
 //                   checkerboard codec whose parameters the integer network computes from z
 //   channel_groups  conditional: as gaussian's; groups: [{"quantizer": a QuantizeAroundMean node}, ...]
 //                   in coding order, each group's parameters computed from z and the groups before it;
-//                   decoded: the Concat node giving the decoded latent the synthesis reads
+//                   decoded: the Concat node giving the decoded latent the synthesis reads. A group may
+//                   also hold a checkerboard's context_input, anchor_mask and context_mask (every group
+//                   or none): each group is then coded as a checkerboard, its anchors from z and the
+//                   groups before it, its other positions also from its decoded anchors (ELIC)
 //   checkerboard    conditional, quantizer: as a mean_scale gaussian's; context_input: the UniformNoise
 //                   node reading the quantizer's y, whose output (the rounded latent) the context reads;
 //                   anchor_mask: the CheckerboardMask keeping "even" positions (the anchors) of it;
@@ -56,6 +59,12 @@ struct LatentCodec {
   std::vector<std::string> groups;
   std::string decoded;
   std::string context_input, anchor_mask, context_mask;
+  // channel_groups of checkerboard-coded groups: each group's context_input, anchor_mask, context_mask
+  // (empty for groups coded whole).
+  struct GroupCheckerboard {
+    std::string context_input, anchor_mask, context_mask;
+  };
+  std::vector<GroupCheckerboard> group_checkerboards;
   std::vector<LatentCodec> children;  // hyperprior: z, y
 };
 

@@ -18,6 +18,7 @@
 #include "gdn/gdn.h"
 #include "banded_transform.h"
 #include "codec_graph.h"
+#include "grouped_checkerboard_coding.h"
 #include "hyperprior_coding.h"
 #include "model_fingerprint.h"
 #include "network_structure.h"
@@ -148,6 +149,10 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
   const bool grouped = network.decoded >= 0;
   for (const CalibrationSample& sample : samples) {
     codec::FloatEvaluation evaluation(network, sample.hyper_latent, sample.height, sample.width, &calibration.ranges);
+    if (is_checkerboard(network) && evaluation.groups().size() > 1) {
+      calibrate_grouped_checkerboard(network, evaluation, sample.height, sample.width, sample.latent, random);
+      continue;
+    }
     if (is_checkerboard(network)) {
       calibrate_checkerboard(network, evaluation, sample, random);
       continue;
@@ -259,6 +264,9 @@ CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Regi
   if (has_hyper_latent(kind_)) probe_hyperprior_stride(graph, spec, registry);
   const std::int64_t factorized_channels = build_transforms(graph, spec, file, registry);
   if (kind_ == ModelKind::checkerboard) group_channels_.push_back(group_channels_[0]);  // anchors, then the others
+  if (kind_ == ModelKind::grouped_checkerboard)  // each group's anchors, then its others
+    for (std::size_t k = group_channels_.size(); k-- > 0;)
+      group_channels_.insert(group_channels_.begin() + static_cast<std::ptrdiff_t>(k), group_channels_[k]);
   const auto start = std::chrono::steady_clock::now();
   load_tables(graph, spec, file, registry, factorized_channels);
   if (computed_tables_)
@@ -542,8 +550,11 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   latents.indices.clear();
   latents.symbols.clear();
   latents.means.clear();
-  const std::size_t groups = kind_ == ModelKind::checkerboard ? 0 : runner_->groups().size();
+  const bool passes = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard;
+  const std::size_t groups = passes ? 0 : runner_->groups().size();
   if (kind_ == ModelKind::checkerboard) code_checkerboard(latents, symbols_of);
+  if (kind_ == ModelKind::grouped_checkerboard)
+    code_grouped_checkerboard(*runner_, header.latent_height, header.latent_width, latents, symbols_of);
   for (std::size_t k = 0; k < groups; ++k) {
     codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
     std::vector<std::size_t> elements(outputs.indices.size());
@@ -569,7 +580,7 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   }
   Tensor latent({1, static_cast<std::int64_t>(header.channels), header.latent_height, header.latent_width});
   float* y = latent.data<float>();
-  if (kind_ == ModelKind::channel_conditional) {
+  if (kind_ == ModelKind::channel_conditional || kind_ == ModelKind::grouped_checkerboard) {
     // The decoded latent, fixed point: exact in f64, then one rounding to f32.
     const std::vector<std::int64_t> decoded =
         runner_->values(runner_->network().decoded, 0, static_cast<std::int32_t>(header.channels));
@@ -629,6 +640,7 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
   latents.header.grey = grey;
   // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
+  const bool passes = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard;
   const bool sectioned = format_version_ == kSectionedVersion;
   const std::size_t streams = hyperprior ? 1 + group_channels_.size() : 1;
   std::vector<codec::RansEncoder> encoders(sectioned ? streams : 1);
@@ -648,11 +660,18 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     const std::size_t latent_plane =
         static_cast<std::size_t>(latents.header.latent_height) * latents.header.latent_width;
     std::size_t first = 0;
-    for (std::size_t k = 0; k < group_channels_.size() && kind_ != ModelKind::checkerboard; ++k) {
+    for (std::size_t k = 0; k < group_channels_.size() && !passes; ++k) {
       const std::size_t last = first + group_channels_[k] * latent_plane;
       for (std::size_t n = first; n < last; ++n)
         encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
       first = last;
+    }
+    // Grouped checkerboards: stream 1 + 2k + p holds group k's pass p.
+    if (kind_ == ModelKind::grouped_checkerboard) {
+      const std::vector<std::vector<std::size_t>> streams =
+          grouped_checkerboard_streams(runner_->groups(), latents.header.latent_height, latents.header.latent_width);
+      for (std::size_t k = 0; k < streams.size(); ++k)
+        for (std::size_t n : streams[k]) encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
     }
     // A checkerboard's anchors in stream 1, the other positions in stream 2, each in the latent's order.
     for (std::size_t n = 0; n < latents.symbols.size() && kind_ == ModelKind::checkerboard; ++n)
@@ -665,7 +684,10 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     coded.push_back({latents.header.hyper_channels, latents.header.hyper_height, latents.header.hyper_width, {}});
   for (std::uint32_t channels : hyperprior ? group_channels_ : std::vector<std::uint32_t>{latents.header.channels})
     coded.push_back({channels, latents.header.latent_height, latents.header.latent_width, {}});
-  for (std::size_t k = 0; k < coded.size(); ++k) coded[k].bytes = encoders[k].finish();
+  // Each stream is coded on its own, so on a thread of its own (the bytes do not depend on it).
+  parallel_for(static_cast<std::int64_t>(coded.size()), [&](std::int64_t k) {
+    coded[static_cast<std::size_t>(k)].bytes = encoders[static_cast<std::size_t>(k)].finish();
+  });
   latents.header.icc_profile = image.icc_profile;
   return write_sectioned_bitstream(latents.header, coded);
 }

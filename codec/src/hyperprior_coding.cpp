@@ -58,6 +58,7 @@ class Translator {
       input.op = codec::IntegerOp::input;
       input.count = k < blobs.rounded_channels.size() ? blobs.rounded_channels[k] : 0;
       known_[blobs.rounded[k]] = add(std::move(input), Kind::fixed_point);
+      if (k < blobs.context_inputs.size()) known_[blobs.context_inputs[k]] = known_[blobs.rounded[k]];
     }
     network_.scales = scale_source(blobs.scales);
     if (!blobs.means.empty()) network_.means = tensor_for(blobs.means).tensor;

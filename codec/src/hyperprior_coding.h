@@ -51,6 +51,9 @@ struct EntropyParameterBlobs {
   // and the decoded latent the synthesis reads.
   std::vector<std::string> rounded;
   std::vector<std::int32_t> rounded_channels;
+  // Channel groups coded as checkerboards: group k's context input, the
+  // same decoded values as rounded[k] (the network's input k).
+  std::vector<std::string> context_inputs;
   std::string decoded;
 };
 

@@ -88,6 +88,59 @@ CHECKERBOARD_CODEC = {
 }
 
 
+def grouped_checkerboard_context(spec, sizes, hyper_params, spatial_kernel=5, channel_hidden=(224, 128),
+                                 aggregation_hidden=(640, 512)):
+    """He et al. 2022's space-channel context model (ELIC) on y, cut into groups of `sizes` channels (Split
+    "y_split" into y0, y1, ...), each coded as a checkerboard. Group k: its rounded latent (UniformNoise of
+    y<k>) kept at the anchors, a `spatial_kernel` convolution to 2 C_k kept at the other positions (the
+    spatial context); for k > 0 the channel context, three 5x5 convolutions (ReLU between, `channel_hidden`
+    channels) of the decoded groups before k to 2 C_k; the parameter aggregation, 1x1 convolutions of
+    [hyper_params, spatial context, channel context] through `aggregation_hidden` channels (ReLU between)
+    to 2 C_k, split into its scales and means; y_hat<k>, y_rounded<k> = QuantizeAroundMean(y<k>, means)
+    (straight-through rounding for the synthesis and the later groups). Then y_hat, the scales and the means
+    joined, the Gaussian conditional ("likelihoods"), and "y_decoded" (the rounded groups joined) for the
+    synthesis. Returns the codec section's channel_groups latent codec."""
+
+    def relu(name, x):
+        return spec.activation("ReLU", name, x)
+
+    spec.node("y_split", "Split", ["y"], [f"y{k}" for k in range(len(sizes))], sizes=list(sizes))
+    groups, scales, means = [], [], []
+    for k, c in enumerate(sizes):
+        g = f"group{k}"
+        spec.node(g + "_context_quantizer", "UniformNoise", [f"y{k}"], [f"y_context{k}"])
+        spec.node(g + "_anchor_mask", "CheckerboardMask", [f"y_context{k}"], [f"y_anchors{k}"], keep="even")
+        x = spec.conv(g + "_spatial", f"y_anchors{k}", 2 * c, spatial_kernel)
+        spec.node(g + "_context_mask", "CheckerboardMask", [x], [g + "_spatial_context"], keep="odd")
+        parts = [hyper_params, g + "_spatial_context"]
+        if k > 0:
+            decoded = [f"y_rounded{j}" for j in range(k)]
+            x = decoded[0] if k == 1 else spec.node(g + "_channel_join", "Concat", decoded, [g + "_channel_in"])
+            for i, hidden in enumerate(channel_hidden):
+                x = relu(f"{g}_channel{i}_act", spec.conv(f"{g}_channel{i}", x, hidden, 5))
+            parts.append(spec.conv(f"{g}_channel{len(channel_hidden)}", x, 2 * c, 5,
+                                   output=g + "_channel_context"))
+        x = spec.node(g + "_aggregation_join", "Concat", parts, [g + "_aggregation_in"])
+        for i, hidden in enumerate(aggregation_hidden):
+            x = relu(f"{g}_aggregation{i}_act", spec.conv(f"{g}_aggregation{i}", x, hidden, 1))
+        x = spec.conv(f"{g}_aggregation{len(aggregation_hidden)}", x, 2 * c, 1, output=g + "_params")
+        spec.node(g + "_params_split", "Split", [x], [f"scales{k}", f"means{k}"], sizes=[c, c])
+        spec.node(g + "_quantizer", "QuantizeAroundMean", [f"y{k}", f"means{k}"], [f"y_hat{k}", f"y_rounded{k}"],
+                  synthesis="straight_through")
+        groups.append({"quantizer": g + "_quantizer", "context_input": g + "_context_quantizer",
+                       "anchor_mask": g + "_anchor_mask", "context_mask": g + "_context_mask"})
+        scales.append(f"scales{k}")
+        means.append(f"means{k}")
+    spec.node("y_hat_join", "Concat", [f"y_hat{k}" for k in range(len(sizes))], ["y_hat"])
+    spec.node("scales_join", "Concat", scales, ["scales"])
+    spec.node("means_join", "Concat", means, ["means"])
+    spec.node("gaussian_conditional", "GaussianConditional", ["y_hat", "scales", "means"], ["likelihoods"],
+              **GAUSSIAN)
+    spec.node("y_decoded_join", "Concat", [f"y_rounded{k}" for k in range(len(sizes))], ["y_decoded"])
+    return {"type": "channel_groups", "conditional": "gaussian_conditional", "decoded": "y_decoded_join",
+            "groups": groups}
+
+
 def losses(spec, likelihoods):
     """lambda * 255^2 * mse + bpp: the MSE of x_hat and the bits of every likelihood given."""
     spec.node("distortion", "MSELoss", ["x_hat", "image"], ["mse"])

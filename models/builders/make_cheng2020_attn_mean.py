@@ -22,34 +22,13 @@ def leaky(name, x):
     return spec.activation("LeakyReLU", name, x)
 
 
-def relu(name, x):
-    return spec.activation("ReLU", name, x)
-
-
 add = spec.add
 residual_block, residual_block_with_stride = spec.residual_block, spec.residual_block_with_stride
 residual_block_upsample, subpel = spec.residual_block_upsample, spec.subpel
 
 
-def residual_unit(name, x):
-    """relu(x + conv1x1(relu(conv3x3(relu(conv1x1(x)))))), N/2 channels inside."""
-    y = relu(name + "_act0", conv(name + "_conv0", x, N // 2, 1))
-    y = relu(name + "_act1", conv(name + "_conv1", y, N // 2, 3))
-    y = conv(name + "_conv2", y, N, 1)
-    return relu(name + "_act2", add(name + "_add", x, y))
-
-
 def attention(name, x, out=None):
-    """x + trunk(x) * sigmoid(mask(x)): the simplified attention module."""
-    trunk = x
-    for k in range(3):
-        trunk = residual_unit(f"{name}_trunk{k}", trunk)
-    mask = x
-    for k in range(3):
-        mask = residual_unit(f"{name}_mask{k}", mask)
-    mask = node(name + "_sigmoid", "Sigmoid", [conv(name + "_mask_conv", mask, N, 1)], [name + "_weights"])
-    gated = node(name + "_mul", "Mul", [trunk, mask], [name + "_gated"])
-    return add(name + "_add", x, gated, out)
+    return spec.attention_block(name, x, N, out)
 
 
 # Analysis: image -> y (stride 16).

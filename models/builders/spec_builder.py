@@ -55,6 +55,35 @@ class SpecBuilder:
         y = self.node(name + "_igdn", "IGDN", [self.conv(name + "_conv", y, out, 3)], [name + "_igdn_out"])
         return self.add(name + "_add", y, self.subpel(name + "_skip", x, out))
 
+    def residual_unit(self, name, x, channels, output=None):
+        """relu(x + conv1x1(relu(conv3x3(relu(conv1x1(x)))))), channels / 2 inside: the residual unit of
+        Cheng et al.'s simplified attention module (CompressAI's AttentionBlock)."""
+        y = self.activation("ReLU", name + "_act0", self.conv(name + "_conv0", x, channels // 2, 1))
+        y = self.activation("ReLU", name + "_act1", self.conv(name + "_conv1", y, channels // 2, 3))
+        y = self.conv(name + "_conv2", y, channels, 1)
+        return self.node(name + "_act2", "ReLU", [self.add(name + "_add", x, y)], [output or name + "_act2_out"])
+
+    def attention_block(self, name, x, channels, output=None):
+        """x + trunk(x) * sigmoid(mask(x)): Cheng et al. 2020's simplified attention module, the trunk three
+        residual units, the mask three residual units and a 1x1 convolution."""
+        trunk = x
+        for k in range(3):
+            trunk = self.residual_unit(f"{name}_trunk{k}", trunk, channels)
+        mask = x
+        for k in range(3):
+            mask = self.residual_unit(f"{name}_mask{k}", mask, channels)
+        mask = self.node(name + "_sigmoid", "Sigmoid", [self.conv(name + "_mask_conv", mask, channels, 1)],
+                         [name + "_weights"])
+        gated = self.node(name + "_mul", "Mul", [trunk, mask], [name + "_gated"])
+        return self.add(name + "_add", x, gated, output)
+
+    def residual_bottleneck(self, name, x, channels, output=None):
+        """x + conv1x1(relu(conv3x3(relu(conv1x1(x))))), channels / 2 inside: ELIC's residual bottleneck
+        block (He et al. 2022)."""
+        y = self.activation("ReLU", name + "_act0", self.conv(name + "_conv0", x, channels // 2, 1))
+        y = self.activation("ReLU", name + "_act1", self.conv(name + "_conv1", y, channels // 2, 3))
+        return self.add(name + "_add", x, self.conv(name + "_conv2", y, channels, 1), output)
+
     def window_attention_block(self, name, x, channels, window, heads, shift=0, mlp_ratio=4, output=None):
         """A Swin transformer block on x [N, channels, H, W] (H, W multiples of window), as in TCM:
             h = x + proj(W-MSA(LN(x))),   y = h + fc2(GELU(fc1(LN(h))))

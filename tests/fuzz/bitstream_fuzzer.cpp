@@ -21,7 +21,11 @@
 //   checkerboard (version-5 files only): the mean-scale model's y and z, the
 //     hyper-synthesis to 8 parameters, and a checkerboard context (the
 //     rounded y's anchors, a Conv2d 3x3 kept at the other positions) joined
-//     to them by a Conv2d 1x1 to the scales and means.
+//     to them by a Conv2d 1x1 to the scales and means;
+//   grouped checkerboard (version-5 files only): the mean-scale model's y in
+//     groups of 1 and 3 channels, each coded as a checkerboard (a Conv2d 3x3
+//     of its anchors kept at the other positions), group 1's parameters also
+//     reading group 0's decoded values.
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
@@ -30,7 +34,8 @@
 //   bit 3: decode with the mean-scale model (else, without bit 2, the factorized one)
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 //   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
-//   bit 6: decode with the checkerboard model (before bits 2 to 5)
+//   bit 6: decode with the checkerboard model (before bits 2 to 5); with bit 4
+//     too, with the grouped checkerboard model
 //   bit 7: (the C API target) decode into RGBA rather than RGB
 // Every model decodes the files of its kind's own version (1 to 4) and the
 // sectioned version 5. Built as c_api_fuzzer (PLEXUS_FUZZ_C_API=1), each
@@ -43,7 +48,8 @@
 // unknown optional section (the decoder skips it), and seed-100 to seed-109
 // version-5 files with an ICC profile section; seed-110 to seed-123 the
 // checkerboard model's files (of every size, then with an unknown optional
-// section and with an ICC profile).
+// section and with an ICC profile); seed-150 to seed-163 the grouped
+// checkerboard model's, alike.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -260,6 +266,66 @@ ModelSpec fuzz_checkerboard_spec() {
   return spec;
 }
 
+ModelSpec fuzz_grouped_checkerboard_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-grouped-checkerboard";
+  spec.add_input("image");
+  nlohmann::json groups = nlohmann::json::array();
+  const std::vector<int> sizes{1, 3};
+  for (NodeSpec node : fuzz_mean_scale_spec().nodes) {
+    if (node.name == "split" || node.name == "quantizer" || node.name == "gaussian_conditional") continue;
+    if (node.name == "h_s1") node.outputs = {"hyper_params"};
+    if (node.name == "g_s") node.inputs = {"y_decoded"};
+    spec.add_node(node);
+    if (node.name != "h_s1") continue;
+    spec.add_node({"y_split", "Split", {"y"}, {"y0", "y1"}, {{"sizes", sizes}}});
+    for (int k = 0; k < 2; ++k) {
+      const std::string n = std::to_string(k), g = "group" + n;
+      spec.add_node({g + "_context_quantizer", "UniformNoise", {"y" + n}, {"y_context" + n}});
+      spec.add_node({g + "_anchor_mask", "CheckerboardMask", {"y_context" + n}, {"y_anchors" + n}, {{"keep", "even"}}});
+      spec.add_node({g + "_context",
+                     "Conv2d",
+                     {"y_anchors" + n},
+                     {g + "_context_out"},
+                     {{"out_channels", 2}, {"kernel", 3}, {"padding", 1}}});
+      spec.add_node(
+          {g + "_context_mask", "CheckerboardMask", {g + "_context_out"}, {g + "_context_values"}, {{"keep", "odd"}}});
+      std::vector<std::string> parts{"hyper_params", g + "_context_values"};
+      if (k == 1) parts.push_back("y_rounded0");
+      spec.add_node({g + "_join", "Concat", parts, {g + "_joined"}});
+      spec.add_node({g + "_parameters",
+                     "Conv2d",
+                     {g + "_joined"},
+                     {g + "_params"},
+                     {{"out_channels", 2 * sizes[k]}, {"kernel", 1}}});
+      spec.add_node(
+          {g + "_split", "Split", {g + "_params"}, {"scales" + n, "means" + n}, {{"sizes", {sizes[k], sizes[k]}}}});
+      spec.add_node({g + "_quantizer",
+                     "QuantizeAroundMean",
+                     {"y" + n, "means" + n},
+                     {"y_hat" + n, "y_rounded" + n},
+                     {{"synthesis", "straight_through"}}});
+      groups.push_back({{"quantizer", g + "_quantizer"},
+                        {"context_input", g + "_context_quantizer"},
+                        {"anchor_mask", g + "_anchor_mask"},
+                        {"context_mask", g + "_context_mask"}});
+    }
+    spec.add_node({"y_hat_join", "Concat", {"y_hat0", "y_hat1"}, {"y_hat"}});
+    spec.add_node({"scales_join", "Concat", {"scales0", "scales1"}, {"scales"}});
+    spec.add_node({"means_join", "Concat", {"means0", "means1"}, {"means"}});
+    spec.add_node({"gaussian_conditional", "GaussianConditional", {"y_hat", "scales", "means"}, {"likelihoods"}});
+    spec.add_node({"decoded_join", "Concat", {"y_rounded0", "y_rounded1"}, {"y_decoded"}});
+  }
+  spec.codec = {{"type", "hyperprior"},
+                {"z", {{"type", "factorized"}, {"entropy_model", "hyper_entropy_model"}}},
+                {"y",
+                 {{"type", "channel_groups"},
+                  {"conditional", "gaussian_conditional"},
+                  {"decoded", "decoded_join"},
+                  {"groups", groups}}}};
+  return spec;
+}
+
 // The weights of a model of `spec` (no coding tables: they are computed on load).
 TensorFile model_file(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
@@ -269,7 +335,9 @@ TensorFile model_file(const ModelSpec& spec) {
     std::vector<double> values = named.parameter->value.to_values();
     if (named.name == "g_a.weight" || named.name == "h_a.weight" || named.name == "h_s.weight" ||
         named.name == "h_s1.weight" || named.name == "slice0_mean.weight" || named.name == "slice1_mean.weight" ||
-        named.name == "context.weight" || named.name == "parameters.weight")
+        named.name == "context.weight" || named.name == "parameters.weight" || named.name == "group0_context.weight" ||
+        named.name == "group1_context.weight" || named.name == "group0_parameters.weight" ||
+        named.name == "group1_parameters.weight")
       for (double& v : values) v *= 30;  // latents over many integers, scales over many table entries
     file.tensors[named.name] = Tensor::from_values(values, named.parameter->value.shape());
   }
@@ -288,7 +356,8 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
 // The model of input mode `mode` (bits 2 to 6).
 ae::CodecModel& model(std::uint8_t mode) {
   static std::unique_ptr<ae::CodecModel> checkerboard = make_model(fuzz_checkerboard_spec());
-  if (mode & 64) return *checkerboard;
+  static std::unique_ptr<ae::CodecModel> grouped_checkerboard = make_model(fuzz_grouped_checkerboard_spec());
+  if (mode & 64) return (mode & 16) ? *grouped_checkerboard : *checkerboard;
   static std::unique_ptr<ae::CodecModel> variable_rate = make_model(fuzz_variable_rate_spec());
   if (mode & 32) return *variable_rate;
   static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
@@ -304,7 +373,7 @@ ae::CodecModel& model(std::uint8_t mode) {
 plexus_codec_model* c_api_model(std::uint8_t mode) {
   // Closed at exit, so that the leak check sees every handle released.
   static std::map<std::string, std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>> opened;
-  const ModelSpec spec = (mode & 64)   ? fuzz_checkerboard_spec()
+  const ModelSpec spec = (mode & 64)   ? ((mode & 16) ? fuzz_grouped_checkerboard_spec() : fuzz_checkerboard_spec())
                          : (mode & 32) ? fuzz_variable_rate_spec()
                          : (mode & 16) ? fuzz_channel_spec()
                          : (mode & 8)  ? fuzz_mean_scale_spec()
@@ -412,6 +481,15 @@ void write_seeds(const std::string& folder) {
   for (const std::vector<std::uint8_t>& bytes : files)
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), bytes);
   for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), checkerboard.compress(tagged));
+  // The grouped checkerboard model (version 5 only), from seed 150.
+  index = 150;
+  ae::CodecModel& grouped = model(64 | 16);
+  files.clear();
+  for (const auto& [width, height] : sizes) files.push_back(grouped.compress(image_of(width, height)));
+  files.push_back(with_optional_section(grouped.compress(image_of(13, 7))));
+  files.push_back(grouped.compress(tagged));
+  for (const std::vector<std::uint8_t>& bytes : files)
+    for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64 | 16), bytes);
 }
 
 }  // namespace
@@ -420,7 +498,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64}) {
+  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64, 64 | 16}) {
     model(kind);
     if (kThroughCApi) c_api_model(kind);
   }

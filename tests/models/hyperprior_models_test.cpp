@@ -7,7 +7,8 @@
 // - mbt2018-mean: the means reaching the Gaussian conditional, rounding
 //   around the means in eval, and a gradient for every parameter;
 // - tcm-small: the windows of its attention blocks, shifted in every other
-//   block, and a gradient for every parameter.
+//   block, and a gradient for every parameter;
+// - elic: its groups and contexts, and a gradient for every parameter.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -274,6 +275,55 @@ TEST(TcmSmallModel, ShiftsTheWindowsOfEveryOtherBlockAndScalesTheScores) {
 TEST(TcmSmallModel, StrideIsSetByTheHyperLatent) { EXPECT_EQ(ae::derive_stride(tcm_small_spec(), registry), 64); }
 
 TEST(TcmSmallModel, EveryParameterGetsAGradient) { expect_every_parameter_gets_a_gradient(tcm_small_spec()); }
+
+ModelSpec elic_spec() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/elic.json"); }
+
+// ELIC (He et al. 2022) as its paper describes it, N = 192, M = 320: a residual bottleneck of c channels is conv
+// 1x1 c -> c/2, conv 3x3, conv 1x1 c/2 -> c (Cheng et al.'s residual unit the same); an attention module six
+// residual units and a conv 1x1; group k of C_k channels (after P channels of groups before it): a spatial
+// context 5x5 C_k -> 2 C_k, a channel context 5x5 P -> 224 -> 128 -> 2 C_k, and 1x1 convs of
+// [2M hyper-parameters, spatial, channel] -> 640 -> 512 -> 2 C_k.
+TEST(ElicModel, HasTheParameterCountOfItsBlocksAndGroups) {
+  const ModelSpec spec = elic_spec();
+  ae::check_contract(spec);
+  Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
+  const std::int64_t n = 192, m = 320;
+  auto bottleneck = [](std::int64_t c) { return conv(c, c / 2, 1) + conv(c / 2, c / 2, 3) + conv(c / 2, c, 1); };
+  auto attention = [&](std::int64_t c) { return 6 * bottleneck(c) + conv(c, c, 1); };
+  const std::int64_t g_a =
+      conv(3, n, 5) + 2 * conv(n, n, 5) + conv(n, m, 5) + 9 * bottleneck(n) + attention(n) + attention(m);
+  const std::int64_t g_s =
+      conv(m, n, 5) + 2 * conv(n, n, 5) + conv(n, 3, 5) + 9 * bottleneck(n) + attention(n) + attention(m);
+  const std::int64_t hyperprior =
+      conv(m, n, 3) + 2 * conv(n, n, 5) + conv(n, n, 5) + conv(n, n * 3 / 2, 5) + conv(n * 3 / 2, 2 * m, 3) + 43 * n;
+  std::int64_t context = 0, before = 0;
+  for (std::int64_t c : {16, 16, 32, 64, 192}) {
+    context +=
+        conv(c, 2 * c, 5) + conv(2 * m + (before > 0 ? 4 : 2) * c, 640, 1) + conv(640, 512, 1) + conv(512, 2 * c, 1);
+    if (before > 0) context += conv(before, 224, 5) + conv(224, 128, 5) + conv(128, 2 * c, 5);
+    before += c;
+  }
+  EXPECT_EQ(before, m);
+  EXPECT_EQ(net.parameter_count(), g_a + g_s + hyperprior + context);
+  EXPECT_EQ(net.blob("y").shape(), (Shape{1, 320, 8, 12}));
+  EXPECT_EQ(net.blob("y_decoded").shape(), (Shape{1, 320, 8, 12}));
+  EXPECT_EQ(net.blob("z").shape(), (Shape{1, 192, 2, 3}));
+  EXPECT_EQ(net.blob("x_hat").shape(), (Shape{1, 3, 128, 192}));
+  const std::vector<std::int64_t> groups{16, 16, 32, 64, 192};
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const std::string g = std::to_string(k);
+    EXPECT_EQ(net.blob("y" + g).shape(), (Shape{1, groups[k], 8, 12})) << g;
+    EXPECT_EQ(net.blob("group" + g + "_spatial_context").shape(), (Shape{1, 2 * groups[k], 8, 12})) << g;
+    EXPECT_EQ(net.layer("group" + g + "_anchor_mask").type(), "CheckerboardMask") << g;
+  }
+  EXPECT_EQ(ae::derive_stride(spec, registry), 64);
+}
+
+// The spatial contexts learn through the rate of the other positions: each
+// group's context mask output carries a gradient back.
+TEST(ElicModel, EveryParameterGetsAGradient) {
+  expect_every_parameter_gets_a_gradient(elic_spec(), "group4_spatial_context");
+}
 
 }  // namespace
 }  // namespace plexus

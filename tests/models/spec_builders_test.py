@@ -21,6 +21,7 @@ BUILDS = [
     (["make_mbt2018_mean.py", "--checkerboard"], "models/specs/checkerboard-mean-scale.json"),
     (["make_mbt2018_mean_vr.py"], "models/specs/mbt2018-mean-vr.json"),
     (["make_cheng2020_attn_mean.py"], "models/specs/cheng2020-attn-mean.json"),
+    (["make_elic.py"], "models/specs/elic.json"),
     (["make_minnen2020_channel.py"], "models/specs/minnen2020-channel.json"),
     (["make_tcm_small.py"], "models/specs/tcm-small.json"),
     (["make_tiny_channel.py"], "tests/apps/models/tiny_channel.json"),

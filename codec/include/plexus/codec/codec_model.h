@@ -43,6 +43,12 @@
 // network's parameters for a rounded latent of zeros, then the others with
 // the decoded anchors as the context's input; one stream per pass.
 //
+// Channel groups of checkerboards (He et al. 2022, ELIC; a "channel_groups"
+// codec whose groups name checkerboard keys): as the channel-conditional
+// model, group by group, each group in a checkerboard's two passes (its
+// anchors, then its other positions with its decoded anchors); one stream
+// per group and pass (src/grouped_checkerboard_coding.h).
+//
 // Every way, the symbols, tables and means depend only on rounded latents
 // and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).
