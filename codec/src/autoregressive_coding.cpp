@@ -69,8 +69,8 @@ Analysis analyse(const IntegerNetwork& network) {
       if (conv.transposed || conv.stride != 1 || !(pointwise || centred))
         return fail(node_name(t, node) + " reads the latent but is not a 1x1 convolution or a stride-1 convolution " +
                     "of an odd kernel and padding kernel / 2 (it is " + (conv.transposed ? "transposed, " : "") +
-                    "kernel " + std::to_string(conv.kernel) + ", stride " + std::to_string(conv.stride) +
-                    ", padding " + std::to_string(conv.padding) + ")");
+                    "kernel " + std::to_string(conv.kernel) + ", stride " + std::to_string(conv.stride) + ", padding " +
+                    std::to_string(conv.padding) + ")");
       if (!pointwise) {
         if (!zero_from_tap(conv, (conv.kernel * conv.kernel - 1) / 2))
           return fail(node_name(t, node) +
@@ -146,8 +146,8 @@ class CpuBackend final : public AutoregressiveRunner::Backend {
           break;  // below, for every position at once
         case IntegerOp::rescale:
           for (std::int64_t c = 0; c < channels; ++c)
-            at(tensor, c, p) = arithmetic::rescale(at(first, c, p), node.multiplier[c], node.negative_multiplier[c],
-                                                   node.shift[c]);
+            at(tensor, c, p) =
+                arithmetic::rescale(at(first, c, p), node.multiplier[c], node.negative_multiplier[c], node.shift[c]);
           break;
         case IntegerOp::tanh:
           for (std::int64_t c = 0; c < channels; ++c)
@@ -218,7 +218,8 @@ class CpuBackend final : public AutoregressiveRunner::Backend {
   void convolve(std::int32_t tensor, const IntegerNode& node) {
     const IntegerConvLayer& conv = node.conv;
     const std::vector<std::int32_t>& taps = plan_.taps[static_cast<std::size_t>(tensor)];
-    const std::int64_t used = static_cast<std::int64_t>(taps.size()), count = static_cast<std::int64_t>(positions_.size());
+    const std::int64_t used = static_cast<std::int64_t>(taps.size()),
+                       count = static_cast<std::int64_t>(positions_.size());
     Matrix columns = Matrix::Zero(conv.in_channels * used, count);
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int64_t p = positions_[static_cast<std::size_t>(k)];
@@ -289,8 +290,8 @@ AutoregressiveRunner::~AutoregressiveRunner() = default;
 std::int32_t AutoregressiveRunner::channels() const { return plan_.channels[static_cast<std::size_t>(plan_.input)]; }
 
 void AutoregressiveRunner::start(IntegerNetworkRunner& runner, std::int64_t height, std::int64_t width) {
-  if (height < 1 || width < 1) throw ShapeError("autoregressive coding: a latent of " + std::to_string(height) + "x" +
-                                                std::to_string(width));
+  if (height < 1 || width < 1)
+    throw ShapeError("autoregressive coding: a latent of " + std::to_string(height) + "x" + std::to_string(width));
   height_ = height;
   width_ = width;
   backend_->reset(height, width);
