@@ -332,4 +332,16 @@ void AutoregressiveRunner::set(const std::vector<std::int64_t>& positions, const
   for (std::int32_t t : plan_.after_input) backend_->compute(t);
 }
 
+void AutoregressiveRunner::finish() {
+  backend_->reset(0, 0);
+  height_ = width_ = 0;
+}
+
+std::uint64_t AutoregressiveRunner::bytes_per_position() const {
+  std::uint64_t bytes = 0;
+  for (std::size_t t = 0; t < plan_.held.size(); ++t)
+    if (plan_.held[t]) bytes += 8 * static_cast<std::uint64_t>(plan_.channels[t]);
+  return bytes;
+}
+
 }  // namespace plexus::codec

@@ -98,6 +98,10 @@ class AutoregressiveRunner {
   IntegerOutputs outputs(const std::vector<std::int64_t>& positions);
   // The rounded latent symbol * 2^16 + mean at `positions` (element k * C + c), clamped to +-2^31.
   void set(const std::vector<std::int64_t>& positions, const std::vector<std::int64_t>& rounded);
+  // Frees the image's tensors (until the next start).
+  void finish();
+  // The bytes of the tensors held per latent position (8 per channel of each held tensor).
+  std::uint64_t bytes_per_position() const;
 
   // The device's kernels and the image's tensors (autoregressive_coding.cpp, .cu).
   class Backend {

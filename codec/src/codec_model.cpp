@@ -687,6 +687,7 @@ void CodecModel::code_autoregressive(Latents& latents, const SymbolSource& symbo
     }
     autoregressive_->set(positions, rounded);
   }
+  autoregressive_->finish();
 }
 
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
@@ -899,6 +900,10 @@ CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, 
   // decoded), the latent (and y_hat beside y), the coding state and the file.
   memory.fixed = kProcessBytes + 2 * weight_bytes_ + 3 * pixels + 8 * latent_elements +
                  (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
+                 // an autoregressive model's tensors held for the coding loop, at every latent position
+                 (autoregressive_ ? autoregressive_->bytes_per_position() * latent_elements /
+                                        static_cast<std::uint64_t>(std::max<std::int64_t>(latent_channels_, 1))
+                                  : 0) +
                  (decoding ? file_bytes : 2 * latent_elements);
   if (fixed_only) return memory;
   const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());

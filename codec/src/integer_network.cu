@@ -470,7 +470,8 @@ class AutoregressiveCudaBackend final : public AutoregressiveRunner::Backend {
       if (!plan_.held[t]) continue;
       const std::size_t count = static_cast<std::size_t>(plan_.channels[t] * height * width);
       if (tensors_[t].size() != count) tensors_[t] = DeviceBuffer<std::int64_t>(count);
-      check_cuda(cudaMemset(tensors_[t].get(), 0, count * sizeof(std::int64_t)), "cudaMemset", __FILE__, __LINE__);
+      if (count > 0)
+        check_cuda(cudaMemset(tensors_[t].get(), 0, count * sizeof(std::int64_t)), "cudaMemset", __FILE__, __LINE__);
     }
   }
 
