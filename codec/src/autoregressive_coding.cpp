@@ -294,6 +294,7 @@ void AutoregressiveRunner::start(IntegerNetworkRunner& runner, std::int64_t heig
     throw ShapeError("autoregressive coding: a latent of " + std::to_string(height) + "x" + std::to_string(width));
   height_ = height;
   width_ = width;
+  positions_.clear();
   backend_->reset(height, width);
   std::vector<bool> dynamic(plan_.held.size(), false);
   dynamic[static_cast<std::size_t>(plan_.input)] = true;
@@ -315,7 +316,7 @@ IntegerOutputs AutoregressiveRunner::outputs(const std::vector<std::int64_t>& po
   for (std::int64_t p : positions)
     if (p < 0 || p >= height_ * width_)
       throw ShapeError("autoregressive coding: position " + std::to_string(p) + " outside the latent");
-  backend_->use_positions(positions);
+  use(positions);
   for (std::int32_t t : plan_.before_outputs) backend_->compute(t);
   return backend_->outputs();
 }
@@ -327,14 +328,21 @@ void AutoregressiveRunner::set(const std::vector<std::int64_t>& positions, const
   for (std::int64_t p : positions)
     if (p < 0 || p >= height_ * width_)
       throw ShapeError("autoregressive coding: position " + std::to_string(p) + " outside the latent");
-  backend_->use_positions(positions);
+  use(positions);
   backend_->set_input(rounded);
   for (std::int32_t t : plan_.after_input) backend_->compute(t);
+}
+
+void AutoregressiveRunner::use(const std::vector<std::int64_t>& positions) {
+  if (positions == positions_) return;  // a step's set after its outputs: given to the device once
+  positions_ = positions;
+  backend_->use_positions(positions);
 }
 
 void AutoregressiveRunner::finish() {
   backend_->reset(0, 0);
   height_ = width_ = 0;
+  positions_.clear();
 }
 
 std::uint64_t AutoregressiveRunner::bytes_per_position() const {

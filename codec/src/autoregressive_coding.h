@@ -125,7 +125,9 @@ class AutoregressiveRunner {
   IntegerNetwork network_;
   AutoregressivePlan plan_;
   std::int32_t slope_ = 1;
+  void use(const std::vector<std::int64_t>& positions);
   std::int64_t height_ = 0, width_ = 0;
+  std::vector<std::int64_t> positions_;  // the backend's current positions
   std::unique_ptr<Backend> backend_;
 };
 
