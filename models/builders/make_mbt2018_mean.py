@@ -26,12 +26,16 @@ N = 192 if autoregressive else 128
 spec = SpecBuilder()
 
 analysis(spec, four_stages(M, N))
-context = None
-if checkerboard:
-    context = lambda spec, params: checkerboard_context(spec, M, params)  # noqa: E731
-if autoregressive:
-    context = lambda spec, params: autoregressive_context(spec, M, params)  # noqa: E731
-mean_scale_hyperprior(spec, N, M, context)
+CONTEXTS = {"checkerboard": checkerboard_context, "autoregressive": autoregressive_context}
+chosen = CONTEXTS.get(sys.argv[1][2:]) if sys.argv[1:] else None
+
+
+def context(spec, params):
+    """The chosen context model on the hyper-synthesis output `params`."""
+    return chosen(spec, M, params)
+
+
+mean_scale_hyperprior(spec, N, M, context if chosen else None)
 synthesis(spec, four_stages(3, N))
 losses(spec, ["likelihoods", "z_likelihoods"])
 MBT2018_MEAN = (
