@@ -41,6 +41,8 @@ const char* model_kind_name(ModelKind kind) {
       return "channel-conditional";
     case ModelKind::checkerboard:
       return "checkerboard";
+    case ModelKind::autoregressive:
+      return "autoregressive";
     case ModelKind::grouped_checkerboard:
       return "grouped-checkerboard";
   }
@@ -60,6 +62,7 @@ std::uint16_t format_version(ModelKind kind) {
     case ModelKind::channel_conditional:
       return 4;
     case ModelKind::checkerboard:
+    case ModelKind::autoregressive:
     case ModelKind::grouped_checkerboard:
       return kSectionedVersion;
   }

@@ -128,8 +128,7 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
   if (!codec.is_object()) malformed(source, where, "must be an object (a latent codec), got " + codec.dump());
   if (!codec.contains("type") || !codec["type"].is_string())
     malformed(source, where,
-              "needs a \"type\": factorized, gaussian, hyperprior, channel_groups or checkerboard (autoregressive "
-              "is not yet codable)");
+              "needs a \"type\": factorized, gaussian, hyperprior, channel_groups, checkerboard or autoregressive");
   LatentCodec result;
   result.type = codec["type"].get<std::string>();
   result.where = where;
@@ -194,11 +193,16 @@ LatentCodec parse_latent_codec(const nlohmann::json& codec, const std::string& s
     result.anchor_mask = string_key(codec, "anchor_mask", source, where);
     result.context_mask = string_key(codec, "context_mask", source, where);
   } else if (result.type == "autoregressive") {
-    malformed(source, where, "declares a '" + result.type + "' latent codec, which this plexus-ae cannot code yet");
+    check_keys(codec, {"type", "conditional", "quantizer", "context_input", "context"}, source, where);
+    result.conditional = string_key(codec, "conditional", source, where);
+    result.quantizer = string_key(codec, "quantizer", source, where);
+    result.context_input = string_key(codec, "context_input", source, where);
+    result.context = string_key(codec, "context", source, where);
   } else {
-    malformed(
-        source, where + "/type",
-        "is '" + result.type + "'; a latent codec is factorized, gaussian, hyperprior, channel_groups or checkerboard");
+    malformed(source, where + "/type",
+              "is '" + result.type +
+                  "'; a latent codec is factorized, gaussian, hyperprior, channel_groups, checkerboard or "
+                  "autoregressive");
   }
   return result;
 }
@@ -303,9 +307,11 @@ class SectionCut {
       if (y.type == "gaussian") gaussian(y);
       else if (y.type == "channel_groups") channel_groups(y);
       else if (y.type == "checkerboard") checkerboard(y);
+      else if (y.type == "autoregressive") autoregressive(y);
       else
         refuse(y.where + " is a '" + y.type +
-               "' latent codec; a hyperprior's latent is coded 'gaussian', 'channel_groups' or 'checkerboard'");
+               "' latent codec; a hyperprior's latent is coded 'gaussian', 'channel_groups', 'checkerboard' or "
+               "'autoregressive'");
       if (graph_.latent == graph_.hyper_latent)
         refuse(y.where + " codes '" + graph_.latent + "', the hyper-latent " + z.where + " codes");
     } else {
@@ -524,6 +530,55 @@ class SectionCut {
       refuse("node '" + context.name + "' (" + codec.where + "/context_mask) must read the context computed from '" +
              rounded + "' through node '" + anchors.name + "' (" + codec.where +
              "/anchor_mask) alone, so that the other positions' parameters read only decoded anchors");
+    graph_.parameter_blobs.rounded = {rounded};
+    graph_.parameter_blobs.decoded = rounded;
+  }
+
+  // The autoregressive structure (codec_graph.h): a mean-scale conditional
+  // and quantizer; the context input a UniformNoise of the quantizer's y;
+  // the context a Conv2d with mask "A" (stride 1, padding kernel / 2, groups
+  // and dilation 1) reading it; the scales and means reading it only through
+  // the context, so each position's parameters read only positions before it.
+  void autoregressive(const LatentCodec& codec) {
+    const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
+    if (conditional.inputs.size() != 3)
+      refuse("its " + std::string(kGaussianType) + " node '" + conditional.name + "' (" + codec.where +
+             "/conditional) has " + std::to_string(conditional.inputs.size()) +
+             " inputs; an autoregressive latent codec reads [latent, scales, means]");
+    graph_.kind = ModelKind::autoregressive;
+    graph_.gaussian_node = conditional.name;
+    graph_.latent = conditional.inputs[0];
+    graph_.parameter_blobs.scales = conditional.inputs[1];
+    graph_.parameter_blobs.means = conditional.inputs[2];
+    const NodeSpec& quantizer = node(codec.quantizer, kMeanQuantizerType, codec.where + "/quantizer");
+    if (quantizer.inputs.size() != 2 || quantizer.inputs[1] != conditional.inputs[2] || quantizer.outputs.empty() ||
+        quantizer.outputs[0] != graph_.latent)
+      refuse("its latent '" + graph_.latent + "' must be the output of " + kMeanQuantizerType + " '" + quantizer.name +
+             "' (" + codec.where + "/quantizer) reading [y, '" + conditional.inputs[2] + "'] (the means of " +
+             kGaussianType + " '" + conditional.name + "'), so that the codec can quantise around the integer means");
+    graph_.analysed = {quantizer.inputs[0]};
+    if (quantizer.outputs.size() == 2) graph_.synthesis_input = quantizer.outputs[1];
+    const NodeSpec& input = node(codec.context_input, kContextInputType, codec.where + "/context_input");
+    if (input.inputs != std::vector<std::string>{quantizer.inputs[0]} || input.outputs.size() != 1)
+      refuse("node '" + input.name + "' (" + codec.where + "/context_input) must read the latent '" +
+             quantizer.inputs[0] + "' that " + kMeanQuantizerType + " '" + quantizer.name +
+             "' quantises, and give the rounded latent the context reads");
+    const std::string& rounded = input.outputs[0];
+    const NodeSpec& context = node(codec.context, kMaskedConvolutionType, codec.where + "/context");
+    const std::int64_t kernel = context.params.value("kernel", std::int64_t(0));
+    if (context.params.value("mask", std::string("none")) != "A" || context.params.value("stride", 1) != 1 ||
+        context.params.value("groups", 1) != 1 || context.params.value("dilation", 1) != 1 || kernel % 2 != 1 ||
+        context.params.value("padding", std::int64_t(0)) != kernel / 2 || context.outputs.size() != 1)
+      refuse("node '" + context.name + "' (" + codec.where +
+             "/context) must be a Conv2d with \"mask\": \"A\", an odd kernel, stride 1, padding kernel / 2 and "
+             "groups and dilation 1, so that each position's context reads only the positions before it");
+    if (context.inputs != std::vector<std::string>{rounded})
+      refuse("node '" + context.name + "' (" + codec.where + "/context) must read '" + rounded +
+             "', the output of the context input '" + input.name + "'");
+    for (const std::string& blob : {conditional.inputs[1], conditional.inputs[2]})
+      if (reads(blob, rounded, context.outputs[0]))
+        refuse("'" + blob + "' reads the rounded latent '" + rounded + "' other than through node '" + context.name +
+               "' (" + codec.where + "/context), so the parameters would read latent values not yet decoded");
     graph_.parameter_blobs.rounded = {rounded};
     graph_.parameter_blobs.decoded = rounded;
   }

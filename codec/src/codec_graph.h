@@ -26,6 +26,7 @@ inline constexpr const char* kGaussianType = "GaussianConditional";
 inline constexpr const char* kMeanQuantizerType = "QuantizeAroundMean";
 inline constexpr const char* kContextInputType = "UniformNoise";
 inline constexpr const char* kCheckerboardMaskType = "CheckerboardMask";
+inline constexpr const char* kMaskedConvolutionType = "Conv2d";  // with "mask": "A", an autoregressive context
 
 // One latent codec of a "codec" section, checked for its keys (not yet
 // against the graph). The tree's types and what each names:
@@ -48,6 +49,9 @@ inline constexpr const char* kCheckerboardMaskType = "CheckerboardMask";
 //                   context_mask: the CheckerboardMask keeping "odd" positions of the context network's
 //                   output. The anchors are coded first, their parameters from z alone; then the others,
 //                   from z and the decoded anchors
+//   autoregressive  conditional, quantizer and context_input as checkerboard's; context: the Conv2d
+//                   with mask "A" (stride 1, padding kernel / 2) reading the rounded latent, the only
+//                   way the scales and means read it. Coded position by position (autoregressive_coding.h)
 struct LatentCodec {
   std::string type;
   std::string where;  // its path in the spec, "/codec/y", for messages
@@ -65,6 +69,7 @@ struct LatentCodec {
     std::string context_input, anchor_mask, context_mask;
   };
   std::vector<GroupCheckerboard> group_checkerboards;
+  std::string context;                // autoregressive
   std::vector<LatentCodec> children;  // hyperprior: z, y
 };
 
@@ -139,6 +144,10 @@ class NotCodable : public ConfigError {
 // A checkerboard model: as a mean-scale one, and the scales and means read
 // the context input (the decoder's decoded anchors) only through the context
 // mask, whose input reads it only through the anchor mask.
+//
+// An autoregressive model: as a mean-scale one, and the scales and means read
+// the context input (the decoded latent) only through the context, a Conv2d
+// with mask "A", stride 1, padding kernel / 2, groups and dilation 1.
 CodecGraph split_for_coding(const ModelSpec& spec);
 
 // A hyperprior pads to the hyper-latent's stride, 256 / Z for a 256-pixel

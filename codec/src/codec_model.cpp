@@ -16,6 +16,7 @@
 #include "convolution/convolution.h"
 #include "factorized_entropy_model/factorized_entropy_model.h"
 #include "gdn/gdn.h"
+#include "autoregressive_coding.h"
 #include "banded_transform.h"
 #include "codec_graph.h"
 #include "grouped_checkerboard_coding.h"
@@ -120,6 +121,29 @@ void calibrate_checkerboard(const codec::FloatNetwork& network, codec::FloatEval
   evaluation.outputs(0);
 }
 
+// An autoregressive model's passes on one calibration sample: the rounded
+// latent 0, then twice round(y - mean) + mean (or mean + round(scale *
+// N(0, 1))) with the means of the pass before, so that the context and the
+// parameters see values near the coder's, whose means at a position come
+// from the latent decoded before it.
+void calibrate_autoregressive(const codec::FloatNetwork& network, codec::FloatEvaluation& evaluation,
+                              const CalibrationSample& sample, std::mt19937_64& random) {
+  const codec::Side side = codec::network_sides(
+      network, sample.height, sample.width)[static_cast<std::size_t>(codec::input_tensors(network)[0])];
+  std::vector<double> rounded(static_cast<std::size_t>(evaluation.groups()[0] * side.first * side.second), 0.0);
+  std::normal_distribution<double> normal;
+  for (int pass = 0; pass < 3; ++pass) {
+    evaluation.set_input(0, rounded);
+    const codec::FloatOutputs outputs = evaluation.outputs(0);
+    if (pass == 2) break;
+    for (std::size_t n = 0; n < rounded.size(); ++n) {
+      const double mean = outputs.means[n];
+      rounded[n] = mean + (sample.latent.empty() ? std::round(std::max(outputs.scales[n], 0.11) * normal(random))
+                                                 : std::round(sample.latent[n] - mean));
+    }
+  }
+}
+
 // Anchors drawn independently position by position (calibration on the
 // prior) make the context network's outputs smaller than an image's, whose
 // neighbouring anchors move together: the rescales computed from the rounded
@@ -157,6 +181,10 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
       calibrate_checkerboard(network, evaluation, sample, random);
       continue;
     }
+    if (codec::is_autoregressive_network(network)) {
+      calibrate_autoregressive(network, evaluation, sample, random);
+      continue;
+    }
     std::size_t offset = 0;
     for (std::size_t k = 0; k < evaluation.groups().size(); ++k) {
       const codec::FloatOutputs outputs = evaluation.outputs(static_cast<std::int32_t>(k));
@@ -172,7 +200,8 @@ IntegerNetworkCalibration calibrate(const codec::FloatNetwork& network, const st
     }
     if (grouped) evaluation.values(network.decoded, 0, network.channels()[static_cast<std::size_t>(network.decoded)]);
   }
-  if (is_checkerboard(network) && !samples.empty() && samples[0].latent.empty())
+  if ((is_checkerboard(network) || codec::is_autoregressive_network(network)) && !samples.empty() &&
+      samples[0].latent.empty())
     widen_context_ranges(network, calibration);
   calibration.scale_table = codec::log_scale_table();
   const bool tanh = std::any_of(network.nodes.begin(), network.nodes.end(),
@@ -393,6 +422,13 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
                       " channels and the latent per hyper-latent position is [" + std::to_string(latent_channels_) +
                       ", " + std::to_string(latent_per_stride_) + ", " + std::to_string(latent_per_stride_) + "]");
   gaussian_ = codec::build_gaussian_tables(calibration.scale_table);
+  if (kind_ == ModelKind::autoregressive) {
+    try {
+      autoregressive_ = std::make_unique<codec::AutoregressiveRunner>(network, device_);
+    } catch (const ConfigError& e) {
+      throw ConfigError(spec.source + " cannot be used as a codec: " + e.what());
+    }
+  }
   runner_ = std::make_unique<codec::IntegerNetworkRunner>(std::move(network), device_);
 }
 
@@ -550,11 +586,14 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   latents.indices.clear();
   latents.symbols.clear();
   latents.means.clear();
-  const bool passes = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard;
-  const std::size_t groups = passes ? 0 : runner_->groups().size();
+  // Coded in passes or position by position (checkerboards, autoregressive), not a whole group at a time.
+  const bool positionwise = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard ||
+                            kind_ == ModelKind::autoregressive;
+  const std::size_t groups = positionwise ? 0 : runner_->groups().size();
   if (kind_ == ModelKind::checkerboard) code_checkerboard(latents, symbols_of);
   if (kind_ == ModelKind::grouped_checkerboard)
     code_grouped_checkerboard(*runner_, header.latent_height, header.latent_width, latents, symbols_of);
+  if (kind_ == ModelKind::autoregressive) code_autoregressive(latents, symbols_of);
   for (std::size_t k = 0; k < groups; ++k) {
     codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
     std::vector<std::size_t> elements(outputs.indices.size());
@@ -630,6 +669,39 @@ void CodecModel::code_checkerboard(Latents& latents, const SymbolSource& symbols
   }
 }
 
+// Step by step of the wavefront (autoregressive_coding.h): each step's
+// indices and means from z and the positions before it, its symbols (element
+// k * C + c its k-th position's channel c), then its rounded latent symbol *
+// 2^16 + mean back into the network for the steps after it.
+void CodecModel::code_autoregressive(Latents& latents, const SymbolSource& symbols_of) {
+  const BitstreamHeader& header = latents.header;
+  const std::int64_t height = header.latent_height, width = header.latent_width;
+  const std::size_t plane = static_cast<std::size_t>(height * width), channels = header.channels;
+  latents.indices.assign(channels * plane, 0);
+  latents.symbols.assign(channels * plane, 0);
+  latents.means.assign(channels * plane, 0);
+  autoregressive_->start(*runner_, height, width);
+  for (const std::vector<std::int64_t>& positions : codec::wavefront_steps(height, width, autoregressive_->slope())) {
+    const codec::IntegerOutputs outputs = autoregressive_->outputs(positions);
+    std::vector<std::size_t> elements(outputs.indices.size());
+    for (std::size_t k = 0; k < positions.size(); ++k)
+      for (std::size_t c = 0; c < channels; ++c)
+        elements[k * channels + c] = c * plane + static_cast<std::size_t>(positions[k]);
+    const std::vector<std::int32_t> symbols = symbols_of(0, elements, outputs);
+    std::vector<std::int64_t> rounded(symbols.size());
+    for (std::size_t e = 0; e < elements.size(); ++e) {
+      const std::size_t n = elements[e];
+      latents.indices[n] = outputs.indices[e];
+      latents.symbols[n] = symbols[e];
+      latents.means[n] = outputs.means[e];
+      rounded[e] =
+          static_cast<std::int64_t>(symbols[e]) * (std::int64_t(1) << codec::kMeanFractionBits) + outputs.means[e];
+    }
+    autoregressive_->set(positions, rounded);
+  }
+  autoregressive_->finish();
+}
+
 Tensor CodecModel::encode_latent(const data::Image& image) { return encode_latents(image).latent; }
 
 std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool grey) {
@@ -640,7 +712,8 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
   latents.header.grey = grey;
   // One rANS stream per coded stream (version 5), or one for all (versions 1 to 4).
   const bool hyperprior = has_hyper_latent(kind_);
-  const bool passes = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard;
+  const bool positionwise = kind_ == ModelKind::checkerboard || kind_ == ModelKind::grouped_checkerboard ||
+                            kind_ == ModelKind::autoregressive;
   const bool sectioned = format_version_ == kSectionedVersion;
   const std::size_t streams = hyperprior ? 1 + group_channels_.size() : 1;
   std::vector<codec::RansEncoder> encoders(sectioned ? streams : 1);
@@ -660,7 +733,7 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     const std::size_t latent_plane =
         static_cast<std::size_t>(latents.header.latent_height) * latents.header.latent_width;
     std::size_t first = 0;
-    for (std::size_t k = 0; k < group_channels_.size() && !passes; ++k) {
+    for (std::size_t k = 0; k < group_channels_.size() && !positionwise; ++k) {
       const std::size_t last = first + group_channels_[k] * latent_plane;
       for (std::size_t n = first; n < last; ++n)
         encoder(1 + k).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
@@ -677,6 +750,15 @@ std::vector<std::uint8_t> CodecModel::compress(const data::Image& image, bool gr
     for (std::size_t n = 0; n < latents.symbols.size() && kind_ == ModelKind::checkerboard; ++n)
       encoder(is_anchor(n, latent_plane, latents.header.latent_width) ? 1 : 2)
           .put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
+    // An autoregressive latent in its coding order: the wavefront's steps, each position's channels.
+    if (kind_ == ModelKind::autoregressive)
+      for (const std::vector<std::int64_t>& positions :
+           codec::wavefront_steps(latents.header.latent_height, latents.header.latent_width, autoregressive_->slope()))
+        for (std::int64_t p : positions)
+          for (std::size_t c = 0; c < latents.header.channels; ++c) {
+            const std::size_t n = c * latent_plane + static_cast<std::size_t>(p);
+            encoder(1).put(latents.symbols[n], gaussian_.tables[latents.indices[n]]);
+          }
   }
   if (!sectioned) return write_bitstream(latents.header, encoders[0].finish());
   std::vector<CodedStream> coded;
@@ -841,6 +923,10 @@ CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, 
   // decoded), the latent (and y_hat beside y), the coding state and the file.
   memory.fixed = kProcessBytes + 2 * weight_bytes_ + 3 * pixels + 8 * latent_elements +
                  (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
+                 // an autoregressive model's tensors held for the coding loop, at every latent position
+                 (autoregressive_ ? autoregressive_->bytes_per_position() * latent_elements /
+                                        static_cast<std::uint64_t>(std::max<std::int64_t>(latent_channels_, 1))
+                                  : 0) +
                  (decoding ? file_bytes : 2 * latent_elements);
   if (fixed_only) return memory;
   const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());

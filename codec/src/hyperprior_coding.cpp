@@ -243,6 +243,14 @@ class Translator {
       throw IoError(who_ + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()) + ", expected " +
                     shape_str(weight_shape(layer)));
     layer.weight = weight.to_values();
+    // A masked Conv2d (mask "A" or "B") computes with its masked taps zero, whatever the file holds there.
+    const std::string mask = node.params.value("mask", std::string("none"));
+    if (!layer.transposed && (mask == "A" || mask == "B")) {
+      const std::size_t taps = static_cast<std::size_t>(layer.kernel) * layer.kernel;
+      const std::size_t first = (taps - 1) / 2 + (mask == "B" ? 1 : 0);
+      for (std::size_t n = 0; n < layer.weight.size(); ++n)
+        if (n % taps >= first) layer.weight[n] = 0;
+    }
     if (node.params.value("bias", true)) {
       const Tensor& bias = tensor(*file_, node.name + ".bias", who_);
       if (bias.shape() != Shape{layer.out_channels})

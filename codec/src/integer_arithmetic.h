@@ -101,6 +101,16 @@ PLEXUS_INTEGER_FUNCTION bool checkerboard_kept(std::int64_t y, std::int64_t x, s
   return ((y + x) & 1) == parity;
 }
 
+// The input position that tap t = i k + j of a stride-1 convolution of
+// padding p reads for output (y, x) of a height x width plane: (y - p + i) *
+// width + (x - p + j), or -1 outside it (an autoregressive context's taps).
+PLEXUS_INTEGER_FUNCTION std::int64_t same_size_tap(std::int64_t y, std::int64_t x, std::int32_t tap,
+                                                   std::int32_t kernel, std::int32_t padding, std::int64_t height,
+                                                   std::int64_t width) {
+  const std::int64_t a = y - padding + tap / kernel, b = x - padding + tap % kernel;
+  return a < 0 || a >= height || b < 0 || b >= width ? -1 : a * width + b;
+}
+
 }  // namespace plexus::codec::arithmetic
 
 #undef PLEXUS_INTEGER_FUNCTION

@@ -1,12 +1,15 @@
-// The integer network's CUDA backend (IntegerNetworkRunner::Backend, network_structure.h): the
-// element formulas are integer_arithmetic.h's, shared with the CPU backend,
+// The integer network's CUDA backends (IntegerNetworkRunner::Backend, network_structure.h,
+// and AutoregressiveRunner::Backend, autoregressive_coding.h): the
+// element formulas are integer_arithmetic.h's, shared with the CPU backends,
 // and the convolutions are f64 GEMMs of integers (cuBLAS, pedantic math: no
-// reduced-precision or emulated paths), exact in any order, so the outputs
-// are bit-identical to the CPU's.
+// reduced-precision or emulated paths) or f64 sums of integers, exact in any
+// order, so the outputs are bit-identical to the CPU's.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <vector>
 
+#include "autoregressive_coding.h"
 #include "integer_arithmetic.h"
 #include "network_structure.h"
 #include "plexus/cuda/cuda_check.h"
@@ -335,10 +338,258 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
   DeviceBuffer<std::int64_t> means_;
 };
 
+// ---- The autoregressive backend: the latent's part of the network at the positions of one wavefront step ----
+
+// acc[o, p_k] = B[o] + sum_{used taps u, c} V[o, c, tap_u] q[c, tap_u's position from p_k] for the k-th
+// position p_k: one thread per (k, o), o fastest so that the weight [(c * used + u), O] is read
+// coalesced; every product and partial sum an integer below 2^47, exact in f64.
+__global__ void position_convolution_kernel(const double* weight, const std::int64_t* bias, const std::int32_t* taps,
+                                            std::int32_t used, std::int32_t in_channels, std::int32_t out_channels,
+                                            std::int32_t kernel, std::int32_t padding, const std::int64_t* q,
+                                            std::int64_t height, std::int64_t width, const std::int64_t* positions,
+                                            std::int64_t count, std::int64_t* acc) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count * out_channels) return;
+  const std::int64_t o = n % out_channels, p = positions[n / out_channels], plane = height * width;
+  double sum = 0;
+  for (std::int32_t u = 0; u < used; ++u) {
+    const std::int64_t source =
+        arithmetic::same_size_tap(p / width, p % width, taps[u], kernel, padding, height, width);
+    if (source < 0) continue;
+    for (std::int32_t c = 0; c < in_channels; ++c)
+      sum += weight[(static_cast<std::int64_t>(c) * used + u) * out_channels + o] *
+             static_cast<double>(q[c * plane + source]);
+  }
+  acc[o * plane + p] = bias[o] + static_cast<std::int64_t>(sum);
+}
+
+// The pointwise nodes at the positions: one thread per (channel c, k-th position).
+enum class PointwiseOp { rescale, tanh, add, checkerboard_mask, copy };
+
+__global__ void position_pointwise_kernel(PointwiseOp op, const std::int64_t* x, const std::int64_t* second,
+                                          const std::int64_t* multiplier, const std::int64_t* negative_multiplier,
+                                          const std::int32_t* shift, const std::int64_t* table, std::int32_t entries,
+                                          std::int32_t parity, std::int64_t width, std::int64_t plane,
+                                          std::int32_t channels, const std::int64_t* positions, std::int64_t count,
+                                          std::int64_t* y) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count * channels) return;
+  const std::int64_t c = n / count, p = positions[n % count], e = c * plane + p;
+  switch (op) {
+    case PointwiseOp::rescale:
+      y[e] = arithmetic::rescale(x[e], multiplier[c], negative_multiplier[c], shift[c]);
+      break;
+    case PointwiseOp::tanh:
+      y[e] = arithmetic::table_tanh(x[e], multiplier[c], shift[c], table, entries);
+      break;
+    case PointwiseOp::add:
+      y[e] = arithmetic::clamp_fixed(x[e] + second[e]);
+      break;
+    case PointwiseOp::checkerboard_mask:
+      y[e] = arithmetic::checkerboard_kept(p / width, p % width, parity) ? x[e] : 0;
+      break;
+    case PointwiseOp::copy:  // x and y already offset to the channels copied
+      y[e] = x[e];
+      break;
+  }
+}
+
+// q[c, p_k] = clamp(values[k * C + c]).
+__global__ void position_input_kernel(const std::int64_t* values, std::int32_t channels, std::int64_t plane,
+                                      const std::int64_t* positions, std::int64_t count, std::int64_t* q) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count * channels) return;
+  q[n % channels * plane + positions[n / channels]] = arithmetic::clamp_fixed(values[n]);
+}
+
+// indices[k * C + c] and means[k * C + c] from the scales and means at p_k.
+__global__ void position_outputs_kernel(const std::int64_t* scales, const std::int64_t* values,
+                                        const std::int64_t* thresholds, std::int32_t levels_minus_one,
+                                        const std::int64_t* mean_multiplier, const std::int32_t* mean_shift,
+                                        std::int32_t channels, std::int64_t plane, const std::int64_t* positions,
+                                        std::int64_t count, std::int32_t* indices, std::int64_t* means) {
+  const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= count * channels) return;
+  const std::int64_t c = n % channels, e = c * plane + positions[n / channels];
+  indices[n] = arithmetic::table_index(scales[e], thresholds + c * levels_minus_one, levels_minus_one);
+  means[n] = arithmetic::fixed_mean(values[e], mean_multiplier[c], mean_shift[c]);
+}
+
+template <typename T>
+void upload(DeviceBuffer<T>& buffer, const std::vector<T>& values) {
+  buffer.reserve(values.size());
+  if (!values.empty())
+    check_cuda(cudaMemcpy(buffer.get(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy",
+               __FILE__, __LINE__);
+}
+
+// Each wavefront step launches one kernel per node computed from the latent
+// and copies its outputs to the host once: no round trip per element.
+class AutoregressiveCudaBackend final : public AutoregressiveRunner::Backend {
+ public:
+  AutoregressiveCudaBackend(const IntegerNetwork& network, const AutoregressivePlan& plan, int device)
+      : network_(network), plan_(plan), device_(device) {
+    DeviceScope scope(device_);
+    nodes_.resize(network.nodes.size() + 1);
+    for (const std::vector<std::int32_t>* part : {&plan.after_input, &plan.before_outputs})
+      for (std::int32_t t : *part) {
+        const IntegerNode& node = network.nodes[static_cast<std::size_t>(t - 1)];
+        DeviceNode& d = nodes_[static_cast<std::size_t>(t)];
+        if (node.op == IntegerOp::convolution) {
+          // [C * used, O]: the used taps' weights, output channel fastest.
+          const IntegerConvLayer& conv = node.conv;
+          const std::vector<std::int32_t>& taps = plan.taps[static_cast<std::size_t>(t)];
+          const std::int64_t k2 = std::int64_t(conv.kernel) * conv.kernel,
+                             used = static_cast<std::int64_t>(taps.size());
+          std::vector<double> weight(static_cast<std::size_t>(conv.in_channels * used * conv.out_channels));
+          for (std::int64_t o = 0; o < conv.out_channels; ++o)
+            for (std::int64_t c = 0; c < conv.in_channels; ++c)
+              for (std::int64_t u = 0; u < used; ++u)
+                weight[static_cast<std::size_t>((c * used + u) * conv.out_channels + o)] =
+                    conv.weight[static_cast<std::size_t>((o * conv.in_channels + c) * k2 + taps[u])];
+          d.weight = DeviceBuffer<double>(weight);
+          d.bias = DeviceBuffer<std::int64_t>(conv.bias);
+          taps_.emplace(t, DeviceBuffer<std::int32_t>(taps));
+        }
+        d.multiplier = DeviceBuffer<std::int64_t>(node.multiplier);
+        d.negative_multiplier = DeviceBuffer<std::int64_t>(node.negative_multiplier);
+        d.shift = DeviceBuffer<std::int32_t>(node.shift);
+        d.table = DeviceBuffer<std::int64_t>(node.table);
+      }
+    thresholds_ = DeviceBuffer<std::int64_t>(network.thresholds);
+    mean_multiplier_ = DeviceBuffer<std::int64_t>(network.mean_multiplier);
+    mean_shift_ = DeviceBuffer<std::int32_t>(network.mean_shift);
+  }
+
+  void reset(std::int64_t height, std::int64_t width) override {
+    DeviceScope scope(device_);
+    height_ = height;
+    width_ = width;
+    tensors_.resize(plan_.channels.size());
+    for (std::size_t t = 0; t < tensors_.size(); ++t) {
+      if (!plan_.held[t]) continue;
+      const std::size_t count = static_cast<std::size_t>(plan_.channels[t] * height * width);
+      if (tensors_[t].size() != count) tensors_[t] = DeviceBuffer<std::int64_t>(count);
+      if (count > 0)
+        check_cuda(cudaMemset(tensors_[t].get(), 0, count * sizeof(std::int64_t)), "cudaMemset", __FILE__, __LINE__);
+    }
+  }
+
+  void set_whole(std::int32_t tensor, const std::vector<std::int64_t>& values) override {
+    DeviceScope scope(device_);
+    upload(tensors_[static_cast<std::size_t>(tensor)], values);
+  }
+
+  void use_positions(const std::vector<std::int64_t>& positions) override {
+    DeviceScope scope(device_);
+    count_ = static_cast<std::int64_t>(positions.size());
+    upload(positions_, positions);
+  }
+
+  void set_input(const std::vector<std::int64_t>& values) override {
+    DeviceScope scope(device_);
+    upload(values_, values);
+    const std::int32_t channels = plan_.channels[static_cast<std::size_t>(plan_.input)];
+    position_input_kernel<<<blocks_for(count_ * channels), kThreads>>>(values_.get(), channels, height_ * width_,
+                                                                       positions_.get(), count_, tensor(plan_.input));
+    cuda::check_launch("position_input_kernel", __FILE__, __LINE__);
+  }
+
+  void compute(std::int32_t t) override {
+    DeviceScope scope(device_);
+    const IntegerNode& node = network_.nodes[static_cast<std::size_t>(t - 1)];
+    const DeviceNode& d = nodes_[static_cast<std::size_t>(t)];
+    const std::int32_t channels = plan_.channels[static_cast<std::size_t>(t)];
+    const std::int64_t plane = height_ * width_;
+    auto pointwise = [&](PointwiseOp op, const std::int64_t* x, const std::int64_t* second, std::int32_t count,
+                         std::int64_t* y) {
+      position_pointwise_kernel<<<blocks_for(count_ * count), kThreads>>>(
+          op, x, second, d.multiplier.get(), d.negative_multiplier.get(), d.shift.get(), d.table.get(),
+          static_cast<std::int32_t>(d.table.size()), node.parity, width_, plane, count, positions_.get(), count_, y);
+      cuda::check_launch("position_pointwise_kernel", __FILE__, __LINE__);
+    };
+    switch (node.op) {
+      case IntegerOp::convolution: {
+        const IntegerConvLayer& conv = node.conv;
+        const DeviceBuffer<std::int32_t>& taps = taps_.at(t);
+        position_convolution_kernel<<<blocks_for(count_ * conv.out_channels), kThreads>>>(
+            d.weight.get(), d.bias.get(), taps.get(), static_cast<std::int32_t>(taps.size()), conv.in_channels,
+            conv.out_channels, conv.kernel, conv.padding, tensor(node.inputs[0]), height_, width_, positions_.get(),
+            count_, tensor(t));
+        cuda::check_launch("position_convolution_kernel", __FILE__, __LINE__);
+        break;
+      }
+      case IntegerOp::rescale:
+        pointwise(PointwiseOp::rescale, tensor(node.inputs[0]), nullptr, channels, tensor(t));
+        break;
+      case IntegerOp::tanh:
+        pointwise(PointwiseOp::tanh, tensor(node.inputs[0]), nullptr, channels, tensor(t));
+        break;
+      case IntegerOp::add:
+        pointwise(PointwiseOp::add, tensor(node.inputs[0]), tensor(node.inputs[1]), channels, tensor(t));
+        break;
+      case IntegerOp::checkerboard_mask:
+        pointwise(PointwiseOp::checkerboard_mask, tensor(node.inputs[0]), nullptr, channels, tensor(t));
+        break;
+      case IntegerOp::concat: {
+        std::int64_t offset = 0;
+        for (std::int32_t input : node.inputs) {
+          const std::int32_t part = plan_.channels[static_cast<std::size_t>(input)];
+          pointwise(PointwiseOp::copy, tensor(input), nullptr, part, tensor(t) + offset * plane);
+          offset += part;
+        }
+        break;
+      }
+      case IntegerOp::slice:
+        pointwise(PointwiseOp::copy, tensor(node.inputs[0]) + node.begin * plane, nullptr, channels, tensor(t));
+        break;
+      case IntegerOp::input:
+        break;
+    }
+  }
+
+  IntegerOutputs outputs() override {
+    DeviceScope scope(device_);
+    const std::int32_t channels = plan_.channels[static_cast<std::size_t>(network_.scales)];
+    const std::size_t count = static_cast<std::size_t>(count_ * channels);
+    indices_.reserve(count);
+    means_.reserve(count);
+    position_outputs_kernel<<<blocks_for(count_ * channels), kThreads>>>(
+        tensor(network_.scales), tensor(network_.means), thresholds_.get(), network_.levels - 1, mean_multiplier_.get(),
+        mean_shift_.get(), channels, height_ * width_, positions_.get(), count_, indices_.get(), means_.get());
+    cuda::check_launch("position_outputs_kernel", __FILE__, __LINE__);
+    IntegerOutputs out;
+    out.shape = {count_, channels};
+    out.indices = indices_.to_host(0, count);
+    out.means = means_.to_host(0, count);
+    return out;
+  }
+
+ private:
+  std::int64_t* tensor(std::int32_t t) { return tensors_[static_cast<std::size_t>(t)].get(); }
+
+  const IntegerNetwork& network_;
+  const AutoregressivePlan& plan_;
+  int device_;
+  std::vector<DeviceNode> nodes_;  // by tensor
+  std::map<std::int32_t, DeviceBuffer<std::int32_t>> taps_;
+  DeviceBuffer<std::int64_t> thresholds_, mean_multiplier_;
+  DeviceBuffer<std::int32_t> mean_shift_;
+  std::int64_t height_ = 0, width_ = 0, count_ = 0;
+  std::vector<DeviceBuffer<std::int64_t>> tensors_;
+  DeviceBuffer<std::int64_t> positions_, values_, means_;
+  DeviceBuffer<std::int32_t> indices_;
+};
+
 }  // namespace
 
 std::unique_ptr<IntegerNetworkRunner::Backend> make_cuda_backend(const IntegerNetwork& network, int device) {
   return std::make_unique<CudaBackend>(network, device);
+}
+
+std::unique_ptr<AutoregressiveRunner::Backend> make_autoregressive_cuda(const IntegerNetwork& network,
+                                                                        const AutoregressivePlan& plan, int device) {
+  return std::make_unique<AutoregressiveCudaBackend>(network, plan, device);
 }
 
 }  // namespace plexus::codec

@@ -16,8 +16,17 @@ namespace plexus::layers {
 //   dx = col2im(W^T dy).
 // In convolution.h's terms X is the input and Y the output.
 // Params: out_channels, kernel (square), stride = 1, padding = 0, groups = 1
-// (must divide C and out), dilation = 1, bias = true. groups = C = out is a
-// depthwise convolution.
+// (must divide C and out), dilation = 1, bias = true, mask = "none". groups =
+// C = out is a depthwise convolution.
+// mask "A" or "B" (odd kernels): the raster-scan mask of PixelCNN (van den
+// Oord et al. 2016), the context model of Minnen et al. 2018: tap (i, j) of
+// every kernel is used only when i k + j < (k k - 1) / 2 ("A": the taps
+// before the centre, so y at (a, b) reads only inputs above it, or left of it
+// in its row) or <= (k k - 1) / 2 ("B": the centre too):
+//   y = conv(x; W o M),   dW = M o (dy columns^T),   dx = col2im((W o M)^T dy),
+// M the 0/1 mask. The weight's masked taps are held at 0: forward zeroes
+// them (a value loaded or set there never enters), and backward adds nothing
+// to their gradient, so an optimiser never moves them.
 class Conv2d : public Convolution {
  public:
   explicit Conv2d(LayerConfig& config);
@@ -36,6 +45,14 @@ class Conv2d : public Convolution {
  private:
   // The im2col geometry of input `input_shape` [N, C, H, W].
   ConvGeometry geometry(const Shape& input_shape) const;
+  // Zeroes the masked taps of the weight's value (no mask: nothing).
+  void zero_masked_taps(Context& ctx, Tensor& weight) const;
+  // The weight gradient's masked taps into masked_grad_ before backward
+  // (to_saved) and back after it, so that backward adds nothing to them.
+  void keep_masked_grad(Context& ctx, bool to_saved);
+  Tensor masked_grad_;
+  // The first masked tap of each kernel in raster order (k*k without a mask).
+  std::int64_t first_masked_tap_;
 };
 
 void register_conv2d(Registry& registry);

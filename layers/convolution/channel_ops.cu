@@ -120,6 +120,27 @@ __global__ void batch_sum_kernel(const T* source, long long count, long long siz
   }
 }
 
+// w[n, t] = 0 for first <= t < taps: one thread per zeroed tap, grid-stride.
+template <typename T>
+__global__ void zero_kernel_taps_kernel(long long kernels, long long taps, long long first, T* w) {
+  const long long zeroed = taps - first, count = kernels * zeroed;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+       i += (long long)gridDim.x * blockDim.x)
+    w[i / zeroed * taps + first + i % zeroed] = T(0);
+}
+
+template <typename T>
+__global__ void copy_kernel_taps_kernel(long long kernels, long long taps, long long first, bool to_compact, T* w,
+                                        T* compact) {
+  const long long kept = taps - first, count = kernels * kept;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
+       i += (long long)gridDim.x * blockDim.x) {
+    T& tap = w[i / kept * taps + first + i % kept];
+    if (to_compact) compact[i] = tap;
+    else tap = compact[i];
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -166,6 +187,32 @@ void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t
   cuda::check_launch("batch_sum_kernel", __FILE__, __LINE__);
 }
 
+template <typename T>
+void zero_kernel_taps_cuda(const Context& ctx, std::int64_t kernels, std::int64_t taps, std::int64_t first_zero_tap,
+                           T* w) {
+  const std::int64_t count = kernels * (taps - first_zero_tap);
+  if (count <= 0) return;
+  zero_kernel_taps_kernel<T>
+      <<<cuda::blocks_for(count, kThreads), kThreads, 0, cuda::stream(ctx)>>>(kernels, taps, first_zero_tap, w);
+  cuda::check_launch("zero_kernel_taps_kernel", __FILE__, __LINE__);
+}
+
+template <typename T>
+void copy_kernel_taps_cuda(const Context& ctx, std::int64_t kernels, std::int64_t taps, std::int64_t first_tap,
+                           bool to_compact, T* w, T* compact) {
+  const std::int64_t count = kernels * (taps - first_tap);
+  if (count <= 0) return;
+  copy_kernel_taps_kernel<T><<<cuda::blocks_for(count, kThreads), kThreads, 0, cuda::stream(ctx)>>>(
+      kernels, taps, first_tap, to_compact, w, compact);
+  cuda::check_launch("copy_kernel_taps_kernel", __FILE__, __LINE__);
+}
+
+template void copy_kernel_taps_cuda<float>(const Context&, std::int64_t, std::int64_t, std::int64_t, bool, float*,
+                                           float*);
+template void copy_kernel_taps_cuda<double>(const Context&, std::int64_t, std::int64_t, std::int64_t, bool, double*,
+                                            double*);
+template void zero_kernel_taps_cuda<float>(const Context&, std::int64_t, std::int64_t, std::int64_t, float*);
+template void zero_kernel_taps_cuda<double>(const Context&, std::int64_t, std::int64_t, std::int64_t, double*);
 template void add_channel_bias_cuda<float>(const Context&, const float*, const FusedActivation&, std::int64_t,
                                            std::int64_t, std::int64_t, float*);
 template void add_channel_bias_cuda<double>(const Context&, const double*, const FusedActivation&, std::int64_t,

@@ -1,7 +1,8 @@
 #pragma once
 // CUDA reductions and broadcasts over NCHW channels, shared by Conv2d and
 // ConvTranspose2d: bias add (and fused activation), bias gradient, and the sum over a batch of
-// per-image weight gradients. A tensor here is [N, C, P] with P = H*W.
+// per-image weight gradients, and a masked convolution's zeroed taps. A
+// tensor here is [N, C, P] with P = H*W.
 #include <cstdint>
 
 #include "plexus/context.h"
@@ -28,5 +29,19 @@ void accumulate_channel_sums_cuda(const Context& ctx, const Source* dy, std::int
 template <typename T>
 void accumulate_batch_sum_cuda(const Context& ctx, const T* source, std::int64_t count, std::int64_t size,
                                T* destination);
+
+// w[n, t] = 0 for t >= first_zero_tap, over `kernels` kernels of `taps` taps
+// each (a weight [O, C, k, k] has O*C kernels of k*k taps): a masked
+// Conv2d's taps at and after the centre in raster order (conv2d.h).
+template <typename T>
+void zero_kernel_taps_cuda(const Context& ctx, std::int64_t kernels, std::int64_t taps, std::int64_t first_zero_tap,
+                           T* w);
+// The same taps moved between a weight and a compact copy [kernels, taps -
+// first_tap]: to_compact, compact[n, t - first_tap] = w[n, t]; otherwise
+// w[n, t] = compact[n, t - first_tap] (a masked Conv2d keeps its masked
+// taps' gradient through backward, which adds to every tap).
+template <typename T>
+void copy_kernel_taps_cuda(const Context& ctx, std::int64_t kernels, std::int64_t taps, std::int64_t first_tap,
+                           bool to_compact, T* w, T* compact);
 
 }  // namespace plexus::layers

@@ -158,7 +158,7 @@ void Convolution::conv_backward_cuda(Context& ctx, const Tensor& x, const Tensor
   // on each: one stand-in made for both could be overwritten by the next
   // layers' passes while the branch still reads it.
   std::optional<cuda::Branch> branch;
-  if (parameter_gradients_beside(ctx)) {
+  if (parameter_gradients_beside(ctx) && !parameter_gradients_inline_) {
     branch.emplace(ctx);
     branch->run(parameter_gradients);
   } else {

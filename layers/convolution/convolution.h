@@ -152,6 +152,10 @@ class Convolution : public Layer {
   std::int64_t groups_;          // channel groups (above)
   std::int64_t dilation_;        // pixels between kernel taps
   bool has_bias_;
+  // The CUDA parameter gradients run on the stream itself, never on a branch
+  // beside it, so that a pass queued after conv_backward_cuda sees them (a
+  // masked Conv2d zeroes its masked taps' gradient).
+  bool parameter_gradients_inline_ = false;
   // X's NHWC copy from a training forward (or from a ConvTranspose2d's
   // backward), read by the weight gradient of the same step.
   implicit_gemm::KeptSource kept_source_;

@@ -79,6 +79,34 @@ def checkerboard_context(spec, latent, hyper_params):
     return spec.conv("entropy_parameters2", x, 2 * latent, 1, output="gaussian_params")
 
 
+def autoregressive_context(spec, latent, hyper_params):
+    """Minnen et al. 2018's context model on y of `latent` channels, in the mean-scale hyperprior: the rounded
+    latent (UniformNoise: noise in training, rounding in eval), a 5x5 convolution with the raster-scan mask "A"
+    to 2 * latent channels (the context: each position reads only the positions before it), and the entropy
+    parameters, 1x1 convolutions of [hyper_params, context] as checkerboard_context's. Returns
+    "gaussian_params"."""
+
+    def leaky(name, x):
+        return spec.node(name + "_act", "LeakyReLU", [x], [name + "_leaky"])
+
+    spec.node("context_quantizer", "UniformNoise", ["y"], ["y_context"])
+    spec.node("context_prediction", "Conv2d", ["y_context"], ["context"], out_channels=2 * latent, kernel=5,
+              stride=1, padding=2, mask="A")
+    x = spec.node("entropy_parameters_join", "Concat", [hyper_params, "context"], ["entropy_parameters_in"])
+    x = leaky("entropy_parameters0", spec.conv("entropy_parameters0", x, latent * 10 // 3, 1))
+    x = leaky("entropy_parameters1", spec.conv("entropy_parameters1", x, latent * 8 // 3, 1))
+    return spec.conv("entropy_parameters2", x, 2 * latent, 1, output="gaussian_params")
+
+
+# The codec section of an autoregressive mean-scale hyperprior with the node names above.
+AUTOREGRESSIVE_CODEC = {
+    "type": "hyperprior",
+    "z": {"type": "factorized", "entropy_model": "hyper_entropy_model"},
+    "y": {"type": "autoregressive", "conditional": "gaussian_conditional", "quantizer": "quantizer",
+          "context_input": "context_quantizer", "context": "context_prediction"},
+}
+
+
 # The codec section of a checkerboard mean-scale hyperprior with the node names above.
 CHECKERBOARD_CODEC = {
     "type": "hyperprior",
@@ -147,6 +175,6 @@ def losses(spec, likelihoods):
     spec.node("rate", "RateLoss", likelihoods + ["image"], ["bpp"])
 
 
-def four_stages(latent):
-    """bmshj2018's four 5x5/2 stages, 128 channels between and `latent` in y."""
-    return [(128, 5, 2)] * 3 + [(latent, 5, 2)]
+def four_stages(latent, hidden=128):
+    """bmshj2018's four 5x5/2 stages, `hidden` channels between and `latent` in y."""
+    return [(hidden, 5, 2)] * 3 + [(latent, 5, 2)]

@@ -7,7 +7,8 @@
 // attention: LayerNorm, WindowPartition, MatMul, Softmax, GELU); the bundled
 // minnen2020-channel trains and codes (one stream per channel group), and so
 // does the bundled checkerboard-mean-scale (the anchors' stream, then the
-// other positions').
+// other positions'), and the bundled mbt2018 (the latent position by position
+// through its masked context, one stream).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,6 +123,21 @@ TEST(PlexusAeMeanScaleHyperprior, TheCheckerboardSpecTrainsAndCodesOnTheCpu) {
   ASSERT_FALSE(logged.empty());
   EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
   expect_round_trip(folder, folder / "images/b.png", 3, "70x64");  // z, the anchors, the other positions
+}
+
+TEST(PlexusAeMeanScaleHyperprior, TheAutoregressiveSpecTrainsAndCodesOnTheCpu) {
+  ScratchFolder folder{"ae-mbt2018"};
+  testing::save_png(folder / "images/a.png", testing::position_image(96, 80));
+  testing::save_png(folder / "images/b.png", testing::position_image(70, 64));
+  auto trained = train_on_cpu(folder, "mbt2018", 1, 2);
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  EXPECT_TRUE(contains(trained.err, "mbt2018")) << trained.err;
+  EXPECT_TRUE(contains(trained.err, "stride 64")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, "cannot code")) << trained.err;
+  const auto logged = testing::read_metrics(folder / "run/metrics.jsonl", "train");
+  ASSERT_FALSE(logged.empty());
+  EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
+  expect_round_trip(folder, folder / "images/b.png", 2, "70x64");  // z, the latent
 }
 
 }  // namespace

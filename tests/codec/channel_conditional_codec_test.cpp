@@ -268,8 +268,8 @@ TEST(ChannelConditionalCodecSpec, ADeclaredSectionIsCheckedAgainstTheGraphNaming
       {[](nlohmann::json& c) { c["y"]["groups"][1]["quantiser"] = "x"; },
        "its codec section at /codec/y/groups/1 has an unknown key 'quantiser' (a group takes quantizer)"},
       {[](nlohmann::json& c) { c["y"]["type"] = "autoregressive"; },
-       "its codec section at /codec/y declares a 'autoregressive' latent codec, which this plexus-ae cannot code "
-       "yet"},
+       "its codec section at /codec/y has an unknown key 'decoded' (a 'autoregressive' latent codec takes type, "
+       "conditional, quantizer, context_input, context)"},
       {[](nlohmann::json& c) {
          c["y"] = {{"type", "gaussian"},
                    {"conditional", "gaussian_conditional"},

@@ -25,7 +25,10 @@
 //   grouped checkerboard (version-5 files only): the mean-scale model's y in
 //     groups of 1 and 3 channels, each coded as a checkerboard (a Conv2d 3x3
 //     of its anchors kept at the other positions), group 1's parameters also
-//     reading group 0's decoded values.
+//     reading group 0's decoded values;
+//   autoregressive (version-5 files only): as the checkerboard model, with a
+//     context of the rounded y through a Conv2d 3x3 with mask "A" in place of
+//     the masks.
 // So that inputs get past the checksum and the fingerprint, the first byte
 // of an input chooses how the rest is used:
 //   bit 0: write the model's fingerprint into bytes 8..15
@@ -35,7 +38,8 @@
 //   bit 4: decode with the channel-conditional model (before bits 2 and 3)
 //   bit 5: decode with the variable-rate model (before bits 2, 3 and 4)
 //   bit 6: decode with the checkerboard model (before bits 2 to 5); with bit 4
-//     too, with the grouped checkerboard model
+//     too, with the grouped checkerboard model; with bit 5 too, with the
+//     autoregressive model
 //   bit 7: (the C API target) decode into RGBA rather than RGB
 // Every model decodes the files of its kind's own version (1 to 4) and the
 // sectioned version 5. Built as c_api_fuzzer (PLEXUS_FUZZ_C_API=1), each
@@ -48,8 +52,9 @@
 // unknown optional section (the decoder skips it), and seed-100 to seed-109
 // version-5 files with an ICC profile section; seed-110 to seed-123 the
 // checkerboard model's files (of every size, then with an unknown optional
-// section and with an ICC profile); seed-150 to seed-163 the grouped
-// checkerboard model's, alike.
+// section and with an ICC profile); seed-130 to seed-143 the autoregressive
+// model's, the same way, and seed-150 to seed-163 the grouped checkerboard
+// model's, alike.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -326,6 +331,35 @@ ModelSpec fuzz_grouped_checkerboard_spec() {
   return spec;
 }
 
+ModelSpec fuzz_autoregressive_spec() {
+  ModelSpec spec;
+  spec.name = "fuzz-autoregressive";
+  spec.add_input("image");
+  spec.codec = {{"type", "hyperprior"},
+                {"z", {{"type", "factorized"}, {"entropy_model", "hyper_entropy_model"}}},
+                {"y",
+                 {{"type", "autoregressive"},
+                  {"conditional", "gaussian_conditional"},
+                  {"quantizer", "quantizer"},
+                  {"context_input", "context_quantizer"},
+                  {"context", "context"}}}};
+  for (NodeSpec node : fuzz_mean_scale_spec().nodes) {
+    if (node.name == "h_s1") node.outputs = {"hyper_params"};
+    if (node.name == "split") {
+      spec.add_node({"context_quantizer", "UniformNoise", {"y"}, {"y_context"}});
+      spec.add_node({"context",
+                     "Conv2d",
+                     {"y_context"},
+                     {"context_values"},
+                     {{"out_channels", 4}, {"kernel", 3}, {"padding", 1}, {"mask", "A"}}});
+      spec.add_node({"parameters_join", "Concat", {"hyper_params", "context_values"}, {"joined"}});
+      spec.add_node({"parameters", "Conv2d", {"joined"}, {"gaussian_params"}, {{"out_channels", 8}, {"kernel", 1}}});
+    }
+    spec.add_node(node);
+  }
+  return spec;
+}
+
 // The weights of a model of `spec` (no coding tables: they are computed on load).
 TensorFile model_file(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
@@ -355,6 +389,8 @@ std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
 
 // The model of input mode `mode` (bits 2 to 6).
 ae::CodecModel& model(std::uint8_t mode) {
+  static std::unique_ptr<ae::CodecModel> autoregressive = make_model(fuzz_autoregressive_spec());
+  if ((mode & 96) == 96) return *autoregressive;
   static std::unique_ptr<ae::CodecModel> checkerboard = make_model(fuzz_checkerboard_spec());
   static std::unique_ptr<ae::CodecModel> grouped_checkerboard = make_model(fuzz_grouped_checkerboard_spec());
   if (mode & 64) return (mode & 16) ? *grouped_checkerboard : *checkerboard;
@@ -373,12 +409,13 @@ ae::CodecModel& model(std::uint8_t mode) {
 plexus_codec_model* c_api_model(std::uint8_t mode) {
   // Closed at exit, so that the leak check sees every handle released.
   static std::map<std::string, std::unique_ptr<plexus_codec_model, void (*)(plexus_codec_model*)>> opened;
-  const ModelSpec spec = (mode & 64)   ? ((mode & 16) ? fuzz_grouped_checkerboard_spec() : fuzz_checkerboard_spec())
-                         : (mode & 32) ? fuzz_variable_rate_spec()
-                         : (mode & 16) ? fuzz_channel_spec()
-                         : (mode & 8)  ? fuzz_mean_scale_spec()
-                         : (mode & 4)  ? fuzz_hyperprior_spec()
-                                       : fuzz_spec();
+  const ModelSpec spec = (mode & 96) == 96 ? fuzz_autoregressive_spec()
+                         : (mode & 64)     ? ((mode & 16) ? fuzz_grouped_checkerboard_spec() : fuzz_checkerboard_spec())
+                         : (mode & 32)     ? fuzz_variable_rate_spec()
+                         : (mode & 16)     ? fuzz_channel_spec()
+                         : (mode & 8)      ? fuzz_mean_scale_spec()
+                         : (mode & 4)      ? fuzz_hyperprior_spec()
+                                           : fuzz_spec();
   auto known = opened.find(spec.name);
   if (known != opened.end()) return known->second.get();
   const std::string path = std::filesystem::temp_directory_path() /
@@ -481,6 +518,15 @@ void write_seeds(const std::string& folder) {
   for (const std::vector<std::uint8_t>& bytes : files)
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), bytes);
   for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), checkerboard.compress(tagged));
+  // The autoregressive model (version 5 only), the same way, from seed-130.
+  index = 130;
+  ae::CodecModel& autoregressive = model(96);
+  files.clear();
+  for (const auto& [width, height] : sizes) files.push_back(autoregressive.compress(image_of(width, height)));
+  files.push_back(with_optional_section(autoregressive.compress(image_of(13, 7))));
+  files.push_back(autoregressive.compress(tagged));
+  for (const std::vector<std::uint8_t>& bytes : files)
+    for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 96), bytes);
   // The grouped checkerboard model (version 5 only), from seed 150.
   index = 150;
   ae::CodecModel& grouped = model(64 | 16);
@@ -498,7 +544,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // One thread: libFuzzer runs one input at a time, and a pool of threads
   // per convolution only adds synchronisation (results do not depend on it).
   set_cpu_threads(1);
-  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64, 64 | 16}) {
+  for (std::uint8_t kind : {0, 4, 8, 16, 32, 64, 64 | 16, 96}) {
     model(kind);
     if (kThroughCApi) c_api_model(kind);
   }

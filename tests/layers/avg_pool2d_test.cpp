@@ -6,7 +6,6 @@
 
 #include <random>
 
-#include "layers/bf16_storage_test_support.h"
 #include "layers/layer_test_support.h"
 #include "plexus/builtin_layers.h"
 #include "plexus/gradcheck.h"

@@ -1,6 +1,7 @@
 // Conv2d: forward against a naive direct convolution written here, gradient
 // checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity including the chunked
-// CUDA path, parameter layout and initialisation, bad params and shapes.
+// CUDA path, parameter layout and initialisation, bad params and shapes; the
+// raster-scan masked convolution (mask "A", "B") the same ways and its causality.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -218,6 +219,120 @@ TEST(Conv2d, ParityCpuCuda) {
   EXPECT_TRUE(testing::outputs_match(check_parity(
       registry, "Conv2d", {{"out_channels", 16}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {{3, 16, 16, 12}})));
   for (const Case& c : gradient_cases())
+    EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Conv2d", c.params, {c.input})));
+}
+
+// ---- mask "A" / "B" ----
+
+// Whether tap (i, j) of a k x k kernel is used under `mask`, by its definition
+// (conv2d.h): "A" the taps before the centre in raster order, "B" the centre too.
+bool tap_used(const std::string& mask, std::int64_t k, std::int64_t i, std::int64_t j) {
+  const std::int64_t raster = i * k + j, centre = (k * k - 1) / 2;
+  return mask == "A" ? raster < centre : raster <= centre;
+}
+
+std::vector<Case> masked_cases() {
+  return {
+      {{{"out_channels", 3}, {"kernel", 5}, {"padding", 2}, {"mask", "A"}}, {2, 2, 5, 6}},
+      {{{"out_channels", 2}, {"kernel", 3}, {"padding", 1}, {"mask", "B"}, {"bias", false}}, {1, 3, 4, 4}},
+      {{{"out_channels", 4}, {"kernel", 3}, {"padding", 1}, {"mask", "A"}, {"groups", 2}}, {1, 4, 3, 5}},
+  };
+}
+
+// The masked forward is the naive convolution of the weights zeroed where the
+// mask says by hand; weights loaded at masked taps never enter, and forward
+// leaves them 0.
+TEST(Conv2d, MaskedForwardMatchesNaiveConvolutionOfMaskedWeights) {
+  std::mt19937_64 rng(29);
+  for (const std::string mask : {"A", "B"}) {
+    const json params = {{"out_channels", 3}, {"kernel", 5}, {"padding", 2}, {"mask", mask}};
+    const Shape shape{2, 2, 6, 5};
+    auto layer = make_layer(params, shape, DType::f64, Device::cpu());
+    std::vector<double> w = random_vector(3 * 2 * 25, rng);  // every tap non-zero, the masked ones too
+    layer->parameter("weight").value.copy_from(Tensor::from_values(w, {3, 2, 5, 5}, DType::f64));
+    std::vector<double> masked_w = w;
+    for (std::size_t n = 0; n < w.size(); ++n)
+      if (!tap_used(mask, 5, static_cast<std::int64_t>(n % 25) / 5, static_cast<std::int64_t>(n % 5))) masked_w[n] = 0;
+    const std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+    Shape y_shape;
+    const std::vector<double> expected =
+        naive_conv2d(x, shape, masked_w, layer->parameter("bias").value.to_values(), 3, 5, 1, 2, y_shape);
+    Context ctx;
+    Tensor input = Tensor::from_values(x, shape, DType::f64);
+    Tensor output(y_shape, DType::f64);
+    layer->forward(ctx, {&input}, {&output});
+    expect_near_all(expected, output.to_values(), 1e-12, "masked " + mask);
+    EXPECT_EQ(layer->parameter("weight").value.to_values(), masked_w) << mask;
+  }
+}
+
+// Mask "A": the output at (a, b) does not change when the input changes at
+// (a, b) or any later position in raster order; under "B" it does at (a, b).
+TEST(Conv2d, MaskAOutputReadsOnlyEarlierPositions) {
+  const Shape shape{1, 2, 5, 5};
+  std::mt19937_64 rng(31);
+  const std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  for (const std::string mask : {"A", "B"}) {
+    auto layer = make_layer({{"out_channels", 2}, {"kernel", 5}, {"padding", 2}, {"mask", mask}}, shape, DType::f64,
+                            Device::cpu());
+    Context ctx;
+    auto forward = [&](const std::vector<double>& values) {
+      Tensor input = Tensor::from_values(values, shape, DType::f64);
+      Tensor output({1, 2, 5, 5}, DType::f64);
+      layer->forward(ctx, {&input}, {&output});
+      return output.to_values();
+    };
+    const std::vector<double> base = forward(x);
+    for (std::int64_t changed = 0; changed < 25; ++changed) {
+      std::vector<double> moved = x;
+      moved[static_cast<std::size_t>(changed)] += 1.0;  // channel 0 at raster position `changed`
+      const std::vector<double> y = forward(moved);
+      for (std::int64_t position = 0; position < 25; ++position) {
+        const bool reads = position > changed || (mask == "B" && position == changed);
+        bool differs = false;
+        for (std::int64_t o = 0; o < 2; ++o)
+          differs = differs ||
+                    y[static_cast<std::size_t>(o * 25 + position)] != base[static_cast<std::size_t>(o * 25 + position)];
+        if (!reads) EXPECT_FALSE(differs) << mask << ": input at " << changed << " reached output " << position;
+        if (position == changed && mask == "B") EXPECT_TRUE(differs) << "mask B reads the centre";
+      }
+    }
+  }
+}
+
+TEST(Conv2d, MaskedGradientsCpu) {
+  for (const Case& c : masked_cases())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input})));
+}
+
+// The masked taps' gradient is 0 (an optimiser never moves them), the others' not.
+TEST(Conv2d, MaskedWeightGradientIsZeroAtMaskedTaps) {
+  const json params = {{"out_channels", 3}, {"kernel", 3}, {"padding", 1}, {"mask", "A"}};
+  const Shape shape{2, 2, 4, 5};
+  std::mt19937_64 rng(37);
+  auto layer = make_layer(params, shape, DType::f64, Device::cpu());
+  const auto x = random_vector(static_cast<std::size_t>(shape_numel(shape)), rng);
+  const auto dy = random_vector(static_cast<std::size_t>(shape_numel(layer->output_shapes({shape})[0])), rng);
+  const Results results = run(*layer, Device::cpu(), DType::f64, shape, x, dy);
+  const std::vector<double>& grad = results.parameter_grads.at("weight");
+  for (std::size_t n = 0; n < grad.size(); ++n) {
+    if (tap_used("A", 3, static_cast<std::int64_t>(n % 9) / 3, static_cast<std::int64_t>(n % 3)))
+      EXPECT_NE(grad[n], 0.0) << n;
+    else EXPECT_EQ(grad[n], 0.0) << n;
+  }
+}
+
+TEST(Conv2d, MaskedGradientsCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  for (const Case& c : masked_cases())
+    EXPECT_TRUE(testing::gradients_match(check_gradients(registry, "Conv2d", c.params, {c.input}, Device::cuda())));
+}
+
+TEST(Conv2d, MaskedParityCpuCuda) {
+  if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
+  EXPECT_TRUE(testing::outputs_match(check_parity(
+      registry, "Conv2d", {{"out_channels", 24}, {"kernel", 5}, {"padding", 2}, {"mask", "A"}}, {{2, 12, 16, 12}})));
+  for (const Case& c : masked_cases())
     EXPECT_TRUE(testing::outputs_match(check_parity(registry, "Conv2d", c.params, {c.input})));
 }
 
@@ -809,6 +924,11 @@ TEST(Conv2d, RejectsBadParams) {
                       "parameter 'padding' must be in [0, 4096], got -1");
   expect_config_error({{"out_channels", 4}, {"kernel", 3}, {"output_padding", 1}},
                       "unknown parameter 'output_padding'");
+  expect_config_error({{"out_channels", 4}, {"kernel", 5}, {"mask", "C"}},
+                      "node 'c' (Conv2d): parameter 'mask' must be \"none\", \"A\" (the raster-scan mask without "
+                      "the centre) or \"B\" (with it), got \"C\"");
+  expect_config_error({{"out_channels", 4}, {"kernel", 4}, {"mask", "A"}},
+                      "a masked Conv2d needs an odd kernel (the mask is centred), got kernel 4");
 }
 
 void expect_shape_error(Layer& layer, const std::vector<Shape>& inputs, const std::string& expected) {

@@ -9,6 +9,8 @@
 // - tcm-small: the windows of its attention blocks, shifted in every other
 //   block, and a gradient for every parameter;
 // - elic: its groups and contexts, and a gradient for every parameter.
+// - mbt2018: its context model's and entropy parameters' tensors, and a
+//   gradient for every parameter and for the context.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,6 +194,42 @@ void expect_every_parameter_gets_a_gradient(const ModelSpec& spec, const std::st
 // none): GaussianConditional's means input must carry a gradient back.
 TEST(MeanScaleHyperpriorModel, EveryParameterGetsAGradient) {
   expect_every_parameter_gets_a_gradient(mean_scale_spec(), "means");
+}
+
+ModelSpec mbt2018_spec() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/mbt2018.json"); }
+
+TEST(JointAutoregressiveModel, HasCompressAIsParameterCountAndTensorNames) {
+  const ModelSpec spec = mbt2018_spec();
+  ae::check_contract(spec);
+  Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
+  // CompressAI JointAutoregressiveHierarchicalPriors(N=192, M=192): MeanScaleHyperprior's transforms (above)
+  // with N = 192, h_a's first conv M->N 3x3, plus context_prediction, a MaskedConv2d M->2M 5x5 (its whole
+  // weight, the masked taps too), and entropy_parameters, 1x1 convs 4M->10M/3->8M/3->2M.
+  const std::int64_t n = 192, m = 192;
+  const std::int64_t g_a = conv(3, n, 5) + 2 * conv(n, n, 5) + conv(n, m, 5) + 3 * gdn(n);
+  const std::int64_t g_s = conv(m, n, 5) + 2 * conv(n, n, 5) + conv(n, 3, 5) + 3 * gdn(n);
+  const std::int64_t h_a = conv(m, n, 3) + 2 * conv(n, n, 5);
+  const std::int64_t h_s = conv(n, m, 5) + conv(m, m * 3 / 2, 5) + conv(m * 3 / 2, 2 * m, 3);
+  const std::int64_t context = conv(m, 2 * m, 5);
+  const std::int64_t parameters =
+      conv(4 * m, 10 * m / 3, 1) + conv(10 * m / 3, 8 * m / 3, 1) + conv(8 * m / 3, 2 * m, 1);
+  const std::int64_t expected = g_a + g_s + h_a + h_s + context + parameters + 43 * n;
+  EXPECT_EQ(expected, 14127011);  // the same sum in numbers
+  EXPECT_EQ(net.parameter_count(), expected);
+  for (const char* blob : {"y", "y_context", "y_hat", "scales", "means", "likelihoods"})
+    EXPECT_EQ(net.blob(blob).shape(), (Shape{1, 192, 8, 12})) << blob;
+  for (const char* blob : {"hyper_params", "context", "gaussian_params"})
+    EXPECT_EQ(net.blob(blob).shape(), (Shape{1, 384, 8, 12})) << blob;
+  EXPECT_EQ(net.blob("entropy_parameters_in").shape(), (Shape{1, 768, 8, 12}));
+  EXPECT_EQ(net.blob("z_hat").shape(), (Shape{1, 192, 2, 3}));
+  EXPECT_EQ(net.layer("context_prediction").type(), "Conv2d");
+  EXPECT_EQ(spec.codec["y"]["type"], "autoregressive");
+  EXPECT_EQ(ae::derive_stride(spec, registry), 64);
+}
+
+// The context is learned through the rate too, and its masked taps are not.
+TEST(JointAutoregressiveModel, EveryParameterGetsAGradient) {
+  expect_every_parameter_gets_a_gradient(mbt2018_spec(), "context");
 }
 
 ModelSpec tcm_small_spec() {

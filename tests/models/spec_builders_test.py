@@ -19,6 +19,7 @@ BUILDS = [
     (["make_bmshj2018.py", "--hyperprior"], "models/specs/bmshj2018-hyperprior.json"),
     (["make_mbt2018_mean.py"], "models/specs/mbt2018-mean.json"),
     (["make_mbt2018_mean.py", "--checkerboard"], "models/specs/checkerboard-mean-scale.json"),
+    (["make_mbt2018_mean.py", "--autoregressive"], "models/specs/mbt2018.json"),
     (["make_mbt2018_mean_vr.py"], "models/specs/mbt2018-mean-vr.json"),
     (["make_cheng2020_attn_mean.py"], "models/specs/cheng2020-attn-mean.json"),
     (["make_elic.py"], "models/specs/elic.json"),

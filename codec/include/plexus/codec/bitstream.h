@@ -55,8 +55,9 @@
 // 4 width, then the rANS stream; the streams come in the codec tree's coding
 // order: a factorized model's latent; a hyperprior's hyper-latent, then its
 // latent, or a channel-grouped latent's groups one section each, or a
-// checkerboard latent's anchors, then its other positions, or a grouped
-// checkerboard latent's group 0 anchors, group 0 others, group 1 anchors, .... A reader
+// checkerboard latent's anchors, then its other positions, a grouped
+// checkerboard latent's group 0 anchors, group 0 others, group 1 anchors, ...,
+// or an autoregressive latent in its wavefront order (docs/bitstream.md). A reader
 // skips a section of a type it does not know unless bit 0 says it is
 // required, and then refuses the file (room for metadata such as an ICC profile).
 // plexus-ae writes version 5; CodecModel::set_format_version writes the
@@ -99,10 +100,11 @@ enum class ModelKind : std::uint32_t {
   mean_scale_hyperprior = 3,  // as 2, y coded as round(y - mean) (version 3)
   channel_conditional = 4,    // as 3, slice by slice, each slice conditioned on those before (version 4)
   checkerboard = 5,           // as 3, the anchors first, then the other positions from their context (version 5 only)
+  autoregressive = 6,         // as 3, position by position from the decoded ones before it (version 5 only)
   grouped_checkerboard = 7,   // channel groups, each coded as a checkerboard (ELIC's space-channel context; version 5)
 };
 // "factorized-prior", "scale-hyperprior", "mean-scale-hyperprior", "channel-conditional", "checkerboard",
-// "grouped-checkerboard"
+// "autoregressive", "grouped-checkerboard"
 const char* model_kind_name(ModelKind kind);
 bool has_hyper_latent(ModelKind kind);         // the hyperprior kinds
 std::uint16_t format_version(ModelKind kind);  // the version of its kind (5 for a kind newer than version 5)

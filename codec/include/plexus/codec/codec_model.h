@@ -49,6 +49,12 @@
 // anchors, then its other positions with its decoded anchors); one stream
 // per group and pass (src/grouped_checkerboard_coding.h).
 //
+// Autoregressive (Minnen et al. 2018; an "autoregressive" latent codec): as
+// the mean-scale hyperprior, position by position in a wavefront order
+// (src/autoregressive_coding.h), each position's parameters from the
+// hyper-latent and the latent decoded before it through a masked context
+// convolution; one stream, at both ends the same serial loop.
+//
 // Every way, the symbols, tables and means depend only on rounded latents
 // and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).
@@ -72,6 +78,10 @@
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
 #include "plexus/registry.h"
+
+namespace plexus::codec {
+class AutoregressiveRunner;  // an autoregressive model's latent part (src/autoregressive_coding.h)
+}  // namespace plexus::codec
 
 namespace plexus::ae {
 
@@ -237,6 +247,7 @@ class CodecModel {
                                                                const codec::IntegerOutputs&)>;
   void code_groups(const std::vector<std::int32_t>& z, Latents& latents, const SymbolSource& symbols_of);
   void code_checkerboard(Latents& latents, const SymbolSource& symbols_of);
+  void code_autoregressive(Latents& latents, const SymbolSource& symbols_of);
   std::string name_;
   Device device_;
   ModelKind kind_ = ModelKind::factorized;
@@ -265,7 +276,8 @@ class CodecModel {
   std::function<void(double)> progress_;
   std::unique_ptr<Context> ctx_;
   codec::FactorizedCodingTables tables_;
-  std::unique_ptr<codec::IntegerNetworkRunner> runner_;  // a hyperprior's integer network, on the device
+  std::unique_ptr<codec::IntegerNetworkRunner> runner_;          // a hyperprior's integer network, on the device
+  std::unique_ptr<codec::AutoregressiveRunner> autoregressive_;  // its latent part, position by position
   codec::GaussianTables gaussian_;
   bool computed_tables_ = false;
   std::uint64_t fingerprint_ = 0;
