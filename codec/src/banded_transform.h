@@ -25,11 +25,11 @@ namespace plexus::ae {
 // bit pattern the whole-image pass gives: besides the rows a kernel reads, a
 // CPU layer's result depends on where its blocks of rows or pixels start
 // (Eigen sums a product's entries near a block's end in another order, and a
-// vectorised loop peels by address), so each band starts where every
-// convolution's blocks start in the whole image, tells each GDN where it
-// starts in the whole plane (GDN::set_cpu_block_origin), holds whole every
-// block its output rows need, and keeps GDN's planes' sizes modulo a
-// vector's width. Known layer kinds only: a node of any other kind (a
+// vectorised loop peels by address), so each band tells each convolution and
+// GDN where it starts in the whole image (Convolution::set_cpu_block_origin,
+// GDN::set_cpu_block_origin), whose blocks then are the whole image's, holds
+// whole every block its output rows need, and keeps GDN's planes' sizes and
+// starts modulo a vector's width. Known layer kinds only: a node of any other kind (a
 // pooling, an attention window, an unknown plugin) has no bounded halo here,
 // and the transform runs on the whole image.
 
@@ -209,14 +209,19 @@ class BandedTransform {
     }
   }
 
-  // Tells each GDN node where the band from input row `first` starts in the
-  // whole plane, so that its CPU blocks are the whole image's.
+  // Tells each GDN and convolution node where the band from input row
+  // `first` starts in the whole image, so that its CPU blocks are the whole
+  // image's: a GDN the pixel of its plane, a convolution the row of its output.
   void set_origins(std::int64_t first) {
     for (const auto& [name, op] : ops_) {
-      if (op != RowOp::gdn) continue;
-      auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
-      const std::string& blob = nodes_.at(name)->inputs[0];
-      if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+      if (op == RowOp::gdn) {
+        auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
+        const std::string& blob = nodes_.at(name)->inputs[0];
+        if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+      } else if (op == RowOp::conv || op == RowOp::conv_transposed) {
+        auto* conv = dynamic_cast<layers::Convolution*>(&net_.layer(name));
+        if (conv) conv->set_cpu_block_origin(blob_row(nodes_.at(name)->outputs[0], first));
+      }
     }
   }
 
@@ -349,6 +354,8 @@ class BandedTransform {
       }
       if (block == 0) continue;
       blocks_[name] = block;
+      // A convolution's blocks follow the band's origin (set_origins): a band may start anywhere in them.
+      if (op != RowOp::gdn) continue;
       const RowScale& scale = scales_.at(*at);
       // A band's first row of `at`, first * num / den, a multiple of `block`.
       alignment_ = std::lcm(alignment_, scale.den * (block / std::gcd(scale.num, block)));
