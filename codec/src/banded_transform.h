@@ -560,17 +560,18 @@ inline codec::IntegerOutputs banded_network_outputs(codec::IntegerNetworkRunner&
       }
       if (fits) break;
     }
-    std::vector<std::int32_t> input(static_cast<std::size_t>(z.size() / plane * (end - first) * width));
-    for (std::size_t c = 0; c < z.size() / static_cast<std::size_t>(plane); ++c)
+    const std::int64_t z_channels = static_cast<std::int64_t>(z.size()) / plane, band_plane = (end - first) * width;
+    std::vector<std::int32_t> input(static_cast<std::size_t>(z_channels * band_plane));
+    for (std::int64_t c = 0; c < z_channels; ++c)
       std::copy(z.begin() + c * plane + first * width, z.begin() + c * plane + end * width,
-                input.begin() + c * (end - first) * width);
+                input.begin() + c * band_plane);
     runner.start(input, end - first, width);
     const codec::IntegerOutputs part = runner.outputs(0);
     const std::int64_t offset = first * scales[out].num / scales[out].den, part_height = part.shape[1];
     for (std::int64_t c = 0; c < channels; ++c) {
-      const std::size_t from = static_cast<std::size_t>((c * part_height + output.first - offset) * out_width);
-      const std::size_t to = static_cast<std::size_t>((c * out_height + output.first) * out_width);
-      const std::size_t count = static_cast<std::size_t>((output.end - output.first) * out_width);
+      const std::int64_t from = (c * part_height + output.first - offset) * out_width;
+      const std::int64_t to = (c * out_height + output.first) * out_width;
+      const std::int64_t count = (output.end - output.first) * out_width;
       std::copy(part.indices.begin() + from, part.indices.begin() + from + count, result.indices.begin() + to);
       if (!part.means.empty())
         std::copy(part.means.begin() + from, part.means.begin() + from + count, result.means.begin() + to);
