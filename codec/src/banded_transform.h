@@ -12,6 +12,8 @@
 
 #include "convolution/convolution.h"
 #include "gdn/gdn.h"
+#include "network_structure.h"
+#include "plexus/codec/integer_network.h"
 #include "plexus/error.h"
 #include "plexus/model_spec.h"
 #include "plexus/net.h"
@@ -25,11 +27,11 @@ namespace plexus::ae {
 // bit pattern the whole-image pass gives: besides the rows a kernel reads, a
 // CPU layer's result depends on where its blocks of rows or pixels start
 // (Eigen sums a product's entries near a block's end in another order, and a
-// vectorised loop peels by address), so each band starts where every
-// convolution's blocks start in the whole image, tells each GDN where it
-// starts in the whole plane (GDN::set_cpu_block_origin), holds whole every
-// block its output rows need, and keeps GDN's planes' sizes modulo a
-// vector's width. Known layer kinds only: a node of any other kind (a
+// vectorised loop peels by address), so each band tells each convolution and
+// GDN where it starts in the whole image (Convolution::set_cpu_block_origin,
+// GDN::set_cpu_block_origin), whose blocks then are the whole image's, holds
+// whole every block its output rows need, and keeps GDN's planes' sizes and
+// starts modulo a vector's width. Known layer kinds only: a node of any other kind (a
 // pooling, an attention window, an unknown plugin) has no bounded halo here,
 // and the transform runs on the whole image.
 
@@ -209,14 +211,19 @@ class BandedTransform {
     }
   }
 
-  // Tells each GDN node where the band from input row `first` starts in the
-  // whole plane, so that its CPU blocks are the whole image's.
+  // Tells each GDN and convolution node where the band from input row
+  // `first` starts in the whole image, so that its CPU blocks are the whole
+  // image's: a GDN the pixel of its plane, a convolution the row of its output.
   void set_origins(std::int64_t first) {
     for (const auto& [name, op] : ops_) {
-      if (op != RowOp::gdn) continue;
-      auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
-      const std::string& blob = nodes_.at(name)->inputs[0];
-      if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+      if (op == RowOp::gdn) {
+        auto* gdn = dynamic_cast<layers::GDN*>(&net_.layer(name));
+        const std::string& blob = nodes_.at(name)->inputs[0];
+        if (gdn) gdn->set_cpu_block_origin(blob_row(blob, first) * net_.blob_shape(blob)[3]);
+      } else if (op == RowOp::conv || op == RowOp::conv_transposed) {
+        auto* conv = dynamic_cast<layers::Convolution*>(&net_.layer(name));
+        if (conv) conv->set_cpu_block_origin(blob_row(nodes_.at(name)->outputs[0], first));
+      }
     }
   }
 
@@ -349,6 +356,8 @@ class BandedTransform {
       }
       if (block == 0) continue;
       blocks_[name] = block;
+      // A convolution's blocks follow the band's origin (set_origins): a band may start anywhere in them.
+      if (op != RowOp::gdn) continue;
       const RowScale& scale = scales_.at(*at);
       // A band's first row of `at`, first * num / den, a multiple of `block`.
       alignment_ = std::lcm(alignment_, scale.den * (block / std::gcd(scale.num, block)));
@@ -460,5 +469,115 @@ class BandedTransform {
   std::map<std::string, std::int64_t> heights_, widths_, blocks_;
   std::int64_t alignment_ = 1;
 };
+
+// The entropy parameters' integer network (a hyperprior's) on bands of rows
+// of the hyper-latent z, each with the halo its convolutions read, so that
+// it holds a band's tensors, not the whole latent's: the indices and means,
+// whole, are those of one pass over z, bit for bit (integer arithmetic; a
+// row of an output is computed in a band only when every row it reads, in
+// every tensor, is the band's own, not its padding). For a network of one
+// group without input nodes (a scale or mean-scale hyperprior) whose
+// convolutions keep rows whole (a stride-s convolution reads from a row
+// that is a multiple of s); any other runs whole. `rows`: z rows per step.
+inline codec::IntegerOutputs banded_network_outputs(codec::IntegerNetworkRunner& runner,
+                                                    const std::vector<std::int32_t>& z, std::int64_t height,
+                                                    std::int64_t width, std::int64_t rows) {
+  const codec::IntegerNetwork& network = runner.network();
+  const auto whole = [&] {
+    runner.start(z, height, width);
+    return runner.outputs(0);
+  };
+  if (runner.groups().size() != 1 || rows >= height) return whole();
+  // Each tensor's rows per row of z (num / den), and the z rows a band's first is a multiple of.
+  std::vector<RowScale> scales{RowScale{}};
+  std::int64_t alignment = 1;
+  for (const codec::IntegerNode& node : network.nodes) {
+    if (node.op == codec::IntegerOp::input || node.op == codec::IntegerOp::checkerboard_mask) return whole();
+    RowScale scale = scales[static_cast<std::size_t>(node.inputs[0])];
+    for (std::int32_t input : node.inputs)
+      if (!(scales[static_cast<std::size_t>(input)] == scale)) return whole();
+    if (node.op == codec::IntegerOp::convolution)
+      scale = node.conv.transposed ? scale.times(node.conv.stride, 1) : scale.times(1, node.conv.stride);
+    alignment = std::lcm(alignment, scale.den);
+    scales.push_back(scale);
+  }
+  const std::vector<codec::Side> sides = codec::network_sides(network, height, width);
+  const auto height_of = [&](std::size_t tensor) { return sides[tensor].first; };
+  // The rows of every tensor that rows `output` of the outputs read (whole-image rows).
+  const auto needed = [&](Rows output) {
+    std::vector<Rows> need(sides.size());
+    need[static_cast<std::size_t>(network.scales)] = output;
+    if (network.means >= 0) need[static_cast<std::size_t>(network.means)] = output;
+    for (std::size_t n = network.nodes.size(); n-- > 0;) {
+      const Rows rows_out = need[n + 1];
+      if (rows_out.empty()) continue;
+      const codec::IntegerNode& node = network.nodes[n];
+      Rows in = rows_out;
+      if (node.op == codec::IntegerOp::convolution) {
+        const codec::IntegerConvLayer& c = node.conv;
+        if (c.transposed)  // output row h reads the input rows a with a s - p <= h <= a s - p + k - 1
+          in = {ceil_div(rows_out.first + c.padding - c.kernel + 1, c.stride),
+                floor_div(rows_out.end - 1 + c.padding, c.stride) + 1};
+        else  // output row o reads the input rows o s - p .. o s - p + k - 1
+          in = {rows_out.first * c.stride - c.padding, (rows_out.end - 1) * c.stride - c.padding + c.kernel};
+      }
+      for (std::int32_t input : node.inputs) {
+        const std::size_t t = static_cast<std::size_t>(input);
+        need[t] = joined(need[t], {std::clamp<std::int64_t>(in.first, 0, height_of(t) - 1),
+                                   std::clamp<std::int64_t>(in.end, 1, height_of(t))});
+      }
+    }
+    return need;
+  };
+  const std::size_t out = static_cast<std::size_t>(network.scales);
+  const std::int64_t out_height = height_of(out), out_width = sides[out].second;
+  const std::int64_t channels = static_cast<std::int64_t>(network.channels()[out]);
+  codec::IntegerOutputs result;
+  result.shape = {channels, out_height, out_width};
+  result.indices.resize(static_cast<std::size_t>(channels * out_height * out_width));
+  if (network.means >= 0) result.means.resize(result.indices.size());
+  const std::int64_t step = std::max(alignment, ceil_div(rows, alignment) * alignment);
+  const std::int64_t plane = height * width;
+  for (std::int64_t start = 0; start < height; start += step) {
+    const bool last = start + step >= height;
+    const Rows output{start * scales[out].num / scales[out].den,
+                      last ? out_height : std::min(out_height, (start + step) * scales[out].num / scales[out].den)};
+    if (output.empty()) continue;
+    const std::vector<Rows> need = needed(output);
+    const std::int64_t first = floor_div(need[0].first, alignment) * alignment;
+    // The band's end: past the z rows it reads, until every tensor holds the rows it needs.
+    std::int64_t end = std::max(need[0].end, first + 1);
+    for (;; ++end) {
+      if (end >= height) {
+        end = height;
+        break;
+      }
+      const std::vector<codec::Side> band = codec::network_sides(network, end - first, width);
+      bool fits = true;
+      for (std::size_t t = 0; t < sides.size() && fits; ++t) {
+        const std::int64_t offset = first * scales[t].num / scales[t].den;
+        fits = need[t].empty() || (need[t].first >= offset && need[t].end <= offset + band[t].first);
+      }
+      if (fits) break;
+    }
+    const std::int64_t z_channels = static_cast<std::int64_t>(z.size()) / plane, band_plane = (end - first) * width;
+    std::vector<std::int32_t> input(static_cast<std::size_t>(z_channels * band_plane));
+    for (std::int64_t c = 0; c < z_channels; ++c)
+      std::copy(z.begin() + c * plane + first * width, z.begin() + c * plane + end * width,
+                input.begin() + c * band_plane);
+    runner.start(input, end - first, width);
+    const codec::IntegerOutputs part = runner.outputs(0);
+    const std::int64_t offset = first * scales[out].num / scales[out].den, part_height = part.shape[1];
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const std::int64_t from = (c * part_height + output.first - offset) * out_width;
+      const std::int64_t to = (c * out_height + output.first) * out_width;
+      const std::int64_t count = (output.end - output.first) * out_width;
+      std::copy(part.indices.begin() + from, part.indices.begin() + from + count, result.indices.begin() + to);
+      if (!part.means.empty())
+        std::copy(part.means.begin() + from, part.means.begin() + from + count, result.means.begin() + to);
+    }
+  }
+  return result;
+}
 
 }  // namespace plexus::ae

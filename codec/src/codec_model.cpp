@@ -41,6 +41,9 @@ constexpr int kPriorSide = 6;
 constexpr int kGroupedPriorSamples = 8;
 constexpr int kGroupedPriorSide = 4;
 constexpr double kContextRangeWidening = 8;
+// Hyper-latent positions per band of a one-group integer network (banded_network_outputs): its rows per band are
+// this over the hyper-latent's width, so that its tensors take about the same memory at any width.
+constexpr std::int64_t kNetworkBandPositions = 2048;
 
 // Copies every parameter of `net` from the file's tensor of the same name.
 void load_weights(Net& net, const TensorFile& file, const std::string& who) {
@@ -582,7 +585,13 @@ CodecModel::Latents CodecModel::encode_latents(const data::Image& image) {
 
 void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latents, const SymbolSource& symbols_of) {
   const BitstreamHeader& header = latents.header;
-  runner_->start(z, header.hyper_height, header.hyper_width);
+  // A scale or mean-scale hyperprior (one group, coded whole): its network on bands of rows of z
+  // (banded_network_outputs). The kinds coded group by group, pass by pass or position by position keep
+  // the whole network's state between their steps.
+  const bool banded = device_.is_cpu() &&
+                      (kind_ == ModelKind::hyperprior || kind_ == ModelKind::mean_scale_hyperprior) &&
+                      runner_->groups().size() == 1;
+  if (!banded) runner_->start(z, header.hyper_height, header.hyper_width);
   latents.indices.clear();
   latents.symbols.clear();
   latents.means.clear();
@@ -594,8 +603,12 @@ void CodecModel::code_groups(const std::vector<std::int32_t>& z, Latents& latent
   if (kind_ == ModelKind::grouped_checkerboard)
     code_grouped_checkerboard(*runner_, header.latent_height, header.latent_width, latents, symbols_of);
   if (kind_ == ModelKind::autoregressive) code_autoregressive(latents, symbols_of);
+  const std::int64_t network_rows =
+      band_rows_ > 0 ? band_rows_ : std::max<std::int64_t>(1, kNetworkBandPositions / header.hyper_width);
   for (std::size_t k = 0; k < groups; ++k) {
-    codec::IntegerOutputs outputs = runner_->outputs(static_cast<std::int32_t>(k));
+    codec::IntegerOutputs outputs =
+        banded ? banded_network_outputs(*runner_, z, header.hyper_height, header.hyper_width, network_rows)
+               : runner_->outputs(static_cast<std::int32_t>(k));
     std::vector<std::size_t> elements(outputs.indices.size());
     std::iota(elements.begin(), elements.end(), latents.symbols.size());
     std::vector<std::int32_t> symbols = symbols_of(k, elements, outputs);

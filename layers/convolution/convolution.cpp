@@ -226,6 +226,13 @@ std::int64_t cpu_image_rows_per_block(const ConvGeometry& g) {
   return std::max(cpu_patch_rows_per_block(g), ceil_div(kHaloShare * reach, g.stride)) * g.stride;
 }
 
+CpuRowBlocks::CpuRowBlocks(std::int64_t height, std::int64_t rows_per_block, std::int64_t origin)
+    : height_(height), rows_per_block_(rows_per_block) {
+  head_ = std::min(height, (rows_per_block - origin % rows_per_block) % rows_per_block);
+  lead_ = head_ > 0 ? 1 : 0;
+  count_ = lead_ + ceil_div(height - head_, rows_per_block);
+}
+
 // Per image n and block of patch rows [a0, a1): columns = im2col(x_n) of
 // those rows; y_n[:, a0*Pw : a1*Pw] = activation(W columns (+ bias per row)).
 void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedActivation& activation, Tensor& y,
@@ -233,15 +240,15 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedA
   if (grouped_or_dilated()) return grouped_forward_cpu(x, with_bias, activation, y);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = x.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
-  const std::int64_t block_rows = cpu_patch_rows_per_block(g);
-  const std::int64_t blocks = ceil_div(g.patches_high, block_rows);
+  const CpuRowBlocks row_blocks(g.patches_high, cpu_patch_rows_per_block(g), cpu_block_origin_);
+  const std::int64_t blocks = row_blocks.count();
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Eigen::Map<const RowMajorMatrix<T>> weight(parameter("weight").value.data<T>(), out, rows);
     const T* bias = with_bias && has_bias_ ? parameter("bias").value.data<T>() : nullptr;
     const auto block = [&](std::int64_t item) {  // each block writes its own columns of y_n
-      const std::int64_t n = item / blocks, first = item % blocks * block_rows;
-      const std::int64_t end = std::min(first + block_rows, g.patches_high);
+      const std::int64_t n = item / blocks, first = row_blocks.first(item % blocks),
+                         end = row_blocks.end(item % blocks);
       const std::int64_t block_patches = (end - first) * g.patches_wide;
       RowMajorMatrix<T> columns(rows, block_patches);
       im2col_rows_cpu(x.data<T>() + n * g.image_size(), g, first, end, columns.data());
@@ -253,7 +260,7 @@ void Convolution::conv_forward_cpu(const Tensor& x, bool with_bias, const FusedA
     };
     // Patch rows [a0, a1) read the image rows a0*s - p .. (a1 - 1)*s - p + k - 1.
     const auto reads = [&](std::int64_t item) {
-      const std::int64_t first = item % blocks * block_rows, end = std::min(first + block_rows, g.patches_high);
+      const std::int64_t first = row_blocks.first(item % blocks), end = row_blocks.end(item % blocks);
       return RowRange{std::max<std::int64_t>(0, first * g.stride - g.padding),
                       std::min(g.height, (end - 1) * g.stride - g.padding + g.kernel)};
     };
@@ -271,8 +278,8 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const 
   if (grouped_or_dilated()) return grouped_backward_data_cpu(y, with_bias, activation, x);
   const ConvGeometry g = geometry(x.shape(), y.shape());
   const std::int64_t batch = y.dim(0), out = y.dim(1), rows = g.column_rows(), patches = g.column_cols();
-  const std::int64_t block_rows = cpu_image_rows_per_block(g);
-  const std::int64_t blocks = ceil_div(g.height, block_rows);
+  const CpuRowBlocks row_blocks(g.height, cpu_image_rows_per_block(g), cpu_block_origin_);
+  const std::int64_t blocks = row_blocks.count();
   const std::int64_t plane = g.height * g.width;
   dispatch_float(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -281,14 +288,13 @@ void Convolution::conv_backward_data_cpu(const Tensor& y, bool with_bias, const 
     // Patch row a reaches image rows a*s - p .. a*s - p + k - 1: the block of image rows
     // [h0, h1) reads the patch rows (rows of y) [a0, a1).
     const auto reads = [&](std::int64_t item) {
-      const std::int64_t h0 = item % blocks * block_rows, h1 = std::min(h0 + block_rows, g.height);
+      const std::int64_t h0 = row_blocks.first(item % blocks), h1 = row_blocks.end(item % blocks);
       const std::int64_t lowest = h0 + g.padding - (g.kernel - 1);
       const std::int64_t a0 = lowest <= 0 ? 0 : ceil_div(lowest, g.stride);
       return RowRange{std::min(a0, g.patches_high), std::min(g.patches_high, (h1 - 1 + g.padding) / g.stride + 1)};
     };
     const auto block = [&](std::int64_t item) {  // each block writes its own rows of x_n
-      const std::int64_t n = item / blocks, h0 = item % blocks * block_rows;
-      const std::int64_t h1 = std::min(h0 + block_rows, g.height);
+      const std::int64_t n = item / blocks, h0 = row_blocks.first(item % blocks), h1 = row_blocks.end(item % blocks);
       const RowRange read = reads(item);
       const std::int64_t a0 = read.first, a1 = read.end;
       T* x_n = x.data<T>() + n * g.image_size();

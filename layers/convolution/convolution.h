@@ -44,6 +44,7 @@
 // f32 stand-ins elsewhere (implicit_gemm.h); the bias gradient reads a bf16
 // output gradient natively; the im2col + cuBLAS passes run on f32 stand-ins
 // (activation_storage.h). The CPU passes take f32 or f64 tensors only.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -63,6 +64,26 @@ std::int64_t cpu_patch_rows_per_block(const ConvGeometry& g);
 // stride, covering the forward's patches and kHaloShare times the rows one
 // kernel reaches (dilation * (k - 1)).
 std::int64_t cpu_image_rows_per_block(const ConvGeometry& g);
+
+// A CPU pass's blocks of `rows_per_block` rows of a tensor of `height` rows
+// whose first row is row `origin` of a whole image (0: the tensor is the
+// whole image): they end where origin + row is a multiple of rows_per_block,
+// so that a part of an image (a band of rows) cuts its rows into the whole
+// image's blocks, with a shorter block at each end of the part.
+struct CpuRowBlocks {
+  CpuRowBlocks(std::int64_t height, std::int64_t rows_per_block, std::int64_t origin);
+  std::int64_t count() const { return count_; }
+  std::int64_t first(std::int64_t block) const { return block < lead_ ? 0 : head_ + (block - lead_) * rows_per_block_; }
+  std::int64_t end(std::int64_t block) const {
+    return block < lead_ ? head_ : std::min(height_, first(block) + rows_per_block_);
+  }
+
+ private:
+  std::int64_t height_, rows_per_block_;
+  std::int64_t head_;  // rows before the first whole block's start
+  std::int64_t lead_;  // 1 when head_ > 0: a shorter first block
+  std::int64_t count_;
+};
 
 class Convolution : public Layer {
  public:
@@ -100,6 +121,14 @@ class Convolution : public Layer {
   // with the same values (convolution.cpp says why). Default 16 MiB; tests
   // lower it to exercise the chunks.
   void set_cpu_chunk_bytes(std::size_t bytes) { cpu_chunk_bytes_ = bytes; }
+  // The CPU forward's blocks of output rows (CpuRowBlocks) start where row
+  // `origin` of a whole image, this output's first row when the input is a
+  // band of that image's rows, plus the row is a multiple of the block (0,
+  // the default: from the first row). Each output row whose whole-image
+  // block lies whole in the band then gets the bits it gets in the whole
+  // image (a block's product sums its entries in an order that depends on
+  // the block's shape).
+  void set_cpu_block_origin(std::int64_t origin) { cpu_block_origin_ = origin; }
 
  protected:
   // Which of the layer's tensors is X, the image im2col unfolds.
@@ -196,6 +225,7 @@ class Convolution : public Layer {
   ImageSide image_side_;
   std::size_t scratch_limit_ = std::size_t(512) << 20;
   std::size_t cpu_chunk_bytes_ = std::size_t(16) << 20;
+  std::int64_t cpu_block_origin_ = 0;
   Shape weight_shape_;  // set by create_parameters; empty before
 };
 

@@ -177,10 +177,11 @@ void Convolution::grouped_forward_cpu(const Tensor& x, bool with_bias, const Fus
       });
       return;
     }
-    const std::int64_t block_rows = cpu_patch_rows_per_block(g), blocks = ceil_div(g.patches_high, block_rows);
+    const CpuRowBlocks row_blocks(g.patches_high, cpu_patch_rows_per_block(g), cpu_block_origin_);
+    const std::int64_t blocks = row_blocks.count();
     parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
       const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
-      const std::int64_t first = item % blocks * block_rows, end = std::min(first + block_rows, g.patches_high);
+      const std::int64_t first = row_blocks.first(item % blocks), end = row_blocks.end(item % blocks);
       const std::int64_t block_patches = (end - first) * g.patches_wide;
       RowMajorMatrix<T> columns(s.rows, block_patches);
       im2col_dilated(x.data<T>() + (n * g.channels + group * s.x_channels) * s.x_plane, g, s.x_channels, first, end,
@@ -221,10 +222,11 @@ void Convolution::grouped_backward_data_cpu(const Tensor& y, bool with_bias, con
       });
       return;
     }
-    const std::int64_t block_rows = cpu_image_rows_per_block(g), blocks = ceil_div(g.height, block_rows);
+    const CpuRowBlocks row_blocks(g.height, cpu_image_rows_per_block(g), cpu_block_origin_);
+    const std::int64_t blocks = row_blocks.count();
     parallel_for(batch * groups_ * blocks, [&](std::int64_t item) {
       const std::int64_t n = item / (groups_ * blocks), group = item / blocks % groups_;
-      const std::int64_t h0 = item % blocks * block_rows, h1 = std::min(h0 + block_rows, g.height);
+      const std::int64_t h0 = row_blocks.first(item % blocks), h1 = row_blocks.end(item % blocks);
       // Patch row a reaches image rows a*s - p .. a*s - p + (k - 1)*d.
       const std::int64_t lowest = h0 + g.padding - g.dilation * (g.kernel - 1);
       const std::int64_t a0 = std::min(g.patches_high, lowest <= 0 ? 0 : ceil_div(lowest, g.stride));

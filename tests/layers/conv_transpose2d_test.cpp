@@ -1,6 +1,7 @@
 // ConvTranspose2d: forward against a naive scatter loop written here and the
 // adjoint identity <conv(x), y> == <x, conv_transpose(y)> with Conv2d sharing
-// the weight, gradient checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity
+// the weight, the CPU blocks of both in a band of rows (set_cpu_block_origin),
+// gradient checks (CPU; CUDA in f64 on a GPU), CPU/CUDA parity
 // including the chunked CUDA path, parameter layout, bad params and shapes.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "convolution/convolution.h"
 #include "convolution/few_channel_tiling.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "layers/tensor_core_reference.h"
@@ -346,6 +348,109 @@ TEST(ConvTranspose2d, CpuChunksMatchWholeBlocks) {
       }
     }
   }
+}
+
+// A band of input rows [r0, r1), told where its output starts in the whole
+// image (Convolution::set_cpu_block_origin: r0 * s for a ConvTranspose2d,
+// r0 / s for a Conv2d), cuts its output into the whole image's CPU blocks:
+// every output row of a whole-image block that the band holds whole, with
+// every input row the block reads, has the whole image's bits, in f32 and
+// f64, for Conv2d and ConvTranspose2d (with groups too), on latents whose
+// blocks hold numbers of pixels that are not multiples of a vector's width
+// (31 or 61 wide), over bands that start inside a block. Without the origin
+// some of those rows differ in f32: the test can tell.
+TEST(ConvTranspose2d, CpuBlocksFollowABandsOrigin) {
+  struct BandCase {
+    std::string type;
+    json params;
+    Shape input;
+  };
+  const std::vector<BandCase> cases = {
+      {"ConvTranspose2d",
+       {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}, {"output_padding", 1}},
+       {1, 96, 40, 31}},
+      {"ConvTranspose2d", {{"out_channels", 24}, {"kernel", 3}, {"padding", 1}, {"groups", 2}}, {1, 32, 60, 61}},
+      {"Conv2d", {{"out_channels", 64}, {"kernel", 5}, {"stride", 2}, {"padding", 2}}, {1, 96, 120, 62}},
+      {"Conv2d", {{"out_channels", 24}, {"kernel", 3}, {"padding", 1}, {"groups", 2}}, {1, 32, 90, 61}},
+  };
+  std::mt19937_64 rng(33);
+  bool origin_told = false;  // whether some row differs without the origin
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const BandCase& c : cases) {
+      const bool transposed = c.type == "ConvTranspose2d";
+      const std::int64_t k = c.params["kernel"], s = c.params.value("stride", 1), p = c.params.value("padding", 0);
+      auto whole = make_layer(c.type, c.params, c.input, dtype, Device::cpu());
+      const Shape y_shape = whole->output_shapes({c.input})[0];
+      const std::vector<double> x = random_vector(static_cast<std::size_t>(shape_numel(c.input)), rng);
+      Context ctx;
+      const Tensor input = Tensor::from_values(x, c.input, dtype);
+      Tensor expected(y_shape, dtype);
+      whole->forward(ctx, {&input}, {&expected});
+      // The whole image's blocks of output rows, and the input rows each output row reads.
+      layers::ConvGeometry g;
+      const Shape& image = transposed ? y_shape : c.input;
+      const Shape& patches = transposed ? c.input : y_shape;
+      g.channels = image[1];
+      g.height = image[2];
+      g.width = image[3];
+      g.kernel = k;
+      g.stride = s;
+      g.padding = p;
+      g.patches_high = patches[2];
+      g.patches_wide = patches[3];
+      const std::int64_t block = transposed ? layers::cpu_image_rows_per_block(g) : layers::cpu_patch_rows_per_block(g);
+      const std::int64_t height = c.input[2], out_height = y_shape[2], plane_out = y_shape[2] * y_shape[3];
+      const auto first_read = [&](std::int64_t row) {  // the first input row output row `row` reads
+        const std::int64_t lowest = transposed ? row + p - (k - 1) : row * s - p;
+        return lowest <= 0 ? 0 : transposed ? (lowest + s - 1) / s : lowest;
+      };
+      const auto last_read = [&](std::int64_t row) {  // one past the last
+        return std::min(height, transposed ? (row + p) / s + 1 : row * s - p + k);
+      };
+      const std::int64_t stride_rows = transposed ? 1 : s;  // bands start on a multiple of this
+      for (const std::int64_t r0 : {3 * stride_rows, 7 * stride_rows, 11 * stride_rows}) {
+        const std::int64_t r1 = std::min(height, r0 + 40 * stride_rows);
+        const Shape band_shape{c.input[0], c.input[1], r1 - r0, c.input[3]};
+        const std::vector<double> band_values = [&] {
+          std::vector<double> values;
+          const std::int64_t plane = height * c.input[3];
+          for (std::int64_t ch = 0; ch < c.input[1]; ++ch)
+            values.insert(values.end(), x.begin() + ch * plane + r0 * c.input[3],
+                          x.begin() + ch * plane + r1 * c.input[3]);
+          return values;
+        }();
+        const Tensor band_input = Tensor::from_values(band_values, band_shape, dtype);
+        const std::int64_t origin = transposed ? r0 * s : r0 / s;
+        for (const bool tell : {true, false}) {
+          auto band = make_layer(c.type, c.params, band_shape, dtype, Device::cpu());
+          for (Parameter* param : whole->parameters()) band->parameter(param->name).value.copy_from(param->value);
+          if (tell) dynamic_cast<layers::Convolution&>(*band).set_cpu_block_origin(origin);
+          const Shape band_out = band->output_shapes({band_shape})[0];
+          Tensor actual(band_out, dtype);
+          band->forward(ctx, {&band_input}, {&actual});
+          const std::vector<double> want = expected.to_values(), got = actual.to_values();
+          std::int64_t compared = 0;
+          for (std::int64_t b0 = 0; b0 < out_height; b0 += block) {
+            const std::int64_t b1 = std::min(out_height, b0 + block);
+            if (b0 < origin || b1 > origin + band_out[2] || first_read(b0) < r0 || last_read(b1 - 1) > r1) continue;
+            for (std::int64_t row = b0; row < b1; ++row)
+              for (std::int64_t ch = 0; ch < y_shape[1]; ++ch)
+                for (std::int64_t col = 0; col < y_shape[3]; ++col) {
+                  const double w = want[ch * plane_out + row * y_shape[3] + col];
+                  const double a = got[(ch * band_out[2] + row - origin) * y_shape[3] + col];
+                  if (tell)
+                    ASSERT_EQ(w, a) << c.type << " " << c.params.dump() << " band " << r0 << ".." << r1 << " row "
+                                    << row << " channel " << ch << " column " << col;
+                  else origin_told = origin_told || w != a;
+                }
+            ++compared;
+          }
+          EXPECT_GE(compared, 1) << c.type << " " << c.params.dump() << " band " << r0 << ".." << r1;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(origin_told) << "no row differs without the origin: the cases no longer test it";
 }
 
 // Shapes the tensor-core engine must get right: batch 1, odd sizes, channels
