@@ -207,12 +207,13 @@ struct ProbeResult {
 };
 
 ProbeResult probe(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
+  // Shapes only: the probe's parameters would take as much memory as the weights.
   Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}), DType::f32, Device::cpu(), 0,
-          InitialParameters::for_loading);
-  ProbeResult result{net.blob(kReconstruction).shape(), net.blob(kLikelihoods).shape(), side};
+          InitialParameters::shapes_only);
+  ProbeResult result{net.blob_shape(kReconstruction), net.blob_shape(kLikelihoods), side};
   for (const NodeSpec& node : spec.nodes)
     for (const std::string& output : node.outputs) {
-      const Shape& shape = net.blob(output).shape();
+      const Shape& shape = net.blob_shape(output);
       if (shape.size() == 4) result.smallest_side = std::min({result.smallest_side, shape[2], shape[3]});
     }
   return result;

@@ -663,9 +663,10 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
 
 HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry) {
   constexpr std::int64_t kProbeSide = 256;
-  Net probe(graph.analysis, registry, model_input_shapes(graph.analysis, Shape{1, 3, kProbeSide, kProbeSide}));
-  const Shape& z = probe.blob(graph.hyper_latent).shape();
-  const Shape& y = probe.blob(graph.analysed[0]).shape();
+  const Net probe(graph.analysis, registry, model_input_shapes(graph.analysis, Shape{1, 3, kProbeSide, kProbeSide}),
+                  DType::f32, Device::cpu(), 0, InitialParameters::shapes_only);
+  const Shape& z = probe.blob_shape(graph.hyper_latent);
+  const Shape& y = probe.blob_shape(graph.analysed[0]);
   if (z.size() != 4 || y.size() != 4 || z[2] < 1 || z[3] != z[2] || y[3] != y[2] || kProbeSide % z[2] != 0 ||
       y[2] % z[2] != 0)
     throw NotCodable(spec.source, "a " + std::to_string(kProbeSide) + "-pixel square image gives a latent '" +
@@ -674,7 +675,7 @@ HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const Mode
                                       "; the hyper-latent's side must divide both the image's and the latent's");
   HyperpriorGeometry geometry{static_cast<int>(kProbeSide / z[2]), static_cast<int>(y[2] / z[2]), {}};
   for (const std::string& blob : graph.analysed) {
-    const Shape& slice = probe.blob(blob).shape();
+    const Shape& slice = probe.blob_shape(blob);
     if (slice.size() != 4 || slice[2] != y[2] || slice[3] != y[3])
       throw NotCodable(spec.source, "its latent slices differ in size ('" + blob + "' is " + shape_str(slice) + ", '" +
                                         graph.analysed[0] + "' " + shape_str(y) + ")");

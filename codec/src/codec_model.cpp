@@ -275,11 +275,12 @@ float reconstruct(std::int32_t symbol, std::int64_t mean) {
 }  // namespace
 
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
-  const TensorFile file = load_safetensors(path);
-  return std::make_unique<CodecModel>(spec_from_checkpoint(file, path, registry), file, registry, device, path);
+  TensorFile file = load_safetensors(path);
+  const ModelSpec spec = spec_from_checkpoint(file, path, registry);
+  return std::make_unique<CodecModel>(spec, std::move(file), registry, device, path);
 }
 
-CodecModel::CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device,
+CodecModel::CodecModel(const ModelSpec& spec, TensorFile file, const Registry& registry, Device device,
                        std::string name)
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
@@ -390,8 +391,8 @@ std::int64_t CodecModel::build_transforms(const CodecGraph& graph, const ModelSp
 // The factorized tables and, for a hyperprior, the integer network and
 // Gaussian tables: from the file, or computed (and computed_tables_ set)
 // when it has none.
-void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
-                             const Registry& registry, std::int64_t factorized_channels) {
+void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, TensorFile& file, const Registry& registry,
+                             std::int64_t factorized_channels) {
   const std::string prefix = codec::coding_tables_prefix(graph.entropy_node);
   if (codec::has_coding_tables(file, prefix)) {
     tables_ = codec::load_coding_tables(file, prefix, factorized_channels, "'" + name_ + "'");
@@ -403,10 +404,12 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, con
   IntegerNetworkCalibration calibration;
   codec::IntegerNetwork network;
   {
-    // The float network (f64 weights) is needed only to derive the integer one,
-    // and is freed before the runner lays out its own copy of the weights.
+    // The float network is needed only to derive the integer one, and is
+    // freed before the runner lays out its own copy of the weights; the file's
+    // copy of its weights goes as they are read, and the float copy as they are
+    // quantised, so the weights are held about once at a time.
     codec::FloatNetwork float_network =
-        ae::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
+        ae::take_float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
     const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
     if (has_calibration(file, integer_prefix)) {
       calibration = load_calibration(file, integer_prefix, float_network, "'" + name_ + "'");

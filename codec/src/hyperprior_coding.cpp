@@ -34,6 +34,14 @@ const Tensor& tensor(const TensorFile& file, const std::string& name, const std:
   return it->second;
 }
 
+// A tensor's values in f32: copied as they are from an f32 tensor (a model's
+// weights are f32 once loaded), else rounded.
+std::vector<float> f32_values(const Tensor& t) {
+  if (t.dtype() == DType::f32) return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  const std::vector<double> values = t.to_values();
+  return std::vector<float>(values.begin(), values.end());
+}
+
 Shape weight_shape(const codec::FloatConvLayer& l) {
   return l.transposed ? Shape{l.in_channels, l.out_channels, l.kernel, l.kernel}
                       : Shape{l.out_channels, l.in_channels, l.kernel, l.kernel};
@@ -44,12 +52,13 @@ bool is_convolution(const NodeSpec& node) { return node.type == kTransposed || n
 // The spec's entropy-parameter nodes as a FloatNetwork, built backwards from
 // the outputs so that it holds only the nodes they need, in an order where
 // every node follows its inputs. Without a file the convolutions get no
-// weights (enough to judge the graph).
+// weights (enough to judge the graph). With `consumed` (the file itself), each
+// weight and bias is erased from it once read.
 class Translator {
  public:
   Translator(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs, const TensorFile* file,
-             std::string who)
-      : blobs_(blobs), file_(file), who_(std::move(who)) {
+             std::string who, TensorFile* consumed = nullptr)
+      : blobs_(blobs), file_(file), consumed_(consumed), who_(std::move(who)) {
     for (const NodeSpec& node : nodes)
       for (const std::string& output : node.outputs) producer_[output] = &node;
     known_[blobs.hyper_latent] = Ref{0, Kind::activation};
@@ -242,7 +251,8 @@ class Translator {
     if (weight.shape() != weight_shape(layer))
       throw IoError(who_ + ": tensor '" + node.name + ".weight' is " + shape_str(weight.shape()) + ", expected " +
                     shape_str(weight_shape(layer)));
-    layer.weight = weight.to_values();
+    layer.weight = f32_values(weight);
+    if (consumed_) consumed_->tensors.erase(node.name + ".weight");
     // A masked Conv2d (mask "A" or "B") computes with its masked taps zero, whatever the file holds there.
     const std::string mask = node.params.value("mask", std::string("none"));
     if (!layer.transposed && (mask == "A" || mask == "B")) {
@@ -256,6 +266,7 @@ class Translator {
       if (bias.shape() != Shape{layer.out_channels})
         throw IoError(who_ + ": tensor '" + node.name + ".bias' is " + shape_str(bias.shape()));
       layer.bias = bias.to_values();
+      if (consumed_) consumed_->tensors.erase(node.name + ".bias");
     } else {
       layer.bias.assign(static_cast<std::size_t>(layer.out_channels), 0.0);
     }
@@ -264,6 +275,7 @@ class Translator {
 
   EntropyParameterBlobs blobs_;
   const TensorFile* file_;
+  TensorFile* consumed_;
   std::string who_;
   std::map<std::string, const NodeSpec*> producer_;
   std::map<std::string, Ref> known_;
@@ -284,11 +296,12 @@ std::optional<std::string> entropy_parameters_problem(const std::vector<NodeSpec
   return std::nullopt;
 }
 
-codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
-                                             const TensorFile& file, const std::string& who) {
+namespace {
+codec::FloatNetwork translated_network(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
+                                       const TensorFile& file, const std::string& who, TensorFile* consumed) {
   codec::FloatNetwork network;
   try {
-    network = Translator(nodes, blobs, &file, who).network();
+    network = Translator(nodes, blobs, &file, who, consumed).network();
   } catch (const NoIntegerForm& e) {
     throw ConfigError(who + ": " + e.what());
   }
@@ -297,6 +310,18 @@ codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes,
                       blobs.hyper_latent + "'");
   network.channels();  // every convolution reads the channels its input has (ConfigError otherwise)
   return network;
+}
+}  // namespace
+
+codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
+                                             const TensorFile& file, const std::string& who) {
+  return translated_network(nodes, blobs, file, who, nullptr);
+}
+
+codec::FloatNetwork take_float_entropy_parameters(const std::vector<NodeSpec>& nodes,
+                                                  const EntropyParameterBlobs& blobs, TensorFile& file,
+                                                  const std::string& who) {
+  return translated_network(nodes, blobs, file, who, &file);
 }
 
 std::string integer_network_prefix(const std::string& gaussian_node) { return gaussian_node + ".coding."; }

@@ -69,6 +69,12 @@ std::optional<std::string> entropy_parameters_problem(const std::vector<NodeSpec
 // missing or misshapen tensors (messages start with `who`).
 codec::FloatNetwork float_entropy_parameters(const std::vector<NodeSpec>& nodes, const EntropyParameterBlobs& blobs,
                                              const TensorFile& file, const std::string& who);
+// The same, erasing each weight and bias from `file` once read, so that the
+// file's copy of them is freed as the network's grows (loading a model whose
+// entropy parameters are most of its weights).
+codec::FloatNetwork take_float_entropy_parameters(const std::vector<NodeSpec>& nodes,
+                                                  const EntropyParameterBlobs& blobs, TensorFile& file,
+                                                  const std::string& who);
 
 std::string integer_network_prefix(const std::string& gaussian_node);  // "<node>.coding."
 

@@ -19,9 +19,10 @@ void check_conv(const FloatConvLayer& layer, const std::string& name) {
       layer.weight.size() != weights || layer.bias.size() != static_cast<std::size_t>(layer.out_channels))
     throw ConfigError(name + ": " + std::to_string(layer.weight.size()) + " weights and " +
                       std::to_string(layer.bias.size()) + " biases do not fit its shape");
-  for (const std::vector<double>* values : {&layer.weight, &layer.bias})
-    for (double v : *values)
-      if (!std::isfinite(v)) throw ConfigError(name + " has a weight or bias that is not finite");
+  const auto finite = [](auto v) { return std::isfinite(v); };
+  if (!std::all_of(layer.weight.begin(), layer.weight.end(), finite) ||
+      !std::all_of(layer.bias.begin(), layer.bias.end(), finite))
+    throw ConfigError(name + " has a weight or bias that is not finite");
 }
 
 // The channels of every tensor; ConfigError when the nodes do not fit together.
@@ -353,7 +354,7 @@ IntegerNetwork quantize_network(FloatNetwork network, const ActivationRanges& ra
     std::vector<double> out_steps;
     if (f.op == IntegerOp::convolution) {
       node.conv = quantize_conv(f.conv, in_steps, out_steps);
-      std::vector<double>().swap(f.conv.weight);
+      std::vector<float>().swap(f.conv.weight);
     } else if (f.op == IntegerOp::rescale) {
       const std::vector<double>& maxima = ranges.maxima[rescale++];
       if (maxima.size() != in_steps.size())

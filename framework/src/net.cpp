@@ -74,7 +74,12 @@ std::string input_shapes_text(const ModelSpec& spec, const std::map<std::string,
 
 Net::Net(const ModelSpec& spec, const Registry& registry, const std::map<std::string, Shape>& input_shapes, DType dtype,
          Device device, std::uint64_t seed, InitialParameters initial)
-    : spec_(spec), dtype_(dtype), device_(device), has_gradients_(initial == InitialParameters::drawn) {
+    : spec_(spec),
+      dtype_(dtype),
+      device_(device),
+      inference_only_(initial == InitialParameters::shapes_only),  // so that no blob is allocated
+      has_gradients_(initial == InitialParameters::drawn),
+      shapes_only_(initial == InitialParameters::shapes_only) {
   if (dtype != DType::f32 && dtype != DType::f64)
     throw ConfigError(spec_.source + ": model '" + spec_.name + "': a net computes in f32 or f64, not " +
                       dtype_name(dtype));
@@ -88,6 +93,7 @@ Net::Net(const ModelSpec& spec, const Registry& registry, const std::map<std::st
   build_order();
   warn_about_unread_outputs();
   infer_shapes(input_shapes, /*first_time=*/true);
+  if (shapes_only_) return;
   if (initial == InitialParameters::for_loading) {
     for (auto& node : nodes_) node->layer->allocate_parameters(dtype_, device_);
     return;
@@ -359,6 +365,9 @@ const Tensor& Net::blob(const std::string& name) const {
     throw ConfigError(spec_.source + ": blob '" + name + "' is not held: its producer applies node '" +
                       fused->second.activation + "' as it writes it, so its storage holds '" + fused->second.output +
                       "' (Net::set_activation_fusion)");
+  if (shapes_only_)
+    throw ConfigError(spec_.source + ": blob '" + name +
+                      "' has no values: the net was built for its shapes only (InitialParameters::shapes_only)");
   if (!it->second.defined())
     throw ConfigError(spec_.source + ": blob '" + name +
                       "' is not held by this inference-only net, which holds only the blobs passed to "
@@ -387,6 +396,9 @@ double Net::scalar(const std::string& name) const {
 }
 
 void Net::forward(Context& ctx) {
+  if (shapes_only_)
+    throw ConfigError(spec_.source + ": model '" + spec_.name +
+                      "' was built for its shapes only (InitialParameters::shapes_only): it has no weights to run");
   if (inference_only_)
     for (const auto& input : spec_.inputs)
       if (!blobs_.at(input).defined())

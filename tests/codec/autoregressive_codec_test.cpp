@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "apps/cli_runner.h"
 #include "autoregressive_coding.h"
@@ -386,6 +387,46 @@ double float_model_bits(const CodecModel& model, const TensorFile& file, const C
 // mean) + mean, and this barely trained model's means follow that context
 // closely (measured: files +15% to +75% of eval's estimate, while the
 // integer network's means equal the float network's for the same context).
+TEST(AutoregressiveCodecLoading, TakingTheEntropyParametersFreesTheFilesCopyOfTheirWeights) {
+  // Loading holds a large model's entropy weights about once: the file's copy
+  // of each goes as the float network's is made (f32, as the file holds them).
+  CodecGraph graph = split_for_coding(tiny_spec());
+  graph.parameter_blobs.rounded_channels = {8};
+  const TensorFile file = tiny_weights(5);
+  const codec::FloatNetwork kept = float_entropy_parameters(tiny_spec().nodes, graph.parameter_blobs, file, "t");
+  TensorFile taken = file;  // shares the tensors; erasing from it leaves `file` whole
+  const codec::FloatNetwork took = take_float_entropy_parameters(tiny_spec().nodes, graph.parameter_blobs, taken, "t");
+  std::set<std::string> erased;
+  for (const auto& entry : file.tensors)
+    if (!taken.tensors.count(entry.first)) erased.insert(entry.first);
+  const std::set<std::string> entropy_weights{"h_s0.weight",
+                                              "h_s0.bias",
+                                              "h_s1.weight",
+                                              "h_s1.bias",
+                                              "context_prediction.weight",
+                                              "context_prediction.bias",
+                                              "entropy_parameters0.weight",
+                                              "entropy_parameters0.bias",
+                                              "entropy_parameters1.weight",
+                                              "entropy_parameters1.bias"};
+  EXPECT_EQ(erased, entropy_weights);
+  EXPECT_TRUE(taken.tensors.count("g_a1.weight"));  // the transforms' weights are not the translator's
+  // The same network either way, its weights the file's f32 values.
+  ASSERT_EQ(took.nodes.size(), kept.nodes.size());
+  for (std::size_t n = 0; n < kept.nodes.size(); ++n) {
+    EXPECT_EQ(took.nodes[n].conv.weight, kept.nodes[n].conv.weight);
+    EXPECT_EQ(took.nodes[n].conv.bias, kept.nodes[n].conv.bias);
+  }
+  const std::vector<double> file_values = file.tensors.at("entropy_parameters1.weight").to_values();
+  const auto last = std::find_if(kept.nodes.begin(), kept.nodes.end(), [](const codec::FloatNode& node) {
+    return node.op == codec::IntegerOp::convolution && node.conv.in_channels == 24 && node.conv.out_channels == 16;
+  });  // entropy_parameters1, 1x1, 24 -> 16
+  ASSERT_NE(last, kept.nodes.end());
+  ASSERT_EQ(last->conv.weight.size(), file_values.size());
+  for (std::size_t n = 0; n < file_values.size(); ++n)
+    EXPECT_EQ(static_cast<double>(last->conv.weight[n]), file_values[n]);
+}
+
 TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheFloatModelsRate) {
   testing::ScratchFolder folder{"autoregressive-rate"};
   std::ofstream(folder / "tiny_autoregressive.json") << tiny_spec().to_json().dump();

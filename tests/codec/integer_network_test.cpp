@@ -252,7 +252,7 @@ TEST(IntegerNetwork, AccumulatorsFollowTheFloatNetworkWithinTheQuantisationError
 TEST(IntegerNetwork, IndicesAgreeWithTheFloatPathOnNearlyEveryElement) {
   // Outputs spread over the whole scale table: a wider last layer.
   auto layers = hyper_synthesis(8, 8, 16);
-  for (double& w : layers.back().weight) w *= 25;
+  for (float& w : layers.back().weight) w *= 25;
   const Calibrated c = calibrate(chain(layers), 9, 6);
   const std::vector<double> table = log_scale_table();
   std::mt19937 rng(10);
@@ -302,7 +302,7 @@ TEST(IntegerNetwork, MeansFollowTheFloatMeansInFixedPoint) {
   // mbt2018-mean's shape: LeakyReLU between the layers, the last layer's
   // outputs split into scales and means.
   auto layers = hyper_synthesis(21, 8, 12);
-  for (double& w : layers.back().weight) w *= 10;
+  for (float& w : layers.back().weight) w *= 10;
   const FloatNetwork network = mean_scale(layers, 0.01);
   const Calibrated c = calibrate(network, 22, 6);
   ASSERT_TRUE(c.network.has_means());
@@ -381,7 +381,7 @@ FloatNetwork branched(std::uint32_t seed, bool with_means) {
   act.negative_slope = 0.05;
   network.nodes.push_back(act);  // tensor 4
   FloatConvLayer last = random_layer(rng, false, 8, 10, 3, 1, 1, 0, 0.4);
-  for (double& w : last.weight) w *= 10;
+  for (float& w : last.weight) w *= 10;
   network.nodes.push_back(conv(4, last));  // tensor 5
   FloatNode slice;
   slice.op = IntegerOp::slice;
@@ -569,11 +569,11 @@ FloatNetwork grouped(std::uint32_t seed) {
   }
   const std::int32_t hyper = rescale(conv(0, random_layer(rng, true, 4, 6, 5, 2, 2, 1, 0.4)), 0.01);
   FloatConvLayer params0 = random_layer(rng, false, 6, 4, 3, 1, 1, 0, 0.4);
-  for (double& w : params0.weight) w *= 10;
+  for (float& w : params0.weight) w *= 10;
   const std::int32_t group0 = conv(hyper, params0);  // scales 0..1, means 2..3
   const std::int32_t support = node(IntegerOp::concat, {hyper, rescale(rounded[0], 1)});
   FloatConvLayer params1 = random_layer(rng, false, 8, 4, 3, 1, 1, 0, 0.4);
-  for (double& w : params1.weight) w *= 10;
+  for (float& w : params1.weight) w *= 10;
   const std::int32_t group1 = conv(support, params1);
   const std::int32_t scales = node(IntegerOp::concat, {slice(group0, 0, 2), slice(group1, 0, 2)});
   const std::int32_t means = node(IntegerOp::concat, {slice(group0, 2, 2), slice(group1, 2, 2)});
@@ -742,7 +742,7 @@ FloatNetwork checkerboard(std::uint32_t seed) {
   const std::int32_t anchors = rescale(mask(rounded, 0), 1);
   const std::int32_t context = mask(conv(anchors, random_layer(rng, false, 2, 4, 3, 1, 1, 0, 0.5)), 1);
   FloatConvLayer parameters = random_layer(rng, false, 8, 4, 1, 1, 0, 0, 0.5);
-  for (double& w : parameters.weight) w *= 10;
+  for (float& w : parameters.weight) w *= 10;
   const std::int32_t joined = rescale(node(IntegerOp::concat, {hyper, context}), 0.01);
   const std::int32_t out = conv(joined, parameters);
   network.scales = node(IntegerOp::slice, {out});
@@ -860,7 +860,7 @@ TEST(IntegerNetwork, IndicesAndMeansAreBitIdenticalOnCpuAndCuda) {
   std::mt19937 rng(17);
   for (std::uint32_t seed : {18u, 19u, 20u}) {
     auto layers = hyper_synthesis(seed, 16, 24);
-    for (double& w : layers.back().weight) w *= 20;
+    for (float& w : layers.back().weight) w *= 20;
     for (const FloatNetwork& network : {chain(layers), mean_scale(layers, 0.01), branched(seed, true)}) {
       const Calibrated c = calibrate(network, seed + 100);
       for (const auto& [height, width] : std::vector<std::pair<int, int>>{{3, 4}, {1, 1}, {7, 5}}) {

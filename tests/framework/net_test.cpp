@@ -204,6 +204,27 @@ TEST(Net, ANetForLoadingHasZeroParametersAndNoGradients) {
   expect_error<ConfigError>([&] { net.backward(ctx, {{"y", 1.0}}); }, {"no gradients"});
 }
 
+TEST(Net, AShapesOnlyNetAllocatesNoParameterOrBlob) {
+  ModelSpec spec;
+  spec.add_input("x").add_node({"s", "TestScale", {"x"}, {"y"}, {{"initial", 5.0}}});
+  Net net(spec, test::test_registry(), {{"x", {3, 7}}}, DType::f32, Device::cpu(), 0, InitialParameters::shapes_only);
+  // The parameters are declared, with their shapes, but hold no memory.
+  ASSERT_EQ(net.parameters().size(), 1u);
+  Parameter& a = net.layer("s").parameter("a");
+  EXPECT_EQ(a.shape, Shape{1});
+  EXPECT_FALSE(a.value.defined());
+  EXPECT_FALSE(a.grad.defined());
+  EXPECT_EQ(net.blob_shape("x"), (Shape{3, 7}));
+  EXPECT_EQ(net.blob_shape("y"), (Shape{3, 7}));
+  net.reshape({{"x", {2, 5}}});
+  EXPECT_EQ(net.blob_shape("y"), (Shape{2, 5}));
+  EXPECT_FALSE(a.value.defined());
+  // Nothing to compute with: a clear error, not a crash.
+  expect_error<ConfigError>([&] { net.blob("y"); }, {"'y'", "shapes only"});
+  Context ctx;
+  expect_error<ConfigError>([&] { net.forward(ctx); }, {"shapes only"});
+}
+
 TEST(Net, AskingForAMissingGpuIsAClearError) {
   // One device past those visible: fails the same way with or without a GPU.
   int missing = cuda_available() ? 64 : 0;

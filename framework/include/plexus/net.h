@@ -39,8 +39,11 @@ class NodeObserver {
 // whose weights are copied in next and that only runs forward (a codec's
 // transforms): drawing millions of values only to overwrite them takes
 // seconds, and the gradients would double the memory. backward() on such a
-// net throws.
-enum class InitialParameters { drawn, for_loading };
+// net throws. shapes_only: no memory for parameters or blobs at all, for a net
+// built only for its blobs' shapes (blob_shape(); parameters() give shapes and
+// undefined values): a model's weights can be a gigabyte. forward(), backward()
+// and blob() on such a net throw.
+enum class InitialParameters { drawn, for_loading, shapes_only };
 
 class Net {
  public:
@@ -193,6 +196,7 @@ class Net {
   std::vector<LayerTraits> traits_;  // each node's, in execution order, on device_, at this layout
   bool inference_only_ = false;
   bool has_gradients_ = true;  // false for InitialParameters::for_loading
+  bool shapes_only_ = false;   // InitialParameters::shapes_only: nothing allocated
   DType activation_storage_ = DType::f32;
   bool activation_fusion_ = false;
   StoragePlan storage_plan_;

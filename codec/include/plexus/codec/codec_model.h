@@ -107,8 +107,10 @@ class CodecModel {
   // messages. Throws ConfigError when the spec cannot be coded (no single
   // FactorizedEntropyModel, or an "x_hat" that needs more than its latent,
   // or entropy parameters without an exact integer form) and
-  // IoError for missing or malformed tensors.
-  CodecModel(const ModelSpec& spec, const TensorFile& file, const Registry& registry, Device device, std::string name);
+  // IoError for missing or malformed tensors. The file is taken by value:
+  // its tensors are freed as their weights are translated, so a file moved in
+  // (as from_file does) is not held twice; a copy shares the caller's tensors.
+  CodecModel(const ModelSpec& spec, TensorFile file, const Registry& registry, Device device, std::string name);
   ~CodecModel();
 
   // `grey`: the image was grey before it was read as RGB; the file says so
@@ -226,7 +228,7 @@ class CodecModel {
   void probe_hyperprior_stride(CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
   std::int64_t build_transforms(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file,
                                 const Registry& registry);
-  void load_tables(const CodecGraph& graph, const ModelSpec& spec, const TensorFile& file, const Registry& registry,
+  void load_tables(const CodecGraph& graph, const ModelSpec& spec, TensorFile& file, const Registry& registry,
                    std::int64_t factorized_channels);
   std::uint64_t compute_fingerprint(const ModelSpec& spec);
   // The synthesis of `latent` into the width x height image (cropped), band by band.

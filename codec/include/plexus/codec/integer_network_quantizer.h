@@ -44,7 +44,10 @@ struct FloatConvLayer {
   bool transposed = true;
   std::int32_t in_channels = 0, out_channels = 0;
   std::int32_t kernel = 1, stride = 1, padding = 0, output_padding = 0;
-  std::vector<double> weight, bias;
+  // The weights in f32, as a model stores them (f64 would double the memory
+  // of a large entropy model at load); every product with them is in f64.
+  std::vector<float> weight;
+  std::vector<double> bias;
 };
 
 struct FloatNode {
