@@ -4,7 +4,7 @@
 #include "plexus/builtin_layers.h"
 
 #include "add/add.h"
-#include "concat/concat.h"
+#include "concat_split/concat_split.h"
 #include "conv2d/conv2d.h"
 #include "conv_transpose2d/conv_transpose2d.h"
 #include "elementwise/elementwise.h"
@@ -19,7 +19,6 @@
 #include "normalization/normalization.h"
 #include "pixel_shuffle/pixel_shuffle.h"
 #include "quantize_around_mean/quantize_around_mean.h"
-#include "split/split.h"
 #include "uniform_noise/uniform_noise.h"
 #include "softmax_projection/softmax_projection.h"
 #include "softmax/softmax.h"
