@@ -44,8 +44,7 @@ void register_builtin_layers(Registry& registry) {
   layers::register_fully_connected(registry);
   layers::register_softmax_projection(registry);
   layers::register_add(registry);
-  layers::register_concat(registry);
-  layers::register_split(registry);
+  layers::register_concat_split(registry);
   layers::register_pixel_shuffle(registry);
   layers::register_gain_unit(registry);
   layers::register_softmax(registry);

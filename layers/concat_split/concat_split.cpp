@@ -61,12 +61,6 @@ void Concat::backward_cuda(Context& ctx, const ConstTensors& inputs, const Const
 }
 #endif
 
-void register_concat(Registry& registry) {
-  registry.add(
-      "Concat", [](LayerConfig& config) { return std::make_unique<Concat>(config); },
-      "joins two or more inputs along channels (dimension 1), other dimensions equal");
-}
-
 namespace {
 
 std::string list_str(const std::vector<std::int64_t>& values) {
@@ -121,7 +115,10 @@ void Split::backward_cuda(Context& ctx, const ConstTensors&, const ConstTensors&
 }
 #endif
 
-void register_split(Registry& registry) {
+void register_concat_split(Registry& registry) {
+  registry.add(
+      "Concat", [](LayerConfig& config) { return std::make_unique<Concat>(config); },
+      "joins two or more inputs along channels (dimension 1), other dimensions equal");
   registry.add(
       "Split", [](LayerConfig& config) { return std::make_unique<Split>(config); },
       "cuts one input along channels (dimension 1) into slices of the given 'sizes'");

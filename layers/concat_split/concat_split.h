@@ -35,8 +35,6 @@ class Concat : public Layer {
 #endif
 };
 
-void register_concat(Registry& registry);
-
 // Split: cuts one input along channels (axis 1 of NCHW; any rank >= 2) into
 // consecutive slices y_k = x[:, o_k : o_k + sizes[k]], o_k the sum of the
 // earlier sizes; dL/dx is the slices' gradients joined back (an output that
@@ -68,6 +66,6 @@ class Split : public Layer {
   std::vector<std::int64_t> sizes_;
 };
 
-void register_split(Registry& registry);
+void register_concat_split(Registry& registry);  // Concat and Split
 
 }  // namespace plexus::layers
