@@ -487,18 +487,17 @@ class SectionCut {
     graph_.parameter_blobs.context_inputs = rounded;
   }
 
-  // The checkerboard structure (codec_graph.h): a mean-scale conditional and
-  // quantizer; the context input a UniformNoise of the quantizer's y; the
-  // anchor mask ("even") reading it; the context mask ("odd"); the scales and
-  // means reading the context input only through the context mask, and the
-  // context mask's input only through the anchor mask.
-  void checkerboard(const LatentCodec& codec) {
+  // What a checkerboard and an autoregressive latent codec share (codec_graph.h): a mean-scale
+  // conditional and its quantizer, and the context input, a UniformNoise of the quantizer's y; the
+  // graph's kind, latent, parameter blobs and analysed blob set; returns the rounded latent the
+  // context reads. `what` names the codec in the errors ("a checkerboard").
+  std::string mean_scale_context_input(const LatentCodec& codec, ModelKind kind, const std::string& what) {
     const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
     if (conditional.inputs.size() != 3)
       refuse("its " + std::string(kGaussianType) + " node '" + conditional.name + "' (" + codec.where +
-             "/conditional) has " + std::to_string(conditional.inputs.size()) +
-             " inputs; a checkerboard latent codec reads [latent, scales, means]");
-    graph_.kind = ModelKind::checkerboard;
+             "/conditional) has " + std::to_string(conditional.inputs.size()) + " inputs; " + what +
+             " latent codec reads [latent, scales, means]");
+    graph_.kind = kind;
     graph_.gaussian_node = conditional.name;
     graph_.latent = conditional.inputs[0];
     graph_.parameter_blobs.scales = conditional.inputs[1];
@@ -516,13 +515,22 @@ class SectionCut {
       refuse("node '" + input.name + "' (" + codec.where + "/context_input) must read the latent '" +
              quantizer.inputs[0] + "' that " + kMeanQuantizerType + " '" + quantizer.name +
              "' quantises, and give the rounded latent the context reads");
-    const std::string& rounded = input.outputs[0];
+    return input.outputs[0];
+  }
+
+  // The checkerboard structure (codec_graph.h): a mean-scale conditional and
+  // quantizer; the context input a UniformNoise of the quantizer's y; the
+  // anchor mask ("even") reading it; the context mask ("odd"); the scales and
+  // means reading the context input only through the context mask, and the
+  // context mask's input only through the anchor mask.
+  void checkerboard(const LatentCodec& codec) {
+    const std::string rounded = mean_scale_context_input(codec, ModelKind::checkerboard, "a checkerboard");
     const NodeSpec& anchors = mask(codec.anchor_mask, "even", codec.where + "/anchor_mask");
     if (anchors.inputs[0] != rounded)
       refuse("node '" + anchors.name + "' (" + codec.where + "/anchor_mask) must read '" + rounded +
-             "', the output of the context input '" + input.name + "'");
+             "', the output of the context input '" + codec.context_input + "'");
     const NodeSpec& context = mask(codec.context_mask, "odd", codec.where + "/context_mask");
-    for (const std::string& blob : {conditional.inputs[1], conditional.inputs[2]})
+    for (const std::string& blob : {graph_.parameter_blobs.scales, graph_.parameter_blobs.means})
       if (reads(blob, rounded, context.outputs[0]))
         refuse("'" + blob + "' reads the rounded latent '" + rounded + "' other than through node '" + context.name +
                "' (" + codec.where + "/context_mask), so the parameters would read latent values not yet decoded");
@@ -540,30 +548,7 @@ class SectionCut {
   // and dilation 1) reading it; the scales and means reading it only through
   // the context, so each position's parameters read only positions before it.
   void autoregressive(const LatentCodec& codec) {
-    const NodeSpec& conditional = node(codec.conditional, kGaussianType, codec.where + "/conditional");
-    if (conditional.inputs.size() != 3)
-      refuse("its " + std::string(kGaussianType) + " node '" + conditional.name + "' (" + codec.where +
-             "/conditional) has " + std::to_string(conditional.inputs.size()) +
-             " inputs; an autoregressive latent codec reads [latent, scales, means]");
-    graph_.kind = ModelKind::autoregressive;
-    graph_.gaussian_node = conditional.name;
-    graph_.latent = conditional.inputs[0];
-    graph_.parameter_blobs.scales = conditional.inputs[1];
-    graph_.parameter_blobs.means = conditional.inputs[2];
-    const NodeSpec& quantizer = node(codec.quantizer, kMeanQuantizerType, codec.where + "/quantizer");
-    if (quantizer.inputs.size() != 2 || quantizer.inputs[1] != conditional.inputs[2] || quantizer.outputs.empty() ||
-        quantizer.outputs[0] != graph_.latent)
-      refuse("its latent '" + graph_.latent + "' must be the output of " + kMeanQuantizerType + " '" + quantizer.name +
-             "' (" + codec.where + "/quantizer) reading [y, '" + conditional.inputs[2] + "'] (the means of " +
-             kGaussianType + " '" + conditional.name + "'), so that the codec can quantise around the integer means");
-    graph_.analysed = {quantizer.inputs[0]};
-    if (quantizer.outputs.size() == 2) graph_.synthesis_input = quantizer.outputs[1];
-    const NodeSpec& input = node(codec.context_input, kContextInputType, codec.where + "/context_input");
-    if (input.inputs != std::vector<std::string>{quantizer.inputs[0]} || input.outputs.size() != 1)
-      refuse("node '" + input.name + "' (" + codec.where + "/context_input) must read the latent '" +
-             quantizer.inputs[0] + "' that " + kMeanQuantizerType + " '" + quantizer.name +
-             "' quantises, and give the rounded latent the context reads");
-    const std::string& rounded = input.outputs[0];
+    const std::string rounded = mean_scale_context_input(codec, ModelKind::autoregressive, "an autoregressive");
     const NodeSpec& context = node(codec.context, kMaskedConvolutionType, codec.where + "/context");
     const std::int64_t kernel = context.params.value("kernel", std::int64_t(0));
     if (context.params.value("mask", std::string("none")) != "A" || context.params.value("stride", 1) != 1 ||
@@ -574,8 +559,8 @@ class SectionCut {
              "groups and dilation 1, so that each position's context reads only the positions before it");
     if (context.inputs != std::vector<std::string>{rounded})
       refuse("node '" + context.name + "' (" + codec.where + "/context) must read '" + rounded +
-             "', the output of the context input '" + input.name + "'");
-    for (const std::string& blob : {conditional.inputs[1], conditional.inputs[2]})
+             "', the output of the context input '" + codec.context_input + "'");
+    for (const std::string& blob : {graph_.parameter_blobs.scales, graph_.parameter_blobs.means})
       if (reads(blob, rounded, context.outputs[0]))
         refuse("'" + blob + "' reads the rounded latent '" + rounded + "' other than through node '" + context.name +
                "' (" + codec.where + "/context), so the parameters would read latent values not yet decoded");

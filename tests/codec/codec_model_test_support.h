@@ -2,7 +2,7 @@
 // Helpers of the CodecModel tests: untrained weights with chosen tensors
 // scaled, the whole model run as eval runs it, the bits a value costs under a
 // coding table, the cross-device check (files compressed on CUDA decode
-// to the same latents on the CPU); and for taking compressed files apart: the
+// to the same latents on the CPU), foreign files refused; and for taking compressed files apart: the
 // message of a refused file, and little-endian fields rewritten with the
 // trailing CRC-32 recomputed, so a corruption reaches the checks behind the
 // checksum.
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apps/cli_runner.h"
+#include "data/data_test_support.h"
 #include "image_evaluation.h"
 #include "plexus/checksum.h"
 #include "plexus/codec/autoencoder_contract.h"
@@ -149,6 +150,23 @@ inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& regis
     file.tensors[named.name] = value;
   }
   return file;
+}
+
+// What a version-5 codec says of files not its own (`decode_error` decodes with it): those of
+// `other`, the same spec with other weights (their fingerprint), those of the tiny mean-scale model
+// (another tree of latent codecs) and a truncated file.
+inline void expect_foreign_files_refused(
+    ae::CodecModel& other, const Registry& registry,
+    const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
+  const data::Image image = position_image(37, 29);
+  const std::vector<std::uint8_t> foreign = other.compress(image);
+  EXPECT_TRUE(contains(decode_error(foreign), "fingerprint")) << decode_error(foreign);
+  const ModelSpec mean_scale = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json");
+  ae::CodecModel ms(mean_scale, untrained_weights(mean_scale, registry, 3, {}), registry, Device::cpu(), "ms");
+  const std::vector<std::uint8_t> mean_scale_file = ms.compress(image);
+  EXPECT_TRUE(contains(decode_error(mean_scale_file), "a different tree of latent codecs"))
+      << decode_error(mean_scale_file);
+  EXPECT_TRUE(contains(decode_error({foreign.begin(), foreign.end() - 3}), "truncated"));
 }
 
 // The whole model as eval runs it (rounded latents), with the file's
