@@ -68,7 +68,8 @@ void check_inputs(const ModelSpec& spec) {
 // Whether `spec` builds for one image of side x side pixels.
 bool builds_for(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
   try {
-    Net probe(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}));
+    Net probe(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}), DType::f32, Device::cpu(), 0,
+              InitialParameters::shapes_only);
     return true;
   } catch (const ShapeError&) {
     return false;
@@ -154,7 +155,7 @@ int run_summary(const SummaryOptions& options) {
   try {
     net = std::make_unique<Net>(spec, registry,
                                 model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}),
-                                DType::f32, Device::cpu(), 0, InitialParameters::for_loading);
+                                DType::f32, Device::cpu(), 0, InitialParameters::shapes_only);
   } catch (const ShapeError& e) {
     if (!builds_for(spec, registry, kDefaultSide)) throw;
     // The spec is sound and --patch is at fault: most often a side that is no multiple of the model's stride.
