@@ -152,6 +152,16 @@ inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& regis
   return file;
 }
 
+// The cross-device tests' images: two of the bundled Kodak images and a 37x29 one, no multiple of
+// any model's stride.
+inline std::vector<data::Image> cross_device_images() {
+  std::vector<data::Image> images;
+  for (const char* name : {"kodim04.png", "kodim14.png"})
+    images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
+  images.push_back(position_image(37, 29));
+  return images;
+}
+
 // What a version-5 codec says of files not its own (`decode_error` decodes with it): those of
 // `other`, the same spec with other weights (their fingerprint), those of the tiny mean-scale model
 // (another tree of latent codecs) and a truncated file.

@@ -400,10 +400,7 @@ TEST(GroupedCheckerboardCodecBundled, ElicTrainsAStepAndCodesFromTheCommandLine)
 
 TEST(GroupedCheckerboardCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  std::vector<data::Image> images;
-  for (const char* name : {"kodim04.png", "kodim14.png"})
-    images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
-  images.push_back(testing::position_image(37, 29));
+  std::vector<data::Image> images = testing::cross_device_images();
   images.push_back(testing::position_image(1, 1));
   testing::expect_cross_device(tiny_spec(), tiny_weights(11), registry, images);
 }

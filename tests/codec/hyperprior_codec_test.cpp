@@ -419,10 +419,7 @@ void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const st
 
 TEST(HyperpriorCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  std::vector<data::Image> images;
-  for (const char* name : {"kodim04.png", "kodim14.png"})
-    images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
-  images.push_back(testing::position_image(37, 29));
+  std::vector<data::Image> images = testing::cross_device_images();
   expect_cross_device(tiny_spec(), tiny_weights(11), images);
 }
 
@@ -659,10 +656,7 @@ TEST(MeanScaleCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
 
 TEST(MeanScaleCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  std::vector<data::Image> images;
-  for (const char* name : {"kodim04.png", "kodim14.png"})
-    images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
-  images.push_back(testing::position_image(37, 29));
+  std::vector<data::Image> images = testing::cross_device_images();
   testing::expect_cross_device(tiny_spec(), tiny_weights(11), registry, images);
 }
 
