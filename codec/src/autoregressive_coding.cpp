@@ -316,6 +316,8 @@ IntegerOutputs AutoregressiveRunner::outputs(const std::vector<std::int64_t>& po
   for (std::int64_t p : positions)
     if (p < 0 || p >= height_ * width_)
       throw ShapeError("autoregressive coding: position " + std::to_string(p) + " outside the latent");
+  // A latent narrower than the wavefront's slope has empty steps; a device launch of no blocks is an error.
+  if (positions.empty()) return IntegerOutputs{{0, channels()}, {}, {}};
   use(positions);
   for (std::int32_t t : plan_.before_outputs) backend_->compute(t);
   return backend_->outputs();
@@ -328,6 +330,7 @@ void AutoregressiveRunner::set(const std::vector<std::int64_t>& positions, const
   for (std::int64_t p : positions)
     if (p < 0 || p >= height_ * width_)
       throw ShapeError("autoregressive coding: position " + std::to_string(p) + " outside the latent");
+  if (positions.empty()) return;
   use(positions);
   backend_->set_input(rounded);
   for (std::int32_t t : plan_.after_input) backend_->compute(t);

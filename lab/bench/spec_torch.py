@@ -5,7 +5,8 @@ as Plexus names them ("<node>.<parameter>", e.g. "g_a0.weight"), and one
 forward that runs the nodes in dependency order.
 
 Each layer's math follows its Plexus header (layers/<name>/<name>.h):
-  Conv2d, ConvTranspose2d   nn.Conv2d / nn.ConvTranspose2d with groups and dilation
+  Conv2d, ConvTranspose2d   nn.Conv2d / nn.ConvTranspose2d with groups and dilation; a
+                            Conv2d with mask "A" or "B" multiplies its weight by the mask
                             (weights [Co, Ci/G, k, k] and [Ci, Co/G, k, k], as Plexus
                             stores them)
   GDN, IGDN                 y = x / sqrt(beta + gamma x^2) (IGDN: times), beta and
@@ -121,6 +122,22 @@ class FactorizedEntropyModel(nn.Module):
         return likelihood.reshape((c, shape[0]) + tuple(shape[2:])).transpose(0, 1)
 
 
+class MaskedConv2d(nn.Conv2d):
+    """Conv2d with mask "A" or "B": tap (i, j) of a k x k kernel is used only when i k + j < (k k - 1) / 2
+    ("A") or <= (k k - 1) / 2 ("B"), the weight multiplied by the 0/1 mask in every forward."""
+
+    def __init__(self, *args, mask, **kwargs):
+        super().__init__(*args, **kwargs)
+        k = self.kernel_size[0]
+        centre = (k * k - 1) // 2
+        taps = torch.arange(k * k).reshape(k, k)
+        self.register_buffer("mask", (taps < centre if mask == "A" else taps <= centre).to(self.weight.dtype),
+                             persistent=False)
+
+    def forward(self, x):
+        return self._conv_forward(x, self.weight * self.mask, self.bias)
+
+
 class GainUnit(nn.Module):
     """y[n, c] = x[n, c] exp(s[n, c]), s interpolated between the log-gains of
     the two levels around each image's level (Cui et al. 2021)."""
@@ -233,6 +250,10 @@ def _output_channels(node, channels):
 
 def _make_module(node, in_channels):
     t, p = node["type"], node.get("params", {})
+    if t == "Conv2d" and p.get("mask", "none") != "none":
+        return MaskedConv2d(in_channels, p["out_channels"], p["kernel"], p.get("stride", 1), p.get("padding", 0),
+                            dilation=p.get("dilation", 1), groups=p.get("groups", 1), bias=p.get("bias", True),
+                            mask=p["mask"])
     if t == "Conv2d":
         return nn.Conv2d(in_channels, p["out_channels"], p["kernel"], p.get("stride", 1), p.get("padding", 0),
                          dilation=p.get("dilation", 1), groups=p.get("groups", 1), bias=p.get("bias", True))

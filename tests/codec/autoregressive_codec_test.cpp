@@ -439,10 +439,20 @@ TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheFloatModelsRate) {
   }
 }
 
-TEST(AutoregressiveCodecCrossDevice, ThePositionsIntegersOnCudaAreTheCpus) {
+std::int32_t model_slope(const CodecModel& model) {
+  return codec::AutoregressiveRunner(model.integer_network(), Device::cpu()).slope();
+}
+
+// Two latents: 4x3, and 2x2, narrower than the wavefront's slope, so some steps have no positions.
+class AutoregressivePositionsCrossDevice : public ::testing::TestWithParam<std::pair<int, int>> {};
+INSTANTIATE_TEST_SUITE_P(Latents, AutoregressivePositionsCrossDevice,
+                         ::testing::Values(std::pair<int, int>{64, 40}, std::pair<int, int>{32, 32}));
+
+TEST_P(AutoregressivePositionsCrossDevice, ThePositionsIntegersOnCudaAreTheCpus) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   CodecModel model(tiny_spec(), tiny_weights(5), registry, Device::cpu(), "m");
-  const CodecModel::Latents latents = model.encode_latents(testing::position_image(64, 40));
+  const CodecModel::Latents latents =
+      model.encode_latents(testing::position_image(GetParam().first, GetParam().second));
   std::vector<std::int32_t> z;
   for (double v : latents.hyper_latent.to_values()) z.push_back(static_cast<std::int32_t>(v));
   const std::int64_t height = latents.header.latent_height, width = latents.header.latent_width;
@@ -464,6 +474,8 @@ TEST(AutoregressiveCodecCrossDevice, ThePositionsIntegersOnCudaAreTheCpus) {
     }
   }
   ASSERT_EQ(results[0].size(), results[1].size());
+  const bool narrow = width < model_slope(model);
+  EXPECT_EQ(narrow, GetParam().first == 32) << "the 2x2 latent is the one narrower than the slope";
   for (std::size_t t = 0; t < results[0].size(); ++t) {
     EXPECT_EQ(results[1][t].indices, results[0][t].indices) << "step " << t;
     EXPECT_EQ(results[1][t].means, results[0][t].means) << "step " << t;
