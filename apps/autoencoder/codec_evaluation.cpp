@@ -9,16 +9,17 @@
 
 namespace plexus::ae {
 
-std::unique_ptr<CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry, Device device) {
+std::unique_ptr<codec::CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry,
+                                                  Device device) {
   try {
-    return CodecModel::from_file(model_path, registry, device);
+    return codec::CodecModel::from_file(model_path, registry, device);
   } catch (const Error& e) {
     spdlog::warn("reporting the estimated rate only, without compressing: {}", e.what());
     return nullptr;
   }
 }
 
-CodecEvaluation evaluate_codec(CodecModel& codec, const data::Image& image) {
+CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image) {
   using Clock = std::chrono::steady_clock;
   CodecEvaluation result;
   // compress ends by copying the latent to the host and decompress by

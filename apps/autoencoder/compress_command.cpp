@@ -89,19 +89,19 @@ std::string size_text(std::uint32_t width, std::uint32_t height) {
 
 // The head of a file's bytes (read_bitstream_head), when they have the magic
 // and a fingerprint (the size stays 0x0 when they end before it).
-bool head_of(const std::vector<std::uint8_t>& bytes, BitstreamHead* head) {
+bool head_of(const std::vector<std::uint8_t>& bytes, codec::BitstreamHead* head) {
   try {
-    *head = read_bitstream_head(bytes.data(), bytes.size());
+    *head = codec::read_bitstream_head(bytes.data(), bytes.size());
   } catch (const IoError&) {
     return false;  // the full read says what is wrong
   }
   return true;
 }
 
-// The head of the file at `path`, from its first kBitstreamHeadBytes.
-bool peek_head(const std::string& path, BitstreamHead* head) {
+// The head of the file at `path`, from its first codec::kBitstreamHeadBytes.
+bool peek_head(const std::string& path, codec::BitstreamHead* head) {
   std::ifstream in(path, std::ios::binary);
-  std::vector<std::uint8_t> bytes(kBitstreamHeadBytes);
+  std::vector<std::uint8_t> bytes(codec::kBitstreamHeadBytes);
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   bytes.resize(static_cast<std::size_t>(in.gcount()));
   return head_of(bytes, head);
@@ -150,10 +150,10 @@ void check_image_pixel_limit(const std::string& path, std::int64_t max_pixels) {
 // whose model is present; "" when the catalog cannot be read.
 std::string quality_choices() {
   try {
-    const QualityCatalog catalog = load_quality_catalog(shipped_quality_catalog_path());
+    const codec::QualityCatalog catalog = codec::load_quality_catalog(codec::shipped_quality_catalog_path());
     if (catalog.entries.empty()) return "";
     std::string shipped;
-    for (const QualityEntry& entry : catalog.entries) {
+    for (const codec::QualityEntry& entry : catalog.entries) {
       std::error_code error;
       if (fs::is_regular_file(entry.path, error))
         shipped += (shipped.empty() ? "" : ", ") + std::to_string(entry.quality);
@@ -237,7 +237,8 @@ int run_compress(const CompressOptions& options) {
   if (o.model.empty() && o.quality == 0) o.quality = kDefaultQuality;
   if (o.quality != 0) {
     if (o.level) throw ConfigError("give --level with --model; --quality chooses the level itself");
-    const QualityChoice choice = choose_quality(load_quality_catalog(shipped_quality_catalog_path()), o.quality);
+    const codec::QualityChoice choice =
+        codec::choose_quality(codec::load_quality_catalog(codec::shipped_quality_catalog_path()), o.quality);
     o.model = choice.path;
     o.level = choice.level;
   }
@@ -249,7 +250,7 @@ int run_compress(const CompressOptions& options) {
   for (const std::string& output : outputs) folders.create_parents(output);
   Registry registry = make_registry(o.plugins);
   const Device device = choose_device(o.device);
-  auto model = CodecModel::from_file(o.model, registry, device);
+  auto model = codec::CodecModel::from_file(o.model, registry, device);
   if (model->rate_levels() > 0 && !o.level)
     throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(model->rate_levels()) +
                       " rate levels: give --level, 0 (the lowest rate) to " + std::to_string(model->rate_levels() - 1) +
@@ -282,10 +283,10 @@ int run_compress(const CompressOptions& options) {
         spdlog::info("'{}' is grey: coded as RGB, decompressed to grey again", o.inputs[i]);
       if (o.metadata == "none") {
         image.icc_profile.clear();
-      } else if (!image.icc_profile.empty() && !icc_profile_size_fits(image.icc_profile.size())) {
+      } else if (!image.icc_profile.empty() && !codec::icc_profile_size_fits(image.icc_profile.size())) {
         spdlog::warn("'{}' has an ICC colour profile of {} bytes, outside the {} to {} a profile has: not kept (its "
                      "colours will be shown as sRGB)",
-                     o.inputs[i], image.icc_profile.size(), kMinIccProfileBytes, kMaxIccProfileBytes);
+                     o.inputs[i], image.icc_profile.size(), codec::kMinIccProfileBytes, codec::kMaxIccProfileBytes);
         image.icc_profile.clear();
       }
       const auto start = std::chrono::steady_clock::now();
@@ -320,11 +321,11 @@ int run_decompress(const DecompressOptions& o) {
 
   // With --model, that model decodes everything; without, each file gets
   // the shipped model whose fingerprint it carries (`head`, when the file has one).
-  std::map<std::string, std::unique_ptr<CodecModel>> models;  // by path
-  auto model_for = [&](const std::optional<BitstreamHead>& head) -> CodecModel& {
+  std::map<std::string, std::unique_ptr<codec::CodecModel>> models;  // by path
+  auto model_for = [&](const std::optional<codec::BitstreamHead>& head) -> codec::CodecModel& {
     if (!o.model.empty()) {
       auto& model = models[o.model];
-      if (!model) model = CodecModel::from_file(o.model, registry, device);
+      if (!model) model = codec::CodecModel::from_file(o.model, registry, device);
       return *model;
     }
     const std::vector<std::string> candidates = shipped_models();
@@ -335,16 +336,16 @@ int run_decompress(const DecompressOptions& o) {
         // none (or cannot be read here) is loaded to compute it, as loading reports what is wrong with it.
         std::optional<std::uint64_t> recorded;
         try {
-          recorded = recorded_fingerprint(path);
+          recorded = codec::recorded_fingerprint(path);
         } catch (const Error&) {
         }
         if (head && recorded && *recorded != head->fingerprint) continue;
-        model = CodecModel::from_file(path, registry, device);
+        model = codec::CodecModel::from_file(path, registry, device);
       }
       if (!head || model->fingerprint() == head->fingerprint) return *model;
     }
     if (candidates.empty()) throw ConfigError("no --model given and no shipped model found; pass --model");
-    throw ConfigError("it needs the model of fingerprint " + fingerprint_text(head->fingerprint) +
+    throw ConfigError("it needs the model of fingerprint " + codec::fingerprint_text(head->fingerprint) +
                       ", which is none of the shipped models; pass --model with the model that compressed it");
   };
 
@@ -357,11 +358,11 @@ int run_decompress(const DecompressOptions& o) {
       std::vector<std::uint8_t> bytes;
       if (piped) bytes = read_standard_input(kMaxStandardInputBytes);
       // The head first: an image over the pixel limit is refused, and the model chosen, before the file is read.
-      BitstreamHead head;
+      codec::BitstreamHead head;
       const bool tagged = piped ? head_of(bytes, &head) : peek_head(o.inputs[i], &head);
       if (tagged && head.width != 0 && head.height != 0)
         refuse_over_pixel_limit(head.width, head.height, o.max_image_pixels);
-      CodecModel& model = model_for(tagged ? std::optional<BitstreamHead>(head) : std::nullopt);
+      codec::CodecModel& model = model_for(tagged ? std::optional<codec::BitstreamHead>(head) : std::nullopt);
       model.set_max_memory(o.max_memory);
       model.set_progress([&progress, i](double fraction) { progress.within(i, fraction); });
       if (!piped) bytes = read_compressed_file(o.inputs[i], model.max_file_bytes());
@@ -370,7 +371,7 @@ int run_decompress(const DecompressOptions& o) {
                       " bytes, more than any file the model can have written (" +
                       std::to_string(model.max_file_bytes()) + "); not a plexus-ae compressed image for it");
       const auto start = std::chrono::steady_clock::now();
-      BitstreamHeader header;
+      codec::BitstreamHeader header;
       const data::Image image = model.decompress(bytes.data(), bytes.size(), &header);
       const double ms = milliseconds_since(start);
       write_decoded_png(outputs[i], image, header.grey ? data::PngColour::grey : data::PngColour::rgb);
@@ -420,19 +421,19 @@ int run_export(const ExportOptions& o) {
     for (std::size_t i = 0; i < folder.size(); ++i)
       if (auto image = folder.load(i)) calibration_images.push_back(*image);
   }
-  if (!add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
+  if (!codec::add_coding_tables(file, spec, registry, calibration_images, !calibration_images.empty()))
     throw ConfigError("'" + o.model + "' has no FactorizedEntropyModel node, so it has no coding tables to export");
   // The fingerprint the files of this model will carry, recorded so that decompress finds the model of a file
   // from the model files' headers (file holds what the stored file loads, so the model is the one loaded below).
-  file.metadata[kFingerprintMetadataKey] =
-      fingerprint_text(CodecModel(spec, file, registry, Device::cpu(), out).fingerprint());
+  file.metadata[codec::kFingerprintMetadataKey] =
+      codec::fingerprint_text(codec::CodecModel(spec, file, registry, Device::cpu(), out).fingerprint());
   save_safetensors(out, file, storage);
   // Loading it back checks the tables and the recorded fingerprint.
-  auto model = CodecModel::from_file(out, registry, Device::cpu());
+  auto model = codec::CodecModel::from_file(out, registry, Device::cpu());
   std::printf("%s: %lld channels of coding tables%s, model fingerprint %s, parameters stored as %s\n", out.c_str(),
               static_cast<long long>(model->tables().channels()),
-              has_hyper_latent(model->kind()) ? " and the integer network's calibration" : "",
-              fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
+              codec::has_hyper_latent(model->kind()) ? " and the integer network's calibration" : "",
+              codec::fingerprint_text(model->fingerprint()).c_str(), o.storage.c_str());
   return train::kExitOk;
 }
 
@@ -617,23 +618,23 @@ void add_export_command(CLI::App& app, int& exit_code) {
 }
 
 std::string describe_compressed_file(const std::vector<std::uint8_t>& bytes) {
-  const Bitstream file = read_bitstream(bytes.data(), bytes.size());
-  const BitstreamHeader& header = file.header;
+  const codec::Bitstream file = codec::read_bitstream(bytes.data(), bytes.size());
+  const codec::BitstreamHeader& header = file.header;
   const double pixels = static_cast<double>(header.width) * header.height;
   char numbers[96];
   std::snprintf(numbers, sizeof numbers, "%ux%u %s, %zu bytes, %.4f bpp", header.width, header.height,
                 header.grey ? "grey" : "RGB", bytes.size(), pixels > 0 ? 8.0 * bytes.size() / pixels : 0.0);
   // Version 5 names its codec section by fingerprint, not a kind: the tree needs the model to be read.
-  const std::string format = header.version >= kSectionedVersion
+  const std::string format = header.version >= codec::kSectionedVersion
                                  ? std::to_string(file.streams.size()) + " coded stream" +
                                        (file.streams.size() == 1 ? "" : "s") + ", codec section " +
-                                       fingerprint_text(header.codec_fingerprint)
-                                 : std::string(model_kind_name(header.kind));
+                                       codec::fingerprint_text(header.codec_fingerprint)
+                                 : std::string(codec::model_kind_name(header.kind));
   std::string text = std::string(numbers) + "; format version " + std::to_string(header.version) + " (" + format +
-                     "), model fingerprint " + fingerprint_text(header.fingerprint);
+                     "), model fingerprint " + codec::fingerprint_text(header.fingerprint);
   if (header.variable_rate) {
     char level[32];
-    std::snprintf(level, sizeof level, "%g", header.rate_level / static_cast<double>(kRateLevelOne));
+    std::snprintf(level, sizeof level, "%g", header.rate_level / static_cast<double>(codec::kRateLevelOne));
     text += std::string(", rate level ") + level;
   }
   if (!header.icc_profile.empty()) text += ", ICC profile of " + std::to_string(header.icc_profile.size()) + " bytes";

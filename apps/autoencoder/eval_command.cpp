@@ -40,7 +40,7 @@ namespace {
 
 // One image's results: the entropy model's estimate and, when the model
 // can be used as a codec, the real file's. MS-SSIM is NaN for an image
-// under kMsSsimMinSide pixels a side.
+// under codec::kMsSsimMinSide pixels a side.
 struct ImageResult {
   std::string name;  // relative to --data
   int width = 0, height = 0;
@@ -61,7 +61,7 @@ struct EvalResults {
 struct Evaluator {
   Evaluator(const EvalOptions& o, const ModelSpec& spec, const Registry& registry, int stride, Device device,
             Precision precision)
-      : net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device, 0,
+      : net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device, 0,
             InitialParameters::for_loading),
         step(load_checkpoint(o.model, net, nullptr)),
         ctx(device, 0),
@@ -76,7 +76,7 @@ struct Evaluator {
   Net net;
   const std::int64_t step;  // of the --model file
   Context ctx;
-  std::unique_ptr<CodecModel> codec;
+  std::unique_ptr<codec::CodecModel> codec;
   const int stride;
   const double level;  // a variable-rate model's rate level
 };
@@ -301,9 +301,9 @@ int run_eval(const EvalOptions& o) {
   std::error_code error;
   if (!fs::exists(o.model, error)) throw IoError("model file '" + o.model + "' does not exist");
   const ModelSpec spec = spec_from_checkpoint(load_safetensors(o.model), o.model, registry);
-  check_contract(spec);
-  const int stride = derive_stride(spec, registry);
-  const int levels = rate_levels(spec);
+  codec::check_contract(spec);
+  const int stride = codec::derive_stride(spec, registry);
+  const int levels = codec::rate_levels(spec);
   if (levels > 0 && !(o.level >= 0 && o.level <= levels - 1))
     throw ConfigError("'" + o.model + "' is a variable-rate model of " + std::to_string(levels) +
                       " rate levels: give " + "--level, 0 (the lowest rate) to " + std::to_string(levels - 1) +

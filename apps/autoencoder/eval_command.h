@@ -33,8 +33,9 @@ struct CodecEvaluation {
 
 // The codec for `model_path`, or null (with a warning saying why) when the
 // model cannot be used as one.
-std::unique_ptr<CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry, Device device);
+std::unique_ptr<codec::CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry,
+                                                  Device device);
 
-CodecEvaluation evaluate_codec(CodecModel& codec, const data::Image& image);
+CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image);
 
 }  // namespace plexus::ae

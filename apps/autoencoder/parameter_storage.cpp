@@ -14,8 +14,8 @@ namespace {
 
 // The names of the parameters of `spec`'s net.
 std::vector<std::string> parameter_names(const ModelSpec& spec, const Registry& registry) {
-  const int stride = derive_stride(spec, registry);
-  Net net(spec, registry, model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, Device::cpu(), 0,
+  const int stride = codec::derive_stride(spec, registry);
+  Net net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, Device::cpu(), 0,
           InitialParameters::for_loading);
   std::vector<std::string> names;
   for (const NamedParameter& named : net.parameters()) names.push_back(named.name);

@@ -51,7 +51,7 @@ std::string pad_left(const std::string& text, std::size_t width) {
 // The spec's inputs, which summary fills as the app does: "image" [N, 3, H, W],
 // a variable-rate model's "level" and "mse_weight" [N]. ConfigError naming any other.
 void check_inputs(const ModelSpec& spec) {
-  const std::vector<std::string> known{kImage, kRateLevel, kMseWeight};
+  const std::vector<std::string> known{codec::kImage, codec::kRateLevel, codec::kMseWeight};
   std::string inputs;
   for (const std::string& input : spec.inputs) inputs += (inputs.empty() ? "\"" : ", \"") + input + "\"";
   for (const std::string& input : spec.inputs)
@@ -60,7 +60,7 @@ void check_inputs(const ModelSpec& spec) {
                         inputs +
                         "]; a plexus-ae model reads \"image\" [N, 3, H, W], and a variable-rate one "
                         "\"level\" and \"mse_weight\" [N])");
-  if (std::find(spec.inputs.begin(), spec.inputs.end(), kImage) == spec.inputs.end())
+  if (std::find(spec.inputs.begin(), spec.inputs.end(), codec::kImage) == spec.inputs.end())
     throw ConfigError(spec.source + ": no input \"image\" to give the --patch size to (its inputs are [" + inputs +
                       "])");
 }
@@ -68,7 +68,7 @@ void check_inputs(const ModelSpec& spec) {
 // Whether `spec` builds for one image of side x side pixels.
 bool builds_for(const ModelSpec& spec, const Registry& registry, std::int64_t side) {
   try {
-    Net probe(spec, registry, model_input_shapes(spec, Shape{1, 3, side, side}), DType::f32, Device::cpu(), 0,
+    Net probe(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, side, side}), DType::f32, Device::cpu(), 0,
               InitialParameters::shapes_only);
     return true;
   } catch (const ShapeError&) {
@@ -154,7 +154,7 @@ int run_summary(const SummaryOptions& options) {
   std::unique_ptr<Net> net;
   try {
     net = std::make_unique<Net>(spec, registry,
-                                model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}),
+                                codec::model_input_shapes(spec, Shape{options.batch, 3, image.height, image.width}),
                                 DType::f32, Device::cpu(), 0, InitialParameters::shapes_only);
   } catch (const ShapeError& e) {
     if (!builds_for(spec, registry, kDefaultSide)) throw;

@@ -34,18 +34,18 @@ constexpr std::uint64_t kRateLevelStream = 3;  // the patches' rate levels, from
 
 train::TrainingStep::BeforeStep draw_rate_levels(const std::vector<double>& lambdas) {
   std::vector<double> mse_weights;  // per level, lambdas[k] / mean(lambdas)
-  const double mean = variable_rate_lambda(lambdas);
+  const double mean = codec::variable_rate_lambda(lambdas);
   for (double lambda : lambdas) mse_weights.push_back(lambda / mean);
   return [mse_weights](Context& ctx, Net& net, std::int64_t, std::uint64_t noise_seed) {
     std::mt19937_64 generator(data::mix_seed(noise_seed, 0, kRateLevelStream));
-    const auto patches = static_cast<std::size_t>(net.input(kImage).dim(0));
+    const auto patches = static_cast<std::size_t>(net.input(codec::kImage).dim(0));
     std::vector<double> levels(patches), weights(patches);
     for (std::size_t n = 0; n < patches; ++n) {
       const std::size_t k = static_cast<std::size_t>(generator() % mse_weights.size());
       levels[n] = static_cast<double>(k);
       weights[n] = mse_weights[k];
     }
-    set_rate_inputs(ctx, net, levels, weights);
+    codec::set_rate_inputs(ctx, net, levels, weights);
   };
 }
 
@@ -56,14 +56,14 @@ struct Validation {
   double psnr = 0, bpp = 0, loss = 0;
   double ms_ssim = 0;  // NaN: no image large enough for MS-SSIM
   int images = 0;
-  int ms_ssim_images = 0;  // of at least kMsSsimMinSide pixels a side
+  int ms_ssim_images = 0;  // of at least codec::kMsSsimMinSide pixels a side
 };
 
 // Mean PSNR, MS-SSIM and bpp over (up to `limit`) validation images in eval
 // mode, and the loss: lambda * (the distortion terms of their means) + bpp;
 // the net is put back to the training shape afterwards.
 Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, int stride, int limit,
-                           const TrainingLoss& loss, double lambda, const Shape& training_shape, double level) {
+                           const codec::TrainingLoss& loss, double lambda, const Shape& training_shape, double level) {
   Validation v;
   double mse = 0;
   const std::size_t count = limit > 0 ? std::min<std::size_t>(images.size(), limit) : images.size();
@@ -79,25 +79,25 @@ Validation validate_images(Net& net, Context& ctx, data::ImageFolder& images, in
     v.ms_ssim += e.ms_ssim;
     ++v.ms_ssim_images;
   }
-  net.reshape(model_input_shapes(net.spec(), training_shape));
+  net.reshape(codec::model_input_shapes(net.spec(), training_shape));
   if (v.images == 0) throw IoError("no validation image in '" + images.folder() + "' could be decoded");
   v.psnr /= v.images;
   v.bpp /= v.images;
   v.ms_ssim = v.ms_ssim_images > 0 ? v.ms_ssim / v.ms_ssim_images : std::nan("");
-  const double ms_ssim_weight = loss.distortion_weight(kMsSsim);
-  v.loss = distortion_weight(lambda * loss.distortion_weight(kDistortion)) * mse / v.images + v.bpp;
+  const double ms_ssim_weight = loss.distortion_weight(codec::kMsSsim);
+  v.loss = codec::distortion_weight(lambda * loss.distortion_weight(codec::kDistortion)) * mse / v.images + v.bpp;
   if (ms_ssim_weight > 0 && v.ms_ssim_images > 0) v.loss += lambda * ms_ssim_weight * (1.0 - v.ms_ssim);
   return v;
 }
 
 // The net validation runs: the training net itself, unless training added
 // nodes to the spec (an MS-SSIM loss, which takes no image under
-// kMsSsimMinSide pixels a side): then a net of the model's own spec holding
+// codec::kMsSsimMinSide pixels a side): then a net of the model's own spec holding
 // a copy of the training net's parameters, made for this validation.
 std::unique_ptr<Net> validation_net(TrainingRun& run) {
   if (run.net.spec().nodes.size() == run.settings.spec.nodes.size()) return nullptr;
   const ModelSpec& spec = run.settings.spec;
-  auto net = std::make_unique<Net>(spec, run.registry, model_input_shapes(spec, run.training_shape), DType::f32,
+  auto net = std::make_unique<Net>(spec, run.registry, codec::model_input_shapes(spec, run.training_shape), DType::f32,
                                    run.settings.device);
   std::map<std::string, Parameter*> trained;
   for (const NamedParameter& named : run.net.parameters()) trained[named.name] = named.parameter;
@@ -123,21 +123,21 @@ data::PatchSampler patch_sampler(const TrainingRun& run) {
 
 }  // namespace
 
-LossTerms loss_terms(const TrainingLoss& loss, double lambda) {
+LossTerms loss_terms(const codec::TrainingLoss& loss, double lambda) {
   LossTerms terms;
   std::vector<train::LossTerm>& step = terms.step.terms;
-  terms.step.input = kImage;
-  step.push_back({kDistortion, distortion_weight(lambda * loss.distortion_weight(kDistortion))});
+  terms.step.input = codec::kImage;
+  step.push_back({codec::kDistortion, codec::distortion_weight(lambda * loss.distortion_weight(codec::kDistortion))});
   double bpp_weight = 0;
-  for (const RateTerm& rate : loss.rate)
-    if (rate.blob == kRate) bpp_weight += rate.weight;
-  step.push_back({kRate, bpp_weight});
-  for (const RateTerm& rate : loss.rate)
-    if (rate.blob != kRate) step.push_back({rate.blob, rate.weight});
-  const double ms_ssim_weight = loss.distortion_weight(kMsSsim);
+  for (const codec::RateTerm& rate : loss.rate)
+    if (rate.blob == codec::kRate) bpp_weight += rate.weight;
+  step.push_back({codec::kRate, bpp_weight});
+  for (const codec::RateTerm& rate : loss.rate)
+    if (rate.blob != codec::kRate) step.push_back({rate.blob, rate.weight});
+  const double ms_ssim_weight = loss.distortion_weight(codec::kMsSsim);
   if (ms_ssim_weight > 0) {
     terms.ms_ssim = step.size();
-    step.push_back({kMsSsim, -lambda * ms_ssim_weight});
+    step.push_back({codec::kMsSsim, -lambda * ms_ssim_weight});
     terms.offset = lambda * ms_ssim_weight;
   }
   if (step.size() > static_cast<std::size_t>(StepMetrics::kMaxTerms))
@@ -160,14 +160,14 @@ TrainLoop::TrainLoop(TrainingRun& run)
                loader_, terms_.step, o_, *this) {
   if (run.settings.rate_levels > 0) trainer_.training_step().set_before_step(draw_rate_levels(o_.lambdas));
   stats_.total = o_.steps;
-  if (!terms_.ms_ssim && o_.patch >= kMsSsimMinSide && run.root)
-    ms_ssim_monitor_ = run.registry.create("MSSSIM", kMsSsim, nlohmann::json::object());
+  if (!terms_.ms_ssim && o_.patch >= codec::kMsSsimMinSide && run.root)
+    ms_ssim_monitor_ = run.registry.create("MSSSIM", codec::kMsSsim, nlohmann::json::object());
 }
 
 double TrainLoop::last_batch_ms_ssim() {
   if (!ms_ssim_monitor_) return std::nan("");
-  const Tensor& x_hat = run_.net.blob(kReconstruction);
-  const Tensor& image = run_.net.blob(kImage);
+  const Tensor& x_hat = run_.net.blob(codec::kReconstruction);
+  const Tensor& image = run_.net.blob(codec::kImage);
   if (!monitor_x_hat_.defined()) {
     monitor_x_hat_ = Tensor(x_hat.shape(), DType::f32, run_.settings.device);
     monitor_image_ = Tensor(image.shape(), DType::f32, run_.settings.device);
@@ -242,7 +242,7 @@ double TrainLoop::validate() {
   spdlog::info("validation at step {}: PSNR {:.2f} dB, MS-SSIM {}, {:.4f} bpp over {} image(s) of '{}'", run_.step,
                v.psnr,
                v.ms_ssim_images > 0 ? fmt::format("{:.4f}", v.ms_ssim)
-                                    : fmt::format("- (no image of {}+ pixels a side)", kMsSsimMinSide),
+                                    : fmt::format("- (no image of {}+ pixels a side)", codec::kMsSsimMinSide),
                v.bpp, v.images, o_.val);
   if (log_)
     log_->write({{"kind", "val"},

@@ -36,7 +36,7 @@ struct LossTerms {
   std::optional<std::size_t> ms_ssim;
   double offset = 0;
 };
-LossTerms loss_terms(const TrainingLoss& loss, double lambda);
+LossTerms loss_terms(const codec::TrainingLoss& loss, double lambda);
 
 class TrainLoop : public train::TrainerCommand {
  public:
@@ -69,7 +69,7 @@ class TrainLoop : public train::TrainerCommand {
   ProgressBar bar_;
   LossTerms terms_;
   train::Trainer trainer_;
-  // For a loss without an ms_ssim term, on patches of kMsSsimMinSide or
+  // For a loss without an ms_ssim term, on patches of codec::kMsSsimMinSide or
   // more: an MSSSIM layer measuring the last step's x_hat against its image
   // when a line is logged (every step would slow the steps down); null
   // otherwise. Its f32 inputs and output on the run's device.

@@ -63,8 +63,8 @@ void check_patch(const TrainSettings& s) {
     throw ConfigError("--patch " + std::to_string(patch) + " is not a multiple of the model's stride " +
                       std::to_string(stride) + " (" + s.spec.source + "); try --patch " +
                       std::to_string(std::max(stride, (patch + stride / 2) / stride * stride)));
-  const int smallest = kMsSsimMinSide;
-  if (s.loss.distortion_weight(kMsSsim) > 0 && patch < smallest)
+  const int smallest = codec::kMsSsimMinSide;
+  if (s.loss.distortion_weight(codec::kMsSsim) > 0 && patch < smallest)
     throw ConfigError("--patch " + std::to_string(patch) + " is too small for the \"ms_ssim\" distortion of " +
                       s.spec.source + ": MS-SSIM's 5 scales need patches of at least " + std::to_string(smallest) +
                       " pixels; try --patch " + std::to_string((smallest + stride - 1) / stride * stride));
@@ -74,7 +74,7 @@ void check_patch(const TrainSettings& s) {
 void apply_distortion_option(TrainSettings& s) {
   const std::string& distortion = s.options.distortion;
   if (distortion.empty()) return;
-  if (distortion != kDistortion && distortion != kMsSsim)
+  if (distortion != codec::kDistortion && distortion != codec::kMsSsim)
     throw ConfigError("--distortion must be mse or ms_ssim, got '" + distortion + "'");
   if (!s.spec.loss.is_object()) s.spec.loss = nlohmann::json::object();
   s.spec.loss["distortion"] = nlohmann::json::array({{{"type", distortion}, {"weight", 1}}});
@@ -122,13 +122,13 @@ std::unique_ptr<data::ImageFolder> open_validation_images(const TrainOptions& o)
 }
 
 // " on 1 - MS-SSIM" and the like; nothing for the default, 255^2 * MSE alone.
-std::string distortion_description(const TrainingLoss& loss) {
-  if (loss.distortion.size() == 1 && loss.distortion[0].type == kDistortion && loss.distortion[0].weight == 1)
+std::string distortion_description(const codec::TrainingLoss& loss) {
+  if (loss.distortion.size() == 1 && loss.distortion[0].type == codec::kDistortion && loss.distortion[0].weight == 1)
     return "";
   std::string terms;
-  for (const DistortionTerm& term : loss.distortion)
+  for (const codec::DistortionTerm& term : loss.distortion)
     terms += (terms.empty() ? "" : " + ") + (term.weight == 1 ? std::string() : fmt::format("{} * ", term.weight)) +
-             (term.type == kMsSsim ? "(1 - MS-SSIM)" : "255^2 * MSE");
+             (term.type == codec::kMsSsim ? "(1 - MS-SSIM)" : "255^2 * MSE");
   return " on " + terms;
 }
 
@@ -137,7 +137,7 @@ std::string distortion_description(const TrainingLoss& loss) {
 std::string TrainSettings::model_name() const { return spec.name.empty() ? spec.source : spec.name; }
 
 double TrainSettings::loss_lambda() const {
-  return rate_levels == 0 ? options.lambda : variable_rate_lambda(options.lambdas);
+  return rate_levels == 0 ? options.lambda : codec::variable_rate_lambda(options.lambdas);
 }
 
 TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTable& table,
@@ -168,14 +168,14 @@ TrainSettings resolve_train_settings(TrainOptions options, const TrainOptionTabl
                         "or choose another --out");
     s.spec = resolve_model(o.model);
   }
-  check_contract(s.spec);
+  codec::check_contract(s.spec);
   apply_distortion_option(s);
-  s.loss = training_loss(s.spec);
+  s.loss = codec::training_loss(s.spec);
   apply_spec_lambdas(s, given);
   check_values(o, table);
-  s.rate_levels = rate_levels(s.spec);
+  s.rate_levels = codec::rate_levels(s.spec);
   check_lambdas(s);
-  s.stride = derive_stride(s.spec, registry);
+  s.stride = codec::derive_stride(s.spec, registry);
   check_patch(s);
   s.device = worker ? worker_device(o, *worker) : choose_device(o.device);
   s.precision = choose_precision(o.tf32 ? "tf32" : o.precision, s.device);
@@ -195,8 +195,8 @@ TrainingRun::TrainingRun(const TrainSettings& settings, const TrainOptionTable& 
       root(root),
       ctx(settings.device, settings.options.seed),
       training_shape{settings.options.batch, 3, settings.options.patch, settings.options.patch},
-      net(training_spec(settings.spec, settings.loss), registry, model_input_shapes(settings.spec, training_shape),
-          DType::f32, settings.device, settings.options.seed),
+      net(codec::training_spec(settings.spec, settings.loss), registry,
+          codec::model_input_shapes(settings.spec, training_shape), DType::f32, settings.device, settings.options.seed),
       adam(settings.options.lr),
       schedule(settings.options),
       clipper(settings.options.clip_grad_norm > 0 ? std::make_unique<GradientClipper>(settings.options.clip_grad_norm)
@@ -261,14 +261,14 @@ void TrainingRun::log_start() const {
   if (o.lr_schedule == "plateau" && o.val.empty())
     spdlog::info("--lr-schedule plateau acts on validations: without --val the learning rate stays {}", o.lr);
   // Named before the first step rather than when compress or export refuses the finished model.
-  const std::optional<std::string> reason = root ? why_not_codable(settings.spec, registry) : std::nullopt;
+  const std::optional<std::string> reason = root ? codec::why_not_codable(settings.spec, registry) : std::nullopt;
   if (reason)
     spdlog::warn("model '{}' trains, but compress/export cannot code it yet: {}", settings.model_name(), *reason);
 }
 
 void TrainingRun::write_model() {
   save_checkpoint(settings.model_path, net, nullptr, step, checkpoint_metadata(), &settings.spec);
-  write_coding_tables(settings.model_path, registry);
+  codec::write_coding_tables(settings.model_path, registry);
 }
 
 }  // namespace plexus::ae

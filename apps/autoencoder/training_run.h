@@ -32,10 +32,10 @@ namespace plexus::ae {
 struct TrainSettings {
   TrainOptions options;
   ModelSpec spec;              // the model, as its checkpoints record it
-  TrainingLoss loss;           // the spec's "loss" section (training_loss())
+  codec::TrainingLoss loss;    // the spec's "loss" section (codec::training_loss())
   train::RunProgress earlier;  // what the checkpoint kept of the earlier runs of this --out
   int stride = 0;
-  int rate_levels = 0;  // a variable-rate model's (rate_levels()); 0: a model of one rate
+  int rate_levels = 0;  // a variable-rate model's (codec::rate_levels()); 0: a model of one rate
   Device device;
   Precision precision = Precision::f32;
   std::string checkpoint_path;  // <out>/checkpoint.safetensors

@@ -8,7 +8,7 @@
 #include "plexus/net.h"
 #include "plexus/tensor_ops.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 double distortion_weight(double lambda) { return lambda * 255.0 * 255.0; }
 
@@ -251,4 +251,4 @@ int derive_stride(const ModelSpec& spec, const Registry& registry) {
   return static_cast<int>(stride);
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -19,7 +19,7 @@
 #include "plexus/net.h"
 #include "plexus/tensor.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 // A transform (the analysis up to the latent, the synthesis) is run on bands
 // of rows of its input, each with the halo its outputs' rows need, so that it
@@ -580,4 +580,4 @@ inline codec::IntegerOutputs banded_network_outputs(codec::IntegerNetworkRunner&
   return result;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

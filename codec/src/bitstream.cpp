@@ -5,7 +5,7 @@
 #include "plexus/checksum.h"
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace {
 
@@ -397,4 +397,4 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
   return result;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -21,12 +21,12 @@
 
 struct plexus_codec_model {
   plexus::Registry registry;  // outlives the model built from it
-  std::unique_ptr<plexus::ae::CodecModel> codec;
+  std::unique_ptr<plexus::codec::CodecModel> codec;
 };
 
 namespace {
 
-using plexus::ae::CodecModel;
+using plexus::codec::CodecModel;
 
 thread_local std::string last_error;
 
@@ -126,9 +126,9 @@ plexus_codec_status encode(const char* function, plexus_codec_model* model, cons
     require(pixels, "pixels");
     require(output, "output");
     require(output_size, "output_size");
-    if (width < 1 || height < 1 || width > plexus::ae::kMaxImageSide || height > plexus::ae::kMaxImageSide)
+    if (width < 1 || height < 1 || width > plexus::codec::kMaxImageSide || height > plexus::codec::kMaxImageSide)
       refuse("image size " + std::to_string(width) + "x" + std::to_string(height) + " is not in 1x1 to " +
-             std::to_string(plexus::ae::kMaxImageSide) + "x" + std::to_string(plexus::ae::kMaxImageSide));
+             std::to_string(plexus::codec::kMaxImageSide) + "x" + std::to_string(plexus::codec::kMaxImageSide));
     span_bytes(height, stride, static_cast<std::size_t>(width) * channels);
     plexus::data::Image image(static_cast<int>(width), static_cast<int>(height));
     for (std::uint32_t y = 0; y < height; ++y) {
@@ -153,7 +153,7 @@ plexus_codec_status decode(const char* function, plexus_codec_model* model, cons
     require(data, "data");
     require(output, "output");
     // The size from the head first, so that a buffer too small costs no decoding.
-    const plexus::ae::BitstreamHead head = plexus::ae::read_bitstream_head(data, size);
+    const plexus::codec::BitstreamHead head = plexus::codec::read_bitstream_head(data, size);
     const std::size_t row = static_cast<std::size_t>(head.width) * channels;
     if (head.width == 0 || head.height == 0) refuse("truncated before the image size", PLEXUS_CODEC_BAD_FILE);
     const std::size_t needed = span_bytes(head.height, stride, row);
@@ -205,10 +205,10 @@ plexus_codec_status plexus_codec_open_quality_abi(int abi_version, double qualit
     check_abi(abi_version);
     require(model, "model");
     if (!(quality >= 1 && quality <= 99)) refuse("quality " + std::to_string(quality) + " is not in [1, 99]");
-    plexus::ae::QualityChoice choice;
+    plexus::codec::QualityChoice choice;
     try {
-      choice = plexus::ae::choose_quality(plexus::ae::load_quality_catalog(plexus::ae::shipped_quality_catalog_path()),
-                                          quality);
+      choice = plexus::codec::choose_quality(
+          plexus::codec::load_quality_catalog(plexus::codec::shipped_quality_catalog_path()), quality);
     } catch (const plexus::ConfigError& e) {
       refuse(e.what());  // a quality the catalog does not have, or does not ship
     }
@@ -237,7 +237,7 @@ plexus_codec_status plexus_codec_get_info(const uint8_t* data, size_t size, plex
   return guarded("plexus_codec_get_info", PLEXUS_CODEC_BAD_FILE, [&] {
     require(data, "data");
     require(info, "info");
-    const plexus::ae::BitstreamHeader header = plexus::ae::read_bitstream(data, size).header;
+    const plexus::codec::BitstreamHeader header = plexus::codec::read_bitstream(data, size).header;
     *info = plexus_codec_info{};
     info->width = header.width;
     info->height = header.height;
@@ -245,7 +245,7 @@ plexus_codec_status plexus_codec_get_info(const uint8_t* data, size_t size, plex
     info->format_version = header.version;
     info->grey = header.grey ? 1 : 0;
     info->variable_rate = header.variable_rate ? 1 : 0;
-    info->rate_level = header.rate_level / double(plexus::ae::kRateLevelOne);
+    info->rate_level = header.rate_level / double(plexus::codec::kRateLevelOne);
   });
 }
 

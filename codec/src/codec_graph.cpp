@@ -8,7 +8,7 @@
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/net.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace {
 
@@ -669,4 +669,4 @@ HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const Mode
   return geometry;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -19,7 +19,7 @@
 #include "plexus/model_spec.h"
 #include "plexus/registry.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 inline constexpr const char* kEntropyModelType = "FactorizedEntropyModel";
 inline constexpr const char* kGaussianType = "GaussianConditional";
@@ -162,4 +162,4 @@ struct HyperpriorGeometry {
 };
 HyperpriorGeometry probe_hyperprior_geometry(const CodecGraph& graph, const ModelSpec& spec, const Registry& registry);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -29,7 +29,7 @@
 #include "plexus/codec/rans.h"
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace {
 
@@ -284,7 +284,7 @@ CodecModel::CodecModel(const ModelSpec& spec, TensorFile file, const Registry& r
                        std::string name)
     : name_(std::move(name)), device_(device) {
   check_contract(spec);
-  rate_levels_ = ae::rate_levels(spec);
+  rate_levels_ = codec::rate_levels(spec);
   stride_ = derive_stride(spec, registry);
   CodecGraph graph = split_for_coding(spec);
   kind_ = graph.kind;
@@ -409,7 +409,7 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, Ten
     // copy of its weights goes as they are read, and the float copy as they are
     // quantised, so the weights are held about once at a time.
     codec::FloatNetwork float_network =
-        ae::take_float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
+        codec::take_float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "'" + name_ + "'");
     const std::string integer_prefix = integer_network_prefix(graph.gaussian_node);
     if (has_calibration(file, integer_prefix)) {
       calibration = load_calibration(file, integer_prefix, float_network, "'" + name_ + "'");
@@ -417,7 +417,7 @@ void CodecModel::load_tables(const CodecGraph& graph, const ModelSpec& spec, Ten
       calibrate_on_prior(float_network, tables_, calibration);
       computed_tables_ = true;
     }
-    network = ae::integer_entropy_parameters(std::move(float_network), calibration, "'" + name_ + "'");
+    network = codec::integer_entropy_parameters(std::move(float_network), calibration, "'" + name_ + "'");
   }
   // The sizes for one hyper-latent position (ShapeError when they do not work out).
   const Shape scales = network.in_channels != factorized_channels ? Shape{} : network.output_shape(1, 1);
@@ -460,9 +460,9 @@ std::uint64_t CodecModel::compute_fingerprint(const ModelSpec& spec) {
 CodecModel::~CodecModel() = default;
 
 void CodecModel::set_format_version(std::uint16_t version) {
-  if (version != kSectionedVersion && version != ae::format_version(kind_))
+  if (version != kSectionedVersion && version != codec::format_version(kind_))
     throw ConfigError("'" + name_ + "' writes format version " + std::to_string(kSectionedVersion) + " or " +
-                      std::to_string(ae::format_version(kind_)) + " (that of a " + model_kind_name(kind_) +
+                      std::to_string(codec::format_version(kind_)) + " (that of a " + model_kind_name(kind_) +
                       " model), not " + std::to_string(version));
   format_version_ = version;
 }
@@ -514,7 +514,7 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
     }
     analysis_->input(kImage).copy_from(input);
     banded_analysis_->set_origins(band.input.first);
-    ae::set_rate_level(*ctx_, *analysis_, rate_level());
+    codec::set_rate_level(*ctx_, *analysis_, rate_level());
     analysis_->forward(*ctx_);
     for (const std::string& blob : analysis_outputs_) {
       const Tensor& value = analysis_->blob(blob);
@@ -539,7 +539,7 @@ CodecModel::Latents CodecModel::analyse(const data::Image& image) {
     hyper_analysis_->reshape(shapes);
     for (const std::string& input : hyper_analysis_->spec().inputs)
       if (whole.count(input)) hyper_analysis_->input(input).copy_from(whole.at(input));
-    ae::set_rate_level(*ctx_, *hyper_analysis_, rate_level());
+    codec::set_rate_level(*ctx_, *hyper_analysis_, rate_level());
     hyper_analysis_->forward(*ctx_);
     const Tensor& z = hyper_analysis_->blob(hyper_latent_);
     latents.hyper_latent = device_.is_cpu() ? z.clone() : z.to(Device::cpu());
@@ -990,7 +990,7 @@ data::Image CodecModel::synthesize(const Tensor& latent, std::uint32_t rate_leve
       synthesis_->input(synthesis_input_).copy_from(input);
     }
     banded_synthesis_->set_origins(band.input.first);
-    ae::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
+    codec::set_rate_level(*ctx_, *synthesis_, rate_level / double(kRateLevelOne));
     synthesis_->forward(*ctx_);
     const Tensor& value = synthesis_->blob(kReconstruction);
     const Tensor host = device_.is_cpu() ? Tensor() : value.to(Device::cpu());
@@ -1104,4 +1104,4 @@ void write_coding_tables(const std::string& path, const Registry& registry) {
   }
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -5,7 +5,7 @@
 
 #include "network_structure.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 std::vector<std::vector<std::size_t>> grouped_checkerboard_streams(const std::vector<std::int32_t>& group_channels,
                                                                    std::size_t height, std::size_t width) {
@@ -94,4 +94,4 @@ void calibrate_grouped_checkerboard(const codec::FloatNetwork& network, codec::F
   evaluation.values(network.decoded, 0, network.channels()[static_cast<std::size_t>(network.decoded)]);
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

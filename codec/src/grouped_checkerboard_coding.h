@@ -21,7 +21,7 @@
 #include "plexus/codec/integer_network.h"
 #include "plexus/codec/integer_network_quantizer.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 // Whether latent element n of a [C, height, width] latent is an anchor.
 inline bool is_checkerboard_anchor(std::size_t n, std::size_t plane, std::size_t width) {
@@ -53,4 +53,4 @@ void calibrate_grouped_checkerboard(const codec::FloatNetwork& network, codec::F
                                     std::int64_t hyper_height, std::int64_t hyper_width,
                                     const std::vector<float>& latent, std::mt19937_64& random);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

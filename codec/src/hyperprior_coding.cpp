@@ -8,7 +8,7 @@
 
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace {
 
@@ -425,4 +425,4 @@ std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodi
   return samples;
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -39,7 +39,7 @@
 #include "plexus/codec/integer_network_quantizer.h"
 #include "plexus/model_spec.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 // Where the entropy parameters come from and go to.
 struct EntropyParameterBlobs {
@@ -103,4 +103,4 @@ codec::IntegerNetwork integer_entropy_parameters(codec::FloatNetwork network,
 std::vector<std::vector<std::int32_t>> prior_samples(const codec::FactorizedCodingTables& tables, int count, int side,
                                                      std::uint64_t seed = 1);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -5,7 +5,7 @@
 #include "plexus/codec/codec_model.h"
 #include "plexus/error.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace {
 
@@ -112,4 +112,4 @@ std::optional<std::uint64_t> recorded_fingerprint(const std::string& path) {
   return recorded_fingerprint(load_safetensors_metadata(path), "'" + path + "'");
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

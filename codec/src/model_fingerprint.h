@@ -11,7 +11,7 @@
 #include "plexus/codec/integer_network.h"
 #include "plexus/tensor.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 // The name, the shape (each dimension as a 64-bit integer) and the f32 values.
 void hash_tensor(plexus::Fnv1a64& hash, const std::string& name, const Tensor& tensor);
@@ -29,4 +29,4 @@ void hash_values(plexus::Fnv1a64& hash, const std::vector<T>& values) {
 void hash_hyperprior(plexus::Fnv1a64& hash, const codec::IntegerNetwork& network,
                      const codec::GaussianTables& gaussian);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

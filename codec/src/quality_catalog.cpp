@@ -16,7 +16,7 @@
 #include "plexus/error.h"
 #include "plexus/json_nesting.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 namespace fs = std::filesystem;
 
@@ -167,4 +167,4 @@ std::string shipped_quality_catalog_path() {
   return std::string(PLEXUS_CODEC_SOURCE_TRAINED) + "/quality-catalog.json";
 }
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   try {
     const plexus::Device device = plexus::parse_device(device_text);
     const plexus::Registry registry = plexus::builtin_registry();
-    auto model = plexus::ae::CodecModel::from_file(model_path, registry, device);
+    auto model = plexus::codec::CodecModel::from_file(model_path, registry, device);
     using Clock = std::chrono::steady_clock;
     for (const std::string& path : images) {
       const plexus::data::Image image = plexus::data::read_image(path);

@@ -150,7 +150,7 @@ struct ModelCase {
 // The loss lambda of a case: "lambda", or for a variable-rate model the mean
 // of its "lambdas" (what plexus-ae train weights "mse" by).
 double case_lambda(const json& m) {
-  if (m.contains("lambdas")) return ae::variable_rate_lambda(m["lambdas"].get<std::vector<double>>());
+  if (m.contains("lambdas")) return codec::variable_rate_lambda(m["lambdas"].get<std::vector<double>>());
   return m["lambda"].get<double>();
 }
 
@@ -173,9 +173,9 @@ std::map<std::string, Shape> case_inputs(const ModelSpec& spec, const json& m, s
     throw ConfigError("case '" + m["name"].get<std::string>() + "': \"step_loss\" must be \"mse\", got \"" + step_loss +
                       "\"");
   const std::int64_t patch = m["patch"], channels = m.value("channels", 3);
-  if (layer_step(m)) return {{ae::kImage, Shape{batch, channels, patch, patch}}};
-  ae::check_contract(spec);
-  return ae::model_input_shapes(spec, Shape{batch, 3, patch, patch});
+  if (layer_step(m)) return {{codec::kImage, Shape{batch, channels, patch, patch}}};
+  codec::check_contract(spec);
+  return codec::model_input_shapes(spec, Shape{batch, 3, patch, patch});
 }
 
 // A training step of a model spec, built through the autoencoder contract as
@@ -188,7 +188,7 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   ModelSpec spec = case_spec(m, root);
   const std::int64_t batch = m["batch"];
   const std::map<std::string, Shape> inputs = case_inputs(spec, m, batch);
-  const Shape image = inputs.at(ae::kImage);
+  const Shape image = inputs.at(codec::kImage);
   auto owned = std::make_unique<ModelCase>();
   ModelCase& c = *owned;
   c.net = std::make_unique<Net>(spec, registry, inputs, DType::f32, gpu, 1);
@@ -198,15 +198,15 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
   c.net->set_activation_fusion(activation_fusion_for_training(c.ctx->kernel_settings()));
   c.ctx->set_training(true);
   std::mt19937_64 rng(2);
-  c.net->input(ae::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));
-  if (const int levels = ae::rate_levels(spec); levels > 0) {
+  c.net->input(codec::kImage).copy_from(random_tensor(image, 0.0, 1.0, rng, gpu));
+  if (const int levels = codec::rate_levels(spec); levels > 0) {
     std::vector<double> level(static_cast<std::size_t>(batch)), weight(static_cast<std::size_t>(batch), 1.0);
     for (std::size_t n = 0; n < level.size(); ++n) level[n] = static_cast<double>(n % static_cast<std::size_t>(levels));
-    ae::set_rate_inputs(*c.ctx, *c.net, level, weight);
+    codec::set_rate_inputs(*c.ctx, *c.net, level, weight);
   }
   c.params = c.net->trainable_parameters();
-  c.loss_weights = {{ae::kDistortion, ae::distortion_weight(case_lambda(m))}};
-  if (!layer_step(m)) c.loss_weights[ae::kRate] = 1.0;
+  c.loss_weights = {{codec::kDistortion, codec::distortion_weight(case_lambda(m))}};
+  if (!layer_step(m)) c.loss_weights[codec::kRate] = 1.0;
   return owned;
 }
 
@@ -215,7 +215,8 @@ std::unique_ptr<ModelCase> model_case(const Registry& registry, const json& m, c
 json check_model(const Registry& registry, const json& m, const std::string& root) {
   const ModelSpec spec = case_spec(m, root);
   const Net net(spec, registry, case_inputs(spec, m, 1));
-  if (!net.has_blob(ae::kDistortion)) throw ConfigError("case '" + m["name"].get<std::string>() + "' has no \"mse\"");
+  if (!net.has_blob(codec::kDistortion))
+    throw ConfigError("case '" + m["name"].get<std::string>() + "' has no \"mse\"");
   return {{"kind", "check"}, {"name", m["name"]}, {"nodes", spec.nodes.size()}, {"parameters", net.parameter_count()}};
 }
 

@@ -48,15 +48,15 @@ nlohmann::json probe(const std::string& spec_path, const std::string& weights, s
   const ModelSpec spec = ModelSpec::from_file(spec_path);
   const Registry registry = builtin_registry();
   const Shape image{batch, 3, patch, patch};
-  Net net(spec, registry, ae::model_input_shapes(spec, image), DType::f32, Device::cpu(), seed);
+  Net net(spec, registry, codec::model_input_shapes(spec, image), DType::f32, Device::cpu(), seed);
   Context ctx(Device::cpu(), seed);
   ctx.set_training(false);
-  net.input(ae::kImage).copy_from(pattern_image(image));
-  const int levels = ae::rate_levels(spec);
+  net.input(codec::kImage).copy_from(pattern_image(image));
+  const int levels = codec::rate_levels(spec);
   if (levels > 0) {
     std::vector<double> level(static_cast<std::size_t>(batch)), weight(static_cast<std::size_t>(batch), 1.0);
     for (std::size_t n = 0; n < level.size(); ++n) level[n] = static_cast<double>(n % static_cast<std::size_t>(levels));
-    ae::set_rate_inputs(ctx, net, level, weight);
+    codec::set_rate_inputs(ctx, net, level, weight);
   }
   scale_weights(net, weight_scale);
   save_checkpoint(weights, net, nullptr, 0);
@@ -64,8 +64,8 @@ nlohmann::json probe(const std::string& spec_path, const std::string& weights, s
   nlohmann::json parameters = nlohmann::json::object();
   for (const auto& p : net.parameters()) parameters[p.name] = p.parameter->value.shape();
   return {{"parameters", parameters},
-          {"mse", net.blob(ae::kDistortion).to_values().at(0)},
-          {"bpp", net.blob(ae::kRate).to_values().at(0)}};
+          {"mse", net.blob(codec::kDistortion).to_values().at(0)},
+          {"bpp", net.blob(codec::kRate).to_values().at(0)}};
 }
 
 }  // namespace

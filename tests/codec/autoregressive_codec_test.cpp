@@ -29,7 +29,7 @@
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 using testing::contains;
@@ -432,7 +432,8 @@ TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheFloatModelsRate) {
     const std::vector<std::uint8_t> bytes = model->compress(image);
     const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
     const double float_bpp = float_model_bits(*model, file, model->decode_latents(bytes.data(), bytes.size())) / pixels;
-    const ImageEvaluation eval = testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride());
+    const ae::ImageEvaluation eval =
+        testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride());
     std::printf("%s: file %.4f bpp, the float model's rate %.4f bpp (%+.2f%%), eval's estimate %.4f bpp (%+.2f%%)\n",
                 name, file_bpp, float_bpp, 100 * (file_bpp / float_bpp - 1), eval.bpp, 100 * (file_bpp / eval.bpp - 1));
     EXPECT_NEAR(file_bpp, float_bpp, 0.03 * float_bpp) << name;
@@ -499,4 +500,4 @@ TEST(AutoregressiveCodecCrossDevice, TheBundledMbt2018CompressedOnCudaDecodesOnT
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -24,7 +24,7 @@
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 using testing::contains;
@@ -54,8 +54,8 @@ TensorFile tiny_weights(std::uint64_t seed) {
                                      {"slice2_mean1.weight", 4}});
 }
 
-ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
-                         std::map<std::string, Tensor>* blobs = nullptr) {
+ae::ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
+                             std::map<std::string, Tensor>* blobs = nullptr) {
   return testing::evaluate_with_weights(spec, registry, file, image, stride, blobs);
 }
 
@@ -126,7 +126,7 @@ TEST_F(ChannelConditionalCodec, EachSliceReadsTheSlicesBeforeItAndNoOther) {
 TEST_F(ChannelConditionalCodec, TheDecodedLatentFollowsTheFloatModelAndTheReconstructionEval) {
   const data::Image image = testing::position_image(64, 40);
   std::map<std::string, Tensor> blobs{{"means", {}}, {"y_decoded", {}}};
-  const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride(), &blobs);
+  const ae::ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride(), &blobs);
   const CodecModel::Latents latents = model.encode_latents(image);
   const std::vector<double> float_decoded = blobs["y_decoded"].to_values(), decoded = latents.latent.to_values();
   ASSERT_EQ(float_decoded.size(), decoded.size());
@@ -394,4 +394,4 @@ TEST(ChannelConditionalCodecCrossDevice, EveryFullSizeKodakImageDecodesToTheSame
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

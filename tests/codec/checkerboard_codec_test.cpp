@@ -23,7 +23,7 @@
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 using testing::contains;
@@ -347,4 +347,4 @@ TEST(CheckerboardCodecCrossDevice, TheBundledCheckerboardMeanScaleCompressedOnCu
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

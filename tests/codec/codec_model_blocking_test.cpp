@@ -12,7 +12,7 @@
 #include "plexus/builtin_layers.h"
 #include "plexus/codec/codec_model.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 TEST(CodecModelBlocking, TheFirstCodecModelOfAProcessComputesTheTablesOfEveryLaterOne) {
@@ -30,4 +30,4 @@ TEST(CodecModelBlocking, TheFirstCodecModelOfAProcessComputesTheTablesOfEveryLat
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -137,7 +137,7 @@ inline void expect_every_bit_flip_refused(
 // so the latents span many integers (and the scales many table entries).
 inline TensorFile untrained_weights(const ModelSpec& spec, const Registry& registry, std::uint64_t seed,
                                     const std::map<std::string, double>& scaled) {
-  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 64, 64}), DType::f32, Device::cpu(), seed);
+  Net net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, 64, 64}), DType::f32, Device::cpu(), seed);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     Tensor value = named.parameter->value.clone();
@@ -166,13 +166,13 @@ inline std::vector<data::Image> cross_device_images() {
 // `other`, the same spec with other weights (their fingerprint), those of the tiny mean-scale model
 // (another tree of latent codecs) and a truncated file.
 inline void expect_foreign_files_refused(
-    ae::CodecModel& other, const Registry& registry,
+    codec::CodecModel& other, const Registry& registry,
     const std::function<std::string(const std::vector<std::uint8_t>&)>& decode_error) {
   const data::Image image = position_image(37, 29);
   const std::vector<std::uint8_t> foreign = other.compress(image);
   EXPECT_TRUE(contains(decode_error(foreign), "fingerprint")) << decode_error(foreign);
   const ModelSpec mean_scale = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json");
-  ae::CodecModel ms(mean_scale, untrained_weights(mean_scale, registry, 3, {}), registry, Device::cpu(), "ms");
+  codec::CodecModel ms(mean_scale, untrained_weights(mean_scale, registry, 3, {}), registry, Device::cpu(), "ms");
   const std::vector<std::uint8_t> mean_scale_file = ms.compress(image);
   EXPECT_TRUE(contains(decode_error(mean_scale_file), "a different tree of latent codecs"))
       << decode_error(mean_scale_file);
@@ -185,7 +185,7 @@ inline void expect_foreign_files_refused(
 inline ae::ImageEvaluation evaluate_with_weights(const ModelSpec& spec, const Registry& registry,
                                                  const TensorFile& file, const data::Image& image, int stride,
                                                  std::map<std::string, Tensor>* blobs = nullptr, double level = 0) {
-  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, stride, stride}));
+  Net net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, stride, stride}));
   for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
   Context ctx;
   ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride, level);
@@ -212,8 +212,8 @@ inline double code_bits(std::int32_t value, const codec::CodingTable& table) {
 // `level`: a variable-rate model's rate level, the same on both.
 inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, const Registry& registry,
                                 const std::vector<data::Image>& images, double level = -1) {
-  ae::CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
-  ae::CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
+  codec::CodecModel on_cuda(spec, file, registry, Device::cuda(), "model");
+  codec::CodecModel on_cpu(spec, file, registry, Device::cpu(), "model");
   if (level >= 0) {
     on_cuda.set_rate_level(level);
     on_cpu.set_rate_level(level);
@@ -223,9 +223,9 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
     const data::Image& image = images[n];
     const std::vector<std::uint8_t> bytes = on_cuda.compress(image);
     EXPECT_EQ(on_cuda.compress(image), bytes) << "image " << n << ": compressing twice on CUDA";
-    const ae::CodecModel::Latents encoded = on_cuda.encode_latents(image);
-    for (ae::CodecModel* decoder : {&on_cpu, &on_cuda}) {
-      const ae::CodecModel::Latents decoded = decoder->decode_latents(bytes.data(), bytes.size());
+    const codec::CodecModel::Latents encoded = on_cuda.encode_latents(image);
+    for (codec::CodecModel* decoder : {&on_cpu, &on_cuda}) {
+      const codec::CodecModel::Latents decoded = decoder->decode_latents(bytes.data(), bytes.size());
       const std::string where = "image " + std::to_string(n) + ", decoded on " + decoder->device().str();
       EXPECT_EQ(decoded.hyper_latent.to_values(), encoded.hyper_latent.to_values()) << where;
       EXPECT_EQ(decoded.indices, encoded.indices) << where;
@@ -234,9 +234,9 @@ inline void expect_cross_device(const ModelSpec& spec, const TensorFile& file, c
       EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << where;
     }
     // The integer network on either device for the CPU's own hyper-latent.
-    const ae::CodecModel::Latents cpu_encoded = on_cpu.encode_latents(image);
+    const codec::CodecModel::Latents cpu_encoded = on_cpu.encode_latents(image);
     const std::vector<std::uint8_t> cpu_bytes = on_cpu.compress(image);
-    const ae::CodecModel::Latents cpu_on_cuda = on_cuda.decode_latents(cpu_bytes.data(), cpu_bytes.size());
+    const codec::CodecModel::Latents cpu_on_cuda = on_cuda.decode_latents(cpu_bytes.data(), cpu_bytes.size());
     EXPECT_EQ(cpu_on_cuda.indices, cpu_encoded.indices) << "image " << n;
     EXPECT_EQ(cpu_on_cuda.means, cpu_encoded.means) << "image " << n;
 
@@ -276,7 +276,7 @@ inline std::string train_for_rate_test(const std::string& spec_file, const std::
 // decoded PSNR within `psnr_tolerance` dB of eval's.
 inline void expect_files_near_the_estimate(const ModelSpec& spec, const Registry& registry, const std::string& path,
                                            double rate_tolerance, double psnr_tolerance) {
-  auto model = ae::CodecModel::from_file(path, registry, Device::cpu());
+  auto model = codec::CodecModel::from_file(path, registry, Device::cpu());
   EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
   const TensorFile file = load_safetensors(path);
   const std::string source = PLEXUS_SOURCE_DIR;

@@ -34,7 +34,7 @@
 #include "plexus/checkpoint.h"
 #include "plexus/model_spec.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 const Registry registry = builtin_registry();
@@ -94,7 +94,7 @@ TEST_F(Codec, RoundTripGivesExactlyTheEvalReconstruction) {
   const TensorFile weights = tiny_weights(3);
   for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(weights.tensors.at(named.name));
   Context ctx;
-  const ImageEvaluation eval = evaluate_image(net, ctx, image, 4);
+  const ae::ImageEvaluation eval = ae::evaluate_image(net, ctx, image, 4);
   ASSERT_EQ(decoded.width, 21);
   ASSERT_EQ(decoded.height, 13);
   EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels);
@@ -506,7 +506,7 @@ TEST(CodecShippedModel, RealFileRateIsWithinOnePercentOfTheEstimateAndPsnrIsEval
   Net net(spec_from_checkpoint(file, path), registry, {{kImage, Shape{1, 3, 16, 16}}});
   for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
   Context ctx;
-  const ImageEvaluation eval = evaluate_image(net, ctx, image, 16);
+  const ae::ImageEvaluation eval = ae::evaluate_image(net, ctx, image, 16);
   const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
   EXPECT_NEAR(file_bpp, eval.bpp, 0.01 * eval.bpp) << "estimate " << eval.bpp;
   EXPECT_GE(file_bpp, eval.bpp * 0.999);  // a real code cannot beat the information content by much
@@ -785,9 +785,9 @@ TEST(CodecCrossDevice, CudaFilesDecodeToTheSameLatentOnCpuAndCuda) {
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 namespace fs = std::filesystem;
@@ -896,4 +896,4 @@ TEST(QualityCatalogRepository, TheCatalogInTheRepositoryIsValid) {
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -22,7 +22,7 @@
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 using testing::contains;
@@ -415,4 +415,4 @@ TEST(GroupedCheckerboardCodecCrossDevice, TheBundledElicCompressedOnCudaDecodesO
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -30,7 +30,7 @@
 #include "plexus/error.h"
 #include "plexus/testing/gtest_helpers.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 const Registry registry = builtin_registry();
@@ -57,10 +57,10 @@ using testing::put32;
 using testing::reseal;
 
 // The whole model as eval runs it (rounded latents), with the file's weights.
-ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
-                         Tensor* scales = nullptr) {
+ae::ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
+                             Tensor* scales = nullptr) {
   std::map<std::string, Tensor> blobs{{"scales", Tensor()}};
-  ImageEvaluation result = testing::evaluate_with_weights(spec, registry, file, image, stride, &blobs);
+  ae::ImageEvaluation result = testing::evaluate_with_weights(spec, registry, file, image, stride, &blobs);
   if (scales) *scales = blobs["scales"];
   return result;
 }
@@ -91,7 +91,7 @@ TEST_F(HyperpriorCodec, RoundTripGivesTheLatentsAndTheEvalReconstruction) {
     EXPECT_EQ(decoded.indices, encoded.indices) << width << "x" << height;
     EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << width << "x" << height;
     const data::Image reconstruction = model.decompress(bytes.data(), bytes.size());
-    const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride());
+    const ae::ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride());
     EXPECT_EQ(reconstruction.pixels, eval.reconstruction.pixels) << width << "x" << height;
   }
   // Latents that span many integers and scales that use much of the table.
@@ -389,7 +389,7 @@ TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
     const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
     const std::vector<std::uint8_t> bytes = model->compress(image);
     const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
-    const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model->stride());
+    const ae::ImageEvaluation eval = evaluate(tiny_spec(), file, image, model->stride());
     std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%)\n", name, file_bpp, eval.bpp,
                 100 * (file_bpp / eval.bpp - 1));
     EXPECT_NEAR(file_bpp, eval.bpp, 0.05 * eval.bpp) << name;
@@ -433,9 +433,9 @@ TEST(HyperpriorCodecCrossDevice, TheBundledSpecCompressedOnCudaDecodesOnTheCpu) 
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 // The mean-scale hyperprior, its helpers apart from the scale hyperprior's.
 namespace mean_scale {
@@ -459,8 +459,8 @@ TensorFile tiny_weights(std::uint64_t seed) {
                                     {{"g_a1.weight", 30}, {"h_a1.weight", 4}, {"h_s1.weight", 6}});
 }
 
-ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
-                         std::map<std::string, Tensor>* blobs = nullptr) {
+ae::ImageEvaluation evaluate(const ModelSpec& spec, const TensorFile& file, const data::Image& image, int stride,
+                             std::map<std::string, Tensor>* blobs = nullptr) {
   return testing::evaluate_with_weights(spec, registry, file, image, stride, blobs);
 }
 
@@ -508,7 +508,7 @@ TEST_F(MeanScaleCodec, RoundTripGivesTheSymbolsMeansAndLatentBack) {
 TEST_F(MeanScaleCodec, MeansFollowTheFloatModelAndTheReconstructionEval) {
   const data::Image image = testing::position_image(64, 40);
   std::map<std::string, Tensor> blobs{{"means", {}}, {"y_hat", {}}};
-  const ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride(), &blobs);
+  const ae::ImageEvaluation eval = evaluate(tiny_spec(), file, image, model.stride(), &blobs);
   const CodecModel::Latents latents = model.encode_latents(image);
   const std::vector<double> float_means = blobs["means"].to_values();
   ASSERT_EQ(float_means.size(), latents.means.size());
@@ -642,7 +642,7 @@ TEST(MeanScaleCodecStraightThrough, TheSynthesisReadingTheRoundedOutputIsCoded) 
   const data::Image image = testing::position_image(37, 29);
   const std::vector<std::uint8_t> bytes = model.compress(image);
   EXPECT_EQ(model.decode_latents(bytes.data(), bytes.size()).symbols, model.encode_latents(image).symbols);
-  const ImageEvaluation eval = evaluate(spec, file, image, model.stride());
+  const ae::ImageEvaluation eval = evaluate(spec, file, image, model.stride());
   EXPECT_GT(data::psnr(model.decompress(bytes.data(), bytes.size()), eval.reconstruction), 40.0);
 }
 
@@ -671,4 +671,4 @@ TEST(MeanScaleCodecCrossDevice, TheBundledMbt2018MeanCompressedOnCudaDecodesOnTh
 
 }  // namespace mean_scale
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 namespace plexus {
 namespace {
 
-using ae::kSectionedVersion;
+using codec::kSectionedVersion;
 
 const std::string kLegacy = std::string(PLEXUS_SOURCE_DIR) + "/tests/codec/legacy/";
 
@@ -52,9 +52,9 @@ void PrintTo(const LegacyCase& c, std::ostream* out) { *out << c.file; }
 
 class LegacyFiles : public ::testing::TestWithParam<LegacyCase> {
  protected:
-  std::unique_ptr<ae::CodecModel> load(Device device) {
-    return ae::CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + GetParam().model, registry_,
-                                     device);
+  std::unique_ptr<codec::CodecModel> load(Device device) {
+    return codec::CodecModel::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/trained/" + GetParam().model,
+                                        registry_, device);
   }
   std::vector<std::uint8_t> file() { return read_bytes(kLegacy + GetParam().file + ".pxae"); }
   Registry registry_ = builtin_registry();
@@ -90,8 +90,8 @@ TEST_P(LegacyFiles, CompressTheSameImageToTheSameBytes) {
 TEST_P(LegacyFiles, DecodeToTheSameLatentsOnCuda) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
   const std::vector<std::uint8_t> bytes = file();
-  const ae::CodecModel::Latents cpu = load(Device::cpu())->decode_latents(bytes.data(), bytes.size());
-  const ae::CodecModel::Latents cuda = load(Device::cuda(0))->decode_latents(bytes.data(), bytes.size());
+  const codec::CodecModel::Latents cpu = load(Device::cpu())->decode_latents(bytes.data(), bytes.size());
+  const codec::CodecModel::Latents cuda = load(Device::cuda(0))->decode_latents(bytes.data(), bytes.size());
   ASSERT_EQ(cpu.latent.shape(), cuda.latent.shape());
   EXPECT_EQ(std::memcmp(cpu.latent.raw_data(), cuda.latent.raw_data(), cpu.latent.nbytes()), 0)
       << "the latent of " << GetParam().file << ".pxae differs between the CPU and CUDA";

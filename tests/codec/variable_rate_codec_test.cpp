@@ -21,7 +21,7 @@
 #include "plexus/testing/gtest_helpers.h"
 #include "plexus/codec/quality_catalog.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 namespace {
 
 using testing::contains;
@@ -102,7 +102,7 @@ TEST_F(VariableRateCodec, TheFileRecordsTheLevelAndDecodesAtIt) {
     EXPECT_EQ(decoded.latent.to_values(), encoded.latent.to_values()) << level;
     // The decoded image is the float model's at that level, within the integer means' rounding.
     const data::Image decompressed = decoder.decompress(bytes.data(), bytes.size());
-    const ImageEvaluation eval =
+    const ae::ImageEvaluation eval =
         testing::evaluate_with_weights(tiny_spec(), registry, file, image, model.stride(), nullptr, level);
     EXPECT_GT(data::psnr(decompressed, eval.reconstruction), 40.0) << level;
   }
@@ -360,4 +360,4 @@ TEST(VariableRateCatalog, AFractionalQualityTakesTheLevelInBetween) {
 }
 
 }  // namespace
-}  // namespace plexus::ae
+}  // namespace plexus::codec

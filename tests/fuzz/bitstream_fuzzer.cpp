@@ -363,7 +363,7 @@ ModelSpec fuzz_autoregressive_spec() {
 // The weights of a model of `spec` (no coding tables: they are computed on load).
 TensorFile model_file(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
-  Net net(spec, registry, ae::model_input_shapes(spec, Shape{1, 3, 4, 4}), DType::f32, Device::cpu(), 1);
+  Net net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, 4, 4}), DType::f32, Device::cpu(), 1);
   TensorFile file;
   for (const NamedParameter& named : net.parameters()) {
     std::vector<double> values = named.parameter->value.to_values();
@@ -379,27 +379,28 @@ TensorFile model_file(const ModelSpec& spec) {
   return file;
 }
 
-std::unique_ptr<ae::CodecModel> make_model(const ModelSpec& spec) {
+std::unique_ptr<codec::CodecModel> make_model(const ModelSpec& spec) {
   const Registry registry = builtin_registry();
-  auto model = std::make_unique<ae::CodecModel>(spec, model_file(spec), registry, Device::cpu(), spec.name + " model");
+  auto model =
+      std::make_unique<codec::CodecModel>(spec, model_file(spec), registry, Device::cpu(), spec.name + " model");
   model->set_max_pixels(64 * 64);
   if (model->rate_levels() > 0) model->set_rate_level(1.5);
   return model;
 }
 
 // The model of input mode `mode` (bits 2 to 6).
-ae::CodecModel& model(std::uint8_t mode) {
-  static std::unique_ptr<ae::CodecModel> autoregressive = make_model(fuzz_autoregressive_spec());
+codec::CodecModel& model(std::uint8_t mode) {
+  static std::unique_ptr<codec::CodecModel> autoregressive = make_model(fuzz_autoregressive_spec());
   if ((mode & 96) == 96) return *autoregressive;
-  static std::unique_ptr<ae::CodecModel> checkerboard = make_model(fuzz_checkerboard_spec());
-  static std::unique_ptr<ae::CodecModel> grouped_checkerboard = make_model(fuzz_grouped_checkerboard_spec());
+  static std::unique_ptr<codec::CodecModel> checkerboard = make_model(fuzz_checkerboard_spec());
+  static std::unique_ptr<codec::CodecModel> grouped_checkerboard = make_model(fuzz_grouped_checkerboard_spec());
   if (mode & 64) return (mode & 16) ? *grouped_checkerboard : *checkerboard;
-  static std::unique_ptr<ae::CodecModel> variable_rate = make_model(fuzz_variable_rate_spec());
+  static std::unique_ptr<codec::CodecModel> variable_rate = make_model(fuzz_variable_rate_spec());
   if (mode & 32) return *variable_rate;
-  static std::unique_ptr<ae::CodecModel> factorized = make_model(fuzz_spec());
-  static std::unique_ptr<ae::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
-  static std::unique_ptr<ae::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
-  static std::unique_ptr<ae::CodecModel> channel = make_model(fuzz_channel_spec());
+  static std::unique_ptr<codec::CodecModel> factorized = make_model(fuzz_spec());
+  static std::unique_ptr<codec::CodecModel> scale_hyperprior = make_model(fuzz_hyperprior_spec());
+  static std::unique_ptr<codec::CodecModel> mean_scale = make_model(fuzz_mean_scale_spec());
+  static std::unique_ptr<codec::CodecModel> channel = make_model(fuzz_channel_spec());
   return (mode & 16) ? *channel : (mode & 8) ? *mean_scale : (mode & 4) ? *scale_hyperprior : *factorized;
 }
 
@@ -488,8 +489,8 @@ void write_seeds(const std::string& folder) {
   };
   for (bool sectioned : {false, true})
     for (std::uint8_t kind : {0, 4, 8, 16, 32}) {
-      ae::CodecModel& coder = model(kind);
-      coder.set_format_version(sectioned ? ae::kSectionedVersion : ae::format_version(coder.kind()));
+      codec::CodecModel& coder = model(kind);
+      coder.set_format_version(sectioned ? codec::kSectionedVersion : codec::format_version(coder.kind()));
       for (const auto& [width, height] : sizes) {
         if (sectioned && width == 64) continue;  // the largest seeds only once, in the kinds' versions
         const std::vector<std::uint8_t> bytes = coder.compress(image_of(width, height));
@@ -502,7 +503,7 @@ void write_seeds(const std::string& folder) {
   }
   // Files with an ICC profile section (a 132-byte header of an RGB profile, no tags).
   data::Image tagged = image_of(9, 5);
-  tagged.icc_profile.assign(ae::kMinIccProfileBytes, 0);
+  tagged.icc_profile.assign(codec::kMinIccProfileBytes, 0);
   const std::uint8_t profile_header[] = {0, 0, 0,   132, 0,   0,   0,   0,   2,   0x10,
                                          0, 0, 'm', 'n', 't', 'r', 'R', 'G', 'B', ' '};
   std::copy(std::begin(profile_header), std::end(profile_header), tagged.icc_profile.begin());
@@ -511,7 +512,7 @@ void write_seeds(const std::string& folder) {
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | kind), bytes);
   }
   // The checkerboard model (version 5 only), after the seeds above so that their numbers stay.
-  ae::CodecModel& checkerboard = model(64);
+  codec::CodecModel& checkerboard = model(64);
   std::vector<std::vector<std::uint8_t>> files;
   for (const auto& [width, height] : sizes) files.push_back(checkerboard.compress(image_of(width, height)));
   files.push_back(with_optional_section(checkerboard.compress(image_of(13, 7))));
@@ -520,7 +521,7 @@ void write_seeds(const std::string& folder) {
   for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 64), checkerboard.compress(tagged));
   // The autoregressive model (version 5 only), the same way, from seed-130.
   index = 130;
-  ae::CodecModel& autoregressive = model(96);
+  codec::CodecModel& autoregressive = model(96);
   files.clear();
   for (const auto& [width, height] : sizes) files.push_back(autoregressive.compress(image_of(width, height)));
   files.push_back(with_optional_section(autoregressive.compress(image_of(13, 7))));
@@ -529,7 +530,7 @@ void write_seeds(const std::string& folder) {
     for (std::uint8_t mode : {0, 3}) write(static_cast<std::uint8_t>(mode | 96), bytes);
   // The grouped checkerboard model (version 5 only), from seed 150.
   index = 150;
-  ae::CodecModel& grouped = model(64 | 16);
+  codec::CodecModel& grouped = model(64 | 16);
   files.clear();
   for (const auto& [width, height] : sizes) files.push_back(grouped.compress(image_of(width, height)));
   files.push_back(with_optional_section(grouped.compress(image_of(13, 7))));
@@ -555,7 +556,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
-  ae::CodecModel& decoder = model(mode);
+  codec::CodecModel& decoder = model(mode);
   std::vector<std::uint8_t> bytes(data + 1, data + size);
   if ((mode & 1) && bytes.size() >= 16) {
     const std::uint64_t fingerprint = decoder.fingerprint();

@@ -36,7 +36,7 @@ ModelSpec hyperprior_spec() {
 
 TEST(HyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
   const ModelSpec spec = hyperprior_spec();
-  ae::check_contract(spec);
+  codec::check_contract(spec);
   Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
   // CompressAI ScaleHyperprior(N=128, M=192), weights + biases:
   //   g_a: conv 3->N 5x5 (9,728), 3 GDN(N) (3 x 16,512), 2 conv N->N 5x5 (2 x 409,728), conv N->M 5x5 (614,592)
@@ -60,10 +60,10 @@ TEST(HyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
 }
 
 TEST(HyperpriorModel, StrideIsSetByTheHyperLatent) {
-  EXPECT_EQ(ae::derive_stride(hyperprior_spec(), registry), 64);
+  EXPECT_EQ(codec::derive_stride(hyperprior_spec(), registry), 64);
   const ModelSpec factorized =
       ModelSpec::from_file(std::string(PLEXUS_SOURCE_DIR) + "/models/specs/bmshj2018-factorized.json");
-  EXPECT_EQ(ae::derive_stride(factorized, registry), 16);
+  EXPECT_EQ(codec::derive_stride(factorized, registry), 16);
 }
 
 TEST(HyperpriorModel, RateIsTheBitsOfBothLatents) {
@@ -98,7 +98,7 @@ std::int64_t gdn(std::int64_t c) { return c * c + c; }
 
 TEST(MeanScaleHyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
   const ModelSpec spec = mean_scale_spec();
-  ae::check_contract(spec);
+  codec::check_contract(spec);
   Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
   // CompressAI MeanScaleHyperprior(N=128, M=192):
   //   g_a: conv 3->N 5x5, GDN, conv N->N 5x5, GDN, conv N->N 5x5, GDN, conv N->M 5x5
@@ -130,7 +130,7 @@ TEST(MeanScaleHyperpriorModel, HasCompressAIsParameterCountAndTensorNames) {
 }
 
 TEST(MeanScaleHyperpriorModel, StrideIsSetByTheHyperLatent) {
-  EXPECT_EQ(ae::derive_stride(mean_scale_spec(), registry), 64);
+  EXPECT_EQ(codec::derive_stride(mean_scale_spec(), registry), 64);
 }
 
 void fill_image(Net& net, const Shape& shape) {
@@ -173,7 +173,7 @@ void expect_every_parameter_gets_a_gradient(const ModelSpec& spec, const std::st
   ctx.set_training(true);
   net.zero_grad();
   net.forward(ctx);
-  net.backward(ctx, {{"mse", ae::distortion_weight(0.01)}, {"bpp", 1.0}});
+  net.backward(ctx, {{"mse", codec::distortion_weight(0.01)}, {"bpp", 1.0}});
   const std::vector<NamedParameter> parameters = net.trainable_parameters();
   ASSERT_FALSE(parameters.empty());
   for (const NamedParameter& named : parameters) {
@@ -200,7 +200,7 @@ ModelSpec mbt2018_spec() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE
 
 TEST(JointAutoregressiveModel, HasCompressAIsParameterCountAndTensorNames) {
   const ModelSpec spec = mbt2018_spec();
-  ae::check_contract(spec);
+  codec::check_contract(spec);
   Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
   // CompressAI JointAutoregressiveHierarchicalPriors(N=192, M=192): MeanScaleHyperprior's transforms (above)
   // with N = 192, h_a's first conv M->N 3x3, plus context_prediction, a MaskedConv2d M->2M 5x5 (its whole
@@ -224,7 +224,7 @@ TEST(JointAutoregressiveModel, HasCompressAIsParameterCountAndTensorNames) {
   EXPECT_EQ(net.blob("z_hat").shape(), (Shape{1, 192, 2, 3}));
   EXPECT_EQ(net.layer("context_prediction").type(), "Conv2d");
   EXPECT_EQ(spec.codec["y"]["type"], "autoregressive");
-  EXPECT_EQ(ae::derive_stride(spec, registry), 64);
+  EXPECT_EQ(codec::derive_stride(spec, registry), 64);
 }
 
 // The context is learned through the rate too, and its masked taps are not.
@@ -259,7 +259,7 @@ std::int64_t conv_transformer_block(std::int64_t c) {
 
 TEST(TcmSmallModel, HasTheParameterCountOfItsBlocksAndTheContractsTensors) {
   const ModelSpec spec = tcm_small_spec();
-  ae::check_contract(spec);
+  codec::check_contract(spec);
   Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
   const std::int64_t n = 128, m = 192;
   const std::int64_t g_a = residual_block_with_stride(3, n) + 2 * residual_block_with_stride(n, n) +
@@ -310,7 +310,7 @@ TEST(TcmSmallModel, ShiftsTheWindowsOfEveryOtherBlockAndScalesTheScores) {
   }
 }
 
-TEST(TcmSmallModel, StrideIsSetByTheHyperLatent) { EXPECT_EQ(ae::derive_stride(tcm_small_spec(), registry), 64); }
+TEST(TcmSmallModel, StrideIsSetByTheHyperLatent) { EXPECT_EQ(codec::derive_stride(tcm_small_spec(), registry), 64); }
 
 TEST(TcmSmallModel, EveryParameterGetsAGradient) { expect_every_parameter_gets_a_gradient(tcm_small_spec()); }
 
@@ -323,7 +323,7 @@ ModelSpec elic_spec() { return ModelSpec::from_file(std::string(PLEXUS_SOURCE_DI
 // [2M hyper-parameters, spatial, channel] -> 640 -> 512 -> 2 C_k.
 TEST(ElicModel, HasTheParameterCountOfItsBlocksAndGroups) {
   const ModelSpec spec = elic_spec();
-  ae::check_contract(spec);
+  codec::check_contract(spec);
   Net net(spec, registry, {{"image", Shape{1, 3, 128, 192}}});
   const std::int64_t n = 192, m = 320;
   auto bottleneck = [](std::int64_t c) { return conv(c, c / 2, 1) + conv(c / 2, c / 2, 3) + conv(c / 2, c, 1); };
@@ -354,7 +354,7 @@ TEST(ElicModel, HasTheParameterCountOfItsBlocksAndGroups) {
     EXPECT_EQ(net.blob("group" + g + "_spatial_context").shape(), (Shape{1, 2 * groups[k], 8, 12})) << g;
     EXPECT_EQ(net.layer("group" + g + "_anchor_mask").type(), "CheckerboardMask") << g;
   }
-  EXPECT_EQ(ae::derive_stride(spec, registry), 64);
+  EXPECT_EQ(codec::derive_stride(spec, registry), 64);
 }
 
 // The spatial contexts learn through the rate of the other positions: each

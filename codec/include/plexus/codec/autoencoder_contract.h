@@ -29,7 +29,7 @@
 #include "plexus/net.h"
 #include "plexus/registry.h"
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 inline constexpr const char* kImage = "image";
 inline constexpr const char* kReconstruction = "x_hat";
@@ -122,4 +122,4 @@ void set_rate_inputs(Context& ctx, Net& net, const std::vector<double>& levels, 
 // throws ConfigError when the spec has no consistent stride.
 int derive_stride(const ModelSpec& spec, const Registry& registry);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

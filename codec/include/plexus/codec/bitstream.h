@@ -69,7 +69,7 @@
 #include <string>
 #include <vector>
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 inline constexpr std::uint16_t kBitstreamVersion = 5;     // the newest version this plexus-ae reads (and writes)
 inline constexpr std::uint16_t kSectionedVersion = 5;     // the first sectioned version
@@ -220,4 +220,4 @@ Bitstream parse_bitstream(const std::uint8_t* bytes, std::size_t size, const Bit
 
 std::string fingerprint_text(std::uint64_t fingerprint);  // 16 hex digits
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

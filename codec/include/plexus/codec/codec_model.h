@@ -83,7 +83,7 @@ namespace plexus::codec {
 class AutoregressiveRunner;  // an autoregressive model's latent part (src/autoregressive_coding.h)
 }  // namespace plexus::codec
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 struct CodecGraph;      // the model's graph cut at the latent (src/codec_graph.h)
 class BandedTransform;  // a transform run in bands of rows (src/codec_model.cpp)
@@ -325,4 +325,4 @@ std::optional<std::uint64_t> recorded_fingerprint(const std::map<std::string, st
 // The same of the model file at `path`, reading only its header.
 std::optional<std::uint64_t> recorded_fingerprint(const std::string& path);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace plexus::ae {
+namespace plexus::codec {
 
 struct QualityEntry {
   int quality = 0;
@@ -62,4 +62,4 @@ std::string shipped_quality_catalog_path();
 // expects it (a variable-rate model: with --lambdas of every entry it serves).
 std::string training_commands(const QualityCatalog& catalog, const QualityEntry& entry);
 
-}  // namespace plexus::ae
+}  // namespace plexus::codec
