@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const plexus::ModelSpec spec = plexus::ModelSpec::from_text(text, "fuzz.json");
     try {
-      const plexus::ae::TrainingLoss loss = plexus::ae::training_loss(spec);
-      const plexus::ModelSpec training = plexus::ae::training_spec(spec, loss);
+      const plexus::codec::TrainingLoss loss = plexus::codec::training_loss(spec);
+      const plexus::ModelSpec training = plexus::codec::training_spec(spec, loss);
       (void)training;
     } catch (const plexus::Error&) {
     }
