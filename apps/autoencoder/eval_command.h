@@ -35,6 +35,8 @@ struct CodecEvaluation {
 // model cannot be used as one.
 std::unique_ptr<CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry, Device device);
 
-CodecEvaluation evaluate_codec(CodecModel& codec, const data::Image& image);
+// `decoded_latent`, when given, receives the latent the file decodes to
+// (CodecModel::Latents::latent), decoded once more outside the timings.
+CodecEvaluation evaluate_codec(CodecModel& codec, const data::Image& image, Tensor* decoded_latent = nullptr);
 
 }  // namespace plexus::ae
