@@ -295,7 +295,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample\n"
                   "  plexus-ae eval --model runs/demo/checkpoint.safetensors --data kodak --out recon --device cpu\n"
                   "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
-                  "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
+                  "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count;\n"
+                  "a context that reads the decoded latent (checkerboard, autoregressive) reads the file's.");
   command->callback([options, &exit_code] {
     use_cpu_threads(options->cpu_threads);
     exit_code = run_eval(*options);
