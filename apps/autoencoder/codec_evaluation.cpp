@@ -19,7 +19,7 @@ std::unique_ptr<codec::CodecModel> codec_for_eval(const std::string& model_path,
   }
 }
 
-CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image) {
+CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image, Tensor* decoded_latent) {
   using Clock = std::chrono::steady_clock;
   CodecEvaluation result;
   // compress ends by copying the latent to the host and decompress by
@@ -35,6 +35,7 @@ CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& imag
   result.ms_ssim = ms_ssim_of_images(decoded, image);
   result.encode_ms = std::chrono::duration<double, std::milli>(encoded - start).count();
   result.decode_ms = std::chrono::duration<double, std::milli>(decoded_at - encoded).count();
+  if (decoded_latent) *decoded_latent = codec.decode_latents(bytes.data(), bytes.size()).latent;
   return result;
 }
 

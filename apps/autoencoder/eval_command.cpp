@@ -61,8 +61,11 @@ struct EvalResults {
 struct Evaluator {
   Evaluator(const EvalOptions& o, const ModelSpec& spec, const Registry& registry, int stride, Device device,
             Precision precision)
-      : net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, stride, stride}), DType::f32, device, 0,
-            InitialParameters::for_loading),
+      : contexts(spec, registry),
+        net(contexts.empty() ? spec : contexts.spec(), registry,
+            contexts.empty() ? codec::model_input_shapes(spec, Shape{1, 3, stride, stride})
+                             : contexts.input_shapes(Shape{1, 3, stride, stride}),
+            DType::f32, device, 0, InitialParameters::for_loading),
         step(load_checkpoint(o.model, net, nullptr)),
         ctx(device, 0),
         codec(codec_for_eval(o.model, registry, device)),
@@ -73,6 +76,8 @@ struct Evaluator {
     if (codec) codec->set_precision(precision);
     if (codec && codec->rate_levels() > 0) codec->set_rate_level(level);
   }
+  // A model whose context reads its decoded latent runs with it (as the codec decodes it, with the codec).
+  const DecodedContexts contexts;
   Net net;
   const std::int64_t step;  // of the --model file
   Context ctx;
@@ -198,11 +203,14 @@ EvalResults evaluate_images(Evaluator& evaluator, data::ImageFolder& images, con
     result.name = images.relative_path(i);
     result.width = image->width;
     result.height = image->height;
-    ImageEvaluation e = evaluate_image(evaluator.net, evaluator.ctx, *image, evaluator.stride, evaluator.level);
+    Tensor decoded;  // the latent of the image's file, for a model whose context reads it
+    if (evaluator.codec)
+      result.file = evaluate_codec(*evaluator.codec, *image, evaluator.contexts.empty() ? nullptr : &decoded);
+    ImageEvaluation e = evaluate_image(evaluator.net, evaluator.ctx, *image, evaluator.stride, evaluator.level,
+                                       &evaluator.contexts, decoded.defined() ? &decoded : nullptr);
     result.psnr = e.psnr;
     result.bpp = e.bpp;
     result.ms_ssim = e.ms_ssim;
-    if (evaluator.codec) result.file = evaluate_codec(*evaluator.codec, *image);
     evaluated(result);
     if (writer) result.reconstruction = writer->write(result.name, e.reconstruction);
     results.images.push_back(std::move(result));
@@ -287,7 +295,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "  plexus-ae eval --model runs/demo/model.safetensors --data data/eval-sample\n"
                   "  plexus-ae eval --model runs/demo/checkpoint.safetensors --data kodak --out recon --device cpu\n"
                   "Images are padded (edge pixels repeated) to a multiple of the model's stride and cropped back;\n"
-                  "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count.");
+                  "bpp is the entropy model's estimate for the rounded latent, divided by the original pixel count;\n"
+                  "a context that reads the decoded latent (checkerboard, autoregressive) reads the file's.");
   command->callback([options, &exit_code] {
     use_cpu_threads(options->cpu_threads);
     exit_code = run_eval(*options);

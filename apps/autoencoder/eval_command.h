@@ -36,6 +36,8 @@ struct CodecEvaluation {
 std::unique_ptr<codec::CodecModel> codec_for_eval(const std::string& model_path, const Registry& registry,
                                                   Device device);
 
-CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image);
+// `decoded_latent`, when given, receives the latent the file decodes to
+// (codec::CodecModel::Latents::latent), decoded once more outside the timings.
+CodecEvaluation evaluate_codec(codec::CodecModel& codec, const data::Image& image, Tensor* decoded_latent = nullptr);
 
 }  // namespace plexus::ae

@@ -8,11 +8,14 @@
 // minnen2020-channel trains and codes (one stream per channel group), and so
 // does the bundled checkerboard-mean-scale (the anchors' stream, then the
 // other positions'), and the bundled mbt2018 (the latent position by position
-// through its masked context, one stream).
+// through its masked context, one stream), and eval reports its estimate
+// beside its files.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.h"
 #include "apps/metrics_log_reader.h"
@@ -138,6 +141,19 @@ TEST(PlexusAeMeanScaleHyperprior, TheAutoregressiveSpecTrainsAndCodesOnTheCpu) {
   ASSERT_FALSE(logged.empty());
   EXPECT_TRUE(std::isfinite(logged.back()["loss"].get<double>())) << logged.back().dump();
   expect_round_trip(folder, folder / "images/b.png", 2, "70x64");  // z, the latent
+  // eval loads the weights into the model with its context input made an input, fed the files' latents.
+  auto evaluated = testing::run_plexus_ae({"eval", "--model", folder / "run/model.safetensors", "--data",
+                                           folder / "images", "--out", folder / "eval", "--device", "cpu"},
+                                          folder.path());
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.describe();
+  EXPECT_FALSE(contains(evaluated.err, "reporting the estimated rate only")) << evaluated.err;
+  std::ifstream report(folder / "eval/eval.json");
+  const nlohmann::json json = nlohmann::json::parse(report);
+  ASSERT_EQ(json.at("images").size(), 2u) << json.dump();
+  for (const nlohmann::json& image : json.at("images")) {
+    EXPECT_GT(image.at("bpp").get<double>(), 0) << image.dump();
+    EXPECT_GT(image.at("file").at("bpp").get<double>(), 0) << image.dump();
+  }
 }
 
 }  // namespace

@@ -372,14 +372,84 @@ double float_model_bits(const CodecModel& model, const TensorFile& file, const C
   return bits;
 }
 
+// eval runs the context on the decoded latent: the spec with its context
+// input made a model input of the latent's shape (ae::DecodedContexts).
+TEST(AutoregressiveCodecEstimate, TheContextInputIsAModelInput) {
+  const ae::DecodedContexts contexts(tiny_spec(), registry);
+  ASSERT_EQ(contexts.inputs().size(), 1u);
+  EXPECT_EQ(contexts.inputs()[0].blob, "y_context");
+  EXPECT_EQ(contexts.inputs()[0].decoded, "y_hat");
+  EXPECT_EQ(contexts.spec().inputs, (std::vector<std::string>{"image", "y_context"}));
+  for (const NodeSpec& node : contexts.spec().nodes) EXPECT_NE(node.name, "context_quantizer");
+  const ModelSpec mean_scale = ModelSpec::from_file(std::string(PLEXUS_TEST_MODELS) + "/tiny_mean_scale.json");
+  EXPECT_TRUE(ae::DecodedContexts(mean_scale, registry).empty()) << "no context";
+  EXPECT_EQ(contexts.input_shapes({1, 3, 64, 40}).at("y_context"), (Shape{1, 8, 16, 10}));
+}
+
 // The tiny spec trained from the command line (300 steps on the bundled
-// training images), on the bundled Kodak crops: each file within 3% of the
-// rate the float model gives the latent it codes (what the integer network,
-// the scale table and the coder cost). eval's estimate is printed beside it:
-// its context reads round(y) where the coder's reads the decoded round(y -
-// mean) + mean, and this barely trained model's means follow that context
-// closely (measured: files +15% to +75% of eval's estimate, while the
-// integer network's means equal the float network's for the same context).
+// training images), on the bundled Kodak crops: eval's estimate is the rate
+// the float model gives the latent the file codes (its -log2 likelihoods in
+// f32, float_model_bits's in f64), and each file is within 2% of it
+// (measured -0.75%, -1.65%, -0.20%; before eval's context read the decoded
+// latent, +75%, +15% and +33%). The files come under the estimate where
+// latent elements lie far in their Gaussians' tails: the coder's 16-bit
+// tables, whose scale is the first table scale at or above the model's,
+// code them in fewer bits than the float likelihood counts.
+TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
+  testing::ScratchFolder folder{"autoregressive-rate"};
+  std::ofstream(folder / "tiny_autoregressive.json") << tiny_spec().to_json().dump();
+  const std::string path = testing::train_for_rate_test(folder / "tiny_autoregressive.json", folder.path());
+  auto model = CodecModel::from_file(path, registry, Device::cpu());
+  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
+  const TensorFile file = load_safetensors(path);
+  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
+    const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
+    const std::vector<std::uint8_t> bytes = model->compress(image);
+    const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
+    const CodecModel::Latents latents = model->decode_latents(bytes.data(), bytes.size());
+    const double float_bpp = float_model_bits(*model, file, latents) / pixels;
+    const ae::ImageEvaluation eval = testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride(),
+                                                                    nullptr, 0, &latents.latent);
+    std::printf("%s: file %.4f bpp, eval's estimate %.4f bpp (%+.2f%%), the float model's rate in f64 %.4f bpp\n", name,
+                file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), float_bpp);
+    EXPECT_NEAR(file_bpp, eval.bpp, 0.02 * eval.bpp) << name;
+    EXPECT_NEAR(eval.bpp, float_bpp, 0.002 * float_bpp) << name;
+  }
+  // Without a file, eval decodes with the float model, pass after pass: near
+  // the file's latent, and near its estimate; the graph as trained, its
+  // context fed round(y), is far off (measured 0.0847 bpp against 0.2040).
+  const data::Image crop =
+      data::crop_top_left(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/kodim23.png"), 96, 64);
+  const std::vector<std::uint8_t> bytes = model->compress(crop);
+  const Tensor latent = model->decode_latents(bytes.data(), bytes.size()).latent;
+  std::map<std::string, Tensor> with_file{{"y_hat", Tensor()}}, own{{"y_hat", Tensor()}};
+  const ae::ImageEvaluation from_file =
+      testing::evaluate_with_weights(tiny_spec(), registry, file, crop, model->stride(), &with_file, 0, &latent);
+  const ae::ImageEvaluation passes =
+      testing::evaluate_with_weights(tiny_spec(), registry, file, crop, model->stride(), &own);
+  ModelSpec as_trained = tiny_spec();
+  as_trained.codec = nullptr;  // no context input named: the graph's own estimate
+  const ae::ImageEvaluation graph = testing::evaluate_with_weights(as_trained, registry, file, crop, model->stride());
+  const std::vector<double> decoded = latent.to_values(), fed = with_file.at("y_hat").to_values(),
+                            converged = own.at("y_hat").to_values();
+  ASSERT_EQ(fed.size(), decoded.size());
+  ASSERT_EQ(converged.size(), decoded.size());
+  std::size_t fed_near = 0, converged_near = 0;
+  for (std::size_t n = 0; n < decoded.size(); ++n) {
+    fed_near += std::abs(fed[n] - decoded[n]) < 1e-3;
+    converged_near += std::abs(converged[n] - decoded[n]) < 1e-3;
+  }
+  std::printf("96x64 crop: estimate %.4f bpp with the file's latent, %.4f with the float model's, %.4f fed round(y); "
+              "y_hat within 1e-3 of the file's: %zu and %zu of %zu\n",
+              from_file.bpp, passes.bpp, graph.bpp, fed_near, converged_near, decoded.size());
+  EXPECT_GE(fed_near, decoded.size() * 99 / 100);
+  // A rounding that flips moves the means after it: the float decode parts from the file's there (measured:
+  // 2442 of 3072 elements within 1e-3, the estimate 0.8% apart).
+  EXPECT_GE(converged_near, decoded.size() / 2);
+  EXPECT_NEAR(passes.bpp, from_file.bpp, 0.015 * from_file.bpp);
+  EXPECT_GT(std::abs(graph.bpp / from_file.bpp - 1), 0.05) << "this model's means follow its context";
+}
+
 TEST(AutoregressiveCodecLoading, TakingTheEntropyParametersFreesTheFilesCopyOfTheirWeights) {
   // Loading holds a large model's entropy weights about once: the file's copy
   // of each goes as the float network's is made (f32, as the file holds them).
@@ -418,26 +488,6 @@ TEST(AutoregressiveCodecLoading, TakingTheEntropyParametersFreesTheFilesCopyOfTh
   ASSERT_EQ(last->conv.weight.size(), file_values.size());
   for (std::size_t n = 0; n < file_values.size(); ++n)
     EXPECT_EQ(static_cast<double>(last->conv.weight[n]), file_values[n]);
-}
-
-TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheFloatModelsRate) {
-  testing::ScratchFolder folder{"autoregressive-rate"};
-  std::ofstream(folder / "tiny_autoregressive.json") << tiny_spec().to_json().dump();
-  const std::string path = testing::train_for_rate_test(folder / "tiny_autoregressive.json", folder.path());
-  auto model = CodecModel::from_file(path, registry, Device::cpu());
-  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
-  const TensorFile file = load_safetensors(path);
-  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
-    const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
-    const std::vector<std::uint8_t> bytes = model->compress(image);
-    const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
-    const double float_bpp = float_model_bits(*model, file, model->decode_latents(bytes.data(), bytes.size())) / pixels;
-    const ae::ImageEvaluation eval =
-        testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride());
-    std::printf("%s: file %.4f bpp, the float model's rate %.4f bpp (%+.2f%%), eval's estimate %.4f bpp (%+.2f%%)\n",
-                name, file_bpp, float_bpp, 100 * (file_bpp / float_bpp - 1), eval.bpp, 100 * (file_bpp / eval.bpp - 1));
-    EXPECT_NEAR(file_bpp, float_bpp, 0.03 * float_bpp) << name;
-  }
 }
 
 std::int32_t model_slope(const CodecModel& model) {

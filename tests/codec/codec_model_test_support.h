@@ -179,16 +179,21 @@ inline void expect_foreign_files_refused(
   EXPECT_TRUE(contains(decode_error({foreign.begin(), foreign.end() - 3}), "truncated"));
 }
 
-// The whole model as eval runs it (rounded latents), with the file's
-// weights; each entry of `blobs`, when given, receives that blob's value.
-// `level`: a variable-rate model's rate level.
+// The whole model as eval runs it (rounded latents; a context that reads the
+// decoded latent given `decoded`, the file's, or else the float model's own:
+// ae::DecodedContexts), with the file's weights; each entry of `blobs`, when
+// given, receives that blob's value. `level`: a variable-rate model's rate level.
 inline ae::ImageEvaluation evaluate_with_weights(const ModelSpec& spec, const Registry& registry,
                                                  const TensorFile& file, const data::Image& image, int stride,
-                                                 std::map<std::string, Tensor>* blobs = nullptr, double level = 0) {
-  Net net(spec, registry, codec::model_input_shapes(spec, Shape{1, 3, stride, stride}));
+                                                 std::map<std::string, Tensor>* blobs = nullptr, double level = 0,
+                                                 const Tensor* decoded = nullptr) {
+  const ae::DecodedContexts contexts(spec, registry);
+  const Shape shape{1, 3, stride, stride};
+  Net net(contexts.empty() ? spec : contexts.spec(), registry,
+          contexts.empty() ? codec::model_input_shapes(spec, shape) : contexts.input_shapes(shape));
   for (const NamedParameter& named : net.parameters()) named.parameter->value.copy_from(file.tensors.at(named.name));
   Context ctx;
-  ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride, level);
+  ae::ImageEvaluation result = ae::evaluate_image(net, ctx, image, stride, level, &contexts, decoded);
   if (blobs)
     for (auto& [name, value] : *blobs) value = net.blob(name).clone();
   return result;
@@ -284,7 +289,9 @@ inline void expect_files_near_the_estimate(const ModelSpec& spec, const Registry
     const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
     const std::vector<std::uint8_t> bytes = model->compress(image);
     const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
-    const ae::ImageEvaluation eval = evaluate_with_weights(spec, registry, file, image, model->stride());
+    const Tensor latent = model->decode_latents(bytes.data(), bytes.size()).latent;
+    const ae::ImageEvaluation eval =
+        evaluate_with_weights(spec, registry, file, image, model->stride(), nullptr, 0, &latent);
     std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%)\n", name, file_bpp, eval.bpp,
                 100 * (file_bpp / eval.bpp - 1));
     EXPECT_NEAR(file_bpp, eval.bpp, rate_tolerance * eval.bpp) << name;
