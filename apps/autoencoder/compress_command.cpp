@@ -465,7 +465,7 @@ void add_memory_options(CLI::App& command, std::shared_ptr<std::string> max_memo
   command
       .add_option("--max-memory", *max_memory,
                   "bound the memory of each image: the transforms run in bands of rows chosen to fit, and an image "
-                  "that cannot fit is refused before any work (docs/performance.md gives the estimate)")
+                  "that cannot fit is refused before any work (apps/autoencoder/README.md gives the estimate)")
       ->type_name("SIZE");
   command.add_flag("--progress", progress,
                    "show the progress line (per file, with an ETA) on stderr even when it is not a terminal");

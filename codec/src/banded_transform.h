@@ -264,17 +264,71 @@ class BandedTransform {
   }
 
   // The bytes of activations one pass over an input of `shape` holds at its
-  // peak, about: the most any node holds at once (its inputs and outputs).
+  // peak, about: the most held at one node, the blobs written before it and
+  // read at or after it (or kept: the outputs) and its own outputs, as an
+  // inference-only net holds them (Net::set_inference_only): an output
+  // written over its input (LayerTraits::forward_in_place) counts once, and a
+  // convolution that reads its input last gives the input's rows back as it
+  // writes the output's (ForwardOptions::discard_input), so it holds the
+  // larger of the two and, as its threads' blocks lag behind one another and
+  // their halos, about half the smaller (measured on the shipped models).
   std::uint64_t pass_bytes(const Shape& shape) {
     reshape(shape);
+    const auto bytes = [&](const std::string& blob) {
+      return 4 * static_cast<std::uint64_t>(shape_numel(net_.blob_shape(blob)));
+    };
+    const std::set<std::string> kept(outputs_.begin(), outputs_.end());
+    std::map<std::string, std::size_t> last_read;  // blob -> the last node (of order_) reading it
+    for (std::size_t k = 0; k < order_.size(); ++k)
+      for (const std::string& blob : nodes_.at(order_[k])->inputs) last_read[blob] = k;
+    const auto expires = [&](const std::string& blob, std::size_t k) {
+      return !kept.count(blob) && (!last_read.count(blob) || last_read.at(blob) == k);
+    };
+    std::map<std::string, std::uint64_t> live{{input_, bytes(input_)}};
     std::uint64_t most = 0;
-    for (const std::string& name : order_) {
-      const NodeSpec& node = *nodes_.at(name);
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const NodeSpec& node = *nodes_.at(order_[k]);
+      const std::string* input = node.inputs.empty() ? nullptr : &node.inputs[0];
+      const bool read_last = input && expires(*input, k) &&
+                             std::count(node.inputs.begin(), node.inputs.end(), *input) == 1 && !node.outputs.empty();
+      const bool in_place = read_last && net_.layer(order_[k]).traits(Device::cpu()).forward_in_place &&
+                            net_.blob_shape(*input) == net_.blob_shape(node.outputs[0]);
+      const auto op = ops_.find(order_[k]);
+      const bool gives_back = read_last && !in_place && op != ops_.end() &&
+                              (op->second == RowOp::conv || op->second == RowOp::conv_transposed);
       std::uint64_t held = 0;
-      for (const auto* blobs : {&node.inputs, &node.outputs})
-        for (const std::string& blob : *blobs)
-          held += 4 * static_cast<std::uint64_t>(shape_numel(net_.blob_shape(blob)));
+      for (const auto& [blob, size] : live) held += size;
+      for (std::size_t o = 0; o < node.outputs.size(); ++o)
+        if (!(o == 0 && in_place)) held += bytes(node.outputs[o]);
+      if (gives_back) held -= std::min(bytes(*input), bytes(node.outputs[0])) / 2;
       most = std::max(most, held);
+      for (const std::string& blob : node.inputs)
+        if (expires(blob, k)) live.erase(blob);
+      for (const std::string& blob : node.outputs)
+        if (!expires(blob, k)) live[blob] = bytes(blob);
+    }
+    return most;
+  }
+
+  // What one thread's convolution block holds beside the blobs, at most, for an
+  // input of `shape`: its columns and the matrix product's packed copy of them.
+  // A forward block's columns are whole output rows, at least 256 positions; a
+  // transposed pass's a chunk of at most 16 MiB (convolution.cpp).
+  std::uint64_t scratch_bytes_per_thread(const Shape& shape) {
+    reshape(shape);
+    std::uint64_t most = 0;
+    for (const auto& [name, op] : ops_) {
+      if (op != RowOp::conv && op != RowOp::conv_transposed) continue;
+      const NodeSpec& node = *nodes_.at(name);
+      const std::uint64_t taps = static_cast<std::uint64_t>(int_param(node, "kernel", 1) * int_param(node, "kernel", 1));
+      const Shape& in = net_.blob_shape(node.inputs[0]);
+      const Shape& out = net_.blob_shape(node.outputs[0]);
+      const std::uint64_t columns =
+          op == RowOp::conv
+              ? 4 * static_cast<std::uint64_t>(in[1]) * taps * static_cast<std::uint64_t>(ceil_div(256, out[3]) * out[3])
+              : std::min<std::uint64_t>(std::uint64_t(16) << 20,
+                                        4 * static_cast<std::uint64_t>(out[1] * in[2] * in[3]) * taps);
+      most = std::max(most, 2 * columns);
     }
     return most;
   }

@@ -877,11 +877,17 @@ namespace {
 // /usr/bin/time -v on the shipped models, docs/performance.md): bytes per
 // latent element while its symbols, indices, means and the integer
 // network's values are live, and what a process holds before any image
-// (the libraries, the allocator's arenas) beside twice the weights.
+// (the libraries, the allocator's arenas and what the heap keeps beyond its
+// top: plexus-ae's M_TOP_PAD) beside twice the weights.
 constexpr std::uint64_t kCodingBytesPerLatentElement = 40;
-constexpr std::uint64_t kProcessBytes = std::uint64_t(48) << 20;
-// Per thread: a convolution block's columns or a transposed pass's chunk (convolution.cpp: 16 MiB).
-constexpr std::uint64_t kScratchBytesPerThread = std::uint64_t(20) << 20;
+constexpr std::uint64_t kProcessBytes = std::uint64_t(64) << 20;
+// What a band holds at its peak, for `activations` bytes of its blobs
+// (BandedTransform::pass_bytes): a third more for a synthesis in several
+// bands, measured on a 12-megapixel photo (the heap gives a band's pages back
+// only in part before the next band, whose blocks then grow beside them).
+std::uint64_t band_estimate(std::uint64_t activations, bool synthesis_in_bands) {
+  return synthesis_in_bands ? activations + activations / 3 : activations;
+}
 
 std::string bytes_text(std::uint64_t bytes) {
   char text[32];
@@ -898,19 +904,22 @@ std::string CodecModel::banded_whole_reason(bool synthesis) const {
 std::int64_t CodecModel::band_rows(BandedTransform& transform, const Shape& shape, bool decoding) {
   if (band_rows_ > 0) return band_rows_;
   if (!device_.is_cpu() || !transform.whole_reason().empty()) return shape[2];
-  const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());
   std::uint64_t budget = kDefaultBandBytes;
   if (max_memory_ > 0) {
+    // What the bound leaves the band beside the model, the transform's image and latent and its threads' scratch.
     const std::int64_t scale = decoding ? banded_synthesis_->blob_row(kReconstruction, 1) : 1;
-    const CodingMemory fixed = memory_needed(shape[3] * scale, shape[2] * scale, decoding, 0, /*fixed_only=*/true);
-    budget = max_memory_ > fixed.fixed + scratch ? max_memory_ - fixed.fixed - scratch : 0;
+    const CodingMemory held = memory_needed(shape[3] * scale, shape[2] * scale, decoding, 0, /*fixed_only=*/true);
+    const std::uint64_t beside = held.model + held.transform + scratch_bytes(transform, shape);
+    budget = max_memory_ > beside ? max_memory_ - beside : 0;
   }
   // The largest step (a multiple of the alignment) whose tallest band fits the budget.
   const std::int64_t unit = transform.alignment(shape), steps = ceil_div(shape[2], unit);
   std::int64_t low = 1, high = steps;
   while (low < high) {
     const std::int64_t mid = (low + high + 1) / 2;
-    if (band_bytes(transform, shape, mid * unit) <= budget) low = mid;
+    const std::uint64_t activations = band_bytes(transform, shape, mid * unit);
+    if ((max_memory_ > 0 ? band_estimate(activations, decoding && mid * unit < shape[2]) : activations) <= budget)
+      low = mid;
     else high = mid - 1;
   }
   return low * unit;
@@ -927,6 +936,12 @@ std::uint64_t CodecModel::band_bytes(BandedTransform& transform, const Shape& sh
   return bytes;
 }
 
+std::uint64_t CodecModel::scratch_bytes(BandedTransform& transform, const Shape& shape) {
+  const std::uint64_t bytes = transform.scratch_bytes_per_thread(shape) * static_cast<std::uint64_t>(cpu_threads());
+  transform.reshape(shape);
+  return bytes;
+}
+
 CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes,
                                        bool fixed_only) {
   const std::int64_t padded_width = (width + stride_ - 1) / stride_ * stride_;
@@ -935,23 +950,28 @@ CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, 
   const std::uint64_t latent_elements = static_cast<std::uint64_t>(latent_channels_) * (padded_height / stride_) *
                                         (padded_width / stride_) * latent_per_stride_ * latent_per_stride_;
   CodingMemory memory;
-  // The model (its nets and, for a hyperprior, the integer network), the image (read, or
-  // decoded), the latent (and y_hat beside y), the coding state and the file.
-  memory.fixed = kProcessBytes + 2 * weight_bytes_ + 3 * pixels + 8 * latent_elements +
-                 (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
-                 // an autoregressive model's tensors held for the coding loop, at every latent position
-                 (autoregressive_ ? autoregressive_->bytes_per_position() * latent_elements /
-                                        static_cast<std::uint64_t>(std::max<std::int64_t>(latent_channels_, 1))
-                                  : 0) +
-                 (decoding ? file_bytes : 2 * latent_elements);
+  // The model: its nets and, for a hyperprior, the integer network.
+  memory.model = kProcessBytes + 2 * weight_bytes_;
+  // The entropy coding: the latent (and y_hat beside y), the coding state, and the file
+  // being read, or the image being compressed (its caller holds it) and the file being written.
+  memory.coding = 8 * latent_elements +
+                  (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
+                  // an autoregressive model's tensors held for the coding loop, at every latent position
+                  (autoregressive_ ? autoregressive_->bytes_per_position() * latent_elements /
+                                         static_cast<std::uint64_t>(std::max<std::int64_t>(latent_channels_, 1))
+                                   : 0) +
+                  (decoding ? file_bytes : 3 * pixels + 2 * latent_elements);
+  // The transform: the image it reads or writes and the latent it writes or reads, beside the band.
+  memory.transform = 3 * pixels + 4 * latent_elements;
   if (fixed_only) return memory;
-  const std::uint64_t scratch = kScratchBytesPerThread * static_cast<std::uint64_t>(cpu_threads());
   BandedTransform& transform = decoding ? *banded_synthesis_ : *banded_analysis_;
   const Shape shape = decoding ? Shape{1, latent_channels_, padded_height / stride_ * latent_per_stride_,
                                        padded_width / stride_ * latent_per_stride_}
                                : Shape{1, 3, padded_height, padded_width};
   memory.band_rows = band_rows(transform, shape, decoding);
-  memory.per_band = band_bytes(transform, shape, memory.band_rows) + scratch;
+  memory.per_band =
+      band_estimate(band_bytes(transform, shape, memory.band_rows), decoding && memory.band_rows < shape[2]) +
+      scratch_bytes(transform, shape);
   return memory;
 }
 
@@ -961,9 +981,10 @@ void CodecModel::check_memory(std::int64_t width, std::int64_t height, bool deco
   if (memory.total() <= max_memory_) return;
   throw Error("cannot " + std::string(decoding ? "decompress" : "compress") + " a " + std::to_string(width) + "x" +
               std::to_string(height) + " image within --max-memory " + bytes_text(max_memory_) + ": it needs about " +
-              bytes_text(memory.total()) + " (" + bytes_text(memory.fixed) +
-              " for the model, the image and the latents, " + bytes_text(memory.per_band) + " for the " +
-              (transform_whole(decoding) ? std::string("whole image's transform") : "smallest band of rows") + ")");
+              bytes_text(memory.total()) + " (" + bytes_text(memory.model) + " for the model, and the larger of " +
+              bytes_text(memory.coding) + " for the entropy coding and " + bytes_text(memory.transform + memory.per_band) +
+              " for the transform, " + bytes_text(memory.per_band) + " of it for the " +
+              (transform_whole(decoding) ? std::string("whole image") : "smallest band of rows") + ")");
 }
 
 bool CodecModel::transform_whole(bool decoding) const { return !banded_whole_reason(decoding).empty(); }

@@ -62,4 +62,54 @@ std::vector<Out> cpu_convolution(const Conv& layer, const RowMatrix& weight, con
   return y;
 }
 
+// cpu_convolution of a transposed layer with stride s > 1 for the integer
+// network. Output position (y, x) reads only the taps i = y + p, j = x + p
+// (mod s); the others fall in the stride gaps and read zeros. So the positions
+// are computed in s^2 phases (y mod s, x mod s), each a product with its own
+// taps' columns of the weight: about 1/s^2 of one product over all taps. The
+// sums are the same integers, exact in f64 in any order (integer_network.h).
+template <typename Conv, typename In>
+std::vector<std::int64_t> cpu_transposed_convolution_by_phase(const Conv& layer, const RowMatrix& weight,
+                                                              const std::vector<In>& x, Side in, Side out) {
+  const std::int64_t k = layer.kernel, s = layer.stride, positions = out.first * out.second;
+  const arithmetic::ConvGeometry geometry{1,        layer.in_channels, layer.kernel, layer.stride, layer.padding,
+                                          in.first, in.second,         out.second};
+  const auto congruent = [&](std::int64_t a, std::int64_t b) { return ((a - b) % s + s) % s == 0; };
+  std::vector<std::int64_t> y(static_cast<std::size_t>(layer.out_channels * positions));
+  for (std::int64_t phase_y = 0; phase_y < s; ++phase_y)
+    for (std::int64_t phase_x = 0; phase_x < s; ++phase_x) {
+      std::vector<std::int64_t> taps;  // the rows r = (c k + i) k + j of the weight this phase reads
+      for (std::int64_t r = 0; r < weight.cols(); ++r)
+        if (congruent(r / k % k, phase_y + layer.padding) && congruent(r % k, phase_x + layer.padding))
+          taps.push_back(r);
+      std::vector<std::int64_t> where;  // the phase's output positions
+      for (std::int64_t row = phase_y; row < out.first; row += s)
+        for (std::int64_t column = phase_x; column < out.second; column += s) where.push_back(row * out.second + column);
+      const std::int64_t rows = static_cast<std::int64_t>(taps.size()), count = static_cast<std::int64_t>(where.size());
+      if (count == 0) continue;
+      RowMatrix phase_weight(layer.out_channels, rows);
+      for (std::int64_t t = 0; t < rows; ++t) phase_weight.col(t) = weight.col(taps[static_cast<std::size_t>(t)]);
+      const std::int64_t block = cpu_block_positions(count, std::max<std::int64_t>(rows, 1));
+      parallel_for((count + block - 1) / block, [&](std::int64_t b) {
+        const std::int64_t first = b * block, size = std::min(block, count - first);
+        RowMatrix cols(rows, size);
+        for (std::int64_t t = 0; t < rows; ++t) {
+          const std::int64_t r = taps[static_cast<std::size_t>(t)];
+          for (std::int64_t p = 0; p < size; ++p) {
+            const std::int64_t q = where[static_cast<std::size_t>(first + p)];
+            const std::int64_t source =
+                arithmetic::tap_source(geometry, r / (k * k), r / k % k, r % k, q / out.second, q % out.second);
+            cols(t, p) = source < 0 ? 0.0 : static_cast<double>(x[static_cast<std::size_t>(source)]);
+          }
+        }
+        const RowMatrix product = phase_weight * cols;
+        for (std::int64_t o = 0; o < layer.out_channels; ++o)
+          for (std::int64_t p = 0; p < size; ++p)
+            y[static_cast<std::size_t>(o * positions + where[static_cast<std::size_t>(first + p)])] =
+                layer.bias[static_cast<std::size_t>(o)] + static_cast<std::int64_t>(product(o, p));
+      });
+    }
+  return y;
+}
+
 }  // namespace plexus::codec

@@ -34,8 +34,11 @@ class CpuBackend final : public IntegerNetworkRunner::Backend {
         // every layer, it would double the memory of a large model's network
         // (hundreds of megabytes), and making it costs one read of the weights,
         // against the product's one per output position.
-        y = cpu_convolution<std::int64_t>(node.conv, weight_rows(node.conv), input(0),
-                                          sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t]);
+        y = node.conv.transposed && node.conv.stride > 1
+                ? cpu_transposed_convolution_by_phase(node.conv, weight_rows(node.conv), input(0),
+                                                      sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t])
+                : cpu_convolution<std::int64_t>(node.conv, weight_rows(node.conv), input(0),
+                                                sides_[static_cast<std::size_t>(node.inputs[0])], sides_[t]);
         break;
       case IntegerOp::rescale:
         y = input(0);

@@ -2,7 +2,8 @@
 // integer_network_quantizer.h): against an independent f64 reference of the
 // float network (the layers' scatter formulas, written here), the table
 // index against the float path's index, the fixed-point means against the
-// float means, calibration, validation of stored parameters and graphs, and
+// float means, the CPU's transposed convolutions by phase against one product
+// over every tap, calibration, validation of stored parameters and graphs, and
 // bit-identical indices and means on the CPU and CUDA.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <random>
 
+#include "cpu_convolution.h"
 #include "plexus/codec/gaussian_tables.h"
 #include "plexus/codec/integer_network.h"
 #include "plexus/codec/integer_network_quantizer.h"
@@ -190,6 +192,41 @@ double largest_magnitude(const std::vector<double>& values) {
   double largest = 0;
   for (double v : values) largest = std::max(largest, std::abs(v));
   return largest;
+}
+
+// A transposed layer of stride 2 or 3 computed phase by phase (the integer
+// network's CPU path) gives exactly the integers of one product over every tap,
+// the stride gaps' zeros included, for paddings 0 to 2 and odd sides.
+TEST(IntegerNetwork, TransposedConvolutionsByPhaseEqualOneProductOverEveryTap) {
+  std::mt19937 rng(58);
+  std::uniform_int_distribution<std::int32_t> weights(-127, 127), values(-32767, 32767);
+  int cases = 0;
+  for (int stride = 2; stride <= 3; ++stride)
+    for (int kernel : {3, 5})
+      for (int padding = 0; padding <= 2; ++padding) {
+        IntegerConvLayer layer;
+        layer.transposed = true;
+        layer.in_channels = 3;
+        layer.out_channels = 4;
+        layer.kernel = kernel;
+        layer.stride = stride;
+        layer.padding = padding;
+        layer.output_padding = stride - 1;
+        for (int n = 0; n < 3 * 4 * kernel * kernel; ++n) layer.weight.push_back(weights(rng));
+        for (int n = 0; n < 4; ++n) layer.bias.push_back(values(rng) * 1000);
+        const Side in{5, 7}, out{layer.output_side(in.first), layer.output_side(in.second)};
+        std::vector<std::int64_t> x(static_cast<std::size_t>(3 * in.first * in.second));
+        for (std::int64_t& v : x) v = values(rng);
+        const RowMatrix weight = weight_rows(layer);
+        const std::vector<std::int64_t> want = cpu_convolution<std::int64_t>(layer, weight, x, in, out);
+        const std::vector<std::int64_t> got = cpu_transposed_convolution_by_phase(layer, weight, x, in, out);
+        ASSERT_EQ(got.size(), static_cast<std::size_t>(4 * out.first * out.second));
+        for (std::size_t n = 0; n < want.size(); ++n)
+          ASSERT_EQ(got[n], want[n]) << "stride " << stride << ", kernel " << kernel << ", padding " << padding
+                                     << ", element " << n;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 12);
 }
 
 TEST(IntegerNetwork, CalibrationRecordsTheLargestOutputOfEveryRescaledChannel) {

@@ -58,6 +58,7 @@
 // Every way, the symbols, tables and means depend only on rounded latents
 // and integers, so a file decodes to the same latents on every machine and
 // device (CPU or CUDA).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -89,12 +90,17 @@ struct CodecGraph;      // the model's graph cut at the latent (src/codec_graph.
 class BandedTransform;  // a transform run in bands of rows (src/codec_model.cpp)
 
 // What coding one image holds at its peak, estimated before any work from the
-// model, the image's size and the band of rows its transforms run on.
+// model, the image's size and the band of rows its transforms run on. Coding
+// runs in phases that follow one another (the transform, then the entropy
+// coding, or the other way round to decompress), each freeing what the next
+// does not read, so the peak is the model and the larger of the two phases.
 struct CodingMemory {
-  std::uint64_t fixed = 0;     // the model, the image, the latents, the file and the coding state
-  std::uint64_t per_band = 0;  // the activations of the transform's band
-  std::int64_t band_rows = 0;  // input rows per step of the bands (the whole height: no bands)
-  std::uint64_t total() const { return fixed + per_band; }
+  std::uint64_t model = 0;      // the process, the model's nets and integer network: held throughout
+  std::uint64_t coding = 0;     // the entropy coding: the latents, their symbols, indices and means, the file
+  std::uint64_t transform = 0;  // the transform beside its band: the image and the latent it reads or writes
+  std::uint64_t per_band = 0;   // the activations of the transform's band, and its threads' scratch
+  std::int64_t band_rows = 0;   // input rows per step of the bands (the whole height: no bands)
+  std::uint64_t total() const { return model + std::max(coding, transform + per_band); }
 };
 
 class CodecModel {
@@ -212,7 +218,7 @@ class CodecModel {
   // The estimate for compressing (`decoding` false) or decompressing a
   // width x height image at the bound set (the band chosen); `file_bytes`:
   // the compressed file's size when known.
-  // `fixed_only`: the fixed part alone (no band is planned).
+  // `fixed_only`: all but the band (no band is planned).
   CodingMemory memory_needed(std::int64_t width, std::int64_t height, bool decoding, std::uint64_t file_bytes = 0,
                              bool fixed_only = false);
   // Error naming the bound and the estimate when memory_needed exceeds max_memory().
@@ -237,6 +243,8 @@ class CodecModel {
   std::int64_t band_rows(BandedTransform& transform, const Shape& shape, bool decoding);
   // The activations of the tallest band of steps of `rows` input rows.
   std::uint64_t band_bytes(BandedTransform& transform, const Shape& shape, std::int64_t rows);
+  // Every thread's convolution scratch for an input of `shape` (BandedTransform::scratch_bytes_per_thread).
+  std::uint64_t scratch_bytes(BandedTransform& transform, const Shape& shape);
   bool transform_whole(bool decoding) const;
   // The latent's groups (one, a channel-conditional model's slices, or a
   // checkerboard's two passes) run through the integer network from the
