@@ -1,12 +1,16 @@
 # `cmake --install build --prefix P` installs what an out-of-tree plugin
-# or a program using the codec needs: the headers, libplexus.so,
-# libplexus_codec.so, the plexus-ae app, and a CMake package so that a
-# plugin's CMakeLists says find_package(plexus) and links plexus::plexus
-# (docs/writing-plugins.md walks through it), and a program
-# find_package(plexus COMPONENTS codec) and plexus::codec.
+# or a program using the codec needs: the headers, the four libraries, the
+# plexus-ae app, and a CMake package so that a plugin's CMakeLists says
+# find_package(plexus) and links plexus::plexus (docs/writing-plugins.md
+# walks through it), a program find_package(plexus COMPONENTS codec) and
+# plexus::codec, and one that trains plexus::train (or reads images,
+# plexus::data).
 #
 #   P/include/plexus/...                   public headers (plexus/codec.h: the codec's C API)
-#   P/lib/libplexus.so, libplexus_codec.so
+#   P/lib/libplexus.so                     the core: tensors, Net, checkpoints, the built-in layers
+#   P/lib/libplexus_data.so                image files (libjpeg, libpng) and the data pipeline
+#   P/lib/libplexus_train.so               optimisers, trainer, data parallelism (NCCL, MPI)
+#   P/lib/libplexus_codec.so               the codec; with libplexus, all a decoder links
 #   P/lib/pkgconfig/plexus-codec.pc        pkg-config --cflags --libs plexus-codec
 #   P/bin/plexus-ae                        when the app is part of the build
 #   P/lib/cmake/plexus/plexusConfig.cmake  + version file, exported targets,
@@ -28,10 +32,12 @@ set(plexus_package_dir ${CMAKE_INSTALL_LIBDIR}/cmake/plexus)
 # consumer of plexus::plexus compiles with it.
 target_compile_features(plexus PUBLIC cxx_std_17)
 
-# Installed binaries find libplexus next door and the CUDA libraries where
-# they were linked from, without LD_LIBRARY_PATH.
+# Installed libraries find each other next door and the CUDA, NCCL and MPI
+# libraries where they were linked from, without LD_LIBRARY_PATH.
 set_target_properties(plexus PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
-install(TARGETS plexus EXPORT plexusTargets
+set_target_properties(plexus_data PROPERTIES EXPORT_NAME data INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(plexus_train PROPERTIES EXPORT_NAME train INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
+install(TARGETS plexus plexus_data plexus_train EXPORT plexusTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/plexus ${PROJECT_SOURCE_DIR}/layers/include/plexus
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

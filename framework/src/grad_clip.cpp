@@ -59,3 +59,15 @@ double GradientClipper::last_norm() const {
 }
 
 }  // namespace plexus
+
+#if !PLEXUS_WITH_CUDA
+// Gradient clipping's CUDA entry point in a build without CUDA: unreachable
+// (no gradient can live on a GPU there); it throws if reached.
+namespace plexus::cuda {
+
+void clip_gradients(Context&, const std::vector<Tensor*>&, double, Tensor&, Tensor&) {
+  throw DeviceError("no CUDA in this build: cannot clip gradients on a GPU");
+}
+
+}  // namespace plexus::cuda
+#endif

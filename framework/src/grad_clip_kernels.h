@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA half of gradient clipping (framework/src/cuda/grad_clip.cu; stubs
-// in grad_clip_cpu_only.cpp when built without CUDA).
+// at the end of grad_clip.cpp when built without CUDA).
 #include <vector>
 
 #include "plexus/context.h"

@@ -182,3 +182,22 @@ void Adam::apply(Context& ctx, const std::vector<NamedParameter>& parameters) {
 }
 
 }  // namespace plexus
+
+#if !PLEXUS_WITH_CUDA
+// The CUDA updates' entry points in a build without CUDA: no parameter can
+// live on a GPU there, so they are unreachable; they throw if reached.
+namespace plexus::cuda {
+
+void sgd_update(Context&, Tensor& weight, const Tensor&, Tensor&, double, double) {
+  throw DeviceError("no CUDA in this build for " + weight.describe());
+}
+struct AdamDevice {};
+AdamDevice* create_adam_device() { return new AdamDevice; }
+void destroy_adam_device(AdamDevice* device) noexcept { delete device; }
+void adam_prepare(Context&, AdamDevice&, const std::vector<AdamTensors>& tensors, double, double, double) {
+  throw DeviceError("no CUDA in this build for " + tensors.at(0).weight->describe());
+}
+void adam_apply(Context&, AdamDevice&, double, double, double) { throw DeviceError("no CUDA in this build"); }
+
+}  // namespace plexus::cuda
+#endif

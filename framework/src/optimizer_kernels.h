@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA halves of the optimiser updates (framework/src/cuda/optimizer.cu;
-// stubs in optimizer_cpu_only.cpp when built without CUDA). Every tensor has
+// stubs at the end of optimizer.cpp when built without CUDA). Every tensor has
 // the same shape, dtype and device; the caller checks.
 #include <vector>
 

@@ -151,7 +151,7 @@ TEST_F(PlexusAeDataParallel, OneCpuWorkerTrainsExactlyWhatOneProcessTrains) {
 // absolute, expected 0.
 TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see framework/CMakeLists.txt)";
   auto single = gpu_run("gpu-single", 23, {});
   ASSERT_EQ(single.exit_code, 0) << single.describe();
   EXPECT_TRUE(contains(single.err, "CUDA graph on")) << single.err;
@@ -175,7 +175,7 @@ TEST_F(PlexusAeDataParallel, OneGpuWorkerTrainsWhatOneGpuProcessTrains) {
 // and collectives in the same order. Skipped without two GPUs and NCCL.
 TEST_F(PlexusAeDataParallel, TwoGpuWorkersTrainAlikeWithAndWithoutTheCudaGraph) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see framework/CMakeLists.txt)";
   const std::vector<std::string> two_gpus{"--gpus", "2", "--replica-check-every", "5"};
   auto graph = gpu_run("two-graph", 23, two_gpus);
   if (graph.exit_code != 0 && contains(graph.err, "GPU(s) are visible")) GTEST_SKIP() << "fewer than 2 GPUs here";
@@ -263,7 +263,7 @@ class TorchrunVariables {
 // naming the address it tried.
 TEST_F(PlexusAeDataParallel, OneGpuTorchrunRankTrainsWhatOneGpuProcessTrains) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see framework/CMakeLists.txt)";
   auto single = gpu_run("torchrun-single", 23, {});
   ASSERT_EQ(single.exit_code, 0) << single.describe();
   const int port = free_port();
@@ -303,7 +303,7 @@ TEST_F(PlexusAeDataParallel, OneGpuTorchrunRankTrainsWhatOneGpuProcessTrains) {
 // 0 (the same kernels and collectives). Skipped without two GPUs.
 TEST_F(PlexusAeDataParallel, TwoGpuTorchrunRanksTrainWhatTwoWorkersTrain) {
   if (!cuda_available()) GTEST_SKIP() << testing::kNoGpuReason;
-  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  if (!distributed::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL (see framework/CMakeLists.txt)";
   const std::vector<std::string> options{"--replica-check-every", "5"};
   auto workers = gpu_run("two-workers", 23, {"--gpus", "2", "--replica-check-every", "5"});
   if (workers.exit_code != 0 && contains(workers.err, "GPU(s) are visible")) GTEST_SKIP() << "fewer than 2 GPUs here";

@@ -40,7 +40,7 @@ using testing::ScratchFolder;
 // Why these tests cannot run here, or "" when they can.
 std::string skip_reason() {
   if (!cuda_available()) return testing::kNoGpuReason;
-  if (!built_with_nccl()) return "this build has no NCCL (see cmake/PlexusNccl.cmake)";
+  if (!built_with_nccl()) return "this build has no NCCL (see framework/CMakeLists.txt)";
   return "";
 }
 

@@ -3,7 +3,9 @@
 #   1. install the already-built Plexus to a temporary prefix;
 #   2. build examples/c-api/compress_png.c against it with pkg-config
 #      (plexus-codec.pc) and with CMake (find_package(plexus COMPONENTS codec));
-#   3. run both on a bundled image at quality 3: the file must be the bytes
+#   3. check that they load no training or image-file library of Plexus
+#      (libplexus_train, libplexus_data; nor NCCL, MPI or libjpeg), then
+#      run both on a bundled image at quality 3: the file must be the bytes
 #      `plexus-ae compress --quality 3 --metadata none` writes, and the
 #      decoded pixels those of `plexus-ae decompress` of the same file.
 # Nothing of Plexus is rebuilt.
@@ -81,6 +83,11 @@ cc -std=c99 "$work/same_pixels.c" $(pkg-config --cflags --libs libpng) -o "$work
 for example in with-pkg-config cmake-build/compress_png; do
   step "$example: compress and decompress through the C API"
   name=$(basename "$example")
+  # The decoder-only link set: the program loads neither training nor image-file code of Plexus.
+  loaded=$(LD_LIBRARY_PATH=$prefix/lib ldd "$work/$example")
+  grep -q "libplexus_codec.so => $prefix/lib/" <<<"$loaded" || fail "$example does not load the installed codec"
+  ! grep -E "libplexus_(train|data)|libnccl|libmpi|libjpeg" <<<"$loaded" ||
+    fail "$example loads training or image-file libraries through libplexus_codec"
   LD_LIBRARY_PATH=$prefix/lib "$work/$example" "$image" "$work/$name.pxae" "$work/$name.png" 3
   cmp "$work/$name.pxae" "$work/cli.pxae" || fail "$example wrote other bytes than plexus-ae compress --quality 3"
   "$work/same_pixels" "$work/$name.png" "$work/cli.png" ||

@@ -25,7 +25,8 @@ step() { echo; echo "== $*"; }
 step "install Plexus to $prefix"
 "$cmake_command" --install "$build_dir" --prefix "$prefix" > "$work/install.log" 2>&1 ||
   { cat "$work/install.log"; echo "FAIL: cmake --install failed; build every target first (cmake --build $build_dir)"; exit 1; }
-for file in include/plexus/plugin.h include/plexus/gradcheck.h lib/libplexus.so \
+for file in include/plexus/plugin.h include/plexus/gradcheck.h lib/libplexus.so lib/libplexus_data.so \
+            lib/libplexus_train.so \
             lib/cmake/plexus/plexusConfig.cmake lib/cmake/plexus/plexusConfigVersion.cmake \
             lib/cmake/plexus/plexusTargets.cmake lib/cmake/plexus/PlexusPlugin.cmake; do
   [[ -f $prefix/$file ]] || { echo "FAIL: $file was not installed"; exit 1; }

@@ -40,8 +40,11 @@ class Optimizer {
   std::int64_t steps_taken() const { return steps_; }
 
   // State tensors by name, for checkpoints; load_state checks names and shapes.
-  std::map<std::string, Tensor> state() const;
-  void load_state(const std::map<std::string, Tensor>& state, std::int64_t steps);
+  // Virtual, like name(), so that save_checkpoint and load_checkpoint in
+  // libplexus call them through the object without linking libplexus_train,
+  // where the optimisers are defined.
+  virtual std::map<std::string, Tensor> state() const;
+  virtual void load_state(const std::map<std::string, Tensor>& state, std::int64_t steps);
 
  protected:
   explicit Optimizer(double learning_rate) : learning_rate_(learning_rate) {}

@@ -1,6 +1,9 @@
 #pragma once
 // Image: an 8-bit RGB picture in memory, and the conversions the training
 // and evaluation code need (file <-> Image <-> NCHW float tensor in [0, 1]).
+// The file readers and writers (read_image ... write_png, through libjpeg and
+// libpng) are in libplexus_data; the type and the in-memory functions in
+// libplexus, so that the codec needs no image file code.
 #include <cstdint>
 #include <string>
 #include <vector>
