@@ -320,14 +320,15 @@ class BandedTransform {
     for (const auto& [name, op] : ops_) {
       if (op != RowOp::conv && op != RowOp::conv_transposed) continue;
       const NodeSpec& node = *nodes_.at(name);
-      const std::uint64_t taps = static_cast<std::uint64_t>(int_param(node, "kernel", 1) * int_param(node, "kernel", 1));
+      const std::uint64_t taps =
+          static_cast<std::uint64_t>(int_param(node, "kernel", 1) * int_param(node, "kernel", 1));
       const Shape& in = net_.blob_shape(node.inputs[0]);
       const Shape& out = net_.blob_shape(node.outputs[0]);
       const std::uint64_t columns =
-          op == RowOp::conv
-              ? 4 * static_cast<std::uint64_t>(in[1]) * taps * static_cast<std::uint64_t>(ceil_div(256, out[3]) * out[3])
-              : std::min<std::uint64_t>(std::uint64_t(16) << 20,
-                                        4 * static_cast<std::uint64_t>(out[1] * in[2] * in[3]) * taps);
+          op == RowOp::conv ? 4 * static_cast<std::uint64_t>(in[1]) * taps *
+                                  static_cast<std::uint64_t>(ceil_div(256, out[3]) * out[3])
+                            : std::min<std::uint64_t>(std::uint64_t(16) << 20,
+                                                      4 * static_cast<std::uint64_t>(out[1] * in[2] * in[3]) * taps);
       most = std::max(most, 2 * columns);
     }
     return most;

@@ -954,8 +954,7 @@ CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, 
   memory.model = kProcessBytes + 2 * weight_bytes_;
   // The entropy coding: the latent (and y_hat beside y), the coding state, and the file
   // being read, or the image being compressed (its caller holds it) and the file being written.
-  memory.coding = 8 * latent_elements +
-                  (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
+  memory.coding = 8 * latent_elements + (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
                   // an autoregressive model's tensors held for the coding loop, at every latent position
                   (autoregressive_ ? autoregressive_->bytes_per_position() * latent_elements /
                                          static_cast<std::uint64_t>(std::max<std::int64_t>(latent_channels_, 1))
@@ -982,9 +981,10 @@ void CodecModel::check_memory(std::int64_t width, std::int64_t height, bool deco
   throw Error("cannot " + std::string(decoding ? "decompress" : "compress") + " a " + std::to_string(width) + "x" +
               std::to_string(height) + " image within --max-memory " + bytes_text(max_memory_) + ": it needs about " +
               bytes_text(memory.total()) + " (" + bytes_text(memory.model) + " for the model, and the larger of " +
-              bytes_text(memory.coding) + " for the entropy coding and " + bytes_text(memory.transform + memory.per_band) +
-              " for the transform, " + bytes_text(memory.per_band) + " of it for the " +
-              (transform_whole(decoding) ? std::string("whole image") : "smallest band of rows") + ")");
+              bytes_text(memory.coding) + " for the entropy coding and " +
+              bytes_text(memory.transform + memory.per_band) + " for the transform, " + bytes_text(memory.per_band) +
+              " of it for the " + (transform_whole(decoding) ? std::string("whole image") : "smallest band of rows") +
+              ")");
 }
 
 bool CodecModel::transform_whole(bool decoding) const { return !banded_whole_reason(decoding).empty(); }

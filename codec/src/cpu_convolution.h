@@ -84,7 +84,8 @@ std::vector<std::int64_t> cpu_transposed_convolution_by_phase(const Conv& layer,
           taps.push_back(r);
       std::vector<std::int64_t> where;  // the phase's output positions
       for (std::int64_t row = phase_y; row < out.first; row += s)
-        for (std::int64_t column = phase_x; column < out.second; column += s) where.push_back(row * out.second + column);
+        for (std::int64_t column = phase_x; column < out.second; column += s)
+          where.push_back(row * out.second + column);
       const std::int64_t rows = static_cast<std::int64_t>(taps.size()), count = static_cast<std::int64_t>(where.size());
       if (count == 0) continue;
       RowMatrix phase_weight(layer.out_channels, rows);

@@ -829,8 +829,7 @@ TEST(CodecBands, MaxMemoryEstimateBoundsTheMeasuredPeak) {
     std::vector<std::string> limit{"--cpu-threads", "2"};
     if (max_memory > 0) limit.insert(limit.end(), {"--max-memory", bound});
     std::vector<std::string> compress{"compress", "--quality", "3", png, "-o", file, "--overwrite"};
-    std::vector<std::string> decompress{"decompress", file, "-o", folder.path() + "/tall.out.png",
-                                        "--overwrite"};
+    std::vector<std::string> decompress{"decompress", file, "-o", folder.path() + "/tall.out.png", "--overwrite"};
     compress.insert(compress.end(), limit.begin(), limit.end());
     decompress.insert(decompress.end(), limit.begin(), limit.end());
     runs.push_back({false, max_memory, plexus_ae_peak_bytes(compress)});
@@ -846,8 +845,8 @@ TEST(CodecBands, MaxMemoryEstimateBoundsTheMeasuredPeak) {
     model->set_max_memory(run.bound);
     const CodingMemory memory = model->memory_needed(image.width, image.height, run.decoding, file_bytes);
     const std::string what = std::string(run.decoding ? "decompress" : "compress") + ", --max-memory " +
-                             std::to_string(run.bound) + ", band rows " + std::to_string(memory.band_rows) +
-                             ": peak " + std::to_string(run.peak) + ", estimate " + std::to_string(memory.total());
+                             std::to_string(run.bound) + ", band rows " + std::to_string(memory.band_rows) + ": peak " +
+                             std::to_string(run.peak) + ", estimate " + std::to_string(memory.total());
     ASSERT_GT(run.peak, 0u) << what << ": plexus-ae failed";
     EXPECT_LE(run.peak, memory.total()) << what;
     EXPECT_GE(3 * run.peak, 2 * memory.total()) << what;
