@@ -26,14 +26,44 @@ RowMatrix weight_rows(const Conv& layer) {
                                      static_cast<std::int64_t>(matrix.size()) / layer.out_channels);
 }
 
+// y[o, where[p]] = bias[o] + sum_t weight[o, t] x[tap taps[t] of output
+// position where[p]]: the columns of `weight` are the taps `taps` (rows
+// r = (c k + i) k + j of the whole weight), an im2col and one GEMM per block
+// of positions, one thread a block.
+template <typename Out, typename Conv, typename In>
+void convolve_positions(const Conv& layer, const arithmetic::ConvGeometry& geometry, const RowMatrix& weight,
+                        const std::vector<std::int64_t>& taps, const std::vector<std::int64_t>& where,
+                        const std::vector<In>& x, Side out, std::vector<Out>& y) {
+  const std::int64_t k = layer.kernel, positions = out.first * out.second;
+  const std::int64_t rows = static_cast<std::int64_t>(taps.size()), count = static_cast<std::int64_t>(where.size());
+  if (count == 0) return;
+  const std::int64_t block = cpu_block_positions(count, std::max<std::int64_t>(rows, 1));
+  parallel_for((count + block - 1) / block, [&](std::int64_t b) {
+    const std::int64_t first = b * block, size = std::min(block, count - first);
+    RowMatrix cols(rows, size);
+    for (std::int64_t t = 0; t < rows; ++t) {
+      const std::int64_t r = taps[static_cast<std::size_t>(t)];
+      for (std::int64_t p = 0; p < size; ++p) {
+        const std::int64_t q = where[static_cast<std::size_t>(first + p)];
+        const std::int64_t source =
+            arithmetic::tap_source(geometry, r / (k * k), r / k % k, r % k, q / out.second, q % out.second);
+        cols(t, p) = source < 0 ? 0.0 : static_cast<double>(x[static_cast<std::size_t>(source)]);
+      }
+    }
+    const RowMatrix product = weight * cols;
+    for (std::int64_t o = 0; o < layer.out_channels; ++o)
+      for (std::int64_t p = 0; p < size; ++p)
+        y[static_cast<std::size_t>(o * positions + where[static_cast<std::size_t>(first + p)])] =
+            layer.bias[static_cast<std::size_t>(o)] + static_cast<Out>(product(o, p));
+  });
+}
+
 // y[o, p] = bias[o] + sum_r weight[o, r] x[tap r of output position p], for
 // an input of side `in` and an output of side `out` (Out: int64 for the
 // integer network, whose products are exact integers, or double).
 template <typename Out, typename Conv, typename In>
 std::vector<Out> cpu_convolution(const Conv& layer, const RowMatrix& weight, const std::vector<In>& x, Side in,
                                  Side out) {
-  const std::int64_t rows = weight.cols(), positions = out.first * out.second, k = layer.kernel;
-  const std::int64_t block = cpu_block_positions(positions, rows);
   const arithmetic::ConvGeometry geometry{layer.transposed ? 1 : 0,
                                           layer.in_channels,
                                           layer.kernel,
@@ -42,23 +72,11 @@ std::vector<Out> cpu_convolution(const Conv& layer, const RowMatrix& weight, con
                                           in.first,
                                           in.second,
                                           out.second};
-  std::vector<Out> y(static_cast<std::size_t>(layer.out_channels * positions));
-  parallel_for((positions + block - 1) / block, [&](std::int64_t b) {
-    const std::int64_t first = b * block, count = std::min(block, positions - first);
-    RowMatrix cols(rows, count);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t p = 0; p < count; ++p) {
-        const std::int64_t q = first + p;
-        const std::int64_t source =
-            arithmetic::tap_source(geometry, r / (k * k), r / k % k, r % k, q / out.second, q % out.second);
-        cols(r, p) = source < 0 ? 0.0 : static_cast<double>(x[static_cast<std::size_t>(source)]);
-      }
-    const RowMatrix product = weight * cols;
-    for (std::int64_t o = 0; o < layer.out_channels; ++o)
-      for (std::int64_t p = 0; p < count; ++p)
-        y[static_cast<std::size_t>(o * positions + first + p)] =
-            layer.bias[static_cast<std::size_t>(o)] + static_cast<Out>(product(o, p));
-  });
+  std::vector<std::int64_t> taps(static_cast<std::size_t>(weight.cols())), where(out.first * out.second);
+  for (std::size_t r = 0; r < taps.size(); ++r) taps[r] = static_cast<std::int64_t>(r);
+  for (std::size_t q = 0; q < where.size(); ++q) where[q] = static_cast<std::int64_t>(q);
+  std::vector<Out> y(where.size() * static_cast<std::size_t>(layer.out_channels));
+  convolve_positions(layer, geometry, weight, taps, where, x, out, y);
   return y;
 }
 
@@ -86,29 +104,10 @@ std::vector<std::int64_t> cpu_transposed_convolution_by_phase(const Conv& layer,
       for (std::int64_t row = phase_y; row < out.first; row += s)
         for (std::int64_t column = phase_x; column < out.second; column += s)
           where.push_back(row * out.second + column);
-      const std::int64_t rows = static_cast<std::int64_t>(taps.size()), count = static_cast<std::int64_t>(where.size());
-      if (count == 0) continue;
-      RowMatrix phase_weight(layer.out_channels, rows);
-      for (std::int64_t t = 0; t < rows; ++t) phase_weight.col(t) = weight.col(taps[static_cast<std::size_t>(t)]);
-      const std::int64_t block = cpu_block_positions(count, std::max<std::int64_t>(rows, 1));
-      parallel_for((count + block - 1) / block, [&](std::int64_t b) {
-        const std::int64_t first = b * block, size = std::min(block, count - first);
-        RowMatrix cols(rows, size);
-        for (std::int64_t t = 0; t < rows; ++t) {
-          const std::int64_t r = taps[static_cast<std::size_t>(t)];
-          for (std::int64_t p = 0; p < size; ++p) {
-            const std::int64_t q = where[static_cast<std::size_t>(first + p)];
-            const std::int64_t source =
-                arithmetic::tap_source(geometry, r / (k * k), r / k % k, r % k, q / out.second, q % out.second);
-            cols(t, p) = source < 0 ? 0.0 : static_cast<double>(x[static_cast<std::size_t>(source)]);
-          }
-        }
-        const RowMatrix product = phase_weight * cols;
-        for (std::int64_t o = 0; o < layer.out_channels; ++o)
-          for (std::int64_t p = 0; p < size; ++p)
-            y[static_cast<std::size_t>(o * positions + where[static_cast<std::size_t>(first + p)])] =
-                layer.bias[static_cast<std::size_t>(o)] + static_cast<std::int64_t>(product(o, p));
-      });
+      RowMatrix phase_weight(layer.out_channels, static_cast<std::int64_t>(taps.size()));
+      for (std::size_t t = 0; t < taps.size(); ++t)
+        phase_weight.col(static_cast<std::int64_t>(t)) = weight.col(taps[t]);
+      convolve_positions(layer, geometry, phase_weight, taps, where, x, out, y);
     }
   return y;
 }
