@@ -1,5 +1,7 @@
 #include "plexus/cpu_parallel.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -21,14 +23,18 @@ thread_local bool inside_parallel_for = false;
 // time: about a tenth of a second per 768x512 image coded on two threads.
 class ThreadPool {
  public:
+  // Never destroyed: its workers sleep until the process ends, so nothing
+  // joins them at exit, nor in a forked child, which has none of them.
   static ThreadPool& instance() {
-    static ThreadPool pool;
-    return pool;
+    static ThreadPool* pool = new ThreadPool;
+    return *pool;
   }
 
   // Runs chunk(k) for k in [0, chunks): chunk 0 on the calling thread, the
-  // others on workers. False (nothing run) while another thread's call runs.
+  // others on workers. False (nothing run) while another thread's call runs,
+  // or in a process forked from the one that started the workers.
   bool run(int chunks, const std::function<void(int)>& chunk) {
+    if (getpid() != owner_) return false;
     std::unique_lock<std::mutex> call(call_mutex_, std::try_to_lock);
     if (!call.owns_lock()) return false;
     {
@@ -50,23 +56,13 @@ class ThreadPool {
     return true;
   }
 
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
-  }
-
  private:
   void work(int index) {
     inside_parallel_for = true;
     std::uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
+      wake_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
       if (index >= chunks_) continue;
       const std::function<void(int)>& job = *job_;
@@ -77,14 +73,14 @@ class ThreadPool {
     }
   }
 
-  std::mutex call_mutex_;  // one call at a time
+  const pid_t owner_ = getpid();  // the process whose threads the workers are
+  std::mutex call_mutex_;         // one call at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
   int chunks_ = 0, pending_ = 0;
   std::uint64_t generation_ = 0;
-  bool stop_ = false;
 };
 }  // namespace
 

@@ -10,6 +10,10 @@
 // must be bit-identical for 1, 2 and 3 threads and match a naive f64 loop
 // written here, so that the blocks are right, not only repeatable.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <cmath>
@@ -101,6 +105,36 @@ TEST(CpuThreads, ParallelForPassesExceptionsOn) {
                               if (i == 9) throw std::runtime_error("item 9");
                             }),
                std::runtime_error);
+}
+
+// A process forked after parallel_for started its threads has none of them
+// (fork copies only the calling thread): its parallel_for must still finish.
+TEST(CpuThreads, ParallelForRunsInAForkedChild) {
+  ThreadCountGuard guard;
+  set_cpu_threads(4);
+  std::atomic<int> sum{0};
+  parallel_for(8, [&](std::int64_t i) { sum += static_cast<int>(i); });  // the parent's threads start
+  ASSERT_EQ(sum.load(), 28);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0) << "fork failed";
+  if (child == 0) {
+    std::atomic<int> child_sum{0};
+    parallel_for(8, [&](std::int64_t i) { child_sum += static_cast<int>(i); });
+    _exit(child_sum.load() == 28 ? 0 : 1);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int tries = 0; tries < 200 && done == 0; ++tries) {  // up to 10 s
+    done = waitpid(child, &status, WNOHANG);
+    if (done == 0) usleep(50000);
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "parallel_for in the forked child did not finish within 10 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's parallel_for missed items";
 }
 
 TEST(CpuThreads, ZeroMeansEveryCore) {
