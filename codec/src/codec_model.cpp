@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "plexus/codec/autoencoder_contract.h"
 #include "convolution/convolution.h"
@@ -272,6 +274,22 @@ float reconstruct(std::int32_t symbol, std::int64_t mean) {
   return static_cast<float>(static_cast<double>(symbol) + mean_value(mean));
 }
 
+}  // namespace
+
+namespace {
+// The process's resident memory in bytes (Linux's /proc/self/statm; 0
+// elsewhere). A CUDA build's libraries alone hold about 200 MB of it
+// (cuBLAS's mostly), which a bound on the whole process must count.
+std::uint64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Taken as the library loads, before the program's own work: the same in
+// every program linking the same libraries, whatever it did before coding.
+const std::uint64_t kResidentAtLoad = resident_bytes();
 }  // namespace
 
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
@@ -881,6 +899,9 @@ namespace {
 // top: plexus-ae's M_TOP_PAD) beside twice the weights.
 constexpr std::uint64_t kCodingBytesPerLatentElement = 40;
 constexpr std::uint64_t kProcessBytes = std::uint64_t(64) << 20;
+// What the heap keeps beside the process's resident memory before the model
+// (kProcessBytes less a CPU-only plexus-ae's 8 MiB of libraries).
+constexpr std::uint64_t kHeapBytes = std::uint64_t(56) << 20;
 // What a band holds at its peak, for `activations` bytes of its blobs
 // (BandedTransform::pass_bytes): a third more for a synthesis in several
 // bands, measured on a 12-megapixel photo (the heap gives a band's pages back
@@ -951,7 +972,7 @@ CodingMemory CodecModel::memory_needed(std::int64_t width, std::int64_t height, 
                                         (padded_width / stride_) * latent_per_stride_ * latent_per_stride_;
   CodingMemory memory;
   // The model: its nets and, for a hyperprior, the integer network.
-  memory.model = kProcessBytes + 2 * weight_bytes_;
+  memory.model = std::max(kProcessBytes, kResidentAtLoad + kHeapBytes) + 2 * weight_bytes_;
   // The entropy coding: the latent (and y_hat beside y), the coding state, and the file
   // being read, or the image being compressed (its caller holds it) and the file being written.
   memory.coding = 8 * latent_elements + (has_hyper_latent(kind_) ? kCodingBytesPerLatentElement * latent_elements : 0) +
