@@ -12,6 +12,7 @@
 #include "autoregressive_coding.h"
 #include "integer_arithmetic.h"
 #include "network_structure.h"
+#include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 
 namespace plexus::codec {
@@ -166,8 +167,9 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
  public:
   CudaBackend(const IntegerNetwork& network, int device) : network_(network), device_(device) {
     DeviceScope scope(device_);
-    check_cublas(cublasCreate(&blas_), "cublasCreate", __FILE__, __LINE__);
-    check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode", __FILE__, __LINE__);
+    const cuda::CublasLibrary& blas = cuda::cublas_library();
+    check_cublas(blas.create(&blas_), "cublasCreate", __FILE__, __LINE__);
+    check_cublas(blas.set_math_mode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode", __FILE__, __LINE__);
     for (const IntegerNode& node : network.nodes) {
       DeviceNode& d = nodes_.emplace_back();
       if (node.op == IntegerOp::convolution) {
@@ -184,7 +186,7 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
     mean_shift_ = DeviceBuffer<std::int32_t>(network.mean_shift);
   }
   ~CudaBackend() override {
-    if (blas_) cublasDestroy(blas_);
+    if (blas_) cuda::cublas_library().destroy(blas_);
   }
 
   // The tensors' buffers are kept between images (allocating and freeing
@@ -314,9 +316,10 @@ class CudaBackend final : public IntegerNetworkRunner::Backend {
       im2col_kernel<<<blocks_for(rows * count), kThreads>>>(geometry, q.get(), rows, first, count, columns_.get());
       cuda::check_launch("im2col_kernel", __FILE__, __LINE__);
       // Column-major: product^T [positions, O] (rows first..) = cols^T [count, rows] x W^T [rows, O].
-      check_cublas(cublasDgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(count), layer.out_channels,
-                               static_cast<int>(rows), &one, columns_.get(), static_cast<int>(count), d.weight.get(),
-                               static_cast<int>(rows), &zero, product_.get() + first, static_cast<int>(positions)),
+      check_cublas(cuda::cublas_library().dgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(count),
+                                                layer.out_channels, static_cast<int>(rows), &one, columns_.get(),
+                                                static_cast<int>(count), d.weight.get(), static_cast<int>(rows), &zero,
+                                                product_.get() + first, static_cast<int>(positions)),
                    "cublasDgemm", __FILE__, __LINE__);
     }
     const std::int64_t total = layer.out_channels * positions;

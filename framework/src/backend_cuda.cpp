@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "cuda/zero_spans.h"
 #include "plexus/host_memory.h"
+#include "plexus/cuda/blas.h"
 #include "plexus/cuda/cuda_check.h"
 #include "plexus/cuda/cuda_context.h"
 
@@ -118,21 +119,23 @@ CudaResources* create_resources(int device, std::uint64_t seed) {
   if (device >= count)
     throw DeviceError("cuda:" + std::to_string(device) + " requested, but " + std::to_string(count) +
                       " CUDA GPU(s) are visible");
+  // cuBLAS is loaded here, by the process's first CUDA context (plexus/cuda/blas.h), before anything is made.
+  const CublasLibrary& blas = cublas_library();
   auto resources = std::make_unique<CudaResources>();
   resources->device = device;
   check_cuda(cudaSetDevice(device), "cudaSetDevice", __FILE__, __LINE__);
   // A blocking stream: it synchronises with the legacy stream on which
   // memory is allocated and freed (see allocate()).
   check_cuda(cudaStreamCreate(&resources->stream), "cudaStreamCreate", __FILE__, __LINE__);
-  check_cublas(cublasCreate(&resources->cublas), "cublasCreate", __FILE__, __LINE__);
-  check_cublas(cublasSetStream(resources->cublas, resources->stream), "cublasSetStream", __FILE__, __LINE__);
+  check_cublas(blas.create(&resources->cublas), "cublasCreate", __FILE__, __LINE__);
+  check_cublas(blas.set_stream(resources->cublas, resources->stream), "cublasSetStream", __FILE__, __LINE__);
   check_curand(curandCreateGenerator(&resources->curand, CURAND_RNG_PSEUDO_PHILOX4_32_10), "curandCreateGenerator",
                __FILE__, __LINE__);
   check_curand(curandSetStream(resources->curand, resources->stream), "curandSetStream", __FILE__, __LINE__);
   // 32 MiB covers cuBLAS's largest Hopper workspace request.
   constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
   check_cuda(cudaMalloc(&resources->cublas_workspace, kCublasWorkspaceBytes), "cudaMalloc", __FILE__, __LINE__);
-  check_cublas(cublasSetWorkspace(resources->cublas, resources->cublas_workspace, kCublasWorkspaceBytes),
+  check_cublas(blas.set_workspace(resources->cublas, resources->cublas_workspace, kCublasWorkspaceBytes),
                "cublasSetWorkspace", __FILE__, __LINE__);
   check_cuda(cudaMalloc(&resources->random_seed, sizeof(std::uint64_t)), "cudaMalloc", __FILE__, __LINE__);
   reseed(*resources, seed);
@@ -143,7 +146,7 @@ void destroy_resources(CudaResources* resources) noexcept {
   if (!resources) return;
   cudaSetDevice(resources->device);
   if (resources->curand) curandDestroyGenerator(resources->curand);
-  if (resources->cublas) cublasDestroy(resources->cublas);
+  if (resources->cublas) cublas_library().destroy(resources->cublas);  // made from it: loaded, cannot throw
   if (resources->branch_stream) {
     cudaStreamSynchronize(resources->branch_stream);
     cudaStreamDestroy(resources->branch_stream);
@@ -168,8 +171,9 @@ void reseed(CudaResources& resources, std::uint64_t seed) {
 }
 
 void set_tf32(CudaResources& resources, bool allow) {
-  check_cublas(cublasSetMathMode(resources.cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-               "cublasSetMathMode", __FILE__, __LINE__);
+  check_cublas(
+      cublas_library().set_math_mode(resources.cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+      "cublasSetMathMode", __FILE__, __LINE__);
 }
 
 void synchronize(CudaResources& resources) {

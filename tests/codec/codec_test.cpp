@@ -5,16 +5,21 @@
 // and other-version files with a message saying what is wrong. With the shipped
 // bls2017 model: the real file size against the estimate, and (on a GPU)
 // files compressed on CUDA decoding to the same latent on the CPU and CUDA.
+// The memory bound (--max-memory) against plexus-ae's measured peaks, and
+// cuBLAS, which a CUDA build opens on a CUDA context only, left out of CPU work.
 // compress --quality's catalog (quality_catalog.h): validation of entries,
 // the model of a shipped quality, the message and training command for one
 // not shipped, and the catalog in the repository.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <set>
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -37,6 +42,9 @@
 #include "plexus/testing/gtest_helpers.h"
 #include "plexus/checkpoint.h"
 #include "plexus/model_spec.h"
+#if PLEXUS_WITH_CUDA
+#include "plexus/cuda/blas.h"
+#endif
 
 namespace plexus::codec {
 namespace {
@@ -786,7 +794,8 @@ std::uint64_t plexus_ae_peak_bytes(const std::vector<std::string>& arguments) {
 }
 
 // What plexus-ae holds before any work: its libraries (about 9 MB built for
-// the CPU only, over 200 MB with CUDA's, cuBLAS's mostly).
+// the CPU only, 13 MB with CUDA's: cuBLAS, over 150 MB, is opened only by a
+// CUDA context).
 std::uint64_t plexus_ae_libraries_bytes() { return plexus_ae_peak_bytes({"--help"}); }
 
 // A 12-megapixel photo fits 1 GB each way besides the program's libraries with
@@ -863,6 +872,64 @@ TEST(CodecBands, MaxMemoryEstimateBoundsTheMeasuredPeak) {
     if (run.bound > 0) EXPECT_EQ(memory.band_rows < image.height, run.decoding) << what;
   }
   set_cpu_threads(threads);
+}
+
+// The files mapped into this process whose path contains `part` (/proc/self/maps: a path is a line's last field).
+std::set<std::string> mapped_files(const std::string& part) {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> files;
+  for (std::string line; std::getline(maps, line);) {
+    const std::size_t path = line.find('/');
+    if (path != std::string::npos && line.find(part, path) != std::string::npos) files.insert(line.substr(path));
+  }
+  return files;
+}
+
+// Expects `check` to hold in a fresh process, which nothing an earlier test
+// loaded or allocated is part of: GoogleTest's "threadsafe" death tests run
+// this test again, alone, in a new process, and there `check` runs and the
+// process exits. `check` returns "" when it holds, what failed otherwise.
+void expect_in_fresh_process(const std::function<std::string()>& check) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const std::string failure = check();
+        std::fputs(failure.empty() ? "held\n" : failure.c_str(), stderr);
+        _exit(failure.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "held");
+}
+
+// A CUDA build opens cuBLAS, about 150 MB resident, on its first CUDA context
+// only: plexus-ae without work holds its libraries alone, within 60 MB (228 MB
+// when cuBLAS was linked), and coding on the CPU never maps cuBLAS.
+TEST(CublasLoading, PlexusAeWithoutWorkStaysSmall) {
+  expect_in_fresh_process([] {
+    const std::uint64_t peak = plexus_ae_libraries_bytes();
+    if (peak == 0) return std::string("plexus-ae --help failed");
+    if (peak >= std::uint64_t(60) << 20) return "plexus-ae --help peaked at " + std::to_string(peak) + " bytes";
+    return std::string();
+  });
+}
+
+TEST(CublasLoading, CodingOnTheCpuNeverMapsIt) {
+  expect_in_fresh_process([] {
+    auto model = CodecModel::from_file(
+        std::string(PLEXUS_SOURCE_DIR) + "/models/trained/mbt2018-mean-vr/model.safetensors", registry, Device::cpu());
+    model->set_rate_level(2);
+    const std::vector<std::uint8_t> bytes = model->compress(testing::position_image(64, 48));
+    if (model->decompress(bytes.data(), bytes.size()).width != 64) return std::string("the round trip failed");
+    std::string mapped;
+    for (const std::string& file : mapped_files("libcublas")) mapped += "  " + file + "\n";
+    return mapped.empty() ? mapped : "coding on the CPU mapped cuBLAS:\n" + mapped;
+  });
+  // The scan finds what is mapped: the framework, and cuBLAS once loaded
+  // (which needs the library, not a GPU).
+  EXPECT_FALSE(mapped_files("libplexus.so").empty());
+#if PLEXUS_WITH_CUDA
+  cuda::cublas_library();
+  EXPECT_FALSE(mapped_files("libcublas.so").empty());
+#endif
 }
 
 // Compress on CUDA; decode on the CPU and on CUDA: the same latent exactly,

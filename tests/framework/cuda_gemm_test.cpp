@@ -7,16 +7,19 @@
 // K * a is exact in f32 for K = 64 (and accumulation is f32 in every mode), so
 // each expected value is exact. Also the explicit row strides of gemm, with
 // the padding columns of C checked untouched. CUDA only; skips without a GPU.
+// And cuBLAS's loader (cuda::cublas_library), which needs no GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plexus/context.h"
 #include "plexus/testing/gtest_helpers.h"
 #if PLEXUS_WITH_CUDA
 #include "plexus/cuda/blas.h"
+#include "plexus/cuda/cuda_check.h"
 #endif
 
 namespace plexus {
@@ -97,6 +100,47 @@ TEST(CudaGemm, ExplicitRowStridesLeaveThePaddingAloneCuda) {
       const double expected = col < kN ? kK * (0.5 + r) : -7.0;
       ASSERT_EQ(values[static_cast<std::size_t>(r * ldc + col)], expected) << "row " << r << ", column " << col;
     }
+}
+
+// cuBLAS as opened on first use (cuda::cublas_library): a library that is not
+// there, or lacks an entry point, is a DeviceError naming it and the loader's
+// reason; the toolkit's own resolves every entry point, once, and
+// check_cublas names a failed status through it. These need the toolkit's
+// cuBLAS, not a GPU.
+TEST(CublasLibrary, AMissingLibraryIsADeviceErrorNamingIt) {
+  testing::expect_error<DeviceError>([] { cuda::load_cublas_library("libplexus-no-such-cublas.so.13"); },
+                                     {"cuBLAS (libplexus-no-such-cublas.so.13) cannot be loaded",
+                                      "libplexus-no-such-cublas.so.13: cannot open shared object file"});
+  // A library that loads but is not cuBLAS: the first entry point it lacks.
+  testing::expect_error<DeviceError>([] { cuda::load_cublas_library("libm.so.6"); },
+                                     {"cuBLAS (libm.so.6) cannot be loaded", "it has no cublasCreate_v2"});
+}
+
+TEST(CublasLibrary, TheToolkitsResolvesEveryEntryPointOnce) {
+  EXPECT_EQ(cuda::cublas_library_name(), "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR));
+  const cuda::CublasLibrary& blas = cuda::cublas_library();
+  EXPECT_EQ(&blas, &cuda::cublas_library());
+  const std::vector<std::pair<const char*, bool>> resolved{
+      {"create", blas.create != nullptr},
+      {"destroy", blas.destroy != nullptr},
+      {"set_stream", blas.set_stream != nullptr},
+      {"set_workspace", blas.set_workspace != nullptr},
+      {"set_math_mode", blas.set_math_mode != nullptr},
+      {"sgemm", blas.sgemm != nullptr},
+      {"dgemm", blas.dgemm != nullptr},
+      {"sgemm_strided_batched", blas.sgemm_strided_batched != nullptr},
+      {"dgemm_strided_batched", blas.dgemm_strided_batched != nullptr},
+      {"gemm_ex", blas.gemm_ex != nullptr},
+      {"gemm_strided_batched_ex", blas.gemm_strided_batched_ex != nullptr},
+      {"status_name", blas.status_name != nullptr},
+      {"status_string", blas.status_string != nullptr}};
+  for (const auto& [name, found] : resolved) EXPECT_TRUE(found) << name;
+  ASSERT_TRUE(blas.status_name && blas.create);
+  EXPECT_STREQ(blas.status_name(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
+  testing::expect_error<DeviceError>(
+      [] { cuda::check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasSgemm", "blas.cpp", 7); },
+      {"cublasSgemm failed: CUBLAS_STATUS_INVALID_VALUE (", ") at blas.cpp:7"});
+  EXPECT_NO_THROW(cuda::check_cublas(CUBLAS_STATUS_SUCCESS, "cublasSgemm", "blas.cpp", 7));
 }
 #else
 TEST(CudaGemm, ProductsFollowThePrecisionCuda) { GTEST_SKIP() << testing::kNoGpuReason; }

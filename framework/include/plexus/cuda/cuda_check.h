@@ -23,11 +23,8 @@ inline void check_cuda(cudaError_t status, const char* call, const char* file, i
                       ") at " + where(file, line));
 }
 
-inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw DeviceError(std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
-                      cublasGetStatusString(status) + ") at " + where(file, line));
-}
+// Names the status through cuBLAS as loaded on first use (plexus/cuda/blas.h).
+void check_cublas(cublasStatus_t status, const char* call, const char* file, int line);
 
 inline void check_curand(curandStatus_t status, const char* call, const char* file, int line) {
   if (status != CURAND_STATUS_SUCCESS)
