@@ -3,7 +3,9 @@
 # build tree it needs, followed through their NEEDED entries (readelf -d),
 # must hold no training code and no image file I/O:
 #   - no NEEDED entry, anywhere in the loader's closure (ldd), names NCCL,
-#     MPI, libjpeg, libpng, libplexus_train or libplexus_data;
+#     MPI, libjpeg, libpng, libplexus_train or libplexus_data, nor cuBLAS,
+#     which a CUDA build opens on its first CUDA context only (loading it
+#     costs about 150 MB resident);
 #   - no symbol of those libraries, or of the optimisers, gradient clipping,
 #     the step graph, the trainer and the image readers and writers, is
 #     defined or needed (nm -D) by any library of the set.
@@ -37,7 +39,7 @@ echo "decoder-only set in $build_lib_dir: $names"
 [[ $names == "libplexus.so libplexus_codec.so " ]] ||
   fail "the decoder-only set is '$names', not libplexus.so and libplexus_codec.so"
 
-forbidden_libraries='lib(nccl|mpi|mpich|open-pal|open-rte|jpeg|turbojpeg|png|plexus_train|plexus_data)[^/ ]*\.so'
+forbidden_libraries='lib(nccl|mpi|mpich|open-pal|open-rte|jpeg|turbojpeg|png|plexus_train|plexus_data|cublas)[^/ ]*\.so'
 for file in "${set_files[@]}"; do
   echo "== $(basename "$file") NEEDED:"
   readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/  \1/p'
@@ -71,5 +73,5 @@ grep -q '^plexus::Net::forward(plexus::Context&)$' <<<"$all_defined" ||
 grep -q '^plexus_codec_decode' <<<"$all_defined" ||
   fail "the C API (plexus_codec_decode*) is not among the set's defined symbols: the symbols were not read"
 echo "$(wc -l <<<"$all_defined") symbols defined and $(wc -l <<<"$all_needed") needed in the set;" \
-  "none of the optimisers, the trainer, NCCL, MPI, libjpeg or libpng"
+  "none of the optimisers, the trainer, NCCL, MPI, libjpeg, libpng or cuBLAS"
 echo "PASS"
