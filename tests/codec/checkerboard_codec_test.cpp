@@ -323,7 +323,8 @@ void expect_prior_calibration_covers_images(const std::string& path) {
 // the file's header and streams (1%) and the integer network and scale table
 // (1.2%) at 0.38 bpp; kodim23's -5% is its 666 latent elements under 2^-16
 // in eval's likelihood (17,400 bits in eval, 10,900 in the file: 16-bit tables
-// give no symbol less than 2^-16, and an escape costs 23 to 27 bits).
+// give no symbol less than 2^-16, and an escape costs 23 to 27 bits), which
+// the check leaves out (the estimate at the coder's resolution, EstimateBits).
 TEST(CheckerboardCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"checkerboard-rate"};
   std::ofstream(folder / "tiny_checkerboard.json") << tiny_spec().to_json().dump();
