@@ -4,9 +4,11 @@
 # evaluates it on the bundled Kodak images (data/eval-sample), printing a
 # PSNR and bpp table. Uses the GPU when there is one (--device auto).
 #
-# On an idle 2-core machine without a GPU the CPU-only build takes about 2.7
-# minutes and the run itself about 4.9, ending near 22.3 dB at 1.02 bpp (the
-# README's numbers, which tests/tools/quickstart_test.sh checks).
+# On a 2-core machine without a GPU the CPU-only build takes about 2.7
+# minutes and the run itself about 3.5 (4.9 with the baseline instruction
+# set), ending near 21.7 dB at 1.03 bpp (22.3 dB at 1.02 bpp with the
+# baseline instruction set: the README's numbers, which
+# tests/tools/quickstart_test.sh checks).
 # 2500 steps on six images teach the model only the coarse structure of a
 # photograph: expect a blurry reconstruction; real training takes 100k+
 # steps on hundreds of images (see the README's "Training the autoencoder").

@@ -286,19 +286,36 @@ TEST(CheckerboardCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNamingTheNo
   EXPECT_TRUE(contains(*no_section, "which the decoder cannot compute from the hyper-latent")) << *no_section;
 }
 
-// The calibration on samples of the prior that train stores covers the
-// activations of real images in nearly every channel, the context network's
-// too (its anchors, drawn independently position by position, would leave a
-// third of the context's channels short of an image's, whose neighbouring
-// anchors move together; measured: one channel of 24 of the entropy
-// parameters' hidden layer stays short).
-void expect_prior_calibration_covers_images(const std::string& path) {
+// The calibration on samples of the prior that train stores, against one on
+// the images themselves (`export --calibration-images`, the best the integer
+// network can do for them). What matters is the rate: clamping an activation
+// beyond the calibrated range (headroom times it) decodes exactly but moves the
+// scales and means, and the prior's calibration may cost an image's file at most
+// 1% over its own (half the 2% the rate tests allow the coder's other
+// approximations). The ranges computed from the rounded latent are widened to
+// cover images (its anchors, drawn independently position by position, would
+// leave a third of the context's channels short of an image's, whose
+// neighbouring anchors move together): those cover the images in nearly every
+// channel (measured: one of 24 of the entropy parameters' hidden layer stays
+// short). The hyper-synthesis's h_s0, computed from the hyper-latent alone, is
+// not widened and may be short of an image's, whose hyper-latent moves together
+// too (measured 1.8x and 3x its range in two trainings, 5 of its 6 channels
+// clamped in one; the files within 0.2% of those of the images' calibration).
+void expect_prior_calibration_costs_little(const std::string& path) {
   const TensorFile trained = load_safetensors(path);
   TensorFile images = trained;
   std::vector<data::Image> list;
   for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"})
     list.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
   ASSERT_TRUE(add_coding_tables(images, tiny_spec(), registry, list));
+  CodecModel on_prior(tiny_spec(), trained, registry, Device::cpu(), "prior");
+  CodecModel on_images(tiny_spec(), images, registry, Device::cpu(), "images");
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    const std::size_t prior_bytes = on_prior.compress(list[k]).size(), image_bytes = on_images.compress(list[k]).size();
+    std::printf("image %zu: %zu bytes calibrated on the prior, %zu on the images (%+.2f%%)\n", k, prior_bytes,
+                image_bytes, 100.0 * (double(prior_bytes) / double(image_bytes) - 1));
+    EXPECT_LE(prior_bytes, 1.01 * image_bytes) << "image " << k;
+  }
   // Channel c's activations are represented up to headroom * max_c (the largest of the node's for a channel never
   // seen active), as quantize_network's steps say.
   const double headroom = trained.tensors.at("gaussian_conditional.coding.activation_headroom").to_values()[0];
@@ -311,7 +328,9 @@ void expect_prior_calibration_covers_images(const std::string& path) {
     std::size_t short_channels = 0;
     for (std::size_t c = 0; c < prior.size(); ++c)
       short_channels += headroom * (prior[c] > 0 ? prior[c] : largest) < image[c];
-    EXPECT_LE(short_channels * 10, prior.size()) << name << ": " << short_channels << " channels clamp an image's";
+    std::printf("%s: %zu of %zu channels short of the images'\n", name.c_str(), short_channels, prior.size());
+    if (rescales > 0)
+      EXPECT_LE(short_channels * 10, prior.size()) << name << ": " << short_channels << " channels clamp";
   }
   EXPECT_EQ(rescales, 4) << "h_s0's LeakyReLU, the rounded latent, [hyper_params, context], entropy_parameters0's";
 }
@@ -319,16 +338,19 @@ void expect_prior_calibration_covers_images(const std::string& path) {
 // The tiny spec trained from the command line (300 steps on the bundled
 // training images): its calibration, and its files against eval's estimate on
 // the bundled Kodak crops, eval's context reading the file's decoded anchors.
-// Measured +2.0%, -0.4% and -5.0%, the PSNR within 0.02 dB: kodim04's +2% is
+// Measured +2.0%, -0.4% and -5.0% (trained with FMA, the x86-64-v3 build:
+// -1.6%, -2.5% and -4.0%, at the coder's resolution -1.5%, -2.1% and -2.9%),
+// the PSNR within 0.02 dB: kodim04's +2% is
 // the file's header and streams (1%) and the integer network and scale table
 // (1.2%) at 0.38 bpp; kodim23's -5% is its 666 latent elements under 2^-16
 // in eval's likelihood (17,400 bits in eval, 10,900 in the file: 16-bit tables
-// give no symbol less than 2^-16, and an escape costs 23 to 27 bits).
+// give no symbol less than 2^-16, and an escape costs 23 to 27 bits), which
+// the check leaves out (the estimate at the coder's resolution, EstimateBits).
 TEST(CheckerboardCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"checkerboard-rate"};
   std::ofstream(folder / "tiny_checkerboard.json") << tiny_spec().to_json().dump();
   const std::string model = testing::train_for_rate_test(folder / "tiny_checkerboard.json", folder.path());
-  expect_prior_calibration_covers_images(model);
+  expect_prior_calibration_costs_little(model);
   testing::expect_files_near_the_estimate(tiny_spec(), registry, model, 0.06, 0.1);
 }
 
