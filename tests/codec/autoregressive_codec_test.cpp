@@ -344,50 +344,6 @@ TEST(AutoregressiveCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNamingThe
   EXPECT_TRUE(contains(*no_section, "which the decoder cannot compute from the hyper-latent")) << *no_section;
 }
 
-// The float model's bits for an image, its entropy parameters in f64 (FloatEvaluation) with the
-// context fed the file's decoded latent, as eval's is; the latent's, the discretised Gaussian of the
-// float network's mean and scale (the scale bound 0.11, the likelihood bound 1e-9, as GaussianConditional's):
-// - latent_eval_rounding: the latent's bits for eval's own rounding of y, round(y - mean) + mean;
-// - at_coders_resolution: the hyper-latent's bits under the factorized tables, and the decoded latent's,
-//   each scale rounded up to the first entry of the coder's scale table at or above it (as the coder
-//   picks its table) and each element at most 16 bits (the coder's 16-bit tables give every symbol in
-//   range at least 2^-16): what the file can reach.
-struct FloatModelRate {
-  double latent_eval_rounding = 0, at_coders_resolution = 0;
-};
-FloatModelRate float_model_rate(const CodecModel& model, const TensorFile& file, const CodecModel::Latents& latents,
-                                const std::vector<double>& y) {
-  CodecGraph graph = split_for_coding(tiny_spec());
-  graph.parameter_blobs.rounded_channels = {8};
-  const codec::FloatNetwork network = float_entropy_parameters(tiny_spec().nodes, graph.parameter_blobs, file, "t");
-  const std::vector<double> z = latents.hyper_latent.to_values(), y_hat = latents.latent.to_values();
-  std::vector<std::int32_t> z_integers;
-  FloatModelRate rate;
-  const std::int64_t z_plane = latents.header.hyper_height * latents.header.hyper_width;
-  for (std::size_t n = 0; n < z.size(); ++n) {
-    const std::int64_t c = static_cast<std::int64_t>(n) / z_plane;
-    z_integers.push_back(static_cast<std::int32_t>(z[n]));
-    rate.at_coders_resolution +=
-        testing::code_bits(static_cast<std::int32_t>(z[n]) - model.tables().medians[c], model.tables().tables[c]);
-  }
-  codec::FloatEvaluation evaluation(network, z_integers, latents.header.hyper_height, latents.header.hyper_width);
-  evaluation.set_input(0, y_hat);
-  const codec::FloatOutputs outputs = evaluation.outputs(0);
-  auto bits_of = [](double offset, double scale) {  // -log2 P(|y_hat - mean| = offset) under N(0, scale)
-    auto phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
-    return -std::log2(std::max(phi((0.5 - offset) / scale) - phi((-0.5 - offset) / scale), 1e-9));
-  };
-  const std::vector<double>& table = model.scale_table();
-  for (std::size_t n = 0; n < y_hat.size(); ++n) {
-    const double scale = std::max(outputs.scales[n], 0.11), mean = outputs.means[n];
-    rate.latent_eval_rounding += bits_of(std::abs(std::round(y[n] - mean)), scale);
-    const auto entry = std::lower_bound(table.begin(), table.end(), scale);
-    const double table_scale = entry == table.end() ? table.back() : *entry;
-    rate.at_coders_resolution += std::min(bits_of(std::abs(y_hat[n] - mean), table_scale), 16.0);
-  }
-  return rate;
-}
-
 // eval runs the context on the decoded latent: the spec with its context
 // input made a model input of the latent's shape (ae::DecodedContexts).
 TEST(AutoregressiveCodecEstimate, TheContextInputIsAModelInput) {
@@ -421,28 +377,9 @@ TEST(AutoregressiveCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   testing::ScratchFolder folder{"autoregressive-rate"};
   std::ofstream(folder / "tiny_autoregressive.json") << tiny_spec().to_json().dump();
   const std::string path = testing::train_for_rate_test(folder / "tiny_autoregressive.json", folder.path());
-  auto model = CodecModel::from_file(path, registry, Device::cpu());
-  EXPECT_FALSE(model->computed_tables()) << "train stores the tables and the calibration";
   const TensorFile file = load_safetensors(path);
-  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
-    const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
-    const std::vector<std::uint8_t> bytes = model->compress(image);
-    const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
-    const CodecModel::Latents latents = model->decode_latents(bytes.data(), bytes.size());
-    std::map<std::string, Tensor> blobs{{"y", Tensor()}, {"likelihoods", Tensor()}};
-    const ae::ImageEvaluation eval =
-        testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride(), &blobs, 0, &latents.latent);
-    const FloatModelRate rate = float_model_rate(*model, file, latents, blobs.at("y").to_values());
-    double eval_latent_bits = 0;
-    for (double likelihood : blobs.at("likelihoods").to_values()) eval_latent_bits -= std::log2(likelihood);
-    const double coders_bpp = rate.at_coders_resolution / pixels;
-    std::printf("%s: file %.4f bpp, eval's estimate %.4f bpp (%+.2f%%), at the coder's resolution %.4f bpp (%+.2f%%); "
-                "the latent's bits in eval %.0f, in f64 %.0f\n",
-                name, file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), coders_bpp,
-                100 * (file_bpp / coders_bpp - 1), eval_latent_bits, rate.latent_eval_rounding);
-    EXPECT_NEAR(file_bpp, coders_bpp, 0.02 * coders_bpp) << name;
-    EXPECT_NEAR(eval_latent_bits, rate.latent_eval_rounding, 0.002 * rate.latent_eval_rounding) << name;
-  }
+  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, file, testing::kCoderRateTolerance, 0.1, 0.1);
+  auto model = CodecModel::from_file(path, registry, Device::cpu());
   // Without a file, eval decodes with the float model, pass after pass: near
   // the file's latent, and near its estimate; the graph as trained, its
   // context fed round(y), is far off (measured 0.0847 bpp against 0.2040).

@@ -351,7 +351,8 @@ TEST(CheckerboardCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   std::ofstream(folder / "tiny_checkerboard.json") << tiny_spec().to_json().dump();
   const std::string model = testing::train_for_rate_test(folder / "tiny_checkerboard.json", folder.path());
   expect_prior_calibration_costs_little(model);
-  testing::expect_files_near_the_estimate(tiny_spec(), registry, model, 0.06, 0.1);
+  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, load_safetensors(model),
+                                                 testing::kCoderRateTolerance, 0.1, 0.1);
 }
 
 TEST(CheckerboardCodecCrossDevice, CudaFilesDecodeToTheSameLatentsOnTheCpu) {

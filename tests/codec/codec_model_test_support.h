@@ -14,15 +14,19 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "apps/cli_runner.h"
+#include "codec_graph.h"
 #include "data/data_test_support.h"
+#include "hyperprior_coding.h"
 #include "image_evaluation.h"
 #include "plexus/checksum.h"
 #include "plexus/codec/autoencoder_contract.h"
 #include "plexus/codec/codec_model.h"
+#include "plexus/codec/gaussian_tables.h"
 #include "plexus/codec/rans.h"
 #include "plexus/data/image.h"
 #include "plexus/error.h"
@@ -345,6 +349,132 @@ inline void expect_files_near_the_estimate(const ModelSpec& spec, const Registry
     EXPECT_LT(file_bpp, (1 + rate_tolerance) * eval.bpp) << name;
     const data::Image decoded = model->decompress(bytes.data(), bytes.size());
     EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, psnr_tolerance) << name;
+  }
+}
+
+// The float model's bits for an image, a hyperprior whose entropy parameters may read the decoded latent
+// (a checkerboard's anchors, an autoregressive context, channel groups): its entropy parameters in f64
+// (FloatEvaluation) with every group's input the file's decoded latent, which the network's masks and
+// group order let each element's parameters read only where the coder's had it decoded, as eval's
+// contexts read it (ae::DecodedContexts). The latent's bits are those of the discretised Gaussian of the
+// float network's mean and scale (the scale bound 0.11, the likelihood bound 1e-9, as GaussianConditional's):
+// - latent_eval_rounding: the latent's bits for eval's own rounding of `y` (the analysis's latent, in
+//   channel order), round(y - mean) + mean;
+// - at_coders_resolution: the hyper-latent's bits under the factorized tables, and the decoded latent's,
+//   each scale rounded up to the first entry of the coder's scale table at or above it (as the coder
+//   picks its table) and each element at most 16 bits (the coder's 16-bit tables give every symbol in
+//   range at least 2^-16), or beyond its table the escape's bits and the bypass's (code_bits): what the
+//   file can reach.
+struct FloatModelRate {
+  double latent_eval_rounding = 0, at_coders_resolution = 0;
+};
+inline FloatModelRate float_model_rate(const ModelSpec& spec, const codec::CodecModel& model, const TensorFile& file,
+                                       const codec::CodecModel::Latents& latents, const std::vector<double>& y) {
+  codec::CodecGraph graph = codec::split_for_coding(spec);
+  const bool reads_latent = !graph.parameter_blobs.rounded.empty();
+  if (reads_latent) graph.parameter_blobs.rounded_channels = model.integer_network().groups();
+  const codec::FloatNetwork network = codec::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "t");
+  const std::vector<double> z = latents.hyper_latent.to_values(), y_hat = latents.latent.to_values();
+  std::vector<std::int32_t> z_integers;
+  FloatModelRate rate;
+  const std::int64_t z_plane = latents.header.hyper_height * latents.header.hyper_width;
+  for (std::size_t n = 0; n < z.size(); ++n) {
+    const std::int64_t c = static_cast<std::int64_t>(n) / z_plane;
+    z_integers.push_back(static_cast<std::int32_t>(z[n]));
+    rate.at_coders_resolution +=
+        code_bits(static_cast<std::int32_t>(z[n]) - model.tables().medians[c], model.tables().tables[c]);
+  }
+  codec::FloatEvaluation evaluation(network, z_integers, latents.header.hyper_height, latents.header.hyper_width);
+  const std::size_t plane = std::size_t{latents.header.latent_height} * latents.header.latent_width;
+  const std::vector<std::int32_t> groups = evaluation.groups();
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < groups.size() && reads_latent; ++k) {
+    const std::size_t end = begin + static_cast<std::size_t>(groups[k]) * plane;
+    evaluation.set_input(static_cast<std::int32_t>(k), {y_hat.begin() + begin, y_hat.begin() + end});
+    begin = end;
+  }
+  std::vector<double> scales, means;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const codec::FloatOutputs outputs = evaluation.outputs(static_cast<std::int32_t>(k));
+    scales.insert(scales.end(), outputs.scales.begin(), outputs.scales.end());
+    means.insert(means.end(), outputs.means.begin(), outputs.means.end());
+  }
+  EXPECT_EQ(scales.size(), y_hat.size());
+  EXPECT_EQ(y.size(), y_hat.size());
+  if (means.empty()) means.assign(y_hat.size(), 0.0);
+  auto bits_of = [](double offset, double scale) {  // -log2 P(|y_hat - mean| = offset) under N(0, scale)
+    auto phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+    return -std::log2(std::max(phi((0.5 - offset) / scale) - phi((-0.5 - offset) / scale), 1e-9));
+  };
+  const std::vector<double>& table = model.scale_table();
+  const codec::GaussianTables coding_tables = codec::build_gaussian_tables(table);
+  for (std::size_t n = 0; n < std::min({scales.size(), y.size(), y_hat.size()}); ++n) {
+    const double scale = std::max(scales[n], 0.11), mean = means[n];
+    rate.latent_eval_rounding += bits_of(std::abs(std::round(y[n] - mean)), scale);
+    const auto entry = std::lower_bound(table.begin(), table.end(), scale);
+    const std::size_t index = entry == table.end() ? table.size() - 1 : static_cast<std::size_t>(entry - table.begin());
+    const codec::CodingTable& coding = coding_tables.tables[index];
+    const std::int64_t symbol = std::llround(y_hat[n] - mean);
+    rate.at_coders_resolution += symbol >= coding.min && symbol < coding.min + coding.count()
+                                     ? std::min(bits_of(std::abs(y_hat[n] - mean), table[index]), 16.0)
+                                     : code_bits(static_cast<std::int32_t>(symbol), coding);
+  }
+  return rate;
+}
+
+// The tolerance of a file against the float model's rate at the coder's resolution (float_model_rate)
+// where the integer network is the float model within its steps: what that rate leaves out is the
+// file's header, section headers, streams' ends and checksum (about 1% at these sizes: 0.9% of a 10.8 kB
+// file) and the 16-bit tables' quantised frequencies (the tail mass they keep for escapes), and where a
+// step moves a scale across a table entry or a mean by a fraction of 2^-16, that element's bits.
+inline constexpr double kCoderRateTolerance = 0.02;
+
+// Three bundled Kodak crops compressed with the weights `file` of `spec` (a hyperprior with means, its
+// tables and calibration stored): each file within `coder_tolerance` (kCoderRateTolerance, unless the
+// calibration clamps the integer network's activations) of the float model's rate at the coder's
+// resolution (float_model_rate, the file's decoded latent its contexts' input); eval's latent bits (its
+// f32 likelihoods, its contexts reading the file's decoded latent) within 0.2% of float_model_rate's f64
+// ones for the same rounding (f32's rounding, and a channel context reads eval's rounding, not the
+// file's); the file within `eval_bound` of eval's estimate, which parts from the file to first order by
+// how the table's scales (6% wider on average, half a step of the table) fit the model's, a loose check
+// that the two measure the same thing; and the decoded PSNR within `psnr_tolerance` dB of eval's.
+inline void expect_files_at_the_coders_resolution(const ModelSpec& spec, const Registry& registry,
+                                                  const TensorFile& file, double coder_tolerance, double eval_bound,
+                                                  double psnr_tolerance) {
+  auto model = std::make_unique<codec::CodecModel>(spec, file, registry, Device::cpu(), spec.name);
+  EXPECT_FALSE(model->computed_tables()) << "the file holds the tables and the calibration";
+  const codec::CodecGraph graph = codec::split_for_coding(spec);
+  std::string latent_likelihoods;
+  for (const NodeSpec& node : spec.nodes)
+    if (node.name == graph.gaussian_node) latent_likelihoods = node.outputs.at(0);
+  for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
+    const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
+    const std::vector<std::uint8_t> bytes = model->compress(image);
+    const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
+    const codec::CodecModel::Latents latents = model->decode_latents(bytes.data(), bytes.size());
+    std::map<std::string, Tensor> blobs{{latent_likelihoods, Tensor()}};
+    for (const std::string& analysed : graph.analysed) blobs[analysed] = Tensor();
+    const ae::ImageEvaluation eval =
+        evaluate_with_weights(spec, registry, file, image, model->stride(), &blobs, 0, &latents.latent);
+    std::vector<double> y;
+    for (const std::string& analysed : graph.analysed) {
+      const std::vector<double> part = blobs.at(analysed).to_values();
+      y.insert(y.end(), part.begin(), part.end());
+    }
+    const FloatModelRate rate = float_model_rate(spec, *model, file, latents, y);
+    double eval_latent_bits = 0;
+    for (double likelihood : blobs.at(latent_likelihoods).to_values()) eval_latent_bits -= std::log2(likelihood);
+    const double coders_bpp = rate.at_coders_resolution / pixels;
+    std::printf("%s: file %.4f bpp, eval's estimate %.4f bpp (%+.2f%%), at the coder's resolution %.4f bpp (%+.2f%%); "
+                "the latent's bits in eval %.0f, in f64 %.0f\n",
+                name, file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), coders_bpp,
+                100 * (file_bpp / coders_bpp - 1), eval_latent_bits, rate.latent_eval_rounding);
+    EXPECT_NEAR(file_bpp, coders_bpp, coder_tolerance * coders_bpp) << name;
+    EXPECT_NEAR(eval_latent_bits, rate.latent_eval_rounding, 0.002 * rate.latent_eval_rounding) << name;
+    EXPECT_NEAR(file_bpp, eval.bpp, eval_bound * eval.bpp) << name;
+    const double psnr = data::psnr(image, model->decompress(bytes.data(), bytes.size()));
+    std::printf("%s: PSNR %.3f dB decoded, %.3f dB in eval\n", name, psnr, eval.psnr);
+    EXPECT_NEAR(psnr, eval.psnr, psnr_tolerance) << name;
   }
 }
 
