@@ -346,19 +346,22 @@ TEST(GroupedCheckerboardCodecSpec, ASectionThatDoesNotMatchTheGraphIsRefusedNami
 
 // The tiny spec trained from the command line (300 steps on the bundled training images), its files on
 // the bundled Kodak crops against the float model's rate at the coder's resolution
-// (testing::float_model_rate, its contexts reading the file's decoded latent) and, printed, eval's
-// estimate. Calibrated on these images (export --calibration-images), the integer network is the float
-// model within its steps and each file within kCoderRateTolerance of that rate (measured +1.4%, +1.0%,
-// +0.7%; against eval's estimate +1.1%, -1.2%, -6.5%: kodim23's 2.7% of elements below 2^-16 in eval's
-// likelihood cost the file 16 bits, or an escape's 20 to 27, where eval counts up to 30, and the table's
-// wider scales code the bulk of this overconfident model's latent cheaper). The calibration train
-// stores, on samples of the prior, clamps: the aggregations' hidden LeakyReLU layers have channels the
-// prior's latents keep on their negative side (|output| a hundredth of the input) and these images drive
-// positive, past the range represented even after the contexts' 8x widening (group 0's channel 3: 2.06
-// against 2 x 0.143, headroom times the stored range). The clamped network's scales and means part from
-// the float model's (kodim14: 1,032 of channel 1's 7,938 second-pass positions a table entry or more
-// wider, the means up to 0.09 off), here to the files' gain, this model being overconfident there: +1.4%,
-// -2.7%, -2.5% against the float model's rate; the PSNR within 0.01 dB of eval's either way.
+// (testing::float_model_rate, its contexts reading the file's decoded latent) and eval's estimate.
+// Calibrated on these images (export --calibration-images), the integer network is the float model
+// within its steps, and each file is within 2% of that rate (testing::RateBounds): measured +1.3%, +0.7%,
+// +0.6% (in an x86-64-v3 build, whose FMA trains another model: +1.4%, +1.0%, +0.7%). Against eval's
+// estimate -1.1%, -8.2%, -9.9% (+1.1%, -1.2%, -6.5%): the elements far out in their Gaussians' tails
+// (eval's likelihood below 2^-16, 2.7% of kodim23's) cost the file 16 bits, or an escape's 23 to 27,
+// where eval counts up to 30, and the table's wider scales code the bulk of this overconfident model's
+// latent cheaper. The calibration train stores, on samples of the prior, clamps: the aggregations'
+// hidden LeakyReLU layers have channels the prior's latents keep on their negative side (|output| a
+// hundredth of the input) and these images drive positive, past the range represented even after the
+// contexts' 8x widening (x86-64-v3: group 0's channel 3 reaches 2.06 against headroom 2 times the stored
+// 0.143). The clamped network's scales and means part from the float model's (there: 1,032 of kodim14's
+// channel 1's 7,938 second-pass positions a table entry or more wider, the means up to 0.09 off), the
+// files +0.8%, -2.5%, -2.5% (+1.4%, -2.7%, -2.5%) off the float model's rate, to their gain where the
+// float model is overconfident; eval's channel contexts read its own rounding, not the file's, so its
+// latent bits part from the f64 model's by up to 1.8% and its PSNR from the file's by up to 0.12 dB.
 TEST(GroupedCheckerboardCodecRate, FilesAreNearTheEstimate) {
   testing::ScratchFolder folder{"grouped-checkerboard-rate"};
   std::ofstream(folder / "tiny_grouped_checkerboard.json") << tiny_spec().to_json().dump();
@@ -370,10 +373,16 @@ TEST(GroupedCheckerboardCodecRate, FilesAreNearTheEstimate) {
     images.push_back(data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name));
   ASSERT_TRUE(add_coding_tables(on_images, tiny_spec(), registry, images));
   std::printf("calibrated on the images:\n");
-  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, on_images, testing::kCoderRateTolerance, 0.1,
-                                                 0.05);
+  testing::RateBounds on_images_bounds;
+  on_images_bounds.eval = 0.15;
+  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, on_images, on_images_bounds);
   std::printf("calibrated on the prior, as train stores it:\n");
-  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, trained, 0.05, 0.15, 0.05);
+  testing::RateBounds clamped_bounds;
+  clamped_bounds.coder = 0.05;
+  clamped_bounds.eval = 0.2;
+  clamped_bounds.eval_latent_bits = 0.03;
+  clamped_bounds.psnr = 0.2;
+  testing::expect_files_at_the_coders_resolution(tiny_spec(), registry, trained, clamped_bounds);
 }
 
 // The bundled elic.json trains a step on a small crop on the CPU and codes
