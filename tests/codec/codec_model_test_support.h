@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -373,7 +372,8 @@ inline FloatModelRate float_model_rate(const ModelSpec& spec, const codec::Codec
   codec::CodecGraph graph = codec::split_for_coding(spec);
   const bool reads_latent = !graph.parameter_blobs.rounded.empty();
   if (reads_latent) graph.parameter_blobs.rounded_channels = model.integer_network().groups();
-  const codec::FloatNetwork network = codec::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, "t");
+  const codec::FloatNetwork network =
+      codec::float_entropy_parameters(spec.nodes, graph.parameter_blobs, file, spec.name);
   const std::vector<double> z = latents.hyper_latent.to_values(), y_hat = latents.latent.to_values();
   std::vector<std::int32_t> z_integers;
   FloatModelRate rate;
@@ -445,27 +445,27 @@ struct RateBounds {
 // (float_model_rate, the file's decoded latent its contexts' input) and eval's estimate, within `bounds`.
 inline void expect_files_at_the_coders_resolution(const ModelSpec& spec, const Registry& registry,
                                                   const TensorFile& file, const RateBounds& bounds = {}) {
-  auto model = std::make_unique<codec::CodecModel>(spec, file, registry, Device::cpu(), spec.name);
-  EXPECT_FALSE(model->computed_tables()) << "the file holds the tables and the calibration";
+  codec::CodecModel model(spec, file, registry, Device::cpu(), spec.name);
+  EXPECT_FALSE(model.computed_tables()) << "the file holds the tables and the calibration";
   const codec::CodecGraph graph = codec::split_for_coding(spec);
   std::string latent_likelihoods;
   for (const NodeSpec& node : spec.nodes)
     if (node.name == graph.gaussian_node) latent_likelihoods = node.outputs.at(0);
   for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
     const data::Image image = data::read_image(std::string(PLEXUS_SOURCE_DIR) + "/data/eval-sample/" + name);
-    const std::vector<std::uint8_t> bytes = model->compress(image);
+    const std::vector<std::uint8_t> bytes = model.compress(image);
     const double pixels = image.width * image.height, file_bpp = 8.0 * bytes.size() / pixels;
-    const codec::CodecModel::Latents latents = model->decode_latents(bytes.data(), bytes.size());
+    const codec::CodecModel::Latents latents = model.decode_latents(bytes.data(), bytes.size());
     std::map<std::string, Tensor> blobs{{latent_likelihoods, Tensor()}};
     for (const std::string& analysed : graph.analysed) blobs[analysed] = Tensor();
     const ae::ImageEvaluation eval =
-        evaluate_with_weights(spec, registry, file, image, model->stride(), &blobs, 0, &latents.latent);
+        evaluate_with_weights(spec, registry, file, image, model.stride(), &blobs, 0, &latents.latent);
     std::vector<double> y;
     for (const std::string& analysed : graph.analysed) {
       const std::vector<double> part = blobs.at(analysed).to_values();
       y.insert(y.end(), part.begin(), part.end());
     }
-    const FloatModelRate rate = float_model_rate(spec, *model, file, latents, y);
+    const FloatModelRate rate = float_model_rate(spec, model, file, latents, y);
     double eval_latent_bits = 0;
     for (double likelihood : blobs.at(latent_likelihoods).to_values()) eval_latent_bits -= std::log2(likelihood);
     const double coders_bpp = rate.at_coders_resolution / pixels;
@@ -477,7 +477,7 @@ inline void expect_files_at_the_coders_resolution(const ModelSpec& spec, const R
     EXPECT_NEAR(eval_latent_bits, rate.latent_eval_rounding, bounds.eval_latent_bits * rate.latent_eval_rounding)
         << name;
     EXPECT_NEAR(file_bpp, eval.bpp, bounds.eval * eval.bpp) << name;
-    const double psnr = data::psnr(image, model->decompress(bytes.data(), bytes.size()));
+    const double psnr = data::psnr(image, model.decompress(bytes.data(), bytes.size()));
     std::printf("%s: PSNR %.3f dB decoded, %.3f dB in eval\n", name, psnr, eval.psnr);
     EXPECT_NEAR(psnr, eval.psnr, bounds.psnr) << name;
   }
