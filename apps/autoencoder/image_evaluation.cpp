@@ -12,12 +12,6 @@ namespace plexus::ae {
 
 namespace {
 
-const NodeSpec* find_node(const ModelSpec& spec, const std::string& name) {
-  for (const NodeSpec& node : spec.nodes)
-    if (node.name == name) return &node;
-  return nullptr;
-}
-
 // Every latent codec of a codec section (objects within objects and arrays)
 // that names a context input, as [context input node, quantizer node];
 // `autoregressive` is set when one of them is an autoregressive codec.
@@ -88,8 +82,8 @@ DecodedContexts::DecodedContexts(const ModelSpec& model, const Registry& registr
   std::vector<Input> inputs;
   std::set<std::string> replaced;
   for (const auto& [context_input, quantizer] : named) {
-    const NodeSpec* input = find_node(model, context_input);
-    const NodeSpec* decoder = find_node(model, quantizer);
+    const NodeSpec* input = model.node_named(context_input);
+    const NodeSpec* decoder = model.node_named(quantizer);
     if (!input || !decoder || input->type != "UniformNoise" || input->inputs.size() != 1 ||
         input->outputs.size() != 1 || decoder->type != "QuantizeAroundMean" || decoder->outputs.empty())
       return;

@@ -75,12 +75,6 @@ int latest_slice(const std::map<std::string, const NodeSpec*>& producer, const s
   return seen[blob] = latest;
 }
 
-const NodeSpec* node_named(const ModelSpec& spec, const std::string& name) {
-  for (const NodeSpec& node : spec.nodes)
-    if (node.name == name) return &node;
-  return nullptr;
-}
-
 // ---- The section: its keys ----
 
 [[noreturn]] void malformed(const std::string& source, const std::string& where, const std::string& what) {
@@ -326,7 +320,7 @@ class SectionCut {
   [[noreturn]] void refuse(const std::string& reason) const { throw NotCodable(spec_.source, reason); }
 
   const NodeSpec& node(const std::string& name, const char* type, const std::string& where) {
-    const NodeSpec* found = node_named(spec_, name);
+    const NodeSpec* found = spec_.node_named(name);
     if (!found) refuse(where + " names '" + name + "', which is not a node of the spec");
     if (found->type != type) refuse(where + " names node '" + name + "', a " + found->type + "; it must be a " + type);
     named_.insert(name);
@@ -423,7 +417,7 @@ class SectionCut {
                         "before k)");
       }
     if (!codec.group_checkerboards.empty()) group_checkerboards(codec, scales_join->inputs, means);
-    const NodeSpec* decoded = node_named(spec_, codec.decoded);
+    const NodeSpec* decoded = spec_.node_named(codec.decoded);
     if (!decoded) refuse(codec.where + "/decoded names '" + codec.decoded + "', which is not a node of the spec");
     bool joins_decoded = decoded->type == "Concat" && decoded->inputs.size() == groups && decoded->outputs.size() == 1;
     for (std::size_t k = 0; k < groups && joins_decoded; ++k) {
@@ -642,7 +636,7 @@ CodecGraph split_for_coding(const ModelSpec& spec) {
   add_rate_level_input(graph.synthesis);
   graph.density.source = spec.source + " (entropy model)";
   graph.density.inputs = {graph.factorized_latent};
-  graph.density.nodes = {*node_named(spec, graph.entropy_node)};
+  graph.density.nodes = {*spec.node_named(graph.entropy_node)};
   return graph;
 }
 

@@ -20,6 +20,12 @@ ModelSpec& ModelSpec::add_node(NodeSpec node) {
   return *this;
 }
 
+const NodeSpec* ModelSpec::node_named(const std::string& name) const {
+  for (const NodeSpec& node : nodes)
+    if (node.name == name) return &node;
+  return nullptr;
+}
+
 namespace {
 std::vector<std::string> string_list(const nlohmann::json& value, const std::string& where) {
   if (!value.is_array()) throw ConfigError(where + " must be an array of strings, got " + value.dump());

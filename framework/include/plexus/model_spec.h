@@ -42,6 +42,8 @@ struct ModelSpec {
   // Builder API: spec.add_input("x").add_node({...});
   ModelSpec& add_input(const std::string& input);
   ModelSpec& add_node(NodeSpec node);
+  // The node named `name`, or nullptr when there is none.
+  const NodeSpec* node_named(const std::string& name) const;
 
   // Throws ConfigError naming the source and the offending field.
   static ModelSpec from_json(const nlohmann::json& json, const std::string& source = "<memory>");
