@@ -276,23 +276,6 @@ float reconstruct(std::int32_t symbol, std::int64_t mean) {
 
 }  // namespace
 
-namespace {
-// The process's resident memory in bytes (Linux's /proc/self/statm; 0
-// elsewhere): the libraries (about 9 MB in plexus-ae built for the CPU,
-// 13 MB with CUDA, whose cuBLAS is opened by a CUDA context only), which a
-// bound on the whole process must count.
-std::uint64_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::uint64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-// Taken as the library loads, before the program's own work: the same in
-// every program linking the same libraries, whatever it did before coding.
-const std::uint64_t kResidentAtLoad = resident_bytes();
-}  // namespace
-
 std::unique_ptr<CodecModel> CodecModel::from_file(const std::string& path, const Registry& registry, Device device) {
   TensorFile file = load_safetensors(path);
   const ModelSpec spec = spec_from_checkpoint(file, path, registry);
@@ -892,6 +875,21 @@ std::uint64_t CodecModel::max_file_bytes() const {
 }
 
 namespace {
+// The process's resident memory in bytes (Linux's /proc/self/statm; 0
+// elsewhere): the libraries (about 9 MB in plexus-ae built for the CPU,
+// 13 MB with CUDA, whose cuBLAS is opened by a CUDA context only), which a
+// bound on the whole process must count.
+std::uint64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Taken as the library loads, before the program's own work: the same in
+// every program linking the same libraries, whatever it did before coding.
+const std::uint64_t kResidentAtLoad = resident_bytes();
+
 // Estimates of what coding holds besides the bands (calibrated against
 // /usr/bin/time -v on the shipped models, docs/performance.md): bytes per
 // latent element while its symbols, indices, means and the integer
