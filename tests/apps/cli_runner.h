@@ -3,6 +3,7 @@
 // its exit code, stdout and stderr.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,9 @@ namespace plexus::testing {
 struct CommandResult {
   int exit_code = -1;   // -1 when killed by a signal
   int term_signal = 0;  // the signal that killed it, if any
+  // Its peak resident memory (wait4's ru_maxrss), which counts this process's
+  // memory that the child held between its fork and its exec.
+  std::uint64_t peak_resident_bytes = 0;
   std::string out;
   std::string err;
   std::string command;
@@ -72,7 +76,7 @@ class Process {
   bool running() {
     if (done_) return false;
     int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    if (wait4(pid_, &status, WNOHANG, &usage_) == pid_) {
       done_ = true;
       status_ = status;
       return false;
@@ -81,13 +85,14 @@ class Process {
   }
   CommandResult wait() {
     if (!done_) {
-      waitpid(pid_, &status_, 0);
+      wait4(pid_, &status_, 0, &usage_);
       done_ = true;
     }
     CommandResult result;
     result.command = command_;
     if (WIFEXITED(status_)) result.exit_code = WEXITSTATUS(status_);
     if (WIFSIGNALED(status_)) result.term_signal = WTERMSIG(status_);
+    result.peak_resident_bytes = static_cast<std::uint64_t>(usage_.ru_maxrss) * 1024;
     result.out = read_bytes(out_path_);
     result.err = read_bytes(err_path_);
     return result;
@@ -97,6 +102,7 @@ class Process {
   pid_t pid_ = -1;
   bool done_ = false;
   int status_ = 0;
+  struct rusage usage_ {};
   std::string out_path_, err_path_, command_;
 };
 

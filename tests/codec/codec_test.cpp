@@ -21,9 +21,6 @@
 #include <random>
 #include <set>
 
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "apps/cli_runner.h"
@@ -769,28 +766,12 @@ TEST(CodecBands, MaxMemoryRefusesWhatCannotFitAndBandsWhatCan) {
       contains(error_or_none([&] { model->decompress(bytes.data(), bytes.size()); }), "cannot decompress a 700x300"));
 }
 
-// Runs plexus-ae with `arguments` (output to /dev/null) and returns its peak
-// resident memory in bytes (wait4's ru_maxrss), 0 when it fails. The child's
-// memory before its exec counts too: call it while this process is small.
+// plexus-ae's peak resident memory running `arguments`, 0 when it fails. The
+// child's memory before its exec counts too: call it while this process is small.
 std::uint64_t plexus_ae_peak_bytes(const std::vector<std::string>& arguments) {
-  std::vector<std::string> strings{PLEXUS_AE_EXECUTABLE};
-  strings.insert(strings.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (std::string& each : strings) argv.push_back(each.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return 0;
-  if (pid == 0) {
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(null, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  struct rusage usage {};
-  if (wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 0;
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+  const testing::ScratchFolder scratch("plexus-ae-peak");
+  const testing::CommandResult result = testing::run_plexus_ae(arguments, scratch.path());
+  return result.exit_code == 0 ? result.peak_resident_bytes : 0;
 }
 
 // What plexus-ae holds before any work: its libraries (about 9 MB built for
