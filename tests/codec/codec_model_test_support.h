@@ -315,6 +315,23 @@ inline std::map<std::string, Tensor> likelihood_blobs(const ModelSpec& spec) {
   return blobs;
 }
 
+// A file of `file_bytes` for `image` (`name`, for messages) against eval's
+// estimate `eval`, whose likelihoods give `estimate`: within `tolerance`
+// (relative) of the estimate at the coder's resolution (its bits less their
+// tail excess) and under eval's estimate plus that tolerance; printed.
+inline void expect_file_near_the_estimate(const std::string& name, std::size_t file_bytes, const data::Image& image,
+                                          const ae::ImageEvaluation& eval, const EstimateBits& estimate,
+                                          double tolerance) {
+  const double pixels = image.width * image.height, file_bpp = 8.0 * file_bytes / pixels;
+  const double coded_bpp = (estimate.bits - estimate.tail_excess) / pixels;
+  std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%), %.4f bpp at the coder's resolution (%+.2f%%)\n",
+              name.c_str(), file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), coded_bpp,
+              100 * (file_bpp / coded_bpp - 1));
+  EXPECT_NEAR(estimate.bits / pixels, eval.bpp, 1e-4 * eval.bpp) << name << ": the likelihoods are eval's rate";
+  EXPECT_NEAR(file_bpp, coded_bpp, tolerance * coded_bpp) << name;
+  EXPECT_LT(file_bpp, (1 + tolerance) * eval.bpp) << name;
+}
+
 // Three bundled Kodak crops compressed with the model file `path` of `spec`:
 // each file within `rate_tolerance` (relative) of eval's estimate at the
 // coder's resolution (its bits less their tail excess, EstimateBits) and
@@ -333,19 +350,11 @@ inline void expect_files_near_the_estimate(const ModelSpec& spec, const Registry
   for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
     const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
     const std::vector<std::uint8_t> bytes = model->compress(image);
-    const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
     const Tensor latent = model->decode_latents(bytes.data(), bytes.size()).latent;
     std::map<std::string, Tensor> blobs = likelihood_blobs(spec);
     const ae::ImageEvaluation eval =
         evaluate_with_weights(spec, registry, file, image, model->stride(), &blobs, 0, &latent);
-    const EstimateBits estimate = estimate_bits(spec, blobs);
-    const double pixels = image.width * image.height;
-    const double coded_bpp = (estimate.bits - estimate.tail_excess) / pixels;
-    std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%), %.4f bpp at the coder's resolution (%+.2f%%)\n", name,
-                file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), coded_bpp, 100 * (file_bpp / coded_bpp - 1));
-    EXPECT_NEAR(estimate.bits / pixels, eval.bpp, 1e-4 * eval.bpp) << name << ": the likelihoods are eval's rate";
-    EXPECT_NEAR(file_bpp, coded_bpp, rate_tolerance * coded_bpp) << name;
-    EXPECT_LT(file_bpp, (1 + rate_tolerance) * eval.bpp) << name;
+    expect_file_near_the_estimate(name, bytes.size(), image, eval, estimate_bits(spec, blobs), rate_tolerance);
     const data::Image decoded = model->decompress(bytes.data(), bytes.size());
     EXPECT_NEAR(data::psnr(image, decoded), eval.psnr, psnr_tolerance) << name;
   }

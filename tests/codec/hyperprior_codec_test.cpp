@@ -389,17 +389,11 @@ TEST(HyperpriorCodecRate, FilesAreWithinAFewPercentOfTheEstimate) {
   for (const char* name : {"kodim04.png", "kodim14.png", "kodim23.png"}) {
     const data::Image image = data::read_image(source + "/data/eval-sample/" + name);
     const std::vector<std::uint8_t> bytes = model->compress(image);
-    const double file_bpp = 8.0 * bytes.size() / (image.width * image.height);
     std::map<std::string, Tensor> blobs = testing::likelihood_blobs(tiny_spec());
     const ae::ImageEvaluation eval =
         testing::evaluate_with_weights(tiny_spec(), registry, file, image, model->stride(), &blobs);
-    const testing::EstimateBits estimate = testing::estimate_bits(tiny_spec(), blobs);
-    const double pixels = image.width * image.height, coded_bpp = (estimate.bits - estimate.tail_excess) / pixels;
-    std::printf("%s: file %.4f bpp, estimate %.4f bpp (%+.2f%%), %.4f bpp at the coder's resolution (%+.2f%%)\n", name,
-                file_bpp, eval.bpp, 100 * (file_bpp / eval.bpp - 1), coded_bpp, 100 * (file_bpp / coded_bpp - 1));
-    EXPECT_NEAR(estimate.bits / pixels, eval.bpp, 1e-4 * eval.bpp) << name << ": the likelihoods are eval's rate";
-    EXPECT_NEAR(file_bpp, coded_bpp, 0.05 * coded_bpp) << name;
-    EXPECT_LT(file_bpp, 1.05 * eval.bpp) << name;
+    testing::expect_file_near_the_estimate(name, bytes.size(), image, eval, testing::estimate_bits(tiny_spec(), blobs),
+                                           0.05);
     const data::Image decoded = model->decompress(bytes.data(), bytes.size());
     EXPECT_EQ(decoded.pixels, eval.reconstruction.pixels) << name;
     // The integer path's own cost: y coded with the integer indices against
